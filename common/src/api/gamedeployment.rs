@@ -1,0 +1,377 @@
+//! `GameDeployment`: a pod workload with in-place / hot-patch updates and hook gates.
+//!
+//! The API is the kourse superset of the BCS GameDeployment (see `research/bcs-gamedeployment-spec.md` §1):
+//! every field an existing BCS manifest uses is here under the same JSON name. Optional additions are marked
+//! "Addition" and listed in the README.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::hook::{HookPhase, HookStep};
+use super::schema;
+
+/// Default `spec.updateStrategy.maxUnavailable` (BCS code constant `DefaultGameDeploymentMaxUnavailable`).
+pub const DEFAULT_MAX_UNAVAILABLE: &str = "20%";
+/// Default `spec.revisionHistoryLimit`.
+pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "tkex.tencent.com",
+    version = "v1alpha1",
+    kind = "GameDeployment",
+    plural = "gamedeployments",
+    singular = "gamedeployment",
+    shortname = "gd",
+    namespaced,
+    status = "GameDeploymentStatus",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.labelSelector"
+    ),
+    printcolumn(
+        name = "DESIRED",
+        type_ = "integer",
+        json_path = ".spec.replicas",
+        description = "The desired number of pods."
+    ),
+    printcolumn(
+        name = "UPDATED",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas",
+        description = "The number of pods updated."
+    ),
+    printcolumn(
+        name = "UPDATED_READY",
+        type_ = "integer",
+        json_path = ".status.updatedReadyReplicas",
+        description = "The number of pods updated and ready."
+    ),
+    printcolumn(
+        name = "READY",
+        type_ = "integer",
+        json_path = ".status.readyReplicas",
+        description = "The number of pods ready."
+    ),
+    printcolumn(
+        name = "TOTAL",
+        type_ = "integer",
+        json_path = ".status.replicas",
+        description = "The number of currently all pods."
+    ),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "GameDeployment manages game-server pods with in-place and hot-patch updates, gated by HookRuns."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentSpec {
+    /// Desired number of pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(schema_with = "schema::replicas")]
+    pub replicas: Option<i32>,
+    /// Selects the pods this GameDeployment owns; must match the template labels.
+    pub selector: LabelSelector,
+    /// The pod template. Its whole content (metadata and spec) is hashed into the revision.
+    #[schemars(schema_with = "schema::pod_template")]
+    pub template: PodTemplateSpec,
+    /// Accepted for compatibility with the BCS GameStatefulSet-style manifests (BCS docs use it in
+    /// `rolling-update.yaml`); a GameDeployment has no stable network identity, so it is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_strategy: Option<GameDeploymentScaleStrategy>,
+    #[serde(default)]
+    #[schemars(schema_with = "schema::update_strategy_with_default")]
+    pub update_strategy: GameDeploymentUpdateStrategy,
+    /// Hook run before a pod is deleted (scale-in, `podsToDelete`, the delete half of RollingUpdate) and before
+    /// an in-place update when `preInplaceUpdateStrategy` is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_delete_update_strategy: Option<GameDeploymentPreDeleteUpdateStrategy>,
+    /// Hook run before an in-place update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_inplace_update_strategy: Option<GameDeploymentPreInplaceUpdateStrategy>,
+    /// Hook run after an in-place update completed (the new containers run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_inplace_update_strategy: Option<GameDeploymentPostInplaceUpdateStrategy>,
+    /// Number of old ControllerRevisions kept (revisions still used by a pod are always kept).
+    #[serde(default = "default_revision_history_limit")]
+    #[schemars(schema_with = "schema::revision_history_limit")]
+    pub revision_history_limit: Option<i32>,
+    /// Seconds a pod must be Ready before it counts as available.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub min_ready_seconds: i32,
+    /// Do not inject the `InPlaceUpdateReady` readiness gate into new pods.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_readiness_gate: bool,
+}
+
+fn default_replicas() -> Option<i32> {
+    Some(1)
+}
+
+fn default_revision_history_limit() -> Option<i32> {
+    Some(DEFAULT_REVISION_HISTORY_LIMIT)
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentScaleStrategy {
+    /// Names of pods to delete first; names of pods that no longer exist are pruned by the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods_to_delete: Vec<String>,
+    /// Slow start: how many pods are created per batch (int or percent of the pods to create; default all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    pub create_batch: Option<IntOrString>,
+}
+
+/// How pods move to a new template.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentUpdateStrategy {
+    #[serde(rename = "type", default)]
+    pub type_: GameDeploymentUpdateStrategyType,
+    /// Number (or percent of replicas) of pods kept on the old revision. Ignored while canary steps run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    pub partition: Option<IntOrString>,
+    /// Most pods that may be unavailable during an update (int or percent, rounded down; default 20%).
+    #[serde(default = "default_max_unavailable", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_unavailable")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Extra pods allowed above replicas during a RollingUpdate (int or percent, rounded up; default 0).
+    #[serde(default = "default_max_surge", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::max_surge")]
+    pub max_surge: Option<IntOrString>,
+    /// Stop updating pods (scaling continues). Set and cleared by the user, or by canary pause steps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place_update_strategy: Option<InPlaceUpdateStrategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStrategy>,
+}
+
+fn default_max_unavailable() -> Option<IntOrString> {
+    Some(IntOrString::String(DEFAULT_MAX_UNAVAILABLE.to_string()))
+}
+
+fn default_max_surge() -> Option<IntOrString> {
+    Some(IntOrString::Int(0))
+}
+
+impl Default for GameDeploymentUpdateStrategy {
+    fn default() -> Self {
+        Self {
+            type_: GameDeploymentUpdateStrategyType::default(),
+            partition: None,
+            max_unavailable: default_max_unavailable(),
+            max_surge: default_max_surge(),
+            paused: false,
+            in_place_update_strategy: None,
+            canary: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum GameDeploymentUpdateStrategyType {
+    /// Delete old pods and create new ones.
+    #[default]
+    RollingUpdate,
+    /// Patch the images of running pods (the container restarts; the pod keeps its name and IP).
+    InplaceUpdate,
+    /// Patch the images without taking the pod out of service; needs a hot-patch-capable runtime.
+    HotPatchUpdate,
+    /// Only pods the user deletes are recreated with the new template.
+    OnDelete,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateStrategy {
+    /// Seconds between taking the pod out of service (readiness gate False) and patching its images.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub grace_period_seconds: i32,
+    /// Container ordering during an in-place update (kourse API; accepted, containers are updated together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<InPlaceUpdatePolicy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum InPlaceUpdatePolicy {
+    DisOrdered,
+    OrderedReady,
+    OrderedUpdated,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStrategy {
+    pub steps: Vec<CanaryStep>,
+}
+
+/// One canary step. Normally one of `partition`, `pause`, `hook` is set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStep {
+    /// Pods (or percent) kept on the old revision from this step on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    pub partition: Option<IntOrString>,
+    /// Pause the rollout; without `duration` until the user sets `updateStrategy.paused: false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<CanaryPause>,
+    /// Run a HookRun from this template and continue when it is Successful.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookStep>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryPause {
+    /// Seconds to pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub duration: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentPreDeleteUpdateStrategy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookStep>,
+    /// Set to true to delete the failed pre-delete HookRuns and run them again; the operator sets it back to
+    /// false once it has acted on it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentPreInplaceUpdateStrategy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookStep>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentPostInplaceUpdateStrategy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookStep>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
+}
+
+/// Observed state. Counts are over the pods the GameDeployment owns that are not terminating.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default)]
+    pub ready_replicas: i32,
+    #[serde(default)]
+    pub available_replicas: i32,
+    #[serde(default)]
+    pub updated_replicas: i32,
+    #[serde(default)]
+    pub updated_ready_replicas: i32,
+    /// Revision of the pods that are not updated (the previous stable template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// Revision (ControllerRevision name) of the current template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collision_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<GameDeploymentCondition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pause_conditions: Vec<PauseCondition>,
+    /// `spec.selector` as a string, for the scale subresource and HPA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step_index: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_delete_hook_condition: Vec<HookCondition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_inplace_hook_condition: Vec<HookCondition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_inplace_hook_condition: Vec<HookCondition>,
+}
+
+/// Standard Kubernetes-style condition (`FailedScale`, `FailedUpdate`, `Progressing`, ...).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GameDeploymentCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum PauseReason {
+    PausedByCanaryPauseStep,
+    PausedByStepBasedHook,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseCondition {
+    pub reason: PauseReason,
+    pub start_time: Time,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// The stable revision the canary started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step_hook_run: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_start_time: Option<Time>,
+}
+
+/// A pod whose hook has not (yet) succeeded.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookCondition {
+    pub pod_name: String,
+    pub start_time: Time,
+    pub phase: HookPhase,
+    /// Addition: the HookRun that decides this pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_run: Option<String>,
+    /// Addition: why the pod is held (the HookRun's message, or why no HookRun could be created).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

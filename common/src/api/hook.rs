@@ -1,0 +1,354 @@
+//! `HookTemplate` and `HookRun`: the checks that gate pod changes.
+//!
+//! Field names follow BCS (`COMMON/bcs-hook/apis/tkex/v1alpha1/hook_types.go` and the newer kourse types)
+//! exactly, so existing manifests apply unchanged. Everything we add is optional and documented in the README
+//! ("API additions").
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::schema;
+
+/// A reusable set of metrics. Workload controllers copy `metrics` and `policy` into every `HookRun` they create
+/// and merge `args` with their own; the hook operator itself only validates templates.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "tkex.tencent.com",
+    version = "v1alpha1",
+    kind = "HookTemplate",
+    plural = "hooktemplates",
+    singular = "hooktemplate",
+    shortname = "ht",
+    namespaced,
+    doc = "HookTemplate declares the checks (web, prometheus, kubernetes) that gate a pod deletion or update."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HookTemplateSpec {
+    /// The checks to run. At least one.
+    #[schemars(length(min = 1))]
+    pub metrics: Vec<Metric>,
+    /// Declared parameters. A `value` may be omitted: the creator of the HookRun must then supply it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Argument>,
+    /// `Parallel` runs every metric at once; `Ordered` starts metric i only after metric i-1 is Successful.
+    #[serde(default = "HookPolicy::default_some", skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::hook_policy_with_default")]
+    pub policy: Option<HookPolicy>,
+}
+
+/// One run of a template's metrics against concrete arguments (usually one pod).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "tkex.tencent.com",
+    version = "v1alpha1",
+    kind = "HookRun",
+    plural = "hookruns",
+    singular = "hookrun",
+    shortname = "hr",
+    namespaced,
+    status = "HookRunStatus",
+    printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase", description = "HookRun phase"),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    doc = "HookRun runs a set of metrics once and records their measurements and the resulting phase."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRunSpec {
+    #[serde(default)]
+    pub metrics: Vec<Metric>,
+    /// Resolved argument values, rendered into `{{ args.X }}` placeholders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Argument>,
+    /// Stop taking new measurements and complete the run with what it has.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<HookPolicy>,
+}
+
+/// How the metrics of a run are sequenced.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum HookPolicy {
+    #[default]
+    Parallel,
+    Ordered,
+}
+
+impl HookPolicy {
+    fn default_some() -> Option<Self> {
+        Some(Self::Parallel)
+    }
+}
+
+/// A named argument. `value` is optional in a template and required (resolved) in a run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Argument {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+impl Argument {
+    pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Self { name: name.into(), value: Some(value.into()) }
+    }
+}
+
+/// One check: how to measure (provider), how often (interval, count) and how to judge (conditions, limits).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Metric {
+    /// Unique within the run.
+    pub name: String,
+    /// Time between the end of one measurement and the start of the next (Go duration: `30s`, `1m30s`,
+    /// `500ms`). Without it the metric is measured `count` times back to back (once when `count` is 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration_string")]
+    pub interval: Option<String>,
+    /// Delay before the first measurement, counted from `status.startedAt` of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::duration_string")]
+    pub initial_delay: Option<String>,
+    /// Number of measurements to take; 0 = unset (see the README for the effective count).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub count: i32,
+    /// expr expression over `result`; true makes the measurement Successful.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_condition: Option<String>,
+    /// expr expression over `result`; true makes the measurement Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_condition: Option<String>,
+    /// The metric fails when more than this many measurements failed. 0 (default): the first failure fails;
+    /// -1: never fail on failed measurements.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = -1))]
+    pub failure_limit: i32,
+    /// The metric succeeds once this many measurements succeeded (0 = not used).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub successful_limit: i32,
+    /// The metric is Inconclusive when more than this many measurements were inconclusive.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub inconclusive_limit: i32,
+    /// The metric errors when more than this many consecutive measurements errored (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub consecutive_error_limit: Option<i32>,
+    /// The metric succeeds once this many consecutive measurements succeeded (unset = not used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub consecutive_successful_limit: Option<i32>,
+    pub provider: MetricProvider,
+}
+
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+/// Exactly one provider must be set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricProvider {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<WebMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusMetric>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesMetric>,
+    /// Declared by the kourse API for compatibility; not supported: a run that uses it ends `Error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecMetric>,
+}
+
+/// An HTTP call whose JSON answer is judged by the conditions.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebMetric {
+    /// Templated with `{{ args.X }}`.
+    pub url: String,
+    /// Header values are templated with `{{ args.X }}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<WebMetricHeader>,
+    /// Request timeout; 0 or unset means 10 seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+    /// Kubernetes-style JSONPath into the response (`{$.age}`, `{.items[0].name}`, `$.age`). Unset: the whole
+    /// document is the result.
+    #[serde(default, rename = "jsonPath", skip_serializing_if = "Option::is_none")]
+    pub json_path: Option<String>,
+    /// Addition: HTTP method (default `GET`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::http_method")]
+    pub method: Option<String>,
+    /// Addition: request body (templated), sent with `method`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Addition: skip TLS certificate verification (for self-signed endpoints).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub insecure: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebMetricHeader {
+    pub key: String,
+    pub value: String,
+}
+
+/// An instant query against a Prometheus server.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusMetric {
+    pub address: String,
+    /// Templated with `{{ args.X }}`.
+    pub query: String,
+}
+
+/// Reads or patches annotations of the object named by the run's args (BCS semantics).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesMetric {
+    pub fields: Vec<KubernetesField>,
+    /// `get` (compare) or `patch` (write).
+    pub function: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubernetesField {
+    /// `metadata.annotations.<key>`.
+    pub path: String,
+    pub value: String,
+}
+
+/// Declared by the kourse API; not supported by this operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecMetric {
+    pub container: String,
+    pub command: Vec<String>,
+}
+
+/// Observed state of a run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRunStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<HookPhase>,
+    /// Why the run is in its phase, when that is not obvious from the metric results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the run was first reconciled; `initialDelay` counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metric_results: Vec<MetricResult>,
+}
+
+/// Phase of a run, a metric or a measurement.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum HookPhase {
+    Pending,
+    Running,
+    Successful,
+    Failed,
+    Error,
+    Inconclusive,
+}
+
+impl HookPhase {
+    /// A completed phase never changes again.
+    pub fn is_completed(self) -> bool {
+        matches!(self, Self::Successful | Self::Failed | Self::Error | Self::Inconclusive)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Running => "Running",
+            Self::Successful => "Successful",
+            Self::Failed => "Failed",
+            Self::Error => "Error",
+            Self::Inconclusive => "Inconclusive",
+        }
+    }
+}
+
+impl std::fmt::Display for HookPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Cumulative counters and the most recent measurements of one metric.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricResult {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<HookPhase>,
+    /// The most recent measurements (10 by default); the counters below are never trimmed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measurements: Vec<Measurement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Measurements that counted towards `count` (errors do not).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub count: i32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub successful: i32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: i32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inconclusive: i32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub error: i32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_error: i32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_successful: i32,
+}
+
+/// One call of a provider and its verdict.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Measurement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<HookPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// When the next measurement of this metric is due (set when the metric keeps running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_at: Option<Time>,
+    /// The extracted value, rendered as text (`"45"`, `"bryan"`, `[1,2]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// A reference from a workload to a HookTemplate plus extra args (`preDeleteUpdateStrategy.hook`, canary
+/// `steps[].hook`, ...).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookStep {
+    /// Name of a HookTemplate in the workload's namespace.
+    pub template_name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<HookRunArgument>,
+}
+
+/// An argument given by a workload; unlike a template [`Argument`] its value is always set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRunArgument {
+    pub name: String,
+    #[serde(default)]
+    pub value: String,
+}

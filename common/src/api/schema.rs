@@ -1,0 +1,106 @@
+//! Hand-written OpenAPI fragments for fields whose derived schema would not say what the API server must
+//! enforce: int-or-percent values, Go durations, CRD defaults that BCS users rely on, and the embedded pod
+//! template.
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+
+/// Go `time.ParseDuration` syntax as BCS accepts it (`300ms`, `30s`, `1m30s`, `1h`, `0`).
+pub const DURATION_PATTERN: &str = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$";
+
+/// An integer or a percentage string such as `"20%"` (Kubernetes IntOrString).
+///
+/// `pattern` only constrains strings and `minimum` only integers, so they sit beside the `anyOf`, the one
+/// shape a structural schema allows for int-or-string.
+pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [{ "type": "integer" }, { "type": "string" }],
+        "pattern": PERCENT_PATTERN,
+        "minimum": 0
+    })
+}
+
+/// A percentage as Kubernetes IntOrString accepts it.
+pub const PERCENT_PATTERN: &str = "^[0-9]+%$";
+
+fn int_or_percent_with_default(default: serde_json::Value) -> Schema {
+    let mut schema = int_or_percent(&mut SchemaGenerator::default());
+    schema.insert("default".into(), default);
+    schema
+}
+
+pub fn max_unavailable(_: &mut SchemaGenerator) -> Schema {
+    int_or_percent_with_default(serde_json::json!(super::gamedeployment::DEFAULT_MAX_UNAVAILABLE))
+}
+
+pub fn max_surge(_: &mut SchemaGenerator) -> Schema {
+    int_or_percent_with_default(serde_json::json!(0))
+}
+
+pub fn replicas(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "integer", "format": "int32", "minimum": 0, "default": 1 })
+}
+
+pub fn revision_history_limit(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "integer",
+        "format": "int32",
+        "minimum": 0,
+        "default": super::gamedeployment::DEFAULT_REVISION_HISTORY_LIMIT
+    })
+}
+
+pub fn duration_string(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "pattern": DURATION_PATTERN })
+}
+
+pub fn http_method(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "enum": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+    })
+}
+
+pub fn hook_policy_with_default(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({ "type": "string", "enum": ["Parallel", "Ordered"], "default": "Parallel" })
+}
+
+/// `updateStrategy` defaults to `{}` so that the API server also applies the nested defaults (type,
+/// maxUnavailable, maxSurge) when the whole block is omitted.
+pub fn update_strategy_with_default(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = super::gamedeployment::GameDeploymentUpdateStrategy::json_schema(generator);
+    schema.insert("default".into(), serde_json::json!({}));
+    schema
+}
+
+/// Removes `description` from a schema subtree (as controller-gen's `maxDescLen=0`): the pod template's
+/// descriptions alone would push the CRD past the 256 KiB `last-applied-configuration` annotation limit of
+/// `kubectl apply`. `kubectl explain` still documents pod fields through the built-in Pod schema.
+fn strip_descriptions(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if map.get("description").is_some_and(|d| d.is_string()) {
+                map.remove("description");
+            }
+            map.values_mut().for_each(strip_descriptions);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_descriptions),
+        _ => {}
+    }
+}
+
+/// The full PodTemplateSpec schema (as controller-gen emits for the BCS/kourse CRD), so the API server
+/// validates pod templates and keeps every field through pruning; its `metadata` keeps unknown fields
+/// because ObjectMeta is not described inside embedded templates.
+pub fn pod_template(generator: &mut SchemaGenerator) -> Schema {
+    let mut value = k8s_openapi::api::core::v1::PodTemplateSpec::json_schema(generator).to_value();
+    strip_descriptions(&mut value);
+    let mut schema = Schema::try_from(value).unwrap_or_else(|_| json_schema!({ "type": "object" }));
+    if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.insert(
+            "metadata".into(),
+            serde_json::json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true }),
+        );
+    }
+    schema
+}

@@ -1,0 +1,81 @@
+//! Label, annotation, condition and readiness-gate keys, in one place so both operators and the tests agree.
+//!
+//! BCS keys are kept byte-for-byte so existing tooling (dashboards, scripts, the BCS console) keeps working.
+
+/// Pod label: the ControllerRevision name of the template the pod runs (Kubernetes convention).
+pub const CONTROLLER_REVISION_HASH: &str = "controller-revision-hash";
+/// ControllerRevision label: the bare hash (Kubernetes `controller/history`).
+pub const CONTROLLER_REVISION_HASH_ONLY: &str = "controller.kubernetes.io/hash";
+/// Pod label: 5-character instance id, also the pod-name suffix.
+pub const INSTANCE_ID: &str = "tkex.bkbcs.tencent.com/gamedeployment-instance-id";
+/// Pod annotation: the index injected when index injection is on.
+pub const INDEX_ID: &str = "tkex.bkbcs.tencent.com/gamedeployment-index-id";
+/// GameDeployment annotation: `"true"` turns on index injection.
+pub const INDEX_ON: &str = "tkex.bkbcs.tencent.com/gamedeployment-index-on";
+/// GameDeployment annotation: JSON `{"podStartIndex":a,"podEndIndex":b}`, the half-open index range.
+pub const INDEX_RANGE: &str = "tkex.bkbcs.tencent.com/gamedeployment-index-range";
+/// Environment variable carrying the injected index.
+pub const POD_INDEX_ENV: &str = "POD_INDEX";
+
+/// Pod annotation (Kubernetes): lower cost is deleted first on scale-in.
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// Node annotation (BCS): lower cost nodes lose their pods first on scale-in.
+pub const NODE_DELETION_COST: &str = "io.tencent.bcs.dev/node-deletion-cost";
+/// GameDeployment annotation (BCS): `ascend` (default) or `descend` pod-deletion-cost order.
+pub const POD_DELETION_COST_SORT_METHOD: &str = "io.tencent.bcs.dev/pod-deletion-cost-sort-method";
+/// Label (BCS): `Always` / `Cascading` deletion protection.
+pub const DELETION_ALLOW: &str = "io.tencent.bcs.dev/deletion-allow";
+/// Pod annotation (BCS): set when a pre-delete or pre-inplace HookRun is created for the pod.
+pub const GAME_POD_DELETING: &str = "io.tencent.bcs.dev/game-pod-deleting";
+
+/// Readiness gate and pod condition type flipped around an in-place update.
+pub const IN_PLACE_UPDATE_READY: &str = "InPlaceUpdateReady";
+/// Reason on the `InPlaceUpdateReady=False` condition while an update is in progress (BCS value).
+pub const IN_PLACE_UPDATE_STARTED_REASON: &str = "StartInPlaceUpdate";
+/// Pod annotation (BCS): JSON state of the last in-place update.
+pub const INPLACE_UPDATE_STATE: &str = "inplace-update-state";
+/// Pod annotation (BCS): pending in-place update waiting for its grace period.
+pub const INPLACE_UPDATE_GRACE: &str = "inplace-update-grace";
+/// Pod annotation (BCS): JSON state of the last hot-patch update.
+pub const HOTPATCH_UPDATE_STATE: &str = "hotpatch-update-state";
+/// Pod annotation (BCS): marks containers for a hot-patch-capable runtime.
+pub const HOTPATCH_CONTAINER: &str = "io.kubernetes.hotpatch.container";
+
+/// Pod label in the OpenKruise CloneSet vocabulary: why a pod is held (`Normal`, `PreparingDelete`,
+/// `PreparingUpdate`, `Updating`, `Updated`).
+pub const LIFECYCLE_STATE: &str = "lifecycle.apps.kruise.io/state";
+/// Pod annotation: when the lifecycle state last changed (RFC 3339).
+pub const LIFECYCLE_TIMESTAMP: &str = "lifecycle.apps.kruise.io/timestamp";
+
+/// HookRun label (BCS): `canary-step`, `pre-delete-step`, `pre-inplace-step`, `post-inplace-step`.
+pub const HOOKRUN_TYPE: &str = "hookrun-type";
+/// HookRun label (BCS): the pod's revision (canary: the update revision).
+pub const HOOKRUN_WORKLOAD_REVISION: &str = "workload-revision";
+/// HookRun label (BCS): the pod's instance id.
+pub const HOOKRUN_INSTANCE_ID: &str = "instance-id";
+/// HookRun label (BCS): the canary step index.
+pub const HOOKRUN_CANARY_STEP_INDEX: &str = "canary-step-index";
+/// HookRun label (addition): the owning GameDeployment's name, so `kubectl get hookrun -l` finds them.
+pub const HOOKRUN_WORKLOAD_NAME: &str = "gamedeployment.tkex.tencent.com/name";
+
+/// Values of [`HOOKRUN_TYPE`].
+pub mod hookrun_type {
+    pub const CANARY_STEP: &str = "canary-step";
+    pub const PRE_DELETE: &str = "pre-delete-step";
+    pub const PRE_INPLACE: &str = "pre-inplace-step";
+    pub const POST_INPLACE: &str = "post-inplace-step";
+}
+
+/// Arguments the gamedeployment-operator injects into pod HookRuns (BCS names).
+pub mod hook_args {
+    pub const POD_NAME: &str = "PodName";
+    pub const POD_NAMESPACE: &str = "PodNamespace";
+    pub const POD_IP: &str = "PodIP";
+    pub const HOST_IP: &str = "HostIP";
+    /// Prefix of `PodContainer[i]` (container names).
+    pub const POD_CONTAINER: &str = "PodContainer";
+    /// Prefix of `ModifiedContainer[i]` (containers whose image changes; pre-inplace only).
+    pub const MODIFIED_CONTAINER: &str = "ModifiedContainer";
+    /// Names BCS merges into a run even when the template does not declare them (substring match).
+    pub const BUILTIN: [&str; 6] = [POD_NAME, POD_NAMESPACE, POD_IP, POD_CONTAINER, MODIFIED_CONTAINER, HOST_IP];
+}

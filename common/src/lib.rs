@@ -1,0 +1,9 @@
+//! Shared by the gamedeployment-operator and the hook-operator: the `tkex.tencent.com/v1alpha1` API types and
+//! the pure logic both need (int-or-percent arithmetic, label/annotation keys, pod predicates, durations).
+
+pub mod api;
+pub mod crd;
+pub mod duration;
+pub mod intstr;
+pub mod keys;
+pub mod pod;

@@ -1,0 +1,150 @@
+//! Pod predicates both operators need, with the Kubernetes meanings (`podutil.IsPodReady`,
+//! `IsPodAvailable`, `controller.IsPodActive`).
+
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::jiff::Timestamp;
+
+/// Phase `Running` (the phase BCS requires before it runs a hook).
+pub fn is_running(pod: &Pod) -> bool {
+    phase(pod) == Some("Running")
+}
+
+pub fn phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref()?.phase.as_deref()
+}
+
+/// The deletion has started (graceful termination); the pod is on its way out.
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Counts towards replicas: not terminating and not finished (`Succeeded`/`Failed`).
+pub fn is_active(pod: &Pod) -> bool {
+    !is_terminating(pod) && !matches!(phase(pod), Some("Succeeded" | "Failed"))
+}
+
+pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+}
+
+/// The `Ready` condition is True (which includes every readiness gate).
+pub fn is_ready(pod: &Pod) -> bool {
+    condition(pod, "Ready").is_some_and(|c| c.status == "True")
+}
+
+/// Running and Ready.
+pub fn is_running_and_ready(pod: &Pod) -> bool {
+    is_running(pod) && is_ready(pod)
+}
+
+/// Ready for at least `min_ready_seconds` at `now`. A Ready condition without a transition time counts as
+/// available only when `min_ready_seconds` is 0, as in Kubernetes.
+pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+    let Some(ready) = condition(pod, "Ready").filter(|c| c.status == "True") else {
+        return false;
+    };
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    ready
+        .last_transition_time
+        .as_ref()
+        .is_some_and(|t| t.0.as_second() + i64::from(min_ready_seconds) <= now.as_second())
+}
+
+/// When the pod will become available, if it is ready but not yet for `min_ready_seconds`: the time to
+/// requeue at.
+pub fn available_at(pod: &Pod, min_ready_seconds: i32) -> Option<Timestamp> {
+    let ready = condition(pod, "Ready").filter(|c| c.status == "True")?;
+    let since = ready.last_transition_time.as_ref()?.0;
+    Timestamp::from_second(since.as_second() + i64::from(min_ready_seconds)).ok()
+}
+
+/// Sum of container restart counts (used to order pods on scale-in).
+pub fn restart_count(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum())
+}
+
+/// `status.podIP`, empty when not assigned yet.
+pub fn pod_ip(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).unwrap_or("")
+}
+
+/// `status.hostIP`, empty when not assigned yet.
+pub fn host_ip(pod: &Pod) -> &str {
+    pod.status.as_ref().and_then(|s| s.host_ip.as_deref()).unwrap_or("")
+}
+
+/// A label of the pod.
+pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// An annotation of the pod.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn pod(phase: &str, ready: Option<(&str, i64)>) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: ready.map(|(status, at)| {
+                    vec![PodCondition {
+                        type_: "Ready".into(),
+                        status: status.into(),
+                        last_transition_time: Some(Time(Timestamp::from_second(at).unwrap())),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn readiness_and_availability() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        let p = pod("Running", Some(("True", 980)));
+        assert!(is_running_and_ready(&p));
+        assert!(is_available(&p, 0, now));
+        assert!(is_available(&p, 20, now));
+        assert!(!is_available(&p, 21, now));
+        assert_eq!(available_at(&p, 30), Some(Timestamp::from_second(1010).unwrap()));
+        let not_ready = pod("Running", Some(("False", 900)));
+        assert!(!is_ready(&not_ready) && !is_available(&not_ready, 0, now));
+        assert!(!is_running(&pod("Pending", None)));
+    }
+
+    #[test]
+    fn activity() {
+        let mut p = pod("Running", None);
+        assert!(is_active(&p));
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(is_terminating(&p) && !is_active(&p));
+        assert!(!is_active(&pod("Succeeded", None)));
+        assert!(!is_active(&pod("Failed", None)));
+    }
+
+    #[test]
+    fn restarts_sum_over_containers() {
+        let mut p = pod("Running", None);
+        if let Some(status) = p.status.as_mut() {
+            status.container_statuses = Some(vec![
+                ContainerStatus { restart_count: 2, ..Default::default() },
+                ContainerStatus { restart_count: 3, ..Default::default() },
+            ]);
+        }
+        assert_eq!(restart_count(&p), 5);
+    }
+}
