@@ -1,0 +1,55 @@
+//! Kubelet and scheduler simulator: makes pods live on fake nodes.
+//!
+//! It talks to the API server only through a [`kube::Client`], with the same calls a real
+//! kube-scheduler and kubelet make (watch pods and nodes, `pods/binding`, strategic merge patches
+//! of `pods/status` and `nodes/status`, a final delete with grace period 0 and a UID
+//! precondition), so it works against kube-sim or any other API server.
+//!
+//! What it simulates, and why each piece matters to the operators under test:
+//! - scheduling onto N registered nodes (least loaded first, honouring node selectors, cordons,
+//!   taints and capacity), so pods get `spec.nodeName` and `hostIP`;
+//! - a unique loopback `podIP` per pod, so a hook calling `http://<podIP>:<port>` reaches that pod;
+//! - container lifecycles: `ContainerCreating` → running → ready, with exact kubelet conditions
+//!   and `Ready` honouring `spec.readinessGates`, which is what in-place update gating relies on;
+//! - in-place updates: an image change restarts that container only (restart count, new image
+//!   ID and container ID, briefly not ready); hot-patch pods swap the image without restart;
+//! - graceful deletion over the (scaled) grace period, finalizers respected by the API server;
+//! - per-pod behaviour from `kube-sim.kourse.dev/*` annotations (see [`behaviour`]) and HTTP
+//!   servers for well-known images (see [`image`]).
+
+mod agent;
+pub mod behaviour;
+mod config;
+mod endpoint;
+pub mod image;
+mod ipam;
+mod node;
+mod quantity;
+mod runtime;
+mod scheduler;
+mod status;
+mod writes;
+
+pub use config::{KubeletConfig, parse_duration};
+pub use node::KUBELET_VERSION;
+
+/// Why the kubelet simulator could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A setting makes no sense (zero nodes, negative scale, unparsable quantity…).
+    #[error("invalid kubelet configuration: {field}: {reason}")]
+    InvalidConfig { field: &'static str, reason: String },
+}
+
+/// Runs the simulated scheduler and kubelets until `shutdown` turns true (or its sender is
+/// dropped). API errors never end it: every failed call is retried with back-off, watches are
+/// re-established, so it survives API server restarts and injected faults. On return, every
+/// HTTP server it started is stopped and its pod addresses are released.
+pub async fn run(
+    client: kube::Client,
+    config: KubeletConfig,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let config = config.validate()?;
+    agent::Agent::new(client.clone(), config).run(client, shutdown).await
+}
