@@ -1,0 +1,629 @@
+//! Field ownership (`metadata.managedFields`) and server-side apply.
+//!
+//! This follows structured-merge-diff's model at the level clients observe: every write records
+//! which fields its manager set (`Update` entries from diffs, `Apply` entries from the applied
+//! configuration), an apply merges the configuration into the live object by the schema's list
+//! semantics, removes fields the manager applied before but no longer does (unless someone else
+//! owns them), and reports conflicts with other managers unless forced.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+use crate::schema::{Cursor, ListType};
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PathElement {
+    Field(String),
+    /// A list-map item, identified by its key fields (canonical JSON object).
+    Key(String),
+    /// A set item, identified by its JSON value.
+    Value(String),
+}
+
+impl PathElement {
+    fn encode(&self) -> String {
+        match self {
+            PathElement::Field(f) => format!("f:{f}"),
+            PathElement::Key(k) => format!("k:{k}"),
+            PathElement::Value(v) => format!("v:{v}"),
+        }
+    }
+
+    fn decode(s: &str) -> Option<Self> {
+        let (prefix, rest) = s.split_at_checked(2)?;
+        match prefix {
+            "f:" => Some(PathElement::Field(rest.to_string())),
+            "k:" => Some(PathElement::Key(rest.to_string())),
+            "v:" => Some(PathElement::Value(rest.to_string())),
+            _ => None,
+        }
+    }
+}
+
+pub type FieldPath = Vec<PathElement>;
+pub type FieldSet = BTreeSet<FieldPath>;
+
+/// Renders a path like the apiserver's conflict messages (`.spec.containers[name="c"].image`).
+pub fn render_path(p: &FieldPath) -> String {
+    let mut s = String::new();
+    for e in p {
+        match e {
+            PathElement::Field(f) => {
+                s.push('.');
+                s.push_str(f);
+            }
+            PathElement::Key(k) => {
+                let parsed: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+                let parts: Vec<String> = parsed.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                s.push_str(&format!("[{}]", parts.join(",")));
+            }
+            PathElement::Value(v) => s.push_str(&format!("[={v}]")),
+        }
+    }
+    s
+}
+
+/// Paths the field manager never tracks (identity and system fields).
+fn ignored_root(path: &[PathElement]) -> bool {
+    const META_IGNORED: &[&str] =
+        &["name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"];
+    match path {
+        [PathElement::Field(f)] if f == "apiVersion" || f == "kind" => true,
+        [PathElement::Field(m), PathElement::Field(f), ..] if m == "metadata" && META_IGNORED.contains(&f.as_str()) => true,
+        _ => false,
+    }
+}
+
+fn key_of(item: &Value, keys: &[String]) -> String {
+    let mut m = BTreeMap::new();
+    for k in keys {
+        if let Some(v) = item.get(k) {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::to_string(&m).unwrap_or_default()
+}
+
+/// The set of fields a value sets (structured-merge-diff's `ToFieldSet`).
+pub fn field_set(value: &Value, schema: Option<Cursor<'_>>) -> FieldSet {
+    let mut set = FieldSet::new();
+    walk(value, schema, &mut Vec::new(), &mut set);
+    set.retain(|p| !ignored_root(p) && !p.is_empty());
+    set
+}
+
+fn walk(v: &Value, c: Option<Cursor<'_>>, path: &mut FieldPath, set: &mut FieldSet) {
+    match v {
+        Value::Object(map) => {
+            if c.is_some_and(|c| c.node().map_atomic) {
+                set.insert(path.clone());
+                return;
+            }
+            for (k, val) in map {
+                let declared = c.is_some_and(|c| c.node().properties.contains_key(k));
+                let cc = c.and_then(|c| c.field(k));
+                path.push(PathElement::Field(k.clone()));
+                walk(val, cc, path, set);
+                let empty_map = val.as_object().is_some_and(Map::is_empty);
+                if val.is_null() || empty_map || !declared {
+                    set.insert(path.clone());
+                }
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            let lt = c.map(|c| c.list_type()).unwrap_or(ListType::Atomic);
+            let ic = c.and_then(|c| c.items());
+            match lt {
+                ListType::Atomic => {
+                    set.insert(path.clone());
+                }
+                ListType::Set => {
+                    for it in items {
+                        path.push(PathElement::Value(serde_json::to_string(it).unwrap_or_default()));
+                        set.insert(path.clone());
+                        path.pop();
+                    }
+                }
+                ListType::Map(keys) => {
+                    for it in items {
+                        path.push(PathElement::Key(key_of(it, &keys)));
+                        walk(it, ic, path, set);
+                        set.insert(path.clone());
+                        path.pop();
+                    }
+                }
+            }
+        }
+        _ => {
+            set.insert(path.clone());
+        }
+    }
+}
+
+/// The value at a field path, if present.
+pub fn value_at<'a>(v: &'a Value, path: &[PathElement]) -> Option<&'a Value> {
+    let mut cur = v;
+    for e in path {
+        cur = match e {
+            PathElement::Field(f) => cur.get(f)?,
+            PathElement::Key(k) => {
+                let want: Map<String, Value> = serde_json::from_str(k).ok()?;
+                cur.as_array()?.iter().find(|it| want.iter().all(|(wk, wv)| it.get(wk) == Some(wv)))?
+            }
+            PathElement::Value(j) => {
+                let want: Value = serde_json::from_str(j).ok()?;
+                cur.as_array()?.iter().find(|it| **it == want)?
+            }
+        };
+    }
+    Some(cur)
+}
+
+fn remove_at(v: &mut Value, path: &[PathElement]) {
+    let Some((last, parent_path)) = path.split_last() else { return };
+    let mut cur = v;
+    for e in parent_path {
+        let next = match e {
+            PathElement::Field(f) => cur.get_mut(f),
+            PathElement::Key(k) => {
+                let want: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+                cur.as_array_mut().and_then(|a| a.iter_mut().find(|it| want.iter().all(|(wk, wv)| it.get(wk) == Some(wv))))
+            }
+            PathElement::Value(j) => {
+                let want: Value = serde_json::from_str(j).unwrap_or(Value::Null);
+                cur.as_array_mut().and_then(|a| a.iter_mut().find(|it| **it == want))
+            }
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match last {
+        PathElement::Field(f) => {
+            if let Value::Object(m) = cur {
+                m.remove(f);
+            }
+        }
+        PathElement::Key(k) => {
+            let want: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
+            if let Value::Array(a) = cur {
+                a.retain(|it| !want.iter().all(|(wk, wv)| it.get(wk) == Some(wv)));
+            }
+        }
+        PathElement::Value(j) => {
+            let want: Value = serde_json::from_str(j).unwrap_or(Value::Null);
+            if let Value::Array(a) = cur {
+                a.retain(|it| *it != want);
+            }
+        }
+    }
+}
+
+/// Encodes a field set as `FieldsV1`.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    fn insert(node: &mut Map<String, Value>, path: &[PathElement], set_member: bool) {
+        let Some((first, rest)) = path.split_first() else { return };
+        let entry = node.entry(first.encode()).or_insert_with(|| Value::Object(Map::new()));
+        let Value::Object(child) = entry else { return };
+        if rest.is_empty() {
+            if set_member && !child.is_empty() {
+                child.insert(".".into(), json!({}));
+            }
+        } else {
+            insert(child, rest, set_member);
+        }
+    }
+    let mut root = Map::new();
+    for p in set {
+        insert(&mut root, p, true);
+    }
+    // A member that later gained children needs its "." marker.
+    fn mark(node: &mut Map<String, Value>, path: &mut FieldPath, set: &FieldSet) {
+        for (k, v) in node.iter_mut() {
+            if k == "." {
+                continue;
+            }
+            let Some(e) = PathElement::decode(k) else { continue };
+            path.push(e);
+            if let Value::Object(child) = v {
+                if !child.is_empty() && set.contains(path) && !child.contains_key(".") {
+                    child.insert(".".into(), json!({}));
+                }
+                mark(child, path, set);
+            }
+            path.pop();
+        }
+    }
+    mark(&mut root, &mut Vec::new(), set);
+    Value::Object(root)
+}
+
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    fn walk(node: &Map<String, Value>, path: &mut FieldPath, set: &mut FieldSet) {
+        for (k, child) in node {
+            if k == "." {
+                set.insert(path.clone());
+                continue;
+            }
+            let Some(e) = PathElement::decode(k) else { continue };
+            path.push(e);
+            match child.as_object() {
+                Some(c) if !c.is_empty() => walk(c, path, set),
+                _ => {
+                    set.insert(path.clone());
+                }
+            }
+            path.pop();
+        }
+    }
+    let mut set = FieldSet::new();
+    if let Some(m) = v.as_object() {
+        walk(m, &mut Vec::new(), &mut set);
+    }
+    set
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub manager: String,
+    pub operation: String,
+    pub api_version: String,
+    pub time: String,
+    pub subresource: String,
+    pub fields: FieldSet,
+}
+
+impl Entry {
+    fn same_slot(&self, manager: &str, operation: &str, subresource: &str) -> bool {
+        self.manager == manager && self.operation == operation && self.subresource == subresource
+    }
+}
+
+pub fn read_entries(obj: &Value) -> Vec<Entry> {
+    crate::meta::metadata(obj)
+        .and_then(|m| m.get("managedFields"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|e| Entry {
+                    manager: e.get("manager").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    operation: e.get("operation").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    api_version: e.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    time: e.get("time").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    subresource: e.get("subresource").and_then(Value::as_str).unwrap_or_default().to_string(),
+                    fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
+    let list: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut m = Map::new();
+            m.insert("manager".into(), json!(e.manager));
+            m.insert("operation".into(), json!(e.operation));
+            m.insert("apiVersion".into(), json!(e.api_version));
+            m.insert("time".into(), json!(e.time));
+            m.insert("fieldsType".into(), json!("FieldsV1"));
+            m.insert("fieldsV1".into(), to_fields_v1(&e.fields));
+            if !e.subresource.is_empty() {
+                m.insert("subresource".into(), json!(e.subresource));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    let meta = crate::meta::metadata_mut(obj);
+    if list.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+/// Which part of the object a write may touch, for restricting tracked fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The main resource: `status` is not tracked when a status subresource exists.
+    Main { status_subresource: bool },
+    /// The status subresource: only `status` (and metadata) is tracked.
+    Status,
+}
+
+fn in_scope(p: &FieldPath, scope: Scope) -> bool {
+    let top = match p.first() {
+        Some(PathElement::Field(f)) => f.as_str(),
+        _ => return true,
+    };
+    match scope {
+        Scope::Main { status_subresource } => !(status_subresource && top == "status"),
+        Scope::Status => top == "status",
+    }
+}
+
+fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
+    set.range(p.clone()..).nth(1).is_none_or(|next| !next.starts_with(p))
+}
+
+/// Records an `Update` by `manager`: it takes ownership of what it changed.
+pub fn record_update(old: Option<&Value>, new: &mut Value, schema: Option<Cursor<'_>>, manager: &str, api_version: &str, scope: Scope) {
+    let mut entries = old.map(read_entries).unwrap_or_default();
+    let new_set: FieldSet = field_set(new, schema).into_iter().filter(|p| in_scope(p, scope)).collect();
+    let changed: FieldSet = match old {
+        None => new_set.clone(),
+        Some(old) => new_set
+            .iter()
+            .filter(|p| match value_at(old, p) {
+                None => true,
+                Some(ov) => is_leaf(p, &new_set) && value_at(new, p) != Some(ov),
+            })
+            .cloned()
+            .collect(),
+    };
+    // Fields that no longer exist are owned by nobody.
+    for e in entries.iter_mut() {
+        e.fields.retain(|p| value_at(new, p).is_some());
+        e.fields.retain(|p| !changed.contains(p));
+    }
+    let subresource = if scope == Scope::Status { "status" } else { "" };
+    if !changed.is_empty() {
+        let now = crate::meta::now();
+        match entries.iter_mut().find(|e| e.same_slot(manager, "Update", subresource)) {
+            Some(e) => {
+                e.fields.extend(changed);
+                e.time = now;
+                e.api_version = api_version.to_string();
+            }
+            None => entries.push(Entry {
+                manager: manager.to_string(),
+                operation: "Update".into(),
+                api_version: api_version.to_string(),
+                time: now,
+                subresource: subresource.to_string(),
+                fields: changed,
+            }),
+        }
+    }
+    entries.retain(|e| !e.fields.is_empty());
+    write_entries(new, &entries);
+}
+
+/// A field another manager owns with a different value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conflict {
+    pub manager: String,
+    pub api_version: String,
+    pub path: String,
+}
+
+/// Merges an applied configuration into the live object (structured-merge-diff semantics).
+pub fn merge_applied(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
+    match (live, applied) {
+        (Value::Object(lm), Value::Object(am)) if !c.is_some_and(|c| c.node().map_atomic) => {
+            for (k, av) in am {
+                if av.is_null() {
+                    lm.remove(k);
+                    continue;
+                }
+                let cc = c.and_then(|c| c.field(k));
+                match lm.get_mut(k) {
+                    Some(lv) => merge_applied(lv, av, cc),
+                    None => {
+                        lm.insert(k.clone(), av.clone());
+                    }
+                }
+            }
+        }
+        (live @ Value::Array(_), Value::Array(items)) => {
+            let lt = c.map(|c| c.list_type()).unwrap_or(ListType::Atomic);
+            let ic = c.and_then(|c| c.items());
+            let Value::Array(litems) = live else { return };
+            match lt {
+                ListType::Atomic => *litems = items.clone(),
+                ListType::Set => {
+                    for it in items {
+                        if !litems.contains(it) {
+                            litems.push(it.clone());
+                        }
+                    }
+                }
+                ListType::Map(keys) => {
+                    for it in items {
+                        let k = key_of(it, &keys);
+                        match litems.iter_mut().find(|l| key_of(l, &keys) == k) {
+                            Some(l) => merge_applied(l, it, ic),
+                            None => litems.push(it.clone()),
+                        }
+                    }
+                }
+            }
+        }
+        (live, applied) => *live = applied.clone(),
+    }
+}
+
+/// Server-side apply of `applied` by `manager`. Returns the merged object (with updated
+/// managedFields) or the conflicts that block it.
+#[allow(clippy::too_many_arguments)]
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    schema: Option<Cursor<'_>>,
+    manager: &str,
+    api_version: &str,
+    force: bool,
+    scope: Scope,
+) -> Result<Value, Vec<Conflict>> {
+    let mut entries = live.map(read_entries).unwrap_or_default();
+    let subresource = if scope == Scope::Status { "status" } else { "" };
+    let applied_set: FieldSet = field_set(applied, schema).into_iter().filter(|p| in_scope(p, scope)).collect();
+    let mut merged = live.cloned().unwrap_or_else(|| Value::Object(Map::new()));
+    let mut applied_scoped = applied.clone();
+    if let Value::Object(m) = &mut applied_scoped {
+        match scope {
+            Scope::Main { status_subresource: true } => {
+                m.remove("status");
+            }
+            Scope::Status => {
+                let status = m.remove("status");
+                let meta = m.remove("metadata");
+                m.clear();
+                if let Some(s) = status {
+                    m.insert("status".into(), s);
+                }
+                if let Some(md) = meta {
+                    m.insert("metadata".into(), md);
+                }
+            }
+            _ => {}
+        }
+    }
+    merge_applied(&mut merged, &applied_scoped, schema);
+
+    let mut conflicts = Vec::new();
+    if let Some(live) = live {
+        for e in entries.iter().filter(|e| !e.same_slot(manager, "Apply", subresource)) {
+            for p in e.fields.intersection(&applied_set) {
+                if !is_leaf(p, &applied_set) {
+                    continue;
+                }
+                if let (Some(lv), Some(mv)) = (value_at(live, p), value_at(&merged, p))
+                    && lv != mv
+                {
+                    conflicts.push(Conflict { manager: e.manager.clone(), api_version: e.api_version.clone(), path: render_path(p) });
+                }
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    // Forced (or unchanged) fields now belong to this manager alone.
+    for e in entries.iter_mut().filter(|e| !e.same_slot(manager, "Apply", subresource)) {
+        if force {
+            e.fields.retain(|p| !applied_set.contains(p) || value_at(&merged, p) == live.and_then(|l| value_at(l, p)));
+        }
+    }
+    // Fields this manager applied before and no longer applies are removed unless owned elsewhere.
+    let previous = entries.iter().find(|e| e.same_slot(manager, "Apply", subresource)).map(|e| e.fields.clone()).unwrap_or_default();
+    let others: FieldSet = entries.iter().filter(|e| !e.same_slot(manager, "Apply", subresource)).flat_map(|e| e.fields.iter().cloned()).collect();
+    let mut dropped: Vec<&FieldPath> = previous
+        .iter()
+        .filter(|p| !applied_set.contains(*p))
+        .filter(|p| !others.iter().any(|o| o.starts_with(p) || p.starts_with(o)))
+        .collect();
+    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in dropped {
+        remove_at(&mut merged, p);
+    }
+    let now = crate::meta::now();
+    match entries.iter_mut().find(|e| e.same_slot(manager, "Apply", subresource)) {
+        Some(e) => {
+            if e.fields != applied_set {
+                e.time = now;
+            }
+            e.fields = applied_set;
+            e.api_version = api_version.to_string();
+        }
+        None => entries.push(Entry {
+            manager: manager.to_string(),
+            operation: "Apply".into(),
+            api_version: api_version.to_string(),
+            time: now,
+            subresource: subresource.to_string(),
+            fields: applied_set,
+        }),
+    }
+    for e in entries.iter_mut() {
+        e.fields.retain(|p| value_at(&merged, p).is_some());
+    }
+    entries.retain(|e| !e.fields.is_empty());
+    write_entries(&mut merged, &entries);
+    Ok(merged)
+}
+
+/// The apiserver's conflict message for a failed apply.
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
+    let mut by_manager: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for c in conflicts {
+        by_manager.entry((c.manager.clone(), c.api_version.clone())).or_default().push(c.path.clone());
+    }
+    let n = conflicts.len();
+    if n == 1 {
+        let c = &conflicts[0];
+        return format!("Apply failed with 1 conflict: conflict with {:?} using {}: {}", c.manager, c.api_version, c.path);
+    }
+    let mut s = format!("Apply failed with {n} conflicts: ");
+    let parts: Vec<String> = by_manager
+        .iter()
+        .map(|((m, v), paths)| {
+            let lines: Vec<String> = paths.iter().map(|p| format!("- {p}")).collect();
+            format!("conflicts with {m:?} using {v}:\n{}", lines.join("\n"))
+        })
+        .collect();
+    s.push_str(&parts.join("\n"));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::from_crd_schema;
+
+    fn schema() -> crate::schema::Schema {
+        from_crd_schema(&json!({"type": "object", "properties": {
+            "metadata": {"type": "object", "properties": {"labels": {"type": "object", "additionalProperties": {"type": "string"}}}},
+            "spec": {"type": "object", "properties": {
+                "replicas": {"type": "integer"},
+                "containers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                    "items": {"type": "object", "properties": {"name": {"type": "string"}, "image": {"type": "string"}}}}
+            }}
+        }}))
+    }
+
+    #[test]
+    fn fields_v1_roundtrip() {
+        let s = schema();
+        let obj = json!({"metadata": {"name": "x", "labels": {"app": "a"}}, "spec": {"replicas": 1, "containers": [{"name": "c", "image": "i"}]}});
+        let set = field_set(&obj, Some(Cursor::root(&s)));
+        let v1 = to_fields_v1(&set);
+        assert_eq!(
+            v1,
+            json!({"f:metadata": {"f:labels": {"f:app": {}}}, "f:spec": {"f:replicas": {}, "f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:name": {}, "f:image": {}}}}})
+        );
+        assert_eq!(from_fields_v1(&v1), set);
+    }
+
+    #[test]
+    fn apply_merges_removes_and_conflicts() {
+        let s = schema();
+        let c = Some(Cursor::root(&s));
+        let first = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x", "labels": {"a": "1", "b": "2"}}, "spec": {"replicas": 1}});
+        let live = apply(None, &first, c, "helm", "x/v1", false, Scope::Main { status_subresource: true }).unwrap();
+        assert_eq!(live["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        // Another manager changes replicas through an update.
+        let mut updated = live.clone();
+        updated["spec"]["replicas"] = json!(5);
+        record_update(Some(&live), &mut updated, c, "kubectl", "x/v1", Scope::Main { status_subresource: true });
+        // Re-applying without label b removes it; re-applying replicas=1 conflicts.
+        let second = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x", "labels": {"a": "1"}}, "spec": {"replicas": 1}});
+        let err = apply(Some(&updated), &second, c, "helm", "x/v1", false, Scope::Main { status_subresource: true }).unwrap_err();
+        assert_eq!(conflict_message(&err), "Apply failed with 1 conflict: conflict with \"kubectl\" using x/v1: .spec.replicas");
+        let forced = apply(Some(&updated), &second, c, "helm", "x/v1", true, Scope::Main { status_subresource: true }).unwrap();
+        assert_eq!(forced["spec"]["replicas"], 1);
+        assert_eq!(forced["metadata"]["labels"], json!({"a": "1"}));
+        let managers: Vec<String> = read_entries(&forced).iter().map(|e| e.manager.clone()).collect();
+        assert_eq!(managers, vec!["helm"]);
+        // Without replicas in the config, the field stays (kubectl still owned it before force).
+        let third = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let after = apply(Some(&updated), &third, c, "helm", "x/v1", false, Scope::Main { status_subresource: true }).unwrap();
+        assert_eq!(after["spec"]["replicas"], 5);
+        assert!(after["metadata"].get("labels").is_none_or(|l| l.get("b").is_none()));
+    }
+}

@@ -1,0 +1,602 @@
+//! The storage layer: an in-memory etcd stand-in with one global, monotonically increasing
+//! resource version, a bounded per-resource event history (the watch cache), point-in-time
+//! reconstruction for paginated lists, and fan-out of events to watchers.
+//!
+//! Everything happens under one mutex so that a commit, its resource version and its delivery
+//! to watchers are a single atomic step: a watch opened at version N sees exactly the events
+//! after N, in order, which is the guarantee clients rely on.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::meta;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Added => "ADDED",
+            EventKind::Modified => "MODIFIED",
+            EventKind::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change. `object` is the new state (for deletions: the last state, stamped
+/// with the deletion's resource version, as etcd-backed watches report it).
+#[derive(Debug)]
+pub struct Event {
+    pub kind: EventKind,
+    pub rv: u64,
+    pub storage: Arc<str>,
+    pub key: String,
+    pub object: Arc<Value>,
+    pub prev: Option<Arc<Value>>,
+}
+
+/// What a watcher receives.
+#[derive(Clone, Debug)]
+pub enum WatchItem {
+    Event { kind: EventKind, object: Arc<Value> },
+    /// A progress notification: every event up to this resource version has been delivered.
+    Bookmark { rv: u64, initial_events_end: bool },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreError {
+    NotFound,
+    AlreadyExists,
+    /// The object changed since the caller read it (resource version or UID precondition).
+    Conflict { current: Option<Arc<Value>> },
+    /// The requested resource version is older than the retained history.
+    Expired { requested: u64, oldest: u64 },
+    /// The requested resource version is newer than anything committed.
+    TooLarge { requested: u64, current: u64 },
+}
+
+/// Selects which objects a watcher or a list is interested in.
+pub type Filter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+
+struct Watcher {
+    id: u64,
+    namespace: Option<String>,
+    filter: Filter,
+    bookmarks: bool,
+    tx: mpsc::Sender<WatchItem>,
+}
+
+#[derive(Default)]
+struct Bucket {
+    objects: BTreeMap<String, Arc<Value>>,
+    history: VecDeque<Arc<Event>>,
+    /// Every event with `rv <= compacted` may have been dropped from `history`.
+    compacted: u64,
+    watchers: Vec<Watcher>,
+}
+
+struct Inner {
+    rv: u64,
+    buckets: HashMap<Arc<str>, Bucket>,
+    next_watcher: u64,
+    listeners: Vec<mpsc::UnboundedSender<Arc<Event>>>,
+}
+
+pub struct Store {
+    inner: Mutex<Inner>,
+    history_limit: usize,
+    watcher_capacity: usize,
+}
+
+/// Where a watch starts.
+#[derive(Clone, Copy, Debug)]
+pub enum WatchFrom {
+    /// Synthetic ADDED events for the current state, then changes (resourceVersion unset or "0").
+    CurrentState { end_bookmark: bool },
+    /// Changes strictly after this resource version.
+    Version(u64),
+}
+
+/// A registered watch: the backlog to send first, then the live channel.
+pub struct WatchRegistration {
+    pub backlog: Vec<WatchItem>,
+    pub rx: mpsc::Receiver<WatchItem>,
+    pub guard: WatcherGuard,
+}
+
+/// Unregisters the watcher when the HTTP stream ends.
+pub struct WatcherGuard {
+    store: Arc<Store>,
+    storage: Arc<str>,
+    id: u64,
+}
+
+impl Drop for WatcherGuard {
+    fn drop(&mut self) {
+        let mut inner = self.store.lock();
+        if let Some(b) = inner.buckets.get_mut(&self.storage) {
+            b.watchers.retain(|w| w.id != self.id);
+        }
+    }
+}
+
+/// A page of a list.
+pub struct ListPage {
+    pub items: Vec<Arc<Value>>,
+    /// The resource version the page reflects.
+    pub rv: u64,
+    /// The key to continue after, when more matching items may exist.
+    pub continue_after: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+pub struct ListRequest<'a> {
+    pub namespace: Option<&'a str>,
+    pub filter: Option<Filter>,
+    pub limit: Option<usize>,
+    pub start_after: Option<&'a str>,
+    /// Serve the state as of this resource version (pagination, `resourceVersionMatch=Exact`).
+    pub at: Option<u64>,
+}
+
+pub fn object_key(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() { name.to_string() } else { format!("{namespace}/{name}") }
+}
+
+fn parse_rv(obj: &Value) -> u64 {
+    meta::resource_version(obj).parse().unwrap_or(0)
+}
+
+fn with_rv(mut obj: Value, rv: u64) -> Value {
+    meta::metadata_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+    obj
+}
+
+impl Store {
+    pub fn new(history_limit: usize, watcher_capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(Inner { rv: 1, buckets: HashMap::new(), next_watcher: 1, listeners: Vec::new() }),
+            history_limit: history_limit.max(1),
+            watcher_capacity: watcher_capacity.max(16),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the maps half-updated in a way later
+        // readers could misinterpret (every mutation is a single insert/remove), so recover.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// Internal controllers (garbage collector, namespace lifecycle) observe every commit.
+    pub fn subscribe_all(&self) -> mpsc::UnboundedReceiver<Arc<Event>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().listeners.push(tx);
+        rx
+    }
+
+    pub fn get(&self, storage: &str, key: &str) -> Option<Arc<Value>> {
+        self.lock().buckets.get(storage).and_then(|b| b.objects.get(key).cloned())
+    }
+
+    pub fn count(&self, storage: &str, namespace: Option<&str>) -> usize {
+        let inner = self.lock();
+        let Some(b) = inner.buckets.get(storage) else { return 0 };
+        match namespace {
+            None => b.objects.len(),
+            Some(ns) => {
+                let prefix = format!("{ns}/");
+                b.objects.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix)).count()
+            }
+        }
+    }
+
+    pub fn create(&self, storage: &str, key: &str, obj: Value) -> Result<Arc<Value>, StoreError> {
+        let mut inner = self.lock();
+        let storage = intern(&mut inner, storage);
+        if inner.buckets.get(&storage).is_some_and(|b| b.objects.contains_key(key)) {
+            return Err(StoreError::AlreadyExists);
+        }
+        let rv = inner.rv + 1;
+        inner.rv = rv;
+        let obj = Arc::new(with_rv(obj, rv));
+        self.commit(&mut inner, storage, key, EventKind::Added, obj.clone(), None, rv);
+        Ok(obj)
+    }
+
+    /// Compare-and-swap on the resource version the caller read. A write that changes nothing
+    /// is not committed and keeps the old resource version, as in the real apiserver.
+    pub fn update(&self, storage: &str, key: &str, obj: Value, expected_rv: u64) -> Result<Arc<Value>, StoreError> {
+        let mut inner = self.lock();
+        let storage = intern(&mut inner, storage);
+        let current = inner.buckets.get(&storage).and_then(|b| b.objects.get(key).cloned()).ok_or(StoreError::NotFound)?;
+        if parse_rv(&current) != expected_rv {
+            return Err(StoreError::Conflict { current: Some(current) });
+        }
+        let candidate = with_rv(obj, expected_rv);
+        if candidate == *current {
+            return Ok(current);
+        }
+        let rv = inner.rv + 1;
+        inner.rv = rv;
+        let obj = Arc::new(with_rv(candidate, rv));
+        self.commit(&mut inner, storage, key, EventKind::Modified, obj.clone(), Some(current), rv);
+        Ok(obj)
+    }
+
+    /// Removes an object if it still has the resource version the caller decided on.
+    pub fn delete(&self, storage: &str, key: &str, expected_rv: Option<u64>) -> Result<Arc<Value>, StoreError> {
+        let mut inner = self.lock();
+        let storage = intern(&mut inner, storage);
+        let current = inner.buckets.get(&storage).and_then(|b| b.objects.get(key).cloned()).ok_or(StoreError::NotFound)?;
+        if let Some(expected) = expected_rv
+            && parse_rv(&current) != expected
+        {
+            return Err(StoreError::Conflict { current: Some(current) });
+        }
+        let rv = inner.rv + 1;
+        inner.rv = rv;
+        let last = Arc::new(with_rv((*current).clone(), rv));
+        self.commit(&mut inner, storage, key, EventKind::Deleted, last.clone(), Some(current), rv);
+        Ok(last)
+    }
+
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        storage: Arc<str>,
+        key: &str,
+        kind: EventKind,
+        obj: Arc<Value>,
+        prev: Option<Arc<Value>>,
+        rv: u64,
+    ) {
+        let event = Arc::new(Event { kind, rv, storage: storage.clone(), key: key.to_string(), object: obj.clone(), prev });
+        let bucket = inner.buckets.entry(storage).or_default();
+        match kind {
+            EventKind::Deleted => {
+                bucket.objects.remove(key);
+            }
+            _ => {
+                bucket.objects.insert(key.to_string(), obj);
+            }
+        }
+        bucket.history.push_back(event.clone());
+        while bucket.history.len() > self.history_limit {
+            if let Some(old) = bucket.history.pop_front() {
+                bucket.compacted = old.rv;
+            }
+        }
+        let ns = key.split_once('/').map(|(ns, _)| ns);
+        bucket.watchers.retain(|w| {
+            if let Some(wanted) = &w.namespace
+                && ns != Some(wanted.as_str())
+            {
+                return true;
+            }
+            match translate(&event, &w.filter) {
+                None => true,
+                Some(item) => w.tx.try_send(item).is_ok(),
+            }
+        });
+        inner.listeners.retain(|l| l.send(event.clone()).is_ok());
+    }
+
+    /// Sends a progress bookmark to every watcher that asked for bookmarks.
+    pub fn broadcast_bookmarks(&self) {
+        let mut inner = self.lock();
+        let rv = inner.rv;
+        for bucket in inner.buckets.values_mut() {
+            bucket.watchers.retain(|w| {
+                !w.bookmarks
+                    || !matches!(
+                        w.tx.try_send(WatchItem::Bookmark { rv, initial_events_end: false }),
+                        Err(mpsc::error::TrySendError::Closed(_))
+                    )
+            });
+        }
+    }
+
+    pub fn watch(
+        self: &Arc<Self>,
+        storage: &str,
+        namespace: Option<&str>,
+        filter: Filter,
+        from: WatchFrom,
+        bookmarks: bool,
+    ) -> Result<WatchRegistration, StoreError> {
+        let mut inner = self.lock();
+        let storage = intern(&mut inner, storage);
+        let current_rv = inner.rv;
+        let id = inner.next_watcher;
+        inner.next_watcher += 1;
+        let bucket = inner.buckets.entry(storage.clone()).or_default();
+        let in_ns = |key: &str| match namespace {
+            None => true,
+            Some(ns) => key.split_once('/').is_some_and(|(k, _)| k == ns),
+        };
+        let mut backlog = Vec::new();
+        match from {
+            WatchFrom::CurrentState { end_bookmark } => {
+                for (key, obj) in &bucket.objects {
+                    if in_ns(key) && filter(obj) {
+                        backlog.push(WatchItem::Event { kind: EventKind::Added, object: obj.clone() });
+                    }
+                }
+                if end_bookmark {
+                    backlog.push(WatchItem::Bookmark { rv: current_rv, initial_events_end: true });
+                }
+            }
+            WatchFrom::Version(v) => {
+                if v > current_rv {
+                    return Err(StoreError::TooLarge { requested: v, current: current_rv });
+                }
+                if v < bucket.compacted {
+                    let oldest = bucket.history.front().map_or(current_rv, |e| e.rv);
+                    return Err(StoreError::Expired { requested: v, oldest });
+                }
+                for e in bucket.history.iter().filter(|e| e.rv > v) {
+                    if in_ns(&e.key)
+                        && let Some(item) = translate(e, &filter)
+                    {
+                        backlog.push(item);
+                    }
+                }
+            }
+        }
+        let (tx, rx) = mpsc::channel(self.watcher_capacity);
+        bucket.watchers.push(Watcher { id, namespace: namespace.map(str::to_string), filter, bookmarks, tx });
+        drop(inner);
+        Ok(WatchRegistration { backlog, rx, guard: WatcherGuard { store: self.clone(), storage, id } })
+    }
+
+    /// Lists objects in key order, optionally as of an earlier resource version (rebuilt from the
+    /// event history) and a page at a time.
+    pub fn list(&self, storage: &str, req: &ListRequest<'_>) -> Result<ListPage, StoreError> {
+        let inner = self.lock();
+        let current_rv = inner.rv;
+        let empty = Bucket::default();
+        let bucket = inner.buckets.get(storage).unwrap_or(&empty);
+        let prefix = req.namespace.map(|ns| format!("{ns}/"));
+        let lower = match (req.start_after, &prefix) {
+            (Some(s), _) => std::ops::Bound::Excluded(s.to_string()),
+            (None, Some(p)) => std::ops::Bound::Included(p.clone()),
+            (None, None) => std::ops::Bound::Unbounded,
+        };
+        let in_range = |k: &str| prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str()));
+        let matches = |o: &Value| req.filter.as_ref().is_none_or(|f| f(o));
+        let limit = req.limit.filter(|l| *l > 0);
+        let mut items = Vec::new();
+        let mut continue_after = None;
+        let mut remaining = None;
+
+        let rv = match req.at {
+            Some(at) if at < current_rv => {
+                if at < bucket.compacted {
+                    let oldest = bucket.history.front().map_or(current_rv, |e| e.rv);
+                    return Err(StoreError::Expired { requested: at, oldest });
+                }
+                // State at `at`: the `prev` of the first later event of each key, else current.
+                let mut overrides: HashMap<&str, Option<&Arc<Value>>> = HashMap::new();
+                for e in bucket.history.iter().filter(|e| e.rv > at) {
+                    overrides.entry(e.key.as_str()).or_insert(e.prev.as_ref());
+                }
+                let mut keys: BTreeSet<&str> =
+                    bucket.objects.range((lower.clone(), std::ops::Bound::Unbounded)).map(|(k, _)| k.as_str()).collect();
+                for k in overrides.keys() {
+                    let after_lower = match &lower {
+                        std::ops::Bound::Excluded(s) => *k > s.as_str(),
+                        std::ops::Bound::Included(s) => *k >= s.as_str(),
+                        std::ops::Bound::Unbounded => true,
+                    };
+                    if after_lower {
+                        keys.insert(k);
+                    }
+                }
+                let mut iter = keys.into_iter().take_while(|k| in_range(k)).filter_map(|k| {
+                    let v = match overrides.get(k) {
+                        Some(v) => v.cloned(),
+                        None => bucket.objects.get(k).cloned(),
+                    };
+                    v.filter(|o| matches(o)).map(|o| (k, o))
+                });
+                collect_page(&mut iter, limit, &mut items, &mut continue_after, &mut remaining, req.filter.is_none());
+                at
+            }
+            _ => {
+                let mut iter = bucket
+                    .objects
+                    .range((lower, std::ops::Bound::Unbounded))
+                    .take_while(|(k, _)| in_range(k))
+                    .filter(|(_, o)| matches(o))
+                    .map(|(k, o)| (k.as_str(), o.clone()));
+                collect_page(&mut iter, limit, &mut items, &mut continue_after, &mut remaining, req.filter.is_none());
+                current_rv
+            }
+        };
+        Ok(ListPage { items, rv, continue_after, remaining })
+    }
+
+    /// Objects of a bucket, for internal controllers (no filtering, current state).
+    pub fn snapshot(&self, storage: &str) -> Vec<(String, Arc<Value>)> {
+        let inner = self.lock();
+        inner
+            .buckets
+            .get(storage)
+            .map(|b| b.objects.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Names of the buckets that currently hold objects.
+    pub fn buckets(&self) -> Vec<String> {
+        self.lock().buckets.iter().filter(|(_, b)| !b.objects.is_empty()).map(|(k, _)| k.to_string()).collect()
+    }
+
+    /// Closes every watch on a bucket (fault injection: dropped watch connections).
+    pub fn drop_watchers(&self, storage: Option<&str>) -> usize {
+        let mut inner = self.lock();
+        let mut n = 0;
+        for (name, b) in inner.buckets.iter_mut() {
+            if storage.is_none_or(|s| s == &**name) {
+                n += b.watchers.len();
+                b.watchers.clear();
+            }
+        }
+        n
+    }
+}
+
+fn collect_page<'a>(
+    iter: &mut dyn Iterator<Item = (&'a str, Arc<Value>)>,
+    limit: Option<usize>,
+    items: &mut Vec<Arc<Value>>,
+    continue_after: &mut Option<String>,
+    remaining: &mut Option<u64>,
+    count_remaining: bool,
+) {
+    let mut last_key: Option<&str> = None;
+    #[allow(clippy::while_let_on_iterator)]
+    while let Some((k, o)) = iter.next() {
+        items.push(o);
+        last_key = Some(k);
+        if limit.is_some_and(|l| items.len() >= l) {
+            break;
+        }
+    }
+    if limit.is_some_and(|l| items.len() >= l) {
+        let rest = iter.count() as u64;
+        if rest > 0 {
+            *continue_after = last_key.map(str::to_string);
+            if count_remaining {
+                *remaining = Some(rest);
+            }
+        }
+    }
+}
+
+fn intern(inner: &mut Inner, storage: &str) -> Arc<str> {
+    if let Some((k, _)) = inner.buckets.get_key_value(storage) {
+        return k.clone();
+    }
+    let k: Arc<str> = Arc::from(storage);
+    inner.buckets.insert(k.clone(), Bucket::default());
+    k
+}
+
+/// Converts a committed event into what a filtered watcher must see: objects moving into the
+/// selection are ADDED, moving out are DELETED (with the event's resource version).
+fn translate(event: &Event, filter: &Filter) -> Option<WatchItem> {
+    let cur = event.kind != EventKind::Deleted && filter(&event.object);
+    let old = event.prev.as_ref().is_some_and(|p| filter(p));
+    match (cur, old, event.kind) {
+        (false, false, EventKind::Deleted) => {
+            // A deletion of an object that matched before its last state.
+            if event.prev.is_none() && filter(&event.object) {
+                Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone() })
+            } else {
+                None
+            }
+        }
+        (false, false, _) => None,
+        (true, false, _) => Some(WatchItem::Event { kind: EventKind::Added, object: event.object.clone() }),
+        (true, true, _) => Some(WatchItem::Event { kind: event.kind, object: event.object.clone() }),
+        (false, true, EventKind::Deleted) => Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone() }),
+        (false, true, _) => {
+            let prev = event.prev.as_ref().map(|p| with_rv((**p).clone(), event.rv)).unwrap_or(Value::Null);
+            Some(WatchItem::Event { kind: EventKind::Deleted, object: Arc::new(prev) })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, label: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"app": label}}})
+    }
+
+    fn all() -> Filter {
+        Arc::new(|_| true)
+    }
+
+    #[test]
+    fn resource_versions_increase_and_conflicts_are_detected() {
+        let s = Store::new(100, 100);
+        let a = s.create("pods", "default/a", pod("a", "x")).unwrap();
+        let rv = parse_rv(&a);
+        let b = s.update("pods", "default/a", pod("a", "y"), rv).unwrap();
+        assert!(parse_rv(&b) > rv);
+        assert!(matches!(s.update("pods", "default/a", pod("a", "z"), rv), Err(StoreError::Conflict { .. })));
+        // no-op update keeps the version
+        let c = s.update("pods", "default/a", pod("a", "y"), parse_rv(&b)).unwrap();
+        assert_eq!(parse_rv(&c), parse_rv(&b));
+        assert!(matches!(s.create("pods", "default/a", pod("a", "x")), Err(StoreError::AlreadyExists)));
+    }
+
+    #[test]
+    fn paginated_list_is_a_consistent_snapshot() {
+        let s = Store::new(100, 100);
+        for i in 0..5 {
+            s.create("pods", &format!("default/p{i}"), pod(&format!("p{i}"), "x")).unwrap();
+        }
+        let first = s.list("pods", &ListRequest { namespace: Some("default"), filter: None, limit: Some(2), start_after: None, at: None }).unwrap();
+        assert_eq!(first.items.len(), 2);
+        assert_eq!(first.remaining, Some(3));
+        // Changes after the first page must not show up in later pages.
+        s.delete("pods", "default/p3", None).unwrap();
+        s.create("pods", "default/p9", pod("p9", "x")).unwrap();
+        let second = s
+            .list(
+                "pods",
+                &ListRequest { namespace: Some("default"), filter: None, limit: Some(10), start_after: first.continue_after.as_deref(), at: Some(first.rv) },
+            )
+            .unwrap();
+        let names: Vec<&str> = second.items.iter().map(|o| meta::name(o)).collect();
+        assert_eq!(names, vec!["p2", "p3", "p4"]);
+        assert!(second.continue_after.is_none());
+    }
+
+    #[test]
+    fn watch_from_version_replays_history_and_expires() {
+        let s = Store::new(3, 100);
+        let a = s.create("pods", "default/a", pod("a", "x")).unwrap();
+        let rv = parse_rv(&a);
+        for l in ["b", "c", "d", "e"] {
+            let cur = s.get("pods", "default/a").unwrap();
+            s.update("pods", "default/a", pod("a", l), parse_rv(&cur)).unwrap();
+        }
+        assert!(matches!(s.watch("pods", None, all(), WatchFrom::Version(rv), false), Err(StoreError::Expired { .. })));
+        let cur = parse_rv(&s.get("pods", "default/a").unwrap());
+        let reg = s.watch("pods", None, all(), WatchFrom::Version(cur - 1), false).unwrap();
+        assert_eq!(reg.backlog.len(), 1);
+    }
+
+    #[test]
+    fn filtered_watch_translates_modifications_into_added_and_deleted() {
+        let s = Store::new(100, 100);
+        let filter: Filter = Arc::new(|o: &Value| meta::labels(o).and_then(|l| l.get("app")).and_then(Value::as_str) == Some("x"));
+        let mut reg = s.watch("pods", None, filter, WatchFrom::Version(s.current_rv()), false).unwrap();
+        let a = s.create("pods", "default/a", pod("a", "y")).unwrap();
+        let b = s.update("pods", "default/a", pod("a", "x"), parse_rv(&a)).unwrap();
+        s.update("pods", "default/a", pod("a", "y"), parse_rv(&b)).unwrap();
+        let kinds: Vec<EventKind> = std::iter::from_fn(|| reg.rx.try_recv().ok())
+            .filter_map(|i| match i {
+                WatchItem::Event { kind, .. } => Some(kind),
+                WatchItem::Bookmark { .. } => None,
+            })
+            .collect();
+        assert_eq!(kinds, vec![EventKind::Added, EventKind::Deleted]);
+    }
+}
