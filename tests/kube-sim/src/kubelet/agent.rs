@@ -91,11 +91,7 @@ impl PodEntry {
 
     /// The node the pod is bound to according to the API.
     fn bound_node(&self) -> Option<&str> {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.node_name.as_deref())
-            .filter(|name| !name.is_empty())
+        self.pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref()).filter(|name| !name.is_empty())
     }
 
     /// The node the pod is on, or is being bound to.
@@ -104,10 +100,7 @@ impl PodEntry {
     }
 
     fn terminal(&self) -> bool {
-        matches!(
-            self.pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        )
+        matches!(self.pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
     }
 }
 
@@ -213,11 +206,7 @@ impl Agent {
         }
     }
 
-    pub(crate) async fn run(
-        mut self,
-        client: Client,
-        mut shutdown: watch::Receiver<bool>,
-    ) -> Result<(), Error> {
+    pub(crate) async fn run(mut self, client: Client, mut shutdown: watch::Receiver<bool>) -> Result<(), Error> {
         if *shutdown.borrow() {
             return Ok(());
         }
@@ -234,11 +223,8 @@ impl Agent {
         tracing::info!(nodes = self.nodes.len(), "kubelet simulator started");
 
         loop {
-            let next_timer = [self.timers.peek(), self.node_timers.peek()]
-                .into_iter()
-                .flatten()
-                .map(|Reverse((at, _))| *at)
-                .min();
+            let next_timer =
+                [self.timers.peek(), self.node_timers.peek()].into_iter().flatten().map(|Reverse((at, _))| *at).min();
             tokio::select! {
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
@@ -295,8 +281,7 @@ impl Agent {
             }
             Ok(watcher::Event::InitDone) => {
                 if let Some(seen) = self.relisted.take() {
-                    let gone: Vec<String> =
-                        self.pods.keys().filter(|uid| !seen.contains(*uid)).cloned().collect();
+                    let gone: Vec<String> = self.pods.keys().filter(|uid| !seen.contains(*uid)).cloned().collect();
                     for uid in gone {
                         self.forget(&uid);
                     }
@@ -406,9 +391,7 @@ impl Agent {
                 Ok(None) => self.forget(&uid),
                 Err(e) => self.write_failed(&uid, &e),
             },
-            Outcome::Node { name, registration, result } => {
-                self.on_node_outcome(name, registration, result)
-            }
+            Outcome::Node { name, registration, result } => self.on_node_outcome(name, registration, result),
         }
     }
 
@@ -565,8 +548,7 @@ impl Agent {
         entry.assumed_node = None;
         let host_ip = fake.ip;
         let now = Timestamp::now();
-        let (behaviour, problems) =
-            PodBehaviour::from_annotations(entry.pod.metadata.annotations.as_ref());
+        let (behaviour, problems) = PodBehaviour::from_annotations(entry.pod.metadata.annotations.as_ref());
         if problems != entry.problems {
             for problem in &problems {
                 tracing::warn!(pod = entry.name(), "ignoring {problem}");
@@ -576,12 +558,8 @@ impl Agent {
         let deleting = entry.pod.metadata.deletion_timestamp.is_some();
 
         if entry.runtime.is_none() && entry.finished_before_start.is_none() {
-            let observed_ip = entry
-                .pod
-                .status
-                .as_ref()
-                .and_then(|s| s.pod_ip.as_deref())
-                .and_then(|ip| ip.parse::<Ipv4Addr>().ok());
+            let observed_ip =
+                entry.pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).and_then(|ip| ip.parse::<Ipv4Addr>().ok());
             if entry.terminal() {
                 // Finished before this kubelet started: keep its IP reserved, never run it again.
                 let ip = observed_ip.filter(|ip| self.ips.claim(*ip));
@@ -642,9 +620,8 @@ impl Agent {
 
         if status::differs(entry.pod.status.as_ref(), &desired) {
             let patch = status::patch(&entry.pod, &desired);
-            self.spawner.pod_write(entry, |writer, pod| async move {
-                writer.patch_status(pod, patch, "kubelet").await
-            });
+            self.spawner
+                .pod_write(entry, |writer, pod| async move { writer.patch_status(pod, patch, "kubelet").await });
         } else if stopped && deleting && !entry.delete_issued {
             self.spawner.pod_write(entry, |writer, pod| async move { writer.delete(pod).await });
         }
@@ -663,17 +640,11 @@ impl Agent {
             return;
         }
         // Oldest first, like the scheduling queue without priorities.
-        pending.sort_by_cached_key(|(_, e)| {
-            (e.pod.metadata.creation_timestamp.clone(), e.pod.metadata.name.clone())
-        });
+        pending.sort_by_cached_key(|(_, e)| (e.pod.metadata.creation_timestamp.clone(), e.pod.metadata.name.clone()));
         let pending: Vec<String> = pending.into_iter().map(|(uid, _)| uid.clone()).collect();
 
-        let mut nodes: Vec<NodeInfo> = self
-            .nodes
-            .iter()
-            .filter_map(|n| self.node_objects.get(&n.name))
-            .map(NodeInfo::from_node)
-            .collect();
+        let mut nodes: Vec<NodeInfo> =
+            self.nodes.iter().filter_map(|n| self.node_objects.get(&n.name)).map(NodeInfo::from_node).collect();
         for entry in self.pods.values().filter(|entry| !entry.terminal()) {
             if let Some(node) = entry.node().and_then(|name| nodes.iter_mut().find(|n| n.name == name)) {
                 node.add(&Request::of(&entry.pod));
@@ -691,9 +662,7 @@ impl Agent {
                     }
                     entry.assumed_node = Some(node.clone());
                     entry.unschedulable_message = None;
-                    self.spawner.pod_write(entry, |writer, pod| async move {
-                        writer.bind(pod, node).await
-                    });
+                    self.spawner.pod_write(entry, |writer, pod| async move { writer.bind(pod, node).await });
                 }
                 Decision::Unschedulable(message) => {
                     if entry.unschedulable_message.as_ref() == Some(&message) {
@@ -758,11 +727,8 @@ fn desired_endpoints(pod: &Pod, runtime: &PodRuntime, behaviour: &PodBehaviour) 
     if runtime.stopped {
         return Vec::new();
     }
-    let declared: Vec<_> = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
-        .collect();
+    let declared: Vec<_> =
+        pod.spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).collect();
     let mut servers: Vec<EndpointSpec> = Vec::new();
     let mut any_running = false;
     for container in runtime.all_containers() {
@@ -820,10 +786,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn with_rv(rv: &str) -> Pod {
-        Pod {
-            metadata: ObjectMeta { resource_version: Some(rv.into()), ..Default::default() },
-            ..Default::default()
-        }
+        Pod { metadata: ObjectMeta { resource_version: Some(rv.into()), ..Default::default() }, ..Default::default() }
     }
 
     #[test]
@@ -851,10 +814,7 @@ mod tests {
         };
         let mut pod = Pod {
             metadata: ObjectMeta { uid: Some("u".into()), ..Default::default() },
-            spec: Some(PodSpec {
-                containers: vec![container("hook", "canary-hook:test", 9091)],
-                ..Default::default()
-            }),
+            spec: Some(PodSpec { containers: vec![container("hook", "canary-hook:test", 9091)], ..Default::default() }),
             ..Default::default()
         };
         let timings = Timings {

@@ -57,12 +57,7 @@ impl Selection {
             "" | "false" => Self::None,
             "true" | "*" => Self::All,
             names => Self::Names(
-                names
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|name| !name.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
+                names.split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_owned).collect(),
             ),
         }
     }
@@ -121,9 +116,7 @@ impl PodBehaviour {
         let get = |key: &str| annotations.get(key).map(String::as_str);
         let mut duration = |key: &str| {
             let value = get(key)?;
-            parse_duration(value)
-                .map_err(|e| problems.push(format!("annotation {key}: {e}")))
-                .ok()
+            parse_duration(value).map_err(|e| problems.push(format!("annotation {key}: {e}"))).ok()
         };
         behaviour.ready_after = duration(READY_AFTER);
         behaviour.exit_after = duration(EXIT_AFTER);
@@ -168,8 +161,7 @@ impl PodBehaviour {
 
     /// What the container called `name` does, with `default_ready_after` from the configuration.
     pub fn container(&self, name: &str, default_ready_after: Duration) -> ContainerBehaviour {
-        let ready_after = (!self.never_ready.contains(name))
-            .then(|| self.ready_after.unwrap_or(default_ready_after));
+        let ready_after = (!self.never_ready.contains(name)).then(|| self.ready_after.unwrap_or(default_ready_after));
         let exit = if self.crash_loop.contains(name) {
             let after = self.exit_after.unwrap_or(DEFAULT_CRASH_AFTER);
             Some((after, self.exit_code.unwrap_or(1)))
@@ -178,10 +170,7 @@ impl PodBehaviour {
         } else {
             None
         };
-        ContainerBehaviour {
-            ready_after,
-            exit: exit.map(|(after, code)| (after.max(MIN_EXIT_AFTER), code)),
-        }
+        ContainerBehaviour { ready_after, exit: exit.map(|(after, code)| (after.max(MIN_EXIT_AFTER), code)) }
     }
 }
 
@@ -199,10 +188,7 @@ mod tests {
     fn no_annotations_means_default_behaviour() {
         let (behaviour, problems) = PodBehaviour::from_annotations(None);
         assert!(problems.is_empty());
-        assert_eq!(
-            behaviour.container("app", DEFAULT),
-            ContainerBehaviour { ready_after: Some(DEFAULT), exit: None }
-        );
+        assert_eq!(behaviour.container("app", DEFAULT), ContainerBehaviour { ready_after: Some(DEFAULT), exit: None });
         assert_eq!(behaviour.http, None);
         assert!(!behaviour.hot_patch);
     }

@@ -136,10 +136,7 @@ impl KubeletConfig {
         if let Some(ip) = self.pod_ip_start {
             let [a, b, ..] = ip.octets();
             if a != 127 || b == 0 {
-                return Err(invalid(
-                    "pod_ip_start",
-                    format!("{ip} is not a loopback address outside 127.0.0.0/16"),
-                ));
+                return Err(invalid("pod_ip_start", format!("{ip} is not a loopback address outside 127.0.0.0/16")));
             }
         }
         if self.api_concurrency == 0 {
@@ -158,9 +155,7 @@ pub(crate) struct ValidConfig {
 impl ValidConfig {
     /// Names of the fake nodes, in registration order.
     pub fn node_names(&self) -> Vec<String> {
-        (1..=self.raw.nodes)
-            .map(|i| format!("{}-{i}", self.raw.node_name_prefix))
-            .collect()
+        (1..=self.raw.nodes).map(|i| format!("{}-{i}", self.raw.node_name_prefix)).collect()
     }
 }
 

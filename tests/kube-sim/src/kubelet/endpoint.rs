@@ -227,8 +227,24 @@ fn response(status: StatusCode, content_type: &str, body: String) -> Response<Bo
 
 /// Directories at the root of the `python` images (their working directory is `/`).
 const ROOT_ENTRIES: [&str; 18] = [
-    ".dockerenv", "bin@", "boot/", "dev/", "etc/", "home/", "lib@", "lib64@", "media/", "mnt/",
-    "opt/", "proc/", "root/", "run/", "sbin@", "srv/", "sys/", "tmp/",
+    ".dockerenv",
+    "bin@",
+    "boot/",
+    "dev/",
+    "etc/",
+    "home/",
+    "lib@",
+    "lib64@",
+    "media/",
+    "mnt/",
+    "opt/",
+    "proc/",
+    "root/",
+    "run/",
+    "sbin@",
+    "srv/",
+    "sys/",
+    "tmp/",
 ];
 
 /// What `python -m http.server` answers, down to its error pages.
@@ -359,8 +375,7 @@ mod tests {
         let (_pool, ip) = free_ip();
         let _taken = std::net::TcpListener::bind((ip, 9999)).unwrap();
         let mut endpoints = Endpoints::default();
-        let failures =
-            endpoints.reconcile("uid", builtin_specs(ip, &BuiltinServer::PythonHttpServer { port: 9999 }));
+        let failures = endpoints.reconcile("uid", builtin_specs(ip, &BuiltinServer::PythonHttpServer { port: 9999 }));
         assert_eq!(failures.len(), 1, "{failures:?}");
         assert!(endpoints.is_empty());
     }

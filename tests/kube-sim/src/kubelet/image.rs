@@ -62,18 +62,10 @@ pub fn builtin_server(container: &k8s_openapi::api::core::v1::Container) -> Opti
             .collect();
         return Some(BuiltinServer::CanaryHook { ports });
     }
-    let argv: Vec<&str> = container
-        .command
-        .iter()
-        .flatten()
-        .chain(container.args.iter().flatten())
-        .map(String::as_str)
-        .collect();
+    let argv: Vec<&str> =
+        container.command.iter().flatten().chain(container.args.iter().flatten()).map(String::as_str).collect();
     let module = argv.windows(2).position(|pair| pair[0] == "-m" && pair[1] == "http.server")?;
-    let port = argv
-        .get(module + 2)
-        .and_then(|arg| arg.parse::<u16>().ok())
-        .unwrap_or(8000);
+    let port = argv.get(module + 2).and_then(|arg| arg.parse::<u16>().ok()).unwrap_or(8000);
     Some(BuiltinServer::PythonHttpServer { port })
 }
 
@@ -111,19 +103,14 @@ mod tests {
     }
 
     fn container(image: &str, command: &[&str], args: &[&str], ports: &[i32]) -> Container {
-        let strings = |items: &[&str]| {
-            (!items.is_empty()).then(|| items.iter().map(|s| s.to_string()).collect())
-        };
+        let strings = |items: &[&str]| (!items.is_empty()).then(|| items.iter().map(|s| s.to_string()).collect());
         Container {
             name: "c".into(),
             image: Some(image.into()),
             command: strings(command),
             args: strings(args),
             ports: (!ports.is_empty()).then(|| {
-                ports
-                    .iter()
-                    .map(|port| ContainerPort { container_port: *port, ..Default::default() })
-                    .collect()
+                ports.iter().map(|port| ContainerPort { container_port: *port, ..Default::default() }).collect()
             }),
             ..Default::default()
         }
@@ -140,12 +127,7 @@ mod tests {
             Some(BuiltinServer::CanaryHook { ports: vec![1, 2] })
         );
         assert_eq!(
-            builtin_server(&container(
-                "python:latest",
-                &["python"],
-                &["-m", "http.server", "8000"],
-                &[8000]
-            )),
+            builtin_server(&container("python:latest", &["python"], &["-m", "http.server", "8000"], &[8000])),
             Some(BuiltinServer::PythonHttpServer { port: 8000 })
         );
         assert_eq!(

@@ -2,8 +2,7 @@
 //! nodes -o wide` and `kubectl describe node` read naturally.
 
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo,
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -38,13 +37,11 @@ impl FakeNode {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        let annotations = [
-            ("node.alpha.kubernetes.io/ttl", "0"),
-            ("volumes.kubernetes.io/controller-managed-attach-detach", "true"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect();
+        let annotations =
+            [("node.alpha.kubernetes.io/ttl", "0"), ("volumes.kubernetes.io/controller-managed-attach-detach", "true")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
         Node {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -52,10 +49,7 @@ impl FakeNode {
                 annotations: Some(annotations),
                 ..Default::default()
             },
-            spec: Some(NodeSpec {
-                provider_id: Some(format!("kube-sim://{}", self.name)),
-                ..Default::default()
-            }),
+            spec: Some(NodeSpec { provider_id: Some(format!("kube-sim://{}", self.name)), ..Default::default() }),
             status: Some(self.status(config, now)),
         }
     }
@@ -80,9 +74,7 @@ impl FakeNode {
                 NodeAddress { type_: "InternalIP".into(), address: self.ip.to_string() },
                 NodeAddress { type_: "Hostname".into(), address: self.name.clone() },
             ]),
-            daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }),
-            }),
+            daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: 10250 }) }),
             node_info: Some(NodeSystemInfo {
                 architecture: "amd64".into(),
                 boot_id: format!("kube-sim-boot-{}", self.name),
@@ -104,9 +96,7 @@ impl FakeNode {
     /// `lastHeartbeatTime` (conditions merge by type, so transition times already stored stay
     /// unless the condition's status changed, which never happens for a simulated node).
     pub fn heartbeat(&self, existing: Option<&Node>, now: Timestamp) -> Value {
-        let previous = existing
-            .and_then(|node| node.status.as_ref())
-            .and_then(|status| status.conditions.as_ref());
+        let previous = existing.and_then(|node| node.status.as_ref()).and_then(|status| status.conditions.as_ref());
         let conditions: Vec<NodeCondition> = conditions(now)
             .into_iter()
             .map(|mut condition| {
@@ -135,12 +125,7 @@ fn conditions(now: Timestamp) -> Vec<NodeCondition> {
         last_transition_time: Some(Time(now)),
     };
     vec![
-        condition(
-            "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available",
-        ),
+        condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
         condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
         condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
         condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
@@ -177,12 +162,7 @@ mod tests {
         let object = node.object(&config, registered_at);
         let later = Timestamp::from_second(1_700_000_100).unwrap();
         let patch = node.heartbeat(Some(&object), later);
-        let ready = patch["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "Ready")
-            .unwrap();
+        let ready = patch["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
         assert_eq!(ready["lastTransitionTime"], "2023-11-14T22:13:20Z");
         assert_eq!(ready["lastHeartbeatTime"], "2023-11-14T22:15:00Z");
     }

@@ -191,9 +191,7 @@ impl PodInput<'_> {
         let spec = self.pod.spec.as_ref()?;
         match runtime.kind {
             Kind::Regular => spec.containers.iter().find(|c| c.name == runtime.name),
-            Kind::Init | Kind::Sidecar => {
-                spec.init_containers.iter().flatten().find(|c| c.name == runtime.name)
-            }
+            Kind::Init | Kind::Sidecar => spec.init_containers.iter().flatten().find(|c| c.name == runtime.name),
         }
     }
 
@@ -201,11 +199,7 @@ impl PodInput<'_> {
         if kind == Kind::Sidecar {
             return "Always";
         }
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.restart_policy.as_deref())
-            .unwrap_or("Always")
+        self.pod.spec.as_ref().and_then(|spec| spec.restart_policy.as_deref()).unwrap_or("Always")
     }
 
     /// Grace period of the pending deletion, if the pod is being deleted.
@@ -242,14 +236,7 @@ pub struct PodRuntime {
 impl PodRuntime {
     /// Creates the sandbox of a pod just bound to `node`: init containers complete at once,
     /// the others start after the configured start delay.
-    pub fn start(
-        pod: &Pod,
-        node: &str,
-        ip: Ipv4Addr,
-        host_ip: Ipv4Addr,
-        timings: &Timings,
-        now: Timestamp,
-    ) -> Self {
+    pub fn start(pod: &Pod, node: &str, ip: Ipv4Addr, host_ip: Ipv4Addr, timings: &Timings, now: Timestamp) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let start_at = after(now, timings.start_delay);
         let empty = Vec::new();
@@ -291,14 +278,7 @@ impl PodRuntime {
     /// Rebuilds the sandbox of a pod that already ran on `node` before this kubelet started
     /// (its status says what ran), so a restarted kubelet neither restarts containers nor
     /// changes the pod IP.
-    pub fn adopt(
-        pod: &Pod,
-        node: &str,
-        ip: Ipv4Addr,
-        host_ip: Ipv4Addr,
-        timings: &Timings,
-        now: Timestamp,
-    ) -> Self {
+    pub fn adopt(pod: &Pod, node: &str, ip: Ipv4Addr, host_ip: Ipv4Addr, timings: &Timings, now: Timestamp) -> Self {
         let mut runtime = Self::start(pod, node, ip, host_ip, timings, now);
         let status = pod.status.as_ref();
         if let Some(start) = status.and_then(|s| s.start_time.as_ref()) {
@@ -383,11 +363,8 @@ impl PodRuntime {
 
 fn adopt_container(container: &mut ContainerRuntime, observed: &ContainerStatus) {
     container.restart_count = observed.restart_count;
-    container.last_termination = observed
-        .last_state
-        .as_ref()
-        .and_then(|state| state.terminated.as_ref())
-        .map(|t| Termination {
+    container.last_termination =
+        observed.last_state.as_ref().and_then(|state| state.terminated.as_ref()).map(|t| Termination {
             exit_code: t.exit_code,
             reason: t.reason.clone().unwrap_or_default(),
             started_at: t.started_at.as_ref().map_or(Timestamp::UNIX_EPOCH, |time| time.0),
@@ -404,12 +381,7 @@ fn adopt_container(container: &mut ContainerRuntime, observed: &ContainerStatus)
     }
 }
 
-fn advance_container(
-    container: &mut ContainerRuntime,
-    pod_uid: &str,
-    input: &PodInput<'_>,
-    horizon: Timestamp,
-) {
+fn advance_container(container: &mut ContainerRuntime, pod_uid: &str, input: &PodInput<'_>, horizon: Timestamp) {
     if container.kind == Kind::Init {
         return;
     }
@@ -422,8 +394,7 @@ fn advance_container(
     let timings = input.timings;
     for _ in 0..MAX_TRANSITIONS_PER_ADVANCE {
         match container.state.clone() {
-            State::Creating { at } | State::Exited { restart_at: Some(at), .. }
-            | State::BackOff { until: at, .. }
+            State::Creating { at } | State::Exited { restart_at: Some(at), .. } | State::BackOff { until: at, .. }
                 if at <= horizon =>
             {
                 container.start_instance(pod_uid, spec_image, at);
@@ -436,11 +407,8 @@ fn advance_container(
                     let termination = container.terminate(started_at, exit_at, code);
                     let ran_for = exit_at.duration_since(started_at).as_secs_f64();
                     let reset_after = timings.backoff_cap().saturating_mul(2).as_secs_f64();
-                    container.consecutive_exits = if ran_for >= reset_after {
-                        1
-                    } else {
-                        container.consecutive_exits.saturating_add(1)
-                    };
+                    container.consecutive_exits =
+                        if ran_for >= reset_after { 1 } else { container.consecutive_exits.saturating_add(1) };
                     let restarts = match restart_policy {
                         "Never" => false,
                         "OnFailure" => code != 0,
@@ -512,9 +480,7 @@ mod tests {
                 name: Some("p".into()),
                 namespace: Some("default".into()),
                 uid: Some("uid-1".into()),
-                annotations: Some(
-                    annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-                ),
+                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -566,9 +532,7 @@ mod tests {
         let wake = advance(&mut runtime, &pod, t(2000));
         assert_eq!(wake, Some(t(2200)));
         let app = &runtime.containers[0];
-        let State::Exited { termination, restart_at } = &app.state else {
-            panic!("{:?}", app.state)
-        };
+        let State::Exited { termination, restart_at } = &app.state else { panic!("{:?}", app.state) };
         assert_eq!(*restart_at, Some(t(2200)));
         assert_eq!(termination.exit_code, 0);
         assert_eq!(termination.finished_at, t(2000));

@@ -82,10 +82,11 @@ impl Request {
             };
             Self { cpu_milli: get("cpu") * 1000.0, memory: get("memory") }
         };
-        let mut total = spec.containers.iter().map(of_container).fold(Self::default(), |a, b| Self {
-            cpu_milli: a.cpu_milli + b.cpu_milli,
-            memory: a.memory + b.memory,
-        });
+        let mut total = spec
+            .containers
+            .iter()
+            .map(of_container)
+            .fold(Self::default(), |a, b| Self { cpu_milli: a.cpu_milli + b.cpu_milli, memory: a.memory + b.memory });
         for init in spec.init_containers.iter().flatten().map(of_container) {
             total.cpu_milli = total.cpu_milli.max(init.cpu_milli);
             total.memory = total.memory.max(init.memory);
@@ -128,8 +129,7 @@ pub fn schedule(pod: &Pod, nodes: &[NodeInfo]) -> Decision {
     match best {
         Some(node) => Decision::Bind(node.name.clone()),
         None => {
-            let details: Vec<String> =
-                reasons.iter().map(|(reason, count)| format!("{count} {reason}")).collect();
+            let details: Vec<String> = reasons.iter().map(|(reason, count)| format!("{count} {reason}")).collect();
             let mut message = format!("0/{} nodes are available", nodes.len());
             if !details.is_empty() {
                 message.push_str(": ");
@@ -148,19 +148,13 @@ fn unfit_reason(
     tolerations: &[Toleration],
     request: &Request,
 ) -> Option<String> {
-    let selected = selector
-        .into_iter()
-        .flatten()
-        .all(|(key, value)| node.labels.get(key) == Some(value));
+    let selected = selector.into_iter().flatten().all(|(key, value)| node.labels.get(key) == Some(value));
     if !selected {
         return Some("node(s) didn't match Pod's node affinity/selector".into());
     }
     if node.unschedulable {
-        let cordon = Taint {
-            key: "node.kubernetes.io/unschedulable".into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        };
+        let cordon =
+            Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Default::default() };
         if !tolerations.iter().any(|t| tolerates(t, &cordon)) {
             return Some("node(s) were unschedulable".into());
         }
@@ -200,8 +194,7 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
         "Exists" => true,
         "Equal" | "" => {
             !key.is_empty()
-                && toleration.value.as_deref().unwrap_or_default()
-                    == taint.value.as_deref().unwrap_or_default()
+                && toleration.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default()
         }
         _ => false,
     }
@@ -272,10 +265,7 @@ mod tests {
         busy.requested_cpu_milli = 3900.0;
         let mut cordoned = node("c", 0);
         cordoned.unschedulable = true;
-        let Decision::Unschedulable(message) = schedule(&pod(Some("200m")), &[full, busy, cordoned])
-        else {
-            panic!()
-        };
+        let Decision::Unschedulable(message) = schedule(&pod(Some("200m")), &[full, busy, cordoned]) else { panic!() };
         assert_eq!(
             message,
             "0/3 nodes are available: 1 Insufficient cpu, 1 Too many pods, 1 node(s) were \
@@ -296,8 +286,7 @@ mod tests {
         let mut selective = pod(None);
         selective.spec.as_mut().unwrap().node_selector =
             Some([("kubernetes.io/hostname".to_string(), "a".to_string())].into());
-        let Decision::Unschedulable(message) = schedule(&selective, &[tainted.clone(), plain.clone()])
-        else {
+        let Decision::Unschedulable(message) = schedule(&selective, &[tainted.clone(), plain.clone()]) else {
             panic!()
         };
         assert_eq!(
@@ -317,7 +306,8 @@ mod tests {
 
     #[test]
     fn toleration_matching() {
-        let taint = Taint { key: "k".into(), value: Some("v".into()), effect: "NoSchedule".into(), ..Default::default() };
+        let taint =
+            Taint { key: "k".into(), value: Some("v".into()), effect: "NoSchedule".into(), ..Default::default() };
         let exists_all = Toleration { operator: Some("Exists".into()), ..Default::default() };
         assert!(tolerates(&exists_all, &taint));
         let wrong_value = Toleration { key: Some("k".into()), value: Some("x".into()), ..Default::default() };

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, HostIP,
+    Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -39,8 +39,7 @@ pub struct StatusInput<'a> {
 /// The part of the status the kubelet writes: every field it owns and only its own conditions.
 pub fn generate(input: &StatusInput<'_>) -> PodStatus {
     let runtime = input.runtime;
-    let init_statuses: Vec<_> =
-        runtime.init_containers.iter().map(|c| container_status(c, input)).collect();
+    let init_statuses: Vec<_> = runtime.init_containers.iter().map(|c| container_status(c, input)).collect();
     let statuses: Vec<_> = runtime.containers.iter().map(|c| container_status(c, input)).collect();
     let sidecar_statuses: Vec<_> = runtime
         .init_containers
@@ -54,8 +53,8 @@ pub fn generate(input: &StatusInput<'_>) -> PodStatus {
     let ip = runtime.ip.to_string();
     let host_ip = runtime.host_ip.to_string();
 
-    let sandbox_ready = !(runtime.stopped
-        && runtime.all_containers().all(|c| !matches!(c.state, State::Running { .. })));
+    let sandbox_ready =
+        !(runtime.stopped && runtime.all_containers().all(|c| !matches!(c.state, State::Running { .. })));
     let mut conditions = vec![
         condition("PodReadyToStartContainers", sandbox_ready, None, None),
         condition("Initialized", true, None, None),
@@ -69,9 +68,7 @@ pub fn generate(input: &StatusInput<'_>) -> PodStatus {
         condition.observed_generation = generation;
         let previous = observed.into_iter().flatten().find(|c| c.type_ == condition.type_);
         let transition = match previous {
-            Some(previous) if previous.status == condition.status => {
-                previous.last_transition_time.clone()
-            }
+            Some(previous) if previous.status == condition.status => previous.last_transition_time.clone(),
             _ => None,
         };
         condition.last_transition_time = Some(transition.unwrap_or(Time(input.now)));
@@ -289,13 +286,10 @@ fn pod_ready(pod: &Pod, containers_ready: &PodCondition) -> PodCondition {
         .filter_map(|gate| {
             let gate_type = &gate.condition_type;
             match conditions.into_iter().flatten().find(|c| &c.type_ == gate_type) {
-                None => Some(format!(
-                    "corresponding condition of pod readiness gate {gate_type:?} does not exist."
-                )),
-                Some(c) if c.status != "True" => Some(format!(
-                    "the status of pod readiness gate {gate_type:?} is not \"True\", but {}",
-                    c.status
-                )),
+                None => Some(format!("corresponding condition of pod readiness gate {gate_type:?} does not exist.")),
+                Some(c) if c.status != "True" => {
+                    Some(format!("the status of pod readiness gate {gate_type:?} is not \"True\", but {}", c.status))
+                }
                 Some(_) => None,
             }
         })
@@ -323,10 +317,7 @@ pub fn qos_class(pod: &Pod) -> &'static str {
         for resource in ["cpu", "memory"] {
             let limit = limits.and_then(|l| l.get(resource)).and_then(|q| quantity::parse(&q.0));
             // A request defaults to the limit when only the limit is set.
-            let request = requests
-                .and_then(|r| r.get(resource))
-                .and_then(|q| quantity::parse(&q.0))
-                .or(limit);
+            let request = requests.and_then(|r| r.get(resource)).and_then(|q| quantity::parse(&q.0)).or(limit);
             if limit.is_none() || request != limit {
                 guaranteed = false;
             }
@@ -349,7 +340,7 @@ pub fn go_duration(duration: Duration) -> String {
     let hours = total_ms / 3_600_000;
     let minutes = total_ms / 60_000 % 60;
     let millis = total_ms % 60_000;
-    let seconds = if millis % 1000 == 0 {
+    let seconds = if millis.is_multiple_of(1000) {
         format!("{}s", millis / 1000)
     } else {
         format!("{}s", (millis as f64 / 1000.0))
@@ -389,9 +380,7 @@ mod tests {
                 namespace: Some("default".into()),
                 uid: Some("uid-1".into()),
                 resource_version: Some("7".into()),
-                annotations: Some(
-                    annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-                ),
+                annotations: Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -403,12 +392,8 @@ mod tests {
                         ..Default::default()
                     })
                     .collect(),
-                readiness_gates: (!gates.is_empty()).then(|| {
-                    gates
-                        .iter()
-                        .map(|g| PodReadinessGate { condition_type: g.to_string() })
-                        .collect()
-                }),
+                readiness_gates: (!gates.is_empty())
+                    .then(|| gates.iter().map(|g| PodReadinessGate { condition_type: g.to_string() }).collect()),
                 ..Default::default()
             }),
             ..Default::default()
@@ -419,13 +404,7 @@ mod tests {
     fn status_at(pod: &Pod, runtime: &mut PodRuntime, now: Timestamp) -> PodStatus {
         let behaviour = PodBehaviour::from_annotations(pod.metadata.annotations.as_ref()).0;
         runtime.advance(&PodInput { pod, behaviour: &behaviour, timings: &TIMINGS, now });
-        let input = StatusInput {
-            pod,
-            runtime,
-            behaviour: &behaviour,
-            ready_delay: TIMINGS.ready_delay,
-            now,
-        };
+        let input = StatusInput { pod, runtime, behaviour: &behaviour, ready_delay: TIMINGS.ready_delay, now };
         generate(&input)
     }
 
@@ -443,11 +422,7 @@ mod tests {
         let status = pod.status.get_or_insert_with(Default::default);
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         conditions.retain(|c| c.type_ != type_);
-        conditions.push(PodCondition {
-            type_: type_.into(),
-            status: value.into(),
-            ..Default::default()
-        });
+        conditions.push(PodCondition { type_: type_.into(), status: value.into(), ..Default::default() });
     }
 
     #[test]
@@ -466,10 +441,7 @@ mod tests {
         assert_eq!(status.pod_ip.as_deref(), Some("127.1.0.1"));
         assert_eq!(status.host_ip.as_deref(), Some("127.0.100.1"));
         assert_eq!(cond(&status, "ContainersReady").status, "False");
-        assert_eq!(
-            cond(&status, "Ready").message.as_deref(),
-            Some("containers with unready status: [app]")
-        );
+        assert_eq!(cond(&status, "Ready").message.as_deref(), Some("containers with unready status: [app]"));
 
         let status = status_at(&pod, &mut rt, t(200));
         assert_eq!(status.phase.as_deref(), Some("Running"));
@@ -617,10 +589,8 @@ mod tests {
 
     #[test]
     fn restart_policy_never_fails_on_error_exit() {
-        let mut pod = pod(&["job"], &[], &[
-            ("kube-sim.kourse.dev/exit-after", "1s"),
-            ("kube-sim.kourse.dev/exit-code", "2"),
-        ]);
+        let mut pod =
+            pod(&["job"], &[], &[("kube-sim.kourse.dev/exit-after", "1s"), ("kube-sim.kourse.dev/exit-code", "2")]);
         pod.spec.as_mut().unwrap().restart_policy = Some("Never".into());
         let mut rt = runtime(&pod);
         let status = status_at(&pod, &mut rt, t(5000));
@@ -664,10 +634,8 @@ mod tests {
                     .collect(),
             )
         };
-        pod.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
-            limits: quantities("1", "1Gi"),
-            ..Default::default()
-        });
+        pod.spec.as_mut().unwrap().containers[0].resources =
+            Some(ResourceRequirements { limits: quantities("1", "1Gi"), ..Default::default() });
         assert_eq!(qos_class(&pod), "Guaranteed");
         pod.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
             limits: quantities("1", "1Gi"),

@@ -127,10 +127,7 @@ impl Writer {
             match api.create_subresource::<_, Value>("binding", &pod.name, &params, &binding).await {
                 Ok(_) => return Ok(()),
                 Err(KubeError::Api(status)) if status.code == 404 || status.code == 405 => {
-                    let exists = api
-                        .get_opt(&pod.name)
-                        .await
-                        .map_err(|e| WriteError::from_kube("reading pod", e))?;
+                    let exists = api.get_opt(&pod.name).await.map_err(|e| WriteError::from_kube("reading pod", e))?;
                     if exists.is_none() {
                         return Err(WriteError::NotFound(status.message.clone()));
                     }
