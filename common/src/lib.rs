@@ -7,3 +7,5 @@ pub mod duration;
 pub mod intstr;
 pub mod keys;
 pub mod pod;
+#[cfg(feature = "runtime")]
+pub mod runtime;

@@ -1,0 +1,19 @@
+//! Logs go to stderr as text (people) or JSON (log pipelines); `RUST_LOG` wins over `--log-level`.
+
+use tracing_subscriber::EnvFilter;
+
+use super::{LogFlags, LogFormat, RuntimeError};
+
+pub fn init(flags: &LogFlags) -> Result<(), RuntimeError> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives),
+        _ => EnvFilter::try_new(&flags.log_level),
+    }
+    .map_err(|e| RuntimeError::Logging(format!("invalid log filter: {e}")))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let installed = match flags.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+    };
+    installed.map_err(|e| RuntimeError::Logging(e.to_string()))
+}

@@ -1,0 +1,122 @@
+//! The HTTP server every operator runs next to its controller: Prometheus metrics, liveness and readiness.
+//!
+//! `/healthz` answers 200 while the process serves HTTP at all; `/readyz` answers 200 only once the binary
+//! declared itself ready (caches synced, and leading when leader election is on), so a Service or a rollout
+//! never counts a replica that cannot act yet.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use super::{RuntimeError, Shutdown};
+
+/// Readiness shared between the controller (which sets it) and the server (which reports it).
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    ready: Arc<AtomicBool>,
+}
+
+impl Health {
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    registry: Arc<Registry>,
+    health: Health,
+}
+
+pub fn router(registry: Arc<Registry>, health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { registry, health })
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &state.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding metrics: {e}")).into_response(),
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.health.is_ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+}
+
+/// Binds first (so a port clash is reported at startup, not later), then serves until `shutdown`.
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, RuntimeError> {
+    TcpListener::bind(address).await.map_err(|source| RuntimeError::Bind { address, source })
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    health: Health,
+    shutdown: Shutdown,
+) -> Result<(), RuntimeError> {
+    axum::serve(listener, router(registry, health))
+        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .await
+        .map_err(RuntimeError::Serve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::metrics::counter::Counter;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get_path(address: SocketAddr, path: &str) -> String {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_health_and_readiness() {
+        let mut registry = Registry::default();
+        let counter = Counter::<u64>::default();
+        registry.register("test_things", "Things counted in the test", counter.clone());
+        counter.inc();
+        let health = Health::default();
+        let shutdown = Shutdown::default();
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
+
+        assert!(get_path(address, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get_path(address, "/readyz").await.starts_with("HTTP/1.1 503"));
+        health.set_ready(true);
+        assert!(get_path(address, "/readyz").await.starts_with("HTTP/1.1 200"));
+        let metrics = get_path(address, "/metrics").await;
+        assert!(metrics.contains("test_things_total 1"), "{metrics}");
+
+        shutdown.trigger();
+        server.await.unwrap().unwrap();
+    }
+}
