@@ -1,0 +1,164 @@
+//! What the planner asks the API to do. Every action is complete data — the pod to create, the JSON patch with
+//! its preconditions — so the executor only sends it, and tests can apply it to a simulated cluster.
+
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::Value;
+
+use crate::gate::DeleteCause;
+
+/// A pod the action is about. The UID makes deletes and ownership patches precise: a pod recreated under the same
+/// name is never hit by a decision taken about its predecessor.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodRef {
+    pub name: String,
+    pub uid: String,
+}
+
+impl PodRef {
+    pub fn of(pod: &Pod) -> Self {
+        Self { name: pod.metadata.name.clone().unwrap_or_default(), uid: pod.metadata.uid.clone().unwrap_or_default() }
+    }
+}
+
+/// Why a pod is created (metric label and event text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CreateReason {
+    /// Fewer pods than `spec.replicas` (scale-out, or replacing a deleted pod).
+    Replicas,
+    /// RollingUpdate `maxSurge`: an extra pod of the new revision before an old one goes.
+    Surge,
+}
+
+impl CreateReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Replicas => "replicas",
+            Self::Surge => "surge",
+        }
+    }
+}
+
+/// Why a pod is patched (metric label, event reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PatchReason {
+    /// In-place update started (images patched now, or the grace period began).
+    InPlaceUpdate,
+    /// The in-place grace period ended; the images are patched now.
+    InPlaceGraceEnded,
+    /// A grace period was abandoned because the target revision changed (rollback or new template).
+    InPlaceGraceCancelled,
+    /// The new containers run: the pod is put back in service.
+    InPlaceUpdateCompleted,
+    HotPatchUpdate,
+    /// `InPlaceUpdateReady` set True on a pod that has the readiness gate and nothing in progress.
+    ReadinessGate,
+    /// The pod's lifecycle state label changes (held by a gate, or released from being held).
+    Lifecycle,
+}
+
+impl PatchReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InPlaceUpdate => "in_place_update",
+            Self::InPlaceGraceEnded => "in_place_grace_ended",
+            Self::InPlaceGraceCancelled => "in_place_grace_cancelled",
+            Self::InPlaceUpdateCompleted => "in_place_update_completed",
+            Self::HotPatchUpdate => "hot_patch_update",
+            Self::ReadinessGate => "readiness_gate",
+            Self::Lifecycle => "lifecycle",
+        }
+    }
+
+    /// Whether this patch moves the pod to another revision (counted as an update in metrics and events).
+    pub fn changes_revision(self) -> bool {
+        matches!(self, Self::InPlaceUpdate | Self::InPlaceGraceEnded | Self::HotPatchUpdate)
+    }
+}
+
+/// One write to a pod, in order: a status-subresource patch or an object patch (both RFC 6902 JSON patches).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodWrite {
+    Status(Vec<Value>),
+    Object(Vec<Value>),
+}
+
+/// A change to one pod: its writes are sent in order and the first failure stops the rest (the readiness gate
+/// is set False *before* the images change, never after).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodChange {
+    pub pod: PodRef,
+    pub reason: PatchReason,
+    pub writes: Vec<PodWrite>,
+    /// Human-readable summary for the event (`python: python:3.5 -> python:3.6`).
+    pub summary: String,
+}
+
+/// Which part of the reconcile an action belongs to; failures become the `FailedScale` or `FailedUpdate`
+/// condition accordingly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Revisions,
+    Ownership,
+    Scale,
+    Update,
+    Housekeeping,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    CreateRevision(Box<ControllerRevision>),
+    /// Rollback to an older revision: give it the next revision number.
+    RenumberRevision {
+        name: String,
+        revision: i64,
+    },
+    DeleteRevision {
+        name: String,
+    },
+    AdoptPod(PodRef),
+    ReleasePod(PodRef),
+    CreatePod {
+        pod: Box<Pod>,
+        reason: CreateReason,
+    },
+    DeletePod {
+        pod: PodRef,
+        cause: DeleteCause,
+    },
+    PatchPod(PodChange),
+    /// Remove from `spec.scaleStrategy.podsToDelete` the names of pods that are gone (the patch tests the list
+    /// is still `expected`, so a concurrent user edit wins).
+    PrunePodsToDelete {
+        expected: Vec<String>,
+        remaining: Vec<String>,
+    },
+}
+
+impl Action {
+    pub fn phase(&self) -> Phase {
+        match self {
+            Self::CreateRevision(_) | Self::RenumberRevision { .. } => Phase::Revisions,
+            Self::AdoptPod(_) | Self::ReleasePod(_) => Phase::Ownership,
+            Self::CreatePod { .. } => Phase::Scale,
+            Self::DeletePod { cause, .. } => match cause {
+                DeleteCause::ScaleIn | DeleteCause::PodsToDelete => Phase::Scale,
+                DeleteCause::RollingUpdate | DeleteCause::RecreateFallback => Phase::Update,
+            },
+            Self::PatchPod(change) => match change.reason {
+                PatchReason::ReadinessGate | PatchReason::Lifecycle => Phase::Housekeeping,
+                _ => Phase::Update,
+            },
+            Self::DeleteRevision { .. } | Self::PrunePodsToDelete { .. } => Phase::Housekeeping,
+        }
+    }
+
+    /// The pod this action touches, if it touches one that exists.
+    pub fn pod_name(&self) -> Option<&str> {
+        match self {
+            Self::AdoptPod(p) | Self::ReleasePod(p) | Self::DeletePod { pod: p, .. } => Some(&p.name),
+            Self::PatchPod(change) => Some(&change.pod.name),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The plan under construction: actions, events, held pods, the set of pods already acted on this pass (so none
+//! is acted on twice) and the earliest time to look again.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::api::GameDeploymentStatus;
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Ctx, Plan, PodInfo};
+use crate::action::{Action, PatchReason, PodChange, PodWrite};
+use crate::gate::{self, GateDecision, GateKind, GateRequest};
+use crate::lifecycle::{self, LifecycleState};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event about the GameDeployment that comes from a decision (the executor adds one per API action).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+impl PlannedEvent {
+    pub fn warning(reason: &str, message: impl Into<String>) -> Self {
+        Self { type_: EventType::Warning, reason: reason.into(), message: message.into() }
+    }
+
+    pub fn normal(reason: &str, message: impl Into<String>) -> Self {
+        Self { type_: EventType::Normal, reason: reason.into(), message: message.into() }
+    }
+}
+
+/// A pod a gate did not let through this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldPod {
+    pub name: String,
+    pub kind: GateKind,
+    pub decision: GateDecision,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Draft {
+    pub actions: Vec<Action>,
+    pub events: Vec<PlannedEvent>,
+    pub held: Vec<HeldPod>,
+    touched: BTreeSet<String>,
+    requeue: Option<Duration>,
+}
+
+impl Draft {
+    /// Claims a pod for this pass; false if something already acted on it.
+    pub fn touch(&mut self, name: &str) -> bool {
+        self.touched.insert(name.to_string())
+    }
+
+    pub fn is_touched(&self, name: &str) -> bool {
+        self.touched.contains(name)
+    }
+
+    pub fn is_held(&self, name: &str) -> bool {
+        self.held.iter().any(|h| h.name == name)
+    }
+
+    /// Look again at `at` (if it is in the future; otherwise soon).
+    pub fn requeue_at(&mut self, now: Timestamp, at: Timestamp) {
+        let secs = (at.as_second() - now.as_second()).max(1);
+        let after = Duration::from_secs(u64::try_from(secs).unwrap_or(1));
+        self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
+    }
+
+    /// Puts a pod change to the gate. On `Allow` the caller acts; otherwise the pod is held: it is moved to
+    /// `PreparingDelete` / `PreparingUpdate` (if it is not there yet) and recorded with the reason.
+    pub fn pass_gate(&mut self, ctx: &Ctx<'_>, info: &PodInfo<'_>, kind: GateKind) -> bool {
+        let target = match kind {
+            GateKind::Delete(_) => None,
+            GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => Some(ctx.update_revision.as_str()),
+        };
+        let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
+        let decision = gate::check(&request, &ctx.gate);
+        if decision.is_allow() {
+            return true;
+        }
+        let state = match kind {
+            GateKind::Delete(_) => LifecycleState::PreparingDelete,
+            GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => LifecycleState::PreparingUpdate,
+        };
+        if info.state != state {
+            self.actions.push(Action::PatchPod(PodChange {
+                pod: info.pod_ref(),
+                reason: PatchReason::Lifecycle,
+                writes: vec![PodWrite::Object(lifecycle::set_state_ops(state, ctx.now))],
+                summary: format!("held in {}: {}", state.as_str(), decision.reason().unwrap_or_default()),
+            }));
+        }
+        self.held.push(HeldPod { name: info.name.to_string(), kind, decision });
+        false
+    }
+
+    pub fn finish(self, status: GameDeploymentStatus) -> Plan {
+        Plan { actions: self.actions, status, events: self.events, held: self.held, requeue_after: self.requeue }
+    }
+}

@@ -1,0 +1,267 @@
+//! New pods: names `<gd>-<instance id>`, the BCS labels, the `InPlaceUpdateReady` readiness gate and the
+//! optional pod index (`POD_INDEX`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::api::GameDeployment;
+use common::keys;
+use k8s_openapi::api::core::v1::{EnvVar, Pod, PodReadinessGate, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+
+use crate::lifecycle::LifecycleState;
+use crate::ownership;
+use crate::revision::SAFE_ALPHABET;
+
+/// Length of the instance id (and pod-name suffix), as BCS and ReplicaSets.
+pub const ID_LEN: usize = 5;
+
+/// A small deterministic generator (SplitMix64): the planner stays a pure function of its inputs, the caller
+/// passes a fresh random seed per pass.
+#[derive(Debug, Clone)]
+pub struct IdSource(u64);
+
+impl IdSource {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn id(&mut self) -> String {
+        let alphabet = SAFE_ALPHABET.len() as u64;
+        (0..ID_LEN).map(|_| char::from(SAFE_ALPHABET[(self.next_u64() % alphabet) as usize])).collect()
+    }
+
+    /// `count` ids whose pod names are not in `taken` and differ from each other (BCS checks neither against
+    /// pods of other owners nor within a batch, bug list §7.13).
+    pub fn unique_ids(&mut self, gd_name: &str, count: usize, taken: &BTreeSet<String>) -> Vec<String> {
+        let mut ids = Vec::with_capacity(count);
+        let mut used: BTreeSet<String> = BTreeSet::new();
+        while ids.len() < count {
+            let id = self.id();
+            let name = format!("{gd_name}-{id}");
+            if taken.contains(&name) || !used.insert(name) {
+                continue;
+            }
+            ids.push(id);
+        }
+        ids
+    }
+}
+
+/// `tkex.bkbcs.tencent.com/gamedeployment-index-range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexRange {
+    pub pod_start_index: i64,
+    pub pod_end_index: i64,
+}
+
+/// The index configuration of the GameDeployment: `None` when index injection is off.
+pub fn index_range(gd: &GameDeployment, replicas: i32) -> Result<Option<IndexRange>, String> {
+    let annotations = gd.metadata.annotations.as_ref();
+    if annotations.and_then(|a| a.get(keys::INDEX_ON)).map(String::as_str) != Some("true") {
+        return Ok(None);
+    }
+    let raw = annotations
+        .and_then(|a| a.get(keys::INDEX_RANGE))
+        .ok_or_else(|| format!("annotation {} is \"true\" but {} is missing", keys::INDEX_ON, keys::INDEX_RANGE))?;
+    let range: IndexRange = serde_json::from_str(raw).map_err(|e| {
+        format!("annotation {} must be JSON like {{\"podStartIndex\":0,\"podEndIndex\":100}}: {e}", keys::INDEX_RANGE)
+    })?;
+    if range.pod_start_index < 0 || range.pod_end_index <= range.pod_start_index {
+        return Err(format!(
+            "invalid index range [{}, {}): start must be >= 0 and below end",
+            range.pod_start_index, range.pod_end_index
+        ));
+    }
+    if i64::from(replicas) > range.pod_end_index - range.pod_start_index {
+        return Err(format!(
+            "{replicas} replicas do not fit in the index range [{}, {})",
+            range.pod_start_index, range.pod_end_index
+        ));
+    }
+    Ok(Some(range))
+}
+
+/// Free indices of the range, ascending. Indices of pods that still exist reserve their index (a terminating
+/// pod keeps it until it is gone); finished (Succeeded/Failed) pods release it, unlike BCS, where evicted pods
+/// exhaust the range (bug list §7.11).
+pub fn free_indices(range: IndexRange, pods: &[&Pod]) -> Vec<i64> {
+    let used: BTreeSet<i64> = pods
+        .iter()
+        .filter(|p| !matches!(common::pod::phase(p), Some("Succeeded" | "Failed")))
+        .filter_map(|p| common::pod::annotation(p, keys::INDEX_ID)?.parse().ok())
+        .collect();
+    (range.pod_start_index..range.pod_end_index).filter(|i| !used.contains(i)).collect()
+}
+
+/// What makes one new pod.
+pub struct NewPod<'a> {
+    pub gd: &'a GameDeployment,
+    pub template: &'a PodTemplateSpec,
+    pub revision: &'a str,
+    pub id: &'a str,
+    pub index: Option<i64>,
+    pub now: Timestamp,
+}
+
+/// Builds the pod: the template's metadata and spec, plus the operator's labels (revision, instance id,
+/// lifecycle state), the controller ownerReference, the readiness gate and the index.
+pub fn build(new: &NewPod<'_>) -> Pod {
+    let gd = new.gd;
+    let gd_name = gd.metadata.name.clone().unwrap_or_default();
+    let template_meta = new.template.metadata.clone().unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = template_meta.labels.unwrap_or_default();
+    labels.insert(keys::CONTROLLER_REVISION_HASH.into(), new.revision.into());
+    labels.insert(keys::INSTANCE_ID.into(), new.id.into());
+    labels.insert(keys::LIFECYCLE_STATE.into(), LifecycleState::Normal.as_str().into());
+    let mut annotations: BTreeMap<String, String> = template_meta.annotations.unwrap_or_default();
+    annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), new.now.to_string());
+    let mut spec: PodSpec = new.template.spec.clone().unwrap_or_default();
+    if let Some(index) = new.index {
+        annotations.insert(keys::INDEX_ID.into(), index.to_string());
+        for container in &mut spec.containers {
+            let env = container.env.get_or_insert_with(Vec::new);
+            // BCS appends a duplicate when the template already sets POD_INDEX (bug list §7.12); replace it.
+            env.retain(|e| e.name != keys::POD_INDEX_ENV);
+            env.push(EnvVar { name: keys::POD_INDEX_ENV.into(), value: Some(index.to_string()), value_from: None });
+        }
+    }
+    if !gd.spec.disable_readiness_gate {
+        let gates = spec.readiness_gates.get_or_insert_with(Vec::new);
+        if !gates.iter().any(|g| g.condition_type == keys::IN_PLACE_UPDATE_READY) {
+            gates.push(PodReadinessGate { condition_type: keys::IN_PLACE_UPDATE_READY.into() });
+        }
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{gd_name}-{}", new.id)),
+            namespace: gd.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            finalizers: template_meta.finalizers,
+            owner_references: Some(vec![ownership::owner_reference(gd)]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Container;
+
+    fn gd(annotations: &[(&str, &str)]) -> GameDeployment {
+        let mut gd: GameDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tkex.tencent.com/v1alpha1",
+            "kind": "GameDeployment",
+            "metadata": {"name": "game", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "replicas": 3,
+                "selector": {"matchLabels": {"app": "game"}},
+                "template": {"metadata": {"labels": {"app": "game"}}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
+            }
+        }))
+        .unwrap();
+        gd.metadata.annotations = Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        gd
+    }
+
+    #[test]
+    fn ids_are_unique_and_from_the_alphabet() {
+        let mut source = IdSource::new(42);
+        let taken: BTreeSet<String> = BTreeSet::new();
+        let ids = source.unique_ids("game", 500, &taken);
+        let distinct: BTreeSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), 500);
+        assert!(ids.iter().all(|id| id.len() == ID_LEN && id.bytes().all(|b| SAFE_ALPHABET.contains(&b))));
+        // The same seed gives the same ids; a taken name is skipped.
+        let again = IdSource::new(42).unique_ids("game", 1, &taken);
+        assert_eq!(again[0], ids[0]);
+        let taken: BTreeSet<String> = [format!("game-{}", ids[0])].into();
+        assert_ne!(IdSource::new(42).unique_ids("game", 1, &taken)[0], ids[0]);
+    }
+
+    #[test]
+    fn index_configuration() {
+        assert_eq!(index_range(&gd(&[]), 3), Ok(None));
+        let on = |range: &str| gd(&[(keys::INDEX_ON, "true"), (keys::INDEX_RANGE, range)]);
+        assert_eq!(
+            index_range(&on(r#"{"podStartIndex":5,"podEndIndex":10}"#), 3),
+            Ok(Some(IndexRange { pod_start_index: 5, pod_end_index: 10 }))
+        );
+        assert!(index_range(&on(r#"{"podStartIndex":5,"podEndIndex":7}"#), 3).unwrap_err().contains("do not fit"));
+        assert!(index_range(&on(r#"{"podStartIndex":5,"podEndIndex":5}"#), 0).is_err());
+        assert!(index_range(&on("nonsense"), 3).unwrap_err().contains("JSON"));
+        assert!(index_range(&gd(&[(keys::INDEX_ON, "true")]), 3).unwrap_err().contains("missing"));
+    }
+
+    #[test]
+    fn free_indices_skip_used_but_not_finished_pods() {
+        let pod = |index: &str, phase: &str| Pod {
+            metadata: ObjectMeta {
+                annotations: Some([(keys::INDEX_ID.to_string(), index.to_string())].into()),
+                ..Default::default()
+            },
+            status: Some(k8s_openapi::api::core::v1::PodStatus { phase: Some(phase.into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let (a, b, c) = (pod("0", "Running"), pod("2", "Pending"), pod("1", "Failed"));
+        let free = free_indices(IndexRange { pod_start_index: 0, pod_end_index: 4 }, &[&a, &b, &c]);
+        assert_eq!(free, [1, 3]);
+    }
+
+    #[test]
+    fn builds_a_pod_with_labels_gate_and_index() {
+        let mut gd = gd(&[]);
+        let mut template = gd.spec.template.clone();
+        template.spec.as_mut().unwrap().containers[0].env =
+            Some(vec![EnvVar { name: "POD_INDEX".into(), value: Some("stale".into()), value_from: None }]);
+        template.spec.as_mut().unwrap().containers.push(Container { name: "side".into(), ..Default::default() });
+        let pod = build(&NewPod {
+            gd: &gd,
+            template: &template,
+            revision: "game-1",
+            id: "abcde",
+            index: Some(7),
+            now: Timestamp::UNIX_EPOCH,
+        });
+        assert_eq!(pod.metadata.name.as_deref(), Some("game-abcde"));
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels["app"], "game");
+        assert_eq!(labels[keys::CONTROLLER_REVISION_HASH], "game-1");
+        assert_eq!(labels[keys::INSTANCE_ID], "abcde");
+        assert_eq!(labels[keys::LIFECYCLE_STATE], "Normal");
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()[keys::INDEX_ID], "7");
+        let spec = pod.spec.as_ref().unwrap();
+        for c in &spec.containers {
+            let env = c.env.as_ref().unwrap();
+            assert_eq!(env.iter().filter(|e| e.name == "POD_INDEX").count(), 1);
+            assert_eq!(env.iter().find(|e| e.name == "POD_INDEX").unwrap().value.as_deref(), Some("7"));
+        }
+        assert_eq!(spec.readiness_gates.as_ref().unwrap()[0].condition_type, keys::IN_PLACE_UPDATE_READY);
+        assert_eq!(pod.metadata.owner_references.as_ref().unwrap()[0].controller, Some(true));
+
+        gd.spec.disable_readiness_gate = true;
+        let pod = build(&NewPod {
+            gd: &gd,
+            template: &template,
+            revision: "game-1",
+            id: "abcde",
+            index: None,
+            now: Timestamp::UNIX_EPOCH,
+        });
+        assert!(pod.spec.unwrap().readiness_gates.is_none());
+    }
+}

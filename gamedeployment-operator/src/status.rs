@@ -1,0 +1,273 @@
+//! `status`: the counts BCS shows (and `kubectl get gamedeployment` prints), the revisions, and conditions that
+//! are actually written — `FailedScale` / `FailedUpdate` when something fails (BCS builds them but never persists
+//! them, bug list §7.16) and `Progressing`, which says what the rollout is waiting for.
+
+use common::api::{GameDeploymentCondition, GameDeploymentStatus, GameDeploymentUpdateStrategyType};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::lifecycle::LifecycleState;
+use crate::ownership;
+use crate::planner::{Ctx, Draft, EventType, PlannedEvent, PodInfo};
+use crate::update::inplace::Progress;
+use crate::update::{self, ondelete};
+
+pub const FAILED_SCALE: &str = "FailedScale";
+pub const FAILED_UPDATE: &str = "FailedUpdate";
+pub const PROGRESSING: &str = "Progressing";
+
+/// Reason of a failure condition caused by the spec itself (not by an API call).
+pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
+
+/// Which failure condition a problem belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Scale,
+    Update,
+}
+
+impl Failure {
+    pub fn condition_type(self) -> &'static str {
+        match self {
+            Self::Scale => FAILED_SCALE,
+            Self::Update => FAILED_UPDATE,
+        }
+    }
+}
+
+/// Sets (or replaces) a condition; the transition time only moves when the status does.
+pub fn set_condition(
+    conditions: &mut Vec<GameDeploymentCondition>,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let since = conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    conditions.retain(|c| c.type_ != type_);
+    conditions.push(GameDeploymentCondition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        last_transition_time: Some(since),
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+    });
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+}
+
+pub fn remove_condition(conditions: &mut Vec<GameDeploymentCondition>, type_: &str) {
+    conditions.retain(|c| c.type_ != type_);
+}
+
+pub fn condition<'a>(status: &'a GameDeploymentStatus, type_: &str) -> Option<&'a GameDeploymentCondition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// A short list of pod names for messages ("a, b, c and 4 more").
+fn names<'a>(pods: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = pods.collect();
+    let shown = all.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    if all.len() > 3 { format!("{shown} and {} more", all.len() - 3) } else { shown }
+}
+
+/// The status of this pass, from what was observed.
+pub(crate) fn compute(
+    ctx: &Ctx<'_>,
+    old: &GameDeploymentStatus,
+    infos: &[PodInfo<'_>],
+    draft: &Draft,
+    problems: &[(Failure, String)],
+) -> GameDeploymentStatus {
+    let replicas = count(infos.len());
+    let updated = count(infos.iter().filter(|i| i.updated).count());
+    let settled = replicas == ctx.replicas
+        && updated == replicas
+        && infos.iter().all(|i| i.state == LifecycleState::Normal && i.progress.is_idle());
+    let mut status = GameDeploymentStatus {
+        observed_generation: ctx.gd.metadata.generation,
+        replicas,
+        ready_replicas: count(infos.iter().filter(|i| i.ready).count()),
+        available_replicas: count(infos.iter().filter(|i| i.available).count()),
+        updated_replicas: updated,
+        updated_ready_replicas: count(infos.iter().filter(|i| i.updated && i.ready).count()),
+        current_revision: Some(if settled { ctx.update_revision.clone() } else { ctx.current_revision.clone() }),
+        update_revision: Some(ctx.update_revision.clone()),
+        collision_count: old.collision_count,
+        conditions: old.conditions.clone(),
+        label_selector: Some(ownership::selector_string(&ctx.gd.spec.selector)),
+        // Canary progress and hook conditions are kept as they are (issue 6 manages them), except entries of
+        // pods that no longer exist.
+        pause_conditions: old.pause_conditions.clone(),
+        current_step_index: old.current_step_index,
+        current_step_hash: old.current_step_hash.clone(),
+        canary: old.canary.clone(),
+        pre_delete_hook_condition: old.pre_delete_hook_condition.clone(),
+        pre_inplace_hook_condition: old.pre_inplace_hook_condition.clone(),
+        post_inplace_hook_condition: old.post_inplace_hook_condition.clone(),
+    };
+    let exists = |name: &str| infos.iter().any(|i| i.name == name);
+    status.pre_delete_hook_condition.retain(|c| exists(&c.pod_name));
+    status.pre_inplace_hook_condition.retain(|c| exists(&c.pod_name));
+    status.post_inplace_hook_condition.retain(|c| exists(&c.pod_name));
+
+    let now = ctx.now;
+    let scale_settled = replicas == ctx.replicas && !infos.iter().any(|i| i.specified);
+    let update_settled = update::need(ctx, infos).pods == 0 && infos.iter().all(|i| i.progress.is_idle());
+    for failure in [Failure::Scale, Failure::Update] {
+        let type_ = failure.condition_type();
+        let mine: Vec<&str> = problems.iter().filter(|(f, _)| *f == failure).map(|(_, m)| m.as_str()).collect();
+        if !mine.is_empty() {
+            set_condition(&mut status.conditions, type_, "True", REASON_INVALID_SPEC, &mine.join("; "), now);
+            continue;
+        }
+        let stale_spec_problem =
+            condition(&status, type_).is_some_and(|c| c.reason.as_deref() == Some(REASON_INVALID_SPEC));
+        let settled = match failure {
+            Failure::Scale => scale_settled,
+            Failure::Update => update_settled,
+        };
+        if settled || stale_spec_problem {
+            remove_condition(&mut status.conditions, type_);
+        }
+    }
+    let (progress_status, reason, message) = progressing(ctx, infos, draft, problems, settled);
+    set_condition(&mut status.conditions, PROGRESSING, progress_status, reason, &message, now);
+    status
+}
+
+/// `Progressing`: what the rollout waits for, in words.
+fn progressing(
+    ctx: &Ctx<'_>,
+    infos: &[PodInfo<'_>],
+    draft: &Draft,
+    problems: &[(Failure, String)],
+    settled: bool,
+) -> (&'static str, &'static str, String) {
+    if let Some((_, problem)) = problems.first() {
+        return ("False", REASON_INVALID_SPEC, problem.clone());
+    }
+    let replicas = count(infos.len());
+    let updated = count(infos.iter().filter(|i| i.updated).count());
+    let target = ctx.replicas - ctx.partition;
+    let head = format!(
+        "{updated} of {} pods run revision {} (target {target}, partition {})",
+        ctx.replicas, ctx.update_revision, ctx.partition
+    );
+    let need = update::need(ctx, infos).pods;
+    if need > 0 && ctx.paused {
+        return ("Unknown", "Paused", format!("{head}; updates are paused by spec.updateStrategy.paused"));
+    }
+    if need > 0 && ctx.strategy == GameDeploymentUpdateStrategyType::OnDelete {
+        return ("True", "WaitingForDeletion", format!("{head}; {}", ondelete::WAITING_FOR_DELETION));
+    }
+    let mut waiting: Vec<String> = Vec::new();
+    if replicas < ctx.replicas {
+        waiting.push(format!("{} pods to be created", ctx.replicas - replicas));
+    }
+    if !draft.held.is_empty() {
+        let held = draft
+            .held
+            .iter()
+            .map(|h| format!("{} ({})", h.name, h.decision.reason().unwrap_or("held")))
+            .collect::<Vec<_>>();
+        waiting.push(format!("gates holding {}", names(held.iter().map(String::as_str))));
+    }
+    let grace: Vec<&str> = infos.iter().filter(|i| matches!(i.progress, Progress::Grace(_))).map(|i| i.name).collect();
+    if !grace.is_empty() {
+        waiting.push(format!("in-place grace period of {}", names(grace.into_iter())));
+    }
+    let patching: Vec<&str> =
+        infos.iter().filter(|i| matches!(i.progress, Progress::Patched(_) | Progress::Done)).map(|i| i.name).collect();
+    if !patching.is_empty() {
+        waiting.push(format!("new containers of {}", names(patching.into_iter())));
+    }
+    let unavailable: Vec<&str> =
+        infos.iter().filter(|i| !i.available && i.progress.is_idle()).map(|i| i.name).collect();
+    if !unavailable.is_empty() {
+        waiting.push(format!("{} to become available", names(unavailable.into_iter())));
+    }
+    if replicas > ctx.replicas {
+        waiting.push(format!("{} surplus pods to be deleted", replicas - ctx.replicas));
+    }
+    if need > 0 && waiting.is_empty() {
+        waiting.push(format!("update budget (maxUnavailable {})", ctx.max_unavailable));
+    }
+    if !waiting.is_empty() || need > 0 {
+        return ("True", "RolloutInProgress", format!("{head}; waiting for {}", waiting.join(", ")));
+    }
+    if settled {
+        return (
+            "True",
+            "RolloutComplete",
+            format!("all {} pods run revision {} and are available", ctx.replicas, ctx.update_revision),
+        );
+    }
+    (
+        "True",
+        "PartitionAvailable",
+        format!("{head}; {} pods are kept on older revisions by the partition", replicas - updated),
+    )
+}
+
+/// Events for conditions the planner itself decided (a spec problem appearing, a rollout completing).
+pub(crate) fn transition_events(old: &GameDeploymentStatus, new: &GameDeploymentStatus) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    for type_ in [FAILED_SCALE, FAILED_UPDATE] {
+        let Some(c) = condition(new, type_).filter(|c| c.reason.as_deref() == Some(REASON_INVALID_SPEC)) else {
+            continue;
+        };
+        if condition(old, type_).map(|o| (&o.reason, &o.message)) != Some((&c.reason, &c.message)) {
+            events.push(PlannedEvent {
+                type_: EventType::Warning,
+                reason: type_.to_string(),
+                message: c.message.clone().unwrap_or_default(),
+            });
+        }
+    }
+    let reason = |s: &GameDeploymentStatus| condition(s, PROGRESSING).and_then(|c| c.reason.clone());
+    if let Some(now) = reason(new).filter(|r| r == "RolloutComplete" || r == "PartitionAvailable") {
+        if reason(old).as_deref() != Some(now.as_str()) {
+            let message = condition(new, PROGRESSING).and_then(|c| c.message.clone()).unwrap_or_default();
+            events.push(PlannedEvent::normal(&now, message));
+        }
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_with_the_status() {
+        let t1 = Timestamp::from_second(10).unwrap();
+        let t2 = Timestamp::from_second(20).unwrap();
+        let mut conditions = Vec::new();
+        set_condition(&mut conditions, PROGRESSING, "True", "RolloutInProgress", "a", t1);
+        set_condition(&mut conditions, PROGRESSING, "True", "RolloutInProgress", "b", t2);
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].last_transition_time, Some(Time(t1)));
+        assert_eq!(conditions[0].message.as_deref(), Some("b"));
+        set_condition(&mut conditions, PROGRESSING, "Unknown", "Paused", "c", t2);
+        assert_eq!(conditions[0].last_transition_time, Some(Time(t2)));
+        set_condition(&mut conditions, FAILED_SCALE, "True", "x", "y", t2);
+        assert_eq!(conditions.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), [FAILED_SCALE, PROGRESSING]);
+        remove_condition(&mut conditions, FAILED_SCALE);
+        assert_eq!(conditions.len(), 1);
+    }
+
+    #[test]
+    fn name_lists_are_short() {
+        assert_eq!(names(["a", "b"].into_iter()), "a, b");
+        assert_eq!(names(["a", "b", "c", "d", "e"].into_iter()), "a, b, c and 2 more");
+    }
+}

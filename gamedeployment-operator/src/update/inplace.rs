@@ -1,0 +1,565 @@
+//! `InplaceUpdate`: change the images of a running pod (it keeps its name, IP and node; the kubelet restarts the
+//! changed containers).
+//!
+//! Sequence, each step a separate pass so a restart anywhere resumes from what the pod records:
+//! 1. The gate allows the update. The pod's `InPlaceUpdateReady` condition is set False (reason
+//!    `StartInPlaceUpdate`), which takes it out of Service endpoints, and — in a second write, only if the first
+//!    succeeded — the pod is labelled `Updating`. Without a grace period the images, template labels/annotations
+//!    and the revision label change in that same write, with the BCS `inplace-update-state` annotation recording
+//!    each changed container's previous `imageID`.
+//! 2. With `gracePeriodSeconds`, the planned change waits in the `inplace-update-grace` annotation until the
+//!    grace period has passed; the pod keeps its old revision label meanwhile (BCS flips it at once, so
+//!    `updatedReplicas` counted pods still running the old image — bug list §7.9). A new target revision during
+//!    the grace period cancels it.
+//! 3. Completion: every changed container reports a new `imageID`, or reports the new image (so a tag that
+//!    resolves to the same digest completes too, unlike BCS). Then `InPlaceUpdateReady` goes back to True and
+//!    the pod to `Normal`.
+//!
+//! Only container images and template labels/annotations can change in place; anything else is recreated
+//! (with an event) instead of failing forever as BCS does (bug list §7.5).
+
+use std::collections::BTreeMap;
+
+use common::keys;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::action::{PatchReason, PodChange, PodRef, PodWrite};
+use crate::lifecycle::{self, LifecycleState};
+use crate::patch;
+use crate::revision;
+
+/// What changes between two templates when the change can be made in place.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TemplateChange {
+    /// Container name → new image.
+    pub images: BTreeMap<String, String>,
+    pub labels_from: BTreeMap<String, String>,
+    pub labels_to: BTreeMap<String, String>,
+    pub annotations_from: BTreeMap<String, String>,
+    pub annotations_to: BTreeMap<String, String>,
+}
+
+fn meta_map(template: &PodTemplateSpec, labels: bool) -> BTreeMap<String, String> {
+    let meta = template.metadata.as_ref();
+    let map = if labels { meta.and_then(|m| m.labels.clone()) } else { meta.and_then(|m| m.annotations.clone()) };
+    map.unwrap_or_default()
+}
+
+/// The in-place change from `old` to `new`, or why there is none.
+pub fn diff(old: &PodTemplateSpec, new: &PodTemplateSpec) -> Result<TemplateChange, String> {
+    let strip_images = |template: &PodTemplateSpec| {
+        let mut spec = revision::normalize(&serde_json::to_value(&template.spec).unwrap_or(Value::Null));
+        if let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) {
+            for c in containers {
+                if let Some(map) = c.as_object_mut() {
+                    map.remove("image");
+                }
+            }
+        }
+        spec
+    };
+    let (old_spec, new_spec) = (strip_images(old), strip_images(new));
+    if old_spec != new_spec {
+        let fields = changed_fields(&old_spec, &new_spec);
+        return Err(format!("the template changes more than container images and metadata ({fields})"));
+    }
+    let mut images = BTreeMap::new();
+    let containers = |t: &PodTemplateSpec| t.spec.as_ref().map(|s| s.containers.clone()).unwrap_or_default();
+    for (o, n) in containers(old).iter().zip(containers(new).iter()) {
+        if o.image != n.image {
+            images.insert(n.name.clone(), n.image.clone().unwrap_or_default());
+        }
+    }
+    Ok(TemplateChange {
+        images,
+        labels_from: meta_map(old, true),
+        labels_to: meta_map(new, true),
+        annotations_from: meta_map(old, false),
+        annotations_to: meta_map(new, false),
+    })
+}
+
+/// Names the differing fields (`spec.containers`, `spec.volumes`...) so the event says what forced a recreate.
+fn changed_fields(old: &Value, new: &Value) -> String {
+    let (Some(o), Some(n)) = (old.as_object(), new.as_object()) else { return "spec".into() };
+    let mut fields: Vec<String> = o
+        .keys()
+        .chain(n.keys())
+        .filter(|k| o.get(*k) != n.get(*k))
+        .map(|k| if k == "containers" { "spec.containers (not only images)".to_string() } else { format!("spec.{k}") })
+        .collect();
+    fields.sort();
+    fields.dedup();
+    fields.join(", ")
+}
+
+/// `inplace-update-state` (BCS format): the target revision, when the images were patched, and the image IDs the
+/// changed containers had before.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceUpdateState {
+    pub revision: String,
+    pub update_timestamp: String,
+    #[serde(default)]
+    pub last_container_statuses: BTreeMap<String, LastContainerStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastContainerStatus {
+    #[serde(rename = "imageID", default)]
+    pub image_id: String,
+}
+
+/// `inplace-update-grace`: the planned update while its grace period runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GraceSpec {
+    pub revision: String,
+    #[serde(default)]
+    pub container_images: BTreeMap<String, String>,
+    pub grace_seconds: i64,
+    pub update_timestamp: String,
+}
+
+/// Where a pod is in an in-place update, as recorded on the pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// Nothing in progress.
+    Idle,
+    /// Waiting for the grace period before the images are patched.
+    Grace(GraceSpec),
+    /// Images patched; the new containers are not all running yet.
+    Patched(InPlaceUpdateState),
+    /// Images patched and every changed container runs the new image; not yet back in service.
+    Done,
+}
+
+impl Progress {
+    pub fn is_idle(&self) -> bool {
+        matches!(self, Self::Idle)
+    }
+}
+
+/// Reads the pod's in-place update progress.
+pub fn progress(pod: &Pod) -> Progress {
+    if let Some(grace) = common::pod::annotation(pod, keys::INPLACE_UPDATE_GRACE) {
+        if let Ok(spec) = serde_json::from_str::<GraceSpec>(grace) {
+            return Progress::Grace(spec);
+        }
+    }
+    if lifecycle::state_of(pod) != LifecycleState::Updating {
+        return Progress::Idle;
+    }
+    let Some(state) = common::pod::annotation(pod, keys::INPLACE_UPDATE_STATE)
+        .and_then(|s| serde_json::from_str::<InPlaceUpdateState>(s).ok())
+    else {
+        // `Updating` without a record: the update was never started (or was abandoned); finish it as done.
+        return Progress::Done;
+    };
+    if is_complete(pod, &state) { Progress::Done } else { Progress::Patched(state) }
+}
+
+/// `docker.io/library/nginx` and `nginx:latest` are the same image.
+fn normalize_image(image: &str) -> String {
+    let image = image.strip_prefix("docker.io/").unwrap_or(image);
+    let image = image.strip_prefix("library/").unwrap_or(image);
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if last.contains(':') || last.contains('@') { image.to_string() } else { format!("{image}:latest") }
+}
+
+fn is_complete(pod: &Pod, state: &InPlaceUpdateState) -> bool {
+    let spec_image =
+        |name: &str| pod.spec.as_ref()?.containers.iter().find(|c| c.name == name).and_then(|c| c.image.clone());
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
+    state.last_container_statuses.iter().all(|(name, before)| {
+        let Some(status) = statuses.and_then(|cs| cs.iter().find(|c| &c.name == name)) else { return false };
+        let running = status.state.as_ref().is_some_and(|s| s.running.is_some());
+        let new_id = !status.image_id.is_empty() && status.image_id != before.image_id;
+        let new_image = spec_image(name).is_some_and(|want| normalize_image(&status.image) == normalize_image(&want));
+        running && (new_id || new_image)
+    })
+}
+
+/// Whether the pod declares the `InPlaceUpdateReady` readiness gate (pods created with
+/// `disableReadinessGate` or adopted from elsewhere may not).
+pub fn has_readiness_gate(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|g| g.condition_type == keys::IN_PLACE_UPDATE_READY))
+}
+
+fn gate_condition_true(pod: &Pod) -> bool {
+    common::pod::condition(pod, keys::IN_PLACE_UPDATE_READY).is_some_and(|c| c.status == "True")
+}
+
+/// Inputs of an in-place step for one pod.
+pub struct Step<'a> {
+    pub pod: &'a Pod,
+    pub from_revision: &'a str,
+    pub to_revision: &'a str,
+    pub change: &'a TemplateChange,
+    pub now: Timestamp,
+}
+
+fn summary(change: &TemplateChange) -> String {
+    if change.images.is_empty() {
+        return "template metadata only".into();
+    }
+    change.images.iter().map(|(c, image)| format!("{c}={image}")).collect::<Vec<_>>().join(", ")
+}
+
+/// Operations applying the images, template metadata, revision label and the state annotation.
+fn apply_ops(step: &Step<'_>) -> Vec<Value> {
+    let pod = step.pod;
+    let mut ops = Vec::new();
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
+    let mut last = BTreeMap::new();
+    for (i, container) in containers.iter().enumerate() {
+        let Some(image) = step.change.images.get(&container.name) else { continue };
+        if container.image.as_ref() == Some(image) {
+            continue;
+        }
+        ops.push(json!({"op": "test", "path": format!("/spec/containers/{i}/name"), "value": container.name}));
+        ops.push(json!({"op": "replace", "path": format!("/spec/containers/{i}/image"), "value": image}));
+        if let Some(status) = statuses.and_then(|cs| cs.iter().find(|c| c.name == container.name)) {
+            last.insert(container.name.clone(), LastContainerStatus { image_id: status.image_id.clone() });
+        }
+    }
+    let mut labels_to = step.change.labels_to.clone();
+    labels_to.retain(|k, _| !is_own_key(k));
+    let mut labels_from = step.change.labels_from.clone();
+    labels_from.retain(|k, _| !is_own_key(k));
+    ops.extend(patch::map_ops("/metadata/labels", pod.metadata.labels.as_ref(), &labels_from, &labels_to));
+    let mut annotations_to = step.change.annotations_to.clone();
+    annotations_to.retain(|k, _| !is_own_key(k));
+    let mut annotations_from = step.change.annotations_from.clone();
+    annotations_from.retain(|k, _| !is_own_key(k));
+    ops.extend(patch::map_ops(
+        "/metadata/annotations",
+        pod.metadata.annotations.as_ref(),
+        &annotations_from,
+        &annotations_to,
+    ));
+    ops.push(
+        json!({"op": "add", "path": patch::label_path(keys::CONTROLLER_REVISION_HASH), "value": step.to_revision}),
+    );
+    let state = InPlaceUpdateState {
+        revision: step.to_revision.to_string(),
+        update_timestamp: step.now.to_string(),
+        last_container_statuses: last,
+    };
+    // Serialising a struct of strings cannot fail.
+    let state = serde_json::to_string(&state).unwrap_or_default();
+    ops.push(json!({"op": "add", "path": patch::annotation_path(keys::INPLACE_UPDATE_STATE), "value": state}));
+    ops
+}
+
+/// Keys the operator owns on pods; template metadata never overrides them.
+fn is_own_key(key: &str) -> bool {
+    [
+        keys::CONTROLLER_REVISION_HASH,
+        keys::INSTANCE_ID,
+        keys::INDEX_ID,
+        keys::LIFECYCLE_STATE,
+        keys::LIFECYCLE_TIMESTAMP,
+        keys::INPLACE_UPDATE_STATE,
+        keys::INPLACE_UPDATE_GRACE,
+        keys::HOTPATCH_UPDATE_STATE,
+    ]
+    .contains(&key)
+}
+
+/// Starts the in-place update (step 1): readiness gate False first, then the pod patch.
+pub fn start(step: &Step<'_>, grace_seconds: i32) -> PodChange {
+    let pod = step.pod;
+    let mut writes = Vec::new();
+    if has_readiness_gate(pod) {
+        writes.push(PodWrite::Status(patch::condition_ops(
+            pod,
+            keys::IN_PLACE_UPDATE_READY,
+            "False",
+            Some(keys::IN_PLACE_UPDATE_STARTED_REASON),
+            step.now,
+        )));
+    }
+    let mut ops = patch::ensure_maps(pod);
+    ops.extend(patch::test_label(keys::CONTROLLER_REVISION_HASH, Some(step.from_revision)));
+    ops.extend(lifecycle::set_state_ops(LifecycleState::Updating, step.now));
+    if grace_seconds > 0 {
+        let grace = GraceSpec {
+            revision: step.to_revision.to_string(),
+            container_images: step.change.images.clone(),
+            grace_seconds: i64::from(grace_seconds),
+            update_timestamp: step.now.to_string(),
+        };
+        let grace = serde_json::to_string(&grace).unwrap_or_default();
+        ops.push(json!({"op": "add", "path": patch::annotation_path(keys::INPLACE_UPDATE_GRACE), "value": grace}));
+    } else {
+        ops.extend(apply_ops(step));
+    }
+    writes.push(PodWrite::Object(ops));
+    let summary = if grace_seconds > 0 {
+        format!("{} to {} after a {grace_seconds}s grace period", summary(step.change), step.to_revision)
+    } else {
+        format!("{} to {}", summary(step.change), step.to_revision)
+    };
+    PodChange { pod: PodRef::of(pod), reason: PatchReason::InPlaceUpdate, writes, summary }
+}
+
+/// When the grace period of a pod ends.
+pub fn grace_ends_at(grace: &GraceSpec) -> Option<Timestamp> {
+    let start: Timestamp = grace.update_timestamp.parse().ok()?;
+    Timestamp::from_second(start.as_second().saturating_add(grace.grace_seconds)).ok()
+}
+
+/// The grace period is over: patch the images now (step 2).
+pub fn finish_grace(step: &Step<'_>, grace_annotation: &str) -> PodChange {
+    let mut ops = vec![json!({
+        "op": "test", "path": patch::annotation_path(keys::INPLACE_UPDATE_GRACE), "value": grace_annotation
+    })];
+    ops.extend(patch::test_label(keys::CONTROLLER_REVISION_HASH, Some(step.from_revision)));
+    ops.extend(apply_ops(step));
+    ops.push(json!({"op": "remove", "path": patch::annotation_path(keys::INPLACE_UPDATE_GRACE)}));
+    PodChange {
+        pod: PodRef::of(step.pod),
+        reason: PatchReason::InPlaceGraceEnded,
+        writes: vec![PodWrite::Object(ops)],
+        summary: format!("{} to {}", summary(step.change), step.to_revision),
+    }
+}
+
+/// The target changed during the grace period: forget the planned update and put the pod back in service.
+pub fn cancel_grace(pod: &Pod, grace_annotation: &str, now: Timestamp) -> PodChange {
+    let mut ops = vec![
+        json!({"op": "test", "path": patch::annotation_path(keys::INPLACE_UPDATE_GRACE), "value": grace_annotation}),
+        json!({"op": "remove", "path": patch::annotation_path(keys::INPLACE_UPDATE_GRACE)}),
+    ];
+    ops.extend(lifecycle::set_state_ops(LifecycleState::Normal, now));
+    let mut writes = vec![PodWrite::Object(ops)];
+    if has_readiness_gate(pod) {
+        writes.push(PodWrite::Status(patch::condition_ops(pod, keys::IN_PLACE_UPDATE_READY, "True", None, now)));
+    }
+    PodChange {
+        pod: PodRef::of(pod),
+        reason: PatchReason::InPlaceGraceCancelled,
+        writes,
+        summary: "the target revision changed during the grace period".into(),
+    }
+}
+
+/// The new containers run: lifecycle back to `Normal`, then the readiness gate back to True (step 3).
+pub fn complete(pod: &Pod, now: Timestamp) -> PodChange {
+    let mut ops = vec![json!({"op": "test", "path": patch::label_path(keys::LIFECYCLE_STATE), "value": "Updating"})];
+    ops.extend(lifecycle::set_state_ops(LifecycleState::Normal, now));
+    let mut writes = vec![PodWrite::Object(ops)];
+    if has_readiness_gate(pod) && !gate_condition_true(pod) {
+        writes.push(PodWrite::Status(patch::condition_ops(pod, keys::IN_PLACE_UPDATE_READY, "True", None, now)));
+    }
+    PodChange {
+        pod: PodRef::of(pod),
+        reason: PatchReason::InPlaceUpdateCompleted,
+        writes,
+        summary: format!(
+            "running revision {}",
+            common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or("(unknown)")
+        ),
+    }
+}
+
+/// A pod with the readiness gate and nothing in progress whose condition is not True (a new pod, or one whose
+/// update was interrupted before its images changed): put it in service. BCS only does this inside its update
+/// loop, so pods created while paused never became Ready (bug list §7.8); here it always happens.
+pub fn mark_ready(pod: &Pod, now: Timestamp) -> Option<PodChange> {
+    if !has_readiness_gate(pod) || gate_condition_true(pod) {
+        return None;
+    }
+    Some(PodChange {
+        pod: PodRef::of(pod),
+        reason: PatchReason::ReadinessGate,
+        writes: vec![PodWrite::Status(patch::condition_ops(pod, keys::IN_PLACE_UPDATE_READY, "True", None, now))],
+        summary: format!("{} condition set True", keys::IN_PLACE_UPDATE_READY),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateRunning, ContainerStatus, EnvVar, PodReadinessGate, PodSpec, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn template(image: &str, labels: &[(&str, &str)]) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            }),
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container { name: "main".into(), image: Some(image.into()), ..Default::default() },
+                    Container { name: "sidecar".into(), image: Some("envoy:1".into()), ..Default::default() },
+                ],
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn running_pod(image: &str, image_id: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web-abcde".into()),
+                uid: Some("u1".into()),
+                labels: Some(
+                    [("app".into(), "web".into()), (keys::CONTROLLER_REVISION_HASH.into(), "web-1".into())].into(),
+                ),
+                annotations: Some(BTreeMap::new()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container { name: "main".into(), image: Some(image.into()), ..Default::default() },
+                    Container { name: "sidecar".into(), image: Some("envoy:1".into()), ..Default::default() },
+                ],
+                readiness_gates: Some(vec![PodReadinessGate { condition_type: keys::IN_PLACE_UPDATE_READY.into() }]),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "main".into(),
+                    image: image.into(),
+                    image_id: image_id.into(),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn apply(pod: &Pod, ops: &[Value]) -> Pod {
+        let mut doc = serde_json::to_value(pod).unwrap();
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.to_vec())).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        serde_json::from_value(doc).unwrap()
+    }
+
+    #[test]
+    fn image_and_metadata_changes_are_in_place() {
+        let change =
+            diff(&template("nginx:1", &[("app", "web")]), &template("nginx:2", &[("app", "web"), ("v", "2")])).unwrap();
+        assert_eq!(change.images, BTreeMap::from([("main".to_string(), "nginx:2".to_string())]));
+        assert_eq!(change.labels_to.get("v").map(String::as_str), Some("2"));
+    }
+
+    #[test]
+    fn other_changes_are_not() {
+        let mut new = template("nginx:2", &[("app", "web")]);
+        new.spec.as_mut().unwrap().containers[0].env = Some(vec![EnvVar { name: "A".into(), ..Default::default() }]);
+        let err = diff(&template("nginx:1", &[("app", "web")]), &new).unwrap_err();
+        assert!(err.contains("spec.containers"), "{err}");
+        let mut new = template("nginx:1", &[("app", "web")]);
+        new.spec.as_mut().unwrap().containers.pop();
+        assert!(diff(&template("nginx:1", &[("app", "web")]), &new).is_err());
+    }
+
+    #[test]
+    fn full_sequence_without_grace() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        let pod = running_pod("nginx:1", "sha256:old");
+        let change =
+            diff(&template("nginx:1", &[("app", "web")]), &template("nginx:2", &[("app", "web"), ("v", "2")])).unwrap();
+        let step = Step { pod: &pod, from_revision: "web-1", to_revision: "web-2", change: &change, now };
+        let started = start(&step, 0);
+        assert_eq!(started.writes.len(), 2);
+        let PodWrite::Status(status_ops) = &started.writes[0] else { panic!("readiness gate first") };
+        let PodWrite::Object(ops) = &started.writes[1] else { panic!() };
+        let mut pod = apply(&apply(&pod, status_ops), ops);
+        assert_eq!(common::pod::condition(&pod, keys::IN_PLACE_UPDATE_READY).unwrap().status, "False");
+        assert_eq!(pod.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:2"));
+        assert_eq!(common::pod::label(&pod, keys::CONTROLLER_REVISION_HASH), Some("web-2"));
+        assert_eq!(common::pod::label(&pod, "v"), Some("2"));
+        assert_eq!(lifecycle::state_of(&pod), LifecycleState::Updating);
+        let Progress::Patched(state) = progress(&pod) else { panic!("{:?}", progress(&pod)) };
+        assert_eq!(state.last_container_statuses["main"].image_id, "sha256:old");
+
+        // The kubelet restarts the container with the new image.
+        let status = &mut pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
+        status.image = "docker.io/library/nginx:2".into();
+        status.image_id = "sha256:new".into();
+        assert_eq!(progress(&pod), Progress::Done);
+        let done = complete(&pod, now);
+        let mut pod = pod;
+        for w in &done.writes {
+            let (PodWrite::Object(ops) | PodWrite::Status(ops)) = w;
+            pod = apply(&pod, ops);
+        }
+        assert_eq!(lifecycle::state_of(&pod), LifecycleState::Normal);
+        assert_eq!(common::pod::condition(&pod, keys::IN_PLACE_UPDATE_READY).unwrap().status, "True");
+        assert_eq!(progress(&pod), Progress::Idle);
+    }
+
+    #[test]
+    fn same_digest_new_tag_completes() {
+        let mut pod = running_pod("nginx:2", "sha256:same");
+        let state = InPlaceUpdateState {
+            revision: "web-2".into(),
+            update_timestamp: "1970-01-01T00:00:00Z".into(),
+            last_container_statuses: [("main".into(), LastContainerStatus { image_id: "sha256:same".into() })].into(),
+        };
+        assert!(is_complete(&pod, &state));
+        pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].image = "nginx:1".into();
+        assert!(!is_complete(&pod, &state));
+    }
+
+    #[test]
+    fn grace_period_defers_the_images() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        let pod = running_pod("nginx:1", "sha256:old");
+        let change = diff(&template("nginx:1", &[("app", "web")]), &template("nginx:2", &[("app", "web")])).unwrap();
+        let step = Step { pod: &pod, from_revision: "web-1", to_revision: "web-2", change: &change, now };
+        let started = start(&step, 30);
+        let PodWrite::Object(ops) = &started.writes[1] else { panic!() };
+        let pod = apply(&pod, ops);
+        assert_eq!(pod.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:1"));
+        assert_eq!(common::pod::label(&pod, keys::CONTROLLER_REVISION_HASH), Some("web-1"));
+        let Progress::Grace(grace) = progress(&pod) else { panic!() };
+        assert_eq!(grace_ends_at(&grace), Some(Timestamp::from_second(1_030).unwrap()));
+
+        let annotation = common::pod::annotation(&pod, keys::INPLACE_UPDATE_GRACE).unwrap().to_string();
+        let later = Step { pod: &pod, from_revision: "web-1", to_revision: "web-2", change: &change, now };
+        let PodWrite::Object(ops) = &finish_grace(&later, &annotation).writes[0] else { panic!() };
+        let finished = apply(&pod, ops);
+        assert_eq!(finished.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:2"));
+        assert!(common::pod::annotation(&finished, keys::INPLACE_UPDATE_GRACE).is_none());
+        assert!(matches!(progress(&finished), Progress::Patched(_)));
+
+        let cancelled = cancel_grace(&pod, &annotation, now);
+        let mut back = pod.clone();
+        for w in &cancelled.writes {
+            let (PodWrite::Object(ops) | PodWrite::Status(ops)) = w;
+            back = apply(&back, ops);
+        }
+        assert_eq!(progress(&back), Progress::Idle);
+        assert_eq!(lifecycle::state_of(&back), LifecycleState::Normal);
+    }
+
+    #[test]
+    fn new_pods_are_marked_ready_once() {
+        let now = Timestamp::from_second(1).unwrap();
+        let pod = running_pod("nginx:1", "x");
+        let change = mark_ready(&pod, now).unwrap();
+        let PodWrite::Status(ops) = &change.writes[0] else { panic!() };
+        let pod = apply(&pod, ops);
+        assert!(mark_ready(&pod, now).is_none());
+    }
+}

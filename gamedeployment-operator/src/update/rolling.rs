@@ -1,0 +1,14 @@
+//! `RollingUpdate`: an old pod is deleted (through the delete gate) and the scale step of a later pass creates
+//! its replacement from the update revision. With `maxSurge`, the scale step first creates up to `maxSurge`
+//! extra new pods, so old pods can go without dropping below `replicas − maxUnavailable` available pods.
+
+use crate::action::Action;
+use crate::gate::{DeleteCause, GateKind};
+use crate::planner::{Ctx, Draft, PodInfo};
+
+/// Replaces one pod: delete it if the gate allows.
+pub(crate) fn replace(ctx: &Ctx<'_>, info: &PodInfo<'_>, cause: DeleteCause, draft: &mut Draft) {
+    if draft.pass_gate(ctx, info, GateKind::Delete(cause)) {
+        draft.actions.push(Action::DeletePod { pod: info.pod_ref(), cause });
+    }
+}
