@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "20%";
 /// Default `spec.revisionHistoryLimit`.
 pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 
+// Printer columns repeat `type_ = ...`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "tkex.tencent.com",
@@ -28,6 +30,7 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
     singular = "gamedeployment",
     shortname = "gd",
     namespaced,
+    derive = "PartialEq",
     status = "GameDeploymentStatus",
     scale(
         spec_replicas_path = ".spec.replicas",
@@ -70,7 +73,7 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentSpec {
     /// Desired number of pods.
-    #[serde(default = "default_replicas")]
+    #[serde(default = "default_replicas", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::replicas")]
     pub replicas: Option<i32>,
     /// Selects the pods this GameDeployment owns; must match the template labels.
@@ -98,7 +101,7 @@ pub struct GameDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_inplace_update_strategy: Option<GameDeploymentPostInplaceUpdateStrategy>,
     /// Number of old ControllerRevisions kept (revisions still used by a pod are always kept).
-    #[serde(default = "default_revision_history_limit")]
+    #[serde(default = "default_revision_history_limit", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::revision_history_limit")]
     pub revision_history_limit: Option<i32>,
     /// Seconds a pod must be Ready before it counts as available.

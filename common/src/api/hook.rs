@@ -22,6 +22,7 @@ use super::schema;
     singular = "hooktemplate",
     shortname = "ht",
     namespaced,
+    derive = "PartialEq",
     doc = "HookTemplate declares the checks (web, prometheus, kubernetes) that gate a pod deletion or update."
 )]
 #[serde(rename_all = "camelCase")]
@@ -39,6 +40,8 @@ pub struct HookTemplateSpec {
 }
 
 /// One run of a template's metrics against concrete arguments (usually one pod).
+// Printer columns repeat `type_ = ...`, which clippy mistakes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "tkex.tencent.com",
@@ -48,6 +51,7 @@ pub struct HookTemplateSpec {
     singular = "hookrun",
     shortname = "hr",
     namespaced,
+    derive = "PartialEq",
     status = "HookRunStatus",
     printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase", description = "HookRun phase"),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
