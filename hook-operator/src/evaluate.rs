@@ -1,0 +1,330 @@
+//! Judging a measured value with `successCondition` / `failureCondition`, written in the expr language as BCS
+//! and Argo Rollouts write them (`asInt(result) > 30`, `result[0] >= 0.95`, `all(result, {# > 1})`).
+//!
+//! Evaluation uses the `expr-lang` crate with its built-ins, plus the functions Argo adds on top of expr:
+//! `asInt`, `asFloat` (numbers and numeric strings), `isNaN`, `isInf`, `isNil` and `default`. Values keep
+//! their JSON type, so `result.status == "Healthy"` and `asInt(result) > 30` both work whether the endpoint
+//! answered `45` or `"45"`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use common::api::HookPhase;
+use expr::{Context, Environment, Program, Value};
+
+/// Why an expression could not decide.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EvalError {
+    #[error("{which} `{expression}` does not parse: {reason}")]
+    Parse { which: &'static str, expression: String, reason: String },
+    #[error("{which} `{expression}` failed for result {result}: {reason}")]
+    Run { which: &'static str, expression: String, result: String, reason: String },
+    #[error("{which} `{expression}` returned {value} for result {result}; a condition must return true or false")]
+    NotBool { which: &'static str, expression: String, result: String, value: String },
+}
+
+/// One environment for the whole process: it only holds pure functions.
+static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
+    let mut env = Environment::new();
+    env.add_function("asInt", |call| as_int(&single("asInt", call.args)?));
+    env.add_function("asFloat", |call| as_float(&single("asFloat", call.args)?));
+    env.add_function("isNaN", |call| match single("isNaN", call.args)? {
+        Value::Float(f) => Ok(f.is_nan().into()),
+        Value::Integer(_) => Ok(false.into()),
+        other => Err(format!("isNaN expects a number, got {}", describe(&other)).into()),
+    });
+    env.add_function("isInf", |call| match single("isInf", call.args)? {
+        Value::Float(f) => Ok(f.is_infinite().into()),
+        Value::Integer(_) => Ok(false.into()),
+        other => Err(format!("isInf expects a number, got {}", describe(&other)).into()),
+    });
+    env.add_function("isNil", |call| Ok(single("isNil", call.args)?.is_nil().into()));
+    env.add_function("default", |call| {
+        let mut args = call.args.into_iter();
+        match (args.next(), args.next(), args.next()) {
+            (Some(value), Some(fallback), None) => Ok(if is_empty(&value) { fallback } else { value }),
+            _ => Err("default expects 2 arguments: default(value, fallback)".to_string().into()),
+        }
+    });
+    env
+});
+
+/// Compiled programs by source text: templates repeat the same few conditions across thousands of runs, and
+/// parsing dominates the cost of a comparison.
+static PROGRAMS: LazyLock<Mutex<HashMap<String, Arc<Program>>>> = LazyLock::new(Default::default);
+const PROGRAM_CACHE_LIMIT: usize = 4096;
+
+fn single(name: &str, args: Vec<Value>) -> expr::Result<Value> {
+    let mut args = args.into_iter();
+    match (args.next(), args.next()) {
+        (Some(value), None) => Ok(value),
+        _ => Err(format!("{name} expects exactly 1 argument").into()),
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Nil => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Map(m) => m.is_empty(),
+        _ => false,
+    }
+}
+
+/// Argo's `asInt`: integers as they are, floats truncated, strings parsed as base-10 integers.
+fn as_int(value: &Value) -> expr::Result<Value> {
+    match value {
+        Value::Integer(i) => Ok(Value::Integer(*i)),
+        Value::Float(f) if f.is_finite() => Ok(Value::Integer(*f as i64)),
+        Value::String(s) => s
+            .trim()
+            .parse::<i64>()
+            .map(Value::Integer)
+            .map_err(|_| format!("asInt: {s:?} is not an integer").into()),
+        other => Err(format!("asInt expects a number or a numeric string, got {}", describe(other)).into()),
+    }
+}
+
+fn as_float(value: &Value) -> expr::Result<Value> {
+    match value {
+        Value::Integer(i) => Ok(Value::Float(*i as f64)),
+        Value::Float(f) => Ok(Value::Float(*f)),
+        Value::String(s) => s
+            .trim()
+            .parse::<f64>()
+            .map(Value::Float)
+            .map_err(|_| format!("asFloat: {s:?} is not a number").into()),
+        other => Err(format!("asFloat expects a number or a numeric string, got {}", describe(other)).into()),
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Nil => "nil".into(),
+        Value::Bool(b) => format!("bool {b}"),
+        Value::Integer(i) => format!("int {i}"),
+        Value::Float(f) => format!("float {f}"),
+        Value::String(s) => format!("string {s:?}"),
+        Value::Array(_) => "an array".into(),
+        Value::Map(_) | Value::KeyedMap(_) => "a map".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Parses an expression once; the result is shared by every later evaluation of the same text.
+pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, EvalError> {
+    if let Ok(cache) = PROGRAMS.lock()
+        && let Some(program) = cache.get(expression)
+    {
+        return Ok(program.clone());
+    }
+    let program = expr::compile(expression).map_err(|e| EvalError::Parse {
+        which,
+        expression: expression.to_string(),
+        reason: one_line(&e.to_string()),
+    })?;
+    let program = Arc::new(program);
+    if let Ok(mut cache) = PROGRAMS.lock() {
+        if cache.len() >= PROGRAM_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(expression.to_string(), program.clone());
+    }
+    Ok(program)
+}
+
+/// pest errors span several lines with an ASCII-art pointer; status messages are read in `kubectl get -o
+/// yaml`, where one line reads better.
+fn one_line(message: &str) -> String {
+    message.split('\n').map(str::trim).filter(|l| !l.is_empty() && *l != "|").collect::<Vec<_>>().join(" ")
+}
+
+/// JSON as expr sees it: integers stay integers (so `result == 45` holds), other numbers become floats.
+pub fn to_expr(value: &serde_json::Value) -> Value {
+    match value {
+        serde_json::Value::Null => Value::Nil,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(s.clone()),
+        serde_json::Value::Array(items) => Value::Array(items.iter().map(to_expr).collect()),
+        serde_json::Value::Object(map) => Value::Map(map.iter().map(|(k, v)| (k.clone(), to_expr(v))).collect()),
+    }
+}
+
+/// Runs one condition against `result`.
+pub fn condition(which: &'static str, expression: &str, result: &Value) -> Result<bool, EvalError> {
+    let program = compile(which, expression)?;
+    let mut context = Context::default();
+    context.insert("result", result.clone());
+    let shown = || show(result);
+    match ENVIRONMENT.run(&program, &context) {
+        Ok(Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(EvalError::NotBool {
+            which,
+            expression: expression.to_string(),
+            result: shown(),
+            value: describe(&other),
+        }),
+        Err(e) => Err(EvalError::Run {
+            which,
+            expression: expression.to_string(),
+            result: shown(),
+            reason: one_line(&e.to_string()),
+        }),
+    }
+}
+
+/// The result as it appears in messages: short, and typed (`"45"` is a string, `45` a number).
+pub fn show(result: &Value) -> String {
+    let text = match result {
+        Value::Nil => "nil (no value)".to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Integer(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => format!("{other}"),
+    };
+    crate::text::excerpt(&text, 200)
+}
+
+/// The BCS/Argo truth table: no conditions → Successful; only success → S ? Successful : Failed; only
+/// failure → F ? Failed : Successful; both → F wins, then S, else Inconclusive.
+pub fn judge(success: Option<&str>, failure: Option<&str>, result: &Value) -> Result<HookPhase, EvalError> {
+    let success = success.map(str::trim).filter(|s| !s.is_empty());
+    let failure = failure.map(str::trim).filter(|s| !s.is_empty());
+    let failed = failure.map(|f| condition("failureCondition", f, result)).transpose()?;
+    let succeeded = success.map(|s| condition("successCondition", s, result)).transpose()?;
+    Ok(match (succeeded, failed) {
+        (_, Some(true)) => HookPhase::Failed,
+        (Some(true), _) => HookPhase::Successful,
+        (Some(false), None) => HookPhase::Failed,
+        (None, Some(false)) | (None, None) => HookPhase::Successful,
+        (Some(false), Some(false)) => HookPhase::Inconclusive,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn eval(expression: &str, result: serde_json::Value) -> Result<bool, EvalError> {
+        condition("successCondition", expression, &to_expr(&result))
+    }
+
+    /// Every condition found in the BCS docs and manifests, the seeds (the walkthrough), and Argo Rollouts'
+    /// analysis docs, with a result of the shape each provider produces and the expected verdict.
+    #[test]
+    fn compatibility_corpus() {
+        let corpus: &[(&str, serde_json::Value, bool)] = &[
+            // BCS walkthrough (seed 002) and bcs-manifests: web jsonPath {$.age} on {"age":45}.
+            ("asInt(result) > 30", json!(45), true),
+            ("asInt(result) < 30", json!(45), false),
+            ("asInt(result) > 30", json!("45"), true),
+            ("asInt(result) < 30", json!("45"), false),
+            // BCS canary docs and hook-operator README.
+            ("asInt(result) == 1", json!("1"), true),
+            ("result == \"true\"", json!("true"), true),
+            ("asFloat(result) >= 0.95", json!("0.97"), true),
+            ("asFloat(result) >= 0.95", json!(0.9), false),
+            ("result == 'ok'", json!("ok"), true),
+            // Argo Rollouts analysis docs.
+            ("result[0] >= 0.95", json!([0.99]), true),
+            ("result[0] <= 0.01", json!([0.5]), false),
+            ("result[0] < 0.95", json!([0.9]), true),
+            ("len(result) > 0", json!([1.0]), true),
+            ("len(result) == 0", json!([]), true),
+            ("result == \"ok\"", json!("ok"), true),
+            ("result == 'Healthy'", json!("Healthy"), true),
+            ("all(result, {# > 1})", json!([2, 3]), true),
+            ("all(result, {# > 1})", json!([2, 1]), false),
+            ("any(result, {# > 10})", json!([2, 11]), true),
+            ("len(filter(result, {# > 1})) == 2", json!([1, 2, 3]), true),
+            ("asInt(result) > 30", json!(45), true),
+            ("result.status == \"Healthy\"", json!({"status": "Healthy"}), true),
+            ("result.ok == true", json!({"ok": true}), true),
+            ("result.data.ok == true", json!({"data": {"ok": true}}), true),
+            ("result > 0.9", json!(0.95), true),
+            ("result >= 0.95", json!(0.97), true),
+            ("result == 1", json!(1), true),
+            ("result == 45", json!(45), true),
+            ("result == 45.0", json!(45), true),
+            ("result < 5", json!(3), true),
+            ("result.successRate >= 0.99", json!({"successRate": 0.995}), true),
+            ("isNaN(result)", json!(1.0), false),
+            ("isNil(result)", json!(null), true),
+            ("default(result, 0) >= 0", json!(null), true),
+            ("result in ['ok', 'ready']", json!("ready"), true),
+            ("result matches '^[0-9]+$'", json!("123"), true),
+            ("result contains 'ok'", json!("all ok"), true),
+            ("not (result == 'down')", json!("up"), true),
+            ("result != 'down' && len(result) > 1", json!("up"), true),
+            ("result.count > 3 ? true : false", json!({"count": 4}), true),
+            ("asInt(result.replicas) >= 2", json!({"replicas": "2"}), true),
+            ("float(result) > 1.5", json!("2.5"), true),
+            ("int(result) == 45", json!(45), true),
+        ];
+        for (expression, result, want) in corpus {
+            assert_eq!(eval(expression, result.clone()), Ok(*want), "{expression} on {result}");
+        }
+    }
+
+    #[test]
+    fn as_int_and_as_float_accept_numbers_and_numeric_strings() {
+        assert!(matches!(as_int(&Value::Integer(45)), Ok(Value::Integer(45))));
+        assert!(matches!(as_int(&Value::Float(45.7)), Ok(Value::Integer(45))));
+        assert!(matches!(as_int(&Value::String(" 45 ".into())), Ok(Value::Integer(45))));
+        assert!(as_int(&Value::String("45.5".into())).is_err());
+        assert!(as_int(&Value::Bool(true)).is_err());
+        assert!(matches!(as_float(&Value::String("1e+06".into())), Ok(Value::Float(f)) if f == 1e6));
+        assert!(matches!(as_float(&Value::Integer(2)), Ok(Value::Float(f)) if f == 2.0));
+        assert!(as_float(&Value::Nil).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_expression_and_the_offending_value() {
+        let err = eval("asInt(result) > 30", json!("forty")).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("asInt(result) > 30"), "{text}");
+        assert!(text.contains("\"forty\""), "{text}");
+        assert!(text.contains("not an integer"), "{text}");
+
+        let err = eval("result +", json!(1)).unwrap_err();
+        assert!(matches!(err, EvalError::Parse { .. }), "{err}");
+        assert!(!err.to_string().contains('\n'), "{err}");
+
+        let err = eval("result + 1", json!(1)).unwrap_err();
+        assert!(matches!(err, EvalError::NotBool { .. }), "{err}");
+        assert!(err.to_string().contains("int 2"), "{err}");
+
+        let err = eval("result[0] > 1", json!([])).unwrap_err();
+        assert!(matches!(err, EvalError::Run { .. }), "{err}");
+    }
+
+    #[test]
+    fn truth_table() {
+        let r = to_expr(&json!(45));
+        let t = Some("result == 45");
+        let f = Some("result == 0");
+        let cases = [
+            (None, None, HookPhase::Successful),
+            (Some(""), Some("  "), HookPhase::Successful),
+            (t, None, HookPhase::Successful),
+            (f, None, HookPhase::Failed),
+            (None, t, HookPhase::Failed),
+            (None, f, HookPhase::Successful),
+            (t, t, HookPhase::Failed),
+            (t, f, HookPhase::Successful),
+            (f, t, HookPhase::Failed),
+            (f, f, HookPhase::Inconclusive),
+        ];
+        for (success, failure, want) in cases {
+            assert_eq!(judge(success, failure, &r), Ok(want), "{success:?} / {failure:?}");
+        }
+        assert!(judge(Some("asInt(result)"), None, &r).is_err());
+    }
+}

@@ -1,0 +1,22 @@
+//! Small text helpers for messages that end up in `status` and Events, where size matters.
+
+/// At most `max` characters, cut on a character boundary, with a marker saying how much was dropped.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(max).collect();
+    format!("{kept}… ({} more characters)", total - max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_long_text_on_character_boundaries() {
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(excerpt("ééééé", 2), "éé… (3 more characters)");
+    }
+}
