@@ -96,7 +96,7 @@ pub struct PodChange {
 
 /// Which part of the reconcile an action belongs to; failures become the `FailedScale` or `FailedUpdate`
 /// condition accordingly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     Revisions,
     Ownership,

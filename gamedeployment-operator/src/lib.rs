@@ -6,8 +6,11 @@
 //! protection), [`metrics`].
 
 pub mod action;
+pub mod controller;
+pub mod expectations;
 pub mod gate;
 pub mod lifecycle;
+pub mod metrics;
 pub mod ownership;
 pub mod patch;
 pub mod planner;

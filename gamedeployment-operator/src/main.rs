@@ -1,1 +1,128 @@
-fn main() {}
+//! `gamedeployment-operator`: parse flags, build the client, serve `/metrics` `/healthz` `/readyz`, and run the
+//! controller (while holding the Lease when `--leader-elect` is on).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use common::runtime::flags::parse_duration;
+use common::runtime::{
+    Health, LeaderElection, LeaderError, RuntimeError, RuntimeFlags, Shutdown, client, logging, server,
+};
+use gamedeployment_operator::controller::{self, Config};
+use gamedeployment_operator::metrics::Metrics;
+use kube::client::ClientBuilder;
+use kube::runtime::events::Reporter;
+use prometheus_client::registry::Registry;
+
+/// Kubernetes operator for tkex.tencent.com/v1alpha1 GameDeployments (BCS-compatible).
+#[derive(Parser, Debug)]
+#[command(name = "gamedeployment-operator", version, about)]
+struct Cli {
+    #[command(flatten)]
+    runtime: RuntimeFlags,
+    /// GameDeployments reconciled at the same time.
+    #[arg(long, default_value_t = 4, env = "CONCURRENCY")]
+    concurrency: u16,
+    /// Pod writes in flight at once within one GameDeployment's pass.
+    #[arg(long, default_value_t = 16)]
+    write_concurrency: usize,
+    /// How long a write may stay invisible in the watch cache before planning resumes anyway.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    expectations_timeout: Duration,
+    /// Do not watch Nodes (then `io.tencent.bcs.dev/node-deletion-cost` is ignored; no nodes RBAC needed).
+    #[arg(long)]
+    no_node_deletion_cost: bool,
+    /// Coalesce triggers arriving within this window into one pass (e.g. `100ms` on very large fleets).
+    #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
+    debounce: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = logging::init(&cli.runtime.log) {
+        eprintln!("gamedeployment-operator: {e}");
+        return ExitCode::FAILURE;
+    }
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "gamedeployment-operator stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), StartError> {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let kube_config = client::config(&cli.runtime.kube).await?;
+    let client = ClientBuilder::try_from(kube_config)
+        .map_err(StartError::Client)?
+        .with_layer(&metrics.request_counter())
+        .build();
+
+    let shutdown = Shutdown::default();
+    shutdown.trigger_on_signals();
+    let health = Health::default();
+    let listener = server::bind(cli.runtime.serve.metrics_address).await?;
+    tracing::info!(address = %cli.runtime.serve.metrics_address, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
+
+    let config = Config {
+        namespace: cli.runtime.kube.namespace.clone(),
+        concurrency: cli.concurrency,
+        write_concurrency: cli.write_concurrency,
+        expectations_timeout: cli.expectations_timeout,
+        node_costs: !cli.no_node_deletion_cost,
+        debounce: cli.debounce,
+        ..Config::default()
+    };
+    let election = cli
+        .runtime
+        .leader_election
+        .leader_elect
+        .then(|| LeaderElection::from_flags(client.clone(), &cli.runtime.leader_election, "gamedeployment-operator"))
+        .transpose()?;
+    let instance = election
+        .as_ref()
+        .map(|e| e.identity().to_string())
+        .or_else(|| std::env::var("POD_NAME").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok());
+    let reporter = Reporter { controller: "gamedeployment-operator".into(), instance };
+    let work = {
+        let (shutdown, health) = (shutdown.clone(), health.clone());
+        move || {
+            controller::run(client, config, metrics, reporter, async move { shutdown.wait().await }, move || {
+                health.set_ready(true);
+            })
+        }
+    };
+    let result = match election {
+        Some(election) => election.run_while_leading(&shutdown, work).await.map(|_| ()),
+        None => {
+            work().await;
+            Ok(())
+        }
+    };
+    health.set_ready(false);
+    shutdown.trigger();
+    match server.await {
+        Ok(Err(e)) => tracing::warn!(error = %e, "metrics server"),
+        Err(e) => tracing::warn!(error = %e, "metrics server task"),
+        Ok(Ok(())) => {}
+    }
+    result.map_err(StartError::from)
+}

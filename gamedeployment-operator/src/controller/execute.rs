@@ -1,0 +1,506 @@
+//! Sends a plan's actions to the API, in a safe order: revisions, ownership, deletions, creations (slow start:
+//! batches of 1, 2, 4... stopping at the first failing batch), pod patches, housekeeping. Every write is
+//! recorded in the expectations first, and every outcome becomes an Event and a metric.
+//!
+//! A patch whose `test` precondition fails (422) or that conflicts (409) was planned on a stale cache: it is not
+//! an error — the next pass, on fresher data, decides again.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::api::GameDeployment;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use super::Context;
+use crate::action::{Action, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
+use crate::gate::DeleteCause;
+use crate::metrics::ReasonLabels;
+use crate::ownership;
+use crate::planner::{Plan, PlannedEvent};
+use crate::revision;
+
+/// What happened when the plan was sent.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// Writes that failed, by phase, with a message for the condition.
+    pub failures: Vec<(Phase, String)>,
+    /// Phases with at least one successful write.
+    pub succeeded: BTreeSet<Phase>,
+    /// Writes rejected because our cache was stale; the next pass retries.
+    pub stale: usize,
+    /// The new revision's name is taken by a different template: bump `collisionCount` and plan again.
+    pub collision: bool,
+    pub events: Vec<PlannedEvent>,
+}
+
+impl Outcome {
+    fn fail(&mut self, phase: Phase, event: PlannedEvent) {
+        self.failures.push((phase, event.message.clone()));
+        self.events.push(event);
+    }
+}
+
+fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn json_patch(ops: &[Value]) -> Result<Patch<()>, serde_json::Error> {
+    Ok(Patch::Json(serde_json::from_value(Value::Array(ops.to_vec()))?))
+}
+
+pub(crate) struct Executor<'a> {
+    pub ctx: &'a Context,
+    pub gd: &'a GameDeployment,
+    pub key: &'a str,
+    pub cached_pods: &'a [Arc<Pod>],
+    /// The revision pods are being moved to (for event messages).
+    pub update_revision: &'a str,
+}
+
+impl Executor<'_> {
+    fn namespace(&self) -> String {
+        self.gd.namespace().unwrap_or_default()
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace())
+    }
+
+    fn revisions(&self) -> Api<ControllerRevision> {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace())
+    }
+
+    fn gds(&self) -> Api<GameDeployment> {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace())
+    }
+
+    fn cached(&self, pod: &PodRef) -> Option<&Pod> {
+        self.cached_pods
+            .iter()
+            .map(AsRef::as_ref)
+            .find(|p| p.metadata.name.as_deref() == Some(&pod.name) && p.metadata.uid.as_deref() == Some(&pod.uid))
+    }
+
+    pub async fn run(&self, plan: &Plan) -> Outcome {
+        let mut outcome = Outcome::default();
+        let of = |want: fn(&Action) -> bool| plan.actions.iter().filter(move |a| want(a));
+
+        for action in of(|a| matches!(a, Action::CreateRevision(_) | Action::RenumberRevision { .. })) {
+            self.revision_change(action, &mut outcome).await;
+            if outcome.collision || !outcome.failures.is_empty() {
+                // Pods must not reference a revision that does not exist.
+                return outcome;
+            }
+        }
+
+        let adopt: Vec<&PodRef> = of(|a| matches!(a, Action::AdoptPod(_)))
+            .filter_map(|a| if let Action::AdoptPod(p) = a { Some(p) } else { None })
+            .collect();
+        if !adopt.is_empty() {
+            self.adopt(&adopt, &mut outcome).await;
+        }
+        for action in of(|a| matches!(a, Action::ReleasePod(_))) {
+            if let Action::ReleasePod(pod) = action {
+                self.release(pod, &mut outcome).await;
+            }
+        }
+
+        let deletes: Vec<(PodRef, DeleteCause)> = of(|a| matches!(a, Action::DeletePod { .. }))
+            .filter_map(|a| if let Action::DeletePod { pod, cause } = a { Some((pod.clone(), *cause)) } else { None })
+            .collect();
+        self.delete_pods(deletes, &mut outcome).await;
+
+        let creates: Vec<(Pod, CreateReason)> = of(|a| matches!(a, Action::CreatePod { .. }))
+            .filter_map(
+                |a| if let Action::CreatePod { pod, reason } = a { Some(((**pod).clone(), *reason)) } else { None },
+            )
+            .collect();
+        self.create_pods(creates, &mut outcome).await;
+
+        let patches: Vec<PodChange> = of(|a| matches!(a, Action::PatchPod(_)))
+            .filter_map(|a| if let Action::PatchPod(c) = a { Some(c.clone()) } else { None })
+            .collect();
+        self.patch_pods(patches, &mut outcome).await;
+
+        for action in of(|a| matches!(a, Action::PrunePodsToDelete { .. } | Action::DeleteRevision { .. })) {
+            self.housekeeping(action, &mut outcome).await;
+        }
+        outcome
+    }
+
+    async fn revision_change(&self, action: &Action, outcome: &mut Outcome) {
+        let api = self.revisions();
+        match action {
+            Action::CreateRevision(r) => {
+                let name = r.metadata.name.clone().unwrap_or_default();
+                match api.create(&PostParams::default(), r).await {
+                    Ok(_) => {
+                        self.ctx.expectations.expect_revision(self.key, &name, Instant::now());
+                        outcome.succeeded.insert(Phase::Revisions);
+                        outcome.events.push(PlannedEvent::normal(
+                            "RevisionCreated",
+                            format!("created revision {name} (number {})", r.revision.unwrap_or(0)),
+                        ));
+                    }
+                    Err(e) if code(&e) == Some(409) => {
+                        match api.get_opt(&name).await {
+                            // Created by an earlier pass our cache has not shown yet.
+                            Ok(Some(existing)) if revision::holds_template(&existing, &self.gd.spec.template) => {
+                                self.ctx.expectations.expect_revision(self.key, &name, Instant::now());
+                            }
+                            Ok(_) => {
+                                outcome.collision = true;
+                                outcome.events.push(PlannedEvent::warning(
+                                "RevisionCollision",
+                                format!("revision name {name} is taken by a different template; increasing collisionCount"),
+                            ));
+                            }
+                            Err(e) => outcome.fail(
+                                Phase::Revisions,
+                                PlannedEvent::warning("FailedCreateRevision", format!("reading revision {name}: {e}")),
+                            ),
+                        }
+                    }
+                    Err(e) => outcome.fail(
+                        Phase::Revisions,
+                        PlannedEvent::warning("FailedCreateRevision", format!("creating revision {name}: {e}")),
+                    ),
+                }
+            }
+            Action::RenumberRevision { name, revision } => {
+                let patch = json_patch(&[json!({"op": "replace", "path": "/revision", "value": revision})]);
+                let result = match patch {
+                    Ok(patch) => api.patch(name, &PatchParams::default(), &patch).await.map(|_| ()),
+                    Err(e) => Err(kube::Error::SerdeError(e)),
+                };
+                match result {
+                    Ok(()) => {
+                        outcome.succeeded.insert(Phase::Revisions);
+                        outcome.events.push(PlannedEvent::normal(
+                            "RevisionRolledBack",
+                            format!("rolled back to revision {name} (now number {revision})"),
+                        ));
+                    }
+                    Err(e) => outcome.fail(
+                        Phase::Revisions,
+                        PlannedEvent::warning("FailedUpdateRevision", format!("renumbering revision {name}: {e}")),
+                    ),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Adoption re-reads the GameDeployment from the API first (not the cache), as Kubernetes controllers do:
+    /// a GameDeployment being deleted must not take new pods.
+    async fn adopt(&self, pods: &[&PodRef], outcome: &mut Outcome) {
+        let name = self.gd.name_any();
+        match self.gds().get_opt(&name).await {
+            Ok(Some(fresh))
+                if fresh.metadata.uid == self.gd.metadata.uid && fresh.metadata.deletion_timestamp.is_none() => {}
+            Ok(_) => return,
+            Err(e) => {
+                return outcome.fail(
+                    Phase::Ownership,
+                    PlannedEvent::warning(
+                        "FailedAdoption",
+                        format!("re-reading the GameDeployment before adopting: {e}"),
+                    ),
+                );
+            }
+        }
+        let owner = serde_json::to_value(ownership::owner_reference(self.gd)).unwrap_or(Value::Null);
+        for pod in pods {
+            let Some(cached) = self.cached(pod) else { continue };
+            let mut ops = vec![json!({"op": "test", "path": "/metadata/uid", "value": pod.uid})];
+            if cached.metadata.owner_references.is_some() {
+                ops.push(json!({"op": "add", "path": "/metadata/ownerReferences/-", "value": owner}));
+            } else {
+                ops.push(json!({"op": "add", "path": "/metadata/ownerReferences", "value": [owner]}));
+            }
+            self.ownership_patch(pod, &ops, "AdoptedPod", "FailedAdoption", outcome).await;
+        }
+    }
+
+    async fn release(&self, pod: &PodRef, outcome: &mut Outcome) {
+        let Some(cached) = self.cached(pod) else { return };
+        let Some(index) = cached
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .position(|o| o.controller == Some(true) && ownership::is_owned_by(o, self.gd))
+        else {
+            return;
+        };
+        let ops = vec![
+            json!({"op": "test", "path": "/metadata/uid", "value": pod.uid}),
+            json!({"op": "test", "path": format!("/metadata/ownerReferences/{index}/uid"), "value": self.gd.metadata.uid}),
+            json!({"op": "remove", "path": format!("/metadata/ownerReferences/{index}")}),
+        ];
+        self.ownership_patch(pod, &ops, "ReleasedPod", "FailedRelease", outcome).await;
+    }
+
+    async fn ownership_patch(&self, pod: &PodRef, ops: &[Value], ok: &str, failed: &str, outcome: &mut Outcome) {
+        let result = match json_patch(ops) {
+            Ok(patch) => self.pods().patch(&pod.name, &PatchParams::default(), &patch).await,
+            Err(e) => Err(kube::Error::SerdeError(e)),
+        };
+        match result {
+            Ok(patched) => {
+                if let Some(rv) = patched.metadata.resource_version.as_deref() {
+                    self.ctx.expectations.expect_patch(self.key, &pod.name, rv, Instant::now());
+                }
+                outcome.succeeded.insert(Phase::Ownership);
+                let verb = if ok == "AdoptedPod" { "adopted" } else { "released (its labels no longer match)" };
+                outcome.events.push(PlannedEvent::normal(ok, format!("pod {} {verb}", pod.name)));
+            }
+            Err(e) if matches!(code(&e), Some(404 | 409 | 422)) => outcome.stale += 1,
+            Err(e) => outcome.fail(Phase::Ownership, PlannedEvent::warning(failed, format!("pod {}: {e}", pod.name))),
+        }
+    }
+
+    async fn delete_pods(&self, deletes: Vec<(PodRef, DeleteCause)>, outcome: &mut Outcome) {
+        if deletes.is_empty() {
+            return;
+        }
+        let api = self.pods();
+        let now = Instant::now();
+        for (pod, _) in &deletes {
+            self.ctx.expectations.expect_delete(self.key, &pod.uid, now);
+        }
+        let results: Vec<(PodRef, DeleteCause, Result<(), kube::Error>)> = futures::stream::iter(deletes)
+            .map(|(pod, cause)| {
+                let api = api.clone();
+                async move {
+                    let params = DeleteParams {
+                        preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
+                        ..DeleteParams::default()
+                    };
+                    let result = api.delete(&pod.name, &params).await.map(|_| ());
+                    (pod, cause, result)
+                }
+            })
+            .buffer_unordered(self.ctx.config.write_concurrency.max(1))
+            .collect()
+            .await;
+        for (pod, cause, result) in results {
+            let recreate = matches!(cause, DeleteCause::RollingUpdate | DeleteCause::RecreateFallback);
+            let phase = if recreate { Phase::Update } else { Phase::Scale };
+            match result {
+                Ok(()) => {
+                    self.ctx.metrics.pods_deleted.get_or_create(&ReasonLabels { reason: cause.as_str().into() }).inc();
+                    outcome.succeeded.insert(phase);
+                    let (reason, message) = match cause {
+                        DeleteCause::ScaleIn => ("SuccessfulDelete", format!("deleted pod {} (scale in)", pod.name)),
+                        DeleteCause::PodsToDelete => {
+                            ("SuccessfulDelete", format!("deleted pod {} (listed in podsToDelete)", pod.name))
+                        }
+                        DeleteCause::RollingUpdate => (
+                            "SuccessfulUpdatePodReCreate",
+                            format!("deleted pod {} to recreate it from revision {}", pod.name, self.update_revision),
+                        ),
+                        DeleteCause::RecreateFallback => (
+                            "SuccessfulUpdatePodReCreate",
+                            format!("deleted pod {}: its update cannot be made in place", pod.name),
+                        ),
+                    };
+                    outcome.events.push(PlannedEvent::normal(reason, message));
+                }
+                Err(e) if matches!(code(&e), Some(404 | 409)) => {
+                    // Already gone, or a different pod now carries the name (UID precondition).
+                    self.ctx.expectations.delete_failed(self.key, &pod.uid);
+                    outcome.stale += 1;
+                }
+                Err(e) => {
+                    self.ctx.expectations.delete_failed(self.key, &pod.uid);
+                    let reason = if recreate { "FailedUpdatePodReCreate" } else { "FailedDelete" };
+                    outcome.fail(phase, PlannedEvent::warning(reason, format!("deleting pod {}: {e}", pod.name)));
+                }
+            }
+        }
+    }
+
+    async fn create_pods(&self, creates: Vec<(Pod, CreateReason)>, outcome: &mut Outcome) {
+        let api = self.pods();
+        let mut remaining = creates.into_iter();
+        let mut batch = 1usize;
+        loop {
+            let wave: Vec<(Pod, CreateReason)> = remaining.by_ref().take(batch).collect();
+            if wave.is_empty() {
+                return;
+            }
+            let now = Instant::now();
+            for (pod, _) in &wave {
+                self.ctx.expectations.expect_create(self.key, &pod.name_any(), now);
+            }
+            let results = futures::future::join_all(wave.into_iter().map(|(pod, reason)| {
+                let api = api.clone();
+                async move {
+                    let result = api.create(&PostParams::default(), &pod).await;
+                    (pod, reason, result)
+                }
+            }))
+            .await;
+            let mut failed = false;
+            for (pod, reason, result) in results {
+                let name = pod.name_any();
+                let revision =
+                    common::pod::label(&pod, common::keys::CONTROLLER_REVISION_HASH).unwrap_or("").to_string();
+                match result {
+                    Ok(_) => {
+                        self.ctx
+                            .metrics
+                            .pods_created
+                            .get_or_create(&ReasonLabels { reason: reason.as_str().into() })
+                            .inc();
+                        outcome.succeeded.insert(Phase::Scale);
+                        outcome.events.push(PlannedEvent::normal(
+                            "SuccessfulCreate",
+                            format!("created pod {name} (revision {revision})"),
+                        ));
+                    }
+                    Err(e) => {
+                        failed = true;
+                        self.ctx.expectations.create_failed(self.key, &name);
+                        outcome.fail(
+                            Phase::Scale,
+                            PlannedEvent::warning("FailedCreate", format!("creating pod {name}: {e}")),
+                        );
+                    }
+                }
+            }
+            if failed {
+                // Slow start: a failure (quota, admission, invalid template) stops before the next, larger batch.
+                return;
+            }
+            batch = batch.saturating_mul(2);
+        }
+    }
+
+    async fn patch_pods(&self, changes: Vec<PodChange>, outcome: &mut Outcome) {
+        let api = self.pods();
+        let results: Vec<(PodChange, Result<Option<String>, kube::Error>)> = futures::stream::iter(changes)
+            .map(|change| {
+                let api = api.clone();
+                async move {
+                    let mut resource_version = None;
+                    for write in &change.writes {
+                        let (PodWrite::Status(ops) | PodWrite::Object(ops)) = write;
+                        let patch = match json_patch(ops) {
+                            Ok(p) => p,
+                            Err(e) => return (change, Err(kube::Error::SerdeError(e))),
+                        };
+                        let result = match write {
+                            PodWrite::Status(_) => {
+                                api.patch_status(&change.pod.name, &PatchParams::default(), &patch).await
+                            }
+                            PodWrite::Object(_) => api.patch(&change.pod.name, &PatchParams::default(), &patch).await,
+                        };
+                        match result {
+                            Ok(pod) => resource_version = pod.metadata.resource_version,
+                            Err(e) => return (change, Err(e)),
+                        }
+                    }
+                    (change, Ok(resource_version))
+                }
+            })
+            .buffer_unordered(self.ctx.config.write_concurrency.max(1))
+            .collect()
+            .await;
+        for (change, result) in results {
+            let phase = Action::PatchPod(change.clone()).phase();
+            match result {
+                Ok(resource_version) => {
+                    if let Some(rv) = resource_version {
+                        self.ctx.expectations.expect_patch(self.key, &change.pod.name, &rv, Instant::now());
+                    }
+                    self.ctx
+                        .metrics
+                        .pods_updated
+                        .get_or_create(&ReasonLabels { reason: change.reason.as_str().into() })
+                        .inc();
+                    outcome.succeeded.insert(phase);
+                    if let Some(event) = success_event(&change) {
+                        outcome.events.push(event);
+                    }
+                }
+                Err(e) if matches!(code(&e), Some(404 | 409 | 422)) => {
+                    tracing::debug!(pod = %change.pod.name, error = %e, "pod changed since it was observed; replanning");
+                    outcome.stale += 1;
+                }
+                Err(e) => {
+                    let reason = match change.reason {
+                        PatchReason::HotPatchUpdate => "FailedUpdatePodHotPatch",
+                        PatchReason::Lifecycle | PatchReason::ReadinessGate => "FailedUpdatePod",
+                        _ => "FailedUpdatePodInPlace",
+                    };
+                    outcome.fail(
+                        phase,
+                        PlannedEvent::warning(reason, format!("pod {}: {}: {e}", change.pod.name, change.summary)),
+                    );
+                }
+            }
+        }
+    }
+
+    async fn housekeeping(&self, action: &Action, outcome: &mut Outcome) {
+        match action {
+            Action::PrunePodsToDelete { expected, remaining } => {
+                let ops = [
+                    json!({"op": "test", "path": "/spec/scaleStrategy/podsToDelete", "value": expected}),
+                    json!({"op": "replace", "path": "/spec/scaleStrategy/podsToDelete", "value": remaining}),
+                ];
+                let result = match json_patch(&ops) {
+                    Ok(patch) => {
+                        self.gds().patch(&self.gd.name_any(), &PatchParams::default(), &patch).await.map(|_| ())
+                    }
+                    Err(e) => Err(kube::Error::SerdeError(e)),
+                };
+                match result {
+                    Ok(()) => {
+                        let pruned: Vec<&String> = expected.iter().filter(|n| !remaining.contains(n)).collect();
+                        outcome.events.push(PlannedEvent::normal(
+                            "PrunedPodsToDelete",
+                            format!("removed pods that no longer exist from podsToDelete: {pruned:?}"),
+                        ));
+                    }
+                    Err(e) if matches!(code(&e), Some(409 | 422)) => outcome.stale += 1,
+                    Err(e) => tracing::warn!(error = %e, "pruning podsToDelete failed"),
+                }
+            }
+            Action::DeleteRevision { name } => match self.revisions().delete(name, &DeleteParams::default()).await {
+                Ok(_) => tracing::debug!(revision = %name, "deleted old revision"),
+                Err(e) if code(&e) == Some(404) => {}
+                Err(e) => tracing::warn!(revision = %name, error = %e, "deleting an old revision failed"),
+            },
+            _ => {}
+        }
+    }
+}
+
+fn success_event(change: &PodChange) -> Option<PlannedEvent> {
+    let pod = &change.pod.name;
+    let (reason, message) = match change.reason {
+        PatchReason::InPlaceUpdate => ("SuccessfulUpdatePodInPlace", format!("pod {pod}: {}", change.summary)),
+        PatchReason::InPlaceGraceEnded => {
+            ("SuccessfulUpdatePodInPlace", format!("pod {pod}: grace period over, {}", change.summary))
+        }
+        PatchReason::InPlaceGraceCancelled => ("InPlaceUpdateCancelled", format!("pod {pod}: {}", change.summary)),
+        PatchReason::InPlaceUpdateCompleted => ("InPlaceUpdateCompleted", format!("pod {pod}: {}", change.summary)),
+        PatchReason::HotPatchUpdate => ("SuccessfulUpdatePodHotPatch", format!("pod {pod}: {}", change.summary)),
+        PatchReason::Lifecycle => ("PodLifecycle", format!("pod {pod}: {}", change.summary)),
+        // Every new pod passes here; an event each would only be noise.
+        PatchReason::ReadinessGate => return None,
+    };
+    Some(PlannedEvent::normal(reason, message))
+}

@@ -1,0 +1,458 @@
+//! The imperative shell: watches (GameDeployments, Pods, ControllerRevisions, Node deletion costs) feed
+//! reflector caches; each reconcile checks the expectations, asks the [`crate::planner`] what to do, sends it
+//! ([`execute`]), and writes the status only when it changed.
+//!
+//! Event-driven: a pod or revision event reconciles its owner (and, for an orphan pod, every GameDeployment whose
+//! selector matches it); GameDeployment events reconcile only when something other than the status changed (our
+//! own status writes do not trigger a pass, bug list §7.37). A pass asks to run again only for time-based work
+//! (grace periods, `minReadySeconds`, expectations).
+
+mod events;
+mod execute;
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::api::GameDeployment;
+use common::keys;
+use futures::{StreamExt, future};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{PartialObjectMeta, PostParams};
+use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig};
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+
+pub use events::EventSink;
+
+use crate::action::Phase;
+use crate::expectations::{Check, Expectations};
+use crate::metrics::Metrics;
+use crate::ownership;
+use crate::planner::{self, Observed};
+use crate::priority::parse_cost;
+use crate::status::{self, Failure};
+
+/// Errors of one reconcile pass (the controller retries with backoff) or of the controller itself.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("GameDeployment {0} has no namespace")]
+    NoNamespace(String),
+    #[error("the {0} cache did not sync within {1:?}")]
+    CacheNotSynced(&'static str, Duration),
+    #[error("writing the status of {key}: {source}")]
+    WriteStatus { key: String, source: kube::Error },
+    #[error("{count} write(s) for {key} failed, first: {first}")]
+    Writes { key: String, count: usize, first: String },
+}
+
+impl Error {
+    fn metric_reason(&self) -> &'static str {
+        match self {
+            Self::NoNamespace(_) => "no_namespace",
+            Self::CacheNotSynced(..) => "cache_not_synced",
+            Self::WriteStatus { .. } => "write_status",
+            Self::Writes { .. } => "writes",
+        }
+    }
+}
+
+/// Settings of the controller (from the binary's flags).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Only this namespace (default: all).
+    pub namespace: Option<String>,
+    /// GameDeployments reconciled at the same time.
+    pub concurrency: u16,
+    /// Pod writes in flight at once within one pass.
+    pub write_concurrency: usize,
+    /// How long a write may stay invisible in the cache before planning resumes anyway.
+    pub expectations_timeout: Duration,
+    /// Watch Nodes for `io.tencent.bcs.dev/node-deletion-cost` (needs list/watch on nodes).
+    pub node_costs: bool,
+    /// Coalesce triggers arriving within this window into one pass.
+    pub debounce: Duration,
+    /// Capacity of the Event queue.
+    pub event_queue: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            concurrency: 4,
+            write_concurrency: 16,
+            expectations_timeout: Duration::from_secs(30),
+            node_costs: true,
+            debounce: Duration::ZERO,
+            event_queue: 4096,
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub pods: Store<Pod>,
+    pub revisions: Store<ControllerRevision>,
+    pub nodes: Option<Store<PartialObjectMeta<Node>>>,
+    pub expectations: Expectations,
+    pub metrics: Metrics,
+    pub events: EventSink,
+    pub config: Config,
+    /// Consecutive failures per GameDeployment, for the retry backoff.
+    failures: Mutex<HashMap<String, u32>>,
+    /// Pods held by a gate, per GameDeployment (summed into a gauge).
+    held: Mutex<HashMap<String, i64>>,
+}
+
+fn key_of(gd: &GameDeployment) -> String {
+    format!("{}/{}", gd.namespace().unwrap_or_default(), gd.name_any())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means a reconcile panicked while holding it; the data is still consistent enough for
+    // counters.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Context {
+    fn node_costs(&self) -> BTreeMap<String, f64> {
+        let Some(nodes) = &self.nodes else { return BTreeMap::new() };
+        nodes
+            .state()
+            .iter()
+            .filter_map(|n| {
+                let cost = n.metadata.annotations.as_ref()?.get(keys::NODE_DELETION_COST)?;
+                Some((n.name_any(), parse_cost(Some(cost))))
+            })
+            .collect()
+    }
+
+    fn record_held(&self, key: &str, held: usize) {
+        let mut map = lock(&self.held);
+        if held == 0 {
+            map.remove(key);
+        } else {
+            map.insert(key.to_string(), i64::try_from(held).unwrap_or(i64::MAX));
+        }
+        self.metrics.pods_held.set(map.values().sum());
+    }
+}
+
+/// What decides that a GameDeployment change needs a pass: anything but the status.
+fn spec_fingerprint(gd: &GameDeployment) -> Option<u64> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    gd.metadata.generation.hash(&mut hasher);
+    gd.metadata.labels.hash(&mut hasher);
+    gd.metadata.annotations.hash(&mut hasher);
+    gd.metadata.deletion_timestamp.as_ref().map(|t| t.0.as_second()).hash(&mut hasher);
+    gd.metadata.uid.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+fn random_seed() -> u64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    Instant::now().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Waits for a store's first list, bounded so a broken watch shows up as an error rather than a hang.
+async fn synced<K: Resource + Clone>(store: &Store<K>, what: &'static str) -> Result<(), Error>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let limit = Duration::from_secs(60);
+    tokio::time::timeout(limit, store.wait_until_ready())
+        .await
+        .map_err(|_| Error::CacheNotSynced(what, limit))?
+        .map_err(|_| Error::CacheNotSynced(what, limit))
+}
+
+async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&gd, &ctx).await;
+    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    let key = key_of(&gd);
+    match &result {
+        Ok(_) => {
+            lock(&ctx.failures).remove(&key);
+        }
+        Err(e) => {
+            ctx.metrics.reconciled("error");
+            ctx.metrics.failed(e.metric_reason());
+        }
+    }
+    result
+}
+
+async fn reconcile_inner(gd: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> {
+    let key = key_of(gd);
+    let namespace = gd.namespace().ok_or_else(|| Error::NoNamespace(gd.name_any()))?;
+    synced(&ctx.pods, "pod").await?;
+    synced(&ctx.revisions, "controllerrevision").await?;
+    let expired = ctx.expectations.expire(Instant::now());
+    ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
+
+    if gd.metadata.deletion_timestamp.is_some() {
+        ctx.expectations.forget(&key);
+        ctx.record_held(&key, 0);
+        ctx.metrics.reconciled("skipped");
+        return Ok(Requeue::await_change());
+    }
+
+    let pods: Vec<Arc<Pod>> =
+        ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(&namespace)).collect();
+    let revisions: Vec<Arc<ControllerRevision>> = ctx
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(&namespace))
+        .filter(|r| {
+            ownership::controller_of(r.metadata.owner_references.as_ref())
+                .is_some_and(|o| ownership::is_owned_by(o, gd))
+        })
+        .collect();
+    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let revision_refs: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+
+    match ctx.expectations.check(&key, &pod_refs, &revision_refs, Instant::now()) {
+        Check::Satisfied { expired } => {
+            if expired > 0 {
+                ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
+                tracing::warn!(gamedeployment = %key, expired, "writes never showed up in the cache; planning anyway");
+            }
+        }
+        Check::Waiting { outstanding, retry_after } => {
+            tracing::debug!(gamedeployment = %key, outstanding, "waiting for the cache to show our writes");
+            ctx.metrics.reconciled("waiting");
+            return Ok(Requeue::requeue(retry_after));
+        }
+    }
+
+    let node_costs = ctx.node_costs();
+    let observed = Observed {
+        gd,
+        pods: pod_refs,
+        revisions: revision_refs,
+        node_costs: &node_costs,
+        now: Timestamp::now(),
+        seed: random_seed(),
+    };
+    let plan = planner::plan(&observed);
+    ctx.record_held(&key, plan.held.len());
+    let update_revision = plan.status.update_revision.clone().unwrap_or_default();
+    let executor = execute::Executor { ctx, gd, key: &key, cached_pods: &pods, update_revision: &update_revision };
+    let outcome = executor.run(&plan).await;
+
+    let mut status = plan.status.clone();
+    let now = Timestamp::now();
+    if outcome.collision {
+        status.collision_count = Some(status.collision_count.unwrap_or(0) + 1);
+    }
+    for failure in [Failure::Scale, Failure::Update] {
+        let phase = match failure {
+            Failure::Scale => Phase::Scale,
+            Failure::Update => Phase::Update,
+        };
+        let messages: Vec<&str> =
+            outcome.failures.iter().filter(|(p, _)| *p == phase).map(|(_, m)| m.as_str()).collect();
+        let type_ = failure.condition_type();
+        if let Some(first) = messages.first() {
+            let message = if messages.len() > 1 {
+                format!("{first} (and {} more)", messages.len() - 1)
+            } else {
+                first.to_string()
+            };
+            status::set_condition(&mut status.conditions, type_, "True", "WriteFailed", &message, now);
+        } else if outcome.succeeded.contains(&phase)
+            && status::condition(&status, type_).is_some_and(|c| c.reason.as_deref() == Some("WriteFailed"))
+        {
+            status::remove_condition(&mut status.conditions, type_);
+        }
+    }
+    let regarding = gd.object_ref(&());
+    for event in plan.events.iter().chain(outcome.events.iter()) {
+        ctx.events.publish(&regarding, event.clone());
+    }
+
+    if gd.status.as_ref() != Some(&status) {
+        let mut updated = gd.clone();
+        updated.status = Some(status);
+        updated.metadata.managed_fields = None;
+        let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
+        match api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await {
+            Ok(_) => {
+                ctx.metrics.status_writes.inc();
+            }
+            // Our cached GameDeployment is stale (a user edit or our previous status write is on its way):
+            // the watch event brings the fresh one; look again shortly in case it does not trigger a pass.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                ctx.metrics.reconciled("conflict");
+                return Ok(Requeue::requeue(Duration::from_millis(500)));
+            }
+            Err(source) => return Err(Error::WriteStatus { key, source }),
+        }
+    }
+
+    if let Some((_, first)) = outcome.failures.first() {
+        return Err(Error::Writes { key, count: outcome.failures.len(), first: first.clone() });
+    }
+    ctx.metrics.reconciled("success");
+    if outcome.collision || outcome.stale > 0 {
+        return Ok(Requeue::requeue(Duration::from_millis(200)));
+    }
+    Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+}
+
+fn error_policy(gd: Arc<GameDeployment>, error: &Error, ctx: Arc<Context>) -> Requeue {
+    let key = key_of(&gd);
+    let failures = {
+        let mut map = lock(&ctx.failures);
+        let n = map.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    // 250 ms, 500 ms, 1 s ... capped at 2 minutes.
+    let delay = Duration::from_millis(250)
+        .saturating_mul(1u32 << failures.min(9).saturating_sub(1))
+        .min(Duration::from_secs(120));
+    tracing::warn!(gamedeployment = %key, error = %error, retry_in = ?delay, "reconcile failed");
+    Requeue::requeue(delay)
+}
+
+/// Maps a pod event to the GameDeployments that care: its controller, or (for an orphan) every GameDeployment
+/// of its namespace whose selector matches it.
+fn pod_owners(pod: &Pod, gds: &Store<GameDeployment>) -> Vec<ObjectRef<GameDeployment>> {
+    let namespace = pod.namespace().unwrap_or_default();
+    if let Some(owner) = ownership::controller_of(pod.metadata.owner_references.as_ref()) {
+        if owner.kind == ownership::OWNER_KIND && owner.api_version.starts_with("tkex.tencent.com/") {
+            return vec![ObjectRef::new(&owner.name).within(&namespace)];
+        }
+        return Vec::new();
+    }
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    gds.state()
+        .iter()
+        .filter(|gd| gd.namespace().as_deref() == Some(&namespace))
+        .filter(|gd| ownership::validate_selector(gd).is_ok() && ownership::selector_matches(&gd.spec.selector, labels))
+        .map(|gd| ObjectRef::from_obj(gd.as_ref()))
+        .collect()
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs the controller until `shutdown` resolves. `on_ready` is called once the caches are filled.
+pub async fn run(
+    client: Client,
+    config: Config,
+    metrics: Metrics,
+    reporter: Reporter,
+    shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
+    on_ready: impl FnOnce() + Send + 'static,
+) {
+    let namespace = config.namespace.as_deref();
+    let (gd_reader, gd_writer) = reflector::store::<GameDeployment>();
+    let gd_stream = watcher(api::<GameDeployment>(&client, namespace), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(gd_writer)
+        .applied_objects()
+        .predicate_filter(spec_fingerprint, Default::default());
+
+    let (pod_reader, pod_writer) = reflector::store::<Pod>();
+    let pod_stream = watcher(api::<Pod>(&client, namespace), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|pod| {
+            pod.managed_fields_mut().clear();
+        })
+        .reflect(pod_writer)
+        .touched_objects();
+
+    let (revision_reader, revision_writer) = reflector::store::<ControllerRevision>();
+    let revision_stream =
+        watcher(api::<ControllerRevision>(&client, namespace), watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|r| {
+                r.managed_fields_mut().clear();
+            })
+            .reflect(revision_writer)
+            .touched_objects();
+
+    let nodes = if config.node_costs {
+        let (node_reader, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
+        let stream =
+            watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default().any_semantic())
+                .default_backoff()
+                .reflect(node_writer)
+                .touched_objects();
+        tokio::spawn(stream.for_each(|event| {
+            if let Err(e) = event {
+                tracing::warn!(error = %e, "node watch failed (node deletion costs unavailable until it recovers)");
+            }
+            future::ready(())
+        }));
+        Some(node_reader)
+    } else {
+        None
+    };
+
+    let events = EventSink::start(client.clone(), reporter, config.event_queue, metrics.clone());
+    let ctx = Arc::new(Context {
+        client,
+        pods: pod_reader.clone(),
+        revisions: revision_reader.clone(),
+        nodes,
+        expectations: Expectations::new(config.expectations_timeout),
+        metrics,
+        events,
+        config: config.clone(),
+        failures: Mutex::new(HashMap::new()),
+        held: Mutex::new(HashMap::new()),
+    });
+
+    tokio::spawn({
+        let (gds, pods, revisions) = (gd_reader.clone(), pod_reader.clone(), revision_reader.clone());
+        async move {
+            let all =
+                future::join3(gds.wait_until_ready(), pods.wait_until_ready(), revisions.wait_until_ready()).await;
+            if all.0.is_ok() && all.1.is_ok() && all.2.is_ok() {
+                tracing::info!("caches synced");
+                on_ready();
+            }
+        }
+    });
+
+    let mapper_store = gd_reader.clone();
+    Controller::for_stream(gd_stream, gd_reader)
+        .with_config(ControllerConfig::default().concurrency(config.concurrency).debounce(config.debounce))
+        .watches_stream(pod_stream, move |pod: Pod| pod_owners(&pod, &mapper_store))
+        .owns_stream(revision_stream)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| {
+            match result {
+                Ok((object, _)) => tracing::trace!(gamedeployment = %object, "reconciled"),
+                Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                    tracing::debug!(gamedeployment = %object, "gone before its pass");
+                }
+                Err(e) => tracing::debug!(error = %e, "controller"),
+            }
+            future::ready(())
+        })
+        .await;
+}
