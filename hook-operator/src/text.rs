@@ -20,3 +20,8 @@ mod tests {
         assert_eq!(excerpt("ééééé", 2), "éé… (3 more characters)");
     }
 }
+
+/// `10s`, `1.5s`, `250ms`: durations in messages.
+pub fn seconds(d: std::time::Duration) -> String {
+    common::duration::format_go(d)
+}

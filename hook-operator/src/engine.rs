@@ -1,0 +1,349 @@
+//! The decisions of one reconcile round of a HookRun, as a pure function of its spec, its stored status,
+//! the measurements that finished since the last round and the clock.
+//!
+//! Rules (Argo-correct, fixing BCS; see the README's semantics table):
+//! - measurement phase: from the conditions (see [`crate::evaluate::judge`]); provider problems are `Error`;
+//! - counters: errors do not consume `count` and reset the success streak;
+//! - metric phase, first match wins: `Failed` when failed > failureLimit (default 0; -1 disables);
+//!   `Successful` when successful >= successfulLimit (if set); `Inconclusive` when inconclusive >
+//!   inconclusiveLimit; `Error` when consecutiveError > consecutiveErrorLimit (default 4); `Successful` when
+//!   consecutiveSuccessful >= consecutiveSuccessfulLimit (if set) or the effective count is reached;
+//! - run phase: `Running` until every metric completed; as soon as one metric is `Failed`, `Error` or
+//!   `Inconclusive` the others stop and the run takes the worst phase at once; `spec.terminate` stops it
+//!   too; `Ordered` starts metric i only once metric i-1 is `Successful`; a completed run never changes.
+
+use std::collections::{HashMap, HashSet};
+
+use common::api::{HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement, Metric, MetricResult};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::schedule::{self, PreciseFinish};
+use crate::settings::{DEFAULT_CONSECUTIVE_ERROR_LIMIT, EngineSettings};
+
+/// A measurement that finished since the last round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    /// Unique within the process; used to acknowledge exactly what a round recorded.
+    pub id: u64,
+    pub metric: String,
+    pub measurement: Measurement,
+    /// `finishedAt` with full precision (status keeps whole seconds).
+    pub finished_at: Timestamp,
+    /// `schedule::taken()` of the metric when the measurement was started. A measurement is recorded only if
+    /// the metric still has that many, so it is never counted twice (e.g. after an unacknowledged write).
+    pub taken_before: i32,
+}
+
+/// What this process remembers about a run beyond its status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Precise {
+    pub started_at: Option<Timestamp>,
+    pub last_finish: HashMap<String, PreciseFinish>,
+}
+
+pub struct Inputs<'a> {
+    pub spec: &'a HookRunSpec,
+    pub status: Option<&'a HookRunStatus>,
+    /// The first validation problem of the spec, if any.
+    pub invalid: Option<&'a str>,
+    pub finished: &'a [Finished],
+    pub in_flight: &'a HashSet<String>,
+    pub precise: &'a Precise,
+    pub now: Timestamp,
+    pub settings: &'a EngineSettings,
+}
+
+/// A measurement to start now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Start {
+    pub metric: Metric,
+    /// When it was due; `now - due` is the scheduling lag.
+    pub due: Timestamp,
+    pub taken_before: i32,
+}
+
+/// Something worth an Event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    MetricCompleted { metric: String, phase: HookPhase, message: String },
+    RunCompleted { phase: HookPhase, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub status: HookRunStatus,
+    pub start: Vec<Start>,
+    /// When the next round is needed, unless a measurement finishing wakes the run earlier.
+    pub wake_at: Option<Timestamp>,
+    pub notes: Vec<Note>,
+    /// The run is completed (now or before); nothing will ever be measured again.
+    pub completed: bool,
+    /// Measurements (by id) this plan recorded or deliberately dropped.
+    pub consumed: Vec<u64>,
+    /// Precise times to remember once the status is stored.
+    pub precise: Precise,
+}
+
+/// The order used to pick the run phase from its metrics: later is worse.
+fn severity(phase: HookPhase) -> u8 {
+    match phase {
+        HookPhase::Successful => 0,
+        HookPhase::Running => 1,
+        HookPhase::Pending => 2,
+        HookPhase::Inconclusive => 3,
+        HookPhase::Error => 4,
+        HookPhase::Failed => 5,
+    }
+}
+
+pub fn worst(phases: impl IntoIterator<Item = HookPhase>) -> HookPhase {
+    phases.into_iter().max_by_key(|p| severity(*p)).unwrap_or(HookPhase::Successful)
+}
+
+fn is_bad(phase: Option<HookPhase>) -> bool {
+    matches!(phase, Some(HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive))
+}
+
+/// Adds one measurement to a result: counters first, then the bounded history.
+pub fn record(result: &mut MetricResult, measurement: Measurement, history_limit: usize) {
+    match measurement.phase {
+        Some(HookPhase::Successful) => {
+            result.successful += 1;
+            result.count += 1;
+            result.consecutive_error = 0;
+            result.consecutive_successful += 1;
+        }
+        Some(HookPhase::Failed) => {
+            result.failed += 1;
+            result.count += 1;
+            result.consecutive_error = 0;
+            result.consecutive_successful = 0;
+        }
+        Some(HookPhase::Inconclusive) => {
+            result.inconclusive += 1;
+            result.count += 1;
+            result.consecutive_error = 0;
+            result.consecutive_successful = 0;
+        }
+        // Errors (and anything unexpected) never consume `count`: the measurement is retried.
+        _ => {
+            result.error += 1;
+            result.consecutive_error += 1;
+            result.consecutive_successful = 0;
+        }
+    }
+    result.measurements.push(measurement);
+    let excess = result.measurements.len().saturating_sub(history_limit);
+    if excess > 0 {
+        result.measurements.drain(..excess);
+    }
+}
+
+/// The metric phase from its counters, or `None` while it keeps running. First match wins.
+pub fn assess(metric: &Metric, result: &MetricResult) -> Option<(HookPhase, String)> {
+    if metric.failure_limit >= 0 && result.failed > metric.failure_limit {
+        return Some((HookPhase::Failed, format!("failed ({}) > failureLimit ({})", result.failed, metric.failure_limit)));
+    }
+    if metric.successful_limit > 0 && result.successful >= metric.successful_limit {
+        return Some((
+            HookPhase::Successful,
+            format!("successful ({}) >= successfulLimit ({})", result.successful, metric.successful_limit),
+        ));
+    }
+    if result.inconclusive > metric.inconclusive_limit {
+        return Some((
+            HookPhase::Inconclusive,
+            format!("inconclusive ({}) > inconclusiveLimit ({})", result.inconclusive, metric.inconclusive_limit),
+        ));
+    }
+    let error_limit = metric.consecutive_error_limit.unwrap_or(DEFAULT_CONSECUTIVE_ERROR_LIMIT);
+    if result.consecutive_error > error_limit {
+        return Some((
+            HookPhase::Error,
+            format!("consecutiveError ({}) > consecutiveErrorLimit ({error_limit})", result.consecutive_error),
+        ));
+    }
+    if let Some(limit) = metric.consecutive_successful_limit
+        && result.consecutive_successful >= limit
+    {
+        return Some((
+            HookPhase::Successful,
+            format!("consecutiveSuccessful ({}) >= consecutiveSuccessfulLimit ({limit})", result.consecutive_successful),
+        ));
+    }
+    if let Some(count) = schedule::effective_count(metric)
+        && result.count >= count
+    {
+        return Some((HookPhase::Successful, format!("count ({count}) reached")));
+    }
+    None
+}
+
+fn result_mut<'s>(status: &'s mut HookRunStatus, name: &str) -> &'s mut MetricResult {
+    let index = match status.metric_results.iter().position(|r| r.name == name) {
+        Some(index) => index,
+        None => {
+            status.metric_results.push(MetricResult {
+                name: name.to_string(),
+                phase: Some(HookPhase::Running),
+                ..MetricResult::default()
+            });
+            status.metric_results.len() - 1
+        }
+    };
+    &mut status.metric_results[index]
+}
+
+fn complete_metric(result: &mut MetricResult, phase: HookPhase, why: String, notes: &mut Vec<Note>) {
+    let last_message = result.measurements.last().and_then(|m| m.message.clone()).filter(|m| !m.is_empty());
+    let message = match last_message {
+        Some(last) if phase != HookPhase::Successful => format!("{why}; last measurement: {last}"),
+        _ => why,
+    };
+    result.phase = Some(phase);
+    result.message = Some(message.clone());
+    if let Some(last) = result.measurements.last_mut() {
+        last.resume_at = None;
+    }
+    notes.push(Note::MetricCompleted { metric: result.name.clone(), phase, message });
+}
+
+pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    let original = inputs.status.cloned().unwrap_or_default();
+    let mut plan = Plan {
+        status: original.clone(),
+        start: Vec::new(),
+        wake_at: None,
+        notes: Vec::new(),
+        completed: false,
+        consumed: inputs.finished.iter().map(|f| f.id).collect(),
+        precise: inputs.precise.clone(),
+    };
+    if original.phase.is_some_and(HookPhase::is_completed) {
+        plan.completed = true;
+        return plan;
+    }
+    let status = &mut plan.status;
+    let now = inputs.now;
+    status.phase = Some(HookPhase::Running);
+    let started_at = match (&status.started_at, plan.precise.started_at) {
+        (None, _) => {
+            status.started_at = Some(Time(now));
+            plan.precise.started_at = Some(now);
+            now
+        }
+        (Some(_), Some(precise)) => precise,
+        // Restarted: status only has whole seconds; assume the latest instant it can stand for.
+        (Some(stored), None) => schedule::after(stored.0, std::time::Duration::from_secs(1)),
+    };
+
+    if let Some(problem) = inputs.invalid {
+        let message = format!("invalid HookRun: {problem}");
+        status.phase = Some(HookPhase::Error);
+        status.message = Some(message.clone());
+        plan.notes.push(Note::RunCompleted { phase: HookPhase::Error, message });
+        plan.completed = true;
+        return plan;
+    }
+
+    // 1. Record what finished, oldest first.
+    let mut finished: Vec<&Finished> = inputs.finished.iter().collect();
+    finished.sort_by_key(|f| (f.finished_at, f.id));
+    for f in finished {
+        let Some(metric) = inputs.spec.metrics.iter().find(|m| m.name == f.metric) else { continue };
+        let result = result_mut(status, &f.metric);
+        if result.phase.is_some_and(HookPhase::is_completed) || schedule::taken(result) != f.taken_before {
+            continue;
+        }
+        let mut measurement = f.measurement.clone();
+        let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
+        measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
+        record(result, measurement, inputs.settings.history_limit);
+        plan.precise.last_finish.insert(f.metric.clone(), PreciseFinish { taken: schedule::taken(result), at: f.finished_at });
+    }
+
+    // 2. Assess each metric; the first bad one stops the others.
+    let mut stopped_by: Option<(String, HookPhase, String)> = None;
+    for metric in &inputs.spec.metrics {
+        let Some(result) = status.metric_results.iter_mut().find(|r| r.name == metric.name) else { continue };
+        if !result.phase.is_some_and(HookPhase::is_completed)
+            && let Some((phase, why)) = assess(metric, result)
+        {
+            complete_metric(result, phase, why, &mut plan.notes);
+        }
+        if is_bad(result.phase) && stopped_by.is_none() {
+            stopped_by = Some((metric.name.clone(), result.phase.unwrap_or(HookPhase::Error), result.message.clone().unwrap_or_default()));
+        }
+    }
+
+    let run_completed = |status: &mut HookRunStatus, notes: &mut Vec<Note>, message: Option<String>| {
+        let phase = worst(status.metric_results.iter().filter_map(|r| r.phase));
+        status.phase = Some(phase);
+        status.message = message.clone();
+        notes.push(Note::RunCompleted { phase, message: message.unwrap_or_else(|| "all metrics completed".into()) });
+    };
+
+    // 3. Terminating: stop every other metric now; the run takes the worst phase immediately.
+    if inputs.spec.terminate || stopped_by.is_some() {
+        let why = match &stopped_by {
+            Some((name, phase, _)) => format!("stopped: metric {name:?} completed {phase}"),
+            None => "stopped: the run was terminated (spec.terminate)".to_string(),
+        };
+        for metric in &inputs.spec.metrics {
+            let result = result_mut(status, &metric.name);
+            if !result.phase.is_some_and(HookPhase::is_completed) {
+                complete_metric(result, HookPhase::Successful, why.clone(), &mut plan.notes);
+            }
+        }
+        let message = match stopped_by {
+            Some((name, phase, message)) => format!("metric {name:?} completed {phase}: {message}"),
+            None => "terminated (spec.terminate)".to_string(),
+        };
+        run_completed(status, &mut plan.notes, Some(message));
+        plan.completed = true;
+        return plan;
+    }
+
+    let all_done = inputs.spec.metrics.iter().all(|m| {
+        status.metric_results.iter().any(|r| r.name == m.name && r.phase.is_some_and(HookPhase::is_completed))
+    });
+    if all_done {
+        run_completed(status, &mut plan.notes, None);
+        plan.completed = true;
+        return plan;
+    }
+
+    // 4. Schedule: what is due now, and when to look again.
+    let ordered = inputs.spec.policy == Some(HookPolicy::Ordered);
+    for (i, metric) in inputs.spec.metrics.iter().enumerate() {
+        let result = status.metric_results.iter().find(|r| r.name == metric.name);
+        if result.is_some_and(|r| r.phase.is_some_and(HookPhase::is_completed)) {
+            continue;
+        }
+        if ordered && i > 0 {
+            let previous = &inputs.spec.metrics[i - 1].name;
+            let previous_ok = status
+                .metric_results
+                .iter()
+                .any(|r| &r.name == previous && r.phase == Some(HookPhase::Successful));
+            if !previous_ok {
+                break;
+            }
+        }
+        if inputs.in_flight.contains(&metric.name) {
+            continue;
+        }
+        let precise = plan.precise.last_finish.get(&metric.name).copied();
+        let due = schedule::due(metric, result, started_at, precise, inputs.settings);
+        if due <= now {
+            plan.start.push(Start { metric: metric.clone(), due, taken_before: result.map_or(0, schedule::taken) });
+        } else {
+            plan.wake_at = Some(plan.wake_at.map_or(due, |w| w.min(due)));
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests;

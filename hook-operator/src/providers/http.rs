@@ -1,0 +1,203 @@
+//! The HTTP client shared by the web and Prometheus providers: one connection pool for the process (BCS
+//! built a client per measurement and leaked every response body), a bounded body read, and the
+//! `--web-resolve` rewrites.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, Url};
+
+use super::{ProviderError, ProviderSettings};
+use crate::text::excerpt;
+
+/// `host:port=addr:port`: requests to `host:port` go to `addr:port` instead, with the original `Host`
+/// header. A test and sandbox aid (the BCS walkthrough's templates call `http://1.1.1.1:9091`); off unless
+/// given on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolve {
+    pub host: String,
+    pub port: u16,
+    pub to: SocketAddr,
+}
+
+impl std::str::FromStr for Resolve {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let usage = || format!("{s:?} is not host:port=addr:port (e.g. 1.1.1.1:9091=127.0.0.1:18080)");
+        let (from, to) = s.split_once('=').ok_or_else(usage)?;
+        let (host, port) = from.rsplit_once(':').ok_or_else(usage)?;
+        let port = port.parse().map_err(|_| usage())?;
+        let to = to.parse().map_err(|_| usage())?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        if host.is_empty() {
+            return Err(usage());
+        }
+        Ok(Self { host, port, to })
+    }
+}
+
+/// A response that was read completely (within the size cap).
+#[derive(Debug)]
+pub struct Response {
+    pub status: reqwest::StatusCode,
+    pub body: Vec<u8>,
+    pub elapsed: Duration,
+}
+
+pub struct Http {
+    client: reqwest::Client,
+    insecure: reqwest::Client,
+    resolve: Vec<Resolve>,
+    max_body: usize,
+}
+
+fn builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(5))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .user_agent(concat!("hook-operator/", env!("CARGO_PKG_VERSION")))
+}
+
+impl Http {
+    pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderError> {
+        let build = |b: reqwest::ClientBuilder| b.build().map_err(|e| ProviderError(format!("building the HTTP client: {}", chain(&e))));
+        Ok(Self {
+            client: build(builder())?,
+            insecure: build(builder().danger_accept_invalid_certs(true))?,
+            resolve: settings.resolve.clone(),
+            max_body: settings.max_body_bytes,
+        })
+    }
+
+    /// Applies `--web-resolve`; returns the URL to connect to and the `Host` header to send, if rewritten.
+    pub fn rewrite(&self, url: &mut Url) -> Option<String> {
+        let host = url.host_str()?.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+        let port = url.port_or_known_default()?;
+        let rule = self.resolve.iter().find(|r| r.host == host && r.port == port)?;
+        let original = match url.port() {
+            Some(p) => format!("{}:{p}", url.host_str().unwrap_or_default()),
+            None => url.host_str().unwrap_or_default().to_string(),
+        };
+        url.set_ip_host(rule.to.ip()).ok()?;
+        url.set_port(Some(rule.to.port())).ok()?;
+        Some(original)
+    }
+
+    /// Sends one request and reads the body, failing with a message that names the method and URL.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(String, String)],
+        body: Option<String>,
+        timeout: Duration,
+        insecure: bool,
+    ) -> Result<Response, ProviderError> {
+        let what = format!("{method} {url}");
+        let mut target = Url::parse(url).map_err(|e| ProviderError(format!("{what}: invalid URL: {e}")))?;
+        if !matches!(target.scheme(), "http" | "https") {
+            return Err(ProviderError(format!("{what}: only http and https URLs are supported")));
+        }
+        let host_header = self.rewrite(&mut target);
+        let client = if insecure { &self.insecure } else { &self.client };
+        let mut request = client.request(method, target).timeout(timeout);
+        if let Some(host) = host_header {
+            request = request.header(reqwest::header::HOST, host);
+        }
+        let mut has_content_type = false;
+        for (key, value) in headers {
+            has_content_type |= key.eq_ignore_ascii_case("content-type");
+            request = request.header(key.as_str(), value.as_str());
+        }
+        if let Some(body) = body {
+            let looks_json = matches!(body.trim_start().chars().next(), Some('{' | '['));
+            if looks_json && !has_content_type {
+                request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
+            }
+            request = request.body(body);
+        }
+        let started = Instant::now();
+        let failed = |e: reqwest::Error| {
+            if e.is_timeout() {
+                ProviderError(format!("{what}: no response within {}", crate::text::seconds(timeout)))
+            } else {
+                ProviderError(format!("{what}: {}", chain(&e)))
+            }
+        };
+        let mut response = request.send().await.map_err(failed)?;
+        let status = response.status();
+        if let Some(length) = response.content_length()
+            && length > self.max_body as u64
+        {
+            return Err(ProviderError(format!(
+                "{what}: the response body ({length} bytes) exceeds the {} byte limit",
+                self.max_body
+            )));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(failed)? {
+            if body.len() + chunk.len() > self.max_body {
+                return Err(ProviderError(format!(
+                    "{what}: the response body exceeds the {} byte limit",
+                    self.max_body
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Response { status, body, elapsed: started.elapsed() })
+    }
+}
+
+/// An error with its causes (reqwest's top-level text alone hides "connection refused").
+pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![error.to_string()];
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+/// The start of a body for error messages.
+pub fn body_excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() { "(empty body)".to_string() } else { excerpt(text, 200) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_resolve_rules() {
+        let r: Resolve = "1.1.1.1:9091=127.0.0.1:18080".parse().unwrap();
+        assert_eq!((r.host.as_str(), r.port, r.to), ("1.1.1.1", 9091, "127.0.0.1:18080".parse().unwrap()));
+        let r: Resolve = "Example.COM:443=127.0.0.2:8443".parse().unwrap();
+        assert_eq!(r.host, "example.com");
+        assert!("1.1.1.1=127.0.0.1:1".parse::<Resolve>().is_err());
+        assert!("1.1.1.1:9091=localhost".parse::<Resolve>().is_err());
+    }
+
+    #[test]
+    fn rewrites_only_matching_targets() {
+        let settings = ProviderSettings {
+            resolve: vec!["1.1.1.1:9091=127.0.0.1:18080".parse().unwrap()],
+            ..ProviderSettings::default()
+        };
+        let http = Http::new(&settings).unwrap();
+        let mut url = Url::parse("http://1.1.1.1:9091/x?y=1").unwrap();
+        assert_eq!(http.rewrite(&mut url).as_deref(), Some("1.1.1.1:9091"));
+        assert_eq!(url.as_str(), "http://127.0.0.1:18080/x?y=1");
+        let mut other = Url::parse("http://1.1.1.1:9092/").unwrap();
+        assert_eq!(http.rewrite(&mut other), None);
+        assert_eq!(other.as_str(), "http://1.1.1.1:9092/");
+    }
+}

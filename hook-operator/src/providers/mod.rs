@@ -1,0 +1,116 @@
+//! Measurement providers. Each one turns a metric (and the run's args) into an [`Observation`]: the value the
+//! conditions judge, or a verdict of its own. The engine never knows which provider it runs.
+
+pub mod http;
+pub mod kubernetes;
+pub mod prometheus;
+pub mod web;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::api::{Argument, HookPhase, Metric};
+use futures::future::BoxFuture;
+
+/// What a provider saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// `result` in the conditions.
+    pub result: expr::Value,
+    /// The value as stored in `measurement.value` (strings unquoted, everything else as JSON).
+    pub display: String,
+    /// A phase decided by the provider itself (Prometheus NaN, a kubernetes `get` without conditions), with
+    /// its message. `None`: judge `result` with the metric's conditions.
+    pub verdict: Option<(HookPhase, String)>,
+}
+
+impl Observation {
+    pub fn judged(result: expr::Value, display: String) -> Self {
+        Self { result, display, verdict: None }
+    }
+}
+
+/// Why a measurement could not be taken; the text becomes the measurement's message, so it says exactly
+/// what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProviderError(pub String);
+
+impl From<crate::template::TemplateError> for ProviderError {
+    fn from(e: crate::template::TemplateError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// One kind of measurement, in the shape of Argo Rollouts' `metricproviders.Provider`.
+pub trait Provider: Send + Sync {
+    /// `web`, `prometheus` or `kubernetes`: the `provider` label of the operator's metrics.
+    fn kind(&self) -> &'static str;
+    /// How long a measurement may take before it is abandoned as an Error.
+    fn timeout(&self, metric: &Metric) -> Duration;
+    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>>;
+}
+
+/// Limits and test aids shared by the providers.
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    /// Largest response body read from a web endpoint or Prometheus.
+    pub max_body_bytes: usize,
+    /// `host:port` → `addr:port` rewrites for web and Prometheus URLs (test and sandbox aid, like `curl --resolve`).
+    pub resolve: Vec<http::Resolve>,
+    pub prometheus_timeout: Duration,
+    pub kubernetes_timeout: Duration,
+}
+
+impl Default for ProviderSettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            resolve: Vec::new(),
+            prometheus_timeout: Duration::from_secs(30),
+            kubernetes_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Every provider, built once per process (HTTP connection pools, discovery caches).
+pub struct Providers {
+    web: web::Web,
+    prometheus: prometheus::Prometheus,
+    kubernetes: kubernetes::Kubernetes,
+}
+
+impl Providers {
+    /// `kube` is the operator's own client; without it (the `check` command outside a cluster) the kubernetes
+    /// provider reports an Error measurement that says so.
+    pub fn new(settings: &ProviderSettings, kube: Option<kube::Client>) -> Result<Arc<Self>, ProviderError> {
+        let http = Arc::new(http::Http::new(settings)?);
+        Ok(Arc::new(Self {
+            web: web::Web::new(http.clone()),
+            prometheus: prometheus::Prometheus::new(http, settings.prometheus_timeout),
+            kubernetes: kubernetes::Kubernetes::new(kube, settings.kubernetes_timeout),
+        }))
+    }
+
+    pub fn for_metric(&self, metric: &Metric) -> Result<&dyn Provider, ProviderError> {
+        let p = &metric.provider;
+        match (&p.web, &p.prometheus, &p.kubernetes, &p.exec) {
+            (Some(_), None, None, None) => Ok(&self.web),
+            (None, Some(_), None, None) => Ok(&self.prometheus),
+            (None, None, Some(_), None) => Ok(&self.kubernetes),
+            (None, None, None, Some(_)) => Err(ProviderError("provider.exec is not supported by this operator".into())),
+            (None, None, None, None) => Err(ProviderError(format!("metric {:?} has no provider", metric.name))),
+            _ => Err(ProviderError(format!("metric {:?} sets several providers", metric.name))),
+        }
+    }
+}
+
+/// The text stored in `measurement.value`: strings as they are, other JSON compactly, capped so a large
+/// response cannot bloat the HookRun (BCS stored whatever came back).
+pub fn display(value: &serde_json::Value) -> String {
+    let text = match value {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    crate::text::excerpt(&text, 1024)
+}

@@ -1,0 +1,192 @@
+//! `provider.prometheus`: an instant query. A scalar result is a number, an instant vector an array of
+//! numbers (labels dropped), so `result > 0.9` and `result[0] > 0.9` work as in BCS and Argo.
+//!
+//! NaN: as in BCS, a NaN anywhere in the result makes the measurement Inconclusive without evaluating the
+//! conditions (a NaN compares false with everything, which would otherwise read as a failure).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::api::{Argument, HookPhase, Metric};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use reqwest::{Method, Url};
+use serde::Deserialize;
+
+use super::http::{Http, body_excerpt};
+use super::{Observation, Provider, ProviderError};
+use crate::template::render;
+
+pub struct Prometheus {
+    http: Arc<Http>,
+    timeout: Duration,
+}
+
+#[derive(Deserialize)]
+struct ApiResponse {
+    status: String,
+    #[serde(default)]
+    data: Option<QueryData>,
+    #[serde(default, rename = "errorType")]
+    error_type: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct QueryData {
+    #[serde(rename = "resultType")]
+    result_type: String,
+    result: serde_json::Value,
+}
+
+/// Prometheus writes sample values as strings: `"0.95"`, `"NaN"`, `"+Inf"`.
+fn sample(value: &serde_json::Value) -> Result<f64, String> {
+    let text = value.get(1).and_then(|v| v.as_str()).ok_or_else(|| format!("malformed sample {value}"))?;
+    match text {
+        "NaN" => Ok(f64::NAN),
+        "+Inf" | "Inf" => Ok(f64::INFINITY),
+        "-Inf" => Ok(f64::NEG_INFINITY),
+        other => other.parse().map_err(|_| format!("sample value {other:?} is not a number")),
+    }
+}
+
+fn format_number(f: f64) -> String {
+    if f.is_nan() {
+        "NaN".into()
+    } else if f.is_infinite() {
+        if f > 0.0 { "+Inf".into() } else { "-Inf".into() }
+    } else {
+        f.to_string()
+    }
+}
+
+/// The query's answer as `result` and its display text.
+pub fn interpret(body: &[u8], query: &str) -> Result<Observation, ProviderError> {
+    let response: ApiResponse = serde_json::from_slice(body)
+        .map_err(|e| ProviderError(format!("query `{query}`: the answer is not a Prometheus API response ({e}): {}", body_excerpt(body))))?;
+    if response.status != "success" {
+        return Err(ProviderError(format!(
+            "query `{query}` failed: {} ({})",
+            response.error.unwrap_or_else(|| "no error message".into()),
+            response.error_type.unwrap_or_else(|| response.status.clone())
+        )));
+    }
+    let data = response.data.ok_or_else(|| ProviderError(format!("query `{query}`: the answer has no data")))?;
+    let values: Vec<f64> = match data.result_type.as_str() {
+        "scalar" => vec![sample(&data.result).map_err(|e| ProviderError(format!("query `{query}`: {e}")))?],
+        "vector" => data
+            .result
+            .as_array()
+            .ok_or_else(|| ProviderError(format!("query `{query}`: vector result is not an array")))?
+            .iter()
+            .map(|series| sample(series.get("value").unwrap_or(&serde_json::Value::Null)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ProviderError(format!("query `{query}`: {e}")))?,
+        "matrix" => {
+            return Err(ProviderError(format!(
+                "query `{query}` returned a range vector (matrix), which is not supported: use an instant query"
+            )));
+        }
+        other => return Err(ProviderError(format!("query `{query}` returned a {other} result, which is not supported"))),
+    };
+    let scalar = data.result_type == "scalar";
+    let display = if scalar {
+        format_number(values[0])
+    } else {
+        format!("[{}]", values.iter().map(|v| format_number(*v)).collect::<Vec<_>>().join(","))
+    };
+    let result = if scalar {
+        expr::Value::Float(values[0])
+    } else {
+        expr::Value::Array(values.iter().map(|v| expr::Value::Float(*v)).collect())
+    };
+    let verdict = values
+        .iter()
+        .any(|v| v.is_nan())
+        .then(|| (HookPhase::Inconclusive, format!("query `{query}` returned NaN")));
+    Ok(Observation { result, display, verdict })
+}
+
+impl Prometheus {
+    pub fn new(http: Arc<Http>, timeout: Duration) -> Self {
+        Self { http, timeout }
+    }
+
+    async fn query(&self, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+        let spec = metric
+            .provider
+            .prometheus
+            .as_ref()
+            .ok_or_else(|| ProviderError("provider.prometheus is not set".into()))?;
+        let query = render("query", &spec.query, args)?;
+        let base = spec.address.trim().trim_end_matches('/');
+        let mut url = Url::parse(&format!("{base}/api/v1/query"))
+            .map_err(|e| ProviderError(format!("provider.prometheus.address {:?} is not a URL: {e}", spec.address)))?;
+        url.query_pairs_mut().append_pair("query", &query);
+        let response = self.http.send(Method::GET, url.as_str(), &[], None, self.timeout, false).await?;
+        // Prometheus answers 400/422 with a JSON error body that says what is wrong with the query.
+        if !response.status.is_success() && !matches!(response.status.as_u16(), 400 | 422 | 503) {
+            return Err(ProviderError(format!(
+                "GET {url} returned HTTP {}: {}",
+                response.status,
+                body_excerpt(&response.body)
+            )));
+        }
+        interpret(&response.body, &query)
+    }
+}
+
+impl Provider for Prometheus {
+    fn kind(&self) -> &'static str {
+        "prometheus"
+    }
+
+    fn timeout(&self, _metric: &Metric) -> Duration {
+        self.timeout
+    }
+
+    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+        self.query(metric, args).boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(text: &str) -> Result<Observation, ProviderError> {
+        interpret(text.as_bytes(), "q")
+    }
+
+    #[test]
+    fn scalar_and_vector_results() {
+        let o = answer(r#"{"status":"success","data":{"resultType":"scalar","result":[1.7e9,"0.95"]}}"#).unwrap();
+        assert_eq!((o.result, o.display.as_str(), o.verdict), (expr::Value::Float(0.95), "0.95", None));
+        let o = answer(r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"a":"b"},"value":[1.7e9,"1"]},{"metric":{},"value":[1.7e9,"0.5"]}]}}"#)
+        .unwrap();
+        assert_eq!(o.result, expr::Value::Array(vec![expr::Value::Float(1.0), expr::Value::Float(0.5)]));
+        assert_eq!(o.display, "[1,0.5]");
+        let o = answer(r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#).unwrap();
+        assert_eq!((o.result, o.display.as_str()), (expr::Value::Array(vec![]), "[]"));
+    }
+
+    #[test]
+    fn nan_is_inconclusive_and_infinities_are_numbers() {
+        let o = answer(r#"{"status":"success","data":{"resultType":"vector","result":[{"value":[1,"NaN"]}]}}"#).unwrap();
+        assert_eq!(o.verdict.map(|v| v.0), Some(HookPhase::Inconclusive));
+        let o = answer(r#"{"status":"success","data":{"resultType":"scalar","result":[1,"+Inf"]}}"#).unwrap();
+        assert_eq!((o.result, o.verdict), (expr::Value::Float(f64::INFINITY), None));
+    }
+
+    #[test]
+    fn errors_say_what_prometheus_said() {
+        let e = answer(r#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#).unwrap_err();
+        assert_eq!(e.0, "query `q` failed: parse error at char 3 (bad_data)");
+        let e = answer(r#"{"status":"success","data":{"resultType":"matrix","result":[]}}"#).unwrap_err();
+        assert!(e.0.contains("range vector"), "{e}");
+        let e = answer("<html>").unwrap_err();
+        assert!(e.0.contains("not a Prometheus API response") && e.0.contains("<html>"), "{e}");
+    }
+}

@@ -1,0 +1,84 @@
+//! `provider.web`: call an HTTP endpoint, read its JSON answer, pick a value with `jsonPath`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::api::{Argument, Metric};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use reqwest::Method;
+
+use super::http::{Http, body_excerpt};
+use super::{Observation, Provider, ProviderError, display};
+use crate::evaluate::to_expr;
+use crate::jsonpath;
+use crate::template::render;
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct Web {
+    http: Arc<Http>,
+}
+
+impl Web {
+    pub fn new(http: Arc<Http>) -> Self {
+        Self { http }
+    }
+
+    async fn call(&self, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+        let web = metric.provider.web.as_ref().ok_or_else(|| ProviderError("provider.web is not set".into()))?;
+        let url = render("url", &web.url, args)?;
+        let mut headers = Vec::with_capacity(web.headers.len());
+        for header in &web.headers {
+            headers.push((header.key.clone(), render(&format!("headers[{}]", header.key), &header.value, args)?));
+        }
+        let body = web.body.as_deref().map(|b| render("body", b, args)).transpose()?;
+        let method_name = web.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+        let method = Method::from_bytes(method_name.as_bytes())
+            .map_err(|_| ProviderError(format!("invalid HTTP method {method_name:?}")))?;
+        let path = web.json_path.as_deref().map(jsonpath::Path::parse).transpose().map_err(|e| ProviderError(e.to_string()))?;
+
+        let response = self.http.send(method.clone(), &url, &headers, body, self.timeout(metric), web.insecure).await?;
+        if !response.status.is_success() {
+            return Err(ProviderError(format!(
+                "{method} {url} returned HTTP {}: {}",
+                response.status,
+                body_excerpt(&response.body)
+            )));
+        }
+        let document: serde_json::Value = match serde_json::from_slice(&response.body) {
+            Ok(document) => document,
+            // Without a jsonPath a plain-text answer is the result itself (as in Argo).
+            Err(_) if path.is_none() => serde_json::Value::String(String::from_utf8_lossy(&response.body).into_owned()),
+            Err(e) => {
+                return Err(ProviderError(format!(
+                    "{method} {url} did not return JSON ({e}), so jsonPath `{}` cannot apply; the body starts with: {}",
+                    web.json_path.as_deref().unwrap_or_default(),
+                    body_excerpt(&response.body)
+                )));
+            }
+        };
+        let value = match &path {
+            Some(path) => path.extract(&document).map_err(|e| ProviderError(e.to_string()))?,
+            None => document,
+        };
+        Ok(Observation::judged(to_expr(&value), display(&value)))
+    }
+}
+
+impl Provider for Web {
+    fn kind(&self) -> &'static str {
+        "web"
+    }
+
+    fn timeout(&self, metric: &Metric) -> Duration {
+        match metric.provider.web.as_ref().and_then(|w| w.timeout_seconds) {
+            Some(secs) if secs > 0 => Duration::from_secs(secs.unsigned_abs()),
+            _ => DEFAULT_TIMEOUT,
+        }
+    }
+
+    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+        self.call(metric, args).boxed()
+    }
+}

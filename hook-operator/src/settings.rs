@@ -1,0 +1,58 @@
+//! Knobs of the engine that are not part of the API: how much history to keep, how long to wait before
+//! retrying an error, and the test aid that compresses time.
+
+use std::time::Duration;
+
+/// Argo's default: a metric errors after more than 4 consecutive errors.
+pub const DEFAULT_CONSECUTIVE_ERROR_LIMIT: i32 = 4;
+
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Multiplies every `interval`, `initialDelay` and the error retry delay. 1.0 in production; tests and the
+    /// `check` command use e.g. 0.01 to run a `60s` template in well under a minute.
+    pub interval_scale: f64,
+    /// Measurements kept per metric in status (counters are never trimmed).
+    pub history_limit: usize,
+    /// Delay before retrying after an Error measurement when the metric has no `interval`.
+    pub error_retry: Duration,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        Self { interval_scale: 1.0, history_limit: 10, error_retry: Duration::from_secs(10) }
+    }
+}
+
+impl EngineSettings {
+    pub fn scale(&self, duration: Duration) -> Duration {
+        if self.interval_scale == 1.0 {
+            return duration;
+        }
+        Duration::try_from_secs_f64(duration.as_secs_f64() * self.interval_scale).unwrap_or(Duration::MAX)
+    }
+
+    /// Rejects scales that would make timing meaningless.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.interval_scale.is_finite() && self.interval_scale > 0.0) {
+            return Err(format!("--interval-scale must be a positive number, got {}", self.interval_scale));
+        }
+        if self.history_limit == 0 {
+            return Err("--measurement-history must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling() {
+        let s = EngineSettings { interval_scale: 0.01, ..EngineSettings::default() };
+        assert_eq!(s.scale(Duration::from_secs(60)), Duration::from_millis(600));
+        assert_eq!(EngineSettings::default().scale(Duration::from_secs(60)), Duration::from_secs(60));
+        assert!(EngineSettings { interval_scale: 0.0, ..EngineSettings::default() }.validate().is_err());
+        assert!(EngineSettings { interval_scale: f64::NAN, ..EngineSettings::default() }.validate().is_err());
+    }
+}

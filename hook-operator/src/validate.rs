@@ -1,0 +1,387 @@
+//! Spec checks, shared by HookRuns (an invalid run ends `Error` with the first problem as its message) and
+//! HookTemplates (every problem is reported as a Warning Event on the template).
+//!
+//! Unlike BCS, expressions, JSONPaths, URLs, durations and argument references are checked up front, so a
+//! typo is reported when the template is applied rather than as an Error measurement minutes later.
+
+use std::collections::HashSet;
+
+use common::api::{Argument, HookRunSpec, HookTemplateSpec, Metric};
+
+use crate::{evaluate, jsonpath, template};
+
+/// Argument names the workload operators inject into every HookRun they create; templates may use them
+/// without declaring them. `PodContainer` and `ModifiedContainer` come indexed (`PodContainer[0]`).
+pub const INJECTED_ARGS: &[&str] = &["PodName", "PodNamespace", "PodIP", "HostIP", "PodContainer", "ModifiedContainer"];
+
+const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+
+/// Every problem of one metric, each a sentence a person can act on.
+pub fn metric(metric: &Metric) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut problem = |text: String| problems.push(text);
+    if metric.name.trim().is_empty() {
+        problem("name must not be empty".into());
+    }
+    if metric.count < 0 {
+        problem(format!("count must be >= 0, got {}", metric.count));
+    }
+    let interval = metric.interval.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    if metric.count > 1 && interval.is_none() {
+        problem(format!("count {} needs an interval between measurements", metric.count));
+    }
+    if metric.count > 0 {
+        for (name, limit) in [
+            ("failureLimit", metric.failure_limit),
+            ("successfulLimit", metric.successful_limit),
+            ("inconclusiveLimit", metric.inconclusive_limit),
+        ] {
+            if limit > metric.count {
+                problem(format!("{name} ({limit}) must not exceed count ({})", metric.count));
+            }
+        }
+    }
+    for (name, value) in [("interval", interval), ("initialDelay", metric.initial_delay.as_deref())] {
+        if let Some(value) = value.map(str::trim).filter(|s| !s.is_empty())
+            && let Err(e) = common::duration::parse_go(value)
+        {
+            problem(format!("{name}: {e}"));
+        }
+    }
+    if metric.failure_limit < -1 {
+        problem(format!("failureLimit must be >= -1 (-1 disables it), got {}", metric.failure_limit));
+    }
+    for (name, value) in [("successfulLimit", metric.successful_limit), ("inconclusiveLimit", metric.inconclusive_limit)]
+    {
+        if value < 0 {
+            problem(format!("{name} must be >= 0, got {value}"));
+        }
+    }
+    if let Some(limit) = metric.consecutive_error_limit
+        && limit < 0
+    {
+        problem(format!("consecutiveErrorLimit must be >= 0, got {limit}"));
+    }
+    if let Some(limit) = metric.consecutive_successful_limit
+        && limit < 1
+    {
+        problem(format!("consecutiveSuccessfulLimit must be >= 1, got {limit}"));
+    }
+    for (which, condition) in [
+        ("successCondition", metric.success_condition.as_deref()),
+        ("failureCondition", metric.failure_condition.as_deref()),
+    ] {
+        if let Some(expression) = condition.map(str::trim).filter(|s| !s.is_empty())
+            && let Err(e) = evaluate::compile(which, expression)
+        {
+            problem(e.to_string());
+        }
+    }
+    provider(metric, &mut problem);
+    problems
+}
+
+fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
+    let p = &metric.provider;
+    let set = [p.web.is_some(), p.prometheus.is_some(), p.kubernetes.is_some()].iter().filter(|s| **s).count();
+    if p.exec.is_some() {
+        problem(
+            "provider.exec is not supported by this operator (BCS declares it but never implemented it); use web, \
+             prometheus or kubernetes"
+                .into(),
+        );
+        return;
+    }
+    match set {
+        0 => return problem("no provider: set exactly one of provider.web, provider.prometheus, provider.kubernetes".into()),
+        1 => {}
+        _ => return problem("several providers: set exactly one of provider.web, provider.prometheus, provider.kubernetes".into()),
+    }
+    if let Some(web) = &p.web {
+        if web.url.trim().is_empty() {
+            problem("provider.web.url must not be empty".into());
+        } else {
+            url("provider.web.url", &web.url, problem);
+        }
+        if let Some(path) = web.json_path.as_deref()
+            && let Err(e) = jsonpath::Path::parse(path)
+        {
+            problem(format!("provider.web.{e}"));
+        }
+        let method = web.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+        if !METHODS.contains(&method.as_str()) {
+            problem(format!("provider.web.method {method:?} is not one of {}", METHODS.join(", ")));
+        }
+        if web.body.is_some() && (method == "GET" || method == "HEAD") {
+            problem(format!("provider.web.body needs a method that sends a body (POST, PUT, PATCH), not {method}"));
+        }
+        if let Some(timeout) = web.timeout_seconds
+            && timeout < 0
+        {
+            problem(format!("provider.web.timeoutSeconds must be >= 0, got {timeout}"));
+        }
+        for header in &web.headers {
+            if reqwest::header::HeaderName::from_bytes(header.key.as_bytes()).is_err() {
+                problem(format!("provider.web.headers: {:?} is not a valid header name", header.key));
+            }
+        }
+    }
+    if let Some(prometheus) = &p.prometheus {
+        if prometheus.query.trim().is_empty() {
+            problem("provider.prometheus.query must not be empty".into());
+        }
+        if prometheus.address.trim().is_empty() {
+            problem("provider.prometheus.address must not be empty".into());
+        } else {
+            url("provider.prometheus.address", &prometheus.address, problem);
+        }
+    }
+    if let Some(kubernetes) = &p.kubernetes {
+        let function = kubernetes.function.as_str();
+        if !matches!(function, "get" | "patch") {
+            problem(format!("provider.kubernetes.function must be get or patch, got {function:?}"));
+        }
+        if kubernetes.fields.is_empty() {
+            problem("provider.kubernetes.fields must not be empty".into());
+        }
+        for field in &kubernetes.fields {
+            if let Err(e) = crate::providers::kubernetes::FieldPath::parse(&field.path, function == "patch") {
+                problem(format!("provider.kubernetes.fields: {e}"));
+            }
+        }
+    }
+}
+
+/// A URL must be http(s); when arguments are substituted into the host we can only check the scheme.
+fn url(field: &str, text: &str, problem: &mut impl FnMut(String)) {
+    if let Err(e) = template::referenced_args(field, text) {
+        return problem(e.to_string());
+    }
+    let text = text.trim();
+    if text.starts_with("{{") {
+        return;
+    }
+    if !(text.starts_with("http://") || text.starts_with("https://")) {
+        return problem(format!("{field} {text:?} must start with http:// or https://"));
+    }
+    if !text.contains("{{")
+        && let Err(e) = reqwest::Url::parse(text)
+    {
+        problem(format!("{field} {text:?} is not a valid URL: {e}"));
+    }
+}
+
+/// Fields whose `{{ args.X }}` placeholders are rendered, with the label used in messages.
+pub fn templated_fields(metric: &Metric) -> Vec<(String, &str)> {
+    let mut fields = Vec::new();
+    if let Some(web) = &metric.provider.web {
+        fields.push(("url".to_string(), web.url.as_str()));
+        for header in &web.headers {
+            fields.push((format!("headers[{}]", header.key), header.value.as_str()));
+        }
+        if let Some(body) = &web.body {
+            fields.push(("body".to_string(), body.as_str()));
+        }
+    }
+    if let Some(prometheus) = &metric.provider.prometheus {
+        fields.push(("query".to_string(), prometheus.query.as_str()));
+    }
+    fields
+}
+
+fn metrics(metrics: &[Metric]) -> Vec<String> {
+    let mut problems = Vec::new();
+    if metrics.is_empty() {
+        problems.push("no metrics: spec.metrics needs at least one".to_string());
+    }
+    let mut seen = HashSet::new();
+    for (i, m) in metrics.iter().enumerate() {
+        if !seen.insert(m.name.as_str()) {
+            problems.push(format!("metrics[{i}]: duplicate metric name {:?}", m.name));
+        }
+        problems.extend(metric(m).into_iter().map(|p| format!("metrics[{i}] ({}): {p}", m.name)));
+    }
+    problems
+}
+
+/// A run is valid when its metrics are and every referenced argument has a value.
+pub fn run(spec: &HookRunSpec) -> Result<(), String> {
+    let mut problems = metrics(&spec.metrics);
+    for (i, m) in spec.metrics.iter().enumerate() {
+        for (field, text) in templated_fields(m) {
+            if let Err(e) = check_args(&field, text, &spec.args) {
+                problems.push(format!("metrics[{i}] ({}): {e}", m.name));
+            }
+        }
+    }
+    match problems.into_iter().next() {
+        Some(first) => Err(first),
+        None => Ok(()),
+    }
+}
+
+fn check_args(field: &str, text: &str, args: &[Argument]) -> Result<(), template::TemplateError> {
+    for name in template::referenced_args(field, text)? {
+        match args.iter().find(|a| a.name == name) {
+            None => {
+                return Err(template::TemplateError::Missing {
+                    field: field.to_string(),
+                    name,
+                    declared: if args.is_empty() {
+                        "none".into()
+                    } else {
+                        args.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+                    },
+                });
+            }
+            Some(Argument { value: None, .. }) => {
+                return Err(template::TemplateError::NoValue { field: field.to_string(), name });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every problem of a template. Arguments may be declared without a value (the HookRun's creator supplies
+/// it); referencing an argument that is neither declared nor injected by the workload operators is a problem.
+pub fn template(spec: &HookTemplateSpec) -> Vec<String> {
+    let mut problems = metrics(&spec.metrics);
+    let declared: HashSet<&str> = spec.args.iter().map(|a| a.name.as_str()).collect();
+    for (i, m) in spec.metrics.iter().enumerate() {
+        for (field, text) in templated_fields(m) {
+            let Ok(names) = template::referenced_args(&field, text) else { continue };
+            for name in names {
+                let injected = INJECTED_ARGS.iter().any(|base| name == *base || name.starts_with(&format!("{base}[")));
+                if !declared.contains(name.as_str()) && !injected {
+                    problems.push(format!(
+                        "metrics[{i}] ({}): {field} uses {{{{ args.{name} }}}} but spec.args does not declare {name:?}",
+                        m.name
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::api::{ExecMetric, KubernetesField, KubernetesMetric, MetricProvider, PrometheusMetric, WebMetric};
+
+    fn web(url: &str) -> Metric {
+        Metric {
+            name: "webtest".into(),
+            provider: MetricProvider {
+                web: Some(WebMetric { url: url.into(), json_path: Some("{$.age}".into()), ..WebMetric::default() }),
+                ..MetricProvider::default()
+            },
+            ..Metric::default()
+        }
+    }
+
+    fn first(m: Metric) -> String {
+        metric(&m).into_iter().next().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_walkthrough_templates_are_valid() {
+        for file in ["hook-template-success.yaml", "hook-template-fail.yaml", "hook-template-args.yaml"] {
+            let path = format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            let template: common::api::HookTemplate = serde_yaml::from_str(&text).unwrap();
+            assert_eq!(super::template(&template.spec), Vec::<String>::new(), "{file}");
+        }
+    }
+
+    #[test]
+    fn each_rule_reports_a_readable_problem() {
+        let cases: Vec<(Metric, &str)> = vec![
+            (Metric { name: String::new(), ..web("http://x") }, "name must not be empty"),
+            (Metric { count: 3, ..web("http://x") }, "count 3 needs an interval"),
+            (Metric { count: -1, ..web("http://x") }, "count must be >= 0"),
+            (
+                Metric { count: 2, interval: Some("1s".into()), failure_limit: 3, ..web("http://x") },
+                "failureLimit (3) must not exceed count (2)",
+            ),
+            (Metric { interval: Some("5".into()), ..web("http://x") }, "interval: invalid duration \"5\""),
+            (Metric { initial_delay: Some("soon".into()), ..web("http://x") }, "initialDelay: invalid duration"),
+            (Metric { failure_limit: -2, ..web("http://x") }, "failureLimit must be >= -1"),
+            (Metric { consecutive_error_limit: Some(-1), ..web("http://x") }, "consecutiveErrorLimit must be >= 0"),
+            (Metric { consecutive_successful_limit: Some(0), ..web("http://x") }, "consecutiveSuccessfulLimit must be >= 1"),
+            (Metric { success_condition: Some("asInt(result) >".into()), ..web("http://x") }, "successCondition `asInt(result) >` does not parse"),
+            (Metric { failure_condition: Some("(".into()), ..web("http://x") }, "failureCondition `(` does not parse"),
+            (Metric { provider: MetricProvider::default(), ..web("http://x") }, "no provider"),
+            (web("1.1.1.1:9091"), "must start with http:// or https://"),
+            (web("http://{{ args.PodIP :9091"), "never closed"),
+        ];
+        for (m, want) in cases {
+            let got = first(m);
+            assert!(got.contains(want), "want {want:?}, got {got:?}");
+        }
+        let mut bad_path = web("http://x");
+        bad_path.provider.web.as_mut().unwrap().json_path = Some("{.a}{.b}".into());
+        assert!(first(bad_path).contains("jsonPath"));
+        let mut both = web("http://x");
+        both.provider.prometheus = Some(PrometheusMetric { address: "http://p".into(), query: "up".into() });
+        assert!(first(both).contains("several providers"));
+        let exec = Metric {
+            provider: MetricProvider {
+                exec: Some(ExecMetric { container: "c".into(), command: vec!["true".into()] }),
+                ..MetricProvider::default()
+            },
+            ..web("http://x")
+        };
+        assert!(first(exec).contains("provider.exec is not supported"));
+        let kube = Metric {
+            provider: MetricProvider {
+                kubernetes: Some(KubernetesMetric {
+                    function: "delete".into(),
+                    fields: vec![KubernetesField { path: "spec.replicas".into(), value: "1".into() }],
+                }),
+                ..MetricProvider::default()
+            },
+            ..web("http://x")
+        };
+        let problems = metric(&kube);
+        assert!(problems[0].contains("must be get or patch"), "{problems:?}");
+        let mut post_get = web("http://x");
+        post_get.provider.web.as_mut().unwrap().body = Some("{}".into());
+        assert!(first(post_get).contains("needs a method that sends a body"));
+    }
+
+    #[test]
+    fn runs_need_unique_names_and_resolved_args() {
+        let spec = HookRunSpec { metrics: vec![web("http://x"), web("http://y")], ..HookRunSpec::default() };
+        assert!(run(&spec).unwrap_err().contains("duplicate metric name \"webtest\""));
+        let spec = HookRunSpec { metrics: vec![], ..HookRunSpec::default() };
+        assert!(run(&spec).unwrap_err().contains("no metrics"));
+        let spec = HookRunSpec { metrics: vec![web("http://{{ args.PodIP }}:9091")], ..HookRunSpec::default() };
+        let err = run(&spec).unwrap_err();
+        assert!(err.contains("argument \"PodIP\" is referenced but not declared"), "{err}");
+        let spec = HookRunSpec {
+            metrics: vec![web("http://{{ args.PodIP }}:9091")],
+            args: vec![Argument { name: "PodIP".into(), value: None }],
+            ..HookRunSpec::default()
+        };
+        assert!(run(&spec).unwrap_err().contains("\"PodIP\" has no value"));
+        let spec = HookRunSpec {
+            metrics: vec![web("http://{{ args.PodIP }}:9091")],
+            args: vec![Argument::new("PodIP", "127.0.0.1"), Argument { name: "unused".into(), value: None }],
+            ..HookRunSpec::default()
+        };
+        assert_eq!(run(&spec), Ok(()));
+    }
+
+    #[test]
+    fn templates_may_use_injected_args_but_not_unknown_ones() {
+        let spec = HookTemplateSpec {
+            metrics: vec![web("http://{{ args.PodIP }}:9091/{{ args.PodContainer[0] }}/{{ args.port }}")],
+            ..HookTemplateSpec::default()
+        };
+        let problems = template(&spec);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("does not declare \"port\""), "{problems:?}");
+    }
+}
