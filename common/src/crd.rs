@@ -8,6 +8,10 @@ use kube::CustomResourceExt;
 
 use crate::api::{GameDeployment, HookRun, HookTemplate};
 
+/// Where the generated files live, relative to the repository root: the directory users `kubectl apply` and
+/// the Helm chart's `crds/` (Helm installs CRDs only from a chart's own directory).
+pub const OUTPUT_DIRS: [&str; 2] = ["crds", "charts/gamedeployment-operators/crds"];
+
 /// File name (in `crds/`) and definition of every CRD, in install order.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     let mut crds = vec![

@@ -10,9 +10,9 @@ use clap::Parser;
 #[derive(Parser)]
 #[command(about = "Generate the tkex.tencent.com CRD YAML from the Rust API types")]
 struct Args {
-    /// Directory to write (or check) the CRD files in.
-    #[arg(long, default_value = "crds")]
-    out: PathBuf,
+    /// Directories to write (or check) the CRD files in: the install directory and the Helm chart's.
+    #[arg(long, default_values = common::crd::OUTPUT_DIRS)]
+    out: Vec<PathBuf>,
     /// Do not write; exit 1 if any file differs from what would be generated.
     #[arg(long)]
     check: bool,
@@ -29,16 +29,18 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let path = args.out.join(file);
-        if args.check {
-            if std::fs::read_to_string(&path).ok().as_deref() != Some(yaml.as_str()) {
-                stale.push(path);
+        for dir in &args.out {
+            let path = dir.join(file);
+            if args.check {
+                if std::fs::read_to_string(&path).ok().as_deref() != Some(yaml.as_str()) {
+                    stale.push(path);
+                }
+            } else if let Err(err) = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &yaml)) {
+                eprintln!("error: cannot write {}: {err}", path.display());
+                return ExitCode::FAILURE;
+            } else {
+                println!("wrote {}", path.display());
             }
-        } else if let Err(err) = std::fs::create_dir_all(&args.out).and_then(|()| std::fs::write(&path, yaml)) {
-            eprintln!("error: cannot write {}: {err}", path.display());
-            return ExitCode::FAILURE;
-        } else {
-            println!("wrote {}", path.display());
         }
     }
     if stale.is_empty() {
