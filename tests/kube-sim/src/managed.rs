@@ -85,10 +85,36 @@ fn key_of(item: &Value, keys: &[String]) -> String {
     serde_json::to_string(&m).unwrap_or_default()
 }
 
-/// The set of fields a value sets (structured-merge-diff's `ToFieldSet`).
+static OBJECT_META: std::sync::LazyLock<Option<crate::schema::Schema>> =
+    std::sync::LazyLock::new(|| crate::resources::BUILTINS.schemas.schema("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"));
+
+/// The schema of a top-level field: `metadata` is always `ObjectMeta`, whatever a CRD says.
+fn root_child<'a>(c: Option<Cursor<'a>>, key: &str) -> Option<Cursor<'a>> {
+    if key == "metadata"
+        && let Some(s) = OBJECT_META.as_ref()
+    {
+        return Some(Cursor::root(s));
+    }
+    c.and_then(|c| c.field(key))
+}
+
+/// The set of fields a value sets (structured-merge-diff's `ToFieldSet`; maps are members
+/// themselves, as in the sets `Update` operations record).
 pub fn field_set(value: &Value, schema: Option<Cursor<'_>>) -> FieldSet {
     let mut set = FieldSet::new();
-    walk(value, schema, &mut Vec::new(), &mut set);
+    if let Value::Object(map) = value {
+        for (k, v) in map {
+            let mut path = vec![PathElement::Field(k.clone())];
+            let cc = root_child(schema, k);
+            walk(v, cc, &mut path, &mut set);
+            let declared = k == "metadata" || schema.is_some_and(|c| c.node().properties.contains_key(k));
+            if v.is_null() || v.as_object().is_some_and(Map::is_empty) || !declared {
+                set.insert(path);
+            }
+        }
+    } else {
+        walk(value, schema, &mut Vec::new(), &mut set);
+    }
     set.retain(|p| !ignored_root(p) && !p.is_empty());
     set
 }
@@ -99,6 +125,10 @@ fn walk(v: &Value, c: Option<Cursor<'_>>, path: &mut FieldPath, set: &mut FieldS
             if c.is_some_and(|c| c.node().map_atomic) {
                 set.insert(path.clone());
                 return;
+            }
+            let is_map = c.is_some_and(|c| c.node().additional.is_some() && c.node().properties.is_empty());
+            if is_map && !map.is_empty() {
+                set.insert(path.clone());
             }
             for (k, val) in map {
                 let declared = c.is_some_and(|c| c.node().properties.contains_key(k));
@@ -404,6 +434,26 @@ pub struct Conflict {
 
 /// Merges an applied configuration into the live object (structured-merge-diff semantics).
 pub fn merge_applied(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
+    if let (Value::Object(lm), Value::Object(am)) = (&mut *live, applied) {
+        for (k, av) in am {
+            if av.is_null() {
+                lm.remove(k);
+                continue;
+            }
+            let cc = root_child(c, k);
+            match lm.get_mut(k) {
+                Some(lv) => merge_value(lv, av, cc),
+                None => {
+                    lm.insert(k.clone(), av.clone());
+                }
+            }
+        }
+        return;
+    }
+    merge_value(live, applied, c);
+}
+
+fn merge_value(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
     match (live, applied) {
         (Value::Object(lm), Value::Object(am)) if !c.is_some_and(|c| c.node().map_atomic) => {
             for (k, av) in am {
@@ -413,7 +463,7 @@ pub fn merge_applied(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
                 }
                 let cc = c.and_then(|c| c.field(k));
                 match lm.get_mut(k) {
-                    Some(lv) => merge_applied(lv, av, cc),
+                    Some(lv) => merge_value(lv, av, cc),
                     None => {
                         lm.insert(k.clone(), av.clone());
                     }
@@ -437,7 +487,7 @@ pub fn merge_applied(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
                     for it in items {
                         let k = key_of(it, &keys);
                         match litems.iter_mut().find(|l| key_of(l, &keys) == k) {
-                            Some(l) => merge_applied(l, it, ic),
+                            Some(l) => merge_value(l, it, ic),
                             None => litems.push(it.clone()),
                         }
                     }
@@ -595,7 +645,7 @@ mod tests {
         let v1 = to_fields_v1(&set);
         assert_eq!(
             v1,
-            json!({"f:metadata": {"f:labels": {"f:app": {}}}, "f:spec": {"f:replicas": {}, "f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:name": {}, "f:image": {}}}}})
+            json!({"f:metadata": {"f:labels": {".": {}, "f:app": {}}}, "f:spec": {"f:replicas": {}, "f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:name": {}, "f:image": {}}}}})
         );
         assert_eq!(from_fields_v1(&v1), set);
     }

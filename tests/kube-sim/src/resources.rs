@@ -338,6 +338,7 @@ pub static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
     registers.push(register::<k8s_openapi::api::core::v1::Binding>);
     registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>);
     registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>);
+    registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta>);
     registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList>);
     let mut gvks: Vec<Gvk> = specs
         .iter()
@@ -494,6 +495,11 @@ impl Catalog {
                 GroupView { name, versions: vs }
             })
             .collect()
+    }
+
+    /// The preferred definition serving a storage bucket.
+    pub fn by_storage(&self, storage: &str) -> Option<Arc<ResourceDef>> {
+        self.storages().into_iter().find(|d| d.storage == storage)
     }
 
     pub fn crd_versions(&self, crd_name: &str) -> Vec<Arc<ResourceDef>> {

@@ -1,0 +1,394 @@
+//! Authentication (static bearer tokens in the `--token-auth-file` CSV format) and RBAC
+//! authorization (Roles, ClusterRoles with aggregation, RoleBindings, ClusterRoleBindings),
+//! including the bootstrap policy every cluster has and the access review APIs kubectl uses.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::registry::UserInfo;
+use crate::selector::LabelSelector;
+use crate::status::{ApiError, GroupResource};
+use crate::store::Store;
+
+/// Users known by token. Requests without a token are the admin user (kube-sim is a local
+/// test server); requests with an unknown token get `401 Unauthorized`.
+#[derive(Clone, Debug, Default)]
+pub struct Authenticator {
+    tokens: HashMap<String, UserInfo>,
+}
+
+/// Splits one CSV line (double quotes group fields containing commas).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out.into_iter().map(|f| f.trim().to_string()).collect()
+}
+
+impl Authenticator {
+    pub fn parse(content: &str) -> Result<Self, String> {
+        let mut tokens = HashMap::new();
+        for (i, line) in content.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let f = csv_fields(line);
+            if f.len() < 3 {
+                return Err(format!("line {}: expected token,user,uid[,\"group1,group2\"]", i + 1));
+            }
+            let mut groups: Vec<String> = f.get(3).map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
+            groups.push("system:authenticated".into());
+            tokens.insert(f[0].clone(), UserInfo { name: f[1].clone(), uid: f[2].clone(), groups });
+        }
+        Ok(Self { tokens })
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self, String> {
+        let content = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        Self::parse(&content)
+    }
+
+    pub fn authenticate(&self, authorization: Option<&str>) -> Result<UserInfo, ApiError> {
+        let Some(header) = authorization else { return Ok(UserInfo::admin()) };
+        let token = header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")).map(str::trim);
+        match token {
+            Some(t) => self.tokens.get(t).cloned().ok_or_else(ApiError::unauthorized),
+            // Basic auth and others are not supported: treated like an anonymous admin request.
+            None => Ok(UserInfo::admin()),
+        }
+    }
+}
+
+/// What a request does, as the authorizer sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attributes {
+    pub verb: String,
+    pub resource_request: bool,
+    pub api_group: String,
+    pub api_version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+    pub namespace: String,
+    pub path: String,
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+fn rule_allows(rule: &Value, a: &Attributes) -> bool {
+    let verbs = strings(rule.get("verbs"));
+    if !verbs.iter().any(|v| v == "*" || *v == a.verb) {
+        return false;
+    }
+    if !a.resource_request {
+        return strings(rule.get("nonResourceURLs")).iter().any(|u| u == "*" || *u == a.path || (u.ends_with('*') && a.path.starts_with(u.trim_end_matches('*'))));
+    }
+    let groups = strings(rule.get("apiGroups"));
+    if !groups.iter().any(|g| g == "*" || *g == a.api_group) {
+        return false;
+    }
+    let combined = if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
+    let resources = strings(rule.get("resources"));
+    let resource_ok = resources.iter().any(|r| {
+        r == "*"
+            || *r == combined
+            || (!a.subresource.is_empty() && (*r == format!("*/{}", a.subresource) || *r == format!("{}/*", a.resource)))
+    });
+    if !resource_ok {
+        return false;
+    }
+    let names = strings(rule.get("resourceNames"));
+    names.is_empty() || (!a.name.is_empty() && names.contains(&a.name))
+}
+
+fn subject_matches(subject: &Value, user: &UserInfo, binding_ns: &str) -> bool {
+    let kind = subject.get("kind").and_then(Value::as_str).unwrap_or("");
+    let name = subject.get("name").and_then(Value::as_str).unwrap_or("");
+    match kind {
+        "User" => name == user.name,
+        "Group" => user.groups.iter().any(|g| g == name),
+        "ServiceAccount" => {
+            let ns = subject.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(binding_ns);
+            user.name == format!("system:serviceaccount:{ns}:{name}")
+        }
+        _ => false,
+    }
+}
+
+const CLUSTER_ROLES: &str = "clusterroles.rbac.authorization.k8s.io";
+const CLUSTER_ROLE_BINDINGS: &str = "clusterrolebindings.rbac.authorization.k8s.io";
+const ROLES: &str = "roles.rbac.authorization.k8s.io";
+const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
+
+/// Rules of a ClusterRole including those aggregated into it by label selectors.
+fn cluster_role_rules(store: &Store, name: &str) -> Vec<Value> {
+    let Some(role) = store.get(CLUSTER_ROLES, name) else { return vec![] };
+    let mut rules: Vec<Value> = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
+    if let Some(selectors) = role.get("aggregationRule").and_then(|a| a.get("clusterRoleSelectors")).and_then(Value::as_array) {
+        let sels: Vec<LabelSelector> = selectors.iter().filter_map(|s| LabelSelector::from_label_selector_object(s).ok()).collect();
+        for (_, other) in store.snapshot(CLUSTER_ROLES) {
+            if crate::meta::name(&other) == name {
+                continue;
+            }
+            if sels.iter().any(|s| !s.is_empty() && s.matches_object(&other)) {
+                rules.extend(other.get("rules").and_then(Value::as_array).cloned().unwrap_or_default());
+            }
+        }
+    }
+    rules
+}
+
+/// Every rule that applies to the user in a namespace ("" = cluster-wide only).
+pub fn rules_for(store: &Store, user: &UserInfo, namespace: &str) -> Vec<Value> {
+    let mut rules = Vec::new();
+    for (_, b) in store.snapshot(CLUSTER_ROLE_BINDINGS) {
+        let subjects = b.get("subjects").and_then(Value::as_array).cloned().unwrap_or_default();
+        if subjects.iter().any(|s| subject_matches(s, user, "")) {
+            let role = b.get("roleRef").and_then(|r| r.get("name")).and_then(Value::as_str).unwrap_or("");
+            rules.extend(cluster_role_rules(store, role));
+        }
+    }
+    if !namespace.is_empty() {
+        let prefix = format!("{namespace}/");
+        for (key, b) in store.snapshot(ROLE_BINDINGS) {
+            if !key.starts_with(&prefix) {
+                continue;
+            }
+            let subjects = b.get("subjects").and_then(Value::as_array).cloned().unwrap_or_default();
+            if !subjects.iter().any(|s| subject_matches(s, user, namespace)) {
+                continue;
+            }
+            let role_ref = b.get("roleRef").cloned().unwrap_or(Value::Null);
+            let role_name = role_ref.get("name").and_then(Value::as_str).unwrap_or("");
+            match role_ref.get("kind").and_then(Value::as_str) {
+                Some("ClusterRole") => rules.extend(cluster_role_rules(store, role_name)),
+                Some("Role") => {
+                    if let Some(r) = store.get(ROLES, &format!("{namespace}/{role_name}")) {
+                        rules.extend(r.get("rules").and_then(Value::as_array).cloned().unwrap_or_default());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    rules
+}
+
+pub fn allowed(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
+    if user.is_admin() {
+        return true;
+    }
+    rules_for(store, user, &a.namespace).iter().any(|r| rule_allows(r, a))
+}
+
+/// The `403 Forbidden` the real server returns for a denied request.
+pub fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
+    if !a.resource_request {
+        let mut e = ApiError::new(403, "Forbidden", format!("forbidden: User {:?} cannot {} path {:?}", user.name, a.verb, a.path));
+        e.details = Some(json!({}));
+        return e;
+    }
+    let resource = if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
+    let cause = if a.namespace.is_empty() {
+        format!("User {:?} cannot {} resource {resource:?} in API group {:?} at the cluster scope", user.name, a.verb, a.api_group)
+    } else {
+        format!("User {:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}", user.name, a.verb, a.api_group, a.namespace)
+    };
+    ApiError::forbidden(&GroupResource::new(&a.api_group, &a.resource), &a.name, &cause)
+}
+
+fn attrs_from_review(spec: &Value) -> Attributes {
+    if let Some(r) = spec.get("resourceAttributes") {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        Attributes {
+            verb: s("verb"),
+            resource_request: true,
+            api_group: s("group"),
+            api_version: s("version"),
+            resource: s("resource"),
+            subresource: s("subresource"),
+            name: s("name"),
+            namespace: s("namespace"),
+            path: String::new(),
+        }
+    } else {
+        let n = spec.get("nonResourceAttributes").cloned().unwrap_or(Value::Null);
+        Attributes {
+            verb: n.get("verb").and_then(Value::as_str).unwrap_or("").to_string(),
+            resource_request: false,
+            path: n.get("path").and_then(Value::as_str).unwrap_or("").to_string(),
+            ..Attributes::default()
+        }
+    }
+}
+
+/// Evaluates an access review / rules review / self subject review (create-only kinds).
+pub fn review(store: &Store, kind: &str, namespace: &str, body: &Value, user: &UserInfo) -> Result<Value, ApiError> {
+    let spec = body.get("spec").cloned().unwrap_or(json!({}));
+    let mut out = body.clone();
+    let status = match kind {
+        "SelfSubjectAccessReview" | "LocalSubjectAccessReview" | "SubjectAccessReview" => {
+            let subject = if kind == "SelfSubjectAccessReview" {
+                user.clone()
+            } else {
+                let mut groups = strings(spec.get("groups"));
+                if !groups.iter().any(|g| g == "system:authenticated") && spec.get("user").is_some() {
+                    groups.push("system:authenticated".into());
+                }
+                UserInfo { name: spec.get("user").and_then(Value::as_str).unwrap_or("").to_string(), uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").to_string(), groups }
+            };
+            let mut a = attrs_from_review(&spec);
+            if kind == "LocalSubjectAccessReview" {
+                a.namespace = namespace.to_string();
+            }
+            let ok = allowed(store, &subject, &a);
+            if ok {
+                json!({"allowed": true, "reason": if subject.is_admin() { "kube-sim: member of system:masters" } else { "RBAC: allowed by a role binding" }})
+            } else {
+                json!({"allowed": false})
+            }
+        }
+        "SelfSubjectRulesReview" => {
+            let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
+            let rules = if user.is_admin() {
+                vec![json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}), json!({"verbs": ["*"], "nonResourceURLs": ["*"]})]
+            } else {
+                rules_for(store, user, ns)
+            };
+            let (resource, non_resource): (Vec<Value>, Vec<Value>) = rules.into_iter().partition(|r| r.get("nonResourceURLs").is_none());
+            json!({"resourceRules": resource, "nonResourceRules": non_resource, "incomplete": false})
+        }
+        "SelfSubjectReview" => json!({"userInfo": {"username": user.name, "uid": user.uid, "groups": user.groups}}),
+        other => return Err(ApiError::bad_request(format!("{other} is not a review kind"))),
+    };
+    if let Value::Object(m) = &mut out {
+        m.insert("status".into(), status);
+        let md = m.entry("metadata").or_insert_with(|| json!({}));
+        if let Value::Object(md) = md {
+            md.insert("creationTimestamp".into(), Value::Null);
+        }
+    }
+    Ok(out)
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
+    json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+/// The bootstrap ClusterRoles and ClusterRoleBindings of a new cluster (a subset).
+pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
+    let read = &["get", "list", "watch"][..];
+    let write = &["create", "delete", "deletecollection", "patch", "update"][..];
+    let all_rw: Vec<&str> = read.iter().chain(write.iter()).copied().collect();
+    let view_rules = vec![
+        rule(&[""], &["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services", "services/status", "bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status", "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"], read),
+        rule(&[""], &["namespaces"], read),
+        rule(&["apps"], &["controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale", "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"], read),
+        rule(&["autoscaling"], &["horizontalpodautoscalers", "horizontalpodautoscalers/status"], read),
+        rule(&["batch"], &["cronjobs", "cronjobs/status", "jobs", "jobs/status"], read),
+        rule(&["policy"], &["poddisruptionbudgets", "poddisruptionbudgets/status"], read),
+        rule(&["networking.k8s.io"], &["ingresses", "ingresses/status", "networkpolicies"], read),
+        rule(&["events.k8s.io"], &["events"], read),
+        rule(&["coordination.k8s.io"], &["leases"], read),
+    ];
+    let mut edit_rules = view_rules.clone();
+    edit_rules.extend([
+        rule(&[""], &["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "pods/eviction"], &all_rw),
+        rule(&[""], &["configmaps", "endpoints", "persistentvolumeclaims", "replicationcontrollers", "replicationcontrollers/scale", "secrets", "serviceaccounts", "services", "services/proxy", "events"], &all_rw),
+        rule(&[""], &["serviceaccounts/token"], &["create"]),
+        rule(&["apps"], &["daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale", "controllerrevisions"], &all_rw),
+        rule(&["autoscaling"], &["horizontalpodautoscalers"], &all_rw),
+        rule(&["batch"], &["cronjobs", "jobs"], &all_rw),
+        rule(&["policy"], &["poddisruptionbudgets"], &all_rw),
+        rule(&["networking.k8s.io"], &["ingresses", "networkpolicies"], &all_rw),
+        rule(&["coordination.k8s.io"], &["leases"], &all_rw),
+        rule(&["events.k8s.io"], &["events"], &all_rw),
+    ]);
+    let mut admin_rules = edit_rules.clone();
+    admin_rules.push(rule(&["rbac.authorization.k8s.io"], &["rolebindings", "roles"], &all_rw));
+    admin_rules.push(rule(&["authorization.k8s.io"], &["localsubjectaccessreviews"], &["create"]));
+    let meta = |name: &str| json!({"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}, "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}});
+    let aggregated = |name: &str, to: &str, rules: Vec<Value>| {
+        let mut m = meta(name);
+        if let Value::Object(o) = &mut m
+            && let Some(Value::Object(labels)) = o.get_mut("labels")
+        {
+            if to == "edit" {
+                labels.insert("rbac.authorization.k8s.io/aggregate-to-admin".into(), json!("true"));
+            }
+            if to == "view" {
+                labels.insert("rbac.authorization.k8s.io/aggregate-to-edit".into(), json!("true"));
+            }
+        }
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": m,
+               "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {format!("rbac.authorization.k8s.io/aggregate-to-{name}"): "true"}}]},
+               "rules": rules})
+    };
+    let binding = |name: &str, role: &str, group: &str| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta(name),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
+    };
+    vec![
+        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("cluster-admin"),
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]})),
+        (CLUSTER_ROLES, aggregated("admin", "", admin_rules)),
+        (CLUSTER_ROLES, aggregated("edit", "edit", edit_rules)),
+        (CLUSTER_ROLES, aggregated("view", "view", view_rules)),
+        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:discovery"),
+            "rules": [{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"], "verbs": ["get"]}]})),
+        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:basic-user"),
+            "rules": [rule(&["authorization.k8s.io"], &["selfsubjectaccessreviews", "selfsubjectrulesreviews"], &["create"]), rule(&["authentication.k8s.io"], &["selfsubjectreviews"], &["create"])]})),
+        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:public-info-viewer"),
+            "rules": [{"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]}]})),
+        (CLUSTER_ROLE_BINDINGS, binding("cluster-admin", "cluster-admin", "system:masters")),
+        (CLUSTER_ROLE_BINDINGS, binding("system:discovery", "system:discovery", "system:authenticated")),
+        (CLUSTER_ROLE_BINDINGS, binding("system:basic-user", "system:basic-user", "system:authenticated")),
+        (CLUSTER_ROLE_BINDINGS, binding("system:public-info-viewer", "system:public-info-viewer", "system:authenticated")),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_file_and_rules() {
+        let a = Authenticator::parse("tok1,alice,u1,\"dev,qa\"\n# comment\ntok2,bob,u2\n").unwrap();
+        let alice = a.authenticate(Some("Bearer tok1")).unwrap();
+        assert_eq!(alice.name, "alice");
+        assert!(alice.groups.contains(&"qa".to_string()));
+        assert_eq!(a.authenticate(Some("Bearer nope")).unwrap_err().code, 401);
+        assert!(a.authenticate(None).unwrap().is_admin());
+
+        let r = json!({"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list"], "resourceNames": []});
+        let mut at = Attributes { verb: "get".into(), resource_request: true, resource: "pods".into(), namespace: "default".into(), ..Default::default() };
+        assert!(rule_allows(&r, &at));
+        at.subresource = "log".into();
+        assert!(!rule_allows(&r, &at));
+        at.subresource = "status".into();
+        assert!(rule_allows(&r, &at));
+        at.verb = "delete".into();
+        assert!(!rule_allows(&r, &at));
+        let e = forbidden(&alice, &Attributes { verb: "list".into(), resource_request: true, resource: "pods".into(), namespace: "default".into(), ..Default::default() });
+        assert_eq!(e.message, "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"");
+    }
+}

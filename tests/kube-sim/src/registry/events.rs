@@ -1,0 +1,71 @@
+//! `events.k8s.io/v1` Events are stored as core/v1 Events (one storage, two APIs), converted
+//! field by field as in k8s.io/kubernetes/pkg/apis/events/v1.
+
+use serde_json::{Map, Value, json};
+
+const RENAMES: &[(&str, &str)] = &[
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+];
+
+const SHARED: &[&str] = &["metadata", "eventTime", "series", "related", "action", "reason", "type", "reportingInstance"];
+
+/// events.k8s.io/v1 -> core/v1
+pub fn to_core(v: &Value) -> Value {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), json!("v1"));
+    out.insert("kind".into(), json!("Event"));
+    if let Value::Object(m) = v {
+        for k in SHARED {
+            if let Some(x) = m.get(*k) {
+                out.insert(k.to_string(), x.clone());
+            }
+        }
+        for (from, to) in RENAMES {
+            if let Some(x) = m.get(*from) {
+                out.insert(to.to_string(), x.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+/// core/v1 -> events.k8s.io/v1
+pub fn from_core(v: &Value) -> Value {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
+    out.insert("kind".into(), json!("Event"));
+    if let Value::Object(m) = v {
+        for k in SHARED {
+            if let Some(x) = m.get(*k) {
+                out.insert(k.to_string(), x.clone());
+            }
+        }
+        for (to, from) in RENAMES {
+            if let Some(x) = m.get(*from) {
+                out.insert(to.to_string(), x.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let e = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "x"}, "regarding": {"kind": "Pod", "name": "p"},
+                       "note": "hello", "reason": "Started", "type": "Normal", "reportingController": "c", "eventTime": "2024-01-01T00:00:00.000000Z"});
+        let core = to_core(&e);
+        assert_eq!(core["involvedObject"]["name"], "p");
+        assert_eq!(core["message"], "hello");
+        assert_eq!(from_core(&core), e);
+    }
+}

@@ -1,0 +1,372 @@
+//! Resource request handlers: decoding options from the query and body, calling the registry,
+//! and encoding results in the representation the client negotiated.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use hyper::{Method, Request, StatusCode, header};
+use serde_json::{Map, Value, json};
+
+use super::AppState;
+use super::request::{Query, Representation, ResourceRequest, negotiate, verb_for};
+use super::response::{bytes_response, error_response, json_response, list_body, yaml_response};
+use crate::auth::{self, Attributes};
+use crate::patch::PatchType;
+use crate::registry::{DeleteOptions, Endpoint, FieldValidation, ListOptions, Propagation, Registry, UserInfo, WriteCtx};
+use crate::resources::{ResourceDef, Special};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::table::{self, IncludeObject};
+
+struct Ctx {
+    st: Arc<AppState>,
+    rd: Arc<ResourceDef>,
+    rr: ResourceRequest,
+    query: Query,
+    rep: Representation,
+    user: UserInfo,
+    user_agent: String,
+    content_type: String,
+}
+
+pub async fn resource(st: Arc<AppState>, user: UserInfo, req: Request<Body>, rr: ResourceRequest, query: Query) -> Response {
+    match resource_inner(st, user, req, rr, query).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+fn parse_list_options(query: &Query) -> Result<ListOptions, ApiError> {
+    let label_selector = LabelSelector::parse(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let field_selector = FieldSelector::parse(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let limit = query.int("limit").map_err(ApiError::bad_request)?.filter(|l| *l > 0).map(|l| l as usize);
+    Ok(ListOptions {
+        label_selector,
+        field_selector,
+        limit,
+        continue_token: query.get("continue").filter(|c| !c.is_empty()).map(str::to_string),
+        resource_version: query.get("resourceVersion").map(str::to_string),
+        resource_version_match: query.get("resourceVersionMatch").map(str::to_string),
+    })
+}
+
+async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, rr: ResourceRequest, query: Query) -> Result<Response, ApiError> {
+    let catalog = st.registry.catalog.clone();
+    let rd = catalog.get(&rr.group, &rr.version, &rr.resource).ok_or_else(ApiError::not_found_path)?;
+    if rd.namespaced != rr.namespace.is_some() && !(rd.namespaced && rr.name.is_none()) {
+        return Err(ApiError::not_found_path());
+    }
+    let method = req.method().clone();
+    let watch = rr.legacy_watch || query.flag("watch");
+    let verb = verb_for(&method, rr.name.is_some(), watch);
+    if verb == "unknown" {
+        return Err(ApiError::method_not_allowed());
+    }
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let rep = match negotiate(accept) {
+        Some(Representation::Protobuf) | None => return Err(ApiError::not_acceptable()),
+        Some(r) => r,
+    };
+    let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    // Authorization (the namespace of a namespace object is its own name, as in RequestInfo).
+    let attrs = Attributes {
+        verb: verb.to_string(),
+        resource_request: true,
+        api_group: rd.group.clone(),
+        api_version: rd.version.clone(),
+        resource: rd.plural.clone(),
+        subresource: rr.subresource.clone().unwrap_or_default(),
+        name: rr.name.clone().unwrap_or_default(),
+        namespace: if rd.special == Special::Namespace { rr.name.clone().unwrap_or_default() } else { rr.namespace.clone().unwrap_or_default() },
+        path: String::new(),
+    };
+    if !auth::allowed(&st.registry.store, &user, &attrs) {
+        return Err(auth::forbidden(&user, &attrs));
+    }
+    let decision = st.faults.decide(verb, &rd.group_resource(), rr.subresource.as_deref(), rr.name.as_deref().unwrap_or(""));
+    if !decision.latency.is_zero() {
+        tokio::time::sleep(decision.latency).await;
+    }
+    if let Some(e) = decision.error {
+        return Err(e);
+    }
+    let body = if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
+        axum::body::to_bytes(req.into_body(), st.max_body)
+            .await
+            .map_err(|_| ApiError::request_entity_too_large(format!("Request entity too large: limit is {}", st.max_body)))?
+            .to_vec()
+    } else {
+        Vec::new()
+    };
+    let c = Ctx { st: st.clone(), rd: rd.clone(), rr: rr.clone(), query, rep, user, user_agent, content_type };
+    let ns = rr.namespace.clone().unwrap_or_default();
+    match rr.subresource.as_deref() {
+        None => match (verb, rr.name.as_deref()) {
+            ("watch", _) => super::watch::serve(&c.st, &c.rd, rr.namespace.as_deref(), rr.name.as_deref(), &c.query, &c.rep, decision.watch_drop_after),
+            ("list", _) => list(&c),
+            ("get", Some(name)) => get(&c, &ns, name),
+            ("create", None) => create(&c, &ns, &body),
+            ("update", Some(name)) => update(&c, &ns, name, &body, Endpoint::Main),
+            ("patch", Some(name)) => patch(&c, &ns, name, &body, Endpoint::Main),
+            ("delete", Some(name)) => delete(&c, &ns, name, &body),
+            ("deletecollection", None) => delete_collection(&c, &body),
+            _ => Err(ApiError::method_not_allowed()),
+        },
+        Some("status") if rd.status_subresource => match (verb, rr.name.as_deref()) {
+            ("get", Some(name)) => get(&c, &ns, name),
+            ("update", Some(name)) => update(&c, &ns, name, &body, Endpoint::Status),
+            ("patch", Some(name)) => patch(&c, &ns, name, &body, Endpoint::Status),
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
+        Some("scale") if rd.scale.is_some() => match (verb, rr.name.as_deref()) {
+            ("get", Some(name)) => Ok(object_response(&c, StatusCode::OK, &c.st.registry.get_scale(&rd, &ns, name)?, &[])),
+            ("update", Some(name)) => scale_update(&c, &ns, name, &body),
+            ("patch", Some(name)) => scale_patch(&c, &ns, name, &body),
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
+        Some("binding") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
+            ("create", Some(name)) => {
+                let b = parse_body(&body, &c.content_type)?;
+                c.st.registry.bind_pod(&ns, name, &b)?;
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                    &[],
+                ))
+            }
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
+        Some("finalize") if rd.special == Special::Namespace => match (verb, rr.name.as_deref()) {
+            ("update", Some(name)) => update(&c, "", name, &body, Endpoint::Finalize),
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
+        Some(_) => Err(ApiError::not_found_path()),
+    }
+}
+
+fn parse_body(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("Object 'Kind' is missing in ''"));
+    }
+    let base = content_type.split(';').next().unwrap_or("").trim();
+    match base {
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; yaml parse error: {e}")))
+        }
+        "application/vnd.kubernetes.protobuf" | "application/cbor" => {
+            Err(ApiError::unsupported_media_type(base, &["application/json", "application/yaml"]))
+        }
+        _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))),
+    }
+}
+
+fn write_ctx(c: &Ctx) -> Result<WriteCtx, ApiError> {
+    let manager = match c.query.get("fieldManager").filter(|m| !m.is_empty()) {
+        Some(m) => {
+            if m.len() > 128 {
+                return Err(ApiError::bad_request("fieldManager: Too long: may not be longer than 128"));
+            }
+            m.to_string()
+        }
+        None => {
+            let prefix = c.user_agent.split('/').next().unwrap_or("").to_string();
+            if prefix.is_empty() { "unknown".to_string() } else { prefix }
+        }
+    };
+    let mut ctx = WriteCtx::new(manager, c.user.clone());
+    for d in c.query.all("dryRun") {
+        match d {
+            "All" => ctx.dry_run = true,
+            "" => {}
+            other => return Err(ApiError::bad_request(format!("Invalid dry run value: {other}"))),
+        }
+    }
+    ctx.field_validation = match c.query.get("fieldValidation").unwrap_or("") {
+        "" | "Warn" => FieldValidation::Warn,
+        "Strict" => FieldValidation::Strict,
+        "Ignore" => FieldValidation::Ignore,
+        other => return Err(ApiError::bad_request(format!("fieldValidation: Invalid value: {other:?}: must be one of Ignore, Warn, or Strict"))),
+    };
+    Ok(ctx)
+}
+
+/// Encodes one object in the negotiated representation.
+fn object_response(c: &Ctx, status: StatusCode, obj: &Value, warnings: &[String]) -> Response {
+    match c.rep {
+        Representation::Yaml => yaml_response(status, obj, warnings),
+        Representation::Table => {
+            let include = IncludeObject::parse(c.query.get("includeObject"));
+            let t = table::table(&c.rd, &[Arc::new(obj.clone())], include, json!({"resourceVersion": crate::meta::resource_version(obj)}), true);
+            json_response(status, &t, warnings)
+        }
+        Representation::PartialObjectMetadata | Representation::PartialObjectMetadataList => {
+            json_response(status, &table::partial_object_metadata(obj), warnings)
+        }
+        _ => json_response(status, obj, warnings),
+    }
+}
+
+fn get(c: &Ctx, ns: &str, name: &str) -> Result<Response, ApiError> {
+    let obj = c.st.registry.get(&c.rd, ns, name)?;
+    Ok(object_response(c, StatusCode::OK, &obj, &[]))
+}
+
+fn list(c: &Ctx) -> Result<Response, ApiError> {
+    let opts = parse_list_options(&c.query)?;
+    let result = c.st.registry.list(&c.rd, c.rr.namespace.as_deref(), &opts)?;
+    let mut list_meta = Map::new();
+    list_meta.insert("resourceVersion".into(), json!(result.resource_version.to_string()));
+    if let Some(t) = &result.continue_token {
+        list_meta.insert("continue".into(), json!(t));
+    }
+    if let Some(r) = result.remaining {
+        list_meta.insert("remainingItemCount".into(), json!(r));
+    }
+    let list_meta = Value::Object(list_meta);
+    match c.rep {
+        Representation::Table => {
+            let include = IncludeObject::parse(c.query.get("includeObject"));
+            Ok(json_response(StatusCode::OK, &table::table(&c.rd, &result.items, include, list_meta, true), &[]))
+        }
+        Representation::PartialObjectMetadata | Representation::PartialObjectMetadataList => {
+            let items: Vec<Arc<Value>> = result.items.iter().map(|o| Arc::new(table::partial_object_metadata(o))).collect();
+            Ok(bytes_response(StatusCode::OK, list_body("PartialObjectMetadataList", "meta.k8s.io/v1", &list_meta, &items, false), &[]))
+        }
+        Representation::Yaml => {
+            let items: Vec<Value> = result.items.iter().map(|i| (**i).clone()).collect();
+            Ok(yaml_response(
+                StatusCode::OK,
+                &json!({"kind": c.rd.list_kind, "apiVersion": c.rd.api_version(), "metadata": list_meta, "items": items}),
+                &[],
+            ))
+        }
+        _ => Ok(bytes_response(
+            StatusCode::OK,
+            list_body(&c.rd.list_kind, &c.rd.api_version(), &list_meta, &result.items, !c.rd.is_custom()),
+            &[],
+        )),
+    }
+}
+
+fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let obj = parse_body(body, &c.content_type)?;
+    if c.rd.special == Special::Review {
+        let out = auth::review(&c.st.registry.store, &c.rd.kind, ns, &obj, &c.user)?;
+        return Ok(object_response(c, StatusCode::CREATED, &out, &[]));
+    }
+    if c.rd.namespaced && ns.is_empty() {
+        return Err(ApiError::method_not_allowed());
+    }
+    let mut ctx = write_ctx(c)?;
+    let created = c.st.registry.create(&c.rd, ns, obj, &mut ctx)?;
+    Ok(object_response(c, StatusCode::CREATED, &created, &ctx.warnings))
+}
+
+fn update(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Result<Response, ApiError> {
+    let obj = parse_body(body, &c.content_type)?;
+    let mut ctx = write_ctx(c)?;
+    let updated = c.st.registry.update(&c.rd, ns, name, obj, endpoint, &mut ctx)?;
+    Ok(object_response(c, StatusCode::OK, &updated, &ctx.warnings))
+}
+
+fn patch_type(c: &Ctx) -> Result<PatchType, ApiError> {
+    PatchType::from_content_type(&c.content_type).ok_or_else(|| {
+        let mut accepted = vec!["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
+        if !c.rd.is_custom() {
+            accepted.push("application/strategic-merge-patch+json");
+        }
+        ApiError::unsupported_media_type(&c.content_type, &accepted)
+    })
+}
+
+fn patch(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Result<Response, ApiError> {
+    let pt = patch_type(c)?;
+    let force = match c.query.get("force") {
+        None | Some("" | "false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad_request(format!("invalid force value {other:?}"))),
+    };
+    if force && pt != PatchType::Apply {
+        return Err(ApiError::invalid("PatchOptions", "meta.k8s.io", "", &[crate::status::FieldError::forbidden("force", "may not be specified for non-apply patch")]));
+    }
+    let mut ctx = write_ctx(c)?;
+    if pt == PatchType::Apply && c.query.get("fieldManager").is_none_or(str::is_empty) {
+        ctx.field_manager = String::new();
+    }
+    let (obj, created) = c.st.registry.patch(&c.rd, ns, name, pt, body, endpoint, force, &mut ctx)?;
+    Ok(object_response(c, if created { StatusCode::CREATED } else { StatusCode::OK }, &obj, &ctx.warnings))
+}
+
+fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let desired = parse_body(body, &c.content_type)?;
+    if desired.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Scale") {
+        return Err(ApiError::bad_request("the body of a scale update must be a Scale"));
+    }
+    let mut ctx = write_ctx(c)?;
+    let scale = c.st.registry.write_scale(&c.rd, ns, name, &mut ctx, |_current| Ok(desired.clone()))?;
+    Ok(object_response(c, StatusCode::OK, &scale, &ctx.warnings))
+}
+
+fn scale_patch(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let pt = patch_type(c)?;
+    let mut ctx = write_ctx(c)?;
+    let scale = c.st.registry.write_scale(&c.rd, ns, name, &mut ctx, |current| Registry::patch_scale_object(current, pt, body))?;
+    Ok(object_response(c, StatusCode::OK, &scale, &ctx.warnings))
+}
+
+fn delete_options(c: &Ctx, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut opts = if body.is_empty() {
+        DeleteOptions::default()
+    } else {
+        let v = parse_body(body, &c.content_type)?;
+        DeleteOptions::from_body(&v)?
+    };
+    if let Some(g) = c.query.int("gracePeriodSeconds").map_err(ApiError::bad_request)? {
+        opts.grace_period_seconds = Some(g);
+    }
+    if let Some(p) = c.query.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        opts.propagation = Some(Propagation::parse(p)?);
+    }
+    if let Some(o) = c.query.get("orphanDependents") {
+        opts.orphan_dependents = Some(o == "true");
+    }
+    if c.query.all("dryRun").contains(&"All") {
+        opts.dry_run = true;
+    }
+    Ok(opts)
+}
+
+fn delete(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
+    let opts = delete_options(c, body)?;
+    let orphan_false = opts.orphan_dependents == Some(false);
+    let mut ctx = write_ctx(c)?;
+    let outcome = c.st.registry.delete(&c.rd, ns, name, opts, &mut ctx)?;
+    let returns_object = matches!(c.rd.special, Special::Pod | Special::Namespace | Special::Service);
+    if !outcome.deleted || returns_object {
+        let status = if !outcome.deleted && orphan_false { StatusCode::ACCEPTED } else { StatusCode::OK };
+        return Ok(object_response(c, status, &outcome.object, &ctx.warnings));
+    }
+    let mut details = Map::new();
+    details.insert("name".into(), json!(name));
+    if !c.rd.group.is_empty() {
+        details.insert("group".into(), json!(c.rd.group));
+    }
+    details.insert("kind".into(), json!(c.rd.plural));
+    details.insert("uid".into(), json!(crate::meta::uid(&outcome.object)));
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": Value::Object(details)}),
+        &ctx.warnings,
+    ))
+}
+
+fn delete_collection(c: &Ctx, body: &[u8]) -> Result<Response, ApiError> {
+    let opts = delete_options(c, body)?;
+    let list_opts = parse_list_options(&c.query)?;
+    let mut ctx = write_ctx(c)?;
+    let (items, rv) = c.st.registry.delete_collection(&c.rd, c.rr.namespace.as_deref(), &list_opts, &opts, &mut ctx)?;
+    let list_meta = json!({"resourceVersion": rv.to_string()});
+    Ok(bytes_response(StatusCode::OK, list_body(&c.rd.list_kind, &c.rd.api_version(), &list_meta, &items, !c.rd.is_custom()), &ctx.warnings))
+}

@@ -1,0 +1,198 @@
+//! Watch streams: newline-delimited `{"type":...,"object":...}` events over a chunked
+//! response, starting from a resource version (or with the current state as synthetic ADDED
+//! events), with bookmarks, `sendInitialEvents`, `timeoutSeconds`, `410 Gone` as an ERROR
+//! event, Table-formatted events for `kubectl get -w`, and injected connection drops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use axum::body::Bytes;
+use hyper::{StatusCode, header};
+use rand::RngExt;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::request::{Query, Representation};
+use crate::resources::ResourceDef;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{EventKind, StoreError, WatchFrom, WatchItem};
+use crate::table::{self, IncludeObject};
+
+/// The real apiserver's default `--min-request-timeout` (watches last 1-2x this long).
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+#[derive(Clone, Copy)]
+enum Format {
+    Json,
+    Table(IncludeObject),
+    Metadata,
+}
+
+fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: &mut bool) -> Bytes {
+    let object = match format {
+        Format::Json => object.clone(),
+        Format::Metadata => table::partial_object_metadata(object),
+        Format::Table(include) => {
+            let t = table::table(rd, &[Arc::new(object.clone())], *include, json!({"resourceVersion": crate::meta::resource_version(object)}), *first);
+            *first = false;
+            t
+        }
+    };
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn bookmark(rd: &ResourceDef, format: &Format, rv: u64, initial_events_end: bool) -> Bytes {
+    let mut md = serde_json::Map::new();
+    md.insert("resourceVersion".into(), json!(rv.to_string()));
+    md.insert("creationTimestamp".into(), Value::Null);
+    if initial_events_end {
+        md.insert("annotations".into(), json!({"k8s.io/initial-events-end": "true"}));
+    }
+    let object = match format {
+        Format::Table(_) => json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": Value::Object(md), "columnDefinitions": null, "rows": null}),
+        Format::Metadata => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": Value::Object(md)}),
+        Format::Json => json!({"kind": rd.kind, "apiVersion": rd.api_version(), "metadata": Value::Object(md)}),
+    };
+    let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn error_event(e: &ApiError) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn stream_response(chunks: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static) -> Response {
+    let mut r = Response::new(Body::from_stream(chunks));
+    *r.status_mut() = StatusCode::OK;
+    r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache, private"));
+    r
+}
+
+pub fn serve(
+    st: &Arc<AppState>,
+    rd: &Arc<ResourceDef>,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    query: &Query,
+    rep: &Representation,
+    drop_after: Option<Duration>,
+) -> Result<Response, ApiError> {
+    let label = LabelSelector::parse(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let mut field = FieldSelector::parse(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    if let Some(n) = name {
+        // `GET .../pods/name?watch=true` is a watch restricted to that name.
+        field.requirements.push(crate::selector::FieldRequirement { field: "metadata.name".into(), value: n.into(), negated: false });
+    }
+    let filter = st.registry.filter(rd, &label, &field)?.unwrap_or_else(|| Arc::new(|_: &Value| true));
+    let bookmarks = query.flag("allowWatchBookmarks");
+    let send_initial = query.flag("sendInitialEvents");
+    let rv = query.get("resourceVersion").filter(|r| !r.is_empty());
+    let rv_match = query.get("resourceVersionMatch").filter(|m| !m.is_empty());
+    if send_initial && (!bookmarks || rv_match != Some("NotOlderThan")) {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            &[crate::status::FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+            )],
+        ));
+    }
+    if !send_initial && rv_match.is_some() {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "meta.k8s.io",
+            "",
+            &[crate::status::FieldError::forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")],
+        ));
+    }
+    let from = if send_initial {
+        WatchFrom::CurrentState { end_bookmark: true }
+    } else {
+        match rv {
+            None | Some("0") => WatchFrom::CurrentState { end_bookmark: false },
+            Some(v) => WatchFrom::Version(v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {v:?}")))?),
+        }
+    };
+    let timeout = match query.int("timeoutSeconds").map_err(ApiError::bad_request)? {
+        Some(t) if t > 0 => Duration::from_secs(t as u64),
+        _ => MIN_REQUEST_TIMEOUT.mul_f64(1.0 + rand::rng().random::<f64>()),
+    };
+    let timeout = drop_after.map_or(timeout, |d| d.min(timeout));
+    let format = match rep {
+        Representation::Table => Format::Table(IncludeObject::parse(query.get("includeObject"))),
+        Representation::PartialObjectMetadata | Representation::PartialObjectMetadataList => Format::Metadata,
+        _ => Format::Json,
+    };
+    let ns = if rd.namespaced { namespace } else { None };
+    let reg = match st.registry.store.watch(&rd.storage, ns, filter, from, bookmarks || send_initial) {
+        Ok(r) => r,
+        Err(StoreError::Expired { requested, oldest }) => {
+            let e = ApiError::expired(format!("too old resource version: {requested} ({oldest})"));
+            let chunk = error_event(&e);
+            return Ok(stream_response(futures::stream::iter(vec![Ok(chunk)])));
+        }
+        Err(StoreError::TooLarge { requested, current }) => {
+            let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
+            e.details = Some(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}));
+            e.retry_after = Some(1);
+            return Err(e);
+        }
+        Err(e) => return Err(ApiError::internal(format!("{e:?}"))),
+    };
+    let registry = st.registry.clone();
+    let rd = rd.clone();
+    let deadline = tokio::time::Instant::now() + timeout;
+    struct StreamState {
+        backlog: std::vec::IntoIter<WatchItem>,
+        rx: tokio::sync::mpsc::Receiver<WatchItem>,
+        _guard: crate::store::WatcherGuard,
+        first: bool,
+    }
+    let state = StreamState { backlog: reg.backlog.into_iter(), rx: reg.rx, _guard: reg.guard, first: true };
+    let stream = futures::stream::unfold(state, move |mut s| {
+        let registry = registry.clone();
+        let rd = rd.clone();
+        async move {
+            loop {
+                let item = match s.backlog.next() {
+                    Some(i) => i,
+                    None => match tokio::time::timeout_at(deadline, s.rx.recv()).await {
+                        Ok(Some(i)) => i,
+                        // Channel closed (dropped by fault injection or overflow) or timed out.
+                        _ => return None,
+                    },
+                };
+                let chunk = match item {
+                    WatchItem::Event { kind, object } => {
+                        let view = registry.view(&rd, &object);
+                        let kind = match kind {
+                            EventKind::Added => "ADDED",
+                            EventKind::Modified => "MODIFIED",
+                            EventKind::Deleted => "DELETED",
+                        };
+                        encode(&rd, &format, kind, &view, &mut s.first)
+                    }
+                    WatchItem::Bookmark { rv, initial_events_end } => {
+                        if !bookmarks {
+                            continue;
+                        }
+                        bookmark(&rd, &format, rv, initial_events_end)
+                    }
+                };
+                return Some((Ok::<Bytes, std::convert::Infallible>(chunk), s));
+            }
+        }
+    });
+    Ok(stream_response(stream))
+}

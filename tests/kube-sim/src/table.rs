@@ -1,0 +1,676 @@
+//! `meta.k8s.io/v1` Table responses: the server-side printers of the built-in kinds
+//! (k8s.io/kubernetes/pkg/printers/internalversion) and CRD `additionalPrinterColumns`.
+
+use serde_json::{Map, Value, json};
+
+use crate::meta;
+use crate::resources::{PrinterColumn, ResourceDef, Special};
+
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const AGE_DESCRIPTION: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+/// What each row carries besides its cells (`includeObject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IncludeObject {
+    None,
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    pub fn parse(s: Option<&str>) -> Self {
+        match s {
+            Some("None") => IncludeObject::None,
+            Some("Object") => IncludeObject::Object,
+            _ => IncludeObject::Metadata,
+        }
+    }
+}
+
+fn col(name: &str, type_: &str, format: &str, description: &str, priority: i64) -> Value {
+    json!({"name": name, "type": type_, "format": format, "description": description, "priority": priority})
+}
+
+fn name_col() -> Value {
+    col("Name", "string", "name", NAME_DESCRIPTION, 0)
+}
+
+fn age_col() -> Value {
+    col("Age", "string", "", AGE_DESCRIPTION, 0)
+}
+
+fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
+    meta::lookup(v, path).and_then(Value::as_str).unwrap_or("")
+}
+
+fn i(v: &Value, path: &[&str]) -> i64 {
+    meta::lookup(v, path).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn none_if_empty(s: &str) -> String {
+    if s.is_empty() { "<none>".to_string() } else { s.to_string() }
+}
+
+fn age(obj: &Value) -> String {
+    meta::age(meta::meta_str(obj, "creationTimestamp"))
+}
+
+/// Column definitions for a resource.
+pub fn columns(rd: &ResourceDef) -> Vec<Value> {
+    if let Some(c) = &rd.custom {
+        let mut cols = vec![name_col()];
+        if c.printer_columns.is_empty() {
+            cols.push(col("Age", "date", "", AGE_DESCRIPTION, 0));
+        }
+        for pc in &c.printer_columns {
+            cols.push(col(&pc.name, &pc.type_, &pc.format, &pc.description, pc.priority));
+        }
+        return cols;
+    }
+    match (rd.special, rd.kind.as_str()) {
+        (Special::Pod, _) => vec![
+            name_col(),
+            col("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
+            col("Status", "string", "", "The aggregate status of the containers in this pod.", 0),
+            col("Restarts", "string", "", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
+            age_col(),
+            col("IP", "string", "", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
+            col("Node", "string", "", "NodeName is a request to schedule this pod onto a specific node.", 1),
+            col("Nominated Node", "string", "", "nominatedNodeName is set when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.", 1),
+            col("Readiness Gates", "string", "", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
+        ],
+        (Special::Namespace, _) => vec![name_col(), col("Status", "string", "", "The status of the namespace", 0), age_col()],
+        (Special::Node, _) => vec![
+            name_col(),
+            col("Status", "string", "", "The status of the node", 0),
+            col("Roles", "string", "", "The roles of the node", 0),
+            age_col(),
+            col("Version", "string", "", "Kubelet Version reported by the node.", 0),
+            col("Internal-IP", "string", "", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
+            col("External-IP", "string", "", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
+            col("OS-Image", "string", "", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1),
+            col("Kernel-Version", "string", "", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1),
+            col("Container-Runtime", "string", "", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1),
+        ],
+        (Special::ConfigMap, _) => vec![name_col(), col("Data", "integer", "", "Data contains the configuration data.", 0), age_col()],
+        (Special::Secret, _) => vec![
+            name_col(),
+            col("Type", "string", "", "Used to facilitate programmatic handling of secret data.", 0),
+            col("Data", "integer", "", "Data contains the secret data.", 0),
+            age_col(),
+        ],
+        (Special::ServiceAccount, _) => vec![name_col(), col("Secrets", "integer", "", "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.", 0), age_col()],
+        (Special::Service, _) => vec![
+            name_col(),
+            col("Type", "string", "", "type determines how the Service is exposed.", 0),
+            col("Cluster-IP", "string", "", "clusterIP is the IP address of the service and is usually assigned randomly.", 0),
+            col("External-IP", "string", "", "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.", 0),
+            col("Port(s)", "string", "", "The list of ports that are exposed by this service.", 0),
+            age_col(),
+            col("Selector", "string", "", "Route service traffic to pods with label keys and values matching this selector.", 1),
+        ],
+        (Special::CoreEvent | Special::EventsV1, _) => vec![
+            col("Last Seen", "string", "", "The last time the event was observed", 0),
+            col("Type", "string", "", "Type of this event (Normal, Warning), new types could be added in the future", 0),
+            col("Reason", "string", "", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.", 0),
+            col("Object", "string", "", "The object this Event is about.", 0),
+            col("Subobject", "string", "", "Subobject of the involved object", 1),
+            col("Source", "string", "", "The component reporting this event. Should be a short machine understandable string.", 1),
+            col("Message", "string", "", "A human-readable description of the status of this operation.", 0),
+            col("First Seen", "string", "", "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)", 1),
+            col("Count", "string", "", "The number of times this event has occurred.", 1),
+            col("Name", "string", "name", NAME_DESCRIPTION, 1),
+        ],
+        (Special::Deployment, _) => vec![
+            name_col(),
+            col("Ready", "string", "", "Number of the pod with ready state", 0),
+            col("Up-to-date", "integer", "", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
+            col("Available", "integer", "", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
+            age_col(),
+            col("Containers", "string", "", "Names of each container in the template.", 1),
+            col("Images", "string", "", "Images referenced by each container in the template.", 1),
+            col("Selector", "string", "", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1),
+        ],
+        (Special::ReplicaSet, _) => vec![
+            name_col(),
+            col("Desired", "integer", "", "Replicas is the number of desired replicas.", 0),
+            col("Current", "integer", "", "Replicas is the most recently observed number of replicas.", 0),
+            col("Ready", "integer", "", "The number of ready replicas for this replica set.", 0),
+            age_col(),
+        ],
+        (Special::StatefulSet, _) => vec![name_col(), col("Ready", "string", "", "Number of the pod with ready state", 0), age_col()],
+        (Special::ControllerRevision, _) => vec![
+            name_col(),
+            col("Controller", "string", "", "Controller of the object", 0),
+            col("Revision", "integer", "", "Revision indicates the revision of the state represented by Data.", 0),
+            age_col(),
+        ],
+        (Special::PersistentVolumeClaim, _) => vec![
+            name_col(),
+            col("Status", "string", "", "phase represents the current phase of PersistentVolumeClaim.", 0),
+            col("Volume", "string", "", "volumeName is the binding reference to the PersistentVolume backing this claim.", 0),
+            col("Capacity", "string", "", "capacity represents the actual resources of the underlying volume.", 0),
+            col("Access Modes", "string", "", "accessModes contains the actual access modes the volume backing the PVC has.", 0),
+            col("StorageClass", "string", "", "storageClassName is the name of the StorageClass required by the claim.", 0),
+            col("VolumeAttributesClass", "string", "", "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.", 0),
+            age_col(),
+        ],
+        (Special::Rbac, "RoleBinding" | "ClusterRoleBinding") => vec![
+            name_col(),
+            col("Role", "string", "", "Role references a role that this binding refers to.", 0),
+            age_col(),
+            col("Users", "string", "", "Users in the roleBinding", 1),
+            col("Groups", "string", "", "Groups in the roleBinding", 1),
+            col("ServiceAccounts", "string", "", "ServiceAccounts in the roleBinding", 1),
+        ],
+        (_, "Lease") => vec![name_col(), col("Holder", "string", "", "HolderIdentity contains the identity of the holder of a current lease.", 0), age_col()],
+        _ => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
+    }
+}
+
+/// The cells of one object's row.
+pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
+    let name = json!(meta::name(obj));
+    if let Some(c) = &rd.custom {
+        let mut out = vec![name];
+        if c.printer_columns.is_empty() {
+            out.push(json!(age(obj)));
+        }
+        for pc in &c.printer_columns {
+            out.push(custom_cell(pc, obj));
+        }
+        return out;
+    }
+    match (rd.special, rd.kind.as_str()) {
+        (Special::Pod, _) => pod_cells(obj),
+        (Special::Namespace, _) => vec![name, json!(s(obj, &["status", "phase"])), json!(age(obj))],
+        (Special::Node, _) => node_cells(obj),
+        (Special::ConfigMap, _) => {
+            let n = obj.get("data").and_then(Value::as_object).map_or(0, Map::len) + obj.get("binaryData").and_then(Value::as_object).map_or(0, Map::len);
+            vec![name, json!(n), json!(age(obj))]
+        }
+        (Special::Secret, _) => {
+            let n = obj.get("data").and_then(Value::as_object).map_or(0, Map::len);
+            vec![name, json!(s(obj, &["type"])), json!(n), json!(age(obj))]
+        }
+        (Special::ServiceAccount, _) => vec![name, json!(obj.get("secrets").and_then(Value::as_array).map_or(0, Vec::len)), json!(age(obj))],
+        (Special::Service, _) => service_cells(obj),
+        (Special::CoreEvent | Special::EventsV1, _) => event_cells(obj),
+        (Special::Deployment, _) => {
+            let (containers, images) = template_containers(obj);
+            vec![
+                name,
+                json!(format!("{}/{}", i(obj, &["status", "readyReplicas"]), i(obj, &["spec", "replicas"]))),
+                json!(i(obj, &["status", "updatedReplicas"])),
+                json!(i(obj, &["status", "availableReplicas"])),
+                json!(age(obj)),
+                json!(containers),
+                json!(images),
+                json!(obj.get("spec").and_then(|s| s.get("selector")).map(crate::registry::scale::selector_string).unwrap_or_default()),
+            ]
+        }
+        (Special::ReplicaSet, _) => vec![
+            name,
+            json!(i(obj, &["spec", "replicas"])),
+            json!(i(obj, &["status", "replicas"])),
+            json!(i(obj, &["status", "readyReplicas"])),
+            json!(age(obj)),
+        ],
+        (Special::StatefulSet, _) => vec![name, json!(format!("{}/{}", i(obj, &["status", "readyReplicas"]), i(obj, &["spec", "replicas"]))), json!(age(obj))],
+        (Special::ControllerRevision, _) => {
+            let controller = meta::owner_references(obj)
+                .iter()
+                .find(|o| o.get("controller").and_then(Value::as_bool) == Some(true))
+                .map(|o| {
+                    let api = o.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+                    let group = api.split_once('/').map(|(g, _)| g).unwrap_or("");
+                    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("").to_lowercase();
+                    let kind = if group.is_empty() { kind } else { format!("{kind}.{group}") };
+                    format!("{kind}/{}", o.get("name").and_then(Value::as_str).unwrap_or(""))
+                })
+                .unwrap_or_else(|| "<none>".into());
+            vec![name, json!(controller), json!(i(obj, &["revision"])), json!(age(obj))]
+        }
+        (Special::PersistentVolumeClaim, _) => {
+            let modes = obj
+                .get("status")
+                .and_then(|s| s.get("accessModes"))
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(access_mode_short).collect::<Vec<_>>().join(","))
+                .unwrap_or_default();
+            vec![
+                name,
+                json!(s(obj, &["status", "phase"])),
+                json!(s(obj, &["spec", "volumeName"])),
+                json!(s(obj, &["status", "capacity", "storage"])),
+                json!(modes),
+                json!(none_if_empty(s(obj, &["spec", "storageClassName"]))),
+                json!(none_if_empty(s(obj, &["spec", "volumeAttributesClassName"]))),
+                json!(age(obj)),
+            ]
+        }
+        (Special::Rbac, "RoleBinding" | "ClusterRoleBinding") => {
+            let subjects = obj.get("subjects").and_then(Value::as_array).cloned().unwrap_or_default();
+            let of = |k: &str| {
+                subjects
+                    .iter()
+                    .filter(|s| s.get("kind").and_then(Value::as_str) == Some(k))
+                    .map(|s| {
+                        let n = s.get("name").and_then(Value::as_str).unwrap_or("");
+                        if k == "ServiceAccount" { format!("{}/{n}", s.get("namespace").and_then(Value::as_str).unwrap_or("")) } else { n.to_string() }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            vec![
+                name,
+                json!(format!("{}/{}", s(obj, &["roleRef", "kind"]), s(obj, &["roleRef", "name"]))),
+                json!(age(obj)),
+                json!(of("User")),
+                json!(of("Group")),
+                json!(of("ServiceAccount")),
+            ]
+        }
+        (_, "Lease") => vec![name, json!(s(obj, &["spec", "holderIdentity"])), json!(age(obj))],
+        _ => vec![name, json!(meta::meta_str(obj, "creationTimestamp"))],
+    }
+}
+
+fn access_mode_short(m: &str) -> &str {
+    match m {
+        "ReadWriteOnce" => "RWO",
+        "ReadOnlyMany" => "ROX",
+        "ReadWriteMany" => "RWX",
+        "ReadWriteOncePod" => "RWOP",
+        other => other,
+    }
+}
+
+fn template_containers(obj: &Value) -> (String, String) {
+    let cs = meta::lookup(obj, &["spec", "template", "spec", "containers"]).and_then(Value::as_array).cloned().unwrap_or_default();
+    let names: Vec<&str> = cs.iter().filter_map(|c| c.get("name").and_then(Value::as_str)).collect();
+    let images: Vec<&str> = cs.iter().filter_map(|c| c.get("image").and_then(Value::as_str)).collect();
+    (names.join(","), images.join(","))
+}
+
+fn custom_cell(pc: &PrinterColumn, obj: &Value) -> Value {
+    let found = crate::jsonpath::find(obj, &pc.json_path);
+    let Some(v) = found.first() else { return Value::Null };
+    match pc.type_.as_str() {
+        "integer" => match v {
+            Value::Number(n) => n.as_i64().map(|x| json!(x)).unwrap_or_else(|| json!(n.as_f64().map(|f| f as i64))),
+            Value::String(s) => s.parse::<i64>().map(|x| json!(x)).unwrap_or(Value::Null),
+            _ => Value::Null,
+        },
+        "number" => match v {
+            Value::Number(_) => (*v).clone(),
+            _ => Value::Null,
+        },
+        "boolean" => match v {
+            Value::Bool(_) => (*v).clone(),
+            _ => Value::Null,
+        },
+        // `ConvertToHumanReadableDateType`: date cells are ages, computed by the server.
+        "date" => match v {
+            Value::String(s) => match meta::parse_time(s) {
+                Some(_) => json!(meta::age(Some(s))),
+                None => json!("<invalid>"),
+            },
+            _ => Value::Null,
+        },
+        _ => match v {
+            Value::String(s) => json!(s),
+            Value::Null => Value::Null,
+            other => json!(go_print(other)),
+        },
+    }
+}
+
+/// How client-go's jsonpath prints non-string values (maps as `map[k:v]`, lists as `[a b]`).
+fn go_print(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => format!("[{}]", a.iter().map(go_print).collect::<Vec<_>>().join(" ")),
+        Value::Object(m) => format!("map[{}]", m.iter().map(|(k, v)| format!("{k}:{}", go_print(v))).collect::<Vec<_>>().join(" ")),
+        other => other.to_string(),
+    }
+}
+
+fn restartable_init(c: &Value) -> bool {
+    c.get("restartPolicy").and_then(Value::as_str) == Some("Always")
+}
+
+/// `printPod`.
+fn pod_cells(pod: &Value) -> Vec<Value> {
+    let spec = pod.get("spec").cloned().unwrap_or(Value::Null);
+    let status = pod.get("status").cloned().unwrap_or(Value::Null);
+    let arr = |v: &Value, k: &str| v.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+    let init_specs = arr(&spec, "initContainers");
+    let mut total = arr(&spec, "containers").len();
+    total += init_specs.iter().filter(|c| restartable_init(c)).count();
+    let phase = s(&status, &["phase"]).to_string();
+    let mut reason = phase.clone();
+    if !s(&status, &["reason"]).is_empty() {
+        reason = s(&status, &["reason"]).to_string();
+    }
+    for c in arr(&status, "conditions") {
+        if s(&c, &["type"]) == "PodScheduled" && s(&c, &["reason"]) == "SchedulingGated" {
+            reason = "SchedulingGated".into();
+        }
+    }
+    let mut restarts: i64 = 0;
+    let mut ready = 0;
+    let mut last_restart: Option<String> = None;
+    let mut restartable_restarts: i64 = 0;
+    let mut restartable_last: Option<String> = None;
+    let later = |a: &Option<String>, b: &str| -> bool { a.as_deref().is_none_or(|a| meta::parse_time(a) < meta::parse_time(b)) };
+    let mut initializing = false;
+    let init_statuses = arr(&status, "initContainerStatuses");
+    let n_init = init_specs.len();
+    for (idx, c) in init_statuses.iter().enumerate() {
+        restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+        let finished = s(c, &["lastState", "terminated", "finishedAt"]);
+        if !finished.is_empty() && later(&last_restart, finished) {
+            last_restart = Some(finished.to_string());
+        }
+        let spec_c = init_specs.iter().find(|sc| sc.get("name") == c.get("name"));
+        let is_restartable = spec_c.is_some_and(restartable_init);
+        if is_restartable {
+            restartable_restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            if !finished.is_empty() && later(&restartable_last, finished) {
+                restartable_last = Some(finished.to_string());
+            }
+        }
+        let terminated = c.get("state").and_then(|s| s.get("terminated"));
+        let waiting_reason = s(c, &["state", "waiting", "reason"]);
+        if terminated.is_some_and(|t| t.get("exitCode").and_then(Value::as_i64) == Some(0)) {
+            continue;
+        }
+        if is_restartable && c.get("started").and_then(Value::as_bool) == Some(true) {
+            if c.get("ready").and_then(Value::as_bool) == Some(true) {
+                ready += 1;
+            }
+            continue;
+        }
+        if let Some(t) = terminated {
+            let r = s(t, &["reason"]);
+            reason = if r.is_empty() {
+                let sig = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
+                if sig != 0 { format!("Init:Signal:{sig}") } else { format!("Init:ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)) }
+            } else {
+                format!("Init:{r}")
+            };
+        } else if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" {
+            reason = format!("Init:{waiting_reason}");
+        } else {
+            reason = format!("Init:{idx}/{n_init}");
+        }
+        initializing = true;
+        break;
+    }
+    let initialized = arr(&status, "conditions").iter().any(|c| s(c, &["type"]) == "Initialized" && s(c, &["status"]) == "True");
+    if !initializing || initialized {
+        restarts = restartable_restarts;
+        last_restart = restartable_last;
+        let mut has_running = false;
+        let statuses = arr(&status, "containerStatuses");
+        for c in statuses.iter().rev() {
+            restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            let finished = s(c, &["lastState", "terminated", "finishedAt"]);
+            if !finished.is_empty() && later(&last_restart, finished) {
+                last_restart = Some(finished.to_string());
+            }
+            let waiting = s(c, &["state", "waiting", "reason"]);
+            let terminated = c.get("state").and_then(|s| s.get("terminated"));
+            if !waiting.is_empty() {
+                reason = waiting.to_string();
+            } else if let Some(t) = terminated {
+                let r = s(t, &["reason"]);
+                reason = if !r.is_empty() {
+                    r.to_string()
+                } else {
+                    let sig = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
+                    if sig != 0 { format!("Signal:{sig}") } else { format!("ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)) }
+                };
+            } else if c.get("ready").and_then(Value::as_bool) == Some(true) && c.get("state").and_then(|s| s.get("running")).is_some() {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            let pod_ready = arr(&status, "conditions").iter().any(|c| s(c, &["type"]) == "Ready" && s(c, &["status"]) == "True");
+            reason = if pod_ready { "Running".into() } else { "NotReady".into() };
+        }
+    }
+    let terminal = phase == "Succeeded" || phase == "Failed";
+    if meta::deletion_timestamp(pod).is_some() && s(&status, &["reason"]) == "NodeLost" {
+        reason = "Unknown".into();
+    } else if meta::deletion_timestamp(pod).is_some() && !terminal {
+        reason = "Terminating".into();
+    }
+    let restarts_str = match (&last_restart, restarts) {
+        (Some(t), r) if r != 0 => format!("{r} ({} ago)", meta::age(Some(t))),
+        (_, r) => r.to_string(),
+    };
+    let pod_ip = arr(&status, "podIPs").first().and_then(|p| p.get("ip")).and_then(Value::as_str).unwrap_or("").to_string();
+    let gates = arr(&spec, "readinessGates");
+    let gates_str = if gates.is_empty() {
+        "<none>".to_string()
+    } else {
+        let conds = arr(&status, "conditions");
+        let ok = gates
+            .iter()
+            .filter(|g| {
+                let t = s(g, &["conditionType"]);
+                conds.iter().find(|c| s(c, &["type"]) == t).is_some_and(|c| s(c, &["status"]) == "True")
+            })
+            .count();
+        format!("{ok}/{}", gates.len())
+    };
+    vec![
+        json!(meta::name(pod)),
+        json!(format!("{ready}/{total}")),
+        json!(reason),
+        json!(restarts_str),
+        json!(age(pod)),
+        json!(none_if_empty(&pod_ip)),
+        json!(none_if_empty(s(&spec, &["nodeName"]))),
+        json!(none_if_empty(s(&status, &["nominatedNodeName"]))),
+        json!(gates_str),
+    ]
+}
+
+fn node_cells(node: &Value) -> Vec<Value> {
+    let conds = node.get("status").and_then(|s| s.get("conditions")).and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut status: Vec<String> = Vec::new();
+    match conds.iter().find(|c| s(c, &["type"]) == "Ready") {
+        Some(c) if s(c, &["status"]) == "True" => status.push("Ready".into()),
+        Some(_) => status.push("NotReady".into()),
+        None => status.push("Unknown".into()),
+    }
+    if node.get("spec").and_then(|s| s.get("unschedulable")).and_then(Value::as_bool) == Some(true) {
+        status.push("SchedulingDisabled".into());
+    }
+    let mut roles: Vec<String> = meta::labels(node)
+        .map(|l| {
+            l.keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/").map(str::to_string).or_else(|| (k == "kubernetes.io/role").then(|| l[k].as_str().unwrap_or("").to_string())))
+                .filter(|r| !r.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    roles.sort();
+    let addr = |t: &str| {
+        node.get("status")
+            .and_then(|s| s.get("addresses"))
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|x| s(x, &["type"]) == t))
+            .and_then(|x| x.get("address"))
+            .and_then(Value::as_str)
+            .unwrap_or("<none>")
+            .to_string()
+    };
+    vec![
+        json!(meta::name(node)),
+        json!(status.join(",")),
+        json!(if roles.is_empty() { "<none>".to_string() } else { roles.join(",") }),
+        json!(age(node)),
+        json!(s(node, &["status", "nodeInfo", "kubeletVersion"])),
+        json!(addr("InternalIP")),
+        json!(addr("ExternalIP")),
+        json!(s(node, &["status", "nodeInfo", "osImage"])),
+        json!(s(node, &["status", "nodeInfo", "kernelVersion"])),
+        json!(s(node, &["status", "nodeInfo", "containerRuntimeVersion"])),
+    ]
+}
+
+fn service_cells(svc: &Value) -> Vec<Value> {
+    let ty = s(svc, &["spec", "type"]);
+    let external = match ty {
+        "ExternalName" => s(svc, &["spec", "externalName"]).to_string(),
+        "LoadBalancer" => {
+            let ing: Vec<String> = meta::lookup(svc, &["status", "loadBalancer", "ingress"])
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|i| i.get("ip").or_else(|| i.get("hostname")).and_then(Value::as_str).map(str::to_string)).collect())
+                .unwrap_or_default();
+            if ing.is_empty() { "<pending>".into() } else { ing.join(",") }
+        }
+        _ => {
+            let ips: Vec<String> = meta::lookup(svc, &["spec", "externalIPs"]).and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default();
+            if ips.is_empty() { "<none>".into() } else { ips.join(",") }
+        }
+    };
+    let ports: Vec<String> = meta::lookup(svc, &["spec", "ports"])
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
+                    let proto = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+                    match p.get("nodePort").and_then(Value::as_i64) {
+                        Some(np) => format!("{port}:{np}/{proto}"),
+                        None => format!("{port}/{proto}"),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let selector = svc
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .and_then(Value::as_object)
+        .map(|m| {
+            let mut parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+            parts.sort();
+            parts.join(",")
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "<none>".into());
+    vec![
+        json!(meta::name(svc)),
+        json!(ty),
+        json!(none_if_empty(s(svc, &["spec", "clusterIP"]))),
+        json!(external),
+        json!(if ports.is_empty() { "<none>".to_string() } else { ports.join(",") }),
+        json!(age(svc)),
+        json!(selector),
+    ]
+}
+
+fn event_cells(ev: &Value) -> Vec<Value> {
+    let first = [s(ev, &["firstTimestamp"]), s(ev, &["eventTime"]), s(ev, &["deprecatedFirstTimestamp"])].into_iter().find(|x| !x.is_empty()).unwrap_or("");
+    let last = [s(ev, &["series", "lastObservedTime"]), s(ev, &["lastTimestamp"]), s(ev, &["deprecatedLastTimestamp"]), first]
+        .into_iter()
+        .find(|x| !x.is_empty())
+        .unwrap_or("");
+    let obj = ev.get("involvedObject").or_else(|| ev.get("regarding")).cloned().unwrap_or(Value::Null);
+    let object = format!("{}/{}", s(&obj, &["kind"]).to_lowercase(), s(&obj, &["name"]));
+    let count = ev.get("series").and_then(|x| x.get("count")).or_else(|| ev.get("count")).and_then(Value::as_i64).unwrap_or(1);
+    let source = {
+        let c = [s(ev, &["source", "component"]), s(ev, &["reportingComponent"]), s(ev, &["reportingController"])].into_iter().find(|x| !x.is_empty()).unwrap_or("");
+        let h = s(ev, &["source", "host"]);
+        if h.is_empty() { c.to_string() } else { format!("{c}, {h}") }
+    };
+    vec![
+        json!(if last.is_empty() { "<unknown>".to_string() } else { meta::age(Some(last)) }),
+        json!(s(ev, &["type"])),
+        json!(s(ev, &["reason"])),
+        json!(object),
+        json!(s(&obj, &["fieldPath"])),
+        json!(source),
+        json!([s(ev, &["message"]), s(ev, &["note"])].into_iter().find(|x| !x.is_empty()).unwrap_or("")),
+        json!(if first.is_empty() { "<unknown>".to_string() } else { meta::age(Some(first)) }),
+        json!(count.to_string()),
+        json!(meta::name(ev)),
+    ]
+}
+
+fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+/// A Table with one row per object.
+pub fn table(rd: &ResourceDef, objects: &[std::sync::Arc<Value>], include: IncludeObject, list_meta: Value, headers: bool) -> Value {
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut row = Map::new();
+            row.insert("cells".into(), Value::Array(cells(rd, o)));
+            match include {
+                IncludeObject::None => {}
+                IncludeObject::Metadata => {
+                    row.insert("object".into(), partial_metadata(o));
+                }
+                IncludeObject::Object => {
+                    row.insert("object".into(), (**o).clone());
+                }
+            }
+            Value::Object(row)
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": if headers { Value::Array(columns(rd)) } else { json!([]) },
+        "rows": rows,
+    })
+}
+
+/// `PartialObjectMetadata` of one object.
+pub fn partial_object_metadata(obj: &Value) -> Value {
+    partial_metadata(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_rd() -> std::sync::Arc<ResourceDef> {
+        crate::resources::Catalog::new().get("", "v1", "pods").unwrap()
+    }
+
+    #[test]
+    fn pod_columns_and_terminating_status() {
+        let pod = json!({"metadata": {"name": "web-0", "creationTimestamp": meta::now()},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "n1", "readinessGates": [{"conditionType": "x/ready"}]},
+            "status": {"phase": "Running", "podIPs": [{"ip": "127.1.0.5"}],
+                "conditions": [{"type": "x/ready", "status": "True"}],
+                "containerStatuses": [
+                    {"name": "a", "ready": true, "restartCount": 1, "state": {"running": {}}, "lastState": {"terminated": {"finishedAt": meta::now()}}},
+                    {"name": "b", "ready": false, "restartCount": 0, "state": {"running": {}}}]}});
+        let c = cells(&pod_rd(), &pod);
+        assert_eq!(c[1], "1/2");
+        assert_eq!(c[2], "Running");
+        assert!(c[3].as_str().unwrap().starts_with("1 ("));
+        assert_eq!(c[5], "127.1.0.5");
+        assert_eq!(c[8], "1/1");
+        let mut deleting = pod.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!(meta::now());
+        assert_eq!(cells(&pod_rd(), &deleting)[2], "Terminating");
+        let waiting = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]},
+            "status": {"phase": "Pending", "containerStatuses": [{"name": "a", "ready": false, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
+        assert_eq!(cells(&pod_rd(), &waiting)[2], "CrashLoopBackOff");
+        assert_eq!(columns(&pod_rd()).len(), 9);
+    }
+}
