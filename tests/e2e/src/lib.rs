@@ -1,1 +1,226 @@
+//! Harness for the end-to-end tests: a kube-sim cluster in the test process, the real operator binaries as
+//! child processes, and the real `kubectl` pointed at it. Every test replays a user story through the same
+//! interfaces a user has.
+//!
+//! Rules the harness enforces so tests never depend on timing luck: every wait is [`wait_for`] with a
+//! generous deadline, and a failing test prints the operator logs.
 
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kube_sim::{SimConfig, SimHandle};
+
+/// Deadline for conditions that normally take well under a second; generous for a loaded 2-core CI machine.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+/// The repository root (where `crds/` and `examples/` are).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repository root exists")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// Path of a workspace binary, built on first use if it is missing (`scripts/test` builds them up front).
+pub fn binary(package: &str, bin: &str) -> PathBuf {
+    static BUILD: OnceLock<Mutex<()>> = OnceLock::new();
+    let path = target_dir().join("debug").join(bin);
+    let _guard = BUILD.get_or_init(|| Mutex::new(())).lock().unwrap_or_else(|p| p.into_inner());
+    if !path.exists() {
+        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "-q", "-p", package, "--bin", bin])
+            .current_dir(repo_root())
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building {bin} failed");
+    }
+    path
+}
+
+/// Polls `probe` until it returns `Some`, failing the test with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Output of one `kubectl` invocation.
+#[derive(Debug, Clone)]
+pub struct KubectlOutput {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A kube-sim cluster (API server + kubelet simulator) with a kubeconfig on disk.
+pub struct Cluster {
+    sim: Option<SimHandle>,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    client: kube::Client,
+}
+
+impl Cluster {
+    /// kube-sim with its kubelet, graceful deletion shortened 100x so terminating pods go quickly.
+    pub async fn start() -> Self {
+        let mut config = SimConfig::default();
+        if let Some(kubelet) = config.kubelet.as_mut() {
+            kubelet.grace_period_scale = 0.01;
+        }
+        Self::start_with(config).await
+    }
+
+    pub async fn start_with(config: SimConfig) -> Self {
+        let sim = kube_sim::start(config).await.expect("kube-sim starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig written");
+        let client = sim.client().await;
+        Self { sim: Some(sim), dir, kubeconfig, client }
+    }
+
+    pub fn sim(&self) -> &SimHandle {
+        self.sim.as_ref().expect("cluster is running")
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A scratch directory that lives as long as the cluster (logs, generated manifests).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs the real `kubectl` against this cluster.
+    pub async fn kubectl(&self, args: &[&str]) -> KubectlOutput {
+        let output = tokio::process::Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("kubectl runs");
+        KubectlOutput {
+            success: output.status.success(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Runs `kubectl` and fails the test, showing stderr, when it does not succeed.
+    pub async fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args).await;
+        assert!(out.success, "kubectl {} failed:\n{}{}", args.join(" "), out.stderr, out.stdout);
+        out.stdout
+    }
+
+    /// `kubectl apply -f crds/` and waits until the three kinds are served.
+    pub async fn install_crds(&self) {
+        self.kubectl_ok(&["apply", "-f", "crds/"]).await;
+        for resource in ["gamedeployments", "hooktemplates", "hookruns"] {
+            wait_for(&format!("{resource} to be served"), DEADLINE, || async move {
+                self.kubectl(&["get", resource]).await.success.then_some(())
+            })
+            .await;
+        }
+    }
+
+    /// Starts an operator binary against this cluster; extra `args` come after the common ones.
+    pub fn operator(&self, package: &str, bin: &str, args: &[&str]) -> Operator {
+        Operator::spawn(binary(package, bin), self.kubeconfig.clone(), self.dir.path().join(format!("{bin}.log")), args)
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(sim) = self.sim.take() {
+            sim.shutdown().await;
+        }
+    }
+}
+
+/// An operator running as a child process; killed when dropped. Its log is printed if the test fails.
+pub struct Operator {
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    log: PathBuf,
+    args: Vec<String>,
+    child: Option<tokio::process::Child>,
+}
+
+impl Operator {
+    fn spawn(binary: PathBuf, kubeconfig: PathBuf, log: PathBuf, args: &[&str]) -> Self {
+        let mut op = Self { binary, kubeconfig, log, args: args.iter().map(|a| a.to_string()).collect(), child: None };
+        op.start();
+        op
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file opens");
+        let child = tokio::process::Command::new(&self.binary)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--metrics-address", "127.0.0.1:0"])
+            .args(&self.args)
+            .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()));
+        self.child = Some(child);
+    }
+
+    /// Stops the process (SIGKILL: the harshest restart, to prove crash safety).
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    /// Kills and starts the operator again with the same arguments.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.start();
+    }
+
+    /// Whether the process is still running (an operator must never exit on its own).
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let logs = self.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(80).collect();
+            eprintln!("--- last lines of {} ---", self.log.display());
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
