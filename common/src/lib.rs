@@ -4,6 +4,7 @@
 pub mod api;
 pub mod crd;
 pub mod duration;
+pub mod hookrun;
 pub mod intstr;
 pub mod keys;
 pub mod pod;

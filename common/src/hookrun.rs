@@ -1,0 +1,237 @@
+//! Building a HookRun from a HookTemplate: argument merging, names and labels as BCS writes them
+//! (`research/bcs-gamedeployment-spec.md` §4.1, `bcs-hook-operator-spec.md` §1.6). Pure, so the
+//! gamedeployment-operator and `hook-operator check` build runs the same way.
+//!
+//! One deliberate difference from BCS: an incoming argument the template does not declare is kept instead of
+//! being dropped silently, so `{{ args.X }}` in a template works whenever the workload passes `X`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::api::{Argument, HookRun, HookRunArgument, HookRunSpec, HookStep, HookTemplate};
+use crate::keys;
+
+/// Why a HookRun cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookRunError {
+    #[error(
+        "args.{name} was not resolved: HookTemplate {template:?} declares it without a value and nobody passed it \
+         (add it to the hook's args, or give it a value in the template)"
+    )]
+    Unresolved { template: String, name: String },
+    #[error("HookTemplate {template:?} has no metrics")]
+    NoMetrics { template: String },
+}
+
+/// Which gate or step a run belongs to; decides its name prefix and `hookrun-type` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookKind {
+    PreDelete,
+    PreInplace,
+    PostInplace,
+    CanaryStep,
+}
+
+impl HookKind {
+    /// Value of the `hookrun-type` label (BCS).
+    pub fn type_label(self) -> &'static str {
+        match self {
+            Self::PreDelete => keys::hookrun_type::PRE_DELETE,
+            Self::PreInplace => keys::hookrun_type::PRE_INPLACE,
+            Self::PostInplace => keys::hookrun_type::POST_INPLACE,
+            Self::CanaryStep => keys::hookrun_type::CANARY_STEP,
+        }
+    }
+
+    /// Name prefix (BCS).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Self::PreDelete => "predelete",
+            Self::PreInplace => "preinplace",
+            Self::PostInplace => "postinplace",
+            Self::CanaryStep => "canary",
+        }
+    }
+
+    /// All kinds gated on pods (not canary steps).
+    pub const POD_HOOKS: [HookKind; 3] = [Self::PreDelete, Self::PreInplace, Self::PostInplace];
+}
+
+/// Merges a template's declared args with the args a creator passes. Later incoming values override earlier
+/// ones and template defaults; every declared arg must end with a value.
+pub fn merge_args(
+    template_name: &str,
+    declared: &[Argument],
+    incoming: &[Argument],
+) -> Result<Vec<Argument>, HookRunError> {
+    let mut merged: Vec<Argument> = declared.to_vec();
+    for arg in incoming {
+        match merged.iter_mut().find(|a| a.name == arg.name) {
+            Some(existing) => {
+                if arg.value.is_some() {
+                    existing.value = arg.value.clone();
+                }
+            }
+            None => merged.push(arg.clone()),
+        }
+    }
+    if let Some(missing) = merged.iter().find(|a| a.value.is_none()) {
+        return Err(HookRunError::Unresolved { template: template_name.to_string(), name: missing.name.clone() });
+    }
+    Ok(merged)
+}
+
+/// The args of a workload hook step, as template args.
+pub fn step_args(step: &HookStep) -> Vec<Argument> {
+    step.args.iter().map(|HookRunArgument { name, value }| Argument::new(name, value)).collect()
+}
+
+/// `<prefix>-<revision>-<instance id>-<template>` for pod hooks (BCS), e.g.
+/// `predelete-test-gamedeployment-67864c6f65-s9rbp-test`.
+pub fn pod_hook_name(kind: HookKind, revision: &str, instance_id: &str, template: &str) -> String {
+    format!("{}-{revision}-{instance_id}-{template}", kind.prefix())
+}
+
+/// `canary-<revision>-<step index>-<template>` (BCS).
+pub fn canary_hook_name(revision: &str, step_index: usize, template: &str) -> String {
+    format!("canary-{revision}-{step_index}-{template}")
+}
+
+/// Labels of a pod hook run: the BCS lookup set plus the workload name.
+pub fn pod_hook_labels(kind: HookKind, revision: &str, instance_id: &str, workload: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (keys::HOOKRUN_TYPE.to_string(), kind.type_label().to_string()),
+        (keys::HOOKRUN_WORKLOAD_REVISION.to_string(), revision.to_string()),
+        (keys::HOOKRUN_INSTANCE_ID.to_string(), instance_id.to_string()),
+        (keys::HOOKRUN_WORKLOAD_NAME.to_string(), workload.to_string()),
+    ])
+}
+
+/// Labels of a canary step run (BCS set plus the workload name).
+pub fn canary_hook_labels(revision: &str, step_index: usize, workload: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (keys::HOOKRUN_TYPE.to_string(), HookKind::CanaryStep.type_label().to_string()),
+        (keys::HOOKRUN_WORKLOAD_REVISION.to_string(), revision.to_string()),
+        (keys::HOOKRUN_CANARY_STEP_INDEX.to_string(), step_index.to_string()),
+        (keys::HOOKRUN_WORKLOAD_NAME.to_string(), workload.to_string()),
+    ])
+}
+
+/// Everything about a new run except what the template provides.
+#[derive(Debug, Clone)]
+pub struct NewHookRun {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub owner: Option<OwnerReference>,
+    /// Args in order: the step's args, then injected ones (later wins).
+    pub args: Vec<Argument>,
+}
+
+/// Builds the run: metrics and policy copied from the template, args merged.
+pub fn from_template(template: &HookTemplate, new: NewHookRun) -> Result<HookRun, HookRunError> {
+    let template_name = template.metadata.name.clone().unwrap_or_default();
+    if template.spec.metrics.is_empty() {
+        return Err(HookRunError::NoMetrics { template: template_name });
+    }
+    let args = merge_args(&template_name, &template.spec.args, &new.args)?;
+    Ok(HookRun {
+        metadata: ObjectMeta {
+            name: Some(new.name),
+            namespace: Some(new.namespace),
+            labels: Some(new.labels),
+            owner_references: new.owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: HookRunSpec {
+            metrics: template.spec.metrics.clone(),
+            args,
+            terminate: false,
+            policy: template.spec.policy,
+        },
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{HookTemplateSpec, Metric};
+
+    fn arg(name: &str, value: Option<&str>) -> Argument {
+        Argument { name: name.into(), value: value.map(Into::into) }
+    }
+
+    #[test]
+    fn merge_follows_bcs_and_keeps_undeclared_args() {
+        let declared = [arg("PodIP", None), arg("service-name", Some("default-svc")), arg("PodName", None)];
+        let incoming = [
+            arg("service-name", Some("svc.from.step")),
+            arg("extra", Some("kept")),
+            arg("PodName", Some("gd-abcde")),
+            arg("PodIP", Some("127.0.0.5")),
+            arg("PodIP", Some("127.0.0.6")),
+        ];
+        let merged = merge_args("test", &declared, &incoming).unwrap();
+        assert_eq!(
+            merged,
+            vec![
+                arg("PodIP", Some("127.0.0.6")),
+                arg("service-name", Some("svc.from.step")),
+                arg("PodName", Some("gd-abcde")),
+                arg("extra", Some("kept")),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unresolved_arg_is_named() {
+        let err = merge_args("test", &[arg("token", None)], &[arg("PodIP", Some("1.2.3.4"))]).unwrap_err();
+        assert_eq!(err, HookRunError::Unresolved { template: "test".into(), name: "token".into() });
+        assert!(err.to_string().contains("args.token"));
+        // A value-less incoming arg does not erase a template default.
+        let merged = merge_args("t", &[arg("a", Some("x"))], &[arg("a", None)]).unwrap();
+        assert_eq!(merged, vec![arg("a", Some("x"))]);
+    }
+
+    #[test]
+    fn names_and_labels_are_bcs() {
+        assert_eq!(
+            pod_hook_name(HookKind::PreDelete, "test-gamedeployment-67864c6f65", "s9rbp", "test"),
+            "predelete-test-gamedeployment-67864c6f65-s9rbp-test"
+        );
+        assert_eq!(canary_hook_name("gd-123", 4, "test"), "canary-gd-123-4-test");
+        let labels = pod_hook_labels(HookKind::PreInplace, "gd-123", "abcde", "gd");
+        assert_eq!(labels["hookrun-type"], "pre-inplace-step");
+        assert_eq!(labels["workload-revision"], "gd-123");
+        assert_eq!(labels["instance-id"], "abcde");
+        assert_eq!(canary_hook_labels("gd-123", 2, "gd")["canary-step-index"], "2");
+    }
+
+    #[test]
+    fn builds_a_run_from_a_template() {
+        let mut template = HookTemplate::new(
+            "test",
+            HookTemplateSpec {
+                metrics: vec![Metric { name: "webtest".into(), ..Default::default() }],
+                args: vec![arg("PodIP", None)],
+                policy: Some(crate::api::HookPolicy::Ordered),
+            },
+        );
+        template.metadata.namespace = Some("default".into());
+        let new = NewHookRun {
+            name: "predelete-x".into(),
+            namespace: "default".into(),
+            labels: BTreeMap::new(),
+            owner: None,
+            args: vec![arg("PodIP", Some("127.0.0.9"))],
+        };
+        let run = from_template(&template, new.clone()).unwrap();
+        assert_eq!(run.spec.metrics.len(), 1);
+        assert_eq!(run.spec.policy, Some(crate::api::HookPolicy::Ordered));
+        assert_eq!(run.spec.args, vec![arg("PodIP", Some("127.0.0.9"))]);
+        template.spec.metrics.clear();
+        assert!(matches!(from_template(&template, new), Err(HookRunError::NoMetrics { .. })));
+    }
+}
