@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use kube_sim::{SimConfig, SimHandle};
 
+pub mod gamedeployment;
+
 /// Deadline for conditions that normally take well under a second; generous for a loaded 2-core CI machine.
 pub const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -223,4 +225,36 @@ impl Drop for Operator {
             }
         }
     }
+}
+
+/// The Python interpreter with Helm's SDK (`helm-python-sdk`), as set up by `scripts/test`
+/// (`$KOURSE_PYTHON`, else `.venv/bin/python`).
+pub fn helm_python() -> PathBuf {
+    let python =
+        std::env::var_os("KOURSE_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv/bin/python"));
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import helm_python, yaml"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "{} cannot import helm_python: run scripts/test (it creates .venv with `pip install helm-python-sdk pyyaml`) \
+         or set KOURSE_PYTHON",
+        python.display()
+    );
+    python
+}
+
+/// Runs `tests/e2e/helm/chart.py` with `args`; returns stdout, failing the test with Helm's error otherwise.
+pub async fn helm(args: &[&str]) -> String {
+    let out = tokio::process::Command::new(helm_python())
+        .arg(repo_root().join("tests/e2e/helm/chart.py"))
+        .args(args)
+        .current_dir(repo_root())
+        .output()
+        .await
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "helm {} failed:\n{}{stdout}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    stdout
 }

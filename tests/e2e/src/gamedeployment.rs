@@ -1,0 +1,216 @@
+//! Helpers for the GameDeployment end-to-end tests: manifests, the printer columns as `kubectl get` shows them,
+//! and a pod watcher that checks invariants at every observed moment.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
+
+use crate::{Cluster, DEADLINE, Operator, wait_for};
+
+/// The GameDeployment operator binary, started against the cluster.
+pub fn start_operator(cluster: &Cluster) -> Operator {
+    cluster.operator("gamedeployment-operator", "gamedeployment-operator", &["--expectations-timeout", "20s"])
+}
+
+/// A GameDeployment manifest with the walkthrough's shape.
+pub fn manifest(name: &str, replicas: i32, strategy: &str, extra_strategy: &str, image: &str) -> String {
+    format!(
+        r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: GameDeployment
+metadata:
+  name: {name}
+  labels:
+    app: {name}
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels:
+      app: {name}
+  template:
+    metadata:
+      labels:
+        app: {name}
+    spec:
+      containers:
+        - name: python
+          image: {image}
+          imagePullPolicy: IfNotPresent
+          command: ["python"]
+          args: ["-m", "http.server", "8000"]
+          ports:
+            - name: http
+              containerPort: 8000
+  updateStrategy:
+    type: {strategy}
+{extra_strategy}"#
+    )
+}
+
+/// `kubectl apply -f -` with the given manifest.
+pub async fn apply(cluster: &Cluster, manifest: &str) {
+    let path = cluster.dir().join(format!("manifest-{}.yaml", std::process::id() ^ manifest.len() as u32));
+    std::fs::write(&path, manifest).expect("manifest written");
+    let path = path.display().to_string();
+    cluster.kubectl_ok(&["apply", "-f", &path]).await;
+}
+
+/// One row of `kubectl get gamedeployment`: DESIRED UPDATED UPDATED_READY READY TOTAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    pub desired: i64,
+    pub updated: i64,
+    pub updated_ready: i64,
+    pub ready: i64,
+    pub total: i64,
+}
+
+impl Columns {
+    pub const fn new(desired: i64, updated: i64, updated_ready: i64, ready: i64, total: i64) -> Self {
+        Self { desired, updated, updated_ready, ready, total }
+    }
+}
+
+/// Reads the printer columns with the real `kubectl get gamedeployment`, checking the header is the walkthrough's.
+pub async fn columns(cluster: &Cluster, name: &str) -> Option<Columns> {
+    let out = cluster.kubectl(&["get", "gamedeployment", name]).await;
+    if !out.success {
+        return None;
+    }
+    let mut lines = out.stdout.lines();
+    let header: Vec<&str> = lines.next()?.split_whitespace().collect();
+    assert_eq!(header, ["NAME", "DESIRED", "UPDATED", "UPDATED_READY", "READY", "TOTAL", "AGE"], "{}", out.stdout);
+    let row: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let n = |i: usize| row.get(i).and_then(|v| v.parse::<i64>().ok());
+    // Columns of a status that is not written yet print as <none>.
+    Some(Columns { desired: n(1)?, updated: n(2).unwrap_or(0), updated_ready: n(3).unwrap_or(0), ready: n(4).unwrap_or(0), total: n(5).unwrap_or(0) })
+}
+
+/// Waits until `kubectl get gamedeployment` shows exactly `want`.
+pub async fn wait_columns(cluster: &Cluster, name: &str, want: Columns) {
+    let mut last = None;
+    let what = format!("gamedeployment {name} to show {want:?}");
+    let seen = wait_for(&what, DEADLINE, || {
+        let got = columns(cluster, name);
+        async {
+            let got = got.await;
+            let done = got == Some(want);
+            last = got;
+            done.then_some(got)
+        }
+    })
+    .await;
+    assert_eq!(seen, Some(want), "last seen {last:?}");
+}
+
+/// Pods of a GameDeployment (by its `app` label), from the API.
+pub async fn pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    api.list(&kube::api::ListParams::default().labels(&format!("app={name}"))).await.map(|l| l.items).unwrap_or_default()
+}
+
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+pub fn revision(pod: &Pod) -> Option<&str> {
+    pod.metadata.labels.as_ref()?.get("controller-revision-hash").map(String::as_str)
+}
+
+pub fn image(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.containers.first()?.image.as_deref()
+}
+
+/// What the watcher saw.
+#[derive(Debug, Default, Clone)]
+pub struct Observations {
+    /// Number of distinct moments (watch events) checked.
+    pub moments: usize,
+    pub violations: Vec<String>,
+    /// Largest number of pods not Ready (or missing) at any moment.
+    pub max_unavailable: usize,
+    /// Largest number of pods on a revision other than the initial one at any moment.
+    pub max_changed: usize,
+    /// Largest number of pods that existed (not terminating) at any moment.
+    pub max_pods: usize,
+}
+
+/// Watches the pods of a GameDeployment and checks, after every event, that at most `max_unavailable` of the
+/// `replicas` pods are missing or not Ready, and that no more than `max_changed` pods left `initial_revision`.
+pub struct PodMonitor {
+    task: tokio::task::JoinHandle<()>,
+    seen: Arc<Mutex<Observations>>,
+}
+
+impl PodMonitor {
+    pub fn start(
+        cluster: &Cluster,
+        name: &str,
+        replicas: usize,
+        max_unavailable: usize,
+        initial_revision: Option<String>,
+        max_changed: usize,
+    ) -> Self {
+        let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
+        let config = watcher::Config::default().labels(&format!("app={name}"));
+        let seen = Arc::new(Mutex::new(Observations::default()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+            let mut stream = watcher(api, config).boxed();
+            while let Some(event) = stream.next().await {
+                let Ok(event) = event else { continue };
+                match event {
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                        pods.insert(pod.metadata.uid.clone().unwrap_or_default(), pod);
+                    }
+                    watcher::Event::Delete(pod) => {
+                        pods.remove(&pod.metadata.uid.clone().unwrap_or_default());
+                    }
+                    watcher::Event::Init => pods.clear(),
+                    watcher::Event::InitDone => {}
+                }
+                let live: Vec<&Pod> = pods.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+                let ready = live.iter().filter(|p| is_ready(p)).count();
+                let unavailable = replicas.saturating_sub(ready);
+                let changed = initial_revision
+                    .as_deref()
+                    .map_or(0, |initial| live.iter().filter(|p| revision(p) != Some(initial)).count());
+                let mut seen = record.lock().unwrap_or_else(|e| e.into_inner());
+                seen.moments += 1;
+                seen.max_unavailable = seen.max_unavailable.max(unavailable);
+                seen.max_changed = seen.max_changed.max(changed);
+                seen.max_pods = seen.max_pods.max(live.len());
+                if unavailable > max_unavailable {
+                    let states: Vec<String> = live
+                        .iter()
+                        .map(|p| format!("{}:{}", p.metadata.name.clone().unwrap_or_default(), is_ready(p)))
+                        .collect();
+                    seen.violations.push(format!("{unavailable} unavailable (max {max_unavailable}): {states:?}"));
+                }
+                if changed > max_changed {
+                    seen.violations.push(format!("{changed} pods left the initial revision (max {max_changed})"));
+                }
+            }
+        });
+        Self { task, seen }
+    }
+
+    /// Stops watching and returns what was seen.
+    pub async fn stop(self) -> Observations {
+        // Let the last events arrive.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.task.abort();
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.clone()
+    }
+}
