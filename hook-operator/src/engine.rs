@@ -83,6 +83,8 @@ pub struct Plan {
     pub consumed: Vec<u64>,
     /// Precise times to remember once the status is stored.
     pub precise: Precise,
+    /// Measurements recorded by this round (metric name, measurement), for live output.
+    pub recorded: Vec<(String, Measurement)>,
 }
 
 /// The order used to pick the run phase from its metrics: later is worse.
@@ -219,6 +221,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         completed: false,
         consumed: inputs.finished.iter().map(|f| f.id).collect(),
         precise: inputs.precise.clone(),
+        recorded: Vec::new(),
     };
     if original.phase.is_some_and(HookPhase::is_completed) {
         plan.completed = true;
@@ -259,6 +262,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         let mut measurement = f.measurement.clone();
         let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
         measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
+        plan.recorded.push((f.metric.clone(), measurement.clone()));
         record(result, measurement, inputs.settings.history_limit);
         plan.precise.last_finish.insert(f.metric.clone(), PreciseFinish { taken: schedule::taken(result), at: f.finished_at });
     }

@@ -1,8 +1,19 @@
 //! The hook operator: runs `HookRun`s (measure, judge, decide) for `tkex.tencent.com/v1alpha1`.
+//!
+//! Pure decisions live in [`engine`] and [`schedule`]; [`dispatch`] runs measurements as bounded async
+//! tasks; [`controller`] is the Kubernetes shell, [`local`] the in-memory one used by `check` and the
+//! benchmark.
 
+pub mod check;
+pub mod cli;
+pub mod controller;
+pub mod dispatch;
 pub mod engine;
 pub mod evaluate;
 pub mod jsonpath;
+pub mod local;
+pub mod measure;
+pub mod metrics;
 pub mod providers;
 pub mod schedule;
 pub mod settings;

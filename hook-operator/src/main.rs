@@ -1,1 +1,74 @@
-fn main() {}
+//! `hook-operator`: the controller (default) and `hook-operator check`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use common::runtime::{Health, LeaderElection, Shutdown, client, logging, server};
+use hook_operator::cli::{Cli, Command, RunFlags};
+use hook_operator::controller::{self, Options};
+use hook_operator::metrics::Metrics;
+use hook_operator::providers::Providers;
+use prometheus_client::registry::Registry;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Check(flags)) => hook_operator::check::run(flags).await,
+        None => match operate(cli.run).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e}");
+                eprintln!("hook-operator: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+async fn operate(flags: RunFlags) -> Result<(), String> {
+    logging::init(&flags.runtime.log).map_err(|e| e.to_string())?;
+    let engine = flags.engine.engine()?;
+    if engine.interval_scale != 1.0 || !flags.engine.web_resolve.is_empty() {
+        tracing::warn!(
+            interval_scale = engine.interval_scale,
+            web_resolve = ?flags.engine.web_resolve,
+            "test aids are on: intervals are scaled and/or web targets rewritten; do not use in production"
+        );
+    }
+    let client = client::build(&flags.runtime.kube).await.map_err(|e| e.to_string())?;
+    let shutdown = Shutdown::default();
+    shutdown.trigger_on_signals();
+
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let health = Health::default();
+    let listener = server::bind(flags.runtime.serve.metrics_address).await.map_err(|e| e.to_string())?;
+    tracing::info!(address = %flags.runtime.serve.metrics_address, "serving /metrics, /healthz, /readyz");
+    let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
+
+    let providers = Providers::new(&flags.engine.providers(), Some(client.clone())).map_err(|e| e.0)?;
+    let election = LeaderElection::from_flags(client.clone(), &flags.runtime.leader_election, controller::COMPONENT)
+        .map_err(|e| e.to_string())?;
+    let options = Options {
+        namespace: flags.runtime.kube.namespace.clone(),
+        label_selector: flags.label_selector.clone(),
+        concurrency: flags.concurrency,
+        max_in_flight: flags.max_in_flight,
+        engine,
+        identity: election.identity().to_string(),
+    };
+    let run = controller::run(client, options, providers, metrics, health, shutdown.clone());
+    let outcome = if flags.runtime.leader_election.leader_elect {
+        election.run_while_leading(&shutdown, || run).await.map(|_| ()).map_err(|e| e.to_string())
+    } else {
+        run.await;
+        Ok(())
+    };
+    shutdown.trigger();
+    if let Ok(Err(e)) = server.await {
+        tracing::warn!(error = %e, "metrics server stopped with an error");
+    }
+    outcome
+}

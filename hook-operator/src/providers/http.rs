@@ -124,7 +124,7 @@ impl Http {
             if e.is_timeout() {
                 ProviderError(format!("{what}: no response within {}", crate::text::seconds(timeout)))
             } else {
-                ProviderError(format!("{what}: {}", chain(&e)))
+                ProviderError(format!("{what}: {}", describe(&e)))
             }
         };
         let mut response = request.send().await.map_err(failed)?;
@@ -163,6 +163,25 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     parts.join(": ")
+}
+
+/// reqwest's own text ("error sending request for url (...)") repeats the URL we already print; the
+/// innermost cause is what a person needs ("Connection refused (os error 111)").
+fn describe(error: &reqwest::Error) -> String {
+    let mut innermost: &dyn std::error::Error = error;
+    while let Some(cause) = innermost.source() {
+        innermost = cause;
+    }
+    let kind = if error.is_connect() {
+        "cannot connect"
+    } else if error.is_body() || error.is_decode() {
+        "reading the response failed"
+    } else if error.is_redirect() {
+        "redirect failed"
+    } else {
+        "request failed"
+    };
+    format!("{kind}: {innermost}")
 }
 
 /// The start of a body for error messages.

@@ -1,0 +1,160 @@
+//! Command-line flags of the `hook-operator` binary.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use common::runtime::RuntimeFlags;
+use common::runtime::flags::parse_duration;
+
+use crate::providers::ProviderSettings;
+use crate::providers::http::Resolve;
+use crate::settings::EngineSettings;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hook-operator",
+    version,
+    about = "Runs HookRuns (tkex.tencent.com/v1alpha1): web, prometheus and kubernetes checks that gate pod changes",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunFlags,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a HookTemplate (or HookRun) once, locally, without a cluster, and print every measurement.
+    /// Exits 0 only when the run ends Successful.
+    Check(CheckFlags),
+}
+
+/// The controller (the default command).
+#[derive(Args, Debug)]
+pub struct RunFlags {
+    #[command(flatten)]
+    pub runtime: RuntimeFlags,
+    /// Only reconcile HookRuns matching this label selector (to shard runs between operator instances).
+    #[arg(long, value_name = "SELECTOR")]
+    pub label_selector: Option<String>,
+    /// HookRuns reconciled concurrently (0: unbounded). Reconciles never wait for measurements.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u16,
+    /// Measurements running at once across all HookRuns; further due measurements wait for a slot.
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub max_in_flight: usize,
+    #[command(flatten)]
+    pub engine: EngineFlags,
+}
+
+/// Engine and provider settings shared by the controller, `check` and the benchmark.
+#[derive(Args, Debug, Clone)]
+pub struct EngineFlags {
+    /// Measurements kept per metric in status (counters are never trimmed).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub measurement_history: usize,
+    /// Largest web/Prometheus response body read, in bytes.
+    #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
+    pub max_body_bytes: usize,
+    /// Timeout of a Prometheus query.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub prometheus_timeout: Duration,
+    /// Timeout of a kubernetes provider call.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub kubernetes_timeout: Duration,
+    /// TEST/SANDBOX AID, off by default: multiply every interval, initialDelay and error retry delay by this
+    /// factor (e.g. 0.01 runs a `60s` interval every 0.6 s).
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    pub interval_scale: f64,
+    /// TEST/SANDBOX AID, off by default: send web and Prometheus requests for HOST:PORT to ADDR:PORT
+    /// instead, like `curl --resolve` (repeatable), e.g. `1.1.1.1:9091=127.0.0.1:18080`.
+    #[arg(long = "web-resolve", value_name = "HOST:PORT=ADDR:PORT")]
+    pub web_resolve: Vec<Resolve>,
+}
+
+impl EngineFlags {
+    pub fn engine(&self) -> Result<EngineSettings, String> {
+        let settings = EngineSettings {
+            interval_scale: self.interval_scale,
+            history_limit: self.measurement_history,
+            ..EngineSettings::default()
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    pub fn providers(&self) -> ProviderSettings {
+        ProviderSettings {
+            max_body_bytes: self.max_body_bytes,
+            resolve: self.web_resolve.clone(),
+            prometheus_timeout: self.prometheus_timeout,
+            kubernetes_timeout: self.kubernetes_timeout,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct CheckFlags {
+    /// A YAML file holding a HookTemplate or a HookRun (the first one found).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// An argument value, NAME=VALUE (repeatable); overrides the template's value.
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
+    pub args: Vec<(String, String)>,
+    /// kubeconfig for the kubernetes provider (default: in-cluster, $KUBECONFIG, ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Print each measurement as one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineFlags,
+}
+
+fn parse_arg(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s.split_once('=').ok_or_else(|| format!("{s:?} is not NAME=VALUE"))?;
+    if name.is_empty() {
+        return Err(format!("{s:?} has an empty name"));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_controller_and_check_command_lines() {
+        let cli = Cli::try_parse_from(["hook-operator", "--namespace", "games", "--max-in-flight", "10"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.max_in_flight, 10);
+        assert_eq!(cli.run.runtime.kube.namespace.as_deref(), Some("games"));
+        assert_eq!(cli.run.engine.interval_scale, 1.0, "test aids are off by default");
+        assert!(cli.run.engine.web_resolve.is_empty(), "test aids are off by default");
+
+        let cli = Cli::try_parse_from([
+            "hook-operator",
+            "check",
+            "-f",
+            "t.yaml",
+            "--arg",
+            "PodIP=127.0.0.1",
+            "--arg",
+            "x=a=b",
+            "--interval-scale",
+            "0.01",
+            "--web-resolve",
+            "1.1.1.1:9091=127.0.0.1:18080",
+        ])
+        .unwrap();
+        let Some(Command::Check(check)) = cli.command else { panic!("expected check") };
+        assert_eq!(check.args, vec![("PodIP".into(), "127.0.0.1".into()), ("x".into(), "a=b".into())]);
+        assert_eq!(check.engine.interval_scale, 0.01);
+        assert_eq!(check.engine.web_resolve.len(), 1);
+        assert!(Cli::try_parse_from(["hook-operator", "check", "-f", "t.yaml", "--arg", "novalue"]).is_err());
+        assert!(Cli::try_parse_from(["hook-operator", "check", "-f", "t.yaml", "--interval-scale", "0"]).unwrap().command.is_some());
+    }
+}

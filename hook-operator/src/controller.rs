@@ -1,0 +1,297 @@
+//! The Kubernetes shell around the engine: a kube-runtime `Controller` on HookRuns. Each reconcile plans a
+//! round, writes the status at most once (and only when it changed, with a resourceVersion precondition so
+//! a stale cache cannot overwrite newer status), publishes Events, hands due measurements to the
+//! dispatcher and requeues exactly at the next due time. Finished measurements wake their run through
+//! `reconcile_on`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::api::{HookPhase, HookRun, HookTemplate};
+use common::runtime::{Health, Shutdown};
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::dispatch::{Dispatcher, Round, RunId};
+use crate::engine::Note;
+use crate::metrics::{Metrics, PhaseLabels};
+use crate::providers::Providers;
+use crate::settings::EngineSettings;
+use crate::{schedule, validate};
+
+pub const COMPONENT: &str = "hook-operator";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("HookRun {namespace}/{name} changed since it was read (resourceVersion conflict); retrying")]
+    Conflict { namespace: String, name: String },
+    #[error("writing the status of HookRun {namespace}/{name}: {source}")]
+    WriteStatus { namespace: String, name: String, source: kube::Error },
+}
+
+impl Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Self::Conflict { .. } => "conflict",
+            Self::WriteStatus { .. } => "write_status",
+        }
+    }
+}
+
+/// What the controller is told to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Only this namespace (None: all).
+    pub namespace: Option<String>,
+    /// Only HookRuns matching this label selector (sharding between operator instances).
+    pub label_selector: Option<String>,
+    /// Concurrent reconciles (0: unbounded).
+    pub concurrency: u16,
+    /// Measurements running at once, across all runs.
+    pub max_in_flight: usize,
+    pub engine: EngineSettings,
+    pub identity: String,
+}
+
+pub struct Context {
+    client: Client,
+    dispatcher: Dispatcher,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+}
+
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn event_for(note: &Note) -> Event {
+    let (type_, reason, note_text) = match note {
+        Note::MetricCompleted { metric, phase, message } => (
+            if *phase == HookPhase::Successful { EventType::Normal } else { EventType::Warning },
+            format!("Metric{phase}"),
+            format!("metric {metric:?} completed {phase}: {message}"),
+        ),
+        Note::RunCompleted { phase, message } => (
+            if *phase == HookPhase::Successful { EventType::Normal } else { EventType::Warning },
+            format!("HookRun{phase}"),
+            format!("hook completed {phase}: {message}"),
+        ),
+    };
+    Event {
+        type_,
+        reason,
+        note: Some(crate::text::excerpt(&note_text, 1000)),
+        action: "Assess".into(),
+        secondary: None,
+    }
+}
+
+async fn write_status(client: &Client, round: &Round) -> Result<HookRun, Error> {
+    let (namespace, name) = (round.id.namespace.clone(), round.id.name.clone());
+    let api: Api<HookRun> = Api::namespaced(client.clone(), &namespace);
+    let mut body = json!({ "status": round.plan.status });
+    if let Some(rv) = &round.run.metadata.resource_version {
+        body["metadata"] = json!({ "resourceVersion": rv });
+    }
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|source| match source {
+        kube::Error::Api(status) if status.code == 409 => Error::Conflict { namespace, name },
+        source => Error::WriteStatus { namespace: round.id.namespace.clone(), name: round.id.name.clone(), source },
+    })
+}
+
+async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let clock = Instant::now();
+    ctx.metrics.reconciles.inc();
+    if run.metadata.deletion_timestamp.is_some() {
+        ctx.dispatcher.forget(&RunId::of(&run).uid);
+        return Ok(Action::await_change());
+    }
+    let round = ctx.dispatcher.plan(run, Timestamp::now());
+    let written = if round.changed {
+        ctx.metrics.status_writes.inc();
+        Some(Arc::new(write_status(&ctx.client, &round).await?))
+    } else {
+        None
+    };
+    ctx.dispatcher.commit(&round, written.clone());
+    if !round.plan.notes.is_empty() {
+        let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
+        let recorder = ctx.recorder.clone();
+        let events: Vec<Event> = round.plan.notes.iter().map(event_for).collect();
+        for note in &round.plan.notes {
+            if let Note::RunCompleted { phase, message } = note {
+                tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
+            }
+        }
+        tokio::spawn(async move {
+            for event in events {
+                if let Err(e) = recorder.publish(&event, &reference).await {
+                    tracing::warn!(error = %e, reason = %event.reason, "publishing an event failed");
+                }
+            }
+        });
+    }
+    ctx.metrics.reconcile_duration.observe(clock.elapsed().as_secs_f64());
+    if round.plan.completed {
+        return Ok(Action::await_change());
+    }
+    Ok(match round.plan.wake_at {
+        Some(at) => Action::requeue(schedule::until(Timestamp::now(), at).max(Duration::from_millis(1))),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(run: Arc<HookRun>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_error(error.reason());
+    match error {
+        // The watch event with the newer object is on its way; look again shortly.
+        Error::Conflict { .. } => {
+            tracing::debug!(run = %run.name_any(), "status write conflict, retrying");
+            Action::requeue(Duration::from_millis(200))
+        }
+        Error::WriteStatus { .. } => {
+            tracing::warn!(error = %error, "reconcile failed");
+            Action::requeue(Duration::from_secs(2))
+        }
+    }
+}
+
+/// Validates HookTemplates whenever they change and reports problems as Warning Events on the template.
+async fn watch_templates(client: Client, namespace: Option<String>, recorder: Recorder, metrics: Arc<Metrics>) {
+    let api: Api<HookTemplate> = api(&client, namespace.as_deref());
+    let mut seen: std::collections::HashMap<String, (Option<i64>, bool)> = std::collections::HashMap::new();
+    let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let template = match event {
+            Ok(watcher::Event::Apply(t) | watcher::Event::InitApply(t)) => t,
+            Ok(watcher::Event::Delete(t)) => {
+                seen.remove(&t.uid().unwrap_or_default());
+                metrics.invalid_templates.set(seen.values().filter(|(_, bad)| *bad).count() as i64);
+                continue;
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching HookTemplates failed; retrying");
+                continue;
+            }
+        };
+        let uid = template.uid().unwrap_or_default();
+        let generation = template.metadata.generation;
+        if seen.get(&uid).is_some_and(|(g, _)| *g == generation && generation.is_some()) {
+            continue;
+        }
+        let problems = validate::template(&template.spec);
+        seen.insert(uid, (generation, !problems.is_empty()));
+        metrics.invalid_templates.set(seen.values().filter(|(_, bad)| *bad).count() as i64);
+        if problems.is_empty() {
+            continue;
+        }
+        let text = problems.join("; ");
+        tracing::warn!(template = %template.name_any(), namespace = ?template.namespace(), problems = %text, "invalid HookTemplate");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InvalidHookTemplate".into(),
+            note: Some(crate::text::excerpt(&text, 1000)),
+            action: "Validate".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &template.object_ref(&())).await {
+            tracing::warn!(error = %e, "publishing an event failed");
+        }
+    }
+}
+
+/// Keeps the `hookruns{phase}` gauge current and forgets runs that disappeared.
+async fn housekeeping(store: Store<HookRun>, dispatcher: Dispatcher, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let runs = store.state();
+        let mut counts: std::collections::HashMap<&'static str, i64> = std::collections::HashMap::new();
+        let mut uids = HashSet::new();
+        for run in &runs {
+            let phase = run.status.as_ref().and_then(|s| s.phase).map(HookPhase::as_str).unwrap_or("New");
+            *counts.entry(phase).or_default() += 1;
+            uids.insert(RunId::of(run).uid);
+        }
+        for phase in ["New", "Pending", "Running", "Successful", "Failed", "Error", "Inconclusive"] {
+            metrics.hookruns.get_or_create(&PhaseLabels { phase: phase.into() }).set(counts.get(phase).copied().unwrap_or(0));
+        }
+        if !runs.is_empty() || dispatcher.tracked_runs() > 0 {
+            dispatcher.retain(|uid| uids.contains(uid));
+        }
+    }
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(client: Client, options: Options, providers: Arc<Providers>, metrics: Arc<Metrics>, health: Health, shutdown: Shutdown) {
+    let (wake_tx, wake_rx) = mpsc::unbounded_channel::<ObjectRef<HookRun>>();
+    let wake = Arc::new(move |id: &RunId| {
+        let _ = wake_tx.send(ObjectRef::new(&id.name).within(&id.namespace));
+    });
+    let dispatcher = Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake);
+    let reporter = Reporter { controller: COMPONENT.into(), instance: Some(options.identity.clone()) };
+    let recorder = Recorder::new(client.clone(), reporter);
+
+    let mut watch_config = watcher::Config::default();
+    if let Some(selector) = &options.label_selector {
+        watch_config = watch_config.labels(selector);
+    }
+    let runs: Api<HookRun> = api(&client, options.namespace.as_deref());
+    let controller = Controller::new(runs, watch_config)
+        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+        .reconcile_on(tokio_stream_from(wake_rx))
+        .graceful_shutdown_on({
+            let shutdown = shutdown.clone();
+            async move { shutdown.wait().await }
+        });
+    let store = controller.store();
+    let context = Arc::new(Context { client: client.clone(), dispatcher: dispatcher.clone(), metrics: metrics.clone(), recorder: recorder.clone() });
+
+    let templates = tokio::spawn(watch_templates(client.clone(), options.namespace.clone(), recorder, metrics.clone()));
+    let chores = tokio::spawn(housekeeping(store.clone(), dispatcher, metrics.clone()));
+    let ready = tokio::spawn({
+        let store = store.clone();
+        let health = health.clone();
+        async move {
+            if store.wait_until_ready().await.is_ok() {
+                health.set_ready(true);
+                tracing::info!("HookRun cache synced; ready");
+            }
+        }
+    });
+    tracing::info!(namespace = ?options.namespace, selector = ?options.label_selector, "hook-operator controller starting");
+    controller
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile error");
+            }
+        })
+        .await;
+    health.set_ready(false);
+    templates.abort();
+    chores.abort();
+    ready.abort();
+    tracing::info!("hook-operator controller stopped");
+}
+
+/// `reconcile_on` wants a `Stream`; an unbounded receiver becomes one without another dependency.
+fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::UnboundedReceiver<T>) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

@@ -1,0 +1,248 @@
+//! Where reconcile rounds meet measurements. A round plans (pure, [`crate::engine::plan`]), the caller stores
+//! the new status, then [`Dispatcher::commit`] starts the due measurements as independent tasks and returns
+//! at once. When a measurement finishes, its result waits here and the run is woken; the next round records
+//! it. So a reconcile never waits for a provider, a hanging webhook only occupies its own task (bounded by
+//! its timeout), and `--max-in-flight` bounds the measurements running at any moment across all runs.
+//!
+//! Per run it also remembers what status cannot hold: exact timestamps (status has whole seconds), the
+//! validation verdict per generation, and the last status written (to detect a stale cache: a round that
+//! sees the resourceVersion its own write replaced uses the written object instead).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use common::api::{Argument, HookRun};
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::Semaphore;
+use tokio::task::AbortHandle;
+
+use crate::engine::{self, Finished, Inputs, Plan, Precise};
+use crate::measure;
+use crate::metrics::{MeasurementLabels, Metrics, ProviderLabels};
+use crate::providers::Providers;
+use crate::schedule;
+use crate::settings::EngineSettings;
+use crate::validate;
+
+/// Identifies a run across rounds. The uid keeps a deleted-and-recreated run from inheriting memory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunId {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl RunId {
+    pub fn of(run: &HookRun) -> Self {
+        let meta = &run.metadata;
+        Self {
+            uid: meta.uid.clone().unwrap_or_else(|| {
+                format!("{}/{}", meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
+            }),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Called when a run should get another round (a measurement of it finished).
+pub type Wake = Arc<dyn Fn(&RunId) + Send + Sync>;
+
+#[derive(Default)]
+struct Slot {
+    /// Metric name → (token, task) of the measurement running for it.
+    in_flight: HashMap<String, (u64, Option<AbortHandle>)>,
+    finished: Vec<Finished>,
+    precise: Precise,
+    validated: Option<(Option<i64>, Result<(), String>)>,
+    /// (resourceVersion the write was based on, the object the API server returned).
+    last_write: Option<(String, Arc<HookRun>)>,
+}
+
+struct Inner {
+    slots: Mutex<HashMap<String, Slot>>,
+    permits: Arc<Semaphore>,
+    providers: Arc<Providers>,
+    metrics: Arc<Metrics>,
+    settings: EngineSettings,
+    wake: Wake,
+    next_id: AtomicU64,
+}
+
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+/// The outcome of planning one round.
+#[derive(Debug, Clone)]
+pub struct Round {
+    pub id: RunId,
+    /// The object the round was based on (the cached one, or our last write when the cache was stale).
+    pub run: Arc<HookRun>,
+    pub plan: Plan,
+    /// The status differs from the stored one and must be written.
+    pub changed: bool,
+}
+
+/// Decrements a gauge when dropped, so aborted tasks are accounted for too.
+struct GaugeGuard<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Dispatcher {
+    pub fn new(providers: Arc<Providers>, metrics: Arc<Metrics>, settings: EngineSettings, max_in_flight: usize, wake: Wake) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                slots: Mutex::new(HashMap::new()),
+                permits: Arc::new(Semaphore::new(max_in_flight.max(1))),
+                providers,
+                metrics,
+                settings,
+                wake,
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.inner.settings
+    }
+
+    fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        // A poisoned lock only means another thread panicked while holding it; the map itself stays usable.
+        self.inner.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Plans a round for `run` as last seen (usually from the informer cache).
+    pub fn plan(&self, run: Arc<HookRun>, now: Timestamp) -> Round {
+        let id = RunId::of(&run);
+        let mut slots = self.slots();
+        let slot = slots.entry(id.uid.clone()).or_default();
+        let run = match (&slot.last_write, &run.metadata.resource_version) {
+            (Some((based_on, written)), Some(seen)) if based_on == seen => written.clone(),
+            _ => run,
+        };
+        let generation = run.metadata.generation;
+        let validation = match &slot.validated {
+            Some((validated, verdict)) if *validated == generation && generation.is_some() => verdict.clone(),
+            _ => {
+                let verdict = validate::run(&run.spec);
+                slot.validated = Some((generation, verdict.clone()));
+                verdict
+            }
+        };
+        let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
+        let plan = engine::plan(&Inputs {
+            spec: &run.spec,
+            status: run.status.as_ref(),
+            invalid: validation.as_ref().err().map(String::as_str),
+            finished: &slot.finished,
+            in_flight: &in_flight,
+            precise: &slot.precise,
+            now,
+            settings: &self.inner.settings,
+        });
+        let changed = run.status.as_ref().map_or(true, |s| *s != plan.status);
+        Round { id, run, plan, changed }
+    }
+
+    /// Call once the round's status is stored (`written` is what the API server returned, if a write was
+    /// needed and the caller has one). Forgets the recorded measurements and starts the due ones.
+    pub fn commit(&self, round: &Round, written: Option<Arc<HookRun>>) {
+        if round.plan.completed {
+            self.forget(&round.id.uid);
+            return;
+        }
+        let args: Arc<[Argument]> = round.run.spec.args.clone().into();
+        let mut slots = self.slots();
+        let slot = slots.entry(round.id.uid.clone()).or_default();
+        slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
+        slot.precise = round.plan.precise.clone();
+        if let (Some(written), Some(based_on)) = (written, round.run.metadata.resource_version.clone()) {
+            slot.last_write = Some((based_on, written));
+        }
+        for start in &round.plan.start {
+            if slot.in_flight.contains_key(&start.metric.name) {
+                continue;
+            }
+            let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+            let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), args.clone(), token));
+            slot.in_flight.insert(start.metric.name.clone(), (token, Some(task.abort_handle())));
+        }
+    }
+
+    async fn measure(self, id: RunId, start: engine::Start, args: Arc<[Argument]>, token: u64) {
+        let metrics = &self.inner.metrics;
+        metrics.waiting.inc();
+        let waiting = GaugeGuard(&metrics.waiting);
+        // The semaphore is never closed, so acquiring only fails if that invariant breaks; measure anyway.
+        let permit = self.inner.permits.clone().acquire_owned().await.ok();
+        drop(waiting);
+        let lag = schedule::until(start.due, Timestamp::now());
+        metrics.scheduling_lag.observe(lag.as_secs_f64());
+        metrics.in_flight.inc();
+        let running = GaugeGuard(&metrics.in_flight);
+        let taken = measure::take(&self.inner.providers, &start.metric, &args).await;
+        drop(running);
+        drop(permit);
+        let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
+        metrics
+            .measurements
+            .get_or_create(&MeasurementLabels { provider: taken.provider.to_string(), phase: phase.to_string() })
+            .inc();
+        metrics
+            .measurement_duration
+            .get_or_create(&ProviderLabels { provider: taken.provider.to_string() })
+            .observe(taken.latency.as_secs_f64());
+        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %start.metric.name, phase, "measurement finished");
+        let delivered = {
+            let mut slots = self.slots();
+            match slots.get_mut(&id.uid) {
+                Some(slot) if slot.in_flight.get(&start.metric.name).is_some_and(|(t, _)| *t == token) => {
+                    slot.in_flight.remove(&start.metric.name);
+                    slot.finished.push(Finished {
+                        id: token,
+                        metric: start.metric.name.clone(),
+                        measurement: taken.measurement,
+                        finished_at: taken.finished_at,
+                        taken_before: start.taken_before,
+                    });
+                    true
+                }
+                _ => false,
+            }
+        };
+        if delivered {
+            (self.inner.wake)(&id);
+        }
+    }
+
+    /// Drops everything about a run and cancels its measurements (it completed or was deleted).
+    pub fn forget(&self, uid: &str) {
+        if let Some(slot) = self.slots().remove(uid) {
+            for (_, (_, task)) in slot.in_flight {
+                if let Some(task) = task {
+                    task.abort();
+                }
+            }
+        }
+    }
+
+    /// Forgets every run for which `keep` is false (runs deleted while this process was not looking).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = self.slots().keys().filter(|uid| !keep(uid)).cloned().collect();
+        for uid in gone {
+            self.forget(&uid);
+        }
+    }
+
+    pub fn tracked_runs(&self) -> usize {
+        self.slots().len()
+    }
+}

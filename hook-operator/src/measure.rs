@@ -1,0 +1,85 @@
+//! Taking one measurement: provider call under a timeout, then the verdict. Every failure becomes an `Error`
+//! measurement whose message says what went wrong; nothing here can panic or hang.
+
+use std::time::{Duration, Instant};
+
+use common::api::{Argument, HookPhase, Measurement, Metric};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::evaluate;
+use crate::providers::Providers;
+
+/// Extra time granted beyond a provider's own timeout before the measurement is abandoned, so the provider
+/// reports its own (more precise) timeout message first.
+const GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub struct Taken {
+    pub measurement: Measurement,
+    pub finished_at: Timestamp,
+    pub latency: Duration,
+    pub provider: &'static str,
+}
+
+fn verdict_message(metric: &Metric, phase: HookPhase) -> Option<String> {
+    let success = metric.success_condition.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let failure = metric.failure_condition.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    match (phase, success, failure) {
+        // With a failure condition, Failed always means it held.
+        (HookPhase::Failed, _, Some(f)) => Some(format!("failureCondition `{f}` is true")),
+        (HookPhase::Failed, Some(s), None) => Some(format!("successCondition `{s}` is false")),
+        (HookPhase::Inconclusive, Some(s), Some(f)) => {
+            Some(format!("neither successCondition `{s}` nor failureCondition `{f}` is true"))
+        }
+        _ => None,
+    }
+}
+
+pub async fn take(providers: &Providers, metric: &Metric, args: &[Argument]) -> Taken {
+    let started_at = Timestamp::now();
+    let clock = Instant::now();
+    let (phase, message, value, kind) = match providers.for_metric(metric) {
+        Err(e) => (HookPhase::Error, Some(e.0), None, "none"),
+        Ok(provider) => {
+            let limit = provider.timeout(metric) + GRACE;
+            match tokio::time::timeout(limit, provider.measure(metric, args)).await {
+                Err(_) => (
+                    HookPhase::Error,
+                    Some(format!("no result within {}", crate::text::seconds(limit))),
+                    None,
+                    provider.kind(),
+                ),
+                Ok(Err(e)) => (HookPhase::Error, Some(e.0), None, provider.kind()),
+                Ok(Ok(observation)) => {
+                    let value = Some(observation.display);
+                    match observation.verdict {
+                        Some((phase, message)) => (phase, Some(message), value, provider.kind()),
+                        None => match evaluate::judge(
+                            metric.success_condition.as_deref(),
+                            metric.failure_condition.as_deref(),
+                            &observation.result,
+                        ) {
+                            Ok(phase) => (phase, verdict_message(metric, phase), value, provider.kind()),
+                            Err(e) => (HookPhase::Error, Some(e.to_string()), value, provider.kind()),
+                        },
+                    }
+                }
+            }
+        }
+    };
+    let finished_at = Timestamp::now();
+    Taken {
+        measurement: Measurement {
+            phase: Some(phase),
+            message,
+            started_at: Some(Time(started_at)),
+            finished_at: Some(Time(finished_at)),
+            resume_at: None,
+            value,
+        },
+        finished_at,
+        latency: clock.elapsed(),
+        provider: kind,
+    }
+}

@@ -1,0 +1,100 @@
+//! The operator's Prometheus metrics. Labels are bounded (phase, provider, reason): no per-run series, which
+//! BCS had and never deleted (§8.11).
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MeasurementLabels {
+    pub provider: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+pub struct Metrics {
+    pub hookruns: Family<PhaseLabels, Gauge>,
+    pub measurements: Family<MeasurementLabels, Counter>,
+    pub measurement_duration: Family<ProviderLabels, Histogram>,
+    pub scheduling_lag: Histogram,
+    pub in_flight: Gauge,
+    pub waiting: Gauge,
+    pub reconciles: Counter,
+    pub reconcile_errors: Family<ReasonLabels, Counter>,
+    pub reconcile_duration: Histogram,
+    pub status_writes: Counter,
+    pub invalid_templates: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            hookruns: Family::default(),
+            measurements: Family::default(),
+            measurement_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
+            scheduling_lag: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            in_flight: Gauge::default(),
+            waiting: Gauge::default(),
+            reconciles: Counter::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            status_writes: Counter::default(),
+            invalid_templates: Gauge::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under the `hook_operator` prefix.
+    pub fn register(registry: &mut Registry) -> Arc<Self> {
+        let metrics = Arc::new(Self::default());
+        let r = registry.sub_registry_with_prefix("hook_operator");
+        r.register("hookruns", "HookRuns seen by this operator, by phase", metrics.hookruns.clone());
+        r.register("measurements", "Measurements taken, by provider and phase", metrics.measurements.clone());
+        r.register(
+            "measurement_duration_seconds",
+            "Time a provider took to answer one measurement",
+            metrics.measurement_duration.clone(),
+        );
+        r.register(
+            "scheduling_lag_seconds",
+            "Delay between the time a measurement was due and the time it started",
+            metrics.scheduling_lag.clone(),
+        );
+        r.register("measurements_in_flight", "Measurements currently running", metrics.in_flight.clone());
+        r.register(
+            "measurements_waiting",
+            "Measurements due but waiting for a slot (--max-in-flight)",
+            metrics.waiting.clone(),
+        );
+        r.register("reconciles", "HookRun reconcile rounds", metrics.reconciles.clone());
+        r.register("reconcile_errors", "Failed reconcile rounds, by reason", metrics.reconcile_errors.clone());
+        r.register("reconcile_duration_seconds", "Time one reconcile round took", metrics.reconcile_duration.clone());
+        r.register("status_writes", "HookRun status updates sent to the API server", metrics.status_writes.clone());
+        r.register("invalid_hooktemplates", "HookTemplates with validation problems", metrics.invalid_templates.clone());
+        metrics
+    }
+
+    pub fn reconcile_error(&self, reason: &str) {
+        self.reconcile_errors.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+}
