@@ -65,6 +65,8 @@ struct PodEntry {
     unschedulable_message: Option<String>,
     problems: Vec<String>,
     endpoint_failures: Vec<String>,
+    /// The last status patch that succeeded and the resourceVersion it was computed from.
+    last_status_patch: Option<(Option<String>, serde_json::Value)>,
 }
 
 impl PodEntry {
@@ -82,6 +84,7 @@ impl PodEntry {
             unschedulable_message: None,
             problems: Vec::new(),
             endpoint_failures: Vec::new(),
+            last_status_patch: None,
         }
     }
 
@@ -415,16 +418,9 @@ impl Agent {
             return;
         };
         entry.inflight = false;
-        entry.retry_attempt = entry.retry_attempt.saturating_add(1);
-        let delay = retry_backoff(entry.retry_attempt);
-        let at = Instant::now() + delay;
-        entry.retry_at = Some(at);
-        if entry.retry_attempt <= 3 {
-            tracing::warn!(pod = entry.name(), error = %error, retry_in = ?delay, "API write failed");
-        } else {
-            tracing::debug!(pod = entry.name(), error = %error, retry_in = ?delay, "API write failed");
-        }
-        self.timers.push(Reverse((at, uid.to_owned())));
+        entry.last_status_patch = None;
+        let message = format!("API write failed: {error}");
+        back_off(&mut self.timers, entry, uid, &message);
     }
 
     fn refetch(&mut self, uid: &str) {
@@ -620,6 +616,17 @@ impl Agent {
 
         if status::differs(entry.pod.status.as_ref(), &desired) {
             let patch = status::patch(&entry.pod, &desired);
+            let attempt = (entry.pod.metadata.resource_version.clone(), patch);
+            if entry.last_status_patch.as_ref() == Some(&attempt) {
+                // This very patch already succeeded against this very version, yet the status
+                // still differs: the server merged it unlike a kube-apiserver. Retrying at once
+                // would spin; back off instead.
+                let message = "status patch had no effect; the API server merged it differently";
+                back_off(&mut self.timers, entry, uid, message);
+                return;
+            }
+            let patch = attempt.1.clone();
+            entry.last_status_patch = Some(attempt);
             self.spawner
                 .pod_write(entry, |writer, pod| async move { writer.patch_status(pod, patch, "kubelet").await });
         } else if stopped && deleting && !entry.delete_issued {
@@ -687,6 +694,20 @@ impl Agent {
             }
         }
     }
+}
+
+/// Schedules a retry of the pod's sync with exponential back-off, logging the first failures.
+fn back_off(timers: &mut BinaryHeap<Reverse<(Instant, String)>>, entry: &mut PodEntry, uid: &str, message: &str) {
+    entry.retry_attempt = entry.retry_attempt.saturating_add(1);
+    let delay = retry_backoff(entry.retry_attempt);
+    let at = Instant::now() + delay;
+    entry.retry_at = Some(at);
+    if entry.retry_attempt <= 3 {
+        tracing::warn!(pod = entry.name(), retry_in = ?delay, "{message}");
+    } else {
+        tracing::debug!(pod = entry.name(), retry_in = ?delay, "{message}");
+    }
+    timers.push(Reverse((at, uid.to_owned())));
 }
 
 /// Arms a timer for the pod's next transition, unless an earlier one is already armed (it will

@@ -113,12 +113,22 @@ pub fn differs(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
 /// status it was computed from, so a Ready=True computed before a controller set a readiness gate
 /// to False is rejected instead of written.
 pub fn patch(pod: &Pod, desired: &PodStatus) -> Value {
+    let mut status = to_value(desired);
+    // Merging a condition keeps the fields the patch leaves out, so a reason or message that no
+    // longer applies must be removed explicitly, as the kubelet's generated patch does.
+    if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            for field in ["reason", "message", "lastProbeTime"] {
+                condition.entry(field).or_insert(Value::Null);
+            }
+        }
+    }
     json!({
         "metadata": {
             "uid": pod.metadata.uid,
             "resourceVersion": pod.metadata.resource_version,
         },
-        "status": to_value(desired),
+        "status": status,
     })
 }
 
@@ -620,6 +630,11 @@ mod tests {
         assert_eq!(patch["metadata"]["resourceVersion"], "7");
         assert_eq!(patch["status"]["podIP"], "127.1.0.1");
         assert_eq!(patch["status"]["podIPs"], json!([{"ip": "127.1.0.1"}]));
+        let ready = &patch["status"]["conditions"][2];
+        assert_eq!(ready["type"], "Ready");
+        assert_eq!(ready["status"], "True");
+        assert!(ready["message"].is_null() && ready.get("message").is_some(), "stale messages are removed");
+        assert!(ready["reason"].is_null() && ready.get("reason").is_some());
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub async fn start() -> Result<SimHandle> {
 }
 
 pub async fn start_with(kubelet: KubeletConfig) -> Result<SimHandle> {
+    // Logs appear with `RUST_LOG=kube_sim::kubelet=debug cargo test -- --nocapture`.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let config = SimConfig { kubelet: Some(kubelet), ..SimConfig::default() };
     kube_sim::start(config).await.context("starting kube-sim")
 }
