@@ -27,6 +27,7 @@ pub mod manifests;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod resources;
 pub mod schema;

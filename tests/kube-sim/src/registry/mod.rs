@@ -623,7 +623,7 @@ impl Registry {
                 return Err(ApiError::modified(&gr, name));
             }
             let mut new = self.to_storage(rd, desired);
-            self.carry_system_metadata(&current, &mut new);
+            self.carry_system_metadata(&current, &mut new, !ctx.skip_managed);
             strategy::prepare_update(rd, endpoint, &current, &mut new);
             let mut errs = crate::validation::validate_object_meta_update(&new, &current);
             if errs.is_empty() {
@@ -680,7 +680,7 @@ impl Registry {
         self.decode(rd, v, ctx, true)
     }
 
-    fn carry_system_metadata(&self, current: &Value, new: &mut Value) {
+    fn carry_system_metadata(&self, current: &Value, new: &mut Value, restore_managed_fields: bool) {
         let cm = meta::metadata(current).cloned().unwrap_or_default();
         let m = meta::metadata_mut(new);
         if m.get("uid").and_then(Value::as_str).is_none_or(str::is_empty)
@@ -706,7 +706,7 @@ impl Registry {
         }
         // Ownership is recomputed from the stored entries unless a client explicitly resets it.
         let reset = m.get("managedFields").and_then(Value::as_array).is_some_and(Vec::is_empty);
-        if !reset {
+        if restore_managed_fields && !reset {
             match cm.get("managedFields") {
                 Some(v) => m.insert("managedFields".into(), v.clone()),
                 None => m.remove("managedFields"),

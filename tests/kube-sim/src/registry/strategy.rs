@@ -202,7 +202,7 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
     }
     // Generation.
     let old_gen = crate::meta::generation(old);
-    let bump = match rd.generation {
+    let bump = endpoint != Endpoint::Status && endpoint != Endpoint::Finalize && match rd.generation {
         GenerationRule::None => false,
         GenerationRule::Spec => new.get("spec") != old.get("spec"),
         GenerationRule::AllButMetadata => copy_non_metadata(new) != copy_non_metadata(old),

@@ -190,8 +190,8 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
                 for (i, it) in items.iter().enumerate() {
                     let k: Vec<Value> = keys.iter().map(|key| it.get(key).cloned().unwrap_or(Value::Null)).collect();
                     if seen.contains(&k) {
-                        let dup = if keys.len() == 1 { k[0].clone() } else { Value::Array(k.clone()) };
-                        errs.push(FieldError::duplicate(format!("{path}[{i}]"), dup));
+                        let dup: serde_json::Map<String, Value> = keys.iter().cloned().zip(k.iter().cloned()).collect();
+                        errs.push(FieldError::duplicate(format!("{path}[{i}]"), Value::Object(dup)));
                     }
                     seen.push(k);
                 }

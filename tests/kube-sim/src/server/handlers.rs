@@ -100,6 +100,9 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
     } else {
         Vec::new()
     };
+    if !body.is_empty() {
+        tracing::trace!(%method, body = %String::from_utf8_lossy(&body), "request body");
+    }
     let c = Ctx { st: st.clone(), rd: rd.clone(), rr: rr.clone(), query, rep, user, user_agent, content_type };
     let ns = rr.namespace.clone().unwrap_or_default();
     match rr.subresource.as_deref() {
@@ -128,7 +131,7 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
         },
         Some("binding") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
             ("create", Some(name)) => {
-                let b = parse_body(&body, &c.content_type)?;
+                let b = parse_body(&body, &c.content_type, "Binding")?;
                 c.st.registry.bind_pod(&ns, name, &b)?;
                 Ok(json_response(
                     StatusCode::CREATED,
@@ -146,16 +149,20 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
     }
 }
 
-fn parse_body(body: &[u8], content_type: &str) -> Result<Value, ApiError> {
+fn parse_body(body: &[u8], content_type: &str, kind: &str) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request("Object 'Kind' is missing in ''"));
     }
     let base = content_type.split(';').next().unwrap_or("").trim();
+    if crate::protobuf::is_protobuf(base) {
+        return crate::protobuf::decode(body, kind)
+            .map_err(|e| ApiError::unsupported_media_type(base, &["application/json", "application/yaml", &format!("application/vnd.kubernetes.protobuf ({e})")]));
+    }
     match base {
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; yaml parse error: {e}")))
         }
-        "application/vnd.kubernetes.protobuf" | "application/cbor" => {
+        "application/cbor" => {
             Err(ApiError::unsupported_media_type(base, &["application/json", "application/yaml"]))
         }
         _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))),
@@ -251,7 +258,7 @@ fn list(c: &Ctx) -> Result<Response, ApiError> {
 }
 
 fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = parse_body(body, &c.content_type)?;
+    let obj = parse_body(body, &c.content_type, &c.rd.kind)?;
     if c.rd.special == Special::Review {
         let out = auth::review(&c.st.registry.store, &c.rd.kind, ns, &obj, &c.user)?;
         return Ok(object_response(c, StatusCode::CREATED, &out, &[]));
@@ -265,7 +272,7 @@ fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 fn update(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Result<Response, ApiError> {
-    let obj = parse_body(body, &c.content_type)?;
+    let obj = parse_body(body, &c.content_type, &c.rd.kind)?;
     let mut ctx = write_ctx(c)?;
     let updated = c.st.registry.update(&c.rd, ns, name, obj, endpoint, &mut ctx)?;
     Ok(object_response(c, StatusCode::OK, &updated, &ctx.warnings))
@@ -300,7 +307,7 @@ fn patch(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Resu
 }
 
 fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
-    let desired = parse_body(body, &c.content_type)?;
+    let desired = parse_body(body, &c.content_type, &c.rd.kind)?;
     if desired.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Scale") {
         return Err(ApiError::bad_request("the body of a scale update must be a Scale"));
     }
@@ -320,7 +327,7 @@ fn delete_options(c: &Ctx, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let mut opts = if body.is_empty() {
         DeleteOptions::default()
     } else {
-        let v = parse_body(body, &c.content_type)?;
+        let v = parse_body(body, &c.content_type, "DeleteOptions")?;
         DeleteOptions::from_body(&v)?
     };
     if let Some(g) = c.query.int("gracePeriodSeconds").map_err(ApiError::bad_request)? {

@@ -1,0 +1,13 @@
+//! kube-sim API conformance tests driven through kube-rs and raw HTTP.
+
+#![recursion_limit = "256"]
+
+mod crd;
+mod crud;
+mod faults;
+mod gc;
+mod list;
+mod patch;
+mod rbac;
+mod support;
+mod watch;

@@ -1,0 +1,100 @@
+//! Token authentication and RBAC authorization for non-admin users.
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
+use kube::api::{Api, ListParams, PostParams};
+use kube_sim::SimConfig;
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn token_users_are_authorized_by_rbac() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("kube-sim-rbac-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,1001,\"devs,qa\"\nbob-token,bob,1002\n")?;
+    let sim = sim_with(SimConfig { kubelet: None, token_file: Some(tokens), ..SimConfig::default() }).await?;
+    let admin = sim.client().await;
+    let alice = sim.client_for_token("alice-token").await?;
+
+    let pods: Api<Pod> = Api::default_namespaced(alice.clone());
+    let err = api_error(pods.list(&ListParams::default()).await)?;
+    assert_eq!(err.code, 403);
+    assert_eq!(err.reason, "Forbidden");
+    assert_eq!(err.message, "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"");
+    let cluster: Api<ClusterRole> = Api::all(alice.clone());
+    let err = api_error(cluster.get("view").await)?;
+    assert_eq!(
+        err.message,
+        "clusterroles.rbac.authorization.k8s.io \"view\" is forbidden: User \"alice\" cannot get resource \"clusterroles\" in API group \"rbac.authorization.k8s.io\" at the cluster scope"
+    );
+
+    // A Role for pods (and pods/status) bound to a group alice is in.
+    let roles: Api<Role> = Api::default_namespaced(admin.clone());
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "pod-reader"}, "rules": [
+                {"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["allowed"], "verbs": ["get"]}
+            ]}))?,
+        )
+        .await?;
+    let bindings: Api<RoleBinding> = Api::default_namespaced(admin.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "devs-read"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
+                "subjects": [{"kind": "Group", "name": "devs"}]}))?,
+        )
+        .await?;
+    pods.list(&ListParams::default()).await?;
+    let err = api_error(pods.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}))?).await)?;
+    assert_eq!(err.message, "pods is forbidden: User \"alice\" cannot create resource \"pods\" in API group \"\" in the namespace \"default\"");
+    let cms: Api<ConfigMap> = Api::default_namespaced(alice.clone());
+    let admin_cms: Api<ConfigMap> = Api::default_namespaced(admin.clone());
+    for n in ["allowed", "other"] {
+        admin_cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": n}}))?).await?;
+    }
+    cms.get("allowed").await?;
+    let err = api_error(cms.get("other").await)?;
+    assert_eq!(err.message, "configmaps \"other\" is forbidden: User \"alice\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\"");
+    // Other namespaces are not covered by the RoleBinding.
+    let elsewhere: Api<Pod> = Api::namespaced(alice.clone(), "kube-system");
+    assert_eq!(api_error(elsewhere.list(&ListParams::default()).await)?.code, 403);
+
+    // Access reviews answer the same questions.
+    let raw = Raw::new(&sim);
+    let review = |verb: &str, resource: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+               "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
+    };
+    let r = raw
+        .send_with("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some("application/json"), Some(review("list", "pods").to_string()), &[("Authorization", "Bearer alice-token")])
+        .await?;
+    assert_eq!((r.status, r.body["status"]["allowed"].as_bool()), (201, Some(true)));
+    let r = raw
+        .send_with("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some("application/json"), Some(review("delete", "pods").to_string()), &[("Authorization", "Bearer alice-token")])
+        .await?;
+    assert_eq!(r.body["status"]["allowed"], false);
+    // Discovery is open to authenticated users; unknown tokens are rejected.
+    let r = raw.send_with("GET", "/apis", None, None, &[("Authorization", "Bearer bob-token")]).await?;
+    assert_eq!(r.status, 200);
+    let r = raw.send_with("GET", "/api/v1/namespaces", None, None, &[("Authorization", "Bearer nope")]).await?;
+    assert_eq!((r.status, r.body["reason"].as_str()), (401, Some("Unauthorized")));
+    let whoami = raw
+        .send_with(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            Some("application/json"),
+            Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).to_string()),
+            &[("Authorization", "Bearer bob-token")],
+        )
+        .await?;
+    assert_eq!(whoami.body["status"]["userInfo"]["username"], "bob");
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}

@@ -1,0 +1,242 @@
+//! Shared helpers: a kube-sim without the kubelet, raw HTTP access, polling with generous
+//! deadlines, and a test CRD shaped like the project's GameDeployment.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube_sim::{SimConfig, SimHandle};
+use serde_json::{Value, json};
+
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+pub async fn sim() -> Result<SimHandle> {
+    sim_with(SimConfig { kubelet: None, ..SimConfig::default() }).await
+}
+
+pub async fn sim_with(config: SimConfig) -> Result<SimHandle> {
+    kube_sim::start(config).await.context("starting kube-sim")
+}
+
+/// Polls `check` until it yields `Some`, failing after [`DEADLINE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut last = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = Some(e),
+        }
+        if tokio::time::Instant::now() > deadline {
+            match last {
+                Some(e) => bail!("timed out waiting for {what}: {e:#}"),
+                None => bail!("timed out waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A raw HTTP client for checks on bodies, headers and streams.
+pub struct Raw {
+    pub base: String,
+    pub http: reqwest::Client,
+}
+
+pub struct RawResponse {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Raw {
+    pub fn new(sim: &SimHandle) -> Self {
+        Self { base: sim.url(), http: reqwest::Client::new() }
+    }
+
+    pub async fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<String>) -> Result<RawResponse> {
+        self.send_with(method, path, content_type, body, &[]).await
+    }
+
+    pub async fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<String>,
+        headers: &[(&str, &str)],
+    ) -> Result<RawResponse> {
+        let m = reqwest::Method::from_bytes(method.as_bytes())?;
+        let mut req = self.http.request(m, format!("{}{path}", self.base));
+        if let Some(ct) = content_type {
+            req = req.header("Content-Type", ct);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req.send().await.with_context(|| format!("{method} {path}"))?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp.text().await?;
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Ok(RawResponse { status, headers, body, text })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<RawResponse> {
+        self.send("GET", path, None, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<RawResponse> {
+        self.send("POST", path, Some("application/json"), Some(body.to_string())).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Result<RawResponse> {
+        self.send("PUT", path, Some("application/json"), Some(body.to_string())).await
+    }
+
+    pub async fn patch(&self, path: &str, content_type: &str, body: &Value) -> Result<RawResponse> {
+        self.send("PATCH", path, Some(content_type), Some(body.to_string())).await
+    }
+
+    pub async fn delete(&self, path: &str, body: Option<&Value>) -> Result<RawResponse> {
+        self.send("DELETE", path, body.map(|_| "application/json"), body.map(Value::to_string)).await
+    }
+
+    /// Opens a watch and returns its events as they arrive.
+    pub async fn watch(&self, path: &str) -> Result<WatchStream> {
+        let resp = self.http.get(format!("{}{path}", self.base)).send().await?;
+        Ok(WatchStream { resp, buf: Vec::new() })
+    }
+}
+
+pub struct WatchStream {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl WatchStream {
+    /// The next event, or `None` when the server ended the stream.
+    pub async fn next(&mut self) -> Result<Option<Value>> {
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Ok(Some(serde_json::from_slice(&line)?));
+            }
+            let chunk = tokio::time::timeout(DEADLINE, self.resp.chunk()).await.context("watch stalled")??;
+            match chunk {
+                Some(c) => self.buf.extend_from_slice(&c),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next event that is not a bookmark.
+    pub async fn next_event(&mut self) -> Result<Value> {
+        loop {
+            let e = self.next().await?.context("watch ended")?;
+            if e["type"] != "BOOKMARK" {
+                return Ok(e);
+            }
+        }
+    }
+}
+
+/// A GameDeployment-shaped CRD (namespaced, status + scale subresources, printer columns,
+/// defaults, validation, preserved and embedded fields) in group `sim.kube-sim.test`.
+pub fn test_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gameservers.sim.kube-sim.test"},
+        "spec": {
+            "group": "sim.kube-sim.test",
+            "names": {"kind": "GameServer", "plural": "gameservers", "singular": "gameserver", "shortNames": ["gs"], "listKind": "GameServerList", "categories": ["all"]},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "subresources": {
+                    "status": {},
+                    "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas", "labelSelectorPath": ".status.selector"}
+                },
+                "additionalPrinterColumns": [
+                    {"name": "DESIRED", "type": "integer", "jsonPath": ".spec.replicas", "description": "desired pods"},
+                    {"name": "READY", "type": "integer", "jsonPath": ".status.readyReplicas"},
+                    {"name": "PHASE", "type": "string", "jsonPath": ".status.phase"},
+                    {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["template"],
+                            "properties": {
+                                "replicas": {"type": "integer", "format": "int32", "minimum": 0, "default": 1},
+                                "partition": {"x-kubernetes-int-or-string": true},
+                                "updateStrategy": {"type": "object", "default": {}, "properties": {
+                                    "type": {"type": "string", "enum": ["RollingUpdate", "InplaceUpdate", "HotPatchUpdate"], "default": "RollingUpdate"},
+                                    "maxUnavailable": {"x-kubernetes-int-or-string": true, "default": "20%"}
+                                }},
+                                "name": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$", "maxLength": 20},
+                                "selector": {"type": "object", "properties": {"matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}}},
+                                "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                                "embedded": {"type": "object", "x-kubernetes-embedded-resource": true, "properties": {"spec": {"type": "object", "properties": {"x": {"type": "integer"}}}}},
+                                "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                                          "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}, "port": {"type": "integer", "maximum": 65535}}}}
+                            }
+                        },
+                        "status": {"type": "object", "properties": {
+                            "replicas": {"type": "integer"},
+                            "readyReplicas": {"type": "integer"},
+                            "phase": {"type": "string"},
+                            "selector": {"type": "string"},
+                            "observedGeneration": {"type": "integer"}
+                        }}
+                    }
+                }}
+            }]
+        }
+    })
+}
+
+pub fn gameserver_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("sim.kube-sim.test", "v1alpha1", "GameServer"), "gameservers")
+}
+
+pub async fn install_test_crd(client: &kube::Client) -> Result<Api<DynamicObject>> {
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &serde_json::from_value(test_crd())?).await.context("creating the test CRD")?;
+    Ok(Api::namespaced_with(client.clone(), "default", &gameserver_resource()))
+}
+
+pub fn gameserver(name: &str) -> DynamicObject {
+    let v = json!({
+        "apiVersion": "sim.kube-sim.test/v1alpha1",
+        "kind": "GameServer",
+        "metadata": {"name": name},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "python:3.4"}]}}}
+    });
+    // Invariant: the literal above is a valid DynamicObject.
+    serde_json::from_value(v).unwrap_or_else(|e| unreachable!("test object: {e}"))
+}
+
+/// The `kube::Error::Api` status of a failed call.
+pub fn api_error<T: std::fmt::Debug>(r: kube::Result<T>) -> Result<kube::core::Status> {
+    match r {
+        Err(kube::Error::Api(s)) => Ok(*s),
+        other => bail!("expected an API error, got {other:?}"),
+    }
+}

@@ -1,0 +1,166 @@
+//! Watch semantics: resource versions, ordering, selectors, bookmarks, timeouts,
+//! `sendInitialEvents`, `410 Gone`, dropped connections, and kube-rs watchers on top.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube_sim::SimConfig;
+use serde_json::json;
+
+use crate::support::*;
+
+fn cm(name: &str, label: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": label}}, "data": {"v": "0"}})).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn watch_from_a_resource_version_delivers_every_change_in_order() -> Result<()> {
+    let sim = sim().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
+    let raw = Raw::new(&sim);
+    let start = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    api.create(&PostParams::default(), &cm("a", "x")).await?;
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "1"}}))).await?;
+    api.delete("a", &DeleteParams::default()).await?;
+    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}")).await?;
+    let mut last_rv = start.parse::<u64>()?;
+    for want in ["ADDED", "MODIFIED", "DELETED"] {
+        let e = w.next_event().await?;
+        assert_eq!(e["type"], want);
+        assert_eq!(e["object"]["kind"], "ConfigMap", "watch objects carry their kind");
+        let rv: u64 = e["object"]["metadata"]["resourceVersion"].as_str().context("rv")?.parse()?;
+        assert!(rv > last_rv, "resource versions increase: {rv} after {last_rv}");
+        last_rv = rv;
+    }
+    // Without a resource version, the current state comes first as ADDED events.
+    api.create(&PostParams::default(), &cm("b", "x")).await?;
+    let mut w = raw.watch("/api/v1/namespaces/default/configmaps?watch=1").await?;
+    let first = w.next_event().await?;
+    assert_eq!((first["type"].as_str(), first["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("b")));
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn selector_watches_see_objects_enter_and_leave_the_selection() -> Result<()> {
+    let sim = sim().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
+    let raw = Raw::new(&sim);
+    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&labelSelector=app%3Dweb&resourceVersion={rv}")).await?;
+    api.create(&PostParams::default(), &cm("c", "other")).await?;
+    api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}}))).await?;
+    api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
+    api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "gone"}}}))).await?;
+    let kinds = [w.next_event().await?, w.next_event().await?, w.next_event().await?];
+    let types: Vec<&str> = kinds.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types, vec!["ADDED", "MODIFIED", "DELETED"]);
+    // The DELETED event carries the last matching state, at the new resource version.
+    assert_eq!(kinds[2]["object"]["metadata"]["labels"]["app"], "web");
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bookmarks_timeouts_and_initial_events() -> Result<()> {
+    let sim = sim_with(SimConfig { kubelet: None, bookmark_interval: Duration::from_millis(100), ..SimConfig::default() }).await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
+    api.create(&PostParams::default(), &cm("d", "x")).await?;
+    let raw = Raw::new(&sim);
+    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")).await?;
+    let b = w.next().await?.context("bookmark")?;
+    assert_eq!(b["type"], "BOOKMARK");
+    assert_eq!(b["object"]["kind"], "ConfigMap");
+    assert!(b["object"]["metadata"]["resourceVersion"].as_str().is_some());
+
+    // timeoutSeconds ends the stream.
+    let mut t = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1&resourceVersion={rv}")).await?;
+    assert!(t.next().await?.is_none(), "no events, and the server closes the watch after the timeout");
+
+    // Streaming lists: the state as ADDED events, then a bookmark marking its end.
+    let mut s = raw
+        .watch("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")
+        .await?;
+    let added = s.next().await?.context("added")?;
+    assert_eq!((added["type"].as_str(), added["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("d")));
+    let end = s.next().await?.context("end bookmark")?;
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    let bad = raw.get("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true").await?;
+    assert_eq!(bad.status, 422);
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn expired_resource_versions_get_410_and_kube_watchers_recover() -> Result<()> {
+    let sim = sim_with(SimConfig { kubelet: None, watch_history: 5, ..SimConfig::default() }).await?;
+    let client = sim.client().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let first = api.create(&PostParams::default(), &cm("e", "x")).await?;
+    let old_rv = first.metadata.resource_version.clone().context("rv")?;
+    for i in 0..10 {
+        api.patch("e", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": i.to_string()}}))).await?;
+    }
+    let raw = Raw::new(&sim);
+    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old_rv}")).await?;
+    let e = w.next().await?.context("error event")?;
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    assert_eq!(e["object"]["reason"], "Expired");
+    assert!(e["object"]["message"].as_str().unwrap_or("").starts_with(&format!("too old resource version: {old_rv} (")));
+    assert!(w.next().await?.is_none());
+
+    // A kube-rs watcher over the same resource sees the final state, even when its watch is
+    // cut and must resume (or re-list after 410).
+    let stream = watcher(api.clone(), watcher::Config::default()).default_backoff().applied_objects().boxed();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<String, String>::new()));
+    let s2 = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = stream;
+        while let Some(item) = stream.next().await {
+            // Errors (a 410 after the dropped watch) make the watcher re-list; keep going.
+            let Ok(obj) = item else { continue };
+            let v = obj.data.as_ref().and_then(|d| d.get("v").cloned()).unwrap_or_default();
+            if let (Some(n), Ok(mut m)) = (obj.metadata.name.clone(), s2.lock()) {
+                m.insert(n, v);
+            }
+        }
+    });
+    eventually("the watcher to see e=9", || async { Ok(seen.lock().ok().and_then(|m| (m.get("e").map(String::as_str) == Some("9")).then_some(()))) }).await?;
+    assert!(sim.drop_watches() >= 1);
+    for i in 0..20 {
+        api.patch("e", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": format!("after-{i}")}}))).await?;
+    }
+    api.create(&PostParams::default(), &cm("f", "x")).await?;
+    eventually("the watcher to catch up after the dropped watch", || async {
+        Ok(seen.lock().ok().and_then(|m| (m.get("e").map(String::as_str) == Some("after-19") && m.contains_key("f")).then_some(())))
+    })
+    .await?;
+    task.abort();
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn watching_a_single_object_by_name() -> Result<()> {
+    let sim = sim().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
+    api.create(&PostParams::default(), &cm("one", "x")).await?;
+    api.create(&PostParams::default(), &cm("two", "x")).await?;
+    let raw = Raw::new(&sim);
+    let mut w = raw.watch("/api/v1/namespaces/default/configmaps?watch=true&fieldSelector=metadata.name%3Dtwo").await?;
+    let e = w.next_event().await?;
+    assert_eq!(e["object"]["metadata"]["name"], "two");
+    api.patch("one", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "9"}}))).await?;
+    api.patch("two", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "9"}}))).await?;
+    let e = w.next_event().await?;
+    assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str()), (Some("MODIFIED"), Some("two")));
+    sim.shutdown().await;
+    Ok(())
+}
