@@ -244,8 +244,15 @@ impl Kubernetes {
                                 verdict: Some((HookPhase::Successful, message)),
                             });
                         }
-                        // The object changed between our read and our patch (the `test` failed): read again.
+                        // 409/422 is either the `test` failing (the object changed since we read it: read
+                        // again) or a real rejection (e.g. an invalid annotation key): tell them apart by
+                        // whether the resourceVersion moved.
                         Err(kube::Error::Api(status)) if matches!(status.code, 409 | 422) => {
+                            let seen = object.pointer("/metadata/resourceVersion").cloned();
+                            let now = get().await?.pointer("/metadata/resourceVersion").cloned();
+                            if seen == now {
+                                return Err(ProviderError(format!("patching {what}: {}", status.message)));
+                            }
                             last_conflict = status.message.clone();
                         }
                         Err(e) => return Err(ProviderError(format!("patching {what}: {e}"))),

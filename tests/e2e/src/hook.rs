@@ -1,0 +1,145 @@
+//! Helpers for the hook-operator end-to-end tests: the walkthrough's hook pod (kube-sim's kubelet serves
+//! `{"name":"bryan","male":"yes","age":45}` on port 9091 for the `canary-hook` image), HookRuns built from
+//! HookTemplates the way a workload operator builds them, and waits on the `PHASE` printer column.
+
+use std::time::Duration;
+
+use common::api::{Argument, HookPhase, HookRun, HookTemplate};
+use common::hookrun::{NewHookRun, from_template};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::{Cluster, DEADLINE, Operator, wait_for};
+
+/// The hook-operator binary with the walkthrough's `60s` intervals compressed 100x (`--interval-scale`), plus
+/// `extra` flags.
+pub fn start_operator(cluster: &Cluster, extra: &[&str]) -> Operator {
+    start_operator_scaled(cluster, "0.01", extra)
+}
+
+/// The hook-operator binary with `--interval-scale scale`.
+pub fn start_operator_scaled(cluster: &Cluster, scale: &str, extra: &[&str]) -> Operator {
+    let mut args = vec!["--interval-scale", scale];
+    args.extend_from_slice(extra);
+    cluster.operator("hook-operator", "hook-operator", &args)
+}
+
+/// Starts a pod running the walkthrough's hook image and returns its IP once it runs.
+pub async fn hook_pod(cluster: &Cluster, name: &str) -> String {
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  labels:
+    app: {name}
+spec:
+  containers:
+    - name: hook
+      image: canary-hook:test
+      ports:
+        - containerPort: 9091
+"#
+    );
+    let path = cluster.dir().join(format!("{name}.yaml"));
+    std::fs::write(&path, manifest).expect("pod manifest written");
+    cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    wait_for(&format!("pod {name} to run with an IP"), DEADLINE, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get_opt(name).await.ok().flatten()?;
+            let status = pod.status?;
+            (status.phase.as_deref() == Some("Running")).then_some(())?;
+            status.pod_ip.filter(|ip| !ip.is_empty())
+        }
+    })
+    .await
+}
+
+/// `kubectl apply -f examples/<file>`, as in the walkthrough.
+pub async fn apply_example(cluster: &Cluster, file: &str) {
+    cluster.kubectl_ok(&["apply", "-f", &format!("examples/{file}")]).await;
+}
+
+/// Creates a HookRun from the stored HookTemplate `template`, merging `args` like the workload operators do.
+pub async fn create_run(cluster: &Cluster, template: &str, run: &str, args: &[(&str, &str)]) -> HookRun {
+    let templates: Api<HookTemplate> = Api::namespaced(cluster.client(), "default");
+    let template = templates.get(template).await.expect("template exists");
+    let new = NewHookRun {
+        name: run.to_string(),
+        namespace: "default".into(),
+        labels: Default::default(),
+        owner: None,
+        args: args.iter().map(|(n, v)| Argument::new(*n, *v)).collect(),
+    };
+    let hookrun = from_template(&template, new).expect("template makes a run");
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    runs.create(&PostParams::default(), &hookrun).await.expect("HookRun created")
+}
+
+pub async fn get_run(cluster: &Cluster, name: &str) -> HookRun {
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    runs.get(name).await.expect("HookRun exists")
+}
+
+/// Waits until `kubectl get hookrun <name>` shows a completed PHASE, and returns it.
+pub async fn wait_completed(cluster: &Cluster, name: &str) -> String {
+    wait_for(&format!("HookRun {name} to complete"), DEADLINE, || async move {
+        let out = cluster.kubectl(&["get", "hookrun", name, "--no-headers"]).await;
+        let phase = out.stdout.split_whitespace().nth(1)?.to_string();
+        ["Successful", "Failed", "Error", "Inconclusive"].contains(&phase.as_str()).then_some(phase)
+    })
+    .await
+}
+
+/// Waits for completion and asserts the phase, showing the stored status when it differs.
+pub async fn assert_completed(cluster: &Cluster, name: &str, want: &str) -> HookRun {
+    let got = wait_completed(cluster, name).await;
+    let run = get_run(cluster, name).await;
+    assert_eq!(got, want, "HookRun {name} status: {}", serde_json::to_string_pretty(&run.status).unwrap_or_default());
+    run
+}
+
+/// Waits until the run's first metric has recorded at least `n` measurements.
+pub async fn wait_measurements(cluster: &Cluster, name: &str, n: i32) {
+    wait_for(&format!("HookRun {name} to record {n} measurement(s)"), DEADLINE, || async move {
+        let run = get_run(cluster, name).await;
+        let result = run.status?.metric_results.into_iter().next()?;
+        (result.successful + result.failed + result.inconclusive + result.error >= n).then_some(())
+    })
+    .await;
+}
+
+/// Phase of the run as stored.
+pub fn phase(run: &HookRun) -> Option<HookPhase> {
+    run.status.as_ref().and_then(|s| s.phase)
+}
+
+/// Seconds between consecutive measurement starts of the first metric (status keeps whole seconds).
+pub fn start_gaps(run: &HookRun) -> Vec<i64> {
+    let starts: Vec<i64> = run
+        .status
+        .iter()
+        .flat_map(|s| s.metric_results.first())
+        .flat_map(|r| r.measurements.iter())
+        .filter_map(|m| m.started_at.as_ref().map(|t| t.0.as_second()))
+        .collect();
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// Short leader-election timings so a takeover happens within seconds.
+pub const FAST_ELECTION: &[&str] = &[
+    "--leader-elect",
+    "--leader-elect-namespace",
+    "default",
+    "--leader-elect-lease-duration",
+    "3s",
+    "--leader-elect-renew-deadline",
+    "2s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
+
+pub const POLL: Duration = Duration::from_millis(200);
