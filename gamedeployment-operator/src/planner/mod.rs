@@ -315,7 +315,7 @@ fn pod_infos<'a>(ctx: &Ctx<'_>, active: &[&'a Pod]) -> Vec<PodInfo<'a>> {
                 ready: common::pod::is_running_and_ready(pod),
                 available: common::pod::is_running(pod)
                     && common::pod::is_available(pod, ctx.min_ready_seconds, ctx.now),
-                progress: inplace::progress(pod),
+                progress: inplace::progress(pod, ctx.now),
                 specified: specified.contains(name),
             }
         })
@@ -343,7 +343,7 @@ fn refresh(ctx: &Ctx<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
                 }
             }
             Progress::Done => Some(inplace::complete(info.pod, ctx.now)),
-            Progress::Patched(_) => None,
+            Progress::Patched(_) | Progress::HotPatching { .. } => None,
             Progress::Idle => {
                 if info.state.is_preparing() || info.state == LifecycleState::Updated {
                     None
@@ -424,10 +424,14 @@ fn truncate_history(ctx: &Ctx<'_>, owned: &[&Pod], revisions: &[&ControllerRevis
 
 fn grace_and_readiness_requeue(ctx: &Ctx<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
     for info in infos {
-        if let Progress::Grace(grace) = &info.progress {
-            if let Some(end) = inplace::grace_ends_at(grace) {
-                draft.requeue_at(ctx.now, end);
+        match &info.progress {
+            Progress::Grace(grace) => {
+                if let Some(end) = inplace::grace_ends_at(grace) {
+                    draft.requeue_at(ctx.now, end);
+                }
             }
+            Progress::HotPatching { deadline } => draft.requeue_at(ctx.now, *deadline),
+            _ => {}
         }
         if ctx.min_ready_seconds > 0 && info.ready && !info.available {
             if let Some(at) = common::pod::available_at(info.pod, ctx.min_ready_seconds) {

@@ -103,7 +103,19 @@ mod tests {
                 }],
                 ..Default::default()
             }),
-            status: None,
+            status: Some(k8s_openapi::api::core::v1::PodStatus {
+                container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+                    name: "main".into(),
+                    image: "main:v1".into(),
+                    image_id: "id-v1".into(),
+                    state: Some(k8s_openapi::api::core::v1::ContainerState {
+                        running: Some(Default::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
         };
         let change = TemplateChange { images: [("main".into(), "main:v2".into())].into(), ..Default::default() };
         let step =
@@ -113,10 +125,18 @@ mod tests {
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops.clone())).unwrap();
         json_patch::patch(&mut doc, &patch).unwrap();
         let pod: Pod = serde_json::from_value(doc).unwrap();
-        assert_eq!(pod.spec.unwrap().containers[0].image.as_deref(), Some("main:v2"));
-        assert_eq!(pod.metadata.labels.unwrap()[keys::CONTROLLER_REVISION_HASH], "gd-2");
-        let annotations = pod.metadata.annotations.unwrap();
+        assert_eq!(pod.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("main:v2"));
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()[keys::CONTROLLER_REVISION_HASH], "gd-2");
+        let annotations = pod.metadata.annotations.clone().unwrap();
         assert_eq!(annotations[keys::HOTPATCH_CONTAINER], "true");
         assert!(annotations[keys::HOTPATCH_UPDATE_STATE].contains("\"revision\":\"gd-2\""));
+
+        // Until the container reports the new image (or the settle time passes) the pod is being updated.
+        use crate::update::inplace::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
+        let mut pod = pod;
+        assert!(matches!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::HotPatching { .. }));
+        assert_eq!(progress(&pod, Timestamp::from_second(HOT_PATCH_SETTLE_SECONDS).unwrap()), Progress::Idle);
+        pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0].image = "main:v2".into();
+        assert_eq!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::Idle);
     }
 }

@@ -135,6 +135,9 @@ pub enum Progress {
     Patched(InPlaceUpdateState),
     /// Images patched and every changed container runs the new image; not yet back in service.
     Done,
+    /// A hot patch whose containers do not report the new image yet (until `deadline`, after which it is taken
+    /// as done: a hot-patch runtime may never report it, and that must not stall the rollout).
+    HotPatching { deadline: Timestamp },
 }
 
 impl Progress {
@@ -143,15 +146,18 @@ impl Progress {
     }
 }
 
-/// Reads the pod's in-place update progress.
-pub fn progress(pod: &Pod) -> Progress {
+/// How long a hot-patched pod counts as "being updated" at most when its containers never report the new image.
+pub const HOT_PATCH_SETTLE_SECONDS: i64 = 60;
+
+/// Reads the pod's in-place (or hot-patch) update progress at `now`.
+pub fn progress(pod: &Pod, now: Timestamp) -> Progress {
     if let Some(grace) = common::pod::annotation(pod, keys::INPLACE_UPDATE_GRACE) {
         if let Ok(spec) = serde_json::from_str::<GraceSpec>(grace) {
             return Progress::Grace(spec);
         }
     }
     if lifecycle::state_of(pod) != LifecycleState::Updating {
-        return Progress::Idle;
+        return hot_patch_progress(pod, now);
     }
     let Some(state) = common::pod::annotation(pod, keys::INPLACE_UPDATE_STATE)
         .and_then(|s| serde_json::from_str::<InPlaceUpdateState>(s).ok())
@@ -160,6 +166,30 @@ pub fn progress(pod: &Pod) -> Progress {
         return Progress::Done;
     };
     if is_complete(pod, &state) { Progress::Done } else { Progress::Patched(state) }
+}
+
+/// A hot patch counts as in progress until the containers report the new image (bounded, see
+/// [`HOT_PATCH_SETTLE_SECONDS`]); BCS never tracks it, so a canary step could pass before the patch took.
+fn hot_patch_progress(pod: &Pod, now: Timestamp) -> Progress {
+    let Some(state) = common::pod::annotation(pod, keys::HOTPATCH_UPDATE_STATE)
+        .and_then(|s| serde_json::from_str::<InPlaceUpdateState>(s).ok())
+    else {
+        return Progress::Idle;
+    };
+    if common::pod::label(pod, keys::CONTROLLER_REVISION_HASH) != Some(state.revision.as_str())
+        || is_complete(pod, &state)
+    {
+        return Progress::Idle;
+    }
+    let deadline = state
+        .update_timestamp
+        .parse::<Timestamp>()
+        .ok()
+        .and_then(|t| Timestamp::from_second(t.as_second().saturating_add(HOT_PATCH_SETTLE_SECONDS)).ok());
+    match deadline {
+        Some(deadline) if deadline > now => Progress::HotPatching { deadline },
+        _ => Progress::Idle,
+    }
 }
 
 /// `docker.io/library/nginx` and `nginx:latest` are the same image.
@@ -489,14 +519,16 @@ mod tests {
         assert_eq!(common::pod::label(&pod, keys::CONTROLLER_REVISION_HASH), Some("web-2"));
         assert_eq!(common::pod::label(&pod, "v"), Some("2"));
         assert_eq!(lifecycle::state_of(&pod), LifecycleState::Updating);
-        let Progress::Patched(state) = progress(&pod) else { panic!("{:?}", progress(&pod)) };
+        let Progress::Patched(state) = progress(&pod, Timestamp::UNIX_EPOCH) else {
+            panic!("{:?}", progress(&pod, Timestamp::UNIX_EPOCH))
+        };
         assert_eq!(state.last_container_statuses["main"].image_id, "sha256:old");
 
         // The kubelet restarts the container with the new image.
         let status = &mut pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
         status.image = "docker.io/library/nginx:2".into();
         status.image_id = "sha256:new".into();
-        assert_eq!(progress(&pod), Progress::Done);
+        assert_eq!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::Done);
         let done = complete(&pod, now);
         let mut pod = pod;
         for w in &done.writes {
@@ -505,7 +537,7 @@ mod tests {
         }
         assert_eq!(lifecycle::state_of(&pod), LifecycleState::Normal);
         assert_eq!(common::pod::condition(&pod, keys::IN_PLACE_UPDATE_READY).unwrap().status, "True");
-        assert_eq!(progress(&pod), Progress::Idle);
+        assert_eq!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::Idle);
     }
 
     #[test]
@@ -532,7 +564,7 @@ mod tests {
         let pod = apply(&pod, ops);
         assert_eq!(pod.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:1"));
         assert_eq!(common::pod::label(&pod, keys::CONTROLLER_REVISION_HASH), Some("web-1"));
-        let Progress::Grace(grace) = progress(&pod) else { panic!() };
+        let Progress::Grace(grace) = progress(&pod, Timestamp::UNIX_EPOCH) else { panic!() };
         assert_eq!(grace_ends_at(&grace), Some(Timestamp::from_second(1_030).unwrap()));
 
         let annotation = common::pod::annotation(&pod, keys::INPLACE_UPDATE_GRACE).unwrap().to_string();
@@ -541,7 +573,7 @@ mod tests {
         let finished = apply(&pod, ops);
         assert_eq!(finished.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:2"));
         assert!(common::pod::annotation(&finished, keys::INPLACE_UPDATE_GRACE).is_none());
-        assert!(matches!(progress(&finished), Progress::Patched(_)));
+        assert!(matches!(progress(&finished, Timestamp::UNIX_EPOCH), Progress::Patched(_)));
 
         let cancelled = cancel_grace(&pod, &annotation, now);
         let mut back = pod.clone();
@@ -549,7 +581,7 @@ mod tests {
             let (PodWrite::Object(ops) | PodWrite::Status(ops)) = w;
             back = apply(&back, ops);
         }
-        assert_eq!(progress(&back), Progress::Idle);
+        assert_eq!(progress(&back, Timestamp::UNIX_EPOCH), Progress::Idle);
         assert_eq!(lifecycle::state_of(&back), LifecycleState::Normal);
     }
 

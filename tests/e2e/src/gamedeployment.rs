@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 
-use crate::{Cluster, DEADLINE, Operator, wait_for};
+use crate::{Cluster, DEADLINE, Operator};
 
 /// The GameDeployment operator binary, started against the cluster.
 pub fn start_operator(cluster: &Cluster) -> Operator {
@@ -87,30 +87,36 @@ pub async fn columns(cluster: &Cluster, name: &str) -> Option<Columns> {
     let row: Vec<&str> = lines.next()?.split_whitespace().collect();
     let n = |i: usize| row.get(i).and_then(|v| v.parse::<i64>().ok());
     // Columns of a status that is not written yet print as <none>.
-    Some(Columns { desired: n(1)?, updated: n(2).unwrap_or(0), updated_ready: n(3).unwrap_or(0), ready: n(4).unwrap_or(0), total: n(5).unwrap_or(0) })
+    Some(Columns {
+        desired: n(1)?,
+        updated: n(2).unwrap_or(0),
+        updated_ready: n(3).unwrap_or(0),
+        ready: n(4).unwrap_or(0),
+        total: n(5).unwrap_or(0),
+    })
 }
 
 /// Waits until `kubectl get gamedeployment` shows exactly `want`.
 pub async fn wait_columns(cluster: &Cluster, name: &str, want: Columns) {
+    let start = std::time::Instant::now();
     let mut last = None;
-    let what = format!("gamedeployment {name} to show {want:?}");
-    let seen = wait_for(&what, DEADLINE, || {
-        let got = columns(cluster, name);
-        async {
-            let got = got.await;
-            let done = got == Some(want);
-            last = got;
-            done.then_some(got)
+    loop {
+        last = columns(cluster, name).await.or(last);
+        if last == Some(want) {
+            return;
         }
-    })
-    .await;
-    assert_eq!(seen, Some(want), "last seen {last:?}");
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {name} to show {want:?}; last seen {last:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Pods of a GameDeployment (by its `app` label), from the API.
 pub async fn pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
-    api.list(&kube::api::ListParams::default().labels(&format!("app={name}"))).await.map(|l| l.items).unwrap_or_default()
+    api.list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
 }
 
 pub fn is_ready(pod: &Pod) -> bool {
@@ -167,6 +173,8 @@ impl PodMonitor {
         let task = tokio::spawn(async move {
             let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
             let mut stream = watcher(api, config).boxed();
+            // Moments are checked once the initial list is complete (a half-listed set is not a moment).
+            let mut listed = false;
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else { continue };
                 match event {
@@ -176,8 +184,14 @@ impl PodMonitor {
                     watcher::Event::Delete(pod) => {
                         pods.remove(&pod.metadata.uid.clone().unwrap_or_default());
                     }
-                    watcher::Event::Init => pods.clear(),
-                    watcher::Event::InitDone => {}
+                    watcher::Event::Init => {
+                        pods.clear();
+                        listed = false;
+                    }
+                    watcher::Event::InitDone => listed = true,
+                }
+                if !listed {
+                    continue;
                 }
                 let live: Vec<&Pod> = pods.values().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
                 let ready = live.iter().filter(|p| is_ready(p)).count();

@@ -37,7 +37,10 @@ async fn create_scale_pods_to_delete_and_garbage_collection() {
     wait_columns(&cluster, "test-gamedeployment", Columns::new(8, 8, 8, 8, 8)).await;
     cluster.kubectl_ok(&["scale", "--replicas=3", "gamedeployment/test-gamedeployment"]).await;
     wait_columns(&cluster, "test-gamedeployment", Columns::new(3, 3, 3, 3, 3)).await;
-    wait_for("3 pods left", DEADLINE, || async { (names(&pods(&cluster, "test-gamedeployment").await).len() == 3).then_some(()) }).await;
+    wait_for("3 pods left", DEADLINE, || async {
+        (names(&pods(&cluster, "test-gamedeployment").await).len() == 3).then_some(())
+    })
+    .await;
 
     // podsToDelete: the named pod is replaced, and the list is pruned once it is gone.
     let before = names(&pods(&cluster, "test-gamedeployment").await);
@@ -52,7 +55,13 @@ async fn create_scale_pods_to_delete_and_garbage_collection() {
     assert_eq!(before.difference(&after).count(), 1, "exactly the listed pod was replaced");
     wait_for("podsToDelete to be pruned", DEADLINE, || async {
         let out = cluster
-            .kubectl_ok(&["get", "gamedeployment", "test-gamedeployment", "-o", "jsonpath={.spec.scaleStrategy.podsToDelete}"])
+            .kubectl_ok(&[
+                "get",
+                "gamedeployment",
+                "test-gamedeployment",
+                "-o",
+                "jsonpath={.spec.scaleStrategy.podsToDelete}",
+            ])
             .await;
         (out.trim().is_empty() || out.trim() == "[]").then_some(())
     })
@@ -74,7 +83,8 @@ async fn create_scale_pods_to_delete_and_garbage_collection() {
         ])
         .await;
     assert_eq!(progressing, "RolloutComplete");
-    let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=test-gamedeployment"]).await;
+    let events =
+        cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=test-gamedeployment"]).await;
     assert!(events.contains("SuccessfulCreate") && events.contains("SuccessfulDelete"), "{events}");
 
     // Deleting the GameDeployment garbage-collects its pods and revisions.
@@ -95,8 +105,11 @@ async fn selector_that_does_not_match_the_template_is_refused() {
     let cluster = Cluster::start().await;
     cluster.install_crds().await;
     let _operator = start_operator(&cluster);
-    let bad = manifest("mismatch", 2, "RollingUpdate", "", "python:latest")
-        .replacen("    matchLabels:\n      app: mismatch", "    matchLabels:\n      app: somebody-else", 1);
+    let bad = manifest("mismatch", 2, "RollingUpdate", "", "python:latest").replacen(
+        "    matchLabels:\n      app: mismatch",
+        "    matchLabels:\n      app: somebody-else",
+        1,
+    );
     apply(&cluster, &bad).await;
     let message = wait_for("the FailedScale condition", DEADLINE, || async {
         let out = cluster
