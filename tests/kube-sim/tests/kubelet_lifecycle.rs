@@ -305,3 +305,45 @@ async fn unschedulable_pods_wait_for_a_fitting_node() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn events_tell_the_pod_story() -> Result<()> {
+    use k8s_openapi::api::core::v1::Event;
+    let sim = start().await?;
+    let client = sim.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let events: Api<Event> = Api::namespaced(client, "default");
+    let mut story = pod("story", vec![container("app", "app:v1", &[])], &[]);
+    story.spec.as_mut().context("spec")?.containers[0].image_pull_policy = Some("IfNotPresent".into());
+    create(&pods, &story).await?;
+    wait_pod(&pods, "story", "Ready", is_ready).await?;
+    let patch = json!({"spec": {"containers": [{"name": "app", "image": "app:v2"}]}});
+    pods.patch("story", &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    wait_pod(&pods, "story", "restarted", |p| container_status(p, "app").is_some_and(|s| s.restart_count == 1)).await?;
+
+    let expected = ["Scheduled", "Pulled", "Created", "Started", "Killing", "Pulled", "Created", "Started"];
+    let story_events = eventually("the pod's events", || async {
+        let mut list: Vec<Event> = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some("story"))
+            .collect();
+        list.sort_by_key(|e| e.metadata.name.clone());
+        Ok((list.len() >= expected.len()).then_some(list))
+    })
+    .await?;
+    let reasons: Vec<_> = story_events.iter().filter_map(|e| e.reason.as_deref()).collect();
+    for reason in expected {
+        assert!(reasons.contains(&reason), "{reason} missing from {reasons:?}");
+    }
+    let scheduled = story_events.iter().find(|e| e.reason.as_deref() == Some("Scheduled")).context("Scheduled")?;
+    let node = pods.get("story").await?.spec.and_then(|s| s.node_name).context("nodeName")?;
+    assert_eq!(scheduled.message.as_deref(), Some(format!("Successfully assigned default/story to {node}").as_str()));
+    let killing = story_events.iter().find(|e| e.reason.as_deref() == Some("Killing")).context("Killing")?;
+    assert_eq!(killing.message.as_deref(), Some("Container app definition changed, will be restarted"));
+    assert_eq!(killing.involved_object.field_path.as_deref(), Some("spec.containers{app}"));
+    sim.shutdown().await;
+    Ok(())
+}

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -28,6 +28,7 @@ use super::Error;
 use super::behaviour::PodBehaviour;
 use super::config::ValidConfig;
 use super::endpoint::{self, EndpointSpec, Endpoints};
+use super::events;
 use super::image;
 use super::ipam::{self, PodIpPool};
 use super::node::FakeNode;
@@ -41,6 +42,8 @@ use super::writes::{Outcome, PodRef, WriteError, Writer};
 const UNSCHEDULABLE_RETRY: Duration = Duration::from_secs(10);
 /// Upper bound of the retry back-off after failed writes.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
+/// Concurrent Event writes.
+const EVENT_CONCURRENCY: usize = 4;
 /// How soon a server that could not bind its address is tried again.
 const ENDPOINT_RETRY: Duration = Duration::from_secs(1);
 /// Events drained from a stream before the dirty pods are synced.
@@ -111,6 +114,9 @@ impl PodEntry {
 struct Spawner {
     writer: Writer,
     permits: Arc<Semaphore>,
+    /// Events have their own, smaller budget so that recording them never delays pod writes.
+    event_permits: Arc<Semaphore>,
+    events_enabled: bool,
     tasks: JoinSet<()>,
     outcomes_tx: mpsc::UnboundedSender<Outcome>,
 }
@@ -121,8 +127,27 @@ impl Spawner {
         F: FnOnce(Writer) -> Fut,
         Fut: Future<Output = Outcome> + Send + 'static,
     {
-        let write = write(self.writer.clone());
         let permits = self.permits.clone();
+        self.spawn_with(permits, write);
+    }
+
+    /// Records Events (unless disabled), best effort.
+    fn record(&mut self, events: Vec<Event>) {
+        if !self.events_enabled {
+            return;
+        }
+        for event in events {
+            let permits = self.event_permits.clone();
+            self.spawn_with(permits, |writer| async move { writer.create_event(event).await });
+        }
+    }
+
+    fn spawn_with<F, Fut>(&mut self, permits: Arc<Semaphore>, write: F)
+    where
+        F: FnOnce(Writer) -> Fut,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        let write = write(self.writer.clone());
         let outcomes = self.outcomes_tx.clone();
         self.tasks.spawn(async move {
             // The semaphore is never closed, so acquiring only waits.
@@ -201,6 +226,8 @@ impl Agent {
             spawner: Spawner {
                 writer: Writer::new(client),
                 permits: Arc::new(Semaphore::new(raw.api_concurrency)),
+                event_permits: Arc::new(Semaphore::new(EVENT_CONCURRENCY)),
+                events_enabled: raw.events,
                 tasks: JoinSet::new(),
                 outcomes_tx,
             },
@@ -365,6 +392,9 @@ impl Agent {
             Outcome::Bound { uid, node, result } => match result {
                 Ok(()) => {
                     tracing::debug!(%uid, %node, "pod bound");
+                    if let Some(entry) = self.pods.get(&uid) {
+                        self.spawner.record(vec![events::scheduled(&entry.pod, &node, Timestamp::now())]);
+                    }
                     self.write_succeeded(&uid, None);
                 }
                 Err(e) => {
@@ -395,6 +425,11 @@ impl Agent {
                 Err(e) => self.write_failed(&uid, &e),
             },
             Outcome::Node { name, registration, result } => self.on_node_outcome(name, registration, result),
+            Outcome::Event { reason, result } => {
+                if let Err(e) = result {
+                    tracing::debug!(%reason, error = %e, "recording an event failed");
+                }
+            }
         }
     }
 
@@ -592,6 +627,11 @@ impl Agent {
         };
         let timings = &self.timings;
         let mut wake = runtime.advance(&PodInput { pod: &entry.pod, behaviour: &behaviour, timings, now });
+        let happened: Vec<Event> = std::mem::take(&mut runtime.transitions)
+            .iter()
+            .flat_map(|transition| events::for_transition(&entry.pod, &node, transition, now))
+            .collect();
+        self.spawner.record(happened);
         let desired = status::generate(&StatusInput {
             pod: &entry.pod,
             runtime,
@@ -677,6 +717,7 @@ impl Agent {
                     }
                     tracing::info!(pod = entry.name(), "{message}");
                     entry.unschedulable_message = Some(message.clone());
+                    self.spawner.record(vec![events::failed_scheduling(&entry.pod, &message, Timestamp::now())]);
                     let patch = serde_json::json!({
                         "status": { "conditions": [{
                             "type": "PodScheduled",

@@ -69,6 +69,12 @@ pub struct KubeletConfig {
     /// Maximum number of concurrent API writes (bindings, status patches, deletions).
     #[arg(long = "kubelet-api-concurrency", default_value_t = DEFAULT_API_CONCURRENCY)]
     pub api_concurrency: usize,
+
+    /// Record Events like the real scheduler and kubelet (`Scheduled`, `Pulled`, `Created`,
+    /// `Started`, `Killing`, `BackOff`, `FailedScheduling`); `--kubelet-events=false` saves the
+    /// writes in load tests.
+    #[arg(long = "kubelet-events", default_value_t = true, action = clap::ArgAction::Set)]
+    pub events: bool,
 }
 
 const DEFAULT_NODES: u32 = 3;
@@ -94,6 +100,7 @@ impl Default for KubeletConfig {
             pod_ip_start: None,
             node_status_interval: Duration::from_secs(10),
             api_concurrency: DEFAULT_API_CONCURRENCY,
+            events: true,
         }
     }
 }
@@ -197,6 +204,7 @@ mod tests {
             "0.01",
             "--pod-ip-start",
             "127.9.0.1",
+            "--kubelet-events=false",
         ])
         .unwrap()
         .kubelet;
@@ -204,6 +212,7 @@ mod tests {
         assert_eq!(parsed.ready_delay, Duration::from_secs(2));
         assert_eq!(parsed.grace_period_scale, 0.01);
         assert_eq!(parsed.pod_ip_start, Some(Ipv4Addr::new(127, 9, 0, 1)));
+        assert!(!parsed.events);
     }
 
     #[test]

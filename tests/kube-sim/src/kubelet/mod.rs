@@ -15,12 +15,14 @@
 //!   ID and container ID, briefly not ready); hot-patch pods swap the image without restart;
 //! - graceful deletion over the (scaled) grace period, finalizers respected by the API server;
 //! - per-pod behaviour from `kube-sim.kourse.dev/*` annotations (see [`behaviour`]) and HTTP
-//!   servers for well-known images (see [`image`]).
+//!   servers for well-known images (see [`image`]);
+//! - the Events both components record, so `kubectl describe pod` reads as on a cluster.
 
 mod agent;
 pub mod behaviour;
 mod config;
 mod endpoint;
+mod events;
 pub mod image;
 mod ipam;
 mod node;

@@ -58,6 +58,26 @@ pub fn after(ts: Timestamp, duration: Duration) -> Timestamp {
     ts.saturating_add(duration).unwrap_or(Timestamp::MAX)
 }
 
+/// Something the kubelet did that it reports as an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transition {
+    /// A container instance was created and started from `image`.
+    Started { container: String, kind: Kind, image: String },
+    /// A running container is being stopped.
+    Killing { container: String, kind: Kind, reason: KillReason },
+    /// A crashed container waits before its next restart.
+    BackOff { container: String, kind: Kind },
+}
+
+/// Why the kubelet stops a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillReason {
+    /// Its image changed (in-place update).
+    SpecChanged,
+    /// Its pod is being deleted.
+    PodDeleted,
+}
+
 /// How a container instance ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Termination {
@@ -231,6 +251,8 @@ pub struct PodRuntime {
     stop_grace: Option<i64>,
     /// The containers have been stopped for deletion: nothing restarts any more.
     pub stopped: bool,
+    /// What happened since the caller last drained this list (for Events).
+    pub transitions: Vec<Transition>,
 }
 
 impl PodRuntime {
@@ -241,13 +263,19 @@ impl PodRuntime {
         let start_at = after(now, timings.start_delay);
         let empty = Vec::new();
         let spec_init = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()).unwrap_or(&empty);
+        let mut transitions = Vec::new();
         let init_containers = spec_init
             .iter()
             .map(|c| {
+                let image = c.image.as_deref().unwrap_or_default();
                 if c.restart_policy.as_deref() == Some("Always") {
-                    let image = c.image.as_deref().unwrap_or_default();
                     ContainerRuntime::new(&c.name, Kind::Sidecar, image, start_at)
                 } else {
+                    transitions.push(Transition::Started {
+                        container: c.name.clone(),
+                        kind: Kind::Init,
+                        image: image.to_owned(),
+                    });
                     ContainerRuntime::completed_init(&uid, c, now)
                 }
             })
@@ -272,6 +300,7 @@ impl PodRuntime {
             stop_at: None,
             stop_grace: None,
             stopped: false,
+            transitions,
         }
     }
 
@@ -280,6 +309,8 @@ impl PodRuntime {
     /// changes the pod IP.
     pub fn adopt(pod: &Pod, node: &str, ip: Ipv4Addr, host_ip: Ipv4Addr, timings: &Timings, now: Timestamp) -> Self {
         let mut runtime = Self::start(pod, node, ip, host_ip, timings, now);
+        // What ran before this kubelet started was reported by its predecessor.
+        runtime.transitions.clear();
         let status = pod.status.as_ref();
         if let Some(start) = status.and_then(|s| s.start_time.as_ref()) {
             runtime.start_time = start.0;
@@ -308,6 +339,17 @@ impl PodRuntime {
         {
             // A second delete with a shorter grace period shortens the wait, as on a kubelet.
             let candidate = after(now, input.timings.scaled_grace(grace));
+            if self.stop_at.is_none() {
+                // SIGTERM goes out now; the containers exit when the grace period ends.
+                let running = self.init_containers.iter().chain(&self.containers);
+                for container in running.filter(|c| matches!(c.state, State::Running { .. })) {
+                    self.transitions.push(Transition::Killing {
+                        container: container.name.clone(),
+                        kind: container.kind,
+                        reason: KillReason::PodDeleted,
+                    });
+                }
+            }
             self.stop_at = Some(self.stop_at.map_or(candidate, |current| current.min(candidate)));
             self.stop_grace = Some(grace);
         }
@@ -318,7 +360,7 @@ impl PodRuntime {
         let uid = self.uid.clone();
         for container in self.init_containers.iter_mut().chain(self.containers.iter_mut()) {
             if !self.stopped {
-                advance_container(container, &uid, input, horizon);
+                advance_container(container, &uid, input, horizon, &mut self.transitions);
             }
         }
         if let Some(stop_at) = self.stop_at
@@ -381,7 +423,13 @@ fn adopt_container(container: &mut ContainerRuntime, observed: &ContainerStatus)
     }
 }
 
-fn advance_container(container: &mut ContainerRuntime, pod_uid: &str, input: &PodInput<'_>, horizon: Timestamp) {
+fn advance_container(
+    container: &mut ContainerRuntime,
+    pod_uid: &str,
+    input: &PodInput<'_>,
+    horizon: Timestamp,
+    transitions: &mut Vec<Transition>,
+) {
     if container.kind == Kind::Init {
         return;
     }
@@ -398,6 +446,11 @@ fn advance_container(container: &mut ContainerRuntime, pod_uid: &str, input: &Po
                 if at <= horizon =>
             {
                 container.start_instance(pod_uid, spec_image, at);
+                transitions.push(Transition::Started {
+                    container: container.name.clone(),
+                    kind: container.kind,
+                    image: spec_image.to_owned(),
+                });
             }
             State::Running { started_at } => {
                 let exit_at = behaviour.exit.map(|(delay, code)| (after(started_at, delay), code));
@@ -421,6 +474,8 @@ fn advance_container(container: &mut ContainerRuntime, pod_uid: &str, input: &Po
                         let restart_at = Some(after(exit_at, timings.restart_delay));
                         State::Exited { termination, restart_at }
                     } else {
+                        transitions
+                            .push(Transition::BackOff { container: container.name.clone(), kind: container.kind });
                         State::BackOff { termination, until: after(exit_at, wait), delay: wait }
                     };
                 } else if container.image != spec_image {
@@ -429,6 +484,11 @@ fn advance_container(container: &mut ContainerRuntime, pod_uid: &str, input: &Po
                     } else {
                         // The kubelet kills a container whose spec changed and starts a new one
                         // from the new spec; this is not a failure, so no back-off.
+                        transitions.push(Transition::Killing {
+                            container: container.name.clone(),
+                            kind: container.kind,
+                            reason: KillReason::SpecChanged,
+                        });
                         let termination = container.terminate(started_at, input.now, 0);
                         let restart_at = Some(after(input.now, timings.restart_delay));
                         container.state = State::Exited { termination, restart_at };
@@ -549,6 +609,40 @@ mod tests {
         assert_eq!(app.consecutive_exits, 0, "an update is not a crash");
         let side = &runtime.containers[1];
         assert_eq!((side.restart_count, &side.state), (0, &State::Running { started_at: t(100) }));
+    }
+
+    #[test]
+    fn transitions_are_reported_once() {
+        use KillReason::*;
+        let mut pod = pod(&[("app", "app:v1")], &[]);
+        let mut runtime = started(&pod);
+        advance(&mut runtime, &pod, t(1000));
+        let started_v1 = Transition::Started { container: "app".into(), kind: Kind::Regular, image: "app:v1".into() };
+        assert_eq!(std::mem::take(&mut runtime.transitions), [started_v1]);
+        advance(&mut runtime, &pod, t(1100));
+        assert!(runtime.transitions.is_empty(), "nothing new happened");
+
+        pod.spec.as_mut().unwrap().containers[0].image = Some("app:v2".into());
+        advance(&mut runtime, &pod, t(2000));
+        advance(&mut runtime, &pod, t(3000));
+        let kinds: Vec<_> = std::mem::take(&mut runtime.transitions);
+        assert_eq!(
+            kinds,
+            [
+                Transition::Killing { container: "app".into(), kind: Kind::Regular, reason: SpecChanged },
+                Transition::Started { container: "app".into(), kind: Kind::Regular, image: "app:v2".into() },
+            ]
+        );
+
+        pod.metadata.deletion_timestamp = Some(Time(t(33_000)));
+        pod.metadata.deletion_grace_period_seconds = Some(30);
+        advance(&mut runtime, &pod, t(3000));
+        advance(&mut runtime, &pod, t(3500));
+        assert_eq!(
+            runtime.transitions,
+            [Transition::Killing { container: "app".into(), kind: Kind::Regular, reason: PodDeleted }],
+            "one Killing when the deletion is first seen"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, Error as KubeError};
@@ -51,6 +51,8 @@ pub enum Outcome {
     Fetched { uid: String, result: Result<Option<Pod>, WriteError> },
     /// A node registered or its status posted.
     Node { name: String, registration: bool, result: Result<Node, WriteError> },
+    /// An Event recorded (best effort: failures are only logged).
+    Event { reason: String, result: Result<(), WriteError> },
 }
 
 /// Namespace, name and UID of the pod a write targets.
@@ -211,6 +213,19 @@ impl Writer {
         api.patch_status(name, &params, &Patch::Strategic(status_patch))
             .await
             .map_err(|e| WriteError::from_kube("posting node status", e))
+    }
+
+    /// Records an Event.
+    pub async fn create_event(&self, event: Event) -> Outcome {
+        let namespace = event.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let reason = event.reason.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let result = api
+            .create(&PostParams::default(), &event)
+            .await
+            .map(|_| ())
+            .map_err(|e| WriteError::from_kube("recording event", e));
+        Outcome::Event { reason, result }
     }
 
     /// Posts a node heartbeat.
