@@ -78,7 +78,9 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     shutdown.trigger_on_signals();
     let health = Health::default();
     let listener = server::bind(cli.runtime.serve.metrics_address).await?;
-    tracing::info!(address = %cli.runtime.serve.metrics_address, "serving /metrics, /healthz and /readyz");
+    // The bound address (a port 0 request gets a real port), so tools and tests can find the endpoints.
+    let address = listener.local_addr().map_or(cli.runtime.serve.metrics_address, |a| a);
+    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
     let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
 
     let config = Config {

@@ -15,7 +15,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::api::GameDeployment;
+use common::api::{GameDeployment, GameDeploymentStatus};
 use common::keys;
 use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -109,6 +109,10 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Pods held by a gate, per GameDeployment (summed into a gauge).
     held: Mutex<HashMap<String, i64>>,
+    /// The last status written per GameDeployment, with the resourceVersion it produced: until the cache shows
+    /// that version, passes plan from (and compare against) this status instead of the cache's older one, so a
+    /// pass right after a status write neither repeats it nor re-emits its events.
+    written: Mutex<HashMap<String, (String, GameDeploymentStatus)>>,
 }
 
 fn key_of(gd: &GameDeployment) -> String {
@@ -132,6 +136,38 @@ impl Context {
                 Some((n.name_any(), parse_cost(Some(cost))))
             })
             .collect()
+    }
+
+    /// The GameDeployment as the planner should see it: the cached one, with our own last status write if the
+    /// cache does not show it yet. Also returns the resourceVersion to write against.
+    fn effective(&self, key: &str, gd: &GameDeployment) -> (GameDeployment, Option<String>) {
+        let mut written = lock(&self.written);
+        let cached_rv = gd.metadata.resource_version.clone();
+        if let Some((rv, status)) = written.get(key) {
+            let newer = match (rv.parse::<u64>(), cached_rv.as_deref().map(str::parse::<u64>)) {
+                (Ok(ours), Some(Ok(cached))) => ours > cached,
+                _ => false,
+            };
+            if newer {
+                let mut effective = gd.clone();
+                effective.status = Some(status.clone());
+                return (effective, Some(rv.clone()));
+            }
+            written.remove(key);
+        }
+        (gd.clone(), cached_rv)
+    }
+
+    fn record_written(&self, key: &str, resource_version: Option<String>, status: GameDeploymentStatus) {
+        let mut written = lock(&self.written);
+        match resource_version {
+            Some(rv) => {
+                written.insert(key.to_string(), (rv, status));
+            }
+            None => {
+                written.remove(key);
+            }
+        }
     }
 
     fn record_held(&self, key: &str, held: usize) {
@@ -191,8 +227,10 @@ async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue
     result
 }
 
-async fn reconcile_inner(gd: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> {
-    let key = key_of(gd);
+async fn reconcile_inner(cached: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> {
+    let key = key_of(cached);
+    let (gd, write_rv) = ctx.effective(&key, cached);
+    let gd = &gd;
     let namespace = gd.namespace().ok_or_else(|| Error::NoNamespace(gd.name_any()))?;
     synced(&ctx.pods, "pod").await?;
     synced(&ctx.revisions, "controllerrevision").await?;
@@ -202,6 +240,7 @@ async fn reconcile_inner(gd: &GameDeployment, ctx: &Context) -> Result<Requeue, 
     if gd.metadata.deletion_timestamp.is_some() {
         ctx.expectations.forget(&key);
         ctx.record_held(&key, 0);
+        ctx.record_written(&key, None, Default::default());
         ctx.metrics.reconciled("skipped");
         return Ok(Requeue::await_change());
     }
@@ -283,12 +322,14 @@ async fn reconcile_inner(gd: &GameDeployment, ctx: &Context) -> Result<Requeue, 
 
     if gd.status.as_ref() != Some(&status) {
         let mut updated = gd.clone();
-        updated.status = Some(status);
+        updated.status = Some(status.clone());
         updated.metadata.managed_fields = None;
+        updated.metadata.resource_version = write_rv;
         let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
         match api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await {
-            Ok(_) => {
+            Ok(written) => {
                 ctx.metrics.status_writes.inc();
+                ctx.record_written(&key, written.metadata.resource_version, status);
             }
             // Our cached GameDeployment is stale (a user edit or our previous status write is on its way):
             // the watch event brings the fresh one; look again shortly in case it does not trigger a pass.
@@ -423,6 +464,7 @@ pub async fn run(
         config: config.clone(),
         failures: Mutex::new(HashMap::new()),
         held: Mutex::new(HashMap::new()),
+        written: Mutex::new(HashMap::new()),
     });
 
     tokio::spawn({

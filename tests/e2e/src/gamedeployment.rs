@@ -228,3 +228,69 @@ impl PodMonitor {
         seen.clone()
     }
 }
+
+/// Removes terminal colour codes from a log line.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The address the operator serves `/metrics` on, from its startup log line.
+pub async fn metrics_address(operator: &Operator) -> std::net::SocketAddr {
+    let start = std::time::Instant::now();
+    loop {
+        let logs = strip_ansi(&operator.logs());
+        let found = logs
+            .lines()
+            .filter(|l| l.contains("serving /metrics"))
+            .filter_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.parse().ok())
+            .last();
+        if let Some(address) = found {
+            return address;
+        }
+        assert!(start.elapsed() < DEADLINE, "the operator never logged its metrics address");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Scrapes `/metrics` and returns `metric{labels} value` samples as (name with labels, value).
+pub async fn scrape(address: std::net::SocketAddr) -> BTreeMap<String, f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("metrics endpoint reachable");
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("response read");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of `gamedeployment_api_requests_total` samples for writes (create/update/patch/delete), leaving out
+/// Events and Leases (which are not GameDeployment work).
+pub fn workload_writes(samples: &BTreeMap<String, f64>) -> f64 {
+    samples
+        .iter()
+        .filter(|(k, _)| k.starts_with("gamedeployment_api_requests_total"))
+        .filter(|(k, _)| ["create", "update", "patch", "delete"].iter().any(|v| k.contains(&format!("verb=\"{v}\""))))
+        .filter(|(k, _)| !k.contains("resource=\"events\"") && !k.contains("resource=\"leases\""))
+        .map(|(_, v)| v)
+        .sum()
+}
