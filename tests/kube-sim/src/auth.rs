@@ -53,6 +53,11 @@ impl Authenticator {
                 return Err(format!("line {}: expected token,user,uid[,\"group1,group2\"]", i + 1));
             }
             let mut groups: Vec<String> = f.get(3).map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
+            if let Some(rest) = f[1].strip_prefix("system:serviceaccount:") {
+                let ns = rest.split(':').next().unwrap_or_default();
+                groups.push("system:serviceaccounts".into());
+                groups.push(format!("system:serviceaccounts:{ns}"));
+            }
             groups.push("system:authenticated".into());
             tokens.insert(f[0].clone(), UserInfo { name: f[1].clone(), uid: f[2].clone(), groups });
         }
@@ -73,6 +78,55 @@ impl Authenticator {
             None => Ok(UserInfo::admin()),
         }
     }
+}
+
+/// Applies `Impersonate-User`/`Impersonate-Group`/`Impersonate-Uid` headers: the requester
+/// must be allowed to `impersonate` users (and groups) by RBAC, as on a real server.
+pub fn impersonate(store: &Store, requester: UserInfo, user: Option<&str>, groups: &[String], uid: Option<&str>) -> Result<UserInfo, ApiError> {
+    let Some(user) = user else {
+        if groups.is_empty() {
+            return Ok(requester);
+        }
+        return Err(ApiError::internal("requested impersonation of groups without impersonating a user"));
+    };
+    let check = |resource: &str, name: &str| -> Result<(), ApiError> {
+        let attrs = Attributes {
+            verb: "impersonate".into(),
+            resource_request: true,
+            resource: resource.into(),
+            name: name.into(),
+            ..Attributes::default()
+        };
+        if allowed(store, &requester, &attrs) { Ok(()) } else { Err(forbidden(&requester, &attrs)) }
+    };
+    let mut out_groups: Vec<String> = groups.to_vec();
+    if let Some(rest) = user.strip_prefix("system:serviceaccount:") {
+        let (ns, name) = rest.split_once(':').unwrap_or(("", rest));
+        let attrs = Attributes {
+            verb: "impersonate".into(),
+            resource_request: true,
+            resource: "serviceaccounts".into(),
+            name: name.into(),
+            namespace: ns.into(),
+            ..Attributes::default()
+        };
+        if !allowed(store, &requester, &attrs) {
+            return Err(forbidden(&requester, &attrs));
+        }
+        if groups.is_empty() {
+            out_groups.push("system:serviceaccounts".into());
+            out_groups.push(format!("system:serviceaccounts:{ns}"));
+        }
+    } else {
+        check("users", user)?;
+    }
+    for g in groups {
+        check("groups", g)?;
+    }
+    if user != "system:anonymous" && !out_groups.iter().any(|g| g == "system:authenticated") {
+        out_groups.push("system:authenticated".into());
+    }
+    Ok(UserInfo { name: user.to_string(), uid: uid.unwrap_or_default().to_string(), groups: out_groups })
 }
 
 /// What a request does, as the authorizer sees it.

@@ -131,7 +131,7 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
         },
         Some("binding") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
             ("create", Some(name)) => {
-                let b = parse_body(&body, &c.content_type, "Binding")?;
+                let b = parse_body(&body, &c.content_type, "io.k8s.api.core.v1.Binding")?;
                 c.st.registry.bind_pod(&ns, name, &b)?;
                 Ok(json_response(
                     StatusCode::CREATED,
@@ -149,13 +149,14 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
     }
 }
 
-fn parse_body(body: &[u8], content_type: &str, kind: &str) -> Result<Value, ApiError> {
+/// Decodes a request body; `definition` names the protobuf message for protobuf bodies.
+fn parse_body(body: &[u8], content_type: &str, definition: &str) -> Result<Value, ApiError> {
     if body.is_empty() {
         return Err(ApiError::bad_request("Object 'Kind' is missing in ''"));
     }
     let base = content_type.split(';').next().unwrap_or("").trim();
     if crate::protobuf::is_protobuf(base) {
-        return crate::protobuf::decode(body, kind)
+        return crate::protobuf::decode(body, definition)
             .map_err(|e| ApiError::unsupported_media_type(base, &["application/json", "application/yaml", &format!("application/vnd.kubernetes.protobuf ({e})")]));
     }
     match base {
@@ -258,7 +259,7 @@ fn list(c: &Ctx) -> Result<Response, ApiError> {
 }
 
 fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
-    let obj = parse_body(body, &c.content_type, &c.rd.kind)?;
+    let obj = parse_body(body, &c.content_type, c.rd.definition.as_deref().unwrap_or(""))?;
     if c.rd.special == Special::Review {
         let out = auth::review(&c.st.registry.store, &c.rd.kind, ns, &obj, &c.user)?;
         return Ok(object_response(c, StatusCode::CREATED, &out, &[]));
@@ -272,7 +273,7 @@ fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
 }
 
 fn update(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Result<Response, ApiError> {
-    let obj = parse_body(body, &c.content_type, &c.rd.kind)?;
+    let obj = parse_body(body, &c.content_type, c.rd.definition.as_deref().unwrap_or(""))?;
     let mut ctx = write_ctx(c)?;
     let updated = c.st.registry.update(&c.rd, ns, name, obj, endpoint, &mut ctx)?;
     Ok(object_response(c, StatusCode::OK, &updated, &ctx.warnings))
@@ -307,7 +308,7 @@ fn patch(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Resu
 }
 
 fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
-    let desired = parse_body(body, &c.content_type, &c.rd.kind)?;
+    let desired = parse_body(body, &c.content_type, "io.k8s.api.autoscaling.v1.Scale")?;
     if desired.get("kind").and_then(Value::as_str).is_some_and(|k| k != "Scale") {
         return Err(ApiError::bad_request("the body of a scale update must be a Scale"));
     }
@@ -327,7 +328,7 @@ fn delete_options(c: &Ctx, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let mut opts = if body.is_empty() {
         DeleteOptions::default()
     } else {
-        let v = parse_body(body, &c.content_type, "DeleteOptions")?;
+        let v = parse_body(body, &c.content_type, crate::protobuf::DELETE_OPTIONS)?;
         DeleteOptions::from_body(&v)?
     };
     if let Some(g) = c.query.int("gracePeriodSeconds").map_err(ApiError::bad_request)? {

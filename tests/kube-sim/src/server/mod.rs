@@ -88,6 +88,16 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
         Ok(u) => u,
         Err(e) => return error_response(&e),
     };
+    let (impersonated_user, impersonated_uid, impersonated_groups) = {
+        let h = req.headers();
+        let one = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let groups: Vec<String> = h.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect();
+        (one("impersonate-user"), one("impersonate-uid"), groups)
+    };
+    let user = match auth::impersonate(&st.registry.store, user, impersonated_user.as_deref(), &impersonated_groups, impersonated_uid.as_deref()) {
+        Ok(u) => u,
+        Err(e) => return error_response(&e),
+    };
     if let Some(rr) = parse_resource_path(&path) {
         return handlers::resource(st, user, req, rr, query).await;
     }
