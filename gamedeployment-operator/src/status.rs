@@ -234,11 +234,11 @@ pub(crate) fn transition_events(old: &GameDeploymentStatus, new: &GameDeployment
         }
     }
     let reason = |s: &GameDeploymentStatus| condition(s, PROGRESSING).and_then(|c| c.reason.clone());
-    if let Some(now) = reason(new).filter(|r| r == "RolloutComplete" || r == "PartitionAvailable") {
-        if reason(old).as_deref() != Some(now.as_str()) {
-            let message = condition(new, PROGRESSING).and_then(|c| c.message.clone()).unwrap_or_default();
-            events.push(PlannedEvent::normal(&now, message));
-        }
+    if let Some(now) = reason(new).filter(|r| r == "RolloutComplete" || r == "PartitionAvailable")
+        && reason(old).as_deref() != Some(now.as_str())
+    {
+        let message = condition(new, PROGRESSING).and_then(|c| c.message.clone()).unwrap_or_default();
+        events.push(PlannedEvent::normal(&now, message));
     }
     events
 }

@@ -193,9 +193,8 @@ fn spec_fingerprint(gd: &GameDeployment) -> Option<u64> {
 }
 
 fn random_seed() -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    Instant::now().hash(&mut hasher);
-    hasher.finish()
+    // RandomState is seeded from the OS per instance; hashing the clock on top varies it per call.
+    std::collections::hash_map::RandomState::new().hash_one(Instant::now())
 }
 
 /// Waits for a store's first list, bounded so a broken watch shows up as an error rather than a hang.

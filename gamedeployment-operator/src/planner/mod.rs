@@ -433,10 +433,12 @@ fn grace_and_readiness_requeue(ctx: &Ctx<'_>, infos: &[PodInfo<'_>], draft: &mut
             Progress::HotPatching { deadline } => draft.requeue_at(ctx.now, *deadline),
             _ => {}
         }
-        if ctx.min_ready_seconds > 0 && info.ready && !info.available {
-            if let Some(at) = common::pod::available_at(info.pod, ctx.min_ready_seconds) {
-                draft.requeue_at(ctx.now, at);
-            }
+        if ctx.min_ready_seconds > 0
+            && info.ready
+            && !info.available
+            && let Some(at) = common::pod::available_at(info.pod, ctx.min_ready_seconds)
+        {
+            draft.requeue_at(ctx.now, at);
         }
     }
 }

@@ -99,11 +99,11 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
     if s.change_labels {
         template.metadata.as_mut().unwrap().labels.as_mut().unwrap().insert("version".into(), "2".into());
     }
-    if s.delete_first {
-        if let Some(name) = world.pods.first().and_then(|p| p.metadata.name.clone()) {
-            world.gd.spec.scale_strategy =
-                Some(GameDeploymentScaleStrategy { pods_to_delete: vec![name], create_batch: None });
-        }
+    if s.delete_first
+        && let Some(name) = world.pods.first().and_then(|p| p.metadata.name.clone())
+    {
+        world.gd.spec.scale_strategy =
+            Some(GameDeploymentScaleStrategy { pods_to_delete: vec![name], create_batch: None });
     }
 
     let replicas = s.replicas;
@@ -115,8 +115,8 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
     )
     .unwrap()
     .min(replicas);
-    let rolling = s.strategy % 3 == 0;
-    let surge = rolling.then(|| IntOrString::Int(s.max_surge));
+    let rolling = s.strategy.is_multiple_of(3);
+    let surge = rolling.then_some(IntOrString::Int(s.max_surge));
     let (_, max_unavailable) =
         intstr::resolve_fenceposts(surge.as_ref(), Some(&IntOrString::Int(s.max_unavailable)), replicas).unwrap();
     let floor = usize::try_from((replicas - max_unavailable).max(0)).unwrap();

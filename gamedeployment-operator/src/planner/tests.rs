@@ -716,3 +716,33 @@ fn strategies_parse_as_bcs_writes_them() {
         assert_eq!(gd(1, text).spec.update_strategy.type_, strategy);
     }
 }
+
+#[test]
+fn min_ready_seconds_delays_availability_and_the_rollout() {
+    let mut g = gd(2, "InplaceUpdate");
+    g.spec.min_ready_seconds = 10;
+    g.spec.update_strategy.max_unavailable = Some(IntOrString::Int(1));
+    let mut world = World::new(g);
+    for _ in 0..4 {
+        world.tick(1);
+        world.pass();
+    }
+    let status = world.gd.status.clone().unwrap();
+    assert_eq!((status.ready_replicas, status.available_replicas), (2, 0));
+    let plan = world.plan();
+    let wait = plan.requeue_after.expect("a pass is scheduled for when the pods become available");
+    assert!(wait <= std::time::Duration::from_secs(10), "{wait:?}");
+    world.tick(10);
+    world.pass();
+    assert_eq!(world.gd.status.as_ref().unwrap().available_replicas, 2);
+
+    // A freshly updated pod must be available again before the next one goes.
+    set_image(&mut world, "game:2");
+    assert_eq!(patches(&world.pass(), PatchReason::InPlaceUpdate), 1);
+    for _ in 0..5 {
+        world.tick(1);
+        assert_eq!(patches(&world.pass(), PatchReason::InPlaceUpdate), 0);
+    }
+    assert!(world.settle(60, guard(1)).is_some());
+    assert_eq!(world.revision_counts(), (2, 0));
+}

@@ -112,10 +112,10 @@ impl World {
                 }
             }
             Action::ReleasePod(p) => {
-                if let Some(pod) = self.pod_mut(&p.name, &p.uid) {
-                    if let Some(refs) = pod.metadata.owner_references.as_mut() {
-                        refs.retain(|r| r.controller != Some(true));
-                    }
+                if let Some(pod) = self.pod_mut(&p.name, &p.uid)
+                    && let Some(refs) = pod.metadata.owner_references.as_mut()
+                {
+                    refs.retain(|r| r.controller != Some(true));
                 }
             }
             Action::CreatePod { pod, .. } => {

@@ -151,10 +151,10 @@ pub const HOT_PATCH_SETTLE_SECONDS: i64 = 60;
 
 /// Reads the pod's in-place (or hot-patch) update progress at `now`.
 pub fn progress(pod: &Pod, now: Timestamp) -> Progress {
-    if let Some(grace) = common::pod::annotation(pod, keys::INPLACE_UPDATE_GRACE) {
-        if let Ok(spec) = serde_json::from_str::<GraceSpec>(grace) {
-            return Progress::Grace(spec);
-        }
+    if let Some(grace) = common::pod::annotation(pod, keys::INPLACE_UPDATE_GRACE)
+        && let Ok(spec) = serde_json::from_str::<GraceSpec>(grace)
+    {
+        return Progress::Grace(spec);
     }
     if lifecycle::state_of(pod) != LifecycleState::Updating {
         return hot_patch_progress(pod, now);
@@ -530,7 +530,6 @@ mod tests {
         status.image_id = "sha256:new".into();
         assert_eq!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::Done);
         let done = complete(&pod, now);
-        let mut pod = pod;
         for w in &done.writes {
             let (PodWrite::Object(ops) | PodWrite::Status(ops)) = w;
             pod = apply(&pod, ops);
