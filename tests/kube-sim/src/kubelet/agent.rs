@@ -68,7 +68,9 @@ struct PodEntry {
     unschedulable_message: Option<String>,
     problems: Vec<String>,
     endpoint_failures: Vec<String>,
-    /// The last status patch that succeeded and the resourceVersion it was computed from.
+    /// The status patch in flight and the resourceVersion it was computed from.
+    sent_status_patch: Option<(Option<String>, serde_json::Value)>,
+    /// The last status patch the server accepted, with its resourceVersion.
     last_status_patch: Option<(Option<String>, serde_json::Value)>,
 }
 
@@ -87,6 +89,7 @@ impl PodEntry {
             unschedulable_message: None,
             problems: Vec::new(),
             endpoint_failures: Vec::new(),
+            sent_status_patch: None,
             last_status_patch: None,
         }
     }
@@ -384,11 +387,17 @@ impl Agent {
 
     fn on_outcome(&mut self, outcome: Outcome) {
         match outcome {
-            Outcome::Status { uid, result } => match result {
-                Ok(pod) => self.write_succeeded(&uid, Some(pod)),
-                Err(WriteError::Conflict(_) | WriteError::NotFound(_)) => self.refetch(&uid),
-                Err(e) => self.write_failed(&uid, &e),
-            },
+            Outcome::Status { uid, result } => {
+                if let Some(entry) = self.pods.get_mut(&uid) {
+                    let sent = entry.sent_status_patch.take();
+                    entry.last_status_patch = if result.is_ok() { sent } else { None };
+                }
+                match result {
+                    Ok(pod) => self.write_succeeded(&uid, Some(pod)),
+                    Err(WriteError::Conflict(_) | WriteError::NotFound(_)) => self.refetch(&uid),
+                    Err(e) => self.write_failed(&uid, &e),
+                }
+            }
             Outcome::Bound { uid, node, result } => match result {
                 Ok(()) => {
                     tracing::debug!(%uid, %node, "pod bound");
@@ -453,7 +462,6 @@ impl Agent {
             return;
         };
         entry.inflight = false;
-        entry.last_status_patch = None;
         let message = format!("API write failed: {error}");
         back_off(&mut self.timers, entry, uid, &message);
     }
@@ -666,7 +674,7 @@ impl Agent {
                 return;
             }
             let patch = attempt.1.clone();
-            entry.last_status_patch = Some(attempt);
+            entry.sent_status_patch = Some(attempt);
             self.spawner
                 .pod_write(entry, |writer, pod| async move { writer.patch_status(pod, patch, "kubelet").await });
         } else if stopped && deleting && !entry.delete_issued {
