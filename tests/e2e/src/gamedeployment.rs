@@ -254,9 +254,9 @@ pub async fn metrics_address(operator: &Operator) -> std::net::SocketAddr {
         let logs = strip_ansi(&operator.logs());
         let found = logs
             .lines()
+            .rev()
             .filter(|l| l.contains("serving /metrics"))
-            .filter_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.parse().ok())
-            .last();
+            .find_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.parse().ok());
         if let Some(address) = found {
             return address;
         }
