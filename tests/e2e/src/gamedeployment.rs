@@ -247,18 +247,34 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// The address the operator serves `/metrics` on, from its startup log line.
+/// Every address the operator (or, when several share a log, each operator process in start order) logged it
+/// serves `/metrics` on.
+pub fn metrics_addresses(operator: &Operator) -> Vec<std::net::SocketAddr> {
+    strip_ansi(&operator.logs())
+        .lines()
+        .filter(|l| l.contains("serving /metrics"))
+        .filter_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// The address the `nth` process logging to this operator's log (0 = the first) serves `/metrics` on.
+pub async fn nth_metrics_address(operator: &Operator, nth: usize) -> std::net::SocketAddr {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(address) = metrics_addresses(operator).get(nth) {
+            return *address;
+        }
+        assert!(start.elapsed() < DEADLINE, "the operator never logged its metrics address");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The address the operator serves `/metrics` on, from its (latest) startup log line.
 pub async fn metrics_address(operator: &Operator) -> std::net::SocketAddr {
     let start = std::time::Instant::now();
     loop {
-        let logs = strip_ansi(&operator.logs());
-        let found = logs
-            .lines()
-            .rev()
-            .filter(|l| l.contains("serving /metrics"))
-            .find_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.parse().ok());
-        if let Some(address) = found {
-            return address;
+        if let Some(address) = metrics_addresses(operator).last() {
+            return *address;
         }
         assert!(start.elapsed() < DEADLINE, "the operator never logged its metrics address");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -293,4 +309,15 @@ pub fn workload_writes(samples: &BTreeMap<String, f64>) -> f64 {
         .filter(|(k, _)| !k.contains("resource=\"events\"") && !k.contains("resource=\"leases\""))
         .map(|(_, v)| v)
         .sum()
+}
+
+/// The HTTP status code of `GET path` on the operator's metrics/health server.
+pub async fn http_status(address: std::net::SocketAddr, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
 }

@@ -1,0 +1,67 @@
+//! Two operator replicas with `--leader-elect`: only the Lease holder reconciles (the other reports not ready
+//! on `/readyz` but serves `/healthz`); when the leader dies the other takes over and carries on.
+
+use e2e::gamedeployment::{Columns, apply, http_status, manifest, nth_metrics_address, wait_columns};
+use e2e::{Cluster, DEADLINE, wait_for};
+
+const ELECTION: [&str; 7] = [
+    "--leader-elect",
+    "--leader-elect-namespace",
+    "default",
+    "--leader-elect-lease-duration",
+    "3s",
+    "--leader-elect-renew-deadline",
+    "2s",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_reconciles_and_a_standby_takes_over() {
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let mut args: Vec<&str> = ELECTION.to_vec();
+    args.extend(["--leader-elect-retry-period", "500ms"]);
+    let mut first = cluster.operator(
+        "gamedeployment-operator",
+        "gamedeployment-operator",
+        &[&args[..], &["--leader-elect-identity", "first"]].concat(),
+    );
+    // Both replicas log to the same file, in start order.
+    let first_address = nth_metrics_address(&first, 0).await;
+    wait_for("the first replica to lead", DEADLINE, || async {
+        (http_status(first_address, "/readyz").await == Some(200)).then_some(())
+    })
+    .await;
+
+    let second = cluster.operator(
+        "gamedeployment-operator",
+        "gamedeployment-operator",
+        &[&args[..], &["--leader-elect-identity", "second"]].concat(),
+    );
+    let second_address = nth_metrics_address(&second, 1).await;
+    wait_for("the standby to serve /healthz", DEADLINE, || async {
+        (http_status(second_address, "/healthz").await == Some(200)).then_some(())
+    })
+    .await;
+    assert_eq!(http_status(second_address, "/readyz").await, Some(503), "the standby is not ready");
+
+    apply(&cluster, &manifest("led", 2, "InplaceUpdate", "", "python:latest")).await;
+    wait_columns(&cluster, "led", Columns::new(2, 2, 2, 2, 2)).await;
+    let holder =
+        cluster.kubectl_ok(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"]).await;
+    assert_eq!(holder, "first");
+
+    first.kill().await;
+    let killed = std::time::Instant::now();
+    wait_for("the standby to take over", DEADLINE, || async {
+        (http_status(second_address, "/readyz").await == Some(200)).then_some(())
+    })
+    .await;
+    eprintln!("standby took over after {:?}", killed.elapsed());
+    cluster.kubectl_ok(&["scale", "--replicas=4", "gamedeployment/led"]).await;
+    wait_columns(&cluster, "led", Columns::new(4, 4, 4, 4, 4)).await;
+    let holder =
+        cluster.kubectl_ok(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"]).await;
+    assert_eq!(holder, "second");
+    drop(second);
+    cluster.shutdown().await;
+}
