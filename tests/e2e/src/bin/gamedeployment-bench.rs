@@ -25,10 +25,12 @@ struct Args {
     replicas: i32,
     max_unavailable: String,
     operator: Option<PathBuf>,
+    /// Extra operator flags (everything after `--`).
+    operator_args: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = Args { replicas: 1000, max_unavailable: "20%".into(), operator: None };
+    let mut args = Args { replicas: 1000, max_unavailable: "20%".into(), operator: None, operator_args: Vec::new() };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -36,6 +38,10 @@ fn parse_args() -> Result<Args, String> {
             "--replicas" => args.replicas = value()?.parse().map_err(|e| format!("--replicas: {e}"))?,
             "--max-unavailable" => args.max_unavailable = value()?,
             "--operator" => args.operator = Some(PathBuf::from(value()?)),
+            "--" => {
+                args.operator_args = it.by_ref().collect();
+                break;
+            }
             "-h" | "--help" => {
                 return Err(
                     "usage: gamedeployment-bench [--replicas N] [--max-unavailable 20%] [--operator PATH]".into()
@@ -62,12 +68,18 @@ fn process_usage(pid: u32) -> Option<(f64, f64, f64)> {
     Some((cpu, kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
 }
 
+fn sample(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
+    samples.get(name).copied().unwrap_or(0.0)
+}
+
 fn requests(samples: &BTreeMap<String, f64>) -> f64 {
     samples.iter().filter(|(k, _)| k.starts_with("gamedeployment_api_requests_total")).map(|(_, v)| v).sum()
 }
 
 struct Phase {
     name: &'static str,
+    passes: f64,
+    pass_seconds: f64,
     seconds: f64,
     requests: f64,
     writes: f64,
@@ -78,9 +90,12 @@ struct Phase {
 
 fn print_phase(p: &Phase, pods: f64) {
     println!(
-        "{:<22} {:>8.2} s  {:>8.0} requests ({:>5.2}/pod, {:>5.2} writes/pod)  cpu {:>6.2} s  rss {:>6.1} MiB (peak {:>6.1} MiB)",
+        "{:<20} {:>7.2} s  {:>6.0} passes ({:>6.2} ms avg)  {:>6.0} requests ({:>4.2}/pod, {:>4.2} writes/pod)  \
+         cpu {:>5.2} s  rss {:>5.1} MiB (peak {:>5.1} MiB)",
         p.name,
         p.seconds,
+        p.passes,
+        if p.passes > 0.0 { p.pass_seconds * 1000.0 / p.passes } else { 0.0 },
         p.requests,
         p.requests / pods,
         p.writes / pods,
@@ -108,7 +123,7 @@ async fn run(args: Args) -> Result<(), String> {
         if release.exists() { release } else { e2e::binary("gamedeployment-operator", "gamedeployment-operator") }
     });
     println!("gamedeployment-bench: {replicas} replicas, InplaceUpdate maxUnavailable {}", args.max_unavailable);
-    println!("operator binary: {}", operator.display());
+    println!("operator binary: {} {}", operator.display(), args.operator_args.join(" "));
 
     let cluster = e2e::Cluster::start().await;
     cluster.install_crds().await;
@@ -121,6 +136,7 @@ async fn run(args: Args) -> Result<(), String> {
         .arg("--kubeconfig")
         .arg(cluster.kubeconfig())
         .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
+        .args(&args.operator_args)
         .stdin(Stdio::null())
         .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
         .stderr(log_file)
@@ -157,6 +173,10 @@ async fn run(args: Args) -> Result<(), String> {
         Ok((
             Phase {
                 name,
+                passes: sample(&after, "gamedeployment_reconcile_duration_seconds_count")
+                    - sample(before, "gamedeployment_reconcile_duration_seconds_count"),
+                pass_seconds: sample(&after, "gamedeployment_reconcile_duration_seconds_sum")
+                    - sample(before, "gamedeployment_reconcile_duration_seconds_sum"),
                 seconds: started.elapsed().as_secs_f64(),
                 requests: requests(&after) - requests(before),
                 writes: workload_writes(&after) - workload_writes(before),
