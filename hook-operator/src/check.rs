@@ -118,7 +118,7 @@ pub async fn run(flags: CheckFlags) -> ExitCode {
         println!("checking {} ({} metric(s); args: {})", flags.file.display(), run.spec.metrics.len(), if args_text.is_empty() { "none" } else { &args_text });
     }
     let mut counts = std::collections::HashMap::<String, usize>::new();
-    let finished = local::drive(&dispatcher, &wakers, run, |round, _run| {
+    let finished = local::drive(&dispatcher, &wakers, run, |round| {
         for (metric, m) in &round.plan.recorded {
             let n = counts.entry(metric.clone()).or_default();
             *n += 1;

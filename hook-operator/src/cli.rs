@@ -44,7 +44,7 @@ pub struct RunFlags {
     #[arg(long, default_value_t = 16)]
     pub concurrency: u16,
     /// Measurements running at once across all HookRuns; further due measurements wait for a slot.
-    #[arg(long, default_value_t = 2000, value_name = "N")]
+    #[arg(long = "max-inflight-measurements", alias = "max-in-flight", default_value_t = 2000, value_name = "N")]
     pub max_in_flight: usize,
     #[command(flatten)]
     pub engine: EngineFlags,
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn parses_the_controller_and_check_command_lines() {
-        let cli = Cli::try_parse_from(["hook-operator", "--namespace", "games", "--max-in-flight", "10"]).unwrap();
+        let cli = Cli::try_parse_from(["hook-operator", "--namespace", "games", "--max-inflight-measurements", "10"]).unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.run.max_in_flight, 10);
         assert_eq!(cli.run.runtime.kube.namespace.as_deref(), Some("games"));

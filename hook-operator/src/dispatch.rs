@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use common::api::{Argument, HookRun};
+use common::api::HookRun;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
@@ -68,7 +68,11 @@ struct Inner {
     settings: EngineSettings,
     wake: Wake,
     next_id: AtomicU64,
+    lag_observer: Option<LagObserver>,
 }
+
+/// Receives every scheduling lag (the benchmark records exact percentiles with it).
+pub type LagObserver = Arc<dyn Fn(std::time::Duration) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -106,8 +110,25 @@ impl Dispatcher {
                 settings,
                 wake,
                 next_id: AtomicU64::new(1),
+                lag_observer: None,
             }),
         }
+    }
+
+    /// Like [`Dispatcher::new`], also reporting every scheduling lag to `observer`.
+    pub fn with_lag_observer(
+        providers: Arc<Providers>,
+        metrics: Arc<Metrics>,
+        settings: EngineSettings,
+        max_in_flight: usize,
+        wake: Wake,
+        observer: LagObserver,
+    ) -> Self {
+        let mut dispatcher = Self::new(providers, metrics, settings, max_in_flight, wake);
+        if let Some(inner) = Arc::get_mut(&mut dispatcher.inner) {
+            inner.lag_observer = Some(observer);
+        }
+        dispatcher
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -159,7 +180,6 @@ impl Dispatcher {
             self.forget(&round.id.uid);
             return;
         }
-        let args: Arc<[Argument]> = round.run.spec.args.clone().into();
         let mut slots = self.slots();
         let slot = slots.entry(round.id.uid.clone()).or_default();
         slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
@@ -168,16 +188,17 @@ impl Dispatcher {
             slot.last_write = Some((based_on, written));
         }
         for start in &round.plan.start {
-            if slot.in_flight.contains_key(&start.metric.name) {
+            if slot.in_flight.contains_key(&start.metric) || start.index >= round.run.spec.metrics.len() {
                 continue;
             }
             let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), args.clone(), token));
-            slot.in_flight.insert(start.metric.name.clone(), (token, Some(task.abort_handle())));
+            let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), round.run.clone(), token));
+            slot.in_flight.insert(start.metric.clone(), (token, Some(task.abort_handle())));
         }
     }
 
-    async fn measure(self, id: RunId, start: engine::Start, args: Arc<[Argument]>, token: u64) {
+    async fn measure(self, id: RunId, start: engine::Start, run: Arc<HookRun>, token: u64) {
+        let metric = &run.spec.metrics[start.index];
         let metrics = &self.inner.metrics;
         metrics.waiting.inc();
         let waiting = GaugeGuard(&metrics.waiting);
@@ -186,9 +207,12 @@ impl Dispatcher {
         drop(waiting);
         let lag = schedule::until(start.due, Timestamp::now());
         metrics.scheduling_lag.observe(lag.as_secs_f64());
+        if let Some(observer) = &self.inner.lag_observer {
+            observer(lag);
+        }
         metrics.in_flight.inc();
         let running = GaugeGuard(&metrics.in_flight);
-        let taken = measure::take(&self.inner.providers, &start.metric, &args).await;
+        let taken = measure::take(&self.inner.providers, metric, &run.spec.args).await;
         drop(running);
         drop(permit);
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
@@ -200,15 +224,15 @@ impl Dispatcher {
             .measurement_duration
             .get_or_create(&ProviderLabels { provider: taken.provider.to_string() })
             .observe(taken.latency.as_secs_f64());
-        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %start.metric.name, phase, "measurement finished");
+        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %start.metric, phase, "measurement finished");
         let delivered = {
             let mut slots = self.slots();
             match slots.get_mut(&id.uid) {
-                Some(slot) if slot.in_flight.get(&start.metric.name).is_some_and(|(t, _)| *t == token) => {
-                    slot.in_flight.remove(&start.metric.name);
+                Some(slot) if slot.in_flight.get(&start.metric).is_some_and(|(t, _)| *t == token) => {
+                    slot.in_flight.remove(&start.metric);
                     slot.finished.push(Finished {
                         id: token,
-                        metric: start.metric.name.clone(),
+                        metric: start.metric.clone(),
                         measurement: taken.measurement,
                         finished_at: taken.finished_at,
                         taken_before: start.taken_before,

@@ -57,7 +57,10 @@ pub struct Inputs<'a> {
 /// A measurement to start now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Start {
-    pub metric: Metric,
+    /// Index of the metric in `spec.metrics`.
+    pub index: usize,
+    /// Its name.
+    pub metric: String,
     /// When it was due; `now - due` is the scheduling lag.
     pub due: Timestamp,
     pub taken_before: i32,
@@ -212,9 +215,8 @@ fn complete_metric(result: &mut MetricResult, phase: HookPhase, why: String, not
 }
 
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
-    let original = inputs.status.cloned().unwrap_or_default();
     let mut plan = Plan {
-        status: original.clone(),
+        status: inputs.status.cloned().unwrap_or_default(),
         start: Vec::new(),
         wake_at: None,
         notes: Vec::new(),
@@ -223,7 +225,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         precise: inputs.precise.clone(),
         recorded: Vec::new(),
     };
-    if original.phase.is_some_and(HookPhase::is_completed) {
+    if plan.status.phase.is_some_and(HookPhase::is_completed) {
         plan.completed = true;
         return plan;
     }
@@ -341,7 +343,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         let precise = plan.precise.last_finish.get(&metric.name).copied();
         let due = schedule::due(metric, result, started_at, precise, inputs.settings);
         if due <= now {
-            plan.start.push(Start { metric: metric.clone(), due, taken_before: result.map_or(0, schedule::taken) });
+            plan.start.push(Start { index: i, metric: metric.name.clone(), due, taken_before: result.map_or(0, schedule::taken) });
         } else {
             plan.wake_at = Some(plan.wake_at.map_or(due, |w| w.min(due)));
         }

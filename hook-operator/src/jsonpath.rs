@@ -5,8 +5,15 @@
 //! and `asInt` works on both. One match gives that value; several give an array of them; none is an error
 //! that shows what the document looks like.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use jsonpath_rust::parser::model::JpQuery;
 use serde_json::Value;
+
+/// Parsed paths by text: every run of a template uses the same few paths, and parsing dominates extraction.
+static PATHS: LazyLock<Mutex<HashMap<String, Arc<Path>>>> = LazyLock::new(Default::default);
+const PATH_CACHE_LIMIT: usize = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JsonPathError {
@@ -34,6 +41,21 @@ impl Path {
             reason: e.to_string(),
         })?;
         Ok(Self { written: written.to_string(), query })
+    }
+
+    /// [`Path::parse`], remembering the result for the next measurement.
+    pub fn cached(written: &str) -> Result<Arc<Self>, JsonPathError> {
+        if let Some(path) = PATHS.lock().ok().and_then(|cache| cache.get(written).cloned()) {
+            return Ok(path);
+        }
+        let path = Arc::new(Self::parse(written)?);
+        if let Ok(mut cache) = PATHS.lock() {
+            if cache.len() >= PATH_CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(written.to_string(), path.clone());
+        }
+        Ok(path)
     }
 
     pub fn written(&self) -> &str {

@@ -44,26 +44,30 @@ impl Wakers {
     }
 }
 
-/// Drives one run to completion, calling `observe` after every round with the run as it now stands.
-pub async fn drive(dispatcher: &Dispatcher, wakers: &Wakers, run: HookRun, mut observe: impl FnMut(&Round, &HookRun)) -> HookRun {
+/// Drives one run to completion, calling `observe` after every round.
+pub async fn drive(dispatcher: &Dispatcher, wakers: &Wakers, run: HookRun, mut observe: impl FnMut(&Round)) -> HookRun {
     let mut run = Arc::new(run);
     let uid = RunId::of(&run).uid;
     let notify = wakers.register(&uid);
     loop {
         let now = Timestamp::now();
-        let round = dispatcher.plan(run.clone(), now);
-        if round.changed {
-            let mut updated = (*round.run).clone();
-            updated.status = Some(round.plan.status.clone());
-            run = Arc::new(updated);
-        }
-        observe(&round, &run);
+        let round = dispatcher.plan(run, now);
+        observe(&round);
         dispatcher.commit(&round, None);
-        if round.plan.completed {
+        let Round { run: base, plan, changed, .. } = round;
+        run = if changed {
+            // Measurement tasks may still hold the previous object; clone only in that case.
+            let mut updated = Arc::unwrap_or_clone(base);
+            updated.status = Some(plan.status);
+            Arc::new(updated)
+        } else {
+            base
+        };
+        if plan.completed {
             wakers.unregister(&uid);
             return Arc::unwrap_or_clone(run);
         }
-        match round.plan.wake_at {
+        match plan.wake_at {
             Some(at) => {
                 let delay = schedule::until(Timestamp::now(), at);
                 tokio::select! {

@@ -236,10 +236,10 @@ async fn a_hanging_webhook_never_delays_another_run() {
     hanging.provider.web.as_mut().unwrap().timeout_seconds = Some(3600);
     let stuck = tokio::spawn({
         let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());
-        async move { local::drive(&dispatcher, &wakers, run("stuck", hanging), |_, _| {}).await }
+        async move { local::drive(&dispatcher, &wakers, run("stuck", hanging), |_| {}).await }
     });
     let quick = Metric { count: 3, interval: Some("10ms".into()), ..web(format!("http://{addr}/"), Some("{$.age}"), Some("result == 45")) };
-    let done = tokio::time::timeout(Duration::from_secs(60), local::drive(&dispatcher, &wakers, run("quick", quick), |_, _| {}))
+    let done = tokio::time::timeout(Duration::from_secs(60), local::drive(&dispatcher, &wakers, run("quick", quick), |_| {}))
         .await
         .expect("the other run completes while the webhook hangs");
     let status = done.status.unwrap();
@@ -277,7 +277,7 @@ async fn in_flight_measurements_are_bounded() {
         .map(|i| {
             let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());
             let metric = web(format!("http://{addr}/"), Some("{$.age}"), Some("result == 45"));
-            tokio::spawn(async move { local::drive(&dispatcher, &wakers, run(&format!("r{i}"), metric), |_, _| {}).await })
+            tokio::spawn(async move { local::drive(&dispatcher, &wakers, run(&format!("r{i}"), metric), |_| {}).await })
         })
         .collect();
     for r in runs {

@@ -1,1 +1,234 @@
-fn main() {}
+//! `hook-bench`: drives N HookRuns through the engine (dispatcher, web provider, expression evaluation,
+//! status bookkeeping) against a local HTTP server with a configurable latency, and prints measurements/s,
+//! scheduling lag percentiles, CPU seconds and peak RSS. The server runs in a child process so its CPU is
+//! reported separately. Not a test: a command that prints figures.
+//!
+//! ```text
+//! cargo run --release -p hook-operator --bin hook-bench -- --runs 10000 --interval 1s --latency 100ms
+//! ```
+//!
+//! Every run has one web metric with `interval` and no `count` (it measures until the benchmark ends), the
+//! walkthrough's `jsonPath: {$.age}` and `successCondition: asInt(result) > 30`. Runs are created spread over
+//! the first interval, as a workload creates them over time. The API server is not involved: status is kept
+//! in memory (the same code path as `hook-operator check`).
+
+use std::net::SocketAddr;
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use clap::Parser;
+use common::api::{HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
+use common::runtime::flags::parse_duration;
+use hook_operator::dispatch::Dispatcher;
+use hook_operator::local::{self, Wakers};
+use hook_operator::metrics::Metrics;
+use hook_operator::providers::{ProviderSettings, Providers};
+use hook_operator::settings::EngineSettings;
+use kube::api::ObjectMeta;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+#[derive(Parser, Debug)]
+#[command(name = "hook-bench", about = "Benchmark of the HookRun engine against a local HTTP server")]
+struct Flags {
+    /// Concurrent HookRuns.
+    #[arg(long, default_value_t = 10_000)]
+    runs: usize,
+    /// `interval` of each run's metric.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Latency of the HTTP server's answers.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    latency: Duration,
+    /// Measured window, after the warm-up.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Time before the measured window (runs being created, connections opened).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// `--max-in-flight` of the dispatcher.
+    #[arg(long, default_value_t = 4000)]
+    max_in_flight: usize,
+    /// Internal: run only the HTTP server on this address and print the bound address.
+    #[arg(long, hide = true)]
+    serve: Option<SocketAddr>,
+}
+
+const BRYAN: &str = r#"{"name":"bryan","male":"yes","age":45}"#;
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("hook-bench: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match flags.serve {
+        Some(addr) => runtime.block_on(serve(addr, flags.latency)),
+        None => runtime.block_on(bench(flags)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hook-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(addr: SocketAddr, latency: Duration) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("binding {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    println!("{bound}");
+    let router = Router::new().fallback(get(move || async move {
+        tokio::time::sleep(latency).await;
+        ([("content-type", "application/json")], BRYAN)
+    }));
+    axum::serve(listener, router).await.map_err(|e| e.to_string())
+}
+
+/// CPU seconds (user + system) of a process, from /proc.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15 (1-based).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    // Clock ticks are 100 per second on Linux (USER_HZ).
+    Some((utime + stime) / 100.0)
+}
+
+fn peak_rss_mib(pid: &str) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn run(i: usize, url: &str, interval: Duration) -> HookRun {
+    HookRun {
+        metadata: ObjectMeta {
+            name: Some(format!("bench-{i}")),
+            namespace: Some("bench".into()),
+            uid: Some(format!("bench-{i}")),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        },
+        spec: HookRunSpec {
+            metrics: vec![Metric {
+                name: "webtest".into(),
+                interval: Some(common::duration::format_go(interval)),
+                success_condition: Some("asInt(result) > 30".into()),
+                provider: MetricProvider {
+                    web: Some(WebMetric { url: url.to_string(), json_path: Some("{$.age}".into()), ..WebMetric::default() }),
+                    ..MetricProvider::default()
+                },
+                ..Metric::default()
+            }],
+            ..HookRunSpec::default()
+        },
+        status: None,
+    }
+}
+
+async fn bench(flags: Flags) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("locating myself: {e}"))?;
+    let mut server = tokio::process::Command::new(exe)
+        .args(["--serve", "127.0.0.1:0", "--latency", &common::duration::format_go(flags.latency)])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting the server: {e}"))?;
+    let server_pid = server.id().map(|p| p.to_string()).unwrap_or_default();
+    let stdout = server.stdout.take().ok_or("the server has no stdout")?;
+    let addr = BufReader::new(stdout).lines().next_line().await.map_err(|e| e.to_string())?.ok_or("the server printed nothing")?;
+    let url = format!("http://{addr}/");
+
+    let metrics = Arc::new(Metrics::default());
+    let recording = Arc::new(AtomicBool::new(false));
+    let lags: Arc<Mutex<Vec<f64>>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
+    let recorded = Arc::new(AtomicU64::new(0));
+    let observer = {
+        let (recording, lags, recorded) = (recording.clone(), lags.clone(), recorded.clone());
+        Arc::new(move |lag: Duration| {
+            if recording.load(Ordering::Relaxed) {
+                recorded.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut lags) = lags.lock() {
+                    lags.push(lag.as_secs_f64());
+                }
+            }
+        })
+    };
+    let providers = Providers::new(&ProviderSettings::default(), None).map_err(|e| e.0)?;
+    let wakers = Wakers::default();
+    let dispatcher =
+        Dispatcher::with_lag_observer(providers, metrics.clone(), EngineSettings::default(), flags.max_in_flight, wakers.wake(), observer);
+
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(flags.runs);
+    let stagger = flags.interval.as_secs_f64() / flags.runs.max(1) as f64;
+    for i in 0..flags.runs {
+        let offset = Duration::from_secs_f64(stagger * i as f64);
+        let (dispatcher, wakers, hookrun) = (dispatcher.clone(), wakers.clone(), run(i, &url, flags.interval));
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(started + offset)).await;
+            local::drive(&dispatcher, &wakers, hookrun, |_| {}).await
+        }));
+    }
+
+    tokio::time::sleep(flags.warmup).await;
+    let cpu_before = cpu_seconds("self").unwrap_or_default();
+    let server_cpu_before = cpu_seconds(&server_pid).unwrap_or_default();
+    let window = Instant::now();
+    recording.store(true, Ordering::Relaxed);
+    tokio::time::sleep(flags.duration).await;
+    recording.store(false, Ordering::Relaxed);
+    let elapsed = window.elapsed().as_secs_f64();
+    let cpu = cpu_seconds("self").unwrap_or_default() - cpu_before;
+    let server_cpu = cpu_seconds(&server_pid).unwrap_or_default() - server_cpu_before;
+    let measurements = recorded.load(Ordering::Relaxed);
+    for task in &tasks {
+        task.abort();
+    }
+    let errors: u64 = ["Error", "Failed", "Inconclusive"]
+        .iter()
+        .map(|phase| {
+            metrics
+                .measurements
+                .get_or_create(&hook_operator::metrics::MeasurementLabels { provider: "web".into(), phase: phase.to_string() })
+                .get()
+        })
+        .sum();
+    let mut lags = lags.lock().map(|l| l.clone()).unwrap_or_default();
+    lags.sort_by(f64::total_cmp);
+    let ceiling = flags.runs as f64 / (flags.interval + flags.latency).as_secs_f64();
+    let rate = measurements as f64 / elapsed;
+    println!("hook-bench: {} runs, interval {:?}, server latency {:?}, window {:.1}s after {:?} warm-up", flags.runs, flags.interval, flags.latency, elapsed, flags.warmup);
+    println!("  measurements started     {measurements} ({rate:.0}/s; ceiling runs/(interval+latency) = {ceiling:.0}/s, {:.1}% of it)", 100.0 * rate / ceiling);
+    println!("  non-Successful (all time) {errors}");
+    println!(
+        "  scheduling lag           p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        percentile(&lags, 0.50) * 1e3,
+        percentile(&lags, 0.99) * 1e3,
+        lags.last().copied().unwrap_or_default() * 1e3
+    );
+    println!("  engine CPU               {cpu:.2} s in {elapsed:.1} s ({:.0}% of one core)", 100.0 * cpu / elapsed);
+    println!("  server CPU               {server_cpu:.2} s (separate process)");
+    println!("  engine peak RSS          {:.1} MiB", peak_rss_mib("self").unwrap_or_default());
+    let _ = server.kill().await;
+    Ok(())
+}

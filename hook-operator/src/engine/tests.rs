@@ -228,13 +228,13 @@ impl Sim {
                 break;
             }
             for start in &plan.start {
-                self.taken_at.push((start.metric.name.clone(), self.now));
-                let phase = self.outcomes.get_mut(&start.metric.name).and_then(VecDeque::pop_front).unwrap_or(S);
+                self.taken_at.push((start.metric.clone(), self.now));
+                let phase = self.outcomes.get_mut(&start.metric).and_then(VecDeque::pop_front).unwrap_or(S);
                 self.next_id += 1;
                 let finished_at = self.now.checked_add(Duration::from_millis(100)).unwrap();
                 finished.push(Finished {
                     id: self.next_id,
-                    metric: start.metric.name.clone(),
+                    metric: start.metric.clone(),
                     measurement: Measurement {
                         phase: Some(phase),
                         started_at: Some(Time(self.now)),

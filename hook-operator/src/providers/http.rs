@@ -96,14 +96,14 @@ impl Http {
         timeout: Duration,
         insecure: bool,
     ) -> Result<Response, ProviderError> {
-        let what = format!("{method} {url}");
-        let mut target = Url::parse(url).map_err(|e| ProviderError(format!("{what}: invalid URL: {e}")))?;
+        let what = || format!("{method} {url}");
+        let mut target = Url::parse(url).map_err(|e| ProviderError(format!("{}: invalid URL: {e}", what())))?;
         if !matches!(target.scheme(), "http" | "https") {
-            return Err(ProviderError(format!("{what}: only http and https URLs are supported")));
+            return Err(ProviderError(format!("{}: only http and https URLs are supported", what())));
         }
         let host_header = self.rewrite(&mut target);
         let client = if insecure { &self.insecure } else { &self.client };
-        let mut request = client.request(method, target).timeout(timeout);
+        let mut request = client.request(method.clone(), target).timeout(timeout);
         if let Some(host) = host_header {
             request = request.header(reqwest::header::HOST, host);
         }
@@ -122,9 +122,9 @@ impl Http {
         let started = Instant::now();
         let failed = |e: reqwest::Error| {
             if e.is_timeout() {
-                ProviderError(format!("{what}: no response within {}", crate::text::seconds(timeout)))
+                ProviderError(format!("{}: no response within {}", what(), crate::text::seconds(timeout)))
             } else {
-                ProviderError(format!("{what}: {}", describe(&e)))
+                ProviderError(format!("{}: {}", what(), describe(&e)))
             }
         };
         let mut response = request.send().await.map_err(failed)?;
@@ -133,7 +133,8 @@ impl Http {
             && length > self.max_body as u64
         {
             return Err(ProviderError(format!(
-                "{what}: the response body ({length} bytes) exceeds the {} byte limit",
+                "{}: the response body ({length} bytes) exceeds the {} byte limit",
+                what(),
                 self.max_body
             )));
         }
@@ -141,7 +142,8 @@ impl Http {
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
             if body.len() + chunk.len() > self.max_body {
                 return Err(ProviderError(format!(
-                    "{what}: the response body exceeds the {} byte limit",
+                    "{}: the response body exceeds the {} byte limit",
+                    what(),
                     self.max_body
                 )));
             }
