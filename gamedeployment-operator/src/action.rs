@@ -1,6 +1,8 @@
 //! What the planner asks the API to do. Every action is complete data — the pod to create, the JSON patch with
 //! its preconditions — so the executor only sends it, and tests can apply it to a simulated cluster.
 
+use common::api::HookRun;
+use common::hookrun::HookKind;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
@@ -133,6 +135,20 @@ pub enum Action {
         expected: Vec<String>,
         remaining: Vec<String>,
     },
+    /// Start a hook for a pod (or a canary step). Its name is deterministic, so a second create only finds it.
+    CreateHookRun(Box<HookRun>),
+    /// Remove a run: its pod is gone or moved on, or a retry starts it again. The UID makes it precise.
+    DeleteHookRun {
+        name: String,
+        uid: String,
+        why: String,
+    },
+    /// Set `spec.<kind strategy>.retry` back to false, only if the GameDeployment is still at
+    /// `resource_version` (a newer request is never lost) and only after this plan's deletions succeeded.
+    ResetRetry {
+        kind: HookKind,
+        resource_version: String,
+    },
 }
 
 impl Action {
@@ -149,7 +165,11 @@ impl Action {
                 PatchReason::ReadinessGate | PatchReason::Lifecycle => Phase::Housekeeping,
                 _ => Phase::Update,
             },
-            Self::DeleteRevision { .. } | Self::PrunePodsToDelete { .. } => Phase::Housekeeping,
+            Self::DeleteRevision { .. }
+            | Self::PrunePodsToDelete { .. }
+            | Self::CreateHookRun(_)
+            | Self::DeleteHookRun { .. }
+            | Self::ResetRetry { .. } => Phase::Housekeeping,
         }
     }
 

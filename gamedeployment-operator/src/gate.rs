@@ -1,14 +1,27 @@
 //! THE gate: every pod deletion and every in-place or hot-patch update the planner wants to make is first put to
 //! [`check`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
-//! invariant ("no gated pod changes without a `Successful` HookRun") has exactly one place to live.
+//! invariant ("no gated pod changes without a `Successful` HookRun for that pod and revision") lives here.
 //!
-//! Today the gate allows everything: hooks (`preDeleteUpdateStrategy`, `preInplaceUpdateStrategy`) are issue 6.
-//! The planner already treats `Wait` and `Blocked` the way hooks need: the pod is *held* — it keeps its
-//! lifecycle state (`PreparingDelete` / `PreparingUpdate`), counts as unavailable for the update budget, is not
-//! chosen a second time, and does not stop other pods from progressing.
+//! Which hook gates what (BCS semantics, `research/bcs-gamedeployment-spec.md` §4.2/§4.3):
+//! - every deletion (scale-in, `podsToDelete`, RollingUpdate, recreate fallback): `preDeleteUpdateStrategy.hook`;
+//! - an in-place update: `preInplaceUpdateStrategy.hook`, or the pre-delete hook when that is absent;
+//! - a hot-patch update: `preInplaceUpdateStrategy.hook` only (a hot patch destroys nothing).
+//!
+//! A pod that is not Running passes without a hook. The decision is pure: it reads the observed HookRuns and
+//! HookTemplates; the HookRun to create is handed back for the planner to turn into an action.
+//!
+//! Held pods (`Wait`, `Blocked`) keep their lifecycle state (`PreparingDelete` / `PreparingUpdate`), count as
+//! unavailable for the update budget, and do not stop other pods from progressing.
 
-use common::api::GameDeployment;
+use common::api::Argument;
+use common::api::{GameDeployment, HookPhase, HookRun, HookStep, HookTemplate};
+use common::hookrun::{self, HookKind, NewHookRun};
+use common::keys::{self, hook_args};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::ownership;
 
 /// Why a pod is about to be deleted. Hooks treat every cause the same (BCS gates scale-in, `podsToDelete` and
 /// the delete half of a RollingUpdate with one hook); the cause is carried for events, metrics and messages.
@@ -54,11 +67,42 @@ pub struct GateRequest<'a> {
     pub target_revision: Option<&'a str>,
 }
 
-/// What the gate knows about the world besides the pod: the GameDeployment (its hook configuration). Issue 6 adds
-/// the observed HookRuns and HookTemplates here.
+/// What the gate knows about the world besides the pod: the GameDeployment (its hook configuration), the
+/// namespace's HookRuns and HookTemplates as observed, and the clock.
 #[derive(Debug, Clone, Copy)]
 pub struct GateState<'a> {
     pub gd: &'a GameDeployment,
+    pub hook_runs: &'a [HookRun],
+    pub templates: &'a [HookTemplate],
+    pub now: Timestamp,
+}
+
+/// The hook side of a decision: which run decides the pod, what to create, what the status shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookGate {
+    pub kind: HookKind,
+    pub run_name: String,
+    /// No run exists yet: create this one.
+    pub create: Option<Box<HookRun>>,
+    /// The run's phase (`Pending` while it is being created).
+    pub phase: HookPhase,
+    /// When the run started (its creation), for `status.*HookCondition[].startTime`.
+    pub started: Time,
+    /// A configuration problem (missing template, unresolved arg) that only a person can fix.
+    pub problem: Option<String>,
+}
+
+/// A decision with its hook details (None when no hook is involved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub decision: GateDecision,
+    pub hook: Option<HookGate>,
+}
+
+impl Verdict {
+    fn allow() -> Self {
+        Self { decision: GateDecision::Allow, hook: None }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,11 +129,156 @@ impl GateDecision {
     }
 }
 
+/// The hook configured for a change, and the run kind it creates (in-place falls back to the pre-delete hook).
+pub fn hook_for(gd: &GameDeployment, kind: GateKind) -> Option<(HookKind, &HookStep, bool)> {
+    let pre_delete = gd.spec.pre_delete_update_strategy.as_ref().and_then(|s| Some((s.hook.as_ref()?, s.retry)));
+    let pre_inplace = gd.spec.pre_inplace_update_strategy.as_ref().and_then(|s| Some((s.hook.as_ref()?, s.retry)));
+    match kind {
+        GateKind::Delete(_) => pre_delete.map(|(h, r)| (HookKind::PreDelete, h, r)),
+        GateKind::InPlaceUpdate => pre_inplace
+            .map(|(h, r)| (HookKind::PreInplace, h, r))
+            .or_else(|| pre_delete.map(|(h, r)| (HookKind::PreDelete, h, r))),
+        GateKind::HotPatchUpdate => pre_inplace.map(|(h, r)| (HookKind::PreInplace, h, r)),
+    }
+}
+
+/// The pod's instance id (label, else the name's last segment as BCS derives it).
+pub fn instance_id(pod: &Pod) -> &str {
+    common::pod::label(pod, keys::INSTANCE_ID)
+        .unwrap_or_else(|| pod.metadata.name.as_deref().and_then(|n| n.rsplit('-').next()).unwrap_or(""))
+}
+
+/// Args injected into a pod's run: the hook's args, then the pod's identity (later wins, as in BCS).
+pub fn pod_args(step: &HookStep, pod: &Pod, modified: &[String]) -> Vec<Argument> {
+    let mut args = hookrun::step_args(step);
+    args.push(Argument::new(hook_args::POD_NAME, pod.metadata.name.clone().unwrap_or_default()));
+    args.push(Argument::new(hook_args::POD_NAMESPACE, pod.metadata.namespace.clone().unwrap_or_default()));
+    args.push(Argument::new(hook_args::POD_IP, common::pod::pod_ip(pod)));
+    args.push(Argument::new(hook_args::HOST_IP, common::pod::host_ip(pod)));
+    for (i, c) in pod.spec.iter().flat_map(|s| s.containers.iter()).enumerate() {
+        args.push(Argument::new(format!("{}[{i}]", hook_args::POD_CONTAINER), c.name.clone()));
+    }
+    for (i, name) in modified.iter().enumerate() {
+        args.push(Argument::new(format!("{}[{i}]", hook_args::MODIFIED_CONTAINER), name.clone()));
+    }
+    args
+}
+
+/// Builds the run a pod needs from its template, or says why it cannot be built.
+pub fn build_pod_run(
+    state: &GateState<'_>,
+    kind: HookKind,
+    step: &HookStep,
+    pod: &Pod,
+    revision: &str,
+    modified: &[String],
+) -> Result<HookRun, String> {
+    let namespace = state.gd.metadata.namespace.clone().unwrap_or_default();
+    let template = state
+        .templates
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(step.template_name.as_str()))
+        .ok_or_else(|| format!("HookTemplate {:?} not found in namespace {namespace}", step.template_name))?;
+    let id = instance_id(pod);
+    let gd_name = state.gd.metadata.name.as_deref().unwrap_or("");
+    let new = NewHookRun {
+        name: hookrun::pod_hook_name(kind, revision, id, &step.template_name),
+        namespace,
+        labels: hookrun::pod_hook_labels(kind, revision, id, gd_name),
+        owner: Some(ownership::owner_reference(state.gd)),
+        args: pod_args(step, pod, modified),
+    };
+    hookrun::from_template(template, new).map_err(|e| e.to_string())
+}
+
+/// The run of this kind for this pod and revision, if observed (ours: it carries our workload label).
+pub fn find_run<'a>(state: &GateState<'a>, name: &str) -> Option<&'a HookRun> {
+    let gd_name = state.gd.metadata.name.as_deref();
+    state.hook_runs.iter().find(|r| {
+        r.metadata.name.as_deref() == Some(name)
+            && r.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_WORKLOAD_NAME)).map(String::as_str)
+                == gd_name
+    })
+}
+
+pub fn run_phase(run: &HookRun) -> HookPhase {
+    run.status.as_ref().and_then(|s| s.phase).unwrap_or(HookPhase::Pending)
+}
+
+pub fn run_started(run: &HookRun, now: Timestamp) -> Time {
+    run.metadata.creation_timestamp.clone().unwrap_or(Time(now))
+}
+
+/// The strategy field a person sets to retry failed runs of this kind.
+pub fn retry_field(kind: HookKind) -> &'static str {
+    match kind {
+        HookKind::PreDelete => "preDeleteUpdateStrategy",
+        HookKind::PreInplace => "preInplaceUpdateStrategy",
+        HookKind::PostInplace => "postInplaceUpdateStrategy",
+        HookKind::CanaryStep => "updateStrategy.canary",
+    }
+}
+
 /// Decides whether a pod change may happen now.
 pub fn check(request: &GateRequest<'_>, state: &GateState<'_>) -> GateDecision {
-    // Hook gates (issue 6) plug in here; without hooks every change is allowed, as in BCS.
-    let _ = (request, state);
-    GateDecision::Allow
+    verdict(request, state, &[]).decision
+}
+
+/// [`check`] with the hook details. `modified` names the containers an in-place update changes.
+pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[String]) -> Verdict {
+    let Some((kind, step, retry)) = hook_for(state.gd, request.kind) else { return Verdict::allow() };
+    // A pod that does not run serves nobody: nothing to drain (BCS).
+    if !common::pod::is_running(request.pod) {
+        return Verdict::allow();
+    }
+    let revision = request.pod_revision.unwrap_or("");
+    let pod_name = request.pod.metadata.name.as_deref().unwrap_or("");
+    let run_name = hookrun::pod_hook_name(kind, revision, instance_id(request.pod), &step.template_name);
+    let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
+    let Some(run) = find_run(state, &run_name) else {
+        return match build_pod_run(state, kind, step, request.pod, revision, modified) {
+            Ok(run) => Verdict {
+                decision: GateDecision::Wait(format!("HookRun {run_name} is being created")),
+                hook: Some(HookGate {
+                    kind,
+                    run_name,
+                    create: Some(Box::new(run)),
+                    phase: HookPhase::Pending,
+                    started: Time(state.now),
+                    problem: None,
+                }),
+            },
+            Err(problem) => Verdict {
+                decision: GateDecision::Blocked(format!("pod {pod_name}: {problem}")),
+                hook: Some(HookGate {
+                    kind,
+                    run_name,
+                    create: None,
+                    phase: HookPhase::Pending,
+                    started: Time(state.now),
+                    problem: Some(problem),
+                }),
+            },
+        };
+    };
+    let phase = run_phase(run);
+    let started = run_started(run, state.now);
+    let decision = match phase {
+        HookPhase::Successful => GateDecision::Allow,
+        HookPhase::Pending | HookPhase::Running => GateDecision::Wait(format!("HookRun {run_name} is {phase}")),
+        HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive if retry => {
+            GateDecision::Wait(format!("HookRun {run_name} ended {phase}; retrying it"))
+        }
+        HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive => {
+            let why = run.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
+            let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
+            GateDecision::Blocked(format!(
+                "HookRun {run_name} ended {phase}{why}; fix the hook, then set spec.{}.retry: true",
+                retry_field(kind)
+            ))
+        }
+    };
+    Verdict { decision, hook: Some(HookGate { kind, run_name, create: None, phase, started, problem: None }) }
 }
 
 #[cfg(test)]
@@ -116,7 +305,8 @@ mod tests {
             GateKind::HotPatchUpdate,
         ] {
             let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1"), target_revision: Some("web-2") };
-            assert_eq!(check(&request, &GateState { gd: &gd }), GateDecision::Allow);
+            let state = GateState { gd: &gd, hook_runs: &[], templates: &[], now: Timestamp::UNIX_EPOCH };
+            assert_eq!(check(&request, &state), GateDecision::Allow);
         }
         assert_eq!(GateDecision::Wait("hook running".into()).reason(), Some("hook running"));
     }

@@ -9,6 +9,7 @@ pub mod action;
 pub mod controller;
 pub mod expectations;
 pub mod gate;
+pub mod hooks;
 pub mod lifecycle;
 pub mod metrics;
 pub mod ownership;

@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::api::GameDeployment;
+use common::api::{GameDeployment, HookRun};
+use common::hookrun::HookKind;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
@@ -133,6 +134,26 @@ impl Executor<'_> {
 
         for action in of(|a| matches!(a, Action::PrunePodsToDelete { .. } | Action::DeleteRevision { .. })) {
             self.housekeeping(action, &mut outcome).await;
+        }
+
+        for action in of(|a| matches!(a, Action::CreateHookRun(_))) {
+            if let Action::CreateHookRun(run) = action {
+                self.create_hook_run(run, &mut outcome).await;
+            }
+        }
+        let mut deletes_ok = true;
+        for action in of(|a| matches!(a, Action::DeleteHookRun { .. })) {
+            if let Action::DeleteHookRun { name, uid, why } = action {
+                deletes_ok &= self.delete_hook_run(name, uid, why, &mut outcome).await;
+            }
+        }
+        // A retry is acknowledged only once the failed runs are really gone: otherwise the request stays.
+        if deletes_ok {
+            for action in of(|a| matches!(a, Action::ResetRetry { .. })) {
+                if let Action::ResetRetry { kind, resource_version } = action {
+                    self.reset_retry(*kind, resource_version, &mut outcome).await;
+                }
+            }
         }
         outcome
     }
@@ -485,6 +506,92 @@ impl Executor<'_> {
             },
             _ => {}
         }
+    }
+}
+
+impl Executor<'_> {
+    fn hook_runs(&self) -> Api<HookRun> {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace())
+    }
+
+    async fn create_hook_run(&self, run: &HookRun, outcome: &mut Outcome) {
+        let name = run.name_any();
+        match self.hook_runs().create(&PostParams::default(), run).await {
+            Ok(created) => {
+                self.ctx.hook_overlay.created(created);
+                outcome.succeeded.insert(Phase::Housekeeping);
+                outcome.events.push(PlannedEvent::normal(
+                    "SuccessfulCreateHookRun",
+                    format!("created HookRun {name} for {}", describe_run(run)),
+                ));
+            }
+            // The run exists already (our cache had not shown it): it is the one we would create — same
+            // deterministic name for the same pod, revision and template — and the next pass reads it.
+            Err(e) if code(&e) == Some(409) => outcome.stale += 1,
+            Err(e) => outcome.fail(
+                Phase::Housekeeping,
+                PlannedEvent::warning("FailedCreateHookRun", format!("creating HookRun {name}: {e}")),
+            ),
+        }
+    }
+
+    async fn delete_hook_run(&self, name: &str, uid: &str, why: &str, outcome: &mut Outcome) -> bool {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+            ..DeleteParams::background()
+        };
+        match self.hook_runs().delete(name, &params).await {
+            Ok(_) => {
+                self.ctx.hook_overlay.deleted(uid);
+                outcome
+                    .events
+                    .push(PlannedEvent::normal("SuccessfulDeleteHookRun", format!("deleted HookRun {name}: {why}")));
+                true
+            }
+            Err(e) if matches!(code(&e), Some(404 | 409)) => {
+                self.ctx.hook_overlay.deleted(uid);
+                true
+            }
+            Err(e) => {
+                outcome.fail(
+                    Phase::Housekeeping,
+                    PlannedEvent::warning("FailedDeleteHookRun", format!("deleting HookRun {name}: {e}")),
+                );
+                false
+            }
+        }
+    }
+
+    async fn reset_retry(&self, kind: HookKind, resource_version: &str, outcome: &mut Outcome) {
+        let field = crate::gate::retry_field(kind);
+        let ops = [
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
+            json!({"op": "replace", "path": format!("/spec/{field}/retry"), "value": false}),
+        ];
+        let result = match json_patch(&ops) {
+            Ok(patch) => self.gds().patch(&self.gd.name_any(), &PatchParams::default(), &patch).await.map(|_| ()),
+            Err(e) => Err(kube::Error::SerdeError(e)),
+        };
+        match result {
+            Ok(()) => outcome.events.push(PlannedEvent::normal(
+                "HookRetried",
+                format!("restarted the failed {} HookRuns; spec.{field}.retry is false again", kind.type_label()),
+            )),
+            // The GameDeployment changed since this pass read it (maybe a new retry request): the next pass
+            // decides again, so no request is lost.
+            Err(e) if matches!(code(&e), Some(409 | 422)) => outcome.stale += 1,
+            Err(e) => tracing::warn!(error = %e, field, "resetting the retry flag failed"),
+        }
+    }
+}
+
+fn describe_run(run: &HookRun) -> String {
+    let labels = run.metadata.labels.clone().unwrap_or_default();
+    match (labels.get(common::keys::HOOKRUN_INSTANCE_ID), labels.get(common::keys::HOOKRUN_WORKLOAD_REVISION)) {
+        (Some(id), Some(rev)) => format!("the pod with instance id {id} at revision {rev}"),
+        _ => labels
+            .get(common::keys::HOOKRUN_CANARY_STEP_INDEX)
+            .map_or_else(|| "this GameDeployment".to_string(), |step| format!("canary step {step}")),
     }
 }
 

@@ -9,13 +9,14 @@
 
 mod events;
 mod execute;
+mod overlay;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::api::{GameDeployment, GameDeploymentStatus};
+use common::api::{GameDeployment, GameDeploymentStatus, HookRun, HookTemplate};
 use common::keys;
 use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -100,6 +101,10 @@ pub struct Context {
     pub client: Client,
     pub pods: Store<Pod>,
     pub revisions: Store<ControllerRevision>,
+    pub hook_runs: Store<HookRun>,
+    pub hook_templates: Store<HookTemplate>,
+    /// HookRuns we created or deleted that the cache does not show yet.
+    hook_overlay: overlay::HookOverlay,
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
     pub expectations: Expectations,
     pub metrics: Metrics,
@@ -233,6 +238,8 @@ async fn reconcile_inner(cached: &GameDeployment, ctx: &Context) -> Result<Reque
     let namespace = gd.namespace().ok_or_else(|| Error::NoNamespace(gd.name_any()))?;
     synced(&ctx.pods, "pod").await?;
     synced(&ctx.revisions, "controllerrevision").await?;
+    synced(&ctx.hook_runs, "hookrun").await?;
+    synced(&ctx.hook_templates, "hooktemplate").await?;
     let expired = ctx.expectations.expire(Instant::now());
     ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
 
@@ -273,8 +280,25 @@ async fn reconcile_inner(cached: &GameDeployment, ctx: &Context) -> Result<Reque
         }
     }
 
+    let cached_runs: Vec<HookRun> = ctx
+        .hook_runs
+        .state()
+        .iter()
+        .filter(|r| r.namespace().as_deref() == Some(&namespace))
+        .map(|r| r.as_ref().clone())
+        .collect();
+    let hook_runs = ctx.hook_overlay.apply(&namespace, cached_runs);
+    let hook_templates: Vec<HookTemplate> = ctx
+        .hook_templates
+        .state()
+        .iter()
+        .filter(|t| t.namespace().as_deref() == Some(&namespace))
+        .map(|t| t.as_ref().clone())
+        .collect();
     let node_costs = ctx.node_costs();
     let observed = Observed {
+        hook_runs: &hook_runs,
+        hook_templates: &hook_templates,
         gd,
         pods: pod_refs,
         revisions: revision_refs,
@@ -386,6 +410,28 @@ fn pod_owners(pod: &Pod, gds: &Store<GameDeployment>) -> Vec<ObjectRef<GameDeplo
         .collect()
 }
 
+/// GameDeployments of the template's namespace that name it in a hook (creating a missing template unblocks them
+/// at once; changing one matters to runs created from now on).
+fn template_users(template: &HookTemplate, gds: &Store<GameDeployment>) -> Vec<ObjectRef<GameDeployment>> {
+    let namespace = template.namespace().unwrap_or_default();
+    let name = template.name_any();
+    gds.state()
+        .iter()
+        .filter(|gd| gd.namespace().as_deref() == Some(&namespace))
+        .filter(|gd| {
+            let spec = &gd.spec;
+            let hooks = [
+                spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+                spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+                spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+            ];
+            let steps = spec.update_strategy.canary.iter().flat_map(|c| c.steps.iter()).filter_map(|s| s.hook.as_ref());
+            hooks.into_iter().flatten().chain(steps).any(|h| h.template_name == name)
+        })
+        .map(|gd| ObjectRef::from_obj(gd.as_ref()))
+        .collect()
+}
+
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -433,6 +479,20 @@ pub async fn run(
             .reflect(revision_writer)
             .touched_objects();
 
+    let (hook_run_reader, hook_run_writer) = reflector::store::<HookRun>();
+    let hook_run_stream = watcher(api::<HookRun>(&client, namespace), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|r| {
+            r.managed_fields_mut().clear();
+        })
+        .reflect(hook_run_writer)
+        .touched_objects();
+    let (template_reader, template_writer) = reflector::store::<HookTemplate>();
+    let template_stream = watcher(api::<HookTemplate>(&client, namespace), watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(template_writer)
+        .touched_objects();
+
     let nodes = if config.node_costs {
         let (node_reader, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
         let stream =
@@ -456,6 +516,9 @@ pub async fn run(
         client,
         pods: pod_reader.clone(),
         revisions: revision_reader.clone(),
+        hook_runs: hook_run_reader.clone(),
+        hook_templates: template_reader.clone(),
+        hook_overlay: overlay::HookOverlay::new(config.expectations_timeout),
         nodes,
         expectations: Expectations::new(config.expectations_timeout),
         metrics,
@@ -479,10 +542,13 @@ pub async fn run(
     });
 
     let mapper_store = gd_reader.clone();
+    let template_store = gd_reader.clone();
     Controller::for_stream(gd_stream, gd_reader)
         .with_config(ControllerConfig::default().concurrency(config.concurrency).debounce(config.debounce))
         .watches_stream(pod_stream, move |pod: Pod| pod_owners(&pod, &mapper_store))
         .owns_stream(revision_stream)
+        .owns_stream(hook_run_stream)
+        .watches_stream(template_stream, move |t: HookTemplate| template_users(&t, &template_store))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| {

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::{Ctx, Plan, PodInfo};
 use crate::action::{Action, PatchReason, PodChange, PodWrite};
-use crate::gate::{self, GateDecision, GateKind, GateRequest};
+use crate::gate::{self, GateDecision, GateKind, GateRequest, HookGate};
 use crate::lifecycle::{self, LifecycleState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,11 +37,13 @@ impl PlannedEvent {
 }
 
 /// A pod a gate did not let through this pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HeldPod {
     pub name: String,
     pub kind: GateKind,
     pub decision: GateDecision,
+    /// The hook that holds it, if a hook does.
+    pub hook: Option<HookGate>,
 }
 
 #[derive(Debug, Default)]
@@ -49,6 +51,8 @@ pub(crate) struct Draft {
     pub actions: Vec<Action>,
     pub events: Vec<PlannedEvent>,
     pub held: Vec<HeldPod>,
+    /// Hook runs that let a pod through this pass (kept until the pod has moved on).
+    pub passed_runs: BTreeSet<String>,
     touched: BTreeSet<String>,
     requeue: Option<Duration>,
 }
@@ -77,14 +81,27 @@ impl Draft {
     /// Puts a pod change to the gate. On `Allow` the caller acts; otherwise the pod is held: it is moved to
     /// `PreparingDelete` / `PreparingUpdate` (if it is not there yet) and recorded with the reason.
     pub fn pass_gate(&mut self, ctx: &Ctx<'_>, info: &PodInfo<'_>, kind: GateKind) -> bool {
+        self.pass_gate_with(ctx, info, kind, &[])
+    }
+
+    /// [`Self::pass_gate`] for an in-place update that changes the `modified` containers (pre-inplace hook args).
+    /// A run the gate asks for is created by an action of this plan.
+    pub fn pass_gate_with(&mut self, ctx: &Ctx<'_>, info: &PodInfo<'_>, kind: GateKind, modified: &[String]) -> bool {
         let target = match kind {
             GateKind::Delete(_) => None,
             GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => Some(ctx.update_revision.as_str()),
         };
         let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
-        let decision = gate::check(&request, &ctx.gate);
+        let verdict = gate::verdict(&request, &ctx.gate, modified);
+        let decision = verdict.decision;
         if decision.is_allow() {
+            if let Some(hook) = verdict.hook {
+                self.passed_runs.insert(hook.run_name);
+            }
             return true;
+        }
+        if let Some(run) = verdict.hook.as_ref().and_then(|h| h.create.clone()) {
+            self.actions.push(Action::CreateHookRun(run));
         }
         let state = match kind {
             GateKind::Delete(_) => LifecycleState::PreparingDelete,
@@ -98,7 +115,7 @@ impl Draft {
                 summary: format!("held in {}: {}", state.as_str(), decision.reason().unwrap_or_default()),
             }));
         }
-        self.held.push(HeldPod { name: info.name.to_string(), kind, decision });
+        self.held.push(HeldPod { name: info.name.to_string(), kind, decision, hook: verdict.hook });
         false
     }
 

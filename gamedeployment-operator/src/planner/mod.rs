@@ -54,6 +54,10 @@ pub struct Observed<'a> {
     pub now: Timestamp,
     /// Seed for new instance ids (the caller passes a random one; tests a fixed one).
     pub seed: u64,
+    /// The namespace's HookRuns (the gate reads those of this GameDeployment).
+    pub hook_runs: &'a [common::api::HookRun],
+    /// The namespace's HookTemplates.
+    pub hook_templates: &'a [common::api::HookTemplate],
 }
 
 /// What to do, and the status the GameDeployment should show.
@@ -188,12 +192,16 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         // 6. Housekeeping.
         release_unneeded_holds(&ctx, &infos, &mut draft);
         prune_pods_to_delete(gd, &owned, &mut draft);
+        crate::hooks::housekeeping(&ctx, &owned, &mut draft);
     }
     truncate_history(&ctx, &owned, &observed.revisions, &mut draft);
     grace_and_readiness_requeue(&ctx, &infos, &mut draft);
 
     // 7. Status.
-    let status = status::compute(&ctx, &old_status, &infos, &draft, &spec_problems);
+    let mut status = status::compute(&ctx, &old_status, &infos, &draft, &spec_problems);
+    let mut hook_events = Vec::new();
+    crate::hooks::status(&ctx, &infos, &draft, &old_status, &mut status, &mut hook_events);
+    draft.events.extend(hook_events);
     draft.events.extend(status::transition_events(&old_status, &status));
     draft.finish(status)
 }
@@ -287,7 +295,7 @@ fn resolve_settings<'a>(
         update_revision,
         current_revision,
         templates,
-        gate: GateState { gd },
+        gate: GateState { gd, hook_runs: observed.hook_runs, templates: observed.hook_templates, now: observed.now },
         costs: DeletionCosts::new(observed.node_costs, sort_method.map(String::as_str)),
         update_settings_ok,
     }

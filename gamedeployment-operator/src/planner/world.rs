@@ -30,6 +30,8 @@ pub(crate) struct World {
     next_uid: u64,
     /// Patches the "server" rejected (failed `test`), for assertions.
     pub rejected: usize,
+    pub hook_runs: Vec<common::api::HookRun>,
+    pub hook_templates: Vec<common::api::HookTemplate>,
 }
 
 pub(crate) fn ts(second: i64) -> Timestamp {
@@ -50,6 +52,8 @@ impl World {
             seed: 7,
             next_uid: 0,
             rejected: 0,
+            hook_runs: Vec::new(),
+            hook_templates: Vec::new(),
         }
     }
 
@@ -61,6 +65,8 @@ impl World {
             node_costs: &self.node_costs,
             now: ts(self.now),
             seed: self.seed,
+            hook_runs: &self.hook_runs,
+            hook_templates: &self.hook_templates,
         };
         plan(&observed)
     }
@@ -159,6 +165,40 @@ impl World {
                             return;
                         }
                     }
+                }
+            }
+            Action::CreateHookRun(run) => {
+                if self.hook_runs.iter().any(|r| r.metadata.name == run.metadata.name) {
+                    self.rejected += 1;
+                    return;
+                }
+                let mut run = (**run).clone();
+                run.metadata.uid = Some(self.uid());
+                run.metadata.creation_timestamp = Some(Time(now));
+                self.hook_runs.push(run);
+            }
+            Action::DeleteHookRun { name, uid, .. } => self.hook_runs.retain(|r| {
+                r.metadata.name.as_deref() != Some(name.as_str()) || r.metadata.uid.as_deref() != Some(uid.as_str())
+            }),
+            Action::ResetRetry { kind, .. } => {
+                let spec = &mut self.gd.spec;
+                match kind {
+                    common::hookrun::HookKind::PreDelete => {
+                        if let Some(s) = spec.pre_delete_update_strategy.as_mut() {
+                            s.retry = false;
+                        }
+                    }
+                    common::hookrun::HookKind::PreInplace => {
+                        if let Some(s) = spec.pre_inplace_update_strategy.as_mut() {
+                            s.retry = false;
+                        }
+                    }
+                    common::hookrun::HookKind::PostInplace => {
+                        if let Some(s) = spec.post_inplace_update_strategy.as_mut() {
+                            s.retry = false;
+                        }
+                    }
+                    common::hookrun::HookKind::CanaryStep => {}
                 }
             }
             Action::PrunePodsToDelete { expected, remaining } => {

@@ -110,7 +110,8 @@ fn update_pod(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft) {
         now: ctx.now,
     };
     let kind = if hot_patch { GateKind::HotPatchUpdate } else { GateKind::InPlaceUpdate };
-    if draft.pass_gate(ctx, info, kind) {
+    let modified: Vec<String> = change.images.keys().cloned().collect();
+    if draft.pass_gate_with(ctx, info, kind, &modified) {
         let change = if hot_patch { hotpatch::update(&step) } else { inplace::start(&step, ctx.grace_seconds) };
         draft.actions.push(Action::PatchPod(change));
     }

@@ -1,0 +1,107 @@
+//! Expectations for HookRuns: runs we created or deleted that the watch cache does not show yet. Planning from
+//! the cache alone would create a run twice (harmless, the name is deterministic) or — worse — read a run we
+//! just deleted for a retry as still failed, or miss that a new one exists. The overlay adds our own creations
+//! and hides our own deletions until the cache agrees, or until `timeout` says the cache will not catch up.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::api::HookRun;
+
+#[derive(Debug)]
+pub struct HookOverlay {
+    timeout: Duration,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// By UID: runs we created.
+    created: HashMap<String, (HookRun, Instant)>,
+    /// UIDs of runs we deleted.
+    deleted: HashMap<String, Instant>,
+}
+
+fn uid(run: &HookRun) -> &str {
+    run.metadata.uid.as_deref().unwrap_or("")
+}
+
+impl HookOverlay {
+    pub fn new(timeout: Duration) -> Self {
+        Self { timeout, inner: Mutex::new(Inner::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Poisoning only means a pass panicked mid-update; the maps stay usable.
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn created(&self, run: HookRun) {
+        let key = uid(&run).to_string();
+        self.lock().created.insert(key, (run, Instant::now()));
+    }
+
+    pub fn deleted(&self, uid: &str) {
+        let mut inner = self.lock();
+        inner.created.remove(uid);
+        inner.deleted.insert(uid.to_string(), Instant::now());
+    }
+
+    /// The runs of `namespace` as the planner should see them.
+    pub fn apply(&self, namespace: &str, cached: Vec<HookRun>) -> Vec<HookRun> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let timeout = self.timeout;
+        let in_cache = |u: &str| cached.iter().any(|r| uid(r) == u);
+        inner.created.retain(|u, (_, at)| now.duration_since(*at) < timeout && !in_cache(u));
+        // A deletion is done once the cache no longer has the object; only entries of this namespace can be
+        // judged against this namespace's cache, the rest expire by time.
+        inner.deleted.retain(|_, at| now.duration_since(*at) < timeout);
+        let mut runs: Vec<HookRun> = cached.into_iter().filter(|r| !inner.deleted.contains_key(uid(r))).collect();
+        for (run, _) in inner.created.values() {
+            if run.metadata.namespace.as_deref() == Some(namespace)
+                && !runs.iter().any(|r| r.metadata.name == run.metadata.name)
+            {
+                runs.push(run.clone());
+            }
+        }
+        runs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, uid: &str) -> HookRun {
+        let mut run = HookRun::new(name, Default::default());
+        run.metadata.namespace = Some("default".into());
+        run.metadata.uid = Some(uid.into());
+        run
+    }
+
+    #[test]
+    fn created_runs_show_until_the_cache_has_them_and_deleted_ones_stay_hidden() {
+        let overlay = HookOverlay::new(Duration::from_secs(30));
+        overlay.created(run("a", "1"));
+        assert_eq!(overlay.apply("default", vec![]).len(), 1);
+        assert!(overlay.apply("other", vec![]).is_empty());
+        assert_eq!(overlay.apply("default", vec![run("a", "1")]).len(), 1);
+        // The cache showed it once: the entry is gone, the cache decides from now on.
+        assert!(overlay.apply("default", vec![]).is_empty());
+        overlay.deleted("2");
+        assert!(overlay.apply("default", vec![run("b", "2")]).is_empty());
+        // A new run under the same name (a retry) is not hidden: the UID differs.
+        assert_eq!(overlay.apply("default", vec![run("b", "3")]).len(), 1);
+    }
+
+    #[test]
+    fn entries_expire() {
+        let overlay = HookOverlay::new(Duration::ZERO);
+        overlay.created(run("a", "1"));
+        overlay.deleted("2");
+        assert!(overlay.apply("default", vec![]).is_empty());
+        assert_eq!(overlay.apply("default", vec![run("b", "2")]).len(), 1);
+    }
+}

@@ -1,0 +1,204 @@
+//! Pod hook bookkeeping around the [`crate::gate`]: which HookRuns to remove (their pod is gone or moved on, or a
+//! `retry` starts them again), the `status.*HookCondition` lists, the `HookBlocked` condition and the Warning
+//! Events that tell a person a pod is held and why.
+//!
+//! Retry never loses a request: the failed runs are deleted first, and `retry` is set back to `false` by a patch
+//! that only applies if the GameDeployment is still at the resourceVersion this pass read — so a `retry: true`
+//! written after that read is seen by the next pass.
+
+use std::collections::BTreeSet;
+
+use common::api::{GameDeploymentStatus, HookCondition, HookPhase, HookRun};
+use common::hookrun::HookKind;
+use common::keys;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::action::Action;
+use crate::gate::{self, GateDecision};
+use crate::lifecycle::{self, LifecycleState};
+use crate::ownership;
+use crate::planner::{Ctx, Draft, PlannedEvent};
+use crate::status;
+
+/// Condition type set while some pod's hook cannot even be started (missing template, unresolved arg).
+pub const HOOK_BLOCKED: &str = "HookBlocked";
+
+fn label<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
+    run.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn kind_of(run: &HookRun) -> Option<HookKind> {
+    let type_ = label(run, keys::HOOKRUN_TYPE)?;
+    [HookKind::PreDelete, HookKind::PreInplace, HookKind::PostInplace, HookKind::CanaryStep]
+        .into_iter()
+        .find(|k| k.type_label() == type_)
+}
+
+/// Runs this GameDeployment created (controller reference to it).
+pub(crate) fn owned_runs<'a>(ctx: &Ctx<'a>) -> impl Iterator<Item = &'a HookRun> + 'a {
+    let gd = ctx.gd;
+    ctx.gate.hook_runs.iter().filter(move |r| {
+        ownership::controller_of(r.metadata.owner_references.as_ref()).is_some_and(|o| ownership::is_owned_by(o, gd))
+    })
+}
+
+fn retry_requested(ctx: &Ctx<'_>, kind: HookKind) -> bool {
+    let spec = &ctx.gd.spec;
+    match kind {
+        HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref().is_some_and(|s| s.retry),
+        HookKind::PreInplace => spec.pre_inplace_update_strategy.as_ref().is_some_and(|s| s.retry),
+        HookKind::PostInplace => spec.post_inplace_update_strategy.as_ref().is_some_and(|s| s.retry),
+        HookKind::CanaryStep => false,
+    }
+}
+
+fn failed(phase: HookPhase) -> bool {
+    phase.is_completed() && phase != HookPhase::Successful
+}
+
+/// Plans the removal of runs nobody needs any more, and the retries asked for. `owned` are all the pods the
+/// GameDeployment owns, terminating ones included (a run stays until its pod is gone).
+pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
+    let held_runs: BTreeSet<String> =
+        draft.held.iter().filter_map(|h| h.hook.as_ref().map(|g| g.run_name.clone())).collect();
+    let mut deleting: BTreeSet<String> = BTreeSet::new();
+    for run in owned_runs(ctx) {
+        let Some(kind) = kind_of(run) else { continue };
+        if kind == HookKind::CanaryStep {
+            continue;
+        }
+        let name = run.metadata.name.clone().unwrap_or_default();
+        if run.metadata.deletion_timestamp.is_some() || draft.passed_runs.contains(&name) || held_runs.contains(&name) {
+            continue;
+        }
+        let id = label(run, keys::HOOKRUN_INSTANCE_ID).unwrap_or("");
+        let revision = label(run, keys::HOOKRUN_WORKLOAD_REVISION).unwrap_or("");
+        let pod = owned.iter().find(|p| gate::instance_id(p) == id);
+        let why = match pod {
+            None => Some("its pod is gone".to_string()),
+            Some(pod) => {
+                let pod_revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or("");
+                let state = lifecycle::state_of(pod);
+                if pod_revision != revision {
+                    Some(format!("its pod moved to revision {pod_revision}"))
+                } else if common::pod::is_terminating(pod) {
+                    None
+                } else if kind == HookKind::PostInplace {
+                    (state != LifecycleState::Updated && state != LifecycleState::Updating)
+                        .then(|| "its pod no longer waits for it".to_string())
+                } else if state.is_preparing() {
+                    None
+                } else {
+                    Some(format!("its pod is {} and no longer waits for it", state.as_str()))
+                }
+            }
+        };
+        let why = why.or_else(|| {
+            (retry_requested(ctx, kind) && failed(gate::run_phase(run)))
+                .then(|| format!("retry requested in spec.{}", gate::retry_field(kind)))
+        });
+        if let Some(why) = why {
+            deleting.insert(name.clone());
+            draft.actions.push(Action::DeleteHookRun { name, uid: run.metadata.uid.clone().unwrap_or_default(), why });
+        }
+    }
+    for kind in HookKind::POD_HOOKS {
+        if retry_requested(ctx, kind) {
+            draft.actions.push(Action::ResetRetry {
+                kind,
+                resource_version: ctx.gd.metadata.resource_version.clone().unwrap_or_default(),
+            });
+        }
+    }
+}
+
+fn list_mut(status: &mut GameDeploymentStatus, kind: HookKind) -> Option<&mut Vec<HookCondition>> {
+    match kind {
+        HookKind::PreDelete => Some(&mut status.pre_delete_hook_condition),
+        HookKind::PreInplace => Some(&mut status.pre_inplace_hook_condition),
+        HookKind::PostInplace => Some(&mut status.post_inplace_hook_condition),
+        HookKind::CanaryStep => None,
+    }
+}
+
+fn list(status: &GameDeploymentStatus, kind: HookKind) -> &[HookCondition] {
+    match kind {
+        HookKind::PreDelete => &status.pre_delete_hook_condition,
+        HookKind::PreInplace => &status.pre_inplace_hook_condition,
+        HookKind::PostInplace => &status.post_inplace_hook_condition,
+        HookKind::CanaryStep => &[],
+    }
+}
+
+/// Fills the pre-delete / pre-inplace condition lists from this pass's gate decisions: a held pod shows its run's
+/// phase; a pod that passed is removed; a pod the gate did not look at this pass keeps its entry while it still
+/// waits (`PreparingDelete` / `PreparingUpdate`). Sets `HookBlocked` and plans the Events.
+pub(crate) fn status(
+    ctx: &Ctx<'_>,
+    infos: &[crate::planner::PodInfo<'_>],
+    draft: &Draft,
+    old: &GameDeploymentStatus,
+    new: &mut GameDeploymentStatus,
+    events: &mut Vec<PlannedEvent>,
+) {
+    let checked: BTreeSet<&str> = draft.held.iter().map(|h| h.name.as_str()).collect();
+    for kind in [HookKind::PreDelete, HookKind::PreInplace] {
+        let mut entries: Vec<HookCondition> = list(old, kind)
+            .iter()
+            .filter(|c| !checked.contains(c.pod_name.as_str()) && !draft.is_touched(&c.pod_name))
+            .filter(|c| infos.iter().any(|i| i.name == c.pod_name && i.state.is_preparing()))
+            .cloned()
+            .collect();
+        for held in &draft.held {
+            let Some(hook) = held.hook.as_ref().filter(|h| h.kind == kind) else { continue };
+            let message = match (&hook.problem, &held.decision) {
+                (Some(problem), _) => problem.clone(),
+                (None, GateDecision::Wait(m) | GateDecision::Blocked(m)) => m.clone(),
+                (None, GateDecision::Allow) => continue,
+            };
+            let same_run = list(old, kind)
+                .iter()
+                .find(|c| c.pod_name == held.name && c.hook_run.as_deref() == Some(hook.run_name.as_str()));
+            entries.push(HookCondition {
+                pod_name: held.name.clone(),
+                // A run being created keeps the time its entry was first written.
+                start_time: match (&hook.create, same_run) {
+                    (Some(_), Some(c)) => c.start_time.clone(),
+                    _ => hook.started.clone(),
+                },
+                phase: hook.phase,
+                hook_run: hook.problem.is_none().then(|| hook.run_name.clone()),
+                message: Some(message),
+            });
+        }
+        entries.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
+        for entry in &entries {
+            let before = list(old, kind).iter().find(|c| c.pod_name == entry.pod_name);
+            if failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase || b.hook_run != entry.hook_run) {
+                events.push(PlannedEvent::warning(
+                    "HookFailed",
+                    format!("pod {} is held: {}", entry.pod_name, entry.message.as_deref().unwrap_or_default()),
+                ));
+            }
+        }
+        if let Some(target) = list_mut(new, kind) {
+            *target = entries;
+        }
+    }
+    let problems: Vec<String> = [HookKind::PreDelete, HookKind::PreInplace]
+        .into_iter()
+        .flat_map(|k| list(new, k).iter())
+        .filter(|c| c.hook_run.is_none())
+        .map(|c| format!("pod {}: {}", c.pod_name, c.message.as_deref().unwrap_or_default()))
+        .collect();
+    if problems.is_empty() {
+        status::remove_condition(&mut new.conditions, HOOK_BLOCKED);
+    } else {
+        let message = problems.join("; ");
+        let changed = status::condition(old, HOOK_BLOCKED).and_then(|c| c.message.as_deref()) != Some(message.as_str());
+        status::set_condition(&mut new.conditions, HOOK_BLOCKED, "True", "HookRunNotCreated", &message, ctx.now);
+        if changed {
+            events.push(PlannedEvent::warning("HookRunNotCreated", message));
+        }
+    }
+}
