@@ -52,7 +52,10 @@ impl Authenticator {
             if f.len() < 3 {
                 return Err(format!("line {}: expected token,user,uid[,\"group1,group2\"]", i + 1));
             }
-            let mut groups: Vec<String> = f.get(3).map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()).unwrap_or_default();
+            let mut groups: Vec<String> = f
+                .get(3)
+                .map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                .unwrap_or_default();
             if let Some(rest) = f[1].strip_prefix("system:serviceaccount:") {
                 let ns = rest.split(':').next().unwrap_or_default();
                 groups.push("system:serviceaccounts".into());
@@ -82,7 +85,13 @@ impl Authenticator {
 
 /// Applies `Impersonate-User`/`Impersonate-Group`/`Impersonate-Uid` headers: the requester
 /// must be allowed to `impersonate` users (and groups) by RBAC, as on a real server.
-pub fn impersonate(store: &Store, requester: UserInfo, user: Option<&str>, groups: &[String], uid: Option<&str>) -> Result<UserInfo, ApiError> {
+pub fn impersonate(
+    store: &Store,
+    requester: UserInfo,
+    user: Option<&str>,
+    groups: &[String],
+    uid: Option<&str>,
+) -> Result<UserInfo, ApiError> {
     let Some(user) = user else {
         if groups.is_empty() {
             return Ok(requester);
@@ -144,7 +153,9 @@ pub struct Attributes {
 }
 
 fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
 }
 
 fn rule_allows(rule: &Value, a: &Attributes) -> bool {
@@ -153,18 +164,22 @@ fn rule_allows(rule: &Value, a: &Attributes) -> bool {
         return false;
     }
     if !a.resource_request {
-        return strings(rule.get("nonResourceURLs")).iter().any(|u| u == "*" || *u == a.path || (u.ends_with('*') && a.path.starts_with(u.trim_end_matches('*'))));
+        return strings(rule.get("nonResourceURLs"))
+            .iter()
+            .any(|u| u == "*" || *u == a.path || (u.ends_with('*') && a.path.starts_with(u.trim_end_matches('*'))));
     }
     let groups = strings(rule.get("apiGroups"));
     if !groups.iter().any(|g| g == "*" || *g == a.api_group) {
         return false;
     }
-    let combined = if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
+    let combined =
+        if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
     let resources = strings(rule.get("resources"));
     let resource_ok = resources.iter().any(|r| {
         r == "*"
             || *r == combined
-            || (!a.subresource.is_empty() && (*r == format!("*/{}", a.subresource) || *r == format!("{}/*", a.resource)))
+            || (!a.subresource.is_empty()
+                && (*r == format!("*/{}", a.subresource) || *r == format!("{}/*", a.resource)))
     });
     if !resource_ok {
         return false;
@@ -196,8 +211,11 @@ const ROLE_BINDINGS: &str = "rolebindings.rbac.authorization.k8s.io";
 fn cluster_role_rules(store: &Store, name: &str) -> Vec<Value> {
     let Some(role) = store.get(CLUSTER_ROLES, name) else { return vec![] };
     let mut rules: Vec<Value> = role.get("rules").and_then(Value::as_array).cloned().unwrap_or_default();
-    if let Some(selectors) = role.get("aggregationRule").and_then(|a| a.get("clusterRoleSelectors")).and_then(Value::as_array) {
-        let sels: Vec<LabelSelector> = selectors.iter().filter_map(|s| LabelSelector::from_label_selector_object(s).ok()).collect();
+    if let Some(selectors) =
+        role.get("aggregationRule").and_then(|a| a.get("clusterRoleSelectors")).and_then(Value::as_array)
+    {
+        let sels: Vec<LabelSelector> =
+            selectors.iter().filter_map(|s| LabelSelector::from_label_selector_object(s).ok()).collect();
         for (_, other) in store.snapshot(CLUSTER_ROLES) {
             if crate::meta::name(&other) == name {
                 continue;
@@ -256,15 +274,26 @@ pub fn allowed(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
 /// The `403 Forbidden` the real server returns for a denied request.
 pub fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
     if !a.resource_request {
-        let mut e = ApiError::new(403, "Forbidden", format!("forbidden: User {:?} cannot {} path {:?}", user.name, a.verb, a.path));
+        let mut e = ApiError::new(
+            403,
+            "Forbidden",
+            format!("forbidden: User {:?} cannot {} path {:?}", user.name, a.verb, a.path),
+        );
         e.details = Some(json!({}));
         return e;
     }
-    let resource = if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
+    let resource =
+        if a.subresource.is_empty() { a.resource.clone() } else { format!("{}/{}", a.resource, a.subresource) };
     let cause = if a.namespace.is_empty() {
-        format!("User {:?} cannot {} resource {resource:?} in API group {:?} at the cluster scope", user.name, a.verb, a.api_group)
+        format!(
+            "User {:?} cannot {} resource {resource:?} in API group {:?} at the cluster scope",
+            user.name, a.verb, a.api_group
+        )
     } else {
-        format!("User {:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}", user.name, a.verb, a.api_group, a.namespace)
+        format!(
+            "User {:?} cannot {} resource {resource:?} in API group {:?} in the namespace {:?}",
+            user.name, a.verb, a.api_group, a.namespace
+        )
     };
     ApiError::forbidden(&GroupResource::new(&a.api_group, &a.resource), &a.name, &cause)
 }
@@ -307,7 +336,11 @@ pub fn review(store: &Store, kind: &str, namespace: &str, body: &Value, user: &U
                 if !groups.iter().any(|g| g == "system:authenticated") && spec.get("user").is_some() {
                     groups.push("system:authenticated".into());
                 }
-                UserInfo { name: spec.get("user").and_then(Value::as_str).unwrap_or("").to_string(), uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").to_string(), groups }
+                UserInfo {
+                    name: spec.get("user").and_then(Value::as_str).unwrap_or("").to_string(),
+                    uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").to_string(),
+                    groups,
+                }
             };
             let mut a = attrs_from_review(&spec);
             if kind == "LocalSubjectAccessReview" {
@@ -323,11 +356,15 @@ pub fn review(store: &Store, kind: &str, namespace: &str, body: &Value, user: &U
         "SelfSubjectRulesReview" => {
             let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
             let rules = if user.is_admin() {
-                vec![json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}), json!({"verbs": ["*"], "nonResourceURLs": ["*"]})]
+                vec![
+                    json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+                    json!({"verbs": ["*"], "nonResourceURLs": ["*"]}),
+                ]
             } else {
                 rules_for(store, user, ns)
             };
-            let (resource, non_resource): (Vec<Value>, Vec<Value>) = rules.into_iter().partition(|r| r.get("nonResourceURLs").is_none());
+            let (resource, non_resource): (Vec<Value>, Vec<Value>) =
+                rules.into_iter().partition(|r| r.get("nonResourceURLs").is_none());
             json!({"resourceRules": resource, "nonResourceRules": non_resource, "incomplete": false})
         }
         "SelfSubjectReview" => json!({"userInfo": {"username": user.name, "uid": user.uid, "groups": user.groups}}),
@@ -353,9 +390,50 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
     let write = &["create", "delete", "deletecollection", "patch", "update"][..];
     let all_rw: Vec<&str> = read.iter().chain(write.iter()).copied().collect();
     let view_rules = vec![
-        rule(&[""], &["configmaps", "endpoints", "persistentvolumeclaims", "persistentvolumeclaims/status", "pods", "replicationcontrollers", "replicationcontrollers/scale", "serviceaccounts", "services", "services/status", "bindings", "events", "limitranges", "namespaces/status", "pods/log", "pods/status", "replicationcontrollers/status", "resourcequotas", "resourcequotas/status"], read),
+        rule(
+            &[""],
+            &[
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "persistentvolumeclaims/status",
+                "pods",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "serviceaccounts",
+                "services",
+                "services/status",
+                "bindings",
+                "events",
+                "limitranges",
+                "namespaces/status",
+                "pods/log",
+                "pods/status",
+                "replicationcontrollers/status",
+                "resourcequotas",
+                "resourcequotas/status",
+            ],
+            read,
+        ),
         rule(&[""], &["namespaces"], read),
-        rule(&["apps"], &["controllerrevisions", "daemonsets", "daemonsets/status", "deployments", "deployments/scale", "deployments/status", "replicasets", "replicasets/scale", "replicasets/status", "statefulsets", "statefulsets/scale", "statefulsets/status"], read),
+        rule(
+            &["apps"],
+            &[
+                "controllerrevisions",
+                "daemonsets",
+                "daemonsets/status",
+                "deployments",
+                "deployments/scale",
+                "deployments/status",
+                "replicasets",
+                "replicasets/scale",
+                "replicasets/status",
+                "statefulsets",
+                "statefulsets/scale",
+                "statefulsets/status",
+            ],
+            read,
+        ),
         rule(&["autoscaling"], &["horizontalpodautoscalers", "horizontalpodautoscalers/status"], read),
         rule(&["batch"], &["cronjobs", "cronjobs/status", "jobs", "jobs/status"], read),
         rule(&["policy"], &["poddisruptionbudgets", "poddisruptionbudgets/status"], read),
@@ -366,9 +444,38 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
     let mut edit_rules = view_rules.clone();
     edit_rules.extend([
         rule(&[""], &["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "pods/eviction"], &all_rw),
-        rule(&[""], &["configmaps", "endpoints", "persistentvolumeclaims", "replicationcontrollers", "replicationcontrollers/scale", "secrets", "serviceaccounts", "services", "services/proxy", "events"], &all_rw),
+        rule(
+            &[""],
+            &[
+                "configmaps",
+                "endpoints",
+                "persistentvolumeclaims",
+                "replicationcontrollers",
+                "replicationcontrollers/scale",
+                "secrets",
+                "serviceaccounts",
+                "services",
+                "services/proxy",
+                "events",
+            ],
+            &all_rw,
+        ),
         rule(&[""], &["serviceaccounts/token"], &["create"]),
-        rule(&["apps"], &["daemonsets", "deployments", "deployments/rollback", "deployments/scale", "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale", "controllerrevisions"], &all_rw),
+        rule(
+            &["apps"],
+            &[
+                "daemonsets",
+                "deployments",
+                "deployments/rollback",
+                "deployments/scale",
+                "replicasets",
+                "replicasets/scale",
+                "statefulsets",
+                "statefulsets/scale",
+                "controllerrevisions",
+            ],
+            &all_rw,
+        ),
         rule(&["autoscaling"], &["horizontalpodautoscalers"], &all_rw),
         rule(&["batch"], &["cronjobs", "jobs"], &all_rw),
         rule(&["policy"], &["poddisruptionbudgets"], &all_rw),
@@ -402,21 +509,36 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
     };
     vec![
-        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("cluster-admin"),
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]})),
+        (
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("cluster-admin"),
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+        ),
         (CLUSTER_ROLES, aggregated("admin", "", admin_rules)),
         (CLUSTER_ROLES, aggregated("edit", "edit", edit_rules)),
         (CLUSTER_ROLES, aggregated("view", "view", view_rules)),
-        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:discovery"),
-            "rules": [{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"], "verbs": ["get"]}]})),
-        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:basic-user"),
-            "rules": [rule(&["authorization.k8s.io"], &["selfsubjectaccessreviews", "selfsubjectrulesreviews"], &["create"]), rule(&["authentication.k8s.io"], &["selfsubjectreviews"], &["create"])]})),
-        (CLUSTER_ROLES, json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:public-info-viewer"),
-            "rules": [{"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]}]})),
+        (
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:discovery"),
+            "rules": [{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"], "verbs": ["get"]}]}),
+        ),
+        (
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:basic-user"),
+            "rules": [rule(&["authorization.k8s.io"], &["selfsubjectaccessreviews", "selfsubjectrulesreviews"], &["create"]), rule(&["authentication.k8s.io"], &["selfsubjectreviews"], &["create"])]}),
+        ),
+        (
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:public-info-viewer"),
+            "rules": [{"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]}]}),
+        ),
         (CLUSTER_ROLE_BINDINGS, binding("cluster-admin", "cluster-admin", "system:masters")),
         (CLUSTER_ROLE_BINDINGS, binding("system:discovery", "system:discovery", "system:authenticated")),
         (CLUSTER_ROLE_BINDINGS, binding("system:basic-user", "system:basic-user", "system:authenticated")),
-        (CLUSTER_ROLE_BINDINGS, binding("system:public-info-viewer", "system:public-info-viewer", "system:authenticated")),
+        (
+            CLUSTER_ROLE_BINDINGS,
+            binding("system:public-info-viewer", "system:public-info-viewer", "system:authenticated"),
+        ),
     ]
 }
 
@@ -434,7 +556,13 @@ mod tests {
         assert!(a.authenticate(None).unwrap().is_admin());
 
         let r = json!({"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list"], "resourceNames": []});
-        let mut at = Attributes { verb: "get".into(), resource_request: true, resource: "pods".into(), namespace: "default".into(), ..Default::default() };
+        let mut at = Attributes {
+            verb: "get".into(),
+            resource_request: true,
+            resource: "pods".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        };
         assert!(rule_allows(&r, &at));
         at.subresource = "log".into();
         assert!(!rule_allows(&r, &at));
@@ -442,7 +570,19 @@ mod tests {
         assert!(rule_allows(&r, &at));
         at.verb = "delete".into();
         assert!(!rule_allows(&r, &at));
-        let e = forbidden(&alice, &Attributes { verb: "list".into(), resource_request: true, resource: "pods".into(), namespace: "default".into(), ..Default::default() });
-        assert_eq!(e.message, "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"");
+        let e = forbidden(
+            &alice,
+            &Attributes {
+                verb: "list".into(),
+                resource_request: true,
+                resource: "pods".into(),
+                namespace: "default".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            e.message,
+            "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+        );
     }
 }

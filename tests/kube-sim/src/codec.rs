@@ -51,7 +51,8 @@ fn render_path(p: &serde_ignored::Path<'_>) -> String {
 impl<T: DeserializeOwned + Serialize> Codec for Typed<T> {
     fn decode(&self, v: Value) -> Result<Decoded, String> {
         let mut unknown = Vec::new();
-        let typed: T = serde_ignored::deserialize(v, |path| unknown.push(render_path(&path))).map_err(|e| e.to_string())?;
+        let typed: T =
+            serde_ignored::deserialize(v, |path| unknown.push(render_path(&path))).map_err(|e| e.to_string())?;
         let object = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
         Ok(Decoded { object, unknown_fields: unknown })
     }
@@ -80,6 +81,9 @@ mod tests {
     #[test]
     fn wrong_types_are_rejected() {
         let c = Typed::<k8s_openapi::api::core::v1::ConfigMap>::new();
-        assert!(c.decode(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": 1}})).is_err());
+        assert!(
+            c.decode(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": 1}}))
+                .is_err()
+        );
     }
 }

@@ -42,7 +42,10 @@ struct Controllers {
 }
 
 fn owner_uids(obj: &Value) -> Vec<String> {
-    meta::owner_references(obj).iter().filter_map(|o| o.get("uid").and_then(Value::as_str).map(str::to_string)).collect()
+    meta::owner_references(obj)
+        .iter()
+        .filter_map(|o| o.get("uid").and_then(Value::as_str).map(str::to_string))
+        .collect()
 }
 
 impl Controllers {
@@ -96,7 +99,9 @@ impl Controllers {
                 }
                 let deleting = meta::deletion_timestamp(&e.object).is_some();
                 let fins = meta::finalizers(&e.object);
-                if !new_owners.is_empty() || (deleting && fins.iter().any(|f| f == FINALIZER_ORPHAN || f == FINALIZER_FOREGROUND)) {
+                if !new_owners.is_empty()
+                    || (deleting && fins.iter().any(|f| f == FINALIZER_ORPHAN || f == FINALIZER_FOREGROUND))
+                {
                     self.enqueue(key.clone());
                 }
                 if deleting {
@@ -164,7 +169,11 @@ impl Controllers {
     fn delete(&mut self, key: &Key, uid: &str, propagation: Propagation) {
         let Some(rd) = self.def(&key.0) else { return };
         let (ns, name) = Self::name_ns(&rd, &key.1);
-        let opts = DeleteOptions { propagation: Some(propagation), precondition_uid: Some(uid.to_string()), ..DeleteOptions::default() };
+        let opts = DeleteOptions {
+            propagation: Some(propagation),
+            precondition_uid: Some(uid.to_string()),
+            ..DeleteOptions::default()
+        };
         if let Err(e) = self.registry.delete(&rd, &ns, &name, opts, &mut Self::ctx())
             && e.code != 404
             && e.code != 409
@@ -195,7 +204,11 @@ impl Controllers {
         let (ns, name) = Self::name_ns(&rd, &key.1);
         let res = self.registry.guaranteed_update(&rd, &ns, &name, Endpoint::Main, &mut Self::ctx(), |cur| {
             let mut v = (*self.registry.view(&rd, cur)).clone();
-            let kept: Vec<Value> = meta::owner_references(&v).iter().filter(|o| !o.get("uid").and_then(Value::as_str).is_some_and(|u| uids.contains(u))).cloned().collect();
+            let kept: Vec<Value> = meta::owner_references(&v)
+                .iter()
+                .filter(|o| !o.get("uid").and_then(Value::as_str).is_some_and(|u| uids.contains(u)))
+                .cloned()
+                .collect();
             let m = meta::metadata_mut(&mut v);
             if kept.is_empty() {
                 m.remove("ownerReferences");
@@ -244,9 +257,10 @@ impl Controllers {
             let mut blocking = 0;
             for d in &dependents {
                 let Some(dep) = self.registry.store.get(&d.0, &d.1) else { continue };
-                let blocks = meta::owner_references(&dep)
-                    .iter()
-                    .any(|o| o.get("uid").and_then(Value::as_str) == Some(uid.as_str()) && o.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true));
+                let blocks = meta::owner_references(&dep).iter().any(|o| {
+                    o.get("uid").and_then(Value::as_str) == Some(uid.as_str())
+                        && o.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true)
+                });
                 if blocks {
                     blocking += 1;
                 }
@@ -328,7 +342,8 @@ impl Controllers {
                 continue;
             }
             let prefix = format!("{name}/");
-            let items: Vec<(String, Arc<Value>)> = self.registry.store.snapshot(&rd.storage).into_iter().filter(|(k, _)| k.starts_with(&prefix)).collect();
+            let items: Vec<(String, Arc<Value>)> =
+                self.registry.store.snapshot(&rd.storage).into_iter().filter(|(k, _)| k.starts_with(&prefix)).collect();
             if items.is_empty() {
                 continue;
             }
@@ -340,11 +355,20 @@ impl Controllers {
                     continue;
                 }
                 let opts = DeleteOptions { propagation: Some(Propagation::Background), ..DeleteOptions::default() };
-                let _ = self.registry.delete(&rd, name, meta::name(obj), opts, &mut WriteCtx::internal("namespace-controller"));
+                let _ = self.registry.delete(
+                    &rd,
+                    name,
+                    meta::name(obj),
+                    opts,
+                    &mut WriteCtx::internal("namespace-controller"),
+                );
             }
             let left = self.registry.store.count(&rd.storage, Some(name));
             if left > 0 {
-                remaining.push((if rd.group.is_empty() { rd.plural.clone() } else { format!("{}.{}", rd.plural, rd.group) }, left));
+                remaining.push((
+                    if rd.group.is_empty() { rd.plural.clone() } else { format!("{}.{}", rd.plural, rd.group) },
+                    left,
+                ));
             }
         }
         let now = meta::now();
@@ -358,14 +382,16 @@ impl Controllers {
             conditions.push(json!({"type": "NamespaceFinalizersRemaining", "status": "False", "lastTransitionTime": now, "reason": "ContentHasNoFinalizers", "message": "All content-preserving finalizers finished"}));
         } else {
             remaining.sort();
-            let msg = remaining.iter().map(|(r, n)| format!("{r} has {n} resource instances")).collect::<Vec<_>>().join(", ");
+            let msg =
+                remaining.iter().map(|(r, n)| format!("{r} has {n} resource instances")).collect::<Vec<_>>().join(", ");
             conditions.push(json!({"type": "NamespaceContentRemaining", "status": "True", "lastTransitionTime": now, "reason": "SomeResourcesRemain", "message": format!("Some resources are remaining: {msg}")}));
             let mut fl: Vec<(String, usize)> = finalizers_left.into_iter().collect();
             fl.sort();
             if fl.is_empty() {
                 conditions.push(json!({"type": "NamespaceFinalizersRemaining", "status": "False", "lastTransitionTime": now, "reason": "ContentHasNoFinalizers", "message": "All content-preserving finalizers finished"}));
             } else {
-                let msg = fl.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect::<Vec<_>>().join(", ");
+                let msg =
+                    fl.iter().map(|(f, n)| format!("{f} in {n} resource instances")).collect::<Vec<_>>().join(", ");
                 conditions.push(json!({"type": "NamespaceFinalizersRemaining", "status": "True", "lastTransitionTime": now, "reason": "SomeFinalizersRemain", "message": format!("Some content in the namespace has finalizers remaining: {msg}")}));
             }
         }
@@ -373,7 +399,11 @@ impl Controllers {
             let existing = cur.get("status").and_then(|s| s.get("conditions")).cloned().unwrap_or(json!([]));
             let same = existing.as_array().is_some_and(|e| {
                 e.len() == conditions.len()
-                    && e.iter().zip(conditions.iter()).all(|(a, b)| a.get("type") == b.get("type") && a.get("status") == b.get("status") && a.get("message") == b.get("message"))
+                    && e.iter().zip(conditions.iter()).all(|(a, b)| {
+                        a.get("type") == b.get("type")
+                            && a.get("status") == b.get("status")
+                            && a.get("message") == b.get("message")
+                    })
             });
             if same {
                 return Ok(None);
@@ -386,18 +416,25 @@ impl Controllers {
         });
         if remaining.is_empty() {
             let Some(rd) = self.registry.catalog.get("", "v1", "namespaces") else { return };
-            let finalize = self.registry.guaranteed_update(&rd, "", name, Endpoint::Finalize, &mut WriteCtx::internal("namespace-controller"), |cur| {
-                let mut v = (**cur).clone();
-                if let Some(Value::Object(spec)) = v.get_mut("spec") {
-                    let fins: Vec<Value> = spec
-                        .get("finalizers")
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().filter(|f| f.as_str() != Some("kubernetes")).cloned().collect())
-                        .unwrap_or_default();
-                    spec.insert("finalizers".into(), Value::Array(fins));
-                }
-                Ok(v)
-            });
+            let finalize = self.registry.guaranteed_update(
+                &rd,
+                "",
+                name,
+                Endpoint::Finalize,
+                &mut WriteCtx::internal("namespace-controller"),
+                |cur| {
+                    let mut v = (**cur).clone();
+                    if let Some(Value::Object(spec)) = v.get_mut("spec") {
+                        let fins: Vec<Value> = spec
+                            .get("finalizers")
+                            .and_then(Value::as_array)
+                            .map(|a| a.iter().filter(|f| f.as_str() != Some("kubernetes")).cloned().collect())
+                            .unwrap_or_default();
+                        spec.insert("finalizers".into(), Value::Array(fins));
+                    }
+                    Ok(v)
+                },
+            );
             if let Err(e) = finalize
                 && e.code != 404
             {
@@ -414,7 +451,12 @@ impl Controllers {
         }
         self.registry.establish_crd(&crd);
         let versions = self.registry.catalog.crd_versions(name);
-        let Some(rd) = versions.iter().find(|v| v.custom.as_ref().is_some_and(|c| c.storage_version)).or(versions.first()).cloned() else {
+        let Some(rd) = versions
+            .iter()
+            .find(|v| v.custom.as_ref().is_some_and(|c| c.storage_version))
+            .or(versions.first())
+            .cloned()
+        else {
             self.remove_crd_finalizer(name);
             return;
         };
@@ -433,13 +475,22 @@ impl Controllers {
     }
 
     fn remove_crd_finalizer(&mut self, name: &str) {
-        let Some(rd) = self.registry.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions") else { return };
-        let _ = self.registry.guaranteed_update(&rd, "", name, Endpoint::Main, &mut WriteCtx::internal("apiextensions-apiserver"), |cur| {
-            let mut v = (**cur).clone();
-            let fins: Vec<String> = meta::finalizers(&v).into_iter().filter(|f| f != CRD_CLEANUP).collect();
-            meta::set_finalizers(&mut v, &fins);
-            Ok(v)
-        });
+        let Some(rd) = self.registry.catalog.get("apiextensions.k8s.io", "v1", "customresourcedefinitions") else {
+            return;
+        };
+        let _ = self.registry.guaranteed_update(
+            &rd,
+            "",
+            name,
+            Endpoint::Main,
+            &mut WriteCtx::internal("apiextensions-apiserver"),
+            |cur| {
+                let mut v = (**cur).clone();
+                let fins: Vec<String> = meta::finalizers(&v).into_iter().filter(|f| f != CRD_CLEANUP).collect();
+                meta::set_finalizers(&mut v, &fins);
+                Ok(v)
+            },
+        );
     }
 
     fn drain(&mut self) {
@@ -477,7 +528,11 @@ impl Controllers {
 
 /// Runs the controllers until `shutdown` flips. `rx` must have been subscribed before any
 /// object was created so the ownership graph is complete.
-pub async fn run(registry: Arc<Registry>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(
+    registry: Arc<Registry>,
+    mut rx: mpsc::UnboundedReceiver<Arc<Event>>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let mut c = Controllers {
         registry,
         by_uid: HashMap::new(),

@@ -21,7 +21,8 @@ pub fn api_versions(server_address: &str) -> Value {
 }
 
 fn group_entry(name: &str, versions: &[String]) -> Value {
-    let vs: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": group_version(name, v), "version": v})).collect();
+    let vs: Vec<Value> =
+        versions.iter().map(|v| json!({"groupVersion": group_version(name, v), "version": v})).collect();
     json!({
         "name": name,
         "versions": vs,
@@ -57,13 +58,20 @@ fn storage_version_hash(rd: &ResourceDef) -> String {
     base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 
-fn subresources(rd: &ResourceDef) -> Vec<(String, Option<(String, String, String)>, Vec<&'static str>)> {
+/// `(name, (group, version, kind) of its response if not the resource's own, verbs)`.
+type Subresource = (String, Option<(String, String, String)>, Vec<&'static str>);
+
+fn subresources(rd: &ResourceDef) -> Vec<Subresource> {
     let mut out = Vec::new();
     if rd.status_subresource {
         out.push(("status".to_string(), None, STATUS_VERBS.to_vec()));
     }
     if rd.scale.is_some() {
-        out.push(("scale".to_string(), Some(("autoscaling".into(), "v1".into(), "Scale".into())), STATUS_VERBS.to_vec()));
+        out.push((
+            "scale".to_string(),
+            Some(("autoscaling".into(), "v1".into(), "Scale".into())),
+            STATUS_VERBS.to_vec(),
+        ));
     }
     for (name, verbs) in &rd.extra_subresources {
         let kind = match *name {
@@ -117,7 +125,9 @@ pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Optio
             resources.push(Value::Object(s));
         }
     }
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version(group, version), "resources": resources}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version(group, version), "resources": resources}),
+    )
 }
 
 /// `APIGroupDiscoveryList` for `/api` (`core = true`) or `/apis`.

@@ -65,7 +65,12 @@ impl FaultRule {
         };
         let plural = resource.split('.').next().unwrap_or(resource);
         let res_ok = self.resources.is_empty()
-            || self.resources.iter().any(|r| r == resource || r == &full || (subresource.is_none() && r == plural) || r == &format!("{plural}/{}", subresource.unwrap_or("")));
+            || self.resources.iter().any(|r| {
+                r == resource
+                    || r == &full
+                    || (subresource.is_none() && r == plural)
+                    || r == &format!("{plural}/{}", subresource.unwrap_or(""))
+            });
         verb_ok && res_ok
     }
 }
@@ -100,9 +105,16 @@ impl Faults {
             }
             if d.error.is_none() && rule.error_rate > 0.0 && rng.random_bool(rule.error_rate.clamp(0.0, 1.0)) {
                 d.error = Some(match rule.error_code.unwrap_or(500) {
-                    503 => ApiError::service_unavailable("kube-sim injected fault: the server is currently unable to handle the request"),
-                    429 => ApiError::too_many_requests("kube-sim injected fault: too many requests, please try again later", 1),
-                    504 => ApiError::timeout("kube-sim injected fault: the server was unable to return a response in the time allotted"),
+                    503 => ApiError::service_unavailable(
+                        "kube-sim injected fault: the server is currently unable to handle the request",
+                    ),
+                    429 => ApiError::too_many_requests(
+                        "kube-sim injected fault: too many requests, please try again later",
+                        1,
+                    ),
+                    504 => ApiError::timeout(
+                        "kube-sim injected fault: the server was unable to return a response in the time allotted",
+                    ),
                     _ => ApiError::internal("kube-sim injected fault"),
                 });
             }
@@ -125,7 +137,13 @@ mod tests {
     #[test]
     fn rules_match_verbs_and_resources() {
         let f = Faults::new(FaultConfig {
-            rules: vec![FaultRule { verbs: vec!["update".into()], resources: vec!["pods".into()], conflict_rate: 1.0, latency_ms: 5, ..Default::default() }],
+            rules: vec![FaultRule {
+                verbs: vec!["update".into()],
+                resources: vec!["pods".into()],
+                conflict_rate: 1.0,
+                latency_ms: 5,
+                ..Default::default()
+            }],
         });
         let pods = GroupResource::new("", "pods");
         let d = f.decide("update", &pods, None, "p");
@@ -133,7 +151,9 @@ mod tests {
         assert_eq!(d.latency, Duration::from_millis(5));
         assert!(f.decide("get", &pods, None, "p").error.is_none());
         assert!(f.decide("update", &GroupResource::new("apps", "deployments"), None, "d").error.is_none());
-        let all = Faults::new(FaultConfig { rules: vec![FaultRule { error_rate: 1.0, error_code: Some(503), ..Default::default() }] });
+        let all = Faults::new(FaultConfig {
+            rules: vec![FaultRule { error_rate: 1.0, error_code: Some(503), ..Default::default() }],
+        });
         assert_eq!(all.decide("list", &pods, None, "").error.unwrap().code, 503);
     }
 }

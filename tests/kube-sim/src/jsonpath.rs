@@ -22,7 +22,6 @@ fn parse(path: &str) -> Result<Vec<Step>, String> {
         match chars[i] {
             '.' => {
                 i += 1;
-                let start = i;
                 let mut name = String::new();
                 while i < chars.len() && chars[i] != '.' && chars[i] != '[' {
                     if chars[i] == '\\' && i + 1 < chars.len() {
@@ -35,10 +34,8 @@ fn parse(path: &str) -> Result<Vec<Step>, String> {
                 }
                 if name == "*" {
                     steps.push(Step::Wildcard);
-                } else if !name.is_empty() || start == chars.len() {
-                    if !name.is_empty() {
-                        steps.push(Step::Field(name));
-                    }
+                } else if !name.is_empty() {
+                    steps.push(Step::Field(name));
                 }
             }
             '[' => {
@@ -49,7 +46,9 @@ fn parse(path: &str) -> Result<Vec<Step>, String> {
                     steps.push(Step::Wildcard);
                 } else if let Some(f) = inner.strip_prefix("?(").and_then(|s| s.strip_suffix(')')) {
                     steps.push(parse_filter(f)?);
-                } else if (inner.starts_with('\'') && inner.ends_with('\'')) || (inner.starts_with('"') && inner.ends_with('"')) {
+                } else if (inner.starts_with('\'') && inner.ends_with('\''))
+                    || (inner.starts_with('"') && inner.ends_with('"'))
+                {
                     steps.push(Step::Field(inner[1..inner.len() - 1].to_string()));
                 } else {
                     steps.push(Step::Index(inner.parse::<i64>().map_err(|_| format!("invalid array index {inner}"))?));

@@ -55,9 +55,9 @@ pub enum Error {
     #[error("invalid token file: {0}")]
     TokenFile(String),
     #[error("cannot build a client for kube-sim at {url}: {source}")]
-    Client { url: String, source: kube::Error },
+    Client { url: String, source: Box<kube::Error> },
     #[error("bootstrapping {what} failed: {source}")]
-    Bootstrap { what: String, source: status::ApiError },
+    Bootstrap { what: String, source: Box<status::ApiError> },
 }
 
 /// Settings of one kube-sim instance.
@@ -179,14 +179,14 @@ impl SimHandle {
 fn client_for(url: &str, token: Option<&str>) -> Result<kube::Client, Error> {
     let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| Error::Client {
         url: url.to_string(),
-        source: kube::Error::Service(Box::new(e)),
+        source: Box::new(kube::Error::Service(Box::new(e))),
     })?;
     let mut config = kube::Config::new(uri);
     config.default_namespace = "default".into();
     if let Some(t) = token {
         config.auth_info.token = Some(t.to_string().into());
     }
-    kube::Client::try_from(config).map_err(|source| Error::Client { url: url.to_string(), source })
+    kube::Client::try_from(config).map_err(|source| Error::Client { url: url.to_string(), source: Box::new(source) })
 }
 
 fn kubeconfig_yaml(url: &str, token: Option<&str>) -> String {
@@ -211,12 +211,22 @@ fn kubeconfig_yaml(url: &str, token: Option<&str>) -> String {
 fn bootstrap(registry: &registry::Registry) -> Result<(), Error> {
     let catalog = registry.catalog.clone();
     let mut ctx = registry::WriteCtx::internal("kube-apiserver");
-    let get = |g: &str, v: &str, r: &str| catalog.get(g, v, r).ok_or_else(|| Error::Bootstrap { what: r.to_string(), source: status::ApiError::not_found_path() });
+    let get = |g: &str, v: &str, r: &str| {
+        catalog.get(g, v, r).ok_or_else(|| Error::Bootstrap {
+            what: r.to_string(),
+            source: Box::new(status::ApiError::not_found_path()),
+        })
+    };
     let namespaces = get("", "v1", "namespaces")?;
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         registry
-            .create(&namespaces, "", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}), &mut ctx)
-            .map_err(|source| Error::Bootstrap { what: format!("namespace {ns}"), source })?;
+            .create(
+                &namespaces,
+                "",
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                &mut ctx,
+            )
+            .map_err(|source| Error::Bootstrap { what: format!("namespace {ns}"), source: Box::new(source) })?;
     }
     let services = get("", "v1", "services")?;
     registry
@@ -227,11 +237,13 @@ fn bootstrap(registry: &registry::Registry) -> Result<(), Error> {
                    "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}], "sessionAffinity": "None", "type": "ClusterIP"}}),
             &mut ctx,
         )
-        .map_err(|source| Error::Bootstrap { what: "service kubernetes".into(), source })?;
+        .map_err(|source| Error::Bootstrap { what: "service kubernetes".into(), source: Box::new(source) })?;
     for (storage, obj) in auth::bootstrap_policy() {
         let plural = storage.split('.').next().unwrap_or(storage);
         let rd = get("rbac.authorization.k8s.io", "v1", plural)?;
-        registry.create(&rd, "", obj, &mut ctx).map_err(|source| Error::Bootstrap { what: plural.to_string(), source })?;
+        registry
+            .create(&rd, "", obj, &mut ctx)
+            .map_err(|source| Error::Bootstrap { what: plural.to_string(), source: Box::new(source) })?;
     }
     Ok(())
 }
@@ -242,7 +254,8 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         Some(p) => auth::Authenticator::from_file(p).map_err(Error::TokenFile)?,
         None => auth::Authenticator::default(),
     };
-    let listener = tokio::net::TcpListener::bind(config.addr).await.map_err(|source| Error::Bind { addr: config.addr, source })?;
+    let listener =
+        tokio::net::TcpListener::bind(config.addr).await.map_err(|source| Error::Bind { addr: config.addr, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.addr, source })?;
     let store = store::Store::new(config.watch_history, config.watch_buffer);
     let catalog = Arc::new(resources::Catalog::new());

@@ -83,7 +83,10 @@ struct Args {
 
 impl Args {
     fn faults(&self) -> FaultConfig {
-        let active = self.fault_error_rate > 0.0 || self.fault_latency.is_some() || self.fault_conflict_rate > 0.0 || self.fault_watch_drop_after.is_some();
+        let active = self.fault_error_rate > 0.0
+            || self.fault_latency.is_some()
+            || self.fault_conflict_rate > 0.0
+            || self.fault_watch_drop_after.is_some();
         if !active {
             return FaultConfig::default();
         }
@@ -125,7 +128,8 @@ async fn terminated() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     if args.log_format == "json" {
         tracing_subscriber::fmt().with_env_filter(filter).json().init();
     } else {
@@ -157,7 +161,8 @@ async fn main() -> ExitCode {
         tracing::info!(path = %path.display(), "wrote kubeconfig");
     }
     if !args.apply.is_empty() {
-        let result = kube_sim::manifests::load(&args.apply).and_then(|m| kube_sim::manifests::apply(&sim.registry(), &m));
+        let result =
+            kube_sim::manifests::load(&args.apply).and_then(|m| kube_sim::manifests::apply(&sim.registry(), &m));
         match result {
             Ok(applied) => {
                 for a in applied {

@@ -66,11 +66,24 @@ pub fn render_path(p: &FieldPath) -> String {
 
 /// Paths the field manager never tracks (identity and system fields).
 fn ignored_root(path: &[PathElement]) -> bool {
-    const META_IGNORED: &[&str] =
-        &["name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "generateName"];
+    const META_IGNORED: &[&str] = &[
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "selfLink",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generateName",
+    ];
     match path {
         [PathElement::Field(f)] if f == "apiVersion" || f == "kind" => true,
-        [PathElement::Field(m), PathElement::Field(f), ..] if m == "metadata" && META_IGNORED.contains(&f.as_str()) => true,
+        [PathElement::Field(m), PathElement::Field(f), ..] if m == "metadata" && META_IGNORED.contains(&f.as_str()) => {
+            true
+        }
         _ => false,
     }
 }
@@ -85,8 +98,9 @@ fn key_of(item: &Value, keys: &[String]) -> String {
     serde_json::to_string(&m).unwrap_or_default()
 }
 
-static OBJECT_META: std::sync::LazyLock<Option<crate::schema::Schema>> =
-    std::sync::LazyLock::new(|| crate::resources::BUILTINS.schemas.schema("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"));
+static OBJECT_META: std::sync::LazyLock<Option<crate::schema::Schema>> = std::sync::LazyLock::new(|| {
+    crate::resources::BUILTINS.schemas.schema("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+});
 
 /// The schema of a top-level field: `metadata` is always `ObjectMeta`, whatever a CRD says.
 fn root_child<'a>(c: Option<Cursor<'a>>, key: &str) -> Option<Cursor<'a>> {
@@ -199,7 +213,8 @@ fn remove_at(v: &mut Value, path: &[PathElement]) {
             PathElement::Field(f) => cur.get_mut(f),
             PathElement::Key(k) => {
                 let want: Map<String, Value> = serde_json::from_str(k).unwrap_or_default();
-                cur.as_array_mut().and_then(|a| a.iter_mut().find(|it| want.iter().all(|(wk, wv)| it.get(wk) == Some(wv))))
+                cur.as_array_mut()
+                    .and_then(|a| a.iter_mut().find(|it| want.iter().all(|(wk, wv)| it.get(wk) == Some(wv))))
             }
             PathElement::Value(j) => {
                 let want: Value = serde_json::from_str(j).unwrap_or(Value::Null);
@@ -382,7 +397,14 @@ fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
 }
 
 /// Records an `Update` by `manager`: it takes ownership of what it changed.
-pub fn record_update(old: Option<&Value>, new: &mut Value, schema: Option<Cursor<'_>>, manager: &str, api_version: &str, scope: Scope) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    schema: Option<Cursor<'_>>,
+    manager: &str,
+    api_version: &str,
+    scope: Scope,
+) {
     let mut entries = old.map(read_entries).unwrap_or_default();
     let new_set: FieldSet = field_set(new, schema).into_iter().filter(|p| in_scope(p, scope)).collect();
     let changed: FieldSet = match old {
@@ -546,7 +568,11 @@ pub fn apply(
                 if let (Some(lv), Some(mv)) = (value_at(live, p), value_at(&merged, p))
                     && lv != mv
                 {
-                    conflicts.push(Conflict { manager: e.manager.clone(), api_version: e.api_version.clone(), path: render_path(p) });
+                    conflicts.push(Conflict {
+                        manager: e.manager.clone(),
+                        api_version: e.api_version.clone(),
+                        path: render_path(p),
+                    });
                 }
             }
         }
@@ -561,8 +587,16 @@ pub fn apply(
         }
     }
     // Fields this manager applied before and no longer applies are removed unless owned elsewhere.
-    let previous = entries.iter().find(|e| e.same_slot(manager, "Apply", subresource)).map(|e| e.fields.clone()).unwrap_or_default();
-    let others: FieldSet = entries.iter().filter(|e| !e.same_slot(manager, "Apply", subresource)).flat_map(|e| e.fields.iter().cloned()).collect();
+    let previous = entries
+        .iter()
+        .find(|e| e.same_slot(manager, "Apply", subresource))
+        .map(|e| e.fields.clone())
+        .unwrap_or_default();
+    let others: FieldSet = entries
+        .iter()
+        .filter(|e| !e.same_slot(manager, "Apply", subresource))
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
     let mut dropped: Vec<&FieldPath> = previous
         .iter()
         .filter(|p| !applied_set.contains(*p))
@@ -607,7 +641,10 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
     let n = conflicts.len();
     if n == 1 {
         let c = &conflicts[0];
-        return format!("Apply failed with 1 conflict: conflict with {:?} using {}: {}", c.manager, c.api_version, c.path);
+        return format!(
+            "Apply failed with 1 conflict: conflict with {:?} using {}: {}",
+            c.manager, c.api_version, c.path
+        );
     }
     let mut s = format!("Apply failed with {n} conflicts: ");
     let parts: Vec<String> = by_manager
@@ -663,16 +700,22 @@ mod tests {
         record_update(Some(&live), &mut updated, c, "kubectl", "x/v1", Scope::Main { status_subresource: true });
         // Re-applying without label b removes it; re-applying replicas=1 conflicts.
         let second = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x", "labels": {"a": "1"}}, "spec": {"replicas": 1}});
-        let err = apply(Some(&updated), &second, c, "helm", "x/v1", false, Scope::Main { status_subresource: true }).unwrap_err();
-        assert_eq!(conflict_message(&err), "Apply failed with 1 conflict: conflict with \"kubectl\" using x/v1: .spec.replicas");
-        let forced = apply(Some(&updated), &second, c, "helm", "x/v1", true, Scope::Main { status_subresource: true }).unwrap();
+        let err = apply(Some(&updated), &second, c, "helm", "x/v1", false, Scope::Main { status_subresource: true })
+            .unwrap_err();
+        assert_eq!(
+            conflict_message(&err),
+            "Apply failed with 1 conflict: conflict with \"kubectl\" using x/v1: .spec.replicas"
+        );
+        let forced =
+            apply(Some(&updated), &second, c, "helm", "x/v1", true, Scope::Main { status_subresource: true }).unwrap();
         assert_eq!(forced["spec"]["replicas"], 1);
         assert_eq!(forced["metadata"]["labels"], json!({"a": "1"}));
         let managers: Vec<String> = read_entries(&forced).iter().map(|e| e.manager.clone()).collect();
         assert_eq!(managers, vec!["helm"]);
         // Without replicas in the config, the field stays (kubectl still owned it before force).
         let third = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        let after = apply(Some(&updated), &third, c, "helm", "x/v1", false, Scope::Main { status_subresource: true }).unwrap();
+        let after =
+            apply(Some(&updated), &third, c, "helm", "x/v1", false, Scope::Main { status_subresource: true }).unwrap();
         assert_eq!(after["spec"]["replicas"], 5);
         assert!(after["metadata"].get("labels").is_none_or(|l| l.get("b").is_none()));
     }

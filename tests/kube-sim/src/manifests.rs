@@ -16,10 +16,12 @@ pub enum ManifestError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("parsing {path}: {message}")]
     Parse { path: PathBuf, message: String },
-    #[error("{path}: {kind} {name}: no resource for apiVersion {api_version:?} kind {kind:?} (are its CRDs installed?)")]
+    #[error(
+        "{path}: {kind} {name}: no resource for apiVersion {api_version:?} kind {kind:?} (are its CRDs installed?)"
+    )]
     UnknownKind { path: PathBuf, api_version: String, kind: String, name: String },
     #[error("{path}: applying {kind} {name}: {source}")]
-    Apply { path: PathBuf, kind: String, name: String, source: crate::status::ApiError },
+    Apply { path: PathBuf, kind: String, name: String, source: Box<crate::status::ApiError> },
 }
 
 /// A manifest object and the file it came from.
@@ -37,7 +39,8 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), ManifestErro
             .collect();
         entries.sort();
         for e in entries {
-            let is_manifest = e.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
+            let is_manifest =
+                e.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x, "yaml" | "yml" | "json"));
             if e.is_file() && is_manifest {
                 out.push(e);
             }
@@ -74,7 +77,8 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Manifest>, ManifestError> {
     for f in files {
         let text = std::fs::read_to_string(&f).map_err(|source| ManifestError::Read { path: f.clone(), source })?;
         for doc in serde_yaml::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).map_err(|e| ManifestError::Parse { path: f.clone(), message: e.to_string() })?;
+            let v = Value::deserialize(doc)
+                .map_err(|e| ManifestError::Parse { path: f.clone(), message: e.to_string() })?;
             flatten(v, &f, &mut out);
         }
     }
@@ -94,12 +98,13 @@ pub fn apply(registry: &Registry, manifests: &[Manifest]) -> Result<Vec<String>,
         let api_version = m.object.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
         let kind = m.object.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
         let name = crate::meta::name(&m.object).to_string();
-        let rd = registry.catalog.by_api_version_kind(&api_version, &kind).ok_or_else(|| ManifestError::UnknownKind {
-            path: m.path.clone(),
-            api_version: api_version.clone(),
-            kind: kind.clone(),
-            name: name.clone(),
-        })?;
+        let rd =
+            registry.catalog.by_api_version_kind(&api_version, &kind).ok_or_else(|| ManifestError::UnknownKind {
+                path: m.path.clone(),
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+                name: name.clone(),
+            })?;
         let ns = if rd.namespaced {
             let n = crate::meta::namespace(&m.object);
             if n.is_empty() { "default".to_string() } else { n.to_string() }
@@ -113,9 +118,14 @@ pub fn apply(registry: &Registry, manifests: &[Manifest]) -> Result<Vec<String>,
         let body = serde_json::to_vec(&obj).unwrap_or_default();
         let mut ctx = WriteCtx::new("kube-sim", crate::registry::UserInfo::admin());
         ctx.field_validation = crate::registry::FieldValidation::Strict;
-        registry
-            .patch(&rd, &ns, &name, PatchType::Apply, &body, Endpoint::Main, true, &mut ctx)
-            .map_err(|source| ManifestError::Apply { path: m.path.clone(), kind: kind.clone(), name: name.clone(), source })?;
+        registry.patch(&rd, &ns, &name, PatchType::Apply, &body, Endpoint::Main, true, &mut ctx).map_err(|source| {
+            ManifestError::Apply {
+                path: m.path.clone(),
+                kind: kind.clone(),
+                name: name.clone(),
+                source: Box::new(source),
+            }
+        })?;
         let resource = if rd.group.is_empty() { rd.singular.clone() } else { format!("{}.{}", rd.singular, rd.group) };
         applied.push(format!("{resource}/{name}"));
     }

@@ -88,11 +88,7 @@ pub fn generation(obj: &Value) -> i64 {
 }
 
 pub fn owner_references(obj: &Value) -> &[Value] {
-    metadata(obj)
-        .and_then(|m| m.get("ownerReferences"))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
+    metadata(obj).and_then(|m| m.get("ownerReferences")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
 pub fn api_version(obj: &Value) -> &str {

@@ -104,7 +104,10 @@ fn custom_schema(rd: &ResourceDef) -> Value {
                 json!({"allOf": [schema_ref(OBJECT_META)], "description": "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata"}),
             );
         }
-        m.insert("x-kubernetes-group-version-kind".into(), json!([{"group": rd.group, "version": rd.version, "kind": rd.kind}]));
+        m.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([{"group": rd.group, "version": rd.version, "kind": rd.kind}]),
+        );
     }
     s
 }
@@ -150,9 +153,26 @@ fn op_id(verb: &str, rd: &ResourceDef, namespaced: bool, suffix: &str) -> String
     format!("{verb}{core}{version}{}{}{suffix}", if namespaced { "Namespaced" } else { "" }, rd.kind)
 }
 
-fn operation(action: &str, rd: &ResourceDef, gvk_kind: (&str, &str, &str), op_id: String, params: Vec<Value>, body: Option<Value>, response: Value, extra_codes: &[&str]) -> Value {
+#[allow(clippy::too_many_arguments)] // mirrors the fields of an OpenAPI operation object
+fn operation(
+    action: &str,
+    rd: &ResourceDef,
+    gvk_kind: (&str, &str, &str),
+    op_id: String,
+    params: Vec<Value>,
+    body: Option<Value>,
+    response: Value,
+    extra_codes: &[&str],
+) -> Value {
     let mut m = Map::new();
-    m.insert("tags".into(), json!([if rd.group.is_empty() { "core_v1".to_string() } else { format!("{}_{}", rd.group.replace('.', "_"), rd.version) }]));
+    m.insert(
+        "tags".into(),
+        json!([if rd.group.is_empty() {
+            "core_v1".to_string()
+        } else {
+            format!("{}_{}", rd.group.replace('.', "_"), rd.version)
+        }]),
+    );
     m.insert("description".into(), json!(format!("{action} {}", rd.kind)));
     m.insert("operationId".into(), json!(op_id));
     if !params.is_empty() {
@@ -169,14 +189,21 @@ fn operation(action: &str, rd: &ResourceDef, gvk_kind: (&str, &str, &str), op_id
     responses.insert("401".into(), json!({"description": "Unauthorized"}));
     m.insert("responses".into(), Value::Object(responses));
     m.insert("x-kubernetes-action".into(), json!(action));
-    m.insert("x-kubernetes-group-version-kind".into(), json!({"group": gvk_kind.0, "version": gvk_kind.1, "kind": gvk_kind.2}));
+    m.insert(
+        "x-kubernetes-group-version-kind".into(),
+        json!({"group": gvk_kind.0, "version": gvk_kind.1, "kind": gvk_kind.2}),
+    );
     Value::Object(m)
 }
 
 fn write_params(patch: bool) -> Vec<Value> {
     let mut p = vec![
         query_param("dryRun", "When present, indicates that modifications should not be persisted.", "string"),
-        query_param("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes.", "string"),
+        query_param(
+            "fieldManager",
+            "fieldManager is a name associated with the actor or entity that is making these changes.",
+            "string",
+        ),
         query_param(
             "fieldValidation",
             "fieldValidation instructs the server on how to handle objects in the request (POST/PUT/PATCH) containing unknown or duplicate fields. Valid values are: - Ignore - Warn - Strict",
@@ -201,38 +228,76 @@ fn patch_body(strategic: bool) -> Value {
 }
 
 fn add_resource_paths(rd: &ResourceDef, paths: &mut Map<String, Value>) {
-    let base = if rd.group.is_empty() { format!("/api/{}", rd.version) } else { format!("/apis/{}/{}", rd.group, rd.version) };
+    let base =
+        if rd.group.is_empty() { format!("/api/{}", rd.version) } else { format!("/apis/{}/{}", rd.group, rd.version) };
     let kind_ref = schema_ref(&kind_schema_name(rd));
     let list_ref = schema_ref(&list_schema_name(rd));
     let gvk = (rd.group.as_str(), rd.version.as_str(), rd.kind.as_str());
     let strategic = !rd.is_custom();
     let ns_param = json!({"name": "namespace", "in": "path", "description": "object name and auth scope, such as for teams and projects", "required": true, "schema": {"type": "string", "uniqueItems": true}});
     let name_param = |what: &str| json!({"name": "name", "in": "path", "description": format!("name of the {what}"), "required": true, "schema": {"type": "string", "uniqueItems": true}});
-    let prefix = if rd.namespaced { format!("{base}/namespaces/{{namespace}}/{}", rd.plural) } else { format!("{base}/{}", rd.plural) };
+    let prefix = if rd.namespaced {
+        format!("{base}/namespaces/{{namespace}}/{}", rd.plural)
+    } else {
+        format!("{base}/{}", rd.plural)
+    };
     let ns = rd.namespaced;
     let list_params = vec![
         query_param("labelSelector", "A selector to restrict the list of returned objects by their labels.", "string"),
         query_param("fieldSelector", "A selector to restrict the list of returned objects by their fields.", "string"),
         query_param("limit", "limit is a maximum number of responses to return for a list call.", "integer"),
-        query_param("continue", "The continue option should be set when retrieving more results from the server.", "string"),
-        query_param("resourceVersion", "resourceVersion sets a constraint on what resource versions a request may be served from.", "string"),
-        query_param("watch", "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications.", "boolean"),
+        query_param(
+            "continue",
+            "The continue option should be set when retrieving more results from the server.",
+            "string",
+        ),
+        query_param(
+            "resourceVersion",
+            "resourceVersion sets a constraint on what resource versions a request may be served from.",
+            "string",
+        ),
+        query_param(
+            "watch",
+            "Watch for changes to the described resources and return them as a stream of add, update, and remove notifications.",
+            "boolean",
+        ),
     ];
 
     let mut collection = Map::new();
     if rd.has_verb("list") {
-        collection.insert("get".into(), operation("list", rd, gvk, op_id("list", rd, ns, ""), list_params.clone(), None, list_ref.clone(), &[]));
+        collection.insert(
+            "get".into(),
+            operation("list", rd, gvk, op_id("list", rd, ns, ""), list_params.clone(), None, list_ref.clone(), &[]),
+        );
     }
     if rd.has_verb("create") {
         collection.insert(
             "post".into(),
-            operation("post", rd, gvk, op_id("create", rd, ns, ""), write_params(false), Some(json!({"content": content(kind_ref.clone()), "required": true})), kind_ref.clone(), &["201", "202"]),
+            operation(
+                "post",
+                rd,
+                gvk,
+                op_id("create", rd, ns, ""),
+                write_params(false),
+                Some(json!({"content": content(kind_ref.clone()), "required": true})),
+                kind_ref.clone(),
+                &["201", "202"],
+            ),
         );
     }
     if rd.has_verb("deletecollection") {
         collection.insert(
             "delete".into(),
-            operation("deletecollection", rd, gvk, op_id("deletecollection", rd, ns, ""), list_params.clone(), Some(json!({"content": content(schema_ref(DELETE_OPTIONS))})), schema_ref(STATUS), &[]),
+            operation(
+                "deletecollection",
+                rd,
+                gvk,
+                op_id("deletecollection", rd, ns, ""),
+                list_params.clone(),
+                Some(json!({"content": content(schema_ref(DELETE_OPTIONS))})),
+                schema_ref(STATUS),
+                &[],
+            ),
         );
     }
     if !collection.is_empty() {
@@ -249,21 +314,61 @@ fn add_resource_paths(rd: &ResourceDef, paths: &mut Map<String, Value>) {
     }
     let mut item = Map::new();
     if rd.has_verb("get") {
-        item.insert("get".into(), operation("get", rd, gvk, op_id("read", rd, ns, ""), vec![], None, kind_ref.clone(), &[]));
+        item.insert(
+            "get".into(),
+            operation("get", rd, gvk, op_id("read", rd, ns, ""), vec![], None, kind_ref.clone(), &[]),
+        );
     }
     if rd.has_verb("update") {
         item.insert(
             "put".into(),
-            operation("put", rd, gvk, op_id("replace", rd, ns, ""), write_params(false), Some(json!({"content": content(kind_ref.clone()), "required": true})), kind_ref.clone(), &["201"]),
+            operation(
+                "put",
+                rd,
+                gvk,
+                op_id("replace", rd, ns, ""),
+                write_params(false),
+                Some(json!({"content": content(kind_ref.clone()), "required": true})),
+                kind_ref.clone(),
+                &["201"],
+            ),
         );
     }
     if rd.has_verb("patch") {
-        item.insert("patch".into(), operation("patch", rd, gvk, op_id("patch", rd, ns, ""), write_params(true), Some(patch_body(strategic)), kind_ref.clone(), &["201"]));
+        item.insert(
+            "patch".into(),
+            operation(
+                "patch",
+                rd,
+                gvk,
+                op_id("patch", rd, ns, ""),
+                write_params(true),
+                Some(patch_body(strategic)),
+                kind_ref.clone(),
+                &["201"],
+            ),
+        );
     }
     if rd.has_verb("delete") {
         item.insert(
             "delete".into(),
-            operation("delete", rd, gvk, op_id("delete", rd, ns, ""), vec![query_param("gracePeriodSeconds", "The duration in seconds before the object should be deleted.", "integer"), query_param("propagationPolicy", "Whether and how garbage collection will be performed.", "string")], Some(json!({"content": content(schema_ref(DELETE_OPTIONS))})), schema_ref(STATUS), &["202"]),
+            operation(
+                "delete",
+                rd,
+                gvk,
+                op_id("delete", rd, ns, ""),
+                vec![
+                    query_param(
+                        "gracePeriodSeconds",
+                        "The duration in seconds before the object should be deleted.",
+                        "integer",
+                    ),
+                    query_param("propagationPolicy", "Whether and how garbage collection will be performed.", "string"),
+                ],
+                Some(json!({"content": content(schema_ref(DELETE_OPTIONS))})),
+                schema_ref(STATUS),
+                &["202"],
+            ),
         );
     }
     let mut params = vec![name_param(&rd.kind)];
@@ -281,16 +386,55 @@ fn add_resource_paths(rd: &ResourceDef, paths: &mut Map<String, Value>) {
             c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default()
         };
         if verbs.contains(&"get") {
-            m.insert("get".into(), operation("get", rd, gvk_sub, op_id("read", rd, ns, &suffix), vec![], None, response.clone(), &[]));
+            m.insert(
+                "get".into(),
+                operation("get", rd, gvk_sub, op_id("read", rd, ns, &suffix), vec![], None, response.clone(), &[]),
+            );
         }
         if verbs.contains(&"update") {
-            m.insert("put".into(), operation("put", rd, gvk_sub, op_id("replace", rd, ns, &suffix), write_params(false), Some(json!({"content": content(response.clone()), "required": true})), response.clone(), &["201"]));
+            m.insert(
+                "put".into(),
+                operation(
+                    "put",
+                    rd,
+                    gvk_sub,
+                    op_id("replace", rd, ns, &suffix),
+                    write_params(false),
+                    Some(json!({"content": content(response.clone()), "required": true})),
+                    response.clone(),
+                    &["201"],
+                ),
+            );
         }
         if verbs.contains(&"patch") {
-            m.insert("patch".into(), operation("patch", rd, gvk_sub, op_id("patch", rd, ns, &suffix), write_params(true), Some(patch_body(strategic)), response.clone(), &["201"]));
+            m.insert(
+                "patch".into(),
+                operation(
+                    "patch",
+                    rd,
+                    gvk_sub,
+                    op_id("patch", rd, ns, &suffix),
+                    write_params(true),
+                    Some(patch_body(strategic)),
+                    response.clone(),
+                    &["201"],
+                ),
+            );
         }
         if verbs.contains(&"create") {
-            m.insert("post".into(), operation("post", rd, gvk_sub, op_id("create", rd, ns, &suffix), write_params(false), Some(json!({"content": content(response.clone()), "required": true})), response.clone(), &["201", "202"]));
+            m.insert(
+                "post".into(),
+                operation(
+                    "post",
+                    rd,
+                    gvk_sub,
+                    op_id("create", rd, ns, &suffix),
+                    write_params(false),
+                    Some(json!({"content": content(response.clone()), "required": true})),
+                    response.clone(),
+                    &["201", "202"],
+                ),
+            );
         }
         m.insert("parameters".into(), Value::Array(params.clone()));
         paths.insert(format!("{prefix}/{{name}}/{sub}"), Value::Object(m));
@@ -315,7 +459,8 @@ pub fn group_version_doc(catalog: &Catalog, gv_path: &str) -> Option<Value> {
         ["apis", g, v] => (g.to_string(), v.to_string()),
         _ => return None,
     };
-    let defs: Vec<Arc<ResourceDef>> = catalog.all().into_iter().filter(|d| d.group == group && d.version == version).collect();
+    let defs: Vec<Arc<ResourceDef>> =
+        catalog.all().into_iter().filter(|d| d.group == group && d.version == version).collect();
     if defs.is_empty() {
         return None;
     }
@@ -367,13 +512,16 @@ fn hash_of(bytes: &[u8]) -> String {
 
 /// Caches serialized documents per catalog generation (they are large and kubectl fetches
 /// them on every invocation).
+/// Catalog generation and, per group-version path, the document's hash and bytes.
+type Documents = (u64, HashMap<String, (String, Arc<Vec<u8>>)>);
+
 #[derive(Default)]
 pub struct OpenApiCache {
-    inner: Mutex<(u64, HashMap<String, (String, Arc<Vec<u8>>)>)>,
+    inner: Mutex<Documents>,
 }
 
 impl OpenApiCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<String, (String, Arc<Vec<u8>>)>)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Documents> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 

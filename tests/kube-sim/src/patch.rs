@@ -63,7 +63,7 @@ pub fn strategic_merge_patch(doc: &Value, patch: &[u8], schema: Option<Cursor<'_
     if !out.is_object() {
         out = Value::Object(Map::new());
     }
-    merge_map(&mut out, pm, schema).map_err(|e| ApiError::bad_request(e))?;
+    merge_map(&mut out, pm, schema).map_err(ApiError::bad_request)?;
     Ok(out)
 }
 
@@ -91,7 +91,10 @@ fn merge_map(target: &mut Value, patch: Map<String, Value>, schema: Option<Curso
         *target = Value::Object(Map::new());
     }
     if let Some(retain) = patch.remove("$retainKeys") {
-        let keep: Vec<String> = retain.as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default();
+        let keep: Vec<String> = retain
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
         if let Value::Object(t) = target {
             t.retain(|k, _| keep.contains(k));
         }
@@ -104,10 +107,10 @@ fn merge_map(target: &mut Value, patch: Map<String, Value>, schema: Option<Curso
             if let Some(v) = patch.remove(&k) {
                 orders.push((field.to_string(), v));
             }
-        } else if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
-            if let Some(v) = patch.remove(&k) {
-                deletions.push((field.to_string(), v));
-            }
+        } else if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/")
+            && let Some(v) = patch.remove(&k)
+        {
+            deletions.push((field.to_string(), v));
         }
     }
     let Value::Object(t) = target else { return Ok(()) };
@@ -166,10 +169,13 @@ fn reorder(list: &mut Vec<Value>, order: &[Value], key: Option<&str>) {
             None => v.clone(),
         }
     };
-    let order_ids: Vec<Value> = order.iter().map(|o| match key {
-        Some(k) => o.get(k).cloned().unwrap_or(Value::Null),
-        None => o.clone(),
-    }).collect();
+    let order_ids: Vec<Value> = order
+        .iter()
+        .map(|o| match key {
+            Some(k) => o.get(k).cloned().unwrap_or(Value::Null),
+            None => o.clone(),
+        })
+        .collect();
     let mut ordered: Vec<Value> = Vec::with_capacity(list.len());
     let mut rest: Vec<Value> = Vec::new();
     let mut items: Vec<Option<Value>> = list.drain(..).map(Some).collect();
@@ -187,9 +193,16 @@ fn reorder(list: &mut Vec<Value>, order: &[Value], key: Option<&str>) {
     *list = ordered;
 }
 
-fn merge_list(cur: Option<Value>, patch: Vec<Value>, lt: ListType, item_schema: Option<Cursor<'_>>) -> Result<Value, String> {
+fn merge_list(
+    cur: Option<Value>,
+    patch: Vec<Value>,
+    lt: ListType,
+    item_schema: Option<Cursor<'_>>,
+) -> Result<Value, String> {
     // A list-level `{"$patch": "replace"}` item replaces the whole list with the other items.
-    if patch.iter().any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace") && i.as_object().is_some_and(|m| m.len() == 1)) {
+    if patch.iter().any(|i| {
+        i.get("$patch").and_then(Value::as_str) == Some("replace") && i.as_object().is_some_and(|m| m.len() == 1)
+    }) {
         let items: Vec<Value> = patch.into_iter().filter(|i| i.get("$patch").is_none()).collect();
         return Ok(Value::Array(items));
     }
@@ -279,9 +292,15 @@ mod tests {
                            "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "X", "status": "True"}]}});
         let out = strategic_merge_patch(&doc, patch.to_string().as_bytes(), Some(Cursor::root(&s))).unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]));
-        assert_eq!(out["spec"]["containers"], json!([{"name": "a", "image": "x", "args": ["1"]}, {"name": "b", "image": "z"}, {"name": "c", "image": "w"}]));
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "a", "image": "x", "args": ["1"]}, {"name": "b", "image": "z"}, {"name": "c", "image": "w"}])
+        );
         assert_eq!(out["spec"]["tolerations"], json!([{"k": 2}]));
-        assert_eq!(out["status"]["conditions"], json!([{"type": "Ready", "status": "True"}, {"type": "X", "status": "True"}]));
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}, {"type": "X", "status": "True"}])
+        );
     }
 
     #[test]
@@ -301,7 +320,11 @@ mod tests {
     #[test]
     fn json_and_merge_patches() {
         let doc = json!({"spec": {"template": {"spec": {"containers": [{"image": "python:3.4"}]}}}});
-        let out = json_patch(&doc, br#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"python:3.5"}]"#).unwrap();
+        let out = json_patch(
+            &doc,
+            br#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"python:3.5"}]"#,
+        )
+        .unwrap();
         assert_eq!(out["spec"]["template"]["spec"]["containers"][0]["image"], "python:3.5");
         let err = json_patch(&doc, br#"[{"op":"replace","path":"/spec/nope","value":1}]"#).unwrap_err();
         assert_eq!(err.code, 422);

@@ -192,7 +192,11 @@ where
     T: Resource + JsonSchema + Serialize + DeserializeOwned + 'static,
     T::Scope: ScopeFlag,
 {
-    let storage = if T::GROUP.is_empty() { T::URL_PATH_SEGMENT.to_string() } else { format!("{}.{}", T::URL_PATH_SEGMENT, T::GROUP) };
+    let storage = if T::GROUP.is_empty() {
+        T::URL_PATH_SEGMENT.to_string()
+    } else {
+        format!("{}.{}", T::URL_PATH_SEGMENT, T::GROUP)
+    };
     BuiltinSpec {
         def: ResourceDef {
             group: T::GROUP.to_string(),
@@ -268,9 +272,10 @@ impl BuiltinSpec {
 
 fn builtin_specs() -> Vec<BuiltinSpec> {
     use k8s_openapi::api::{
-        apps::v1 as apps, authentication::v1 as authn, authorization::v1 as authz, autoscaling::v2 as autoscaling, batch::v1 as batch,
-        coordination::v1 as coordination, core::v1 as core, events::v1 as events, networking::v1 as networking, policy::v1 as policy,
-        rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+        apps::v1 as apps, authentication::v1 as authn, authorization::v1 as authz, autoscaling::v2 as autoscaling,
+        batch::v1 as batch, coordination::v1 as coordination, core::v1 as core, events::v1 as events,
+        networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+        storage::v1 as storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     vec![
@@ -280,25 +285,40 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
             .name_rule(NameRule::Dns1123Label)
             .verbs(&["create", "delete", "get", "list", "patch", "update", "watch"])
             .extra("finalize", &["update"]),
-        builtin::<core::Pod>(Special::Pod)
-            .short(&["po"])
-            .categories(&["all"])
-            .status()
-            .extra("binding", &["create"]),
+        builtin::<core::Pod>(Special::Pod).short(&["po"]).categories(&["all"]).status().extra("binding", &["create"]),
         builtin::<core::Event>(Special::CoreEvent).short(&["ev"]),
         builtin::<core::ConfigMap>(Special::ConfigMap).short(&["cm"]),
         builtin::<core::Secret>(Special::Secret),
         builtin::<core::ServiceAccount>(Special::ServiceAccount).short(&["sa"]),
-        builtin::<core::Service>(Special::Service).short(&["svc"]).categories(&["all"]).status().name_rule(NameRule::Dns1035Label),
+        builtin::<core::Service>(Special::Service)
+            .short(&["svc"])
+            .categories(&["all"])
+            .status()
+            .name_rule(NameRule::Dns1035Label),
         builtin::<core::Endpoints>(Special::Plain).short(&["ep"]),
         builtin::<core::PersistentVolumeClaim>(Special::PersistentVolumeClaim).short(&["pvc"]).status(),
         builtin::<core::PersistentVolume>(Special::Plain).short(&["pv"]).status(),
         builtin::<core::Node>(Special::Node).short(&["no"]).status(),
         builtin::<core::LimitRange>(Special::Plain).short(&["limits"]),
         builtin::<core::ResourceQuota>(Special::Plain).short(&["quota"]).status(),
-        builtin::<apps::Deployment>(Special::Deployment).short(&["deploy"]).categories(&["all"]).status().generation().scale(),
-        builtin::<apps::ReplicaSet>(Special::ReplicaSet).short(&["rs"]).categories(&["all"]).status().generation().scale(),
-        builtin::<apps::StatefulSet>(Special::StatefulSet).short(&["sts"]).categories(&["all"]).status().generation().scale(),
+        builtin::<apps::Deployment>(Special::Deployment)
+            .short(&["deploy"])
+            .categories(&["all"])
+            .status()
+            .generation()
+            .scale(),
+        builtin::<apps::ReplicaSet>(Special::ReplicaSet)
+            .short(&["rs"])
+            .categories(&["all"])
+            .status()
+            .generation()
+            .scale(),
+        builtin::<apps::StatefulSet>(Special::StatefulSet)
+            .short(&["sts"])
+            .categories(&["all"])
+            .status()
+            .generation()
+            .scale(),
         builtin::<apps::DaemonSet>(Special::DaemonSet).short(&["ds"]).categories(&["all"]).status().generation(),
         builtin::<apps::ControllerRevision>(Special::ControllerRevision),
         builtin::<batch::Job>(Special::Job).categories(&["all"]).status().generation(),
@@ -309,7 +329,11 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<rbac::RoleBinding>(Special::Rbac).name_rule(NameRule::PathSegment),
         builtin::<rbac::ClusterRole>(Special::Rbac).name_rule(NameRule::PathSegment),
         builtin::<rbac::ClusterRoleBinding>(Special::Rbac).name_rule(NameRule::PathSegment),
-        builtin::<apiext::CustomResourceDefinition>(Special::Crd).short(&["crd", "crds"]).categories(&["api-extensions"]).status().generation(),
+        builtin::<apiext::CustomResourceDefinition>(Special::Crd)
+            .short(&["crd", "crds"])
+            .categories(&["api-extensions"])
+            .status()
+            .generation(),
         builtin::<policy::PodDisruptionBudget>(Special::Plain).short(&["pdb"]).status().generation(),
         builtin::<networking::Ingress>(Special::Plain).short(&["ing"]).status(),
         builtin::<networking::NetworkPolicy>(Special::Plain).short(&["netpol"]).generation(),
@@ -349,8 +373,18 @@ pub static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
             kind: s.def.kind.clone(),
         })
         .collect();
-    gvks.push(Gvk { definition: "io.k8s.api.autoscaling.v1.Scale".into(), group: "autoscaling".into(), version: "v1".into(), kind: "Scale".into() });
-    gvks.push(Gvk { definition: "io.k8s.api.core.v1.Binding".into(), group: "".into(), version: "v1".into(), kind: "Binding".into() });
+    gvks.push(Gvk {
+        definition: "io.k8s.api.autoscaling.v1.Scale".into(),
+        group: "autoscaling".into(),
+        version: "v1".into(),
+        kind: "Scale".into(),
+    });
+    gvks.push(Gvk {
+        definition: "io.k8s.api.core.v1.Binding".into(),
+        group: "".into(),
+        version: "v1".into(),
+        kind: "Binding".into(),
+    });
     let schemas = BuiltinSchemas::build(&registers, &gvks);
     let defs = specs
         .into_iter()
@@ -434,8 +468,9 @@ impl Catalog {
     /// All served versions of a group/resource, preferred (storage or first) version first.
     pub fn versions_of(&self, group: &str, plural: &str) -> Vec<Arc<ResourceDef>> {
         let inner = self.read();
-        let mut v: Vec<Arc<ResourceDef>> = inner.by_gvr.values().filter(|d| d.group == group && d.plural == plural).cloned().collect();
-        v.sort_by(|a, b| version_priority(&b.version).cmp(&version_priority(&a.version)));
+        let mut v: Vec<Arc<ResourceDef>> =
+            inner.by_gvr.values().filter(|d| d.group == group && d.plural == plural).cloned().collect();
+        v.sort_by_key(|d| std::cmp::Reverse(version_priority(&d.version)));
         v
     }
 
@@ -477,9 +512,15 @@ impl Catalog {
 
     pub fn groups(&self) -> Vec<GroupView> {
         let inner = self.read();
-        let mut groups: BTreeMap<(usize, String), BTreeMap<String, Vec<Arc<ResourceDef>>>> = BTreeMap::new();
+        type ByVersion = BTreeMap<String, Vec<Arc<ResourceDef>>>;
+        let mut groups: BTreeMap<(usize, String), ByVersion> = BTreeMap::new();
         for d in inner.by_gvr.values() {
-            groups.entry((group_priority(&d.group), d.group.clone())).or_default().entry(d.version.clone()).or_default().push(d.clone());
+            groups
+                .entry((group_priority(&d.group), d.group.clone()))
+                .or_default()
+                .entry(d.version.clone())
+                .or_default()
+                .push(d.clone());
         }
         groups
             .into_iter()
@@ -491,7 +532,7 @@ impl Catalog {
                         (v, defs)
                     })
                     .collect();
-                vs.sort_by(|a, b| version_priority(&b.0).cmp(&version_priority(&a.0)));
+                vs.sort_by_key(|v| std::cmp::Reverse(version_priority(&v.0)));
                 GroupView { name, versions: vs }
             })
             .collect()
@@ -579,12 +620,17 @@ pub fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
     let names = spec.get("names").ok_or("spec.names missing")?;
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
     let list_of = |v: &Value, k: &str| -> Vec<String> {
-        v.get(k).and_then(Value::as_array).map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+        v.get(k)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
     };
     let plural = s(names, "plural");
     let kind = s(names, "kind");
-    let list_kind = names.get("listKind").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("{kind}List"));
-    let singular = names.get("singular").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
+    let list_kind =
+        names.get("listKind").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("{kind}List"));
+    let singular =
+        names.get("singular").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
     let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
     let crd_name = crate::meta::name(crd).to_string();
     let crd_uid = crate::meta::uid(crd).to_string();
@@ -603,7 +649,11 @@ pub fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
             continue;
         }
         let version = s(v, "name");
-        let openapi = v.get("schema").and_then(|s| s.get("openAPIV3Schema")).cloned().unwrap_or_else(|| serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+        let openapi = v
+            .get("schema")
+            .and_then(|s| s.get("openAPIV3Schema"))
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
         let schema = crate::schema::from_crd_schema(&openapi);
         let has_defaults = crate::schema::defaulting::has_defaults(Cursor::root(&schema));
         let sub = v.get("subresources");
@@ -632,7 +682,12 @@ pub fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
         let selectable_fields = v
             .get("selectableFields")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|f| f.get("jsonPath").and_then(Value::as_str)).map(|p| p.trim_start_matches('.').to_string()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                    .map(|p| p.trim_start_matches('.').to_string())
+                    .collect()
+            })
             .unwrap_or_default();
         out.push(ResourceDef {
             group: group.clone(),
@@ -693,7 +748,7 @@ mod tests {
     #[test]
     fn version_ordering() {
         let mut v = vec!["v1alpha1", "v1", "v2beta1", "v1beta2", "foo", "v2"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|x| std::cmp::Reverse(version_priority(x)));
         assert_eq!(v, vec!["v2", "v1", "v2beta1", "v1beta2", "v1alpha1", "foo"]);
     }
 }

@@ -33,7 +33,8 @@ impl Requirement {
             Op::Exists => v.is_some(),
             Op::DoesNotExist => v.is_none(),
             Op::GreaterThan | Op::LessThan => {
-                let (Some(v), Some(bound)) = (v.and_then(|v| v.parse::<i64>().ok()), self.values.first().and_then(|b| b.parse::<i64>().ok()))
+                let (Some(v), Some(bound)) =
+                    (v.and_then(|v| v.parse::<i64>().ok()), self.values.first().and_then(|b| b.parse::<i64>().ok()))
                 else {
                     return false;
                 };
@@ -91,7 +92,11 @@ impl LabelSelector {
         let mut requirements = Vec::new();
         if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in ml {
-                requirements.push(Requirement { key: k.clone(), op: Op::Equals, values: vec![v.as_str().unwrap_or_default().to_string()] });
+                requirements.push(Requirement {
+                    key: k.clone(),
+                    op: Op::Equals,
+                    values: vec![v.as_str().unwrap_or_default().to_string()],
+                });
             }
         }
         if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
@@ -280,7 +285,11 @@ impl FieldSelector {
             } else {
                 return Err(format!("invalid selector: '{s}'; can't understand '{term}'"));
             };
-            requirements.push(FieldRequirement { field: field.trim().to_string(), value: unescape(value.trim()), negated });
+            requirements.push(FieldRequirement {
+                field: field.trim().to_string(),
+                value: unescape(value.trim()),
+                negated,
+            });
         }
         Ok(Self { requirements })
     }

@@ -86,7 +86,12 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    pub fn new(kind: FieldErrorType, field: impl Into<String>, bad_value: Option<Value>, detail: impl Into<String>) -> Self {
+    pub fn new(
+        kind: FieldErrorType,
+        field: impl Into<String>,
+        bad_value: Option<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
         Self { kind, field: field.into(), bad_value, detail: detail.into() }
     }
     pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
@@ -117,7 +122,13 @@ impl FieldError {
     /// `ErrorBody()`: the message without the field path.
     pub fn body(&self) -> String {
         let mut s = match (&self.kind, &self.bad_value) {
-            (FieldErrorType::Required | FieldErrorType::Forbidden | FieldErrorType::TooLong | FieldErrorType::Internal, _)
+            (
+                FieldErrorType::Required
+                | FieldErrorType::Forbidden
+                | FieldErrorType::TooLong
+                | FieldErrorType::Internal,
+                _,
+            )
             | (_, None) => self.kind.label().to_string(),
             (_, Some(v)) => format!("{}: {}", self.kind.label(), go_value(v)),
         };
@@ -257,10 +268,8 @@ impl ApiError {
                 format!("{qualified} {name:?} is invalid: [{}]", all.join(", "))
             }
         };
-        let causes: Vec<Value> = errors
-            .iter()
-            .map(|e| json!({"reason": e.kind.cause(), "message": e.body(), "field": e.field}))
-            .collect();
+        let causes: Vec<Value> =
+            errors.iter().map(|e| json!({"reason": e.kind.cause(), "message": e.body(), "field": e.field})).collect();
         let mut d = Map::new();
         if !name.is_empty() {
             d.insert("name".into(), json!(name));
@@ -287,7 +296,8 @@ impl ApiError {
     }
 
     pub fn forbidden_path(user: &str, verb: &str, path: &str) -> Self {
-        Self::new(403, "Forbidden", format!("forbidden: User {user:?} cannot {verb} path {path:?}")).with_details(json!({}))
+        Self::new(403, "Forbidden", format!("forbidden: User {user:?} cannot {verb} path {path:?}"))
+            .with_details(json!({}))
     }
 
     pub fn unauthorized() -> Self {
@@ -295,8 +305,12 @@ impl ApiError {
     }
 
     pub fn method_not_supported(gr: &GroupResource, action: &str) -> Self {
-        Self::new(405, "MethodNotAllowed", format!("{action} is not supported on resources of kind {:?}", gr.to_string()))
-            .with_details(json!({"group": gr.group, "kind": gr.resource}))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("{action} is not supported on resources of kind {:?}", gr.to_string()),
+        )
+        .with_details(json!({"group": gr.group, "kind": gr.resource}))
     }
 
     pub fn method_not_allowed() -> Self {
@@ -376,7 +390,11 @@ mod tests {
             "GameDeployment",
             "tkex.tencent.com",
             "web",
-            &[FieldError::invalid("spec.replicas", json!(-1), "spec.replicas in body should be greater than or equal to 0")],
+            &[FieldError::invalid(
+                "spec.replicas",
+                json!(-1),
+                "spec.replicas in body should be greater than or equal to 0",
+            )],
         );
         assert_eq!(
             one.message,

@@ -46,9 +46,15 @@ pub struct Event {
 /// What a watcher receives.
 #[derive(Clone, Debug)]
 pub enum WatchItem {
-    Event { kind: EventKind, object: Arc<Value> },
+    Event {
+        kind: EventKind,
+        object: Arc<Value>,
+    },
     /// A progress notification: every event up to this resource version has been delivered.
-    Bookmark { rv: u64, initial_events_end: bool },
+    Bookmark {
+        rv: u64,
+        initial_events_end: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -56,11 +62,19 @@ pub enum StoreError {
     NotFound,
     AlreadyExists,
     /// The object changed since the caller read it (resource version or UID precondition).
-    Conflict { current: Option<Arc<Value>> },
+    Conflict {
+        current: Option<Arc<Value>>,
+    },
     /// The requested resource version is older than the retained history.
-    Expired { requested: u64, oldest: u64 },
+    Expired {
+        requested: u64,
+        oldest: u64,
+    },
     /// The requested resource version is newer than anything committed.
-    TooLarge { requested: u64, current: u64 },
+    TooLarge {
+        requested: u64,
+        current: u64,
+    },
 }
 
 /// Selects which objects a watcher or a list is interested in.
@@ -220,7 +234,8 @@ impl Store {
     pub fn update(&self, storage: &str, key: &str, obj: Value, expected_rv: u64) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
         let storage = intern(&mut inner, storage);
-        let current = inner.buckets.get(&storage).and_then(|b| b.objects.get(key).cloned()).ok_or(StoreError::NotFound)?;
+        let current =
+            inner.buckets.get(&storage).and_then(|b| b.objects.get(key).cloned()).ok_or(StoreError::NotFound)?;
         if parse_rv(&current) != expected_rv {
             return Err(StoreError::Conflict { current: Some(current) });
         }
@@ -239,7 +254,8 @@ impl Store {
     pub fn delete(&self, storage: &str, key: &str, expected_rv: Option<u64>) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
         let storage = intern(&mut inner, storage);
-        let current = inner.buckets.get(&storage).and_then(|b| b.objects.get(key).cloned()).ok_or(StoreError::NotFound)?;
+        let current =
+            inner.buckets.get(&storage).and_then(|b| b.objects.get(key).cloned()).ok_or(StoreError::NotFound)?;
         if let Some(expected) = expected_rv
             && parse_rv(&current) != expected
         {
@@ -252,6 +268,7 @@ impl Store {
         Ok(last)
     }
 
+    #[allow(clippy::too_many_arguments)] // one commit = one event's fields
     fn commit(
         &self,
         inner: &mut Inner,
@@ -262,7 +279,8 @@ impl Store {
         prev: Option<Arc<Value>>,
         rv: u64,
     ) {
-        let event = Arc::new(Event { kind, rv, storage: storage.clone(), key: key.to_string(), object: obj.clone(), prev });
+        let event =
+            Arc::new(Event { kind, rv, storage: storage.clone(), key: key.to_string(), object: obj.clone(), prev });
         let bucket = inner.buckets.entry(storage).or_default();
         match kind {
             EventKind::Deleted => {
@@ -392,8 +410,11 @@ impl Store {
                 for e in bucket.history.iter().filter(|e| e.rv > at) {
                     overrides.entry(e.key.as_str()).or_insert(e.prev.as_ref());
                 }
-                let mut keys: BTreeSet<&str> =
-                    bucket.objects.range((lower.clone(), std::ops::Bound::Unbounded)).map(|(k, _)| k.as_str()).collect();
+                let mut keys: BTreeSet<&str> = bucket
+                    .objects
+                    .range((lower.clone(), std::ops::Bound::Unbounded))
+                    .map(|(k, _)| k.as_str())
+                    .collect();
                 for k in overrides.keys() {
                     let after_lower = match &lower {
                         std::ops::Bound::Excluded(s) => *k > s.as_str(),
@@ -457,8 +478,8 @@ impl Store {
     }
 }
 
-fn collect_page<'a>(
-    iter: &mut dyn Iterator<Item = (&'a str, Arc<Value>)>,
+fn collect_page(
+    iter: &mut dyn Iterator<Item = (&str, Arc<Value>)>,
     limit: Option<usize>,
     items: &mut Vec<Arc<Value>>,
     continue_after: &mut Option<String>,
@@ -511,7 +532,9 @@ fn translate(event: &Event, filter: &Filter) -> Option<WatchItem> {
         (false, false, _) => None,
         (true, false, _) => Some(WatchItem::Event { kind: EventKind::Added, object: event.object.clone() }),
         (true, true, _) => Some(WatchItem::Event { kind: event.kind, object: event.object.clone() }),
-        (false, true, EventKind::Deleted) => Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone() }),
+        (false, true, EventKind::Deleted) => {
+            Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone() })
+        }
         (false, true, _) => {
             let prev = event.prev.as_ref().map(|p| with_rv((**p).clone(), event.rv)).unwrap_or(Value::Null);
             Some(WatchItem::Event { kind: EventKind::Deleted, object: Arc::new(prev) })
@@ -551,7 +574,12 @@ mod tests {
         for i in 0..5 {
             s.create("pods", &format!("default/p{i}"), pod(&format!("p{i}"), "x")).unwrap();
         }
-        let first = s.list("pods", &ListRequest { namespace: Some("default"), filter: None, limit: Some(2), start_after: None, at: None }).unwrap();
+        let first = s
+            .list(
+                "pods",
+                &ListRequest { namespace: Some("default"), filter: None, limit: Some(2), start_after: None, at: None },
+            )
+            .unwrap();
         assert_eq!(first.items.len(), 2);
         assert_eq!(first.remaining, Some(3));
         // Changes after the first page must not show up in later pages.
@@ -560,7 +588,13 @@ mod tests {
         let second = s
             .list(
                 "pods",
-                &ListRequest { namespace: Some("default"), filter: None, limit: Some(10), start_after: first.continue_after.as_deref(), at: Some(first.rv) },
+                &ListRequest {
+                    namespace: Some("default"),
+                    filter: None,
+                    limit: Some(10),
+                    start_after: first.continue_after.as_deref(),
+                    at: Some(first.rv),
+                },
             )
             .unwrap();
         let names: Vec<&str> = second.items.iter().map(|o| meta::name(o)).collect();
@@ -586,7 +620,8 @@ mod tests {
     #[test]
     fn filtered_watch_translates_modifications_into_added_and_deleted() {
         let s = Store::new(100, 100);
-        let filter: Filter = Arc::new(|o: &Value| meta::labels(o).and_then(|l| l.get("app")).and_then(Value::as_str) == Some("x"));
+        let filter: Filter =
+            Arc::new(|o: &Value| meta::labels(o).and_then(|l| l.get("app")).and_then(Value::as_str) == Some("x"));
         let mut reg = s.watch("pods", None, filter, WatchFrom::Version(s.current_rv()), false).unwrap();
         let a = s.create("pods", "default/a", pod("a", "y")).unwrap();
         let b = s.update("pods", "default/a", pod("a", "x"), parse_rv(&a)).unwrap();

@@ -72,64 +72,192 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             name_col(),
             col("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
             col("Status", "string", "", "The aggregate status of the containers in this pod.", 0),
-            col("Restarts", "string", "", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.", 0),
+            col(
+                "Restarts",
+                "string",
+                "",
+                "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+                0,
+            ),
             age_col(),
-            col("IP", "string", "", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
+            col(
+                "IP",
+                "string",
+                "",
+                "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+                1,
+            ),
             col("Node", "string", "", "NodeName is a request to schedule this pod onto a specific node.", 1),
-            col("Nominated Node", "string", "", "nominatedNodeName is set when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.", 1),
-            col("Readiness Gates", "string", "", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
+            col(
+                "Nominated Node",
+                "string",
+                "",
+                "nominatedNodeName is set when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.",
+                1,
+            ),
+            col(
+                "Readiness Gates",
+                "string",
+                "",
+                "If specified, all readiness gates will be evaluated for pod readiness.",
+                1,
+            ),
         ],
-        (Special::Namespace, _) => vec![name_col(), col("Status", "string", "", "The status of the namespace", 0), age_col()],
+        (Special::Namespace, _) => {
+            vec![name_col(), col("Status", "string", "", "The status of the namespace", 0), age_col()]
+        }
         (Special::Node, _) => vec![
             name_col(),
             col("Status", "string", "", "The status of the node", 0),
             col("Roles", "string", "", "The roles of the node", 0),
             age_col(),
             col("Version", "string", "", "Kubelet Version reported by the node.", 0),
-            col("Internal-IP", "string", "", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
-            col("External-IP", "string", "", "List of addresses reachable to the node. Queried from cloud provider, if available.", 1),
-            col("OS-Image", "string", "", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1),
-            col("Kernel-Version", "string", "", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1),
-            col("Container-Runtime", "string", "", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1),
+            col(
+                "Internal-IP",
+                "string",
+                "",
+                "List of addresses reachable to the node. Queried from cloud provider, if available.",
+                1,
+            ),
+            col(
+                "External-IP",
+                "string",
+                "",
+                "List of addresses reachable to the node. Queried from cloud provider, if available.",
+                1,
+            ),
+            col(
+                "OS-Image",
+                "string",
+                "",
+                "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+                1,
+            ),
+            col(
+                "Kernel-Version",
+                "string",
+                "",
+                "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+                1,
+            ),
+            col(
+                "Container-Runtime",
+                "string",
+                "",
+                "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+                1,
+            ),
         ],
-        (Special::ConfigMap, _) => vec![name_col(), col("Data", "integer", "", "Data contains the configuration data.", 0), age_col()],
+        (Special::ConfigMap, _) => {
+            vec![name_col(), col("Data", "integer", "", "Data contains the configuration data.", 0), age_col()]
+        }
         (Special::Secret, _) => vec![
             name_col(),
             col("Type", "string", "", "Used to facilitate programmatic handling of secret data.", 0),
             col("Data", "integer", "", "Data contains the secret data.", 0),
             age_col(),
         ],
-        (Special::ServiceAccount, _) => vec![name_col(), col("Secrets", "integer", "", "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.", 0), age_col()],
+        (Special::ServiceAccount, _) => vec![
+            name_col(),
+            col(
+                "Secrets",
+                "integer",
+                "",
+                "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.",
+                0,
+            ),
+            age_col(),
+        ],
         (Special::Service, _) => vec![
             name_col(),
             col("Type", "string", "", "type determines how the Service is exposed.", 0),
-            col("Cluster-IP", "string", "", "clusterIP is the IP address of the service and is usually assigned randomly.", 0),
-            col("External-IP", "string", "", "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.", 0),
+            col(
+                "Cluster-IP",
+                "string",
+                "",
+                "clusterIP is the IP address of the service and is usually assigned randomly.",
+                0,
+            ),
+            col(
+                "External-IP",
+                "string",
+                "",
+                "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
+                0,
+            ),
             col("Port(s)", "string", "", "The list of ports that are exposed by this service.", 0),
             age_col(),
-            col("Selector", "string", "", "Route service traffic to pods with label keys and values matching this selector.", 1),
+            col(
+                "Selector",
+                "string",
+                "",
+                "Route service traffic to pods with label keys and values matching this selector.",
+                1,
+            ),
         ],
         (Special::CoreEvent | Special::EventsV1, _) => vec![
             col("Last Seen", "string", "", "The last time the event was observed", 0),
-            col("Type", "string", "", "Type of this event (Normal, Warning), new types could be added in the future", 0),
-            col("Reason", "string", "", "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.", 0),
+            col(
+                "Type",
+                "string",
+                "",
+                "Type of this event (Normal, Warning), new types could be added in the future",
+                0,
+            ),
+            col(
+                "Reason",
+                "string",
+                "",
+                "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+                0,
+            ),
             col("Object", "string", "", "The object this Event is about.", 0),
             col("Subobject", "string", "", "Subobject of the involved object", 1),
-            col("Source", "string", "", "The component reporting this event. Should be a short machine understandable string.", 1),
+            col(
+                "Source",
+                "string",
+                "",
+                "The component reporting this event. Should be a short machine understandable string.",
+                1,
+            ),
             col("Message", "string", "", "A human-readable description of the status of this operation.", 0),
-            col("First Seen", "string", "", "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)", 1),
+            col(
+                "First Seen",
+                "string",
+                "",
+                "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+                1,
+            ),
             col("Count", "string", "", "The number of times this event has occurred.", 1),
             col("Name", "string", "name", NAME_DESCRIPTION, 1),
         ],
         (Special::Deployment, _) => vec![
             name_col(),
             col("Ready", "string", "", "Number of the pod with ready state", 0),
-            col("Up-to-date", "integer", "", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0),
-            col("Available", "integer", "", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0),
+            col(
+                "Up-to-date",
+                "integer",
+                "",
+                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+                0,
+            ),
+            col(
+                "Available",
+                "integer",
+                "",
+                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+                0,
+            ),
             age_col(),
             col("Containers", "string", "", "Names of each container in the template.", 1),
             col("Images", "string", "", "Images referenced by each container in the template.", 1),
-            col("Selector", "string", "", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1),
+            col(
+                "Selector",
+                "string",
+                "",
+                "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+                1,
+            ),
         ],
         (Special::ReplicaSet, _) => vec![
             name_col(),
@@ -138,7 +266,9 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             col("Ready", "integer", "", "The number of ready replicas for this replica set.", 0),
             age_col(),
         ],
-        (Special::StatefulSet, _) => vec![name_col(), col("Ready", "string", "", "Number of the pod with ready state", 0), age_col()],
+        (Special::StatefulSet, _) => {
+            vec![name_col(), col("Ready", "string", "", "Number of the pod with ready state", 0), age_col()]
+        }
         (Special::ControllerRevision, _) => vec![
             name_col(),
             col("Controller", "string", "", "Controller of the object", 0),
@@ -148,11 +278,35 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
         (Special::PersistentVolumeClaim, _) => vec![
             name_col(),
             col("Status", "string", "", "phase represents the current phase of PersistentVolumeClaim.", 0),
-            col("Volume", "string", "", "volumeName is the binding reference to the PersistentVolume backing this claim.", 0),
+            col(
+                "Volume",
+                "string",
+                "",
+                "volumeName is the binding reference to the PersistentVolume backing this claim.",
+                0,
+            ),
             col("Capacity", "string", "", "capacity represents the actual resources of the underlying volume.", 0),
-            col("Access Modes", "string", "", "accessModes contains the actual access modes the volume backing the PVC has.", 0),
-            col("StorageClass", "string", "", "storageClassName is the name of the StorageClass required by the claim.", 0),
-            col("VolumeAttributesClass", "string", "", "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.", 0),
+            col(
+                "Access Modes",
+                "string",
+                "",
+                "accessModes contains the actual access modes the volume backing the PVC has.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "",
+                "storageClassName is the name of the StorageClass required by the claim.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "",
+                "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.",
+                0,
+            ),
             age_col(),
         ],
         (Special::Rbac, "RoleBinding" | "ClusterRoleBinding") => vec![
@@ -163,7 +317,11 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             col("Groups", "string", "", "Groups in the roleBinding", 1),
             col("ServiceAccounts", "string", "", "ServiceAccounts in the roleBinding", 1),
         ],
-        (_, "Lease") => vec![name_col(), col("Holder", "string", "", "HolderIdentity contains the identity of the holder of a current lease.", 0), age_col()],
+        (_, "Lease") => vec![
+            name_col(),
+            col("Holder", "string", "", "HolderIdentity contains the identity of the holder of a current lease.", 0),
+            age_col(),
+        ],
         _ => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
     }
 }
@@ -186,14 +344,17 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
         (Special::Namespace, _) => vec![name, json!(s(obj, &["status", "phase"])), json!(age(obj))],
         (Special::Node, _) => node_cells(obj),
         (Special::ConfigMap, _) => {
-            let n = obj.get("data").and_then(Value::as_object).map_or(0, Map::len) + obj.get("binaryData").and_then(Value::as_object).map_or(0, Map::len);
+            let n = obj.get("data").and_then(Value::as_object).map_or(0, Map::len)
+                + obj.get("binaryData").and_then(Value::as_object).map_or(0, Map::len);
             vec![name, json!(n), json!(age(obj))]
         }
         (Special::Secret, _) => {
             let n = obj.get("data").and_then(Value::as_object).map_or(0, Map::len);
             vec![name, json!(s(obj, &["type"])), json!(n), json!(age(obj))]
         }
-        (Special::ServiceAccount, _) => vec![name, json!(obj.get("secrets").and_then(Value::as_array).map_or(0, Vec::len)), json!(age(obj))],
+        (Special::ServiceAccount, _) => {
+            vec![name, json!(obj.get("secrets").and_then(Value::as_array).map_or(0, Vec::len)), json!(age(obj))]
+        }
         (Special::Service, _) => service_cells(obj),
         (Special::CoreEvent | Special::EventsV1, _) => event_cells(obj),
         (Special::Deployment, _) => {
@@ -206,7 +367,12 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
                 json!(age(obj)),
                 json!(containers),
                 json!(images),
-                json!(obj.get("spec").and_then(|s| s.get("selector")).map(crate::registry::scale::selector_string).unwrap_or_default()),
+                json!(
+                    obj.get("spec")
+                        .and_then(|s| s.get("selector"))
+                        .map(crate::registry::scale::selector_string)
+                        .unwrap_or_default()
+                ),
             ]
         }
         (Special::ReplicaSet, _) => vec![
@@ -216,7 +382,11 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
             json!(i(obj, &["status", "readyReplicas"])),
             json!(age(obj)),
         ],
-        (Special::StatefulSet, _) => vec![name, json!(format!("{}/{}", i(obj, &["status", "readyReplicas"]), i(obj, &["spec", "replicas"]))), json!(age(obj))],
+        (Special::StatefulSet, _) => vec![
+            name,
+            json!(format!("{}/{}", i(obj, &["status", "readyReplicas"]), i(obj, &["spec", "replicas"]))),
+            json!(age(obj)),
+        ],
         (Special::ControllerRevision, _) => {
             let controller = meta::owner_references(obj)
                 .iter()
@@ -257,7 +427,11 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
                     .filter(|s| s.get("kind").and_then(Value::as_str) == Some(k))
                     .map(|s| {
                         let n = s.get("name").and_then(Value::as_str).unwrap_or("");
-                        if k == "ServiceAccount" { format!("{}/{n}", s.get("namespace").and_then(Value::as_str).unwrap_or("")) } else { n.to_string() }
+                        if k == "ServiceAccount" {
+                            format!("{}/{n}", s.get("namespace").and_then(Value::as_str).unwrap_or(""))
+                        } else {
+                            n.to_string()
+                        }
                     })
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -287,7 +461,10 @@ fn access_mode_short(m: &str) -> &str {
 }
 
 fn template_containers(obj: &Value) -> (String, String) {
-    let cs = meta::lookup(obj, &["spec", "template", "spec", "containers"]).and_then(Value::as_array).cloned().unwrap_or_default();
+    let cs = meta::lookup(obj, &["spec", "template", "spec", "containers"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let names: Vec<&str> = cs.iter().filter_map(|c| c.get("name").and_then(Value::as_str)).collect();
     let images: Vec<&str> = cs.iter().filter_map(|c| c.get("image").and_then(Value::as_str)).collect();
     (names.join(","), images.join(","))
@@ -331,7 +508,9 @@ fn go_print(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Array(a) => format!("[{}]", a.iter().map(go_print).collect::<Vec<_>>().join(" ")),
-        Value::Object(m) => format!("map[{}]", m.iter().map(|(k, v)| format!("{k}:{}", go_print(v))).collect::<Vec<_>>().join(" ")),
+        Value::Object(m) => {
+            format!("map[{}]", m.iter().map(|(k, v)| format!("{k}:{}", go_print(v))).collect::<Vec<_>>().join(" "))
+        }
         other => other.to_string(),
     }
 }
@@ -363,7 +542,9 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
     let mut last_restart: Option<String> = None;
     let mut restartable_restarts: i64 = 0;
     let mut restartable_last: Option<String> = None;
-    let later = |a: &Option<String>, b: &str| -> bool { a.as_deref().is_none_or(|a| meta::parse_time(a) < meta::parse_time(b)) };
+    let later = |a: &Option<String>, b: &str| -> bool {
+        a.as_deref().is_none_or(|a| meta::parse_time(a) < meta::parse_time(b))
+    };
     let mut initializing = false;
     let init_statuses = arr(&status, "initContainerStatuses");
     let n_init = init_specs.len();
@@ -396,7 +577,11 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
             let r = s(t, &["reason"]);
             reason = if r.is_empty() {
                 let sig = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
-                if sig != 0 { format!("Init:Signal:{sig}") } else { format!("Init:ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)) }
+                if sig != 0 {
+                    format!("Init:Signal:{sig}")
+                } else {
+                    format!("Init:ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0))
+                }
             } else {
                 format!("Init:{r}")
             };
@@ -408,7 +593,8 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
         initializing = true;
         break;
     }
-    let initialized = arr(&status, "conditions").iter().any(|c| s(c, &["type"]) == "Initialized" && s(c, &["status"]) == "True");
+    let initialized =
+        arr(&status, "conditions").iter().any(|c| s(c, &["type"]) == "Initialized" && s(c, &["status"]) == "True");
     if !initializing || initialized {
         restarts = restartable_restarts;
         last_restart = restartable_last;
@@ -430,15 +616,22 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
                     r.to_string()
                 } else {
                     let sig = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
-                    if sig != 0 { format!("Signal:{sig}") } else { format!("ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)) }
+                    if sig != 0 {
+                        format!("Signal:{sig}")
+                    } else {
+                        format!("ExitCode:{}", t.get("exitCode").and_then(Value::as_i64).unwrap_or(0))
+                    }
                 };
-            } else if c.get("ready").and_then(Value::as_bool) == Some(true) && c.get("state").and_then(|s| s.get("running")).is_some() {
+            } else if c.get("ready").and_then(Value::as_bool) == Some(true)
+                && c.get("state").and_then(|s| s.get("running")).is_some()
+            {
                 has_running = true;
                 ready += 1;
             }
         }
         if reason == "Completed" && has_running {
-            let pod_ready = arr(&status, "conditions").iter().any(|c| s(c, &["type"]) == "Ready" && s(c, &["status"]) == "True");
+            let pod_ready =
+                arr(&status, "conditions").iter().any(|c| s(c, &["type"]) == "Ready" && s(c, &["status"]) == "True");
             reason = if pod_ready { "Running".into() } else { "NotReady".into() };
         }
     }
@@ -452,7 +645,8 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
         (Some(t), r) if r != 0 => format!("{r} ({} ago)", meta::age(Some(t))),
         (_, r) => r.to_string(),
     };
-    let pod_ip = arr(&status, "podIPs").first().and_then(|p| p.get("ip")).and_then(Value::as_str).unwrap_or("").to_string();
+    let pod_ip =
+        arr(&status, "podIPs").first().and_then(|p| p.get("ip")).and_then(Value::as_str).unwrap_or("").to_string();
     let gates = arr(&spec, "readinessGates");
     let gates_str = if gates.is_empty() {
         "<none>".to_string()
@@ -481,7 +675,8 @@ fn pod_cells(pod: &Value) -> Vec<Value> {
 }
 
 fn node_cells(node: &Value) -> Vec<Value> {
-    let conds = node.get("status").and_then(|s| s.get("conditions")).and_then(Value::as_array).cloned().unwrap_or_default();
+    let conds =
+        node.get("status").and_then(|s| s.get("conditions")).and_then(Value::as_array).cloned().unwrap_or_default();
     let mut status: Vec<String> = Vec::new();
     match conds.iter().find(|c| s(c, &["type"]) == "Ready") {
         Some(c) if s(c, &["status"]) == "True" => status.push("Ready".into()),
@@ -494,7 +689,11 @@ fn node_cells(node: &Value) -> Vec<Value> {
     let mut roles: Vec<String> = meta::labels(node)
         .map(|l| {
             l.keys()
-                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/").map(str::to_string).or_else(|| (k == "kubernetes.io/role").then(|| l[k].as_str().unwrap_or("").to_string())))
+                .filter_map(|k| {
+                    k.strip_prefix("node-role.kubernetes.io/")
+                        .map(str::to_string)
+                        .or_else(|| (k == "kubernetes.io/role").then(|| l[k].as_str().unwrap_or("").to_string()))
+                })
                 .filter(|r| !r.is_empty())
                 .collect()
         })
@@ -531,12 +730,21 @@ fn service_cells(svc: &Value) -> Vec<Value> {
         "LoadBalancer" => {
             let ing: Vec<String> = meta::lookup(svc, &["status", "loadBalancer", "ingress"])
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|i| i.get("ip").or_else(|| i.get("hostname")).and_then(Value::as_str).map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|i| {
+                            i.get("ip").or_else(|| i.get("hostname")).and_then(Value::as_str).map(str::to_string)
+                        })
+                        .collect()
+                })
                 .unwrap_or_default();
             if ing.is_empty() { "<pending>".into() } else { ing.join(",") }
         }
         _ => {
-            let ips: Vec<String> = meta::lookup(svc, &["spec", "externalIPs"]).and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default();
+            let ips: Vec<String> = meta::lookup(svc, &["spec", "externalIPs"])
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
             if ips.is_empty() { "<none>".into() } else { ips.join(",") }
         }
     };
@@ -578,16 +786,24 @@ fn service_cells(svc: &Value) -> Vec<Value> {
 }
 
 fn event_cells(ev: &Value) -> Vec<Value> {
-    let first = [s(ev, &["firstTimestamp"]), s(ev, &["eventTime"]), s(ev, &["deprecatedFirstTimestamp"])].into_iter().find(|x| !x.is_empty()).unwrap_or("");
-    let last = [s(ev, &["series", "lastObservedTime"]), s(ev, &["lastTimestamp"]), s(ev, &["deprecatedLastTimestamp"]), first]
+    let first = [s(ev, &["firstTimestamp"]), s(ev, &["eventTime"]), s(ev, &["deprecatedFirstTimestamp"])]
         .into_iter()
         .find(|x| !x.is_empty())
         .unwrap_or("");
+    let last =
+        [s(ev, &["series", "lastObservedTime"]), s(ev, &["lastTimestamp"]), s(ev, &["deprecatedLastTimestamp"]), first]
+            .into_iter()
+            .find(|x| !x.is_empty())
+            .unwrap_or("");
     let obj = ev.get("involvedObject").or_else(|| ev.get("regarding")).cloned().unwrap_or(Value::Null);
     let object = format!("{}/{}", s(&obj, &["kind"]).to_lowercase(), s(&obj, &["name"]));
-    let count = ev.get("series").and_then(|x| x.get("count")).or_else(|| ev.get("count")).and_then(Value::as_i64).unwrap_or(1);
+    let count =
+        ev.get("series").and_then(|x| x.get("count")).or_else(|| ev.get("count")).and_then(Value::as_i64).unwrap_or(1);
     let source = {
-        let c = [s(ev, &["source", "component"]), s(ev, &["reportingComponent"]), s(ev, &["reportingController"])].into_iter().find(|x| !x.is_empty()).unwrap_or("");
+        let c = [s(ev, &["source", "component"]), s(ev, &["reportingComponent"]), s(ev, &["reportingController"])]
+            .into_iter()
+            .find(|x| !x.is_empty())
+            .unwrap_or("");
         let h = s(ev, &["source", "host"]);
         if h.is_empty() { c.to_string() } else { format!("{c}, {h}") }
     };
@@ -610,7 +826,13 @@ fn partial_metadata(obj: &Value) -> Value {
 }
 
 /// A Table with one row per object.
-pub fn table(rd: &ResourceDef, objects: &[std::sync::Arc<Value>], include: IncludeObject, list_meta: Value, headers: bool) -> Value {
+pub fn table(
+    rd: &ResourceDef,
+    objects: &[std::sync::Arc<Value>],
+    include: IncludeObject,
+    list_meta: Value,
+    headers: bool,
+) -> Value {
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {

@@ -227,10 +227,14 @@ pub fn validate_object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Ve
                     match v.as_str() {
                         Some(v) => {
                             for e in label_value_errors(v) {
-                                errs.push(FieldError::invalid(format!("metadata.labels"), json!(v), e));
+                                errs.push(FieldError::invalid("metadata.labels", json!(v), e));
                             }
                         }
-                        None => errs.push(FieldError::invalid(format!("metadata.labels.{k}"), v.clone(), "must be a string")),
+                        None => errs.push(FieldError::invalid(
+                            format!("metadata.labels.{k}"),
+                            v.clone(),
+                            "must be a string",
+                        )),
                     }
                 }
             }
@@ -267,7 +271,11 @@ pub fn validate_object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Ve
                     "name" => "name must not be empty",
                     _ => "uid must not be empty",
                 };
-                errs.push(FieldError::invalid(format!("{path}.{field}"), o.get(field).cloned().unwrap_or(json!("")), detail));
+                errs.push(FieldError::invalid(
+                    format!("{path}.{field}"),
+                    o.get(field).cloned().unwrap_or(json!("")),
+                    detail,
+                ));
             }
         }
         if o.get("controller").and_then(Value::as_bool) == Some(true) {
@@ -329,8 +337,18 @@ mod tests {
     fn object_meta_requires_name_and_namespace() {
         let errs = validate_object_meta(&json!({"metadata": {}}), true, NameRule::Dns1123Subdomain);
         let msgs: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
-        assert_eq!(msgs, vec!["metadata.name: Required value: name or generateName is required", "metadata.namespace: Required value"]);
-        let errs = validate_object_meta(&json!({"metadata": {"generateName": "web-", "namespace": "default"}}), true, NameRule::Dns1123Subdomain);
+        assert_eq!(
+            msgs,
+            vec![
+                "metadata.name: Required value: name or generateName is required",
+                "metadata.namespace: Required value"
+            ]
+        );
+        let errs = validate_object_meta(
+            &json!({"metadata": {"generateName": "web-", "namespace": "default"}}),
+            true,
+            NameRule::Dns1123Subdomain,
+        );
         // generateName alone is fine once the name is generated; here the name is still missing.
         assert_eq!(errs.len(), 1);
     }

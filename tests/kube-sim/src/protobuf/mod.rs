@@ -31,7 +31,10 @@ const ZERO_OMITTED: &[(&str, &[&str])] = &[
     ("io.k8s.api.core.v1.EphemeralContainer", &["stdin", "stdinOnce", "tty"]),
     ("io.k8s.api.core.v1.PodSpec", &["hostNetwork", "hostPID", "hostIPC"]),
     ("io.k8s.api.core.v1.ContainerPort", &["hostPort"]),
-    ("io.k8s.api.core.v1.Probe", &["initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"]),
+    (
+        "io.k8s.api.core.v1.Probe",
+        &["initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"],
+    ),
     ("io.k8s.api.core.v1.VolumeMount", &["readOnly"]),
     ("io.k8s.api.core.v1.ServiceSpec", &["publishNotReadyAddresses", "healthCheckNodePort"]),
     ("io.k8s.api.core.v1.ServicePort", &["nodePort"]),
@@ -188,7 +191,11 @@ fn decode_message(b: &[u8], idx: usize) -> Result<Option<Value>, String> {
                 return Ok(None);
             }
             let ts = k8s_openapi::jiff::Timestamp::new(seconds, nanos as i32).map_err(|e| e.to_string())?;
-            let s = if msg.name.ends_with("MicroTime") { crate::meta::format_micro_time(ts) } else { crate::meta::format_time(ts) };
+            let s = if msg.name.ends_with("MicroTime") {
+                crate::meta::format_micro_time(ts)
+            } else {
+                crate::meta::format_time(ts)
+            };
             return Ok(Some(json!(s)));
         }
         "io.k8s.apimachinery.pkg.apis.meta.v1.Duration" => {
@@ -264,7 +271,9 @@ fn decode_message(b: &[u8], idx: usize) -> Result<Option<Value>, String> {
                     match (t, w, field.kind) {
                         (1, 2, _) => key = utf8(er.bytes()?)?,
                         (2, 2, Kind::MapStr) => value = json!(utf8(er.bytes()?)?),
-                        (2, 2, Kind::MapBytes) => value = json!(base64::engine::general_purpose::STANDARD.encode(er.bytes()?)),
+                        (2, 2, Kind::MapBytes) => {
+                            value = json!(base64::engine::general_purpose::STANDARD.encode(er.bytes()?))
+                        }
                         (2, 2, Kind::MapMsg(i)) => value = decode_message(er.bytes()?, i)?.unwrap_or_else(|| json!({})),
                         (_, w, _) => er.skip(w)?,
                     }
@@ -283,7 +292,7 @@ fn decode_message(b: &[u8], idx: usize) -> Result<Option<Value>, String> {
             (_, w) => r.skip(w)?,
         }
     }
-    out.retain(|k, v| !(v.as_str() == Some("") && !msg.required.contains(&k.as_str())));
+    out.retain(|k, v| v.as_str() != Some("") || msg.required.contains(&k.as_str()));
     if let Some((_, zeros)) = ZERO_OMITTED.iter().find(|(d, _)| *d == msg.name) {
         out.retain(|k, v| !(zeros.contains(&k.as_str()) && (v == &json!(0) || v == &json!(false))));
     }
@@ -324,7 +333,10 @@ pub fn decode(body: &[u8], definition: &str) -> Result<Value, String> {
             (_, w) => r.skip(w)?,
         }
     }
-    let idx = MESSAGES.iter().position(|m| m.name == definition).ok_or_else(|| format!("kube-sim cannot decode protobuf for {definition}; send JSON"))?;
+    let idx = MESSAGES
+        .iter()
+        .position(|m| m.name == definition)
+        .ok_or_else(|| format!("kube-sim cannot decode protobuf for {definition}; send JSON"))?;
     let mut v = decode_message(raw, idx)?.unwrap_or_else(|| json!({}));
     if let Value::Object(m) = &mut v
         && !definition.ends_with(".DeleteOptions")

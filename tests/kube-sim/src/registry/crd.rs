@@ -50,7 +50,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
         Some(vs) => {
             let storage = vs.iter().filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true)).count();
             if storage != 1 {
-                errs.push(FieldError::invalid("spec.versions", Value::Array(vs.clone()), "must have exactly one version marked as storage version"));
+                errs.push(FieldError::invalid(
+                    "spec.versions",
+                    Value::Array(vs.clone()),
+                    "must have exactly one version marked as storage version",
+                ));
             }
             let mut names: Vec<&str> = Vec::new();
             for (i, v) in vs.iter().enumerate() {
@@ -62,14 +66,24 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
                 }
                 names.push(vname);
                 match v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
-                    None => errs.push(FieldError::required(format!("spec.versions[{i}].schema.openAPIV3Schema"), "schemas are required")),
+                    None => errs.push(FieldError::required(
+                        format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                        "schemas are required",
+                    )),
                     Some(schema) => {
                         let base = format!("spec.versions[{i}].schema.openAPIV3Schema");
                         if schema.get("type").and_then(Value::as_str) != Some("object") {
                             if schema.get("type").is_none() {
-                                errs.push(FieldError::required(format!("{base}.type"), "must not be empty at the root"));
+                                errs.push(FieldError::required(
+                                    format!("{base}.type"),
+                                    "must not be empty at the root",
+                                ));
                             } else {
-                                errs.push(FieldError::invalid(format!("{base}.type"), schema["type"].clone(), "must be object at the root"));
+                                errs.push(FieldError::invalid(
+                                    format!("{base}.type"),
+                                    schema["type"].clone(),
+                                    "must be object at the root",
+                                ));
                             }
                         }
                         structural_errors(schema, &base, true, &mut errs);
@@ -101,7 +115,11 @@ pub fn validate(crd: &Value) -> Vec<FieldError> {
                         if path.is_empty() {
                             errs.push(FieldError::required(format!("{p}.{f}"), ""));
                         } else if !path.starts_with('.') {
-                            errs.push(FieldError::invalid(format!("{p}.{f}"), json!(path), "should be a json path under .spec or .status"));
+                            errs.push(FieldError::invalid(
+                                format!("{p}.{f}"),
+                                json!(path),
+                                "should be a json path under .spec or .status",
+                            ));
                         }
                     }
                 }
@@ -176,7 +194,12 @@ pub fn accepted_status(crd: &Value, conflict: Option<&str>) -> Value {
     match conflict {
         None => {
             conditions.push(keep_time(condition("NamesAccepted", "True", "NoConflicts", "no conflicts found")));
-            conditions.push(keep_time(condition("Established", "True", "InitialNamesAccepted", "the initial names have been accepted")));
+            conditions.push(keep_time(condition(
+                "Established",
+                "True",
+                "InitialNamesAccepted",
+                "the initial names have been accepted",
+            )));
         }
         Some(reason) => {
             conditions.push(keep_time(condition("NamesAccepted", "False", "MultipleNamesNotAllowed", reason)));
@@ -223,7 +246,12 @@ mod tests {
             "names": {"plural": "foos", "kind": "Foo"},
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"properties": {}}}}}}]}});
         let msgs: Vec<String> = validate(&crd).iter().map(|e| e.to_string()).collect();
-        assert_eq!(msgs, vec!["spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"]);
+        assert_eq!(
+            msgs,
+            vec![
+                "spec.versions[0].schema.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"
+            ]
+        );
         let st = accepted_status(&crd, None);
         assert_eq!(st["acceptedNames"]["listKind"], "FooList");
         assert_eq!(st["conditions"][1]["type"], "Established");

@@ -81,7 +81,12 @@ pub fn pod_spec_defaults(spec: &mut Value) {
     if let Some(Value::Array(vols)) = s.get_mut("volumes") {
         for v in vols {
             let Some(v) = obj(v) else { continue };
-            for (kind, mode_key) in [("secret", "defaultMode"), ("configMap", "defaultMode"), ("downwardAPI", "defaultMode"), ("projected", "defaultMode")] {
+            for (kind, mode_key) in [
+                ("secret", "defaultMode"),
+                ("configMap", "defaultMode"),
+                ("downwardAPI", "defaultMode"),
+                ("projected", "defaultMode"),
+            ] {
                 if let Some(src) = v.get_mut(kind).and_then(obj) {
                     set_default(src, mode_key, json!(420));
                 }
@@ -120,7 +125,8 @@ pub fn pod_defaults(pod: &mut Value, service_account_automount: bool) {
     }
     // ServiceAccount admission.
     if s.get("serviceAccountName").and_then(Value::as_str).is_none_or(str::is_empty) {
-        let sa = s.get("serviceAccount").and_then(Value::as_str).filter(|v| !v.is_empty()).unwrap_or("default").to_string();
+        let sa =
+            s.get("serviceAccount").and_then(Value::as_str).filter(|v| !v.is_empty()).unwrap_or("default").to_string();
         s.insert("serviceAccountName".into(), json!(sa));
     }
     let sa_name = s.get("serviceAccountName").cloned().unwrap_or(json!("default"));
@@ -130,7 +136,10 @@ pub fn pod_defaults(pod: &mut Value, service_account_automount: bool) {
         s.get("containers").and_then(Value::as_array).is_some_and(|cs| {
             cs.iter().any(|c| {
                 c.get("volumeMounts").and_then(Value::as_array).is_some_and(|ms| {
-                    ms.iter().any(|m| m.get("mountPath").and_then(Value::as_str) == Some("/var/run/secrets/kubernetes.io/serviceaccount"))
+                    ms.iter().any(|m| {
+                        m.get("mountPath").and_then(Value::as_str)
+                            == Some("/var/run/secrets/kubernetes.io/serviceaccount")
+                    })
                 })
             })
         })
@@ -154,7 +163,8 @@ pub fn pod_defaults(pod: &mut Value, service_account_automount: bool) {
                 s.insert("volumes".into(), json!([volume]));
             }
         }
-        let mount = json!({"name": name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"});
+        let mount =
+            json!({"name": name, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"});
         for list in ["containers", "initContainers"] {
             if let Some(Value::Array(cs)) = s.get_mut(list) {
                 for c in cs {
@@ -201,8 +211,13 @@ pub fn qos_class(pod: &Value) -> &'static str {
         let requests = res.and_then(|r| r.get("requests")).and_then(Value::as_object);
         let limits = res.and_then(|r| r.get("limits")).and_then(Value::as_object);
         let relevant = |m: Option<&Map<String, Value>>| -> Map<String, Value> {
-            m.map(|m| m.iter().filter(|(k, v)| (*k == "cpu" || *k == "memory") && !is_zero(v)).map(|(k, v)| (k.clone(), v.clone())).collect())
-                .unwrap_or_default()
+            m.map(|m| {
+                m.iter()
+                    .filter(|(k, v)| (*k == "cpu" || *k == "memory") && !is_zero(v))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
         };
         let r = relevant(requests);
         let l = relevant(limits);
@@ -262,7 +277,11 @@ pub fn statefulset_defaults(d: &mut Value) {
         set_default(spec, "replicas", json!(1));
         set_default(spec, "podManagementPolicy", json!("OrderedReady"));
         set_default(spec, "revisionHistoryLimit", json!(10));
-        set_default(spec, "persistentVolumeClaimRetentionPolicy", json!({"whenDeleted": "Retain", "whenScaled": "Retain"}));
+        set_default(
+            spec,
+            "persistentVolumeClaimRetentionPolicy",
+            json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+        );
         let us = spec.entry("updateStrategy").or_insert_with(|| json!({}));
         if let Some(us) = obj(us) {
             set_default(us, "type", json!("RollingUpdate"));

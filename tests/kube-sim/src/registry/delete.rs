@@ -128,7 +128,8 @@ fn should_delete_dependents(finalizers: &[String], o: &DeleteOptions) -> bool {
 /// `deletionFinalizersForGarbageCollection`: the finalizer set the options ask for, if it differs.
 pub fn gc_finalizers(obj: &Value, o: &DeleteOptions) -> Option<Vec<String>> {
     let current = meta::finalizers(obj);
-    let mut next: Vec<String> = current.iter().filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND).cloned().collect();
+    let mut next: Vec<String> =
+        current.iter().filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND).cloned().collect();
     if should_orphan(&current, o) {
         next.push(FINALIZER_ORPHAN.into());
     }
@@ -178,7 +179,9 @@ fn before_delete(rd: &ResourceDef, obj: &mut Value, o: &mut DeleteOptions) -> Gr
         return if period > 0 { Graceful::Yes } else { Graceful::No };
     }
     let spec = obj.get("spec");
-    let mut period = o.grace_period_seconds.unwrap_or_else(|| spec.and_then(|s| s.get("terminationGracePeriodSeconds")).and_then(Value::as_i64).unwrap_or(0));
+    let mut period = o.grace_period_seconds.unwrap_or_else(|| {
+        spec.and_then(|s| s.get("terminationGracePeriodSeconds")).and_then(Value::as_i64).unwrap_or(0)
+    });
     if spec.and_then(|s| s.get("nodeName")).and_then(Value::as_str).is_none_or(str::is_empty) {
         period = 0;
     }
@@ -220,7 +223,14 @@ fn mark_as_deleting(obj: &mut Value) {
 const MAX_ATTEMPTS: usize = 64;
 
 impl Registry {
-    pub fn delete(&self, rd: &Arc<ResourceDef>, ns: &str, name: &str, mut opts: DeleteOptions, ctx: &mut WriteCtx) -> Result<DeleteOutcome, ApiError> {
+    pub fn delete(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: &str,
+        name: &str,
+        mut opts: DeleteOptions,
+        ctx: &mut WriteCtx,
+    ) -> Result<DeleteOutcome, ApiError> {
         let gr = rd.group_resource();
         let key = Self::key(rd, ns, name);
         opts.dry_run |= ctx.dry_run;
@@ -235,7 +245,10 @@ impl Registry {
                 return Err(ApiError::conflict(
                     &gr,
                     name,
-                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(&current)),
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta::uid(&current)
+                    ),
                 ));
             }
             if let Some(rv) = opts.precondition_rv.as_deref().filter(|r| !r.is_empty())
@@ -314,7 +327,11 @@ impl Registry {
         current_rv: u64,
         opts: &DeleteOptions,
     ) -> Result<Option<DeleteOutcome>, ApiError> {
-        let spec_finalizers = current.get("spec").and_then(|s| s.get("finalizers")).and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        let spec_finalizers = current
+            .get("spec")
+            .and_then(|s| s.get("finalizers"))
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
         if meta::deletion_timestamp(current).is_none() {
             let mut obj = (**current).clone();
             meta::metadata_mut(&mut obj).insert("deletionTimestamp".into(), json!(meta::now()));
@@ -351,7 +368,9 @@ impl Registry {
                 Ok(Some(DeleteOutcome { object: last, deleted: true }))
             }
             Err(StoreError::Conflict { .. }) => Ok(None),
-            Err(StoreError::NotFound) => Err(ApiError::not_found(&GroupResource::new("", "namespaces"), meta::name(current))),
+            Err(StoreError::NotFound) => {
+                Err(ApiError::not_found(&GroupResource::new("", "namespaces"), meta::name(current)))
+            }
             Err(e) => Err(ApiError::internal(format!("{e:?}"))),
         }
     }

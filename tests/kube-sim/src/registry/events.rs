@@ -13,7 +13,8 @@ const RENAMES: &[(&str, &str)] = &[
     ("deprecatedCount", "count"),
 ];
 
-const SHARED: &[&str] = &["metadata", "eventTime", "series", "related", "action", "reason", "type", "reportingInstance"];
+const SHARED: &[&str] =
+    &["metadata", "eventTime", "series", "related", "action", "reason", "type", "reportingInstance"];
 
 /// events.k8s.io/v1 -> core/v1
 pub fn to_core(v: &Value) -> Value {

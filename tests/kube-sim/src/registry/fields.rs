@@ -74,9 +74,10 @@ pub fn field_values(rd: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(|p| p.get("ip").and_then(Value::as_str)).collect::<Vec<_>>().join(","))
                 .unwrap_or_default(),
-            (Special::Node, "spec.unschedulable") => {
-                crate::meta::lookup(obj, &["spec", "unschedulable"]).and_then(Value::as_bool).unwrap_or(false).to_string()
-            }
+            (Special::Node, "spec.unschedulable") => crate::meta::lookup(obj, &["spec", "unschedulable"])
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                .to_string(),
             (Special::CoreEvent | Special::EventsV1, "source") => str_at(obj, &["source", "component"]),
             (Special::CoreEvent | Special::EventsV1, "reportingComponent") => str_at(obj, &["reportingComponent"]),
             _ => {
@@ -93,7 +94,9 @@ pub fn field_values(rd: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
 pub fn check_supported(rd: &ResourceDef, sel: &crate::selector::FieldSelector) -> Result<(), String> {
     let extra = extra_fields(rd);
     for r in &sel.requirements {
-        let known = r.field == "metadata.name" || (rd.namespaced && r.field == "metadata.namespace") || extra.contains(&r.field);
+        let known = r.field == "metadata.name"
+            || (rd.namespaced && r.field == "metadata.namespace")
+            || extra.contains(&r.field);
         if !known {
             if rd.is_custom() {
                 let mut known: Vec<String> = vec!["\"metadata.name\"".into(), "\"metadata.namespace\"".into()];

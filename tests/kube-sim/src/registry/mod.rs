@@ -48,7 +48,11 @@ pub struct UserInfo {
 
 impl UserInfo {
     pub fn admin() -> Self {
-        Self { name: "kube-sim-admin".into(), uid: "kube-sim-admin".into(), groups: vec!["system:masters".into(), "system:authenticated".into()] }
+        Self {
+            name: "kube-sim-admin".into(),
+            uid: "kube-sim-admin".into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        }
     }
 
     pub fn is_admin(&self) -> bool {
@@ -181,12 +185,20 @@ impl Registry {
     }
 
     pub fn get(&self, rd: &ResourceDef, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
-        let stored = self.store.get(&rd.storage, &Self::key(rd, ns, name)).ok_or_else(|| ApiError::not_found(&rd.group_resource(), name))?;
+        let stored = self
+            .store
+            .get(&rd.storage, &Self::key(rd, ns, name))
+            .ok_or_else(|| ApiError::not_found(&rd.group_resource(), name))?;
         Ok(self.view(rd, &stored))
     }
 
     /// The filter a list or watch applies (namespace is handled by the store).
-    pub fn filter(&self, rd: &Arc<ResourceDef>, label: &LabelSelector, field: &FieldSelector) -> Result<Option<Filter>, ApiError> {
+    pub fn filter(
+        &self,
+        rd: &Arc<ResourceDef>,
+        label: &LabelSelector,
+        field: &FieldSelector,
+    ) -> Result<Option<Filter>, ApiError> {
         fields::check_supported(rd, field).map_err(ApiError::bad_request)?;
         if label.is_empty() && field.is_empty() {
             return Ok(None);
@@ -211,14 +223,21 @@ impl Registry {
             at = Some(rv);
             start_after = Some(start);
         } else {
-            match (opts.resource_version.as_deref().filter(|r| !r.is_empty()), opts.resource_version_match.as_deref().filter(|m| !m.is_empty())) {
+            match (
+                opts.resource_version.as_deref().filter(|r| !r.is_empty()),
+                opts.resource_version_match.as_deref().filter(|m| !m.is_empty()),
+            ) {
                 (None, Some(_)) => {
-                    return Err(ApiError::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
+                    return Err(ApiError::bad_request(
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    ));
                 }
                 (Some(rv), Some("Exact")) => {
                     let rv = parse_rv(rv)?;
                     if rv == 0 {
-                        return Err(ApiError::bad_request("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""));
+                        return Err(ApiError::bad_request(
+                            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                        ));
                     }
                     let current = self.store.current_rv();
                     if rv > current {
@@ -265,7 +284,10 @@ impl Registry {
         }
         match self.store.get("namespaces", ns) {
             None => Err(ApiError::not_found(&GroupResource::new("", "namespaces"), ns)),
-            Some(n) if meta::deletion_timestamp(&n).is_some() || n.get("status").and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Terminating") => {
+            Some(n)
+                if meta::deletion_timestamp(&n).is_some()
+                    || n.get("status").and_then(|s| s.get("phase")).and_then(Value::as_str) == Some("Terminating") =>
+            {
                 Err(ApiError::namespace_terminating(&rd.group_resource(), name, ns))
             }
             Some(_) => Ok(()),
@@ -274,7 +296,13 @@ impl Registry {
 
     /// Decodes a request body into the resource's version: type checks, unknown fields
     /// (per `fieldValidation`), pruning and defaulting.
-    pub fn decode(&self, rd: &ResourceDef, body: Value, ctx: &mut WriteCtx, report_unknown: bool) -> Result<Value, ApiError> {
+    pub fn decode(
+        &self,
+        rd: &ResourceDef,
+        body: Value,
+        ctx: &mut WriteCtx,
+        report_unknown: bool,
+    ) -> Result<Value, ApiError> {
         let Value::Object(mut m) = body else {
             return Err(ApiError::bad_request(format!(
                 "the object provided is unrecognized (must be of type {}): couldn't get version/kind; json parse error: expected an object",
@@ -298,7 +326,10 @@ impl Registry {
                 m.insert("kind".into(), json!(rd.kind));
             }
             Some(k) if k != rd.kind => {
-                return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({})", rd.kind)));
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    rd.kind
+                )));
             }
             _ => {}
         }
@@ -350,7 +381,10 @@ impl Registry {
     }
 
     fn cannot_handle(&self, rd: &ResourceDef, detail: &str) -> ApiError {
-        ApiError::bad_request(format!("{} in version {:?} cannot be handled as a {}: {detail}", rd.kind, rd.version, rd.kind))
+        ApiError::bad_request(format!(
+            "{} in version {:?} cannot be handled as a {}: {detail}",
+            rd.kind, rd.version, rd.kind
+        ))
     }
 
     pub fn create(&self, rd: &Arc<ResourceDef>, ns: &str, body: Value, ctx: &mut WriteCtx) -> Result<Value, ApiError> {
@@ -358,7 +392,13 @@ impl Registry {
         self.create_decoded(rd, ns, obj, ctx)
     }
 
-    fn create_decoded(&self, rd: &Arc<ResourceDef>, ns: &str, mut obj: Value, ctx: &mut WriteCtx) -> Result<Value, ApiError> {
+    fn create_decoded(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: &str,
+        mut obj: Value,
+        ctx: &mut WriteCtx,
+    ) -> Result<Value, ApiError> {
         let req_ns = if rd.namespaced { ns } else { "" };
         {
             let m = meta::metadata_mut(&mut obj);
@@ -368,7 +408,9 @@ impl Registry {
             } else if obj_ns.is_empty() {
                 m.insert("namespace".into(), json!(req_ns));
             } else if obj_ns != req_ns {
-                return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
             }
             let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_string();
             let generate = m.get("generateName").and_then(Value::as_str).unwrap_or("").to_string();
@@ -410,7 +452,9 @@ impl Registry {
                         &format!("error looking up service account {req_ns}/{sa}: serviceaccount {sa:?} not found"),
                     ));
                 }
-                Some(account) => sa_automount = account.get("automountServiceAccountToken").and_then(Value::as_bool).unwrap_or(true),
+                Some(account) => {
+                    sa_automount = account.get("automountServiceAccountToken").and_then(Value::as_bool).unwrap_or(true)
+                }
             }
         }
         let mut obj = self.to_storage(rd, obj);
@@ -428,9 +472,20 @@ impl Registry {
             return Err(ApiError::invalid(&rd.kind, &rd.group, &name, &errs));
         }
         if !ctx.skip_managed {
-            managed::record_update(None, &mut obj, rd.cursor(), &ctx.field_manager, &rd.api_version(), scope_of(rd, Endpoint::Main));
+            managed::record_update(
+                None,
+                &mut obj,
+                rd.cursor(),
+                &ctx.field_manager,
+                &rd.api_version(),
+                scope_of(rd, Endpoint::Main),
+            );
         }
-        if let Some(w) = rd.custom.as_ref().and_then(|c| c.deprecation_warning.clone().or_else(|| c.deprecated.then(|| format!("{} is deprecated", rd.api_version())))) {
+        if let Some(w) = rd.custom.as_ref().and_then(|c| {
+            c.deprecation_warning
+                .clone()
+                .or_else(|| c.deprecated.then(|| format!("{} is deprecated", rd.api_version())))
+        }) {
             ctx.warnings.push(w);
         }
         if ctx.dry_run {
@@ -453,15 +508,27 @@ impl Registry {
     }
 
     /// Replaces an object (`PUT`), on the main resource or a subresource.
-    pub fn update(&self, rd: &Arc<ResourceDef>, ns: &str, name: &str, body: Value, endpoint: Endpoint, ctx: &mut WriteCtx) -> Result<Value, ApiError> {
+    pub fn update(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: &str,
+        name: &str,
+        body: Value,
+        endpoint: Endpoint,
+        ctx: &mut WriteCtx,
+    ) -> Result<Value, ApiError> {
         let new = self.decode(rd, body, ctx, true)?;
         let body_name = meta::name(&new);
         if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
         }
         let body_ns = meta::namespace(&new);
         if rd.namespaced && !body_ns.is_empty() && body_ns != ns {
-            return Err(ApiError::bad_request(format!("the namespace of the object ({body_ns}) does not match the namespace on the URL ({ns})")));
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the object ({body_ns}) does not match the namespace on the URL ({ns})"
+            )));
         }
         self.guaranteed_update(rd, ns, name, endpoint, ctx, |_current| Ok(new.clone()))
     }
@@ -507,7 +574,16 @@ impl Registry {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn apply(&self, rd: &Arc<ResourceDef>, ns: &str, name: &str, body: &[u8], endpoint: Endpoint, force: bool, ctx: &mut WriteCtx) -> Result<(Value, bool), ApiError> {
+    fn apply(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: &str,
+        name: &str,
+        body: &[u8],
+        endpoint: Endpoint,
+        force: bool,
+        ctx: &mut WriteCtx,
+    ) -> Result<(Value, bool), ApiError> {
         if ctx.field_manager.is_empty() || ctx.field_manager == "unknown" {
             return Err(ApiError::invalid(
                 "PatchOptions",
@@ -516,7 +592,8 @@ impl Registry {
                 &[FieldError::required("fieldManager", "is required for apply patch")],
             ));
         }
-        let applied: Value = serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        let applied: Value =
+            serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         let Value::Object(mut am) = applied else {
             return Err(ApiError::bad_request("apply patch must be an object"));
         };
@@ -532,12 +609,19 @@ impl Registry {
         }
         match am.get("kind").and_then(Value::as_str) {
             Some(k) if k == rd.kind => {}
-            Some(k) => return Err(ApiError::bad_request(format!("the kind in the data ({k}) does not match the expected kind ({})", rd.kind))),
+            Some(k) => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind ({})",
+                    rd.kind
+                )));
+            }
             None => return Err(ApiError::bad_request("kind must be set in apply patch")),
         }
         let body_name = am.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str).unwrap_or("");
         if !body_name.is_empty() && body_name != name {
-            return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
         }
         if let Some(Value::Object(md)) = am.get_mut("metadata") {
             md.remove("managedFields");
@@ -616,7 +700,11 @@ impl Registry {
         for _ in 0..MAX_UPDATE_ATTEMPTS {
             let current = self.store.get(&rd.storage, &key).ok_or_else(|| ApiError::not_found(&gr, name))?;
             let desired = mutate(&current)?;
-            let desired = if ctx.skip_managed { self.decode(rd, desired, ctx, false)? } else { self.decode_patched(rd, desired, ctx)? };
+            let desired = if ctx.skip_managed {
+                self.decode(rd, desired, ctx, false)?
+            } else {
+                self.decode_patched(rd, desired, ctx)?
+            };
             let requested_rv = meta::resource_version(&desired).to_string();
             let explicit_rv = !requested_rv.is_empty();
             if explicit_rv && requested_rv != meta::resource_version(&current) {
@@ -639,7 +727,14 @@ impl Registry {
                 return Err(ApiError::invalid(&rd.kind, &rd.group, name, &errs));
             }
             if !ctx.skip_managed {
-                managed::record_update(Some(&current), &mut new, rd.cursor(), &ctx.field_manager, &rd.api_version(), scope_of(rd, endpoint));
+                managed::record_update(
+                    Some(&current),
+                    &mut new,
+                    rd.cursor(),
+                    &ctx.field_manager,
+                    &rd.api_version(),
+                    scope_of(rd, endpoint),
+                );
             }
             let current_rv: u64 = meta::resource_version(&current).parse().unwrap_or(0);
             if self.should_delete_during_update(rd, &current, &new) {
@@ -650,7 +745,8 @@ impl Registry {
                     Ok(last) => {
                         self.after_write(rd, Some(&current), None);
                         let mut out = new;
-                        meta::metadata_mut(&mut out).insert("resourceVersion".into(), json!(meta::resource_version(&last)));
+                        meta::metadata_mut(&mut out)
+                            .insert("resourceVersion".into(), json!(meta::resource_version(&last)));
                         return Ok((*self.view(rd, &Arc::new(out))).clone());
                     }
                     Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
@@ -719,7 +815,11 @@ impl Registry {
             return false;
         }
         if rd.special == Special::Namespace
-            && new.get("spec").and_then(|s| s.get("finalizers")).and_then(Value::as_array).is_some_and(|f| !f.is_empty())
+            && new
+                .get("spec")
+                .and_then(|s| s.get("finalizers"))
+                .and_then(Value::as_array)
+                .is_some_and(|f| !f.is_empty())
         {
             return false;
         }
@@ -757,7 +857,9 @@ impl Registry {
                 let _ = self.store.create("serviceaccounts", &object_key(&name, "default"), sa);
             }
             (Special::Crd, Some(crd)) => {
-                let spec_changed = old.is_none_or(|o| o.get("spec") != crd.get("spec") || meta::deletion_timestamp(o) != meta::deletion_timestamp(crd));
+                let spec_changed = old.is_none_or(|o| {
+                    o.get("spec") != crd.get("spec") || meta::deletion_timestamp(o) != meta::deletion_timestamp(crd)
+                });
                 if spec_changed {
                     self.establish_crd(crd);
                 }
@@ -775,8 +877,18 @@ impl Registry {
     pub fn establish_crd(&self, crd: &Value) {
         let name = meta::name(crd).to_string();
         let group = crd.get("spec").and_then(|s| s.get("group")).and_then(Value::as_str).unwrap_or("");
-        let plural = crd.get("spec").and_then(|s| s.get("names")).and_then(|n| n.get("plural")).and_then(Value::as_str).unwrap_or("");
-        let kind = crd.get("spec").and_then(|s| s.get("names")).and_then(|n| n.get("kind")).and_then(Value::as_str).unwrap_or("");
+        let plural = crd
+            .get("spec")
+            .and_then(|s| s.get("names"))
+            .and_then(|n| n.get("plural"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = crd
+            .get("spec")
+            .and_then(|s| s.get("names"))
+            .and_then(|n| n.get("kind"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let conflict = self.catalog.name_conflict(&name, group, plural, kind);
         if conflict.is_none() {
             match crate::resources::crd_to_defs(crd) {
@@ -802,14 +914,22 @@ impl Registry {
             .store
             .snapshot("services")
             .iter()
-            .filter_map(|(_, s)| s.get("spec").and_then(|sp| sp.get("clusterIP")).and_then(Value::as_str).map(str::to_string))
+            .filter_map(|(_, s)| {
+                s.get("spec").and_then(|sp| sp.get("clusterIP")).and_then(Value::as_str).map(str::to_string)
+            })
             .collect();
         let used_ports: std::collections::HashSet<i64> = self
             .store
             .snapshot("services")
             .iter()
             .flat_map(|(_, s)| {
-                s.get("spec").and_then(|sp| sp.get("ports")).and_then(Value::as_array).cloned().unwrap_or_default().into_iter().filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
+                s.get("spec")
+                    .and_then(|sp| sp.get("ports"))
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|p| p.get("nodePort").and_then(Value::as_i64))
             })
             .collect();
         let Some(Value::Object(spec)) = svc.get_mut("spec") else { return };
@@ -874,7 +994,8 @@ impl Registry {
             return Err(ApiError::invalid("Binding", "", name, &[FieldError::required("target.name", "")]));
         }
         let gr = GroupResource::new("", "pods/binding");
-        let annotations = binding.get("metadata").and_then(|m| m.get("annotations")).and_then(Value::as_object).cloned();
+        let annotations =
+            binding.get("metadata").and_then(|m| m.get("annotations")).and_then(Value::as_object).cloned();
         let result = self.internal_update("pods", &object_key(ns, name), |cur| {
             if meta::deletion_timestamp(cur).is_some() {
                 return Err(ApiError::conflict(&gr, name, &format!("pod {name} is being deleted, cannot be assigned to a host")));
@@ -915,7 +1036,10 @@ impl Registry {
 
     /// `GET .../scale`
     pub fn get_scale(&self, rd: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
-        let stored = self.store.get(&rd.storage, &Self::key(rd, ns, name)).ok_or_else(|| ApiError::not_found(&rd.group_resource(), name))?;
+        let stored = self
+            .store
+            .get(&rd.storage, &Self::key(rd, ns, name))
+            .ok_or_else(|| ApiError::not_found(&rd.group_resource(), name))?;
         Ok(scale::to_scale(rd, &self.view(rd, &stored)))
     }
 
@@ -932,13 +1056,19 @@ impl Registry {
             let mut obj = (*self.view(rd, current)).clone();
             let current_scale = scale::to_scale(rd, &obj);
             let desired = make_scale(&current_scale)?;
-            let rv = desired.get("metadata").and_then(|m| m.get("resourceVersion")).and_then(Value::as_str).unwrap_or("");
+            let rv =
+                desired.get("metadata").and_then(|m| m.get("resourceVersion")).and_then(Value::as_str).unwrap_or("");
             if !rv.is_empty() && rv != meta::resource_version(current) {
                 return Err(ApiError::modified(&rd.group_resource(), name));
             }
             let replicas = desired.get("spec").and_then(|s| s.get("replicas")).and_then(Value::as_i64).unwrap_or(0);
             if replicas < 0 {
-                return Err(ApiError::invalid("Scale", "autoscaling", name, &[FieldError::invalid("spec.replicas", json!(replicas), "must be greater than or equal to 0")]));
+                return Err(ApiError::invalid(
+                    "Scale",
+                    "autoscaling",
+                    name,
+                    &[FieldError::invalid("spec.replicas", json!(replicas), "must be greater than or equal to 0")],
+                ));
             }
             scale::apply_scale(rd, &mut obj, replicas);
             meta::metadata_mut(&mut obj).remove("resourceVersion");
@@ -973,7 +1103,9 @@ impl Registry {
 
 fn too_large(requested: u64, current: u64) -> ApiError {
     let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
-    e.details = Some(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}));
+    e.details = Some(
+        json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+    );
     e.retry_after = Some(1);
     e
 }
@@ -992,11 +1124,16 @@ pub fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
         .decode(token)
         .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
         .map_err(|_| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
+    let v: Value = serde_json::from_slice(&bytes)
+        .map_err(|_| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
     if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
         return Err(invalid("server does not recognize this encoded version"));
     }
-    let rv = v.get("rv").and_then(Value::as_u64).filter(|r| *r > 0).ok_or_else(|| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
+    let rv = v
+        .get("rv")
+        .and_then(Value::as_u64)
+        .filter(|r| *r > 0)
+        .ok_or_else(|| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
     let start = v.get("start").and_then(Value::as_str).unwrap_or("").trim_end_matches('\u{0}').to_string();
     Ok((rv, start))
 }

@@ -20,7 +20,11 @@ pub fn selector_string(sel: &Value) -> String {
     if let Some(exprs) = sel.get("matchExpressions").and_then(Value::as_array) {
         for e in exprs {
             let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
-            let mut values: Vec<&str> = e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+            let mut values: Vec<&str> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
             values.sort();
             let s = match e.get("operator").and_then(Value::as_str).unwrap_or_default() {
                 "In" => format!("{key} in ({})", values.join(",")),
@@ -74,10 +78,10 @@ pub fn apply_scale(rd: &ResourceDef, obj: &mut Value, replicas: i64) {
     let Some((last, parents)) = parts.split_last() else { return };
     let mut cur = obj;
     for p in parents {
-        if !cur.get(*p).is_some_and(Value::is_object) {
-            if let Value::Object(m) = cur {
-                m.insert(p.to_string(), json!({}));
-            }
+        if !cur.get(*p).is_some_and(Value::is_object)
+            && let Value::Object(m) = cur
+        {
+            m.insert(p.to_string(), json!({}));
         }
         match cur.get_mut(*p) {
             Some(next) => cur = next,
@@ -97,7 +101,9 @@ mod tests {
     fn selector_strings() {
         assert_eq!(selector_string(&json!({"matchLabels": {"b": "2", "a": "1"}})), "a=1,b=2");
         assert_eq!(
-            selector_string(&json!({"matchExpressions": [{"key": "x", "operator": "In", "values": ["q", "p"]}, {"key": "y", "operator": "DoesNotExist"}]})),
+            selector_string(
+                &json!({"matchExpressions": [{"key": "x", "operator": "In", "values": ["q", "p"]}, {"key": "y", "operator": "DoesNotExist"}]})
+            ),
             "x in (p,q),!y"
         );
     }

@@ -18,7 +18,9 @@ pub enum Endpoint {
 }
 
 fn copy_non_metadata(v: &Value) -> Map<String, Value> {
-    v.as_object().map(|m| m.iter().filter(|(k, _)| k.as_str() != "metadata").map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default()
+    v.as_object()
+        .map(|m| m.iter().filter(|(k, _)| k.as_str() != "metadata").map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
 }
 
 /// Create-time mutations (everything but system metadata, which the registry sets).
@@ -161,7 +163,8 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
                 *new = next;
             } else {
                 if let (Value::Object(n), Value::Object(o)) = (&mut *new, old) {
-                    let keys: Vec<String> = n.keys().chain(o.keys()).filter(|k| *k != "metadata" && *k != "status").cloned().collect();
+                    let keys: Vec<String> =
+                        n.keys().chain(o.keys()).filter(|k| *k != "metadata" && *k != "status").cloned().collect();
                     for k in keys {
                         match o.get(&k) {
                             Some(v) => {
@@ -180,7 +183,10 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
                     Some(o) => meta.insert("ownerReferences".into(), o),
                     None => meta.remove("ownerReferences"),
                 };
-                if matches!(rd.special, Special::Deployment | Special::ReplicaSet | Special::StatefulSet | Special::DaemonSet) {
+                if matches!(
+                    rd.special,
+                    Special::Deployment | Special::ReplicaSet | Special::StatefulSet | Special::DaemonSet
+                ) {
                     match old_labels {
                         Some(l) => meta.insert("labels".into(), l),
                         None => meta.remove("labels"),
@@ -202,11 +208,13 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
     }
     // Generation.
     let old_gen = crate::meta::generation(old);
-    let bump = endpoint != Endpoint::Status && endpoint != Endpoint::Finalize && match rd.generation {
-        GenerationRule::None => false,
-        GenerationRule::Spec => new.get("spec") != old.get("spec"),
-        GenerationRule::AllButMetadata => copy_non_metadata(new) != copy_non_metadata(old),
-    };
+    let bump = endpoint != Endpoint::Status
+        && endpoint != Endpoint::Finalize
+        && match rd.generation {
+            GenerationRule::None => false,
+            GenerationRule::Spec => new.get("spec") != old.get("spec"),
+            GenerationRule::AllButMetadata => copy_non_metadata(new) != copy_non_metadata(old),
+        };
     match rd.generation {
         GenerationRule::None => {
             if old_gen > 0 {
@@ -243,11 +251,19 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
         Special::Service => {
             // Allocated values survive updates that omit them (patchAllocatedValues).
             if let (Some(Value::Object(ns)), Some(os)) = (new.get_mut("spec"), old.get("spec")) {
-                for k in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy", "internalTrafficPolicy", "sessionAffinity", "type"] {
-                    if ns.get(k).is_none_or(|v| v.is_null() || v == "") {
-                        if let Some(v) = os.get(k) {
-                            ns.insert(k.into(), v.clone());
-                        }
+                for k in [
+                    "clusterIP",
+                    "clusterIPs",
+                    "ipFamilies",
+                    "ipFamilyPolicy",
+                    "internalTrafficPolicy",
+                    "sessionAffinity",
+                    "type",
+                ] {
+                    if ns.get(k).is_none_or(|v| v.is_null() || v == "")
+                        && let Some(v) = os.get(k)
+                    {
+                        ns.insert(k.into(), v.clone());
                     }
                 }
             }
@@ -273,7 +289,9 @@ fn config_key_errors(field: &str, m: Option<&Value>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(Value::Object(d)) = m {
         for k in d.keys() {
-            let ok = !k.is_empty() && k.len() <= 253 && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+            let ok = !k.is_empty()
+                && k.len() <= 253
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
             if !ok || k == "." || k == ".." {
                 errs.push(FieldError::invalid(
                     format!("{field}[{k}]"),
@@ -293,12 +311,17 @@ fn template_errors(obj: &Value, prefix: &str, selector_required: bool) -> Vec<Fi
     if selector_required && selector.is_none_or(Value::is_null) {
         errs.push(FieldError::required(format!("{prefix}.selector"), ""));
     }
-    let template_labels = spec.and_then(|s| s.get("template")).and_then(|t| t.get("metadata")).and_then(|m| m.get("labels"));
+    let template_labels =
+        spec.and_then(|s| s.get("template")).and_then(|t| t.get("metadata")).and_then(|m| m.get("labels"));
     if let Some(sel) = selector.filter(|s| !s.is_null()) {
         let empty = sel.get("matchLabels").and_then(Value::as_object).is_none_or(|m| m.is_empty())
             && sel.get("matchExpressions").and_then(Value::as_array).is_none_or(|a| a.is_empty());
         if empty {
-            errs.push(FieldError::invalid(format!("{prefix}.selector"), sel.clone(), "empty selector is invalid for deployment"));
+            errs.push(FieldError::invalid(
+                format!("{prefix}.selector"),
+                sel.clone(),
+                "empty selector is invalid for deployment",
+            ));
         } else if let Ok(s) = crate::selector::LabelSelector::from_label_selector_object(sel) {
             let labels: std::collections::BTreeMap<String, String> = template_labels
                 .and_then(Value::as_object)
@@ -372,13 +395,22 @@ pub fn validate_create(rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             if let Some(rp) = obj.get("spec").and_then(|s| s.get("restartPolicy")).and_then(Value::as_str)
                 && !["Always", "OnFailure", "Never"].contains(&rp)
             {
-                errs.push(FieldError::not_supported("spec.restartPolicy", json!(rp), &["Always".into(), "OnFailure".into(), "Never".into()]));
+                errs.push(FieldError::not_supported(
+                    "spec.restartPolicy",
+                    json!(rp),
+                    &["Always".into(), "OnFailure".into(), "Never".into()],
+                ));
             }
             errs
         }
-        Special::Deployment | Special::ReplicaSet | Special::StatefulSet | Special::DaemonSet => template_errors(obj, "spec", true),
+        Special::Deployment | Special::ReplicaSet | Special::StatefulSet | Special::DaemonSet => {
+            template_errors(obj, "spec", true)
+        }
         Special::Job => container_errors(
-            obj.get("spec").and_then(|s| s.get("template")).and_then(|t| t.get("spec")).and_then(|s| s.get("containers")),
+            obj.get("spec")
+                .and_then(|s| s.get("template"))
+                .and_then(|t| t.get("spec"))
+                .and_then(|s| s.get("containers")),
             "spec.template.spec.containers",
         ),
         Special::ConfigMap => {
@@ -391,7 +423,9 @@ pub fn validate_create(rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         Special::ControllerRevision => {
             let mut errs = Vec::new();
             match obj.get("revision").and_then(Value::as_i64) {
-                Some(r) if r < 0 => errs.push(FieldError::invalid("revision", json!(r), "must be greater than or equal to 0")),
+                Some(r) if r < 0 => {
+                    errs.push(FieldError::invalid("revision", json!(r), "must be greater than or equal to 0"))
+                }
                 _ => {}
             }
             errs
@@ -429,7 +463,11 @@ fn service_errors(obj: &Value) -> Vec<FieldError> {
     for (i, p) in ports.into_iter().flatten().enumerate() {
         let port = p.get("port").and_then(Value::as_i64).unwrap_or(0);
         if !(1..=65535).contains(&port) {
-            errs.push(FieldError::invalid(format!("spec.ports[{i}].port"), json!(port), "must be between 1 and 65535, inclusive"));
+            errs.push(FieldError::invalid(
+                format!("spec.ports[{i}].port"),
+                json!(port),
+                "must be between 1 and 65535, inclusive",
+            ));
         }
         if ports.is_some_and(|ps| ps.len() > 1) && p.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
             errs.push(FieldError::required(format!("spec.ports[{i}].name"), ""));
@@ -467,17 +505,36 @@ pub fn validate_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &
             if strip(old) != strip(new) {
                 errs.push(FieldError::forbidden("spec", POD_UPDATE_FORBIDDEN));
             }
-            let old_tol = old.get("spec").and_then(|s| s.get("tolerations")).and_then(Value::as_array).cloned().unwrap_or_default();
-            let new_tol = new.get("spec").and_then(|s| s.get("tolerations")).and_then(Value::as_array).cloned().unwrap_or_default();
+            let old_tol = old
+                .get("spec")
+                .and_then(|s| s.get("tolerations"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let new_tol = new
+                .get("spec")
+                .and_then(|s| s.get("tolerations"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             if old_tol.iter().any(|t| !new_tol.contains(t)) {
-                errs.push(FieldError::forbidden("spec.tolerations", "existing toleration can not be modified except its tolerationSeconds"));
+                errs.push(FieldError::forbidden(
+                    "spec.tolerations",
+                    "existing toleration can not be modified except its tolerationSeconds",
+                ));
             }
         }
-        Special::Deployment | Special::ReplicaSet | Special::StatefulSet | Special::DaemonSet | Special::Job if endpoint != Endpoint::Status => {
+        Special::Deployment | Special::ReplicaSet | Special::StatefulSet | Special::DaemonSet | Special::Job
+            if endpoint != Endpoint::Status =>
+        {
             let os = old.get("spec").and_then(|s| s.get("selector"));
             let ns = new.get("spec").and_then(|s| s.get("selector"));
             if os != ns {
-                errs.push(FieldError::invalid("spec.selector", ns.cloned().unwrap_or(Value::Null), "field is immutable"));
+                errs.push(FieldError::invalid(
+                    "spec.selector",
+                    ns.cloned().unwrap_or(Value::Null),
+                    "field is immutable",
+                ));
             }
         }
         Special::Secret | Special::ConfigMap => {
@@ -492,24 +549,36 @@ pub fn validate_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &
                 }
             }
             if rd.special == Special::Secret && old.get("type") != new.get("type") {
-                errs.push(FieldError::invalid("type", new.get("type").cloned().unwrap_or(Value::Null), "field is immutable"));
+                errs.push(FieldError::invalid(
+                    "type",
+                    new.get("type").cloned().unwrap_or(Value::Null),
+                    "field is immutable",
+                ));
             }
         }
-        Special::ControllerRevision => {
-            if old.get("data") != new.get("data") {
-                errs.push(FieldError::invalid("data", new.get("data").cloned().unwrap_or(Value::Null), "field is immutable"));
-            }
+        Special::ControllerRevision if old.get("data") != new.get("data") => {
+            errs.push(FieldError::invalid(
+                "data",
+                new.get("data").cloned().unwrap_or(Value::Null),
+                "field is immutable",
+            ));
         }
-        Special::Rbac if rd.kind.ends_with("Binding") => {
-            if old.get("roleRef") != new.get("roleRef") {
-                errs.push(FieldError::invalid("roleRef", new.get("roleRef").cloned().unwrap_or(Value::Null), "cannot change roleRef"));
-            }
+        Special::Rbac if rd.kind.ends_with("Binding") && old.get("roleRef") != new.get("roleRef") => {
+            errs.push(FieldError::invalid(
+                "roleRef",
+                new.get("roleRef").cloned().unwrap_or(Value::Null),
+                "cannot change roleRef",
+            ));
         }
         Special::Service => {
             let o = old.get("spec").and_then(|s| s.get("clusterIP"));
             let n = new.get("spec").and_then(|s| s.get("clusterIP"));
             if o.is_some() && o != n {
-                errs.push(FieldError::invalid("spec.clusterIPs[0]", n.cloned().unwrap_or(Value::Null), "may not change once set"));
+                errs.push(FieldError::invalid(
+                    "spec.clusterIPs[0]",
+                    n.cloned().unwrap_or(Value::Null),
+                    "may not change once set",
+                ));
             }
         }
         _ => {}
@@ -532,7 +601,10 @@ pub fn finalizer_errors(old: &Value, new: &Value) -> Vec<FieldError> {
     }
     vec![FieldError::forbidden(
         "metadata.finalizers",
-        format!("no new finalizers can be added if the object is being deleted, found new finalizers {}", go_string_slice(&added)),
+        format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers {}",
+            go_string_slice(&added)
+        ),
     )]
 }
 

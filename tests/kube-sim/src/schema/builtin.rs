@@ -36,7 +36,8 @@ impl BuiltinSchemas {
         }
         let mut defs = generator.take_definitions(true);
         for (def, field, strategy) in BUILTIN_LIST_STRATEGIES {
-            let Some(prop) = defs.get_mut(*def).and_then(|d| d.get_mut("properties")).and_then(|p| p.get_mut(*field)) else {
+            let Some(prop) = defs.get_mut(*def).and_then(|d| d.get_mut("properties")).and_then(|p| p.get_mut(*field))
+            else {
                 continue;
             };
             let Some(prop) = prop.as_object_mut() else { continue };
@@ -65,7 +66,10 @@ impl BuiltinSchemas {
         // service ports on port alone, which the table already encodes.
         let mut by_def: HashMap<&str, Vec<Value>> = HashMap::new();
         for g in gvks {
-            by_def.entry(g.definition.as_str()).or_default().push(json!({"group": g.group, "version": g.version, "kind": g.kind}));
+            by_def
+                .entry(g.definition.as_str())
+                .or_default()
+                .push(json!({"group": g.group, "version": g.version, "kind": g.kind}));
         }
         for (def, list) in by_def {
             if let Some(d) = defs.get_mut(def).and_then(Value::as_object_mut) {
@@ -99,7 +103,12 @@ mod tests {
             &[|g| {
                 g.subschema_for::<k8s_openapi::api::core::v1::Pod>();
             }],
-            &[Gvk { definition: "io.k8s.api.core.v1.Pod".into(), group: "".into(), version: "v1".into(), kind: "Pod".into() }],
+            &[Gvk {
+                definition: "io.k8s.api.core.v1.Pod".into(),
+                group: "".into(),
+                version: "v1".into(),
+                kind: "Pod".into(),
+            }],
         );
         let s = b.schema("io.k8s.api.core.v1.Pod").unwrap();
         let c = Cursor::root(&s);

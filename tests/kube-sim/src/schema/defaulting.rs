@@ -59,7 +59,11 @@ pub fn has_defaults(c: Cursor<'_>) -> bool {
         if n.default.is_some() {
             return true;
         }
-        n.properties.values().chain(n.additional.iter()).chain(n.items.iter()).any(|id| walk(Cursor { schema: c.schema, id: *id }, seen))
+        n.properties
+            .values()
+            .chain(n.additional.iter())
+            .chain(n.items.iter())
+            .any(|id| walk(Cursor { schema: c.schema, id: *id }, seen))
     }
     walk(c, &mut Vec::new())
 }
@@ -83,7 +87,10 @@ mod tests {
         }));
         let mut obj = json!({"spec": {"strategy": {}, "items": [{}, {"w": 2}], "gone": null}});
         apply_defaults(Cursor::root(&s), &mut obj);
-        assert_eq!(obj, json!({"spec": {"replicas": 1, "strategy": {"type": "RollingUpdate"}, "items": [{"w": 5}, {"w": 2}]}}));
+        assert_eq!(
+            obj,
+            json!({"spec": {"replicas": 1, "strategy": {"type": "RollingUpdate"}, "items": [{"w": 5}, {"w": 2}]}})
+        );
         let mut empty = json!({});
         apply_defaults(Cursor::root(&s), &mut empty);
         assert_eq!(empty, json!({"spec": {"replicas": 1}}));

@@ -106,7 +106,11 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             let f = n.as_f64().unwrap_or(0.0);
             if let Some(min) = node.minimum {
                 if node.exclusive_minimum && f <= min {
-                    errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should be greater than {}", fmt_num(min))));
+                    errs.push(FieldError::invalid(
+                        path,
+                        v.clone(),
+                        format!("{path} in body should be greater than {}", fmt_num(min)),
+                    ));
                 } else if !node.exclusive_minimum && f < min {
                     errs.push(FieldError::invalid(
                         path,
@@ -117,7 +121,11 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             }
             if let Some(max) = node.maximum {
                 if node.exclusive_maximum && f >= max {
-                    errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should be less than {}", fmt_num(max))));
+                    errs.push(FieldError::invalid(
+                        path,
+                        v.clone(),
+                        format!("{path} in body should be less than {}", fmt_num(max)),
+                    ));
                 } else if !node.exclusive_maximum && f > max {
                     errs.push(FieldError::invalid(
                         path,
@@ -130,11 +138,19 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
                 && m != 0.0
                 && (f / m).fract() != 0.0
             {
-                errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should be a multiple of {}", fmt_num(m))));
+                errs.push(FieldError::invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should be a multiple of {}", fmt_num(m)),
+                ));
             }
             match node.format.as_deref() {
                 Some("int32") if n.as_i64().is_some_and(|i| i < i32::MIN as i64 || i > i32::MAX as i64) => {
-                    errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body must be of type int32: {:?}", n.to_string())));
+                    errs.push(FieldError::invalid(
+                        path,
+                        v.clone(),
+                        format!("{path} in body must be of type int32: {:?}", n.to_string()),
+                    ));
                 }
                 _ => {}
             }
@@ -144,12 +160,21 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             if let Some(max) = node.max_length
                 && len > max
             {
-                errs.push(FieldError::new(FieldErrorType::TooLong, path, Some(v.clone()), format!("may not be more than {max} bytes")));
+                errs.push(FieldError::new(
+                    FieldErrorType::TooLong,
+                    path,
+                    Some(v.clone()),
+                    format!("may not be more than {max} bytes"),
+                ));
             }
             if let Some(min) = node.min_length
                 && len < min
             {
-                errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should be at least {min} chars long")));
+                errs.push(FieldError::invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should be at least {min} chars long"),
+                ));
             }
             if let Some((p, Some(re))) = &node.pattern
                 && !re.is_match(s)
@@ -176,7 +201,11 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             if let Some(min) = node.min_items
                 && (items.len() as u64) < min
             {
-                errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should have at least {min} items")));
+                errs.push(FieldError::invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should have at least {min} items"),
+                ));
             }
             if node.unique_items || matches!(node.list_type, Some(super::ListType::Set)) {
                 for (i, it) in items.iter().enumerate() {
@@ -206,12 +235,21 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             if let Some(max) = node.max_properties
                 && map.len() as u64 > max
             {
-                errs.push(FieldError::new(FieldErrorType::TooMany, path, Some(json!(map.len())), format!("must have at most {max} items")));
+                errs.push(FieldError::new(
+                    FieldErrorType::TooMany,
+                    path,
+                    Some(json!(map.len())),
+                    format!("must have at most {max} items"),
+                ));
             }
             if let Some(min) = node.min_properties
                 && (map.len() as u64) < min
             {
-                errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should have at least {min} properties")));
+                errs.push(FieldError::invalid(
+                    path,
+                    v.clone(),
+                    format!("{path} in body should have at least {min} properties"),
+                ));
             }
             for req in &node.required {
                 if !map.contains_key(req) {
@@ -236,7 +274,11 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             e.is_empty()
         });
         if !ok {
-            errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body must validate at least one schema (anyOf)")));
+            errs.push(FieldError::invalid(
+                path,
+                v.clone(),
+                format!("{path} in body must validate at least one schema (anyOf)"),
+            ));
         }
     }
     if !node.one_of.is_empty() {
@@ -250,14 +292,22 @@ pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>
             })
             .count();
         if passing != 1 {
-            errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body must validate one and only one schema (oneOf)")));
+            errs.push(FieldError::invalid(
+                path,
+                v.clone(),
+                format!("{path} in body must validate one and only one schema (oneOf)"),
+            ));
         }
     }
     if let Some(not) = node.not {
         let mut e = Vec::new();
         validate(Cursor { schema: c.schema, id: not }, v, path, &mut e);
         if e.is_empty() {
-            errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body must not validate the schema (not)")));
+            errs.push(FieldError::invalid(
+                path,
+                v.clone(),
+                format!("{path} in body must not validate the schema (not)"),
+            ));
         }
     }
 }
@@ -268,7 +318,9 @@ fn format_ok(format: &str, s: &str) -> bool {
         "date" => s.parse::<k8s_openapi::jiff::civil::Date>().is_ok(),
         "uuid" => {
             s.len() == 36
-                && s.chars().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
+                && s.chars()
+                    .enumerate()
+                    .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
         }
         "byte" => {
             use base64::Engine;
@@ -321,7 +373,9 @@ mod tests {
         assert_eq!(messages(json!({})), vec!["spec: Required value"]);
         assert_eq!(
             messages(json!({"spec": {"partition": true, "template": {}}})),
-            vec!["spec.partition: Invalid value: \"boolean\": spec.partition in body must be of type integer,string: \"boolean\""]
+            vec![
+                "spec.partition: Invalid value: \"boolean\": spec.partition in body must be of type integer,string: \"boolean\""
+            ]
         );
         assert!(messages(json!({"spec": {"partition": "10%", "template": {}}})).is_empty());
         assert_eq!(

@@ -13,7 +13,9 @@ use super::request::{Query, Representation, ResourceRequest, negotiate, verb_for
 use super::response::{bytes_response, error_response, json_response, list_body, yaml_response};
 use crate::auth::{self, Attributes};
 use crate::patch::PatchType;
-use crate::registry::{DeleteOptions, Endpoint, FieldValidation, ListOptions, Propagation, Registry, UserInfo, WriteCtx};
+use crate::registry::{
+    DeleteOptions, Endpoint, FieldValidation, ListOptions, Propagation, Registry, UserInfo, WriteCtx,
+};
 use crate::resources::{ResourceDef, Special};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -30,7 +32,13 @@ struct Ctx {
     content_type: String,
 }
 
-pub async fn resource(st: Arc<AppState>, user: UserInfo, req: Request<Body>, rr: ResourceRequest, query: Query) -> Response {
+pub async fn resource(
+    st: Arc<AppState>,
+    user: UserInfo,
+    req: Request<Body>,
+    rr: ResourceRequest,
+    query: Query,
+) -> Response {
     match resource_inner(st, user, req, rr, query).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -38,8 +46,10 @@ pub async fn resource(st: Arc<AppState>, user: UserInfo, req: Request<Body>, rr:
 }
 
 fn parse_list_options(query: &Query) -> Result<ListOptions, ApiError> {
-    let label_selector = LabelSelector::parse(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
-    let field_selector = FieldSelector::parse(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let label_selector =
+        LabelSelector::parse(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let field_selector =
+        FieldSelector::parse(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
     let limit = query.int("limit").map_err(ApiError::bad_request)?.filter(|l| *l > 0).map(|l| l as usize);
     Ok(ListOptions {
         label_selector,
@@ -51,7 +61,13 @@ fn parse_list_options(query: &Query) -> Result<ListOptions, ApiError> {
     })
 }
 
-async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, rr: ResourceRequest, query: Query) -> Result<Response, ApiError> {
+async fn resource_inner(
+    st: Arc<AppState>,
+    user: UserInfo,
+    req: Request<Body>,
+    rr: ResourceRequest,
+    query: Query,
+) -> Result<Response, ApiError> {
     let catalog = st.registry.catalog.clone();
     let rd = catalog.get(&rr.group, &rr.version, &rr.resource).ok_or_else(ApiError::not_found_path)?;
     if rd.namespaced != rr.namespace.is_some() && !(rd.namespaced && rr.name.is_none()) {
@@ -69,7 +85,8 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
         Some(r) => r,
     };
     let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    let content_type =
+        req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
     // Authorization (the namespace of a namespace object is its own name, as in RequestInfo).
     let attrs = Attributes {
         verb: verb.to_string(),
@@ -79,13 +96,18 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
         resource: rd.plural.clone(),
         subresource: rr.subresource.clone().unwrap_or_default(),
         name: rr.name.clone().unwrap_or_default(),
-        namespace: if rd.special == Special::Namespace { rr.name.clone().unwrap_or_default() } else { rr.namespace.clone().unwrap_or_default() },
+        namespace: if rd.special == Special::Namespace {
+            rr.name.clone().unwrap_or_default()
+        } else {
+            rr.namespace.clone().unwrap_or_default()
+        },
         path: String::new(),
     };
     if !auth::allowed(&st.registry.store, &user, &attrs) {
         return Err(auth::forbidden(&user, &attrs));
     }
-    let decision = st.faults.decide(verb, &rd.group_resource(), rr.subresource.as_deref(), rr.name.as_deref().unwrap_or(""));
+    let decision =
+        st.faults.decide(verb, &rd.group_resource(), rr.subresource.as_deref(), rr.name.as_deref().unwrap_or(""));
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
@@ -95,7 +117,9 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
     let body = if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
         axum::body::to_bytes(req.into_body(), st.max_body)
             .await
-            .map_err(|_| ApiError::request_entity_too_large(format!("Request entity too large: limit is {}", st.max_body)))?
+            .map_err(|_| {
+                ApiError::request_entity_too_large(format!("Request entity too large: limit is {}", st.max_body))
+            })?
             .to_vec()
     } else {
         Vec::new()
@@ -107,7 +131,15 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
     let ns = rr.namespace.clone().unwrap_or_default();
     match rr.subresource.as_deref() {
         None => match (verb, rr.name.as_deref()) {
-            ("watch", _) => super::watch::serve(&c.st, &c.rd, rr.namespace.as_deref(), rr.name.as_deref(), &c.query, &c.rep, decision.watch_drop_after),
+            ("watch", _) => super::watch::serve(
+                &c.st,
+                &c.rd,
+                rr.namespace.as_deref(),
+                rr.name.as_deref(),
+                &c.query,
+                &c.rep,
+                decision.watch_drop_after,
+            ),
             ("list", _) => list(&c),
             ("get", Some(name)) => get(&c, &ns, name),
             ("create", None) => create(&c, &ns, &body),
@@ -124,7 +156,9 @@ async fn resource_inner(st: Arc<AppState>, user: UserInfo, req: Request<Body>, r
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
         Some("scale") if rd.scale.is_some() => match (verb, rr.name.as_deref()) {
-            ("get", Some(name)) => Ok(object_response(&c, StatusCode::OK, &c.st.registry.get_scale(&rd, &ns, name)?, &[])),
+            ("get", Some(name)) => {
+                Ok(object_response(&c, StatusCode::OK, &c.st.registry.get_scale(&rd, &ns, name)?, &[]))
+            }
             ("update", Some(name)) => scale_update(&c, &ns, name, &body),
             ("patch", Some(name)) => scale_patch(&c, &ns, name, &body),
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
@@ -156,17 +190,19 @@ fn parse_body(body: &[u8], content_type: &str, definition: &str) -> Result<Value
     }
     let base = content_type.split(';').next().unwrap_or("").trim();
     if crate::protobuf::is_protobuf(base) {
-        return crate::protobuf::decode(body, definition)
-            .map_err(|e| ApiError::unsupported_media_type(base, &["application/json", "application/yaml", &format!("application/vnd.kubernetes.protobuf ({e})")]));
+        return crate::protobuf::decode(body, definition).map_err(|e| {
+            ApiError::unsupported_media_type(
+                base,
+                &["application/json", "application/yaml", &format!("application/vnd.kubernetes.protobuf ({e})")],
+            )
+        });
     }
     match base {
-        "application/yaml" | "application/x-yaml" | "text/yaml" => {
-            serde_yaml::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; yaml parse error: {e}")))
-        }
-        "application/cbor" => {
-            Err(ApiError::unsupported_media_type(base, &["application/json", "application/yaml"]))
-        }
-        _ => serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; yaml parse error: {e}"))),
+        "application/cbor" => Err(ApiError::unsupported_media_type(base, &["application/json", "application/yaml"])),
+        _ => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))),
     }
 }
 
@@ -195,7 +231,11 @@ fn write_ctx(c: &Ctx) -> Result<WriteCtx, ApiError> {
         "" | "Warn" => FieldValidation::Warn,
         "Strict" => FieldValidation::Strict,
         "Ignore" => FieldValidation::Ignore,
-        other => return Err(ApiError::bad_request(format!("fieldValidation: Invalid value: {other:?}: must be one of Ignore, Warn, or Strict"))),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "fieldValidation: Invalid value: {other:?}: must be one of Ignore, Warn, or Strict"
+            )));
+        }
     };
     Ok(ctx)
 }
@@ -206,7 +246,13 @@ fn object_response(c: &Ctx, status: StatusCode, obj: &Value, warnings: &[String]
         Representation::Yaml => yaml_response(status, obj, warnings),
         Representation::Table => {
             let include = IncludeObject::parse(c.query.get("includeObject"));
-            let t = table::table(&c.rd, &[Arc::new(obj.clone())], include, json!({"resourceVersion": crate::meta::resource_version(obj)}), true);
+            let t = table::table(
+                &c.rd,
+                &[Arc::new(obj.clone())],
+                include,
+                json!({"resourceVersion": crate::meta::resource_version(obj)}),
+                true,
+            );
             json_response(status, &t, warnings)
         }
         Representation::PartialObjectMetadata | Representation::PartialObjectMetadataList => {
@@ -239,8 +285,13 @@ fn list(c: &Ctx) -> Result<Response, ApiError> {
             Ok(json_response(StatusCode::OK, &table::table(&c.rd, &result.items, include, list_meta, true), &[]))
         }
         Representation::PartialObjectMetadata | Representation::PartialObjectMetadataList => {
-            let items: Vec<Arc<Value>> = result.items.iter().map(|o| Arc::new(table::partial_object_metadata(o))).collect();
-            Ok(bytes_response(StatusCode::OK, list_body("PartialObjectMetadataList", "meta.k8s.io/v1", &list_meta, &items, false), &[]))
+            let items: Vec<Arc<Value>> =
+                result.items.iter().map(|o| Arc::new(table::partial_object_metadata(o))).collect();
+            Ok(bytes_response(
+                StatusCode::OK,
+                list_body("PartialObjectMetadataList", "meta.k8s.io/v1", &list_meta, &items, false),
+                &[],
+            ))
         }
         Representation::Yaml => {
             let items: Vec<Value> = result.items.iter().map(|i| (**i).clone()).collect();
@@ -281,7 +332,8 @@ fn update(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Res
 
 fn patch_type(c: &Ctx) -> Result<PatchType, ApiError> {
     PatchType::from_content_type(&c.content_type).ok_or_else(|| {
-        let mut accepted = vec!["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
+        let mut accepted =
+            vec!["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
         if !c.rd.is_custom() {
             accepted.push("application/strategic-merge-patch+json");
         }
@@ -297,7 +349,12 @@ fn patch(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Resu
         Some(other) => return Err(ApiError::bad_request(format!("invalid force value {other:?}"))),
     };
     if force && pt != PatchType::Apply {
-        return Err(ApiError::invalid("PatchOptions", "meta.k8s.io", "", &[crate::status::FieldError::forbidden("force", "may not be specified for non-apply patch")]));
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            &[crate::status::FieldError::forbidden("force", "may not be specified for non-apply patch")],
+        ));
     }
     let mut ctx = write_ctx(c)?;
     if pt == PatchType::Apply && c.query.get("fieldManager").is_none_or(str::is_empty) {
@@ -320,7 +377,9 @@ fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, 
 fn scale_patch(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
     let pt = patch_type(c)?;
     let mut ctx = write_ctx(c)?;
-    let scale = c.st.registry.write_scale(&c.rd, ns, name, &mut ctx, |current| Registry::patch_scale_object(current, pt, body))?;
+    let scale =
+        c.st.registry
+            .write_scale(&c.rd, ns, name, &mut ctx, |current| Registry::patch_scale_object(current, pt, body))?;
     Ok(object_response(c, StatusCode::OK, &scale, &ctx.warnings))
 }
 
@@ -376,5 +435,9 @@ fn delete_collection(c: &Ctx, body: &[u8]) -> Result<Response, ApiError> {
     let mut ctx = write_ctx(c)?;
     let (items, rv) = c.st.registry.delete_collection(&c.rd, c.rr.namespace.as_deref(), &list_opts, &opts, &mut ctx)?;
     let list_meta = json!({"resourceVersion": rv.to_string()});
-    Ok(bytes_response(StatusCode::OK, list_body(&c.rd.list_kind, &c.rd.api_version(), &list_meta, &items, !c.rd.is_custom()), &ctx.warnings))
+    Ok(bytes_response(
+        StatusCode::OK,
+        list_body(&c.rd.list_kind, &c.rd.api_version(), &list_meta, &items, !c.rd.is_custom()),
+        &ctx.warnings,
+    ))
 }

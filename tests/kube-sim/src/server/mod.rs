@@ -91,10 +91,17 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
     let (impersonated_user, impersonated_uid, impersonated_groups) = {
         let h = req.headers();
         let one = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        let groups: Vec<String> = h.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect();
+        let groups: Vec<String> =
+            h.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok().map(str::to_string)).collect();
         (one("impersonate-user"), one("impersonate-uid"), groups)
     };
-    let user = match auth::impersonate(&st.registry.store, user, impersonated_user.as_deref(), &impersonated_groups, impersonated_uid.as_deref()) {
+    let user = match auth::impersonate(
+        &st.registry.store,
+        user,
+        impersonated_user.as_deref(),
+        &impersonated_groups,
+        impersonated_uid.as_deref(),
+    ) {
         Ok(u) => u,
         Err(e) => return error_response(&e),
     };
@@ -103,7 +110,8 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
     }
     let verb = method.as_str().to_ascii_lowercase();
     let non_resource = |st: &AppState, user: &UserInfo| -> Result<(), ApiError> {
-        let attrs = Attributes { verb: verb.clone(), resource_request: false, path: path.clone(), ..Attributes::default() };
+        let attrs =
+            Attributes { verb: verb.clone(), resource_request: false, path: path.clone(), ..Attributes::default() };
         if auth::allowed(&st.registry.store, user, &attrs) { Ok(()) } else { Err(auth::forbidden(user, &attrs)) }
     };
     if path.starts_with("/kube-sim/") {
@@ -121,25 +129,38 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
         ["version"] => json_response(StatusCode::OK, &version_info(), &[]),
         [probe @ ("healthz" | "livez" | "readyz"), rest @ ..] => {
             if query.get("verbose").is_some() {
-                let checks = ["ping", "log", "etcd", "poststarthook/start-apiextensions-controllers", "poststarthook/crd-informer-synced"];
+                let checks = [
+                    "ping",
+                    "log",
+                    "etcd",
+                    "poststarthook/start-apiextensions-controllers",
+                    "poststarthook/crd-informer-synced",
+                ];
                 let mut out = String::new();
                 for c in checks {
                     out.push_str(&format!("[+]{c} ok\n"));
                 }
                 out.push_str(&format!("{probe} check passed\n"));
                 text(StatusCode::OK, &out)
-            } else if rest.is_empty() || ["ping", "etcd", "log"].contains(&rest[0]) || rest[0].starts_with("poststarthook") {
+            } else if rest.is_empty()
+                || ["ping", "etcd", "log"].contains(&rest[0])
+                || rest[0].starts_with("poststarthook")
+            {
                 text(StatusCode::OK, "ok")
             } else {
                 text(StatusCode::NOT_FOUND, "404 page not found\n")
             }
         }
         ["api"] => match rep {
-            Some(Representation::Discovery(v)) if st.aggregated_discovery => response::discovery_response(&crate::discovery::aggregated(&st.registry.catalog, true, &v), &v),
+            Some(Representation::Discovery(v)) if st.aggregated_discovery => {
+                response::discovery_response(&crate::discovery::aggregated(&st.registry.catalog, true, &v), &v)
+            }
             _ => json_response(StatusCode::OK, &crate::discovery::api_versions(&st.address), &[]),
         },
         ["apis"] => match rep {
-            Some(Representation::Discovery(v)) if st.aggregated_discovery => response::discovery_response(&crate::discovery::aggregated(&st.registry.catalog, false, &v), &v),
+            Some(Representation::Discovery(v)) if st.aggregated_discovery => {
+                response::discovery_response(&crate::discovery::aggregated(&st.registry.catalog, false, &v), &v)
+            }
             _ => json_response(StatusCode::OK, &crate::discovery::api_group_list(&st.registry.catalog), &[]),
         },
         ["apis", g] => match crate::discovery::api_group(&st.registry.catalog, g) {
@@ -166,7 +187,9 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
 /// `/kube-sim/...`: runtime control of fault injection.
 async fn admin(st: Arc<AppState>, method: Method, path: &str, req: Request<Body>) -> axum::response::Response {
     match (method, path.trim_end_matches('/')) {
-        (Method::GET, "/kube-sim/faults") => json_response(StatusCode::OK, &serde_json::to_value(st.faults.get()).unwrap_or(Value::Null), &[]),
+        (Method::GET, "/kube-sim/faults") => {
+            json_response(StatusCode::OK, &serde_json::to_value(st.faults.get()).unwrap_or(Value::Null), &[])
+        }
         (Method::PUT | Method::POST, "/kube-sim/faults") => {
             let body = match axum::body::to_bytes(req.into_body(), st.max_body).await {
                 Ok(b) => b,
@@ -190,8 +213,13 @@ async fn admin(st: Arc<AppState>, method: Method, path: &str, req: Request<Body>
         }
         (Method::GET, "/kube-sim/stats") => {
             let buckets = st.registry.store.buckets();
-            let counts: serde_json::Map<String, Value> = buckets.iter().map(|b| (b.clone(), json!(st.registry.store.count(b, None)))).collect();
-            json_response(StatusCode::OK, &json!({"resourceVersion": st.registry.store.current_rv(), "objects": counts}), &[])
+            let counts: serde_json::Map<String, Value> =
+                buckets.iter().map(|b| (b.clone(), json!(st.registry.store.count(b, None)))).collect();
+            json_response(
+                StatusCode::OK,
+                &json!({"resourceVersion": st.registry.store.current_rv(), "objects": counts}),
+                &[],
+            )
         }
         _ => error_response(&ApiError::not_found_path()),
     }

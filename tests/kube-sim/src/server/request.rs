@@ -167,10 +167,14 @@ pub fn negotiate(accept: Option<&str>) -> Option<Representation> {
         let param = |k: &str| mt.params.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.as_str());
         let json_like = mt.base == "application/json" || mt.base == "*/*" || mt.base == "application/*";
         match (json_like || mt.base == "application/yaml", param("as")) {
-            (true, Some("Table")) if param("g") == Some("meta.k8s.io") && matches!(param("v"), Some("v1" | "v1beta1")) => {
+            (true, Some("Table"))
+                if param("g") == Some("meta.k8s.io") && matches!(param("v"), Some("v1" | "v1beta1")) =>
+            {
                 return Some(Representation::Table);
             }
-            (true, Some("PartialObjectMetadata")) if param("g") == Some("meta.k8s.io") => return Some(Representation::PartialObjectMetadata),
+            (true, Some("PartialObjectMetadata")) if param("g") == Some("meta.k8s.io") => {
+                return Some(Representation::PartialObjectMetadata);
+            }
             (true, Some("PartialObjectMetadataList")) if param("g") == Some("meta.k8s.io") => {
                 return Some(Representation::PartialObjectMetadataList);
             }
@@ -226,11 +230,17 @@ mod tests {
     #[test]
     fn paths() {
         let r = parse_resource_path("/api/v1/namespaces/default/pods/web-1/status").unwrap();
-        assert_eq!((r.namespace.as_deref(), r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()), (Some("default"), "pods", Some("web-1"), Some("status")));
+        assert_eq!(
+            (r.namespace.as_deref(), r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()),
+            (Some("default"), "pods", Some("web-1"), Some("status"))
+        );
         let r = parse_resource_path("/api/v1/namespaces/default").unwrap();
         assert_eq!((r.namespace, r.resource.as_str(), r.name.as_deref()), (None, "namespaces", Some("default")));
         let r = parse_resource_path("/api/v1/namespaces/default/finalize").unwrap();
-        assert_eq!((r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()), ("namespaces", Some("default"), Some("finalize")));
+        assert_eq!(
+            (r.resource.as_str(), r.name.as_deref(), r.subresource.as_deref()),
+            ("namespaces", Some("default"), Some("finalize"))
+        );
         let r = parse_resource_path("/apis/apps/v1/deployments").unwrap();
         assert_eq!((r.group.as_str(), r.namespace, r.name), ("apps", None, None));
         let r = parse_resource_path("/api/v1/watch/namespaces/x/pods").unwrap();
@@ -241,9 +251,16 @@ mod tests {
 
     #[test]
     fn negotiation() {
-        assert_eq!(negotiate(Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")), Some(Representation::Table));
         assert_eq!(
-            negotiate(Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")),
+            negotiate(Some(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+            )),
+            Some(Representation::Table)
+        );
+        assert_eq!(
+            negotiate(Some(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+            )),
             Some(Representation::Discovery("v2".into()))
         );
         assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf, */*")), Some(Representation::Json));

@@ -27,7 +27,12 @@ fn base(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Respon
 /// `Warning: 299 - "<text>"` headers (RFC 7234), as the apiserver emits them.
 pub fn add_warnings(r: &mut Response, warnings: &[String]) {
     for w in warnings {
-        let escaped: String = w.chars().filter(|c| c.is_ascii() && !c.is_ascii_control()).collect::<String>().replace('\\', "\\\\").replace('"', "\\\"");
+        let escaped: String = w
+            .chars()
+            .filter(|c| c.is_ascii() && !c.is_ascii_control())
+            .collect::<String>()
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"");
         if let Ok(v) = header::HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
             r.headers_mut().append(header::WARNING, v);
         }
@@ -130,7 +135,13 @@ impl Serialize for Items<'_> {
 
 /// A `<Kind>List` body. Built-in kinds omit `apiVersion`/`kind` on items like the typed
 /// encoder does; custom resources (unstructured) keep them.
-pub fn list_body(list_kind: &str, api_version: &str, list_meta: &Value, items: &[Arc<Value>], strip_type_meta: bool) -> Vec<u8> {
+pub fn list_body(
+    list_kind: &str,
+    api_version: &str,
+    list_meta: &Value,
+    items: &[Arc<Value>],
+    strip_type_meta: bool,
+) -> Vec<u8> {
     #[derive(Serialize)]
     struct ListDoc<'a> {
         kind: &'a str,
@@ -139,5 +150,11 @@ pub fn list_body(list_kind: &str, api_version: &str, list_meta: &Value, items: &
         metadata: &'a Value,
         items: Items<'a>,
     }
-    serde_json::to_vec(&ListDoc { kind: list_kind, api_version, metadata: list_meta, items: Items { items, strip_type_meta } }).unwrap_or_default()
+    serde_json::to_vec(&ListDoc {
+        kind: list_kind,
+        api_version,
+        metadata: list_meta,
+        items: Items { items, strip_type_meta },
+    })
+    .unwrap_or_default()
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::response::Response;
 use axum::body::Bytes;
+use axum::response::Response;
 use hyper::{StatusCode, header};
 use rand::RngExt;
 use serde_json::{Value, json};
@@ -36,7 +36,13 @@ fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: 
         Format::Json => object.clone(),
         Format::Metadata => table::partial_object_metadata(object),
         Format::Table(include) => {
-            let t = table::table(rd, &[Arc::new(object.clone())], *include, json!({"resourceVersion": crate::meta::resource_version(object)}), *first);
+            let t = table::table(
+                rd,
+                &[Arc::new(object.clone())],
+                *include,
+                json!({"resourceVersion": crate::meta::resource_version(object)}),
+                *first,
+            );
             *first = false;
             t
         }
@@ -54,8 +60,12 @@ fn bookmark(rd: &ResourceDef, format: &Format, rv: u64, initial_events_end: bool
         md.insert("annotations".into(), json!({"k8s.io/initial-events-end": "true"}));
     }
     let object = match format {
-        Format::Table(_) => json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": Value::Object(md), "columnDefinitions": null, "rows": null}),
-        Format::Metadata => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": Value::Object(md)}),
+        Format::Table(_) => {
+            json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": Value::Object(md), "columnDefinitions": null, "rows": null})
+        }
+        Format::Metadata => {
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": Value::Object(md)})
+        }
         Format::Json => json!({"kind": rd.kind, "apiVersion": rd.api_version(), "metadata": Value::Object(md)}),
     };
     let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": object})).unwrap_or_default();
@@ -69,7 +79,9 @@ fn error_event(e: &ApiError) -> Bytes {
     Bytes::from(line)
 }
 
-fn stream_response(chunks: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static) -> Response {
+fn stream_response(
+    chunks: impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+) -> Response {
     let mut r = Response::new(Body::from_stream(chunks));
     *r.status_mut() = StatusCode::OK;
     r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
@@ -90,7 +102,11 @@ pub fn serve(
     let mut field = FieldSelector::parse(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
     if let Some(n) = name {
         // `GET .../pods/name?watch=true` is a watch restricted to that name.
-        field.requirements.push(crate::selector::FieldRequirement { field: "metadata.name".into(), value: n.into(), negated: false });
+        field.requirements.push(crate::selector::FieldRequirement {
+            field: "metadata.name".into(),
+            value: n.into(),
+            negated: false,
+        });
     }
     let filter = st.registry.filter(rd, &label, &field)?.unwrap_or_else(|| Arc::new(|_: &Value| true));
     let bookmarks = query.flag("allowWatchBookmarks");
@@ -113,7 +129,10 @@ pub fn serve(
             "ListOptions",
             "meta.k8s.io",
             "",
-            &[crate::status::FieldError::forbidden("resourceVersionMatch", "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided")],
+            &[crate::status::FieldError::forbidden(
+                "resourceVersionMatch",
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            )],
         ));
     }
     let from = if send_initial {
@@ -121,7 +140,9 @@ pub fn serve(
     } else {
         match rv {
             None | Some("0") => WatchFrom::CurrentState { end_bookmark: false },
-            Some(v) => WatchFrom::Version(v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {v:?}")))?),
+            Some(v) => WatchFrom::Version(
+                v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {v:?}")))?,
+            ),
         }
     };
     let timeout = match query.int("timeoutSeconds").map_err(ApiError::bad_request)? {
@@ -144,7 +165,9 @@ pub fn serve(
         }
         Err(StoreError::TooLarge { requested, current }) => {
             let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
-            e.details = Some(json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}));
+            e.details = Some(
+                json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
+            );
             e.retry_after = Some(1);
             return Err(e);
         }

@@ -34,7 +34,8 @@ async fn crds_are_served_at_once_established_and_discoverable() -> Result<()> {
     assert!(caps.subresources.iter().any(|(s, _)| s.plural == "gameservers/status" || s.plural == "status"));
     let raw = Raw::new(&sim);
     let list = raw.get("/apis/sim.kube-sim.test/v1alpha1").await?;
-    let names: Vec<&str> = list.body["resources"].as_array().context("resources")?.iter().filter_map(|r| r["name"].as_str()).collect();
+    let names: Vec<&str> =
+        list.body["resources"].as_array().context("resources")?.iter().filter_map(|r| r["name"].as_str()).collect();
     assert_eq!(names, vec!["gameservers", "gameservers/status", "gameservers/scale"]);
     assert_eq!(list.body["resources"][0]["shortNames"], json!(["gs"]));
     assert_eq!(list.body["resources"][0]["categories"], json!(["all"]));
@@ -69,14 +70,21 @@ async fn structural_schemas_default_prune_and_validate() -> Result<()> {
     assert_eq!(got["spec"]["embedded"]["metadata"]["labels"]["a"], "b");
     assert_eq!(got["spec"]["embedded"]["spec"], json!({"x": 1}), "embedded spec pruned by its schema");
     assert_eq!(got["spec"]["replicas"], 1, "defaulted");
-    assert_eq!(got["spec"]["updateStrategy"], json!({"type": "RollingUpdate", "maxUnavailable": "20%"}), "nested defaults");
+    assert_eq!(
+        got["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "maxUnavailable": "20%"}),
+        "nested defaults"
+    );
     assert!(got.get("status").is_none(), "create ignores status when the status subresource is on");
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
     assert!(warnings.iter().any(|w| w.contains("unknown field \\\"spec.unknown\\\"")), "{warnings:?}");
 
     let strict = raw.post(&format!("{path}?fieldValidation=Strict"), &json!({"apiVersion": "sim.kube-sim.test/v1alpha1", "kind": "GameServer", "metadata": {"name": "q"}, "spec": {"template": {}, "bogus": 1}})).await?;
     assert_eq!(strict.status, 400);
-    assert_eq!(strict.body["message"], "GameServer in version \"v1alpha1\" cannot be handled as a GameServer: strict decoding error: unknown field \"spec.bogus\"");
+    assert_eq!(
+        strict.body["message"],
+        "GameServer in version \"v1alpha1\" cannot be handled as a GameServer: strict decoding error: unknown field \"spec.bogus\""
+    );
 
     let invalid = json!({
         "apiVersion": "sim.kube-sim.test/v1alpha1", "kind": "GameServer", "metadata": {"name": "bad"},
@@ -86,15 +94,30 @@ async fn structural_schemas_default_prune_and_validate() -> Result<()> {
     assert_eq!(r.status, 422, "{}", r.text);
     assert_eq!(r.body["details"]["kind"], "GameServer");
     assert_eq!(r.body["details"]["group"], "sim.kube-sim.test");
-    let fields: Vec<&str> = r.body["details"]["causes"].as_array().context("causes")?.iter().filter_map(|c| c["field"].as_str()).collect();
-    for f in ["spec.template", "spec.replicas", "spec.name", "spec.updateStrategy.type", "spec.partition", "spec.ports[0].port", "spec.ports[1]"] {
+    let fields: Vec<&str> =
+        r.body["details"]["causes"].as_array().context("causes")?.iter().filter_map(|c| c["field"].as_str()).collect();
+    for f in [
+        "spec.template",
+        "spec.replicas",
+        "spec.name",
+        "spec.updateStrategy.type",
+        "spec.partition",
+        "spec.ports[0].port",
+        "spec.ports[1]",
+    ] {
         assert!(fields.contains(&f), "missing cause for {f}: {fields:?}");
     }
     let msg = r.body["message"].as_str().unwrap_or("");
     assert!(msg.starts_with("GameServer.sim.kube-sim.test \"bad\" is invalid: ["), "{msg}");
-    assert!(msg.contains("spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"), "{msg}");
+    assert!(
+        msg.contains("spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"),
+        "{msg}"
+    );
     assert!(msg.contains("spec.updateStrategy.type: Unsupported value: \"Recreate\": supported values: \"RollingUpdate\", \"InplaceUpdate\", \"HotPatchUpdate\""), "{msg}");
-    assert!(msg.contains("spec.name: Invalid value: \"UPPER\": spec.name in body should match '^[a-z][a-z0-9-]*$'"), "{msg}");
+    assert!(
+        msg.contains("spec.name: Invalid value: \"UPPER\": spec.name in body should match '^[a-z][a-z0-9-]*$'"),
+        "{msg}"
+    );
     assert!(msg.contains("spec.template: Required value"), "{msg}");
     assert!(msg.contains("spec.partition: Invalid value: \"boolean\": spec.partition in body must be of type integer,string: \"boolean\""), "{msg}");
     assert!(msg.contains("spec.ports[1]: Duplicate value: map[string]interface {}{\"name\":\"a\"}"), "{msg}");
@@ -109,7 +132,13 @@ async fn status_and_scale_subresources_have_real_semantics() -> Result<()> {
     let gs = install_test_crd(&client).await?;
     gs.create(&PostParams::default(), &gameserver("web")).await?;
     // The main endpoint ignores status; spec changes bump generation.
-    let main = gs.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}, "status": {"replicas": 9}}))).await?;
+    let main = gs
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}, "status": {"replicas": 9}})),
+        )
+        .await?;
     assert_eq!(main.metadata.generation, Some(2));
     assert!(main.data.get("status").is_none());
     // /status ignores everything but status, including metadata, and does not bump generation.
@@ -123,7 +152,7 @@ async fn status_and_scale_subresources_have_real_semantics() -> Result<()> {
     assert_eq!(st.metadata.generation, Some(2));
     assert_eq!(st.data["spec"]["replicas"], 3);
     assert_eq!(st.data["status"]["readyReplicas"], 2);
-    assert!(st.metadata.labels.unwrap_or_default().get("x").is_none());
+    assert!(!st.metadata.labels.unwrap_or_default().contains_key("x"));
     // Scale maps the configured paths.
     let raw = Raw::new(&sim);
     let path = "/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers/web/scale";
@@ -143,9 +172,18 @@ async fn status_and_scale_subresources_have_real_semantics() -> Result<()> {
     let conflict = raw.put(path, &stale).await?;
     assert_eq!(conflict.status, 409, "a stale Scale resourceVersion conflicts");
     // Strategic merge patches are not accepted for custom resources.
-    let smp = raw.patch("/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers/web", "application/strategic-merge-patch+json", &json!({"spec": {"replicas": 1}})).await?;
+    let smp = raw
+        .patch(
+            "/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers/web",
+            "application/strategic-merge-patch+json",
+            &json!({"spec": {"replicas": 1}}),
+        )
+        .await?;
     assert_eq!(smp.status, 415);
-    assert_eq!(smp.body["message"], "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml");
+    assert_eq!(
+        smp.body["message"],
+        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    );
     sim.shutdown().await;
     Ok(())
 }
@@ -156,14 +194,26 @@ async fn printer_columns_in_table_responses() -> Result<()> {
     let client = sim.client().await;
     let gs = install_test_crd(&client).await?;
     gs.create(&PostParams::default(), &gameserver("web")).await?;
-    gs.patch_status("web", &PatchParams::default(), &Patch::Merge(json!({"status": {"readyReplicas": 1, "phase": "Running"}}))).await?;
+    gs.patch_status(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"readyReplicas": 1, "phase": "Running"}})),
+    )
+    .await?;
     let raw = Raw::new(&sim);
     let t = raw
-        .send_with("GET", "/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers", None, None, &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")])
+        .send_with(
+            "GET",
+            "/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers",
+            None,
+            None,
+            &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json")],
+        )
         .await?
         .body;
     assert_eq!(t["kind"], "Table");
-    let cols: Vec<&str> = t["columnDefinitions"].as_array().context("columns")?.iter().filter_map(|c| c["name"].as_str()).collect();
+    let cols: Vec<&str> =
+        t["columnDefinitions"].as_array().context("columns")?.iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(cols, vec!["Name", "DESIRED", "READY", "PHASE", "AGE"]);
     let cells = &t["rows"][0]["cells"];
     assert_eq!(cells[0], "web");
@@ -189,7 +239,10 @@ async fn multiple_versions_share_storage_and_deleting_the_crd_removes_instances(
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &serde_json::from_value(crd)?).await?;
     let alpha: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &gameserver_resource());
-    let beta_res = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("sim.kube-sim.test", "v1beta1", "GameServer"), "gameservers");
+    let beta_res = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("sim.kube-sim.test", "v1beta1", "GameServer"),
+        "gameservers",
+    );
     let beta: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &beta_res);
     alpha.create(&PostParams::default(), &gameserver("web")).await?;
     let via_beta = beta.get("web").await?;
@@ -206,10 +259,14 @@ async fn multiple_versions_share_storage_and_deleting_the_crd_removes_instances(
     let conds = crd.status.and_then(|s| s.conditions).unwrap_or_default();
     assert!(conds.iter().any(|c| c.type_ == "Terminating" && c.status == "True"), "{conds:?}");
     alpha.patch("held", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
-    eventually("the CRD to be gone", || async { Ok(crds.get_opt("gameservers.sim.kube-sim.test").await?.is_none().then_some(())) }).await?;
+    eventually("the CRD to be gone", || async {
+        Ok(crds.get_opt("gameservers.sim.kube-sim.test").await?.is_none().then_some(()))
+    })
+    .await?;
     let raw = Raw::new(&sim);
     eventually("the endpoint to disappear", || async {
-        Ok((raw.get("/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers").await?.status == 404).then_some(()))
+        Ok((raw.get("/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers").await?.status == 404)
+            .then_some(()))
     })
     .await?;
     sim.shutdown().await;
@@ -222,11 +279,17 @@ async fn invalid_crds_are_rejected() -> Result<()> {
     let raw = Raw::new(&sim);
     let mut crd = test_crd();
     crd["metadata"]["name"] = json!("wrong.sim.kube-sim.test");
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["typeless"] = json!({"description": "no type"});
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["typeless"] =
+        json!({"description": "no type"});
     let r = raw.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await?;
     assert_eq!(r.status, 422);
     let msg = r.body["message"].as_str().unwrap_or("");
-    assert!(msg.contains("metadata.name: Invalid value: \"wrong.sim.kube-sim.test\": must be spec.names.plural+\".\"+spec.group"), "{msg}");
+    assert!(
+        msg.contains(
+            "metadata.name: Invalid value: \"wrong.sim.kube-sim.test\": must be spec.names.plural+\".\"+spec.group"
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[typeless].type: Required value: must not be empty for specified object fields"), "{msg}");
     let _: Value = r.body;
     sim.shutdown().await;

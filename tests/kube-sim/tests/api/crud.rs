@@ -53,7 +53,11 @@ async fn object_metadata_resource_versions_and_optimistic_concurrency() -> Resul
     renamed_uid.metadata.uid = Some("not-the-uid".into());
     let err = api_error(api.replace("a", &PostParams::default(), &renamed_uid).await)?;
     assert_eq!(err.code, 422);
-    assert!(err.message.contains("metadata.uid: Invalid value: \"not-the-uid\": field is immutable"), "{}", err.message);
+    assert!(
+        err.message.contains("metadata.uid: Invalid value: \"not-the-uid\": field is immutable"),
+        "{}",
+        err.message
+    );
 
     // Unconditional update (no resourceVersion) succeeds.
     let mut unconditional = updated.clone();
@@ -94,12 +98,18 @@ async fn generate_name_dry_run_and_already_exists() -> Result<()> {
 
     api.create(&PostParams::default(), &cm("dup", &[])).await?;
     let err = api_error(api.create(&PostParams::default(), &cm("dup", &[])).await)?;
-    assert_eq!((err.code, err.reason.as_str(), err.message.as_str()), (409, "AlreadyExists", "configmaps \"dup\" already exists"));
+    assert_eq!(
+        (err.code, err.reason.as_str(), err.message.as_str()),
+        (409, "AlreadyExists", "configmaps \"dup\" already exists")
+    );
 
     // A name is required.
     let err = api_error(api.create(&PostParams::default(), &cm("", &[])).await)?;
     assert_eq!(err.code, 422);
-    assert_eq!(err.message, "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required");
+    assert_eq!(
+        err.message,
+        "ConfigMap \"\" is invalid: metadata.name: Required value: name or generateName is required"
+    );
     sim.shutdown().await;
     Ok(())
 }
@@ -110,12 +120,18 @@ async fn namespaces_must_exist_and_not_be_terminating() -> Result<()> {
     let client = sim.client().await;
     let missing: Api<ConfigMap> = Api::namespaced(client.clone(), "nope");
     let err = api_error(missing.create(&PostParams::default(), &cm("x", &[])).await)?;
-    assert_eq!((err.code, err.reason.as_str(), err.message.as_str()), (404, "NotFound", "namespaces \"nope\" not found"));
+    assert_eq!(
+        (err.code, err.reason.as_str(), err.message.as_str()),
+        (404, "NotFound", "namespaces \"nope\" not found")
+    );
 
     let nss: Api<Namespace> = Api::all(client.clone());
     nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "doomed"}}))?).await?;
     let ns = nss.get("doomed").await?;
-    assert_eq!(ns.metadata.labels.unwrap_or_default().get("kubernetes.io/metadata.name").map(String::as_str), Some("doomed"));
+    assert_eq!(
+        ns.metadata.labels.unwrap_or_default().get("kubernetes.io/metadata.name").map(String::as_str),
+        Some("doomed")
+    );
     assert_eq!(ns.spec.and_then(|s| s.finalizers), Some(vec!["kubernetes".to_string()]));
     // The namespace stays Terminating while a finalizer holds its content.
     let held: Api<ConfigMap> = Api::namespaced(client.clone(), "doomed");
@@ -125,7 +141,10 @@ async fn namespaces_must_exist_and_not_be_terminating() -> Result<()> {
     nss.delete("doomed", &DeleteParams::default()).await?;
     let err = api_error(held.create(&PostParams::default(), &cm("late", &[])).await)?;
     assert_eq!(err.code, 403);
-    assert_eq!(err.message, "configmaps \"late\" is forbidden: unable to create new content in namespace doomed because it is being terminated");
+    assert_eq!(
+        err.message,
+        "configmaps \"late\" is forbidden: unable to create new content in namespace doomed because it is being terminated"
+    );
     let terminating = eventually("NamespaceFinalizersRemaining", || async {
         let ns = nss.get("doomed").await?;
         let conds = ns.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
@@ -133,12 +152,19 @@ async fn namespaces_must_exist_and_not_be_terminating() -> Result<()> {
     })
     .await?;
     assert_eq!(terminating.0.status.and_then(|s| s.phase).as_deref(), Some("Terminating"));
-    assert_eq!(terminating.1.message.as_deref(), Some("Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"));
+    assert_eq!(
+        terminating.1.message.as_deref(),
+        Some("Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances")
+    );
     held.patch("blocker", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await?;
-    eventually("namespace doomed to be gone", || async { Ok(nss.get_opt("doomed").await?.is_none().then_some(())) }).await?;
+    eventually("namespace doomed to be gone", || async { Ok(nss.get_opt("doomed").await?.is_none().then_some(())) })
+        .await?;
     // System namespaces cannot be deleted.
     let err = api_error(nss.delete("default", &DeleteParams::default()).await)?;
-    assert_eq!((err.code, err.message.as_str()), (403, "namespaces \"default\" is forbidden: this namespace may not be deleted"));
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (403, "namespaces \"default\" is forbidden: this namespace may not be deleted")
+    );
     sim.shutdown().await;
     Ok(())
 }
@@ -147,30 +173,70 @@ async fn namespaces_must_exist_and_not_be_terminating() -> Result<()> {
 async fn validation_errors_are_422_with_field_causes() -> Result<()> {
     let sim = sim().await?;
     let raw = Raw::new(&sim);
-    let r = raw.post("/api/v1/namespaces/default/pods", &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "Bad_Name"}, "spec": {"containers": []}})).await?;
+    let r = raw
+        .post(
+            "/api/v1/namespaces/default/pods",
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "Bad_Name"}, "spec": {"containers": []}}),
+        )
+        .await?;
     assert_eq!(r.status, 422);
     assert_eq!(r.body["reason"], "Invalid");
     assert_eq!(r.body["details"]["kind"], "Pod");
     let causes = r.body["details"]["causes"].as_array().cloned().unwrap_or_default();
     assert!(causes.iter().any(|c| c["field"] == "metadata.name" && c["reason"] == "FieldValueInvalid"), "{causes:?}");
-    assert!(causes.iter().any(|c| c["field"] == "spec.containers" && c["reason"] == "FieldValueRequired"), "{causes:?}");
+    assert!(
+        causes.iter().any(|c| c["field"] == "spec.containers" && c["reason"] == "FieldValueRequired"),
+        "{causes:?}"
+    );
     assert!(r.body["message"].as_str().unwrap_or("").starts_with("Pod \"Bad_Name\" is invalid: ["));
+    // A container without a name or image is invalid, not a decoding error.
+    let r = raw
+        .post("/api/v1/namespaces/default/pods", &json!({"metadata": {"name": "p0"}, "spec": {"containers": [{}]}}))
+        .await?;
+    assert_eq!(r.status, 422);
+    assert_eq!(
+        r.body["message"],
+        "Pod \"p0\" is invalid: [spec.containers[0].name: Required value, spec.containers[0].image: Required value]"
+    );
 
     // Labels are validated like the apiserver does.
-    let r = raw.post("/api/v1/namespaces/default/configmaps", &json!({"metadata": {"name": "l", "labels": {"bad key": "v"}}})).await?;
+    let r = raw
+        .post("/api/v1/namespaces/default/configmaps", &json!({"metadata": {"name": "l", "labels": {"bad key": "v"}}}))
+        .await?;
     assert_eq!(r.status, 422);
-    assert!(r.body["message"].as_str().unwrap_or("").contains("metadata.labels: Invalid value: \"bad key\": name part must consist of alphanumeric characters"), "{}", r.text);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("metadata.labels: Invalid value: \"bad key\": name part must consist of alphanumeric characters"),
+        "{}",
+        r.text
+    );
 
     // Pod spec updates are restricted to images (and a few fields).
     let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
-    pods.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "python:3.4"}]}}))?).await?;
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "python:3.4"}]}}),
+        )?,
+    )
+    .await?;
     let ok = pods
-        .patch("p", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "image": "python:3.5"}]}})))
+        .patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "image": "python:3.5"}]}})),
+        )
         .await?;
     assert_eq!(ok.spec.map(|s| s.containers[0].image.clone()), Some(Some("python:3.5".into())));
     let err = api_error(
-        pods.patch("p", &PatchParams::default(), &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}})))
-            .await,
+        pods.patch(
+            "p",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "c", "env": [{"name": "A", "value": "1"}]}]}})),
+        )
+        .await,
     )?;
     assert_eq!(err.code, 422);
     assert!(err.message.starts_with("Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"), "{}", err.message);
@@ -192,7 +258,10 @@ async fn field_validation_strict_warn_and_ignore() -> Result<()> {
     let r = raw.post("/api/v1/namespaces/default/configmaps", &body).await?;
     assert_eq!(r.status, 201);
     let warnings: Vec<&str> = r.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).collect();
-    assert_eq!(warnings, vec!["299 - \"unknown field \\\"extra\\\"\"", "299 - \"unknown field \\\"metadata.bogus\\\"\""]);
+    assert_eq!(
+        warnings,
+        vec!["299 - \"unknown field \\\"extra\\\"\"", "299 - \"unknown field \\\"metadata.bogus\\\"\""]
+    );
     assert!(r.body.get("extra").is_none(), "unknown fields are dropped");
     let mut ignored = body.clone();
     ignored["metadata"]["name"] = json!("i");
@@ -200,9 +269,18 @@ async fn field_validation_strict_warn_and_ignore() -> Result<()> {
     assert_eq!(r.status, 201);
     assert!(r.headers.get("warning").is_none());
     // Wrong types are a 400 for built-in kinds.
-    let r = raw.post("/api/v1/namespaces/default/configmaps", &json!({"metadata": {"name": "t"}, "data": {"a": 1}})).await?;
+    let r = raw
+        .post("/api/v1/namespaces/default/configmaps", &json!({"metadata": {"name": "t"}, "data": {"a": 1}}))
+        .await?;
     assert_eq!(r.status, 400);
-    assert!(r.body["message"].as_str().unwrap_or("").starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: "), "{}", r.text);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: "),
+        "{}",
+        r.text
+    );
     sim.shutdown().await;
     Ok(())
 }
@@ -225,20 +303,38 @@ async fn status_subresource_and_generation_of_built_in_workloads() -> Result<()>
     assert_eq!(spec.strategy.and_then(|s| s.type_).as_deref(), Some("RollingUpdate"));
     // Status through /status does not bump generation and ignores spec.
     let st = api
-        .patch_status("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 7}, "status": {"replicas": 3, "observedGeneration": 1}})))
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 7}, "status": {"replicas": 3, "observedGeneration": 1}})),
+        )
         .await?;
     assert_eq!(st.metadata.generation, Some(1));
     assert_eq!(st.spec.replicas, Some(1));
     assert_eq!(st.status.and_then(|s| s.replicas), Some(3));
     // Spec changes through the main endpoint bump generation and ignore status.
-    let sp = api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}, "status": {"replicas": 0}}))).await?;
+    let sp = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 4}, "status": {"replicas": 0}})),
+        )
+        .await?;
     assert_eq!(sp.metadata.generation, Some(2));
     assert_eq!(sp.status.and_then(|s| s.replicas), Some(3));
     // A label change is not a spec change.
-    let lb = api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))).await?;
+    let lb =
+        api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))).await?;
     assert_eq!(lb.metadata.generation, Some(2));
     // The selector of apps/v1 workloads is immutable.
-    let err = api_error(api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": "other"}}}}))).await)?;
+    let err = api_error(
+        api.patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"selector": {"matchLabels": {"app": "other"}}}})),
+        )
+        .await,
+    )?;
     assert_eq!(err.code, 422);
     assert!(err.message.contains("spec.selector: Invalid value:"), "{}", err.message);
     assert!(err.message.contains("field is immutable"), "{}", err.message);
@@ -255,18 +351,27 @@ async fn status_errors_for_unsupported_requests() -> Result<()> {
     assert_eq!(r.body["message"], "the server could not find the requested resource");
     let r = raw.put("/api/v1/namespaces/default/configmaps", &json!({})).await?;
     assert_eq!((r.status, r.body["reason"].as_str()), (405, Some("MethodNotAllowed")));
-    let r = raw.send("POST", "/api/v1/namespaces/default/configmaps", Some("application/json"), Some("{not json".into())).await?;
+    let r = raw
+        .send("POST", "/api/v1/namespaces/default/configmaps", Some("application/json"), Some("{not json".into()))
+        .await?;
     assert_eq!((r.status, r.body["reason"].as_str()), (400, Some("BadRequest")));
     let r = raw.send("PATCH", "/api/v1/namespaces/default/configmaps/x", Some("text/plain"), Some("{}".into())).await?;
     assert_eq!((r.status, r.body["reason"].as_str()), (415, Some("UnsupportedMediaType")));
-    let r = raw.send_with("GET", "/api/v1/namespaces", None, None, &[("Accept", "application/vnd.kubernetes.protobuf")]).await?;
+    let r = raw
+        .send_with("GET", "/api/v1/namespaces", None, None, &[("Accept", "application/vnd.kubernetes.protobuf")])
+        .await?;
     assert_eq!((r.status, r.body["reason"].as_str()), (406, Some("NotAcceptable")));
     let r = raw.get("/api/v1/namespaces/default/configmaps?labelSelector=a%20b").await?;
     assert_eq!((r.status, r.body["reason"].as_str()), (400, Some("BadRequest")));
     let r = raw.get("/api/v1/namespaces/default/configmaps?fieldSelector=spec.foo%3Dx").await?;
     assert_eq!(r.status, 400);
     assert_eq!(r.body["message"], "field label not supported: spec.foo");
-    let r = raw.post("/api/v1/namespaces/default/configmaps", &json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}})).await?;
+    let r = raw
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+        )
+        .await?;
     assert_eq!(r.status, 400);
     assert_eq!(r.body["message"], "the API version in the data (apps/v1) does not match the expected API version (v1)");
     // Responses carry kind/apiVersion; lists of built-ins omit them on items, like typed encoders.

@@ -12,7 +12,13 @@ use crate::support::*;
 #[tokio::test]
 async fn injected_errors_latency_conflicts_and_dropped_watches() -> Result<()> {
     let faults = FaultConfig {
-        rules: vec![FaultRule { verbs: vec!["list".into()], resources: vec!["secrets".into()], error_rate: 1.0, error_code: Some(503), ..Default::default() }],
+        rules: vec![FaultRule {
+            verbs: vec!["list".into()],
+            resources: vec!["secrets".into()],
+            error_rate: 1.0,
+            error_code: Some(503),
+            ..Default::default()
+        }],
     };
     let sim = sim_with(SimConfig { kubelet: None, faults, ..SimConfig::default() }).await?;
     let client = sim.client().await;
@@ -51,7 +57,10 @@ async fn injected_errors_latency_conflicts_and_dropped_watches() -> Result<()> {
     assert!(ended, "the dropped watch ends");
     // Watches cut after a configured time.
     raw.put("/kube-sim/faults", &json!({"rules": [{"verbs": ["watch"], "watchDropAfterMs": 200}]})).await?;
-    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let mut cut = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}")).await?;
     assert!(cut.next().await?.is_none(), "the watch ends after watchDropAfterMs");
     sim.shutdown().await;

@@ -14,7 +14,8 @@ async fn pagination_is_a_consistent_snapshot() -> Result<()> {
     let sim = sim_with(SimConfig { kubelet: None, watch_history: 50, ..SimConfig::default() }).await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     for i in 0..7 {
-        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}}))?).await?;
+        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": format!("c{i}")}}))?)
+            .await?;
     }
     let page1 = api.list(&ListParams::default().limit(3)).await?;
     assert_eq!(page1.items.len(), 3);
@@ -27,13 +28,16 @@ async fn pagination_is_a_consistent_snapshot() -> Result<()> {
     let names: Vec<String> = page2.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
     assert_eq!(names, vec!["c3", "c4", "c5"]);
     assert_eq!(page2.metadata.resource_version, page1.metadata.resource_version);
-    let page3 = api.list(&ListParams::default().limit(3).continue_token(page2.metadata.continue_.as_deref().context("token 2")?)).await?;
+    let page3 = api
+        .list(&ListParams::default().limit(3).continue_token(page2.metadata.continue_.as_deref().context("token 2")?))
+        .await?;
     let names: Vec<String> = page3.items.iter().filter_map(|c| c.metadata.name.clone()).collect();
     assert_eq!(names, vec!["c6"]);
     assert!(page3.metadata.continue_.is_none());
     // Once the history no longer covers the snapshot, the token is expired.
     for i in 0..60 {
-        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": format!("z{i}")}}))?).await?;
+        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": format!("z{i}")}}))?)
+            .await?;
     }
     let err = api_error(api.list(&ListParams::default().limit(3).continue_token(&token)).await)?;
     assert_eq!((err.code, err.reason.as_str()), (410, "Expired"));
@@ -54,13 +58,20 @@ async fn label_and_field_selectors() -> Result<()> {
         }
         pods.create(&PostParams::default(), &serde_json::from_value(p)?).await?;
     }
-    let names = |l: kube::core::ObjectList<Pod>| l.items.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<_>>();
+    let names =
+        |l: kube::core::ObjectList<Pod>| l.items.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<_>>();
     assert_eq!(names(pods.list(&ListParams::default().labels("app=web")).await?), vec!["a", "b"]);
-    assert_eq!(names(pods.list(&ListParams::default().labels("app in (web,db),tier notin (b)")).await?), vec!["a", "c"]);
+    assert_eq!(
+        names(pods.list(&ListParams::default().labels("app in (web,db),tier notin (b)")).await?),
+        vec!["a", "c"]
+    );
     assert_eq!(names(pods.list(&ListParams::default().labels("!missing,app!=web")).await?), vec!["c"]);
     assert_eq!(names(pods.list(&ListParams::default().fields("spec.nodeName=n1")).await?), vec!["a", "c"]);
     assert_eq!(names(pods.list(&ListParams::default().fields("spec.nodeName=")).await?), vec!["b"]);
-    assert_eq!(names(pods.list(&ListParams::default().fields("status.phase=Pending,metadata.name!=a")).await?), vec!["b", "c"]);
+    assert_eq!(
+        names(pods.list(&ListParams::default().fields("status.phase=Pending,metadata.name!=a")).await?),
+        vec!["b", "c"]
+    );
     // Across namespaces.
     let all: Api<Pod> = Api::all(client.clone());
     assert_eq!(names(all.list(&ListParams::default().fields("metadata.namespace=default")).await?).len(), 3);
@@ -73,11 +84,18 @@ async fn resource_version_semantics_of_lists() -> Result<()> {
     let sim = sim().await?;
     let raw = Raw::new(&sim);
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
-    let a = api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "a"}, "data": {"v": "1"}}))?).await?;
+    let a = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "a"}, "data": {"v": "1"}}))?,
+        )
+        .await?;
     let rv_a = a.metadata.resource_version.clone().context("rv")?;
     api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "b"}}))?).await?;
     // Exact: the state at that version.
-    let exact = raw.get(&format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv_a}&resourceVersionMatch=Exact")).await?;
+    let exact = raw
+        .get(&format!("/api/v1/namespaces/default/configmaps?resourceVersion={rv_a}&resourceVersionMatch=Exact"))
+        .await?;
     assert_eq!(exact.body["items"].as_array().map(Vec::len), Some(1));
     assert_eq!(exact.body["metadata"]["resourceVersion"], json!(rv_a));
     // NotOlderThan a future version: 504 with a Retry-After, like the watch cache.
@@ -104,15 +122,48 @@ async fn discovery_version_health_and_openapi() -> Result<()> {
     let api = raw.get("/api").await?.body;
     assert_eq!(api["kind"], "APIVersions");
     let groups = raw.get("/apis").await?.body;
-    assert!(groups["groups"].as_array().context("groups")?.iter().any(|g| g["name"] == "apps" && g["preferredVersion"]["version"] == "v1"));
+    assert!(
+        groups["groups"]
+            .as_array()
+            .context("groups")?
+            .iter()
+            .any(|g| g["name"] == "apps" && g["preferredVersion"]["version"] == "v1")
+    );
     let aggregated = raw
-        .send_with("GET", "/apis", None, None, &[("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json")])
+        .send_with(
+            "GET",
+            "/apis",
+            None,
+            None,
+            &[("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json")],
+        )
         .await?;
-    assert_eq!(aggregated.headers.get("content-type").and_then(|v| v.to_str().ok()), Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"));
-    let apps = aggregated.body["items"].as_array().context("items")?.iter().find(|g| g["metadata"]["name"] == "apps").context("apps")?.clone();
-    let deploy = apps["versions"][0]["resources"].as_array().context("resources")?.iter().find(|r| r["resource"] == "deployments").context("deployments")?.clone();
+    assert_eq!(
+        aggregated.headers.get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+    );
+    let apps = aggregated.body["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .find(|g| g["metadata"]["name"] == "apps")
+        .context("apps")?
+        .clone();
+    let deploy = apps["versions"][0]["resources"]
+        .as_array()
+        .context("resources")?
+        .iter()
+        .find(|r| r["resource"] == "deployments")
+        .context("deployments")?
+        .clone();
     assert_eq!(deploy["scope"], "Namespaced");
-    assert!(deploy["subresources"].as_array().context("subresources")?.iter().any(|s| s["subresource"] == "scale" && s["responseKind"]["kind"] == "Scale"));
+    assert!(
+        deploy["subresources"]
+            .as_array()
+            .context("subresources")?
+            .iter()
+            .any(|s| s["subresource"] == "scale" && s["responseKind"]["kind"] == "Scale")
+    );
     // OpenAPI v3: the index, and per-group documents kubectl reads.
     let index = raw.get("/openapi/v3").await?.body;
     let url = index["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().context("apps/v1 url")?.to_string();

@@ -4,6 +4,7 @@
 
 mod crd;
 mod crud;
+mod differences;
 mod faults;
 mod gc;
 mod list;

@@ -35,16 +35,35 @@ async fn json_merge_and_strategic_patches() -> Result<()> {
     assert_eq!(cs[1].image.as_deref(), Some("busybox:1.37"));
     assert_eq!(cs[1].env.as_ref().map(Vec::len), Some(1));
     // JSON merge patch replaces lists wholesale.
-    let d = api.patch("web", &pp, &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:1"}]}}}}))).await?;
+    let d = api
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:1"}]}}}})),
+        )
+        .await?;
     let cs = d.spec.template.spec.context("pod spec")?.containers;
     assert_eq!(cs.len(), 1);
     assert_eq!(cs[0].image_pull_policy.as_deref(), Some("IfNotPresent"), "defaults apply to patched objects");
     // JSON patch, including a failing test operation (422).
     let d = api
-        .patch("web", &pp, &Patch::Json::<()>(serde_json::from_value(json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "x:2"}]))?))
+        .patch(
+            "web",
+            &pp,
+            &Patch::Json::<()>(serde_json::from_value(
+                json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "x:2"}]),
+            )?),
+        )
         .await?;
     assert_eq!(d.spec.template.spec.context("pod spec")?.containers[0].image.as_deref(), Some("x:2"));
-    let err = api_error(api.patch("web", &pp, &Patch::Json::<()>(serde_json::from_value(json!([{"op": "test", "path": "/spec/replicas", "value": 99}]))?)).await)?;
+    let err = api_error(
+        api.patch(
+            "web",
+            &pp,
+            &Patch::Json::<()>(serde_json::from_value(json!([{"op": "test", "path": "/spec/replicas", "value": 99}]))?),
+        )
+        .await,
+    )?;
     assert_eq!(err.code, 422);
     // $patch: delete and $deleteFromPrimitiveList.
     let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
@@ -53,12 +72,26 @@ async fn json_merge_and_strategic_patches() -> Result<()> {
         &serde_json::from_value(json!({"metadata": {"name": "p", "finalizers": ["a.io/x", "a.io/y"]}, "spec": {"containers": [{"name": "c", "image": "i"}]}}))?,
     )
     .await?;
-    let p = pods.patch("p", &pp, &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]}}))).await?;
+    let p = pods
+        .patch("p", &pp, &Patch::Strategic(json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]}})))
+        .await?;
     assert_eq!(p.metadata.finalizers, Some(vec!["a.io/y".to_string()]));
     // Conditions merge by type on pods/status (what kubelets and controllers rely on).
-    pods.patch_status("p", &pp, &Patch::Strategic(json!({"status": {"conditions": [{"type": "example.com/gate", "status": "False"}]}}))).await?;
-    let p = pods.patch_status("p", &pp, &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}))).await?;
-    let types: Vec<String> = p.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().map(|c| c.type_).collect();
+    pods.patch_status(
+        "p",
+        &pp,
+        &Patch::Strategic(json!({"status": {"conditions": [{"type": "example.com/gate", "status": "False"}]}})),
+    )
+    .await?;
+    let p = pods
+        .patch_status(
+            "p",
+            &pp,
+            &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})),
+        )
+        .await?;
+    let types: Vec<String> =
+        p.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().map(|c| c.type_).collect();
     assert_eq!(types, vec!["example.com/gate", "Ready"]);
     sim.shutdown().await;
     Ok(())
@@ -68,7 +101,8 @@ async fn json_merge_and_strategic_patches() -> Result<()> {
 async fn server_side_apply_tracks_ownership_and_conflicts() -> Result<()> {
     let sim = sim().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
-    let apply = |manager: &str, force: bool| PatchParams { field_manager: Some(manager.into()), force, ..Default::default() };
+    let apply =
+        |manager: &str, force: bool| PatchParams { field_manager: Some(manager.into()), force, ..Default::default() };
     let cfg = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "labels": {"a": "1"}}, "data": {"x": "1", "y": "2"}});
     // Apply creates.
     let c = api.patch("ssa", &apply("helm", false), &Patch::Apply(cfg.clone())).await?;
@@ -77,7 +111,12 @@ async fn server_side_apply_tracks_ownership_and_conflicts() -> Result<()> {
     assert_eq!(mf.len(), 1);
     assert_eq!((mf[0].manager.as_deref(), mf[0].operation.as_deref()), (Some("helm"), Some("Apply")));
     // Another manager changes x through a regular patch and takes ownership of it.
-    api.patch("ssa", &PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() }, &Patch::Merge(json!({"data": {"x": "edited"}}))).await?;
+    api.patch(
+        "ssa",
+        &PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() },
+        &Patch::Merge(json!({"data": {"x": "edited"}})),
+    )
+    .await?;
     // Re-applying x=1 conflicts with the new owner.
     let err = api_error(api.patch("ssa", &apply("helm", false), &Patch::Apply(cfg.clone())).await)?;
     assert_eq!(err.code, 409);
@@ -86,14 +125,21 @@ async fn server_side_apply_tracks_ownership_and_conflicts() -> Result<()> {
     let forced = api
         .patch("ssa", &apply("helm", true), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "labels": {"a": "1"}}, "data": {"x": "1"}})))
         .await?;
-    assert_eq!(forced.data.unwrap_or_default().into_iter().collect::<Vec<_>>(), vec![("x".to_string(), "1".to_string())]);
-    let managers: Vec<String> = forced.metadata.managed_fields.unwrap_or_default().into_iter().filter_map(|m| m.manager).collect();
+    assert_eq!(
+        forced.data.unwrap_or_default().into_iter().collect::<Vec<_>>(),
+        vec![("x".to_string(), "1".to_string())]
+    );
+    let managers: Vec<String> =
+        forced.metadata.managed_fields.unwrap_or_default().into_iter().filter_map(|m| m.manager).collect();
     assert_eq!(managers, vec!["helm"]);
     // Apply requires a field manager.
     let raw = Raw::new(&sim);
     let r = raw.patch("/api/v1/namespaces/default/configmaps/ssa", "application/apply-patch+yaml", &cfg).await?;
     assert_eq!(r.status, 422);
-    assert_eq!(r.body["message"], "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch");
+    assert_eq!(
+        r.body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
     // A partial apply of a built-in kind (no selector/template) updates what it names.
     let deploys: Api<Deployment> = Api::default_namespaced(sim.client().await);
     deploys.create(&PostParams::default(), &deployment()?).await?;

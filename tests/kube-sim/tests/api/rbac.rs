@@ -23,7 +23,10 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
     let err = api_error(pods.list(&ListParams::default()).await)?;
     assert_eq!(err.code, 403);
     assert_eq!(err.reason, "Forbidden");
-    assert_eq!(err.message, "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\"");
+    assert_eq!(
+        err.message,
+        "pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
     let cluster: Api<ClusterRole> = Api::all(alice.clone());
     let err = api_error(cluster.get("view").await)?;
     assert_eq!(
@@ -51,8 +54,19 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
         )
         .await?;
     pods.list(&ListParams::default()).await?;
-    let err = api_error(pods.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}))?).await)?;
-    assert_eq!(err.message, "pods is forbidden: User \"alice\" cannot create resource \"pods\" in API group \"\" in the namespace \"default\"");
+    let err = api_error(
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "x"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            )?,
+        )
+        .await,
+    )?;
+    assert_eq!(
+        err.message,
+        "pods is forbidden: User \"alice\" cannot create resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
     let cms: Api<ConfigMap> = Api::default_namespaced(alice.clone());
     let admin_cms: Api<ConfigMap> = Api::default_namespaced(admin.clone());
     for n in ["allowed", "other"] {
@@ -60,7 +74,10 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
     }
     cms.get("allowed").await?;
     let err = api_error(cms.get("other").await)?;
-    assert_eq!(err.message, "configmaps \"other\" is forbidden: User \"alice\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\"");
+    assert_eq!(
+        err.message,
+        "configmaps \"other\" is forbidden: User \"alice\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
     // Other namespaces are not covered by the RoleBinding.
     let elsewhere: Api<Pod> = Api::namespaced(alice.clone(), "kube-system");
     assert_eq!(api_error(elsewhere.list(&ListParams::default()).await)?.code, 403);
@@ -72,11 +89,23 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
                "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
     };
     let r = raw
-        .send_with("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some("application/json"), Some(review("list", "pods").to_string()), &[("Authorization", "Bearer alice-token")])
+        .send_with(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            Some("application/json"),
+            Some(review("list", "pods").to_string()),
+            &[("Authorization", "Bearer alice-token")],
+        )
         .await?;
     assert_eq!((r.status, r.body["status"]["allowed"].as_bool()), (201, Some(true)));
     let r = raw
-        .send_with("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", Some("application/json"), Some(review("delete", "pods").to_string()), &[("Authorization", "Bearer alice-token")])
+        .send_with(
+            "POST",
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            Some("application/json"),
+            Some(review("delete", "pods").to_string()),
+            &[("Authorization", "Bearer alice-token")],
+        )
         .await?;
     assert_eq!(r.body["status"]["allowed"], false);
     // Discovery is open to authenticated users; unknown tokens are rejected.

@@ -62,7 +62,13 @@ impl Raw {
         Self { base: sim.url(), http: reqwest::Client::new() }
     }
 
-    pub async fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<String>) -> Result<RawResponse> {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<String>,
+    ) -> Result<RawResponse> {
         self.send_with(method, path, content_type, body, &[]).await
     }
 
@@ -213,11 +219,15 @@ pub fn test_crd() -> Value {
 }
 
 pub fn gameserver_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("sim.kube-sim.test", "v1alpha1", "GameServer"), "gameservers")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("sim.kube-sim.test", "v1alpha1", "GameServer"),
+        "gameservers",
+    )
 }
 
 pub async fn install_test_crd(client: &kube::Client) -> Result<Api<DynamicObject>> {
-    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = Api::all(client.clone());
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
     crds.create(&PostParams::default(), &serde_json::from_value(test_crd())?).await.context("creating the test CRD")?;
     Ok(Api::namespaced_with(client.clone(), "default", &gameserver_resource()))
 }

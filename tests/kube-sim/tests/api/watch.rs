@@ -14,7 +14,8 @@ use serde_json::json;
 use crate::support::*;
 
 fn cm(name: &str, label: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": label}}, "data": {"v": "0"}})).unwrap_or_default()
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": {"app": label}}, "data": {"v": "0"}}))
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -22,7 +23,10 @@ async fn watch_from_a_resource_version_delivers_every_change_in_order() -> Resul
     let sim = sim().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     let raw = Raw::new(&sim);
-    let start = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let start = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     api.create(&PostParams::default(), &cm("a", "x")).await?;
     api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "1"}}))).await?;
     api.delete("a", &DeleteParams::default()).await?;
@@ -50,8 +54,15 @@ async fn selector_watches_see_objects_enter_and_leave_the_selection() -> Result<
     let sim = sim().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     let raw = Raw::new(&sim);
-    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
-    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&labelSelector=app%3Dweb&resourceVersion={rv}")).await?;
+    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let mut w = raw
+        .watch(&format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&labelSelector=app%3Dweb&resourceVersion={rv}"
+        ))
+        .await?;
     api.create(&PostParams::default(), &cm("c", "other")).await?;
     api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}}))).await?;
     api.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "2"}}))).await?;
@@ -67,19 +78,30 @@ async fn selector_watches_see_objects_enter_and_leave_the_selection() -> Result<
 
 #[tokio::test]
 async fn bookmarks_timeouts_and_initial_events() -> Result<()> {
-    let sim = sim_with(SimConfig { kubelet: None, bookmark_interval: Duration::from_millis(100), ..SimConfig::default() }).await?;
+    let sim =
+        sim_with(SimConfig { kubelet: None, bookmark_interval: Duration::from_millis(100), ..SimConfig::default() })
+            .await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     api.create(&PostParams::default(), &cm("d", "x")).await?;
     let raw = Raw::new(&sim);
-    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
-    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&resourceVersion={rv}")).await?;
+    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let mut w = raw
+        .watch(&format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&resourceVersion={rv}"
+        ))
+        .await?;
     let b = w.next().await?.context("bookmark")?;
     assert_eq!(b["type"], "BOOKMARK");
     assert_eq!(b["object"]["kind"], "ConfigMap");
     assert!(b["object"]["metadata"]["resourceVersion"].as_str().is_some());
 
     // timeoutSeconds ends the stream.
-    let mut t = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1&resourceVersion={rv}")).await?;
+    let mut t = raw
+        .watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1&resourceVersion={rv}"))
+        .await?;
     assert!(t.next().await?.is_none(), "no events, and the server closes the watch after the timeout");
 
     // Streaming lists: the state as ADDED events, then a bookmark marking its end.
@@ -108,12 +130,15 @@ async fn expired_resource_versions_get_410_and_kube_watchers_recover() -> Result
         api.patch("e", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": i.to_string()}}))).await?;
     }
     let raw = Raw::new(&sim);
-    let mut w = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old_rv}")).await?;
+    let mut w =
+        raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={old_rv}")).await?;
     let e = w.next().await?.context("error event")?;
     assert_eq!(e["type"], "ERROR");
     assert_eq!(e["object"]["code"], 410);
     assert_eq!(e["object"]["reason"], "Expired");
-    assert!(e["object"]["message"].as_str().unwrap_or("").starts_with(&format!("too old resource version: {old_rv} (")));
+    assert!(
+        e["object"]["message"].as_str().unwrap_or("").starts_with(&format!("too old resource version: {old_rv} ("))
+    );
     assert!(w.next().await?.is_none());
 
     // A kube-rs watcher over the same resource sees the final state, even when its watch is
@@ -132,14 +157,20 @@ async fn expired_resource_versions_get_410_and_kube_watchers_recover() -> Result
             }
         }
     });
-    eventually("the watcher to see e=9", || async { Ok(seen.lock().ok().and_then(|m| (m.get("e").map(String::as_str) == Some("9")).then_some(()))) }).await?;
+    eventually("the watcher to see e=9", || async {
+        Ok(seen.lock().ok().and_then(|m| (m.get("e").map(String::as_str) == Some("9")).then_some(())))
+    })
+    .await?;
     assert!(sim.drop_watches() >= 1);
     for i in 0..20 {
         api.patch("e", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": format!("after-{i}")}}))).await?;
     }
     api.create(&PostParams::default(), &cm("f", "x")).await?;
     eventually("the watcher to catch up after the dropped watch", || async {
-        Ok(seen.lock().ok().and_then(|m| (m.get("e").map(String::as_str) == Some("after-19") && m.contains_key("f")).then_some(())))
+        Ok(seen
+            .lock()
+            .ok()
+            .and_then(|m| (m.get("e").map(String::as_str) == Some("after-19") && m.contains_key("f")).then_some(())))
     })
     .await?;
     task.abort();

@@ -30,16 +30,28 @@ async fn python() -> Result<PathBuf> {
     if ready.exists() {
         return Ok(py);
     }
-    let out = tokio::process::Command::new("python3").args(["-m", "venv"]).arg(&venv).output().await.context("running python3 -m venv")?;
+    let out = tokio::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .output()
+        .await
+        .context("running python3 -m venv")?;
     if !out.status.success() {
         bail!("python3 -m venv failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let out = tokio::time::timeout(Duration::from_secs(600), tokio::process::Command::new(&py).args(["-m", "pip", "install", "--quiet", HELM_SDK]).output())
-        .await
-        .context("pip install timed out")?
-        .context("running pip")?;
+    let out = tokio::time::timeout(
+        Duration::from_secs(600),
+        tokio::process::Command::new(&py).args(["-m", "pip", "install", "--quiet", HELM_SDK]).output(),
+    )
+    .await
+    .context("pip install timed out")?
+    .context("running pip")?;
     if !out.status.success() {
-        bail!("pip install {HELM_SDK} failed (is PyPI reachable?):\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "pip install {HELM_SDK} failed (is PyPI reachable?):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     std::fs::write(&ready, HELM_SDK)?;
     Ok(py)
@@ -84,7 +96,8 @@ async fn helm_installs_upgrades_lists_and_uninstalls_a_chart() -> Result<()> {
     let client = sim.client().await;
     let secrets: Api<Secret> = Api::default_namespaced(client.clone());
     let releases = secrets.list(&ListParams::default().labels("owner=helm,name=demo")).await?;
-    let mut revisions: Vec<String> = releases.items.iter().filter_map(|s| s.metadata.labels.as_ref()?.get("version").cloned()).collect();
+    let mut revisions: Vec<String> =
+        releases.items.iter().filter_map(|s| s.metadata.labels.as_ref()?.get("version").cloned()).collect();
     revisions.sort();
     assert_eq!(revisions, vec!["1", "2"]);
     assert!(releases.items.iter().all(|s| s.type_.as_deref() == Some("helm.sh/release.v1")));
@@ -93,7 +106,10 @@ async fn helm_installs_upgrades_lists_and_uninstalls_a_chart() -> Result<()> {
     assert_eq!(config.data.unwrap_or_default().get("greeting").map(String::as_str), Some("bye"));
     let annotations = config.metadata.annotations.unwrap_or_default();
     assert_eq!(annotations.get("meta.helm.sh/release-name").map(String::as_str), Some("demo"));
-    assert!(config.metadata.managed_fields.unwrap_or_default().iter().any(|m| m.operation.as_deref() == Some("Apply")), "Helm 4 uses server-side apply");
+    assert!(
+        config.metadata.managed_fields.unwrap_or_default().iter().any(|m| m.operation.as_deref() == Some("Apply")),
+        "Helm 4 uses server-side apply"
+    );
     let deploys: Api<Deployment> = Api::default_namespaced(client.clone());
     assert_eq!(deploys.get("demo-web").await?.spec.replicas, Some(3));
     assert!(cm.get_opt("waited-config").await?.is_none(), "uninstall deleted the release's objects");

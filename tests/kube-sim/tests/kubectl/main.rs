@@ -92,8 +92,16 @@ impl Kubectl {
     async fn install_project_crds(&self) -> Result<()> {
         let crds = repo_root().join("crds");
         self.ok(&["apply", "-f", &crds.to_string_lossy()]).await?;
-        self.ok(&["wait", "--for", "condition=established", "--timeout=60s", "crd/gamedeployments.tkex.tencent.com", "crd/hookruns.tkex.tencent.com", "crd/hooktemplates.tkex.tencent.com"])
-            .await?;
+        self.ok(&[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            "crd/gamedeployments.tkex.tencent.com",
+            "crd/hookruns.tkex.tencent.com",
+            "crd/hooktemplates.tkex.tencent.com",
+        ])
+        .await?;
         Ok(())
     }
 
@@ -182,11 +190,21 @@ async fn scale_patch_describe_and_explain() -> Result<()> {
     let row: Vec<&str> = table.lines().nth(1).unwrap_or("").split_whitespace().collect();
     assert_eq!(&row[..2], &["test-gamedeployment", "5"], "{table}");
     let out = k
-        .ok(&["patch", "gamedeployment", "test-gamedeployment", "--type=json", "-p=[{\"op\":\"replace\",\"path\":\"/spec/template/spec/containers/0/image\",\"value\":\"python:3.5\"}]"])
+        .ok(&[
+            "patch",
+            "gamedeployment",
+            "test-gamedeployment",
+            "--type=json",
+            "-p=[{\"op\":\"replace\",\"path\":\"/spec/template/spec/containers/0/image\",\"value\":\"python:3.5\"}]",
+        ])
         .await?;
     assert_eq!(out.trim(), "gamedeployment.tkex.tencent.com/test-gamedeployment patched");
-    assert_eq!(k.ok(&["get", "gd", "test-gamedeployment", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await?, "python:3.5");
-    let out = k.ok(&["patch", "gd", "test-gamedeployment", "--type=merge", "-p", "{\"spec\":{\"paused\":true}}"]).await?;
+    assert_eq!(
+        k.ok(&["get", "gd", "test-gamedeployment", "-o", "jsonpath={.spec.template.spec.containers[0].image}"]).await?,
+        "python:3.5"
+    );
+    let out =
+        k.ok(&["patch", "gd", "test-gamedeployment", "--type=merge", "-p", "{\"spec\":{\"paused\":true}}"]).await?;
     assert!(out.contains("patched"), "{out}");
     let describe = k.ok(&["describe", "gamedeployment", "test-gamedeployment"]).await?;
     assert!(describe.contains("Name:         test-gamedeployment"), "{describe}");
@@ -278,7 +296,10 @@ async fn delete_cascades_to_owned_objects() -> Result<()> {
     }
     let out = k.ok(&["delete", "gamedeployment", "test-gamedeployment"]).await?;
     assert_eq!(out.trim(), "gamedeployment.tkex.tencent.com \"test-gamedeployment\" deleted");
-    k.eventually("owned objects to be garbage collected", &["get", "pods,controllerrevisions", "-o", "name"], |o| o.trim().is_empty()).await?;
+    k.eventually("owned objects to be garbage collected", &["get", "pods,controllerrevisions", "-o", "name"], |o| {
+        o.trim().is_empty()
+    })
+    .await?;
     // Foreground: the owner stays until its blocking dependents are gone.
     k.ok(&["apply", "-f", &f]).await?;
     k.ok(&["delete", "gd", "test-gamedeployment", "--cascade=foreground"]).await?;
@@ -298,11 +319,16 @@ async fn pod_columns_and_terminating_status() -> Result<()> {
     let row: Vec<&str> = table.lines().nth(1).unwrap_or("").split_whitespace().collect();
     assert_eq!(&row[..4], &["web", "0/1", "Pending", "0"], "{table}");
     let wide = k.ok(&["get", "pods", "-o", "wide"]).await?;
-    assert_eq!(header(&wide), vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"], "{wide}");
+    assert_eq!(
+        header(&wide),
+        vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED", "NODE", "READINESS", "GATES"],
+        "{wide}"
+    );
     k.ok(&["delete", "pod", "web", "--wait=false"]).await?;
     let table = k.ok(&["get", "pods"]).await?;
     assert_eq!(table.lines().nth(1).unwrap_or("").split_whitespace().nth(2), Some("Terminating"), "{table}");
-    k.ok(&["patch", "pod", "web", "--type=json", "-p", "[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]"]).await?;
+    k.ok(&["patch", "pod", "web", "--type=json", "-p", "[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]"])
+        .await?;
     // Grace period not over and no kubelet here: force it like an operator would.
     k.ok(&["delete", "pod", "web", "--grace-period=0", "--force"]).await?;
     k.eventually("pod web gone", &["get", "pods", "-o", "name"], |o| o.trim().is_empty()).await?;
@@ -317,7 +343,16 @@ async fn server_side_apply_and_legacy_discovery() -> Result<()> {
     let f = k.file("gd.yaml", GAME_DEPLOYMENT)?;
     let out = k.ok(&["apply", "--server-side", "-f", &f]).await?;
     assert_eq!(out.trim(), "gamedeployment.tkex.tencent.com/test-gamedeployment serverside-applied");
-    let managers = k.ok(&["get", "gd", "test-gamedeployment", "--show-managed-fields", "-o", "jsonpath={.metadata.managedFields[*].manager}"]).await?;
+    let managers = k
+        .ok(&[
+            "get",
+            "gd",
+            "test-gamedeployment",
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[*].manager}",
+        ])
+        .await?;
     assert_eq!(managers, "kubectl");
     // A conflicting client-side change, then a server-side apply without --force-conflicts.
     k.ok(&["scale", "gd/test-gamedeployment", "--replicas=9"]).await?;
@@ -327,7 +362,10 @@ async fn server_side_apply_and_legacy_discovery() -> Result<()> {
     k.ok(&["apply", "--server-side", "--force-conflicts", "-f", &f]).await?;
     assert_eq!(k.ok(&["get", "gd", "test-gamedeployment", "-o", "jsonpath={.spec.replicas}"]).await?, "3");
     let resources = k.ok(&["api-resources", "--api-group=tkex.tencent.com", "-o", "name"]).await?;
-    assert_eq!(resources.lines().collect::<Vec<_>>(), vec!["gamedeployments.tkex.tencent.com", "hookruns.tkex.tencent.com", "hooktemplates.tkex.tencent.com"]);
+    assert_eq!(
+        resources.lines().collect::<Vec<_>>(),
+        vec!["gamedeployments.tkex.tencent.com", "hookruns.tkex.tencent.com", "hooktemplates.tkex.tencent.com"]
+    );
     let version = k.ok(&["version", "-o", "json"]).await?;
     assert!(version.contains("\"serverVersion\""), "{version}");
     k.stop().await;
@@ -363,7 +401,10 @@ async fn auth_can_i_for_token_users() -> Result<()> {
     let gds: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
         client,
         "default",
-        &kube::api::ApiResource::from_gvk_with_plural(&kube::api::GroupVersionKind::gvk("tkex.tencent.com", "v1alpha1", "GameDeployment"), "gamedeployments"),
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("tkex.tencent.com", "v1alpha1", "GameDeployment"),
+            "gamedeployments",
+        ),
     );
     gds.list(&Default::default()).await?;
     k.stop().await;

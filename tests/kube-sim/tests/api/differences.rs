@@ -1,0 +1,192 @@
+//! Known differences from a real kube-apiserver, pinned down so that the README's list stays
+//! true: each test asserts kube-sim's current behaviour (and says what the real server does).
+//! When one of these starts failing, kube-sim got closer to the real thing: update the README.
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube_sim::SimConfig;
+use serde_json::json;
+
+use crate::support::*;
+
+/// Real: CEL `x-kubernetes-validations` rules are evaluated. kube-sim ignores them.
+#[tokio::test]
+async fn cel_validation_rules_are_not_evaluated() -> Result<()> {
+    let sim = sim().await?;
+    let client = sim.client().await;
+    let mut crd = test_crd();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] =
+        json!([{"rule": "self.replicas <= 3", "message": "at most 3 replicas"}]);
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &serde_json::from_value(crd)?).await?;
+    let gs: Api<kube::api::DynamicObject> = Api::namespaced_with(client, "default", &gameserver_resource());
+    let mut o = gameserver("many");
+    o.data["spec"]["replicas"] = json!(10);
+    gs.create(&PostParams::default(), &o).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: many more validation rules (quantities, probes, volume sources...). kube-sim
+/// validates names, labels, annotations, owner references, finalizers, containers, ports,
+/// selectors and the immutable fields its tests rely on; a negative CPU request passes.
+#[tokio::test]
+async fn built_in_validation_is_a_subset() -> Result<()> {
+    let sim = sim().await?;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
+    let p: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "neg"}, "spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "-1"}}}]}}),
+    )?;
+    pods.create(&PostParams::default(), &p).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: strict field validation reports duplicate JSON keys. kube-sim keeps the last value.
+#[tokio::test]
+async fn duplicate_fields_are_not_reported() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"d"},"data":{"a":"1"},"data":{"a":"2"}}"#;
+    let r = raw
+        .send(
+            "POST",
+            "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+            Some("application/json"),
+            Some(body.into()),
+        )
+        .await?;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body["data"]["a"], "2");
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: RBAC prevents privilege escalation (creating a Role or RoleBinding that grants more
+/// than the creator holds needs `escalate`/`bind`). kube-sim does not check it.
+#[tokio::test]
+async fn rbac_escalation_is_not_prevented() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("kube-sim-escalation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, "t,mallory,1\n")?;
+    let sim = sim_with(SimConfig { kubelet: None, token_file: Some(tokens), ..SimConfig::default() }).await?;
+    let admin = sim.client().await;
+    let roles: Api<Role> = Api::default_namespaced(admin.clone());
+    roles
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "rbac-writer"}, "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]}]}))?)
+        .await?;
+    let rbs: Api<RoleBinding> = Api::default_namespaced(admin.clone());
+    rbs.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "m"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rbac-writer"}, "subjects": [{"kind": "User", "name": "mallory"}]}))?)
+        .await?;
+    let mallory = sim.client_for_token("t").await?;
+    let mroles: Api<Role> = Api::default_namespaced(mallory);
+    mroles.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "everything"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]}))?).await?;
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+/// Real: pods/log, pods/exec, pods/eviction, serviceaccounts/token... exist. kube-sim serves
+/// only status, scale, binding and namespaces/finalize.
+#[tokio::test]
+async fn streaming_and_eviction_subresources_are_not_served() -> Result<()> {
+    let sim = sim().await?;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+        )?,
+    )
+    .await?;
+    let raw = Raw::new(&sim);
+    for sub in ["log", "exec", "eviction"] {
+        assert_eq!(raw.get(&format!("/api/v1/namespaces/default/pods/p/{sub}")).await?.status, 404, "{sub}");
+    }
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: workload controllers (Deployment, ReplicaSet, StatefulSet, Job, endpoints) act on
+/// these objects. kube-sim runs only the garbage collector and the namespace, service account
+/// and CRD controllers; a Deployment never gets pods or status.
+#[tokio::test]
+async fn workload_controllers_do_not_run() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    assert_eq!(raw.post("/apis/apps/v1/namespaces/default/deployments", &d).await?.status, 201);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
+    assert!(pods.list(&ListParams::default()).await?.items.is_empty());
+    assert!(
+        raw.get("/apis/apps/v1/namespaces/default/deployments/web")
+            .await?
+            .body
+            .get("status")
+            .is_none_or(|s| s.get("replicas").is_none())
+    );
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: OpenAPI v2 is served (protobuf for kubectl), and admission webhooks / validating
+/// admission policies exist. kube-sim serves OpenAPI v3 only and no admissionregistration API.
+#[tokio::test]
+async fn openapi_v2_and_admission_apis_are_absent() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    assert_eq!(raw.get("/openapi/v2").await?.status, 404);
+    assert_eq!(raw.get("/apis/admissionregistration.k8s.io").await?.status, 404);
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: Events expire after `--event-ttl` (1h). kube-sim keeps them like any object, and has
+/// no event rate limiting or aggregation server-side.
+#[tokio::test]
+async fn events_are_ordinary_objects() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let ev = json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"}, "reason": "Test", "message": "hello", "type": "Normal"});
+    assert_eq!(raw.post("/api/v1/namespaces/default/events", &ev).await?.status, 201);
+    // Both Event APIs see it.
+    let v1 = raw.get("/apis/events.k8s.io/v1/namespaces/default/events/e1").await?.body;
+    assert_eq!(v1["note"], "hello");
+    assert_eq!(v1["regarding"]["name"], "p");
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: the root-ca-cert-publisher puts `kube-root-ca.crt` into every namespace. kube-sim has
+/// no cluster CA, so the ConfigMap the projected token volume names does not exist.
+#[tokio::test]
+async fn root_ca_configmap_is_not_published() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    assert_eq!(raw.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt").await?.status, 404);
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: cluster IPs are random within the service CIDR. kube-sim hands them out in order from
+/// 10.96.0.0/16 (10.96.0.1 is the `kubernetes` service) and node ports from 30000 upwards.
+#[tokio::test]
+async fn service_addresses_are_allocated_in_order() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let svc = json!({"metadata": {"name": "np"}, "spec": {"type": "NodePort", "selector": {"app": "x"}, "ports": [{"port": 80}]}});
+    let r = raw.post("/api/v1/namespaces/default/services", &svc).await?;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body["spec"]["clusterIP"], "10.96.0.2");
+    assert_eq!(r.body["spec"]["ports"][0]["nodePort"], 30000);
+    assert_eq!(r.body["spec"]["ports"][0]["targetPort"], 80);
+    assert_eq!(raw.get("/api/v1/namespaces/default/services/kubernetes").await?.body["spec"]["clusterIP"], "10.96.0.1");
+    sim.shutdown().await;
+    Ok(())
+}
