@@ -61,14 +61,24 @@ fn failed(phase: HookPhase) -> bool {
 pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
     let held_runs: BTreeSet<String> =
         draft.held.iter().filter_map(|h| h.hook.as_ref().map(|g| g.run_name.clone())).collect();
-    let mut deleting: BTreeSet<String> = BTreeSet::new();
     for run in owned_runs(ctx) {
         let Some(kind) = kind_of(run) else { continue };
         if kind == HookKind::CanaryStep {
             continue;
         }
         let name = run.metadata.name.clone().unwrap_or_default();
-        if run.metadata.deletion_timestamp.is_some() || draft.passed_runs.contains(&name) || held_runs.contains(&name) {
+        if run.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if retry_requested(ctx, kind) && failed(gate::run_phase(run)) {
+            draft.actions.push(Action::DeleteHookRun {
+                name,
+                uid: run.metadata.uid.clone().unwrap_or_default(),
+                why: format!("retry requested in spec.{}", gate::retry_field(kind)),
+            });
+            continue;
+        }
+        if draft.passed_runs.contains(&name) || held_runs.contains(&name) {
             continue;
         }
         let id = label(run, keys::HOOKRUN_INSTANCE_ID).unwrap_or("");
@@ -93,12 +103,7 @@ pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
                 }
             }
         };
-        let why = why.or_else(|| {
-            (retry_requested(ctx, kind) && failed(gate::run_phase(run)))
-                .then(|| format!("retry requested in spec.{}", gate::retry_field(kind)))
-        });
         if let Some(why) = why {
-            deleting.insert(name.clone());
             draft.actions.push(Action::DeleteHookRun { name, uid: run.metadata.uid.clone().unwrap_or_default(), why });
         }
     }

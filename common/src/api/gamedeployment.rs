@@ -256,7 +256,9 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
     pub hook: Option<HookStep>,
     /// Set to true to delete the failed pre-delete HookRuns and run them again; the operator sets it back to
     /// false once it has acted on it.
+    // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
     pub retry: bool,
 }
 
@@ -265,7 +267,9 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
 pub struct GameDeploymentPreInplaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
     pub retry: bool,
 }
 
@@ -274,7 +278,9 @@ pub struct GameDeploymentPreInplaceUpdateStrategy {
 pub struct GameDeploymentPostInplaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
     pub retry: bool,
 }
 

@@ -13,6 +13,7 @@ mod overlay;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,8 +45,6 @@ use crate::status::{self, Failure};
 pub enum Error {
     #[error("GameDeployment {0} has no namespace")]
     NoNamespace(String),
-    #[error("the {0} cache did not sync within {1:?}")]
-    CacheNotSynced(&'static str, Duration),
     #[error("writing the status of {key}: {source}")]
     WriteStatus { key: String, source: kube::Error },
     #[error("{count} write(s) for {key} failed, first: {first}")]
@@ -56,7 +55,6 @@ impl Error {
     fn metric_reason(&self) -> &'static str {
         match self {
             Self::NoNamespace(_) => "no_namespace",
-            Self::CacheNotSynced(..) => "cache_not_synced",
             Self::WriteStatus { .. } => "write_status",
             Self::Writes { .. } => "writes",
         }
@@ -114,6 +112,9 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// Pods held by a gate, per GameDeployment (summed into a gauge).
     held: Mutex<HashMap<String, i64>>,
+    /// Set once the pod, revision, HookRun and HookTemplate caches hold their first full list. Passes do not wait on the stores
+    /// themselves: a store wakes only one of its concurrent waiters, so a second one could sleep for a minute.
+    synced: Arc<AtomicBool>,
     /// The last status written per GameDeployment, with the resourceVersion it produced: until the cache shows
     /// that version, passes plan from (and compare against) this status instead of the cache's older one, so a
     /// pass right after a status write neither repeats it nor re-emits its events.
@@ -202,18 +203,6 @@ fn random_seed() -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(Instant::now())
 }
 
-/// Waits for a store's first list, bounded so a broken watch shows up as an error rather than a hang.
-async fn synced<K: Resource + Clone>(store: &Store<K>, what: &'static str) -> Result<(), Error>
-where
-    K::DynamicType: Eq + Hash + Clone,
-{
-    let limit = Duration::from_secs(60);
-    tokio::time::timeout(limit, store.wait_until_ready())
-        .await
-        .map_err(|_| Error::CacheNotSynced(what, limit))?
-        .map_err(|_| Error::CacheNotSynced(what, limit))
-}
-
 async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
     let result = reconcile_inner(&gd, &ctx).await;
@@ -236,10 +225,11 @@ async fn reconcile_inner(cached: &GameDeployment, ctx: &Context) -> Result<Reque
     let (gd, write_rv) = ctx.effective(&key, cached);
     let gd = &gd;
     let namespace = gd.namespace().ok_or_else(|| Error::NoNamespace(gd.name_any()))?;
-    synced(&ctx.pods, "pod").await?;
-    synced(&ctx.revisions, "controllerrevision").await?;
-    synced(&ctx.hook_runs, "hookrun").await?;
-    synced(&ctx.hook_templates, "hooktemplate").await?;
+    if !ctx.synced.load(Ordering::Acquire) {
+        // Planning from a half-filled cache would create pods that exist; the first list is moments away.
+        ctx.metrics.reconciled("waiting");
+        return Ok(Requeue::requeue(Duration::from_millis(250)));
+    }
     let expired = ctx.expectations.expire(Instant::now());
     ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
 
@@ -512,6 +502,7 @@ pub async fn run(
     };
 
     let events = EventSink::start(client.clone(), reporter, config.event_queue, metrics.clone());
+    let synced = Arc::new(AtomicBool::new(false));
     let ctx = Arc::new(Context {
         client,
         pods: pod_reader.clone(),
@@ -527,15 +518,19 @@ pub async fn run(
         failures: Mutex::new(HashMap::new()),
         held: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
+        synced: synced.clone(),
     });
 
+    // The only waiter on these stores (the controller itself waits on the GameDeployment store).
     tokio::spawn({
-        let (gds, pods, revisions) = (gd_reader.clone(), pod_reader.clone(), revision_reader.clone());
+        let (pods, revisions) = (pod_reader.clone(), revision_reader.clone());
+        let (runs, templates) = (hook_run_reader.clone(), template_reader.clone());
         async move {
-            let all =
-                future::join3(gds.wait_until_ready(), pods.wait_until_ready(), revisions.wait_until_ready()).await;
-            if all.0.is_ok() && all.1.is_ok() && all.2.is_ok() {
+            let (p, r) = future::join(pods.wait_until_ready(), revisions.wait_until_ready()).await;
+            let (h, t) = future::join(runs.wait_until_ready(), templates.wait_until_ready()).await;
+            if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() {
                 tracing::info!("caches synced");
+                synced.store(true, Ordering::Release);
                 on_ready();
             }
         }

@@ -15,6 +15,8 @@
 
 mod draft;
 #[cfg(test)]
+mod hook_tests;
+#[cfg(test)]
 mod properties;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,154 @@
+//! Hook gates on the simulated cluster: runs are created once per pod and revision, a pod changes only with a
+//! `Successful` run, failures are reported and held until `retry`, runs are cleaned up.
+
+use common::api::{HookPhase, HookRunStatus, HookTemplate};
+use serde_json::json;
+
+use super::tests::gd;
+use super::world::World;
+use crate::action::Action;
+use crate::lifecycle::{self, LifecycleState};
+
+fn template() -> HookTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "tkex.tencent.com/v1alpha1",
+        "kind": "HookTemplate",
+        "metadata": {"name": "drain", "namespace": "default"},
+        "spec": {"args": [{"name": "PodIP"}], "metrics": [{"name": "m", "provider": {"web": {"url": "http://{{ args.PodIP }}"}}}]}
+    }))
+    .expect("valid template")
+}
+
+fn hooked(replicas: i32, strategy: &str) -> World {
+    let mut gd = gd(replicas, strategy);
+    gd.spec.pre_delete_update_strategy =
+        Some(serde_json::from_value(json!({"hook": {"templateName": "drain"}})).expect("valid strategy"));
+    let mut world = World::new(gd);
+    world.hook_templates.push(template());
+    assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
+    world
+}
+
+fn set_phase(world: &mut World, phase: HookPhase) {
+    for run in &mut world.hook_runs {
+        run.status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
+    }
+}
+
+/// Runs passes, checking the invariant at each: a pod deleted or patched to a new revision has a Successful run.
+fn passes(world: &mut World, n: usize) {
+    for _ in 0..n {
+        world.tick(1);
+        let plan = world.plan();
+        for action in &plan.actions {
+            let pod = match action {
+                Action::DeletePod { pod, .. } => Some(&pod.name),
+                Action::PatchPod(c) if c.reason.changes_revision() => Some(&c.pod.name),
+                _ => None,
+            };
+            if let Some(name) = pod {
+                let id = name.rsplit('-').next().unwrap_or("");
+                assert!(
+                    world.hook_runs.iter().any(|r| r.metadata.name.as_deref().is_some_and(|n| n.contains(id))
+                        && r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful)),
+                    "{name} changed without a Successful run"
+                );
+            }
+        }
+        world.apply(&plan);
+    }
+}
+
+#[test]
+fn scale_in_waits_for_a_successful_run_then_cleans_up() {
+    let mut world = hooked(3, "InplaceUpdate");
+    world.gd.spec.replicas = Some(2);
+    passes(&mut world, 5);
+    assert_eq!(world.hook_runs.len(), 1, "one run, never duplicated");
+    assert_eq!(world.active().len(), 3);
+    let run = &world.hook_runs[0];
+    assert!(run.metadata.name.as_deref().unwrap_or("").starts_with("predelete-game-"));
+    assert!(run.spec.args.iter().any(|a| a.name == "PodIP" && a.value.is_some()));
+    let held: Vec<_> =
+        world.active().into_iter().filter(|p| lifecycle::state_of(p) == LifecycleState::PreparingDelete).collect();
+    assert_eq!(held.len(), 1);
+    let status = world.gd.status.clone().unwrap_or_default();
+    assert_eq!(status.pre_delete_hook_condition.len(), 1);
+    assert_eq!(status.pre_delete_hook_condition[0].phase, HookPhase::Pending);
+
+    set_phase(&mut world, HookPhase::Successful);
+    passes(&mut world, 5);
+    assert_eq!(world.active().len(), 2);
+    assert!(world.hook_runs.is_empty(), "the run of the deleted pod is removed");
+    assert!(world.gd.status.clone().unwrap_or_default().pre_delete_hook_condition.is_empty());
+}
+
+#[test]
+fn failure_holds_until_retry_and_retry_is_reset_after_acting() {
+    let mut world = hooked(3, "InplaceUpdate");
+    world.gd.spec.replicas = Some(2);
+    passes(&mut world, 3);
+    set_phase(&mut world, HookPhase::Failed);
+    let plan = world.plan();
+    assert!(plan.events.iter().any(|e| e.reason == "HookFailed"), "{:?}", plan.events);
+    passes(&mut world, 5);
+    assert_eq!(world.active().len(), 3, "a failed hook holds the pod");
+    let status = world.gd.status.clone().unwrap_or_default();
+    assert_eq!(status.pre_delete_hook_condition[0].phase, HookPhase::Failed);
+    assert!(status.pre_delete_hook_condition[0].message.as_deref().unwrap_or("").contains("retry: true"));
+
+    let failed_uid = world.hook_runs[0].metadata.uid.clone();
+    if let Some(s) = world.gd.spec.pre_delete_update_strategy.as_mut() {
+        s.retry = true;
+    }
+    passes(&mut world, 3);
+    assert!(!world.gd.spec.pre_delete_update_strategy.as_ref().is_some_and(|s| s.retry), "retry reset");
+    assert_eq!(world.hook_runs.len(), 1);
+    assert_ne!(world.hook_runs[0].metadata.uid, failed_uid, "a new run");
+    set_phase(&mut world, HookPhase::Successful);
+    passes(&mut world, 5);
+    assert_eq!(world.active().len(), 2);
+}
+
+#[test]
+fn missing_template_blocks_only_the_pods_that_need_it() {
+    let mut world = hooked(3, "InplaceUpdate");
+    world.hook_templates.clear();
+    world.gd.spec.replicas = Some(2);
+    passes(&mut world, 3);
+    let status = world.gd.status.clone().unwrap_or_default();
+    let blocked = crate::status::condition(&status, crate::hooks::HOOK_BLOCKED).expect("HookBlocked");
+    assert!(blocked.message.as_deref().unwrap_or("").contains("HookTemplate \"drain\" not found"), "{blocked:?}");
+    // Scaling out is not blocked.
+    world.gd.spec.replicas = Some(5);
+    passes(&mut world, 5);
+    assert_eq!(world.active().len(), 5);
+    // The template appears: the condition goes once nothing needs it.
+    world.hook_templates.push(template());
+    world.gd.spec.replicas = Some(4);
+    passes(&mut world, 3);
+    let status = world.gd.status.clone().unwrap_or_default();
+    assert!(crate::status::condition(&status, crate::hooks::HOOK_BLOCKED).is_none());
+    assert_eq!(world.hook_runs.len(), 1);
+}
+
+#[test]
+fn in_place_update_falls_back_to_the_pre_delete_hook() {
+    let mut world = hooked(3, "InplaceUpdate");
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:2".into());
+    }
+    world.gd.metadata.generation = Some(2);
+    passes(&mut world, 4);
+    assert!(!world.hook_runs.is_empty());
+    assert!(world.hook_runs.iter().all(|r| r.metadata.name.as_deref().unwrap_or("").starts_with("predelete-")));
+    let (updated, _) = world.revision_counts();
+    assert_eq!(updated, 0, "nothing updated before its run succeeds");
+    for _ in 0..10 {
+        set_phase(&mut world, HookPhase::Successful);
+        passes(&mut world, 3);
+    }
+    assert_eq!(world.revision_counts(), (3, 0));
+    passes(&mut world, 3);
+    assert!(world.hook_runs.is_empty(), "runs of updated pods are removed");
+}
