@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 
 use anyhow::{Context, Result};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, PodReadinessGate};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -38,6 +39,18 @@ async fn nodes_register_ready_with_distinct_loopback_addresses() -> Result<()> {
         assert!(status.allocatable.as_ref().is_some_and(|a| a.contains_key("pods")));
         let info = status.node_info.as_ref().context("nodeInfo")?;
         assert_eq!(info.kubelet_version, kube_sim::kubelet::KUBELET_VERSION);
+    }
+
+    // Each node's heartbeat Lease, held by the node and owned by its Node object.
+    let leases: Api<Lease> = Api::namespaced(sim.client().await, "kube-node-lease");
+    for node in &list.items {
+        let name = node.metadata.name.clone().context("node name")?;
+        let lease = eventually(&format!("lease of {name}"), || async { Ok(leases.get_opt(&name).await?) }).await?;
+        let spec = lease.spec.context("lease spec")?;
+        assert_eq!(spec.holder_identity.as_deref(), Some(name.as_str()));
+        assert!(spec.renew_time.is_some());
+        let owner = lease.metadata.owner_references.and_then(|o| o.into_iter().next()).context("owner")?;
+        assert_eq!((owner.kind.as_str(), Some(owner.uid)), ("Node", node.metadata.uid.clone()));
     }
     sim.shutdown().await;
     Ok(())

@@ -252,6 +252,9 @@ impl Agent {
         }
         let mut heartbeat = tokio::time::interval(self.config.raw.node_status_interval);
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        heartbeat.reset(); // Registration has just posted the full status.
+        let mut lease_renewal = tokio::time::interval(self.config.raw.node_lease_interval);
+        lease_renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut unschedulable_retry = tokio::time::interval(UNSCHEDULABLE_RETRY);
         tracing::info!(nodes = self.nodes.len(), "kubelet simulator started");
 
@@ -282,6 +285,7 @@ impl Agent {
                 }
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers(),
                 _ = heartbeat.tick() => self.heartbeat(),
+                _ = lease_renewal.tick() => self.renew_leases(),
                 _ = unschedulable_retry.tick() => self.schedule_needed = true,
             }
             while self.spawner.tasks.try_join_next().is_some() {}
@@ -439,6 +443,11 @@ impl Agent {
                     tracing::debug!(%reason, error = %e, "recording an event failed");
                 }
             }
+            Outcome::Lease { name, result } => {
+                if let Err(e) = result {
+                    tracing::debug!(node = %name, error = %e, "renewing the node lease failed");
+                }
+            }
         }
     }
 
@@ -481,6 +490,10 @@ impl Agent {
                 if registration {
                     tracing::info!(node = %name, "node registered");
                     self.registration_attempts.remove(&name);
+                    if let Some(fake) = self.nodes.iter().find(|n| n.name == name) {
+                        let lease = fake.lease(&node, Timestamp::now());
+                        self.spawner.spawn(|writer| async move { writer.renew_lease(lease).await });
+                    }
                 }
                 let newer = self.node_objects.get(&name).is_none_or(|old| is_newer(&node, old));
                 if newer {
@@ -557,6 +570,18 @@ impl Agent {
             let patch = node.heartbeat(Some(existing), now);
             let name = node.name.clone();
             self.spawner.spawn(|writer| async move { writer.node_heartbeat(name, patch).await });
+        }
+    }
+
+    fn renew_leases(&mut self) {
+        let now = Timestamp::now();
+        for node in &self.nodes {
+            // A Lease is owned by its Node, so it is only created once the Node exists.
+            let Some(object) = self.node_objects.get(&node.name) else {
+                continue;
+            };
+            let lease = node.lease(object, now);
+            self.spawner.spawn(|writer| async move { writer.renew_lease(lease).await });
         }
     }
 

@@ -62,9 +62,13 @@ pub struct KubeletConfig {
     #[arg(long = "pod-ip-start")]
     pub pod_ip_start: Option<Ipv4Addr>,
 
-    /// How often each node posts its status (heartbeat).
-    #[arg(long = "node-status-interval", default_value = "10s", value_parser = parse_duration)]
+    /// How often each node re-posts its full status (a kubelet's `nodeStatusReportFrequency`).
+    #[arg(long = "node-status-interval", default_value = "5m", value_parser = parse_duration)]
     pub node_status_interval: Duration,
+
+    /// How often each node renews its Lease in `kube-node-lease` (the kubelet's heartbeat).
+    #[arg(long = "node-lease-interval", default_value = "10s", value_parser = parse_duration)]
+    pub node_lease_interval: Duration,
 
     /// Maximum number of concurrent API writes (bindings, status patches, deletions).
     #[arg(long = "kubelet-api-concurrency", default_value_t = DEFAULT_API_CONCURRENCY)]
@@ -98,7 +102,8 @@ impl Default for KubeletConfig {
             node_cpu: DEFAULT_NODE_CPU.to_owned(),
             node_memory: DEFAULT_NODE_MEMORY.to_owned(),
             pod_ip_start: None,
-            node_status_interval: Duration::from_secs(10),
+            node_status_interval: Duration::from_secs(300),
+            node_lease_interval: Duration::from_secs(10),
             api_concurrency: DEFAULT_API_CONCURRENCY,
             events: true,
         }
@@ -144,6 +149,13 @@ impl KubeletConfig {
             let [a, b, ..] = ip.octets();
             if a != 127 || b == 0 {
                 return Err(invalid("pod_ip_start", format!("{ip} is not a loopback address outside 127.0.0.0/16")));
+            }
+        }
+        for (field, interval) in
+            [("node_status_interval", self.node_status_interval), ("node_lease_interval", self.node_lease_interval)]
+        {
+            if interval.is_zero() {
+                return Err(invalid(field, "must be longer than zero".into()));
             }
         }
         if self.api_concurrency == 0 {
@@ -225,6 +237,7 @@ mod tests {
             KubeletConfig { pod_ip_start: Some(Ipv4Addr::new(10, 0, 0, 1)), ..Default::default() },
             KubeletConfig { pod_ip_start: Some(Ipv4Addr::new(127, 0, 0, 2)), ..Default::default() },
             KubeletConfig { api_concurrency: 0, ..Default::default() },
+            KubeletConfig { node_lease_interval: Duration::ZERO, ..Default::default() },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?} should be rejected");

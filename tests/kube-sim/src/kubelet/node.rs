@@ -1,17 +1,23 @@
 //! The fake nodes the kubelet registers, shaped like what a real kubelet posts so `kubectl get
 //! nodes -o wide` and `kubectl describe node` read naturally.
 
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use super::config::ValidConfig;
+
+/// Namespace of node Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// A kubelet's default `nodeLeaseDurationSeconds`.
+const NODE_LEASE_DURATION_SECONDS: i32 = 40;
 
 /// Version the fake kubelets report (the API version of the k8s-openapi types in use).
 pub const KUBELET_VERSION: &str = "v1.37.0-kube-sim";
@@ -92,6 +98,32 @@ impl FakeNode {
         }
     }
 
+    /// The node's Lease in `kube-node-lease`, renewed now, owned by the Node (so it goes with it).
+    pub fn lease(&self, node: &Node, now: Timestamp) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(NODE_LEASE_NAMESPACE.into()),
+                owner_references: node.metadata.uid.clone().map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: self.name.clone(),
+                        uid,
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.name.clone()),
+                lease_duration_seconds: Some(NODE_LEASE_DURATION_SECONDS),
+                renew_time: Some(MicroTime(now)),
+                ..Default::default()
+            }),
+        }
+    }
+
     /// The heartbeat: a strategic merge patch of `nodes/status` refreshing every condition's
     /// `lastHeartbeatTime` (conditions merge by type, so transition times already stored stay
     /// unless the condition's status changed, which never happens for a simulated node).
@@ -152,6 +184,23 @@ mod tests {
         assert_eq!(info.allocatable_cpu_milli, 32_000.0);
         assert!(!info.unschedulable);
         assert_eq!(info.labels["kubernetes.io/hostname"], "kube-sim-node-1");
+    }
+
+    #[test]
+    fn lease_is_held_by_the_node_and_owned_by_it() {
+        let config = KubeletConfig::default().validate().unwrap();
+        let fake = FakeNode { name: "n".into(), ip: Ipv4Addr::new(127, 0, 100, 1) };
+        let now = Timestamp::from_second(1_700_000_000).unwrap();
+        let mut node = fake.object(&config, now);
+        node.metadata.uid = Some("node-uid".into());
+        let lease = fake.lease(&node, now);
+        assert_eq!(lease.metadata.namespace.as_deref(), Some("kube-node-lease"));
+        let spec = lease.spec.unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("n"));
+        assert_eq!(spec.lease_duration_seconds, Some(40));
+        assert_eq!(spec.renew_time, Some(MicroTime(now)));
+        let owner = &lease.metadata.owner_references.unwrap()[0];
+        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Node", "node-uid"));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Binding, Event, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
@@ -53,6 +54,8 @@ pub enum Outcome {
     Node { name: String, registration: bool, result: Result<Node, WriteError> },
     /// An Event recorded (best effort: failures are only logged).
     Event { reason: String, result: Result<(), WriteError> },
+    /// A node Lease renewed (best effort: the next renewal retries).
+    Lease { name: String, result: Result<(), WriteError> },
 }
 
 /// Namespace, name and UID of the pod a write targets.
@@ -226,6 +229,30 @@ impl Writer {
             .map(|_| ())
             .map_err(|e| WriteError::from_kube("recording event", e));
         Outcome::Event { reason, result }
+    }
+
+    /// Renews a node's Lease like the kubelet's lease controller: update the renew time, or create
+    /// the Lease when it does not exist yet.
+    pub async fn renew_lease(&self, lease: Lease) -> Outcome {
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let result = self.renew_lease_inner(&name, lease).await;
+        Outcome::Lease { name, result }
+    }
+
+    async fn renew_lease_inner(&self, name: &str, lease: Lease) -> Result<(), WriteError> {
+        let namespace = lease.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &namespace);
+        let params = PatchParams { field_manager: Some("kubelet".into()), ..Default::default() };
+        let renewal = serde_json::json!({ "spec": lease.spec });
+        match api.patch(name, &params, &Patch::Merge(renewal)).await {
+            Ok(_) => Ok(()),
+            Err(KubeError::Api(status)) if status.code == 404 => api
+                .create(&PostParams::default(), &lease)
+                .await
+                .map(|_| ())
+                .map_err(|e| WriteError::from_kube("creating node lease", e)),
+            Err(e) => Err(WriteError::from_kube("renewing node lease", e)),
+        }
     }
 
     /// Posts a node heartbeat.
