@@ -13,12 +13,16 @@ use common::hookrun::HookKind;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::action::Action;
+use crate::action::{Action, PatchReason, PodChange, PodWrite};
 use crate::gate::{self, GateDecision};
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
+use crate::planner::PodInfo;
 use crate::planner::{Ctx, Draft, PlannedEvent};
 use crate::status;
+use crate::update::inplace;
+use common::api::HookStep;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Condition type set while some pod's hook cannot even be started (missing template, unresolved arg).
 pub const HOOK_BLOCKED: &str = "HookBlocked";
@@ -117,6 +121,84 @@ pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
     }
 }
 
+fn post_hook<'a>(ctx: &Ctx<'a>) -> Option<&'a HookStep> {
+    ctx.gd.spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref())
+}
+
+/// The in-place update finished (the new containers run). With a post-inplace hook the pod goes to `Updated`
+/// and its run is started now — after the update, not before the images are patched as in BCS.
+pub(crate) fn complete_in_place(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> PodChange {
+    let Some(step) = post_hook(ctx).filter(|_| common::pod::is_running(info.pod)) else {
+        return inplace::complete(info.pod, ctx.now);
+    };
+    let revision = info.revision.unwrap_or("");
+    if gate::find_run(&ctx.gate, &post_run_name(step, info)).is_none()
+        && let Ok(run) = gate::build_pod_run(&ctx.gate, HookKind::PostInplace, step, info.pod, revision, &[])
+    {
+        draft.actions.push(Action::CreateHookRun(Box::new(run)));
+    }
+    inplace::complete_to(info.pod, ctx.now, LifecycleState::Updated)
+}
+
+fn post_run_name(step: &HookStep, info: &PodInfo<'_>) -> String {
+    common::hookrun::pod_hook_name(
+        HookKind::PostInplace,
+        info.revision.unwrap_or(""),
+        gate::instance_id(info.pod),
+        &step.template_name,
+    )
+}
+
+/// A pod in `Updated`: back to `Normal` once its post-inplace run is `Successful` (or the hook was removed);
+/// otherwise it stays and is reported. Never blocks other pods.
+pub(crate) fn post_in_place(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> Option<PodChange> {
+    let normal = || PodChange {
+        pod: info.pod_ref(),
+        reason: PatchReason::Lifecycle,
+        writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, ctx.now))],
+        summary: "post-inplace hook done".to_string(),
+    };
+    let Some(step) = post_hook(ctx) else { return Some(normal()) };
+    let name = post_run_name(step, info);
+    let (phase, started, message) = match gate::find_run(&ctx.gate, &name) {
+        Some(run) if gate::run_phase(run) == HookPhase::Successful => return Some(normal()),
+        Some(run) => {
+            let phase = gate::run_phase(run);
+            let message = if failed(phase) {
+                format!(
+                    "HookRun {name} ended {phase}; the pod runs its new revision but stays Updated until \
+                     spec.postInplaceUpdateStrategy.retry: true runs the hook again and it succeeds"
+                )
+            } else {
+                format!("HookRun {name} is {phase}")
+            };
+            (phase, gate::run_started(run, ctx.now), Some(message))
+        }
+        None => match gate::build_pod_run(
+            &ctx.gate,
+            HookKind::PostInplace,
+            step,
+            info.pod,
+            info.revision.unwrap_or(""),
+            &[],
+        ) {
+            Ok(run) => {
+                draft.actions.push(Action::CreateHookRun(Box::new(run)));
+                (HookPhase::Pending, Time(ctx.now), Some(format!("HookRun {name} is being created")))
+            }
+            Err(problem) => (HookPhase::Pending, Time(ctx.now), Some(problem)),
+        },
+    };
+    draft.post_hooks.push(HookCondition {
+        pod_name: info.name.to_string(),
+        start_time: started,
+        phase,
+        hook_run: Some(name),
+        message,
+    });
+    None
+}
+
 fn list_mut(status: &mut GameDeploymentStatus, kind: HookKind) -> Option<&mut Vec<HookCondition>> {
     match kind {
         HookKind::PreDelete => Some(&mut status.pre_delete_hook_condition),
@@ -190,6 +272,31 @@ pub(crate) fn status(
             *target = entries;
         }
     }
+    let mut post = draft.post_hooks.clone();
+    post.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
+    // A post hook that failed before keeps its start time; a failure is announced once.
+    for entry in &mut post {
+        let before = old.post_inplace_hook_condition.iter().find(|c| c.pod_name == entry.pod_name);
+        if let Some(b) = before.filter(|b| b.hook_run == entry.hook_run && entry.phase == HookPhase::Pending) {
+            entry.start_time = b.start_time.clone();
+        }
+        if failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase) {
+            events.push(PlannedEvent::warning(
+                "PostHookFailed",
+                format!("pod {}: {}", entry.pod_name, entry.message.as_deref().unwrap_or_default()),
+            ));
+        }
+    }
+    // Pods the refresh did not look at this pass (touched by something else) keep their entry.
+    for c in &old.post_inplace_hook_condition {
+        if !post.iter().any(|p| p.pod_name == c.pod_name)
+            && draft.is_touched(&c.pod_name)
+            && infos.iter().any(|i| i.name == c.pod_name && i.state == LifecycleState::Updated)
+        {
+            post.push(c.clone());
+        }
+    }
+    new.post_inplace_hook_condition = post;
     let problems: Vec<String> = [HookKind::PreDelete, HookKind::PreInplace]
         .into_iter()
         .flat_map(|k| list(new, k).iter())

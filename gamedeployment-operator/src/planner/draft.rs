@@ -53,6 +53,8 @@ pub(crate) struct Draft {
     pub held: Vec<HeldPod>,
     /// Hook runs that let a pod through this pass (kept until the pod has moved on).
     pub passed_runs: BTreeSet<String>,
+    /// Pods whose post-inplace hook has not succeeded yet (`status.postInplaceHookCondition`).
+    pub post_hooks: Vec<common::api::HookCondition>,
     touched: BTreeSet<String>,
     requeue: Option<Duration>,
 }

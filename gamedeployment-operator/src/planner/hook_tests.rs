@@ -152,3 +152,41 @@ fn in_place_update_falls_back_to_the_pre_delete_hook() {
     passes(&mut world, 3);
     assert!(world.hook_runs.is_empty(), "runs of updated pods are removed");
 }
+
+#[test]
+fn post_inplace_hook_runs_after_the_update_and_does_not_block_others() {
+    let mut gd = gd(3, "InplaceUpdate");
+    gd.spec.post_inplace_update_strategy =
+        Some(serde_json::from_value(json!({"hook": {"templateName": "drain"}})).expect("valid strategy"));
+    gd.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1));
+    let mut world = World::new(gd);
+    world.hook_templates.push(template());
+    assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:2".into());
+    }
+    world.gd.metadata.generation = Some(2);
+    for _ in 0..30 {
+        world.tick(1);
+        let plan = world.plan();
+        // No post run exists for a pod before its new containers run.
+        for action in &plan.actions {
+            if let Action::CreateHookRun(run) = action {
+                assert!(run.metadata.name.as_deref().unwrap_or("").starts_with("postinplace-"));
+            }
+        }
+        world.apply(&plan);
+    }
+    // Every pod was updated although no post hook succeeded: post hooks never block other pods.
+    assert_eq!(world.revision_counts(), (3, 0));
+    assert_eq!(world.hook_runs.len(), 3);
+    let updated: Vec<_> =
+        world.active().into_iter().filter(|p| lifecycle::state_of(p) == LifecycleState::Updated).collect();
+    assert_eq!(updated.len(), 3, "each pod is held in Updated until its post hook succeeds");
+    assert_eq!(world.gd.status.clone().unwrap_or_default().post_inplace_hook_condition.len(), 3);
+    set_phase(&mut world, HookPhase::Successful);
+    passes(&mut world, 4);
+    assert!(world.active().iter().all(|p| lifecycle::state_of(p) == LifecycleState::Normal));
+    assert!(world.hook_runs.is_empty());
+    assert!(world.gd.status.clone().unwrap_or_default().post_inplace_hook_condition.is_empty());
+}

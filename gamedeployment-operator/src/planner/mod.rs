@@ -121,7 +121,10 @@ impl PodInfo<'_> {
     /// Available and nothing pending: taking it down costs update budget. A pod held by a gate, or being
     /// updated, already counts as unavailable (CloneSet semantics).
     pub fn update_available(&self) -> bool {
-        self.available && self.state == LifecycleState::Normal && self.progress.is_idle()
+        // `Updated` (a post-inplace hook still running) serves like `Normal`: the post hook never blocks others.
+        self.available
+            && matches!(self.state, LifecycleState::Normal | LifecycleState::Updated)
+            && self.progress.is_idle()
     }
 
     pub fn pod_ref(&self) -> PodRef {
@@ -352,14 +355,16 @@ fn refresh(ctx: &Ctx<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
                     None
                 }
             }
-            Progress::Done => Some(inplace::complete(info.pod, ctx.now)),
+            Progress::Done => Some(crate::hooks::complete_in_place(ctx, info, draft)),
             Progress::Patched(_) | Progress::HotPatching { .. } => None,
             Progress::Idle => {
-                if info.state.is_preparing() || info.state == LifecycleState::Updated {
+                if info.state.is_preparing() {
                     None
+                } else if info.state == LifecycleState::Updated {
+                    crate::hooks::post_in_place(ctx, info, draft)
                 } else if info.state == LifecycleState::Updating {
                     // `Updating` with nothing recorded: nothing to wait for.
-                    Some(inplace::complete(info.pod, ctx.now))
+                    Some(crate::hooks::complete_in_place(ctx, info, draft))
                 } else {
                     inplace::mark_ready(info.pod, ctx.now)
                 }

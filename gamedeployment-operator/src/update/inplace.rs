@@ -384,8 +384,13 @@ pub fn cancel_grace(pod: &Pod, grace_annotation: &str, now: Timestamp) -> PodCha
 
 /// The new containers run: lifecycle back to `Normal`, then the readiness gate back to True (step 3).
 pub fn complete(pod: &Pod, now: Timestamp) -> PodChange {
+    complete_to(pod, now, LifecycleState::Normal)
+}
+
+/// [`complete`] into `state`: `Updated` while a post-inplace hook holds the pod's state.
+pub fn complete_to(pod: &Pod, now: Timestamp, state: LifecycleState) -> PodChange {
     let mut ops = vec![json!({"op": "test", "path": patch::label_path(keys::LIFECYCLE_STATE), "value": "Updating"})];
-    ops.extend(lifecycle::set_state_ops(LifecycleState::Normal, now));
+    ops.extend(lifecycle::set_state_ops(state, now));
     let mut writes = vec![PodWrite::Object(ops)];
     if has_readiness_gate(pod) && !gate_condition_true(pod) {
         writes.push(PodWrite::Status(patch::condition_ops(pod, keys::IN_PLACE_UPDATE_READY, "True", None, now)));

@@ -61,6 +61,11 @@ async fn success_template_scale_in_and_in_place_update() {
     );
     wait_runs(&cluster, "the HookRun of the deleted pod to be removed", |rows| rows.is_empty()).await;
 
+    // The walkthrough updates pods that have long been available (AGE 28m); with the example's
+    // `minReadySeconds: 30`, wait for that too — an unavailable pod costs no update budget and would be taken in
+    // the same batch.
+    wait_for_condition(&cluster, |gd| gd.status.as_ref().is_some_and(|s| s.available_replicas == 5)).await;
+
     // In-place update, partition 2, maxUnavailable 2: HookRuns per batch of 2, then 1.
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type='json' -p='{NEW_IMAGE}'\n{out}");
@@ -82,10 +87,9 @@ async fn success_template_scale_in_and_in_place_update() {
         rows.iter().all(|r| first.iter().all(|f| f.name != r.name))
     })
     .await;
-    let second = wait_runs(&cluster, "one pre-delete HookRun (second batch)", |rows| {
-        rows.len() == 1 && is_predelete(&rows[0])
-    })
-    .await;
+    let second =
+        wait_runs(&cluster, "one pre-delete HookRun (second batch)", |rows| rows.len() == 1 && is_predelete(&rows[0]))
+            .await;
     assert!(first.iter().all(|f| f.name != second[0].name));
     wait_gd(&cluster, Columns::new(5, 3, 3, 5, 5)).await;
     show_pods(&cluster).await;
@@ -124,7 +128,9 @@ async fn fail_template_holds_the_pod_until_retry() {
     // Held: still 6 pods, and the status says which pod and why.
     let gd = wait_for_condition(&cluster, |gd| {
         gd.status.as_ref().is_some_and(|s| {
-            s.pre_delete_hook_condition.iter().any(|c| c.phase == HookPhase::Failed && c.hook_run.as_deref() == Some(&run))
+            s.pre_delete_hook_condition
+                .iter()
+                .any(|c| c.phase == HookPhase::Failed && c.hook_run.as_deref() == Some(&run))
         })
     })
     .await;
@@ -155,10 +161,7 @@ async fn fail_template_holds_the_pod_until_retry() {
     example(&cluster, "hook-template-success.yaml").await;
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", RETRY]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type='json' -p='{RETRY}'\n{out}");
-    wait_for_condition(&cluster, |gd| {
-        gd.spec.pre_delete_update_strategy.as_ref().is_some_and(|s| !s.retry)
-    })
-    .await;
+    wait_for_condition(&cluster, |gd| gd.spec.pre_delete_update_strategy.as_ref().is_some_and(|s| !s.retry)).await;
     e2e::wait_for("a new HookRun for the pod", LONG, || async {
         get_run(&cluster, &run).await.filter(|r| r.metadata.uid.as_deref() != Some(failed_uid.as_str())).map(|_| ())
     })
@@ -166,10 +169,9 @@ async fn fail_template_holds_the_pod_until_retry() {
     hookruns(&cluster, false).await;
     wait_gd(&cluster, Columns::new(5, 5, 5, 5, 5)).await;
     wait_runs(&cluster, "every HookRun to be removed", |rows| rows.is_empty()).await;
-    let gd = wait_for_condition(&cluster, |gd| {
-        gd.status.as_ref().is_some_and(|s| s.pre_delete_hook_condition.is_empty())
-    })
-    .await;
+    let gd =
+        wait_for_condition(&cluster, |gd| gd.status.as_ref().is_some_and(|s| s.pre_delete_hook_condition.is_empty()))
+            .await;
     assert!(!gd.spec.pre_delete_update_strategy.is_some_and(|s| s.retry));
 
     let checked = watch.stop().await;
@@ -189,7 +191,8 @@ async fn args_template_passes_the_pods_identity() {
 
     let out = cluster.kubectl_ok(&["scale", "--replicas=2", &format!("gamedeployment/{NAME}")]).await;
     println!("$ kubectl scale --replicas=2 gamedeployment/{NAME}\n{out}");
-    let rows = wait_runs(&cluster, "two pre-delete HookRuns", |rows| rows.len() == 2 && rows.iter().all(is_predelete)).await;
+    let rows =
+        wait_runs(&cluster, "two pre-delete HookRuns", |rows| rows.len() == 2 && rows.iter().all(is_predelete)).await;
     for row in &rows {
         let yaml = cluster.kubectl_ok(&["get", "hookrun", &row.name, "-o", "yaml"]).await;
         println!("$ kubectl get hookrun {} -o yaml\n{yaml}", row.name);
@@ -214,7 +217,9 @@ async fn args_template_passes_the_pods_identity() {
     // The probe reaches each pod's own endpoint (the bryan JSON: age 45) and the runs succeed.
     for row in &rows {
         let run = e2e::wait_for("the run to succeed", LONG, || async {
-            get_run(&cluster, &row.name).await.filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful))
+            get_run(&cluster, &row.name)
+                .await
+                .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful))
         })
         .await;
         let result = run.status.and_then(|s| s.metric_results.into_iter().next()).expect("a metric result");

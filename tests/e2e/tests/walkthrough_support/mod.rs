@@ -188,7 +188,8 @@ impl HookWatcher {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     let name = pod.metadata.name.clone().unwrap_or_default();
                     let labels = pod.metadata.labels.clone().unwrap_or_default();
-                    let id = labels.get("tkex.bkbcs.tencent.com/gamedeployment-instance-id").cloned().unwrap_or_default();
+                    let id =
+                        labels.get("tkex.bkbcs.tencent.com/gamedeployment-instance-id").cloned().unwrap_or_default();
                     let revision = labels.get("controller-revision-hash").cloned();
                     let image = pod.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.image.clone());
                     let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
