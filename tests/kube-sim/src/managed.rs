@@ -603,8 +603,22 @@ pub fn apply(
         .filter(|p| !others.iter().any(|o| o.starts_with(p) || p.starts_with(o)))
         .collect();
     dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in dropped {
+    for p in &dropped {
         remove_at(&mut merged, p);
+    }
+    // Parents left empty by the removal go too, unless someone sets them.
+    for p in &dropped {
+        let mut parent: FieldPath = p.to_vec();
+        while parent.len() > 1 {
+            parent.pop();
+            let owned = applied_set.iter().chain(others.iter()).any(|o| o.starts_with(&parent));
+            let empty = value_at(&merged, &parent)
+                .is_some_and(|v| v.as_object().is_some_and(Map::is_empty) || v.as_array().is_some_and(Vec::is_empty));
+            if owned || !empty {
+                break;
+            }
+            remove_at(&mut merged, &parent);
+        }
     }
     let now = crate::meta::now();
     match entries.iter_mut().find(|e| e.same_slot(manager, "Apply", subresource)) {

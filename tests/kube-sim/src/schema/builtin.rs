@@ -62,8 +62,12 @@ impl BuiltinSchemas {
                 }
             }
         }
-        // SMP quirk of the real types: containers' ports merge on containerPort alone and
-        // service ports on port alone, which the table already encodes.
+        // Free-form values (RawExtension, apiextensions JSON, JSONSchemaPropsOrArray/OrBool,
+        // FieldsV1) have no properties: structural pruning of applied configurations must keep
+        // whatever they hold, as decoding into the Go types does.
+        for def in defs.values_mut() {
+            mark_free_form(def);
+        }
         let mut by_def: HashMap<&str, Vec<Value>> = HashMap::new();
         for g in gvks {
             by_def
@@ -89,6 +93,37 @@ impl BuiltinSchemas {
 
     pub fn schema(&self, definition: &str) -> Option<Schema> {
         self.roots.get(definition).map(|root| Schema { set: self.set.clone(), root: *root })
+    }
+}
+
+/// Marks schema nodes without any structure (no properties, items or additionalProperties,
+/// possibly with `oneOf`/`anyOf` alternatives) as preserving unknown fields.
+fn mark_free_form(v: &mut Value) {
+    let Value::Object(m) = v else { return };
+    if m.contains_key("$ref") {
+        return;
+    }
+    for key in ["properties", "patternProperties"] {
+        if let Some(Value::Object(props)) = m.get_mut(key) {
+            for p in props.values_mut() {
+                mark_free_form(p);
+            }
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child @ Value::Object(_)) = m.get_mut(key) {
+            mark_free_form(child);
+        }
+    }
+    let structured = m.contains_key("properties") || m.contains_key("items") || m.contains_key("additionalProperties");
+    let object_like = match m.get("type") {
+        None => true,
+        Some(Value::String(t)) => t == "object",
+        Some(_) => false,
+    };
+    let scalar_like = m.contains_key("x-kubernetes-int-or-string") || m.contains_key("format") && !object_like;
+    if !structured && object_like && !scalar_like {
+        m.insert("x-kubernetes-preserve-unknown-fields".into(), json!(true));
     }
 }
 
@@ -121,5 +156,31 @@ mod tests {
         let finalizers = c.field("metadata").unwrap().field("finalizers").unwrap();
         assert_eq!(finalizers.list_type(), ListType::Set);
         assert_eq!(b.defs["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"][0]["kind"], "Pod");
+    }
+
+    #[test]
+    fn free_form_values_keep_their_content_when_pruned() {
+        let b = BuiltinSchemas::build(
+            &[|g| {
+                g.subschema_for::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>();
+                g.subschema_for::<k8s_openapi::api::apps::v1::ControllerRevision>();
+            }],
+            &[],
+        );
+        let crd =
+            b.schema("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition").unwrap();
+        let mut obj = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "x"},
+            "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "a": {"type": "array", "items": {"type": "object", "properties": {"b": {"type": "string"}}}},
+                "m": {"type": "object", "additionalProperties": {"type": "string"}},
+                "d": {"type": "object", "default": {"x": 1}}}}}}]}});
+        let before = obj.clone();
+        let unknown = crate::schema::pruning::prune_object(crate::schema::Cursor::root(&crd), &mut obj);
+        assert!(unknown.is_empty(), "{unknown:?}");
+        assert_eq!(obj, before);
+        let cr = b.schema("io.k8s.api.apps.v1.ControllerRevision").unwrap();
+        let mut rev =
+            json!({"metadata": {"name": "r"}, "revision": 1, "data": {"spec": {"template": {"anything": true}}}});
+        assert!(crate::schema::pruning::prune_object(crate::schema::Cursor::root(&cr), &mut rev).is_empty());
     }
 }
