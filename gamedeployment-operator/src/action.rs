@@ -149,6 +149,12 @@ pub enum Action {
         kind: HookKind,
         resource_version: String,
     },
+    /// Set `spec.updateStrategy.paused` (a canary pause step or failed step hook pauses the rollout; the end of a
+    /// timed pause resumes it), only if the GameDeployment is still at `resource_version`.
+    SetPaused {
+        paused: bool,
+        resource_version: String,
+    },
 }
 
 impl Action {
@@ -169,7 +175,8 @@ impl Action {
             | Self::PrunePodsToDelete { .. }
             | Self::CreateHookRun(_)
             | Self::DeleteHookRun { .. }
-            | Self::ResetRetry { .. } => Phase::Housekeeping,
+            | Self::ResetRetry { .. }
+            | Self::SetPaused { .. } => Phase::Housekeeping,
         }
     }
 

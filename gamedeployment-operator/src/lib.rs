@@ -6,6 +6,7 @@
 //! protection), [`metrics`].
 
 pub mod action;
+pub mod canary;
 pub mod controller;
 pub mod expectations;
 pub mod gate;

@@ -147,6 +147,11 @@ impl Executor<'_> {
                 deletes_ok &= self.delete_hook_run(name, uid, why, &mut outcome).await;
             }
         }
+        for action in of(|a| matches!(a, Action::SetPaused { .. })) {
+            if let Action::SetPaused { paused, resource_version } = action {
+                self.set_paused(*paused, resource_version, &mut outcome).await;
+            }
+        }
         // A retry is acknowledged only once the failed runs are really gone: otherwise the request stays.
         if deletes_ok {
             for action in of(|a| matches!(a, Action::ResetRetry { .. })) {
@@ -559,6 +564,25 @@ impl Executor<'_> {
                 );
                 false
             }
+        }
+    }
+
+    async fn set_paused(&self, paused: bool, resource_version: &str, outcome: &mut Outcome) {
+        let ops = [
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
+            json!({"op": "add", "path": "/spec/updateStrategy/paused", "value": paused}),
+        ];
+        let result = match json_patch(&ops) {
+            Ok(patch) => self.gds().patch(&self.gd.name_any(), &PatchParams::default(), &patch).await.map(|_| ()),
+            Err(e) => Err(kube::Error::SerdeError(e)),
+        };
+        match result {
+            Ok(()) => outcome.events.push(PlannedEvent::normal(
+                if paused { "CanaryPaused" } else { "CanaryResumed" },
+                format!("set spec.updateStrategy.paused to {paused}"),
+            )),
+            Err(e) if matches!(code(&e), Some(409 | 422)) => outcome.stale += 1,
+            Err(e) => tracing::warn!(error = %e, "setting spec.updateStrategy.paused failed"),
         }
     }
 

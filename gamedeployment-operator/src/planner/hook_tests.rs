@@ -190,3 +190,93 @@ fn post_inplace_hook_runs_after_the_update_and_does_not_block_others() {
     assert!(world.hook_runs.is_empty());
     assert!(world.gd.status.clone().unwrap_or_default().post_inplace_hook_condition.is_empty());
 }
+
+#[test]
+fn canary_steps_partition_pause_and_hook() {
+    let mut gd = gd(4, "InplaceUpdate");
+    gd.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2));
+    gd.spec.update_strategy.canary = Some(
+        serde_json::from_value(json!({"steps": [
+            {"partition": 3}, {"pause": {}}, {"partition": 2}, {"pause": {"duration": 60}}, {"hook": {"templateName": "drain"}}
+        ]}))
+        .expect("valid steps"),
+    );
+    let mut world = World::new(gd);
+    let mut t = template();
+    t.spec.args.clear();
+    world.hook_templates.push(t);
+    assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
+    let status = world.gd.status.clone().unwrap_or_default();
+    assert_eq!(status.current_step_index, Some(5), "a new GameDeployment skips its steps");
+
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:2".into());
+    }
+    world.gd.metadata.generation = Some(2);
+    let index = |w: &World| w.gd.status.as_ref().and_then(|s| s.current_step_index);
+    for _ in 0..20 {
+        world.tick(1);
+        world.pass();
+    }
+    assert_eq!(world.revision_counts().0, 1, "partition 3: one pod updated");
+    assert_eq!(index(&world), Some(1));
+    assert!(world.gd.spec.update_strategy.paused, "the pause step paused the rollout");
+    let status = world.gd.status.clone().unwrap_or_default();
+    assert_eq!(status.pause_conditions.len(), 1);
+    // A person resumes.
+    world.gd.spec.update_strategy.paused = false;
+    for _ in 0..20 {
+        world.tick(1);
+        world.pass();
+    }
+    assert_eq!(world.revision_counts().0, 2, "partition 2");
+    assert_eq!(index(&world), Some(3), "timed pause");
+    world.tick(61);
+    for _ in 0..5 {
+        world.tick(1);
+        world.pass();
+    }
+    assert_eq!(index(&world), Some(4), "the timed pause expired");
+    assert!(!world.gd.spec.update_strategy.paused);
+    assert_eq!(world.hook_runs.len(), 1);
+    assert!(world.hook_runs[0].metadata.name.as_deref().unwrap_or("").starts_with("canary-"));
+    set_phase(&mut world, HookPhase::Failed);
+    for _ in 0..5 {
+        world.tick(1);
+        world.pass();
+    }
+    assert!(world.gd.spec.update_strategy.paused, "a failed step hook pauses");
+    assert_eq!(index(&world), Some(4));
+    world.gd.spec.update_strategy.paused = false;
+    for _ in 0..30 {
+        world.tick(1);
+        world.pass();
+    }
+    assert_eq!(index(&world), Some(5));
+    assert_eq!(world.revision_counts(), (4, 0), "all steps done: partition 0");
+
+    // A new canary, rolled back to the stable revision while paused: straight through, pause lifted.
+    let stable = world.update_revision();
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:3".into());
+    }
+    world.gd.metadata.generation = Some(3);
+    for _ in 0..20 {
+        world.tick(1);
+        world.pass();
+    }
+    assert_eq!(index(&world), Some(1));
+    assert!(world.gd.spec.update_strategy.paused);
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:2".into());
+    }
+    world.gd.metadata.generation = Some(4);
+    for _ in 0..30 {
+        world.tick(1);
+        world.pass();
+    }
+    assert_eq!(world.update_revision(), stable);
+    assert_eq!(index(&world), Some(5));
+    assert!(!world.gd.spec.update_strategy.paused);
+    assert_eq!(world.revision_counts(), (4, 0));
+}

@@ -132,6 +132,10 @@ impl PodInfo<'_> {
     }
 }
 
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// Decides what to do.
 pub fn plan(observed: &Observed<'_>) -> Plan {
     let gd = observed.gd;
@@ -178,9 +182,26 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     if let Err(problem) = &selector {
         spec_problems.push((status::Failure::Scale, problem.to_string()));
     }
-    let ctx = resolve_settings(observed, &mut spec_problems, update_revision, current_revision, templates);
+    let mut ctx = resolve_settings(observed, &mut spec_problems, update_revision, current_revision, templates);
 
     let infos = pod_infos(&ctx, &active);
+
+    // Canary steps decide the partition of this pass.
+    let counts = crate::canary::Counts {
+        replicas: ctx.replicas,
+        updated_ready: count(infos.iter().filter(|i| i.updated && i.ready).count()),
+        ready: count(infos.iter().filter(|i| i.ready).count()),
+        available: count(infos.iter().filter(|i| i.available).count()),
+    };
+    let canary = crate::canary::evaluate(gd, &old_status, &ctx.update_revision, counts, &ctx.gate, ctx.now);
+    if let Some(partition) = canary.partition {
+        ctx.partition = partition.min(ctx.replicas);
+    }
+    draft.actions.extend(canary.actions.iter().cloned());
+    draft.events.extend(canary.events.iter().cloned());
+    if let Some(at) = canary.requeue_at {
+        draft.requeue_at(ctx.now, at);
+    }
 
     if selector.is_ok() {
         // 3. Scale, 4. update.
@@ -204,6 +225,10 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
 
     // 7. Status.
     let mut status = status::compute(&ctx, &old_status, &infos, &draft, &spec_problems);
+    status.current_step_index = canary.current_step_index;
+    status.current_step_hash = canary.current_step_hash.clone();
+    status.canary = canary.canary.clone();
+    status.pause_conditions = canary.pause_conditions.clone();
     let mut hook_events = Vec::new();
     crate::hooks::status(&ctx, &infos, &draft, &old_status, &mut status, &mut hook_events);
     draft.events.extend(hook_events);

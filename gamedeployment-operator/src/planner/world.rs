@@ -180,6 +180,7 @@ impl World {
             Action::DeleteHookRun { name, uid, .. } => self.hook_runs.retain(|r| {
                 r.metadata.name.as_deref() != Some(name.as_str()) || r.metadata.uid.as_deref() != Some(uid.as_str())
             }),
+            Action::SetPaused { paused, .. } => self.gd.spec.update_strategy.paused = *paused,
             Action::ResetRetry { kind, .. } => {
                 let spec = &mut self.gd.spec;
                 match kind {

@@ -1,0 +1,286 @@
+//! Canary steps (`spec.updateStrategy.canary.steps`): `partition`, `pause` (with or without `duration`) and
+//! `hook` steps, with `status.currentStepIndex`, `currentStepHash`, `canary` and `pauseConditions`
+//! (`research/bcs-gamedeployment-spec.md` §5).
+//!
+//! Rules, evaluated once per pass before scaling and updating:
+//! - no steps: the canary fields are cleared and the plain `partition` applies;
+//! - a new GameDeployment skips its steps (its first template is the stable one);
+//! - a template change or a change of the steps restarts at step 0 — except a rollback to the stable revision
+//!   (`status.canary.revision`), which goes straight through (all steps skipped);
+//! - the partition is that of the latest `partition` step up to the current one (`replicas`, i.e. nothing
+//!   updated, before the first); after the last step the spec's `partition` applies;
+//! - a `partition` step completes when exactly `replicas − partition` pods are updated and ready and every ready
+//!   pod is available;
+//! - a `pause` step pauses the rollout the BCS way: the operator sets `spec.updateStrategy.paused: true`, then
+//!   records `PausedByCanaryPauseStep`. It ends when a person sets `paused: false` (`kubectl patch`), or when
+//!   `duration` seconds have passed (then the operator sets `paused: false` itself). Unlike BCS, resuming a timed
+//!   pause early is honoured;
+//! - a `hook` step starts a HookRun `canary-<revision>-<step>-<template>` and moves on when it is `Successful`;
+//!   a failed run pauses the rollout with `PausedByStepBasedHook`, and `paused: false` overrides it.
+//!
+//! A pause condition is only written once `spec.paused` shows `true`, so "condition present and `paused`
+//! false" always means a person resumed — never that our own `paused: true` was not visible yet.
+
+use common::api::{
+    CanaryStatus, CanaryStep, GameDeployment, GameDeploymentStatus, HookPhase, PauseCondition, PauseReason,
+};
+use common::hookrun::{self, HookKind, NewHookRun};
+use common::intstr::{self, Rounding};
+use common::keys;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::action::Action;
+use crate::gate::{self, GateState};
+use crate::ownership;
+use crate::planner::PlannedEvent;
+use crate::revision;
+
+/// What the canary decided for this pass.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The partition to roll out to (None: the spec's).
+    pub partition: Option<i32>,
+    pub current_step_index: Option<i32>,
+    pub current_step_hash: Option<String>,
+    pub canary: Option<CanaryStatus>,
+    pub pause_conditions: Vec<PauseCondition>,
+    pub actions: Vec<Action>,
+    pub events: Vec<PlannedEvent>,
+    /// Look again at this time (a timed pause ends, or a step was completed and the next one starts).
+    pub requeue_at: Option<Timestamp>,
+}
+
+/// What the canary reads about the pods.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    pub replicas: i32,
+    pub updated_ready: i32,
+    pub ready: i32,
+    pub available: i32,
+}
+
+/// The hash of the steps as BCS keeps it in `status.currentStepHash` (FNV-32a of their JSON).
+pub fn steps_hash(steps: &[CanaryStep]) -> String {
+    let json = serde_json::to_vec(steps).unwrap_or_default();
+    format!("{:x}", revision::fnv32a(&json))
+}
+
+fn step_partition(step: &CanaryStep, replicas: i32) -> Option<i32> {
+    let value = step.partition.as_ref()?;
+    intstr::scaled_value_or(Some(value), replicas, replicas, Rounding::Down, "partition").ok().map(|p| p.min(replicas))
+}
+
+/// The partition in force at step `index`: the latest partition step up to it, else `replicas`.
+fn partition_at(steps: &[CanaryStep], index: usize, replicas: i32) -> i32 {
+    steps[..=index.min(steps.len().saturating_sub(1))]
+        .iter()
+        .rev()
+        .find_map(|s| step_partition(s, replicas))
+        .unwrap_or(replicas)
+}
+
+fn to_i32(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Evaluates the steps. `update_revision` is the revision of the current template.
+pub fn evaluate(
+    gd: &GameDeployment,
+    old: &GameDeploymentStatus,
+    update_revision: &str,
+    counts: Counts,
+    gate: &GateState<'_>,
+    now: Timestamp,
+) -> Outcome {
+    let mut out = Outcome::default();
+    let steps: &[CanaryStep] = gd.spec.update_strategy.canary.as_ref().map_or(&[], |c| c.steps.as_slice());
+    // Runs of other revisions (or of a canary that no longer exists) are removed.
+    for run in canary_runs(gd, gate) {
+        let revision_label = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_WORKLOAD_REVISION));
+        if steps.is_empty() || revision_label.map(String::as_str) != Some(update_revision) {
+            out.actions.push(Action::DeleteHookRun {
+                name: run.metadata.name.clone().unwrap_or_default(),
+                uid: run.metadata.uid.clone().unwrap_or_default(),
+                why: "its canary step belongs to another revision".into(),
+            });
+        }
+    }
+    if steps.is_empty() {
+        return out;
+    }
+    let len = steps.len();
+    let hash = steps_hash(steps);
+    out.current_step_hash = Some(hash.clone());
+    let stable = old.canary.as_ref().and_then(|c| c.revision.clone());
+    let mut canary = old.canary.clone().unwrap_or_default();
+    let mut index = old.current_step_index.map_or(len, |i| usize::try_from(i).unwrap_or(0)).min(len);
+    let mut conditions = old.pause_conditions.clone();
+    let spec_paused = gd.spec.update_strategy.paused;
+
+    let template_changed = old.update_revision.as_deref().is_some_and(|r| r != update_revision);
+    let steps_changed = old.current_step_hash.as_deref().is_some_and(|h| h != hash);
+    match stable.as_deref() {
+        None => {
+            // First sight: the current template is the stable one; nothing to roll out.
+            canary.revision = Some(update_revision.to_string());
+            index = len;
+            conditions.clear();
+        }
+        Some(stable) if template_changed || steps_changed => {
+            conditions.clear();
+            canary.current_step_hook_run = None;
+            canary.pause_start_time = None;
+            if stable == update_revision {
+                index = len;
+                out.events.push(PlannedEvent::normal(
+                    "SetStepIndex",
+                    format!("revision {update_revision} is the stable one: all canary steps are skipped"),
+                ));
+            } else {
+                index = 0;
+                out.events.push(PlannedEvent::normal(
+                    "SetStepIndex",
+                    format!("canary of revision {update_revision} starts at step 0 of {len}"),
+                ));
+            }
+            if spec_paused && !old.pause_conditions.is_empty() {
+                // The pause was ours (a step's): lift it with the restart.
+                out.actions.push(set_paused(gd, false));
+            }
+        }
+        Some(_) => {}
+    }
+
+    if index < len {
+        let step = &steps[index];
+        let partition = partition_at(steps, index, counts.replicas);
+        let settled = counts.updated_ready == counts.replicas - partition && counts.available == counts.ready;
+        let has = |reason: PauseReason| conditions.iter().find(|c| c.reason == reason).cloned();
+        let mut complete = false;
+        let mut wants_pause: Option<PauseReason> = None;
+        if step.partition.is_some() && settled {
+            complete = true;
+        } else if let Some(pause) = &step.pause {
+            match has(PauseReason::PausedByCanaryPauseStep) {
+                Some(c) => {
+                    let expired = pause.duration.is_some_and(|d| {
+                        let end = c.start_time.0.checked_add(SignedDuration::from_secs(i64::from(d))).unwrap_or(now);
+                        out.requeue_at = Some(end);
+                        end <= now
+                    });
+                    if !spec_paused || expired {
+                        complete = true;
+                    } else {
+                        wants_pause = Some(PauseReason::PausedByCanaryPauseStep);
+                    }
+                }
+                None if settled => wants_pause = Some(PauseReason::PausedByCanaryPauseStep),
+                None => {}
+            }
+        } else if let Some(hook) = &step.hook {
+            let name = hookrun::canary_hook_name(update_revision, index, &hook.template_name);
+            canary.current_step_hook_run = Some(name.clone());
+            match gate::find_run(gate, &name).map(gate::run_phase) {
+                Some(HookPhase::Successful) => complete = true,
+                Some(phase) if phase.is_completed() => {
+                    if has(PauseReason::PausedByStepBasedHook).is_some() && !spec_paused {
+                        complete = true;
+                        out.events.push(PlannedEvent::normal(
+                            "CanaryHookOverridden",
+                            format!("HookRun {name} ended {phase}; the rollout was resumed by spec.updateStrategy.paused: false"),
+                        ));
+                    } else {
+                        if has(PauseReason::PausedByStepBasedHook).is_none() && spec_paused {
+                            out.events.push(PlannedEvent::warning(
+                                "CanaryHookFailed",
+                                format!(
+                                    "HookRun {name} of canary step {index} ended {phase}: the rollout is paused; \
+                                     set spec.updateStrategy.paused: false to go on anyway, or roll the template back"
+                                ),
+                            ));
+                        }
+                        wants_pause = Some(PauseReason::PausedByStepBasedHook);
+                    }
+                }
+                Some(_) => {}
+                None => match build_step_run(gd, gate, update_revision, index, hook) {
+                    Ok(run) => out.actions.push(Action::CreateHookRun(Box::new(run))),
+                    Err(problem) => out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem)),
+                },
+            }
+        }
+        if complete {
+            index += 1;
+            conditions.clear();
+            canary.current_step_hook_run = None;
+            canary.pause_start_time = None;
+            if spec_paused && !old.pause_conditions.is_empty() {
+                out.actions.push(set_paused(gd, false));
+            }
+            out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
+            out.requeue_at = Some(now);
+        } else if let Some(reason) = wants_pause {
+            if !spec_paused {
+                // First `paused: true`; the condition follows once the spec shows it.
+                out.actions.push(set_paused(gd, true));
+            } else if has(reason).is_none() {
+                conditions.retain(|c| c.reason == reason);
+                conditions.push(PauseCondition { reason, start_time: Time(now) });
+                canary.pause_start_time = Some(Time(now));
+                if let Some(d) = step.pause.as_ref().and_then(|p| p.duration) {
+                    out.requeue_at = now.checked_add(SignedDuration::from_secs(i64::from(d))).ok();
+                }
+            }
+        }
+    }
+    if index >= len {
+        canary.revision = Some(update_revision.to_string());
+        out.partition = None;
+    } else {
+        out.partition = Some(partition_at(steps, index, counts.replicas));
+    }
+    out.current_step_index = Some(to_i32(index));
+    out.canary = Some(canary);
+    out.pause_conditions = conditions;
+    out
+}
+
+fn canary_runs<'a>(
+    gd: &'a GameDeployment,
+    gate: &GateState<'a>,
+) -> impl Iterator<Item = &'a common::api::HookRun> + 'a {
+    gate.hook_runs.iter().filter(move |r| {
+        r.metadata.deletion_timestamp.is_none()
+            && r.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_TYPE)).map(String::as_str)
+                == Some(HookKind::CanaryStep.type_label())
+            && ownership::controller_of(r.metadata.owner_references.as_ref())
+                .is_some_and(|o| ownership::is_owned_by(o, gd))
+    })
+}
+
+fn build_step_run(
+    gd: &GameDeployment,
+    gate: &GateState<'_>,
+    revision: &str,
+    index: usize,
+    hook: &common::api::HookStep,
+) -> Result<common::api::HookRun, String> {
+    let namespace = gd.metadata.namespace.clone().unwrap_or_default();
+    let template =
+        gate.templates.iter().find(|t| t.metadata.name.as_deref() == Some(hook.template_name.as_str())).ok_or_else(
+            || format!("canary step {index}: HookTemplate {:?} not found in namespace {namespace}", hook.template_name),
+        )?;
+    let new = NewHookRun {
+        name: hookrun::canary_hook_name(revision, index, &hook.template_name),
+        namespace,
+        labels: hookrun::canary_hook_labels(revision, index, gd.metadata.name.as_deref().unwrap_or("")),
+        owner: Some(ownership::owner_reference(gd)),
+        args: hookrun::step_args(hook),
+    };
+    hookrun::from_template(template, new).map_err(|e| format!("canary step {index}: {e}"))
+}
+
+fn set_paused(gd: &GameDeployment, paused: bool) -> Action {
+    Action::SetPaused { paused, resource_version: gd.metadata.resource_version.clone().unwrap_or_default() }
+}
