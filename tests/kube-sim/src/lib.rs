@@ -6,7 +6,7 @@
 //! kube-rs send. See `README.md` for the known differences from a real API server.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), kube_sim::Error> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let sim = kube_sim::start(kube_sim::SimConfig::default()).await?;
 //! let client = sim.client().await;
 //! sim.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
