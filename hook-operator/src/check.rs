@@ -26,8 +26,8 @@ pub fn load(text: &str, overrides: &[(String, String)]) -> Result<HookRun, Strin
         let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
         let (name, mut spec) = match kind.as_str() {
             "HookTemplate" => {
-                let template: HookTemplate =
-                    serde_yaml::from_value(value).map_err(|e| format!("the HookTemplate does not match the API: {e}"))?;
+                let template: HookTemplate = serde_yaml::from_value(value)
+                    .map_err(|e| format!("the HookTemplate does not match the API: {e}"))?;
                 let spec = HookRunSpec {
                     metrics: template.spec.metrics,
                     args: template.spec.args,
@@ -37,7 +37,8 @@ pub fn load(text: &str, overrides: &[(String, String)]) -> Result<HookRun, Strin
                 (template.metadata.name.unwrap_or_else(|| "template".into()), spec)
             }
             "HookRun" => {
-                let run: HookRun = serde_yaml::from_value(value).map_err(|e| format!("the HookRun does not match the API: {e}"))?;
+                let run: HookRun =
+                    serde_yaml::from_value(value).map_err(|e| format!("the HookRun does not match the API: {e}"))?;
                 (run.metadata.name.unwrap_or_else(|| "run".into()), run.spec)
             }
             _ => continue,
@@ -113,9 +114,20 @@ pub async fn run(flags: CheckFlags) -> ExitCode {
     let wakers = Wakers::default();
     let dispatcher = Dispatcher::new(providers, Arc::new(Metrics::default()), engine, 64, wakers.wake());
     let json = flags.json;
-    let args_text = run.spec.args.iter().map(|a| format!("{}={}", a.name, a.value.as_deref().unwrap_or("<unset>"))).collect::<Vec<_>>().join(" ");
+    let args_text = run
+        .spec
+        .args
+        .iter()
+        .map(|a| format!("{}={}", a.name, a.value.as_deref().unwrap_or("<unset>")))
+        .collect::<Vec<_>>()
+        .join(" ");
     if !json {
-        println!("checking {} ({} metric(s); args: {})", flags.file.display(), run.spec.metrics.len(), if args_text.is_empty() { "none" } else { &args_text });
+        println!(
+            "checking {} ({} metric(s); args: {})",
+            flags.file.display(),
+            run.spec.metrics.len(),
+            if args_text.is_empty() { "none" } else { &args_text }
+        );
     }
     let mut counts = std::collections::HashMap::<String, usize>::new();
     let finished = local::drive(&dispatcher, &wakers, run, |round| {
@@ -154,7 +166,8 @@ mod tests {
 
     #[test]
     fn loads_templates_and_applies_arg_overrides() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/hook-template-args.yaml")).unwrap();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/hook-template-args.yaml"))
+            .unwrap();
         let run = load(&text, &[("PodIP".into(), "127.0.0.1".into()), ("extra".into(), "1".into())]).unwrap();
         assert_eq!(run.metadata.name.as_deref(), Some("test-check"));
         let pod_ip = run.spec.args.iter().find(|a| a.name == "PodIP").unwrap();

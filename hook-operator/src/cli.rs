@@ -128,7 +128,8 @@ mod tests {
 
     #[test]
     fn parses_the_controller_and_check_command_lines() {
-        let cli = Cli::try_parse_from(["hook-operator", "--namespace", "games", "--max-inflight-measurements", "10"]).unwrap();
+        let cli = Cli::try_parse_from(["hook-operator", "--namespace", "games", "--max-inflight-measurements", "10"])
+            .unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.run.max_in_flight, 10);
         assert_eq!(cli.run.runtime.kube.namespace.as_deref(), Some("games"));
@@ -155,6 +156,11 @@ mod tests {
         assert_eq!(check.engine.interval_scale, 0.01);
         assert_eq!(check.engine.web_resolve.len(), 1);
         assert!(Cli::try_parse_from(["hook-operator", "check", "-f", "t.yaml", "--arg", "novalue"]).is_err());
-        assert!(Cli::try_parse_from(["hook-operator", "check", "-f", "t.yaml", "--interval-scale", "0"]).unwrap().command.is_some());
+        assert!(
+            Cli::try_parse_from(["hook-operator", "check", "-f", "t.yaml", "--interval-scale", "0"])
+                .unwrap()
+                .command
+                .is_some()
+        );
     }
 }

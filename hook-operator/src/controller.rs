@@ -71,7 +71,10 @@ pub struct Context {
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -230,7 +233,10 @@ async fn housekeeping(store: Store<HookRun>, dispatcher: Dispatcher, metrics: Ar
             uids.insert(RunId::of(run).uid);
         }
         for phase in ["New", "Pending", "Running", "Successful", "Failed", "Error", "Inconclusive"] {
-            metrics.hookruns.get_or_create(&PhaseLabels { phase: phase.into() }).set(counts.get(phase).copied().unwrap_or(0));
+            metrics
+                .hookruns
+                .get_or_create(&PhaseLabels { phase: phase.into() })
+                .set(counts.get(phase).copied().unwrap_or(0));
         }
         if !runs.is_empty() || dispatcher.tracked_runs() > 0 {
             dispatcher.retain(|uid| uids.contains(uid));
@@ -239,7 +245,14 @@ async fn housekeeping(store: Store<HookRun>, dispatcher: Dispatcher, metrics: Ar
 }
 
 /// Runs the controller until `shutdown`.
-pub async fn run(client: Client, options: Options, providers: Arc<Providers>, metrics: Arc<Metrics>, health: Health, shutdown: Shutdown) {
+pub async fn run(
+    client: Client,
+    options: Options,
+    providers: Arc<Providers>,
+    metrics: Arc<Metrics>,
+    health: Health,
+    shutdown: Shutdown,
+) {
     let (wake_tx, wake_rx) = mpsc::unbounded_channel::<ObjectRef<HookRun>>();
     let wake = Arc::new(move |id: &RunId| {
         let _ = wake_tx.send(ObjectRef::new(&id.name).within(&id.namespace));
@@ -261,7 +274,12 @@ pub async fn run(client: Client, options: Options, providers: Arc<Providers>, me
             async move { shutdown.wait().await }
         });
     let store = controller.store();
-    let context = Arc::new(Context { client: client.clone(), dispatcher: dispatcher.clone(), metrics: metrics.clone(), recorder: recorder.clone() });
+    let context = Arc::new(Context {
+        client: client.clone(),
+        dispatcher: dispatcher.clone(),
+        metrics: metrics.clone(),
+        recorder: recorder.clone(),
+    });
 
     let templates = tokio::spawn(watch_templates(client.clone(), options.namespace.clone(), recorder, metrics.clone()));
     let chores = tokio::spawn(housekeeping(store.clone(), dispatcher, metrics.clone()));

@@ -38,7 +38,11 @@ impl RunId {
         let meta = &run.metadata;
         Self {
             uid: meta.uid.clone().unwrap_or_else(|| {
-                format!("{}/{}", meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
+                format!(
+                    "{}/{}",
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default()
+                )
             }),
             namespace: meta.namespace.clone().unwrap_or_default(),
             name: meta.name.clone().unwrap_or_default(),
@@ -100,7 +104,13 @@ impl Drop for GaugeGuard<'_> {
 }
 
 impl Dispatcher {
-    pub fn new(providers: Arc<Providers>, metrics: Arc<Metrics>, settings: EngineSettings, max_in_flight: usize, wake: Wake) -> Self {
+    pub fn new(
+        providers: Arc<Providers>,
+        metrics: Arc<Metrics>,
+        settings: EngineSettings,
+        max_in_flight: usize,
+        wake: Wake,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 slots: Mutex::new(HashMap::new()),
@@ -169,7 +179,7 @@ impl Dispatcher {
             now,
             settings: &self.inner.settings,
         });
-        let changed = run.status.as_ref().map_or(true, |s| *s != plan.status);
+        let changed = run.status.as_ref().is_none_or(|s| *s != plan.status);
         Round { id, run, plan, changed }
     }
 
@@ -268,5 +278,90 @@ impl Dispatcher {
 
     pub fn tracked_runs(&self) -> usize {
         self.slots().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::api::{HookPhase, HookRunSpec, Metric, MetricProvider, WebMetric};
+    use kube::api::ObjectMeta;
+
+    use crate::providers::ProviderSettings;
+
+    fn run(rv: &str, initial_delay: &str) -> HookRun {
+        HookRun {
+            metadata: ObjectMeta {
+                name: Some("r".into()),
+                namespace: Some("ns".into()),
+                uid: Some("uid-r".into()),
+                resource_version: Some(rv.into()),
+                generation: Some(1),
+                ..ObjectMeta::default()
+            },
+            spec: HookRunSpec {
+                metrics: vec![Metric {
+                    name: "m".into(),
+                    initial_delay: Some(initial_delay.into()),
+                    provider: MetricProvider {
+                        web: Some(WebMetric { url: "http://127.0.0.1:1/".into(), ..WebMetric::default() }),
+                        ..MetricProvider::default()
+                    },
+                    ..Metric::default()
+                }],
+                ..HookRunSpec::default()
+            },
+            status: None,
+        }
+    }
+
+    fn dispatcher() -> Dispatcher {
+        let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
+        Dispatcher::new(
+            providers,
+            Arc::new(Metrics::default()),
+            EngineSettings::default(),
+            10,
+            Arc::new(|_: &RunId| {}),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_stale_cache_is_replaced_by_our_own_last_write() {
+        let d = dispatcher();
+        let cached = Arc::new(run("1", "1h"));
+        let round = d.plan(cached.clone(), Timestamp::now());
+        assert!(round.changed, "the first round starts the run");
+        let mut written = run("2", "1h");
+        written.status = Some(round.plan.status.clone());
+        d.commit(&round, Some(Arc::new(written)));
+
+        // The informer has not delivered our write yet: the next round must not start the run again.
+        let again = d.plan(cached, Timestamp::now());
+        assert_eq!(again.run.metadata.resource_version.as_deref(), Some("2"));
+        assert!(!again.changed, "nothing to write: the write already happened");
+        assert_eq!(again.plan.status.started_at, round.plan.status.started_at);
+
+        // Once the cache has caught up, it is used as it is.
+        let mut fresh = run("2", "1h");
+        fresh.status = Some(round.plan.status.clone());
+        let caught_up = d.plan(Arc::new(fresh), Timestamp::now());
+        assert!(!caught_up.changed);
+    }
+
+    #[tokio::test]
+    async fn completed_runs_are_forgotten_and_their_measurements_cancelled() {
+        let d = dispatcher();
+        let round = d.plan(Arc::new(run("1", "0s")), Timestamp::now());
+        assert_eq!(round.plan.start.len(), 1);
+        d.commit(&round, None);
+        assert_eq!(d.tracked_runs(), 1);
+        let mut done = run("3", "0s");
+        done.status = Some(common::api::HookRunStatus { phase: Some(HookPhase::Successful), ..Default::default() });
+        let round = d.plan(Arc::new(done), Timestamp::now());
+        assert!(round.plan.completed && !round.changed);
+        d.commit(&round, None);
+        assert_eq!(d.tracked_runs(), 0);
+        d.retain(|_| false);
     }
 }

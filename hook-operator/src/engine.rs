@@ -148,7 +148,10 @@ pub fn record(result: &mut MetricResult, measurement: Measurement, history_limit
 /// The metric phase from its counters, or `None` while it keeps running. First match wins.
 pub fn assess(metric: &Metric, result: &MetricResult) -> Option<(HookPhase, String)> {
     if metric.failure_limit >= 0 && result.failed > metric.failure_limit {
-        return Some((HookPhase::Failed, format!("failed ({}) > failureLimit ({})", result.failed, metric.failure_limit)));
+        return Some((
+            HookPhase::Failed,
+            format!("failed ({}) > failureLimit ({})", result.failed, metric.failure_limit),
+        ));
     }
     if metric.successful_limit > 0 && result.successful >= metric.successful_limit {
         return Some((
@@ -174,7 +177,10 @@ pub fn assess(metric: &Metric, result: &MetricResult) -> Option<(HookPhase, Stri
     {
         return Some((
             HookPhase::Successful,
-            format!("consecutiveSuccessful ({}) >= consecutiveSuccessfulLimit ({limit})", result.consecutive_successful),
+            format!(
+                "consecutiveSuccessful ({}) >= consecutiveSuccessfulLimit ({limit})",
+                result.consecutive_successful
+            ),
         ));
     }
     if let Some(count) = schedule::effective_count(metric)
@@ -266,7 +272,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
         plan.recorded.push((f.metric.clone(), measurement.clone()));
         record(result, measurement, inputs.settings.history_limit);
-        plan.precise.last_finish.insert(f.metric.clone(), PreciseFinish { taken: schedule::taken(result), at: f.finished_at });
+        plan.precise
+            .last_finish
+            .insert(f.metric.clone(), PreciseFinish { taken: schedule::taken(result), at: f.finished_at });
     }
 
     // 2. Assess each metric; the first bad one stops the others.
@@ -279,7 +287,11 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
             complete_metric(result, phase, why, &mut plan.notes);
         }
         if is_bad(result.phase) && stopped_by.is_none() {
-            stopped_by = Some((metric.name.clone(), result.phase.unwrap_or(HookPhase::Error), result.message.clone().unwrap_or_default()));
+            stopped_by = Some((
+                metric.name.clone(),
+                result.phase.unwrap_or(HookPhase::Error),
+                result.message.clone().unwrap_or_default(),
+            ));
         }
     }
 
@@ -329,10 +341,8 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         }
         if ordered && i > 0 {
             let previous = &inputs.spec.metrics[i - 1].name;
-            let previous_ok = status
-                .metric_results
-                .iter()
-                .any(|r| &r.name == previous && r.phase == Some(HookPhase::Successful));
+            let previous_ok =
+                status.metric_results.iter().any(|r| &r.name == previous && r.phase == Some(HookPhase::Successful));
             if !previous_ok {
                 break;
             }
@@ -343,7 +353,12 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         let precise = plan.precise.last_finish.get(&metric.name).copied();
         let due = schedule::due(metric, result, started_at, precise, inputs.settings);
         if due <= now {
-            plan.start.push(Start { index: i, metric: metric.name.clone(), due, taken_before: result.map_or(0, schedule::taken) });
+            plan.start.push(Start {
+                index: i,
+                metric: metric.name.clone(),
+                due,
+                taken_before: result.map_or(0, schedule::taken),
+            });
         } else {
             plan.wake_at = Some(plan.wake_at.map_or(due, |w| w.min(due)));
         }

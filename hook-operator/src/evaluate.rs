@@ -77,11 +77,9 @@ fn as_int(value: &Value) -> expr::Result<Value> {
     match value {
         Value::Integer(i) => Ok(Value::Integer(*i)),
         Value::Float(f) if f.is_finite() => Ok(Value::Integer(*f as i64)),
-        Value::String(s) => s
-            .trim()
-            .parse::<i64>()
-            .map(Value::Integer)
-            .map_err(|_| format!("asInt: {s:?} is not an integer").into()),
+        Value::String(s) => {
+            s.trim().parse::<i64>().map(Value::Integer).map_err(|_| format!("asInt: {s:?} is not an integer").into())
+        }
         other => Err(format!("asInt expects a number or a numeric string, got {}", describe(other)).into()),
     }
 }
@@ -90,11 +88,9 @@ fn as_float(value: &Value) -> expr::Result<Value> {
     match value {
         Value::Integer(i) => Ok(Value::Float(*i as f64)),
         Value::Float(f) => Ok(Value::Float(*f)),
-        Value::String(s) => s
-            .trim()
-            .parse::<f64>()
-            .map(Value::Float)
-            .map_err(|_| format!("asFloat: {s:?} is not a number").into()),
+        Value::String(s) => {
+            s.trim().parse::<f64>().map(Value::Float).map_err(|_| format!("asFloat: {s:?} is not a number").into())
+        }
         other => Err(format!("asFloat expects a number or a numeric string, got {}", describe(other)).into()),
     }
 }

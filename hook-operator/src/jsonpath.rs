@@ -64,9 +64,8 @@ impl Path {
 
     /// The matched value: itself for one match, an array for several.
     pub fn extract(&self, document: &Value) -> Result<Value, JsonPathError> {
-        let found = jsonpath_rust::query::js_path_process(&self.query, document).map_err(|e| {
-            JsonPathError::Unsupported { path: self.written.clone(), reason: e.to_string() }
-        })?;
+        let found = jsonpath_rust::query::js_path_process(&self.query, document)
+            .map_err(|e| JsonPathError::Unsupported { path: self.written.clone(), reason: e.to_string() })?;
         match found.len() {
             0 => Err(JsonPathError::NoMatch { path: self.written.clone(), shape: shape(document) }),
             1 => Ok(found[0].clone().val().clone()),

@@ -1,5 +1,9 @@
 //! `hook-operator`: the controller (default) and `hook-operator check`.
 
+/// mimalloc: the engine allocates many small, short-lived values per measurement.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 

@@ -90,7 +90,11 @@ impl Metrics {
         r.register("reconcile_errors", "Failed reconcile rounds, by reason", metrics.reconcile_errors.clone());
         r.register("reconcile_duration_seconds", "Time one reconcile round took", metrics.reconcile_duration.clone());
         r.register("status_writes", "HookRun status updates sent to the API server", metrics.status_writes.clone());
-        r.register("invalid_hooktemplates", "HookTemplates with validation problems", metrics.invalid_templates.clone());
+        r.register(
+            "invalid_hooktemplates",
+            "HookTemplates with validation problems",
+            metrics.invalid_templates.clone(),
+        );
         metrics
     }
 

@@ -10,6 +10,11 @@ pub fn excerpt(text: &str, max: usize) -> String {
     format!("{kept}… ({} more characters)", total - max)
 }
 
+/// `10s`, `1.5s`, `250ms`: durations in messages, written as in manifests.
+pub fn seconds(d: std::time::Duration) -> String {
+    common::duration::format_go(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -18,10 +23,6 @@ mod tests {
     fn cuts_long_text_on_character_boundaries() {
         assert_eq!(excerpt("short", 10), "short");
         assert_eq!(excerpt("ééééé", 2), "éé… (3 more characters)");
+        assert_eq!(seconds(std::time::Duration::from_millis(1500)), "1.5s");
     }
-}
-
-/// `10s`, `1.5s`, `250ms`: durations in messages.
-pub fn seconds(d: std::time::Duration) -> String {
-    common::duration::format_go(d)
 }

@@ -51,7 +51,8 @@ pub fn metric(metric: &Metric) -> Vec<String> {
     if metric.failure_limit < -1 {
         problem(format!("failureLimit must be >= -1 (-1 disables it), got {}", metric.failure_limit));
     }
-    for (name, value) in [("successfulLimit", metric.successful_limit), ("inconclusiveLimit", metric.inconclusive_limit)]
+    for (name, value) in
+        [("successfulLimit", metric.successful_limit), ("inconclusiveLimit", metric.inconclusive_limit)]
     {
         if value < 0 {
             problem(format!("{name} must be >= 0, got {value}"));
@@ -93,9 +94,17 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
         return;
     }
     match set {
-        0 => return problem("no provider: set exactly one of provider.web, provider.prometheus, provider.kubernetes".into()),
+        0 => {
+            return problem(
+                "no provider: set exactly one of provider.web, provider.prometheus, provider.kubernetes".into(),
+            );
+        }
         1 => {}
-        _ => return problem("several providers: set exactly one of provider.web, provider.prometheus, provider.kubernetes".into()),
+        _ => {
+            return problem(
+                "several providers: set exactly one of provider.web, provider.prometheus, provider.kubernetes".into(),
+            );
+        }
     }
     if let Some(web) = &p.web {
         if web.url.trim().is_empty() {
@@ -309,8 +318,14 @@ mod tests {
             (Metric { initial_delay: Some("soon".into()), ..web("http://x") }, "initialDelay: invalid duration"),
             (Metric { failure_limit: -2, ..web("http://x") }, "failureLimit must be >= -1"),
             (Metric { consecutive_error_limit: Some(-1), ..web("http://x") }, "consecutiveErrorLimit must be >= 0"),
-            (Metric { consecutive_successful_limit: Some(0), ..web("http://x") }, "consecutiveSuccessfulLimit must be >= 1"),
-            (Metric { success_condition: Some("asInt(result) >".into()), ..web("http://x") }, "successCondition `asInt(result) >` does not parse"),
+            (
+                Metric { consecutive_successful_limit: Some(0), ..web("http://x") },
+                "consecutiveSuccessfulLimit must be >= 1",
+            ),
+            (
+                Metric { success_condition: Some("asInt(result) >".into()), ..web("http://x") },
+                "successCondition `asInt(result) >` does not parse",
+            ),
             (Metric { failure_condition: Some("(".into()), ..web("http://x") }, "failureCondition `(` does not parse"),
             (Metric { provider: MetricProvider::default(), ..web("http://x") }, "no provider"),
             (web("1.1.1.1:9091"), "must start with http:// or https://"),

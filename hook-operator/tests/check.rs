@@ -51,7 +51,10 @@ async fn reproduces_the_walkthrough_outcomes() {
     let (code, out) = check("hook-template-fail.yaml", &resolve).await;
     assert_eq!(code, 1, "{out}");
     assert_eq!(out.matches("Failed  value=45").count(), 3, "{out}");
-    assert!(out.contains("result: Failed — metric \"webtest\" completed Failed: failed (3) > failureLimit (2)"), "{out}");
+    assert!(
+        out.contains("result: Failed — metric \"webtest\" completed Failed: failed (3) > failureLimit (2)"),
+        "{out}"
+    );
 
     let args: Vec<String> = [
         format!("PodIP={}", addr.ip()),
@@ -79,7 +82,9 @@ async fn reproduces_the_walkthrough_outcomes() {
 #[tokio::test]
 async fn json_output_has_one_object_per_measurement() {
     let addr = hook_endpoint().await;
-    let (code, out) = check("hook-template-success.yaml", &["--json".into(), "--web-resolve".into(), format!("1.1.1.1:9091={addr}")]).await;
+    let (code, out) =
+        check("hook-template-success.yaml", &["--json".into(), "--web-resolve".into(), format!("1.1.1.1:9091={addr}")])
+            .await;
     assert_eq!(code, 0, "{out}");
     let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 4, "{out}");

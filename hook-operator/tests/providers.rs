@@ -11,7 +11,9 @@ use axum::Router;
 use axum::extract::{Query, Request};
 use axum::http::StatusCode;
 use axum::routing::{any, get};
-use common::api::{Argument, HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, PrometheusMetric, WebMetric, WebMetricHeader};
+use common::api::{
+    Argument, HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, PrometheusMetric, WebMetric, WebMetricHeader,
+};
 use hook_operator::dispatch::Dispatcher;
 use hook_operator::local::{self, Wakers};
 use hook_operator::measure;
@@ -117,14 +119,22 @@ async fn web_measurements_and_their_messages() {
 
     let not_json = take(&web(url("/text"), Some("{$.age}"), None), &[]).await;
     assert_eq!(not_json.0, HookPhase::Error);
-    assert!(not_json.1.contains("did not return JSON") && not_json.1.contains("<html>maintenance</html>"), "{}", not_json.1);
+    assert!(
+        not_json.1.contains("did not return JSON") && not_json.1.contains("<html>maintenance</html>"),
+        "{}",
+        not_json.1
+    );
     // Without a jsonPath the text itself is the result.
     let text = take(&web(url("/text"), None, Some("result contains 'maintenance'")), &[]).await;
     assert_eq!(text.0, HookPhase::Successful);
 
     let missing = take(&web(url("/"), Some("{$.agee}"), None), &[]).await;
     assert_eq!(missing.0, HookPhase::Error);
-    assert!(missing.1.contains("jsonPath `{$.agee}` matched nothing") && missing.1.contains("keys name, male, age"), "{}", missing.1);
+    assert!(
+        missing.1.contains("jsonPath `{$.agee}` matched nothing") && missing.1.contains("keys name, male, age"),
+        "{}",
+        missing.1
+    );
 
     let huge = take(&web(url("/huge"), Some("{$.pad}"), None), &[]).await;
     assert_eq!(huge.0, HookPhase::Error);
@@ -132,7 +142,11 @@ async fn web_measurements_and_their_messages() {
 
     let bad_expression = take(&web(url("/"), Some("{$.name}"), Some("asInt(result) > 30")), &[]).await;
     assert_eq!(bad_expression.0, HookPhase::Error);
-    assert!(bad_expression.1.contains("asInt(result) > 30") && bad_expression.1.contains("\"bryan\""), "{}", bad_expression.1);
+    assert!(
+        bad_expression.1.contains("asInt(result) > 30") && bad_expression.1.contains("\"bryan\""),
+        "{}",
+        bad_expression.1
+    );
 
     let refused = {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -157,7 +171,10 @@ async fn templates_headers_methods_and_bodies() {
     let addr = endpoint().await;
     let metric = Metric {
         name: "echo".into(),
-        success_condition: Some("result.method == 'POST' && result.headers['x-pod'] == 'p-1' && result.body == '{\"ip\":\"127.0.0.1\"}'".into()),
+        success_condition: Some(
+            "result.method == 'POST' && result.headers['x-pod'] == 'p-1' && result.body == '{\"ip\":\"127.0.0.1\"}'"
+                .into(),
+        ),
         provider: MetricProvider {
             web: Some(WebMetric {
                 url: "http://{{ args.addr }}/echo".into(),
@@ -171,7 +188,11 @@ async fn templates_headers_methods_and_bodies() {
         },
         ..Metric::default()
     };
-    let args = vec![Argument::new("addr", addr.to_string()), Argument::new("service-name", "p-1"), Argument::new("PodIP", "127.0.0.1")];
+    let args = vec![
+        Argument::new("addr", addr.to_string()),
+        Argument::new("service-name", "p-1"),
+        Argument::new("PodIP", "127.0.0.1"),
+    ];
     let (phase, message, value) = take(&metric, &args).await;
     assert_eq!(phase, HookPhase::Successful, "{message} {value:?}");
     assert!(value.unwrap().contains("application/json"), "JSON bodies get a content type");
@@ -180,7 +201,10 @@ async fn templates_headers_methods_and_bodies() {
 #[tokio::test]
 async fn web_resolve_points_an_unchanged_url_at_a_local_server() {
     let addr = endpoint().await;
-    let settings = ProviderSettings { resolve: vec![format!("1.1.1.1:9091={addr}").parse().unwrap()], ..ProviderSettings::default() };
+    let settings = ProviderSettings {
+        resolve: vec![format!("1.1.1.1:9091={addr}").parse().unwrap()],
+        ..ProviderSettings::default()
+    };
     let providers = Providers::new(&settings, None).unwrap();
     let metric = web("http://1.1.1.1:9091".into(), Some("{$.age}"), Some("asInt(result) > 30"));
     let taken = measure::take(&providers, &metric, &[]).await;
@@ -231,17 +255,23 @@ fn run(name: &str, metric: Metric) -> HookRun {
 async fn a_hanging_webhook_never_delays_another_run() {
     let addr = endpoint().await;
     let wakers = Wakers::default();
-    let dispatcher = Dispatcher::new(providers(), Arc::new(Metrics::default()), EngineSettings::default(), 100, wakers.wake());
+    let dispatcher =
+        Dispatcher::new(providers(), Arc::new(Metrics::default()), EngineSettings::default(), 100, wakers.wake());
     let mut hanging = web(format!("http://{addr}/hang"), None, None);
     hanging.provider.web.as_mut().unwrap().timeout_seconds = Some(3600);
     let stuck = tokio::spawn({
         let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());
         async move { local::drive(&dispatcher, &wakers, run("stuck", hanging), |_| {}).await }
     });
-    let quick = Metric { count: 3, interval: Some("10ms".into()), ..web(format!("http://{addr}/"), Some("{$.age}"), Some("result == 45")) };
-    let done = tokio::time::timeout(Duration::from_secs(60), local::drive(&dispatcher, &wakers, run("quick", quick), |_| {}))
-        .await
-        .expect("the other run completes while the webhook hangs");
+    let quick = Metric {
+        count: 3,
+        interval: Some("10ms".into()),
+        ..web(format!("http://{addr}/"), Some("{$.age}"), Some("result == 45"))
+    };
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), local::drive(&dispatcher, &wakers, run("quick", quick), |_| {}))
+            .await
+            .expect("the other run completes while the webhook hangs");
     let status = done.status.unwrap();
     assert_eq!(status.phase, Some(HookPhase::Successful));
     assert_eq!(status.metric_results[0].count, 3);
@@ -272,7 +302,8 @@ async fn in_flight_measurements_are_bounded() {
     );
     let addr = serve(router).await;
     let wakers = Wakers::default();
-    let dispatcher = Dispatcher::new(providers(), Arc::new(Metrics::default()), EngineSettings::default(), 4, wakers.wake());
+    let dispatcher =
+        Dispatcher::new(providers(), Arc::new(Metrics::default()), EngineSettings::default(), 4, wakers.wake());
     let runs: Vec<_> = (0..20)
         .map(|i| {
             let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());

@@ -12,6 +12,10 @@
 //! the first interval, as a workload creates them over time. The API server is not involved: status is kept
 //! in memory (the same code path as `hook-operator check`).
 
+/// mimalloc: the engine allocates many small, short-lived values per measurement.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -134,7 +138,11 @@ fn run(i: usize, url: &str, interval: Duration) -> HookRun {
                 interval: Some(common::duration::format_go(interval)),
                 success_condition: Some("asInt(result) > 30".into()),
                 provider: MetricProvider {
-                    web: Some(WebMetric { url: url.to_string(), json_path: Some("{$.age}".into()), ..WebMetric::default() }),
+                    web: Some(WebMetric {
+                        url: url.to_string(),
+                        json_path: Some("{$.age}".into()),
+                        ..WebMetric::default()
+                    }),
                     ..MetricProvider::default()
                 },
                 ..Metric::default()
@@ -155,7 +163,12 @@ async fn bench(flags: Flags) -> Result<(), String> {
         .map_err(|e| format!("starting the server: {e}"))?;
     let server_pid = server.id().map(|p| p.to_string()).unwrap_or_default();
     let stdout = server.stdout.take().ok_or("the server has no stdout")?;
-    let addr = BufReader::new(stdout).lines().next_line().await.map_err(|e| e.to_string())?.ok_or("the server printed nothing")?;
+    let addr = BufReader::new(stdout)
+        .lines()
+        .next_line()
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the server printed nothing")?;
     let url = format!("http://{addr}/");
 
     let metrics = Arc::new(Metrics::default());
@@ -175,8 +188,14 @@ async fn bench(flags: Flags) -> Result<(), String> {
     };
     let providers = Providers::new(&ProviderSettings::default(), None).map_err(|e| e.0)?;
     let wakers = Wakers::default();
-    let dispatcher =
-        Dispatcher::with_lag_observer(providers, metrics.clone(), EngineSettings::default(), flags.max_in_flight, wakers.wake(), observer);
+    let dispatcher = Dispatcher::with_lag_observer(
+        providers,
+        metrics.clone(),
+        EngineSettings::default(),
+        flags.max_in_flight,
+        wakers.wake(),
+        observer,
+    );
 
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(flags.runs);
@@ -209,7 +228,10 @@ async fn bench(flags: Flags) -> Result<(), String> {
         .map(|phase| {
             metrics
                 .measurements
-                .get_or_create(&hook_operator::metrics::MeasurementLabels { provider: "web".into(), phase: phase.to_string() })
+                .get_or_create(&hook_operator::metrics::MeasurementLabels {
+                    provider: "web".into(),
+                    phase: phase.to_string(),
+                })
                 .get()
         })
         .sum();
@@ -217,8 +239,14 @@ async fn bench(flags: Flags) -> Result<(), String> {
     lags.sort_by(f64::total_cmp);
     let ceiling = flags.runs as f64 / (flags.interval + flags.latency).as_secs_f64();
     let rate = measurements as f64 / elapsed;
-    println!("hook-bench: {} runs, interval {:?}, server latency {:?}, window {:.1}s after {:?} warm-up", flags.runs, flags.interval, flags.latency, elapsed, flags.warmup);
-    println!("  measurements started     {measurements} ({rate:.0}/s; ceiling runs/(interval+latency) = {ceiling:.0}/s, {:.1}% of it)", 100.0 * rate / ceiling);
+    println!(
+        "hook-bench: {} runs, interval {:?}, server latency {:?}, window {:.1}s after {:?} warm-up",
+        flags.runs, flags.interval, flags.latency, elapsed, flags.warmup
+    );
+    println!(
+        "  measurements started     {measurements} ({rate:.0}/s; ceiling runs/(interval+latency) = {ceiling:.0}/s, {:.1}% of it)",
+        100.0 * rate / ceiling
+    );
     println!("  non-Successful (all time) {errors}");
     println!(
         "  scheduling lag           p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",

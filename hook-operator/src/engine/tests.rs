@@ -1,7 +1,9 @@
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
-use common::api::{HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement, Metric, MetricProvider, MetricResult, WebMetric};
+use common::api::{
+    HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement, Metric, MetricProvider, MetricResult, WebMetric,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -42,7 +44,11 @@ fn counters_per_measurement_phase() {
     assert_eq!((r.count, r.successful, r.failed, r.inconclusive, r.error), (5, 3, 1, 1, 2));
     assert_eq!((r.consecutive_error, r.consecutive_successful), (0, 1));
     let r = result_after(&m, &[S, S, E]);
-    assert_eq!((r.count, r.consecutive_error, r.consecutive_successful), (2, 1, 0), "errors reset the success streak and do not count");
+    assert_eq!(
+        (r.count, r.consecutive_error, r.consecutive_successful),
+        (2, 1, 0),
+        "errors reset the success streak and do not count"
+    );
 }
 
 #[test]
@@ -71,10 +77,20 @@ fn metric_phase_rules() {
         ("§8.1 single-shot, condition false: the first failure fails", web("m"), vec![F], Some(F)),
         ("single-shot success", web("m"), vec![S], Some(S)),
         ("§8.2 single-shot, unreachable: retried, not Successful", web("m"), vec![E], None),
-        ("§8.2 default consecutiveErrorLimit is 4: the 5th consecutive error ends Error", web("m"), vec![E; 5], Some(E)),
+        (
+            "§8.2 default consecutiveErrorLimit is 4: the 5th consecutive error ends Error",
+            web("m"),
+            vec![E; 5],
+            Some(E),
+        ),
         ("four errors are still retried", web("m"), vec![E; 4], None),
         ("errors do not consume count", web("m"), vec![E, E, S], Some(S)),
-        ("consecutiveErrorLimit 0 fails fast", Metric { consecutive_error_limit: Some(0), ..web("m") }, vec![E], Some(E)),
+        (
+            "consecutiveErrorLimit 0 fails fast",
+            Metric { consecutive_error_limit: Some(0), ..web("m") },
+            vec![E],
+            Some(E),
+        ),
         (
             "count 3, failureLimit 0: Failed after the first failure",
             Metric { count: 3, ..interval(web("m")) },
@@ -155,7 +171,9 @@ fn metric_phase_rules() {
         let result = result_after(&metric, &phases);
         assert_eq!(assess(&metric, &result).map(|(p, _)| p), want, "{name}");
     }
-    let (_, why) = assess(&Metric { count: 3, failure_limit: 2, ..interval(web("m")) }, &result_after(&web("m"), &[F, F, F])).unwrap();
+    let (_, why) =
+        assess(&Metric { count: 3, failure_limit: 2, ..interval(web("m")) }, &result_after(&web("m"), &[F, F, F]))
+            .unwrap();
     assert_eq!(why, "failed (3) > failureLimit (2)");
 }
 
@@ -290,7 +308,10 @@ fn walkthrough_success_and_fail() {
     let r = sim.result("webtest");
     assert_eq!((r.count, r.successful, r.failed, r.phase), (3, 0, 3, Some(F)));
     assert!(sim.status.as_ref().unwrap().message.as_ref().unwrap().contains("failed (3) > failureLimit (2)"));
-    assert!(sim.notes.contains(&Note::RunCompleted { phase: F, message: sim.status.as_ref().unwrap().message.clone().unwrap() }));
+    assert!(
+        sim.notes
+            .contains(&Note::RunCompleted { phase: F, message: sim.status.as_ref().unwrap().message.clone().unwrap() })
+    );
 }
 
 #[test]
@@ -367,7 +388,8 @@ fn ordered_starts_each_metric_after_the_previous_succeeded() {
 #[test]
 fn ordered_failure_completes_the_run_at_once() {
     // BCS §8.3 (a): later metrics never got a result and the run stayed Running.
-    let spec = HookRunSpec { metrics: vec![web("a"), web("b")], policy: Some(HookPolicy::Ordered), ..HookRunSpec::default() };
+    let spec =
+        HookRunSpec { metrics: vec![web("a"), web("b")], policy: Some(HookPolicy::Ordered), ..HookRunSpec::default() };
     let mut sim = Sim::new(spec, &[("a", &[F])]);
     assert_eq!(sim.run(), Some(F));
     assert_eq!(sim.result("b").phase, Some(S));
@@ -432,7 +454,8 @@ fn completed_runs_are_frozen() {
 
 #[test]
 fn invalid_runs_end_error_with_the_reason() {
-    let spec = HookRunSpec { metrics: vec![Metric { interval: Some("60".into()), ..web("m") }], ..HookRunSpec::default() };
+    let spec =
+        HookRunSpec { metrics: vec![Metric { interval: Some("60".into()), ..web("m") }], ..HookRunSpec::default() };
     let mut sim = Sim::new(spec, &[]);
     let plan = sim.round(&[]);
     assert!(plan.completed);
@@ -440,7 +463,10 @@ fn invalid_runs_end_error_with_the_reason() {
     let message = plan.status.message.unwrap();
     assert!(message.starts_with("invalid HookRun: metrics[0] (m): interval: invalid duration \"60\""), "{message}");
     let spec = HookRunSpec {
-        metrics: vec![Metric { provider: MetricProvider { exec: Some(Default::default()), ..MetricProvider::default() }, ..web("m") }],
+        metrics: vec![Metric {
+            provider: MetricProvider { exec: Some(Default::default()), ..MetricProvider::default() },
+            ..web("m")
+        }],
         ..HookRunSpec::default()
     };
     let plan = Sim::new(spec, &[]).round(&[]);
@@ -452,7 +478,13 @@ fn invalid_runs_end_error_with_the_reason() {
 fn a_measurement_is_never_recorded_twice() {
     let mut sim = Sim::new(walkthrough("true"), &[]);
     sim.round(&[]);
-    let f = Finished { id: 1, metric: "webtest".into(), measurement: measurement(S), finished_at: at(1_001), taken_before: 0 };
+    let f = Finished {
+        id: 1,
+        metric: "webtest".into(),
+        measurement: measurement(S),
+        finished_at: at(1_001),
+        taken_before: 0,
+    };
     let plan = sim.round(std::slice::from_ref(&f));
     assert_eq!(sim.result("webtest").count, 1);
     assert_eq!(plan.wake_at, Some(at(1_061)));

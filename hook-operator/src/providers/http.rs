@@ -62,7 +62,9 @@ fn builder() -> reqwest::ClientBuilder {
 
 impl Http {
     pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderError> {
-        let build = |b: reqwest::ClientBuilder| b.build().map_err(|e| ProviderError(format!("building the HTTP client: {}", chain(&e))));
+        let build = |b: reqwest::ClientBuilder| {
+            b.build().map_err(|e| ProviderError(format!("building the HTTP client: {}", chain(&e))))
+        };
         Ok(Self {
             client: build(builder())?,
             insecure: build(builder().danger_accept_invalid_certs(true))?,

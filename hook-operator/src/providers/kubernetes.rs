@@ -38,10 +38,18 @@ impl FieldPath {
     pub fn parse(path: &str, for_patch: bool) -> Result<Self, String> {
         let path = path.trim();
         if let Some(key) = path.strip_prefix("metadata.annotations.") {
-            return if key.is_empty() { Err(format!("path {path:?} names no annotation")) } else { Ok(Self::Annotation(key.into())) };
+            return if key.is_empty() {
+                Err(format!("path {path:?} names no annotation"))
+            } else {
+                Ok(Self::Annotation(key.into()))
+            };
         }
         if let Some(key) = path.strip_prefix("metadata.labels.") {
-            return if key.is_empty() { Err(format!("path {path:?} names no label")) } else { Ok(Self::Label(key.into())) };
+            return if key.is_empty() {
+                Err(format!("path {path:?} names no label"))
+            } else {
+                Ok(Self::Label(key.into()))
+            };
         }
         if for_patch {
             return Err(format!(
@@ -93,7 +101,9 @@ pub fn build_patch(object: &Value, fields: &[(FieldPath, String)]) -> Value {
         let exists = object.pointer(&format!("/metadata/{map}")).is_some_and(Value::is_object);
         if exists {
             for (key, value) in entries {
-                ops.push(json!({"op": "add", "path": format!("/metadata/{map}/{}", escape_pointer(key)), "value": value}));
+                ops.push(
+                    json!({"op": "add", "path": format!("/metadata/{map}/{}", escape_pointer(key)), "value": value}),
+                );
             }
         } else {
             let whole: serde_json::Map<String, Value> =
@@ -128,8 +138,9 @@ pub fn target(args: &[Argument]) -> Result<(GroupVersionKind, String, String), P
             ));
         }
     };
-    let namespace = arg(args, "PodNamespace")
-        .ok_or_else(|| ProviderError("the kubernetes provider needs the arg PodNamespace (the target's namespace)".into()))?;
+    let namespace = arg(args, "PodNamespace").ok_or_else(|| {
+        ProviderError("the kubernetes provider needs the arg PodNamespace (the target's namespace)".into())
+    })?;
     let name = arg(args, "PodName")
         .ok_or_else(|| ProviderError("the kubernetes provider needs the arg PodName (the target's name)".into()))?;
     Ok((gvk, namespace.to_string(), name.to_string()))
@@ -152,12 +163,19 @@ fn as_text(value: &Value) -> String {
 }
 
 /// What a `get` observed: the value(s) read and, without conditions, whether they all equal the wanted ones.
-pub fn judge_get(object: &Value, fields: &[(FieldPath, String)], spec: &[KubernetesField], has_conditions: bool) -> Observation {
+pub fn judge_get(
+    object: &Value,
+    fields: &[(FieldPath, String)],
+    spec: &[KubernetesField],
+    has_conditions: bool,
+) -> Observation {
     let read: Vec<Option<&Value>> = fields.iter().map(|(path, _)| path.read(object)).collect();
     let result = if fields.len() == 1 {
         read[0].cloned().unwrap_or(Value::Null)
     } else {
-        Value::Object(spec.iter().zip(&read).map(|(f, v)| (f.path.clone(), v.cloned().unwrap_or(Value::Null))).collect())
+        Value::Object(
+            spec.iter().zip(&read).map(|(f, v)| (f.path.clone(), v.cloned().unwrap_or(Value::Null))).collect(),
+        )
     };
     let display_text = display(&result);
     if has_conditions {
@@ -274,7 +292,11 @@ impl Provider for Kubernetes {
         self.timeout
     }
 
-    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+    fn measure<'a>(
+        &'a self,
+        metric: &'a Metric,
+        args: &'a [Argument],
+    ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
         self.call(metric, args).boxed()
     }
 }
@@ -295,7 +317,10 @@ mod tests {
         );
         assert_eq!(FieldPath::parse("metadata.labels.app", true), Ok(FieldPath::Label("app".into())));
         assert!(FieldPath::parse("status.phase", true).is_err());
-        assert_eq!(FieldPath::parse("status.phase", false), Ok(FieldPath::Other(vec!["status".into(), "phase".into()])));
+        assert_eq!(
+            FieldPath::parse("status.phase", false),
+            Ok(FieldPath::Other(vec!["status".into(), "phase".into()]))
+        );
         assert!(FieldPath::parse("metadata.annotations.", false).is_err());
         assert!(FieldPath::parse("a..b", false).is_err());
     }
@@ -303,7 +328,10 @@ mod tests {
     #[test]
     fn patches_escape_keys_and_values_and_create_missing_maps() {
         let object = json!({"metadata": {"name": "p", "resourceVersion": "42", "labels": {"a": "b"}}});
-        let patch = build_patch(&object, &[f("metadata.annotations.example.com/x~y", "say \"hi\"\\"), f("metadata.labels.tier", "db")]);
+        let patch = build_patch(
+            &object,
+            &[f("metadata.annotations.example.com/x~y", "say \"hi\"\\"), f("metadata.labels.tier", "db")],
+        );
         assert_eq!(
             patch,
             json!([
@@ -331,7 +359,8 @@ mod tests {
             KubernetesField { path: "metadata.annotations.a".into(), value: "1".into() },
             KubernetesField { path: "status.phase".into(), value: "Running".into() },
         ];
-        let fields: Vec<_> = spec.iter().map(|s| (FieldPath::parse(&s.path, false).unwrap(), s.value.clone())).collect();
+        let fields: Vec<_> =
+            spec.iter().map(|s| (FieldPath::parse(&s.path, false).unwrap(), s.value.clone())).collect();
         let o = judge_get(&object, &fields, &spec, false);
         assert_eq!(o.verdict.as_ref().map(|v| v.0), Some(HookPhase::Successful));
         let spec_bad = vec![KubernetesField { path: "metadata.annotations.b".into(), value: "3".into() }];
@@ -364,6 +393,8 @@ mod tests {
         partial.push(Argument::new("Kind", "Deployment"));
         assert!(target(&partial).is_err());
         // A nil value is reported, not a panic (BCS §8.5).
-        assert!(target(&[Argument { name: "PodName".into(), value: None }, Argument::new("PodNamespace", "n")]).is_err());
+        assert!(
+            target(&[Argument { name: "PodName".into(), value: None }, Argument::new("PodNamespace", "n")]).is_err()
+        );
     }
 }

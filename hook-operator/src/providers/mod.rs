@@ -48,7 +48,11 @@ pub trait Provider: Send + Sync {
     fn kind(&self) -> &'static str;
     /// How long a measurement may take before it is abandoned as an Error.
     fn timeout(&self, metric: &Metric) -> Duration;
-    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>>;
+    fn measure<'a>(
+        &'a self,
+        metric: &'a Metric,
+        args: &'a [Argument],
+    ) -> BoxFuture<'a, Result<Observation, ProviderError>>;
 }
 
 /// Limits and test aids shared by the providers.

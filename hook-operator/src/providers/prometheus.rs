@@ -63,8 +63,12 @@ fn format_number(f: f64) -> String {
 
 /// The query's answer as `result` and its display text.
 pub fn interpret(body: &[u8], query: &str) -> Result<Observation, ProviderError> {
-    let response: ApiResponse = serde_json::from_slice(body)
-        .map_err(|e| ProviderError(format!("query `{query}`: the answer is not a Prometheus API response ({e}): {}", body_excerpt(body))))?;
+    let response: ApiResponse = serde_json::from_slice(body).map_err(|e| {
+        ProviderError(format!(
+            "query `{query}`: the answer is not a Prometheus API response ({e}): {}",
+            body_excerpt(body)
+        ))
+    })?;
     if response.status != "success" {
         return Err(ProviderError(format!(
             "query `{query}` failed: {} ({})",
@@ -88,7 +92,9 @@ pub fn interpret(body: &[u8], query: &str) -> Result<Observation, ProviderError>
                 "query `{query}` returned a range vector (matrix), which is not supported: use an instant query"
             )));
         }
-        other => return Err(ProviderError(format!("query `{query}` returned a {other} result, which is not supported"))),
+        other => {
+            return Err(ProviderError(format!("query `{query}` returned a {other} result, which is not supported")));
+        }
     };
     let scalar = data.result_type == "scalar";
     let display = if scalar {
@@ -101,10 +107,8 @@ pub fn interpret(body: &[u8], query: &str) -> Result<Observation, ProviderError>
     } else {
         expr::Value::Array(values.iter().map(|v| expr::Value::Float(*v)).collect())
     };
-    let verdict = values
-        .iter()
-        .any(|v| v.is_nan())
-        .then(|| (HookPhase::Inconclusive, format!("query `{query}` returned NaN")));
+    let verdict =
+        values.iter().any(|v| v.is_nan()).then(|| (HookPhase::Inconclusive, format!("query `{query}` returned NaN")));
     Ok(Observation { result, display, verdict })
 }
 
@@ -146,7 +150,11 @@ impl Provider for Prometheus {
         self.timeout
     }
 
-    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+    fn measure<'a>(
+        &'a self,
+        metric: &'a Metric,
+        args: &'a [Argument],
+    ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
         self.query(metric, args).boxed()
     }
 }
@@ -163,8 +171,10 @@ mod tests {
     fn scalar_and_vector_results() {
         let o = answer(r#"{"status":"success","data":{"resultType":"scalar","result":[1.7e9,"0.95"]}}"#).unwrap();
         assert_eq!((o.result, o.display.as_str(), o.verdict), (expr::Value::Float(0.95), "0.95", None));
-        let o = answer(r#"{"status":"success","data":{"resultType":"vector","result":[
-            {"metric":{"a":"b"},"value":[1.7e9,"1"]},{"metric":{},"value":[1.7e9,"0.5"]}]}}"#)
+        let o = answer(
+            r#"{"status":"success","data":{"resultType":"vector","result":[
+            {"metric":{"a":"b"},"value":[1.7e9,"1"]},{"metric":{},"value":[1.7e9,"0.5"]}]}}"#,
+        )
         .unwrap();
         assert_eq!(o.result, expr::Value::Array(vec![expr::Value::Float(1.0), expr::Value::Float(0.5)]));
         assert_eq!(o.display, "[1,0.5]");
@@ -174,7 +184,8 @@ mod tests {
 
     #[test]
     fn nan_is_inconclusive_and_infinities_are_numbers() {
-        let o = answer(r#"{"status":"success","data":{"resultType":"vector","result":[{"value":[1,"NaN"]}]}}"#).unwrap();
+        let o =
+            answer(r#"{"status":"success","data":{"resultType":"vector","result":[{"value":[1,"NaN"]}]}}"#).unwrap();
         assert_eq!(o.verdict.map(|v| v.0), Some(HookPhase::Inconclusive));
         let o = answer(r#"{"status":"success","data":{"resultType":"scalar","result":[1,"+Inf"]}}"#).unwrap();
         assert_eq!((o.result, o.verdict), (expr::Value::Float(f64::INFINITY), None));

@@ -36,7 +36,12 @@ impl Web {
         let method_name = web.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
         let method = Method::from_bytes(method_name.as_bytes())
             .map_err(|_| ProviderError(format!("invalid HTTP method {method_name:?}")))?;
-        let path = web.json_path.as_deref().map(jsonpath::Path::cached).transpose().map_err(|e| ProviderError(e.to_string()))?;
+        let path = web
+            .json_path
+            .as_deref()
+            .map(jsonpath::Path::cached)
+            .transpose()
+            .map_err(|e| ProviderError(e.to_string()))?;
 
         let response = self.http.send(method.clone(), &url, &headers, body, self.timeout(metric), web.insecure).await?;
         if !response.status.is_success() {
@@ -78,7 +83,11 @@ impl Provider for Web {
         }
     }
 
-    fn measure<'a>(&'a self, metric: &'a Metric, args: &'a [Argument]) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+    fn measure<'a>(
+        &'a self,
+        metric: &'a Metric,
+        args: &'a [Argument],
+    ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
         self.call(metric, args).boxed()
     }
 }

@@ -9,7 +9,7 @@
 
 use common::api::{HookPhase, HookRun};
 use e2e::hook::{
-    FAST_ELECTION, assert_completed, apply_example, create_run, get_run, hook_pod, phase, start_gaps, start_operator, wait_completed,
+    FAST_ELECTION, apply_example, assert_completed, create_run, get_run, hook_pod, phase, start_gaps, start_operator,
     wait_measurements,
 };
 use e2e::{Cluster, DEADLINE, wait_for};
@@ -34,9 +34,14 @@ async fn walkthrough_templates_end_as_in_the_seed() {
     assert_completed(&cluster, "pre-delete-hook-success", "Successful").await;
     let run = get_run(&cluster, "pre-delete-hook-success").await;
     let result = first_result(&run);
-    assert_eq!((result.name.as_str(), result.phase, result.count, result.successful, result.failed, result.error), ("webtest", Some(HookPhase::Successful), 3, 3, 0, 0));
+    assert_eq!(
+        (result.name.as_str(), result.phase, result.count, result.successful, result.failed, result.error),
+        ("webtest", Some(HookPhase::Successful), 3, 3, 0, 0)
+    );
     assert_eq!(result.measurements.len(), 3);
-    assert!(result.measurements.iter().all(|m| m.phase == Some(HookPhase::Successful) && m.value.as_deref() == Some("45")));
+    assert!(
+        result.measurements.iter().all(|m| m.phase == Some(HookPhase::Successful) && m.value.as_deref() == Some("45"))
+    );
     assert!(run.status.as_ref().unwrap().started_at.is_some());
     let table = cluster.kubectl_ok(&["get", "hookrun"]).await;
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
@@ -77,13 +82,24 @@ async fn walkthrough_templates_end_as_in_the_seed() {
     assert!(args.contains(&("service-name".into(), Some("test-gamedeployment-svc.default.svc.cluster.local".into()))));
 
     // Events explain the outcomes.
-    let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=pre-delete-hook-fail"]).await;
+    let events =
+        cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=pre-delete-hook-fail"]).await;
     assert!(events.contains("HookRunFailed") && events.contains("MetricFailed"), "{events}");
-    let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=pre-delete-hook-success"]).await;
+    let events =
+        cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=pre-delete-hook-success"]).await;
     assert!(events.contains("HookRunSuccessful"), "{events}");
 
     // A completed run is frozen: editing it changes nothing.
-    cluster.kubectl_ok(&["patch", "hookrun", "pre-delete-hook-fail", "--type=merge", "-p", r#"{"spec":{"terminate":true}}"#]).await;
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "hookrun",
+            "pre-delete-hook-fail",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"terminate":true}}"#,
+        ])
+        .await;
     let frozen = get_run(&cluster, "pre-delete-hook-fail").await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(get_run(&cluster, "pre-delete-hook-fail").await.status, frozen.status);
@@ -104,7 +120,11 @@ async fn a_restart_neither_repeats_nor_skips_a_measurement() {
     assert_completed(&cluster, "restarted", "Successful").await;
     let run = get_run(&cluster, "restarted").await;
     let result = first_result(&run);
-    assert_eq!((result.count, result.successful, result.error, result.measurements.len()), (3, 3, 0, 3), "no measurement repeated");
+    assert_eq!(
+        (result.count, result.successful, result.error, result.measurements.len()),
+        (3, 3, 0, 3),
+        "no measurement repeated"
+    );
     // Stored times have whole seconds: 3 s apart (plus latency) can show as 2 s, never less.
     for gap in start_gaps(&run) {
         assert!(gap >= 2, "a measurement was taken early: gaps {:?}", start_gaps(&run));
@@ -142,7 +162,9 @@ spec:
         out.contains("InvalidHookTemplate").then_some(out)
     })
     .await;
-    for problem in ["successCondition `asInt(result) >` does not parse", "jsonPath `{.a}{.b}`", "does not declare \"port\""] {
+    for problem in
+        ["successCondition `asInt(result) >` does not parse", "jsonPath `{.a}{.b}`", "does not declare \"port\""]
+    {
         assert!(events.contains(problem), "missing {problem:?} in:\n{events}");
     }
 
@@ -167,7 +189,9 @@ spec:
         (phase(&get_run(&cluster, "poll-forever").await) == Some(HookPhase::Running)).then_some(())
     })
     .await;
-    cluster.kubectl_ok(&["patch", "hookrun", "poll-forever", "--type=merge", "-p", r#"{"spec":{"terminate":true}}"#]).await;
+    cluster
+        .kubectl_ok(&["patch", "hookrun", "poll-forever", "--type=merge", "-p", r#"{"spec":{"terminate":true}}"#])
+        .await;
     assert_completed(&cluster, "poll-forever", "Successful").await;
     let message = get_run(&cluster, "poll-forever").await.status.and_then(|s| s.message).unwrap_or_default();
     assert_eq!(message, "terminated (spec.terminate)");
@@ -211,16 +235,23 @@ spec:
     assert_eq!(annotation, r#"say "bye""#);
     let run = get_run(&cluster, "drain-flag").await;
     let results = run.status.unwrap().metric_results;
-    assert_eq!(results.iter().map(|r| (r.name.as_str(), r.phase)).collect::<Vec<_>>(), [("mark", Some(HookPhase::Successful)), ("verify", Some(HookPhase::Successful))]);
+    assert_eq!(
+        results.iter().map(|r| (r.name.as_str(), r.phase)).collect::<Vec<_>>(),
+        [("mark", Some(HookPhase::Successful)), ("verify", Some(HookPhase::Successful))]
+    );
 
     // A patch the API server rejects is an Error whose message is the server's reason, not a retry loop.
-    let rejected = kube_run.replace("drain-flag", "bad-key").replace("example.com/drain-state", "example.com/drain~state");
+    let rejected =
+        kube_run.replace("drain-flag", "bad-key").replace("example.com/drain-state", "example.com/drain~state");
     let path = cluster.dir().join("bad-key.yaml");
     std::fs::write(&path, rejected).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
     let run = assert_completed(&cluster, "bad-key", "Error").await;
     let message = run.status.and_then(|s| s.message).unwrap_or_default();
-    assert!(message.contains("consecutiveError (5) > consecutiveErrorLimit (4)") && message.contains("drain~state"), "{message}");
+    assert!(
+        message.contains("consecutiveError (5) > consecutiveErrorLimit (4)") && message.contains("drain~state"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,10 +284,8 @@ async fn only_the_lease_holder_runs_hooks_and_a_successor_takes_over() {
     // Kill the leader: the other one takes the lease over and runs the next hook.
     let (leader, standby) = if first == "operator-a" { (&mut a, &mut b) } else { (&mut b, &mut a) };
     leader.kill().await;
-    let second = wait_for("the standby to take over", DEADLINE, || async {
-        holder().await.filter(|h| *h != first)
-    })
-    .await;
+    let second =
+        wait_for("the standby to take over", DEADLINE, || async { holder().await.filter(|h| *h != first) }).await;
     assert_ne!(second, first);
     create_run(&cluster, "test", "under-second-leader", &[]).await;
     assert_completed(&cluster, "under-second-leader", "Successful").await;
