@@ -14,9 +14,31 @@ use crate::store::Store;
 
 /// Users known by token. Requests without a token are the admin user (kube-sim is a local
 /// test server); requests with an unknown token get `401 Unauthorized`.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Authenticator {
     tokens: HashMap<String, UserInfo>,
+    service_accounts: std::sync::Mutex<HashMap<String, IssuedToken>>,
+}
+
+/// A service account token handed out through `serviceaccounts/token`.
+#[derive(Clone, Debug)]
+struct IssuedToken {
+    namespace: String,
+    name: String,
+    uid: String,
+    expires: i64,
+}
+
+fn service_account_user(namespace: &str, name: &str, uid: &str) -> UserInfo {
+    UserInfo {
+        name: format!("system:serviceaccount:{namespace}:{name}"),
+        uid: uid.to_string(),
+        groups: vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".into(),
+        ],
+    }
 }
 
 /// Splits one CSV line (double quotes group fields containing commas).
@@ -64,7 +86,7 @@ impl Authenticator {
             groups.push("system:authenticated".into());
             tokens.insert(f[0].clone(), UserInfo { name: f[1].clone(), uid: f[2].clone(), groups });
         }
-        Ok(Self { tokens })
+        Ok(Self { tokens, service_accounts: std::sync::Mutex::new(HashMap::new()) })
     }
 
     pub fn from_file(path: &Path) -> Result<Self, String> {
@@ -72,14 +94,76 @@ impl Authenticator {
         Self::parse(&content)
     }
 
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<UserInfo, ApiError> {
+    pub fn authenticate(&self, store: &Store, authorization: Option<&str>) -> Result<UserInfo, ApiError> {
         let Some(header) = authorization else { return Ok(UserInfo::admin()) };
         let token = header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")).map(str::trim);
-        match token {
-            Some(t) => self.tokens.get(t).cloned().ok_or_else(ApiError::unauthorized),
+        let Some(t) = token else {
             // Basic auth and others are not supported: treated like an anonymous admin request.
-            None => Ok(UserInfo::admin()),
+            return Ok(UserInfo::admin());
+        };
+        if let Some(u) = self.tokens.get(t) {
+            return Ok(u.clone());
         }
+        let issued = self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).get(t).cloned();
+        let Some(issued) = issued else { return Err(ApiError::unauthorized()) };
+        // The token dies with its service account (or a new one of the same name) and on expiry.
+        let key = format!("{}/{}", issued.namespace, issued.name);
+        let alive = store.get("serviceaccounts", &key).is_some_and(|sa| crate::meta::uid(&sa) == issued.uid);
+        if !alive || k8s_openapi::jiff::Timestamp::now().as_second() > issued.expires {
+            return Err(ApiError::unauthorized());
+        }
+        Ok(service_account_user(&issued.namespace, &issued.name, &issued.uid))
+    }
+
+    /// `serviceaccounts/token` (TokenRequest): issues an opaque bearer token for the account.
+    pub fn issue_token(&self, store: &Store, namespace: &str, name: &str, request: &Value) -> Result<Value, ApiError> {
+        let sa = store
+            .get("serviceaccounts", &format!("{namespace}/{name}"))
+            .ok_or_else(|| ApiError::not_found(&GroupResource::new("", "serviceaccounts"), name))?;
+        let spec = request.get("spec").cloned().unwrap_or_else(|| json!({}));
+        let seconds = spec.get("expirationSeconds").and_then(Value::as_i64).unwrap_or(3600);
+        if seconds < 600 {
+            return Err(ApiError::invalid(
+                "TokenRequest",
+                "authentication.k8s.io",
+                name,
+                &[crate::status::FieldError::invalid(
+                    "spec.expirationSeconds",
+                    json!(seconds),
+                    "may not specify a duration less than 10 minutes",
+                )],
+            ));
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let expires = now.as_second() + seconds;
+        let random: [u8; 24] = rand::RngExt::random(&mut rand::rng());
+        let token = format!("kube-sim.{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let issued = IssuedToken {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: crate::meta::uid(&sa).to_string(),
+            expires,
+        };
+        self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), issued);
+        let audiences = spec
+            .get("audiences")
+            .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+            .cloned()
+            .unwrap_or_else(|| json!(["https://kubernetes.default.svc.cluster.local"]));
+        let expiry =
+            k8s_openapi::jiff::Timestamp::from_second(expires).map(crate::meta::format_time).unwrap_or_default();
+        let mut out_spec = spec.clone();
+        if let Value::Object(m) = &mut out_spec {
+            m.insert("audiences".into(), audiences);
+            m.insert("expirationSeconds".into(), json!(seconds));
+        }
+        Ok(json!({
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": crate::meta::format_time(now)},
+            "spec": out_spec,
+            "status": {"token": token, "expirationTimestamp": expiry},
+        }))
     }
 }
 
@@ -549,11 +633,12 @@ mod tests {
     #[test]
     fn token_file_and_rules() {
         let a = Authenticator::parse("tok1,alice,u1,\"dev,qa\"\n# comment\ntok2,bob,u2\n").unwrap();
-        let alice = a.authenticate(Some("Bearer tok1")).unwrap();
+        let store = Store::new(10, 10);
+        let alice = a.authenticate(&store, Some("Bearer tok1")).unwrap();
         assert_eq!(alice.name, "alice");
         assert!(alice.groups.contains(&"qa".to_string()));
-        assert_eq!(a.authenticate(Some("Bearer nope")).unwrap_err().code, 401);
-        assert!(a.authenticate(None).unwrap().is_admin());
+        assert_eq!(a.authenticate(&store, Some("Bearer nope")).unwrap_err().code, 401);
+        assert!(a.authenticate(&store, None).unwrap().is_admin());
 
         let r = json!({"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list"], "resourceNames": []});
         let mut at = Attributes {

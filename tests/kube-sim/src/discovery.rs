@@ -76,6 +76,7 @@ fn subresources(rd: &ResourceDef) -> Vec<Subresource> {
     for (name, verbs) in &rd.extra_subresources {
         let kind = match *name {
             "binding" => Some(("".into(), "v1".into(), "Binding".into())),
+            "token" => Some(("authentication.k8s.io".into(), "v1".into(), "TokenRequest".into())),
             _ => None,
         };
         out.push((name.to_string(), kind, verbs.clone()));

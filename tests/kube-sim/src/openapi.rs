@@ -19,6 +19,7 @@ const STATUS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.Status";
 const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 const SCALE: &str = "io.k8s.api.autoscaling.v1.Scale";
 const BINDING: &str = "io.k8s.api.core.v1.Binding";
+const TOKEN_REQUEST: &str = "io.k8s.api.authentication.v1.TokenRequest";
 
 fn schema_ref(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
@@ -449,6 +450,15 @@ fn add_resource_paths(rd: &ResourceDef, paths: &mut Map<String, Value>) {
         if *sub == "binding" {
             subresource("binding", schema_ref(BINDING), ("", "v1", "Binding"), verbs, true);
         }
+        if *sub == "token" {
+            subresource(
+                "token",
+                schema_ref(TOKEN_REQUEST),
+                ("authentication.k8s.io", "v1", "TokenRequest"),
+                verbs,
+                true,
+            );
+        }
     }
 }
 
@@ -488,6 +498,9 @@ pub fn group_version_doc(catalog: &Catalog, gv_path: &str) -> Option<Value> {
         }
         if rd.extra_subresources.iter().any(|(s, _)| *s == "binding") {
             roots.push(BINDING.into());
+        }
+        if rd.extra_subresources.iter().any(|(s, _)| *s == "token") {
+            roots.push(TOKEN_REQUEST.into());
         }
     }
     let mut components = builtin_closure(&roots);

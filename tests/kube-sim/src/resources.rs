@@ -289,7 +289,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<core::Event>(Special::CoreEvent).short(&["ev"]),
         builtin::<core::ConfigMap>(Special::ConfigMap).short(&["cm"]),
         builtin::<core::Secret>(Special::Secret),
-        builtin::<core::ServiceAccount>(Special::ServiceAccount).short(&["sa"]),
+        builtin::<core::ServiceAccount>(Special::ServiceAccount).short(&["sa"]).extra("token", &["create"]),
         builtin::<core::Service>(Special::Service)
             .short(&["svc"])
             .categories(&["all"])
@@ -360,6 +360,7 @@ pub static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
     // Types referenced by paths and subresources in the published OpenAPI.
     registers.push(register::<k8s_openapi::api::autoscaling::v1::Scale>);
     registers.push(register::<k8s_openapi::api::core::v1::Binding>);
+    registers.push(register::<k8s_openapi::api::authentication::v1::TokenRequest>);
     registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Status>);
     registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>);
     registers.push(register::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta>);
@@ -384,6 +385,12 @@ pub static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
         group: "".into(),
         version: "v1".into(),
         kind: "Binding".into(),
+    });
+    gvks.push(Gvk {
+        definition: "io.k8s.api.authentication.v1.TokenRequest".into(),
+        group: "authentication.k8s.io".into(),
+        version: "v1".into(),
+        kind: "TokenRequest".into(),
     });
     let schemas = BuiltinSchemas::build(&registers, &gvks);
     let defs = specs

@@ -125,7 +125,7 @@ ROOTS = [
     'io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler', 'io.k8s.api.autoscaling.v1.Scale', 'io.k8s.api.storage.v1.StorageClass',
     'io.k8s.api.scheduling.v1.PriorityClass', 'io.k8s.api.authorization.v1.SelfSubjectAccessReview', 'io.k8s.api.authorization.v1.SubjectAccessReview',
     'io.k8s.api.authorization.v1.SelfSubjectRulesReview', 'io.k8s.api.authorization.v1.LocalSubjectAccessReview',
-    'io.k8s.api.authentication.v1.SelfSubjectReview', 'io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions',
+    'io.k8s.api.authentication.v1.SelfSubjectReview', 'io.k8s.api.authentication.v1.TokenRequest', 'io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions',
 ]
 SPECIAL = {
     'io.k8s.apimachinery.pkg.apis.meta.v1.Time', 'io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime', 'io.k8s.apimachinery.pkg.apis.meta.v1.Duration',

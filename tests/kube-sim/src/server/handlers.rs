@@ -175,6 +175,14 @@ async fn resource_inner(
             }
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
+        Some("token") if rd.special == Special::ServiceAccount => match (verb, rr.name.as_deref()) {
+            ("create", Some(name)) => {
+                let request = parse_body(&body, &c.content_type, "io.k8s.api.authentication.v1.TokenRequest")?;
+                let issued = c.st.auth.issue_token(&c.st.registry.store, &ns, name, &request)?;
+                Ok(json_response(StatusCode::CREATED, &issued, &[]))
+            }
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
         Some("finalize") if rd.special == Special::Namespace => match (verb, rr.name.as_deref()) {
             ("update", Some(name)) => update(&c, "", name, &body, Endpoint::Finalize),
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),

@@ -84,7 +84,7 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
     let query = Query::parse(req.uri().query());
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let user = match st.auth.authenticate(authorization.as_deref()) {
+    let user = match st.auth.authenticate(&st.registry.store, authorization.as_deref()) {
         Ok(u) => u,
         Err(e) => return error_response(&e),
     };

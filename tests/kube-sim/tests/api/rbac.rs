@@ -127,3 +127,48 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
+
+#[tokio::test]
+async fn service_account_tokens_from_token_requests() -> Result<()> {
+    let sim = sim().await?;
+    let admin = sim.client().await;
+    let raw = Raw::new(&sim);
+    let sa = raw.post("/api/v1/namespaces/default/serviceaccounts", &json!({"metadata": {"name": "operator"}})).await?;
+    assert_eq!(sa.status, 201);
+    let roles: Api<Role> = Api::default_namespaced(admin.clone());
+    roles
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "cm-reader"}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]}))?)
+        .await?;
+    let bindings: Api<RoleBinding> = Api::default_namespaced(admin.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "operator"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": "default"}]}))?,
+        )
+        .await?;
+    let tr = raw
+        .post("/api/v1/namespaces/default/serviceaccounts/operator/token", &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}))
+        .await?;
+    assert_eq!(tr.status, 201, "{}", tr.text);
+    assert_eq!(tr.body["kind"], "TokenRequest");
+    let token = tr.body["status"]["token"].as_str().unwrap_or_default().to_string();
+    assert!(tr.body["status"]["expirationTimestamp"].as_str().is_some());
+    let client = sim.client_for_token(&token).await?;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    cms.list(&ListParams::default()).await?;
+    let err = api_error(
+        cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "x"}}))?).await,
+    )?;
+    assert_eq!(
+        err.message,
+        "configmaps is forbidden: User \"system:serviceaccount:default:operator\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    // Tokens die with their service account.
+    raw.delete("/api/v1/namespaces/default/serviceaccounts/operator", None).await?;
+    assert_eq!(api_error(cms.list(&ListParams::default()).await)?.code, 401);
+    let missing = raw.post("/api/v1/namespaces/default/serviceaccounts/nobody/token", &json!({"spec": {}})).await?;
+    assert_eq!(missing.status, 404);
+    sim.shutdown().await;
+    Ok(())
+}
