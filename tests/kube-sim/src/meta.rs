@@ -151,7 +151,7 @@ pub fn generate_name_suffix() -> String {
 /// `SimpleNameGenerator.GenerateName`: truncates the base to keep the name within 63 characters.
 pub fn generate_name(base: &str) -> String {
     const MAX_GENERATED_NAME_LENGTH: usize = 63 - 5;
-    let base = if base.len() > MAX_GENERATED_NAME_LENGTH { &base[..MAX_GENERATED_NAME_LENGTH] } else { base };
+    let base: String = base.chars().take(MAX_GENERATED_NAME_LENGTH).collect();
     format!("{base}{}", generate_name_suffix())
 }
 

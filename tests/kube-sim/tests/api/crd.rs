@@ -320,3 +320,50 @@ async fn project_crds_and_examples_apply_with_the_apply_flag() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn server_side_apply_on_custom_resources_and_their_status() -> Result<()> {
+    let sim = sim().await?;
+    let client = sim.client().await;
+    let gs = install_test_crd(&client).await?;
+    let apply = |manager: &str| PatchParams::apply(manager).force();
+    let cfg = json!({"apiVersion": "sim.kube-sim.test/v1alpha1", "kind": "GameServer", "metadata": {"name": "ssa"},
+        "spec": {"replicas": 4, "template": {"spec": {"containers": [{"name": "c", "image": "python:3.4"}]}}}, "status": {"phase": "ignored"}});
+    let created = gs.patch("ssa", &apply("operator"), &Patch::Apply(cfg)).await?;
+    assert_eq!(created.data["spec"]["replicas"], 4);
+    assert!(created.data.get("status").is_none(), "status is not applied through the main resource");
+    // A controller applies status through /status: only status is taken, generation is unchanged.
+    let st = gs
+        .patch_status(
+            "ssa",
+            &apply("operator-status"),
+            &Patch::Apply(json!({"apiVersion": "sim.kube-sim.test/v1alpha1", "kind": "GameServer", "metadata": {"name": "ssa"}, "status": {"phase": "Running", "readyReplicas": 4}})),
+        )
+        .await?;
+    assert_eq!(st.data["status"]["phase"], "Running");
+    assert_eq!(st.metadata.generation, Some(1));
+    let managers: Vec<(String, String)> = st
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| (m.manager.unwrap_or_default(), m.subresource.unwrap_or_default()))
+        .collect();
+    assert!(managers.contains(&("operator".to_string(), String::new())), "{managers:?}");
+    assert!(managers.contains(&("operator-status".to_string(), "status".to_string())), "{managers:?}");
+    // Re-applying the spec leaves the status alone.
+    let again = gs
+        .patch(
+            "ssa",
+            &apply("operator"),
+            &Patch::Apply(
+                json!({"apiVersion": "sim.kube-sim.test/v1alpha1", "kind": "GameServer", "metadata": {"name": "ssa"},
+                "spec": {"replicas": 5, "template": {"spec": {"containers": [{"name": "c", "image": "python:3.5"}]}}}}),
+            ),
+        )
+        .await?;
+    assert_eq!(again.data["status"]["phase"], "Running");
+    assert_eq!(again.metadata.generation, Some(2));
+    sim.shutdown().await;
+    Ok(())
+}
