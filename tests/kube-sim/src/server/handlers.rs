@@ -87,7 +87,17 @@ async fn resource_inner(
     let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let content_type =
         req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
-    // Authorization (the namespace of a namespace object is its own name, as in RequestInfo).
+    // Authorization (the namespace of a namespace object is its own name, and a list or watch
+    // pinned to one name by `fieldSelector=metadata.name=` is authorized as that name, as in
+    // RequestInfo).
+    let selected_name = if matches!(verb, "list" | "watch") && rr.name.is_none() {
+        query
+            .get("fieldSelector")
+            .and_then(|f| FieldSelector::parse(f).ok())
+            .and_then(|f| f.exact_name().map(str::to_string))
+    } else {
+        None
+    };
     let attrs = Attributes {
         verb: verb.to_string(),
         resource_request: true,
@@ -95,7 +105,7 @@ async fn resource_inner(
         api_version: rd.version.clone(),
         resource: rd.plural.clone(),
         subresource: rr.subresource.clone().unwrap_or_default(),
-        name: rr.name.clone().unwrap_or_default(),
+        name: rr.name.clone().or(selected_name).unwrap_or_default(),
         namespace: if rd.special == Special::Namespace {
             rr.name.clone().unwrap_or_default()
         } else {

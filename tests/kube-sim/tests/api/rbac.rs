@@ -41,7 +41,7 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
             &PostParams::default(),
             &serde_json::from_value(json!({"metadata": {"name": "pod-reader"}, "rules": [
                 {"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["allowed"], "verbs": ["get"]}
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["allowed"], "verbs": ["get", "list"]}
             ]}))?,
         )
         .await?;
@@ -73,6 +73,10 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
         admin_cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": n}}))?).await?;
     }
     cms.get("allowed").await?;
+    // A list pinned to an allowed name by a field selector is authorized as that name; an
+    // unpinned list is not.
+    assert_eq!(cms.list(&ListParams::default().fields("metadata.name=allowed")).await?.items.len(), 1);
+    assert_eq!(api_error(cms.list(&ListParams::default()).await)?.code, 403);
     let err = api_error(cms.get("other").await)?;
     assert_eq!(
         err.message,
