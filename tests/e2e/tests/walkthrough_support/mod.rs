@@ -118,8 +118,8 @@ pub struct Checked {
 
 #[derive(Debug, Clone)]
 enum Seen {
-    Pod(Pod),
-    Run(HookRun),
+    Pod(Box<Pod>),
+    Run(Box<HookRun>),
 }
 
 /// Watches pods and HookRuns and records every event with its resourceVersion (kube-sim's versions are global
@@ -146,7 +146,7 @@ impl HookWatcher {
             let mut stream = watcher(pods, watcher::Config::default().labels(&format!("app={NAME}"))).boxed();
             while let Some(event) = stream.next().await {
                 if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p)) = event {
-                    record.lock().unwrap_or_else(|e| e.into_inner()).push((rv(&p.metadata), Seen::Pod(p)));
+                    record.lock().unwrap_or_else(|e| e.into_inner()).push((rv(&p.metadata), Seen::Pod(Box::new(p))));
                 }
             }
         });
@@ -155,7 +155,7 @@ impl HookWatcher {
             let mut stream = watcher(runs, watcher::Config::default()).boxed();
             while let Some(event) = stream.next().await {
                 if let Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r)) = event {
-                    record.lock().unwrap_or_else(|e| e.into_inner()).push((rv(&r.metadata), Seen::Run(r)));
+                    record.lock().unwrap_or_else(|e| e.into_inner()).push((rv(&r.metadata), Seen::Run(Box::new(r))));
                 }
             }
         });
