@@ -206,7 +206,13 @@ pub fn evaluate(
                 Some(_) => {}
                 None => match build_step_run(gd, gate, update_revision, index, hook) {
                     Ok(run) => out.actions.push(Action::CreateHookRun(Box::new(run))),
-                    Err(problem) => out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem)),
+                    // Announced once per step (the next pass sees the run name recorded); retried every pass.
+                    Err(problem) => {
+                        let recorded = old.canary.as_ref().and_then(|c| c.current_step_hook_run.as_deref());
+                        if recorded != Some(name.as_str()) {
+                            out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem));
+                        }
+                    }
                 },
             }
         }
