@@ -117,6 +117,8 @@ impl Cluster {
         let output = tokio::process::Command::new("kubectl")
             .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
+            // A per-cluster discovery cache: a later cluster on a reused port must not see this one's.
+            .env("KUBECACHEDIR", self.dir.path().join("kube-cache"))
             .current_dir(repo_root())
             .stdin(Stdio::null())
             .output()
