@@ -280,3 +280,39 @@ fn canary_steps_partition_pause_and_hook() {
     assert!(!world.gd.spec.update_strategy.paused);
     assert_eq!(world.revision_counts(), (4, 0));
 }
+
+#[test]
+fn scale_up_releases_a_pod_preparing_delete_and_drops_its_run() {
+    let mut world = hooked(3, "InplaceUpdate");
+    world.gd.spec.replicas = Some(2);
+    passes(&mut world, 3);
+    assert_eq!(world.hook_runs.len(), 1);
+    world.gd.spec.replicas = Some(3);
+    passes(&mut world, 3);
+    assert_eq!(world.active().len(), 3);
+    assert!(world.active().iter().all(|p| lifecycle::state_of(p) == LifecycleState::Normal));
+    assert!(world.hook_runs.is_empty(), "a later scale-in asks the hook again");
+    assert!(world.gd.status.clone().unwrap_or_default().pre_delete_hook_condition.is_empty());
+}
+
+#[test]
+fn rollback_releases_pods_preparing_update_without_updating_them() {
+    let mut world = hooked(3, "InplaceUpdate");
+    let before = world.update_revision();
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:2".into());
+    }
+    world.gd.metadata.generation = Some(2);
+    passes(&mut world, 3);
+    assert!(!world.hook_runs.is_empty());
+    assert!(world.active().iter().any(|p| lifecycle::state_of(p) == LifecycleState::PreparingUpdate));
+    if let Some(s) = world.gd.spec.template.spec.as_mut() {
+        s.containers[0].image = Some("game:1".into());
+    }
+    world.gd.metadata.generation = Some(3);
+    passes(&mut world, 4);
+    assert_eq!(world.update_revision(), before);
+    assert_eq!(world.revision_counts(), (3, 0), "nobody was updated");
+    assert!(world.active().iter().all(|p| lifecycle::state_of(p) == LifecycleState::Normal));
+    assert!(world.hook_runs.is_empty());
+}
