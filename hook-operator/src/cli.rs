@@ -59,6 +59,12 @@ pub struct EngineFlags {
     /// Largest web/Prometheus response body read, in bytes.
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
     pub max_body_bytes: usize,
+    /// Idle keep-alive connections to web/Prometheus endpoints are closed after this long.
+    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    pub web_idle_timeout: Duration,
+    /// Idle keep-alive connections kept per endpoint host.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub web_max_idle_per_host: usize,
     /// Timeout of a Prometheus query.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub prometheus_timeout: Duration,
@@ -92,6 +98,8 @@ impl EngineFlags {
             resolve: self.web_resolve.clone(),
             prometheus_timeout: self.prometheus_timeout,
             kubernetes_timeout: self.kubernetes_timeout,
+            idle_timeout: self.web_idle_timeout,
+            max_idle_per_host: self.web_max_idle_per_host,
         }
     }
 }

@@ -113,7 +113,7 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
             url("provider.web.url", &web.url, problem);
         }
         if let Some(path) = web.json_path.as_deref()
-            && let Err(e) = jsonpath::Path::parse(path)
+            && let Err(e) = jsonpath::Path::cached(path)
         {
             problem(format!("provider.web.{e}"));
         }
@@ -295,8 +295,13 @@ mod tests {
     }
 
     #[test]
-    fn the_walkthrough_templates_are_valid() {
-        for file in ["hook-template-success.yaml", "hook-template-fail.yaml", "hook-template-args.yaml"] {
+    fn the_bcs_example_templates_are_valid() {
+        for file in [
+            "hook-template-success.yaml",
+            "hook-template-fail.yaml",
+            "hook-template-args.yaml",
+            "canary-hooktemplate.yaml",
+        ] {
             let path = format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"));
             let text = std::fs::read_to_string(&path).unwrap();
             let template: common::api::HookTemplate = serde_yaml::from_str(&text).unwrap();

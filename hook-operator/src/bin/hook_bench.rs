@@ -53,9 +53,12 @@ struct Flags {
     /// Time before the measured window (runs being created, connections opened).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     warmup: Duration,
-    /// `--max-in-flight` of the dispatcher.
-    #[arg(long, default_value_t = 4000)]
+    /// `--max-inflight-measurements` of the dispatcher (the operator's default).
+    #[arg(long, default_value_t = 2000)]
     max_in_flight: usize,
+    /// Idle keep-alive connections kept per host (the operator's `--web-max-idle-per-host`).
+    #[arg(long, default_value_t = 1024)]
+    max_idle_per_host: usize,
     /// Internal: run only the HTTP server on this address and print the bound address.
     #[arg(long, hide = true)]
     serve: Option<SocketAddr>,
@@ -108,9 +111,10 @@ fn cpu_seconds(pid: &str) -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
-fn peak_rss_mib(pid: &str) -> Option<f64> {
+/// `VmHWM` (peak) or `VmRSS` (current) of a process, in MiB.
+fn rss_mib(pid: &str, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
 }
@@ -186,7 +190,8 @@ async fn bench(flags: Flags) -> Result<(), String> {
             }
         })
     };
-    let providers = Providers::new(&ProviderSettings::default(), None).map_err(|e| e.0)?;
+    let settings = ProviderSettings { max_idle_per_host: flags.max_idle_per_host, ..ProviderSettings::default() };
+    let providers = Providers::new(&settings, None).map_err(|e| e.0)?;
     let wakers = Wakers::default();
     let dispatcher = Dispatcher::with_lag_observer(
         providers,
@@ -220,6 +225,8 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let cpu = cpu_seconds("self").unwrap_or_default() - cpu_before;
     let server_cpu = cpu_seconds(&server_pid).unwrap_or_default() - server_cpu_before;
     let measurements = recorded.load(Ordering::Relaxed);
+    let rss_now = rss_mib("self", "VmRSS:").unwrap_or_default();
+    let open_files = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or_default();
     for task in &tasks {
         task.abort();
     }
@@ -256,7 +263,10 @@ async fn bench(flags: Flags) -> Result<(), String> {
     );
     println!("  engine CPU               {cpu:.2} s in {elapsed:.1} s ({:.0}% of one core)", 100.0 * cpu / elapsed);
     println!("  server CPU               {server_cpu:.2} s (separate process)");
-    println!("  engine peak RSS          {:.1} MiB", peak_rss_mib("self").unwrap_or_default());
+    println!(
+        "  engine RSS               peak {:.1} MiB, at the end {rss_now:.1} MiB ({open_files} open file descriptors)",
+        rss_mib("self", "VmHWM:").unwrap_or_default()
+    );
     let _ = server.kill().await;
     Ok(())
 }

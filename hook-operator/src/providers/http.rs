@@ -52,11 +52,12 @@ pub struct Http {
     max_body: usize,
 }
 
-fn builder() -> reqwest::ClientBuilder {
+fn builder(settings: &ProviderSettings) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(5))
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(settings.idle_timeout)
+        .pool_max_idle_per_host(settings.max_idle_per_host)
         .user_agent(concat!("hook-operator/", env!("CARGO_PKG_VERSION")))
 }
 
@@ -66,8 +67,8 @@ impl Http {
             b.build().map_err(|e| ProviderError(format!("building the HTTP client: {}", chain(&e))))
         };
         Ok(Self {
-            client: build(builder())?,
-            insecure: build(builder().danger_accept_invalid_certs(true))?,
+            client: build(builder(settings))?,
+            insecure: build(builder(settings).danger_accept_invalid_certs(true))?,
             resolve: settings.resolve.clone(),
             max_body: settings.max_body_bytes,
         })

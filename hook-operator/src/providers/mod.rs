@@ -64,6 +64,12 @@ pub struct ProviderSettings {
     pub resolve: Vec<http::Resolve>,
     pub prometheus_timeout: Duration,
     pub kubernetes_timeout: Duration,
+    /// Idle keep-alive connections are closed after this long. Hook endpoints are usually one pod each,
+    /// measured every `interval`: keeping a connection only pays off for short intervals, and every idle
+    /// connection costs memory.
+    pub idle_timeout: Duration,
+    /// Idle connections kept per host (one host answering many runs, e.g. a shared service).
+    pub max_idle_per_host: usize,
 }
 
 impl Default for ProviderSettings {
@@ -73,6 +79,8 @@ impl Default for ProviderSettings {
             resolve: Vec::new(),
             prometheus_timeout: Duration::from_secs(30),
             kubernetes_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            max_idle_per_host: 1024,
         }
     }
 }
