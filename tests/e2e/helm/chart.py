@@ -24,6 +24,7 @@ def main() -> int:
     p.add_argument("--values", default="{}")
     p.add_argument("--kubeconfig")
     p.add_argument("--namespace", default="default")
+    p.add_argument("--release", default="test", help="release name for render")
     a = p.parse_args()
     values = json.loads(a.values)
     try:
@@ -33,7 +34,7 @@ def main() -> int:
             print(json.dumps(report, indent=2))
             return 1 if problems or report.get("errors") else 0
         if a.action == "render":
-            rendered = helm.Chart.load(a.rest[0]).render(values, name="test", namespace=a.namespace, is_install=True)
+            rendered = helm.Chart.load(a.rest[0]).render(values, name=a.release, namespace=a.namespace, is_install=True)
             docs = []
             for path, text in sorted(rendered.items()):
                 if path.endswith("NOTES.txt"):

@@ -154,6 +154,13 @@ impl Cluster {
         Operator::spawn(binary(package, bin), self.kubeconfig.clone(), self.dir.path().join(format!("{bin}.log")), args)
     }
 
+    /// Starts an operator binary with another user's kubeconfig (e.g. a ServiceAccount token from
+    /// [`SimHandle::write_kubeconfig_for_token`]), so its requests are authorized by RBAC.
+    pub fn operator_with_kubeconfig(&self, package: &str, bin: &str, kubeconfig: &Path, args: &[&str]) -> Operator {
+        let log = self.dir.path().join(format!("{bin}.log"));
+        Operator::spawn(binary(package, bin), kubeconfig.to_path_buf(), log, args)
+    }
+
     pub async fn shutdown(mut self) {
         if let Some(sim) = self.sim.take() {
             sim.shutdown().await;

@@ -1,0 +1,365 @@
+//! The chart's RBAC is exactly what the operators need. Both operator binaries run against kube-sim with
+//! ServiceAccount tokens bound to nothing but the RBAC objects the chart renders (release `ops` in
+//! `kourse-system`), with leader election on the chart's Lease names, and complete a compact walkthrough (success
+//! template, 6 ready, scale to 5 through a pre-delete HookRun, in-place image update of 3 pods, plus a HookRun with
+//! a `kubernetes` metric). Then every rule of every rendered Role/ClusterRole is removed in turn: the operators
+//! are restarted under the reduced RBAC and the scenario is driven until a Forbidden error naming that rule's
+//! resource shows up in the operator logs, Events or HookRun status.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use e2e::gamedeployment::Columns;
+use e2e::{Cluster, Operator, helm, wait_for};
+use serde_json::{Value, json};
+
+const CHART: &str = "charts/gamedeployment-operators";
+const NS: &str = "kourse-system";
+const GD: &str = "test-gamedeployment";
+const LONG: Duration = Duration::from_secs(240);
+/// How long one removal case may take to show its Forbidden error (generous for a loaded 2-core machine).
+const CASE_DEADLINE: Duration = Duration::from_secs(120);
+const NEW_IMAGE: &str =
+    r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
+
+/// A HookRun whose `kubernetes` metric patches and reads back an annotation of pod `target`.
+const KUBE_RUN: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookRun
+metadata:
+  name: drain-flag
+spec:
+  policy: Ordered
+  args:
+    - name: PodName
+      value: target
+    - name: PodNamespace
+      value: NAMESPACE
+  metrics:
+    - name: mark
+      provider:
+        kubernetes:
+          function: patch
+          fields:
+            - path: metadata.annotations.example.com/drain-state
+              value: draining
+    - name: verify
+      provider:
+        kubernetes:
+          function: get
+          fields:
+            - path: metadata.annotations.example.com/drain-state
+              value: draining
+"#;
+
+const TARGET_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: target
+spec:
+  containers:
+    - name: main
+      image: nginx:test
+"#;
+
+const RBAC_KINDS: [&str; 5] = ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
+
+fn is_role(doc: &Value) -> bool {
+    doc["kind"] == "ClusterRole" || doc["kind"] == "Role"
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// The rendered objects of one operator (its name suffix `-gamedeployment` / `-hook`).
+struct OperatorSpec {
+    package: &'static str,
+    bin: &'static str,
+    account: String,
+    extra: Vec<String>,
+}
+
+struct Harness {
+    cluster: Cluster,
+    rbac: Vec<Value>,
+    specs: Vec<OperatorSpec>,
+    kubeconfigs: Vec<PathBuf>,
+    running: Vec<Operator>,
+    /// Per operator, the log length when it was last started: evidence is searched only after that.
+    log_marks: Vec<usize>,
+}
+
+impl Harness {
+    async fn apply_rbac(&self, docs: &[Value]) {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
+        let path = self.cluster.dir().join("rbac.json");
+        std::fs::write(&path, list.to_string()).expect("rbac written");
+        self.cluster.kubectl_ok(&["apply", "--validate=false", "-f", &path.display().to_string()]).await;
+    }
+
+    async fn stop(&mut self) {
+        for op in &mut self.running {
+            op.kill().await;
+        }
+        self.running.clear();
+    }
+
+    async fn start(&mut self) {
+        self.stop().await;
+        self.log_marks.clear();
+        for (spec, kubeconfig) in self.specs.iter().zip(&self.kubeconfigs) {
+            let args: Vec<&str> = spec.extra.iter().map(String::as_str).collect();
+            let log = self.cluster.dir().join(format!("{}.log", spec.bin));
+            self.log_marks.push(std::fs::metadata(&log).map_or(0, |m| m.len() as usize));
+            let op = self.cluster.operator_with_kubeconfig(spec.package, spec.bin, kubeconfig, &args);
+            self.running.push(op);
+        }
+    }
+
+    /// Operator logs since the last start, Events and HookRun status messages in `ns`.
+    async fn evidence(&self, ns: &str) -> String {
+        let mut all = String::new();
+        for (op, mark) in self.running.iter().zip(&self.log_marks) {
+            all.push_str(op.logs().get(*mark..).unwrap_or(""));
+        }
+        for resource in ["events", "hookruns"] {
+            all.push_str(&self.cluster.kubectl(&["-n", ns, "get", resource, "-o", "json"]).await.stdout);
+        }
+        all
+    }
+}
+
+async fn write(cluster: &Cluster, name: &str, text: &str) -> String {
+    let path = cluster.dir().join(name);
+    std::fs::write(&path, text).expect("manifest written");
+    path.display().to_string()
+}
+
+async fn token_kubeconfig(cluster: &Cluster, account: &str) -> PathBuf {
+    let token = cluster.kubectl_ok(&["-n", NS, "create", "token", account, "--duration=24h"]).await;
+    let path = cluster.dir().join(format!("kubeconfig-{account}"));
+    cluster.sim().write_kubeconfig_for_token(&path, token.trim()).expect("token kubeconfig written");
+    path
+}
+
+async fn columns(cluster: &Cluster, ns: &str) -> Option<Columns> {
+    let out = cluster.kubectl(&["-n", ns, "get", "gamedeployment", GD, "--no-headers"]).await;
+    let row: Vec<i64> = out.stdout.split_whitespace().skip(1).take(5).filter_map(|v| v.parse().ok()).collect();
+    (out.success && row.len() == 5).then(|| Columns::new(row[0], row[1], row[2], row[3], row[4]))
+}
+
+async fn wait_gd(cluster: &Cluster, ns: &str, want: Columns) {
+    wait_for(&format!("{ns}/{GD} to show {want:?}"), LONG, || async move {
+        (columns(cluster, ns).await == Some(want)).then_some(())
+    })
+    .await;
+}
+
+async fn run_names(cluster: &Cluster, ns: &str) -> Vec<(String, String)> {
+    let out = cluster.kubectl(&["-n", ns, "get", "hookrun", "-o", "json"]).await;
+    let list: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|r| {
+                    let name = r["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    let phase = r["status"]["phase"].as_str().unwrap_or("").to_string();
+                    (name, phase)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sets up namespace `ns` for a scenario: the success template, a target pod and the kubernetes-metric HookRun.
+async fn prepare(cluster: &Cluster, ns: &str) {
+    cluster.kubectl_ok(&["create", "namespace", ns]).await;
+    cluster.kubectl_ok(&["-n", ns, "apply", "-f", "examples/hook-template-success.yaml"]).await;
+    let pod = write(cluster, "target.yaml", TARGET_POD).await;
+    cluster.kubectl_ok(&["-n", ns, "apply", "-f", &pod]).await;
+    let run = write(cluster, &format!("kube-run-{ns}.yaml"), &KUBE_RUN.replace("NAMESPACE", ns)).await;
+    cluster.kubectl_ok(&["-n", ns, "apply", "-f", &run]).await;
+    cluster.kubectl_ok(&["-n", ns, "apply", "-f", "examples/gamedeployment.yaml"]).await;
+}
+
+/// The compact walkthrough with the full chart RBAC, asserted to complete.
+async fn walkthrough(cluster: &Cluster, ns: &str) {
+    prepare(cluster, ns).await;
+    wait_for("the kubernetes-metric HookRun to succeed", LONG, || async {
+        run_names(cluster, ns).await.iter().any(|(n, p)| n == "drain-flag" && p == "Successful").then_some(())
+    })
+    .await;
+    let annotation = cluster
+        .kubectl_ok(&[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            "target",
+            "-o",
+            r#"jsonpath={.metadata.annotations.example\.com/drain-state}"#,
+        ])
+        .await;
+    assert_eq!(annotation, "draining");
+    cluster.kubectl_ok(&["-n", ns, "delete", "hookrun", "drain-flag"]).await;
+    wait_gd(cluster, ns, Columns::new(6, 6, 6, 6, 6)).await;
+
+    cluster.kubectl_ok(&["-n", ns, "scale", "--replicas=5", &format!("gamedeployment/{GD}")]).await;
+    let (run, _) = wait_for("a pre-delete HookRun to succeed", LONG, || async {
+        run_names(cluster, ns).await.into_iter().find(|(n, p)| n.starts_with("predelete-") && p == "Successful")
+    })
+    .await;
+    wait_gd(cluster, ns, Columns::new(5, 5, 5, 5, 5)).await;
+    wait_for("the pre-delete HookRun to be removed", LONG, || async {
+        run_names(cluster, ns).await.iter().all(|(n, _)| n != &run).then_some(())
+    })
+    .await;
+
+    cluster.kubectl_ok(&["-n", ns, "patch", "gamedeployment", GD, "--type=json", "-p", NEW_IMAGE]).await;
+    wait_gd(cluster, ns, Columns::new(5, 3, 3, 5, 5)).await;
+    wait_for("every HookRun to be removed", LONG, || async { run_names(cluster, ns).await.is_empty().then_some(()) })
+        .await;
+    let images = cluster
+        .kubectl_ok(&[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            "-l",
+            &format!("app={GD}"),
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ])
+        .await;
+    assert_eq!(images.split_whitespace().filter(|i| *i == "python:3.5").count(), 3, "{images}");
+}
+
+/// Whether `text` names one of `rule`'s verbs on one of its resources as Forbidden.
+fn names_rule(text: &str, rule: &Value) -> Option<String> {
+    for resource in strings(&rule["resources"]) {
+        for verb in strings(&rule["verbs"]) {
+            let needle = format!("cannot {verb} resource \\\"{resource}\\\"");
+            let plain = format!("cannot {verb} resource \"{resource}\"");
+            if text.contains(&needle) || text.contains(&plain) {
+                return Some(plain);
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_need_exactly_the_chart_rbac() {
+    let cluster = Cluster::start().await;
+    let out = helm(&["render", CHART, "--release", "ops", "--namespace", NS]).await;
+    let docs: Vec<Value> = serde_json::from_str(&out).expect("rendered JSON");
+    let rbac: Vec<Value> = docs.iter().filter(|d| RBAC_KINDS.iter().any(|k| d["kind"] == *k)).cloned().collect();
+    let lease = |suffix: &str| format!("ops-gamedeployment-operators-{suffix}");
+    assert!(
+        docs.iter().any(|d| d["kind"] == "Deployment"
+            && d.to_string().contains(&format!("--leader-elect-lease-name={}", lease("hook")))),
+        "the chart names the Lease after the operator"
+    );
+
+    cluster.install_crds().await;
+    cluster.kubectl_ok(&["create", "namespace", NS]).await;
+    let ip = e2e::hook::hook_pod(&cluster, "canary-hook").await;
+    let resolve = format!("1.1.1.1:9091={ip}:9091");
+    let common = |name: &str| -> Vec<String> {
+        [
+            "--leader-elect",
+            "--leader-elect-namespace",
+            NS,
+            "--leader-elect-lease-name",
+            name,
+            "--leader-elect-identity",
+            name,
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "1s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let mut hook_args = common(&lease("hook"));
+    hook_args.extend(["--interval-scale", "0.01", "--web-resolve", &resolve].map(String::from));
+    let mut gd_args = common(&lease("gamedeployment"));
+    gd_args.extend(["--expectations-timeout", "20s"].map(String::from));
+    let specs = vec![
+        OperatorSpec { package: "hook-operator", bin: "hook-operator", account: lease("hook"), extra: hook_args },
+        OperatorSpec {
+            package: "gamedeployment-operator",
+            bin: "gamedeployment-operator",
+            account: lease("gamedeployment"),
+            extra: gd_args,
+        },
+    ];
+    let mut h = Harness { cluster, rbac, specs, kubeconfigs: Vec::new(), running: Vec::new(), log_marks: Vec::new() };
+    h.apply_rbac(&h.rbac).await;
+    for spec in &h.specs {
+        let kc = token_kubeconfig(&h.cluster, &spec.account).await;
+        h.kubeconfigs.push(kc);
+    }
+
+    // With exactly the chart's RBAC, the walkthrough completes.
+    h.start().await;
+    walkthrough(&h.cluster, "walkthrough").await;
+    let logs = h.evidence("walkthrough").await;
+    assert!(!logs.contains("Forbidden") && !logs.contains("forbidden"), "no request was refused:\n{logs}");
+
+    // Removing any one rule shows a Forbidden error naming it.
+    let mut cases = Vec::new();
+    for (doc_index, doc) in h.rbac.iter().enumerate().filter(|(_, d)| is_role(d)) {
+        for rule_index in 0..doc["rules"].as_array().map_or(0, Vec::len) {
+            cases.push((doc_index, rule_index));
+        }
+    }
+    assert!(cases.len() >= 10, "the chart renders its rules: {cases:?}");
+    let mut proven = Vec::new();
+    for (case, (doc_index, rule_index)) in cases.into_iter().enumerate() {
+        h.stop().await;
+        let mut reduced = h.rbac.clone();
+        let rules = reduced[doc_index]["rules"].as_array_mut().expect("rules");
+        let rule = rules.remove(rule_index);
+        let role = reduced[doc_index]["metadata"]["name"].as_str().unwrap_or("").to_string();
+        h.apply_rbac(&reduced).await;
+        let ns = format!("case-{case}");
+        h.start().await;
+        prepare(&h.cluster, &ns).await;
+        let start = Instant::now();
+        let mut step = 0;
+        let found = loop {
+            let text = h.evidence(&ns).await;
+            if let Some(found) = names_rule(&text, &rule) {
+                break found;
+            }
+            assert!(
+                start.elapsed() < CASE_DEADLINE,
+                "without rule {rule} of {role}, no Forbidden error naming it appeared:\n{text}"
+            );
+            // Drive the scenario on: scale in, then update in place, a few seconds apart.
+            let elapsed = start.elapsed();
+            if step == 0 && elapsed > Duration::from_secs(15) {
+                h.cluster.kubectl(&["-n", &ns, "scale", "--replicas=5", &format!("gamedeployment/{GD}")]).await;
+                step = 1;
+            } else if step == 1 && elapsed > Duration::from_secs(30) {
+                h.cluster.kubectl(&["-n", &ns, "patch", "gamedeployment", GD, "--type=json", "-p", NEW_IMAGE]).await;
+                step = 2;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        };
+        println!("without {rule} in {role}: {found} (after {:?})", start.elapsed());
+        proven.push(found);
+        h.stop().await;
+        h.cluster.kubectl(&["delete", "namespace", &ns, "--wait=false"]).await;
+    }
+    h.apply_rbac(&h.rbac).await;
+    println!("{} rules proven necessary", proven.len());
+    h.cluster.shutdown().await;
+}
