@@ -363,7 +363,7 @@ pub fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
             "Forbidden",
             format!("forbidden: User {:?} cannot {} path {:?}", user.name, a.verb, a.path),
         );
-        e.details = Some(json!({}));
+        e.details = Some(Box::new(json!({})));
         return e;
     }
     let resource =

@@ -178,7 +178,9 @@ pub struct ApiError {
     pub code: u16,
     pub reason: String,
     pub message: String,
-    pub details: Option<Value>,
+    /// Boxed: with serde_json's `preserve_order` (enabled elsewhere in the workspace) a `Value` is large, and
+    /// this error travels through every handler's `Result`.
+    pub details: Option<Box<Value>>,
     /// Seconds for the `Retry-After` header (429 and some 5xx).
     pub retry_after: Option<u64>,
 }
@@ -209,7 +211,7 @@ impl ApiError {
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -225,7 +227,7 @@ impl ApiError {
             s.insert("reason".into(), json!(self.reason));
         }
         if let Some(d) = &self.details {
-            s.insert("details".into(), d.clone());
+            s.insert("details".into(), (**d).clone());
         }
         s.insert("code".into(), json!(self.code));
         Value::Object(s)
@@ -370,7 +372,7 @@ impl ApiError {
             name,
             &format!("unable to create new content in namespace {namespace} because it is being terminated"),
         );
-        if let Some(Value::Object(d)) = &mut e.details {
+        if let Some(Value::Object(d)) = e.details.as_deref_mut() {
             d.insert(
                 "causes".into(),
                 json!([{"reason": "NamespaceTerminating", "message": format!("namespace {namespace} is being terminated"), "field": "metadata.namespace"}]),

@@ -680,7 +680,7 @@ impl Registry {
         }
         d.insert("kind".into(), json!(rd.plural));
         d.insert("causes".into(), Value::Array(causes));
-        e.details = Some(Value::Object(d));
+        e.details = Some(Box::new(Value::Object(d)));
         e
     }
 
@@ -1103,9 +1103,9 @@ impl Registry {
 
 fn too_large(requested: u64, current: u64) -> ApiError {
     let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
-    e.details = Some(
+    e.details = Some(Box::new(
         json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
-    );
+    ));
     e.retry_after = Some(1);
     e
 }

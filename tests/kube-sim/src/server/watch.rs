@@ -165,9 +165,9 @@ pub fn serve(
         }
         Err(StoreError::TooLarge { requested, current }) => {
             let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
-            e.details = Some(
+            e.details = Some(Box::new(
                 json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
-            );
+            ));
             e.retry_after = Some(1);
             return Err(e);
         }
