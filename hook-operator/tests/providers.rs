@@ -113,6 +113,11 @@ async fn web_measurements_and_their_messages() {
     assert_eq!(failed.0, HookPhase::Failed);
     assert_eq!(failed.1, "successCondition `asInt(result) < 30` is false");
 
+    // Slow but within timeoutSeconds: a normal measurement.
+    let slow = measure::take(&providers(), &web(url("/slow"), Some("{$.age}"), Some("result == 45")), &[]).await;
+    assert_eq!(slow.measurement.phase, Some(HookPhase::Successful), "{:?}", slow.measurement.message);
+    assert!(slow.latency >= Duration::from_millis(300));
+
     let server_error = take(&web(url("/500"), Some("{$.age}"), None), &[]).await;
     assert_eq!(server_error.0, HookPhase::Error);
     assert!(server_error.1.contains("returned HTTP 500 Internal Server Error: database is down"), "{}", server_error.1);
