@@ -28,12 +28,13 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"))
 }
 
-/// Path of a workspace binary, built on first use if it is missing (`scripts/test` builds them up front).
+/// Path of a workspace binary, brought up to date once per test process: `cargo build` is a no-op when the
+/// binary is current (`scripts/test` builds every binary first), and a test never runs a stale operator.
 pub fn binary(package: &str, bin: &str) -> PathBuf {
-    static BUILD: OnceLock<Mutex<()>> = OnceLock::new();
+    static BUILT: OnceLock<Mutex<std::collections::BTreeSet<String>>> = OnceLock::new();
     let path = target_dir().join("debug").join(bin);
-    let _guard = BUILD.get_or_init(|| Mutex::new(())).lock().unwrap_or_else(|p| p.into_inner());
-    if !path.exists() {
+    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if built.insert(bin.to_string()) {
         let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .args(["build", "-q", "-p", package, "--bin", bin])
             .current_dir(repo_root())
