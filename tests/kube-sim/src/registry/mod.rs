@@ -367,6 +367,10 @@ impl Registry {
         if unknown.is_empty() {
             return Ok(());
         }
+        // Sorted: the order must not depend on how the JSON map iterates (serde_json's `preserve_order` is
+        // enabled by other crates of the workspace), and the apiserver reports them sorted too.
+        let mut unknown = unknown.to_vec();
+        unknown.sort();
         match ctx.field_validation {
             FieldValidation::Ignore => Ok(()),
             FieldValidation::Warn => {
