@@ -1105,7 +1105,8 @@ impl Registry {
     }
 }
 
-fn too_large(requested: u64, current: u64) -> ApiError {
+/// `504` for a resourceVersion newer than the store has (lists and watches answer it the same way).
+pub(crate) fn too_large(requested: u64, current: u64) -> ApiError {
     let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
     e.details = Some(Box::new(
         json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),

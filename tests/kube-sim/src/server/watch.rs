@@ -163,14 +163,7 @@ pub fn serve(
             let chunk = error_event(&e);
             return Ok(stream_response(futures::stream::iter(vec![Ok(chunk)])));
         }
-        Err(StoreError::TooLarge { requested, current }) => {
-            let mut e = ApiError::timeout(format!("Too large resource version: {requested}, current: {current}"));
-            e.details = Some(Box::new(
-                json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
-            ));
-            e.retry_after = Some(1);
-            return Err(e);
-        }
+        Err(StoreError::TooLarge { requested, current }) => return Err(crate::registry::too_large(requested, current)),
         Err(e) => return Err(ApiError::internal(format!("{e:?}"))),
     };
     let registry = st.registry.clone();
