@@ -1,0 +1,214 @@
+//! What each action writes, decided from the observed objects (pure). Every action is a mechanism the operators
+//! already document; `kubectl gd` only saves typing and says what it did:
+//!
+//! | Action | Write | Documented in |
+//! |---|---|---|
+//! | `retry` | `spec.<gate>UpdateStrategy.retry: true` for each gate with a failed run (BCS) | gamedeployment-operator README "Retry" |
+//! | `retry --pod P` | delete P's failed HookRun (UID precondition); the gate creates a new one | same: retry *is* "delete the failed runs" |
+//! | `pause` / `resume`, `promote` | `spec.updateStrategy.paused: true` / `false` | README "Canary steps" |
+//! | `skip-hook P` | `spec.terminate: true` on P's running HookRun | hook-operator README (`spec.terminate`) |
+//! | `restart` | `spec.template.metadata.annotations["kubectl.kubernetes.io/restartedAt"]` | as `kubectl rollout restart` |
+
+use common::api::HookPhase;
+use common::hookrun::HookKind;
+use common::keys;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use crate::tree::{Snapshot, instance_id, run_phase, runs_of};
+
+/// Annotation `kubectl rollout restart` sets on the pod template; we use the same key.
+pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+
+/// One API write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// JSON merge patch of a GameDeployment.
+    MergeGd { name: String, patch: Value },
+    /// JSON merge patch of a HookRun.
+    MergeRun { name: String, patch: Value },
+    /// Delete a HookRun, only if it is still the one observed (UID precondition).
+    DeleteRun { name: String, uid: String },
+}
+
+/// Writes plus what to tell the user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub writes: Vec<Write>,
+    pub summary: Vec<String>,
+}
+
+fn failed(phase: HookPhase) -> bool {
+    phase.is_completed() && phase != HookPhase::Successful
+}
+
+fn kind_of(label: Option<&str>) -> Option<HookKind> {
+    HookKind::POD_HOOKS.into_iter().find(|k| Some(k.type_label()) == label)
+}
+
+/// The spec field holding a gate's strategy.
+pub fn strategy_field(kind: HookKind) -> &'static str {
+    match kind {
+        HookKind::PreDelete => "preDeleteUpdateStrategy",
+        HookKind::PreInplace => "preInplaceUpdateStrategy",
+        HookKind::PostInplace => "postInplaceUpdateStrategy",
+        HookKind::CanaryStep => "updateStrategy",
+    }
+}
+
+fn gd_name(snapshot: &Snapshot) -> String {
+    snapshot.gd.metadata.name.clone().unwrap_or_default()
+}
+
+/// `retry`: every gate with a failed run gets its `retry` flag (the operator deletes the failed runs of that gate,
+/// starts new ones and sets the flag back to `false`). With `pod`, only that pod's failed runs are deleted.
+pub fn retry(snapshot: &Snapshot, pod: Option<&str>) -> Result<Plan, String> {
+    let name = gd_name(snapshot);
+    if let Some(pod_name) = pod {
+        let pod = snapshot
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(pod_name))
+            .ok_or_else(|| format!("pod {pod_name} does not belong to gamedeployment {name}"))?;
+        let mut plan = Plan { writes: Vec::new(), summary: Vec::new() };
+        for run in runs_of(pod, &snapshot.runs) {
+            let phase = run_phase(run);
+            if !failed(phase) || run.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let run_name = run.metadata.name.clone().unwrap_or_default();
+            plan.summary.push(format!(
+                "hookrun {run_name} ({phase}) deleted: the operator starts a new run for pod {pod_name}"
+            ));
+            plan.writes.push(Write::DeleteRun { name: run_name, uid: run.metadata.uid.clone().unwrap_or_default() });
+        }
+        if plan.writes.is_empty() {
+            return Err(format!("pod {pod_name} has no failed HookRun to retry"));
+        }
+        return Ok(plan);
+    }
+    let mut kinds: Vec<HookKind> = Vec::new();
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    for (list, kind) in [
+        (&status.pre_delete_hook_condition, HookKind::PreDelete),
+        (&status.pre_inplace_hook_condition, HookKind::PreInplace),
+        (&status.post_inplace_hook_condition, HookKind::PostInplace),
+    ] {
+        if list.iter().any(|c| failed(c.phase)) && !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    for run in &snapshot.runs {
+        let labels = run.metadata.labels.clone().unwrap_or_default();
+        if let Some(kind) = kind_of(labels.get(keys::HOOKRUN_TYPE).map(String::as_str))
+            && failed(run_phase(run))
+            && !kinds.contains(&kind)
+        {
+            kinds.push(kind);
+        }
+    }
+    if kinds.is_empty() {
+        return Err(format!("gamedeployment {name} has no failed hook to retry"));
+    }
+    kinds.sort_by_key(|k| HookKind::POD_HOOKS.iter().position(|p| p == k));
+    let mut spec = serde_json::Map::new();
+    let mut summary = Vec::new();
+    for kind in kinds {
+        spec.insert(strategy_field(kind).to_string(), json!({"retry": true}));
+        summary.push(format!(
+            "gamedeployment {name}: spec.{}.retry set to true (the operator reruns the failed {} hooks and sets it \
+             back to false)",
+            strategy_field(kind),
+            kind.type_label().trim_end_matches("-step")
+        ));
+    }
+    Ok(Plan { writes: vec![Write::MergeGd { name, patch: json!({"spec": Value::Object(spec)}) }], summary })
+}
+
+/// `pause` / `resume` (and `promote`): the user's `spec.updateStrategy.paused`.
+pub fn set_paused(snapshot: &Snapshot, paused: bool) -> Plan {
+    let name = gd_name(snapshot);
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    let mut summary = vec![format!("gamedeployment {name}: spec.updateStrategy.paused set to {paused}")];
+    if !paused && !status.pause_conditions.is_empty() {
+        let step = status.current_step_index.unwrap_or(0);
+        summary.push(format!("canary step {step} resumed (pause conditions: {})", status.pause_conditions.len()));
+    }
+    Plan {
+        writes: vec![Write::MergeGd { name, patch: json!({"spec": {"updateStrategy": {"paused": paused}}}) }],
+        summary,
+    }
+}
+
+/// `skip-hook POD`: terminate the pod's unfinished HookRun. The hook-operator completes a terminated run at once,
+/// `Successful` unless a metric already ended worse, so the gate then lets the pod go without the remaining
+/// measurements. A run that already completed is frozen: terminating it changes nothing, so it is refused.
+pub fn skip_hook(pod: &Pod, runs: &[common::api::HookRun]) -> Result<Plan, String> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
+    let mine = runs_of(pod, runs);
+    if mine.is_empty() {
+        return Err(format!("pod {pod_name} (instance id {}) has no HookRun", instance_id(pod)));
+    }
+    let open: Vec<_> = mine
+        .iter()
+        .filter(|r| !run_phase(r).is_completed() && !r.spec.terminate && r.metadata.deletion_timestamp.is_none())
+        .filter(|r| {
+            let labels = r.metadata.labels.clone().unwrap_or_default();
+            revision.is_none() || labels.get(keys::HOOKRUN_WORKLOAD_REVISION).map(String::as_str) == revision
+        })
+        .collect();
+    if open.is_empty() {
+        let described: Vec<String> =
+            mine.iter().map(|r| format!("{} is {}", r.metadata.name.as_deref().unwrap_or(""), run_phase(r))).collect();
+        return Err(format!(
+            "pod {pod_name} has no unfinished HookRun to skip ({}); a completed run cannot be changed — for a failed \
+             one use `kubectl gd retry --pod {pod_name}`",
+            described.join(", ")
+        ));
+    }
+    Ok(Plan {
+        writes: open
+            .iter()
+            .map(|r| Write::MergeRun {
+                name: r.metadata.name.clone().unwrap_or_default(),
+                patch: json!({"spec": {"terminate": true}}),
+            })
+            .collect(),
+        summary: open
+            .iter()
+            .map(|r| {
+                format!(
+                    "hookrun {} terminated: the hook-operator completes it now (Successful unless a metric already \
+                     failed), and the gate then lets pod {pod_name} go",
+                    r.metadata.name.as_deref().unwrap_or("")
+                )
+            })
+            .collect(),
+    })
+}
+
+/// `restart`: a new pod-template annotation makes a new revision, so every pod moves to it through the gates.
+pub fn restart(snapshot: &Snapshot, now: &str) -> Plan {
+    let name = gd_name(snapshot);
+    let strategy = format!("{:?}", snapshot.gd.spec.update_strategy.type_);
+    let how = match strategy.as_str() {
+        "RollingUpdate" => "each pod is deleted (through the pre-delete hook) and recreated",
+        "InplaceUpdate" => {
+            "each pod is updated in place through its pre-inplace (or pre-delete) hook; only the annotation changes, \
+             so its containers keep running"
+        }
+        "HotPatchUpdate" => "each pod is hot-patched through its pre-inplace hook; its containers keep running",
+        _ => "OnDelete: pods move to the new revision only when deleted",
+    };
+    Plan {
+        writes: vec![Write::MergeGd {
+            name: name.clone(),
+            patch: json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}}),
+        }],
+        summary: vec![format!(
+            "gamedeployment {name}: pod template annotated {RESTARTED_AT}={now}; a new revision rolls out ({strategy}: \
+             {how})"
+        )],
+    }
+}

@@ -1,0 +1,202 @@
+//! Command line of `kubectl gd` (the `kubectl-gd` binary found on the PATH by kubectl's plugin mechanism).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+const EXAMPLES: &str = "\
+Examples:
+  # What is the rollout waiting for? Pods, their revision, lifecycle state and the HookRun holding each one
+  kubectl gd get test-gamedeployment
+  kubectl gd get test-gamedeployment --watch
+  kubectl gd get test-gamedeployment -o json | jq '.verdict'
+
+  # Block until the rollout completes (exit 0) or a hook fails (exit 1, naming the pod and the HookRun); for CI
+  kubectl gd status test-gamedeployment --timeout 10m
+
+  # Act on it
+  kubectl gd retry test-gamedeployment                     # every failed hook (spec.*UpdateStrategy.retry)
+  kubectl gd retry test-gamedeployment --pod test-gamedeployment-s9rbp
+  kubectl gd pause test-gamedeployment
+  kubectl gd resume test-gamedeployment                    # `promote` for a canary pause step
+  kubectl gd skip-hook test-gamedeployment-s9rbp           # terminate the pod's running HookRun
+  kubectl gd restart test-gamedeployment                   # roll every pod through the gates
+
+  # Try a HookTemplate locally, without a cluster
+  kubectl gd check -f examples/hook-template-success.yaml --arg PodIP=127.0.0.1
+
+  # Shell completion
+  source <(kubectl gd completion bash)
+
+Exit codes: 0 success (status: rollout complete); 1 a hook failed or cannot start (status), or the check failed;
+2 usage error; 3 the rollout is paused (status); 4 timed out (status); 5 not found or the API refused.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-gd",
+    bin_name = "kubectl gd",
+    version,
+    about = "See which GameDeployment pod waits on which hook and why, and act on it",
+    long_about = "kubectl gd: a kubectl plugin for tkex.tencent.com GameDeployments. It shows the rollout as a \
+                  tree (revisions, pods, lifecycle states, the HookRun holding each pod and its last measurement), \
+                  waits for a rollout in CI, and runs the documented actions (retry, pause, resume, skip a hook, \
+                  restart).",
+    after_help = EXAMPLES,
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Which cluster and namespace (as kubectl: `--kubeconfig`, `$KUBECONFIG`, `~/.kube/config`, in-cluster).
+#[derive(Args, Debug, Clone, Default)]
+pub struct Conn {
+    /// Path to the kubeconfig file.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace (default: the context's namespace, else `default`).
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Output {
+    /// The tree (colour and symbols on a terminal).
+    #[default]
+    Text,
+    /// The tree as JSON (one document per line with --watch).
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Color {
+    /// Colour and symbols when stdout is a terminal and NO_COLOR is not set.
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show a GameDeployment as a tree: revisions, pods (revision, ready, lifecycle state) and, for held pods,
+    /// the HookRun with its phase, elapsed time, last measurement and the condition it is judged by.
+    #[command(
+        after_help = "Examples:\n  kubectl gd get test-gamedeployment\n  kubectl gd get test-gamedeployment -w\n  \
+                            kubectl gd get test-gamedeployment -o json"
+    )]
+    Get {
+        /// GameDeployment name.
+        name: String,
+        /// Keep watching and redraw on every change (in place on a terminal).
+        #[arg(short, long)]
+        watch: bool,
+        #[arg(short, long, value_enum, default_value_t)]
+        output: Output,
+        #[arg(long, value_enum, default_value_t)]
+        color: Color,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Wait until the rollout completes (exit 0), or a hook fails or cannot start (exit 1, naming the pod and the
+    /// HookRun), or the rollout is paused (exit 3). For CI.
+    #[command(after_help = "Examples:\n  kubectl gd status test-gamedeployment --timeout 10m")]
+    Status {
+        name: String,
+        /// Give up after this long (exit 4), e.g. `90s`, `10m`. Default: wait forever.
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+        timeout: Option<Duration>,
+        /// Print only the final verdict.
+        #[arg(short, long)]
+        quiet: bool,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Run failed hooks again: sets `spec.<gate>UpdateStrategy.retry: true` for every gate with a failed HookRun
+    /// (the BCS mechanism; the operator sets it back to false); with --pod, deletes only that pod's failed HookRun
+    /// so the operator starts a new one.
+    Retry {
+        name: String,
+        /// Only this pod.
+        #[arg(long, value_name = "POD")]
+        pod: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Pause updates (`spec.updateStrategy.paused: true`); scaling goes on.
+    Pause {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Resume updates (`spec.updateStrategy.paused: false`): ends a canary pause step, overrides a failed step
+    /// hook.
+    #[command(visible_alias = "promote")]
+    Resume {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Terminate the pod's running HookRun (`spec.terminate: true`): the hook-operator completes it at once,
+    /// Successful unless a metric already failed, so the gate lets the pod go without the remaining measurements.
+    SkipHook {
+        /// The held pod.
+        pod: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Roll every pod through the gates: annotates the pod template (`kubectl.kubernetes.io/restartedAt`, as
+    /// `kubectl rollout restart` does), which makes a new revision.
+    Restart {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Run a HookTemplate (or HookRun) locally, without a cluster, and print every measurement: the
+    /// hook-operator's own check. Exit 0 only when the run ends Successful.
+    Check(hook_operator::cli::CheckFlags),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  source <(kubectl gd completion bash)\n  kubectl gd completion zsh > \"${fpath[1]}/_kubectl-gd\""
+    )]
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration (e.g. 90s, 10m): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_each_command() {
+        let cli = Cli::try_parse_from(["kubectl-gd", "get", "gd1", "-w", "-o", "json", "-n", "games"]).unwrap();
+        let Command::Get { name, watch, output, conn, .. } = cli.command else { panic!("get") };
+        assert_eq!((name.as_str(), watch, output), ("gd1", true, Output::Json));
+        assert_eq!(conn.namespace.as_deref(), Some("games"));
+        let cli = Cli::try_parse_from(["kubectl-gd", "status", "gd1", "--timeout", "2m"]).unwrap();
+        let Command::Status { timeout, .. } = cli.command else { panic!("status") };
+        assert_eq!(timeout, Some(Duration::from_secs(120)));
+        let cli = Cli::try_parse_from(["kubectl-gd", "promote", "gd1"]).unwrap();
+        assert!(matches!(cli.command, Command::Resume { .. }));
+        let cli = Cli::try_parse_from(["kubectl-gd", "check", "-f", "t.yaml", "--arg", "PodIP=1.2.3.4"]).unwrap();
+        let Command::Check(flags) = cli.command else { panic!("check") };
+        assert_eq!(flags.args, vec![("PodIP".to_string(), "1.2.3.4".to_string())]);
+        assert!(Cli::try_parse_from(["kubectl-gd", "status", "gd1", "--timeout", "soon"]).is_err());
+    }
+}

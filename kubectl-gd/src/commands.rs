@@ -1,0 +1,261 @@
+//! Each subcommand: read (once or by watching), decide with the pure modules, write, print.
+
+use std::io::{IsTerminal, Write as _};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::CommandFactory;
+use futures::StreamExt;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::actions::{self, Plan};
+use crate::cli::{Cli, Color, Command, Conn, Output};
+use crate::cluster::{Error, Target};
+use crate::render::{self, Style};
+use crate::rollout::State;
+use crate::tree::{self, Snapshot};
+
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_PAUSED: u8 = 3;
+pub const EXIT_TIMEOUT: u8 = 4;
+pub const EXIT_ERROR: u8 = 5;
+
+fn fail(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(EXIT_ERROR)
+}
+
+async fn connect(conn: &Conn) -> Result<Target, Error> {
+    Target::connect(conn.kubeconfig.as_deref(), conn.context.as_deref(), conn.namespace.as_deref()).await
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Get { name, watch, output, color, conn } => get(&name, watch, output, color, &conn).await,
+        Command::Status { name, timeout, quiet, conn } => status(&name, timeout, quiet, &conn).await,
+        Command::Retry { name, pod, conn } => act(&conn, &name, |s| actions::retry(s, pod.as_deref())).await,
+        Command::Pause { name, conn } => act(&conn, &name, |s| Ok(actions::set_paused(s, true))).await,
+        Command::Resume { name, conn } => act(&conn, &name, |s| Ok(actions::set_paused(s, false))).await,
+        Command::Restart { name, conn } => {
+            let now = Timestamp::now().to_string();
+            act(&conn, &name, |s| Ok(actions::restart(s, &now))).await
+        }
+        Command::SkipHook { pod, conn } => skip_hook(&pod, &conn).await,
+        Command::Check(flags) => hook_operator::check::run(flags).await,
+        Command::Completion { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "kubectl-gd", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Colour and symbols: `--color always`, or `auto` on a terminal without `NO_COLOR`.
+fn style(color: Color) -> Style {
+    let terminal = match color {
+        Color::Always => true,
+        Color::Never => false,
+        Color::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+    };
+    Style { terminal }
+}
+
+fn frame(snapshot: &Snapshot, output: Output, style: Style) -> String {
+    let tree = tree::build(snapshot, Timestamp::now());
+    match output {
+        Output::Json => format!("{}\n", serde_json::to_string(&tree).unwrap_or_default()),
+        Output::Text => render::render(&tree, style),
+    }
+}
+
+async fn get(name: &str, watch: bool, output: Output, color: Color, conn: &Conn) -> ExitCode {
+    let target = match connect(conn).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let style = style(color);
+    if !watch {
+        return match target.snapshot(name).await {
+            Ok(snapshot) => {
+                let text = match output {
+                    Output::Json => {
+                        serde_json::to_string_pretty(&tree::build(&snapshot, Timestamp::now())).unwrap_or_default()
+                            + "\n"
+                    }
+                    Output::Text => frame(&snapshot, output, style),
+                };
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let stream = match target.watch(name).await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    watch_loop(stream, name, output, style).await
+}
+
+/// Redraws on every change; on a terminal also every second (elapsed times), in place: the cursor goes home and
+/// each line overwrites the previous frame's (`ESC[K` clears the rest of a line, `ESC[J` what is left below), so
+/// nothing flickers and nothing scrolls. Elsewhere each changed frame is appended, separated by a blank line.
+async fn watch_loop(
+    stream: impl futures::Stream<Item = Option<Snapshot>>,
+    name: &str,
+    output: Output,
+    style: Style,
+) -> ExitCode {
+    let in_place = style.terminal && output == Output::Text;
+    let mut stream = std::pin::pin!(stream);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut latest: Option<Option<Snapshot>> = None;
+    let mut last = String::new();
+    let mut stdout = std::io::stdout();
+    if in_place {
+        let _ = write!(stdout, "\x1b[2J");
+    }
+    loop {
+        let changed = tokio::select! {
+            next = stream.next() => match next {
+                Some(s) => { latest = Some(s); true }
+                None => return fail("the watch ended"),
+            },
+            _ = tick.tick(), if in_place => false,
+            _ = tokio::signal::ctrl_c() => return ExitCode::SUCCESS,
+        };
+        // Take whatever else already arrived, so a burst of events draws once.
+        while let Some(Some(s)) = futures::FutureExt::now_or_never(stream.next()) {
+            latest = Some(s);
+        }
+        let Some(current) = &latest else { continue };
+        let text = match current {
+            Some(snapshot) => frame(snapshot, output, style),
+            None => format!("gamedeployment {name} not found; waiting for it\n"),
+        };
+        if text == last || (!in_place && !changed) {
+            continue;
+        }
+        if in_place {
+            let body: String = text.lines().map(|l| format!("{l}\x1b[K\n")).collect();
+            let _ = write!(stdout, "\x1b[H{body}\x1b[J");
+        } else if output == Output::Json {
+            let _ = write!(stdout, "{text}");
+        } else {
+            let separator = if last.is_empty() { "" } else { "\n" };
+            let _ = write!(stdout, "{separator}{text}");
+        }
+        let _ = stdout.flush();
+        last = text;
+    }
+}
+
+async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn) -> ExitCode {
+    let target = match connect(conn).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let stream = match target.watch(name).await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let mut stream = std::pin::pin!(stream);
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut last_message = String::new();
+    loop {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, stream.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    eprintln!(
+                        "error: timed out after {}: {last_message}",
+                        humantime::format_duration(timeout.unwrap_or_default())
+                    );
+                    return ExitCode::from(EXIT_TIMEOUT);
+                }
+            },
+            None => stream.next().await,
+        };
+        let Some(snapshot) = next else { return fail("the watch ended") };
+        let Some(snapshot) = snapshot else {
+            return fail(Error::NotFound { namespace: target.namespace.clone(), name: name.to_string() });
+        };
+        let verdict = crate::rollout::judge(&snapshot);
+        let line = format!("{:?}: {}", verdict.state, verdict.message);
+        if line != last_message && !quiet && verdict.state == State::Progressing {
+            println!("{line}");
+        }
+        last_message = line;
+        match verdict.state {
+            State::Progressing => continue,
+            State::Complete => {
+                println!("gamedeployment {name}: rollout complete: {}", verdict.message);
+                return ExitCode::SUCCESS;
+            }
+            State::Failed => {
+                eprintln!("error: gamedeployment {name}: {}", verdict.message);
+                return ExitCode::from(EXIT_FAILED);
+            }
+            State::Paused => {
+                eprintln!("gamedeployment {name} is paused: {}", verdict.message);
+                return ExitCode::from(EXIT_PAUSED);
+            }
+        }
+    }
+}
+
+async fn send(target: &Target, plan: Plan) -> ExitCode {
+    for write in &plan.writes {
+        if let Err(e) = target.send(write).await {
+            return fail(e);
+        }
+    }
+    for line in plan.summary {
+        println!("{line}");
+    }
+    ExitCode::SUCCESS
+}
+
+async fn act(conn: &Conn, name: &str, decide: impl FnOnce(&Snapshot) -> Result<Plan, String>) -> ExitCode {
+    let target = match connect(conn).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let snapshot = match target.snapshot(name).await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    match decide(&snapshot) {
+        Ok(plan) => send(&target, plan).await,
+        Err(why) => fail(why),
+    }
+}
+
+async fn skip_hook(pod_name: &str, conn: &Conn) -> ExitCode {
+    let target = match connect(conn).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let pod = match target.pod(pod_name).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return fail(format!("pod {}/{pod_name} not found", target.namespace)),
+        Err(e) => return fail(e),
+    };
+    let Some(owner) = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == "GameDeployment")
+        .map(|o| o.name.clone())
+    else {
+        return fail(format!("pod {pod_name} is not controlled by a GameDeployment"));
+    };
+    let snapshot = match target.snapshot(&owner).await {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    match actions::skip_hook(&pod, &snapshot.runs) {
+        Ok(plan) => send(&target, plan).await,
+        Err(why) => fail(why),
+    }
+}

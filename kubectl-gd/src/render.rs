@@ -1,0 +1,321 @@
+//! Text for a [`Tree`]: plain (ASCII, no escape sequences: logs, pipes, the golden test) or for a terminal
+//! (colour, symbols, box-drawing characters). Pure: a tree in, a string out.
+
+use std::fmt::Write;
+
+use common::api::HookPhase;
+
+use crate::rollout::State;
+use crate::tree::{MetricNode, PodNode, Revision, Run, Tree};
+
+/// How to draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Style {
+    /// ANSI colours, symbols and box-drawing characters (a terminal); otherwise plain ASCII.
+    pub terminal: bool,
+}
+
+impl Style {
+    pub const PLAIN: Self = Self { terminal: false };
+    pub const TERMINAL: Self = Self { terminal: true };
+
+    fn paint(self, colour: Colour, text: &str) -> String {
+        if !self.terminal {
+            return text.to_string();
+        }
+        let code = match colour {
+            Colour::Green => "32",
+            Colour::Yellow => "33",
+            Colour::Red => "31",
+            Colour::Cyan => "36",
+            Colour::Dim => "2",
+            Colour::Bold => "1",
+        };
+        format!("\x1b[{code}m{text}\x1b[0m")
+    }
+
+    /// `symbol text` on a terminal, `text` otherwise.
+    fn badge(self, symbol: &str, colour: Colour, text: &str) -> String {
+        if self.terminal { self.paint(colour, &format!("{symbol} {text}")) } else { text.to_string() }
+    }
+
+    fn branch(self, last: bool) -> &'static str {
+        match (self.terminal, last) {
+            (true, false) => "├── ",
+            (true, true) => "└── ",
+            (false, false) => "|-- ",
+            (false, true) => "`-- ",
+        }
+    }
+
+    fn stem(self, last: bool) -> &'static str {
+        match (self.terminal, last) {
+            (true, false) => "│   ",
+            (false, false) => "|   ",
+            (_, true) => "    ",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Colour {
+    Green,
+    Yellow,
+    Red,
+    Cyan,
+    Dim,
+    Bold,
+}
+
+/// `45s`, `3m12s`, `2h05m`, `3d04h`: short, like kubectl's AGE column but exact below an hour.
+pub fn human(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 if s % 60 == 0 => format!("{}m", s / 60),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
+fn state_badge(style: Style, state: State) -> String {
+    match state {
+        State::Complete => style.badge("✔", Colour::Green, "Complete"),
+        State::Progressing => style.badge("◌", Colour::Yellow, "Progressing"),
+        State::Paused => style.badge("॥", Colour::Cyan, "Paused"),
+        State::Failed => style.badge("✖", Colour::Red, "Failed"),
+    }
+}
+
+fn phase_badge(style: Style, phase: HookPhase) -> String {
+    match phase {
+        HookPhase::Successful => style.badge("✔", Colour::Green, phase.as_str()),
+        HookPhase::Running => style.badge("◌", Colour::Yellow, phase.as_str()),
+        HookPhase::Pending => style.badge("…", Colour::Dim, phase.as_str()),
+        HookPhase::Failed => style.badge("✖", Colour::Red, phase.as_str()),
+        HookPhase::Error => style.badge("⚠", Colour::Red, phase.as_str()),
+        HookPhase::Inconclusive => style.badge("?", Colour::Yellow, phase.as_str()),
+    }
+}
+
+/// Renders the whole view: a header of key facts, then the tree.
+pub fn render(tree: &Tree, style: Style) -> String {
+    let mut out = String::new();
+    let field = |out: &mut String, key: &str, value: &str| {
+        let _ = writeln!(out, "{:<11}{value}", format!("{key}:"));
+    };
+    field(&mut out, "Name", &style.paint(Colour::Bold, &tree.name));
+    field(&mut out, "Namespace", &tree.namespace);
+    field(&mut out, "Status", &format!("{}: {}", state_badge(style, tree.verdict.state), tree.verdict.message));
+    let s = &tree.strategy;
+    let mut strategy = s.type_.clone();
+    let knobs: Vec<String> =
+        [("partition", &s.partition), ("maxUnavailable", &s.max_unavailable), ("maxSurge", &s.max_surge)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} {v}")))
+            .collect();
+    if !knobs.is_empty() {
+        strategy = format!("{strategy} ({})", knobs.join(", "));
+    }
+    field(&mut out, "Strategy", &strategy);
+    field(&mut out, "Paused", if s.paused { "true" } else { "false" });
+    field(&mut out, "Hooks", &if s.hooks.is_empty() { "none".to_string() } else { s.hooks.join(", ") });
+    let p = &tree.progress;
+    let mut progress = format!(
+        "updated {}/{}, updated ready {}, ready {}, available {}, total {}",
+        p.updated, p.desired, p.updated_ready, p.ready, p.available, p.total
+    );
+    if p.stale {
+        progress.push_str(" (the operator has not observed the latest spec yet)");
+    }
+    field(&mut out, "Progress", &progress);
+    if let Some(c) = &tree.canary {
+        let position = if c.step as usize >= c.steps {
+            format!("all {} steps done", c.steps)
+        } else {
+            format!("step {} of {}: {}", c.step + 1, c.steps, c.current)
+        };
+        let paused = c.pause_reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+        field(&mut out, "Canary", &format!("{position}{paused}"));
+    }
+    if let Some(c) = &tree.progressing {
+        let reason = c.reason.as_deref().unwrap_or("");
+        let message = c.message.as_deref().unwrap_or("");
+        field(&mut out, "Operator", &format!("{reason}: {message}"));
+    }
+    out.push('\n');
+
+    let _ = writeln!(out, "{}", style.paint(Colour::Bold, &format!("gamedeployment/{}", tree.name)));
+    let mut children: Vec<Box<dyn Fn(&mut String, &str, bool) + '_>> = Vec::new();
+    if let Some(run) = tree.canary.as_ref().and_then(|c| c.step_run.as_ref()) {
+        children.push(Box::new(move |out, prefix, last| run_lines(out, style, run, prefix, last, "step hookrun")));
+    }
+    for revision in &tree.revisions {
+        children.push(Box::new(move |out, prefix, last| revision_lines(out, style, revision, prefix, last)));
+    }
+    let n = children.len();
+    for (i, child) in children.iter().enumerate() {
+        child(&mut out, "", i + 1 == n);
+    }
+    out
+}
+
+fn revision_lines(out: &mut String, style: Style, revision: &Revision, prefix: &str, last: bool) {
+    let mut tags = Vec::new();
+    if revision.update {
+        tags.push("update");
+    }
+    if revision.current {
+        tags.push("current");
+    }
+    let number = revision.number.map(|n| format!("revision:{n} ")).unwrap_or_else(|| "revision ".to_string());
+    let tags = if tags.is_empty() { String::new() } else { format!("  {}", tags.join(", ")) };
+    let pods = match revision.pods.len() {
+        0 => "  no pods".to_string(),
+        1 => "  1 pod".to_string(),
+        n => format!("  {n} pods"),
+    };
+    let _ = writeln!(
+        out,
+        "{prefix}{}{number}{}{}{}",
+        style.branch(last),
+        revision.name,
+        style.paint(Colour::Cyan, &tags),
+        style.paint(Colour::Dim, &pods)
+    );
+    let inner = format!("{prefix}{}", style.stem(last));
+    let n = revision.pods.len();
+    for (i, pod) in revision.pods.iter().enumerate() {
+        pod_lines(out, style, pod, &inner, i + 1 == n);
+    }
+}
+
+fn pod_lines(out: &mut String, style: Style, pod: &PodNode, prefix: &str, last: bool) {
+    let ready = if pod.ready {
+        style.badge("✔", Colour::Green, "ready")
+    } else {
+        style.badge("◌", Colour::Yellow, "not ready")
+    };
+    let state = match (&pod.state_seconds, pod.state.as_str()) {
+        (_, "Normal") => pod.state.clone(),
+        (Some(s), state) => format!("{state} for {}", human(*s)),
+        (None, state) => state.to_string(),
+    };
+    let state = if pod.is_held() { style.paint(Colour::Yellow, &state) } else { state };
+    let restarts = if pod.restarts > 0 { format!("  restarts {}", pod.restarts) } else { String::new() };
+    let _ = writeln!(
+        out,
+        "{prefix}{}pod {}  {}  {ready}  {state}  age {}{restarts}",
+        style.branch(last),
+        pod.name,
+        pod.phase,
+        human(pod.age_seconds)
+    );
+    let inner = format!("{prefix}{}", style.stem(last));
+    // Why the GameDeployment holds the pod, when no HookRun of it says more (e.g. the template is missing).
+    let held_without_run =
+        pod.held.as_ref().filter(|h| h.hook_run.as_ref().is_none_or(|name| pod.runs.iter().all(|r| &r.name != name)));
+    let n = pod.runs.len() + usize::from(held_without_run.is_some());
+    let mut i = 0;
+    if let Some(held) = held_without_run {
+        i += 1;
+        let _ = writeln!(
+            out,
+            "{inner}{}held by {} gate: {} for {}: {}",
+            style.branch(i == n),
+            held.gate,
+            phase_badge(style, held.phase),
+            human(held.seconds),
+            held.message.as_deref().unwrap_or("")
+        );
+    }
+    for run in &pod.runs {
+        i += 1;
+        run_lines(out, style, run, &inner, i == n, "hookrun");
+    }
+}
+
+fn run_lines(out: &mut String, style: Style, run: &Run, prefix: &str, last: bool, noun: &str) {
+    let kind = run.kind.as_deref().map(|k| format!("  {k}")).unwrap_or_default();
+    let elapsed = if run.phase.is_completed() { "took" } else { "elapsed" };
+    let terminated = if run.terminated { "  (terminate requested)" } else { "" };
+    let _ = writeln!(
+        out,
+        "{prefix}{}{noun} {}{kind}  {}  {elapsed} {}{terminated}",
+        style.branch(last),
+        run.name,
+        phase_badge(style, run.phase),
+        human(run.elapsed_seconds)
+    );
+    let inner = format!("{prefix}{}", style.stem(last));
+    let detail = |out: &mut String, text: &str| {
+        let _ = writeln!(out, "{inner}{}{text}", if run.metrics.is_empty() { "" } else { style.stem(false) });
+    };
+    if let Some(m) = run.message.as_deref().filter(|m| !m.is_empty()) {
+        detail(out, &format!("message: {m}"));
+    }
+    let n = run.metrics.len();
+    for (i, metric) in run.metrics.iter().enumerate() {
+        metric_lines(out, style, metric, &inner, i + 1 == n);
+    }
+}
+
+fn metric_lines(out: &mut String, style: Style, metric: &MetricNode, prefix: &str, last: bool) {
+    let of = metric.count.map(|c| format!("/{c}")).unwrap_or_default();
+    let mut tally = vec![format!("{}{of} measured", metric.measured)];
+    for (n, word) in [
+        (metric.successful, "successful"),
+        (metric.failed, "failed"),
+        (metric.inconclusive, "inconclusive"),
+        (metric.error, "errors"),
+    ] {
+        if n > 0 {
+            tally.push(format!("{n} {word}"));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{prefix}{}metric {}  {}  {}",
+        style.branch(last),
+        metric.name,
+        phase_badge(style, metric.phase),
+        tally.join(", ")
+    );
+    let inner = format!("{prefix}{}", style.stem(last));
+    if let Some(m) = &metric.last {
+        let value = m.value.as_deref().map(|v| format!("value {v}, ")).unwrap_or_else(|| "no value, ".to_string());
+        let ago = m.ago_seconds.map(|s| format!(", {} ago", human(s))).unwrap_or_default();
+        let message = m.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        let _ = writeln!(out, "{inner}last:      {value}{}{ago}{message}", phase_badge(style, m.phase));
+    } else {
+        let _ = writeln!(out, "{inner}last:      {}", style.paint(Colour::Dim, "no measurement yet"));
+    }
+    let _ = writeln!(out, "{inner}judged by: {}", metric.judged_by.join("; "));
+    if let Some(m) = metric.message.as_deref().filter(|m| !m.is_empty()) {
+        let _ = writeln!(out, "{inner}message:   {m}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_short_and_exact_below_an_hour() {
+        assert_eq!(human(-3), "0s");
+        assert_eq!(human(45), "45s");
+        assert_eq!(human(120), "2m");
+        assert_eq!(human(192), "3m12s");
+        assert_eq!(human(7500), "2h05m");
+        assert_eq!(human(3 * 86400 + 4 * 3600 + 5), "3d04h");
+    }
+
+    #[test]
+    fn plain_style_has_no_escape_sequences_and_terminal_style_has_colour() {
+        assert_eq!(Style::PLAIN.badge("✔", Colour::Green, "ready"), "ready");
+        assert_eq!(Style::TERMINAL.badge("✔", Colour::Green, "ready"), "\x1b[32m✔ ready\x1b[0m");
+        assert_eq!(Style::PLAIN.branch(true), "`-- ");
+        assert_eq!(Style::TERMINAL.branch(false), "├── ");
+    }
+}

@@ -1,0 +1,532 @@
+//! The tree `kubectl gd get` shows, built from the objects as observed: pure, so the same objects and clock always
+//! give the same tree (the golden test relies on it), and `-o json` prints exactly this.
+//!
+//! GameDeployment → its ControllerRevisions (newest first) → the pods running each revision → for a pod with a
+//! HookRun, the run → each metric with its last measurement and the condition it is judged by.
+
+use common::api::{GameDeployment, HookCondition, HookPhase, HookRun, Measurement, Metric, MetricResult};
+use common::hookrun::HookKind;
+use common::keys;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+
+use crate::rollout::{self, Verdict};
+
+/// Everything observed about one GameDeployment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub gd: GameDeployment,
+    pub revisions: Vec<ControllerRevision>,
+    pub pods: Vec<Pod>,
+    pub runs: Vec<HookRun>,
+}
+
+impl Snapshot {
+    /// Keeps only what this GameDeployment controls (controller ownerReference to its UID); for HookRuns also
+    /// those carrying its name label (a run whose owner is not set yet still belongs to the tree).
+    pub fn owned(gd: GameDeployment, revisions: Vec<ControllerRevision>, pods: Vec<Pod>, runs: Vec<HookRun>) -> Self {
+        let uid = gd.metadata.uid.clone().unwrap_or_default();
+        let name = gd.metadata.name.clone().unwrap_or_default();
+        let ours = |refs: &Option<Vec<OwnerReference>>| {
+            refs.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "GameDeployment")
+        };
+        let revisions = revisions.into_iter().filter(|r| ours(&r.metadata.owner_references)).collect();
+        let pods = pods.into_iter().filter(|p| ours(&p.metadata.owner_references)).collect();
+        let runs = runs
+            .into_iter()
+            .filter(|r| {
+                ours(&r.metadata.owner_references)
+                    || (r.metadata.owner_references.as_ref().is_none_or(Vec::is_empty)
+                        && label(&r.metadata.labels, keys::HOOKRUN_WORKLOAD_NAME) == Some(name.as_str()))
+            })
+            .collect();
+        Self { gd, revisions, pods, runs }
+    }
+}
+
+/// `kubectl gd get` output, also its `-o json` document.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Tree {
+    pub name: String,
+    pub namespace: String,
+    pub strategy: Strategy,
+    pub progress: Progress,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
+    /// The operator's own `Progressing` condition (what it says the rollout waits for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progressing: Option<Condition>,
+    /// What `kubectl gd status` concludes from the same objects.
+    pub verdict: Verdict,
+    pub revisions: Vec<Revision>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Strategy {
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<String>,
+    pub paused: bool,
+    /// The HookTemplates gating pods, by gate (`pre-delete: test`).
+    pub hooks: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    pub desired: i32,
+    pub updated: i32,
+    pub updated_ready: i32,
+    pub ready: i32,
+    pub available: i32,
+    pub total: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub update_revision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<String>,
+    /// `metadata.generation` not yet observed by the operator.
+    pub stale: bool,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// 0-based index of the current step; `steps` when every step is done.
+    pub step: i32,
+    pub steps: usize,
+    /// The current step in words (`partition 3`, `pause (indefinite)`, `hook test`, `done`).
+    pub current: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_run: Option<Run>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    /// ControllerRevision name; pods whose revision has no ControllerRevision are grouped under their label.
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub number: Option<i64>,
+    /// This is `status.updateRevision` (the current template).
+    pub update: bool,
+    /// This is `status.currentRevision` (the stable side).
+    pub current: bool,
+    pub pods: Vec<PodNode>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodNode {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// `status.phase`, or `Terminating` once deletion started.
+    pub phase: String,
+    pub ready: bool,
+    /// `lifecycle.apps.kruise.io/state` (`Normal` when absent).
+    pub state: String,
+    /// Seconds in that state (from `lifecycle.apps.kruise.io/timestamp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_seconds: Option<i64>,
+    pub age_seconds: i64,
+    pub restarts: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The GameDeployment's hook condition for this pod (`status.pre*HookCondition`): why it is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held: Option<Held>,
+    pub runs: Vec<Run>,
+}
+
+impl PodNode {
+    /// Held by a gate: waiting in a `Preparing*` state, or listed in a hook condition.
+    pub fn is_held(&self) -> bool {
+        self.held.is_some() || matches!(self.state.as_str(), "PreparingDelete" | "PreparingUpdate")
+    }
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Held {
+    /// `pre-delete`, `pre-inplace` or `post-inplace`.
+    pub gate: String,
+    pub phase: HookPhase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook_run: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub seconds: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    pub name: String,
+    /// `hookrun-type` label (`pre-delete-step`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub phase: HookPhase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Since `status.startedAt` (or creation); for a completed run, until its last measurement finished.
+    pub elapsed_seconds: i64,
+    pub terminated: bool,
+    pub metrics: Vec<MetricNode>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricNode {
+    pub name: String,
+    pub phase: HookPhase,
+    /// Measurements that counted, and how many the metric takes (`None`: until a limit decides).
+    pub measured: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
+    pub successful: i32,
+    pub failed: i32,
+    pub inconclusive: i32,
+    pub error: i32,
+    /// How a measurement is judged: `success: <expr>`, `failure: <expr>`, limits.
+    pub judged_by: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<LastMeasurement>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastMeasurement {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    pub phase: HookPhase,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Seconds since it finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ago_seconds: Option<i64>,
+}
+
+fn label<'a>(labels: &'a Option<std::collections::BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+    labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn seconds_since(now: Timestamp, then: Option<&Time>) -> Option<i64> {
+    then.map(|t| (now.as_second() - t.0.as_second()).max(0))
+}
+
+fn int_or_string(v: &Option<IntOrString>) -> Option<String> {
+    v.as_ref().map(|v| match v {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    })
+}
+
+/// Builds the tree as of `now`.
+pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
+    let gd = &snapshot.gd;
+    let status = gd.status.clone().unwrap_or_default();
+    let spec = &gd.spec;
+    let update = &spec.update_strategy;
+    let mut hooks = Vec::new();
+    let gates = [
+        ("pre-delete", spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref())),
+        ("pre-inplace", spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref())),
+        ("post-inplace", spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref())),
+    ];
+    for (gate, hook) in gates {
+        if let Some(hook) = hook {
+            hooks.push(format!("{gate}: {}", hook.template_name));
+        }
+    }
+    let strategy = Strategy {
+        type_: format!("{:?}", update.type_),
+        partition: int_or_string(&update.partition),
+        max_unavailable: int_or_string(&update.max_unavailable),
+        max_surge: int_or_string(&update.max_surge),
+        paused: update.paused,
+        hooks,
+    };
+    let progress = Progress {
+        desired: spec.replicas.unwrap_or(1),
+        updated: status.updated_replicas,
+        updated_ready: status.updated_ready_replicas,
+        ready: status.ready_replicas,
+        available: status.available_replicas,
+        total: status.replicas,
+        update_revision: status.update_revision.clone(),
+        current_revision: status.current_revision.clone(),
+        stale: status.observed_generation.unwrap_or(0) < gd.metadata.generation.unwrap_or(0),
+    };
+    let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").map(|c| Condition {
+        status: c.status.clone(),
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+    });
+
+    let canary = update.canary.as_ref().filter(|c| !c.steps.is_empty()).map(|c| {
+        let step = status.current_step_index.unwrap_or(c.steps.len() as i32);
+        let current = match c.steps.get(step.max(0) as usize) {
+            None => "done".to_string(),
+            Some(s) => {
+                let mut parts = Vec::new();
+                if let Some(p) = &s.partition {
+                    parts.push(format!("partition {}", int_or_string(&Some(p.clone())).unwrap_or_default()));
+                }
+                if let Some(p) = &s.pause {
+                    parts.push(match p.duration {
+                        Some(d) => format!("pause {d}s"),
+                        None => "pause (until resumed)".to_string(),
+                    });
+                }
+                if let Some(h) = &s.hook {
+                    parts.push(format!("hook {}", h.template_name));
+                }
+                parts.join(", ")
+            }
+        };
+        let step_run = status
+            .canary
+            .as_ref()
+            .and_then(|c| c.current_step_hook_run.as_deref())
+            .and_then(|name| snapshot.runs.iter().find(|r| r.metadata.name.as_deref() == Some(name)))
+            .map(|r| run_node(r, now));
+        Canary {
+            step,
+            steps: c.steps.len(),
+            current,
+            pause_reason: status.pause_conditions.first().map(|p| format!("{:?}", p.reason)),
+            step_run,
+        }
+    });
+
+    // Hook conditions by pod.
+    let conditions: Vec<(&str, &HookCondition)> = [
+        ("pre-delete", &status.pre_delete_hook_condition),
+        ("pre-inplace", &status.pre_inplace_hook_condition),
+        ("post-inplace", &status.post_inplace_hook_condition),
+    ]
+    .into_iter()
+    .flat_map(|(gate, list)| list.iter().map(move |c| (gate, c)))
+    .collect();
+
+    let mut pods: Vec<PodNode> = snapshot.pods.iter().map(|p| pod_node(p, snapshot, &conditions, now)).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut revisions: Vec<(i64, Revision)> = snapshot
+        .revisions
+        .iter()
+        .map(|r| {
+            let name = r.metadata.name.clone().unwrap_or_default();
+            (
+                r.revision.unwrap_or(0),
+                Revision {
+                    update: status.update_revision.as_deref() == Some(name.as_str()),
+                    current: status.current_revision.as_deref() == Some(name.as_str()),
+                    number: r.revision,
+                    name,
+                    pods: Vec::new(),
+                },
+            )
+        })
+        .collect();
+    // Newest first, as `kubectl argo rollouts get` shows them.
+    revisions.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    let mut revisions: Vec<Revision> = revisions.into_iter().map(|(_, r)| r).collect();
+    for pod in pods {
+        let revision = pod.revision.clone().unwrap_or_else(|| "<no revision>".to_string());
+        match revisions.iter_mut().find(|r| r.name == revision) {
+            Some(r) => r.pods.push(pod),
+            None => revisions.push(Revision {
+                update: status.update_revision.as_deref() == Some(revision.as_str()),
+                current: status.current_revision.as_deref() == Some(revision.as_str()),
+                name: revision,
+                number: None,
+                pods: vec![pod],
+            }),
+        }
+    }
+    let verdict = rollout::judge(snapshot);
+    Tree {
+        name: gd.metadata.name.clone().unwrap_or_default(),
+        namespace: gd.metadata.namespace.clone().unwrap_or_default(),
+        strategy,
+        progress,
+        canary,
+        progressing,
+        verdict,
+        revisions,
+    }
+}
+
+/// The pod's instance id (label, else the last segment of its name, as the operator derives it).
+pub fn instance_id(pod: &Pod) -> &str {
+    common::pod::label(pod, keys::INSTANCE_ID)
+        .unwrap_or_else(|| pod.metadata.name.as_deref().and_then(|n| n.rsplit('-').next()).unwrap_or(""))
+}
+
+/// The pod hook runs (not canary step runs) made for this pod: same instance id.
+pub fn runs_of<'a>(pod: &Pod, runs: &'a [HookRun]) -> Vec<&'a HookRun> {
+    let id = instance_id(pod);
+    let mut found: Vec<&HookRun> = runs
+        .iter()
+        .filter(|r| {
+            label(&r.metadata.labels, keys::HOOKRUN_INSTANCE_ID) == Some(id)
+                && label(&r.metadata.labels, keys::HOOKRUN_TYPE) != Some(HookKind::CanaryStep.type_label())
+        })
+        .collect();
+    found.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    found
+}
+
+fn pod_node(pod: &Pod, snapshot: &Snapshot, conditions: &[(&str, &HookCondition)], now: Timestamp) -> PodNode {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let phase = if pod.metadata.deletion_timestamp.is_some() {
+        "Terminating".to_string()
+    } else {
+        common::pod::phase(pod).unwrap_or("Pending").to_string()
+    };
+    let state_since = common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP)
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map(|t| (now.as_second() - t.as_second()).max(0));
+    let held = conditions.iter().find(|(_, c)| c.pod_name == name).map(|(gate, c)| Held {
+        gate: gate.to_string(),
+        phase: c.phase,
+        hook_run: c.hook_run.clone(),
+        message: c.message.clone(),
+        seconds: seconds_since(now, Some(&c.start_time)).unwrap_or(0),
+    });
+    PodNode {
+        revision: common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).map(str::to_string),
+        phase,
+        ready: common::pod::is_ready(pod),
+        state: common::pod::label(pod, keys::LIFECYCLE_STATE).unwrap_or("Normal").to_string(),
+        state_seconds: state_since,
+        age_seconds: seconds_since(now, pod.metadata.creation_timestamp.as_ref()).unwrap_or(0),
+        restarts: common::pod::restart_count(pod),
+        ip: Some(common::pod::pod_ip(pod).to_string()).filter(|ip| !ip.is_empty()),
+        held,
+        runs: runs_of(pod, &snapshot.runs).into_iter().map(|r| run_node(r, now)).collect(),
+        name,
+    }
+}
+
+/// The phase a run shows (`Pending` until the hook-operator wrote one).
+pub fn run_phase(run: &HookRun) -> HookPhase {
+    run.status.as_ref().and_then(|s| s.phase).unwrap_or(HookPhase::Pending)
+}
+
+fn run_node(run: &HookRun, now: Timestamp) -> Run {
+    let status = run.status.clone().unwrap_or_default();
+    let phase = run_phase(run);
+    let started = status.started_at.as_ref().or(run.metadata.creation_timestamp.as_ref());
+    let last_finished = status
+        .metric_results
+        .iter()
+        .flat_map(|r| r.measurements.iter())
+        .filter_map(|m| m.finished_at.as_ref())
+        .map(|t| t.0)
+        .max();
+    let until = match (phase.is_completed(), last_finished) {
+        (true, Some(t)) => t,
+        _ => now,
+    };
+    let elapsed = started.map(|s| (until.as_second() - s.0.as_second()).max(0)).unwrap_or(0);
+    let metrics = run
+        .spec
+        .metrics
+        .iter()
+        .map(|m| metric_node(m, status.metric_results.iter().find(|r| r.name == m.name), now))
+        .collect();
+    Run {
+        name: run.metadata.name.clone().unwrap_or_default(),
+        kind: label(&run.metadata.labels, keys::HOOKRUN_TYPE).map(str::to_string),
+        phase,
+        message: status.message.clone(),
+        elapsed_seconds: elapsed,
+        terminated: run.spec.terminate,
+        metrics,
+    }
+}
+
+/// How the hook-operator judges a measurement of `metric`, in the manifest's own words.
+pub fn judged_by(metric: &Metric) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(c) = &metric.success_condition {
+        out.push(format!("success: {c}"));
+    }
+    if let Some(c) = &metric.failure_condition {
+        out.push(format!("failure: {c}"));
+    }
+    if metric.success_condition.is_none() && metric.failure_condition.is_none() {
+        out.push("success: the call succeeds".to_string());
+    }
+    let mut limits = Vec::new();
+    if metric.count > 0 {
+        limits.push(format!("count {}", metric.count));
+    }
+    if let Some(i) = &metric.interval {
+        limits.push(format!("every {i}"));
+    }
+    limits.push(format!("failureLimit {}", metric.failure_limit));
+    if metric.successful_limit > 0 {
+        limits.push(format!("successfulLimit {}", metric.successful_limit));
+    }
+    if metric.inconclusive_limit > 0 {
+        limits.push(format!("inconclusiveLimit {}", metric.inconclusive_limit));
+    }
+    if let Some(l) = metric.consecutive_error_limit {
+        limits.push(format!("consecutiveErrorLimit {l}"));
+    }
+    if let Some(l) = metric.consecutive_successful_limit {
+        limits.push(format!("consecutiveSuccessfulLimit {l}"));
+    }
+    out.push(limits.join(", "));
+    out
+}
+
+fn metric_node(metric: &Metric, result: Option<&MetricResult>, now: Timestamp) -> MetricNode {
+    let last: Option<&Measurement> = result.and_then(|r| r.measurements.last());
+    MetricNode {
+        name: metric.name.clone(),
+        phase: result.and_then(|r| r.phase).unwrap_or(HookPhase::Pending),
+        measured: result.map_or(0, |r| r.count),
+        count: (metric.count > 0).then_some(metric.count),
+        successful: result.map_or(0, |r| r.successful),
+        failed: result.map_or(0, |r| r.failed),
+        inconclusive: result.map_or(0, |r| r.inconclusive),
+        error: result.map_or(0, |r| r.error),
+        judged_by: judged_by(metric),
+        message: result.and_then(|r| r.message.clone()),
+        last: last.map(|m| LastMeasurement {
+            value: m.value.clone(),
+            phase: m.phase.unwrap_or(HookPhase::Pending),
+            message: m.message.clone(),
+            ago_seconds: seconds_since(now, m.finished_at.as_ref()),
+        }),
+    }
+}

@@ -1,0 +1,146 @@
+//! The tree for a fixed set of objects (golden output, plain text), its JSON form, and the rollout verdicts.
+//! `UPDATE_GOLDEN=1 cargo test -p kubectl-gd --test tree` rewrites the golden file after an intended change.
+
+mod fixtures;
+
+use common::api::HookPhase;
+use kubectl_gd::render::{Style, render};
+use kubectl_gd::rollout::{State, judge};
+use kubectl_gd::tree::{Snapshot, build};
+
+use fixtures::*;
+
+fn golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "{} differs (UPDATE_GOLDEN=1 rewrites it):\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}
+
+#[test]
+fn plain_tree_matches_the_golden_file() {
+    let text = render(&build(&snapshot(), now()), Style::PLAIN);
+    assert!(text.is_ascii(), "plain output is ASCII without escape sequences:\n{text}");
+    assert!(!text.contains('\x1b'));
+    golden("tree.txt", &text);
+}
+
+#[test]
+fn terminal_tree_has_colour_and_the_same_content() {
+    let text = render(&build(&snapshot(), now()), Style::TERMINAL);
+    assert!(text.contains("\x1b[") && text.contains("├── ") && text.contains("✖ Failed"), "{text}");
+    // Without escapes and symbols it says the same things.
+    for needle in ["pod test-gamedeployment-s9rbp", "value 45", "success: asInt(result) > 30", "PreparingDelete for 1m"]
+    {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
+}
+
+#[test]
+fn the_tree_holds_only_this_gamedeployments_objects() {
+    let tree = build(&snapshot(), now());
+    let names: Vec<&str> = tree.revisions.iter().flat_map(|r| r.pods.iter().map(|p| p.name.as_str())).collect();
+    assert_eq!(names.len(), 5, "{names:?}");
+    assert!(!names.iter().any(|n| n.ends_with("zzzzz")));
+    assert_eq!(tree.revisions[0].name, "test-gamedeployment-5d8f9b7c4", "newest revision first");
+    assert!(tree.revisions[0].update && tree.revisions[1].current);
+    let held = tree.revisions[1].pods.iter().find(|p| p.name.ends_with("s9rbp")).unwrap();
+    assert!(held.is_held());
+    let run = &held.runs[0];
+    assert_eq!(run.phase, HookPhase::Running);
+    assert_eq!(run.elapsed_seconds, 60);
+    let last = run.metrics[0].last.as_ref().unwrap();
+    assert_eq!((last.value.as_deref(), last.phase), (Some("45"), HookPhase::Successful));
+    assert_eq!(run.metrics[0].judged_by[0], "success: asInt(result) > 30");
+    // JSON for scripts: the same tree.
+    let json = serde_json::to_value(&tree).unwrap();
+    assert_eq!(json["verdict"]["state"], "Failed");
+    assert_eq!(json["revisions"][1]["pods"][2]["runs"][0]["metrics"][0]["last"]["value"], "45", "{json:#}");
+}
+
+#[test]
+fn a_failed_hook_names_the_pod_and_the_hookrun() {
+    let verdict = judge(&snapshot());
+    assert_eq!(verdict.state, State::Failed);
+    assert_eq!(verdict.pod.as_deref(), Some("test-gamedeployment-k2x7q"));
+    assert_eq!(verdict.hook_run.as_deref(), Some("predelete-test-gamedeployment-67864c6f65-k2x7q-test"));
+    assert!(verdict.message.contains("failureLimit 2"), "{}", verdict.message);
+    assert!(verdict.message.contains("kubectl gd retry test-gamedeployment"), "{}", verdict.message);
+}
+
+#[test]
+fn a_failed_run_counts_before_the_gamedeployment_reports_it() {
+    let mut gd = gd();
+    gd.status.as_mut().unwrap().pre_delete_hook_condition.clear();
+    let runs = vec![run("k2x7q", FAIL, FAILED)];
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), runs));
+    assert_eq!(verdict.state, State::Failed);
+    assert_eq!(verdict.pod.as_deref(), Some("test-gamedeployment-k2x7q"));
+}
+
+#[test]
+fn retry_requested_or_run_deleted_is_progress_not_failure() {
+    let mut gd = gd();
+    gd.spec.pre_delete_update_strategy.as_mut().unwrap().retry = true;
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    // The failed run is gone (deleted for a retry) but the status still lists it: stale, not a failure.
+    let verdict = judge(&Snapshot::owned(fixtures::gd(), revisions(), pods(), vec![run("s9rbp", SUCCESS, RUNNING)]));
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+}
+
+fn finished(mut gd: common::api::GameDeployment, reason: &str) -> common::api::GameDeployment {
+    let status = gd.status.as_mut().unwrap();
+    status.pre_delete_hook_condition.clear();
+    status.conditions[0].reason = Some(reason.to_string());
+    status.conditions[0].message = Some("all 5 pods run revision x and are available".into());
+    gd
+}
+
+#[test]
+fn complete_paused_and_stale() {
+    let done = |gd| judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    assert_eq!(done(finished(gd(), "RolloutComplete")).state, State::Complete);
+    assert_eq!(done(finished(gd(), "PartitionAvailable")).state, State::Complete);
+    // Scaled, not yet observed: not complete even though the condition still says so.
+    let mut gd1 = finished(gd(), "RolloutComplete");
+    gd1.metadata.generation = Some(4);
+    let verdict = done(gd1);
+    assert_eq!(verdict.state, State::Progressing);
+    assert!(verdict.message.contains("generation 4"), "{}", verdict.message);
+    // Observed, but a pod too many still exists (held by its pre-delete hook).
+    let mut gd2 = finished(gd(), "RolloutComplete");
+    gd2.spec.replicas = Some(4);
+    assert_eq!(done(gd2).state, State::Progressing);
+    let mut gd3 = finished(gd(), "Paused");
+    gd3.spec.update_strategy.paused = true;
+    let verdict = done(gd3);
+    assert_eq!(verdict.state, State::Paused);
+    assert!(verdict.message.contains("kubectl gd resume"), "{}", verdict.message);
+    let mut gd4 = finished(gd(), "InvalidSpec");
+    gd4.status.as_mut().unwrap().conditions[0].status = "False".into();
+    assert_eq!(done(gd4).state, State::Failed);
+}
+
+#[test]
+fn a_missing_template_fails_naming_the_pod() {
+    let mut gd = finished(gd(), "RolloutInProgress");
+    let status = gd.status.as_mut().unwrap();
+    status.conditions.push(yaml(
+        "{type: HookBlocked, status: 'True', reason: HookRunNotCreated, message: 'pod test-gamedeployment-s9rbp: \
+         HookTemplate \"test\" not found in namespace default'}",
+    ));
+    status.pre_delete_hook_condition.push(yaml(
+        "{podName: test-gamedeployment-s9rbp, startTime: '2024-05-01T10:09:00Z', phase: Pending, message: x}",
+    ));
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    assert_eq!(verdict.state, State::Failed);
+    assert_eq!(verdict.pod.as_deref(), Some("test-gamedeployment-s9rbp"));
+    assert!(verdict.message.contains("not found"), "{}", verdict.message);
+}
