@@ -471,7 +471,7 @@ impl Registry {
         if rd.special == Special::Crd {
             errs.extend(crd::validate(&obj));
         }
-        errs.extend(self.schema_errors(rd, &obj));
+        errs.extend(self.schema_errors(rd, &obj, None, &errs));
         if !errs.is_empty() {
             return Err(ApiError::invalid(&rd.kind, &rd.group, &name, &errs));
         }
@@ -501,14 +501,33 @@ impl Registry {
         Ok((*self.view(rd, &stored)).clone())
     }
 
-    fn schema_errors(&self, rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    /// OpenAPI schema validation of a custom resource, then its CEL rules as far as kube-sim
+    /// evaluates them (transition rules on updates, given `old`), unless `earlier` or the schema
+    /// validation found a blocking error, as the customresource strategy does.
+    fn schema_errors(
+        &self,
+        rd: &ResourceDef,
+        obj: &Value,
+        old: Option<&Value>,
+        earlier: &[FieldError],
+    ) -> Vec<FieldError> {
         if !rd.is_custom() {
             return vec![];
         }
-        match rd.cursor() {
-            Some(c) => crate::schema::validate::validate_object(c, obj),
-            None => vec![],
+        let Some(c) = rd.cursor() else { return vec![] };
+        let mut errs = crate::schema::validate::validate_object(c, obj);
+        if c.schema.set.has_cel_rules {
+            let all: Vec<FieldError> = earlier.iter().chain(&errs).cloned().collect();
+            match crate::schema::transition::blocking_error(&all) {
+                Some(blocked) => errs.push(blocked),
+                None => {
+                    if let Some(old) = old {
+                        errs.extend(crate::schema::transition::validate_update(c, obj, old));
+                    }
+                }
+            }
         }
+        errs
     }
 
     /// Replaces an object (`PUT`), on the main resource or a subresource.
@@ -726,7 +745,8 @@ impl Registry {
             if rd.special == Special::Crd && endpoint == Endpoint::Main {
                 errs.extend(crd::validate_update(&current, &new));
             }
-            errs.extend(self.schema_errors(rd, &new));
+            let so_far = errs.clone();
+            errs.extend(self.schema_errors(rd, &new, Some(&current), &so_far));
             if !errs.is_empty() {
                 return Err(ApiError::invalid(&rd.kind, &rd.group, name, &errs));
             }

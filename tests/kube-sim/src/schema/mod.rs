@@ -9,6 +9,7 @@ pub mod builtin;
 mod builtin_lists;
 pub mod defaulting;
 pub mod pruning;
+pub mod transition;
 pub mod validate;
 
 use std::collections::{BTreeMap, HashMap};
@@ -73,12 +74,18 @@ pub struct Node {
     pub not: Option<NodeId>,
     /// The OpenAPI definition a built-in node came from (`io.k8s.api.core.v1.PodSpec`).
     pub definition: Option<String>,
+    /// Recognised `self == oldSelf` rules of `x-kubernetes-validations` (see [`transition`]).
+    pub transition_rules: Vec<transition::TransitionRule>,
+    /// The node declares `x-kubernetes-validations` (recognised or not).
+    pub has_cel_rules: bool,
 }
 
 /// An arena of schema nodes; cycles (JSONSchemaProps) are fine because nodes refer by index.
 #[derive(Clone, Debug, Default)]
 pub struct SchemaSet {
     nodes: Vec<Node>,
+    /// Some node declares `x-kubernetes-validations` (the CRD then has a CEL validator).
+    pub has_cel_rules: bool,
 }
 
 /// A schema and its root.
@@ -222,6 +229,8 @@ impl<'a> Builder<'a> {
         n.min_properties = get_u("minProperties");
         n.max_properties = get_u("maxProperties");
         n.additional_any = matches!(v.get("additionalProperties"), Some(Value::Bool(true)));
+        (n.transition_rules, n.has_cel_rules) = transition::parse_rules(v);
+        self.set.has_cel_rules |= n.has_cel_rules;
         // Store the node before recursing so that self-references resolve to it.
         self.set.nodes[id] = n;
         let mut props = BTreeMap::new();

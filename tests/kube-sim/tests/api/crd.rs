@@ -367,3 +367,83 @@ async fn server_side_apply_on_custom_resources_and_their_status() -> Result<()> 
     sim.shutdown().await;
     Ok(())
 }
+
+/// `x-kubernetes-validations: [{rule: "self == oldSelf"}]` makes a field immutable: every way of
+/// changing it (PUT, merge and JSON patches, server-side apply) is `422 Invalid` with the CEL
+/// validator's wording, while creating, leaving it unchanged, reordering a set and writing status
+/// still work. A blocking schema error stops the rules, with the real server's extra cause.
+#[tokio::test]
+async fn transition_rule_self_equals_old_self_is_enforced() -> Result<()> {
+    let sim = sim().await?;
+    let client = sim.client().await;
+    let mut crd = test_crd();
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["properties"]["template"]["x-kubernetes-validations"] =
+        json!([{"rule": "self == oldSelf", "message": "template is immutable"}]);
+    spec["properties"]["name"]["x-kubernetes-validations"] =
+        json!([{"rule": "oldSelf == self", "messageExpression": "'name cannot change'"}, {"rule": "self.size() > 1"}]);
+    spec["properties"]["tags"] = json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"},
+        "x-kubernetes-validations": [{"rule": "self == oldSelf"}]});
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &serde_json::from_value(crd)?).await?;
+    let gs: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &gameserver_resource());
+    let mut o = gameserver("fixed");
+    o.data["spec"]["name"] = json!("a");
+    o.data["spec"]["tags"] = json!(["x", "y"]);
+    let created = gs.create(&PostParams::default(), &o).await?;
+
+    // PUT changing the template.
+    let mut changed = created.clone();
+    changed.data["spec"]["template"]["spec"]["containers"][0]["image"] = json!("python:3.5");
+    let e = api_error(gs.replace("fixed", &PostParams::default(), &changed).await)?;
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        r#"GameServer.sim.kube-sim.test "fixed" is invalid: spec.template: Invalid value: "object": template is immutable"#
+    );
+    let causes = e.details.context("details")?.causes;
+    assert_eq!(causes.len(), 1);
+    assert_eq!(causes[0].field, "spec.template");
+    assert_eq!(causes[0].reason, "FieldValueInvalid");
+    assert_eq!(causes[0].message, r#"Invalid value: "object": template is immutable"#);
+
+    // Merge patch on a string field with a literal messageExpression; the other rule is not evaluated.
+    let e = api_error(gs.patch("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"name": "b"}}))).await)?;
+    assert_eq!(
+        e.message,
+        r#"GameServer.sim.kube-sim.test "fixed" is invalid: spec.name: Invalid value: "string": name cannot change"#
+    );
+    // JSON patch on a set: the default message.
+    let p = serde_json::from_value(json!([{"op": "add", "path": "/spec/tags/-", "value": "z"}]))?;
+    let e = api_error(gs.patch("fixed", &PatchParams::default(), &Patch::Json::<()>(p)).await)?;
+    assert_eq!(
+        e.message,
+        r#"GameServer.sim.kube-sim.test "fixed" is invalid: spec.tags: Invalid value: "array": failed rule: self == oldSelf"#
+    );
+    // Server-side apply changing two immutable fields reports both.
+    let apply = json!({"apiVersion": "sim.kube-sim.test/v1alpha1", "kind": "GameServer", "metadata": {"name": "fixed"},
+        "spec": {"name": "c", "tags": ["q"]}});
+    let e = api_error(gs.patch("fixed", &PatchParams::apply("t").force(), &Patch::Apply(&apply)).await)?;
+    assert_eq!(e.details.context("details")?.causes.len(), 2, "{}", e.message);
+
+    // Allowed: other fields, a reordered set, status, and metadata.
+    let ok = json!({"spec": {"replicas": 5, "tags": ["y", "x"]}, "metadata": {"labels": {"l": "v"}}});
+    gs.patch("fixed", &PatchParams::default(), &Patch::Merge(ok)).await?;
+    gs.patch_status("fixed", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Up"}}))).await?;
+    // Removing the field is not a transition of it.
+    gs.patch("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"name": null}}))).await?;
+
+    // A blocking OpenAPI error (wrong type) stops the CEL rules and says so.
+    let e = api_error(
+        gs.patch("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": "x", "tags": ["n"]}})))
+            .await,
+    )?;
+    assert!(
+        e.message.ends_with(r#"<nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]"#),
+        "{}",
+        e.message
+    );
+    assert!(!e.message.contains("spec.tags"), "{}", e.message);
+    sim.shutdown().await;
+    Ok(())
+}
