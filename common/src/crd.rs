@@ -23,6 +23,7 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
                 restore_int_or_string(schema);
+                unwrap_descriptions(schema);
             }
         }
     }
@@ -52,6 +53,33 @@ fn restore_int_or_string(schema: &mut JSONSchemaProps) {
         }));
     for child in children {
         restore_int_or_string(child);
+    }
+}
+
+/// Doc comments keep their source line breaks; `kubectl explain` wraps text itself, so a break inside a paragraph
+/// shows as a sentence cut off mid-line. Join the lines of each paragraph (blank lines still separate paragraphs).
+fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
+    if let Some(description) = schema.description.as_mut() {
+        *description = description
+            .split("\n\n")
+            .map(|paragraph| paragraph.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+    }
+    let children = schema
+        .properties
+        .iter_mut()
+        .flat_map(|props| props.values_mut())
+        .chain(schema.items.iter_mut().filter_map(|items| match items {
+            JSONSchemaPropsOrArray::Schema(item) => Some(item.as_mut()),
+            JSONSchemaPropsOrArray::Schemas(_) => None,
+        }))
+        .chain(schema.additional_properties.iter_mut().filter_map(|extra| match extra {
+            JSONSchemaPropsOrBool::Schema(extra) => Some(extra.as_mut()),
+            JSONSchemaPropsOrBool::Bool(_) => None,
+        }));
+    for child in children {
+        unwrap_descriptions(child);
     }
 }
 

@@ -41,8 +41,14 @@ fn crd_metadata_matches_bcs() {
     };
     let gd = by_name("gamedeployments.tkex.tencent.com");
     let version = &gd.spec.versions[0];
-    let columns: Vec<_> =
-        version.additional_printer_columns.iter().flatten().map(|c| (c.name.as_str(), c.json_path.as_str())).collect();
+    // The default view (priority 0) is BCS's; `-o wide` columns (priority 1) are additions.
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .filter(|c| c.priority.unwrap_or(0) == 0)
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect();
     assert_eq!(
         columns,
         [
@@ -64,8 +70,14 @@ fn crd_metadata_matches_bcs() {
 
     let hr = by_name("hookruns.tkex.tencent.com");
     let version = &hr.spec.versions[0];
-    let columns: Vec<_> =
-        version.additional_printer_columns.iter().flatten().map(|c| (c.name.as_str(), c.json_path.as_str())).collect();
+    // The default view (priority 0) is BCS's; `-o wide` columns (priority 1) are additions.
+    let columns: Vec<_> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .filter(|c| c.priority.unwrap_or(0) == 0)
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect();
     assert_eq!(columns, [("PHASE", ".status.phase"), ("AGE", ".metadata.creationTimestamp")]);
     assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
     let ht = by_name("hooktemplates.tkex.tencent.com");

@@ -68,8 +68,39 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
         description = "The number of currently all pods."
     ),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    // `-o wide` only (priority 1): the default columns stay the BCS ones.
+    printcolumn(
+        name = "STATUS",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Progressing\")].reason",
+        description = "What the rollout is doing: the reason of the Progressing condition (RolloutComplete, RolloutInProgress, Paused, InvalidSpec, ...).",
+        priority = 1
+    ),
+    printcolumn(
+        name = "PAUSED",
+        type_ = "boolean",
+        json_path = ".spec.updateStrategy.paused",
+        description = "Whether updates are paused (by the user or a canary pause step).",
+        priority = 1
+    ),
+    printcolumn(
+        name = "STEP",
+        type_ = "integer",
+        json_path = ".status.currentStepIndex",
+        description = "Index of the canary step being run.",
+        priority = 1
+    ),
+    printcolumn(
+        name = "MESSAGE",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Progressing\")].message",
+        description = "What the rollout is waiting for: the message of the Progressing condition.",
+        priority = 1
+    ),
     doc = "GameDeployment manages game-server pods with in-place and hot-patch updates, gated by HookRuns."
 )]
+/// Desired state: the pods to run (`replicas`, `template`), how they move to a new template (`updateStrategy`) and
+/// the hooks that must succeed before a pod is deleted or updated in place.
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentSpec {
     /// Desired number of pods.
@@ -85,8 +116,11 @@ pub struct GameDeploymentSpec {
     /// `rolling-update.yaml`); a GameDeployment has no stable network identity, so it is not used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_name: Option<String>,
+    /// How pods are created and deleted when scaling: the pods to delete first, and slow-start batches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_strategy: Option<GameDeploymentScaleStrategy>,
+    /// How pods move to a new template: the update type, partition, maxUnavailable, maxSurge, pause and canary
+    /// steps.
     #[serde(default)]
     #[schemars(schema_with = "schema::update_strategy_with_default")]
     pub update_strategy: GameDeploymentUpdateStrategy,
@@ -125,13 +159,17 @@ fn is_zero(v: &i32) -> bool {
     *v == 0
 }
 
+/// How pods are created and deleted when scaling.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentScaleStrategy {
-    /// Names of pods to delete first; names of pods that no longer exist are pruned by the operator.
+    /// Names of pods to delete first, through the pre-delete hook like any other deletion (the gated way to remove
+    /// a given pod; `kubectl delete pod` skips the hook). Names of pods that no longer exist are pruned by the
+    /// operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods_to_delete: Vec<String>,
-    /// Slow start: how many pods are created per batch (int or percent of the pods to create; default all).
+    /// Slow start: how many pods are created per batch, an integer or a percentage of the pods to create such as
+    /// "25%" (rounded up); default all at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::int_or_percent")]
     pub create_batch: Option<IntOrString>,
@@ -141,25 +179,36 @@ pub struct GameDeploymentScaleStrategy {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentUpdateStrategy {
+    /// `RollingUpdate` (default) deletes old pods and creates new ones; `InplaceUpdate` patches the images of
+    /// running pods; `HotPatchUpdate` patches them without taking the pod out of service; `OnDelete` only
+    /// recreates pods that you delete.
     #[serde(rename = "type", default)]
     pub type_: GameDeploymentUpdateStrategyType,
-    /// Number (or percent of replicas) of pods kept on the old revision. Ignored while canary steps run.
+    /// Pods kept on the old revision, an integer or a percentage of replicas such as "20%" (rounded down);
+    /// default 0. Ignored while canary steps run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::int_or_percent")]
     pub partition: Option<IntOrString>,
-    /// Most pods that may be unavailable during an update (int or percent, rounded down; default 20%).
+    /// Most pods that may be unavailable during an update, an integer or a percentage of replicas such as "20%"
+    /// (rounded down); default "20%".
     #[serde(default = "default_max_unavailable", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::max_unavailable")]
     pub max_unavailable: Option<IntOrString>,
-    /// Extra pods allowed above replicas during a RollingUpdate (int or percent, rounded up; default 0).
+    /// Extra pods allowed above replicas during a RollingUpdate, an integer or a percentage of replicas such as
+    /// "25%" (rounded up); default 0.
     #[serde(default = "default_max_surge", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::max_surge")]
     pub max_surge: Option<IntOrString>,
     /// Stop updating pods (scaling continues). Set and cleared by the user, or by canary pause steps.
+    // Defaulted in the schema so the PAUSED column shows false rather than <none>, and a JSON-patch `replace`
+    // of it always works.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
     pub paused: bool,
+    /// Settings of `InplaceUpdate` and `HotPatchUpdate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place_update_strategy: Option<InPlaceUpdateStrategy>,
+    /// Canary steps (partition, pause, hook) that every new template goes through, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStrategy>,
 }
@@ -186,6 +235,7 @@ impl Default for GameDeploymentUpdateStrategy {
     }
 }
 
+/// How pods move to a new template.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum GameDeploymentUpdateStrategyType {
     /// Delete old pods and create new ones.
@@ -199,6 +249,7 @@ pub enum GameDeploymentUpdateStrategyType {
     OnDelete,
 }
 
+/// Settings of `InplaceUpdate` and `HotPatchUpdate`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InPlaceUpdateStrategy {
@@ -211,6 +262,7 @@ pub struct InPlaceUpdateStrategy {
     pub policy: Option<InPlaceUpdatePolicy>,
 }
 
+/// Container ordering during an in-place update.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum InPlaceUpdatePolicy {
     DisOrdered,
@@ -218,9 +270,11 @@ pub enum InPlaceUpdatePolicy {
     OrderedUpdated,
 }
 
+/// Canary steps that every new template goes through.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryStrategy {
+    /// The steps, in order. Changing the template or the steps starts again at step 0.
     pub steps: Vec<CanaryStep>,
 }
 
@@ -228,7 +282,7 @@ pub struct CanaryStrategy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryStep {
-    /// Pods (or percent) kept on the old revision from this step on.
+    /// Pods kept on the old revision from this step on, an integer or a percentage of replicas such as "50%".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::int_or_percent")]
     pub partition: Option<IntOrString>,
@@ -240,18 +294,21 @@ pub struct CanaryStep {
     pub hook: Option<HookStep>,
 }
 
+/// A canary pause.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryPause {
-    /// Seconds to pause.
+    /// Seconds to pause; unset pauses until `updateStrategy.paused` is set to false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub duration: Option<i32>,
 }
 
+/// The hook run before a pod is deleted.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentPreDeleteUpdateStrategy {
+    /// The HookTemplate to run for each pod before deleting it; the pod is deleted once its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
     /// Set to true to delete the failed pre-delete HookRuns and run them again; the operator sets it back to
@@ -262,22 +319,32 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
     pub retry: bool,
 }
 
+/// The hook run before a pod is updated in place.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentPreInplaceUpdateStrategy {
+    /// The HookTemplate to run for each pod before updating it in place; the update starts once its HookRun is
+    /// Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Set to true to delete the failed pre-inplace HookRuns and run them again; the operator sets it back to
+    /// false once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
 }
 
+/// The hook run after a pod was updated in place.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentPostInplaceUpdateStrategy {
+    /// The HookTemplate to run for each pod after its in-place update completed; the pod counts as updated once
+    /// its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Set to true to delete the failed post-inplace HookRuns and run them again; the operator sets it back to
+    /// false once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
@@ -288,16 +355,22 @@ pub struct GameDeploymentPostInplaceUpdateStrategy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentStatus {
+    /// The `metadata.generation` this status was computed for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Pods (the TOTAL column).
     #[serde(default)]
     pub replicas: i32,
+    /// Pods whose Ready condition is True (the READY column).
     #[serde(default)]
     pub ready_replicas: i32,
+    /// Pods Ready for at least `minReadySeconds`.
     #[serde(default)]
     pub available_replicas: i32,
+    /// Pods on the update revision (the UPDATED column).
     #[serde(default)]
     pub updated_replicas: i32,
+    /// Pods on the update revision that are Ready (the UPDATED_READY column).
     #[serde(default)]
     pub updated_ready_replicas: i32,
     /// Revision of the pods that are not updated (the previous stable template).
@@ -306,25 +379,35 @@ pub struct GameDeploymentStatus {
     /// Revision (ControllerRevision name) of the current template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_revision: Option<String>,
+    /// Counts hash collisions of revision names; used to make the next revision name unique.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collision_count: Option<i32>,
+    /// `Progressing` (what the rollout is waiting for), and `FailedScale`, `FailedUpdate` and `HookBlocked` while
+    /// something stops the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<GameDeploymentCondition>,
+    /// Why the rollout is paused by a canary step, and since when.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pause_conditions: Vec<PauseCondition>,
     /// `spec.selector` as a string, for the scale subresource and HPA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label_selector: Option<String>,
+    /// Index of the canary step being run (equal to the number of steps when all are done).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step_index: Option<i32>,
+    /// Hash of the canary steps and template the step index refers to; a change starts again at step 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step_hash: Option<String>,
+    /// Progress of the canary rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStatus>,
+    /// Pods held before deletion until their pre-delete HookRun succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_delete_hook_condition: Vec<HookCondition>,
+    /// Pods held before an in-place update until their pre-inplace HookRun succeeds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pre_inplace_hook_condition: Vec<HookCondition>,
+    /// Updated pods whose post-inplace HookRun has not succeeded yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_inplace_hook_condition: Vec<HookCondition>,
 }
@@ -333,39 +416,50 @@ pub struct GameDeploymentStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentCondition {
+    /// `Progressing`, `FailedScale`, `FailedUpdate` or `HookBlocked`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// When the status last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+    /// One CamelCase word for the state, e.g. `RolloutComplete`, `RolloutInProgress`, `Paused`, `InvalidSpec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What happened, or what the rollout is waiting for, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
+/// Why a rollout is paused.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum PauseReason {
     PausedByCanaryPauseStep,
     PausedByStepBasedHook,
 }
 
+/// A pause of the rollout by a canary step.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PauseCondition {
+    /// `PausedByCanaryPauseStep` or `PausedByStepBasedHook`.
     pub reason: PauseReason,
+    /// When the pause started.
     pub start_time: Time,
 }
 
+/// Progress of a canary rollout.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryStatus {
     /// The stable revision the canary started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// The HookRun of the current hook step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step_hook_run: Option<String>,
+    /// When the current pause step started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_start_time: Option<Time>,
 }
@@ -374,8 +468,11 @@ pub struct CanaryStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HookCondition {
+    /// The pod held by the hook.
     pub pod_name: String,
+    /// When the hook started for this pod.
     pub start_time: Time,
+    /// Phase of the pod's HookRun.
     pub phase: HookPhase,
     /// Addition: the HookRun that decides this pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -344,15 +344,19 @@ pub struct Measurement {
 pub struct HookStep {
     /// Name of a HookTemplate in the workload's namespace.
     pub template_name: String,
+    /// Arguments passed to the HookRun in addition to the ones the operator supplies (`PodIP`, `PodName`,
+    /// `PodNamespace`, ...); they override the template's default values.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<HookRunArgument>,
 }
 
-/// An argument given by a workload; unlike a template [`Argument`] its value is always set.
+/// An argument given by a workload; unlike a template argument its value is always set.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HookRunArgument {
+    /// The argument's name, as the template refers to it in `{{ args.<name> }}`.
     pub name: String,
+    /// The argument's value.
     #[serde(default)]
     pub value: String,
 }

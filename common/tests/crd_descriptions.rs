@@ -1,0 +1,95 @@
+//! What `kubectl explain` shows comes from the CRD schema: every GameDeployment field outside the embedded pod
+//! template (whose descriptions are stripped to fit the apply annotation) must say what it is, in whole
+//! sentences that kubectl can wrap (no hard line breaks inside a paragraph, no rustdoc link syntax), and every
+//! int-or-string field must say that it takes an integer or a percentage.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{JSONSchemaProps, JSONSchemaPropsOrArray};
+
+fn gamedeployment_schema() -> JSONSchemaProps {
+    let (_, crd) = common::crd::all()
+        .into_iter()
+        .find(|(_, crd)| crd.spec.names.kind == "GameDeployment")
+        .expect("GameDeployment CRD");
+    crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()).expect("schema")
+}
+
+/// Visits every property below `schema` as (path, schema), not descending into `skip`ped paths.
+fn walk<'a>(schema: &'a JSONSchemaProps, path: &str, skip: &[&str], out: &mut Vec<(String, &'a JSONSchemaProps)>) {
+    for (name, child) in schema.properties.iter().flatten() {
+        let child_path = format!("{path}.{name}");
+        out.push((child_path.clone(), child));
+        if skip.contains(&child_path.as_str()) {
+            continue;
+        }
+        walk(child, &child_path, skip, out);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(items)) = &schema.items {
+        walk(items, path, skip, out);
+    }
+}
+
+fn own_fields(schema: &JSONSchemaProps) -> Vec<(String, &JSONSchemaProps)> {
+    let mut fields = Vec::new();
+    // The pod template's own fields and the label selector's are Kubernetes types, documented by Kubernetes.
+    walk(schema, "gd", &["gd.spec.template", "gd.spec.selector"], &mut fields);
+    fields
+}
+
+#[test]
+fn every_gamedeployment_field_has_a_description() {
+    let schema = gamedeployment_schema();
+    let missing: Vec<String> = own_fields(&schema)
+        .into_iter()
+        .filter(|(_, s)| s.description.as_deref().is_none_or(|d| d.trim().is_empty()))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(missing.is_empty(), "fields without a description (kubectl explain prints <no description>): {missing:?}");
+}
+
+#[test]
+fn descriptions_are_whole_paragraphs() {
+    let (mut all, mut broken) = (Vec::new(), Vec::new());
+    for (_, crd) in common::crd::all() {
+        let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()).unwrap();
+        let kind = crd.spec.names.kind.clone();
+        let mut fields = vec![(kind.clone(), &schema)];
+        walk(&schema, &kind, &[], &mut fields);
+        for (path, s) in fields {
+            if let Some(d) = &s.description {
+                all.push(path.clone());
+                // A single line break inside a paragraph makes kubectl explain's wrapped text look cut off.
+                let single_break = d.replace("\n\n", "").contains('\n');
+                if single_break || d.contains("[`") || d.ends_with(' ') {
+                    broken.push(format!("{path}: {d:?}"));
+                }
+            }
+        }
+    }
+    assert!(!all.is_empty());
+    assert!(
+        broken.is_empty(),
+        "descriptions with line breaks inside a paragraph or rustdoc links:\n{}",
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn int_or_string_fields_say_integer_or_percentage() {
+    let schema = gamedeployment_schema();
+    let fields = own_fields(&schema);
+    let int_or_string: Vec<_> = fields.iter().filter(|(_, s)| s.x_kubernetes_int_or_string == Some(true)).collect();
+    let paths: Vec<&str> = int_or_string.iter().map(|(p, _)| p.as_str()).collect();
+    for want in [
+        "gd.spec.updateStrategy.maxUnavailable",
+        "gd.spec.updateStrategy.maxSurge",
+        "gd.spec.updateStrategy.partition",
+        "gd.spec.scaleStrategy.createBatch",
+        "gd.spec.updateStrategy.canary.steps.partition",
+    ] {
+        assert!(paths.contains(&want), "{want} is not int-or-string: {paths:?}");
+    }
+    for (path, s) in int_or_string {
+        let d = s.description.as_deref().unwrap_or_default();
+        assert!(d.contains("an integer or a percentage"), "{path}: {d:?}");
+    }
+}
