@@ -154,10 +154,78 @@ pub fn from_template(template: &HookTemplate, new: NewHookRun) -> Result<HookRun
     })
 }
 
+/// A stable digest of a run's spec (SHA-256 of its canonical JSON, keys sorted, hex, 32 characters): the
+/// gamedeployment-operator records it at creation ([`keys::HOOKRUN_SPEC_HASH`]) and accepts a run only while its
+/// spec still hashes to it, so an edited run never opens a gate. `terminate` is left out: setting it is the one
+/// documented edit (a person letting the pod go now).
+pub fn spec_hash(spec: &HookRunSpec) -> String {
+    use sha2::Digest;
+    let mut value = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("terminate");
+    }
+    let canonical = canonical_json(&value);
+    let digest = sha2::Sha256::digest(canonical.as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// JSON text with object keys sorted at every level (independent of serde_json's `preserve_order`).
+fn canonical_json(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            let body: Vec<String> = entries
+                .into_iter()
+                .map(|(k, v)| format!("{}:{}", serde_json::Value::String(k.clone()), canonical_json(v)))
+                .collect();
+            format!("{{{}}}", body.join(","))
+        }
+        serde_json::Value::Array(items) => {
+            format!("[{}]", items.iter().map(canonical_json).collect::<Vec<_>>().join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::{HookTemplateSpec, Metric};
+
+    #[test]
+    fn spec_hash_is_stable_and_sees_every_edit() {
+        let template: HookTemplate = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate", "metadata": {"name": "t"},
+            "spec": {"args": [{"name": "PodIP"}], "metrics": [
+                {"name": "web", "count": 3, "successCondition": "asInt(result) > 30",
+                 "provider": {"web": {"url": "http://{{ args.PodIP }}:9091", "jsonPath": "{$.age}"}}}]}
+        }))
+        .unwrap();
+        let new = NewHookRun {
+            name: "r".into(),
+            namespace: "default".into(),
+            labels: BTreeMap::new(),
+            owner: None,
+            args: vec![Argument::new("PodIP", "127.0.0.9")],
+        };
+        let run = from_template(&template, new).unwrap();
+        let hash = spec_hash(&run.spec);
+        assert_eq!(hash.len(), 32);
+        // The same spec read back from the API (a JSON round trip) hashes the same.
+        let back: HookRunSpec = serde_json::from_str(&serde_json::to_string(&run.spec).unwrap()).unwrap();
+        assert_eq!(spec_hash(&back), hash);
+        let mut edited = run.spec.clone();
+        edited.metrics[0].success_condition = Some("true".into());
+        assert_ne!(spec_hash(&edited), hash);
+        let mut args = run.spec.clone();
+        args.args[0].value = Some("127.0.0.10".into());
+        assert_ne!(spec_hash(&args), hash);
+        // Terminating a run is not an edit of what it measures.
+        let mut terminated = run.spec.clone();
+        terminated.terminate = true;
+        assert_eq!(spec_hash(&terminated), hash);
+    }
 
     fn arg(name: &str, value: Option<&str>) -> Argument {
         Argument { name: name.into(), value: value.map(Into::into) }

@@ -58,6 +58,20 @@ pub const HOOKRUN_CANARY_STEP_INDEX: &str = "canary-step-index";
 /// HookRun label (addition): the owning GameDeployment's name, so `kubectl get hookrun -l` finds them.
 pub const HOOKRUN_WORKLOAD_NAME: &str = "gamedeployment.tkex.tencent.com/name";
 
+/// HookRun label (addition): the UID of the pod a pod HookRun was made for. With the controller ownerReference
+/// (the GameDeployment's UID) and the annotations below it binds the run to one *attempt*: that pod, that change,
+/// that visit of its Preparing state. The gate accepts a run only for the attempt it was made for.
+pub const HOOKRUN_POD_UID: &str = "gamedeployment.tkex.tencent.com/pod-uid";
+/// HookRun annotation (addition): the change the run gates: `delete`, `inplace/<revision>` (to that revision),
+/// `postinplace/<revision>` (after the update to it).
+pub const HOOKRUN_CHANGE: &str = "gamedeployment.tkex.tencent.com/change";
+/// HookRun annotation (addition): the pod's [`LIFECYCLE_TIMESTAMP`] when it entered the Preparing state the run was
+/// made for; a later visit is a new attempt that needs a new run.
+pub const HOOKRUN_PREPARED_AT: &str = "gamedeployment.tkex.tencent.com/prepared-at";
+/// HookRun annotation (addition): [`crate::hookrun::spec_hash`] of the spec the operator created, so an edited spec
+/// is recognised (the CRD also makes `spec` immutable).
+pub const HOOKRUN_SPEC_HASH: &str = "gamedeployment.tkex.tencent.com/spec-hash";
+
 /// Values of [`HOOKRUN_TYPE`].
 pub mod hookrun_type {
     pub const CANARY_STEP: &str = "canary-step";

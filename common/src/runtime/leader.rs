@@ -1,11 +1,22 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's rules: a Lease held by someone else
-//! can only be taken once its record has not changed for `leaseDurationSeconds` *as observed on our own
-//! clock* (so clock skew between replicas does not matter), every write carries the resourceVersion it was
-//! based on (so two candidates cannot both win), and a leader that cannot renew within the renew deadline
-//! stops leading: the work future is dropped and the caller is told, so the process exits instead of acting
-//! without the lease.
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's rules:
+//!
+//! - a Lease held by someone else can only be taken once its record has not changed for
+//!   `leaseDurationSeconds` *as observed on our own clock* (so clock skew between replicas does not matter);
+//! - every write carries the resourceVersion it was based on (so two candidates cannot both win); a `409` means
+//!   "re-read and decide again", never "give up";
+//! - the renew deadline is measured from the moment the last *successful* write was **sent** (not from when its
+//!   response arrived), and each attempt is bounded by the time left until that deadline.
+//!
+//! Why that is enough for zero overlap: a standby may take the lease only `leaseDuration` after it *observed* the
+//! record change, and it cannot observe a write before the write was sent. The leader stops acting (its work
+//! future is dropped and the process is told to stop) at `sent + renewDeadline`, which is earlier than
+//! `sent + leaseDuration` by `leaseDuration - renewDeadline` (5 s with the defaults): the margin left for a write
+//! that was already on the wire. `tests::a_partitioned_leader_stops_before_a_standby_starts` plays this in
+//! virtual time.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -25,30 +36,107 @@ pub enum LeaderError {
     Settings(String),
 }
 
+/// Why a Lease request did not go through.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The Lease changed since we read it (`409`): re-read and decide again.
+    #[error("the lease was changed by someone else")]
+    Conflict,
+    #[error("{0}")]
+    Api(String),
+}
+
+/// The three Lease calls an elector makes. [`Api<Lease>`] implements it; tests use an in-memory store.
+pub trait LeaseStore: Send + Sync {
+    fn get(&self, name: &str) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
+    /// Creates the Lease; [`LeaseError::Conflict`] when it already exists.
+    fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, LeaseError>> + Send;
+    /// Replaces the Lease with a resourceVersion precondition; [`LeaseError::Conflict`] when it is stale.
+    fn replace(&self, name: &str, lease: &Lease) -> impl Future<Output = Result<Lease, LeaseError>> + Send;
+}
+
+fn lease_error(e: kube::Error) -> LeaseError {
+    match e {
+        // 409 on create (AlreadyExists) and on replace (stale resourceVersion) both mean "re-read".
+        kube::Error::Api(status) if status.code == 409 => LeaseError::Conflict,
+        e => LeaseError::Api(e.to_string()),
+    }
+}
+
+impl LeaseStore for Api<Lease> {
+    async fn get(&self, name: &str) -> Result<Option<Lease>, LeaseError> {
+        self.get_opt(name).await.map_err(lease_error)
+    }
+
+    async fn create(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        Api::create(self, &PostParams::default(), lease).await.map_err(lease_error)
+    }
+
+    async fn replace(&self, name: &str, lease: &Lease) -> Result<Lease, LeaseError> {
+        Api::replace(self, name, &PostParams::default(), lease).await.map_err(lease_error)
+    }
+}
+
+/// Whether this replica currently leads; shared with metrics (`*_leader` gauges) and health endpoints.
+#[derive(Clone, Debug, Default)]
+pub struct Leading(Arc<AtomicBool>);
+
+impl Leading {
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, leading: bool) {
+        self.0.store(leading, Ordering::SeqCst);
+    }
+}
+
 /// Who we are and which Lease we compete for.
 #[derive(Clone, Debug)]
-pub struct LeaderElection {
-    api: Api<Lease>,
+pub struct LeaderElection<S = Api<Lease>> {
+    store: S,
     namespace: String,
     name: String,
     identity: String,
     lease_duration: Duration,
     renew_deadline: Duration,
     retry_period: Duration,
+    leading: Leading,
 }
 
 /// What the last attempt found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Attempt {
-    /// We hold the lease now (acquired or renewed).
-    Leading,
+    /// We hold the lease now (acquired or renewed); the write that made it so was sent at this instant.
+    Leading { sent: Instant },
     /// Someone else holds a valid lease.
     HeldBy(String),
+    /// Our write raced with another one: re-read at once.
+    Conflict,
 }
 
-impl LeaderElection {
+impl LeaderElection<Api<Lease>> {
+    /// Lease name defaults to `component`; namespace to the client's default namespace; identity to
+    /// `$POD_NAME`, else the hostname.
+    pub fn from_flags(client: Client, flags: &LeaderElectionFlags, component: &str) -> Result<Self, LeaderError> {
+        let namespace = flags.leader_elect_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        let name = flags.leader_elect_lease_name.clone().unwrap_or_else(|| component.to_string());
+        let identity = flags.leader_elect_identity.clone().unwrap_or_else(default_identity);
+        Self::new(
+            Api::namespaced(client, &namespace),
+            &namespace,
+            &name,
+            &identity,
+            flags.leader_elect_lease_duration,
+            flags.leader_elect_renew_deadline,
+            flags.leader_elect_retry_period,
+        )
+    }
+}
+
+impl<S: LeaseStore> LeaderElection<S> {
     pub fn new(
-        client: Client,
+        store: S,
         namespace: &str,
         name: &str,
         identity: &str,
@@ -71,42 +159,32 @@ impl LeaderElection {
             return Err(LeaderError::Settings("the identity must not be empty".into()));
         }
         Ok(Self {
-            api: Api::namespaced(client, namespace),
+            store,
             namespace: namespace.to_string(),
             name: name.to_string(),
             identity: identity.to_string(),
             lease_duration,
             renew_deadline,
             retry_period,
+            leading: Leading::default(),
         })
-    }
-
-    /// Lease name defaults to `component`; namespace to the client's default namespace; identity to
-    /// `$POD_NAME`, else the hostname.
-    pub fn from_flags(client: Client, flags: &LeaderElectionFlags, component: &str) -> Result<Self, LeaderError> {
-        let namespace = flags.leader_elect_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
-        let name = flags.leader_elect_lease_name.clone().unwrap_or_else(|| component.to_string());
-        let identity = flags.leader_elect_identity.clone().unwrap_or_else(default_identity);
-        Self::new(
-            client,
-            &namespace,
-            &name,
-            &identity,
-            flags.leader_elect_lease_duration,
-            flags.leader_elect_renew_deadline,
-            flags.leader_elect_retry_period,
-        )
     }
 
     pub fn identity(&self) -> &str {
         &self.identity
     }
 
+    /// A handle that says whether this replica leads right now.
+    pub fn leading(&self) -> Leading {
+        self.leading.clone()
+    }
+
     /// Waits for the lease, runs `work` while holding it, and releases it when `work` finishes.
     ///
     /// Returns `Ok(None)` when `shutdown` fired before the lease was acquired, `Ok(Some(output))` when `work`
-    /// finished, and [`LeaderError::Lost`] when the lease could not be renewed (the work is dropped first, and
-    /// `shutdown` is triggered so the rest of the process stops too).
+    /// finished, and [`LeaderError::Lost`] when the lease could not be renewed in time (the work is dropped at
+    /// the renew deadline, before the lease can expire for anyone else, and `shutdown` is triggered so the rest
+    /// of the process stops too).
     pub async fn run_while_leading<F, Fut, T>(&self, shutdown: &Shutdown, work: F) -> Result<Option<T>, LeaderError>
     where
         F: FnOnce() -> Fut,
@@ -114,12 +192,15 @@ impl LeaderElection {
     {
         let mut observer = Observer::default();
         tracing::info!(lease = %self.name, namespace = %self.namespace, identity = %self.identity, "waiting for the lease");
-        loop {
+        let sent = loop {
             if shutdown.is_triggered() {
                 return Ok(None);
             }
-            match self.attempt(&mut observer).await {
-                Ok(Attempt::Leading) => break,
+            // While waiting, an attempt may take up to a renew deadline (nothing is at stake yet).
+            let deadline = Instant::now() + self.renew_deadline;
+            match self.attempt(&mut observer, deadline).await {
+                Ok(Attempt::Leading { sent }) => break sent,
+                Ok(Attempt::Conflict) => tracing::debug!("lease write conflict; re-reading after the retry period"),
                 Ok(Attempt::HeldBy(holder)) => tracing::debug!(%holder, "lease held by another replica"),
                 Err(e) => tracing::warn!(error = %e, "leader election attempt failed"),
             }
@@ -127,12 +208,14 @@ impl LeaderElection {
                 _ = tokio::time::sleep(self.retry_period) => {}
                 _ = shutdown.wait() => return Ok(None),
             }
-        }
+        };
         tracing::info!(lease = %self.name, identity = %self.identity, "acquired the lease, leading");
+        self.leading.set(true);
         let outcome = tokio::select! {
             output = work() => Ok(Some(output)),
-            lost = self.keep_renewing(&mut observer) => Err(lost),
+            lost = self.keep_renewing(&mut observer, sent) => Err(lost),
         };
+        self.leading.set(false);
         match &outcome {
             Ok(_) => self.release().await,
             Err(e) => {
@@ -143,19 +226,37 @@ impl LeaderElection {
         outcome
     }
 
-    /// Renews every retry period; returns only when leadership is lost.
-    async fn keep_renewing(&self, observer: &mut Observer) -> LeaderError {
-        let mut last_renewed = Instant::now();
+    /// Renews every retry period; returns only when leadership is lost, at the latest at the renew deadline
+    /// counted from the send time of the last successful renew.
+    async fn keep_renewing(&self, observer: &mut Observer, mut last_sent: Instant) -> LeaderError {
+        let mut last_error: Option<LeaseError> = None;
         loop {
-            tokio::time::sleep(self.retry_period).await;
-            match self.attempt(observer).await {
-                Ok(Attempt::Leading) => last_renewed = Instant::now(),
-                Ok(Attempt::HeldBy(holder)) => return self.lost(format!("the lease is now held by {holder}")),
-                Err(e) => {
-                    if last_renewed.elapsed() >= self.renew_deadline {
-                        return self.lost(format!("could not renew for {:?}: {e}", self.renew_deadline));
+            let deadline = last_sent + self.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + self.retry_period).min(deadline)).await;
+            // Conflicts are retried at once (the Lease is re-read); anything else waits a retry period.
+            loop {
+                if Instant::now() >= deadline {
+                    let why = last_error.map(|e| format!(" (last error: {e})")).unwrap_or_default();
+                    return self.lost(format!("could not renew within {:?}{why}", self.renew_deadline));
+                }
+                match self.attempt(observer, deadline).await {
+                    Ok(Attempt::Leading { sent }) => {
+                        last_sent = sent;
+                        last_error = None;
+                        break;
                     }
-                    tracing::warn!(error = %e, "renewing the lease failed, retrying");
+                    Ok(Attempt::Conflict) => {
+                        // Re-read soon (a conflict means the record moved), but never spin on a server that
+                        // answers every write with 409.
+                        tokio::time::sleep_until((Instant::now() + self.retry_period / 10).min(deadline)).await;
+                        continue;
+                    }
+                    Ok(Attempt::HeldBy(holder)) => return self.lost(format!("the lease is now held by {holder}")),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "renewing the lease failed, retrying");
+                        last_error = Some(e);
+                        break;
+                    }
                 }
             }
         }
@@ -165,28 +266,30 @@ impl LeaderElection {
         LeaderError::Lost { namespace: self.namespace.clone(), name: self.name.clone(), reason }
     }
 
-    /// One get-then-write round, bounded by the renew deadline so a hung API call cannot outlive the lease.
-    async fn attempt(&self, observer: &mut Observer) -> Result<Attempt, kube::Error> {
-        match tokio::time::timeout(self.renew_deadline, self.attempt_unbounded(observer)).await {
+    /// One get-then-write round, abandoned at `deadline` so a hung API call cannot outlive the lease.
+    async fn attempt(&self, observer: &mut Observer, deadline: Instant) -> Result<Attempt, LeaseError> {
+        match tokio::time::timeout_at(deadline, self.attempt_unbounded(observer)).await {
             Ok(result) => result,
-            Err(_) => {
-                Err(kube::Error::Service(format!("lease request timed out after {:?}", self.renew_deadline).into()))
-            }
+            Err(_) => Err(LeaseError::Api("lease request timed out at the renew deadline".into())),
         }
     }
 
-    async fn attempt_unbounded(&self, observer: &mut Observer) -> Result<Attempt, kube::Error> {
+    async fn attempt_unbounded(&self, observer: &mut Observer) -> Result<Attempt, LeaseError> {
         let now = Timestamp::now();
         let duration_secs = i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
-        let Some(current) = self.api.get_opt(&self.name).await? else {
+        let Some(current) = self.store.get(&self.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta { name: Some(self.name.clone()), ..ObjectMeta::default() },
                 spec: next_spec(None, &self.identity, now, duration_secs),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(Attempt::Leading),
-                // Another candidate created it between our get and create; it is theirs for now.
-                Err(kube::Error::Api(status)) if status.code == 409 => Ok(Attempt::HeldBy("another candidate".into())),
+            let sent = Instant::now();
+            return match self.store.create(&lease).await {
+                Ok(written) => {
+                    observer.observe(&written.spec.unwrap_or_default(), Instant::now(), self.lease_duration);
+                    Ok(Attempt::Leading { sent })
+                }
+                // Another candidate created it between our get and create: read it and decide again.
+                Err(LeaseError::Conflict) => Ok(Attempt::Conflict),
                 Err(e) => Err(e),
             };
         };
@@ -197,14 +300,13 @@ impl LeaderElection {
             Decision::Take => {
                 let mut lease = current;
                 lease.spec = next_spec(Some(&spec), &self.identity, now, duration_secs);
-                match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+                let sent = Instant::now();
+                match self.store.replace(&self.name, &lease).await {
                     Ok(written) => {
                         observer.observe(&written.spec.unwrap_or_default(), Instant::now(), self.lease_duration);
-                        Ok(Attempt::Leading)
+                        Ok(Attempt::Leading { sent })
                     }
-                    Err(kube::Error::Api(status)) if status.code == 409 => {
-                        Ok(Attempt::HeldBy("another candidate (write conflict)".into()))
-                    }
+                    Err(LeaseError::Conflict) => Ok(Attempt::Conflict),
                     Err(e) => Err(e),
                 }
             }
@@ -214,7 +316,7 @@ impl LeaderElection {
     /// Gives the lease up so a successor does not wait a full lease duration (client-go's ReleaseOnCancel).
     async fn release(&self) {
         let result = async {
-            let Some(mut lease) = self.api.get_opt(&self.name).await? else { return Ok(()) };
+            let Some(mut lease) = self.store.get(&self.name).await? else { return Ok(()) };
             let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
             if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
                 return Ok(());
@@ -222,7 +324,7 @@ impl LeaderElection {
             spec.holder_identity = None;
             spec.lease_duration_seconds = Some(1);
             spec.renew_time = Some(MicroTime(Timestamp::now()));
-            self.api.replace(&self.name, &PostParams::default(), &lease).await.map(|_| ())
+            self.store.replace(&self.name, &lease).await.map(|_| ())
         };
         match tokio::time::timeout(self.renew_deadline, result).await {
             Ok(Ok(())) => tracing::info!(lease = %self.name, "released the lease"),
@@ -319,6 +421,225 @@ mod tests {
             lease_transitions: Some(3),
             ..LeaseSpec::default()
         }
+    }
+
+    mod store {
+        //! An in-memory Lease with resourceVersion preconditions, shared by several electors, each of which can
+        //! be cut off from it (its requests fail at once, or hang).
+
+        use std::sync::{Arc, Mutex};
+
+        use super::*;
+
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub enum Link {
+            #[default]
+            Up,
+            /// Every request fails fast with a 500-like error.
+            Failing,
+            /// Every request hangs (a black-holed connection).
+            Hanging,
+        }
+
+        #[derive(Default)]
+        pub struct Server {
+            lease: Option<Lease>,
+            version: u64,
+        }
+
+        #[derive(Clone)]
+        pub struct Conn {
+            pub server: Arc<Mutex<Server>>,
+            pub link: Arc<Mutex<Link>>,
+            /// How many of the next replaces race with someone else's write (and get a 409).
+            pub conflicts: Arc<Mutex<u32>>,
+            /// One-way delay: a write lands this long after it is sent, and the answer takes as long again.
+            pub delay: Duration,
+        }
+
+        impl Conn {
+            pub fn new(server: &Arc<Mutex<Server>>, delay: Duration) -> Self {
+                Self { server: server.clone(), link: Arc::default(), conflicts: Arc::default(), delay }
+            }
+
+            pub fn set(&self, link: Link) {
+                *self.link.lock().unwrap() = link;
+            }
+
+            async fn reach(&self) -> Result<(), LeaseError> {
+                let link = *self.link.lock().unwrap();
+                match link {
+                    Link::Up => {
+                        tokio::time::sleep(self.delay).await;
+                        Ok(())
+                    }
+                    Link::Failing => Err(LeaseError::Api("injected 500".into())),
+                    Link::Hanging => std::future::pending().await,
+                }
+            }
+
+            async fn answer<T>(&self, value: T) -> T {
+                tokio::time::sleep(self.delay).await;
+                value
+            }
+        }
+
+        /// A write that bumps the resourceVersion without changing the spec (`kubectl annotate lease …`).
+        fn touch(server: &mut Server) {
+            server.version += 1;
+            let version = server.version.to_string();
+            if let Some(lease) = server.lease.as_mut() {
+                lease.metadata.resource_version = Some(version);
+            }
+        }
+
+        impl LeaseStore for Conn {
+            async fn get(&self, _name: &str) -> Result<Option<Lease>, LeaseError> {
+                self.reach().await?;
+                let lease = self.server.lock().unwrap().lease.clone();
+                Ok(self.answer(lease).await)
+            }
+
+            async fn create(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+                self.reach().await?;
+                let result = {
+                    let mut server = self.server.lock().unwrap();
+                    if server.lease.is_some() {
+                        Err(LeaseError::Conflict)
+                    } else {
+                        server.version += 1;
+                        let mut stored = lease.clone();
+                        stored.metadata.resource_version = Some(server.version.to_string());
+                        server.lease = Some(stored.clone());
+                        Ok(stored)
+                    }
+                };
+                self.answer(result).await
+            }
+
+            async fn replace(&self, _name: &str, lease: &Lease) -> Result<Lease, LeaseError> {
+                self.reach().await?;
+                let result = {
+                    let mut server = self.server.lock().unwrap();
+                    let mut conflicts = self.conflicts.lock().unwrap();
+                    if *conflicts > 0 {
+                        *conflicts -= 1;
+                        touch(&mut server);
+                    }
+                    let current = server.lease.as_ref().and_then(|l| l.metadata.resource_version.clone());
+                    if current != lease.metadata.resource_version {
+                        Err(LeaseError::Conflict)
+                    } else {
+                        server.version += 1;
+                        let mut stored = lease.clone();
+                        stored.metadata.resource_version = Some(server.version.to_string());
+                        server.lease = Some(stored.clone());
+                        Ok(stored)
+                    }
+                };
+                self.answer(result).await
+            }
+        }
+    }
+
+    use std::sync::{Arc, Mutex};
+
+    use store::{Conn, Link, Server};
+
+    const LEASE: Duration = Duration::from_secs(15);
+    const RENEW: Duration = Duration::from_secs(10);
+    const RETRY: Duration = Duration::from_secs(2);
+
+    type Log = Arc<Mutex<Vec<(&'static str, Instant)>>>;
+
+    fn elector(conn: &Conn, identity: &str) -> LeaderElection<Conn> {
+        LeaderElection::new(conn.clone(), "default", "op", identity, LEASE, RENEW, RETRY).unwrap()
+    }
+
+    /// A leader's work: act every 100 ms, recording when.
+    async fn act_forever(who: &'static str, log: Log) {
+        loop {
+            log.lock().unwrap().push((who, Instant::now()));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Starts `a` alone, lets it lead, then starts `b` and cuts `a` off with `links` (each applied in turn,
+    /// after its delay). Returns the last action of `a`, the first of `b`, and how `a`'s election ended.
+    async fn partition(delay: Duration, links: &[(Duration, Link)]) -> (Instant, Instant, Result<(), String>) {
+        let server = Arc::new(Mutex::new(Server::default()));
+        let (conn_a, conn_b) = (Conn::new(&server, delay), Conn::new(&server, delay));
+        let log: Log = Arc::default();
+        let (a, b) = (elector(&conn_a, "a"), elector(&conn_b, "b"));
+        let (shutdown_a, shutdown_b) = (Shutdown::default(), Shutdown::default());
+        let log_a = log.clone();
+        let run_a = tokio::spawn(async move {
+            a.run_while_leading(&shutdown_a, || act_forever("a", log_a)).await.map(|_| ()).map_err(|e| e.to_string())
+        });
+        // A get and a create, each a round trip.
+        tokio::time::sleep(Duration::from_secs(5) + delay * 4).await;
+        assert!(log.lock().unwrap().iter().any(|(who, _)| *who == "a"), "a leads first");
+        let log_b = log.clone();
+        let run_b = tokio::spawn(async move { b.run_while_leading(&shutdown_b, || act_forever("b", log_b)).await });
+        for (after, link) in links {
+            tokio::time::sleep(*after).await;
+            conn_a.set(*link);
+        }
+        let outcome_a = run_a.await.unwrap();
+        // Let b act for a while, then stop it.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        run_b.abort();
+        let log = log.lock().unwrap();
+        let last_a = log.iter().filter(|(who, _)| *who == "a").map(|(_, at)| *at).max().unwrap();
+        let first_b = log.iter().filter(|(who, _)| *who == "b").map(|(_, at)| *at).min().expect("b took over");
+        (last_a, first_b, outcome_a)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partitioned_leader_stops_before_a_standby_starts() {
+        // Fast failures for most of the renew deadline, then a request that hangs: the case where a leader that
+        // gives every attempt the full deadline kept acting for ~20 s after its last renew.
+        for delay in [Duration::ZERO, Duration::from_millis(300), Duration::from_secs(2)] {
+            let links = [(Duration::from_millis(100), Link::Failing), (Duration::from_secs(7), Link::Hanging)];
+            let (last_a, first_b, outcome) = partition(delay, &links).await;
+            assert!(outcome.as_ref().is_err_and(|e| e.contains("could not renew")), "{outcome:?}");
+            assert!(last_a < first_b, "delay {delay:?}: a acted until {last_a:?}, b started at {first_b:?}");
+            // The margin is the lease duration minus the renew deadline, less the request delays.
+            let gap = first_b - last_a;
+            assert!(gap >= LEASE - RENEW - delay * 2, "delay {delay:?}: gap {gap:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_renew_is_abandoned_at_the_deadline_from_its_send_time() {
+        let (last_a, first_b, outcome) = partition(Duration::ZERO, &[(Duration::from_millis(50), Link::Hanging)]).await;
+        assert!(outcome.is_err());
+        assert!(last_a < first_b);
+        assert!(first_b - last_a >= LEASE - RENEW, "gap {:?}", first_b - last_a);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_on_renew_rereads_instead_of_giving_up() {
+        let server = Arc::new(Mutex::new(Server::default()));
+        let conn = Conn::new(&server, Duration::from_millis(10));
+        let a = elector(&conn, "a");
+        let shutdown = Shutdown::default();
+        let leading = a.leading();
+        let run = tokio::spawn(async move {
+            a.run_while_leading(&shutdown, || tokio::time::sleep(Duration::from_secs(60)))
+                .await
+                .map_err(|e| e.to_string())
+        });
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(leading.get());
+        // Someone else writes the Lease (an annotation) between our read and our write, five times in a row.
+        *conn.conflicts.lock().unwrap() = 5;
+        tokio::time::sleep(RETRY * 4).await;
+        assert_eq!(*conn.conflicts.lock().unwrap(), 0, "the renews met the conflicts");
+        assert!(leading.get(), "still leading after conflicting writes");
+        let outcome = run.await.unwrap();
+        assert!(matches!(outcome, Ok(Some(()))), "{outcome:?}");
+        assert!(!leading.get());
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod server;
 pub mod shutdown;
 
 pub use flags::{KubeFlags, LeaderElectionFlags, LogFlags, LogFormat, RuntimeFlags, ServeFlags};
-pub use leader::{LeaderElection, LeaderError};
+pub use leader::{LeaderElection, LeaderError, Leading, LeaseError, LeaseStore};
 pub use server::Health;
 pub use shutdown::Shutdown;
 
