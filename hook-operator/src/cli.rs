@@ -46,6 +46,14 @@ pub struct RunFlags {
     /// Measurements running at once across all HookRuns; further due measurements wait for a slot.
     #[arg(long = "max-inflight-measurements", alias = "max-in-flight", default_value_t = 2000, value_name = "N")]
     pub max_in_flight: usize,
+    /// Share of the in-flight slots one namespace may hold, in percent (its runs wait beyond that, so one
+    /// tenant's slow endpoints cannot take every slot).
+    #[arg(long = "max-inflight-per-namespace-percent", default_value_t = 25, value_name = "PERCENT",
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub max_in_flight_per_namespace_percent: u8,
+    /// Least time between two status writes of one running HookRun (phase changes are written at once).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub status_write_interval: Duration,
     #[command(flatten)]
     pub engine: EngineFlags,
 }
@@ -59,6 +67,40 @@ pub struct EngineFlags {
     /// Largest web/Prometheus response body read, in bytes.
     #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
     pub max_body_bytes: usize,
+    /// Response bytes buffered at once across all measurements; a measurement waits for room before reading.
+    #[arg(long, default_value_t = 16 * 1024 * 1024, value_name = "BYTES")]
+    pub max_buffered_body_bytes: usize,
+    /// How long one condition may run before its measurement is an Error.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub condition_timeout: Duration,
+    /// Memory one condition evaluation may use (allocated and not yet freed), in bytes.
+    #[arg(long, default_value_t = 32 * 1024 * 1024, value_name = "BYTES")]
+    pub condition_memory_bytes: usize,
+    /// Threads evaluating conditions (0: one per CPU, at least 2).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub condition_threads: usize,
+    /// Web and Prometheus requests to addresses in this CIDR are refused (repeatable; checked after DNS
+    /// resolution, added to the built-in denials of link-local and cloud metadata addresses).
+    #[arg(long = "web-deny-cidr", value_name = "CIDR")]
+    pub web_deny_cidr: Vec<crate::providers::egress::Cidr>,
+    /// Addresses in this CIDR are allowed even if a denial covers them (repeatable), e.g. 169.254.0.0/16 for a
+    /// link-local endpoint you trust.
+    #[arg(long = "web-allow-cidr", value_name = "CIDR")]
+    pub web_allow_cidr: Vec<crate::providers::egress::Cidr>,
+    /// Kinds the kubernetes provider may read and patch, as plural resource names with their API group
+    /// (`pods`, `apps/deployments`, `tkex.tencent.com/gamedeployments`); repeatable. Always only in the HookRun's
+    /// own namespace. The chart's RBAC must allow the same.
+    #[arg(
+        long = "kubernetes-provider-kinds",
+        value_name = "[GROUP/]RESOURCE",
+        default_value = "pods",
+        value_delimiter = ','
+    )]
+    pub kubernetes_kinds: Vec<String>,
+    /// Least time between measurements of a metric: a shorter `interval` is raised to this (before
+    /// `--interval-scale`).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub min_interval: Duration,
     /// Idle keep-alive connections to web/Prometheus endpoints are closed after this long.
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     pub web_idle_timeout: Duration,
@@ -86,6 +128,7 @@ impl EngineFlags {
         let settings = EngineSettings {
             interval_scale: self.interval_scale,
             history_limit: self.measurement_history,
+            min_interval: self.min_interval,
             ..EngineSettings::default()
         };
         settings.validate()?;
@@ -100,6 +143,14 @@ impl EngineFlags {
             kubernetes_timeout: self.kubernetes_timeout,
             idle_timeout: self.web_idle_timeout,
             max_idle_per_host: self.web_max_idle_per_host,
+            condition_limits: crate::budget::Limits {
+                timeout: self.condition_timeout,
+                memory: self.condition_memory_bytes,
+            },
+            condition_threads: self.condition_threads,
+            egress: crate::providers::egress::Policy::new(self.web_deny_cidr.clone(), self.web_allow_cidr.clone()),
+            kubernetes_kinds: self.kubernetes_kinds.clone(),
+            max_buffered_body_bytes: self.max_buffered_body_bytes,
         }
     }
 }

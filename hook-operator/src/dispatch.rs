@@ -9,10 +9,12 @@
 //! sees the resourceVersion its own write replaced uses the written object instead).
 
 use std::collections::{HashMap, HashSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use common::api::HookRun;
+use futures::FutureExt;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::Semaphore;
 use tokio::task::AbortHandle;
@@ -222,7 +224,30 @@ impl Dispatcher {
         }
         metrics.in_flight.inc();
         let running = GaugeGuard(&metrics.in_flight);
-        let taken = measure::take(&self.inner.providers, metric, &run.spec.args).await;
+        // A panic anywhere in the measurement becomes an Error measurement, so its in-flight entry is cleared and
+        // the run moves on (a task that panicked used to leave the run Running forever).
+        let started_at = Timestamp::now();
+        let taken = match AssertUnwindSafe(measure::take_in(
+            &self.inner.providers,
+            &id.namespace,
+            metric,
+            &run.spec.args,
+        ))
+        .catch_unwind()
+        .await
+        {
+            Ok(taken) => taken,
+            Err(panic) => {
+                let message = crate::budget::panic_message(panic.as_ref());
+                tracing::error!(run = %id.name, namespace = %id.namespace, metric = %start.metric, %message, "a measurement panicked");
+                measure::failed(
+                    started_at,
+                    format!(
+                        "the operator failed while measuring (internal error: {message}); the measurement is retried"
+                    ),
+                )
+            }
+        };
         drop(running);
         drop(permit);
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");

@@ -17,6 +17,10 @@ use expr::{Context, Environment, Program, Value};
 pub enum EvalError {
     #[error("{which} `{expression}` does not parse: {reason}")]
     Parse { which: &'static str, expression: String, reason: String },
+    #[error("{which} `{expression}` is not accepted: {reason}")]
+    Rejected { which: &'static str, expression: String, reason: String },
+    #[error("{which} `{expression}` was stopped for result {result}: {reason}")]
+    Budget { which: &'static str, expression: String, result: String, reason: String },
     #[error("{which} `{expression}` failed for result {result}: {reason}")]
     Run { which: &'static str, expression: String, result: String, reason: String },
     #[error("{which} `{expression}` returned {value} for result {result}; a condition must return true or false")]
@@ -39,6 +43,37 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
         other => Err(format!("isInf expects a number, got {}", describe(&other)).into()),
     });
     env.add_function("isNil", |call| Ok(single("isNil", call.args)?.is_nil().into()));
+    // Bounded versions of the built-ins that can multiply the size of their input (see crate::budget).
+    env.add_function("repeat", |call| {
+        let (Some(Value::String(s)), Some(Value::Integer(n)), 2) =
+            (call.args.first(), call.args.get(1), call.args.len())
+        else {
+            return Err("repeat() takes a string and an integer".to_string().into());
+        };
+        let n = usize::try_from(*n).map_err(|_| expr::Error::from("repeat() count cannot be negative".to_string()))?;
+        bounded("repeat", s.len().saturating_mul(n))?;
+        Ok(Value::String(s.repeat(n)))
+    });
+    env.add_function("replace", |call| {
+        if let (Some(Value::String(s)), Some(Value::String(from)), Some(Value::String(to))) =
+            (call.args.first(), call.args.get(1), call.args.get(2))
+        {
+            let matches = if from.is_empty() { s.chars().count() + 1 } else { s.matches(from.as_str()).count() };
+            bounded("replace", s.len().saturating_add(matches.saturating_mul(to.len())))?;
+        }
+        BUILTINS.eval_func(call.ctx, "replace", call.args, None)
+    });
+    env.add_function("join", |call| {
+        if let Some(Value::Array(items)) = call.args.first() {
+            let separator = match call.args.get(1) {
+                Some(Value::String(s)) => s.len(),
+                _ => 0,
+            };
+            let text: usize = items.iter().map(|i| if let Value::String(s) = i { s.len() } else { 0 }).sum();
+            bounded("join", text.saturating_add(items.len().saturating_mul(separator)))?;
+        }
+        BUILTINS.eval_func(call.ctx, "join", call.args, None)
+    });
     env.add_function("default", |call| {
         let mut args = call.args.into_iter();
         match (args.next(), args.next(), args.next()) {
@@ -48,6 +83,20 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
     });
     env
 });
+
+/// expr-lang's own functions, for the bounded wrappers above to delegate to.
+static BUILTINS: LazyLock<Environment<'static>> = LazyLock::new(Environment::new);
+
+fn bounded(function: &str, bytes: usize) -> expr::Result<()> {
+    if bytes > crate::budget::MAX_STRING_BYTES {
+        return Err(format!(
+            "{function}() would build a string of {bytes} bytes; conditions may build at most {} bytes",
+            crate::budget::MAX_STRING_BYTES
+        )
+        .into());
+    }
+    Ok(())
+}
 
 /// Compiled programs by source text: templates repeat the same few conditions across thousands of runs, and
 /// parsing dominates the cost of a comparison.
@@ -115,9 +164,17 @@ pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, Ev
     {
         return Ok(program.clone());
     }
+    let shown = crate::text::excerpt(expression, 200);
+    crate::syntax::check(expression).map_err(|reason| {
+        if reason.starts_with("syntax error") {
+            EvalError::Parse { which, expression: shown.clone(), reason }
+        } else {
+            EvalError::Rejected { which, expression: shown.clone(), reason }
+        }
+    })?;
     let program = expr::compile(expression).map_err(|e| EvalError::Parse {
         which,
-        expression: expression.to_string(),
+        expression: shown.clone(),
         reason: one_line(&e.to_string()),
     })?;
     let program = Arc::new(program);
@@ -151,26 +208,50 @@ pub fn to_expr(value: &serde_json::Value) -> Value {
     }
 }
 
-/// Runs one condition against `result`.
+/// What a condition sees: `result` (and `$env`). Every lookup is a checkpoint of the budget (see
+/// [`crate::budget`]): a stopped evaluation finds nothing, and its error is reported as the budget exceeded.
+struct Scope<'a> {
+    result: &'a Value,
+}
+
+impl expr::ContextProvider for Scope<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        if crate::budget::checkpoint().is_some() {
+            return None;
+        }
+        (key == "result").then_some(self.result)
+    }
+
+    fn to_context(&self) -> Context {
+        let mut context = Context::default();
+        if crate::budget::checkpoint().is_none() {
+            context.insert("result", self.result.clone());
+        }
+        context
+    }
+}
+
+/// Runs one condition against `result` on this thread; within [`crate::budget::metered`] the budget applies.
 pub fn condition(which: &'static str, expression: &str, result: &Value) -> Result<bool, EvalError> {
     let program = compile(which, expression)?;
-    let mut context = Context::default();
-    context.insert("result", result.clone());
     let shown = || show(result);
-    match ENVIRONMENT.run(&program, &context) {
+    let expression = || crate::text::excerpt(expression, 200);
+    let outcome = ENVIRONMENT.run(&program, &Scope { result });
+    if let Some(exceeded) = crate::budget::exceeded() {
+        let reason = match exceeded {
+            crate::budget::Exceeded::Memory => "it needed more memory than a condition may use".to_string(),
+            crate::budget::Exceeded::Time => "it ran longer than a condition may run".to_string(),
+        };
+        return Err(EvalError::Budget { which, expression: expression(), result: shown(), reason });
+    }
+    match outcome {
         Ok(Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(EvalError::NotBool {
-            which,
-            expression: expression.to_string(),
-            result: shown(),
-            value: describe(&other),
-        }),
-        Err(e) => Err(EvalError::Run {
-            which,
-            expression: expression.to_string(),
-            result: shown(),
-            reason: one_line(&e.to_string()),
-        }),
+        Ok(other) => {
+            Err(EvalError::NotBool { which, expression: expression(), result: shown(), value: describe(&other) })
+        }
+        Err(e) => {
+            Err(EvalError::Run { which, expression: expression(), result: shown(), reason: one_line(&e.to_string()) })
+        }
     }
 }
 
@@ -201,6 +282,45 @@ pub fn judge(success: Option<&str>, failure: Option<&str>, result: &Value) -> Re
         (None, Some(false)) | (None, None) => HookPhase::Successful,
         (Some(false), Some(false)) => HookPhase::Inconclusive,
     })
+}
+
+/// [`judge`] on the evaluation pool, under its limits, queued fairly with the other conditions of `namespace`.
+/// Every way it can fail (the budget, a panic) is an [`EvalError`].
+pub async fn judge_bounded(
+    pool: &crate::budget::Pool,
+    namespace: &str,
+    success: Option<&str>,
+    failure: Option<&str>,
+    result: Value,
+) -> Result<HookPhase, EvalError> {
+    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
+    let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
+    let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
+    let shown = show(&result);
+    let timeout = pool.limits.timeout;
+    let outcome = pool
+        .run(namespace, move || {
+            let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
+            // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
+            drop(result);
+            verdict
+        })
+        .await;
+    match outcome {
+        Ok(verdict) => verdict,
+        Err(crate::budget::Stopped::Panicked(message)) => Err(EvalError::Budget {
+            which,
+            expression,
+            result: shown,
+            reason: format!("the evaluation failed inside the operator ({message})"),
+        }),
+        Err(crate::budget::Stopped::Late(_)) => Err(EvalError::Budget {
+            which,
+            expression,
+            result: shown,
+            reason: format!("no verdict within {}", crate::text::seconds(timeout)),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +419,71 @@ mod tests {
 
         let err = eval("result[0] > 1", json!([])).unwrap_err();
         assert!(matches!(err, EvalError::Run { .. }), "{err}");
+    }
+
+    fn pool(timeout_ms: u64) -> std::sync::Arc<crate::budget::Pool> {
+        crate::budget::Pool::new(
+            1,
+            crate::budget::Limits { timeout: std::time::Duration::from_millis(timeout_ms), memory: 32 << 20 },
+        )
+    }
+
+    fn big_result(n: i64) -> Value {
+        Value::Array((0..n).map(Value::Integer).collect())
+    }
+
+    #[tokio::test]
+    async fn hostile_ranges_are_refused_before_anything_is_built() {
+        let start = std::time::Instant::now();
+        for condition in ["len(0..20000000) > 0", "len(0..1000000000000) > 0", "all(0..9999, {all(0..9999, {true})})"] {
+            let err = judge_bounded(&pool(1000), "ns", Some(condition), None, Value::Nil).await.unwrap_err();
+            assert!(matches!(err, EvalError::Rejected { .. }), "{condition}: {err}");
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn a_condition_that_grows_a_value_is_stopped_by_the_memory_budget() {
+        // Each element maps to a copy of the whole result: 20,000 copies of 20,000 values (~12 GiB) unbounded.
+        let err = judge_bounded(&pool(60_000), "ns", Some("len(map(result, {result})) > 0"), None, big_result(20_000))
+            .await
+            .unwrap_err();
+        assert!(matches!(&err, EvalError::Budget { reason, .. } if reason.contains("more memory")), "{err}");
+        let err = judge_bounded(&pool(1000), "ns", Some("len(repeat('ab', 100000000)) > 0"), None, Value::Nil)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("repeat() would build a string of 200000000 bytes"), "{err}");
+        let err = judge_bounded(
+            &pool(1000),
+            "ns",
+            Some("len(replace(result, '', result)) > 0"),
+            None,
+            Value::String("x".repeat(10_000)),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("replace() would build"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_condition_that_runs_too_long_is_stopped_at_its_deadline() {
+        let start = std::time::Instant::now();
+        let err = judge_bounded(
+            &pool(200),
+            "ns",
+            Some("all(result, {all(result, {all(result, {true})})})"),
+            None,
+            big_result(5_000),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(&err, EvalError::Budget { reason, .. } if reason.contains("ran longer")), "{err}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(30), "{:?}", start.elapsed());
+        // The pool is free again for the next condition.
+        assert_eq!(
+            judge_bounded(&pool(200), "ns", Some("result == 1"), None, Value::Integer(1)).await,
+            Ok(HookPhase::Successful)
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! tasks; [`controller`] is the Kubernetes shell, [`local`] the in-memory one used by `check` and the
 //! benchmark.
 
+pub mod budget;
 pub mod check;
 pub mod cli;
 pub mod controller;
@@ -15,8 +16,15 @@ pub mod local;
 pub mod measure;
 pub mod metrics;
 pub mod providers;
+pub mod redact;
 pub mod schedule;
 pub mod settings;
+pub mod syntax;
 pub mod template;
 pub mod text;
 pub mod validate;
+
+/// Unit tests count evaluation memory like the binaries do (see [`budget::Counting`]).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: budget::Counting<std::alloc::System> = budget::Counting(std::alloc::System);

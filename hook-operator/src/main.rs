@@ -1,8 +1,10 @@
 //! `hook-operator`: the controller (default) and `hook-operator check`.
 
-/// mimalloc: the engine allocates many small, short-lived values per measurement.
+/// mimalloc: the engine allocates many small, short-lived values per measurement. Counted while a condition
+/// is evaluated, which bounds a condition's memory (see `hook_operator::budget`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: hook_operator::budget::Counting<mimalloc::MiMalloc> =
+    hook_operator::budget::Counting(mimalloc::MiMalloc);
 
 use std::process::ExitCode;
 use std::sync::Arc;

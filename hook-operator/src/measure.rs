@@ -36,14 +36,39 @@ fn verdict_message(metric: &Metric, phase: HookPhase) -> Option<String> {
     }
 }
 
+/// An Error measurement that started at `started_at` and ends now.
+pub fn failed(started_at: Timestamp, message: String) -> Taken {
+    let finished_at = Timestamp::now();
+    Taken {
+        measurement: Measurement {
+            phase: Some(HookPhase::Error),
+            message: Some(message),
+            started_at: Some(Time(started_at)),
+            finished_at: Some(Time(finished_at)),
+            resume_at: None,
+            value: None,
+        },
+        finished_at,
+        latency: std::time::Duration::ZERO,
+        provider: "none",
+    }
+}
+
+/// [`take_in`] for a run without a namespace (`check`, tests).
 pub async fn take(providers: &Providers, metric: &Metric, args: &[Argument]) -> Taken {
+    take_in(providers, "", metric, args).await
+}
+
+/// Takes one measurement of `metric` for a run in `namespace`: the provider call under its timeout, then the
+/// conditions on the evaluation pool under their budget (queued fairly per namespace).
+pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, args: &[Argument]) -> Taken {
     let started_at = Timestamp::now();
     let clock = Instant::now();
     let (phase, message, value, kind) = match providers.for_metric(metric) {
         Err(e) => (HookPhase::Error, Some(e.0), None, "none"),
         Ok(provider) => {
             let limit = provider.timeout(metric) + GRACE;
-            match tokio::time::timeout(limit, provider.measure(metric, args)).await {
+            match tokio::time::timeout(limit, provider.measure(namespace, metric, args)).await {
                 Err(_) => (
                     HookPhase::Error,
                     Some(format!("no result within {}", crate::text::seconds(limit))),
@@ -55,11 +80,15 @@ pub async fn take(providers: &Providers, metric: &Metric, args: &[Argument]) -> 
                     let value = Some(observation.display);
                     match observation.verdict {
                         Some((phase, message)) => (phase, Some(message), value, provider.kind()),
-                        None => match evaluate::judge(
+                        None => match evaluate::judge_bounded(
+                            &providers.conditions,
+                            namespace,
                             metric.success_condition.as_deref(),
                             metric.failure_condition.as_deref(),
-                            &observation.result,
-                        ) {
+                            observation.result,
+                        )
+                        .await
+                        {
                             Ok(phase) => (phase, verdict_message(metric, phase), value, provider.kind()),
                             Err(e) => (HookPhase::Error, Some(e.to_string()), value, provider.kind()),
                         },

@@ -6,6 +6,9 @@ use std::time::Duration;
 /// Argo's default: a metric errors after more than 4 consecutive errors.
 pub const DEFAULT_CONSECUTIVE_ERROR_LIMIT: i32 = 4;
 
+/// The documented minimum `interval` (`--min-interval`).
+pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     /// Multiplies every `interval`, `initialDelay` and the error retry delay. 1.0 in production; tests and the
@@ -15,11 +18,18 @@ pub struct EngineSettings {
     pub history_limit: usize,
     /// Delay before retrying after an Error measurement when the metric has no `interval`.
     pub error_retry: Duration,
+    /// Least time between measurements: a shorter `interval` is raised to this (before scaling).
+    pub min_interval: Duration,
 }
 
 impl Default for EngineSettings {
     fn default() -> Self {
-        Self { interval_scale: 1.0, history_limit: 10, error_retry: Duration::from_secs(10) }
+        Self {
+            interval_scale: 1.0,
+            history_limit: 10,
+            error_retry: Duration::from_secs(10),
+            min_interval: DEFAULT_MIN_INTERVAL,
+        }
     }
 }
 

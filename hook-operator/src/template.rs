@@ -1,15 +1,14 @@
 //! `{{ args.NAME }}` placeholders in urls, header values, bodies and queries.
 //!
 //! BCS substitutes with fasttemplate, where an argument may be named anything (`service-name`,
-//! `PodContainer[0]`). Handlebars would read `args.PodContainer[0]` as an index and refuses some characters,
-//! so every `{{ args.NAME }}` tag is first rewritten to a safe positional key, and only then rendered by
-//! handlebars (strict mode: an unknown variable is an error; no HTML escaping: values are inserted as they
-//! are). An argument that is referenced but missing or without a value is reported by name.
-
-use std::sync::LazyLock;
+//! `PodContainer[0]`). Only argument tags exist: `{{ args.NAME }}` (also `{{{ args.NAME }}}` and without
+//! spaces). Anything else between `{{` and `}}` — handlebars partials (`{{> x}}`), helpers (`{{lookup …}}`),
+//! blocks (`{{#each}}`), comments — is rejected when the template is validated, so no template engine ever runs
+//! on what a tenant wrote (handlebars partials can recurse without limit). `\{{` is a literal `{{`, as in
+//! handlebars. Values are inserted as they are (no escaping). An argument that is referenced but missing or
+//! without a value is reported by name.
 
 use common::api::Argument;
-use handlebars::Handlebars;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
@@ -19,23 +18,19 @@ pub enum TemplateError {
     NoValue { field: String, name: String },
     #[error("{field}: `{{{{` at byte {offset} is never closed by `}}}}`")]
     Unterminated { field: String, offset: usize },
-    #[error("{field}: {reason}")]
-    Render { field: String, reason: String },
+    #[error(
+        "{field}: `{tag}` at byte {offset} is not an argument placeholder; only {{{{ args.NAME }}}} is supported \
+         (no partials, helpers, blocks or other variables; write \\{{{{ for a literal {{{{)"
+    )]
+    Unsupported { field: String, tag: String, offset: usize },
 }
-
-static HANDLEBARS: LazyLock<Handlebars<'static>> = LazyLock::new(|| {
-    let mut handlebars = Handlebars::new();
-    handlebars.set_strict_mode(true);
-    handlebars.register_escape_fn(handlebars::no_escape);
-    handlebars
-});
 
 /// A tag found in a template.
 #[derive(Debug, PartialEq, Eq)]
 struct Tag {
     start: usize,
     end: usize,
-    /// `Some(name)` for `{{ args.NAME }}` (or `{{{ args.NAME }}}`), `None` for anything else.
+    /// `Some(name)` for `{{ args.NAME }}` (or `{{{ args.NAME }}}`), `None` for a `\{{` escape.
     arg: Option<String>,
 }
 
@@ -44,8 +39,9 @@ fn scan(field: &str, text: &str) -> Result<Vec<Tag>, TemplateError> {
     let mut cursor = 0;
     while let Some(found) = text[cursor..].find("{{") {
         let start = cursor + found;
-        // Handlebars' escape: `\{{` is literal text.
+        // Handlebars' escape: `\{{` is a literal `{{`.
         if start > 0 && text.as_bytes()[start - 1] == b'\\' {
+            tags.push(Tag { start: start - 1, end: start + 2, arg: None });
             cursor = start + 2;
             continue;
         }
@@ -60,14 +56,23 @@ fn scan(field: &str, text: &str) -> Result<Vec<Tag>, TemplateError> {
                 end += 1;
             }
         }
-        let arg = inner.trim().strip_prefix("args.").map(|name| name.trim().to_string());
-        tags.push(Tag { start, end, arg });
+        let name = inner.trim().strip_prefix("args.").map(str::trim).filter(|n| {
+            !n.is_empty() && !n.chars().any(|c| c.is_whitespace() || matches!(c, '{' | '}' | '(' | ')' | '"' | '\''))
+        });
+        let Some(name) = name else {
+            return Err(TemplateError::Unsupported {
+                field: field.to_string(),
+                tag: crate::text::excerpt(&text[start..end], 40),
+                offset: start,
+            });
+        };
+        tags.push(Tag { start, end, arg: Some(name.to_string()) });
         cursor = end;
     }
     Ok(tags)
 }
 
-/// The argument names a template refers to, for validation.
+/// The argument names a template refers to, for validation; fails on anything but argument tags.
 pub fn referenced_args(field: &str, text: &str) -> Result<Vec<String>, TemplateError> {
     Ok(scan(field, text)?.into_iter().filter_map(|t| t.arg).collect())
 }
@@ -78,55 +83,29 @@ pub fn render(field: &str, text: &str, args: &[Argument]) -> Result<String, Temp
         return Ok(text.to_string());
     }
     let tags = scan(field, text)?;
-    let mut rewritten = String::with_capacity(text.len());
-    let mut values = serde_json::Map::new();
+    let mut out = String::with_capacity(text.len());
     let mut cursor = 0;
     for tag in &tags {
-        rewritten.push_str(&text[cursor..tag.start]);
+        out.push_str(&text[cursor..tag.start]);
         match &tag.arg {
             Some(name) => {
-                let index = args.iter().position(|a| &a.name == name).ok_or_else(|| TemplateError::Missing {
+                let arg = args.iter().find(|a| &a.name == name).ok_or_else(|| TemplateError::Missing {
                     field: field.to_string(),
                     name: name.clone(),
                     declared: declared(args),
                 })?;
-                let value = args[index]
+                let value = arg
                     .value
                     .as_ref()
                     .ok_or_else(|| TemplateError::NoValue { field: field.to_string(), name: name.clone() })?;
-                values.insert(format!("a{index}"), serde_json::Value::String(value.clone()));
-                rewritten.push_str(&format!("{{{{args.a{index}}}}}"));
+                out.push_str(value);
             }
-            None => rewritten.push_str(&text[tag.start..tag.end]),
+            None => out.push_str("{{"),
         }
         cursor = tag.end;
     }
-    rewritten.push_str(&text[cursor..]);
-    if tags.iter().all(|t| t.arg.is_some()) && !rewritten.contains('\\') {
-        // Only argument tags: substitute directly; handlebars would produce the same text.
-        return Ok(substitute(&rewritten, &values));
-    }
-    let data = serde_json::json!({ "args": values });
-    HANDLEBARS.render_template(&rewritten, &data).map_err(|e| TemplateError::Render {
-        field: field.to_string(),
-        reason: format!("{} (only {{{{ args.NAME }}}} placeholders are defined)", e.reason()),
-    })
-}
-
-fn substitute(rewritten: &str, values: &serde_json::Map<String, serde_json::Value>) -> String {
-    let mut out = String::with_capacity(rewritten.len());
-    let mut rest = rewritten;
-    while let Some(start) = rest.find("{{args.a") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + "{{args.".len()..];
-        let end = after.find("}}").unwrap_or(after.len());
-        if let Some(serde_json::Value::String(value)) = values.get(&after[..end]) {
-            out.push_str(value);
-        }
-        rest = after.get(end + 2..).unwrap_or("");
-    }
-    out.push_str(rest);
-    out
+    out.push_str(&text[cursor..]);
+    Ok(out)
 }
 
 fn declared(args: &[Argument]) -> String {
@@ -184,13 +163,33 @@ mod tests {
         assert!(matches!(err, TemplateError::NoValue { .. }), "{err}");
         assert!(matches!(render("url", "http://{{ args.PodIP", &a), Err(TemplateError::Unterminated { .. })));
         let err = render("url", "{{ podIP }}", &a).unwrap_err();
-        assert!(matches!(err, TemplateError::Render { .. }), "{err}");
+        assert!(matches!(err, TemplateError::Unsupported { .. }), "{err}");
+    }
+
+    #[test]
+    fn only_argument_tags_are_allowed() {
+        let a = args();
+        for (text, tag) in [
+            ("http://{{> partial}}/", "{{> partial}}"),
+            ("{{#each args}}{{this}}{{/each}}", "{{#each args}}"),
+            ("{{lookup args 'PodIP'}}", "{{lookup args 'PodIP'}}"),
+            ("{{!-- comment --}}", "{{!-- comment --}}"),
+            ("{{ args }}", "{{ args }}"),
+            ("{{ args. }}", "{{ args. }}"),
+            ("{{ args.a b }}", "{{ args.a b }}"),
+            ("{{#*inline \"p\"}}{{> p}}{{/inline}}{{> p}}", "{{#*inline \"p\"}}"),
+        ] {
+            let err = render("url", text, &a).unwrap_err();
+            assert!(matches!(&err, TemplateError::Unsupported { tag: t, .. } if t == tag), "{text}: {err}");
+            assert!(err.to_string().contains("only {{ args.NAME }} is supported"), "{err}");
+            assert!(referenced_args("url", text).is_err(), "{text}");
+        }
     }
 
     #[test]
     fn lists_referenced_args() {
         assert_eq!(
-            referenced_args("url", "http://{{ args.PodIP }}:{{args.port}}/{{ other }}").unwrap(),
+            referenced_args("url", "http://{{ args.PodIP }}:{{args.port}}/\\{{ other }}").unwrap(),
             vec!["PodIP".to_string(), "port".to_string()]
         );
     }

@@ -14,7 +14,8 @@
 
 /// mimalloc: the engine allocates many small, short-lived values per measurement.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: hook_operator::budget::Counting<mimalloc::MiMalloc> =
+    hook_operator::budget::Counting(mimalloc::MiMalloc);
 
 use std::net::SocketAddr;
 use std::process::{ExitCode, Stdio};

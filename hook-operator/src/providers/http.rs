@@ -5,8 +5,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use reqwest::{Method, Url};
 
+use super::egress::{Policy, Resolver};
 use super::{ProviderError, ProviderSettings};
 use crate::text::excerpt;
 
@@ -37,12 +40,14 @@ impl std::str::FromStr for Resolve {
     }
 }
 
-/// A response that was read completely (within the size cap).
+/// A response that was read completely (within the size cap). It holds its share of the buffered-bytes budget
+/// until dropped.
 #[derive(Debug)]
 pub struct Response {
     pub status: reqwest::StatusCode,
     pub body: Vec<u8>,
     pub elapsed: Duration,
+    _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 pub struct Http {
@@ -50,10 +55,16 @@ pub struct Http {
     insecure: reqwest::Client,
     resolve: Vec<Resolve>,
     max_body: usize,
+    egress: Arc<Policy>,
+    /// Response bytes that may be buffered at once across all measurements (`--max-buffered-body-bytes`).
+    buffered: Arc<tokio::sync::Semaphore>,
+    buffered_limit: usize,
 }
 
-fn builder(settings: &ProviderSettings) -> reqwest::ClientBuilder {
+fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
+        .dns_resolver(Arc::new(Resolver { policy: egress.clone() }))
+        .redirect(super::egress::redirects())
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(5))
         .pool_idle_timeout(settings.idle_timeout)
@@ -66,11 +77,16 @@ impl Http {
         let build = |b: reqwest::ClientBuilder| {
             b.build().map_err(|e| ProviderError(format!("building the HTTP client: {}", chain(&e))))
         };
+        let egress = Arc::new(settings.egress.clone());
+        let buffered_limit = settings.max_buffered_body_bytes.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Self {
-            client: build(builder(settings))?,
-            insecure: build(builder(settings).danger_accept_invalid_certs(true))?,
+            client: build(builder(settings, &egress))?,
+            insecure: build(builder(settings, &egress).danger_accept_invalid_certs(true))?,
             resolve: settings.resolve.clone(),
             max_body: settings.max_body_bytes,
+            egress,
+            buffered: Arc::new(tokio::sync::Semaphore::new(buffered_limit)),
+            buffered_limit,
         })
     }
 
@@ -99,12 +115,26 @@ impl Http {
         timeout: Duration,
         insecure: bool,
     ) -> Result<Response, ProviderError> {
-        let what = || format!("{method} {url}");
+        let what = || format!("{method} {}", crate::redact::url(url));
         let mut target = Url::parse(url).map_err(|e| ProviderError(format!("{}: invalid URL: {e}", what())))?;
         if !matches!(target.scheme(), "http" | "https") {
             return Err(ProviderError(format!("{}: only http and https URLs are supported", what())));
         }
+        // The egress policy, before any connection: an IP literal as written, and the address `--web-resolve`
+        // sends it to (host names are checked after DNS resolution by the resolver).
+        let literal = |url: &Url| {
+            url.host_str()
+                .and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().ok())
+        };
+        if let Some(ip) = literal(&target) {
+            self.egress.check(ip).map_err(|e| ProviderError(format!("{}: {e}", what())))?;
+        }
         let host_header = self.rewrite(&mut target);
+        if host_header.is_some()
+            && let Some(ip) = literal(&target)
+        {
+            self.egress.check(ip).map_err(|e| ProviderError(format!("{}: {e}", what())))?;
+        }
         let client = if insecure { &self.insecure } else { &self.client };
         let mut request = client.request(method.clone(), target).timeout(timeout);
         if let Some(host) = host_header {
@@ -141,6 +171,11 @@ impl Http {
                 self.max_body
             )));
         }
+        // A share of the process-wide buffer budget, all at once (never piecemeal, so readers cannot deadlock
+        // holding halves): the announced length, else the per-response limit.
+        let want = response.content_length().map_or(self.max_body, |l| l as usize).min(self.max_body).max(1);
+        let want = u32::try_from(want.min(self.buffered_limit)).unwrap_or(u32::MAX);
+        let reserved = self.buffered.clone().acquire_many_owned(want).await.ok();
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
             if body.len() + chunk.len() > self.max_body {
@@ -152,7 +187,7 @@ impl Http {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Response { status, body, elapsed: started.elapsed() })
+        Ok(Response { status, body, elapsed: started.elapsed(), _reserved: reserved })
     }
 }
 

@@ -216,7 +216,7 @@ impl Kubernetes {
         Ok(resource)
     }
 
-    async fn call(&self, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+    async fn call(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
         let spec = metric
             .provider
             .kubernetes
@@ -294,10 +294,11 @@ impl Provider for Kubernetes {
 
     fn measure<'a>(
         &'a self,
+        namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
     ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
-        self.call(metric, args).boxed()
+        self.call(namespace, metric, args).boxed()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Measurement providers. Each one turns a metric (and the run's args) into an [`Observation`]: the value the
 //! conditions judge, or a verdict of its own. The engine never knows which provider it runs.
 
+pub mod egress;
 pub mod http;
 pub mod kubernetes;
 pub mod prometheus;
@@ -48,8 +49,10 @@ pub trait Provider: Send + Sync {
     fn kind(&self) -> &'static str;
     /// How long a measurement may take before it is abandoned as an Error.
     fn timeout(&self, metric: &Metric) -> Duration;
+    /// Takes one measurement for a run in `namespace` (the kubernetes provider stays inside it).
     fn measure<'a>(
         &'a self,
+        namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
     ) -> BoxFuture<'a, Result<Observation, ProviderError>>;
@@ -70,6 +73,16 @@ pub struct ProviderSettings {
     pub idle_timeout: Duration,
     /// Idle connections kept per host (one host answering many runs, e.g. a shared service).
     pub max_idle_per_host: usize,
+    /// Time and memory of one condition evaluation.
+    pub condition_limits: crate::budget::Limits,
+    /// Threads evaluating conditions (0: one per CPU).
+    pub condition_threads: usize,
+    /// Which addresses web and Prometheus requests may reach.
+    pub egress: egress::Policy,
+    /// Resources the kubernetes provider may touch (`pods`, `apps/deployments`).
+    pub kubernetes_kinds: Vec<String>,
+    /// Response bytes buffered at once across all measurements.
+    pub max_buffered_body_bytes: usize,
 }
 
 impl Default for ProviderSettings {
@@ -81,12 +94,19 @@ impl Default for ProviderSettings {
             kubernetes_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             max_idle_per_host: 1024,
+            condition_limits: crate::budget::Limits::default(),
+            condition_threads: 0,
+            egress: egress::Policy::default(),
+            kubernetes_kinds: vec!["pods".to_string()],
+            max_buffered_body_bytes: 16 * 1024 * 1024,
         }
     }
 }
 
 /// Every provider, built once per process (HTTP connection pools, discovery caches).
 pub struct Providers {
+    /// Where conditions are evaluated (see [`crate::budget`]).
+    pub conditions: Arc<crate::budget::Pool>,
     web: web::Web,
     prometheus: prometheus::Prometheus,
     kubernetes: kubernetes::Kubernetes,
@@ -97,7 +117,12 @@ impl Providers {
     /// provider reports an Error measurement that says so.
     pub fn new(settings: &ProviderSettings, kube: Option<kube::Client>) -> Result<Arc<Self>, ProviderError> {
         let http = Arc::new(http::Http::new(settings)?);
+        let threads = match settings.condition_threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
+            n => n,
+        };
         Ok(Arc::new(Self {
+            conditions: crate::budget::Pool::new(threads, settings.condition_limits),
             web: web::Web::new(http.clone()),
             prometheus: prometheus::Prometheus::new(http, settings.prometheus_timeout),
             kubernetes: kubernetes::Kubernetes::new(kube, settings.kubernetes_timeout),

@@ -117,7 +117,7 @@ impl Prometheus {
         Self { http, timeout }
     }
 
-    async fn query(&self, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+    async fn query(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
         let spec = metric
             .provider
             .prometheus
@@ -152,10 +152,11 @@ impl Provider for Prometheus {
 
     fn measure<'a>(
         &'a self,
+        namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
     ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
-        self.query(metric, args).boxed()
+        self.query(namespace, metric, args).boxed()
     }
 }
 

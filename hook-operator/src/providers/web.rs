@@ -25,7 +25,7 @@ impl Web {
         Self { http }
     }
 
-    async fn call(&self, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+    async fn call(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
         let web = metric.provider.web.as_ref().ok_or_else(|| ProviderError("provider.web is not set".into()))?;
         let url = render("url", &web.url, args)?;
         let mut headers = Vec::with_capacity(web.headers.len());
@@ -85,9 +85,10 @@ impl Provider for Web {
 
     fn measure<'a>(
         &'a self,
+        namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
     ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
-        self.call(metric, args).boxed()
+        self.call(namespace, metric, args).boxed()
     }
 }

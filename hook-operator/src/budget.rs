@@ -1,0 +1,342 @@
+//! Running conditions under a budget: on a small pool of dedicated threads (never on the async workers that
+//! renew the Lease and answer `/healthz`), with a deadline and a memory bound, fair between namespaces.
+//!
+//! `expr-lang` cannot be interrupted from outside, so the bounds work together with [`crate::syntax`]:
+//!
+//! - **Stack**: evaluation recurses over the syntax tree; pool threads have [`STACK_BYTES`] of stack, far more
+//!   than the deepest condition [`crate::syntax`] admits needs.
+//! - **Memory**: the process' global allocator is [`Counting`]: on a thread that is evaluating, it counts the
+//!   bytes allocated and not yet freed. When they exceed the budget the evaluation is marked over budget.
+//! - **Time**: every evaluation has a deadline.
+//! - **Checkpoints**: expr-lang asks its context for `result` on every use of it; [`Scope::get`] is where a
+//!   marked or late evaluation is stopped (it answers "no such variable", and the error is reported as the
+//!   budget being exceeded). Every way to repeat work or grow a value over and over goes through such a lookup,
+//!   because [`crate::syntax`] rules out the others (literal ranges only, none inside predicates, no `let`, no
+//!   `reduce`), and `repeat`, `replace` and `join` are replaced by versions that refuse results over
+//!   [`MAX_STRING_BYTES`].
+//! - **Fairness**: due evaluations wait in one queue per namespace and the pool threads take them round-robin,
+//!   so a namespace with slow conditions delays only itself.
+//!
+//! What is not bounded: between two checkpoints expr-lang may still do work proportional to the size of
+//! `result` (itself bounded by the response size limit), such as comparing it with `==` or `in`. An evaluation
+//! past its deadline is reported at once; its thread finishes that step and is then free again.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Stack of a pool thread (reserved address space; only what is used becomes memory).
+pub const STACK_BYTES: usize = 64 * 1024 * 1024;
+/// Largest string `repeat`, `replace` and `join` may build.
+pub const MAX_STRING_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static LIMIT: Cell<isize> = const { Cell::new(isize::MAX) };
+    static OVER: Cell<bool> = const { Cell::new(false) };
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+    static LATE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A global allocator that counts, per thread and only while an evaluation runs there, the bytes allocated and
+/// not freed. Install it in a binary: `#[global_allocator] static A: Counting<mimalloc::MiMalloc> = ...`.
+/// Without it the memory budget is not enforced (deadlines still are).
+pub struct Counting<A>(pub A);
+
+#[inline]
+fn note(delta: isize) {
+    let _ = ACTIVE.try_with(|active| {
+        if active.get() {
+            let live = LIVE.get().saturating_add(delta);
+            LIVE.set(live);
+            if live > LIMIT.get() {
+                OVER.set(true);
+            }
+        }
+    });
+}
+
+// SAFETY: every call is forwarded to the wrapped allocator unchanged; counting only touches const-initialized
+// thread-locals without destructors, which never allocate.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            note(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { self.0.alloc_zeroed(layout) };
+        if !p.is_null() {
+            note(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { self.0.dealloc(ptr, layout) };
+        note(-(layout.size() as isize));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            note(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}
+
+/// Why an evaluation was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exceeded {
+    Memory,
+    Time,
+}
+
+/// Called by the evaluation's context at every checkpoint: `Some` when the evaluation must stop.
+pub fn checkpoint() -> Option<Exceeded> {
+    if OVER.get() {
+        return Some(Exceeded::Memory);
+    }
+    if LATE.get() {
+        return Some(Exceeded::Time);
+    }
+    if DEADLINE.get().is_some_and(|d| Instant::now() >= d) {
+        LATE.set(true);
+        return Some(Exceeded::Time);
+    }
+    None
+}
+
+/// Whether the evaluation on this thread was stopped (or went over budget after its last checkpoint).
+pub fn exceeded() -> Option<Exceeded> {
+    if OVER.get() {
+        Some(Exceeded::Memory)
+    } else if LATE.get() {
+        Some(Exceeded::Time)
+    } else {
+        None
+    }
+}
+
+/// Runs `f` on this thread with a memory budget and a deadline (read by [`checkpoint`]).
+pub fn metered<T>(memory: usize, deadline: Instant, f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            ACTIVE.set(false);
+            DEADLINE.set(None);
+        }
+    }
+    LIVE.set(0);
+    LIMIT.set(isize::try_from(memory).unwrap_or(isize::MAX));
+    OVER.set(false);
+    LATE.set(false);
+    DEADLINE.set(Some(deadline));
+    ACTIVE.set(true);
+    let _reset = Reset;
+    f()
+}
+
+/// Limits of one evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub memory: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { timeout: Duration::from_secs(1), memory: 32 * 1024 * 1024 }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct Queues {
+    by_namespace: HashMap<String, VecDeque<Job>>,
+    /// Namespaces with waiting jobs, in round-robin order.
+    turn: VecDeque<String>,
+}
+
+/// The evaluation threads and their per-namespace queues.
+pub struct Pool {
+    queues: Mutex<Queues>,
+    ready: Condvar,
+    pub limits: Limits,
+}
+
+impl Pool {
+    /// Starts `threads` evaluation threads (at least one).
+    pub fn new(threads: usize, limits: Limits) -> Arc<Self> {
+        let pool = Arc::new(Self { queues: Mutex::new(Queues::default()), ready: Condvar::new(), limits });
+        for i in 0..threads.max(1) {
+            let worker = Arc::downgrade(&pool);
+            let spawned =
+                std::thread::Builder::new().name(format!("condition-{i}")).stack_size(STACK_BYTES).spawn(move || {
+                    while let Some(job) = worker.upgrade().and_then(|pool| pool.next()) {
+                        job();
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start a condition evaluation thread");
+            }
+        }
+        pool
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next job, round-robin over namespaces; waits (at most a second, so a dropped pool ends its threads).
+    fn next(&self) -> Option<Job> {
+        let mut queues = self.lock();
+        loop {
+            while let Some(namespace) = queues.turn.pop_front() {
+                let Some(queue) = queues.by_namespace.get_mut(&namespace) else { continue };
+                let job = queue.pop_front();
+                if queue.is_empty() {
+                    queues.by_namespace.remove(&namespace);
+                } else {
+                    queues.turn.push_back(namespace);
+                }
+                if let Some(job) = job {
+                    return Some(job);
+                }
+            }
+            let (guard, timeout) =
+                self.ready.wait_timeout(queues, Duration::from_secs(1)).unwrap_or_else(|p| p.into_inner());
+            queues = guard;
+            if timeout.timed_out() && queues.turn.is_empty() {
+                return Some(Box::new(|| {}));
+            }
+        }
+    }
+
+    /// Runs `f` on a pool thread under the limits, in `namespace`'s queue. The deadline starts when a thread
+    /// takes the job. Panics in `f` are caught and returned as errors.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        namespace: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Stopped> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let limits = self.limits;
+        let job: Job = Box::new(move || {
+            let deadline = Instant::now() + limits.timeout;
+            let outcome = metered(limits.memory, deadline, || std::panic::catch_unwind(AssertUnwindSafe(f)));
+            let _ = tx.send(outcome.map_err(|panic| Stopped::Panicked(panic_message(panic.as_ref()))));
+        });
+        {
+            let mut queues = self.lock();
+            let queue = queues.by_namespace.entry(namespace.to_string()).or_default();
+            if queue.is_empty() {
+                queues.turn.push_back(namespace.to_string());
+            }
+            if let Some(queue) = queues.by_namespace.get_mut(namespace) {
+                queue.push_back(job);
+            }
+        }
+        self.ready.notify_one();
+        // The job stops itself at its next checkpoint after the deadline; this outer timeout (queueing included)
+        // only guards against a step that never reaches one.
+        match tokio::time::timeout(limits.timeout * 10 + Duration::from_secs(5), rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(Stopped::Panicked("the evaluation thread stopped".into())),
+            Err(_) => Err(Stopped::Late(limits.timeout)),
+        }
+    }
+}
+
+/// Why [`Pool::run`] returned no value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    Panicked(String),
+    Late(Duration),
+}
+
+/// The text of a panic payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn runs_jobs_on_big_stacks_and_reports_panics() {
+        let pool = Pool::new(1, Limits::default());
+        fn deep(n: u32) -> u32 {
+            let pad = std::hint::black_box([0u8; 1024]);
+            if n == 0 { pad[0] as u32 } else { deep(n - 1) + pad[1] as u32 }
+        }
+        // ~20 MiB of stack: far beyond a tokio worker's 2 MiB.
+        assert_eq!(pool.run("a", || deep(20_000)).await, Ok(0));
+        let panicked = pool.run("a", || -> u32 { panic!("boom") }).await;
+        assert_eq!(panicked, Err(Stopped::Panicked("boom".into())));
+        assert_eq!(pool.run("a", || 7).await, Ok(7), "the thread survives a panic");
+    }
+
+    #[tokio::test]
+    async fn the_deadline_is_seen_at_checkpoints() {
+        let pool = Pool::new(1, Limits { timeout: Duration::from_millis(50), memory: usize::MAX });
+        let outcome = pool
+            .run("a", || {
+                loop {
+                    if let Some(why) = checkpoint() {
+                        return why;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+            .await;
+        assert_eq!(outcome, Ok(Exceeded::Time));
+    }
+
+    #[tokio::test]
+    async fn namespaces_take_turns() {
+        let pool = Pool::new(1, Limits::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        // Block the only thread so every job below queues first.
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let blocker = pool.run("x", move || {
+            let _ = release_rx.recv();
+        });
+        let mut waiting = Vec::new();
+        let pool_ref = &pool;
+        for (ns, n) in [("greedy", 0), ("greedy", 1), ("greedy", 2), ("greedy", 3), ("polite", 0)] {
+            let order = order.clone();
+            waiting.push(async move { pool_ref.run(ns, move || order.lock().unwrap().push(format!("{ns}{n}"))).await });
+        }
+        let all = futures::future::join_all(waiting);
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = release_tx.send(());
+        };
+        let (_, _, results) = tokio::join!(blocker, release, all);
+        assert!(results.iter().all(Result::is_ok));
+        let order = order.lock().unwrap().clone();
+        let polite = order.iter().position(|o| o == "polite0").unwrap();
+        assert!(polite <= 1, "the second namespace is served after at most one job of the first: {order:?}");
+    }
+}
