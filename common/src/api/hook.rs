@@ -59,15 +59,21 @@ pub struct HookTemplateSpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct HookRunSpec {
+    /// What the run measures. Immutable: a gate must judge a pod by the probes the operator asked for, so an edited
+    /// run is refused by the API server (and ignored by the gamedeployment-operator, which checks the spec hash).
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "metrics are immutable: create a new HookRun instead"}]))]
     pub metrics: Vec<Metric>,
-    /// Resolved argument values, rendered into `{{ args.X }}` placeholders.
+    /// Resolved argument values, rendered into `{{ args.X }}` placeholders. Immutable, like `metrics`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "args are immutable: create a new HookRun instead"}]))]
     pub args: Vec<Argument>,
     /// Stop taking new measurements and complete the run with what it has.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminate: bool,
+    /// How the metrics are sequenced (copied from the template). Immutable, like `metrics`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "policy is immutable: create a new HookRun instead"}]))]
     pub policy: Option<HookPolicy>,
 }
 

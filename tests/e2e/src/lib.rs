@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use kube_sim::{SimConfig, SimHandle};
 
 pub mod gamedeployment;
+pub mod gate;
 pub mod hook;
 
 /// Deadline for conditions that normally take well under a second; generous for a loaded 2-core CI machine.
