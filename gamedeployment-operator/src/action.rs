@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::gate::DeleteCause;
+use crate::gate::{DeleteCause, GateDecision, GateKind, HookGate};
 
 /// A pod the action is about. The UID makes deletes and ownership patches precise: a pod recreated under the same
 /// name is never hit by a decision taken about its predecessor.
@@ -72,7 +72,8 @@ impl PatchReason {
         }
     }
 
-    /// Whether this patch moves the pod to another revision (counted as an update in metrics and events).
+    /// Whether this patch moves the pod to another revision (the hook tests check each such patch was gated).
+    #[cfg(test)]
     pub fn changes_revision(self) -> bool {
         matches!(self, Self::InPlaceUpdate | Self::InPlaceGraceEnded | Self::HotPatchUpdate)
     }
@@ -181,6 +182,7 @@ impl Action {
     }
 
     /// The pod this action touches, if it touches one that exists.
+    #[cfg(test)]
     pub fn pod_name(&self) -> Option<&str> {
         match self {
             Self::AdoptPod(p) | Self::ReleasePod(p) | Self::DeletePod { pod: p, .. } => Some(&p.name),
@@ -188,4 +190,38 @@ impl Action {
             _ => None,
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event about the GameDeployment that comes from a decision (the executor adds one per API action).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub type_: EventType,
+    pub reason: String,
+    pub message: String,
+}
+
+impl PlannedEvent {
+    pub fn warning(reason: &str, message: impl Into<String>) -> Self {
+        Self { type_: EventType::Warning, reason: reason.into(), message: message.into() }
+    }
+
+    pub fn normal(reason: &str, message: impl Into<String>) -> Self {
+        Self { type_: EventType::Normal, reason: reason.into(), message: message.into() }
+    }
+}
+
+/// A pod a gate did not let through this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldPod {
+    pub name: String,
+    pub kind: GateKind,
+    pub decision: GateDecision,
+    /// The hook that holds it, if a hook does.
+    pub hook: Option<HookGate>,
 }

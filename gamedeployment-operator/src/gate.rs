@@ -1,5 +1,5 @@
 //! THE gate: every pod deletion and every in-place or hot-patch update the planner wants to make is first put to
-//! [`check`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
+//! [`verdict`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
 //! invariant ("no gated pod changes without a `Successful` HookRun for that pod and revision") lives here.
 //!
 //! Which hook gates what (BCS semantics, `research/bcs-gamedeployment-spec.md` §4.2/§4.3):
@@ -63,8 +63,6 @@ pub struct GateRequest<'a> {
     pub pod: &'a Pod,
     /// The revision the pod runs (the key hook runs are bound to: a rollback makes an old result stale).
     pub pod_revision: Option<&'a str>,
-    /// The revision the pod is being moved to (updates only).
-    pub target_revision: Option<&'a str>,
 }
 
 /// What the gate knows about the world besides the pod: the GameDeployment (its hook configuration), the
@@ -219,12 +217,8 @@ pub fn retry_field(kind: HookKind) -> &'static str {
     }
 }
 
-/// Decides whether a pod change may happen now.
-pub fn check(request: &GateRequest<'_>, state: &GateState<'_>) -> GateDecision {
-    verdict(request, state, &[]).decision
-}
-
-/// [`check`] with the hook details. `modified` names the containers an in-place update changes.
+/// Decides whether a pod change may happen now, with the hook details. `modified` names the containers an
+/// in-place update changes.
 pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[String]) -> Verdict {
     let Some((kind, step, retry)) = hook_for(state.gd, request.kind) else { return Verdict::allow() };
     // A pod that does not run serves nobody: nothing to drain (BCS).
@@ -304,9 +298,9 @@ mod tests {
             GateKind::InPlaceUpdate,
             GateKind::HotPatchUpdate,
         ] {
-            let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1"), target_revision: Some("web-2") };
+            let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1") };
             let state = GateState { gd: &gd, hook_runs: &[], templates: &[], now: Timestamp::UNIX_EPOCH };
-            assert_eq!(check(&request, &state), GateDecision::Allow);
+            assert_eq!(verdict(&request, &state, &[]), Verdict::allow());
         }
         assert_eq!(GateDecision::Wait("hook running".into()).reason(), Some("hook running"));
     }

@@ -1,23 +1,22 @@
 //! The GameDeployment operator: a pure [`planner`] decides, a thin [`controller`] executes.
 //!
-//! Domain modules: [`ownership`] (which pods are ours), [`revision`] (ControllerRevisions), [`scale`],
-//! [`update`] (one submodule per strategy), [`gate`] (the single check before any pod deletion or update),
-//! [`lifecycle`] (the pod state label), [`priority`] (pod ordering), [`status`], [`expectations`] (stale-cache
-//! protection), [`metrics`].
+//! Dependencies run one way: [`controller`] → [`planner`] (which owns its steps: settings, diffs, scale, update,
+//! canary, hooks, refresh, housekeeping, status) → leaf modules that depend on nothing above them
+//! ([`ownership`] which pods are ours, [`revision`] ControllerRevisions, [`gate`] the single check before any
+//! pod deletion or update, [`lifecycle`] the pod state label, [`priority`] pod ordering, [`patch`] JSON-patch
+//! building blocks, [`action`] what the planner asks for) → `common`. [`expectations`] (stale-cache
+//! protection) and [`metrics`] serve the controller.
 
-pub mod action;
-pub mod canary;
+pub(crate) mod action;
 pub mod controller;
-pub mod expectations;
-pub mod gate;
-pub mod hooks;
-pub mod lifecycle;
+pub(crate) mod expectations;
+#[cfg(test)]
+pub(crate) mod fixtures;
+pub(crate) mod gate;
+pub(crate) mod lifecycle;
 pub mod metrics;
-pub mod ownership;
-pub mod patch;
-pub mod planner;
-pub mod priority;
-pub mod revision;
-pub mod scale;
-pub mod status;
-pub mod update;
+pub(crate) mod ownership;
+pub(crate) mod patch;
+pub(crate) mod planner;
+pub(crate) mod priority;
+pub(crate) mod revision;

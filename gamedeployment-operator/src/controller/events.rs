@@ -7,8 +7,8 @@ use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 
+use crate::action::{EventType as PlannedType, PlannedEvent};
 use crate::metrics::Metrics;
-use crate::planner::{EventType as PlannedType, PlannedEvent};
 
 /// Events larger than this are cut (the API limit for an event note is 1 kB).
 const MAX_NOTE: usize = 1000;

@@ -19,11 +19,12 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::Context;
+use crate::action::PlannedEvent;
 use crate::action::{Action, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
 use crate::gate::DeleteCause;
 use crate::metrics::ReasonLabels;
 use crate::ownership;
-use crate::planner::{Plan, PlannedEvent};
+use crate::planner::Plan;
 use crate::revision;
 
 /// What happened when the plan was sent.
@@ -93,71 +94,41 @@ impl Executor<'_> {
 
     pub async fn run(&self, plan: &Plan) -> Outcome {
         let mut outcome = Outcome::default();
-        let of = |want: fn(&Action) -> bool| plan.actions.iter().filter(move |a| want(a));
+        let actions = Grouped::of(&plan.actions);
 
-        for action in of(|a| matches!(a, Action::CreateRevision(_) | Action::RenumberRevision { .. })) {
+        for action in actions.revisions {
             self.revision_change(action, &mut outcome).await;
             if outcome.collision || !outcome.failures.is_empty() {
                 // Pods must not reference a revision that does not exist.
                 return outcome;
             }
         }
-
-        let adopt: Vec<&PodRef> = of(|a| matches!(a, Action::AdoptPod(_)))
-            .filter_map(|a| if let Action::AdoptPod(p) = a { Some(p) } else { None })
-            .collect();
-        if !adopt.is_empty() {
-            self.adopt(&adopt, &mut outcome).await;
+        if !actions.adopt.is_empty() {
+            self.adopt(&actions.adopt, &mut outcome).await;
         }
-        for action in of(|a| matches!(a, Action::ReleasePod(_))) {
-            if let Action::ReleasePod(pod) = action {
-                self.release(pod, &mut outcome).await;
-            }
+        for pod in actions.release {
+            self.release(pod, &mut outcome).await;
         }
-
-        let deletes: Vec<(PodRef, DeleteCause)> = of(|a| matches!(a, Action::DeletePod { .. }))
-            .filter_map(|a| if let Action::DeletePod { pod, cause } = a { Some((pod.clone(), *cause)) } else { None })
-            .collect();
-        self.delete_pods(deletes, &mut outcome).await;
-
-        let creates: Vec<(Pod, CreateReason)> = of(|a| matches!(a, Action::CreatePod { .. }))
-            .filter_map(
-                |a| if let Action::CreatePod { pod, reason } = a { Some(((**pod).clone(), *reason)) } else { None },
-            )
-            .collect();
-        self.create_pods(creates, &mut outcome).await;
-
-        let patches: Vec<PodChange> = of(|a| matches!(a, Action::PatchPod(_)))
-            .filter_map(|a| if let Action::PatchPod(c) = a { Some(c.clone()) } else { None })
-            .collect();
-        self.patch_pods(patches, &mut outcome).await;
-
-        for action in of(|a| matches!(a, Action::PrunePodsToDelete { .. } | Action::DeleteRevision { .. })) {
+        self.delete_pods(actions.deletes, &mut outcome).await;
+        self.create_pods(actions.creates, &mut outcome).await;
+        self.patch_pods(actions.patches, &mut outcome).await;
+        for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
         }
-
-        for action in of(|a| matches!(a, Action::CreateHookRun(_))) {
-            if let Action::CreateHookRun(run) = action {
-                self.create_hook_run(run, &mut outcome).await;
-            }
+        for run in actions.create_runs {
+            self.create_hook_run(run, &mut outcome).await;
         }
         let mut deletes_ok = true;
-        for action in of(|a| matches!(a, Action::DeleteHookRun { .. })) {
-            if let Action::DeleteHookRun { name, uid, why } = action {
-                deletes_ok &= self.delete_hook_run(name, uid, why, &mut outcome).await;
-            }
+        for (name, uid, why) in actions.delete_runs {
+            deletes_ok &= self.delete_hook_run(name, uid, why, &mut outcome).await;
         }
-        for action in of(|a| matches!(a, Action::SetPaused { .. })) {
-            if let Action::SetPaused { paused, resource_version } = action {
-                self.set_paused(*paused, resource_version, &mut outcome).await;
-            }
+        for (paused, resource_version) in actions.set_paused {
+            self.set_paused(paused, resource_version, &mut outcome).await;
         }
         // A retry is acknowledged only once the failed runs are really gone: otherwise the request stays.
         if deletes_ok {
-            for action in of(|a| matches!(a, Action::ResetRetry { .. })) {
-                if let Action::ResetRetry { kind, resource_version } = action {
-                    self.reset_retry(*kind, resource_version, &mut outcome).await;
-                }
+            for (kind, resource_version) in actions.reset_retry {
+                self.reset_retry(kind, resource_version, &mut outcome).await;
             }
         }
         outcome
@@ -606,6 +577,45 @@ impl Executor<'_> {
             Err(e) if matches!(code(&e), Some(409 | 422)) => outcome.stale += 1,
             Err(e) => tracing::warn!(error = %e, field, "resetting the retry flag failed"),
         }
+    }
+}
+
+/// A plan's actions sorted, in one pass, into the groups the executor sends in order (plan order within a group).
+#[derive(Default)]
+struct Grouped<'p> {
+    revisions: Vec<&'p Action>,
+    adopt: Vec<&'p PodRef>,
+    release: Vec<&'p PodRef>,
+    deletes: Vec<(PodRef, DeleteCause)>,
+    creates: Vec<(Pod, CreateReason)>,
+    patches: Vec<PodChange>,
+    /// `PrunePodsToDelete` and `DeleteRevision`.
+    housekeeping: Vec<&'p Action>,
+    create_runs: Vec<&'p HookRun>,
+    delete_runs: Vec<(&'p str, &'p str, &'p str)>,
+    set_paused: Vec<(bool, &'p str)>,
+    reset_retry: Vec<(HookKind, &'p str)>,
+}
+
+impl<'p> Grouped<'p> {
+    fn of(actions: &'p [Action]) -> Self {
+        let mut g = Self::default();
+        for action in actions {
+            match action {
+                Action::CreateRevision(_) | Action::RenumberRevision { .. } => g.revisions.push(action),
+                Action::AdoptPod(pod) => g.adopt.push(pod),
+                Action::ReleasePod(pod) => g.release.push(pod),
+                Action::DeletePod { pod, cause } => g.deletes.push((pod.clone(), *cause)),
+                Action::CreatePod { pod, reason } => g.creates.push(((**pod).clone(), *reason)),
+                Action::PatchPod(change) => g.patches.push(change.clone()),
+                Action::PrunePodsToDelete { .. } | Action::DeleteRevision { .. } => g.housekeeping.push(action),
+                Action::CreateHookRun(run) => g.create_runs.push(run),
+                Action::DeleteHookRun { name, uid, why } => g.delete_runs.push((name, uid, why)),
+                Action::SetPaused { paused, resource_version } => g.set_paused.push((*paused, resource_version)),
+                Action::ResetRetry { kind, resource_version } => g.reset_retry.push((*kind, resource_version)),
+            }
+        }
+        g
     }
 }
 

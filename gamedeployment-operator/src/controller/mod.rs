@@ -32,13 +32,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 
 pub use events::EventSink;
 
-use crate::action::Phase;
 use crate::expectations::{Check, Expectations};
 use crate::metrics::Metrics;
 use crate::ownership;
-use crate::planner::{self, Observed};
+use crate::planner::{self, Observed, Plan, status};
 use crate::priority::parse_cost;
-use crate::status::{self, Failure};
 
 /// Errors of one reconcile pass (the controller retries with backoff) or of the controller itself.
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +174,13 @@ impl Context {
         }
     }
 
+    /// Drops what the controller remembers about a GameDeployment that is going away.
+    fn forget(&self, key: &str) {
+        self.expectations.forget(key);
+        self.record_held(key, 0);
+        self.record_written(key, None, Default::default());
+    }
+
     fn record_held(&self, key: &str, held: usize) {
         let mut map = lock(&self.held);
         if held == 0 {
@@ -205,7 +210,7 @@ fn random_seed() -> u64 {
 
 async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
-    let result = reconcile_inner(&gd, &ctx).await;
+    let result = pass(&gd, &ctx).await;
     ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
     let key = key_of(&gd);
     match &result {
@@ -220,114 +225,145 @@ async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue
     result
 }
 
-async fn reconcile_inner(cached: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> {
+/// One pass, as named steps: observe → plan → execute → report.
+async fn pass(cached: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> {
+    let snapshot = match observe(cached, ctx)? {
+        Observation::Ready(snapshot) => snapshot,
+        Observation::NotYet(requeue) => return Ok(requeue),
+    };
+    let plan = plan(ctx, &snapshot);
+    let outcome = execute(ctx, &snapshot, &plan).await;
+    report(ctx, &snapshot, &plan, outcome).await
+}
+
+/// What a pass observed: the GameDeployment as the planner should see it and the cached objects of its
+/// namespace.
+struct Snapshot {
+    key: String,
+    namespace: String,
+    gd: GameDeployment,
+    /// The resourceVersion the status is written against.
+    write_rv: Option<String>,
+    pods: Vec<Arc<Pod>>,
+    revisions: Vec<Arc<ControllerRevision>>,
+    hook_runs: Vec<HookRun>,
+    hook_templates: Vec<HookTemplate>,
+    node_costs: BTreeMap<String, f64>,
+}
+
+enum Observation {
+    Ready(Box<Snapshot>),
+    /// Nothing to plan now (caches not synced, our writes not visible yet, the GameDeployment is being deleted).
+    NotYet(Requeue),
+}
+
+/// Observe: the GameDeployment (with our own last status write), and the caches — only once they hold the
+/// first full list and show every write of earlier passes (expectations).
+fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error> {
     let key = key_of(cached);
     let (gd, write_rv) = ctx.effective(&key, cached);
-    let gd = &gd;
     let namespace = gd.namespace().ok_or_else(|| Error::NoNamespace(gd.name_any()))?;
     if !ctx.synced.load(Ordering::Acquire) {
         // Planning from a half-filled cache would create pods that exist; the first list is moments away.
         ctx.metrics.reconciled("waiting");
-        return Ok(Requeue::requeue(Duration::from_millis(250)));
+        return Ok(Observation::NotYet(Requeue::requeue(Duration::from_millis(250))));
     }
     let expired = ctx.expectations.expire(Instant::now());
     ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
 
     if gd.metadata.deletion_timestamp.is_some() {
-        ctx.expectations.forget(&key);
-        ctx.record_held(&key, 0);
-        ctx.record_written(&key, None, Default::default());
+        ctx.forget(&key);
         ctx.metrics.reconciled("skipped");
-        return Ok(Requeue::await_change());
+        return Ok(Observation::NotYet(Requeue::await_change()));
     }
 
-    let pods: Vec<Arc<Pod>> =
-        ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(&namespace)).collect();
+    let in_namespace = |ns: Option<String>| ns.as_deref() == Some(namespace.as_str());
+    let pods: Vec<Arc<Pod>> = ctx.pods.state().into_iter().filter(|p| in_namespace(p.namespace())).collect();
     let revisions: Vec<Arc<ControllerRevision>> = ctx
         .revisions
         .state()
         .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(&namespace))
+        .filter(|r| in_namespace(r.namespace()))
         .filter(|r| {
             ownership::controller_of(r.metadata.owner_references.as_ref())
-                .is_some_and(|o| ownership::is_owned_by(o, gd))
+                .is_some_and(|o| ownership::is_owned_by(o, &gd))
         })
         .collect();
-    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-    let revision_refs: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
-
-    match ctx.expectations.check(&key, &pod_refs, &revision_refs, Instant::now()) {
-        Check::Satisfied { expired } => {
-            if expired > 0 {
-                ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
-                tracing::warn!(gamedeployment = %key, expired, "writes never showed up in the cache; planning anyway");
+    {
+        let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let revision_refs: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+        match ctx.expectations.check(&key, &pod_refs, &revision_refs, Instant::now()) {
+            Check::Satisfied { expired } => {
+                if expired > 0 {
+                    ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
+                    tracing::warn!(gamedeployment = %key, expired, "writes never showed up in the cache; planning anyway");
+                }
+            }
+            Check::Waiting { outstanding, retry_after } => {
+                tracing::debug!(gamedeployment = %key, outstanding, "waiting for the cache to show our writes");
+                ctx.metrics.reconciled("waiting");
+                return Ok(Observation::NotYet(Requeue::requeue(retry_after)));
             }
         }
-        Check::Waiting { outstanding, retry_after } => {
-            tracing::debug!(gamedeployment = %key, outstanding, "waiting for the cache to show our writes");
-            ctx.metrics.reconciled("waiting");
-            return Ok(Requeue::requeue(retry_after));
-        }
     }
-
-    let cached_runs: Vec<HookRun> = ctx
-        .hook_runs
-        .state()
-        .iter()
-        .filter(|r| r.namespace().as_deref() == Some(&namespace))
-        .map(|r| r.as_ref().clone())
-        .collect();
+    let cached_runs: Vec<HookRun> =
+        ctx.hook_runs.state().iter().filter(|r| in_namespace(r.namespace())).map(|r| r.as_ref().clone()).collect();
     let hook_runs = ctx.hook_overlay.apply(&namespace, cached_runs);
-    let hook_templates: Vec<HookTemplate> = ctx
-        .hook_templates
-        .state()
-        .iter()
-        .filter(|t| t.namespace().as_deref() == Some(&namespace))
-        .map(|t| t.as_ref().clone())
-        .collect();
-    let node_costs = ctx.node_costs();
-    let observed = Observed {
-        hook_runs: &hook_runs,
-        hook_templates: &hook_templates,
+    let hook_templates: Vec<HookTemplate> =
+        ctx.hook_templates.state().iter().filter(|t| in_namespace(t.namespace())).map(|t| t.as_ref().clone()).collect();
+    Ok(Observation::Ready(Box::new(Snapshot {
+        key,
+        namespace,
         gd,
-        pods: pod_refs,
-        revisions: revision_refs,
-        node_costs: &node_costs,
+        write_rv,
+        pods,
+        revisions,
+        hook_runs,
+        hook_templates,
+        node_costs: ctx.node_costs(),
+    })))
+}
+
+/// Plan: the pure planner on the snapshot.
+fn plan(ctx: &Context, snapshot: &Snapshot) -> Plan {
+    let observed = Observed {
+        gd: &snapshot.gd,
+        pods: snapshot.pods.iter().map(AsRef::as_ref).collect(),
+        revisions: snapshot.revisions.iter().map(AsRef::as_ref).collect(),
+        node_costs: &snapshot.node_costs,
         now: Timestamp::now(),
         seed: random_seed(),
+        hook_runs: &snapshot.hook_runs,
+        hook_templates: &snapshot.hook_templates,
     };
     let plan = planner::plan(&observed);
-    ctx.record_held(&key, plan.held.len());
-    let update_revision = plan.status.update_revision.clone().unwrap_or_default();
-    let executor = execute::Executor { ctx, gd, key: &key, cached_pods: &pods, update_revision: &update_revision };
-    let outcome = executor.run(&plan).await;
+    ctx.record_held(&snapshot.key, plan.held.len());
+    plan
+}
 
+/// Execute: send the plan's actions.
+async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::Outcome {
+    let update_revision = plan.status.update_revision.clone().unwrap_or_default();
+    let executor = execute::Executor {
+        ctx,
+        gd: &snapshot.gd,
+        key: &snapshot.key,
+        cached_pods: &snapshot.pods,
+        update_revision: &update_revision,
+    };
+    executor.run(plan).await
+}
+
+/// Report: the status with what the writes did, the Events, the status write (only when it changed), and when
+/// to look again.
+async fn report(ctx: &Context, snapshot: &Snapshot, plan: &Plan, outcome: execute::Outcome) -> Result<Requeue, Error> {
+    let gd = &snapshot.gd;
+    let key = snapshot.key.clone();
     let mut status = plan.status.clone();
-    let now = Timestamp::now();
     if outcome.collision {
         status.collision_count = Some(status.collision_count.unwrap_or(0) + 1);
     }
-    for failure in [Failure::Scale, Failure::Update] {
-        let phase = match failure {
-            Failure::Scale => Phase::Scale,
-            Failure::Update => Phase::Update,
-        };
-        let messages: Vec<&str> =
-            outcome.failures.iter().filter(|(p, _)| *p == phase).map(|(_, m)| m.as_str()).collect();
-        let type_ = failure.condition_type();
-        if let Some(first) = messages.first() {
-            let message = if messages.len() > 1 {
-                format!("{first} (and {} more)", messages.len() - 1)
-            } else {
-                first.to_string()
-            };
-            status::set_condition(&mut status.conditions, type_, "True", "WriteFailed", &message, now);
-        } else if outcome.succeeded.contains(&phase)
-            && status::condition(&status, type_).is_some_and(|c| c.reason.as_deref() == Some("WriteFailed"))
-        {
-            status::remove_condition(&mut status.conditions, type_);
-        }
-    }
+    status::apply_write_outcome(&mut status, &outcome.failures, &outcome.succeeded, Timestamp::now());
     let regarding = gd.object_ref(&());
     for event in plan.events.iter().chain(outcome.events.iter()) {
         ctx.events.publish(&regarding, event.clone());
@@ -337,8 +373,8 @@ async fn reconcile_inner(cached: &GameDeployment, ctx: &Context) -> Result<Reque
         let mut updated = gd.clone();
         updated.status = Some(status.clone());
         updated.metadata.managed_fields = None;
-        updated.metadata.resource_version = write_rv;
-        let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
+        updated.metadata.resource_version = snapshot.write_rv.clone();
+        let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
         match api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await {
             Ok(written) => {
                 ctx.metrics.status_writes.inc();

@@ -4,47 +4,12 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::api::GameDeploymentStatus;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Ctx, Plan, PodInfo};
-use crate::action::{Action, PatchReason, PodChange, PodWrite};
-use crate::gate::{self, GateDecision, GateKind, GateRequest, HookGate};
+use super::settings::{PodInfo, Settings};
+use crate::action::{Action, HeldPod, PatchReason, PlannedEvent, PodChange, PodWrite};
+use crate::gate::{self, GateKind, GateRequest};
 use crate::lifecycle::{self, LifecycleState};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An event about the GameDeployment that comes from a decision (the executor adds one per API action).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedEvent {
-    pub type_: EventType,
-    pub reason: String,
-    pub message: String,
-}
-
-impl PlannedEvent {
-    pub fn warning(reason: &str, message: impl Into<String>) -> Self {
-        Self { type_: EventType::Warning, reason: reason.into(), message: message.into() }
-    }
-
-    pub fn normal(reason: &str, message: impl Into<String>) -> Self {
-        Self { type_: EventType::Normal, reason: reason.into(), message: message.into() }
-    }
-}
-
-/// A pod a gate did not let through this pass.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeldPod {
-    pub name: String,
-    pub kind: GateKind,
-    pub decision: GateDecision,
-    /// The hook that holds it, if a hook does.
-    pub hook: Option<HookGate>,
-}
 
 #[derive(Debug, Default)]
 pub(crate) struct Draft {
@@ -82,19 +47,21 @@ impl Draft {
 
     /// Puts a pod change to the gate. On `Allow` the caller acts; otherwise the pod is held: it is moved to
     /// `PreparingDelete` / `PreparingUpdate` (if it is not there yet) and recorded with the reason.
-    pub fn pass_gate(&mut self, ctx: &Ctx<'_>, info: &PodInfo<'_>, kind: GateKind) -> bool {
-        self.pass_gate_with(ctx, info, kind, &[])
+    pub fn pass_gate(&mut self, settings: &Settings<'_>, info: &PodInfo<'_>, kind: GateKind) -> bool {
+        self.pass_gate_with(settings, info, kind, &[])
     }
 
     /// [`Self::pass_gate`] for an in-place update that changes the `modified` containers (pre-inplace hook args).
     /// A run the gate asks for is created by an action of this plan.
-    pub fn pass_gate_with(&mut self, ctx: &Ctx<'_>, info: &PodInfo<'_>, kind: GateKind, modified: &[String]) -> bool {
-        let target = match kind {
-            GateKind::Delete(_) => None,
-            GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => Some(ctx.update_revision.as_str()),
-        };
-        let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
-        let verdict = gate::verdict(&request, &ctx.gate, modified);
+    pub fn pass_gate_with(
+        &mut self,
+        settings: &Settings<'_>,
+        info: &PodInfo<'_>,
+        kind: GateKind,
+        modified: &[String],
+    ) -> bool {
+        let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision };
+        let verdict = gate::verdict(&request, &settings.gate, modified);
         let decision = verdict.decision;
         if decision.is_allow() {
             if let Some(hook) = verdict.hook {
@@ -113,7 +80,7 @@ impl Draft {
             self.actions.push(Action::PatchPod(PodChange {
                 pod: info.pod_ref(),
                 reason: PatchReason::Lifecycle,
-                writes: vec![PodWrite::Object(lifecycle::set_state_ops(state, ctx.now))],
+                writes: vec![PodWrite::Object(lifecycle::set_state_ops(state, settings.now))],
                 summary: format!("held in {}: {}", state.as_str(), decision.reason().unwrap_or_default()),
             }));
         }
@@ -121,7 +88,8 @@ impl Draft {
         false
     }
 
-    pub fn finish(self, status: GameDeploymentStatus) -> Plan {
-        Plan { actions: self.actions, status, events: self.events, held: self.held, requeue_after: self.requeue }
+    /// When to look again at the latest (None: only when something changes).
+    pub fn requeue_after(&self) -> Option<Duration> {
+        self.requeue
     }
 }

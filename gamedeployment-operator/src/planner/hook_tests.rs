@@ -4,9 +4,9 @@
 use common::api::{HookPhase, HookRunStatus, HookTemplate};
 use serde_json::json;
 
-use super::tests::gd;
 use super::world::World;
 use crate::action::Action;
+use crate::fixtures::gd;
 use crate::lifecycle::{self, LifecycleState};
 
 fn template() -> HookTemplate {
@@ -117,7 +117,7 @@ fn missing_template_blocks_only_the_pods_that_need_it() {
     world.gd.spec.replicas = Some(2);
     passes(&mut world, 3);
     let status = world.gd.status.clone().unwrap_or_default();
-    let blocked = crate::status::condition(&status, crate::hooks::HOOK_BLOCKED).expect("HookBlocked");
+    let blocked = crate::planner::status::condition(&status, crate::planner::hooks::HOOK_BLOCKED).expect("HookBlocked");
     assert!(blocked.message.as_deref().unwrap_or("").contains("HookTemplate \"drain\" not found"), "{blocked:?}");
     // Scaling out is not blocked.
     world.gd.spec.replicas = Some(5);
@@ -128,7 +128,7 @@ fn missing_template_blocks_only_the_pods_that_need_it() {
     world.gd.spec.replicas = Some(4);
     passes(&mut world, 3);
     let status = world.gd.status.clone().unwrap_or_default();
-    assert!(crate::status::condition(&status, crate::hooks::HOOK_BLOCKED).is_none());
+    assert!(crate::planner::status::condition(&status, crate::planner::hooks::HOOK_BLOCKED).is_none());
     assert_eq!(world.hook_runs.len(), 1);
 }
 

@@ -13,9 +13,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
 
 use super::Plan;
-use super::tests::gd;
 use super::world::World;
 use crate::action::Action;
+use crate::fixtures::gd;
 use crate::lifecycle::{self, LifecycleState};
 
 fn strategy_name(i: u8) -> &'static str {

@@ -5,31 +5,13 @@ use common::keys;
 use k8s_openapi::api::core::v1::{EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde_json::json;
 
+use super::status;
 use super::world::{World, serving};
 use crate::action::{Action, CreateReason, PatchReason};
+use crate::fixtures::gd;
 use crate::gate::DeleteCause;
 use crate::lifecycle::{self, LifecycleState};
-use crate::status;
-
-pub(crate) fn gd(replicas: i32, strategy: &str) -> GameDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "tkex.tencent.com/v1alpha1",
-        "kind": "GameDeployment",
-        "metadata": {"name": "game", "namespace": "default", "uid": "gd-uid", "generation": 1},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": "game"}},
-            "template": {
-                "metadata": {"labels": {"app": "game"}},
-                "spec": {"containers": [{"name": "main", "image": "game:1"}]}
-            },
-            "updateStrategy": {"type": strategy}
-        }
-    }))
-    .expect("valid GameDeployment")
-}
 
 /// A world with `replicas` ready pods of the first template.
 fn settled(gd: GameDeployment) -> World {

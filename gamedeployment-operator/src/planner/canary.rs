@@ -30,10 +30,10 @@ use common::keys;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::action::Action;
+use super::settings::{PodInfo, Settings, count, count_where};
+use crate::action::{Action, PlannedEvent};
 use crate::gate::{self, GateState};
 use crate::ownership;
-use crate::planner::PlannedEvent;
 use crate::revision;
 
 /// What the canary decided for this pass.
@@ -51,6 +51,16 @@ pub struct Outcome {
     pub requeue_at: Option<Timestamp>,
 }
 
+impl Outcome {
+    /// Writes the canary fields of the status.
+    pub fn apply_to(&self, status: &mut GameDeploymentStatus) {
+        status.current_step_index = self.current_step_index;
+        status.current_step_hash = self.current_step_hash.clone();
+        status.canary = self.canary.clone();
+        status.pause_conditions = self.pause_conditions.clone();
+    }
+}
+
 /// What the canary reads about the pods.
 #[derive(Debug, Clone, Copy)]
 pub struct Counts {
@@ -58,6 +68,17 @@ pub struct Counts {
     pub updated_ready: i32,
     pub ready: i32,
     pub available: i32,
+}
+
+impl Counts {
+    pub(crate) fn of(infos: &[PodInfo<'_>], settings: &Settings<'_>) -> Self {
+        Self {
+            replicas: settings.replicas,
+            updated_ready: count_where(infos, |i| i.updated && i.ready),
+            ready: count_where(infos, |i| i.ready),
+            available: count_where(infos, |i| i.available),
+        }
+    }
 }
 
 /// The hash of the steps as BCS keeps it in `status.currentStepHash` (FNV-32a of their JSON).
@@ -78,10 +99,6 @@ fn partition_at(steps: &[CanaryStep], index: usize, replicas: i32) -> i32 {
         .rev()
         .find_map(|s| step_partition(s, replicas))
         .unwrap_or(replicas)
-}
-
-fn to_i32(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// Evaluates the steps. `update_revision` is the revision of the current template.
@@ -246,7 +263,7 @@ pub fn evaluate(
     } else {
         out.partition = Some(partition_at(steps, index, counts.replicas));
     }
-    out.current_step_index = Some(to_i32(index));
+    out.current_step_index = Some(count(index));
     out.canary = Some(canary);
     out.pause_conditions = conditions;
     out

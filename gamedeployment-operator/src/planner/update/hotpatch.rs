@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use common::keys;
 use serde_json::json;
 
+use super::inplace::{InPlaceUpdateState, LastContainerStatus, Step};
 use crate::action::{PatchReason, PodChange, PodRef, PodWrite};
 use crate::patch;
-use crate::update::inplace::{InPlaceUpdateState, LastContainerStatus, Step};
 
 /// The single write of a hot-patch update.
 pub fn update(step: &Step<'_>) -> PodChange {
@@ -80,8 +80,8 @@ fn without_own_keys(map: &BTreeMap<String, String>) -> BTreeMap<String, String> 
 
 #[cfg(test)]
 mod tests {
+    use super::super::inplace::TemplateChange;
     use super::*;
-    use crate::update::inplace::TemplateChange;
     use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use k8s_openapi::jiff::Timestamp;
@@ -132,7 +132,7 @@ mod tests {
         assert!(annotations[keys::HOTPATCH_UPDATE_STATE].contains("\"revision\":\"gd-2\""));
 
         // Until the container reports the new image (or the settle time passes) the pod is being updated.
-        use crate::update::inplace::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
+        use super::super::inplace::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
         let mut pod = pod;
         assert!(matches!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::HotPatching { .. }));
         assert_eq!(progress(&pod, Timestamp::from_second(HOT_PATCH_SETTLE_SECONDS).unwrap()), Progress::Idle);

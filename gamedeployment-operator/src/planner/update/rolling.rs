@@ -2,13 +2,14 @@
 //! its replacement from the update revision. With `maxSurge`, the scale step first creates up to `maxSurge`
 //! extra new pods, so old pods can go without dropping below `replicas − maxUnavailable` available pods.
 
+use super::super::draft::Draft;
+use super::super::settings::{PodInfo, Settings};
 use crate::action::Action;
 use crate::gate::{DeleteCause, GateKind};
-use crate::planner::{Ctx, Draft, PodInfo};
 
 /// Replaces one pod: delete it if the gate allows.
-pub(crate) fn replace(ctx: &Ctx<'_>, info: &PodInfo<'_>, cause: DeleteCause, draft: &mut Draft) {
-    if draft.pass_gate(ctx, info, GateKind::Delete(cause)) {
+pub(crate) fn replace(settings: &Settings<'_>, info: &PodInfo<'_>, cause: DeleteCause, draft: &mut Draft) {
+    if draft.pass_gate(settings, info, GateKind::Delete(cause)) {
         draft.actions.push(Action::DeletePod { pod: info.pod_ref(), cause });
     }
 }

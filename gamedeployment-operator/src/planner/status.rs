@@ -2,15 +2,20 @@
 //! are actually written — `FailedScale` / `FailedUpdate` when something fails (BCS builds them but never persists
 //! them, bug list §7.16) and `Progressing`, which says what the rollout is waiting for.
 
+use std::collections::BTreeSet;
+
 use common::api::{GameDeploymentCondition, GameDeploymentStatus, GameDeploymentUpdateStrategyType};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use super::diffs::Diffs;
+use super::draft::Draft;
+use super::settings::{PodInfo, Settings, count, count_where};
+use super::update::inplace::Progress;
+use super::update::ondelete;
+use crate::action::{EventType, Phase, PlannedEvent};
 use crate::lifecycle::LifecycleState;
 use crate::ownership;
-use crate::planner::{Ctx, Draft, EventType, PlannedEvent, PodInfo};
-use crate::update::inplace::Progress;
-use crate::update::{self, ondelete};
 
 pub const FAILED_SCALE: &str = "FailedScale";
 pub const FAILED_UPDATE: &str = "FailedUpdate";
@@ -31,6 +36,46 @@ impl Failure {
         match self {
             Self::Scale => FAILED_SCALE,
             Self::Update => FAILED_UPDATE,
+        }
+    }
+
+    /// The part of the plan whose writes this condition reports.
+    pub fn phase(self) -> Phase {
+        match self {
+            Self::Scale => Phase::Scale,
+            Self::Update => Phase::Update,
+        }
+    }
+}
+
+/// Reason of a failure condition caused by a write the API refused.
+pub const REASON_WRITE_FAILED: &str = "WriteFailed";
+
+/// What the executor's writes did to the conditions (a pure function, so the mapping is tested without a
+/// server): a failed write of the scale (update) part of the plan sets `FailedScale` (`FailedUpdate`) True with
+/// reason `WriteFailed` and the first message; a part with a successful write and no failure clears a
+/// `WriteFailed` condition of its type. Spec problems (`InvalidSpec`) are left as the planner set them.
+pub(crate) fn apply_write_outcome(
+    status: &mut GameDeploymentStatus,
+    failures: &[(Phase, String)],
+    succeeded: &BTreeSet<Phase>,
+    now: Timestamp,
+) {
+    for failure in [Failure::Scale, Failure::Update] {
+        let phase = failure.phase();
+        let messages: Vec<&str> = failures.iter().filter(|(p, _)| *p == phase).map(|(_, m)| m.as_str()).collect();
+        let type_ = failure.condition_type();
+        if let Some(first) = messages.first() {
+            let message = if messages.len() > 1 {
+                format!("{first} (and {} more)", messages.len() - 1)
+            } else {
+                first.to_string()
+            };
+            set_condition(&mut status.conditions, type_, "True", REASON_WRITE_FAILED, &message, now);
+        } else if succeeded.contains(&phase)
+            && condition(status, type_).is_some_and(|c| c.reason.as_deref() == Some(REASON_WRITE_FAILED))
+        {
+            remove_condition(&mut status.conditions, type_);
         }
     }
 }
@@ -68,10 +113,6 @@ pub fn condition<'a>(status: &'a GameDeploymentStatus, type_: &str) -> Option<&'
     status.conditions.iter().find(|c| c.type_ == type_)
 }
 
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
 /// A short list of pod names for messages ("a, b, c and 4 more").
 fn names<'a>(pods: impl Iterator<Item = &'a str>) -> String {
     let all: Vec<&str> = pods.collect();
@@ -81,29 +122,34 @@ fn names<'a>(pods: impl Iterator<Item = &'a str>) -> String {
 
 /// The status of this pass, from what was observed.
 pub(crate) fn compute(
-    ctx: &Ctx<'_>,
+    settings: &Settings<'_>,
+    diffs: &Diffs,
     old: &GameDeploymentStatus,
     infos: &[PodInfo<'_>],
     draft: &Draft,
     problems: &[(Failure, String)],
 ) -> GameDeploymentStatus {
     let replicas = count(infos.len());
-    let updated = count(infos.iter().filter(|i| i.updated).count());
-    let settled = replicas == ctx.replicas
+    let updated = count_where(infos, |i| i.updated);
+    let settled = replicas == settings.replicas
         && updated == replicas
         && infos.iter().all(|i| i.state == LifecycleState::Normal && i.progress.is_idle());
     let mut status = GameDeploymentStatus {
-        observed_generation: ctx.gd.metadata.generation,
+        observed_generation: settings.gd.metadata.generation,
         replicas,
-        ready_replicas: count(infos.iter().filter(|i| i.ready).count()),
-        available_replicas: count(infos.iter().filter(|i| i.available).count()),
+        ready_replicas: count_where(infos, |i| i.ready),
+        available_replicas: count_where(infos, |i| i.available),
         updated_replicas: updated,
-        updated_ready_replicas: count(infos.iter().filter(|i| i.updated && i.ready).count()),
-        current_revision: Some(if settled { ctx.update_revision.clone() } else { ctx.current_revision.clone() }),
-        update_revision: Some(ctx.update_revision.clone()),
+        updated_ready_replicas: count_where(infos, |i| i.updated && i.ready),
+        current_revision: Some(if settled {
+            settings.update_revision.clone()
+        } else {
+            settings.current_revision.clone()
+        }),
+        update_revision: Some(settings.update_revision.clone()),
         collision_count: old.collision_count,
         conditions: old.conditions.clone(),
-        label_selector: Some(ownership::selector_string(&ctx.gd.spec.selector)),
+        label_selector: Some(ownership::selector_string(&settings.gd.spec.selector)),
         // Canary progress and hook conditions are kept as they are (issue 6 manages them), except entries of
         // pods that no longer exist.
         pause_conditions: old.pause_conditions.clone(),
@@ -119,9 +165,9 @@ pub(crate) fn compute(
     status.pre_inplace_hook_condition.retain(|c| exists(&c.pod_name));
     status.post_inplace_hook_condition.retain(|c| exists(&c.pod_name));
 
-    let now = ctx.now;
-    let scale_settled = replicas == ctx.replicas && !infos.iter().any(|i| i.specified);
-    let update_settled = update::need(ctx, infos).pods == 0 && infos.iter().all(|i| i.progress.is_idle());
+    let now = settings.now;
+    let scale_settled = replicas == settings.replicas && !infos.iter().any(|i| i.specified);
+    let update_settled = diffs.update == 0 && infos.iter().all(|i| i.progress.is_idle());
     for failure in [Failure::Scale, Failure::Update] {
         let type_ = failure.condition_type();
         let mine: Vec<&str> = problems.iter().filter(|(f, _)| *f == failure).map(|(_, m)| m.as_str()).collect();
@@ -139,14 +185,15 @@ pub(crate) fn compute(
             remove_condition(&mut status.conditions, type_);
         }
     }
-    let (progress_status, reason, message) = progressing(ctx, infos, draft, problems, settled);
+    let (progress_status, reason, message) = progressing(settings, diffs, infos, draft, problems, settled);
     set_condition(&mut status.conditions, PROGRESSING, progress_status, reason, &message, now);
     status
 }
 
 /// `Progressing`: what the rollout waits for, in words.
 fn progressing(
-    ctx: &Ctx<'_>,
+    settings: &Settings<'_>,
+    diffs: &Diffs,
     infos: &[PodInfo<'_>],
     draft: &Draft,
     problems: &[(Failure, String)],
@@ -156,22 +203,22 @@ fn progressing(
         return ("False", REASON_INVALID_SPEC, problem.clone());
     }
     let replicas = count(infos.len());
-    let updated = count(infos.iter().filter(|i| i.updated).count());
-    let target = ctx.replicas - ctx.partition;
+    let updated = count_where(infos, |i| i.updated);
+    let target = settings.replicas - settings.partition;
     let head = format!(
         "{updated} of {} pods run revision {} (target {target}, partition {})",
-        ctx.replicas, ctx.update_revision, ctx.partition
+        settings.replicas, settings.update_revision, settings.partition
     );
-    let need = update::need(ctx, infos).pods;
-    if need > 0 && ctx.paused {
+    let need = diffs.update;
+    if need > 0 && settings.paused {
         return ("Unknown", "Paused", format!("{head}; updates are paused by spec.updateStrategy.paused"));
     }
-    if need > 0 && ctx.strategy == GameDeploymentUpdateStrategyType::OnDelete {
+    if need > 0 && settings.strategy == GameDeploymentUpdateStrategyType::OnDelete {
         return ("True", "WaitingForDeletion", format!("{head}; {}", ondelete::WAITING_FOR_DELETION));
     }
     let mut waiting: Vec<String> = Vec::new();
-    if replicas < ctx.replicas {
-        waiting.push(format!("{} pods to be created", ctx.replicas - replicas));
+    if replicas < settings.replicas {
+        waiting.push(format!("{} pods to be created", settings.replicas - replicas));
     }
     if !draft.held.is_empty() {
         let held = draft
@@ -195,11 +242,11 @@ fn progressing(
     if !unavailable.is_empty() {
         waiting.push(format!("{} to become available", names(unavailable.into_iter())));
     }
-    if replicas > ctx.replicas {
-        waiting.push(format!("{} surplus pods to be deleted", replicas - ctx.replicas));
+    if replicas > settings.replicas {
+        waiting.push(format!("{} surplus pods to be deleted", replicas - settings.replicas));
     }
     if need > 0 && waiting.is_empty() {
-        waiting.push(format!("update budget (maxUnavailable {})", ctx.max_unavailable));
+        waiting.push(format!("update budget (maxUnavailable {})", settings.max_unavailable));
     }
     if !waiting.is_empty() || need > 0 {
         return ("True", "RolloutInProgress", format!("{head}; waiting for {}", waiting.join(", ")));
@@ -208,7 +255,7 @@ fn progressing(
         return (
             "True",
             "RolloutComplete",
-            format!("all {} pods run revision {} and are available", ctx.replicas, ctx.update_revision),
+            format!("all {} pods run revision {} and are available", settings.replicas, settings.update_revision),
         );
     }
     (

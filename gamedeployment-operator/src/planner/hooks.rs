@@ -13,14 +13,14 @@ use common::hookrun::HookKind;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::action::{Action, PatchReason, PodChange, PodWrite};
+use super::draft::Draft;
+use super::settings::{PodInfo, Settings};
+use super::status;
+use super::update::inplace;
+use crate::action::{Action, PatchReason, PlannedEvent, PodChange, PodWrite};
 use crate::gate::{self, GateDecision};
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
-use crate::planner::PodInfo;
-use crate::planner::{Ctx, Draft, PlannedEvent};
-use crate::status;
-use crate::update::inplace;
 use common::api::HookStep;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -39,15 +39,15 @@ fn kind_of(run: &HookRun) -> Option<HookKind> {
 }
 
 /// Runs this GameDeployment created (controller reference to it).
-pub(crate) fn owned_runs<'a>(ctx: &Ctx<'a>) -> impl Iterator<Item = &'a HookRun> + 'a {
-    let gd = ctx.gd;
-    ctx.gate.hook_runs.iter().filter(move |r| {
+pub(crate) fn owned_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = &'a HookRun> + 'a {
+    let gd = settings.gd;
+    settings.gate.hook_runs.iter().filter(move |r| {
         ownership::controller_of(r.metadata.owner_references.as_ref()).is_some_and(|o| ownership::is_owned_by(o, gd))
     })
 }
 
-fn retry_requested(ctx: &Ctx<'_>, kind: HookKind) -> bool {
-    let spec = &ctx.gd.spec;
+fn retry_requested(settings: &Settings<'_>, kind: HookKind) -> bool {
+    let spec = &settings.gd.spec;
     match kind {
         HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref().is_some_and(|s| s.retry),
         HookKind::PreInplace => spec.pre_inplace_update_strategy.as_ref().is_some_and(|s| s.retry),
@@ -62,10 +62,10 @@ fn failed(phase: HookPhase) -> bool {
 
 /// Plans the removal of runs nobody needs any more, and the retries asked for. `owned` are all the pods the
 /// GameDeployment owns, terminating ones included (a run stays until its pod is gone).
-pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
+pub(crate) fn housekeeping(settings: &Settings<'_>, owned: &[&Pod], draft: &mut Draft) {
     let held_runs: BTreeSet<String> =
         draft.held.iter().filter_map(|h| h.hook.as_ref().map(|g| g.run_name.clone())).collect();
-    for run in owned_runs(ctx) {
+    for run in owned_runs(settings) {
         let Some(kind) = kind_of(run) else { continue };
         if kind == HookKind::CanaryStep {
             continue;
@@ -74,7 +74,7 @@ pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
         if run.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        if retry_requested(ctx, kind) && failed(gate::run_phase(run)) {
+        if retry_requested(settings, kind) && failed(gate::run_phase(run)) {
             draft.actions.push(Action::DeleteHookRun {
                 name,
                 uid: run.metadata.uid.clone().unwrap_or_default(),
@@ -112,32 +112,32 @@ pub(crate) fn housekeeping(ctx: &Ctx<'_>, owned: &[&Pod], draft: &mut Draft) {
         }
     }
     for kind in HookKind::POD_HOOKS {
-        if retry_requested(ctx, kind) {
+        if retry_requested(settings, kind) {
             draft.actions.push(Action::ResetRetry {
                 kind,
-                resource_version: ctx.gd.metadata.resource_version.clone().unwrap_or_default(),
+                resource_version: settings.gd.metadata.resource_version.clone().unwrap_or_default(),
             });
         }
     }
 }
 
-fn post_hook<'a>(ctx: &Ctx<'a>) -> Option<&'a HookStep> {
-    ctx.gd.spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref())
+fn post_hook<'a>(settings: &Settings<'a>) -> Option<&'a HookStep> {
+    settings.gd.spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref())
 }
 
 /// The in-place update finished (the new containers run). With a post-inplace hook the pod goes to `Updated`
 /// and its run is started now — after the update, not before the images are patched as in BCS.
-pub(crate) fn complete_in_place(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> PodChange {
-    let Some(step) = post_hook(ctx).filter(|_| common::pod::is_running(info.pod)) else {
-        return inplace::complete(info.pod, ctx.now);
+pub(crate) fn complete_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> PodChange {
+    let Some(step) = post_hook(settings).filter(|_| common::pod::is_running(info.pod)) else {
+        return inplace::complete(info.pod, settings.now);
     };
     let revision = info.revision.unwrap_or("");
-    if gate::find_run(&ctx.gate, &post_run_name(step, info)).is_none()
-        && let Ok(run) = gate::build_pod_run(&ctx.gate, HookKind::PostInplace, step, info.pod, revision, &[])
+    if gate::find_run(&settings.gate, &post_run_name(step, info)).is_none()
+        && let Ok(run) = gate::build_pod_run(&settings.gate, HookKind::PostInplace, step, info.pod, revision, &[])
     {
         draft.actions.push(Action::CreateHookRun(Box::new(run)));
     }
-    inplace::complete_to(info.pod, ctx.now, LifecycleState::Updated)
+    inplace::complete_to(info.pod, settings.now, LifecycleState::Updated)
 }
 
 fn post_run_name(step: &HookStep, info: &PodInfo<'_>) -> String {
@@ -151,16 +151,16 @@ fn post_run_name(step: &HookStep, info: &PodInfo<'_>) -> String {
 
 /// A pod in `Updated`: back to `Normal` once its post-inplace run is `Successful` (or the hook was removed);
 /// otherwise it stays and is reported. Never blocks other pods.
-pub(crate) fn post_in_place(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> Option<PodChange> {
+pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> Option<PodChange> {
     let normal = || PodChange {
         pod: info.pod_ref(),
         reason: PatchReason::Lifecycle,
-        writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, ctx.now))],
+        writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, settings.now))],
         summary: "post-inplace hook done".to_string(),
     };
-    let Some(step) = post_hook(ctx) else { return Some(normal()) };
+    let Some(step) = post_hook(settings) else { return Some(normal()) };
     let name = post_run_name(step, info);
-    let (phase, started, message) = match gate::find_run(&ctx.gate, &name) {
+    let (phase, started, message) = match gate::find_run(&settings.gate, &name) {
         Some(run) if gate::run_phase(run) == HookPhase::Successful => return Some(normal()),
         Some(run) => {
             let phase = gate::run_phase(run);
@@ -172,10 +172,10 @@ pub(crate) fn post_in_place(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft
             } else {
                 format!("HookRun {name} is {phase}")
             };
-            (phase, gate::run_started(run, ctx.now), Some(message))
+            (phase, gate::run_started(run, settings.now), Some(message))
         }
         None => match gate::build_pod_run(
-            &ctx.gate,
+            &settings.gate,
             HookKind::PostInplace,
             step,
             info.pod,
@@ -184,9 +184,9 @@ pub(crate) fn post_in_place(ctx: &Ctx<'_>, info: &PodInfo<'_>, draft: &mut Draft
         ) {
             Ok(run) => {
                 draft.actions.push(Action::CreateHookRun(Box::new(run)));
-                (HookPhase::Pending, Time(ctx.now), Some(format!("HookRun {name} is being created")))
+                (HookPhase::Pending, Time(settings.now), Some(format!("HookRun {name} is being created")))
             }
-            Err(problem) => (HookPhase::Pending, Time(ctx.now), Some(problem)),
+            Err(problem) => (HookPhase::Pending, Time(settings.now), Some(problem)),
         },
     };
     draft.post_hooks.push(HookCondition {
@@ -221,8 +221,8 @@ fn list(status: &GameDeploymentStatus, kind: HookKind) -> &[HookCondition] {
 /// phase; a pod that passed is removed; a pod the gate did not look at this pass keeps its entry while it still
 /// waits (`PreparingDelete` / `PreparingUpdate`). Sets `HookBlocked` and plans the Events.
 pub(crate) fn status(
-    ctx: &Ctx<'_>,
-    infos: &[crate::planner::PodInfo<'_>],
+    settings: &Settings<'_>,
+    infos: &[PodInfo<'_>],
     draft: &Draft,
     old: &GameDeploymentStatus,
     new: &mut GameDeploymentStatus,
@@ -308,7 +308,7 @@ pub(crate) fn status(
     } else {
         let message = problems.join("; ");
         let changed = status::condition(old, HOOK_BLOCKED).and_then(|c| c.message.as_deref()) != Some(message.as_str());
-        status::set_condition(&mut new.conditions, HOOK_BLOCKED, "True", "HookRunNotCreated", &message, ctx.now);
+        status::set_condition(&mut new.conditions, HOOK_BLOCKED, "True", "HookRunNotCreated", &message, settings.now);
         if changed {
             events.push(PlannedEvent::warning("HookRunNotCreated", message));
         }

@@ -1,0 +1,254 @@
+//! How far the pods are from the spec, in numbers, computed once per pass — OpenKruise's `expectationDiffs`
+//! (`calculateDiffsWithExpectation`). [`compute`] is the only place these counts are worked out; the scale and
+//! update steps only pick pods to match them.
+//!
+//! - surge (RollingUpdate only, 0 while paused): `min(maxSurge, old pods − partition)` extra pods;
+//! - the unavailable budget: `available pods − (replicas − maxUnavailable)` available pods may be taken down this
+//!   pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
+//! - scale-in (`pods − podsToDelete − (replicas + surge)`): old-revision pods first, down to `partition`, then
+//!   updated pods;
+//! - scale-out (`replicas + surge − pods`), capped by `createBatch` minus the pods not yet ready (the batch):
+//!   the first `partition − old pods` new pods are of the current revision (so scaling out mid-rollout keeps
+//!   `partition` pods old), the rest of the update revision; those beyond `replicas − pods` are surge;
+//! - update: old pods (not named in `podsToDelete`) beyond the partition.
+
+use super::settings::{PodInfo, Settings, count, count_where};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Diffs {
+    /// Pods kept on the old revision this pass.
+    pub partition: i32,
+    /// Extra pods above `replicas` this pass.
+    pub surge: i32,
+    /// Available pods this pass may take down.
+    pub budget: i32,
+    /// Scale-in: old-revision pods to delete.
+    pub delete_old: i32,
+    /// Scale-in: updated pods to delete.
+    pub delete_new: i32,
+    /// Pods to create this pass (already capped by `createBatch`).
+    pub create: i32,
+    /// The first this many created pods are of the current (old) revision.
+    pub create_old: i32,
+    /// The first this many created pods replace missing replicas; the rest are surge.
+    pub create_for_replicas: i32,
+    /// Old pods (not named in `podsToDelete`) that should move to the update revision.
+    pub update: i32,
+}
+
+impl Diffs {
+    /// The update count once `elsewhere` of the old pods were claimed by another step of the pass (they stay
+    /// where they are this pass, like pods of the partition).
+    pub fn update_after(&self, elsewhere: i32) -> i32 {
+        (self.update - elsewhere).max(0)
+    }
+}
+
+/// The numbers of this pass.
+pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
+    let partition = settings.partition;
+    let pods = count(infos.len());
+    let old = count_where(infos, |i| !i.updated);
+    let specified = count_where(infos, |i| i.specified);
+    let old_kept = count_where(infos, |i| !i.updated && !i.specified);
+    let new_kept = count_where(infos, |i| i.updated && !i.specified);
+    let surge = if settings.max_surge > 0 && old > partition { settings.max_surge.min(old - partition) } else { 0 };
+    let expected = settings.replicas + surge;
+    let available = count_where(infos, |i| i.update_available());
+    let mut diffs = Diffs {
+        partition,
+        surge,
+        budget: (available - (settings.replicas - settings.max_unavailable)).max(0),
+        update: (old_kept - partition).max(0),
+        ..Diffs::default()
+    };
+    let down = pods - specified - expected;
+    if down > 0 {
+        let from_old = down.min((old_kept - partition).max(0));
+        let from_new = (down - from_old).min(new_kept);
+        diffs.delete_old = (down - from_new).min(old_kept);
+        diffs.delete_new = from_new;
+    }
+    let up = expected - pods;
+    if up > 0 {
+        let not_ready = count_where(infos, |i| !i.ready);
+        let window = settings.create_batch.map_or(up, |batch| (batch - not_ready).max(0));
+        diffs.create = up.min(window);
+        diffs.create_old = diffs.create.min((partition - old).max(0));
+        diffs.create_for_replicas = (settings.replicas - pods).max(0);
+    }
+    diffs
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+    use crate::fixtures::{self, gd};
+    use crate::planner::settings::builder::{OLD, Pass};
+
+    fn int(n: i32) -> Option<IntOrString> {
+        Some(IntOrString::Int(n))
+    }
+
+    fn percent(p: &str) -> Option<IntOrString> {
+        Some(IntOrString::String(p.into()))
+    }
+
+    struct Row {
+        name: &'static str,
+        strategy: &'static str,
+        replicas: i32,
+        partition: Option<IntOrString>,
+        max_unavailable: Option<IntOrString>,
+        max_surge: Option<IntOrString>,
+        paused: bool,
+        create_batch: Option<IntOrString>,
+        old: usize,
+        updated: usize,
+        not_ready_old: usize,
+        want: Diffs,
+    }
+
+    fn row(name: &'static str, strategy: &'static str, replicas: i32, old: usize, updated: usize) -> Row {
+        Row {
+            name,
+            strategy,
+            replicas,
+            partition: None,
+            max_unavailable: None,
+            max_surge: None,
+            paused: false,
+            create_batch: None,
+            old,
+            updated,
+            not_ready_old: 0,
+            want: Diffs::default(),
+        }
+    }
+
+    #[test]
+    fn table() {
+        let rows = [
+            Row {
+                max_surge: int(2),
+                max_unavailable: int(0),
+                want: Diffs { surge: 2, create: 2, update: 4, ..Diffs::default() },
+                ..row("surge creates first, no budget", "RollingUpdate", 4, 4, 0)
+            },
+            Row {
+                max_surge: int(5),
+                max_unavailable: int(1),
+                partition: int(2),
+                // Surge never exceeds the pods still to move.
+                want: Diffs { partition: 2, surge: 2, budget: 1, create: 2, update: 2, ..Diffs::default() },
+                ..row("surge capped by old pods beyond the partition", "RollingUpdate", 4, 4, 0)
+            },
+            Row {
+                max_surge: int(2),
+                want: Diffs { update: 4, budget: 1, ..Diffs::default() },
+                ..row("surge is for RollingUpdate only", "InplaceUpdate", 4, 4, 0)
+            },
+            Row {
+                partition: int(2),
+                max_unavailable: int(2),
+                want: Diffs { partition: 2, budget: 2, update: 4, ..Diffs::default() },
+                ..row("int partition", "InplaceUpdate", 6, 6, 0)
+            },
+            Row {
+                partition: percent("50%"),
+                max_unavailable: percent("100%"),
+                // 50% of 5 rounds down to 2 kept; 100% of 5 is 5 unavailable.
+                want: Diffs { partition: 2, budget: 5, update: 3, ..Diffs::default() },
+                ..row("percent partition", "InplaceUpdate", 5, 5, 0)
+            },
+            Row {
+                partition: int(9),
+                want: Diffs { partition: 3, budget: 1, ..Diffs::default() },
+                ..row("partition capped at replicas", "InplaceUpdate", 3, 3, 0)
+            },
+            Row {
+                max_unavailable: int(0),
+                max_surge: int(0),
+                // Both 0 would deadlock: one pod may be unavailable (Kubernetes fenceposts).
+                want: Diffs { budget: 1, update: 3, ..Diffs::default() },
+                ..row("maxUnavailable 0 and maxSurge 0", "RollingUpdate", 3, 3, 0)
+            },
+            Row {
+                want: Diffs { budget: 1, update: 6, ..Diffs::default() },
+                ..row("default maxUnavailable 20% rounds down", "InplaceUpdate", 6, 6, 0)
+            },
+            Row {
+                max_surge: int(2),
+                max_unavailable: int(0),
+                paused: true,
+                // No surge while paused; the update count stays (status says "Paused"), the update step waits.
+                want: Diffs { update: 4, ..Diffs::default() },
+                ..row("paused", "RollingUpdate", 4, 4, 0)
+            },
+            Row {
+                partition: int(1),
+                max_unavailable: int(2),
+                // 5 pods, 3 wanted: old pods go first, down to the partition.
+                want: Diffs { partition: 1, budget: 4, delete_old: 2, update: 2, ..Diffs::default() },
+                ..row("scale-in during an update takes old pods", "InplaceUpdate", 3, 3, 2)
+            },
+            Row {
+                partition: int(2),
+                max_unavailable: int(2),
+                // Only one old pod is beyond the partition: the second deletion takes an updated pod.
+                want: Diffs { partition: 2, budget: 4, delete_old: 1, delete_new: 1, update: 1, ..Diffs::default() },
+                ..row("scale-in during an update keeps the partition", "InplaceUpdate", 3, 3, 2)
+            },
+            Row {
+                partition: int(3),
+                // Scale-out mid-rollout: one new pod of the old revision keeps 3 old.
+                want: Diffs { partition: 3, create: 4, create_old: 1, create_for_replicas: 4, ..Diffs::default() },
+                ..row("scale-out during an update keeps the partition", "InplaceUpdate", 6, 2, 0)
+            },
+            Row {
+                create_batch: int(3),
+                not_ready_old: 1,
+                // 1 pod not ready yet: 2 more may start.
+                want: Diffs { create: 2, create_for_replicas: 9, update: 1, ..Diffs::default() },
+                ..row("createBatch counts pods not ready yet", "RollingUpdate", 10, 0, 0)
+            },
+        ];
+        for r in rows {
+            let mut g = gd(r.replicas, r.strategy);
+            let strategy = &mut g.spec.update_strategy;
+            (strategy.partition, strategy.max_unavailable, strategy.max_surge, strategy.paused) =
+                (r.partition, r.max_unavailable, r.max_surge, r.paused);
+            if let Some(batch) = r.create_batch {
+                g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
+                    pods_to_delete: vec![],
+                    create_batch: Some(batch),
+                });
+            }
+            let mut pass = Pass::new(g).old(r.old).updated(r.updated);
+            for i in 0..r.not_ready_old {
+                pass = pass.pod(fixtures::pod(&format!("game-s{i}")).serving(OLD, "game:0", 10).not_ready().build());
+            }
+            let settings = pass.settings();
+            let infos = pass.infos(&settings);
+            assert_eq!(compute(&settings, &infos), r.want, "{}", r.name);
+        }
+    }
+
+    #[test]
+    fn pods_to_delete_are_replaced_not_counted_as_scale_in() {
+        let mut g = gd(3, "InplaceUpdate");
+        g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
+            pods_to_delete: vec!["game-o0".into()],
+            create_batch: None,
+        });
+        let pass = Pass::new(g).old(3);
+        let settings = pass.settings();
+        let diffs = compute(&settings, &pass.infos(&settings));
+        // The named pod is deleted by its own rule; it is neither a scale-in victim nor an update candidate.
+        assert_eq!((diffs.delete_old + diffs.delete_new, diffs.create, diffs.update), (0, 0, 2));
+        assert_eq!(diffs.update_after(1), 1);
+        assert_eq!(diffs.update_after(5), 0);
+    }
+}

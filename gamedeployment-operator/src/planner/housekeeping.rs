@@ -1,0 +1,67 @@
+//! Housekeeping: what a pass tidies after scaling and updating — pods held for work no longer wanted go back to
+//! `Normal`, `podsToDelete` entries of pods that are gone are pruned, and the revision history is truncated.
+//! (HookRuns nobody waits for are removed by [`super::hooks::housekeeping`].)
+
+use std::collections::BTreeSet;
+
+use common::api::GameDeployment;
+use common::keys;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::draft::Draft;
+use super::settings::{PodInfo, Settings};
+use crate::action::{Action, PatchReason, PodChange, PodWrite};
+use crate::lifecycle::{self, LifecycleState};
+use crate::revision;
+
+/// A pod left in `PreparingDelete` / `PreparingUpdate` that this pass no longer wants to delete or update (the
+/// replicas went back up, the template was rolled back to the pod's revision, the partition was raised) goes back
+/// to `Normal`. Pods still wanted keep their state even while paused.
+pub(super) fn release_unneeded_holds(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
+    for info in infos {
+        if !info.state.is_preparing() || draft.is_touched(info.name) || draft.is_held(info.name) {
+            continue;
+        }
+        if info.state == LifecycleState::PreparingUpdate && settings.paused && !info.updated {
+            continue;
+        }
+        draft.touch(info.name);
+        draft.actions.push(Action::PatchPod(PodChange {
+            pod: info.pod_ref(),
+            reason: PatchReason::Lifecycle,
+            writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, settings.now))],
+            summary: format!("no longer needed in {}", info.state.as_str()),
+        }));
+    }
+}
+
+/// `podsToDelete` entries whose pod is gone are removed, as CloneSet does (BCS never prunes: a later pod that
+/// happens to reuse a name would be deleted, bug list §7.13).
+pub(super) fn prune_pods_to_delete(gd: &GameDeployment, owned: &[&Pod], draft: &mut Draft) {
+    let Some(list) = gd.spec.scale_strategy.as_ref().map(|s| &s.pods_to_delete).filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let existing: BTreeSet<&str> = owned.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
+    let remaining: Vec<String> = list.iter().filter(|n| existing.contains(n.as_str())).cloned().collect();
+    if remaining.len() != list.len() {
+        draft.actions.push(Action::PrunePodsToDelete { expected: list.clone(), remaining });
+    }
+}
+
+/// Revisions beyond `revisionHistoryLimit`, never the current or update revision nor one a pod runs.
+pub(super) fn truncate_history(
+    settings: &Settings<'_>,
+    owned: &[&Pod],
+    revisions: &[&ControllerRevision],
+    draft: &mut Draft,
+) {
+    let mut live: BTreeSet<String> =
+        owned.iter().filter_map(|p| common::pod::label(p, keys::CONTROLLER_REVISION_HASH).map(String::from)).collect();
+    live.insert(settings.update_revision.clone());
+    live.insert(settings.current_revision.clone());
+    let limit = settings.gd.spec.revision_history_limit.unwrap_or(common::api::DEFAULT_REVISION_HISTORY_LIMIT);
+    for name in revision::history_to_delete(revisions, &live, limit) {
+        draft.actions.push(Action::DeleteRevision { name });
+    }
+}

@@ -1,0 +1,90 @@
+//! Refresh: a pod's own progress, whatever the rollout does — in-place updates advance (grace period over →
+//! images patched; new containers running → back in service, or to `Updated` for a post-inplace hook), a
+//! grace period towards a revision that is no longer the target is cancelled, and new pods get
+//! `InPlaceUpdateReady=True`. Runs even while paused and in passes that scaled. Also schedules the next look at
+//! the pods for time-based work (grace periods, hot patches settling, `minReadySeconds`).
+
+use super::draft::Draft;
+use super::hooks;
+use super::settings::{PodInfo, Settings};
+use super::update::inplace::{self, Progress};
+use crate::action::{Action, PodChange};
+use crate::lifecycle::LifecycleState;
+use common::keys;
+
+/// Advances in-place updates and the readiness gate, for pods nothing else touched this pass.
+pub(super) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
+    for info in infos {
+        if draft.is_touched(info.name) {
+            continue;
+        }
+        let change = match &info.progress {
+            Progress::Grace(grace) => {
+                let annotation = common::pod::annotation(info.pod, keys::INPLACE_UPDATE_GRACE).unwrap_or_default();
+                if grace.revision != settings.update_revision {
+                    Some(inplace::cancel_grace(info.pod, annotation, settings.now))
+                } else if inplace::grace_ends_at(grace).is_some_and(|end| end <= settings.now) {
+                    finish_grace(settings, info, annotation)
+                } else {
+                    None
+                }
+            }
+            Progress::Done => Some(hooks::complete_in_place(settings, info, draft)),
+            Progress::Patched(_) | Progress::HotPatching { .. } => None,
+            Progress::Idle => {
+                if info.state.is_preparing() {
+                    None
+                } else if info.state == LifecycleState::Updated {
+                    hooks::post_in_place(settings, info, draft)
+                } else if info.state == LifecycleState::Updating {
+                    // `Updating` with nothing recorded: nothing to wait for.
+                    Some(hooks::complete_in_place(settings, info, draft))
+                } else {
+                    inplace::mark_ready(info.pod, settings.now)
+                }
+            }
+        };
+        if let Some(change) = change {
+            draft.touch(info.name);
+            draft.actions.push(Action::PatchPod(change));
+        }
+    }
+}
+
+fn finish_grace(settings: &Settings<'_>, info: &PodInfo<'_>, annotation: &str) -> Option<PodChange> {
+    let from = info.revision?;
+    let old = settings.templates.get(from)?;
+    let new = settings.templates.get(&settings.update_revision)?;
+    let change = inplace::diff(old, new).ok()?;
+    let step = inplace::Step {
+        pod: info.pod,
+        from_revision: from,
+        to_revision: &settings.update_revision,
+        change: &change,
+        now: settings.now,
+    };
+    Some(inplace::finish_grace(&step, annotation))
+}
+
+/// Look again when a grace period ends, a hot patch stops counting as in progress, or a Ready pod becomes
+/// available (`minReadySeconds`).
+pub(super) fn requeue(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
+    for info in infos {
+        match &info.progress {
+            Progress::Grace(grace) => {
+                if let Some(end) = inplace::grace_ends_at(grace) {
+                    draft.requeue_at(settings.now, end);
+                }
+            }
+            Progress::HotPatching { deadline } => draft.requeue_at(settings.now, *deadline),
+            _ => {}
+        }
+        if settings.min_ready_seconds > 0
+            && info.ready
+            && !info.available
+            && let Some(at) = common::pod::available_at(info.pod, settings.min_ready_seconds)
+        {
+            draft.requeue_at(settings.now, at);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Scaling: which pods to delete and which to create, to match the counts of [`super::diffs`].
+//!
+//! - `podsToDelete` pods are deleted first and replaced (the list plus lower replicas is a targeted scale-in);
+//! - scale-in victims are chosen by [`victims`]: old-revision pods first, down to `partition`, then updated
+//!   pods, each group in [`crate::priority::deletion_order`];
+//! - deleting an available pod costs one of the unavailable budget, so no deletion takes availability below
+//!   `replicas − maxUnavailable`; unavailable pods are deleted freely;
+//! - new pods get unique names and indices (`create`), the first `create_old` of the current revision.
+
+pub(crate) mod create;
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::diffs::Diffs;
+use super::draft::Draft;
+use super::settings::{PodInfo, Settings, count};
+use crate::action::{Action, CreateReason};
+use crate::gate::{DeleteCause, GateKind};
+use crate::priority;
+use create::{IdSource, NewPod};
+
+/// What scaling did this pass.
+#[derive(Debug, Default)]
+pub(crate) struct Scaled {
+    /// Something was created, deleted or moved to a gate state: the update step waits for the next pass.
+    pub acted: bool,
+    /// A configuration problem that stopped (part of) the scaling; reported as `FailedScale`.
+    pub problem: Option<String>,
+}
+
+/// The scale-in victims, in the order they are deleted: `diffs.delete_old` old-revision pods and
+/// `diffs.delete_new` updated pods (pods named in `podsToDelete` are not among them), each the first in
+/// [`priority::deletion_order`]. The one place that decides which pods a scale-in takes.
+pub(crate) fn victims<'i, 'a>(
+    settings: &Settings<'_>,
+    diffs: &Diffs,
+    infos: &'i [PodInfo<'a>],
+) -> Vec<&'i PodInfo<'a>> {
+    let by_deletion = |a: &&PodInfo<'_>, b: &&PodInfo<'_>| priority::deletion_order(a.pod, b.pod, &settings.costs);
+    let group = |updated: bool, n: i32| {
+        let mut group: Vec<&'i PodInfo<'a>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
+        group.sort_by(by_deletion);
+        group.truncate(usize::try_from(n).unwrap_or(0));
+        group
+    };
+    let mut victims = group(false, diffs.delete_old);
+    victims.extend(group(true, diffs.delete_new));
+    victims.sort_by(by_deletion);
+    victims
+}
+
+/// Plans this pass's scaling. `namespace_pods` keeps new names unique, `owned` (every owned pod, terminating
+/// ones too) keeps indices unique.
+pub(crate) fn plan(
+    settings: &Settings<'_>,
+    diffs: &Diffs,
+    infos: &[PodInfo<'_>],
+    namespace_pods: &[&Pod],
+    owned: &[&Pod],
+    seed: u64,
+    draft: &mut Draft,
+) -> Scaled {
+    let before = draft.actions.len();
+    let mut scaled = Scaled::default();
+    let mut budget = diffs.budget;
+
+    // podsToDelete.
+    let mut specified: Vec<&PodInfo<'_>> = infos.iter().filter(|i| i.specified).collect();
+    specified.sort_by(|a, b| priority::deletion_order(a.pod, b.pod, &settings.costs));
+    for info in &specified {
+        delete(settings, info, DeleteCause::PodsToDelete, &mut budget, draft);
+    }
+
+    // Scale in.
+    for info in victims(settings, diffs, infos) {
+        delete(settings, info, DeleteCause::ScaleIn, &mut budget, draft);
+    }
+
+    // Scale out.
+    if diffs.create > 0 {
+        scaled.problem = create(settings, diffs, namespace_pods, owned, seed, draft);
+    }
+    scaled.acted = draft.actions.len() > before;
+    scaled
+}
+
+/// Creates `diffs.create` pods (fewer when the index range runs out: the problem is returned).
+fn create(
+    settings: &Settings<'_>,
+    diffs: &Diffs,
+    namespace_pods: &[&Pod],
+    owned: &[&Pod],
+    seed: u64,
+    draft: &mut Draft,
+) -> Option<String> {
+    let mut problem = None;
+    let mut to_create = diffs.create;
+    let index = match create::index_range(settings.gd, settings.replicas) {
+        Ok(range) => range,
+        Err(e) => {
+            problem = Some(e);
+            to_create = 0;
+            None
+        }
+    };
+    let mut free_indices = index.map(|range| create::free_indices(range, owned)).unwrap_or_default();
+    if index.is_some() && count(free_indices.len()) < to_create {
+        problem = Some(format!(
+            "the index range has {} free indices but {to_create} pods are to be created",
+            free_indices.len()
+        ));
+        to_create = count(free_indices.len());
+    }
+    let taken: BTreeSet<String> = namespace_pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    let gd_name = settings.gd.metadata.name.as_deref().unwrap_or("");
+    let ids = IdSource::new(seed).unique_ids(gd_name, usize::try_from(to_create).unwrap_or(0), &taken);
+    free_indices.reverse();
+    for (k, id) in ids.iter().enumerate() {
+        let k = count(k);
+        let wanted =
+            if k < diffs.create_old { settings.current_revision.as_str() } else { settings.update_revision.as_str() };
+        // The current revision always has a template (it is kept in history); fall back to the update
+        // revision rather than not creating the pod.
+        let (revision, template) = match settings.templates.get(wanted) {
+            Some(t) => (wanted, t),
+            None => (settings.update_revision.as_str(), &settings.gd.spec.template),
+        };
+        let pod = create::build(&NewPod {
+            gd: settings.gd,
+            template,
+            revision,
+            id,
+            index: if index.is_some() { free_indices.pop() } else { None },
+            now: settings.now,
+        });
+        let reason = if k < diffs.create_for_replicas { CreateReason::Replicas } else { CreateReason::Surge };
+        draft.actions.push(Action::CreatePod { pod: Box::new(pod), reason });
+    }
+    problem
+}
+
+/// Deletes one pod through the gate, paying budget if the pod is available.
+fn delete(settings: &Settings<'_>, info: &PodInfo<'_>, cause: DeleteCause, budget: &mut i32, draft: &mut Draft) {
+    if draft.is_touched(info.name) {
+        return;
+    }
+    if info.update_available() {
+        if *budget <= 0 {
+            return;
+        }
+        *budget -= 1;
+    }
+    draft.touch(info.name);
+    if draft.pass_gate(settings, info, GateKind::Delete(cause)) {
+        draft.actions.push(Action::DeletePod { pod: info.pod_ref(), cause });
+    }
+}

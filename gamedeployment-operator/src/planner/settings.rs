@@ -1,0 +1,308 @@
+//! What one pass works with, resolved once from the spec and the observed objects: the [`Settings`] of the pass
+//! (replicas, partition, budgets, strategy, revisions, the gate's view of the hooks, deletion costs) and one
+//! [`PodInfo`] per owned, active pod. Every step of the planner reads these; none recomputes them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::api::GameDeploymentStatus;
+use common::api::{GameDeployment, GameDeploymentUpdateStrategyType};
+use common::intstr::{self, Rounding};
+use common::keys;
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+
+use super::Observed;
+use super::status::Failure;
+use super::update::inplace::{self, Progress};
+use crate::action::PodRef;
+use crate::gate::GateState;
+use crate::lifecycle::{self, LifecycleState};
+use crate::priority::DeletionCosts;
+
+/// The settings of one pass, resolved from the spec (int-or-percent values scaled, defaults applied) and the
+/// observed revisions.
+pub(crate) struct Settings<'a> {
+    pub gd: &'a GameDeployment,
+    pub now: Timestamp,
+    pub replicas: i32,
+    /// Pods kept on the old revision (already capped at `replicas`; a canary step may lower it).
+    pub partition: i32,
+    pub max_unavailable: i32,
+    /// Extra pods allowed during a RollingUpdate (0 for the other strategies and while paused).
+    pub max_surge: i32,
+    pub create_batch: Option<i32>,
+    pub strategy: GameDeploymentUpdateStrategyType,
+    pub paused: bool,
+    pub min_ready_seconds: i32,
+    pub grace_seconds: i32,
+    pub update_revision: String,
+    pub current_revision: String,
+    /// Template of every known revision, by name (the update revision's is the GameDeployment's template).
+    pub templates: BTreeMap<String, PodTemplateSpec>,
+    pub gate: GateState<'a>,
+    pub costs: DeletionCosts<'a>,
+    /// Whether the update settings resolved; if not, no pod is updated (FailedUpdate says why).
+    pub update_settings_ok: bool,
+}
+
+/// One owned, active pod as the planner sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct PodInfo<'a> {
+    pub pod: &'a Pod,
+    pub name: &'a str,
+    pub revision: Option<&'a str>,
+    /// Carries the update revision.
+    pub updated: bool,
+    pub state: LifecycleState,
+    pub ready: bool,
+    pub available: bool,
+    pub progress: Progress,
+    /// Named in `spec.scaleStrategy.podsToDelete`.
+    pub specified: bool,
+}
+
+impl PodInfo<'_> {
+    /// Available and nothing pending: taking it down costs update budget. A pod held by a gate, or being
+    /// updated, already counts as unavailable (CloneSet semantics).
+    pub fn update_available(&self) -> bool {
+        // `Updated` (a post-inplace hook still running) serves like `Normal`: the post hook never blocks others.
+        self.available
+            && matches!(self.state, LifecycleState::Normal | LifecycleState::Updated)
+            && self.progress.is_idle()
+    }
+
+    pub fn pod_ref(&self) -> PodRef {
+        PodRef::of(self.pod)
+    }
+}
+
+/// A pod count as the API's `int32` (saturating; a namespace never holds 2³¹ pods).
+pub(crate) fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// How many pods satisfy `predicate`.
+pub(crate) fn count_where(infos: &[PodInfo<'_>], predicate: impl Fn(&PodInfo<'_>) -> bool) -> i32 {
+    count(infos.iter().filter(|i| predicate(i)).count())
+}
+
+/// The revision pods of the "old" side are created from: the recorded `status.currentRevision` while it still
+/// exists, else the oldest revision an active pod runs, else the update revision.
+pub(crate) fn current_revision(
+    old: &GameDeploymentStatus,
+    active: &[&Pod],
+    revisions: &[&ControllerRevision],
+    update_revision: &str,
+) -> String {
+    let known =
+        |name: &str| name == update_revision || revisions.iter().any(|r| r.metadata.name.as_deref() == Some(name));
+    if let Some(current) = old.current_revision.as_deref().filter(|c| known(c)) {
+        return current.to_string();
+    }
+    let used: BTreeSet<&str> =
+        active.iter().filter_map(|p| common::pod::label(p, keys::CONTROLLER_REVISION_HASH)).collect();
+    revisions
+        .iter()
+        .filter(|r| r.metadata.name.as_deref().is_some_and(|n| used.contains(n)))
+        .min_by_key(|r| r.revision.unwrap_or(0))
+        .and_then(|r| r.metadata.name.clone())
+        .unwrap_or_else(|| update_revision.to_string())
+}
+
+/// Resolves the settings of the pass. Spec values that do not resolve are reported in `problems` (and fall back
+/// to a safe default: no update at all when an update setting is wrong).
+pub(crate) fn resolve<'a>(
+    observed: &Observed<'a>,
+    problems: &mut Vec<(Failure, String)>,
+    update_revision: String,
+    current_revision: String,
+    templates: BTreeMap<String, PodTemplateSpec>,
+) -> Settings<'a> {
+    let gd = observed.gd;
+    let replicas = gd.spec.replicas.unwrap_or(1).max(0);
+    let strategy = &gd.spec.update_strategy;
+    let mut update_settings_ok = true;
+    let mut resolve = |value, default: i32, rounding, field, failure| {
+        intstr::scaled_value_or(value, default, replicas, rounding, field).unwrap_or_else(|e| {
+            problems.push((failure, e.to_string()));
+            if failure == Failure::Update {
+                update_settings_ok = false;
+            }
+            default
+        })
+    };
+    let partition =
+        resolve(strategy.partition.as_ref(), 0, Rounding::Down, "spec.updateStrategy.partition", Failure::Update)
+            .min(replicas);
+    let surge_setting =
+        resolve(strategy.max_surge.as_ref(), 0, Rounding::Up, "spec.updateStrategy.maxSurge", Failure::Update);
+    let create_batch = gd.spec.scale_strategy.as_ref().and_then(|s| s.create_batch.as_ref()).map(|batch| {
+        resolve(Some(batch), replicas, Rounding::Up, "spec.scaleStrategy.createBatch", Failure::Scale).max(1)
+    });
+    let unavailable_setting = strategy.max_unavailable.as_ref();
+    // maxSurge only applies to RollingUpdate here (BCS surges every strategy, bug list §7.26).
+    let rolling = strategy.type_ == GameDeploymentUpdateStrategyType::RollingUpdate;
+    let surge_for_budget = if rolling { Some(IntOrString::Int(surge_setting)) } else { None };
+    let max_unavailable = match intstr::resolve_fenceposts(surge_for_budget.as_ref(), unavailable_setting, replicas) {
+        Ok((_, unavailable)) => unavailable,
+        Err(e) => {
+            problems.push((Failure::Update, e.to_string()));
+            update_settings_ok = false;
+            1
+        }
+    };
+    let max_surge = if rolling && !strategy.paused { surge_setting } else { 0 };
+    let sort_method = gd.metadata.annotations.as_ref().and_then(|a| a.get(keys::POD_DELETION_COST_SORT_METHOD));
+    Settings {
+        gd,
+        now: observed.now,
+        replicas,
+        partition,
+        max_unavailable,
+        max_surge,
+        create_batch,
+        strategy: strategy.type_,
+        paused: strategy.paused,
+        min_ready_seconds: gd.spec.min_ready_seconds.max(0),
+        grace_seconds: strategy.in_place_update_strategy.as_ref().map_or(0, |s| s.grace_period_seconds.max(0)),
+        update_revision,
+        current_revision,
+        templates,
+        gate: GateState { gd, hook_runs: observed.hook_runs, templates: observed.hook_templates, now: observed.now },
+        costs: DeletionCosts::new(observed.node_costs, sort_method.map(String::as_str)),
+        update_settings_ok,
+    }
+}
+
+/// One [`PodInfo`] per active pod, sorted by name.
+pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<PodInfo<'a>> {
+    let specified: BTreeSet<&str> = settings
+        .gd
+        .spec
+        .scale_strategy
+        .as_ref()
+        .map(|s| s.pods_to_delete.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let mut infos: Vec<PodInfo<'a>> = active
+        .iter()
+        .map(|pod| {
+            let name = pod.metadata.name.as_deref().unwrap_or("");
+            let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
+            PodInfo {
+                pod,
+                name,
+                revision,
+                updated: revision == Some(settings.update_revision.as_str()),
+                state: lifecycle::state_of(pod),
+                ready: common::pod::is_running_and_ready(pod),
+                available: common::pod::is_running(pod)
+                    && common::pod::is_available(pod, settings.min_ready_seconds, settings.now),
+                progress: inplace::progress(pod, settings.now),
+                specified: specified.contains(name),
+            }
+        })
+        .collect();
+    infos.sort_by(|a, b| a.name.cmp(b.name));
+    infos
+}
+
+#[cfg(test)]
+pub(crate) mod builder {
+    //! [`Pass`]: the inputs of one pass, owned, for the step modules' unit tests.
+
+    use std::collections::BTreeMap;
+
+    use common::api::{GameDeployment, HookRun, HookTemplate};
+    use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+
+    use super::{PodInfo, Settings};
+    use crate::fixtures::{self, ts};
+    use crate::planner::Observed;
+    use crate::planner::status::Failure;
+
+    /// Revision of the GameDeployment's template in a [`Pass`].
+    pub(crate) const NEW: &str = "new";
+    /// The older revision (image `game:0`) in a [`Pass`].
+    pub(crate) const OLD: &str = "old";
+
+    /// A GameDeployment whose update revision is [`NEW`] (its template) and whose current revision is [`OLD`]
+    /// (the same template with image `game:0`), with the pods, HookRuns and HookTemplates a test adds.
+    pub(crate) struct Pass {
+        pub gd: GameDeployment,
+        pub pods: Vec<Pod>,
+        pub hook_runs: Vec<HookRun>,
+        pub hook_templates: Vec<HookTemplate>,
+        pub node_costs: BTreeMap<String, f64>,
+        /// Seconds since the epoch.
+        pub now: i64,
+    }
+
+    impl Pass {
+        pub fn new(gd: GameDeployment) -> Self {
+            Self {
+                gd,
+                pods: Vec::new(),
+                hook_runs: Vec::new(),
+                hook_templates: Vec::new(),
+                node_costs: BTreeMap::new(),
+                now: 1_000,
+            }
+        }
+
+        /// Adds `n` serving pods of the old revision (`game-o0`, `game-o1`...).
+        pub fn old(mut self, n: usize) -> Self {
+            for i in 0..n {
+                self.pods.push(fixtures::pod(&format!("game-o{i}")).serving(OLD, "game:0", 10).build());
+            }
+            self
+        }
+
+        /// Adds `n` serving pods of the update revision (`game-n0`, `game-n1`...).
+        pub fn updated(mut self, n: usize) -> Self {
+            for i in 0..n {
+                self.pods.push(fixtures::pod(&format!("game-n{i}")).serving(NEW, "game:1", 10).build());
+            }
+            self
+        }
+
+        pub fn pod(mut self, pod: Pod) -> Self {
+            self.pods.push(pod);
+            self
+        }
+
+        /// The settings and the spec problems found resolving them.
+        pub fn resolve(&self) -> (Settings<'_>, Vec<(Failure, String)>) {
+            let observed = Observed {
+                gd: &self.gd,
+                pods: self.pods.iter().collect(),
+                revisions: Vec::new(),
+                node_costs: &self.node_costs,
+                now: ts(self.now),
+                seed: 7,
+                hook_runs: &self.hook_runs,
+                hook_templates: &self.hook_templates,
+            };
+            let mut old: PodTemplateSpec = self.gd.spec.template.clone();
+            if let Some(spec) = old.spec.as_mut() {
+                spec.containers[0].image = Some("game:0".into());
+            }
+            let templates = BTreeMap::from([(OLD.to_string(), old), (NEW.to_string(), self.gd.spec.template.clone())]);
+            let mut problems = Vec::new();
+            let settings = super::resolve(&observed, &mut problems, NEW.into(), OLD.into(), templates);
+            (settings, problems)
+        }
+
+        /// The settings (spec problems ignored).
+        pub fn settings(&self) -> Settings<'_> {
+            self.resolve().0
+        }
+
+        /// The pods as the planner sees them (every pod active and owned).
+        pub fn infos<'a>(&'a self, settings: &Settings<'_>) -> Vec<PodInfo<'a>> {
+            let pods: Vec<&Pod> = self.pods.iter().filter(|p| common::pod::is_active(p)).collect();
+            super::pod_infos(settings, &pods)
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Updating: which pods move to the update revision this pass, within the budget, and how (one submodule per
+//! strategy).
+//!
+//! - how many: `diffs.update`, old pods beyond the partition (pods named in `podsToDelete` or held by scaling
+//!   this pass are left out);
+//! - which: [`batch`] takes candidates in [`crate::priority::update_order`] — pods already held by a gate first
+//!   (they are re-checked, not chosen again), then unavailable pods (updating them costs nothing), then the
+//!   least valuable available pods, each available pod paying one of the unavailable budget, so our own actions
+//!   never take availability below `replicas − maxUnavailable`;
+//! - a pod in an in-place grace period towards the update revision already counts as taken.
+//!
+//! Paused GameDeployments and `OnDelete` start no update (in-place updates already started still finish).
+
+pub(crate) mod hotpatch;
+pub(crate) mod inplace;
+pub(crate) mod ondelete;
+mod rolling;
+
+use common::api::GameDeploymentUpdateStrategyType as Strategy;
+
+use super::diffs::Diffs;
+use super::draft::Draft;
+use super::settings::{PodInfo, Settings, count, count_where};
+use crate::action::{Action, PlannedEvent};
+use crate::gate::{DeleteCause, GateKind};
+use crate::lifecycle::LifecycleState;
+use crate::priority;
+use inplace::Progress;
+
+/// The pods this pass's update batch takes, in order: at most `diffs.update` (less the old pods another step
+/// already acted on), each available one paying one of `diffs.budget`. Pods in a grace period towards the update
+/// revision count as taken but are not returned (they are on their way already). The one place that decides
+/// which pods a batch takes.
+pub(crate) fn batch<'i, 'a>(
+    settings: &Settings<'_>,
+    diffs: &Diffs,
+    infos: &'i [PodInfo<'a>],
+    draft: &Draft,
+) -> Vec<&'i PodInfo<'a>> {
+    let mut candidates: Vec<&'i PodInfo<'a>> =
+        infos.iter().filter(|i| !i.updated && !i.specified && !draft.is_touched(i.name)).collect();
+    let elsewhere = count_where(infos, |i| !i.updated && !i.specified) - count(candidates.len());
+    let need = diffs.update_after(elsewhere);
+    let mut chosen = Vec::new();
+    if need == 0 {
+        return chosen;
+    }
+    candidates.sort_by(|a, b| priority::update_order(a.pod, b.pod));
+    let mut budget = diffs.budget;
+    let mut taken = 0;
+    for info in candidates {
+        if taken >= need {
+            break;
+        }
+        match &info.progress {
+            Progress::Grace(grace) if grace.revision == settings.update_revision => {
+                taken += 1;
+                continue;
+            }
+            Progress::Idle => {}
+            // Finishing an update to another revision first; it is unavailable already.
+            _ => continue,
+        }
+        if !info.state.is_preparing() && info.update_available() {
+            if budget <= 0 {
+                continue;
+            }
+            budget -= 1;
+        }
+        taken += 1;
+        chosen.push(info);
+    }
+    chosen
+}
+
+/// Plans this pass's updates.
+pub(crate) fn plan(settings: &Settings<'_>, diffs: &Diffs, infos: &[PodInfo<'_>], draft: &mut Draft) {
+    if settings.paused || settings.strategy == Strategy::OnDelete {
+        return;
+    }
+    for info in batch(settings, diffs, infos, draft) {
+        draft.touch(info.name);
+        update_pod(settings, info, draft);
+    }
+}
+
+/// Moves one pod with the GameDeployment's strategy.
+fn update_pod(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) {
+    let hot_patch = match settings.strategy {
+        Strategy::RollingUpdate => return rolling::replace(settings, info, DeleteCause::RollingUpdate, draft),
+        Strategy::OnDelete => return,
+        Strategy::InplaceUpdate => false,
+        Strategy::HotPatchUpdate => true,
+    };
+    let new_template = settings.templates.get(&settings.update_revision).unwrap_or(&settings.gd.spec.template);
+    let planned = match (info.revision, info.revision.and_then(|r| settings.templates.get(r))) {
+        (Some(from), Some(old)) => inplace::diff(old, new_template).map(|change| (from, change)),
+        (Some(from), None) => Err(format!("its revision {from} no longer exists, so the change cannot be computed")),
+        (None, _) => {
+            Err("it has no controller-revision-hash label (it was adopted), so the change cannot be computed"
+                .to_string())
+        }
+    };
+    let (from, change) = match planned {
+        Ok(planned) => planned,
+        Err(reason) => return fallback(settings, info, &reason, draft),
+    };
+    let step = inplace::Step {
+        pod: info.pod,
+        from_revision: from,
+        to_revision: &settings.update_revision,
+        change: &change,
+        now: settings.now,
+    };
+    let kind = if hot_patch { GateKind::HotPatchUpdate } else { GateKind::InPlaceUpdate };
+    let modified: Vec<String> = change.images.keys().cloned().collect();
+    if draft.pass_gate_with(settings, info, kind, &modified) {
+        let change = if hot_patch { hotpatch::update(&step) } else { inplace::start(&step, settings.grace_seconds) };
+        draft.actions.push(Action::PatchPod(change));
+    }
+}
+
+/// A change that cannot be made in place: recreate the pod (through the delete gate) and say why, once.
+fn fallback(settings: &Settings<'_>, info: &PodInfo<'_>, reason: &str, draft: &mut Draft) {
+    if info.state != LifecycleState::PreparingDelete {
+        draft.events.push(PlannedEvent::warning(
+            "InPlaceUpdateNotPossible",
+            format!("pod {}: {reason}; recreating it from revision {}", info.name, settings.update_revision),
+        ));
+    }
+    rolling::replace(settings, info, DeleteCause::RecreateFallback, draft);
+}
