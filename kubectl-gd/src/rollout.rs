@@ -82,11 +82,17 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
         if retry_requested(snapshot, kind) {
             continue;
         }
-        // A condition naming a run that no longer exists is stale: the run was deleted for a retry.
-        let current = |c: &&common::api::HookCondition| {
-            c.hook_run.as_deref().is_none_or(|n| snapshot.runs.iter().any(|r| r.metadata.name.as_deref() == Some(n)))
+        // The run, when it exists, is fresher than the status: a condition naming a run that is gone (deleted for
+        // a retry) or that was recreated under the same name and is running again is stale.
+        let failed_now = |c: &&common::api::HookCondition| match c.hook_run.as_deref() {
+            Some(n) => snapshot
+                .runs
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(n))
+                .is_some_and(|r| failed(run_phase(r))),
+            None => failed(c.phase),
         };
-        if let Some(c) = list.iter().filter(current).find(|c| failed(c.phase)) {
+        if let Some(c) = list.iter().filter(|c| failed(c.phase)).find(failed_now) {
             let run = c
                 .hook_run
                 .as_deref()

@@ -93,6 +93,9 @@ fn retry_requested_or_run_deleted_is_progress_not_failure() {
     // The failed run is gone (deleted for a retry) but the status still lists it: stale, not a failure.
     let verdict = judge(&Snapshot::owned(fixtures::gd(), revisions(), pods(), vec![run("s9rbp", SUCCESS, RUNNING)]));
     assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    // Retried: a new run under the same name is running again while the status still says Failed.
+    let verdict = judge(&Snapshot::owned(fixtures::gd(), revisions(), pods(), vec![run("k2x7q", SUCCESS, RUNNING)]));
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
 }
 
 fn finished(mut gd: common::api::GameDeployment, reason: &str) -> common::api::GameDeployment {
