@@ -180,19 +180,8 @@ impl Expectations {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-
-    fn pod(name: &str, uid: &str, rv: &str) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                uid: Some(uid.into()),
-                resource_version: Some(rv.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-    }
 
     #[test]
     fn waits_until_the_cache_shows_each_write() {
@@ -202,16 +191,16 @@ mod tests {
         e.expect_delete("ns/gd", "uid-b", t0);
         e.expect_patch("ns/gd", "gd-c", "105", t0);
         e.expect_revision("ns/gd", "gd-123", t0);
-        let b = pod("gd-b", "uid-b", "90");
-        let c_old = pod("gd-c", "uid-c", "100");
+        let b = pod("gd-b").uid("uid-b").resource_version("90").build();
+        let c_old = pod("gd-c").uid("uid-c").resource_version("100").build();
         assert!(matches!(e.check("ns/gd", &[&b, &c_old], &[], t0), Check::Waiting { outstanding: 4, .. }));
         // Other GameDeployments are not affected.
         assert_eq!(e.check("ns/other", &[], &[], t0), Check::Satisfied { expired: 0 });
 
-        let a = pod("gd-a", "uid-a", "101");
+        let a = pod("gd-a").uid("uid-a").resource_version("101").build();
         let mut b_leaving = b.clone();
         b_leaving.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        let c_new = pod("gd-c", "uid-c", "106");
+        let c_new = pod("gd-c").uid("uid-c").resource_version("106").build();
         let revision = ControllerRevision {
             metadata: ObjectMeta { name: Some("gd-123".into()), ..Default::default() },
             ..Default::default()

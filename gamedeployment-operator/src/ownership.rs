@@ -172,37 +172,16 @@ pub fn claim<'a>(gd: &GameDeployment, pods: &[&'a Pod], may_adopt: bool) -> Clai
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::api::GameDeploymentSpec;
-    use k8s_openapi::api::core::v1::PodTemplateSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use crate::fixtures;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     fn gd(selector: LabelSelector, template_labels: &[(&str, &str)]) -> GameDeployment {
-        let mut gd = GameDeployment::new(
-            "web",
-            GameDeploymentSpec {
-                replicas: Some(1),
-                selector,
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta { labels: Some(labels(template_labels)), ..Default::default() }),
-                    spec: None,
-                },
-                service_name: None,
-                scale_strategy: None,
-                update_strategy: Default::default(),
-                pre_delete_update_strategy: None,
-                pre_inplace_update_strategy: None,
-                post_inplace_update_strategy: None,
-                revision_history_limit: Some(10),
-                min_ready_seconds: 0,
-                disable_readiness_gate: false,
-            },
-        );
-        gd.metadata.uid = Some("gd-uid".into());
-        gd.metadata.namespace = Some("default".into());
+        let mut gd = fixtures::gd(1, "RollingUpdate");
+        gd.spec.selector = selector;
+        gd.spec.template.metadata.get_or_insert_with(Default::default).labels = Some(labels(template_labels));
         gd
     }
 
@@ -219,23 +198,10 @@ mod tests {
     }
 
     fn pod(name: &str, pod_labels: &[(&str, &str)], owner_uid: Option<&str>) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(labels(pod_labels)),
-                owner_references: owner_uid.map(|uid| {
-                    vec![OwnerReference {
-                        api_version: "tkex.tencent.com/v1alpha1".into(),
-                        kind: "GameDeployment".into(),
-                        name: "web".into(),
-                        uid: uid.into(),
-                        controller: Some(true),
-                        block_owner_deletion: Some(true),
-                    }]
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
+        let pod = fixtures::pod(name).labels(pod_labels);
+        match owner_uid {
+            Some(uid) => pod.owned_by(uid).build(),
+            None => pod.build(),
         }
     }
 
@@ -282,9 +248,7 @@ mod tests {
         let stray = pod("stray", &[("app", "other")], Some("gd-uid"));
         let foreign = pod("foreign", &[("app", "web")], Some("other-uid"));
         let unrelated = pod("unrelated", &[("app", "other")], None);
-        let mut leaving = pod("leaving", &[("app", "other")], Some("gd-uid"));
-        leaving.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let leaving = fixtures::pod("leaving").labels(&[("app", "other")]).owned_by("gd-uid").terminating().build();
         let pods = [&owned, &orphan, &stray, &foreign, &unrelated, &leaving];
         let c = claim(&gd, &pods, true);
         let names = |v: &[&Pod]| v.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();

@@ -117,28 +117,13 @@ pub fn update_order(a: &Pod, b: &Pod) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use crate::fixtures;
 
     fn pod(name: &str, node: Option<&str>, phase: &str, ready_at: Option<i64>, cost: Option<&str>) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                creation_timestamp: Some(Time(Timestamp::from_second(0).unwrap())),
-                annotations: cost.map(|c| [(keys::POD_DELETION_COST.to_string(), c.to_string())].into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec { node_name: node.map(Into::into), ..Default::default() }),
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready_at.is_some() { "True" } else { "False" }.into(),
-                    last_transition_time: ready_at.map(|s| Time(Timestamp::from_second(s).unwrap())),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
+        let pod = fixtures::pod(name).created_at(0).node(node).phase(phase).ready_at(ready_at);
+        match cost {
+            Some(cost) => pod.annotation(keys::POD_DELETION_COST, cost).build(),
+            None => pod.build(),
         }
     }
 

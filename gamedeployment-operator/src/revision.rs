@@ -217,47 +217,14 @@ pub fn history_to_delete(revisions: &[&ControllerRevision], live: &BTreeSet<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::api::GameDeploymentSpec;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use crate::fixtures;
 
-    pub(crate) fn template(image: &str) -> PodTemplateSpec {
-        PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some([("app".to_string(), "web".to_string())].into()),
-                ..Default::default()
-            }),
-            spec: Some(PodSpec {
-                containers: vec![Container { name: "main".into(), image: Some(image.into()), ..Default::default() }],
-                ..Default::default()
-            }),
-        }
+    fn template(image: &str) -> PodTemplateSpec {
+        gd(image).spec.template
     }
 
     fn gd(image: &str) -> GameDeployment {
-        let mut gd = GameDeployment::new(
-            "web",
-            GameDeploymentSpec {
-                replicas: Some(1),
-                selector: LabelSelector {
-                    match_labels: Some([("app".to_string(), "web".to_string())].into()),
-                    match_expressions: None,
-                },
-                template: template(image),
-                service_name: None,
-                scale_strategy: None,
-                update_strategy: Default::default(),
-                pre_delete_update_strategy: None,
-                pre_inplace_update_strategy: None,
-                post_inplace_update_strategy: None,
-                revision_history_limit: Some(10),
-                min_ready_seconds: 0,
-                disable_readiness_gate: false,
-            },
-        );
-        gd.metadata.uid = Some("uid-1".into());
-        gd.metadata.namespace = Some("default".into());
-        gd
+        fixtures::gd_with_image(image)
     }
 
     #[test]
@@ -294,7 +261,7 @@ mod tests {
         let gd = gd("nginx:1");
         let mut go_style = new_revision(&gd, None, 1);
         go_style.data = RawExtension(json!({"spec": {"template": {
-            "metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+            "metadata": {"creationTimestamp": null, "labels": {"app": "game"}},
             "spec": {"containers": [{"name": "main", "image": "nginx:1", "resources": {}}]},
             "$patch": "replace"
         }}}));
@@ -310,7 +277,7 @@ mod tests {
         let Some(RevisionChange::Create(r1)) = first.change else { panic!("expected a new revision") };
         assert_eq!(r1.revision, Some(1));
         assert_eq!(Some(first.update_revision.clone()), r1.metadata.name);
-        assert_eq!(r1.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        assert_eq!(r1.metadata.owner_references.as_ref().unwrap()[0].uid, fixtures::GD_UID);
         assert!(r1.metadata.labels.as_ref().unwrap().contains_key(keys::CONTROLLER_REVISION_HASH_ONLY));
 
         assert_eq!(resolve(&v1, &[&r1]).change, None);

@@ -307,3 +307,60 @@ fn build_step_run(
 fn set_paused(gd: &GameDeployment, paused: bool) -> Action {
     Action::SetPaused { paused, resource_version: gd.metadata.resource_version.clone().unwrap_or_default() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::gd;
+    use crate::planner::settings::builder::{NEW, OLD, Pass};
+
+    fn with_steps() -> Pass {
+        let mut g = gd(4, "InplaceUpdate");
+        g.spec.update_strategy.canary = Some(
+            serde_json::from_value(serde_json::json!({"steps": [{"partition": 3}, {"pause": {}}, {"partition": 1}]}))
+                .expect("valid canary"),
+        );
+        Pass::new(g).old(4)
+    }
+
+    #[test]
+    fn a_new_game_deployment_skips_its_steps() {
+        let pass = with_steps();
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let out = evaluate(
+            &pass.gd,
+            &GameDeploymentStatus::default(),
+            NEW,
+            Counts::of(&infos, &settings),
+            &settings.gate,
+            settings.now,
+        );
+        assert_eq!((out.partition, out.current_step_index), (None, Some(3)));
+        assert_eq!(out.canary.and_then(|c| c.revision).as_deref(), Some(NEW));
+    }
+
+    #[test]
+    fn a_template_change_starts_at_step_zero_with_its_partition() {
+        let pass = with_steps();
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let old = GameDeploymentStatus {
+            update_revision: Some(OLD.into()),
+            current_step_index: Some(3),
+            current_step_hash: Some(steps_hash(&pass.gd.spec.update_strategy.canary.as_ref().unwrap().steps)),
+            canary: Some(CanaryStatus { revision: Some(OLD.into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let out = evaluate(&pass.gd, &old, NEW, Counts::of(&infos, &settings), &settings.gate, settings.now);
+        assert_eq!((out.partition, out.current_step_index), (Some(3), Some(0)));
+        assert!(out.events.iter().any(|e| e.reason == "SetStepIndex"));
+        let mut status = GameDeploymentStatus::default();
+        out.apply_to(&mut status);
+        assert_eq!(status.current_step_index, Some(0));
+
+        // Rolling back to the stable revision skips every step.
+        let back = evaluate(&pass.gd, &old, OLD, Counts::of(&infos, &settings), &settings.gate, settings.now);
+        assert_eq!(back.partition, None);
+    }
+}

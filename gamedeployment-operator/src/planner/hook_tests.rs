@@ -1,30 +1,20 @@
 //! Hook gates on the simulated cluster: runs are created once per pod and revision, a pod changes only with a
 //! `Successful` run, failures are reported and held until `retry`, runs are cleaned up.
 
-use common::api::{HookPhase, HookRunStatus, HookTemplate};
+use common::api::{HookPhase, HookRunStatus};
 use serde_json::json;
 
 use super::world::World;
 use crate::action::Action;
-use crate::fixtures::gd;
+use crate::fixtures::{gd, hook_template};
 use crate::lifecycle::{self, LifecycleState};
-
-fn template() -> HookTemplate {
-    serde_json::from_value(json!({
-        "apiVersion": "tkex.tencent.com/v1alpha1",
-        "kind": "HookTemplate",
-        "metadata": {"name": "drain", "namespace": "default"},
-        "spec": {"args": [{"name": "PodIP"}], "metrics": [{"name": "m", "provider": {"web": {"url": "http://{{ args.PodIP }}"}}}]}
-    }))
-    .expect("valid template")
-}
 
 fn hooked(replicas: i32, strategy: &str) -> World {
     let mut gd = gd(replicas, strategy);
     gd.spec.pre_delete_update_strategy =
         Some(serde_json::from_value(json!({"hook": {"templateName": "drain"}})).expect("valid strategy"));
     let mut world = World::new(gd);
-    world.hook_templates.push(template());
+    world.hook_templates.push(hook_template());
     assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
     world
 }
@@ -124,7 +114,7 @@ fn missing_template_blocks_only_the_pods_that_need_it() {
     passes(&mut world, 5);
     assert_eq!(world.active().len(), 5);
     // The template appears: the condition goes once nothing needs it.
-    world.hook_templates.push(template());
+    world.hook_templates.push(hook_template());
     world.gd.spec.replicas = Some(4);
     passes(&mut world, 3);
     let status = world.gd.status.clone().unwrap_or_default();
@@ -160,7 +150,7 @@ fn post_inplace_hook_runs_after_the_update_and_does_not_block_others() {
         Some(serde_json::from_value(json!({"hook": {"templateName": "drain"}})).expect("valid strategy"));
     gd.spec.update_strategy.max_unavailable = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1));
     let mut world = World::new(gd);
-    world.hook_templates.push(template());
+    world.hook_templates.push(hook_template());
     assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
     if let Some(s) = world.gd.spec.template.spec.as_mut() {
         s.containers[0].image = Some("game:2".into());
@@ -202,7 +192,7 @@ fn canary_steps_partition_pause_and_hook() {
         .expect("valid steps"),
     );
     let mut world = World::new(gd);
-    let mut t = template();
+    let mut t = hook_template();
     t.spec.args.clear();
     world.hook_templates.push(t);
     assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");

@@ -65,3 +65,44 @@ pub(super) fn truncate_history(
         draft.actions.push(Action::DeleteRevision { name });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures::{self, gd};
+    use crate::planner::settings::builder::{OLD, Pass};
+
+    #[test]
+    fn unneeded_holds_go_back_to_normal_unless_paused_before_an_update() {
+        let held = |state| fixtures::pod("game-held").serving(OLD, "game:0", 10).state(state).build();
+        for (state, paused, released) in [
+            (LifecycleState::PreparingDelete, false, true),
+            (LifecycleState::PreparingUpdate, false, true),
+            (LifecycleState::PreparingUpdate, true, false),
+        ] {
+            let mut pass = Pass::new(gd(1, "InplaceUpdate")).pod(held(state));
+            pass.gd.spec.update_strategy.paused = paused;
+            let settings = pass.settings();
+            let infos = pass.infos(&settings);
+            let mut draft = Draft::default();
+            release_unneeded_holds(&settings, &infos, &mut draft);
+            assert_eq!(draft.actions.len(), usize::from(released), "{state:?} paused={paused}");
+        }
+    }
+
+    #[test]
+    fn pods_to_delete_of_gone_pods_are_pruned() {
+        let mut g = gd(1, "RollingUpdate");
+        g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
+            pods_to_delete: vec!["game-o0".into(), "gone".into()],
+            create_batch: None,
+        });
+        let pass = Pass::new(g).old(1);
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        let mut draft = Draft::default();
+        prune_pods_to_delete(&pass.gd, &pods, &mut draft);
+        assert!(
+            matches!(&draft.actions[..], [Action::PrunePodsToDelete { remaining, .. }] if *remaining == ["game-o0"])
+        );
+    }
+}

@@ -88,3 +88,46 @@ pub(super) fn requeue(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mu
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::PatchReason;
+    use crate::fixtures::{self, gd};
+    use crate::planner::settings::builder::{NEW, Pass};
+
+    #[test]
+    fn new_pods_get_the_readiness_gate_and_touched_pods_are_left_alone() {
+        let mut pod = fixtures::pod("game-new").serving(NEW, "game:1", 10).build();
+        if let Some(conditions) = pod.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            conditions.retain(|c| c.type_ != keys::IN_PLACE_UPDATE_READY);
+        }
+        let pass = Pass::new(gd(2, "InplaceUpdate")).updated(1).pod(pod);
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let mut draft = Draft::default();
+        plan(&settings, &infos, &mut draft);
+        assert_eq!(draft.actions.len(), 1);
+        assert!(
+            matches!(&draft.actions[0], Action::PatchPod(c) if c.reason == PatchReason::ReadinessGate && c.pod.name == "game-new")
+        );
+
+        let mut draft = Draft::default();
+        draft.touch("game-new");
+        plan(&settings, &infos, &mut draft);
+        assert!(draft.actions.is_empty());
+    }
+
+    #[test]
+    fn looks_again_when_a_ready_pod_becomes_available() {
+        let mut g = gd(1, "InplaceUpdate");
+        g.spec.min_ready_seconds = 30;
+        let mut pass = Pass::new(g).pod(fixtures::pod("game-n0").serving(NEW, "game:1", 990).build());
+        pass.now = 1_000;
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let mut draft = Draft::default();
+        requeue(&settings, &infos, &mut draft);
+        assert_eq!(draft.requeue_after(), Some(std::time::Duration::from_secs(20)));
+    }
+}

@@ -306,3 +306,48 @@ pub(crate) mod builder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::builder::{NEW, OLD, Pass};
+    use super::*;
+    use crate::fixtures::{self, gd};
+
+    #[test]
+    fn bad_update_settings_are_reported_and_stop_updates_only() {
+        let mut g = gd(4, "RollingUpdate");
+        g.spec.update_strategy.partition = Some(IntOrString::String("lots".into()));
+        g.spec.update_strategy.max_surge = Some(IntOrString::Int(1));
+        g.spec.update_strategy.paused = true;
+        let pass = Pass::new(g);
+        let (settings, problems) = pass.resolve();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].0, Failure::Update);
+        assert!(problems[0].1.contains("partition"), "{problems:?}");
+        assert!(!settings.update_settings_ok);
+        assert_eq!((settings.partition, settings.max_surge), (0, 0), "no surge while paused");
+    }
+
+    #[test]
+    fn pod_infos_are_sorted_and_classified() {
+        let mut g = gd(3, "InplaceUpdate");
+        g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
+            pods_to_delete: vec!["game-o0".into()],
+            create_batch: None,
+        });
+        let pass =
+            Pass::new(g).updated(1).old(1).pod(fixtures::pod("game-a").serving(OLD, "game:0", 10).not_ready().build());
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let summary: Vec<(&str, bool, bool, bool)> =
+            infos.iter().map(|i| (i.name, i.updated, i.ready, i.specified)).collect();
+        assert_eq!(
+            summary,
+            [("game-a", false, false, false), ("game-n0", true, true, false), ("game-o0", false, true, true)]
+        );
+        assert_eq!(infos[1].revision, Some(NEW));
+        assert_eq!(count_where(&infos, |i| i.update_available()), 2);
+    }
+}

@@ -318,3 +318,56 @@ mod tests {
         assert_eq!(names(["a", "b", "c", "d", "e"].into_iter()), "a, b, c and 2 more");
     }
 }
+
+#[cfg(test)]
+mod step_tests {
+    use super::*;
+    use crate::fixtures::gd;
+    use crate::planner::diffs;
+    use crate::planner::settings::builder::{NEW, OLD, Pass};
+
+    fn status_of(pass: &Pass) -> GameDeploymentStatus {
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        compute(&settings, &diffs, &GameDeploymentStatus::default(), &infos, &Draft::default(), &[])
+    }
+
+    #[test]
+    fn counts_revisions_and_progress() {
+        let status = status_of(&Pass::new(gd(3, "InplaceUpdate")).updated(3));
+        assert_eq!((status.replicas, status.ready_replicas, status.updated_replicas), (3, 3, 3));
+        assert_eq!(status.current_revision.as_deref(), Some(NEW), "settled: the update revision is current");
+        assert_eq!(condition(&status, PROGRESSING).and_then(|c| c.reason.as_deref()), Some("RolloutComplete"));
+
+        let status = status_of(&Pass::new(gd(3, "InplaceUpdate")).old(2).updated(1));
+        assert_eq!((status.updated_replicas, status.current_revision.as_deref()), (1, Some(OLD)));
+        let progressing = condition(&status, PROGRESSING).unwrap();
+        assert_eq!(progressing.reason.as_deref(), Some("RolloutInProgress"));
+        assert!(progressing.message.as_deref().unwrap().contains("update budget"), "{progressing:?}");
+    }
+
+    #[test]
+    fn write_failures_become_conditions_and_clear_on_success() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut status = GameDeploymentStatus::default();
+        let failures = vec![(Phase::Update, "a".to_string()), (Phase::Update, "b".to_string())];
+        apply_write_outcome(&mut status, &failures, &BTreeSet::new(), now);
+        let failed = condition(&status, FAILED_UPDATE).unwrap();
+        assert_eq!(
+            (failed.reason.as_deref(), failed.message.as_deref()),
+            (Some(REASON_WRITE_FAILED), Some("a (and 1 more)"))
+        );
+        assert!(condition(&status, FAILED_SCALE).is_none());
+        // A later successful write of that part clears it; a success elsewhere does not.
+        apply_write_outcome(&mut status, &[], &BTreeSet::from([Phase::Scale]), now);
+        assert!(condition(&status, FAILED_UPDATE).is_some());
+        apply_write_outcome(&mut status, &[], &BTreeSet::from([Phase::Update]), now);
+        assert!(condition(&status, FAILED_UPDATE).is_none());
+        // A spec problem is not a write failure: it stays.
+        set_condition(&mut status.conditions, FAILED_SCALE, "True", REASON_INVALID_SPEC, "bad", now);
+        apply_write_outcome(&mut status, &[], &BTreeSet::from([Phase::Scale]), now);
+        assert!(condition(&status, FAILED_SCALE).is_some());
+        assert_eq!(Failure::Scale.phase(), Phase::Scale);
+    }
+}

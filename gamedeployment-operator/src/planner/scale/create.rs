@@ -160,20 +160,11 @@ pub fn build(new: &NewPod<'_>) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use k8s_openapi::api::core::v1::Container;
 
     fn gd(annotations: &[(&str, &str)]) -> GameDeployment {
-        let mut gd: GameDeployment = serde_json::from_value(serde_json::json!({
-            "apiVersion": "tkex.tencent.com/v1alpha1",
-            "kind": "GameDeployment",
-            "metadata": {"name": "game", "namespace": "ns", "uid": "u"},
-            "spec": {
-                "replicas": 3,
-                "selector": {"matchLabels": {"app": "game"}},
-                "template": {"metadata": {"labels": {"app": "game"}}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
-            }
-        }))
-        .unwrap();
+        let mut gd = fixtures::gd(3, "RollingUpdate");
         gd.metadata.annotations = Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
         gd
     }
@@ -209,14 +200,8 @@ mod tests {
 
     #[test]
     fn free_indices_skip_used_but_not_finished_pods() {
-        let pod = |index: &str, phase: &str| Pod {
-            metadata: ObjectMeta {
-                annotations: Some([(keys::INDEX_ID.to_string(), index.to_string())].into()),
-                ..Default::default()
-            },
-            status: Some(k8s_openapi::api::core::v1::PodStatus { phase: Some(phase.into()), ..Default::default() }),
-            ..Default::default()
-        };
+        let pod =
+            |index: &str, phase: &str| fixtures::pod(index).annotation(keys::INDEX_ID, index).phase(phase).build();
         let (a, b, c) = (pod("0", "Running"), pod("2", "Pending"), pod("1", "Failed"));
         let free = free_indices(IndexRange { pod_start_index: 0, pod_end_index: 4 }, &[&a, &b, &c]);
         assert_eq!(free, [1, 3]);

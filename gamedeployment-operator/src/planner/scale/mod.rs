@@ -157,3 +157,87 @@ fn delete(settings: &Settings<'_>, info: &PodInfo<'_>, cause: DeleteCause, budge
         draft.actions.push(Action::DeletePod { pod: info.pod_ref(), cause });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+    use crate::fixtures::{self, gd};
+    use crate::planner::diffs;
+    use crate::planner::settings::builder::{NEW, OLD, Pass};
+
+    fn deleted(draft: &Draft) -> Vec<(String, DeleteCause)> {
+        draft
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::DeletePod { pod, cause } => Some((pod.name.clone(), *cause)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn victims_are_old_pods_first_in_deletion_order() {
+        let mut g = gd(3, "InplaceUpdate");
+        g.spec.update_strategy.partition = Some(IntOrString::Int(1));
+        let pass = Pass::new(g)
+            .old(2)
+            .updated(2)
+            .pod(fixtures::pod("game-sick").serving(OLD, "game:0", 10).not_ready().build());
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let names: Vec<&str> = victims(&settings, &diffs, &infos).iter().map(|i| i.name).collect();
+        // 5 pods, 3 wanted, 3 old of which 1 is kept by the partition: the not-ready pod goes first.
+        assert_eq!(names.len(), 2);
+        assert_eq!(names[0], "game-sick");
+        assert!(names.iter().all(|n| n.starts_with("game-o") || *n == "game-sick"), "{names:?}");
+    }
+
+    #[test]
+    fn deletions_of_available_pods_stay_within_the_budget() {
+        let mut g = gd(3, "RollingUpdate");
+        g.spec.update_strategy.max_unavailable = Some(IntOrString::Int(1));
+        g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
+            pods_to_delete: vec!["game-n0".into(), "game-n1".into()],
+            create_batch: None,
+        });
+        let pass = Pass::new(g).updated(3);
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        let scaled = plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        assert!(scaled.acted && scaled.problem.is_none());
+        assert_eq!(deleted(&draft).len(), 1, "one available pod may go (maxUnavailable 1)");
+        assert_eq!(deleted(&draft)[0].1, DeleteCause::PodsToDelete);
+    }
+
+    #[test]
+    fn scale_out_creates_old_revision_pods_up_to_the_partition_then_new_ones() {
+        let mut g = gd(4, "InplaceUpdate");
+        g.spec.update_strategy.partition = Some(IntOrString::Int(2));
+        let pass = Pass::new(g).old(1);
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        let revisions: Vec<String> = draft
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreatePod { pod, reason } => {
+                    assert_eq!(*reason, CreateReason::Replicas);
+                    common::pod::label(pod, common::keys::CONTROLLER_REVISION_HASH).map(String::from)
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(revisions, [OLD, NEW, NEW]);
+    }
+}

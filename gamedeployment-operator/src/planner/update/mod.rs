@@ -130,3 +130,81 @@ fn fallback(settings: &Settings<'_>, info: &PodInfo<'_>, reason: &str, draft: &m
     }
     rolling::replace(settings, info, DeleteCause::RecreateFallback, draft);
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    use super::*;
+    use crate::fixtures::{self, gd};
+    use crate::planner::diffs;
+    use crate::planner::settings::builder::{OLD, Pass};
+
+    fn pass(strategy: &str) -> Pass {
+        let mut g = gd(4, strategy);
+        g.spec.update_strategy.max_unavailable = Some(IntOrString::Int(1));
+        Pass::new(g).old(3).pod(fixtures::pod("game-sick").serving(OLD, "game:0", 10).not_ready().build())
+    }
+
+    #[test]
+    fn a_batch_takes_unavailable_pods_free_then_available_ones_within_the_budget() {
+        let pass = pass("InplaceUpdate");
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let names: Vec<&str> = batch(&settings, &diffs, &infos, &Draft::default()).iter().map(|i| i.name).collect();
+        // Budget: 3 available − (4 − 1) = 0 … so only the unavailable pod goes.
+        assert_eq!(names, ["game-sick"]);
+    }
+
+    #[test]
+    fn held_pods_are_taken_first_and_cost_nothing() {
+        let mut pass = pass("InplaceUpdate");
+        pass.pods[0] =
+            fixtures::pod("game-o0").serving(OLD, "game:0", 10).state(LifecycleState::PreparingUpdate).build();
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let names: Vec<&str> = batch(&settings, &diffs, &infos, &Draft::default()).iter().map(|i| i.name).collect();
+        assert_eq!(names, ["game-o0", "game-sick"]);
+    }
+
+    #[test]
+    fn pods_another_step_acted_on_are_skipped() {
+        let pass = pass("RollingUpdate");
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        draft.touch("game-sick");
+        assert!(batch(&settings, &diffs, &infos, &draft).is_empty(), "no budget left for available pods");
+    }
+
+    #[test]
+    fn paused_and_on_delete_start_nothing() {
+        for (strategy, paused) in [("InplaceUpdate", true), ("OnDelete", false)] {
+            let mut pass = pass(strategy);
+            pass.gd.spec.update_strategy.paused = paused;
+            let settings = pass.settings();
+            let infos = pass.infos(&settings);
+            let diffs = diffs::compute(&settings, &infos);
+            let mut draft = Draft::default();
+            plan(&settings, &diffs, &infos, &mut draft);
+            assert!(draft.actions.is_empty(), "{strategy}: {:?}", draft.actions);
+        }
+    }
+
+    #[test]
+    fn rolling_update_deletes_and_in_place_patches() {
+        for (strategy, delete) in [("RollingUpdate", true), ("InplaceUpdate", false)] {
+            let pass = pass(strategy);
+            let settings = pass.settings();
+            let infos = pass.infos(&settings);
+            let diffs = diffs::compute(&settings, &infos);
+            let mut draft = Draft::default();
+            plan(&settings, &diffs, &infos, &mut draft);
+            assert_eq!(draft.actions.len(), 1, "{strategy}");
+            assert_eq!(matches!(draft.actions[0], Action::DeletePod { .. }), delete, "{strategy}");
+        }
+    }
+}
