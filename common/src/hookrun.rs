@@ -69,14 +69,15 @@ pub fn merge_args(
     for arg in incoming {
         match merged.iter_mut().find(|a| a.name == arg.name) {
             Some(existing) => {
-                if arg.value.is_some() {
+                if arg.is_set() {
                     existing.value = arg.value.clone();
+                    existing.value_from = arg.value_from.clone();
                 }
             }
             None => merged.push(arg.clone()),
         }
     }
-    if let Some(missing) = merged.iter().find(|a| a.value.is_none()) {
+    if let Some(missing) = merged.iter().find(|a| !a.is_set()) {
         return Err(HookRunError::Unresolved { template: template_name.to_string(), name: missing.name.clone() });
     }
     Ok(merged)
@@ -84,7 +85,15 @@ pub fn merge_args(
 
 /// The args of a workload hook step, as template args.
 pub fn step_args(step: &HookStep) -> Vec<Argument> {
-    step.args.iter().map(|HookRunArgument { name, value }| Argument::new(name, value)).collect()
+    step.args
+        .iter()
+        .map(|HookRunArgument { name, value, value_from }| match value_from {
+            Some(from) if from.secret_key_ref.is_some() => {
+                Argument { name: name.clone(), value: None, value_from: Some(from.clone()) }
+            }
+            _ => Argument::new(name, value),
+        })
+        .collect()
 }
 
 /// `<prefix>-<revision>-<instance id>-<template>` for pod hooks (BCS), e.g.
@@ -228,7 +237,7 @@ mod tests {
     }
 
     fn arg(name: &str, value: Option<&str>) -> Argument {
-        Argument { name: name.into(), value: value.map(Into::into) }
+        Argument { name: name.into(), value: value.map(Into::into), value_from: None }
     }
 
     #[test]
@@ -261,6 +270,29 @@ mod tests {
         // A value-less incoming arg does not erase a template default.
         let merged = merge_args("t", &[arg("a", Some("x"))], &[arg("a", None)]).unwrap();
         assert_eq!(merged, vec![arg("a", Some("x"))]);
+    }
+
+    #[test]
+    fn secret_args_count_as_resolved_and_override_defaults() {
+        let from = crate::api::ArgumentValueFrom {
+            secret_key_ref: Some(crate::api::SecretKeyRef { name: "creds".into(), key: "token".into() }),
+        };
+        let secret = Argument { name: "token".into(), value: None, value_from: Some(from.clone()) };
+        let merged = merge_args("t", &[secret.clone()], &[]).unwrap();
+        assert_eq!(merged, vec![secret.clone()], "a Secret reference is a value");
+        // A workload's Secret reference replaces a template default, and the other way round.
+        let merged = merge_args("t", &[arg("token", Some("literal"))], &[secret.clone()]).unwrap();
+        assert_eq!(merged[0].value, None);
+        assert_eq!(merged[0].value_from, Some(from.clone()));
+        let step = HookStep {
+            template_name: "t".into(),
+            args: vec![crate::api::HookRunArgument {
+                name: "token".into(),
+                value: String::new(),
+                value_from: Some(from),
+            }],
+        };
+        assert_eq!(step_args(&step), vec![secret]);
     }
 
     #[test]

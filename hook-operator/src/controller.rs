@@ -67,6 +67,28 @@ pub struct Context {
     dispatcher: Dispatcher,
     metrics: Arc<Metrics>,
     recorder: Recorder,
+    /// When a `MeasurementError` Event was last published, per (run uid, metric): at most one a minute.
+    error_events: std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>,
+}
+
+/// Least time between two `MeasurementError` Events of the same metric of a run.
+const ERROR_EVENT_INTERVAL: Duration = Duration::from_secs(60);
+
+impl Context {
+    /// Whether a `MeasurementError` Event for this metric may be published now (and notes that it is).
+    fn error_event_due(&self, uid: &str, metric: &str) -> bool {
+        let mut last = self.error_events.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if last.len() > 10_000 {
+            last.retain(|_, at| now.duration_since(*at) < ERROR_EVENT_INTERVAL);
+        }
+        let key = (uid.to_string(), metric.to_string());
+        if last.get(&key).is_some_and(|at| now.duration_since(*at) < ERROR_EVENT_INTERVAL) {
+            return false;
+        }
+        last.insert(key, now);
+        true
+    }
 }
 
 fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -88,6 +110,11 @@ fn event_for(note: &Note) -> Event {
             if *phase == HookPhase::Successful { EventType::Normal } else { EventType::Warning },
             format!("Metric{phase}"),
             format!("metric {metric:?} completed {phase}: {message}"),
+        ),
+        Note::MeasurementError { metric, message } => (
+            EventType::Warning,
+            "MeasurementError".to_string(),
+            format!("metric {metric:?}: a measurement failed (the run keeps retrying): {message}"),
         ),
         Note::RunCompleted { phase, message } => (
             if *phase == HookPhase::Successful { EventType::Normal } else { EventType::Warning },
@@ -135,7 +162,16 @@ async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error
     if !round.plan.notes.is_empty() {
         let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
         let recorder = ctx.recorder.clone();
-        let events: Vec<Event> = round.plan.notes.iter().map(event_for).collect();
+        let events: Vec<Event> = round
+            .plan
+            .notes
+            .iter()
+            .filter(|note| match note {
+                Note::MeasurementError { metric, .. } => ctx.error_event_due(&round.id.uid, metric),
+                _ => true,
+            })
+            .map(event_for)
+            .collect();
         for note in &round.plan.notes {
             if let Note::RunCompleted { phase, message } = note {
                 tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
@@ -175,7 +211,13 @@ fn error_policy(run: Arc<HookRun>, error: &Error, ctx: Arc<Context>) -> Action {
 }
 
 /// Validates HookTemplates whenever they change and reports problems as Warning Events on the template.
-async fn watch_templates(client: Client, namespace: Option<String>, recorder: Recorder, metrics: Arc<Metrics>) {
+async fn watch_templates(
+    client: Client,
+    namespace: Option<String>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    settings: EngineSettings,
+) {
     let api: Api<HookTemplate> = api(&client, namespace.as_deref());
     let mut seen: std::collections::HashMap<String, (Option<i64>, bool)> = std::collections::HashMap::new();
     let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
@@ -199,16 +241,18 @@ async fn watch_templates(client: Client, namespace: Option<String>, recorder: Re
             continue;
         }
         let problems = validate::template(&template.spec);
+        let warnings = validate::template_warnings(&template.spec, &settings);
         seen.insert(uid, (generation, !problems.is_empty()));
         metrics.invalid_templates.set(seen.values().filter(|(_, bad)| *bad).count() as i64);
-        if problems.is_empty() {
+        if problems.is_empty() && warnings.is_empty() {
             continue;
         }
-        let text = problems.join("; ");
+        let reason = if problems.is_empty() { "HookTemplateWarning" } else { "InvalidHookTemplate" };
+        let text = problems.into_iter().chain(warnings).collect::<Vec<_>>().join("; ");
         tracing::warn!(template = %template.name_any(), namespace = ?template.namespace(), problems = %text, "invalid HookTemplate");
         let event = Event {
             type_: EventType::Warning,
-            reason: "InvalidHookTemplate".into(),
+            reason: reason.into(),
             note: Some(crate::text::excerpt(&text, 1000)),
             action: "Validate".into(),
             secondary: None,
@@ -279,9 +323,16 @@ pub async fn run(
         dispatcher: dispatcher.clone(),
         metrics: metrics.clone(),
         recorder: recorder.clone(),
+        error_events: Default::default(),
     });
 
-    let templates = tokio::spawn(watch_templates(client.clone(), options.namespace.clone(), recorder, metrics.clone()));
+    let templates = tokio::spawn(watch_templates(
+        client.clone(),
+        options.namespace.clone(),
+        recorder,
+        metrics.clone(),
+        options.engine.clone(),
+    ));
     let chores = tokio::spawn(housekeeping(store.clone(), dispatcher, metrics.clone()));
     let ready = tokio::spawn({
         let store = store.clone();

@@ -69,8 +69,21 @@ pub struct Start {
 /// Something worth an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
-    MetricCompleted { metric: String, phase: HookPhase, message: String },
-    RunCompleted { phase: HookPhase, message: String },
+    MetricCompleted {
+        metric: String,
+        phase: HookPhase,
+        message: String,
+    },
+    /// A measurement errored after one that did not (the first of a streak): worth a Warning while the run is
+    /// still Running, because the run will only end after `consecutiveErrorLimit` more.
+    MeasurementError {
+        metric: String,
+        message: String,
+    },
+    RunCompleted {
+        phase: HookPhase,
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,8 +123,16 @@ fn is_bad(phase: Option<HookPhase>) -> bool {
     matches!(phase, Some(HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive))
 }
 
+/// Longest `message` or `value` kept in status (the whole status must stay far below the API's object limit).
+pub const MAX_STATUS_TEXT: usize = 1024;
+
 /// Adds one measurement to a result: counters first, then the bounded history.
-pub fn record(result: &mut MetricResult, measurement: Measurement, history_limit: usize) {
+pub fn record(result: &mut MetricResult, mut measurement: Measurement, history_limit: usize) {
+    for text in [&mut measurement.message, &mut measurement.value].into_iter().flatten() {
+        if text.chars().count() > MAX_STATUS_TEXT {
+            *text = crate::text::excerpt(text, MAX_STATUS_TEXT);
+        }
+    }
     match measurement.phase {
         Some(HookPhase::Successful) => {
             result.successful += 1;
@@ -212,12 +233,35 @@ fn complete_metric(result: &mut MetricResult, phase: HookPhase, why: String, not
         Some(last) if phase != HookPhase::Successful => format!("{why}; last measurement: {last}"),
         _ => why,
     };
+    let message = crate::text::excerpt(&message, MAX_STATUS_TEXT);
     result.phase = Some(phase);
     result.message = Some(message.clone());
     if let Some(last) = result.measurements.last_mut() {
         last.resume_at = None;
     }
     notes.push(Note::MetricCompleted { metric: result.name.clone(), phase, message });
+}
+
+/// `status.message` of a running run: the metrics whose latest measurement is an Error, with that error.
+fn running_message(spec: &HookRunSpec, status: &HookRunStatus) -> Option<String> {
+    let errors: Vec<String> = spec
+        .metrics
+        .iter()
+        .filter_map(|m| status.metric_results.iter().find(|r| r.name == m.name))
+        .filter(|r| !r.phase.is_some_and(HookPhase::is_completed) && r.consecutive_error > 0)
+        .filter_map(|r| {
+            let last = r.measurements.last().filter(|m| m.phase == Some(HookPhase::Error))?;
+            let metric = spec.metrics.iter().find(|m| m.name == r.name)?;
+            let limit = metric.consecutive_error_limit.unwrap_or(DEFAULT_CONSECUTIVE_ERROR_LIMIT);
+            Some(format!(
+                "metric {:?}: {} measurement error(s) in a row (the metric errors after more than {limit}): {}",
+                r.name,
+                r.consecutive_error,
+                last.message.as_deref().unwrap_or("no message")
+            ))
+        })
+        .collect();
+    (!errors.is_empty()).then(|| crate::text::excerpt(&errors.join("; "), MAX_STATUS_TEXT))
 }
 
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
@@ -271,7 +315,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
         measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
         plan.recorded.push((f.metric.clone(), measurement.clone()));
+        let errored = measurement.phase == Some(HookPhase::Error);
+        let message = measurement.message.clone().unwrap_or_default();
         record(result, measurement, inputs.settings.history_limit);
+        if errored && result.consecutive_error == 1 {
+            plan.notes.push(Note::MeasurementError {
+                metric: f.metric.clone(),
+                message: crate::text::excerpt(&message, MAX_STATUS_TEXT),
+            });
+        }
         plan.precise
             .last_finish
             .insert(f.metric.clone(), PreciseFinish { taken: schedule::taken(result), at: f.finished_at });
@@ -297,6 +349,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
 
     let run_completed = |status: &mut HookRunStatus, notes: &mut Vec<Note>, message: Option<String>| {
         let phase = worst(status.metric_results.iter().filter_map(|r| r.phase));
+        let message = message.map(|m| crate::text::excerpt(&m, MAX_STATUS_TEXT));
         status.phase = Some(phase);
         status.message = message.clone();
         notes.push(Note::RunCompleted { phase, message: message.unwrap_or_else(|| "all metrics completed".into()) });
@@ -331,6 +384,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         plan.completed = true;
         return plan;
     }
+
+    // While running, the message says what is going wrong: the last error of a metric whose latest
+    // measurement errored (otherwise the run looks healthy until consecutiveErrorLimit is reached).
+    status.message = running_message(inputs.spec, status);
 
     // 4. Schedule: what is due now, and when to look again.
     let ordered = inputs.spec.policy == Some(HookPolicy::Ordered);

@@ -41,7 +41,7 @@ pub fn initial_delay(metric: &Metric, settings: &EngineSettings) -> Duration {
 /// an interval the error retry delay. Errors do not consume `count`, so a single-shot metric is retried.
 pub fn wait_after(metric: &Metric, last: Option<HookPhase>, settings: &EngineSettings) -> Duration {
     match (interval(metric), last) {
-        (Some(interval), _) => settings.scale(interval),
+        (Some(interval), _) => settings.scale(interval.max(settings.min_interval)),
         (None, Some(HookPhase::Error)) => settings.scale(settings.error_retry),
         (None, _) => Duration::ZERO,
     }
@@ -172,6 +172,16 @@ mod tests {
         assert_eq!(wait_after(&metric(0, None, None), Some(HookPhase::Error), &s), Duration::from_secs(10));
         assert_eq!(wait_after(&metric(0, Some("3s"), None), Some(HookPhase::Error), &s), Duration::from_secs(3));
         assert_eq!(wait_after(&metric(0, None, None), Some(HookPhase::Successful), &s), Duration::ZERO);
+    }
+
+    #[test]
+    fn intervals_below_the_minimum_are_raised_to_it() {
+        let s = EngineSettings::default();
+        assert_eq!(wait_after(&metric(0, Some("1ms"), None), Some(HookPhase::Successful), &s), Duration::from_secs(1));
+        assert_eq!(wait_after(&metric(0, Some("0s"), None), Some(HookPhase::Error), &s), Duration::from_secs(1));
+        assert_eq!(wait_after(&metric(0, Some("5s"), None), None, &s), Duration::from_secs(5));
+        let scaled = EngineSettings { interval_scale: 0.01, ..EngineSettings::default() };
+        assert_eq!(wait_after(&metric(0, Some("1ms"), None), None, &scaled), Duration::from_millis(10));
     }
 
     #[test]

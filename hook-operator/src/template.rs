@@ -125,7 +125,7 @@ mod tests {
             Argument::new("service-name", "svc.default.svc.cluster.local"),
             Argument::new("PodContainer[0]", "main"),
             Argument::new("quote", "a\"b<c>&d"),
-            Argument { name: "unset".into(), value: None },
+            Argument { name: "unset".into(), value: None, value_from: None },
         ]
     }
 

@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use common::api::limits::*;
 use common::api::{Argument, HookRunSpec, HookTemplateSpec, Metric};
 
 use crate::{evaluate, jsonpath, template};
@@ -22,6 +23,12 @@ pub fn metric(metric: &Metric) -> Vec<String> {
     let mut problem = |text: String| problems.push(text);
     if metric.name.trim().is_empty() {
         problem("name must not be empty".into());
+    }
+    for (field, value, max) in lengths(metric) {
+        let length = value.chars().count();
+        if length > max {
+            problem(format!("{field} is {length} characters long; at most {max} are allowed"));
+        }
     }
     if metric.count < 0 {
         problem(format!("count must be >= 0, got {}", metric.count));
@@ -125,9 +132,12 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
             problem(format!("provider.web.body needs a method that sends a body (POST, PUT, PATCH), not {method}"));
         }
         if let Some(timeout) = web.timeout_seconds
-            && timeout < 0
+            && !(0..=MAX_TIMEOUT_SECONDS).contains(&timeout)
         {
-            problem(format!("provider.web.timeoutSeconds must be >= 0, got {timeout}"));
+            problem(format!("provider.web.timeoutSeconds must be between 0 and {MAX_TIMEOUT_SECONDS}, got {timeout}"));
+        }
+        if web.headers.len() > MAX_ITEMS {
+            problem(format!("provider.web.headers has {} entries; at most {MAX_ITEMS} are allowed", web.headers.len()));
         }
         for header in &web.headers {
             if reqwest::header::HeaderName::from_bytes(header.key.as_bytes()).is_err() {
@@ -153,12 +163,81 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
         if kubernetes.fields.is_empty() {
             problem("provider.kubernetes.fields must not be empty".into());
         }
+        if kubernetes.fields.len() > MAX_ITEMS {
+            problem(format!(
+                "provider.kubernetes.fields has {} entries; at most {MAX_ITEMS} are allowed",
+                kubernetes.fields.len()
+            ));
+        }
         for field in &kubernetes.fields {
             if let Err(e) = crate::providers::kubernetes::FieldPath::parse(&field.path, function == "patch") {
                 problem(format!("provider.kubernetes.fields: {e}"));
             }
         }
     }
+}
+
+/// Every bounded text field of a metric with its limit (the CRD enforces the same; an old CRD does not).
+fn lengths(metric: &Metric) -> Vec<(String, &str, usize)> {
+    let mut fields: Vec<(String, &str, usize)> = vec![("name".into(), metric.name.as_str(), MAX_NAME)];
+    for (name, value) in
+        [("successCondition", &metric.success_condition), ("failureCondition", &metric.failure_condition)]
+    {
+        if let Some(value) = value {
+            fields.push((name.into(), value.as_str(), MAX_CONDITION));
+        }
+    }
+    if let Some(web) = &metric.provider.web {
+        fields.push(("provider.web.url".into(), web.url.as_str(), MAX_URL));
+        if let Some(body) = &web.body {
+            fields.push(("provider.web.body".into(), body.as_str(), MAX_BODY));
+        }
+        if let Some(path) = &web.json_path {
+            fields.push(("provider.web.jsonPath".into(), path.as_str(), MAX_PATH));
+        }
+        for header in &web.headers {
+            fields.push(("provider.web.headers[].key".into(), header.key.as_str(), MAX_NAME));
+            fields.push((
+                format!("provider.web.headers[{}]", excerpt_name(&header.key)),
+                header.value.as_str(),
+                MAX_TEXT,
+            ));
+        }
+    }
+    if let Some(prometheus) = &metric.provider.prometheus {
+        fields.push(("provider.prometheus.address".into(), prometheus.address.as_str(), MAX_URL));
+        fields.push(("provider.prometheus.query".into(), prometheus.query.as_str(), MAX_TEXT));
+    }
+    if let Some(kubernetes) = &metric.provider.kubernetes {
+        for field in &kubernetes.fields {
+            fields.push(("provider.kubernetes.fields[].path".into(), field.path.as_str(), MAX_PATH));
+            fields.push(("provider.kubernetes.fields[].value".into(), field.value.as_str(), MAX_TEXT));
+        }
+    }
+    fields
+}
+
+fn excerpt_name(name: &str) -> String {
+    crate::text::excerpt(name, 40)
+}
+
+/// Things worth a warning on a template that do not make a run invalid.
+pub fn template_warnings(spec: &HookTemplateSpec, settings: &crate::settings::EngineSettings) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (i, m) in spec.metrics.iter().enumerate() {
+        if let Some(interval) = crate::schedule::interval(m)
+            && interval < settings.min_interval
+        {
+            warnings.push(format!(
+                "metrics[{i}] ({}): interval {} is below the operator's minimum of {}; measurements will be {} apart",
+                m.name,
+                m.interval.as_deref().unwrap_or_default().trim(),
+                crate::text::seconds(settings.min_interval),
+                crate::text::seconds(settings.min_interval)
+            ));
+        }
+    }
+    warnings
 }
 
 /// A URL must be http(s); when arguments are substituted into the host we can only check the scheme.
@@ -203,6 +282,10 @@ fn metrics(metrics: &[Metric]) -> Vec<String> {
     if metrics.is_empty() {
         problems.push("no metrics: spec.metrics needs at least one".to_string());
     }
+    if metrics.len() > MAX_METRICS {
+        // Nothing else is checked: a spec this large is rejected as a whole.
+        return vec![format!("spec.metrics has {} entries; at most {MAX_METRICS} are allowed", metrics.len())];
+    }
     let mut seen = HashSet::new();
     for (i, m) in metrics.iter().enumerate() {
         if !seen.insert(m.name.as_str()) {
@@ -213,9 +296,38 @@ fn metrics(metrics: &[Metric]) -> Vec<String> {
     problems
 }
 
+fn args(args: &[Argument]) -> Vec<String> {
+    let mut problems = Vec::new();
+    if args.len() > MAX_ARGS {
+        return vec![format!("spec.args has {} entries; at most {MAX_ARGS} are allowed", args.len())];
+    }
+    for arg in args {
+        if arg.name.chars().count() > MAX_NAME {
+            problems.push(format!(
+                "args: the name {:?} is longer than {MAX_NAME} characters",
+                crate::text::excerpt(&arg.name, 40)
+            ));
+        }
+        if arg.value.as_ref().is_some_and(|v| v.chars().count() > MAX_ARG_VALUE) {
+            problems
+                .push(format!("args.{}: the value is longer than {MAX_ARG_VALUE} characters", excerpt_name(&arg.name)));
+        }
+        if let Some(from) = &arg.value_from {
+            match &from.secret_key_ref {
+                Some(r) if r.name.trim().is_empty() || r.key.trim().is_empty() => problems
+                    .push(format!("args.{}: valueFrom.secretKeyRef needs a name and a key", excerpt_name(&arg.name))),
+                None => problems.push(format!("args.{}: valueFrom needs secretKeyRef", excerpt_name(&arg.name))),
+                Some(_) => {}
+            }
+        }
+    }
+    problems
+}
+
 /// A run is valid when its metrics are and every referenced argument has a value.
 pub fn run(spec: &HookRunSpec) -> Result<(), String> {
-    let mut problems = metrics(&spec.metrics);
+    let mut problems = args(&spec.args);
+    problems.extend(metrics(&spec.metrics));
     for (i, m) in spec.metrics.iter().enumerate() {
         for (field, text) in templated_fields(m) {
             if let Err(e) = check_args(&field, text, &spec.args) {
@@ -243,7 +355,7 @@ fn check_args(field: &str, text: &str, args: &[Argument]) -> Result<(), template
                     },
                 });
             }
-            Some(Argument { value: None, .. }) => {
+            Some(arg) if !arg.is_set() => {
                 return Err(template::TemplateError::NoValue { field: field.to_string(), name });
             }
             Some(_) => {}
@@ -255,7 +367,8 @@ fn check_args(field: &str, text: &str, args: &[Argument]) -> Result<(), template
 /// Every problem of a template. Arguments may be declared without a value (the HookRun's creator supplies
 /// it); referencing an argument that is neither declared nor injected by the workload operators is a problem.
 pub fn template(spec: &HookTemplateSpec) -> Vec<String> {
-    let mut problems = metrics(&spec.metrics);
+    let mut problems = args(&spec.args);
+    problems.extend(metrics(&spec.metrics));
     let declared: HashSet<&str> = spec.args.iter().map(|a| a.name.as_str()).collect();
     for (i, m) in spec.metrics.iter().enumerate() {
         for (field, text) in templated_fields(m) {
@@ -382,16 +495,114 @@ mod tests {
         assert!(err.contains("argument \"PodIP\" is referenced but not declared"), "{err}");
         let spec = HookRunSpec {
             metrics: vec![web("http://{{ args.PodIP }}:9091")],
-            args: vec![Argument { name: "PodIP".into(), value: None }],
+            args: vec![Argument { name: "PodIP".into(), value: None, value_from: None }],
             ..HookRunSpec::default()
         };
         assert!(run(&spec).unwrap_err().contains("\"PodIP\" has no value"));
         let spec = HookRunSpec {
             metrics: vec![web("http://{{ args.PodIP }}:9091")],
-            args: vec![Argument::new("PodIP", "127.0.0.1"), Argument { name: "unused".into(), value: None }],
+            args: vec![
+                Argument::new("PodIP", "127.0.0.1"),
+                Argument { name: "unused".into(), value: None, value_from: None },
+            ],
             ..HookRunSpec::default()
         };
         assert_eq!(run(&spec), Ok(()));
+    }
+
+    #[test]
+    fn sizes_and_counts_are_bounded_even_without_the_crd() {
+        let long = |n: usize| "a".repeat(n);
+        let cases: Vec<(Metric, &str)> = vec![
+            (
+                Metric { success_condition: Some(format!("result == '{}'", long(2000))), ..web("http://x") },
+                "successCondition is 2012 characters long; at most 1024",
+            ),
+            (web(&format!("http://x/{}", long(3000))), "provider.web.url is 3009 characters long"),
+            (
+                Metric {
+                    provider: MetricProvider {
+                        web: Some(WebMetric {
+                            url: "http://x".into(),
+                            method: Some("POST".into()),
+                            body: Some(long(20_000)),
+                            ..WebMetric::default()
+                        }),
+                        ..MetricProvider::default()
+                    },
+                    ..web("http://x")
+                },
+                "provider.web.body is 20000 characters long",
+            ),
+            (
+                Metric {
+                    provider: MetricProvider {
+                        prometheus: Some(PrometheusMetric { address: "http://p".into(), query: long(5000) }),
+                        ..MetricProvider::default()
+                    },
+                    ..web("http://x")
+                },
+                "provider.prometheus.query is 5000 characters long",
+            ),
+        ];
+        for (m, want) in cases {
+            let problems = metric(&m);
+            assert!(problems.iter().any(|p| p.contains(want)), "want {want:?} in {problems:?}");
+        }
+        let mut slow = web("http://x");
+        slow.provider.web.as_mut().unwrap().timeout_seconds = Some(86_400);
+        assert!(first(slow).contains("timeoutSeconds must be between 0 and 300"));
+        let many = HookRunSpec {
+            metrics: (0..40).map(|i| Metric { name: format!("m{i}"), ..web("http://x") }).collect(),
+            ..HookRunSpec::default()
+        };
+        assert!(run(&many).unwrap_err().contains("spec.metrics has 40 entries; at most 32"));
+        let spec = HookRunSpec {
+            metrics: vec![web("http://x")],
+            args: (0..200).map(|i| Argument::new(format!("a{i}"), "v")).collect(),
+            ..HookRunSpec::default()
+        };
+        assert!(run(&spec).unwrap_err().contains("spec.args has 200 entries"));
+    }
+
+    #[test]
+    fn secret_args_count_as_values() {
+        let secret = Argument {
+            name: "token".into(),
+            value: None,
+            value_from: Some(common::api::ArgumentValueFrom {
+                secret_key_ref: Some(common::api::SecretKeyRef { name: "creds".into(), key: "token".into() }),
+            }),
+        };
+        let mut m = web("http://x");
+        m.provider.web.as_mut().unwrap().headers =
+            vec![common::api::WebMetricHeader { key: "Authorization".into(), value: "Bearer {{ args.token }}".into() }];
+        let spec = HookRunSpec { metrics: vec![m], args: vec![secret], ..HookRunSpec::default() };
+        assert_eq!(run(&spec), Ok(()));
+    }
+
+    #[test]
+    fn conditions_with_unknown_names_or_huge_ranges_are_reported_when_the_template_is_applied() {
+        let spec = HookTemplateSpec {
+            metrics: vec![
+                Metric { success_condition: Some("asInt(reslt) > 30".into()), ..web("http://x") },
+                Metric { name: "b".into(), success_condition: Some("len(0..20000000) > 0".into()), ..web("http://x") },
+                Metric { name: "c".into(), ..web("http://{{> evil}}") },
+            ],
+            ..HookTemplateSpec::default()
+        };
+        let problems = template(&spec);
+        assert!(problems[0].contains("unknown name `reslt` at column 7 (did you mean `result`?)"), "{problems:?}");
+        assert!(problems[1].contains("has 20000001 elements"), "{problems:?}");
+        assert!(problems[2].contains("only {{ args.NAME }} is supported"), "{problems:?}");
+        let warnings = template_warnings(
+            &HookTemplateSpec {
+                metrics: vec![Metric { interval: Some("1ms".into()), ..web("http://x") }],
+                ..HookTemplateSpec::default()
+            },
+            &crate::settings::EngineSettings::default(),
+        );
+        assert!(warnings[0].contains("interval 1ms is below the operator's minimum of 1s"), "{warnings:?}");
     }
 
     #[test]

@@ -263,7 +263,7 @@ async fn a_hanging_webhook_never_delays_another_run() {
     let dispatcher =
         Dispatcher::new(providers(), Arc::new(Metrics::default()), EngineSettings::default(), 100, wakers.wake());
     let mut hanging = web(format!("http://{addr}/hang"), None, None);
-    hanging.provider.web.as_mut().unwrap().timeout_seconds = Some(3600);
+    hanging.provider.web.as_mut().unwrap().timeout_seconds = Some(300);
     let stuck = tokio::spawn({
         let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());
         async move { local::drive(&dispatcher, &wakers, run("stuck", hanging), |_| {}).await }

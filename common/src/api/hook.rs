@@ -11,6 +11,33 @@ use serde::{Deserialize, Serialize};
 
 use super::schema;
 
+/// Bounds on what a tenant writes, enforced by the CRD schema and again by the hook-operator (an old CRD must
+/// not be able to hurt it).
+pub mod limits {
+    /// Metrics of a template or run.
+    pub const MAX_METRICS: usize = 32;
+    /// Args of a template or run (runs also get the injected PodName, PodIP, PodContainer[i], ...).
+    pub const MAX_ARGS: usize = 128;
+    /// Characters of an argument value.
+    pub const MAX_ARG_VALUE: usize = 4096;
+    /// Characters of a name (metric, argument, header, secret, key).
+    pub const MAX_NAME: usize = 253;
+    /// Characters of `successCondition` / `failureCondition`.
+    pub const MAX_CONDITION: usize = 1024;
+    /// Characters of a web `url` or a Prometheus `address`.
+    pub const MAX_URL: usize = 2048;
+    /// Characters of a web `body`.
+    pub const MAX_BODY: usize = 16384;
+    /// Characters of a Prometheus `query`, a header value or a kubernetes field value.
+    pub const MAX_TEXT: usize = 4096;
+    /// Characters of a `jsonPath` or a kubernetes field path.
+    pub const MAX_PATH: usize = 1024;
+    /// Headers of a web metric, fields of a kubernetes metric.
+    pub const MAX_ITEMS: usize = 32;
+    /// Largest `timeoutSeconds` of a web metric.
+    pub const MAX_TIMEOUT_SECONDS: i64 = 300;
+}
+
 /// A reusable set of metrics. Workload controllers copy `metrics` and `policy` into every `HookRun` they create
 /// and merge `args` with their own; the hook operator itself only validates templates.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -28,10 +55,11 @@ use super::schema;
 #[serde(rename_all = "camelCase")]
 pub struct HookTemplateSpec {
     /// The checks to run. At least one.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = limits::MAX_METRICS))]
     pub metrics: Vec<Metric>,
     /// Declared parameters. A `value` may be omitted: the creator of the HookRun must then supply it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = limits::MAX_ARGS))]
     pub args: Vec<Argument>,
     /// `Parallel` runs every metric at once; `Ordered` starts metric i only after metric i-1 is Successful.
     #[serde(default = "HookPolicy::default_some", skip_serializing_if = "Option::is_none")]
@@ -55,6 +83,48 @@ pub struct HookTemplateSpec {
     status = "HookRunStatus",
     printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase", description = "HookRun phase"),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "METRIC",
+        type_ = "string",
+        json_path = ".status.metricResults[0].name",
+        description = "The first metric",
+        priority = 1
+    ),
+    printcolumn(
+        name = "VALUE",
+        type_ = "string",
+        json_path = ".status.metricResults[0].measurements[-1].value",
+        description = "The first metric's last measured value",
+        priority = 1
+    ),
+    printcolumn(
+        name = "SUCCESSFUL",
+        type_ = "integer",
+        json_path = ".status.metricResults[0].successful",
+        description = "Successful measurements of the first metric",
+        priority = 1
+    ),
+    printcolumn(
+        name = "FAILED",
+        type_ = "integer",
+        json_path = ".status.metricResults[0].failed",
+        description = "Failed measurements of the first metric",
+        priority = 1
+    ),
+    printcolumn(
+        name = "ERRORS",
+        type_ = "integer",
+        json_path = ".status.metricResults[0].error",
+        description = "Measurements of the first metric that errored",
+        priority = 1
+    ),
+    printcolumn(
+        name = "MESSAGE",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "Why the run is in its phase; while Running, the last measurement error",
+        priority = 1
+    ),
     doc = "HookRun runs a set of metrics once and records their measurements and the resulting phase."
 )]
 #[serde(rename_all = "camelCase")]
@@ -63,10 +133,12 @@ pub struct HookRunSpec {
     /// run is refused by the API server (and ignored by the gamedeployment-operator, which checks the spec hash).
     #[serde(default)]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "metrics are immutable: create a new HookRun instead"}]))]
+    #[schemars(length(max = limits::MAX_METRICS))]
     pub metrics: Vec<Metric>,
     /// Resolved argument values, rendered into `{{ args.X }}` placeholders. Immutable, like `metrics`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "args are immutable: create a new HookRun instead"}]))]
+    #[schemars(length(max = limits::MAX_ARGS))]
     pub args: Vec<Argument>,
     /// Stop taking new measurements and complete the run with what it has.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -95,15 +167,48 @@ impl HookPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Argument {
+    #[schemars(length(min = 1, max = limits::MAX_NAME))]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = limits::MAX_ARG_VALUE))]
     pub value: Option<String>,
+    /// Addition (as Argo Rollouts): read the value from a Secret in the HookRun's namespace when a measurement
+    /// is taken, instead of writing it into the spec. Needs the hook-operator's `--secret-args` (chart value
+    /// `hookOperator.secretArgs.enabled`). The value never appears in status, Events or logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<ArgumentValueFrom>,
 }
 
 impl Argument {
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
-        Self { name: name.into(), value: Some(value.into()) }
+        Self { name: name.into(), value: Some(value.into()), value_from: None }
     }
+
+    /// Whether the argument has a value, literal or from a Secret.
+    pub fn is_set(&self) -> bool {
+        self.value.is_some() || self.value_from.as_ref().is_some_and(|v| v.secret_key_ref.is_some())
+    }
+}
+
+/// Where an argument's value comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArgumentValueFrom {
+    /// A key of a Secret in the HookRun's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+}
+
+/// A key of a Secret in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = limits::MAX_NAME))]
+    pub name: String,
+    /// The key in the Secret's data.
+    #[schemars(length(min = 1, max = limits::MAX_NAME))]
+    pub key: String,
 }
 
 /// One check: how to measure (provider), how often (interval, count) and how to judge (conditions, limits).
@@ -111,6 +216,7 @@ impl Argument {
 #[serde(rename_all = "camelCase")]
 pub struct Metric {
     /// Unique within the run.
+    #[schemars(length(min = 1, max = limits::MAX_NAME))]
     pub name: String,
     /// Time between the end of one measurement and the start of the next (Go duration: `30s`, `1m30s`,
     /// `500ms`). Without it the metric is measured `count` times back to back (once when `count` is 0).
@@ -127,9 +233,11 @@ pub struct Metric {
     pub count: i32,
     /// expr expression over `result`; true makes the measurement Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = limits::MAX_CONDITION))]
     pub success_condition: Option<String>,
     /// expr expression over `result`; true makes the measurement Failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = limits::MAX_CONDITION))]
     pub failure_condition: Option<String>,
     /// The metric fails when more than this many measurements failed. 0 (default): the first failure fails;
     /// -1: never fail on failed measurements.
@@ -179,16 +287,20 @@ pub struct MetricProvider {
 #[serde(rename_all = "camelCase")]
 pub struct WebMetric {
     /// Templated with `{{ args.X }}`.
+    #[schemars(length(min = 1, max = limits::MAX_URL))]
     pub url: String,
     /// Header values are templated with `{{ args.X }}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = limits::MAX_ITEMS))]
     pub headers: Vec<WebMetricHeader>,
     /// Request timeout; 0 or unset means 10 seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = limits::MAX_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i64>,
     /// Kubernetes-style JSONPath into the response (`{$.age}`, `{.items[0].name}`, `$.age`). Unset: the whole
     /// document is the result.
     #[serde(default, rename = "jsonPath", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = limits::MAX_PATH))]
     pub json_path: Option<String>,
     /// Addition: HTTP method (default `GET`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +308,7 @@ pub struct WebMetric {
     pub method: Option<String>,
     /// Addition: request body (templated), sent with `method`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = limits::MAX_BODY))]
     pub body: Option<String>,
     /// Addition: skip TLS certificate verification (for self-signed endpoints).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -205,7 +318,9 @@ pub struct WebMetric {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebMetricHeader {
+    #[schemars(length(min = 1, max = limits::MAX_NAME))]
     pub key: String,
+    #[schemars(length(max = limits::MAX_TEXT))]
     pub value: String,
 }
 
@@ -213,8 +328,10 @@ pub struct WebMetricHeader {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusMetric {
+    #[schemars(length(min = 1, max = limits::MAX_URL))]
     pub address: String,
     /// Templated with `{{ args.X }}`.
+    #[schemars(length(min = 1, max = limits::MAX_TEXT))]
     pub query: String,
 }
 
@@ -222,6 +339,7 @@ pub struct PrometheusMetric {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesMetric {
+    #[schemars(length(min = 1, max = limits::MAX_ITEMS))]
     pub fields: Vec<KubernetesField>,
     /// `get` (compare) or `patch` (write).
     pub function: String,
@@ -231,7 +349,9 @@ pub struct KubernetesMetric {
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesField {
     /// `metadata.annotations.<key>`.
+    #[schemars(length(min = 1, max = limits::MAX_PATH))]
     pub path: String,
+    #[schemars(length(max = limits::MAX_TEXT))]
     pub value: String,
 }
 
@@ -364,5 +484,10 @@ pub struct HookRunArgument {
     pub name: String,
     /// The argument's value.
     #[serde(default)]
+    #[schemars(length(max = limits::MAX_ARG_VALUE))]
     pub value: String,
+    /// Addition (as Argo Rollouts): read the value from a Secret in the namespace when the measurement is taken
+    /// (see the HookTemplate's `args[].valueFrom`); `value` is then ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<ArgumentValueFrom>,
 }

@@ -542,3 +542,63 @@ fn interval_scale_compresses_time() {
     let starts: Vec<i64> = sim.taken_at.iter().map(|(_, t)| t.as_millisecond()).collect();
     assert_eq!(starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(), vec![700, 700]);
 }
+
+#[test]
+fn a_run_whose_measurements_error_says_so_while_running() {
+    let spec = HookRunSpec {
+        metrics: vec![Metric { interval: Some("5s".into()), count: 3, ..web("probe") }],
+        ..HookRunSpec::default()
+    };
+    let mut sim = Sim::new(spec, &[]);
+    let first = sim.round(&[]);
+    assert_eq!(first.status.message, None);
+    let error = |id: u64, taken_before: i32, at: Timestamp| Finished {
+        id,
+        metric: "probe".into(),
+        measurement: Measurement {
+            phase: Some(E),
+            message: Some(format!("GET http://x/: cannot connect ({id})")),
+            finished_at: Some(Time(at)),
+            ..Measurement::default()
+        },
+        finished_at: at,
+        taken_before,
+    };
+    let plan = sim.round(&[error(1, 0, sim.now)]);
+    assert_eq!(plan.status.phase, Some(R));
+    let message = plan.status.message.clone().unwrap();
+    assert!(message.contains("metric \"probe\": 1 measurement error(s) in a row"), "{message}");
+    assert!(message.contains("cannot connect (1)"), "{message}");
+    assert_eq!(
+        plan.notes,
+        vec![Note::MeasurementError { metric: "probe".into(), message: "GET http://x/: cannot connect (1)".into() }]
+    );
+    // The second error in a row updates the message but is not a new Event.
+    sim.now = sim.now.checked_add(Duration::from_secs(6)).unwrap();
+    let plan = sim.round(&[error(2, 1, sim.now)]);
+    assert!(plan.status.message.unwrap().contains("2 measurement error(s) in a row"));
+    assert!(plan.notes.is_empty(), "{:?}", plan.notes);
+    // A success clears it.
+    sim.now = sim.now.checked_add(Duration::from_secs(6)).unwrap();
+    let ok = Finished {
+        id: 3,
+        metric: "probe".into(),
+        measurement: Measurement { phase: Some(S), finished_at: Some(Time(sim.now)), ..Measurement::default() },
+        finished_at: sim.now,
+        taken_before: 2,
+    };
+    assert_eq!(sim.round(&[ok]).status.message, None);
+}
+
+#[test]
+fn status_text_is_bounded() {
+    let mut r = MetricResult::default();
+    let huge = "x".repeat(100_000);
+    record(
+        &mut r,
+        Measurement { phase: Some(E), message: Some(huge.clone()), value: Some(huge), ..Measurement::default() },
+        10,
+    );
+    assert!(r.measurements[0].message.as_ref().unwrap().chars().count() < MAX_STATUS_TEXT + 40);
+    assert!(r.measurements[0].value.as_ref().unwrap().chars().count() < MAX_STATUS_TEXT + 40);
+}

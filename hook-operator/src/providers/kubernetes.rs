@@ -395,7 +395,11 @@ mod tests {
         assert!(target(&partial).is_err());
         // A nil value is reported, not a panic (BCS §8.5).
         assert!(
-            target(&[Argument { name: "PodName".into(), value: None }, Argument::new("PodNamespace", "n")]).is_err()
+            target(&[
+                Argument { name: "PodName".into(), value: None, value_from: None },
+                Argument::new("PodNamespace", "n")
+            ])
+            .is_err()
         );
     }
 }
