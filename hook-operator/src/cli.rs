@@ -97,6 +97,10 @@ pub struct EngineFlags {
         value_delimiter = ','
     )]
     pub kubernetes_kinds: Vec<String>,
+    /// Let args read their value from a Secret in the HookRun's namespace (`valueFrom.secretKeyRef`); needs
+    /// `get` on secrets (chart value hookOperator.secretArgs.enabled).
+    #[arg(long)]
+    pub secret_args: bool,
     /// Least time between measurements of a metric: a shorter `interval` is raised to this (before
     /// `--interval-scale`).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
@@ -151,6 +155,7 @@ impl EngineFlags {
             egress: crate::providers::egress::Policy::new(self.web_deny_cidr.clone(), self.web_allow_cidr.clone()),
             kubernetes_kinds: self.kubernetes_kinds.clone(),
             max_buffered_body_bytes: self.max_buffered_body_bytes,
+            secret_args: self.secret_args,
         }
     }
 }

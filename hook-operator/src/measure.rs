@@ -63,6 +63,35 @@ pub async fn take(providers: &Providers, metric: &Metric, args: &[Argument]) -> 
 /// conditions on the evaluation pool under their budget (queued fairly per namespace).
 pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, args: &[Argument]) -> Taken {
     let started_at = Timestamp::now();
+    let (args, secrets) = match providers.resolve_args(namespace, args).await {
+        Ok(resolved) => resolved,
+        Err(e) => return failed(started_at, crate::redact::text(&e.0, &[])),
+    };
+    let mut taken = measure(providers, namespace, metric, &args, started_at).await;
+    // Credentials never reach status, Events or logs: values read from Secrets, credential headers (Authorization,
+    // Cookie, *token*, *key*, …), URL userinfo and
+    // token query parameters are masked in what the measurement says.
+    let mut sensitive = secrets;
+    if let Some(web) = &metric.provider.web {
+        for header in web.headers.iter().filter(|h| crate::redact::sensitive_header(&h.key)) {
+            if let Ok(value) = crate::template::render("header", &header.value, &args) {
+                sensitive.push(value);
+            }
+        }
+    }
+    for text in [&mut taken.measurement.message, &mut taken.measurement.value].into_iter().flatten() {
+        *text = crate::redact::text(text, &sensitive);
+    }
+    taken
+}
+
+async fn measure(
+    providers: &Providers,
+    namespace: &str,
+    metric: &Metric,
+    args: &[Argument],
+    started_at: Timestamp,
+) -> Taken {
     let clock = Instant::now();
     let (phase, message, value, kind) = match providers.for_metric(metric) {
         Err(e) => (HookPhase::Error, Some(e.0), None, "none"),

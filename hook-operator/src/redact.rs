@@ -16,6 +16,13 @@ fn sensitive(name: &str) -> bool {
         .any(|s| name == *s || name.ends_with(&format!("_{s}")) || name.ends_with(&format!("-{s}")) || name.contains(s))
 }
 
+/// Headers whose values are credentials: `Authorization`, `Proxy-Authorization`, `Cookie` and any name
+/// mentioning a token, key, secret, password, auth, signature or session.
+pub fn sensitive_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "cookie" || sensitive(&name)
+}
+
 /// `url` with its password (or lone user token) and sensitive query values masked; text that is not a URL is
 /// returned unchanged.
 pub fn url(text: &str) -> String {
@@ -88,6 +95,16 @@ mod tests {
         );
         assert_eq!(url("http://h:9091/age"), "http://h:9091/age");
         assert_eq!(url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn credential_headers() {
+        for name in ["Authorization", "proxy-authorization", "Cookie", "X-Api-Key", "X-Auth-Token", "PRIVATE-TOKEN"] {
+            assert!(sensitive_header(name), "{name}");
+        }
+        for name in ["Accept", "Content-Type", "User-Agent", "X-Request-Id"] {
+            assert!(!sensitive_header(name), "{name}");
+        }
     }
 
     #[test]

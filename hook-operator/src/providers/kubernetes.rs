@@ -75,6 +75,41 @@ impl FieldPath {
     }
 }
 
+/// `[group/]plural` entries of `--kubernetes-provider-kinds`, lower-cased.
+pub fn parse_kinds(kinds: &[String]) -> Vec<(String, String)> {
+    kinds
+        .iter()
+        .map(|k| k.trim().to_ascii_lowercase())
+        .filter(|k| !k.is_empty())
+        .map(|k| match k.rsplit_once('/') {
+            Some((group, plural)) => (group.to_string(), plural.to_string()),
+            None => (String::new(), k),
+        })
+        .collect()
+}
+
+fn kind_name(group: &str, plural: &str) -> String {
+    if group.is_empty() { plural.to_string() } else { format!("{group}/{plural}") }
+}
+
+/// Whether `group`/`plural` is on the allow-list.
+pub fn allowed(kinds: &[(String, String)], group: &str, plural: &str) -> bool {
+    kinds.iter().any(|(g, p)| g.eq_ignore_ascii_case(group) && p.eq_ignore_ascii_case(plural))
+}
+
+/// The provider only reaches objects in the HookRun's own namespace: its args (PodNamespace) come from whoever
+/// created the run (for canary steps, verbatim from the GameDeployment), so another namespace is refused.
+/// `run_namespace` is empty only for `hook-operator check`, which runs with the caller's own credentials.
+pub fn confine(run_namespace: &str, target: &str) -> Result<(), ProviderError> {
+    if run_namespace.is_empty() || run_namespace == target {
+        return Ok(());
+    }
+    Err(ProviderError(format!(
+        "the kubernetes provider only reaches objects in the HookRun's own namespace {run_namespace:?}, not {target:?} \
+         (arg PodNamespace)"
+    )))
+}
+
 /// JSON Pointer escaping (RFC 6901): `~` first, then `/`.
 pub fn escape_pointer(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
@@ -117,6 +152,8 @@ pub fn build_patch(object: &Value, fields: &[(FieldPath, String)]) -> Value {
 pub struct Kubernetes {
     client: Option<Client>,
     timeout: Duration,
+    /// `[group/]plural` resources the provider may touch (`--kubernetes-provider-kinds`).
+    kinds: Vec<(String, String)>,
     resources: Mutex<HashMap<GroupVersionKind, ApiResource>>,
 }
 
@@ -199,8 +236,8 @@ pub fn judge_get(
 }
 
 impl Kubernetes {
-    pub fn new(client: Option<Client>, timeout: Duration) -> Self {
-        Self { client, timeout, resources: Mutex::new(HashMap::new()) }
+    pub fn new(client: Option<Client>, timeout: Duration, kinds: &[String]) -> Self {
+        Self { client, timeout, kinds: parse_kinds(kinds), resources: Mutex::new(HashMap::new()) }
     }
 
     async fn resource(&self, client: &Client, gvk: &GroupVersionKind) -> Result<ApiResource, ProviderError> {
@@ -216,7 +253,12 @@ impl Kubernetes {
         Ok(resource)
     }
 
-    async fn call(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+    async fn call(
+        &self,
+        run_namespace: &str,
+        metric: &Metric,
+        args: &[Argument],
+    ) -> Result<Observation, ProviderError> {
         let spec = metric
             .provider
             .kubernetes
@@ -226,7 +268,15 @@ impl Kubernetes {
             ProviderError("the kubernetes provider needs a cluster: no Kubernetes configuration was found".into())
         })?;
         let (gvk, namespace, name) = target(args)?;
+        confine(run_namespace, &namespace)?;
         let resource = self.resource(client, &gvk).await?;
+        if !allowed(&self.kinds, &resource.group, &resource.plural) {
+            return Err(ProviderError(format!(
+                "the kubernetes provider may not touch {}: allowed are {} (the operator's --kubernetes-provider-kinds)",
+                kind_name(&resource.group, &resource.plural),
+                self.kinds.iter().map(|(g, p)| kind_name(g, p)).collect::<Vec<_>>().join(", ")
+            )));
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
         let what = format!("{} {namespace}/{name}", gvk.kind);
         let get = || async {
@@ -375,6 +425,23 @@ mod tests {
         assert!(o.verdict.unwrap().1.contains("is not set"));
         let o = judge_get(&object, &fields_bad, &spec_bad, true);
         assert_eq!((o.result, o.verdict), (expr::Value::String("2".into()), None));
+    }
+
+    #[test]
+    fn only_the_runs_own_namespace_and_allowed_kinds() {
+        assert_eq!(confine("team-a", "team-a"), Ok(()));
+        let err = confine("team-a", "team-b").unwrap_err();
+        assert!(
+            err.0.contains("only reaches objects in the HookRun's own namespace \"team-a\", not \"team-b\""),
+            "{err}"
+        );
+        assert_eq!(confine("", "anything"), Ok(()), "hook-operator check runs with the caller's credentials");
+        let kinds = parse_kinds(&["pods".into(), "Apps/Deployments".into()]);
+        assert!(allowed(&kinds, "", "pods"));
+        assert!(allowed(&kinds, "apps", "deployments"));
+        assert!(!allowed(&kinds, "", "secrets"));
+        assert!(!allowed(&kinds, "tkex.tencent.com", "gamedeployments"));
+        assert!(!allowed(&parse_kinds(&["pods".into()]), "apps", "pods"), "the group is part of the name");
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct ProviderSettings {
     pub kubernetes_kinds: Vec<String>,
     /// Response bytes buffered at once across all measurements.
     pub max_buffered_body_bytes: usize,
+    /// Whether args may read their value from a Secret (`valueFrom.secretKeyRef`, `--secret-args`).
+    pub secret_args: bool,
 }
 
 impl Default for ProviderSettings {
@@ -99,6 +101,7 @@ impl Default for ProviderSettings {
             egress: egress::Policy::default(),
             kubernetes_kinds: vec!["pods".to_string()],
             max_buffered_body_bytes: 16 * 1024 * 1024,
+            secret_args: false,
         }
     }
 }
@@ -110,6 +113,9 @@ pub struct Providers {
     web: web::Web,
     prometheus: prometheus::Prometheus,
     kubernetes: kubernetes::Kubernetes,
+    kube: Option<kube::Client>,
+    secret_args: bool,
+    kubernetes_timeout: Duration,
 }
 
 impl Providers {
@@ -125,8 +131,63 @@ impl Providers {
             conditions: crate::budget::Pool::new(threads, settings.condition_limits),
             web: web::Web::new(http.clone()),
             prometheus: prometheus::Prometheus::new(http, settings.prometheus_timeout),
-            kubernetes: kubernetes::Kubernetes::new(kube, settings.kubernetes_timeout),
+            kubernetes: kubernetes::Kubernetes::new(
+                kube.clone(),
+                settings.kubernetes_timeout,
+                &settings.kubernetes_kinds,
+            ),
+            kube,
+            secret_args: settings.secret_args,
+            kubernetes_timeout: settings.kubernetes_timeout,
         }))
+    }
+
+    /// The run's args with every `valueFrom.secretKeyRef` replaced by the Secret's value (read from the run's
+    /// namespace now), and the values that came from Secrets (to be redacted from every message).
+    pub async fn resolve_args(
+        &self,
+        namespace: &str,
+        args: &[Argument],
+    ) -> Result<(Vec<Argument>, Vec<String>), ProviderError> {
+        let mut resolved = Vec::with_capacity(args.len());
+        let mut secrets = Vec::new();
+        for arg in args {
+            let Some(reference) = arg.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) else {
+                resolved.push(arg.clone());
+                continue;
+            };
+            let what = format!("args.{}: Secret {namespace}/{} key {:?}", arg.name, reference.name, reference.key);
+            if !self.secret_args {
+                return Err(ProviderError(format!(
+                    "{what}: reading args from Secrets is disabled; start the hook-operator with --secret-args (chart \
+                     value hookOperator.secretArgs.enabled=true)"
+                )));
+            }
+            let client = self
+                .kube
+                .as_ref()
+                .ok_or_else(|| ProviderError(format!("{what}: no Kubernetes configuration to read it with")))?;
+            let api: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), namespace);
+            let secret = tokio::time::timeout(self.kubernetes_timeout, api.get_opt(&reference.name))
+                .await
+                .map_err(|_| ProviderError(format!("{what}: no answer from the API server in time")))?
+                .map_err(|e| ProviderError(format!("{what}: {}", crate::text::excerpt(&e.to_string(), 300))))?
+                .ok_or_else(|| ProviderError(format!("{what}: the Secret does not exist")))?;
+            let bytes = secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(&reference.key))
+                .map(|b| b.0.clone())
+                .or_else(|| {
+                    secret.string_data.as_ref().and_then(|d| d.get(&reference.key)).map(|s| s.clone().into_bytes())
+                })
+                .ok_or_else(|| ProviderError(format!("{what}: the Secret has no such key")))?;
+            let value =
+                String::from_utf8(bytes).map_err(|_| ProviderError(format!("{what}: the value is not UTF-8 text")))?;
+            secrets.push(value.clone());
+            resolved.push(Argument { name: arg.name.clone(), value: Some(value), value_from: None });
+        }
+        Ok((resolved, secrets))
     }
 
     pub fn for_metric(&self, metric: &Metric) -> Result<&dyn Provider, ProviderError> {
