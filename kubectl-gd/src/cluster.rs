@@ -90,13 +90,15 @@ impl Target {
         let pods = pod_selector(&gd);
         let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let streams = vec![
-            changes(self.api::<GameDeployment>(), by_name).map(Change::Gd).boxed(),
-            changes(self.api::<Pod>(), watcher::Config::default().labels(&pods)).map(Change::Pod).boxed(),
+            changes(self.api::<GameDeployment>(), by_name).map(|e| Change::Gd(Box::new(e))).boxed(),
+            changes(self.api::<Pod>(), watcher::Config::default().labels(&pods))
+                .map(|e| Change::Pod(Box::new(e)))
+                .boxed(),
             changes(self.api::<ControllerRevision>(), watcher::Config::default().labels(&pods))
-                .map(Change::Revision)
+                .map(|e| Change::Revision(Box::new(e)))
                 .boxed(),
             changes(self.api::<HookRun>(), watcher::Config::default().labels(&run_selector(name)))
-                .map(Change::Run)
+                .map(|e| Change::Run(Box::new(e)))
                 .boxed(),
         ];
         let mut state = Mirror::default();
@@ -145,11 +147,12 @@ pub fn run_selector(name: &str) -> String {
     format!("{}={name}", common::keys::HOOKRUN_WORKLOAD_NAME)
 }
 
+// Boxed: the events differ a lot in size and flow through one merged stream.
 enum Change {
-    Gd(Event<GameDeployment>),
-    Pod(Event<Pod>),
-    Revision(Event<ControllerRevision>),
-    Run(Event<HookRun>),
+    Gd(Box<Event<GameDeployment>>),
+    Pod(Box<Event<Pod>>),
+    Revision(Box<Event<ControllerRevision>>),
+    Run(Box<Event<HookRun>>),
 }
 
 /// Watch events of one kind, restarted with backoff on errors (a dropped watch resumes by itself).
@@ -211,10 +214,10 @@ impl Mirror {
     /// Applies a change; returns the snapshot when every kind has been listed once.
     fn apply(&mut self, change: Change) -> Option<Option<Snapshot>> {
         match change {
-            Change::Gd(e) => self.gds.apply(e),
-            Change::Pod(e) => self.pods.apply(e),
-            Change::Revision(e) => self.revisions.apply(e),
-            Change::Run(e) => self.runs.apply(e),
+            Change::Gd(e) => self.gds.apply(*e),
+            Change::Pod(e) => self.pods.apply(*e),
+            Change::Revision(e) => self.revisions.apply(*e),
+            Change::Run(e) => self.runs.apply(*e),
         }
         if !(self.gds.ready && self.pods.ready && self.revisions.ready && self.runs.ready) {
             return None;

@@ -139,7 +139,8 @@ pub fn render(tree: &Tree, style: Style) -> String {
         let paused = c.pause_reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
         field(&mut out, "Canary", &format!("{position}{paused}"));
     }
-    if let Some(c) = &tree.progressing {
+    // The operator's own words, unless the status line above already says exactly that.
+    if let Some(c) = tree.progressing.as_ref().filter(|c| c.message.as_deref() != Some(tree.verdict.message.as_str())) {
         let reason = c.reason.as_deref().unwrap_or("");
         let message = c.message.as_deref().unwrap_or("");
         field(&mut out, "Operator", &format!("{reason}: {message}"));
@@ -147,16 +148,14 @@ pub fn render(tree: &Tree, style: Style) -> String {
     out.push('\n');
 
     let _ = writeln!(out, "{}", style.paint(Colour::Bold, &format!("gamedeployment/{}", tree.name)));
-    let mut children: Vec<Box<dyn Fn(&mut String, &str, bool) + '_>> = Vec::new();
-    if let Some(run) = tree.canary.as_ref().and_then(|c| c.step_run.as_ref()) {
-        children.push(Box::new(move |out, prefix, last| run_lines(out, style, run, prefix, last, "step hookrun")));
+    // Children of the GameDeployment: the canary step's run, then the revisions.
+    let step_run = tree.canary.as_ref().and_then(|c| c.step_run.as_ref());
+    let n = usize::from(step_run.is_some()) + tree.revisions.len();
+    if let Some(run) = step_run {
+        run_lines(&mut out, style, run, "", n == 1, "step hookrun");
     }
-    for revision in &tree.revisions {
-        children.push(Box::new(move |out, prefix, last| revision_lines(out, style, revision, prefix, last)));
-    }
-    let n = children.len();
-    for (i, child) in children.iter().enumerate() {
-        child(&mut out, "", i + 1 == n);
+    for (i, revision) in tree.revisions.iter().enumerate() {
+        revision_lines(&mut out, style, revision, "", i + 1 == tree.revisions.len());
     }
     out
 }

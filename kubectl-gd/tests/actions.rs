@@ -1,0 +1,89 @@
+//! What each action writes, for the fixed objects of `fixtures`.
+
+mod fixtures;
+
+use kubectl_gd::actions::{self, RESTARTED_AT, Write};
+use kubectl_gd::tree::Snapshot;
+use serde_json::json;
+
+use fixtures::*;
+
+#[test]
+fn retry_sets_the_flag_of_each_gate_with_a_failed_run() {
+    let plan = actions::retry(&snapshot(), None).unwrap();
+    assert_eq!(
+        plan.writes,
+        vec![Write::MergeGd {
+            name: "test-gamedeployment".into(),
+            patch: json!({"spec": {"preDeleteUpdateStrategy": {"retry": true}}})
+        }]
+    );
+    assert!(plan.summary[0].contains("spec.preDeleteUpdateStrategy.retry set to true"), "{:?}", plan.summary);
+    // Nothing failed: nothing to do, and the user is told.
+    let calm = Snapshot::owned(gd(), revisions(), pods(), vec![run("s9rbp", SUCCESS, RUNNING)]);
+    let mut calm_gd = calm.gd.clone();
+    calm_gd.status.as_mut().unwrap().pre_delete_hook_condition.retain(|c| c.pod_name.ends_with("s9rbp"));
+    let calm = Snapshot { gd: calm_gd, ..calm };
+    assert!(actions::retry(&calm, None).unwrap_err().contains("no failed hook"));
+}
+
+#[test]
+fn retry_of_one_pod_deletes_only_its_failed_run_with_a_uid_precondition() {
+    let plan = actions::retry(&snapshot(), Some("test-gamedeployment-k2x7q")).unwrap();
+    assert_eq!(
+        plan.writes,
+        vec![Write::DeleteRun {
+            name: "predelete-test-gamedeployment-67864c6f65-k2x7q-test".into(),
+            uid: "run-k2x7q".into()
+        }]
+    );
+    let err = actions::retry(&snapshot(), Some("test-gamedeployment-s9rbp")).unwrap_err();
+    assert!(err.contains("no failed HookRun"), "{err}");
+    let err = actions::retry(&snapshot(), Some("test-gamedeployment-zzzzz")).unwrap_err();
+    assert!(err.contains("does not belong"), "{err}");
+}
+
+#[test]
+fn skip_hook_terminates_only_an_unfinished_run() {
+    let s = snapshot();
+    let held = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-s9rbp")).unwrap();
+    let plan = actions::skip_hook(held, &s.runs).unwrap();
+    assert_eq!(
+        plan.writes,
+        vec![Write::MergeRun {
+            name: "predelete-test-gamedeployment-67864c6f65-s9rbp-test".into(),
+            patch: json!({"spec": {"terminate": true}})
+        }]
+    );
+    let failed = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-k2x7q")).unwrap();
+    let err = actions::skip_hook(failed, &s.runs).unwrap_err();
+    assert!(err.contains("is Failed") && err.contains("kubectl gd retry --pod"), "{err}");
+    let normal = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-a1b2c")).unwrap();
+    assert!(actions::skip_hook(normal, &s.runs).unwrap_err().contains("has no HookRun"));
+}
+
+#[test]
+fn pause_resume_and_restart_patch_the_spec() {
+    let s = snapshot();
+    let paused = actions::set_paused(&s, true);
+    assert_eq!(
+        paused.writes,
+        vec![Write::MergeGd {
+            name: "test-gamedeployment".into(),
+            patch: json!({"spec": {"updateStrategy": {"paused": true}}})
+        }]
+    );
+    let resumed = actions::set_paused(&s, false);
+    assert!(
+        matches!(&resumed.writes[0], Write::MergeGd { patch, .. } if patch["spec"]["updateStrategy"]["paused"] == false)
+    );
+    let restart = actions::restart(&s, "2024-05-01T10:10:00Z");
+    assert_eq!(
+        restart.writes,
+        vec![Write::MergeGd {
+            name: "test-gamedeployment".into(),
+            patch: json!({"spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: "2024-05-01T10:10:00Z"}}}}})
+        }]
+    );
+    assert!(restart.summary[0].contains("containers keep running"), "InplaceUpdate: {:?}", restart.summary);
+}
