@@ -1,0 +1,237 @@
+//! `scripts/sandbox` as a user runs it: two sandboxes side by side on different ports each get their own demo web
+//! server (and state directory) and point their hook-operator at it; a demo server that dies is reported by its
+//! own sandbox only; a second sandbox on a port in use refuses to start without touching the first one's state;
+//! and a child that cannot start (here the demo server, its address taken) fails the start-up instead of a
+//! "ready" that is not true.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Building nothing (`--no-build`), a sandbox starts in seconds; generous for a loaded 2-core machine.
+const START: Duration = Duration::from_secs(240);
+
+const READY: &str = "ready. In another terminal:";
+
+fn ensure_binaries() {
+    for (package, bin) in [
+        ("kube-sim", "kube-sim"),
+        ("hook-operator", "hook-operator"),
+        ("gamedeployment-operator", "gamedeployment-operator"),
+    ] {
+        e2e::binary(package, bin);
+    }
+}
+
+fn bindable(addr: &str) -> bool {
+    std::net::TcpListener::bind(addr).is_ok()
+}
+
+/// A base port P whose API port, both metrics ports and demo address (127.0.0.200:P+3) are free.
+fn free_base(not: &[u16]) -> u16 {
+    let seed = (std::process::id() % 2000) as u16;
+    (0..2000u16)
+        .map(|i| 20000 + ((seed + i * 37) % 2000) * 10)
+        .find(|&p| {
+            !not.contains(&p)
+                && (0..3).all(|d| bindable(&format!("127.0.0.1:{}", p + d)))
+                && bindable(&format!("127.0.0.200:{}", p + 3))
+        })
+        .expect("a free port range")
+}
+
+/// One `scripts/sandbox --debug --no-build --port P` in its own process group, its output in a file. Dropping it
+/// stops it as Ctrl-C would (SIGTERM to the group; SIGKILL after 15 s).
+struct Sandbox {
+    port: u16,
+    child: Child,
+    output: PathBuf,
+    /// Whether dropping it removes `.sandbox/PORT/` (not for a sandbox that was refused another one's port).
+    owns_state: bool,
+    _dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn start(port: u16) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let output = dir.path().join("sandbox.out");
+        let file = std::fs::File::create(&output).expect("output file");
+        let child = std::os::unix::process::CommandExt::process_group(
+            Command::new("bash").args(["scripts/sandbox", "--debug", "--no-build", "--port", &port.to_string()]),
+            0,
+        )
+        .current_dir(e2e::repo_root())
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("output handle"))
+        .stderr(file)
+        .spawn()
+        .expect("bash runs scripts/sandbox");
+        Self { port, child, output, owns_state: true, _dir: dir }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.output).unwrap_or_default()
+    }
+
+    fn state(&self) -> PathBuf {
+        e2e::repo_root().join(".sandbox").join(self.port.to_string())
+    }
+
+    fn pid_of(&self, name: &str) -> u32 {
+        let text = std::fs::read_to_string(self.state().join(format!("{name}.pid"))).expect("pid file");
+        text.trim().parse().expect("a pid")
+    }
+
+    /// Waits for the "ready" banner, failing with the output if the sandbox exits first.
+    async fn wait_ready(&mut self) {
+        let start = Instant::now();
+        loop {
+            if self.output().contains(READY) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("sandbox on port {} exited ({status}) before ready:\n{}", self.port, self.output());
+            }
+            assert!(start.elapsed() < START, "sandbox on port {} not ready:\n{}", self.port, self.output());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits for the sandbox to exit on its own; returns its exit code.
+    async fn wait_exit(&mut self) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            assert!(start.elapsed() < START, "sandbox on port {} still running:\n{}", self.port, self.output());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The demo web server address the sandbox announced.
+    fn demo_address(&self) -> String {
+        let out = self.output();
+        let line = out.lines().find(|l| l.contains("demo web server on")).expect("the demo server line");
+        line.split("demo web server on ").nth(1).and_then(|rest| rest.split_whitespace().next()).unwrap().to_string()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // A sandbox that already exited has stopped its children itself; its process group id may be reused.
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let group = format!("-{}", self.child.id());
+            let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(15) {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if matches!(self.child.try_wait(), Ok(None)) {
+                let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+                let _ = self.child.wait();
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("--- sandbox on port {} ---\n{}", self.port, self.output());
+        } else if self.owns_state {
+            let _ = std::fs::remove_dir_all(self.state());
+        }
+    }
+}
+
+/// The body of `GET /` at `addr`, or None when nothing answers.
+async fn get(addr: &str) -> Option<String> {
+    let mut stream =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await.ok()?.ok()?;
+    stream.write_all(b"GET / HTTP/1.0\r\nHost: 1.1.1.1:9091\r\n\r\n").await.ok()?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response)).await.ok()?.ok()?;
+    Some(response)
+}
+
+/// The `--web-resolve` argument the sandbox gave its hook-operator.
+fn web_resolve_of(pid: u32) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let i = args.iter().position(|a| a == "--web-resolve")?;
+    args.get(i + 1).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sandboxes_side_by_side_never_share_a_demo_server() {
+    ensure_binaries();
+    let port_a = free_base(&[]);
+    let mut a = Sandbox::start(port_a);
+    a.wait_ready().await;
+    let port_b = free_base(&[port_a]);
+    let mut b = Sandbox::start(port_b);
+    b.wait_ready().await;
+    println!("--- sandbox A (port {port_a}) ---\n{}\n--- sandbox B (port {port_b}) ---\n{}", a.output(), b.output());
+
+    // Each has its own demo server, derived from its port, and its hook-operator is pointed at it.
+    let (demo_a, demo_b) = (a.demo_address(), b.demo_address());
+    assert_eq!(demo_a, format!("127.0.0.200:{}", port_a + 3));
+    assert_eq!(demo_b, format!("127.0.0.200:{}", port_b + 3));
+    for (sandbox, demo) in [(&a, &demo_a), (&b, &demo_b)] {
+        let body = get(demo).await.unwrap_or_else(|| panic!("nothing answers on {demo}"));
+        assert!(body.contains(r#"{"name":"bryan","male":"yes","age":45}"#), "{demo}: {body}");
+        let resolve = web_resolve_of(sandbox.pid_of("hook-operator"));
+        assert_eq!(resolve, Some(format!("1.1.1.1:9091={demo}")), "port {}", sandbox.port);
+        assert!(sandbox.output().contains(&format!("--web-resolve 1.1.1.1:9091={demo}")), "the check command");
+        assert!(sandbox.output().contains(&format!("export KUBECONFIG={}/kubeconfig", sandbox.state().display())));
+        assert!(sandbox.output().contains("export PATH="), "the PATH line");
+    }
+
+    // A second sandbox on A's port refuses to start, leaving A's kubeconfig alone.
+    let mut again = Sandbox::start(port_a);
+    again.owns_state = false;
+    let code = again.wait_exit().await;
+    let out = again.output();
+    println!("--- a second sandbox on port {port_a} ---\n{out}");
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("another sandbox") && !out.contains(READY), "{out}");
+    drop(again);
+    assert!(a.state().join("kubeconfig").exists(), "A's kubeconfig survived");
+
+    // A's demo server dies: A reports it (naming the address), B does not, and B's server still answers.
+    let demo_pid = a.pid_of("demo-webserver");
+    assert!(Command::new("kill").args(["-TERM", &demo_pid.to_string()]).status().unwrap().success());
+    let start = Instant::now();
+    while !a.output().contains("demo-webserver exited") {
+        assert!(start.elapsed() < START, "sandbox A did not report its demo server's death:\n{}", a.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = a.output();
+    println!("--- sandbox A after its demo server was killed ---\n{out}");
+    let report = out.lines().find(|l| l.contains("demo-webserver exited")).unwrap();
+    assert!(report.contains(&demo_a), "{report}");
+    assert!(get(&demo_a).await.is_none(), "A's demo server is gone");
+    assert!(!b.output().contains("exited"), "B reported nothing:\n{}", b.output());
+    assert!(get(&demo_b).await.is_some_and(|body| body.contains("bryan")), "B's demo server still answers");
+    assert!(matches!(a.child.try_wait(), Ok(None)), "A stays up so the cluster can be inspected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_that_cannot_start_fails_the_start_up() {
+    ensure_binaries();
+    let port = free_base(&[]);
+    let demo = format!("127.0.0.200:{}", port + 3);
+    let _taken = std::net::TcpListener::bind(&demo).expect("the demo address is free to take");
+    let mut sandbox = Sandbox::start(port);
+    let code = sandbox.wait_exit().await;
+    let out = sandbox.output();
+    println!("--- sandbox on port {port}, {demo} taken ---\n{out}");
+    assert_ne!(code, Some(0));
+    assert!(!out.contains(READY), "{out}");
+    let line = out.lines().find(|l| l.contains("demo-webserver exited during start-up")).expect("the failure");
+    assert!(line.contains(&demo), "{line}");
+    assert!(out.contains("Address already in use"), "the demo server's own error is shown:\n{out}");
+    // Everything it had started is stopped: nothing serves its API port any more.
+    assert!(bindable(&format!("127.0.0.1:{port}")), "kube-sim was stopped");
+}
