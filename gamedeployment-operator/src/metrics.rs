@@ -1,9 +1,13 @@
 //! Prometheus metrics, and the client layer that counts every API request the operator makes.
 //!
-//! No metric carries a per-GameDeployment label: BCS's per-GameDeployment series were never deleted and its
-//! min/max gauges were process-wide anyway (bug list §7.31). Per-GameDeployment state is in `status` and Events.
+//! Cardinality is bounded: the per-GameDeployment series (`{namespace,name}`: desired/updated/ready replicas,
+//! rollout stuck seconds, pods held per hook) are removed when the GameDeployment is deleted ([`Metrics::forget`];
+//! BCS never deleted its per-GameDeployment series, bug list §7.31), and no metric has a per-pod label.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use http::{Method, Request};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -25,6 +29,47 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// One GameDeployment.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkloadLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Pods of one GameDeployment held by one kind of hook.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `predelete`, `preinplace`, `postinplace` or `canary`.
+    pub hook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HookLabels {
+    pub hook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub hook: String,
+    /// `successful`, `failed`, `error`, `inconclusive` or `terminated`.
+    pub outcome: String,
+}
+
+/// The hook label values, in the order the gauges are written.
+pub const HOOKS: [&str; 4] = ["predelete", "preinplace", "postinplace", "canary"];
+
+/// What a pass shows about one GameDeployment on the dashboard.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkloadView {
+    pub desired: i64,
+    pub updated: i64,
+    pub ready: i64,
+    /// Pods held, by hook (in [`HOOKS`] order).
+    pub held: [i64; 4],
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`.
@@ -42,7 +87,14 @@ pub struct Metrics {
     pub pods_created: Family<ReasonLabels, Counter>,
     pub pods_deleted: Family<ReasonLabels, Counter>,
     pub pods_updated: Family<ReasonLabels, Counter>,
-    pub pods_held: Gauge,
+    pub pods_held: Family<HeldLabels, Gauge>,
+    pub desired_replicas: Family<WorkloadLabels, Gauge>,
+    pub updated_replicas: Family<WorkloadLabels, Gauge>,
+    pub ready_replicas: Family<WorkloadLabels, Gauge>,
+    pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge>,
+    pub leader: Gauge,
+    pub gate_wait: Family<HookLabels, Histogram>,
+    pub hook_outcomes: Family<OutcomeLabels, Counter>,
     pub status_writes: Counter,
     pub expectations_expired: Counter,
     pub events_dropped: Counter,
@@ -59,7 +111,15 @@ impl Metrics {
             pods_created: Family::default(),
             pods_deleted: Family::default(),
             pods_updated: Family::default(),
-            pods_held: Gauge::default(),
+            pods_held: Family::default(),
+            desired_replicas: Family::default(),
+            updated_replicas: Family::default(),
+            ready_replicas: Family::default(),
+            rollout_stuck_seconds: Family::default(),
+            leader: Gauge::default(),
+            // 1 s … ~9 h.
+            gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
+            hook_outcomes: Family::default(),
             status_writes: Counter::default(),
             expectations_expired: Counter::default(),
             events_dropped: Counter::default(),
@@ -82,8 +142,32 @@ impl Metrics {
         );
         r.register(
             "pods_held",
-            "Pods a gate held in the last pass of every GameDeployment, summed",
+            "Pods held by a hook in the last pass, by GameDeployment and hook (predelete, preinplace, postinplace, \
+             canary: old pods a canary step keeps back)",
             metrics.pods_held.clone(),
+        );
+        r.register("desired_replicas", "spec.replicas of each GameDeployment", metrics.desired_replicas.clone());
+        r.register(
+            "updated_replicas",
+            "Pods running the update revision, by GameDeployment",
+            metrics.updated_replicas.clone(),
+        );
+        r.register("ready_replicas", "Ready pods, by GameDeployment", metrics.ready_replicas.clone());
+        r.register(
+            "rollout_stuck_seconds",
+            "Seconds since the rollout last made progress while it is incomplete (0 when complete)",
+            metrics.rollout_stuck_seconds.clone(),
+        );
+        r.register("leader", "1 while this replica leads (reconciles), else 0", metrics.leader.clone());
+        r.register(
+            "gate_wait_seconds",
+            "Time a pod spent held by a gate, observed when it is released, by hook",
+            metrics.gate_wait.clone(),
+        );
+        r.register(
+            "hook_outcomes",
+            "HookRuns of GameDeployments that completed, by hook and outcome",
+            metrics.hook_outcomes.clone(),
         );
         r.register("status_writes", "GameDeployment status writes", metrics.status_writes.clone());
         r.register(
@@ -112,10 +196,100 @@ impl Metrics {
         self.reconcile_errors.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
     }
 
+    /// Shows what a pass computed for one GameDeployment.
+    pub fn show(&self, namespace: &str, name: &str, view: &WorkloadView) {
+        let workload = WorkloadLabels { namespace: namespace.into(), name: name.into() };
+        self.desired_replicas.get_or_create(&workload).set(view.desired);
+        self.updated_replicas.get_or_create(&workload).set(view.updated);
+        self.ready_replicas.get_or_create(&workload).set(view.ready);
+        for (hook, held) in HOOKS.iter().zip(view.held) {
+            let labels = HeldLabels { namespace: namespace.into(), name: name.into(), hook: (*hook).into() };
+            self.pods_held.get_or_create(&labels).set(held);
+        }
+    }
+
+    /// Removes every series of a GameDeployment (it was deleted).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let workload = WorkloadLabels { namespace: namespace.into(), name: name.into() };
+        for family in
+            [&self.desired_replicas, &self.updated_replicas, &self.ready_replicas, &self.rollout_stuck_seconds]
+        {
+            family.remove(&workload);
+        }
+        for hook in HOOKS {
+            self.pods_held.remove(&HeldLabels { namespace: namespace.into(), name: name.into(), hook: hook.into() });
+        }
+    }
+
+    pub fn gate_released(&self, hook: &str, waited_seconds: f64) {
+        self.gate_wait.get_or_create(&HookLabels { hook: hook.into() }).observe(waited_seconds.max(0.0));
+    }
+
+    pub fn hook_outcome(&self, hook: &str, outcome: &str) {
+        self.hook_outcomes.get_or_create(&OutcomeLabels { hook: hook.into(), outcome: outcome.into() }).inc();
+    }
+
     /// The client layer counting requests into [`Metrics::api_requests`].
     pub fn request_counter(&self) -> CountRequests {
         CountRequests { requests: self.api_requests.clone() }
     }
+}
+
+/// What counts as progress of a rollout: any change of these numbers (or of the revision or canary step).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutMark {
+    pub revision: Option<String>,
+    pub step: Option<i32>,
+    pub replicas: i32,
+    pub ready: i32,
+    pub available: i32,
+    pub updated: i32,
+    pub updated_ready: i32,
+}
+
+/// When each GameDeployment's rollout last made progress, for `gamedeployment_rollout_stuck_seconds`. Kept in
+/// memory: after a restart the clock starts at the first pass.
+#[derive(Debug, Default)]
+pub struct RolloutClock {
+    entries: Mutex<Rollouts>,
+}
+
+/// By (namespace, name): the last progress seen, when it was first seen, and whether the rollout was complete.
+type Rollouts = HashMap<(String, String), (RolloutMark, Instant, bool)>;
+
+impl RolloutClock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Rollouts> {
+        // A poisoned lock only means a pass panicked while holding it; the map stays usable.
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records what a pass saw; returns the seconds the rollout has not progressed (0 when complete).
+    pub fn observe(&self, namespace: &str, name: &str, mark: RolloutMark, complete: bool, now: Instant) -> i64 {
+        let mut entries = self.lock();
+        let entry = entries.entry((namespace.into(), name.into())).or_insert_with(|| (mark.clone(), now, complete));
+        if entry.0 != mark || entry.2 != complete {
+            *entry = (mark, now, complete);
+        }
+        stuck_seconds(entry.1, entry.2, now)
+    }
+
+    /// Seconds stuck of every GameDeployment seen, at `now`.
+    pub fn stuck(&self, now: Instant) -> Vec<(String, String, i64)> {
+        self.lock()
+            .iter()
+            .map(|((namespace, name), (_, since, complete))| {
+                (namespace.clone(), name.clone(), stuck_seconds(*since, *complete, now))
+            })
+            .collect()
+    }
+
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.lock().remove(&(namespace.to_string(), name.to_string()));
+    }
+}
+
+fn stuck_seconds(since: Instant, complete: bool, now: Instant) -> i64 {
+    if complete { 0 } else { i64::try_from(now.saturating_duration_since(since).as_secs()).unwrap_or(i64::MAX) }
 }
 
 /// A tower layer counting the API requests of a kube client by verb and resource.
@@ -232,5 +406,64 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("gamedeployment_reconciles_total{result=\"success\"} 1"), "{text}");
         assert!(text.contains("gamedeployment_pods_created_total{reason=\"replicas\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn the_rollout_clock_restarts_on_progress_and_reads_zero_when_complete() {
+        let clock = RolloutClock::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        let mark = |updated: i32| RolloutMark { updated, ..RolloutMark::default() };
+        assert_eq!(clock.observe("ns", "game", mark(1), false, t0), 0);
+        assert_eq!(clock.observe("ns", "game", mark(1), false, at(30)), 30);
+        assert_eq!(clock.stuck(at(45)), [("ns".to_string(), "game".to_string(), 45)]);
+        assert_eq!(clock.observe("ns", "game", mark(2), false, at(50)), 0, "progress restarts the clock");
+        assert_eq!(clock.observe("ns", "game", mark(2), false, at(60)), 10);
+        assert_eq!(clock.observe("ns", "game", mark(2), true, at(70)), 0);
+        assert_eq!(clock.observe("ns", "game", mark(2), true, at(700)), 0, "complete stays 0");
+        clock.forget("ns", "game");
+        assert!(clock.stuck(at(800)).is_empty());
+    }
+
+    fn encode(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+        text
+    }
+
+    /// The names and labels the chart's dashboard and alerts use (`charts/gamedeployment-operators/metrics-used.txt`).
+    #[test]
+    fn dashboard_series_appear_and_go_with_their_game_deployment() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let view = WorkloadView { desired: 6, updated: 2, ready: 5, held: [1, 0, 2, 3] };
+        metrics.show("ns", "game", &view);
+        metrics.show("ns", "other", &WorkloadView::default());
+        metrics
+            .rollout_stuck_seconds
+            .get_or_create(&WorkloadLabels { namespace: "ns".into(), name: "game".into() })
+            .set(42);
+        metrics.leader.set(1);
+        metrics.gate_released("predelete", 3.5);
+        metrics.hook_outcome("preinplace", "failed");
+        let text = encode(&registry);
+        for line in [
+            "gamedeployment_desired_replicas{namespace=\"ns\",name=\"game\"} 6",
+            "gamedeployment_updated_replicas{namespace=\"ns\",name=\"game\"} 2",
+            "gamedeployment_ready_replicas{namespace=\"ns\",name=\"game\"} 5",
+            "gamedeployment_rollout_stuck_seconds{namespace=\"ns\",name=\"game\"} 42",
+            "gamedeployment_pods_held{namespace=\"ns\",name=\"game\",hook=\"predelete\"} 1",
+            "gamedeployment_pods_held{namespace=\"ns\",name=\"game\",hook=\"postinplace\"} 2",
+            "gamedeployment_pods_held{namespace=\"ns\",name=\"game\",hook=\"canary\"} 3",
+            "gamedeployment_leader 1",
+            "gamedeployment_gate_wait_seconds_bucket{le=\"4.0\",hook=\"predelete\"} 1",
+            "gamedeployment_hook_outcomes_total{hook=\"preinplace\",outcome=\"failed\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        metrics.forget("ns", "game");
+        let text = encode(&registry);
+        assert!(!text.contains("name=\"game\""), "{text}");
+        assert!(text.contains("gamedeployment_desired_replicas{namespace=\"ns\",name=\"other\"} 0"), "{text}");
     }
 }

@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::action::PlannedEvent;
 use crate::action::{Action, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
-use crate::gate::DeleteCause;
+use crate::gate::{self, DeleteCause, GateKind};
+use crate::lifecycle::{self, LifecycleState};
 use crate::metrics::ReasonLabels;
 use crate::ownership;
 use crate::planner::Plan;
@@ -296,6 +297,7 @@ impl Executor<'_> {
             match result {
                 Ok(()) => {
                     self.ctx.metrics.pods_deleted.get_or_create(&ReasonLabels { reason: cause.as_str().into() }).inc();
+                    self.gate_released(&pod, Some(GateKind::Delete(cause)));
                     outcome.succeeded.insert(phase);
                     let (reason, message) = match cause {
                         DeleteCause::ScaleIn => ("SuccessfulDelete", format!("deleted pod {} (scale in)", pod.name)),
@@ -426,6 +428,12 @@ impl Executor<'_> {
                         .pods_updated
                         .get_or_create(&ReasonLabels { reason: change.reason.as_str().into() })
                         .inc();
+                    let gated = match change.reason {
+                        PatchReason::InPlaceUpdate => Some(GateKind::InPlaceUpdate),
+                        PatchReason::HotPatchUpdate => Some(GateKind::HotPatchUpdate),
+                        _ => None,
+                    };
+                    self.gate_released(&change.pod, gated);
                     outcome.succeeded.insert(phase);
                     if let Some(event) = success_event(&change) {
                         outcome.events.push(event);
@@ -447,6 +455,33 @@ impl Executor<'_> {
                     );
                 }
             }
+        }
+    }
+
+    /// `gamedeployment_gate_wait_seconds`: a pod that waited in `PreparingDelete` / `PreparingUpdate` was deleted
+    /// or updated (`gated`), or a pod that waited in `Updated` for its post-inplace hook went back to `Normal`.
+    /// The wait is measured from the lifecycle timestamp the pod got when it entered that state.
+    fn gate_released(&self, pod: &PodRef, gated: Option<GateKind>) {
+        let Some(cached) = self.cached(pod) else { return };
+        let state = lifecycle::state_of(cached);
+        let hook = match (state, gated) {
+            (LifecycleState::PreparingDelete | LifecycleState::PreparingUpdate, Some(kind)) => {
+                gate::hook_for(self.gd, kind).map(|(hook, _, _)| hook)
+            }
+            (LifecycleState::Updated, None) => self
+                .gd
+                .spec
+                .post_inplace_update_strategy
+                .as_ref()
+                .and_then(|s| s.hook.as_ref())
+                .map(|_| HookKind::PostInplace),
+            _ => None,
+        };
+        let since = common::pod::annotation(cached, common::keys::LIFECYCLE_TIMESTAMP)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        if let (Some(hook), Some(since)) = (hook, since) {
+            let waited = k8s_openapi::jiff::Timestamp::now().as_millisecond().saturating_sub(since.as_millisecond());
+            self.ctx.metrics.gate_released(hook.prefix(), waited as f64 / 1000.0);
         }
     }
 

@@ -11,13 +11,14 @@ mod events;
 mod execute;
 mod overlay;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::api::{GameDeployment, GameDeploymentStatus, HookRun, HookTemplate};
+use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate};
+use common::hookrun::HookKind;
 use common::keys;
 use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -33,7 +34,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 pub use events::EventSink;
 
 use crate::expectations::{Check, Expectations};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RolloutClock, RolloutMark, WorkloadLabels, WorkloadView};
 use crate::ownership;
 use crate::planner::{self, Observed, Plan, status};
 use crate::priority::parse_cost;
@@ -108,8 +109,10 @@ pub struct Context {
     pub config: Config,
     /// Consecutive failures per GameDeployment, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
-    /// Pods held by a gate, per GameDeployment (summed into a gauge).
-    held: Mutex<HashMap<String, i64>>,
+    /// When each rollout last made progress (`gamedeployment_rollout_stuck_seconds`).
+    rollouts: RolloutClock,
+    /// UIDs of the completed HookRuns already counted in `gamedeployment_hook_outcomes_total`, per GameDeployment.
+    counted_runs: Mutex<HashMap<String, HashSet<String>>>,
     /// Set once the pod, revision, HookRun and HookTemplate caches hold their first full list. Passes do not wait on the stores
     /// themselves: a store wakes only one of its concurrent waiters, so a second one could sleep for a minute.
     synced: Arc<AtomicBool>,
@@ -174,22 +177,117 @@ impl Context {
         }
     }
 
-    /// Drops what the controller remembers about a GameDeployment that is going away.
-    fn forget(&self, key: &str) {
-        self.expectations.forget(key);
-        self.record_held(key, 0);
-        self.record_written(key, None, Default::default());
+    /// Drops what the controller remembers about a GameDeployment that is going away, and its metric series.
+    fn forget(&self, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        self.expectations.forget(&key);
+        self.record_written(&key, None, Default::default());
+        lock(&self.counted_runs).remove(&key);
+        self.rollouts.forget(namespace, name);
+        self.metrics.forget(namespace, name);
     }
 
-    fn record_held(&self, key: &str, held: usize) {
-        let mut map = lock(&self.held);
-        if held == 0 {
-            map.remove(key);
-        } else {
-            map.insert(key.to_string(), i64::try_from(held).unwrap_or(i64::MAX));
+    /// The dashboard metrics of one pass: replica counts, pods held per hook, how long the rollout has not
+    /// progressed, and the HookRuns that completed since the last pass.
+    fn show(&self, snapshot: &Snapshot, plan: &Plan) {
+        let (namespace, name) = (snapshot.namespace.as_str(), snapshot.gd.name_any());
+        let status = &plan.status;
+        let held_by =
+            |kind: HookKind| plan.held.iter().filter(|h| h.hook.as_ref().is_some_and(|g| g.kind == kind)).count();
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let view = WorkloadView {
+            desired: i64::from(snapshot.gd.spec.replicas.unwrap_or(1).max(0)),
+            updated: i64::from(status.updated_replicas),
+            ready: i64::from(status.ready_replicas),
+            held: [
+                as_i64(held_by(HookKind::PreDelete)),
+                as_i64(held_by(HookKind::PreInplace)),
+                as_i64(status.post_inplace_hook_condition.len()),
+                i64::from(plan.canary_held),
+            ],
+        };
+        self.metrics.show(namespace, &name, &view);
+        let mark = RolloutMark {
+            revision: status.update_revision.clone(),
+            step: status.current_step_index,
+            replicas: status.replicas,
+            ready: status.ready_replicas,
+            available: status.available_replicas,
+            updated: status.updated_replicas,
+            updated_ready: status.updated_ready_replicas,
+        };
+        let complete = status::condition(status, status::PROGRESSING)
+            .and_then(|c| c.reason.as_deref())
+            .is_some_and(|r| r == "RolloutComplete" || r == "PartitionAvailable");
+        let stuck = self.rollouts.observe(namespace, &name, mark, complete, Instant::now());
+        self.metrics
+            .rollout_stuck_seconds
+            .get_or_create(&WorkloadLabels { namespace: namespace.into(), name: name.clone() })
+            .set(stuck);
+
+        // HookRuns that completed: each counted once (a restart counts the completed runs it finds again).
+        let completed: Vec<(&HookRun, &'static str, &'static str)> = snapshot
+            .hook_runs
+            .iter()
+            .filter(|r| {
+                ownership::controller_of(r.metadata.owner_references.as_ref())
+                    .is_some_and(|o| ownership::is_owned_by(o, &snapshot.gd))
+            })
+            .filter_map(|r| Some((r, hook_label(r)?, outcome_label(r)?)))
+            .collect();
+        let mut counted = lock(&self.counted_runs);
+        let seen = counted.entry(snapshot.key.clone()).or_default();
+        let mut now_seen = HashSet::new();
+        for (run, hook, outcome) in completed {
+            let uid = run.metadata.uid.clone().unwrap_or_default();
+            if !seen.contains(&uid) {
+                self.metrics.hook_outcome(hook, outcome);
+            }
+            now_seen.insert(uid);
         }
-        self.metrics.pods_held.set(map.values().sum());
+        *seen = now_seen;
+        // A canary hook step that completed this pass: how long its run held the rollout.
+        let old = snapshot.gd.status.clone().unwrap_or_default();
+        if let Some(run_name) = old.canary.as_ref().and_then(|c| c.current_step_hook_run.as_deref())
+            && status.current_step_index > old.current_step_index
+            && let Some(run) = snapshot.hook_runs.iter().find(|r| r.metadata.name.as_deref() == Some(run_name))
+            && let Some(created) = run.metadata.creation_timestamp.as_ref()
+        {
+            let waited = Timestamp::now().as_millisecond().saturating_sub(created.0.as_millisecond());
+            self.metrics.gate_released(HookKind::CanaryStep.prefix(), waited as f64 / 1000.0);
+        }
     }
+}
+
+/// The `hook` label of a run (`predelete`, `preinplace`, `postinplace`, `canary`).
+fn hook_label(run: &HookRun) -> Option<&'static str> {
+    let type_ = run.metadata.labels.as_ref()?.get(keys::HOOKRUN_TYPE)?;
+    [HookKind::PreDelete, HookKind::PreInplace, HookKind::PostInplace, HookKind::CanaryStep]
+        .into_iter()
+        .find(|k| k.type_label() == type_)
+        .map(HookKind::prefix)
+}
+
+/// The `outcome` label of a completed run (None while it runs). A run a person terminated
+/// (`spec.terminate: true`) is `terminated`, whatever phase it ended in.
+fn outcome_label(run: &HookRun) -> Option<&'static str> {
+    let phase = run.status.as_ref().and_then(|s| s.phase)?;
+    if !phase.is_completed() {
+        return None;
+    }
+    // Read through JSON: `spec.terminate` is an optional field of the HookRun API.
+    let terminated = serde_json::to_value(&run.spec)
+        .ok()
+        .and_then(|spec| spec.get("terminate").and_then(serde_json::Value::as_bool))
+        .unwrap_or(false);
+    Some(match phase {
+        _ if terminated => "terminated",
+        HookPhase::Successful => "successful",
+        HookPhase::Failed => "failed",
+        HookPhase::Error => "error",
+        HookPhase::Inconclusive => "inconclusive",
+        HookPhase::Pending | HookPhase::Running => return None,
+    })
 }
 
 /// What decides that a GameDeployment change needs a pass: anything but the status.
@@ -231,7 +329,7 @@ async fn pass(cached: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> 
         Observation::Ready(snapshot) => snapshot,
         Observation::NotYet(requeue) => return Ok(requeue),
     };
-    let plan = plan(ctx, &snapshot);
+    let plan = plan(&snapshot);
     let outcome = execute(ctx, &snapshot, &plan).await;
     report(ctx, &snapshot, &plan, outcome).await
 }
@@ -272,7 +370,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
     ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
 
     if gd.metadata.deletion_timestamp.is_some() {
-        ctx.forget(&key);
+        ctx.forget(&namespace, &gd.name_any());
         ctx.metrics.reconciled("skipped");
         return Ok(Observation::NotYet(Requeue::await_change()));
     }
@@ -325,7 +423,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
 }
 
 /// Plan: the pure planner on the snapshot.
-fn plan(ctx: &Context, snapshot: &Snapshot) -> Plan {
+fn plan(snapshot: &Snapshot) -> Plan {
     let observed = Observed {
         gd: &snapshot.gd,
         pods: snapshot.pods.iter().map(AsRef::as_ref).collect(),
@@ -336,9 +434,7 @@ fn plan(ctx: &Context, snapshot: &Snapshot) -> Plan {
         hook_runs: &snapshot.hook_runs,
         hook_templates: &snapshot.hook_templates,
     };
-    let plan = planner::plan(&observed);
-    ctx.record_held(&snapshot.key, plan.held.len());
-    plan
+    planner::plan(&observed)
 }
 
 /// Execute: send the plan's actions.
@@ -364,6 +460,7 @@ async fn report(ctx: &Context, snapshot: &Snapshot, plan: &Plan, outcome: execut
         status.collision_count = Some(status.collision_count.unwrap_or(0) + 1);
     }
     status::apply_write_outcome(&mut status, &outcome.failures, &outcome.succeeded, Timestamp::now());
+    ctx.show(snapshot, plan);
     let regarding = gd.object_ref(&());
     for event in plan.events.iter().chain(outcome.events.iter()) {
         ctx.events.publish(&regarding, event.clone());
@@ -469,6 +566,32 @@ where
     }
 }
 
+/// `gamedeployment_leader` is 1 from its creation until it is dropped (the controller returned, or leadership was
+/// lost and its future dropped).
+struct Leading(prometheus_client::metrics::gauge::Gauge);
+
+impl Leading {
+    fn mark(gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        gauge.set(1);
+        Self(gauge)
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.0.set(0);
+    }
+}
+
+/// A background task that ends with the controller, even when the controller's future is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs the controller until `shutdown` resolves. `on_ready` is called once the caches are filled.
 pub async fn run(
     client: Client,
@@ -478,6 +601,8 @@ pub async fn run(
     shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
     on_ready: impl FnOnce() + Send + 'static,
 ) {
+    // This function runs only while this replica leads (or when leader election is off).
+    let _leading = Leading::mark(metrics.leader.clone());
     let namespace = config.namespace.as_deref();
     let (gd_reader, gd_writer) = reflector::store::<GameDeployment>();
     let gd_stream = watcher(api::<GameDeployment>(&client, namespace), watcher::Config::default().any_semantic())
@@ -552,7 +677,8 @@ pub async fn run(
         events,
         config: config.clone(),
         failures: Mutex::new(HashMap::new()),
-        held: Mutex::new(HashMap::new()),
+        rollouts: RolloutClock::default(),
+        counted_runs: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
         synced: synced.clone(),
     });
@@ -572,6 +698,25 @@ pub async fn run(
         }
     });
 
+    // Keeps `gamedeployment_rollout_stuck_seconds` growing between passes, and drops the series of
+    // GameDeployments that are gone (a deleted object gets no pass).
+    let _refresher = AbortOnDrop(tokio::spawn({
+        let (ctx, gds) = (ctx.clone(), gd_reader.clone());
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                for (namespace, name, stuck) in ctx.rollouts.stuck(Instant::now()) {
+                    if gds.get(&ObjectRef::new(&name).within(&namespace)).is_none() {
+                        ctx.forget(&namespace, &name);
+                        continue;
+                    }
+                    ctx.metrics.rollout_stuck_seconds.get_or_create(&WorkloadLabels { namespace, name }).set(stuck);
+                }
+            }
+        }
+    }));
+    let gone = ctx.clone();
     let mapper_store = gd_reader.clone();
     let template_store = gd_reader.clone();
     Controller::for_stream(gd_stream, gd_reader)
@@ -586,6 +731,7 @@ pub async fn run(
             match result {
                 Ok((object, _)) => tracing::trace!(gamedeployment = %object, "reconciled"),
                 Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+                    gone.forget(object.namespace.as_deref().unwrap_or_default(), &object.name);
                     tracing::debug!(gamedeployment = %object, "gone before its pass");
                 }
                 Err(e) => tracing::debug!(error = %e, "controller"),

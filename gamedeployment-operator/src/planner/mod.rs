@@ -84,11 +84,13 @@ pub struct Plan {
     pub held: Vec<HeldPod>,
     /// When to look again even if nothing changes (grace periods, `minReadySeconds`).
     pub requeue_after: Option<Duration>,
+    /// Old pods the current canary step keeps back beyond the spec's partition.
+    pub canary_held: i32,
 }
 
-fn finish(draft: Draft, status: GameDeploymentStatus) -> Plan {
+fn finish(draft: Draft, status: GameDeploymentStatus, canary_held: i32) -> Plan {
     let requeue_after = draft.requeue_after();
-    Plan { actions: draft.actions, status, events: draft.events, held: draft.held, requeue_after }
+    Plan { actions: draft.actions, status, events: draft.events, held: draft.held, requeue_after, canary_held }
 }
 
 /// Decides what to do.
@@ -100,7 +102,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     // A GameDeployment being deleted is left to the garbage collector (pods, revisions and HookRuns carry its
     // ownerReference); acting on it would only race with it.
     if gd.metadata.deletion_timestamp.is_some() {
-        return finish(draft, old_status);
+        return finish(draft, old_status, 0);
     }
 
     // 1. Ownership.
@@ -137,6 +139,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     }
     let mut settings = settings::resolve(observed, &mut spec_problems, update_revision, current_revision, templates);
     let infos = settings::pod_infos(&settings, &active);
+    let spec_partition = settings.partition;
 
     // 3. Canary steps decide the partition of this pass.
     let canary = canary::evaluate(
@@ -158,6 +161,8 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
 
     // 4. Diffs.
     let diffs = diffs::compute(&settings, &infos);
+    let old_kept = settings::count_where(&infos, |i| !i.updated && !i.specified);
+    let canary_held = ((old_kept - spec_partition).max(0) - diffs.update).max(0);
 
     if selector.is_ok() {
         // 5. Scale.
@@ -186,5 +191,5 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
     draft.events.extend(hook_events);
     draft.events.extend(status::transition_events(&old_status, &status));
-    finish(draft, status)
+    finish(draft, status, canary_held)
 }
