@@ -107,13 +107,30 @@ pub fn canary_hook_name(revision: &str, step_index: usize, template: &str) -> St
     format!("canary-{revision}-{step_index}-{template}")
 }
 
+/// The value of [`keys::HOOKRUN_WORKLOAD_NAME`] for a GameDeployment: its name, or — past the 63 characters a
+/// label value may hold — its first 54 characters, `-` and 8 hex digits of the name's SHA-256 (stable, unique).
+pub fn workload_label_value(name: &str) -> String {
+    use sha2::Digest;
+    const MAX: usize = 63;
+    if name.len() <= MAX {
+        return name.to_string();
+    }
+    let mut end = 54;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hex}", name[..end].trim_end_matches(['-', '.', '_']))
+}
+
 /// Labels of a pod hook run: the BCS lookup set plus the workload name.
 pub fn pod_hook_labels(kind: HookKind, revision: &str, instance_id: &str, workload: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (keys::HOOKRUN_TYPE.to_string(), kind.type_label().to_string()),
         (keys::HOOKRUN_WORKLOAD_REVISION.to_string(), revision.to_string()),
         (keys::HOOKRUN_INSTANCE_ID.to_string(), instance_id.to_string()),
-        (keys::HOOKRUN_WORKLOAD_NAME.to_string(), workload.to_string()),
+        (keys::HOOKRUN_WORKLOAD_NAME.to_string(), workload_label_value(workload)),
     ])
 }
 
@@ -123,7 +140,7 @@ pub fn canary_hook_labels(revision: &str, step_index: usize, workload: &str) -> 
         (keys::HOOKRUN_TYPE.to_string(), HookKind::CanaryStep.type_label().to_string()),
         (keys::HOOKRUN_WORKLOAD_REVISION.to_string(), revision.to_string()),
         (keys::HOOKRUN_CANARY_STEP_INDEX.to_string(), step_index.to_string()),
-        (keys::HOOKRUN_WORKLOAD_NAME.to_string(), workload.to_string()),
+        (keys::HOOKRUN_WORKLOAD_NAME.to_string(), workload_label_value(workload)),
     ])
 }
 
@@ -201,6 +218,16 @@ fn canonical_json(value: &serde_json::Value) -> String {
 mod tests {
     use super::*;
     use crate::api::{HookTemplateSpec, Metric};
+
+    #[test]
+    fn workload_label_values_fit_in_63_characters() {
+        assert_eq!(workload_label_value("test-gamedeployment"), "test-gamedeployment");
+        let long = format!("long-{}", "x".repeat(65));
+        let value = workload_label_value(&long);
+        assert_eq!(value.len(), 63);
+        assert!(value.starts_with("long-xxx") && value.chars().last().is_some_and(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(value, workload_label_value(&format!("long-{}y", "x".repeat(64))));
+    }
 
     #[test]
     fn spec_hash_is_stable_and_sees_every_edit() {

@@ -21,6 +21,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::attempt::{self, Attempt, Change, Choice};
+use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
 
 /// Why a pod is about to be deleted. Hooks treat every cause the same (BCS gates scale-in, `podsToDelete` and
@@ -61,8 +63,10 @@ pub enum GateKind {
 pub struct GateRequest<'a> {
     pub kind: GateKind,
     pub pod: &'a Pod,
-    /// The revision the pod runs (the key hook runs are bound to: a rollback makes an old result stale).
+    /// The revision the pod runs (part of the BCS run name).
     pub pod_revision: Option<&'a str>,
+    /// The revision an update moves the pod to: an in-place run is made for one target and opens no other.
+    pub target_revision: Option<&'a str>,
 }
 
 /// What the gate knows about the world besides the pod: the GameDeployment (its hook configuration), the
@@ -88,6 +92,10 @@ pub struct HookGate {
     pub started: Time,
     /// A configuration problem (missing template, unresolved arg) that only a person can fix.
     pub problem: Option<String>,
+    /// Runs found under this attempt's names that were not made for it (name, why): skipped, never trusted.
+    pub foreign: Vec<(String, String)>,
+    /// The run that decided was terminated by a person (`spec.terminate: true`) rather than measured to success.
+    pub terminated: bool,
 }
 
 /// A decision with its hook details (None when no hook is involved).
@@ -132,6 +140,10 @@ pub fn hook_for(gd: &GameDeployment, kind: GateKind) -> Option<(HookKind, &HookS
     let pre_delete = gd.spec.pre_delete_update_strategy.as_ref().and_then(|s| Some((s.hook.as_ref()?, s.retry)));
     let pre_inplace = gd.spec.pre_inplace_update_strategy.as_ref().and_then(|s| Some((s.hook.as_ref()?, s.retry)));
     match kind {
+        // A recreate is an update the user asked to drain for: without a pre-delete hook, the in-place hook gates it.
+        GateKind::Delete(DeleteCause::RecreateFallback) => pre_delete
+            .map(|(h, r)| (HookKind::PreDelete, h, r))
+            .or_else(|| pre_inplace.map(|(h, r)| (HookKind::PreInplace, h, r))),
         GateKind::Delete(_) => pre_delete.map(|(h, r)| (HookKind::PreDelete, h, r)),
         GateKind::InPlaceUpdate => pre_inplace
             .map(|(h, r)| (HookKind::PreInplace, h, r))
@@ -170,6 +182,7 @@ pub fn build_pod_run(
     pod: &Pod,
     revision: &str,
     modified: &[String],
+    name: String,
 ) -> Result<HookRun, String> {
     let namespace = state.gd.metadata.namespace.clone().unwrap_or_default();
     let template = state
@@ -180,7 +193,7 @@ pub fn build_pod_run(
     let id = instance_id(pod);
     let gd_name = state.gd.metadata.name.as_deref().unwrap_or("");
     let new = NewHookRun {
-        name: hookrun::pod_hook_name(kind, revision, id, &step.template_name),
+        name,
         namespace,
         labels: hookrun::pod_hook_labels(kind, revision, id, gd_name),
         owner: Some(ownership::owner_reference(state.gd)),
@@ -189,14 +202,21 @@ pub fn build_pod_run(
     hookrun::from_template(template, new).map_err(|e| e.to_string())
 }
 
-/// The run of this kind for this pod and revision, if observed (ours: it carries our workload label).
+/// A canary step run of this GameDeployment, by name (controlled by it: a run of another object never counts).
 pub fn find_run<'a>(state: &GateState<'a>, name: &str) -> Option<&'a HookRun> {
-    let gd_name = state.gd.metadata.name.as_deref();
-    state.hook_runs.iter().find(|r| {
-        r.metadata.name.as_deref() == Some(name)
-            && r.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_WORKLOAD_NAME)).map(String::as_str)
-                == gd_name
-    })
+    let uid = state.gd.metadata.uid.as_deref();
+    state
+        .hook_runs
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(name) && attempt::controller_uid(r) == uid && uid.is_some())
+}
+
+/// The Preparing state a change holds its pod in.
+pub fn preparing_state(kind: GateKind) -> LifecycleState {
+    match kind {
+        GateKind::Delete(_) => LifecycleState::PreparingDelete,
+        GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => LifecycleState::PreparingUpdate,
+    }
 }
 
 pub fn run_phase(run: &HookRun) -> HookPhase {
@@ -227,34 +247,65 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
     }
     let revision = request.pod_revision.unwrap_or("");
     let pod_name = request.pod.metadata.name.as_deref().unwrap_or("");
-    let run_name = hookrun::pod_hook_name(kind, revision, instance_id(request.pod), &step.template_name);
-    let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
-    let Some(run) = find_run(state, &run_name) else {
-        return match build_pod_run(state, kind, step, request.pod, revision, modified) {
-            Ok(run) => Verdict {
-                decision: GateDecision::Wait(format!("HookRun {run_name} is being created")),
-                hook: Some(HookGate {
-                    kind,
-                    run_name,
-                    create: Some(Box::new(run)),
-                    phase: HookPhase::Pending,
-                    started: Time(state.now),
-                    problem: None,
-                }),
-            },
-            Err(problem) => Verdict {
-                decision: GateDecision::Blocked(format!("pod {pod_name}: {problem}")),
-                hook: Some(HookGate {
-                    kind,
-                    run_name,
-                    create: None,
-                    phase: HookPhase::Pending,
-                    started: Time(state.now),
-                    problem: Some(problem),
-                }),
-            },
-        };
+    let base = hookrun::pod_hook_name(kind, revision, instance_id(request.pod), &step.template_name);
+    let pending = |run_name: String, problem: Option<String>, create: Option<Box<HookRun>>, foreign| HookGate {
+        kind,
+        run_name,
+        create,
+        phase: HookPhase::Pending,
+        started: Time(state.now),
+        problem,
+        foreign,
+        terminated: false,
     };
+    // A run is made for one visit of the Preparing state, so it is created only once the pod is seen there (its
+    // lifecycle timestamp names the attempt); until then the pod is only being moved there.
+    let preparing = preparing_state(request.kind);
+    if lifecycle::state_of(request.pod) != preparing {
+        return Verdict {
+            decision: GateDecision::Wait(format!("entering {} before its hook starts", preparing.as_str())),
+            hook: Some(pending(base, None, None, Vec::new())),
+        };
+    }
+    let change = match request.kind {
+        GateKind::Delete(_) => Change::Delete,
+        GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => {
+            Change::InPlace(request.target_revision.unwrap_or_default().to_string())
+        }
+    };
+    let gd_uid = state.gd.metadata.uid.as_deref().unwrap_or("");
+    let attempt = Attempt::of(gd_uid, request.pod, change);
+    let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
+    let run = match attempt::choose(state.hook_runs, &base, &attempt) {
+        Choice::Found(run) => run,
+        Choice::Create { name, skipped } => {
+            return match build_pod_run(state, kind, step, request.pod, revision, modified, name.clone()) {
+                Ok(mut run) => {
+                    attempt::stamp(&mut run, &attempt);
+                    Verdict {
+                        decision: GateDecision::Wait(format!("HookRun {name} is being created")),
+                        hook: Some(pending(name, None, Some(Box::new(run)), skipped)),
+                    }
+                }
+                Err(problem) => Verdict {
+                    decision: GateDecision::Blocked(problem.clone()),
+                    hook: Some(pending(name, Some(problem), None, skipped)),
+                },
+            };
+        }
+        Choice::Exhausted { skipped } => {
+            let names: Vec<String> = skipped.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+            let problem = format!(
+                "every name for its HookRun is taken by runs not made for pod {pod_name}: {}; delete them",
+                names.join(", ")
+            );
+            return Verdict {
+                decision: GateDecision::Blocked(problem.clone()),
+                hook: Some(pending(base, Some(problem), None, skipped)),
+            };
+        }
+    };
+    let run_name = run.metadata.name.clone().unwrap_or_default();
     let phase = run_phase(run);
     let started = run_started(run, state.now);
     let decision = match phase {
@@ -272,7 +323,20 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             ))
         }
     };
-    Verdict { decision, hook: Some(HookGate { kind, run_name, create: None, phase, started, problem: None }) }
+    let terminated = phase == HookPhase::Successful && run.spec.terminate;
+    Verdict {
+        decision,
+        hook: Some(HookGate {
+            kind,
+            run_name,
+            create: None,
+            phase,
+            started,
+            problem: None,
+            foreign: Vec::new(),
+            terminated,
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -298,7 +362,7 @@ mod tests {
             GateKind::InPlaceUpdate,
             GateKind::HotPatchUpdate,
         ] {
-            let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1") };
+            let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1"), target_revision: Some("web-2") };
             let state = GateState { gd: &gd, hook_runs: &[], templates: &[], now: Timestamp::UNIX_EPOCH };
             assert_eq!(verdict(&request, &state, &[]), Verdict::allow());
         }

@@ -8,6 +8,7 @@
 //! protection) and [`metrics`] serve the controller.
 
 pub(crate) mod action;
+pub(crate) mod attempt;
 pub mod controller;
 pub(crate) mod expectations;
 #[cfg(test)]

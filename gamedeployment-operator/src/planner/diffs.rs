@@ -2,7 +2,8 @@
 //! (`calculateDiffsWithExpectation`). [`compute`] is the only place these counts are worked out; the scale and
 //! update steps only pick pods to match them.
 //!
-//! - surge (RollingUpdate only, 0 while paused): `min(maxSurge, old pods − partition)` extra pods;
+//! - surge (RollingUpdate only): `min(maxSurge, old pods − partition)` extra pods; while paused only the surge
+//!   pods that exist (a paused rollout neither adds nor removes pods);
 //! - the unavailable budget: `available pods − (replicas − maxUnavailable)` available pods may be taken down this
 //!   pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
 //! - scale-in (`pods − podsToDelete − (replicas + surge)`): old-revision pods first, down to `partition`, then
@@ -52,7 +53,12 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
     let specified = count_where(infos, |i| i.specified);
     let old_kept = count_where(infos, |i| !i.updated && !i.specified);
     let new_kept = count_where(infos, |i| i.updated && !i.specified);
-    let surge = if settings.max_surge > 0 && old > partition { settings.max_surge.min(old - partition) } else { 0 };
+    let mut surge = if settings.max_surge > 0 && old > partition { settings.max_surge.min(old - partition) } else { 0 };
+    if settings.paused {
+        // Paused freezes the pod set: surge pods that exist stay (deleting them, or old pods in their place, would
+        // move the rollout), none are added.
+        surge = surge.min((pods - specified - settings.replicas).max(0));
+    }
     let expected = settings.replicas + surge;
     let available = count_where(infos, |i| i.update_available());
     let mut diffs = Diffs {
@@ -183,9 +189,18 @@ mod tests {
                 max_surge: int(2),
                 max_unavailable: int(0),
                 paused: true,
-                // No surge while paused; the update count stays (status says "Paused"), the update step waits.
+                // No new surge while paused; the update count stays (status says "Paused"), the update step waits.
                 want: Diffs { update: 4, ..Diffs::default() },
                 ..row("paused", "RollingUpdate", 4, 4, 0)
+            },
+            Row {
+                max_surge: int(2),
+                max_unavailable: int(0),
+                paused: true,
+                // Paused with 2 surge pods (4 old + 2 new for 4 replicas): they stay, and no old pod is deleted in
+                // their place (the rollout does not advance while paused).
+                want: Diffs { surge: 2, budget: 2, update: 4, ..Diffs::default() },
+                ..row("paused with surge pods deletes nothing", "RollingUpdate", 4, 4, 2)
             },
             Row {
                 partition: int(1),

@@ -9,7 +9,8 @@ use k8s_openapi::jiff::Timestamp;
 use super::settings::{PodInfo, Settings};
 use crate::action::{Action, HeldPod, PatchReason, PlannedEvent, PodChange, PodWrite};
 use crate::gate::{self, GateKind, GateRequest};
-use crate::lifecycle::{self, LifecycleState};
+use crate::lifecycle;
+use crate::patch;
 
 #[derive(Debug, Default)]
 pub(crate) struct Draft {
@@ -60,27 +61,54 @@ impl Draft {
         kind: GateKind,
         modified: &[String],
     ) -> bool {
-        let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision };
+        let target = matches!(kind, GateKind::InPlaceUpdate | GateKind::HotPatchUpdate)
+            .then_some(settings.update_revision.as_str());
+        let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
         let verdict = gate::verdict(&request, &settings.gate, modified);
         let decision = verdict.decision;
         if decision.is_allow() {
             if let Some(hook) = verdict.hook {
+                if hook.terminated {
+                    self.events.push(PlannedEvent::warning(
+                        "HookRunTerminated",
+                        format!(
+                            "pod {}: released because HookRun {} was terminated (spec.terminate: true), not because its \
+                             hook succeeded",
+                            info.name, hook.run_name
+                        ),
+                    ));
+                }
                 self.passed_runs.insert(hook.run_name);
             }
             return true;
         }
-        if let Some(run) = verdict.hook.as_ref().and_then(|h| h.create.clone()) {
+        if let Some(hook) = verdict.hook.as_ref()
+            && let Some(run) = hook.create.clone()
+        {
+            if !hook.foreign.is_empty() {
+                let skipped: Vec<String> = hook.foreign.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+                self.events.push(PlannedEvent::warning(
+                    "HookRunNameTaken",
+                    format!(
+                        "pod {}: HookRun name(s) taken by runs not made for this change, which are ignored: {}; \
+                         creating {}",
+                        info.name,
+                        skipped.join(", "),
+                        hook.run_name
+                    ),
+                ));
+            }
             self.actions.push(Action::CreateHookRun(run));
         }
-        let state = match kind {
-            GateKind::Delete(_) => LifecycleState::PreparingDelete,
-            GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => LifecycleState::PreparingUpdate,
-        };
+        let state = gate::preparing_state(kind);
         if info.state != state {
+            // Pods we did not create (adopted, made by BCS) may have no labels or annotations map at all.
+            let mut ops = patch::ensure_maps(info.pod);
+            ops.extend(lifecycle::set_state_ops(state, settings.now));
             self.actions.push(Action::PatchPod(PodChange {
                 pod: info.pod_ref(),
                 reason: PatchReason::Lifecycle,
-                writes: vec![PodWrite::Object(lifecycle::set_state_ops(state, settings.now))],
+                writes: vec![PodWrite::Object(ops)],
                 summary: format!("held in {}: {}", state.as_str(), decision.reason().unwrap_or_default()),
             }));
         }

@@ -18,6 +18,7 @@ use super::settings::{PodInfo, Settings};
 use super::status;
 use super::update::inplace;
 use crate::action::{Action, PatchReason, PlannedEvent, PodChange, PodWrite};
+use crate::attempt::{self, Attempt, Change, Choice};
 use crate::gate::{self, GateDecision};
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
@@ -65,6 +66,7 @@ fn failed(phase: HookPhase) -> bool {
 pub(crate) fn housekeeping(settings: &Settings<'_>, owned: &[&Pod], draft: &mut Draft) {
     let held_runs: BTreeSet<String> =
         draft.held.iter().filter_map(|h| h.hook.as_ref().map(|g| g.run_name.clone())).collect();
+    let mut retried: BTreeSet<&'static str> = BTreeSet::new();
     for run in owned_runs(settings) {
         let Some(kind) = kind_of(run) else { continue };
         if kind == HookKind::CanaryStep {
@@ -75,6 +77,7 @@ pub(crate) fn housekeeping(settings: &Settings<'_>, owned: &[&Pod], draft: &mut 
             continue;
         }
         if retry_requested(settings, kind) && failed(gate::run_phase(run)) {
+            retried.insert(kind.type_label());
             draft.actions.push(Action::DeleteHookRun {
                 name,
                 uid: run.metadata.uid.clone().unwrap_or_default(),
@@ -85,39 +88,96 @@ pub(crate) fn housekeeping(settings: &Settings<'_>, owned: &[&Pod], draft: &mut 
         if draft.passed_runs.contains(&name) || held_runs.contains(&name) {
             continue;
         }
-        let id = label(run, keys::HOOKRUN_INSTANCE_ID).unwrap_or("");
-        let revision = label(run, keys::HOOKRUN_WORKLOAD_REVISION).unwrap_or("");
-        let pod = owned.iter().find(|p| gate::instance_id(p) == id);
-        let why = match pod {
-            None => Some("its pod is gone".to_string()),
-            Some(pod) => {
-                let pod_revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or("");
-                let state = lifecycle::state_of(pod);
-                if pod_revision != revision {
-                    Some(format!("its pod moved to revision {pod_revision}"))
-                } else if common::pod::is_terminating(pod) {
-                    None
-                } else if kind == HookKind::PostInplace {
-                    (state != LifecycleState::Updated && state != LifecycleState::Updating)
-                        .then(|| "its pod no longer waits for it".to_string())
-                } else if state.is_preparing() {
-                    None
-                } else {
-                    Some(format!("its pod is {} and no longer waits for it", state.as_str()))
-                }
-            }
-        };
-        if let Some(why) = why {
+        if let Some(why) = stale(settings, run, kind, owned) {
             draft.actions.push(Action::DeleteHookRun { name, uid: run.metadata.uid.clone().unwrap_or_default(), why });
         }
     }
+    orphans(settings, draft);
     for kind in HookKind::POD_HOOKS {
-        if retry_requested(settings, kind) {
+        // The request is acknowledged only once acted on — a failed run deleted — or when nothing of that kind is
+        // still running: a retry asked while our cache still shows a run Running (that in fact just failed) waits.
+        if retry_requested(settings, kind) && (retried.contains(kind.type_label()) || !in_flight(settings, kind)) {
             draft.actions.push(Action::ResetRetry {
                 kind,
                 resource_version: settings.gd.metadata.resource_version.clone().unwrap_or_default(),
             });
         }
+    }
+}
+
+fn in_flight(settings: &Settings<'_>, kind: HookKind) -> bool {
+    owned_runs(settings).any(|r| kind_of(r) == Some(kind) && !gate::run_phase(r).is_completed())
+}
+
+/// Why a pod run is no longer wanted: its pod is gone or moved to another revision, it no longer waits, or the
+/// pod's current attempt is another one (a later visit of its Preparing state, another target revision).
+fn stale(settings: &Settings<'_>, run: &HookRun, kind: HookKind, owned: &[&Pod]) -> Option<String> {
+    let revision = label(run, keys::HOOKRUN_WORKLOAD_REVISION).unwrap_or("");
+    let pod = match label(run, keys::HOOKRUN_POD_UID) {
+        Some(uid) => owned.iter().find(|p| p.metadata.uid.as_deref() == Some(uid)),
+        // Runs made before pods were bound by UID: by instance id.
+        None => {
+            let id = label(run, keys::HOOKRUN_INSTANCE_ID).unwrap_or("");
+            owned.iter().find(|p| gate::instance_id(p) == id)
+        }
+    };
+    let Some(pod) = pod else { return Some("its pod is gone".to_string()) };
+    let pod_revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or("");
+    let state = lifecycle::state_of(pod);
+    if pod_revision != revision {
+        return Some(format!("its pod moved to revision {pod_revision}"));
+    }
+    if common::pod::is_terminating(pod) {
+        return None;
+    }
+    let waits = if kind == HookKind::PostInplace {
+        state == LifecycleState::Updated || state == LifecycleState::Updating
+    } else {
+        state.is_preparing()
+    };
+    if !waits {
+        return Some(format!("its pod is {} and no longer waits for it", state.as_str()));
+    }
+    let annotation = |key: &str| run.metadata.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str);
+    let prepared = annotation(keys::HOOKRUN_PREPARED_AT);
+    let pod_stamp = common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP);
+    // A post-inplace run is created in the pass that moves its pod to Updated: until then the pod shows Updating.
+    if prepared.is_some() && prepared != pod_stamp && state != LifecycleState::Updating {
+        return Some("it was made for an earlier attempt of its pod".to_string());
+    }
+    if let Some(target) = annotation(keys::HOOKRUN_CHANGE).and_then(|c| c.strip_prefix("inplace/"))
+        && state == LifecycleState::PreparingUpdate
+        && target != settings.update_revision
+    {
+        return Some(format!(
+            "it was made for an update to {target}; the update now targets {}",
+            settings.update_revision
+        ));
+    }
+    None
+}
+
+/// Runs left by an earlier GameDeployment of the same name (deleted with `--cascade=orphan`, so the garbage
+/// collector removed their owner instead of them): never trusted by the gate, and removed here.
+fn orphans(settings: &Settings<'_>, draft: &mut Draft) {
+    let Some(gd_name) = settings.gd.metadata.name.as_deref() else { return };
+    let ours = common::hookrun::workload_label_value(gd_name);
+    let uid = settings.gd.metadata.uid.as_deref();
+    for run in settings.gate.hook_runs {
+        let labelled = label(run, keys::HOOKRUN_WORKLOAD_NAME) == Some(ours.as_str());
+        let controller = attempt::controller_uid(run);
+        if !labelled || controller == uid || run.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let from_gd = run.metadata.owner_references.iter().flatten().all(|o| o.kind == "GameDeployment");
+        if !from_gd {
+            continue;
+        }
+        draft.actions.push(Action::DeleteHookRun {
+            name: run.metadata.name.clone().unwrap_or_default(),
+            uid: run.metadata.uid.clone().unwrap_or_default(),
+            why: format!("it was left by an earlier GameDeployment named {gd_name} (no longer its owner)"),
+        });
     }
 }
 
@@ -131,10 +191,13 @@ pub(crate) fn complete_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, dra
     let Some(step) = post_hook(settings).filter(|_| common::pod::is_running(info.pod)) else {
         return inplace::complete(info.pod, settings.now);
     };
-    let revision = info.revision.unwrap_or("");
-    if gate::find_run(&settings.gate, &post_run_name(step, info)).is_none()
-        && let Ok(run) = gate::build_pod_run(&settings.gate, HookKind::PostInplace, step, info.pod, revision, &[])
+    // The run is bound to the pod's `Updated` visit that this very patch starts (same timestamp).
+    let updated_at = settings.now.to_string();
+    let attempt = post_attempt(settings, info, Some(&updated_at));
+    if let Choice::Create { name, .. } = attempt::choose(settings.gate.hook_runs, &post_run_name(step, info), &attempt)
+        && let Ok(mut run) = build_post_run(settings, step, info, name)
     {
+        attempt::stamp(&mut run, &attempt);
         draft.actions.push(Action::CreateHookRun(Box::new(run)));
     }
     inplace::complete_to(info.pod, settings.now, LifecycleState::Updated)
@@ -149,6 +212,25 @@ fn post_run_name(step: &HookStep, info: &PodInfo<'_>) -> String {
     )
 }
 
+/// The post-inplace attempt of a pod: after its update to the revision it runs, during one `Updated` visit.
+fn post_attempt<'a>(settings: &'a Settings<'_>, info: &'a PodInfo<'_>, updated_at: Option<&'a str>) -> Attempt<'a> {
+    Attempt {
+        gd_uid: settings.gd.metadata.uid.as_deref().unwrap_or(""),
+        pod_uid: info.pod.metadata.uid.as_deref().unwrap_or(""),
+        change: Change::PostInPlace(info.revision.unwrap_or("").to_string()),
+        prepared_at: updated_at,
+    }
+}
+
+fn build_post_run(
+    settings: &Settings<'_>,
+    step: &HookStep,
+    info: &PodInfo<'_>,
+    name: String,
+) -> Result<HookRun, String> {
+    gate::build_pod_run(&settings.gate, HookKind::PostInplace, step, info.pod, info.revision.unwrap_or(""), &[], name)
+}
+
 /// A pod in `Updated`: back to `Normal` once its post-inplace run is `Successful` (or the hook was removed);
 /// otherwise it stays and is reported. Never blocks other pods.
 pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> Option<PodChange> {
@@ -159,10 +241,12 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
         summary: "post-inplace hook done".to_string(),
     };
     let Some(step) = post_hook(settings) else { return Some(normal()) };
-    let name = post_run_name(step, info);
-    let (phase, started, message) = match gate::find_run(&settings.gate, &name) {
-        Some(run) if gate::run_phase(run) == HookPhase::Successful => return Some(normal()),
-        Some(run) => {
+    let attempt = post_attempt(settings, info, common::pod::annotation(info.pod, keys::LIFECYCLE_TIMESTAMP));
+    let base = post_run_name(step, info);
+    let (name, phase, started, message) = match attempt::choose(settings.gate.hook_runs, &base, &attempt) {
+        Choice::Found(run) if gate::run_phase(run) == HookPhase::Successful => return Some(normal()),
+        Choice::Found(run) => {
+            let name = run.metadata.name.clone().unwrap_or_default();
             let phase = gate::run_phase(run);
             let message = if failed(phase) {
                 format!(
@@ -172,22 +256,24 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
             } else {
                 format!("HookRun {name} is {phase}")
             };
-            (phase, gate::run_started(run, settings.now), Some(message))
+            (name, phase, gate::run_started(run, settings.now), Some(message))
         }
-        None => match gate::build_pod_run(
-            &settings.gate,
-            HookKind::PostInplace,
-            step,
-            info.pod,
-            info.revision.unwrap_or(""),
-            &[],
-        ) {
-            Ok(run) => {
+        Choice::Create { name, .. } => match build_post_run(settings, step, info, name.clone()) {
+            Ok(mut run) => {
+                attempt::stamp(&mut run, &attempt);
                 draft.actions.push(Action::CreateHookRun(Box::new(run)));
-                (HookPhase::Pending, Time(settings.now), Some(format!("HookRun {name} is being created")))
+                let message = format!("HookRun {name} is being created");
+                (name, HookPhase::Pending, Time(settings.now), Some(message))
             }
-            Err(problem) => (HookPhase::Pending, Time(settings.now), Some(problem)),
+            Err(problem) => (name, HookPhase::Pending, Time(settings.now), Some(problem)),
         },
+        Choice::Exhausted { .. } => {
+            let message = format!(
+                "every name from {base} to {base}.{} is taken by runs not made for this pod",
+                attempt::MAX_NAME_SUFFIX
+            );
+            (base, HookPhase::Pending, Time(settings.now), Some(message))
+        }
     };
     draft.post_hooks.push(HookCondition {
         pod_name: info.name.to_string(),

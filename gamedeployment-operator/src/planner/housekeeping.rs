@@ -17,13 +17,22 @@ use crate::revision;
 
 /// A pod left in `PreparingDelete` / `PreparingUpdate` that this pass no longer wants to delete or update (the
 /// replicas went back up, the template was rolled back to the pod's revision, the partition was raised) goes back
-/// to `Normal`. Pods still wanted keep their state even while paused.
-pub(super) fn release_unneeded_holds(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mut Draft) {
+/// to `Normal`. Only the steps that ran can say a pod is no longer wanted: when the update step did not run this
+/// pass (scaling acted first, or the rollout is paused), every old-revision pod it may still want keeps its
+/// hold — otherwise a held pod would flap to `Normal` each time a replacement is created, and its running hook
+/// would be thrown away.
+pub(super) fn release_unneeded_holds(
+    settings: &Settings<'_>,
+    infos: &[PodInfo<'_>],
+    update_ran: bool,
+    draft: &mut Draft,
+) {
     for info in infos {
         if !info.state.is_preparing() || draft.is_touched(info.name) || draft.is_held(info.name) {
             continue;
         }
-        if info.state == LifecycleState::PreparingUpdate && settings.paused && !info.updated {
+        let update_may_want = !info.updated && (!update_ran || settings.paused);
+        if update_may_want {
             continue;
         }
         draft.touch(info.name);
@@ -70,23 +79,34 @@ pub(super) fn truncate_history(
 mod tests {
     use super::*;
     use crate::fixtures::{self, gd};
-    use crate::planner::settings::builder::{OLD, Pass};
+    use crate::planner::settings::builder::{NEW, OLD, Pass};
 
     #[test]
-    fn unneeded_holds_go_back_to_normal_unless_paused_before_an_update() {
-        let held = |state| fixtures::pod("game-held").serving(OLD, "game:0", 10).state(state).build();
-        for (state, paused, released) in [
-            (LifecycleState::PreparingDelete, false, true),
-            (LifecycleState::PreparingUpdate, false, true),
-            (LifecycleState::PreparingUpdate, true, false),
+    fn unneeded_holds_go_back_to_normal_only_when_the_step_that_wants_them_ran() {
+        let held = |revision, state| fixtures::pod("game-held").serving(revision, "game:0", 10).state(state).build();
+        for (revision, state, paused, update_ran, released) in [
+            (OLD, LifecycleState::PreparingDelete, false, true, true),
+            (OLD, LifecycleState::PreparingUpdate, false, true, true),
+            // Paused: the rollout is frozen, holds included.
+            (OLD, LifecycleState::PreparingUpdate, true, true, false),
+            (OLD, LifecycleState::PreparingDelete, true, true, false),
+            // The update step did not run (scaling acted first): an old pod it may still want keeps its hold.
+            (OLD, LifecycleState::PreparingDelete, false, false, false),
+            (OLD, LifecycleState::PreparingUpdate, false, false, false),
+            // An updated pod is only ever a scale-in victim: the scale step ran and no longer wants it.
+            (NEW, LifecycleState::PreparingDelete, false, false, true),
         ] {
-            let mut pass = Pass::new(gd(1, "InplaceUpdate")).pod(held(state));
+            let mut pass = Pass::new(gd(1, "InplaceUpdate")).pod(held(revision, state));
             pass.gd.spec.update_strategy.paused = paused;
             let settings = pass.settings();
             let infos = pass.infos(&settings);
             let mut draft = Draft::default();
-            release_unneeded_holds(&settings, &infos, &mut draft);
-            assert_eq!(draft.actions.len(), usize::from(released), "{state:?} paused={paused}");
+            release_unneeded_holds(&settings, &infos, update_ran, &mut draft);
+            assert_eq!(
+                draft.actions.len(),
+                usize::from(released),
+                "{revision} {state:?} paused={paused} update_ran={update_ran}"
+            );
         }
     }
 

@@ -171,13 +171,14 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             spec_problems.push((Failure::Scale, problem));
         }
         // 6. Update.
-        if !scaled.acted && settings.update_settings_ok {
+        let update_ran = !scaled.acted && settings.update_settings_ok;
+        if update_ran {
             update::plan(&settings, &diffs, &infos, &mut draft);
         }
         // 7. Refresh.
         refresh::plan(&settings, &infos, &mut draft);
         // 8. Housekeeping.
-        housekeeping::release_unneeded_holds(&settings, &infos, &mut draft);
+        housekeeping::release_unneeded_holds(&settings, &infos, update_ran, &mut draft);
         housekeeping::prune_pods_to_delete(gd, &owned, &mut draft);
         hooks::housekeeping(&settings, &owned, &mut draft);
     }

@@ -30,7 +30,7 @@ pub(crate) struct Settings<'a> {
     /// Pods kept on the old revision (already capped at `replicas`; a canary step may lower it).
     pub partition: i32,
     pub max_unavailable: i32,
-    /// Extra pods allowed during a RollingUpdate (0 for the other strategies and while paused).
+    /// Extra pods allowed during a RollingUpdate (0 for the other strategies; while paused, only those that exist).
     pub max_surge: i32,
     pub create_batch: Option<i32>,
     pub strategy: GameDeploymentUpdateStrategyType,
@@ -153,7 +153,7 @@ pub(crate) fn resolve<'a>(
             1
         }
     };
-    let max_surge = if rolling && !strategy.paused { surge_setting } else { 0 };
+    let max_surge = if rolling { surge_setting } else { 0 };
     let sort_method = gd.metadata.annotations.as_ref().and_then(|a| a.get(keys::POD_DELETION_COST_SORT_METHOD));
     Settings {
         gd,
@@ -327,7 +327,8 @@ mod tests {
         assert_eq!(problems[0].0, Failure::Update);
         assert!(problems[0].1.contains("partition"), "{problems:?}");
         assert!(!settings.update_settings_ok);
-        assert_eq!((settings.partition, settings.max_surge), (0, 0), "no surge while paused");
+        // While paused the surge setting stays (existing surge pods are kept; diffs add none).
+        assert_eq!((settings.partition, settings.max_surge), (0, 1));
     }
 
     #[test]

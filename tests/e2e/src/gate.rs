@@ -40,6 +40,8 @@ pub struct GateReport {
     pub ungated_changes: usize,
     /// Runs that opened a gate because a person terminated them (`spec.terminate: true`).
     pub terminated_runs_used: usize,
+    /// Pods that went from a Preparing state back to `Normal` without the change happening (`pod: from`).
+    pub released: Vec<String>,
 }
 
 impl GateReport {
@@ -297,6 +299,9 @@ fn replay(events: Vec<(u64, Seen)>) -> GateReport {
                     } else {
                         report.ungated_changes += 1;
                     }
+                }
+                if preparing(&state.lifecycle) && lifecycle.as_deref() == Some("Normal") && !state.deleting {
+                    report.released.push(format!("{name}: {}", state.lifecycle.clone().unwrap_or_default()));
                 }
                 state.revision = revision;
                 state.lifecycle = lifecycle;

@@ -1,0 +1,250 @@
+//! One gated pod change is one **attempt**: this GameDeployment (UID), this pod (UID), this change (delete, in-place
+//! to revision X, post-inplace after X), this visit of the pod's Preparing state (its lifecycle timestamp). A pod
+//! HookRun is made for exactly one attempt and opens the gate for that attempt only:
+//!
+//! - the run records its attempt when it is created ([`stamp`]): the pod UID as a label, the change and the
+//!   Preparing timestamp as annotations, the controller ownerReference, and the hash of the spec the operator wrote;
+//! - a run found under the expected name is accepted only if [`judge`] finds every part equal and the spec still
+//!   hashing to what was written. Anything else is *foreign*: never trusted, never waited on;
+//! - a later attempt (the pod left Preparing and came back, or the target revision changed) never matches an
+//!   older run, whether or not that run was deleted — a consumed run cannot be reused;
+//! - names stay BCS's, with BCS's `.N` suffix when the name is taken by a foreign run ([`choose`]), so a
+//!   pre-created or left-over object never makes a pass loop.
+//!
+//! Everything here is pure; the gate calls it with what the planner observed.
+
+use common::api::HookRun;
+use common::hookrun::spec_hash;
+use common::keys;
+use k8s_openapi::api::core::v1::Pod;
+
+/// How many `.N` names are tried before the gate gives up and says so (bounded work per pod).
+pub const MAX_NAME_SUFFIX: usize = 8;
+
+/// What the run gates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Delete,
+    /// An in-place or hot-patch update to this revision.
+    InPlace(String),
+    /// The post-inplace hook after the update to this revision.
+    PostInPlace(String),
+}
+
+impl Change {
+    /// The value of [`keys::HOOKRUN_CHANGE`].
+    pub fn annotation(&self) -> String {
+        match self {
+            Self::Delete => "delete".into(),
+            Self::InPlace(revision) => format!("inplace/{revision}"),
+            Self::PostInPlace(revision) => format!("postinplace/{revision}"),
+        }
+    }
+}
+
+/// One attempt, as the planner sees it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt<'a> {
+    pub gd_uid: &'a str,
+    pub pod_uid: &'a str,
+    pub change: Change,
+    /// The pod's lifecycle timestamp of its current Preparing visit (`None` for post-inplace runs, which are
+    /// bound to the update instead: the pod's `Updated` visit timestamp).
+    pub prepared_at: Option<&'a str>,
+}
+
+impl<'a> Attempt<'a> {
+    /// The attempt of `pod` for `change`: bound to the pod's current lifecycle timestamp.
+    pub fn of(gd_uid: &'a str, pod: &'a Pod, change: Change) -> Self {
+        Self {
+            gd_uid,
+            pod_uid: pod.metadata.uid.as_deref().unwrap_or(""),
+            change,
+            prepared_at: common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP),
+        }
+    }
+}
+
+/// Records the attempt on a run about to be created.
+pub fn stamp(run: &mut HookRun, attempt: &Attempt<'_>) {
+    let hash = spec_hash(&run.spec);
+    let labels = run.metadata.labels.get_or_insert_with(Default::default);
+    labels.insert(keys::HOOKRUN_POD_UID.into(), attempt.pod_uid.into());
+    let annotations = run.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(keys::HOOKRUN_CHANGE.into(), attempt.change.annotation());
+    if let Some(at) = attempt.prepared_at {
+        annotations.insert(keys::HOOKRUN_PREPARED_AT.into(), at.into());
+    }
+    annotations.insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+}
+
+/// Whether a run found under one of the attempt's names may decide it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// Made by us for this attempt, spec unchanged.
+    Ours,
+    /// Anything else, with the reason (for the Event and the condition message).
+    Foreign(String),
+}
+
+fn label<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
+    run.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn annotation<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
+    run.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The UID of the run's controller ownerReference.
+pub fn controller_uid(run: &HookRun) -> Option<&str> {
+    run.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true)).map(|o| o.uid.as_str())
+}
+
+/// Decides whether `run` was made for `attempt` and is unchanged since.
+pub fn judge(run: &HookRun, attempt: &Attempt<'_>) -> Judgement {
+    let foreign = |why: String| Judgement::Foreign(why);
+    if controller_uid(run) != Some(attempt.gd_uid) {
+        return foreign("it is not controlled by this GameDeployment".into());
+    }
+    if label(run, keys::HOOKRUN_POD_UID) != Some(attempt.pod_uid) {
+        return foreign("it was made for another pod (or before pods were bound to runs)".into());
+    }
+    let change = attempt.change.annotation();
+    match annotation(run, keys::HOOKRUN_CHANGE) {
+        Some(c) if c == change => {}
+        other => return foreign(format!("it gates {:?}, not {change:?}", other.unwrap_or("nothing recorded"))),
+    }
+    if annotation(run, keys::HOOKRUN_PREPARED_AT) != attempt.prepared_at {
+        return foreign("it was made for an earlier attempt of this pod".into());
+    }
+    match annotation(run, keys::HOOKRUN_SPEC_HASH) {
+        Some(hash) if hash == spec_hash(&run.spec) => Judgement::Ours,
+        Some(_) => foreign("its spec was edited after it was created".into()),
+        None => foreign("it carries no spec hash".into()),
+    }
+}
+
+/// Where the attempt's run is, or which name a new one gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Choice<'a> {
+    /// Our run for this attempt exists under this name.
+    Found(&'a HookRun),
+    /// None exists: create one named so. `skipped` lists the names taken by foreign runs, with why.
+    Create { name: String, skipped: Vec<(String, String)> },
+    /// Every name up to [`MAX_NAME_SUFFIX`] is taken by foreign runs.
+    Exhausted { skipped: Vec<(String, String)> },
+}
+
+/// The `n`th name of a run: BCS's name, then `name.1`, `name.2`, … (BCS's collision suffix).
+pub fn nth_name(base: &str, n: usize) -> String {
+    if n == 0 { base.to_string() } else { format!("{base}.{n}") }
+}
+
+/// Finds the attempt's run among the observed runs named `base` or `base.N`, or chooses the name of a new one.
+pub fn choose<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> Choice<'a> {
+    let mut skipped = Vec::new();
+    for n in 0..=MAX_NAME_SUFFIX {
+        let name = nth_name(base, n);
+        let Some(run) = runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) else {
+            return Choice::Create { name, skipped };
+        };
+        match judge(run, attempt) {
+            Judgement::Ours => return Choice::Found(run),
+            Judgement::Foreign(why) => skipped.push((name, why)),
+        }
+    }
+    Choice::Exhausted { skipped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::api::{HookRunSpec, Metric};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    fn run(name: &str, attempt: &Attempt<'_>) -> HookRun {
+        let metric: Metric = serde_json::from_value(serde_json::json!({
+            "name": "web", "provider": {"web": {"url": "http://127.0.0.1:9091"}}
+        }))
+        .unwrap();
+        let mut run = HookRun {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "tkex.tencent.com/v1alpha1".into(),
+                    kind: "GameDeployment".into(),
+                    name: "gd".into(),
+                    uid: attempt.gd_uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..Default::default()
+            },
+            spec: HookRunSpec { metrics: vec![metric], args: vec![], terminate: false, policy: None },
+            status: None,
+        };
+        stamp(&mut run, attempt);
+        run
+    }
+
+    fn attempt(change: Change, prepared_at: &str) -> Attempt<'_> {
+        Attempt { gd_uid: "gd-uid", pod_uid: "pod-uid", change, prepared_at: Some(prepared_at) }
+    }
+
+    #[test]
+    fn a_run_opens_only_the_attempt_it_was_made_for() {
+        let made = attempt(Change::InPlace("r2".into()), "2026-01-01T00:00:01.5Z");
+        let r = run("pre", &made);
+        assert_eq!(judge(&r, &made), Judgement::Ours);
+        // Another revision, another visit of Preparing, another pod, another GameDeployment: all foreign.
+        for other in [
+            attempt(Change::InPlace("r3".into()), "2026-01-01T00:00:01.5Z"),
+            attempt(Change::Delete, "2026-01-01T00:00:01.5Z"),
+            attempt(Change::InPlace("r2".into()), "2026-01-01T00:00:09Z"),
+            Attempt { pod_uid: "other-pod", ..made.clone() },
+            Attempt { gd_uid: "recreated-gd", ..made.clone() },
+        ] {
+            assert!(matches!(judge(&r, &other), Judgement::Foreign(_)), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn an_edited_or_unstamped_run_is_foreign_but_terminate_is_not_an_edit() {
+        let made = attempt(Change::Delete, "t1");
+        let mut edited = run("pre", &made);
+        edited.spec.metrics.clear();
+        assert_eq!(judge(&edited, &made), Judgement::Foreign("its spec was edited after it was created".into()));
+        let mut terminated = run("pre", &made);
+        terminated.spec.terminate = true;
+        assert_eq!(judge(&terminated, &made), Judgement::Ours);
+        let mut bare = run("pre", &made);
+        bare.metadata.labels = None;
+        bare.metadata.annotations = None;
+        assert!(matches!(judge(&bare, &made), Judgement::Foreign(_)));
+        let mut orphan = run("pre", &made);
+        orphan.metadata.owner_references = None;
+        assert!(matches!(judge(&orphan, &made), Judgement::Foreign(_)));
+    }
+
+    #[test]
+    fn foreign_names_are_skipped_with_bcs_suffixes_and_the_search_is_bounded() {
+        let made = attempt(Change::Delete, "t1");
+        let old = attempt(Change::Delete, "t0");
+        assert_eq!(choose(&[], "pre", &made), Choice::Create { name: "pre".into(), skipped: vec![] });
+        let runs = [run("pre", &old), run("pre.1", &made)];
+        assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[1]));
+        let runs = [run("pre", &old)];
+        match choose(&runs, "pre", &made) {
+            Choice::Create { name, skipped } => {
+                assert_eq!(name, "pre.1");
+                assert_eq!(skipped.len(), 1);
+                assert!(skipped[0].1.contains("earlier attempt"), "{skipped:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let taken: Vec<HookRun> = (0..=MAX_NAME_SUFFIX).map(|n| run(&nth_name("pre", n), &old)).collect();
+        assert!(
+            matches!(choose(&taken, "pre", &made), Choice::Exhausted { skipped } if skipped.len() == MAX_NAME_SUFFIX + 1)
+        );
+    }
+}

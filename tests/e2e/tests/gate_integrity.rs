@@ -1,0 +1,474 @@
+//! Gate integrity (issue 11): every gated pod change consumes one fresh `Successful` HookRun made for that pod,
+//! that change and that attempt — checked by [`e2e::gate::GateChecker`] from the watch streams in commit order —
+//! in the situations a busy cluster produces: surge, failing HookRun deletes, forged / foreign / edited / terminated
+//! runs, held pods during scale-out, a target that moves while a pod waits, pause with surge pods, orphaned runs,
+//! pods without annotations and names over 63 characters.
+
+mod walkthrough_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::api::HookRun;
+use common::hookrun::HookKind;
+use e2e::gamedeployment::{Columns, apply, image, manifest, pods, revision, wait_columns};
+use e2e::gate::GateChecker;
+use e2e::{Cluster, wait_for};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube_sim::{FaultConfig, FaultRule};
+use walkthrough_support::{LONG, operators};
+
+/// Succeeds at the first measurement (the walkthrough's server answers age 45).
+const QUICK: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: quick
+spec:
+  metrics:
+    - name: webtest
+      count: 1
+      successCondition: "asInt(result) > 30"
+      provider:
+        web:
+          url: http://1.1.1.1:9091
+          jsonPath: "{$.age}"
+"#;
+
+/// Never completes on its own (every measurement fails, failures never fail the metric, no count): a pod it gates
+/// is held until a person terminates the run.
+const NEVER: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: never
+spec:
+  metrics:
+    - name: webtest
+      interval: 60s
+      failureLimit: -1
+      successCondition: "asInt(result) > 100"
+      provider:
+        web:
+          url: http://1.1.1.1:9091
+          jsonPath: "{$.age}"
+"#;
+
+fn pre_delete(template: &str) -> String {
+    format!("  preDeleteUpdateStrategy:\n    hook:\n      templateName: {template}\n")
+}
+
+fn pre_inplace(template: &str) -> String {
+    format!("  preInplaceUpdateStrategy:\n    hook:\n      templateName: {template}\n")
+}
+
+async fn templates(cluster: &Cluster) {
+    apply(cluster, QUICK).await;
+    apply(cluster, NEVER).await;
+}
+
+async fn set_image(cluster: &Cluster, name: &str, image: &str) {
+    let patch = format!(r#"[{{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"{image}"}}]"#);
+    cluster.kubectl_ok(&["patch", "gamedeployment", name, "--type=json", "-p", &patch]).await;
+}
+
+/// Waits until `replicas` live pods all run `want` and `kubectl get gd` shows them updated and ready.
+async fn wait_rolled(cluster: &Cluster, name: &str, replicas: i64, want: &str) {
+    wait_columns(cluster, name, Columns::new(replicas, replicas, replicas, replicas, replicas)).await;
+    wait_for(&format!("every pod of {name} to run {want}"), LONG, || async {
+        let live = live_pods(cluster, name).await;
+        (live.len() == replicas as usize && live.iter().all(|p| image(p) == Some(want))).then_some(())
+    })
+    .await;
+}
+
+async fn live_pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
+    pods(cluster, name).await.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+}
+
+fn lifecycle(pod: &Pod) -> &str {
+    pod.metadata.labels.as_ref().and_then(|l| l.get("lifecycle.apps.kruise.io/state")).map_or("", String::as_str)
+}
+
+async fn runs(cluster: &Cluster) -> Vec<HookRun> {
+    let api: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default()
+}
+
+/// The runs made for `pod` (by its UID label), once at least `n` exist.
+async fn runs_for(cluster: &Cluster, pod: &Pod, n: usize) -> Vec<HookRun> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    wait_for(&format!("{n} HookRun(s) for pod {:?}", pod.metadata.name), LONG, || {
+        let uid = uid.clone();
+        async move {
+            let mine: Vec<HookRun> = runs(cluster)
+                .await
+                .into_iter()
+                .filter(|r| {
+                    r.metadata.labels.as_ref().and_then(|l| l.get("gamedeployment.tkex.tencent.com/pod-uid"))
+                        == Some(&uid)
+                })
+                .filter(|r| r.metadata.deletion_timestamp.is_none())
+                .collect();
+            (mine.len() >= n).then_some(mine)
+        }
+    })
+    .await
+}
+
+async fn terminate(cluster: &Cluster, run: &str) {
+    cluster.kubectl_ok(&["patch", "hookrun", run, "--type=merge", "-p", r#"{"spec":{"terminate":true}}"#]).await;
+}
+
+async fn event_reasons(cluster: &Cluster) -> String {
+    cluster.kubectl_ok(&["get", "events", "-o", "custom-columns=REASON:.reason,MESSAGE:.message", "--no-headers"]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_update_with_surge_consumes_one_run_per_deletion_and_never_releases_holds() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    let strategy = format!("    maxUnavailable: 2\n    maxSurge: 1\n{}", pre_delete("quick"));
+    apply(&cluster, &manifest("roll", 5, "RollingUpdate", &strategy, "python:latest")).await;
+    wait_rolled(&cluster, "roll", 5, "python:latest").await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    set_image(&cluster, "roll", "python:3.5").await;
+    wait_rolled(&cluster, "roll", 5, "python:3.5").await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.gated_deletions >= 5, "{report:?}");
+    assert!(report.released.is_empty(), "holds released by accident: {:?}", report.released);
+    cluster.shutdown().await;
+}
+
+/// R1 → R2 → R1 → R2 in place while every HookRun delete fails: the runs of the first R1 → R2 change are still
+/// there, `Successful`, under the same names, when the pods go R1 → R2 again. Each change must run its own hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_success_is_never_reused_even_when_hookrun_deletes_fail() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    let strategy = format!("    maxUnavailable: 2\n{}", pre_inplace("quick"));
+    apply(&cluster, &manifest("pingpong", 2, "InplaceUpdate", &strategy, "python:latest")).await;
+    wait_rolled(&cluster, "pingpong", 2, "python:latest").await;
+    cluster.sim().set_faults(FaultConfig {
+        rules: vec![FaultRule {
+            verbs: vec!["delete".into()],
+            resources: vec!["hookruns".into()],
+            error_rate: 1.0,
+            ..FaultRule::default()
+        }],
+    });
+    let checker = GateChecker::start(&cluster, "default").await;
+    for image in ["python:3.5", "python:latest", "python:3.5"] {
+        set_image(&cluster, "pingpong", image).await;
+        wait_rolled(&cluster, "pingpong", 2, image).await;
+    }
+    let report = checker.stop().await;
+    cluster.sim().set_faults(FaultConfig::default());
+    report.assert_clean();
+    assert_eq!(report.gated_updates, 6, "{report:?}");
+    cluster.shutdown().await;
+}
+
+/// A run someone pre-created under the predictable name (a forged `Successful` one, or one BCS left without our
+/// label) never opens the gate: the operator makes its own under BCS's `.N` name and says so. The spec of a run
+/// cannot be edited; terminating a run (`spec.terminate: true`) is the documented way to let a pod go now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    apply(&cluster, &manifest("forge", 2, "RollingUpdate", &pre_delete("never"), "python:latest")).await;
+    wait_rolled(&cluster, "forge", 2, "python:latest").await;
+    let gd_pods = live_pods(&cluster, "forge").await;
+    let quick: common::api::HookTemplate =
+        Api::namespaced(cluster.client(), "default").get("quick").await.expect("the quick template");
+    let api: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let mut forged_names = Vec::new();
+    for (i, pod) in gd_pods.iter().enumerate() {
+        let id = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("tkex.bkbcs.tencent.com/gamedeployment-instance-id"))
+            .cloned()
+            .unwrap_or_default();
+        let rev = revision(pod).unwrap_or_default().to_string();
+        let name = common::hookrun::pod_hook_name(HookKind::PreDelete, &rev, &id, "never");
+        // The first carries every label the operator writes (a forgery); the second none (as BCS left it).
+        let labels: BTreeMap<String, String> = if i == 0 {
+            common::hookrun::pod_hook_labels(HookKind::PreDelete, &rev, &id, "forge")
+        } else {
+            BTreeMap::new()
+        };
+        let new = common::hookrun::NewHookRun {
+            name: name.clone(),
+            namespace: "default".into(),
+            labels,
+            owner: None,
+            args: vec![],
+        };
+        let run = common::hookrun::from_template(&quick, new).expect("a run from the quick template");
+        api.create(&PostParams::default(), &run).await.expect("forged run created");
+        forged_names.push(name);
+    }
+    for name in &forged_names {
+        wait_for(&format!("forged run {name} to succeed"), LONG, || async {
+            let run = api.get_opt(name).await.ok().flatten()?;
+            (run.status?.phase? == common::api::HookPhase::Successful).then_some(())
+        })
+        .await;
+    }
+    let checker = GateChecker::start(&cluster, "default").await;
+    cluster.kubectl_ok(&["scale", "--replicas=0", "gamedeployment/forge"]).await;
+    // Each pod gets a run of its own. The name BCS left (no label of ours) is skipped with `.1`; the forgery, which
+    // claims to be ours but is controlled by nobody, is removed like any orphan and never trusted.
+    let mut own = Vec::new();
+    for (i, pod) in gd_pods.iter().enumerate() {
+        let mine = runs_for(&cluster, pod, 1).await;
+        assert_eq!(mine.len(), 1, "{mine:?}");
+        let name = mine[0].metadata.name.clone().unwrap_or_default();
+        if i == 1 {
+            assert_eq!(name, format!("{}.1", forged_names[1]), "the name BCS left is skipped");
+        }
+        own.push(name);
+    }
+    wait_for("the forged run to be removed", LONG, || async {
+        (!runs(&cluster).await.iter().any(|r| {
+            r.metadata.name.as_deref() == Some(forged_names[0].as_str())
+                && r.metadata.labels.as_ref().and_then(|l| l.get("gamedeployment.tkex.tencent.com/pod-uid")).is_none()
+        }))
+        .then_some(())
+    })
+    .await;
+    // The forged Successful runs did not let anything go.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(live_pods(&cluster, "forge").await.len(), 2, "no pod deleted on a forged run");
+    let events = event_reasons(&cluster).await;
+    assert!(events.contains("HookRunNameTaken"), "{events}");
+    // Editing what a run measures is refused by the API server.
+    let edit =
+        cluster.kubectl(&["patch", "hookrun", &own[0], "--type=merge", "-p", r#"{"spec":{"metrics":[]}}"#]).await;
+    assert!(!edit.success && edit.stderr.contains("immutable"), "{edit:?}");
+    // Terminating one run lets exactly that pod go.
+    terminate(&cluster, &own[0]).await;
+    wait_for("one pod to be deleted", LONG, || async { (live_pods(&cluster, "forge").await.len() == 1).then_some(()) })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(live_pods(&cluster, "forge").await.len(), 1);
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!((report.gated_deletions, report.terminated_runs_used), (1, 1), "{report:?}");
+    let events = event_reasons(&cluster).await;
+    assert!(events.contains("HookRunTerminated"), "{events}");
+    cluster.shutdown().await;
+}
+
+/// RollingUpdate, maxUnavailable 2, a pre-delete hook: P1 and P2 wait; P1 is let go, its replacement is created,
+/// and P2 must keep waiting (it used to drop back to Normal). An HPA-style scale-out while pods are held does not
+/// release them either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_pods_stay_held_through_replacements_and_scale_out() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    let strategy = format!("    maxUnavailable: 2\n{}", pre_delete("never"));
+    apply(&cluster, &manifest("held", 4, "RollingUpdate", &strategy, "python:latest")).await;
+    wait_rolled(&cluster, "held", 4, "python:latest").await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    set_image(&cluster, "held", "python:3.5").await;
+    let held = wait_for("two pods held in PreparingDelete", LONG, || async {
+        let held: Vec<Pod> =
+            live_pods(&cluster, "held").await.into_iter().filter(|p| lifecycle(p) == "PreparingDelete").collect();
+        (held.len() == 2).then_some(held)
+    })
+    .await;
+    let first = runs_for(&cluster, &held[0], 1).await;
+    terminate(&cluster, first[0].metadata.name.as_deref().unwrap_or_default()).await;
+    wait_for("the first held pod to go", LONG, || async {
+        let live = live_pods(&cluster, "held").await;
+        (!live.iter().any(|p| p.metadata.uid == held[0].metadata.uid)).then_some(())
+    })
+    .await;
+    // HPA-style scale-out while the second pod is held.
+    cluster.kubectl_ok(&["scale", "--replicas=5", "gamedeployment/held"]).await;
+    wait_for("5 pods besides the held one", LONG, || async {
+        (live_pods(&cluster, "held").await.len() >= 5).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = live_pods(&cluster, "held").await.into_iter().find(|p| p.metadata.uid == held[1].metadata.uid);
+    assert_eq!(second.as_ref().map(lifecycle), Some("PreparingDelete"), "the second pod is still held");
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.released.is_empty(), "holds released by accident: {:?}", report.released);
+    cluster.shutdown().await;
+}
+
+/// A pod waits in PreparingUpdate for revision R2 when the template moves on to R3: the run made for R2 must not
+/// move it to R3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    let strategy = format!("    maxUnavailable: 1\n{}", pre_inplace("never"));
+    apply(&cluster, &manifest("target", 1, "InplaceUpdate", &strategy, "python:latest")).await;
+    wait_rolled(&cluster, "target", 1, "python:latest").await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    set_image(&cluster, "target", "python:3.5").await;
+    let pod = wait_for("the pod to wait in PreparingUpdate", LONG, || async {
+        live_pods(&cluster, "target").await.into_iter().find(|p| lifecycle(p) == "PreparingUpdate")
+    })
+    .await;
+    let for_r2 = runs_for(&cluster, &pod, 1).await;
+    set_image(&cluster, "target", "python:3.6").await;
+    // Let the operator see R3, then release the run made for R2.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = cluster
+        .kubectl(&[
+            "patch",
+            "hookrun",
+            for_r2[0].metadata.name.as_deref().unwrap_or_default(),
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"terminate":true}}"#,
+        ])
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = live_pods(&cluster, "target").await;
+    assert!(now.iter().all(|p| image(p) == Some("python:latest")), "not moved to R3 on R2's run");
+    // A run made for R3 lets it go to R3.
+    let r3 = wait_for("a run for the R3 attempt", LONG, || async {
+        runs(&cluster).await.into_iter().find(|r| {
+            r.metadata.annotations.as_ref().and_then(|a| a.get("gamedeployment.tkex.tencent.com/change")).is_some_and(
+                |c| c.starts_with("inplace/") && !r.spec.terminate && r.metadata.deletion_timestamp.is_none(),
+            ) && r.metadata.uid != for_r2[0].metadata.uid
+        })
+    })
+    .await;
+    terminate(&cluster, r3.metadata.name.as_deref().unwrap_or_default()).await;
+    wait_rolled(&cluster, "target", 1, "python:3.6").await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!(report.gated_updates, 1, "{report:?}");
+    cluster.shutdown().await;
+}
+
+/// Pausing a RollingUpdate that has surge pods freezes it: no pod is created or deleted while paused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_a_rolling_update_with_surge_pods_freezes_it() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    let strategy = "    maxUnavailable: 0\n    maxSurge: 2\n  minReadySeconds: 20\n";
+    apply(&cluster, &manifest("surge", 4, "RollingUpdate", strategy, "python:latest")).await;
+    wait_for("4 pods", LONG, || async { (live_pods(&cluster, "surge").await.len() == 4).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    wait_columns(&cluster, "surge", Columns::new(4, 4, 4, 4, 4)).await;
+    set_image(&cluster, "surge", "python:3.5").await;
+    wait_for("surge pods", LONG, || async { (live_pods(&cluster, "surge").await.len() == 6).then_some(()) }).await;
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "gamedeployment",
+            "surge",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"updateStrategy":{"paused":true}}}"#,
+        ])
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let names = |pods: Vec<Pod>| pods.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<_>>();
+    let before = names(live_pods(&cluster, "surge").await);
+    // Past minReadySeconds: an unpaused rollout would now delete old pods.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let after = names(live_pods(&cluster, "surge").await);
+    assert_eq!(before, after, "pods changed while paused");
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "gamedeployment",
+            "surge",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"updateStrategy":{"paused":false}}}"#,
+        ])
+        .await;
+    wait_rolled(&cluster, "surge", 4, "python:3.5").await;
+    cluster.shutdown().await;
+}
+
+/// After `kubectl delete gd --cascade=orphan` and re-creating it, the runs of the old GameDeployment are not
+/// trusted (another UID) and are cleaned up; a pod is deleted only on a run of the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_runs_are_not_trusted_and_are_cleaned_up() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    let gd = manifest("orphan", 2, "RollingUpdate", &pre_delete("never"), "python:latest");
+    apply(&cluster, &gd).await;
+    wait_rolled(&cluster, "orphan", 2, "python:latest").await;
+    cluster.kubectl_ok(&["scale", "--replicas=1", "gamedeployment/orphan"]).await;
+    let held = wait_for("a pod held in PreparingDelete", LONG, || async {
+        live_pods(&cluster, "orphan").await.into_iter().find(|p| lifecycle(p) == "PreparingDelete")
+    })
+    .await;
+    let old = runs_for(&cluster, &held, 1).await;
+    let old_uid = old[0].metadata.uid.clone();
+    // Mark it Successful as a person would (terminate) only after the workload is gone: an old success.
+    cluster.kubectl_ok(&["delete", "gamedeployment", "orphan", "--cascade=orphan"]).await;
+    wait_for("the old run to lose its owner", LONG, || async {
+        let run = runs(&cluster).await.into_iter().find(|r| r.metadata.uid == old_uid)?;
+        run.metadata.owner_references.as_ref().is_none_or(|o| o.is_empty()).then_some(())
+    })
+    .await;
+    terminate(&cluster, old[0].metadata.name.as_deref().unwrap_or_default()).await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    apply(&cluster, &gd.replace("replicas: 2", "replicas: 1")).await;
+    wait_for("the orphaned run to be cleaned up", LONG, || async {
+        (!runs(&cluster).await.iter().any(|r| r.metadata.uid == old_uid && r.metadata.deletion_timestamp.is_none()))
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(live_pods(&cluster, "orphan").await.len(), 2, "nothing deleted on the orphaned success");
+    let fresh = runs_for(&cluster, &held, 1).await;
+    terminate(&cluster, fresh[0].metadata.name.as_deref().unwrap_or_default()).await;
+    wait_for("one pod left", LONG, || async { (live_pods(&cluster, "orphan").await.len() == 1).then_some(()) }).await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!(report.gated_deletions, 1, "{report:?}");
+    cluster.shutdown().await;
+}
+
+/// A GameDeployment named with 70 characters (HookRun label values are capped at 63) and an adopted pod without
+/// any annotations both go through the pre-delete hook without errors or hot loops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_names_and_pods_without_annotations_pass_the_gate() {
+    let cluster = Cluster::start().await;
+    let (_hooks, gd_operator) = operators(&cluster).await;
+    templates(&cluster).await;
+    let name = format!("long-{}", "x".repeat(65));
+    assert_eq!(name.len(), 70);
+    let bare = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bare\n  labels:\n    app: {name}\nspec:\n  containers:\n    - name: python\n      image: python:latest\n"
+    );
+    apply(&cluster, &bare).await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    apply(&cluster, &manifest(&name, 2, "RollingUpdate", &pre_delete("quick"), "python:latest")).await;
+    wait_for("the bare pod to be adopted", LONG, || async {
+        let pod: Pod = Api::namespaced(cluster.client(), "default").get("bare").await.ok()?;
+        pod.metadata.owner_references.filter(|o| !o.is_empty()).map(|_| ())
+    })
+    .await;
+    cluster.kubectl_ok(&["scale", "--replicas=0", &format!("gamedeployment/{name}")]).await;
+    wait_for("every pod to go", LONG, || async { live_pods(&cluster, &name).await.is_empty().then_some(()) }).await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.gated_deletions >= 2, "{report:?}");
+    let logs = gd_operator.logs();
+    assert!(!logs.contains("422"), "no invalid patches:\n{logs}");
+    cluster.shutdown().await;
+}
