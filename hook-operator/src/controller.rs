@@ -60,6 +60,10 @@ pub struct Options {
     pub max_in_flight: usize,
     pub engine: EngineSettings,
     pub identity: String,
+    /// Share of the in-flight slots one namespace may hold, in percent.
+    pub namespace_share_percent: u8,
+    /// Least time between two status writes of a running run (phase changes are written at once).
+    pub status_write_interval: Duration,
 }
 
 pub struct Context {
@@ -67,6 +71,7 @@ pub struct Context {
     dispatcher: Dispatcher,
     metrics: Arc<Metrics>,
     recorder: Recorder,
+    status_write_interval: Duration,
     /// When a `MeasurementError` Event was last published, per (run uid, metric): at most one a minute.
     error_events: std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>,
 }
@@ -152,6 +157,13 @@ async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error
         return Ok(Action::await_change());
     }
     let round = ctx.dispatcher.plan(run, Timestamp::now());
+    // Coalesced writes: a running run's status is written at most once per --status-write-interval (phase
+    // changes at once), so `interval: 1ms` cannot become a write storm. A deferred round is planned again later;
+    // its finished measurements wait in the dispatcher (a restart meanwhile takes them again).
+    if let Some(wait) = ctx.dispatcher.write_deferral(&round, ctx.status_write_interval) {
+        ctx.metrics.reconcile_duration.observe(clock.elapsed().as_secs_f64());
+        return Ok(Action::requeue(wait.max(Duration::from_millis(1))));
+    }
     let written = if round.changed {
         ctx.metrics.status_writes.inc();
         Some(Arc::new(write_status(&ctx.client, &round).await?))
@@ -301,7 +313,8 @@ pub async fn run(
     let wake = Arc::new(move |id: &RunId| {
         let _ = wake_tx.send(ObjectRef::new(&id.name).within(&id.namespace));
     });
-    let dispatcher = Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake);
+    let dispatcher = Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
+        .with_namespace_share(options.namespace_share_percent);
     let reporter = Reporter { controller: COMPONENT.into(), instance: Some(options.identity.clone()) };
     let recorder = Recorder::new(client.clone(), reporter);
 
@@ -324,6 +337,7 @@ pub async fn run(
         metrics: metrics.clone(),
         recorder: recorder.clone(),
         error_events: Default::default(),
+        status_write_interval: options.status_write_interval,
     });
 
     let templates = tokio::spawn(watch_templates(

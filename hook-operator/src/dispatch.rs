@@ -64,6 +64,8 @@ struct Slot {
     validated: Option<(Option<i64>, Result<(), String>)>,
     /// (resourceVersion the write was based on, the object the API server returned).
     last_write: Option<(String, Arc<HookRun>)>,
+    /// When the status was last written, for coalescing writes.
+    last_write_at: Option<std::time::Instant>,
 }
 
 struct Inner {
@@ -75,6 +77,9 @@ struct Inner {
     wake: Wake,
     next_id: AtomicU64,
     lag_observer: Option<LagObserver>,
+    /// Measurements one namespace may have in flight at once, and the slots per namespace.
+    namespace_cap: usize,
+    namespace_permits: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 /// Receives every scheduling lag (the benchmark records exact percentiles with it).
@@ -123,6 +128,8 @@ impl Dispatcher {
                 wake,
                 next_id: AtomicU64::new(1),
                 lag_observer: None,
+                namespace_cap: max_in_flight.max(1),
+                namespace_permits: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -141,6 +148,35 @@ impl Dispatcher {
             inner.lag_observer = Some(observer);
         }
         dispatcher
+    }
+
+    /// Limits each namespace to `percent` of the in-flight slots (at least one), so one tenant's slow endpoints
+    /// cannot hold every slot. Call before the dispatcher is cloned.
+    pub fn with_namespace_share(mut self, percent: u8) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            let total = inner.permits.available_permits();
+            inner.namespace_cap = (total * usize::from(percent.clamp(1, 100)) / 100).max(1);
+        }
+        self
+    }
+
+    fn namespace_permits(&self, namespace: &str) -> Arc<Semaphore> {
+        let mut map = self.inner.namespace_permits.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(namespace.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.inner.namespace_cap))).clone()
+    }
+
+    /// Whether a round that changed the status may write it now: at once when the phase changes (or the run has
+    /// no status yet), otherwise at most once per `min_interval` per run. `Some(wait)`: defer the round (do not
+    /// write or commit it) and plan again after `wait`; the finished measurements stay here meanwhile.
+    pub fn write_deferral(&self, round: &Round, min_interval: std::time::Duration) -> Option<std::time::Duration> {
+        let stored_phase = round.run.status.as_ref().and_then(|s| s.phase);
+        if !round.changed || round.plan.completed || stored_phase != round.plan.status.phase || stored_phase.is_none() {
+            return None;
+        }
+        let slots = self.slots();
+        let last = slots.get(&round.id.uid)?.last_write_at?;
+        let since = last.elapsed();
+        (since < min_interval).then(|| min_interval - since)
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -196,6 +232,9 @@ impl Dispatcher {
         let slot = slots.entry(round.id.uid.clone()).or_default();
         slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
         slot.precise = round.plan.precise.clone();
+        if round.changed {
+            slot.last_write_at = Some(std::time::Instant::now());
+        }
         if let (Some(written), Some(based_on)) = (written, round.run.metadata.resource_version.clone()) {
             slot.last_write = Some((based_on, written));
         }
@@ -214,7 +253,9 @@ impl Dispatcher {
         let metrics = &self.inner.metrics;
         metrics.waiting.inc();
         let waiting = GaugeGuard(&metrics.waiting);
-        // The semaphore is never closed, so acquiring only fails if that invariant breaks; measure anyway.
+        // The namespace's share first, then a global slot: a namespace at its share waits without holding a
+        // global slot. The semaphores are never closed, so acquiring only fails if that invariant breaks.
+        let namespace_permit = self.namespace_permits(&id.namespace).acquire_owned().await.ok();
         let permit = self.inner.permits.clone().acquire_owned().await.ok();
         drop(waiting);
         let lag = schedule::until(start.due, Timestamp::now());
@@ -250,6 +291,7 @@ impl Dispatcher {
         };
         drop(running);
         drop(permit);
+        drop(namespace_permit);
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
         metrics
             .measurements
@@ -372,6 +414,31 @@ mod tests {
         fresh.status = Some(round.plan.status.clone());
         let caught_up = d.plan(Arc::new(fresh), Timestamp::now());
         assert!(!caught_up.changed);
+    }
+
+    #[tokio::test]
+    async fn status_writes_of_a_running_run_are_coalesced() {
+        let d = dispatcher();
+        let first = d.plan(Arc::new(run("1", "1h")), Timestamp::now());
+        assert_eq!(
+            d.write_deferral(&first, std::time::Duration::from_secs(1)),
+            None,
+            "the first write is never deferred"
+        );
+        let mut written = run("2", "1h");
+        written.status = Some(first.plan.status.clone());
+        d.commit(&first, Some(Arc::new(written.clone())));
+        // A change that keeps the phase, right after a write: deferred.
+        let mut changed = Round { changed: true, ..d.plan(Arc::new(written.clone()), Timestamp::now()) };
+        changed.plan.status.message = Some("something new".into());
+        let wait = d.write_deferral(&changed, std::time::Duration::from_secs(1)).expect("deferred");
+        assert!(wait <= std::time::Duration::from_secs(1));
+        // A phase change is written at once.
+        changed.plan.status.phase = Some(HookPhase::Error);
+        assert_eq!(d.write_deferral(&changed, std::time::Duration::from_secs(1)), None);
+        // With no interval nothing is deferred.
+        changed.plan.status.phase = written.status.as_ref().and_then(|s| s.phase);
+        assert_eq!(d.write_deferral(&changed, std::time::Duration::ZERO), None);
     }
 
     #[tokio::test]

@@ -64,6 +64,8 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         max_in_flight: flags.max_in_flight,
         engine,
         identity: election.identity().to_string(),
+        namespace_share_percent: flags.max_in_flight_per_namespace_percent,
+        status_write_interval: flags.status_write_interval,
     };
     let run = controller::run(client, options, providers, metrics, health, shutdown.clone());
     let outcome = if flags.runtime.leader_election.leader_elect {

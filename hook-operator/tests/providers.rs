@@ -284,6 +284,36 @@ async fn a_hanging_webhook_never_delays_another_run() {
     stuck.abort();
 }
 
+/// One namespace may hold only its share of the in-flight slots: ten runs hanging in one namespace leave room
+/// for another namespace's run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_cannot_take_every_slot() {
+    let addr = endpoint().await;
+    let wakers = Wakers::default();
+    let dispatcher =
+        Dispatcher::new(providers(), Arc::new(Metrics::default()), EngineSettings::default(), 4, wakers.wake())
+            .with_namespace_share(50);
+    let mut stuck = Vec::new();
+    for i in 0..10 {
+        let mut hanging = web(format!("http://{addr}/hang"), None, None);
+        hanging.provider.web.as_mut().unwrap().timeout_seconds = Some(300);
+        let mut greedy = run(&format!("greedy-{i}"), hanging);
+        greedy.metadata.namespace = Some("greedy".into());
+        let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());
+        stuck.push(tokio::spawn(async move { local::drive(&dispatcher, &wakers, greedy, |_| {}).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let polite = run("polite", web(format!("http://{addr}/"), Some("{$.age}"), Some("result == 45")));
+    let done = tokio::time::timeout(Duration::from_secs(60), local::drive(&dispatcher, &wakers, polite, |_| {}))
+        .await
+        .expect("the other namespace's run completes while one namespace hangs");
+    assert_eq!(done.status.unwrap().phase, Some(HookPhase::Successful));
+    for task in stuck {
+        assert!(!task.is_finished());
+        task.abort();
+    }
+}
+
 /// `--max-in-flight` bounds concurrent measurements; the others wait for a slot and still all complete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_measurements_are_bounded() {
