@@ -29,12 +29,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{- define "gdo.hook.args" -}}
 - --max-inflight-measurements={{ .Values.hookOperator.maxInflightMeasurements }}
+- --max-inflight-per-namespace-percent={{ .Values.hookOperator.maxInflightPerNamespacePercent }}
+- --kubernetes-provider-kinds={{ join "," .Values.hookOperator.kubernetesProviderKinds }}
+{{- if .Values.hookOperator.secretArgs.enabled }}
+- --secret-args
+{{- end }}
+{{- range .Values.hookOperator.egress.denyCIDRs }}
+- --web-deny-cidr={{ . }}
+{{- end }}
+{{- range .Values.hookOperator.egress.allowCIDRs }}
+- --web-allow-cidr={{ . }}
+{{- end }}
 {{- if .Values.hookOperator.labelSelector }}
 - --label-selector={{ .Values.hookOperator.labelSelector }}
 {{- end }}
 {{- end -}}
 
-{{/* Leader election: get, create and renew (update) the operator's own Lease in the release namespace. */}}
+{{/* Leader election: create the Lease, then get and renew (update) only the operator's own Lease (named after
+its ServiceAccount, as the Deployment's --leader-elect-lease-name) in the release namespace. */}}
 {{- define "gdo.leaderElectionRbac" -}}
 {{- $root := .root }}
 ---
@@ -46,9 +58,15 @@ metadata:
   labels:
     {{- include "gdo.labels" $root | nindent 4 }}
 rules:
+  # Create the Lease the first time (create cannot be limited to a name).
   - apiGroups: [coordination.k8s.io]
     resources: [leases]
-    verbs: [get, create, update]
+    verbs: [create]
+  # Read and renew only this operator's own Lease.
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    resourceNames: [{{ .name }}]
+    verbs: [get, update]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding

@@ -329,6 +329,8 @@ async fn operators_need_exactly_the_chart_rbac() {
         let rule = rules.remove(rule_index);
         let role = reduced[doc_index]["metadata"]["name"].as_str().unwrap_or("").to_string();
         h.apply_rbac(&reduced).await;
+        // Each case starts without Leases, so the rule allowing their creation is exercised too.
+        h.cluster.kubectl(&["-n", NS, "delete", "lease", "--all"]).await;
         let ns = format!("case-{case}");
         h.start().await;
         prepare(&h.cluster, &ns).await;
