@@ -140,20 +140,32 @@ pub fn nth_name(base: &str, n: usize) -> String {
     if n == 0 { base.to_string() } else { format!("{base}.{n}") }
 }
 
-/// Finds the attempt's run among the observed runs named `base` or `base.N`, or chooses the name of a new one.
+/// Finds the attempt's run among the observed runs named `base` or `base.N`, or chooses the name of a new one (the
+/// first free name). Every name is looked at before a new one is chosen: once an older run under `base` is
+/// deleted, our run may live under `base.1` while `base` is free again.
 pub fn choose<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> Choice<'a> {
     let mut skipped = Vec::new();
+    let mut free = None;
     for n in 0..=MAX_NAME_SUFFIX {
         let name = nth_name(base, n);
-        let Some(run) = runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) else {
-            return Choice::Create { name, skipped };
-        };
-        match judge(run, attempt) {
-            Judgement::Ours => return Choice::Found(run),
-            Judgement::Foreign(why) => skipped.push((name, why)),
+        match runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
+            None => {
+                free.get_or_insert(name);
+            }
+            Some(run) => match judge(run, attempt) {
+                Judgement::Ours => return Choice::Found(run),
+                Judgement::Foreign(why) => {
+                    if free.is_none() {
+                        skipped.push((name, why));
+                    }
+                }
+            },
         }
     }
-    Choice::Exhausted { skipped }
+    match free {
+        Some(name) => Choice::Create { name, skipped },
+        None => Choice::Exhausted { skipped },
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +245,9 @@ mod tests {
         assert_eq!(choose(&[], "pre", &made), Choice::Create { name: "pre".into(), skipped: vec![] });
         let runs = [run("pre", &old), run("pre.1", &made)];
         assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[1]));
+        // The stale run under the base name was deleted: ours under `.1` is still found, not made again.
+        let runs = [run("pre.1", &made)];
+        assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[0]));
         let runs = [run("pre", &old)];
         match choose(&runs, "pre", &made) {
             Choice::Create { name, skipped } => {

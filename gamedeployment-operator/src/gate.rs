@@ -202,15 +202,6 @@ pub fn build_pod_run(
     hookrun::from_template(template, new).map_err(|e| e.to_string())
 }
 
-/// A canary step run of this GameDeployment, by name (controlled by it: a run of another object never counts).
-pub fn find_run<'a>(state: &GateState<'a>, name: &str) -> Option<&'a HookRun> {
-    let uid = state.gd.metadata.uid.as_deref();
-    state
-        .hook_runs
-        .iter()
-        .find(|r| r.metadata.name.as_deref() == Some(name) && attempt::controller_uid(r) == uid && uid.is_some())
-}
-
 /// The Preparing state a change holds its pod in.
 pub fn preparing_state(kind: GateKind) -> LifecycleState {
     match kind {

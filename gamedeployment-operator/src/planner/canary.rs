@@ -112,22 +112,28 @@ pub fn evaluate(
 ) -> Outcome {
     let mut out = Outcome::default();
     let steps: &[CanaryStep] = gd.spec.update_strategy.canary.as_ref().map_or(&[], |c| c.steps.as_slice());
-    // Runs of other revisions (or of a canary that no longer exists) are removed.
+    let hash = steps_hash(steps);
+    // Runs of other revisions, of other steps (a steps edit makes fresh runs, as BCS does) or of a canary that no
+    // longer exists are removed.
     for run in canary_runs(gd, gate) {
         let revision_label = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_WORKLOAD_REVISION));
-        if steps.is_empty() || revision_label.map(String::as_str) != Some(update_revision) {
-            out.actions.push(Action::DeleteHookRun {
-                name: run.metadata.name.clone().unwrap_or_default(),
-                uid: run.metadata.uid.clone().unwrap_or_default(),
-                why: "its canary step belongs to another revision".into(),
-            });
-        }
+        let why = if steps.is_empty() || revision_label.map(String::as_str) != Some(update_revision) {
+            "its canary step belongs to another revision"
+        } else if change_of(run) != Some(step_change(&hash).as_str()) {
+            "it was made for other canary steps (the steps were edited)"
+        } else {
+            continue;
+        };
+        out.actions.push(Action::DeleteHookRun {
+            name: run.metadata.name.clone().unwrap_or_default(),
+            uid: run.metadata.uid.clone().unwrap_or_default(),
+            why: why.into(),
+        });
     }
     if steps.is_empty() {
         return out;
     }
     let len = steps.len();
-    let hash = steps_hash(steps);
     out.current_step_hash = Some(hash.clone());
     let stable = old.canary.as_ref().and_then(|c| c.revision.clone());
     let mut canary = old.canary.clone().unwrap_or_default();
@@ -196,9 +202,10 @@ pub fn evaluate(
                 None => {}
             }
         } else if let Some(hook) = &step.hook {
-            let name = hookrun::canary_hook_name(update_revision, index, &hook.template_name);
+            let base = hookrun::canary_hook_name(update_revision, index, &hook.template_name);
+            let (name, found) = step_run(gd, gate, &base, &hash);
             canary.current_step_hook_run = Some(name.clone());
-            match gate::find_run(gate, &name).map(gate::run_phase) {
+            match found.map(gate::run_phase) {
                 Some(HookPhase::Successful) => complete = true,
                 Some(phase) if phase.is_completed() => {
                     if has(PauseReason::PausedByStepBasedHook).is_some() && !spec_paused {
@@ -221,7 +228,7 @@ pub fn evaluate(
                     }
                 }
                 Some(_) => {}
-                None => match build_step_run(gd, gate, update_revision, index, hook) {
+                None => match build_step_run(gd, gate, update_revision, index, hook, &name, &hash) {
                     Ok(run) => out.actions.push(Action::CreateHookRun(Box::new(run))),
                     // Announced once per step (the next pass sees the run name recorded); retried every pass.
                     Err(problem) => {
@@ -244,9 +251,21 @@ pub fn evaluate(
             out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
             out.requeue_at = Some(now);
         } else if let Some(reason) = wants_pause {
+            // `canary.pauseStartTime` is set when the operator asks for `paused: true`: a pause it finds already set
+            // without having asked is a person's, which a step never takes over (or lifts when it ends).
+            let asked = canary.pause_start_time.is_some();
             if !spec_paused {
                 // First `paused: true`; the condition follows once the spec shows it.
                 out.actions.push(set_paused(gd, true));
+                canary.pause_start_time = Some(Time(now));
+            } else if has(reason).is_none() && !asked {
+                out.events.push(PlannedEvent::normal(
+                    "CanaryWaitsForResume",
+                    format!(
+                        "canary step {index} waits: the rollout was paused by spec.updateStrategy.paused before the \
+                         step paused it; set paused: false to let the step run"
+                    ),
+                ));
             } else if has(reason).is_none() {
                 conditions.retain(|c| c.reason == reason);
                 conditions.push(PauseCondition { reason, start_time: Time(now) });
@@ -282,12 +301,50 @@ fn canary_runs<'a>(
     })
 }
 
+/// The value of [`keys::HOOKRUN_CHANGE`] on a step run: the steps it was made for.
+fn step_change(steps_hash: &str) -> String {
+    format!("canary/{steps_hash}")
+}
+
+fn change_of(run: &common::api::HookRun) -> Option<&str> {
+    run.metadata.annotations.as_ref()?.get(keys::HOOKRUN_CHANGE).map(String::as_str)
+}
+
+/// The step's run (ours, made for these steps) under `base` or BCS's `base.N`, or the name a new one gets.
+fn step_run<'a>(
+    gd: &GameDeployment,
+    gate: &GateState<'a>,
+    base: &str,
+    steps_hash: &str,
+) -> (String, Option<&'a common::api::HookRun>) {
+    let change = step_change(steps_hash);
+    let mut free = None;
+    for n in 0..=crate::attempt::MAX_NAME_SUFFIX {
+        let name = crate::attempt::nth_name(base, n);
+        match gate.hook_runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
+            None => {
+                free.get_or_insert(name);
+            }
+            Some(run)
+                if crate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
+                    && change_of(run) == Some(change.as_str()) =>
+            {
+                return (name, Some(run));
+            }
+            Some(_) => {}
+        }
+    }
+    (free.unwrap_or_else(|| base.to_string()), None)
+}
+
 fn build_step_run(
     gd: &GameDeployment,
     gate: &GateState<'_>,
     revision: &str,
     index: usize,
     hook: &common::api::HookStep,
+    name: &str,
+    steps_hash: &str,
 ) -> Result<common::api::HookRun, String> {
     let namespace = gd.metadata.namespace.clone().unwrap_or_default();
     let template =
@@ -295,13 +352,18 @@ fn build_step_run(
             || format!("canary step {index}: HookTemplate {:?} not found in namespace {namespace}", hook.template_name),
         )?;
     let new = NewHookRun {
-        name: hookrun::canary_hook_name(revision, index, &hook.template_name),
+        name: name.to_string(),
         namespace,
         labels: hookrun::canary_hook_labels(revision, index, gd.metadata.name.as_deref().unwrap_or("")),
         owner: Some(ownership::owner_reference(gd)),
         args: hookrun::step_args(hook),
     };
-    hookrun::from_template(template, new).map_err(|e| format!("canary step {index}: {e}"))
+    let mut run = hookrun::from_template(template, new).map_err(|e| format!("canary step {index}: {e}"))?;
+    let hash = hookrun::spec_hash(&run.spec);
+    let annotations = run.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(keys::HOOKRUN_CHANGE.into(), step_change(steps_hash));
+    annotations.insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+    Ok(run)
 }
 
 fn set_paused(gd: &GameDeployment, paused: bool) -> Action {
@@ -362,5 +424,70 @@ mod tests {
         // Rolling back to the stable revision skips every step.
         let back = evaluate(&pass.gd, &old, OLD, Counts::of(&infos, &settings), &settings.gate, settings.now);
         assert_eq!(back.partition, None);
+    }
+
+    fn at_step(pass: &Pass, index: i32) -> GameDeploymentStatus {
+        GameDeploymentStatus {
+            update_revision: Some(NEW.into()),
+            current_step_index: Some(index),
+            current_step_hash: Some(steps_hash(&pass.gd.spec.update_strategy.canary.as_ref().unwrap().steps)),
+            canary: Some(CanaryStatus { revision: Some(OLD.into()), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pause_a_person_set_is_never_taken_over_or_lifted_by_a_step() {
+        // Step 1 is a pause; the partition of step 0 is reached (1 of 4 updated and ready).
+        let mut pass = Pass::new(with_steps().gd).old(3).updated(1);
+        pass.gd.spec.update_strategy.paused = true;
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let old = at_step(&pass, 1);
+        let out = evaluate(&pass.gd, &old, NEW, Counts::of(&infos, &settings), &settings.gate, settings.now);
+        assert!(out.pause_conditions.is_empty(), "the person's pause is not recorded as the step's");
+        assert!(out.actions.is_empty(), "{:?}", out.actions);
+        assert!(out.events.iter().any(|e| e.reason == "CanaryWaitsForResume"));
+        // Once the person resumes, the step pauses by itself and marks the pause as its own.
+        let counts = Counts::of(&infos, &settings);
+        drop(infos);
+        pass.gd.spec.update_strategy.paused = false;
+        let settings = pass.settings();
+        let out = evaluate(&pass.gd, &old, NEW, counts, &settings.gate, settings.now);
+        assert!(matches!(out.actions.as_slice(), [Action::SetPaused { paused: true, .. }]), "{:?}", out.actions);
+        assert!(out.canary.as_ref().and_then(|c| c.pause_start_time.as_ref()).is_some());
+    }
+
+    #[test]
+    fn a_steps_edit_makes_a_fresh_step_run() {
+        let mut g = gd(4, "InplaceUpdate");
+        g.spec.update_strategy.canary =
+            Some(serde_json::from_value(serde_json::json!({"steps": [{"hook": {"templateName": "check"}}]})).unwrap());
+        let pass = Pass::new(g).old(4);
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let hash = steps_hash(&pass.gd.spec.update_strategy.canary.as_ref().unwrap().steps);
+        let name = hookrun::canary_hook_name(NEW, 0, "check");
+        let mut run: common::api::HookRun = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookRun",
+            "metadata": {"name": name, "uid": "run-1",
+                "labels": {"hookrun-type": "canary-step", "workload-revision": NEW},
+                "annotations": {"gamedeployment.tkex.tencent.com/change": "canary/other-steps"}},
+            "spec": {"metrics": []},
+            "status": {"phase": "Successful"}
+        }))
+        .unwrap();
+        run.metadata.owner_references = Some(vec![ownership::owner_reference(&pass.gd)]);
+        let runs = [run];
+        let gate = GateState { hook_runs: &runs, ..settings.gate };
+        let old = at_step(&pass, 0);
+        let out = evaluate(&pass.gd, &old, NEW, Counts::of(&infos, &settings), &gate, settings.now);
+        assert_eq!(out.current_step_index, Some(0), "the old success does not complete the step");
+        assert!(out.actions.iter().any(|a| matches!(a, Action::DeleteHookRun { why, .. } if why.contains("edited"))));
+        assert_eq!(
+            out.canary.and_then(|c| c.current_step_hook_run),
+            Some(format!("{name}.1")),
+            "a fresh run under the next name (steps {hash})"
+        );
     }
 }

@@ -307,8 +307,8 @@ async fn held_pods_stay_held_through_replacements_and_scale_out() {
     cluster.shutdown().await;
 }
 
-/// A pod waits in PreparingUpdate for revision R2 when the template moves on to R3: the run made for R2 must not
-/// move it to R3.
+/// A pod waits in PreparingUpdate for revision R2 when the template moves on to R3: the run made for R2 — even
+/// `Successful` by then — must not move it to R3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
     let cluster = Cluster::start().await;
@@ -323,32 +323,28 @@ async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
         live_pods(&cluster, "target").await.into_iter().find(|p| lifecycle(p) == "PreparingUpdate")
     })
     .await;
-    let for_r2 = runs_for(&cluster, &pod, 1).await;
+    let for_r2 = runs_for(&cluster, &pod, 1).await.remove(0);
+    let pause = |paused: bool| format!(r#"{{"spec":{{"updateStrategy":{{"paused":{paused}}}}}}}"#);
+    // Paused, R2's run succeeds (a person terminates it) and the template moves on to R3.
+    cluster.kubectl_ok(&["patch", "gamedeployment", "target", "--type=merge", "-p", &pause(true)]).await;
+    terminate(&cluster, for_r2.metadata.name.as_deref().unwrap_or_default()).await;
+    wait_for("R2's run to succeed", LONG, || async {
+        let run = runs(&cluster).await.into_iter().find(|r| r.metadata.uid == for_r2.metadata.uid)?;
+        (run.status?.phase? == common::api::HookPhase::Successful).then_some(())
+    })
+    .await;
     set_image(&cluster, "target", "python:3.6").await;
-    // Let the operator see R3, then release the run made for R2.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let _ = cluster
-        .kubectl(&[
-            "patch",
-            "hookrun",
-            for_r2[0].metadata.name.as_deref().unwrap_or_default(),
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"terminate":true}}"#,
-        ])
-        .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let now = live_pods(&cluster, "target").await;
-    assert!(now.iter().all(|p| image(p) == Some("python:latest")), "not moved to R3 on R2's run");
-    // A run made for R3 lets it go to R3.
+    cluster.kubectl_ok(&["patch", "gamedeployment", "target", "--type=merge", "-p", &pause(false)]).await;
+    // A run is made for the R3 attempt; until it succeeds the pod stays where it is.
     let r3 = wait_for("a run for the R3 attempt", LONG, || async {
         runs(&cluster).await.into_iter().find(|r| {
-            r.metadata.annotations.as_ref().and_then(|a| a.get("gamedeployment.tkex.tencent.com/change")).is_some_and(
-                |c| c.starts_with("inplace/") && !r.spec.terminate && r.metadata.deletion_timestamp.is_none(),
-            ) && r.metadata.uid != for_r2[0].metadata.uid
+            r.metadata.uid != for_r2.metadata.uid && !r.spec.terminate && r.metadata.deletion_timestamp.is_none()
         })
     })
     .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = live_pods(&cluster, "target").await;
+    assert!(now.iter().all(|p| image(p) == Some("python:latest")), "not moved to R3 on R2's run");
     terminate(&cluster, r3.metadata.name.as_deref().unwrap_or_default()).await;
     wait_rolled(&cluster, "target", 1, "python:3.6").await;
     let report = checker.stop().await;
@@ -452,19 +448,25 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
     templates(&cluster).await;
     let name = format!("long-{}", "x".repeat(65));
     assert_eq!(name.len(), 70);
-    let bare = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bare\n  labels:\n    app: {name}\nspec:\n  containers:\n    - name: python\n      image: python:latest\n"
-    );
-    apply(&cluster, &bare).await;
+    let bare = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bare\n  labels:\n    app: long\nspec:\n  containers:\n    - name: python\n      image: python:latest\n";
+    apply(&cluster, bare).await;
     let checker = GateChecker::start(&cluster, "default").await;
-    apply(&cluster, &manifest(&name, 2, "RollingUpdate", &pre_delete("quick"), "python:latest")).await;
+    // The workload's own label must fit in 63 characters, so it selects `app: long`, not its name.
+    let gd = manifest(&name, 2, "RollingUpdate", &pre_delete("quick"), "python:latest")
+        .replace(&format!("app: {name}"), "app: long");
+    apply(&cluster, &gd).await;
+    let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
     wait_for("the bare pod to be adopted", LONG, || async {
-        let pod: Pod = Api::namespaced(cluster.client(), "default").get("bare").await.ok()?;
+        let pod = api.get("bare").await.ok()?;
         pod.metadata.owner_references.filter(|o| !o.is_empty()).map(|_| ())
     })
     .await;
     cluster.kubectl_ok(&["scale", "--replicas=0", &format!("gamedeployment/{name}")]).await;
-    wait_for("every pod to go", LONG, || async { live_pods(&cluster, &name).await.is_empty().then_some(()) }).await;
+    wait_for("every pod to go", LONG, || async {
+        let pods = api.list(&ListParams::default().labels("app=long")).await.ok()?;
+        pods.items.iter().all(|p| p.metadata.deletion_timestamp.is_some()).then_some(())
+    })
+    .await;
     let report = checker.stop().await;
     report.assert_clean();
     assert!(report.gated_deletions >= 2, "{report:?}");
