@@ -14,7 +14,9 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use common::runtime::events::{EventSink, Note as EventNote};
+use common::runtime::kube_api::api;
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -70,11 +72,14 @@ pub struct Context {
     client: Client,
     dispatcher: Dispatcher,
     metrics: Arc<Metrics>,
-    recorder: Recorder,
+    events: EventSink,
     status_write_interval: Duration,
     /// When a `MeasurementError` Event was last published, per (run uid, metric): at most one a minute.
     error_events: std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>,
 }
+
+/// Events waiting to be published at most; more are dropped and counted (`hook_operator_events_dropped_total`).
+const EVENT_QUEUE: usize = 4096;
 
 /// Least time between two `MeasurementError` Events of the same metric of a run.
 const ERROR_EVENT_INTERVAL: Duration = Duration::from_secs(60);
@@ -96,44 +101,25 @@ impl Context {
     }
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-fn event_for(note: &Note) -> Event {
-    let (type_, reason, note_text) = match note {
+fn event_for(note: &Note) -> EventNote {
+    let (warning, reason, note_text) = match note {
         Note::MetricCompleted { metric, phase, message } => (
-            if *phase == HookPhase::Successful { EventType::Normal } else { EventType::Warning },
+            *phase != HookPhase::Successful,
             format!("Metric{phase}"),
             format!("metric {metric:?} completed {phase}: {message}"),
         ),
         Note::MeasurementError { metric, message } => (
-            EventType::Warning,
+            true,
             "MeasurementError".to_string(),
             format!("metric {metric:?}: a measurement failed (the run keeps retrying): {message}"),
         ),
         Note::RunCompleted { phase, message } => (
-            if *phase == HookPhase::Successful { EventType::Normal } else { EventType::Warning },
+            *phase != HookPhase::Successful,
             format!("HookRun{phase}"),
             format!("hook completed {phase}: {message}"),
         ),
     };
-    Event {
-        type_,
-        reason,
-        note: Some(crate::text::excerpt(&note_text, 1000)),
-        action: "Assess".into(),
-        secondary: None,
-    }
+    EventNote { warning, reason, message: crate::text::excerpt(&note_text, 1000), action: "Assess".into() }
 }
 
 async fn write_status(client: &Client, round: &Round) -> Result<HookRun, Error> {
@@ -173,8 +159,7 @@ async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error
     ctx.dispatcher.commit(&round, written.clone());
     if !round.plan.notes.is_empty() {
         let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
-        let recorder = ctx.recorder.clone();
-        let events: Vec<Event> = round
+        let events: Vec<EventNote> = round
             .plan
             .notes
             .iter()
@@ -189,13 +174,10 @@ async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error
                 tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
             }
         }
-        tokio::spawn(async move {
-            for event in events {
-                if let Err(e) = recorder.publish(&event, &reference).await {
-                    tracing::warn!(error = %e, reason = %event.reason, "publishing an event failed");
-                }
-            }
-        });
+        // Queued on the bounded sink (a full queue drops and counts them, never waits, never spawns a task).
+        for event in events {
+            ctx.events.queue(&reference, event);
+        }
     }
     ctx.metrics.reconcile_duration.observe(clock.elapsed().as_secs_f64());
     if round.plan.completed {
@@ -226,7 +208,7 @@ fn error_policy(run: Arc<HookRun>, error: &Error, ctx: Arc<Context>) -> Action {
 async fn watch_templates(
     client: Client,
     namespace: Option<String>,
-    recorder: Recorder,
+    events: EventSink,
     metrics: Arc<Metrics>,
     settings: EngineSettings,
 ) {
@@ -262,16 +244,13 @@ async fn watch_templates(
         let reason = if problems.is_empty() { "HookTemplateWarning" } else { "InvalidHookTemplate" };
         let text = problems.into_iter().chain(warnings).collect::<Vec<_>>().join("; ");
         tracing::warn!(template = %template.name_any(), namespace = ?template.namespace(), problems = %text, "invalid HookTemplate");
-        let event = Event {
-            type_: EventType::Warning,
+        let event = EventNote {
+            warning: true,
             reason: reason.into(),
-            note: Some(crate::text::excerpt(&text, 1000)),
+            message: crate::text::excerpt(&text, 1000),
             action: "Validate".into(),
-            secondary: None,
         };
-        if let Err(e) = recorder.publish(&event, &template.object_ref(&())).await {
-            tracing::warn!(error = %e, "publishing an event failed");
-        }
+        events.queue(&template.object_ref(&()), event);
     }
 }
 
@@ -316,7 +295,7 @@ pub async fn run(
     let dispatcher = Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
         .with_namespace_share(options.namespace_share_percent);
     let reporter = Reporter { controller: COMPONENT.into(), instance: Some(options.identity.clone()) };
-    let recorder = Recorder::new(client.clone(), reporter);
+    let events = EventSink::start(client.clone(), reporter, EVENT_QUEUE, metrics.events_dropped.clone());
 
     let mut watch_config = watcher::Config::default();
     if let Some(selector) = &options.label_selector {
@@ -335,7 +314,7 @@ pub async fn run(
         client: client.clone(),
         dispatcher: dispatcher.clone(),
         metrics: metrics.clone(),
-        recorder: recorder.clone(),
+        events: events.clone(),
         error_events: Default::default(),
         status_write_interval: options.status_write_interval,
     });
@@ -343,7 +322,7 @@ pub async fn run(
     let templates = tokio::spawn(watch_templates(
         client.clone(),
         options.namespace.clone(),
-        recorder,
+        events,
         metrics.clone(),
         options.engine.clone(),
     ));

@@ -43,6 +43,7 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub status_writes: Counter,
     pub invalid_templates: Gauge,
+    pub events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -59,6 +60,7 @@ impl Default for Metrics {
             reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             status_writes: Counter::default(),
             invalid_templates: Gauge::default(),
+            events_dropped: Counter::default(),
         }
     }
 }
@@ -94,6 +96,11 @@ impl Metrics {
             "invalid_hooktemplates",
             "HookTemplates with validation problems",
             metrics.invalid_templates.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Kubernetes Events dropped because the event queue was full",
+            metrics.events_dropped.clone(),
         );
         metrics
     }

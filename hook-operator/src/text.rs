@@ -1,14 +1,7 @@
 //! Small text helpers for messages that end up in `status` and Events, where size matters.
 
 /// At most `max` characters, cut on a character boundary, with a marker saying how much was dropped.
-pub fn excerpt(text: &str, max: usize) -> String {
-    let total = text.chars().count();
-    if total <= max {
-        return text.to_string();
-    }
-    let kept: String = text.chars().take(max).collect();
-    format!("{kept}… ({} more characters)", total - max)
-}
+pub use common::runtime::text::excerpt;
 
 /// `10s`, `1.5s`, `250ms`: durations in messages, written as in manifests.
 pub fn seconds(d: std::time::Duration) -> String {

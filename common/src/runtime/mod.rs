@@ -13,11 +13,15 @@
 //! ```
 
 pub mod client;
+pub mod events;
 pub mod flags;
+pub mod kube_api;
 pub mod leader;
 pub mod logging;
 pub mod server;
 pub mod shutdown;
+pub mod text;
+pub mod watch;
 
 pub use flags::{KubeFlags, LeaderElectionFlags, LogFlags, LogFormat, RuntimeFlags, ServeFlags};
 pub use leader::{LeaderElection, LeaderError, Leading, LeaseError, LeaseStore};

@@ -7,7 +7,6 @@
 //! own status writes do not trigger a pass, bug list §7.37). A pass asks to run again only for time-based work
 //! (grace periods, `minReadySeconds`, expectations).
 
-mod events;
 mod execute;
 mod overlay;
 
@@ -28,11 +27,14 @@ use kube::api::{PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 
-pub use events::EventSink;
+use common::runtime::events::{EventSink, Note};
+use common::runtime::kube_api::api;
+use common::runtime::watch;
 
+use crate::action::{EventType, PlannedEvent};
 use crate::expectations::{Check, Expectations};
 use crate::metrics::{Metrics, RolloutClock, RolloutMark, WorkloadLabels, WorkloadView};
 use crate::ownership;
@@ -463,7 +465,7 @@ async fn report(ctx: &Context, snapshot: &Snapshot, plan: &Plan, outcome: execut
     ctx.show(snapshot, plan);
     let regarding = gd.object_ref(&());
     for event in plan.events.iter().chain(outcome.events.iter()) {
-        ctx.events.publish(&regarding, event.clone());
+        ctx.events.publish(&regarding, note(event));
     }
 
     if gd.status.as_ref() != Some(&status) {
@@ -555,14 +557,13 @@ fn template_users(template: &HookTemplate, gds: &Store<GameDeployment>) -> Vec<O
         .collect()
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+/// A planned event as the Events API gets it (the reason doubles as the action).
+fn note(event: &PlannedEvent) -> Note {
+    Note {
+        warning: event.type_ == EventType::Warning,
+        reason: event.reason.clone(),
+        message: event.message.clone(),
+        action: event.reason.clone(),
     }
 }
 
@@ -604,53 +605,20 @@ pub async fn run(
     // This function runs only while this replica leads (or when leader election is off).
     let _leading = Leading::mark(metrics.leader.clone());
     let namespace = config.namespace.as_deref();
-    let (gd_reader, gd_writer) = reflector::store::<GameDeployment>();
-    let gd_stream = watcher(api::<GameDeployment>(&client, namespace), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .reflect(gd_writer)
-        .applied_objects()
-        .predicate_filter(spec_fingerprint, Default::default());
-
-    let (pod_reader, pod_writer) = reflector::store::<Pod>();
-    let pod_stream = watcher(api::<Pod>(&client, namespace), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(|pod| {
-            pod.managed_fields_mut().clear();
-        })
-        .reflect(pod_writer)
-        .touched_objects();
-
-    let (revision_reader, revision_writer) = reflector::store::<ControllerRevision>();
-    let revision_stream =
-        watcher(api::<ControllerRevision>(&client, namespace), watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(|r| {
-                r.managed_fields_mut().clear();
-            })
-            .reflect(revision_writer)
-            .touched_objects();
-
-    let (hook_run_reader, hook_run_writer) = reflector::store::<HookRun>();
-    let hook_run_stream = watcher(api::<HookRun>(&client, namespace), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(|r| {
-            r.managed_fields_mut().clear();
-        })
-        .reflect(hook_run_writer)
-        .touched_objects();
-    let (template_reader, template_writer) = reflector::store::<HookTemplate>();
-    let template_stream = watcher(api::<HookTemplate>(&client, namespace), watcher::Config::default().any_semantic())
-        .default_backoff()
-        .reflect(template_writer)
-        .touched_objects();
+    let (gd_reader, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace));
+    let gd_stream = gd_events.applied_objects().predicate_filter(spec_fingerprint, Default::default());
+    let (pod_reader, pod_events) = watch::cached(api::<Pod>(&client, namespace));
+    let pod_stream = pod_events.touched_objects();
+    let (revision_reader, revision_events) = watch::cached(api::<ControllerRevision>(&client, namespace));
+    let revision_stream = revision_events.touched_objects();
+    let (hook_run_reader, hook_run_events) = watch::cached(api::<HookRun>(&client, namespace));
+    let hook_run_stream = hook_run_events.touched_objects();
+    let (template_reader, template_events) = watch::cached(api::<HookTemplate>(&client, namespace));
+    let template_stream = template_events.touched_objects();
 
     let nodes = if config.node_costs {
-        let (node_reader, node_writer) = reflector::store::<PartialObjectMeta<Node>>();
-        let stream =
-            watcher(Api::<PartialObjectMeta<Node>>::all(client.clone()), watcher::Config::default().any_semantic())
-                .default_backoff()
-                .reflect(node_writer)
-                .touched_objects();
+        let (node_reader, node_events) = watch::cached(Api::<PartialObjectMeta<Node>>::all(client.clone()));
+        let stream = node_events.touched_objects();
         tokio::spawn(stream.for_each(|event| {
             if let Err(e) = event {
                 tracing::warn!(error = %e, "node watch failed (node deletion costs unavailable until it recovers)");
@@ -662,7 +630,7 @@ pub async fn run(
         None
     };
 
-    let events = EventSink::start(client.clone(), reporter, config.event_queue, metrics.clone());
+    let events = EventSink::start(client.clone(), reporter, config.event_queue, metrics.events_dropped.clone());
     let synced = Arc::new(AtomicBool::new(false));
     let ctx = Arc::new(Context {
         client,
