@@ -15,7 +15,7 @@ use crate::{evaluate, jsonpath, template};
 /// without declaring them. `PodContainer` and `ModifiedContainer` come indexed (`PodContainer[0]`).
 pub const INJECTED_ARGS: &[&str] = &["PodName", "PodNamespace", "PodIP", "HostIP", "PodContainer", "ModifiedContainer"];
 
-const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
 
 /// Every problem of one metric, each a sentence a person can act on.
 pub fn metric(metric: &Metric) -> Vec<String> {
@@ -482,6 +482,12 @@ mod tests {
         let mut post_get = web("http://x");
         post_get.provider.web.as_mut().unwrap().body = Some("{}".into());
         assert!(first(post_get).contains("needs a method that sends a body"));
+        // Every method the CRD accepts is valid (OPTIONS was accepted by the schema but refused here).
+        for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "options"] {
+            let mut m = web("http://x");
+            m.provider.web.as_mut().unwrap().method = Some(method.into());
+            assert!(metric(&m).is_empty(), "{method}: {:?}", metric(&m));
+        }
     }
 
     #[test]

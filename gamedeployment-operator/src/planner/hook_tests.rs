@@ -101,6 +101,24 @@ fn failure_holds_until_retry_and_retry_is_reset_after_acting() {
 }
 
 #[test]
+fn a_retry_asked_while_the_cache_still_shows_the_run_running_is_kept_until_acted_on() {
+    let mut world = hooked(3, "InplaceUpdate");
+    world.gd.spec.replicas = Some(2);
+    passes(&mut world, 3);
+    set_phase(&mut world, HookPhase::Running);
+    // The run just failed, but the cache still shows it Running when the person asks for a retry.
+    if let Some(s) = world.gd.spec.pre_delete_update_strategy.as_mut() {
+        s.retry = true;
+    }
+    let resets = |plan: &super::Plan| plan.actions.iter().filter(|a| matches!(a, Action::ResetRetry { .. })).count();
+    assert_eq!(resets(&world.plan()), 0, "the request is not acknowledged before anything was retried");
+    set_phase(&mut world, HookPhase::Failed);
+    let plan = world.plan();
+    assert!(plan.actions.iter().any(|a| matches!(a, Action::DeleteHookRun { .. })));
+    assert_eq!(resets(&plan), 1, "acknowledged once the failed run is deleted");
+}
+
+#[test]
 fn missing_template_blocks_only_the_pods_that_need_it() {
     let mut world = hooked(3, "InplaceUpdate");
     world.hook_templates.clear();

@@ -265,6 +265,9 @@ fn replay(events: Vec<(u64, Seen)>) -> GateReport {
                 let hooks = owner.as_ref().and_then(|o| gds.get(o)).copied();
                 if first {
                     state.images = images.clone();
+                }
+                // The controller can change (an orphan is adopted).
+                if owner.is_some() {
                     state.owner_uid = owner.clone();
                 }
                 let preparing = |l: &Option<String>| l.as_deref().is_some_and(|l| l.starts_with("Preparing"));

@@ -27,7 +27,7 @@ async fn pre_and_post_inplace_hooks() {
     example(&cluster, "hook-template-success.yaml").await;
     apply(&cluster, &manifest(NAME, 4, "InplaceUpdate", HOOKS, "python:latest")).await;
     wait_gd(&cluster, Columns::new(4, 4, 4, 4, 4)).await;
-    let watch = HookWatcher::start(&cluster);
+    let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
 
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type='json' -p='{NEW_IMAGE}'\n{out}");
@@ -67,5 +67,5 @@ async fn pre_and_post_inplace_hooks() {
 
     let checked = watch.stop().await;
     assert!(checked.violations.is_empty(), "{:#?}", checked.violations);
-    assert_eq!(checked.updates, 4, "{checked:?}");
+    assert_eq!(checked.gated_updates, 4, "{checked:?}");
 }

@@ -15,7 +15,7 @@ async fn missing_template_blocks_only_what_needs_it_until_it_appears() {
     let (_hooks, _gd) = operators(&cluster).await;
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
-    let watch = HookWatcher::start(&cluster);
+    let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
 
     let out = cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
     println!("$ kubectl scale --replicas=5 gamedeployment/{NAME}\n{out}");
@@ -61,5 +61,5 @@ async fn missing_template_blocks_only_what_needs_it_until_it_appears() {
 
     let checked = watch.stop().await;
     assert!(checked.violations.is_empty(), "{:#?}", checked.violations);
-    assert!(checked.deletions >= 1, "{checked:?}");
+    assert!(checked.gated_deletions >= 1, "{checked:?}");
 }

@@ -33,7 +33,7 @@ async fn success_template_scale_in_and_in_place_update() {
     example(&cluster, "hook-template-success.yaml").await;
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
-    let watch = HookWatcher::start(&cluster);
+    let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
 
     // Scale in: a HookRun appears and the pod stays until it is Successful.
     let out = cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
@@ -106,7 +106,7 @@ async fn success_template_scale_in_and_in_place_update() {
 
     let checked = watch.stop().await;
     assert!(checked.violations.is_empty(), "{:#?}", checked.violations);
-    assert!(checked.deletions >= 1 && checked.updates >= 3, "the watcher saw the changes: {checked:?}");
+    assert!(checked.gated_deletions >= 1 && checked.gated_updates >= 3, "the watcher saw the changes: {checked:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,7 +116,7 @@ async fn fail_template_holds_the_pod_until_retry() {
     example(&cluster, "hook-template-fail.yaml").await;
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
-    let watch = HookWatcher::start(&cluster);
+    let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
 
     let out = cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
     println!("$ kubectl scale --replicas=5 gamedeployment/{NAME}\n{out}");
@@ -176,7 +176,7 @@ async fn fail_template_holds_the_pod_until_retry() {
 
     let checked = watch.stop().await;
     assert!(checked.violations.is_empty(), "{:#?}", checked.violations);
-    assert!(checked.deletions >= 1, "the watcher saw the deletion: {checked:?}");
+    assert!(checked.gated_deletions >= 1, "the watcher saw the deletion: {checked:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,7 +186,7 @@ async fn args_template_passes_the_pods_identity() {
     example(&cluster, "hook-template-args.yaml").await;
     example(&cluster, "gamedeployment-args.yaml").await;
     wait_gd(&cluster, Columns::new(4, 4, 4, 4, 4)).await;
-    let watch = HookWatcher::start(&cluster);
+    let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
     let before = e2e::gamedeployment::pods(&cluster, NAME).await;
 
     let out = cluster.kubectl_ok(&["scale", "--replicas=2", &format!("gamedeployment/{NAME}")]).await;
@@ -230,7 +230,7 @@ async fn args_template_passes_the_pods_identity() {
     wait_runs(&cluster, "every HookRun to be removed", |rows| rows.is_empty()).await;
     let checked = watch.stop().await;
     assert!(checked.violations.is_empty(), "{:#?}", checked.violations);
-    assert!(checked.deletions >= 2, "the watcher saw the deletions: {checked:?}");
+    assert!(checked.gated_deletions >= 2, "the watcher saw the deletions: {checked:?}");
 }
 
 async fn wait_for_condition(
