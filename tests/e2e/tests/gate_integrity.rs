@@ -474,3 +474,27 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
     assert!(!logs.contains("422"), "no invalid patches:\n{logs}");
     cluster.shutdown().await;
 }
+
+/// `podsToDelete` goes through the pre-delete hook like any deletion, and the pod is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_to_delete_consume_a_run_each() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    templates(&cluster).await;
+    apply(&cluster, &manifest("named", 3, "RollingUpdate", &pre_delete("quick"), "python:latest")).await;
+    wait_rolled(&cluster, "named", 3, "python:latest").await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    let victim = live_pods(&cluster, "named").await.remove(0);
+    let name = victim.metadata.name.clone().unwrap_or_default();
+    let patch = format!(r#"{{"spec":{{"scaleStrategy":{{"podsToDelete":["{name}"]}}}}}}"#);
+    cluster.kubectl_ok(&["patch", "gamedeployment", "named", "--type=merge", "-p", &patch]).await;
+    wait_for("the named pod to be replaced", LONG, || async {
+        let live = live_pods(&cluster, "named").await;
+        (live.len() == 3 && !live.iter().any(|p| p.metadata.uid == victim.metadata.uid)).then_some(())
+    })
+    .await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!(report.gated_deletions, 1, "{report:?}");
+    cluster.shutdown().await;
+}
