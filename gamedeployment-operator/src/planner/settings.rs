@@ -14,9 +14,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 use super::Observed;
-use super::status::Failure;
 use super::update::inplace::{self, Progress};
-use crate::action::PodRef;
+use crate::action::{Phase, PodRef};
 use crate::gate::GateState;
 use crate::lifecycle::{self, LifecycleState};
 use crate::priority::DeletionCosts;
@@ -75,6 +74,23 @@ impl PodInfo<'_> {
 
     pub fn pod_ref(&self) -> PodRef {
         PodRef::of(self.pod)
+    }
+}
+
+/// Which failure condition (`FailedScale` / `FailedUpdate`) a problem belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Scale,
+    Update,
+}
+
+impl Failure {
+    /// The part of the plan whose writes this condition reports.
+    pub fn phase(self) -> Phase {
+        match self {
+            Self::Scale => Phase::Scale,
+            Self::Update => Phase::Update,
+        }
     }
 }
 
@@ -217,10 +233,10 @@ pub(crate) mod builder {
     use common::api::{GameDeployment, HookRun, HookTemplate};
     use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
+    use super::Failure;
     use super::{PodInfo, Settings};
     use crate::fixtures::{self, ts};
     use crate::planner::Observed;
-    use crate::planner::status::Failure;
 
     /// Revision of the GameDeployment's template in a [`Pass`].
     pub(crate) const NEW: &str = "new";

@@ -24,27 +24,13 @@ pub const PROGRESSING: &str = "Progressing";
 /// Reason of a failure condition caused by the spec itself (not by an API call).
 pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
 
-/// Which failure condition a problem belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    Scale,
-    Update,
-}
+pub(crate) use super::settings::Failure;
 
-impl Failure {
-    pub fn condition_type(self) -> &'static str {
-        match self {
-            Self::Scale => FAILED_SCALE,
-            Self::Update => FAILED_UPDATE,
-        }
-    }
-
-    /// The part of the plan whose writes this condition reports.
-    pub fn phase(self) -> Phase {
-        match self {
-            Self::Scale => Phase::Scale,
-            Self::Update => Phase::Update,
-        }
+/// The condition type a failure is reported under.
+pub fn condition_type(failure: Failure) -> &'static str {
+    match failure {
+        Failure::Scale => FAILED_SCALE,
+        Failure::Update => FAILED_UPDATE,
     }
 }
 
@@ -64,7 +50,7 @@ pub(crate) fn apply_write_outcome(
     for failure in [Failure::Scale, Failure::Update] {
         let phase = failure.phase();
         let messages: Vec<&str> = failures.iter().filter(|(p, _)| *p == phase).map(|(_, m)| m.as_str()).collect();
-        let type_ = failure.condition_type();
+        let type_ = condition_type(failure);
         if let Some(first) = messages.first() {
             let message = if messages.len() > 1 {
                 format!("{first} (and {} more)", messages.len() - 1)
@@ -169,7 +155,7 @@ pub(crate) fn compute(
     let scale_settled = replicas == settings.replicas && !infos.iter().any(|i| i.specified);
     let update_settled = diffs.update == 0 && infos.iter().all(|i| i.progress.is_idle());
     for failure in [Failure::Scale, Failure::Update] {
-        let type_ = failure.condition_type();
+        let type_ = condition_type(failure);
         let mine: Vec<&str> = problems.iter().filter(|(f, _)| *f == failure).map(|(_, m)| m.as_str()).collect();
         if !mine.is_empty() {
             set_condition(&mut status.conditions, type_, "True", REASON_INVALID_SPEC, &mine.join("; "), now);
