@@ -16,8 +16,23 @@ use crate::store::Store;
 /// test server); requests with an unknown token get `401 Unauthorized`.
 #[derive(Debug, Default)]
 pub struct Authenticator {
-    tokens: HashMap<String, UserInfo>,
+    tokens: std::sync::RwLock<HashMap<String, UserInfo>>,
     service_accounts: std::sync::Mutex<HashMap<String, IssuedToken>>,
+}
+
+/// A bearer token user added at runtime ([`crate::SimHandle::add_token_user`],
+/// `POST /kube-sim/tokens`), like one line of the token file.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct TokenUser {
+    /// The token; a random one when absent.
+    pub token: Option<String>,
+    pub user: String,
+    /// Defaults to the user name.
+    pub uid: Option<String>,
+    /// `system:masters` makes the user a cluster admin (no RBAC needed); `system:authenticated`
+    /// (and the service-account groups for `system:serviceaccount:` users) is always added.
+    pub groups: Vec<String>,
 }
 
 /// A service account token handed out through `serviceaccounts/token`.
@@ -86,7 +101,27 @@ impl Authenticator {
             groups.push("system:authenticated".into());
             tokens.insert(f[0].clone(), UserInfo { name: f[1].clone(), uid: f[2].clone(), groups });
         }
-        Ok(Self { tokens, service_accounts: std::sync::Mutex::new(HashMap::new()) })
+        Ok(Self { tokens: std::sync::RwLock::new(tokens), service_accounts: std::sync::Mutex::new(HashMap::new()) })
+    }
+
+    /// Adds a token user; returns the token.
+    pub fn add_token(&self, u: TokenUser) -> String {
+        let token = u.token.filter(|t| !t.is_empty()).unwrap_or_else(|| {
+            let random: [u8; 24] = rand::RngExt::random(&mut rand::rng());
+            format!("kube-sim-user.{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        });
+        let mut groups = u.groups;
+        if let Some(rest) = u.user.strip_prefix("system:serviceaccount:") {
+            let ns = rest.split(':').next().unwrap_or_default();
+            groups.push("system:serviceaccounts".into());
+            groups.push(format!("system:serviceaccounts:{ns}"));
+        }
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".into());
+        }
+        let info = UserInfo { uid: u.uid.unwrap_or_else(|| u.user.clone()), name: u.user, groups };
+        self.tokens.write().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), info);
+        token
     }
 
     pub fn from_file(path: &Path) -> Result<Self, String> {
@@ -101,7 +136,7 @@ impl Authenticator {
             // Basic auth and others are not supported: treated like an anonymous admin request.
             return Ok(UserInfo::admin());
         };
-        if let Some(u) = self.tokens.get(t) {
+        if let Some(u) = self.tokens.read().unwrap_or_else(|p| p.into_inner()).get(t) {
             return Ok(u.clone());
         }
         let issued = self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).get(t).cloned();

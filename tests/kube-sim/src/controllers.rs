@@ -2,7 +2,9 @@
 //! them: the garbage collector (owner references, `orphan` and `foregroundDeletion`
 //! finalizers, `blockOwnerDeletion`), the namespace lifecycle controller (emptying terminating
 //! namespaces, then finalizing them), the service-account controller (the `default` account),
-//! and the CRD finalizer (deleting instances before a CRD goes away).
+//! the CRD finalizer (deleting instances before a CRD goes away), the disruption controller
+//! (PodDisruptionBudget status, [`crate::disruption`]) and the volume provisioner and claim
+//! protection ([`crate::volumes`]).
 //!
 //! Like the real controllers they only observe committed changes and act through the registry,
 //! so their effects are eventually consistent and visible to watchers as separate events.
@@ -37,6 +39,10 @@ struct Controllers {
     queued: HashSet<Key>,
     dirty_namespaces: HashSet<String>,
     dirty_crds: HashSet<String>,
+    /// Namespaces whose PodDisruptionBudgets need their status recomputed.
+    dirty_budgets: HashSet<String>,
+    /// Namespaces where volume claims need provisioning or protection checks.
+    dirty_claims: HashSet<String>,
     defs: HashMap<String, Arc<ResourceDef>>,
     defs_generation: u64,
 }
@@ -131,6 +137,19 @@ impl Controllers {
             }
             if &*e.storage == "serviceaccounts" && e.kind == EventKind::Deleted && meta::name(&e.object) == "default" {
                 self.ensure_default_service_account(ns);
+            }
+        }
+        // Disruption budgets: pods, budgets and scalable controllers feed their status.
+        if let Some((ns, _)) = e.key.split_once('/') {
+            let storage = &*e.storage;
+            if storage == "pods"
+                || storage.starts_with("poddisruptionbudgets")
+                || self.def(storage).is_some_and(|d| d.scale.is_some())
+            {
+                self.dirty_budgets.insert(ns.to_string());
+            }
+            if storage == "pods" || storage == "persistentvolumeclaims" {
+                self.dirty_claims.insert(ns.to_string());
             }
         }
         // CRD lifecycle.
@@ -509,6 +528,12 @@ impl Controllers {
         for crd in std::mem::take(&mut self.dirty_crds) {
             self.reconcile_crd(&crd);
         }
+        for ns in std::mem::take(&mut self.dirty_budgets) {
+            crate::disruption::sync_namespace(&self.registry, &ns);
+        }
+        for ns in std::mem::take(&mut self.dirty_claims) {
+            crate::volumes::sync_namespace(&self.registry, &ns);
+        }
     }
 
     /// Re-checks everything that is being deleted (a safety net for missed transitions).
@@ -521,6 +546,13 @@ impl Controllers {
         for (_, crd) in self.registry.store.snapshot(CRDS) {
             if meta::deletion_timestamp(&crd).is_some() {
                 self.dirty_crds.insert(meta::name(&crd).to_string());
+            }
+        }
+        // Evictions that never completed expire from `disruptedPods`.
+        let budgets = self.registry.catalog.get("policy", "v1", "poddisruptionbudgets").map(|d| d.storage.clone());
+        for (key, _) in budgets.map(|b| self.registry.store.snapshot(&b)).unwrap_or_default() {
+            if let Some((ns, _)) = key.split_once('/') {
+                self.dirty_budgets.insert(ns.to_string());
             }
         }
     }
@@ -541,6 +573,8 @@ pub async fn run(
         queued: HashSet::new(),
         dirty_namespaces: HashSet::new(),
         dirty_crds: HashSet::new(),
+        dirty_budgets: HashSet::new(),
+        dirty_claims: HashSet::new(),
         defs: HashMap::new(),
         defs_generation: 0,
     };

@@ -77,6 +77,7 @@ fn subresources(rd: &ResourceDef) -> Vec<Subresource> {
         let kind = match *name {
             "binding" => Some(("".into(), "v1".into(), "Binding".into())),
             "token" => Some(("authentication.k8s.io".into(), "v1".into(), "TokenRequest".into())),
+            "eviction" => Some(("policy".into(), "v1".into(), "Eviction".into())),
             _ => None,
         };
         out.push((name.to_string(), kind, verbs.clone()));

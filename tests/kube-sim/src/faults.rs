@@ -1,8 +1,14 @@
 //! Fault injection for reliability tests: per-verb/per-resource error rates and latency, forced
 //! optimistic-concurrency conflicts on writes, and watch connections that are cut after a while
 //! (or on demand). Configured by flags at start and at runtime through `/kube-sim/faults`.
+//!
+//! Rules can be scoped to one client (`users`, `userAgents`), which partitions one process from
+//! the API server while every other client keeps working: with `errorRate: 1` its requests fail
+//! and its open watches are closed; with `blackhole` its requests hang (until the client gives up
+//! or the rule is removed) and its open watches go silent, like a network partition.
 
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::RngExt;
@@ -29,6 +35,25 @@ pub struct FaultRule {
     pub conflict_rate: f64,
     /// Matching watches are closed after this many milliseconds.
     pub watch_drop_after_ms: Option<u64>,
+    /// Authenticated user names the rule applies to (`system:serviceaccount:ns:name`, a token
+    /// file user, `kube-sim-admin`; the impersonated user or the impersonator); empty means all.
+    pub users: Vec<String>,
+    /// Substrings of the `User-Agent` header the rule applies to; empty means all.
+    pub user_agents: Vec<String>,
+    /// Matching requests are never answered while the rule is in place (the client times out,
+    /// or the request proceeds once the rule is removed), and matching open watches stop
+    /// delivering events and bookmarks until then: a network partition.
+    pub blackhole: bool,
+}
+
+/// Who sent a request, for rules scoped to a client.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Client<'a> {
+    /// The user the request runs as (after impersonation).
+    pub user: &'a str,
+    /// The authenticated user that sent it (differs from `user` when impersonating).
+    pub requester: &'a str,
+    pub user_agent: &'a str,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -49,14 +74,40 @@ pub struct Decision {
     pub latency: Duration,
     pub error: Option<ApiError>,
     pub watch_drop_after: Option<Duration>,
+    /// Hold the request until [`Faults::blackholed`] turns false (or the client goes away).
+    pub blackhole: bool,
+}
+
+/// What an open watch must do now, re-checked while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchFault {
+    None,
+    /// Deliver nothing (blackhole) until the rule goes.
+    Freeze,
+    /// Close the stream (a rule fails every matching request).
+    Close,
 }
 
 #[derive(Default)]
 pub struct Faults {
     config: RwLock<FaultConfig>,
+    /// Bumped on every change, so open watches re-check only when something changed.
+    generation: AtomicU64,
 }
 
 impl FaultRule {
+    fn matches_client(&self, client: &Client<'_>) -> bool {
+        let user_ok = self.users.is_empty() || self.users.iter().any(|u| u == client.user || u == client.requester);
+        let agent_ok =
+            self.user_agents.is_empty() || self.user_agents.iter().any(|a| client.user_agent.contains(a.as_str()));
+        user_ok && agent_ok
+    }
+
+    /// Whether the rule is scoped to a client (such rules also apply to non-resource requests).
+    fn scoped(&self) -> bool {
+        !self.users.is_empty() || !self.user_agents.is_empty()
+    }
+
     fn matches(&self, verb: &str, resource: &str, subresource: Option<&str>) -> bool {
         let verb_ok = self.verbs.is_empty() || self.verbs.iter().any(|v| v == verb);
         let full = match subresource {
@@ -77,7 +128,7 @@ impl FaultRule {
 
 impl Faults {
     pub fn new(config: FaultConfig) -> Self {
-        Self { config: RwLock::new(config) }
+        Self { config: RwLock::new(config), generation: AtomicU64::new(0) }
     }
 
     pub fn get(&self) -> FaultConfig {
@@ -86,10 +137,23 @@ impl Faults {
 
     pub fn set(&self, config: FaultConfig) {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A counter that changes whenever the rules change.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// Decides the faults for a resource request. `resource` is `plural` or `plural.group`.
-    pub fn decide(&self, verb: &str, gr: &GroupResource, subresource: Option<&str>, name: &str) -> Decision {
+    pub fn decide(
+        &self,
+        verb: &str,
+        gr: &GroupResource,
+        subresource: Option<&str>,
+        name: &str,
+        client: &Client<'_>,
+    ) -> Decision {
         let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
         let mut d = Decision::default();
         if cfg.rules.is_empty() {
@@ -97,26 +161,15 @@ impl Faults {
         }
         let resource = gr.to_string();
         let mut rng = rand::rng();
-        for rule in cfg.rules.iter().filter(|r| r.matches(verb, &resource, subresource)) {
+        for rule in cfg.rules.iter().filter(|r| r.matches(verb, &resource, subresource) && r.matches_client(client)) {
             d.latency += Duration::from_millis(rule.latency_ms);
+            d.blackhole |= rule.blackhole;
             if let Some(ms) = rule.watch_drop_after_ms {
                 let candidate = Duration::from_millis(ms);
                 d.watch_drop_after = Some(d.watch_drop_after.map_or(candidate, |c: Duration| c.min(candidate)));
             }
             if d.error.is_none() && rule.error_rate > 0.0 && rng.random_bool(rule.error_rate.clamp(0.0, 1.0)) {
-                d.error = Some(match rule.error_code.unwrap_or(500) {
-                    503 => ApiError::service_unavailable(
-                        "kube-sim injected fault: the server is currently unable to handle the request",
-                    ),
-                    429 => ApiError::too_many_requests(
-                        "kube-sim injected fault: too many requests, please try again later",
-                        1,
-                    ),
-                    504 => ApiError::timeout(
-                        "kube-sim injected fault: the server was unable to return a response in the time allotted",
-                    ),
-                    _ => ApiError::internal("kube-sim injected fault"),
-                });
+                d.error = Some(injected_error(rule.error_code));
             }
             if d.error.is_none()
                 && (verb == "update" || verb == "patch")
@@ -127,6 +180,82 @@ impl Faults {
             }
         }
         d
+    }
+
+    /// Decides the faults for a non-resource request (discovery, `/version`, OpenAPI): only
+    /// rules scoped to a client and not to resources apply, so a partitioned process loses
+    /// those too while global rules leave kubectl's discovery alone.
+    pub fn decide_non_resource(&self, verb: &str, client: &Client<'_>) -> Decision {
+        let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
+        let mut d = Decision::default();
+        let mut rng = rand::rng();
+        for rule in cfg.rules.iter().filter(|r| {
+            r.scoped()
+                && r.resources.is_empty()
+                && (r.verbs.is_empty() || r.verbs.iter().any(|v| v == verb))
+                && r.matches_client(client)
+        }) {
+            d.latency += Duration::from_millis(rule.latency_ms);
+            d.blackhole |= rule.blackhole;
+            if d.error.is_none() && rule.error_rate > 0.0 && rng.random_bool(rule.error_rate.clamp(0.0, 1.0)) {
+                d.error = Some(injected_error(rule.error_code));
+            }
+        }
+        d
+    }
+
+    /// Whether a blackhole rule still holds this request.
+    pub fn blackholed(
+        &self,
+        verb: &str,
+        gr: Option<&GroupResource>,
+        subresource: Option<&str>,
+        client: &Client<'_>,
+    ) -> bool {
+        let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
+        let resource = gr.map(ToString::to_string);
+        cfg.rules.iter().any(|r| {
+            r.blackhole
+                && r.matches_client(client)
+                && match &resource {
+                    Some(res) => r.matches(verb, res, subresource),
+                    None => {
+                        r.scoped()
+                            && r.resources.is_empty()
+                            && (r.verbs.is_empty() || r.verbs.iter().any(|v| v == verb))
+                    }
+                }
+        })
+    }
+
+    /// What an open watch of `gr` by `client` must do under the current rules: freeze while a
+    /// blackhole rule matches, close when a matching rule fails every request (`errorRate: 1`).
+    pub fn watch_fault(&self, gr: &GroupResource, client: &Client<'_>) -> WatchFault {
+        let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
+        let resource = gr.to_string();
+        let mut out = WatchFault::None;
+        for r in cfg.rules.iter().filter(|r| r.matches("watch", &resource, None) && r.matches_client(client)) {
+            if r.blackhole {
+                return WatchFault::Freeze;
+            }
+            if r.error_rate >= 1.0 {
+                out = WatchFault::Close;
+            }
+        }
+        out
+    }
+}
+
+fn injected_error(code: Option<u16>) -> ApiError {
+    match code.unwrap_or(500) {
+        503 => ApiError::service_unavailable(
+            "kube-sim injected fault: the server is currently unable to handle the request",
+        ),
+        429 => ApiError::too_many_requests("kube-sim injected fault: too many requests, please try again later", 1),
+        504 => ApiError::timeout(
+            "kube-sim injected fault: the server was unable to return a response in the time allotted",
+        ),
+        _ => ApiError::internal("kube-sim injected fault"),
     }
 }
 
@@ -146,14 +275,46 @@ mod tests {
             }],
         });
         let pods = GroupResource::new("", "pods");
-        let d = f.decide("update", &pods, None, "p");
+        let anyone = Client::default();
+        let d = f.decide("update", &pods, None, "p", &anyone);
         assert_eq!(d.error.unwrap().code, 409);
         assert_eq!(d.latency, Duration::from_millis(5));
-        assert!(f.decide("get", &pods, None, "p").error.is_none());
-        assert!(f.decide("update", &GroupResource::new("apps", "deployments"), None, "d").error.is_none());
+        assert!(f.decide("get", &pods, None, "p", &anyone).error.is_none());
+        assert!(f.decide("update", &GroupResource::new("apps", "deployments"), None, "d", &anyone).error.is_none());
         let all = Faults::new(FaultConfig {
             rules: vec![FaultRule { error_rate: 1.0, error_code: Some(503), ..Default::default() }],
         });
-        assert_eq!(all.decide("list", &pods, None, "").error.unwrap().code, 503);
+        assert_eq!(all.decide("list", &pods, None, "", &anyone).error.unwrap().code, 503);
+        assert!(all.decide_non_resource("get", &anyone).error.is_none(), "global rules leave discovery alone");
+    }
+
+    #[test]
+    fn rules_scoped_to_a_client() {
+        let f = Faults::new(FaultConfig {
+            rules: vec![
+                FaultRule { users: vec!["op-a".into()], error_rate: 1.0, error_code: Some(503), ..Default::default() },
+                FaultRule { user_agents: vec!["hook-operator/".into()], blackhole: true, ..Default::default() },
+            ],
+        });
+        let pods = GroupResource::new("", "pods");
+        let a = Client { user: "op-a", requester: "op-a", user_agent: "gamedeployment-operator/0.1" };
+        let b = Client { user: "op-b", requester: "op-b", user_agent: "gamedeployment-operator/0.1" };
+        let impersonating_a = Client { user: "someone", requester: "op-a", user_agent: "kubectl" };
+        let hooks = Client { user: "op-c", requester: "op-c", user_agent: "hook-operator/0.1 (linux)" };
+        assert_eq!(f.decide("get", &pods, None, "p", &a).error.map(|e| e.code), Some(503));
+        assert_eq!(f.decide("get", &pods, None, "p", &impersonating_a).error.map(|e| e.code), Some(503));
+        assert!(f.decide("get", &pods, None, "p", &b).error.is_none());
+        assert!(!f.decide("get", &pods, None, "p", &b).blackhole);
+        assert!(f.decide("get", &pods, None, "p", &hooks).blackhole);
+        assert!(f.blackholed("get", Some(&pods), None, &hooks));
+        assert!(f.blackholed("get", None, None, &hooks), "non-resource requests of that client too");
+        assert_eq!(f.decide_non_resource("get", &a).error.map(|e| e.code), Some(503));
+        assert_eq!(f.watch_fault(&pods, &a), WatchFault::Close);
+        assert_eq!(f.watch_fault(&pods, &hooks), WatchFault::Freeze);
+        assert_eq!(f.watch_fault(&pods, &b), WatchFault::None);
+        let g = f.generation();
+        f.set(FaultConfig::default());
+        assert_ne!(f.generation(), g);
+        assert!(!f.blackholed("get", Some(&pods), None, &hooks));
     }
 }

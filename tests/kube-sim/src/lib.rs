@@ -15,10 +15,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod audit;
 pub mod auth;
 pub mod codec;
 mod controllers;
 pub mod discovery;
+pub mod disruption;
 pub mod faults;
 pub mod jsonpath;
 pub mod kubelet;
@@ -37,6 +39,7 @@ pub mod status;
 pub mod store;
 pub mod table;
 pub mod validation;
+pub mod volumes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -45,6 +48,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
+pub use audit::{AuditEvent, AuditLog};
+pub use auth::TokenUser;
 pub use faults::{FaultConfig, FaultRule};
 
 /// Why kube-sim could not start.
@@ -81,6 +86,8 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Write requests kept in the audit log (oldest evicted first); 0 turns it off.
+    pub audit_capacity: usize,
 }
 
 impl Default for SimConfig {
@@ -95,6 +102,7 @@ impl Default for SimConfig {
             aggregated_discovery: true,
             bookmark_interval: server::BOOKMARK_INTERVAL,
             max_body_bytes: 3 * 1024 * 1024,
+            audit_capacity: 100_000,
         }
     }
 }
@@ -104,6 +112,8 @@ pub struct SimHandle {
     addr: SocketAddr,
     registry: Arc<registry::Registry>,
     faults: Arc<faults::Faults>,
+    audit: Arc<audit::Audit>,
+    auth: Arc<auth::Authenticator>,
     shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
@@ -129,9 +139,43 @@ impl SimHandle {
         self.faults.set(config);
     }
 
+    /// The current fault-injection rules.
+    pub fn faults(&self) -> FaultConfig {
+        self.faults.get()
+    }
+
     /// Closes every open watch connection.
     pub fn drop_watches(&self) -> usize {
         self.registry.store.drop_watchers(None)
+    }
+
+    /// Every write request still in the bounded audit log, oldest first.
+    pub fn audit(&self) -> AuditLog {
+        self.audit.since(0)
+    }
+
+    /// Audit events after `id` (for reading the log incrementally).
+    pub fn audit_since(&self, id: u64) -> AuditLog {
+        self.audit.since(id)
+    }
+
+    /// Adds a bearer-token user at runtime and returns its token. Give each process its own
+    /// user so fault rules (`FaultRule::users`) and the audit log can tell them apart; with
+    /// the group `system:masters` it needs no RBAC.
+    pub fn add_token_user(&self, user: TokenUser) -> String {
+        self.auth.add_token(user)
+    }
+
+    /// Writes a kubeconfig for a new token user named `user` in `groups` (e.g.
+    /// `&["system:masters"]` for a cluster admin) and returns its token.
+    pub fn write_kubeconfig_for_user(&self, path: &Path, user: &str, groups: &[&str]) -> std::io::Result<String> {
+        let token = self.add_token_user(TokenUser {
+            user: user.to_string(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..TokenUser::default()
+        });
+        self.write_kubeconfig_for_token(path, &token)?;
+        Ok(token)
     }
 
     /// A kubeconfig for the admin user, accepted by kubectl, Helm and kube-rs.
@@ -238,6 +282,10 @@ fn bootstrap(registry: &registry::Registry) -> Result<(), Error> {
             &mut ctx,
         )
         .map_err(|source| Error::Bootstrap { what: "service kubernetes".into(), source: Box::new(source) })?;
+    let classes = get("storage.k8s.io", "v1", "storageclasses")?;
+    registry
+        .create(&classes, "", volumes::default_storage_class(), &mut ctx)
+        .map_err(|source| Error::Bootstrap { what: "storage class standard".into(), source: Box::new(source) })?;
     for (storage, obj) in auth::bootstrap_policy() {
         let plural = storage.split('.').next().unwrap_or(storage);
         let rd = get("rbac.authorization.k8s.io", "v1", plural)?;
@@ -250,10 +298,11 @@ fn bootstrap(registry: &registry::Registry) -> Result<(), Error> {
 
 /// Starts kube-sim (and the kubelet simulator when configured).
 pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
-    let authenticator = match &config.token_file {
+    let authenticator = Arc::new(match &config.token_file {
         Some(p) => auth::Authenticator::from_file(p).map_err(Error::TokenFile)?,
         None => auth::Authenticator::default(),
-    };
+    });
+    let audit = Arc::new(audit::Audit::new(config.audit_capacity));
     let listener =
         tokio::net::TcpListener::bind(config.addr).await.map_err(|source| Error::Bind { addr: config.addr, source })?;
     let addr = listener.local_addr().map_err(|source| Error::Bind { addr: config.addr, source })?;
@@ -266,7 +315,8 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     let state = Arc::new(server::AppState {
         registry: registry.clone(),
         faults: faults.clone(),
-        auth: authenticator,
+        audit: audit.clone(),
+        auth: authenticator.clone(),
         openapi: openapi::OpenApiCache::default(),
         address: addr.to_string(),
         aggregated_discovery: config.aggregated_discovery,
@@ -317,5 +367,5 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         }));
     }
     tracing::info!(%url, "kube-sim listening");
-    Ok(SimHandle { addr, registry, faults, shutdown: shutdown_tx, server, background })
+    Ok(SimHandle { addr, registry, faults, audit, auth: authenticator, shutdown: shutdown_tx, server, background })
 }

@@ -73,6 +73,10 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     fault_resources: Vec<String>,
 
+    /// Write requests kept in the audit log (`GET /kube-sim/audit`); 0 turns it off.
+    #[arg(long, default_value_t = 100_000)]
+    audit_capacity: usize,
+
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -99,6 +103,7 @@ impl Args {
                 latency_ms: self.fault_latency.map_or(0, |d| d.as_millis() as u64),
                 conflict_rate: self.fault_conflict_rate,
                 watch_drop_after_ms: self.fault_watch_drop_after.map(|d| d.as_millis() as u64),
+                ..FaultRule::default()
             }],
         }
     }
@@ -143,6 +148,7 @@ async fn main() -> ExitCode {
         watch_history: args.watch_history,
         aggregated_discovery: !args.no_aggregated_discovery,
         bookmark_interval: args.bookmark_interval,
+        audit_capacity: args.audit_capacity,
         ..SimConfig::default()
     };
     let sim = match kube_sim::start(config).await {

@@ -285,7 +285,12 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
             .name_rule(NameRule::Dns1123Label)
             .verbs(&["create", "delete", "get", "list", "patch", "update", "watch"])
             .extra("finalize", &["update"]),
-        builtin::<core::Pod>(Special::Pod).short(&["po"]).categories(&["all"]).status().extra("binding", &["create"]),
+        builtin::<core::Pod>(Special::Pod)
+            .short(&["po"])
+            .categories(&["all"])
+            .status()
+            .extra("binding", &["create"])
+            .extra("eviction", &["create"]),
         builtin::<core::Event>(Special::CoreEvent).short(&["ev"]),
         builtin::<core::ConfigMap>(Special::ConfigMap).short(&["cm"]),
         builtin::<core::Secret>(Special::Secret),

@@ -351,7 +351,11 @@ impl ApiError {
         Self::new(503, "ServiceUnavailable", message)
     }
 
+    /// `NewTooManyRequests`: a zero `retry_after` is omitted (no `Retry-After` header either).
     pub fn too_many_requests(message: impl Into<String>, retry_after: u64) -> Self {
+        if retry_after == 0 {
+            return Self::new(429, "TooManyRequests", message).with_details(json!({}));
+        }
         let mut e = Self::new(429, "TooManyRequests", message).with_details(json!({"retryAfterSeconds": retry_after}));
         e.retry_after = Some(retry_after);
         e

@@ -3331,4 +3331,12 @@ pub(super) static MESSAGES: &[Message] = &[
         required: &[],
         fields: &[Field { tag: 1, json: "name", kind: Kind::Str }, Field { tag: 2, json: "value", kind: Kind::Str }],
     },
+    Message {
+        name: "io.k8s.api.policy.v1.Eviction",
+        required: &[],
+        fields: &[
+            Field { tag: 1, json: "metadata", kind: Kind::Msg(41) },
+            Field { tag: 2, json: "deleteOptions", kind: Kind::Msg(40) },
+        ],
+    },
 ];

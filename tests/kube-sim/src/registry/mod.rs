@@ -462,6 +462,9 @@ impl Registry {
             }
         }
         let mut obj = self.to_storage(rd, obj);
+        if rd.special == Special::PersistentVolumeClaim {
+            crate::volumes::admit_claim(self, &mut obj);
+        }
         strategy::prepare_create(rd, &mut obj, sa_automount);
         if rd.special == Special::Service {
             self.allocate_service(&mut obj);

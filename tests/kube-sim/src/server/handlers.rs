@@ -35,11 +35,12 @@ struct Ctx {
 pub async fn resource(
     st: Arc<AppState>,
     user: UserInfo,
+    requester: String,
     req: Request<Body>,
     rr: ResourceRequest,
     query: Query,
 ) -> Response {
-    match resource_inner(st, user, req, rr, query).await {
+    match resource_inner(st, user, requester, req, rr, query).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
@@ -61,9 +62,20 @@ fn parse_list_options(query: &Query) -> Result<ListOptions, ApiError> {
     })
 }
 
+/// Attaches what a write produced to its response, for the audit log.
+fn written(mut r: Response, obj: &Value) -> Response {
+    let rv = crate::meta::resource_version(obj);
+    r.extensions_mut().insert(crate::audit::Written {
+        name: crate::meta::name(obj).to_string(),
+        resource_version: (!rv.is_empty()).then(|| rv.to_string()),
+    });
+    r
+}
+
 async fn resource_inner(
     st: Arc<AppState>,
     user: UserInfo,
+    requester: String,
     req: Request<Body>,
     rr: ResourceRequest,
     query: Query,
@@ -116,14 +128,25 @@ async fn resource_inner(
     if !auth::allowed(&st.registry.store, &user, &attrs) {
         return Err(auth::forbidden(&user, &attrs));
     }
-    let decision =
-        st.faults.decide(verb, &rd.group_resource(), rr.subresource.as_deref(), rr.name.as_deref().unwrap_or(""));
+    let client = crate::faults::Client { user: &user.name, requester: &requester, user_agent: &user_agent };
+    let gr = rd.group_resource();
+    let decision = st.faults.decide(verb, &gr, rr.subresource.as_deref(), rr.name.as_deref().unwrap_or(""), &client);
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
+    }
+    if decision.blackhole {
+        super::wait_while_blackholed(&st.faults, verb, Some(&gr), rr.subresource.as_deref(), &client).await;
     }
     if let Some(e) = decision.error {
         return Err(e);
     }
+    let watch_client = super::watch::WatchClient {
+        faults: st.faults.clone(),
+        gr: gr.clone(),
+        user: user.name.clone(),
+        requester: requester.clone(),
+        user_agent: user_agent.clone(),
+    };
     let body = if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
         axum::body::to_bytes(req.into_body(), st.max_body)
             .await
@@ -149,6 +172,7 @@ async fn resource_inner(
                 &c.query,
                 &c.rep,
                 decision.watch_drop_after,
+                watch_client,
             ),
             ("list", _) => list(&c),
             ("get", Some(name)) => get(&c, &ns, name),
@@ -182,6 +206,17 @@ async fn resource_inner(
                     &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
                     &[],
                 ))
+            }
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
+        Some("eviction") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
+            ("create", Some(name)) => {
+                let eviction = parse_body(&body, &c.content_type, "io.k8s.api.policy.v1.Eviction")?;
+                let mut ctx = write_ctx(&c)?;
+                let status = crate::disruption::evict(&c.st.registry, &ns, name, &eviction, &mut ctx)?;
+                let mut r = json_response(StatusCode::CREATED, &status, &ctx.warnings);
+                r.extensions_mut().insert(crate::audit::Written { name: name.to_string(), resource_version: None });
+                Ok(r)
             }
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
@@ -338,14 +373,14 @@ fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
     }
     let mut ctx = write_ctx(c)?;
     let created = c.st.registry.create(&c.rd, ns, obj, &mut ctx)?;
-    Ok(object_response(c, StatusCode::CREATED, &created, &ctx.warnings))
+    Ok(written(object_response(c, StatusCode::CREATED, &created, &ctx.warnings), &created))
 }
 
 fn update(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Result<Response, ApiError> {
     let obj = parse_body(body, &c.content_type, c.rd.definition.as_deref().unwrap_or(""))?;
     let mut ctx = write_ctx(c)?;
     let updated = c.st.registry.update(&c.rd, ns, name, obj, endpoint, &mut ctx)?;
-    Ok(object_response(c, StatusCode::OK, &updated, &ctx.warnings))
+    Ok(written(object_response(c, StatusCode::OK, &updated, &ctx.warnings), &updated))
 }
 
 fn patch_type(c: &Ctx) -> Result<PatchType, ApiError> {
@@ -379,7 +414,10 @@ fn patch(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Resu
         ctx.field_manager = String::new();
     }
     let (obj, created) = c.st.registry.patch(&c.rd, ns, name, pt, body, endpoint, force, &mut ctx)?;
-    Ok(object_response(c, if created { StatusCode::CREATED } else { StatusCode::OK }, &obj, &ctx.warnings))
+    Ok(written(
+        object_response(c, if created { StatusCode::CREATED } else { StatusCode::OK }, &obj, &ctx.warnings),
+        &obj,
+    ))
 }
 
 fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
@@ -389,7 +427,7 @@ fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, 
     }
     let mut ctx = write_ctx(c)?;
     let scale = c.st.registry.write_scale(&c.rd, ns, name, &mut ctx, |_current| Ok(desired.clone()))?;
-    Ok(object_response(c, StatusCode::OK, &scale, &ctx.warnings))
+    Ok(written(object_response(c, StatusCode::OK, &scale, &ctx.warnings), &scale))
 }
 
 fn scale_patch(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {
@@ -398,7 +436,7 @@ fn scale_patch(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, A
     let scale =
         c.st.registry
             .write_scale(&c.rd, ns, name, &mut ctx, |current| Registry::patch_scale_object(current, pt, body))?;
-    Ok(object_response(c, StatusCode::OK, &scale, &ctx.warnings))
+    Ok(written(object_response(c, StatusCode::OK, &scale, &ctx.warnings), &scale))
 }
 
 fn delete_options(c: &Ctx, body: &[u8]) -> Result<DeleteOptions, ApiError> {
@@ -431,7 +469,7 @@ fn delete(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiErr
     let returns_object = matches!(c.rd.special, Special::Pod | Special::Namespace | Special::Service);
     if !outcome.deleted || returns_object {
         let status = if !outcome.deleted && orphan_false { StatusCode::ACCEPTED } else { StatusCode::OK };
-        return Ok(object_response(c, status, &outcome.object, &ctx.warnings));
+        return Ok(written(object_response(c, status, &outcome.object, &ctx.warnings), &outcome.object));
     }
     let mut details = Map::new();
     details.insert("name".into(), json!(name));
@@ -440,10 +478,13 @@ fn delete(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiErr
     }
     details.insert("kind".into(), json!(c.rd.plural));
     details.insert("uid".into(), json!(crate::meta::uid(&outcome.object)));
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": Value::Object(details)}),
-        &ctx.warnings,
+    Ok(written(
+        json_response(
+            StatusCode::OK,
+            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": Value::Object(details)}),
+            &ctx.warnings,
+        ),
+        &outcome.object,
     ))
 }
 

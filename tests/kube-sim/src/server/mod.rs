@@ -15,12 +15,13 @@ use axum::extract::State;
 use hyper::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 
+use crate::audit::{Audit, AuditEvent, Written};
 use crate::auth::{self, Attributes, Authenticator};
-use crate::faults::{FaultConfig, Faults};
+use crate::faults::{self, FaultConfig, Faults};
 use crate::openapi::OpenApiCache;
 use crate::registry::{Registry, UserInfo};
 use crate::status::ApiError;
-use request::{Query, Representation, negotiate, parse_resource_path};
+use request::{Query, Representation, ResourceRequest, negotiate, parse_resource_path, verb_for};
 pub use response::{error_response, json_response};
 
 /// The Kubernetes version kube-sim reports (kubectl 1.32 is within the supported skew).
@@ -30,7 +31,8 @@ pub const GIT_VERSION: &str = "v1.33.0";
 pub struct AppState {
     pub registry: Arc<Registry>,
     pub faults: Arc<Faults>,
-    pub auth: Authenticator,
+    pub audit: Arc<Audit>,
+    pub auth: Arc<Authenticator>,
     pub openapi: OpenApiCache,
     /// `host:port` clients reach the server at (discovery's `serverAddressByClientCIDRs`).
     pub address: String,
@@ -78,16 +80,127 @@ fn text(status: StatusCode, body: &str) -> axum::response::Response {
     r
 }
 
+/// Records one write request in the audit log when dropped: with the response's code when
+/// [`AuditGuard::finish`] saw it, with code 0 when the client went away first.
+struct AuditGuard {
+    audit: Arc<Audit>,
+    event: Option<AuditEvent>,
+}
+
+impl AuditGuard {
+    fn new(
+        st: &AppState,
+        received: k8s_openapi::jiff::Timestamp,
+        rr: &ResourceRequest,
+        req: &Request<Body>,
+        query: &Query,
+    ) -> Option<Self> {
+        let verb = verb_for(req.method(), rr.name.is_some(), false);
+        if !matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection") {
+            return None;
+        }
+        let uri = req.uri().path_and_query().map_or_else(|| req.uri().path().to_string(), ToString::to_string);
+        let resource = match st.registry.catalog.get(&rr.group, &rr.version, &rr.resource) {
+            Some(rd) => rd.plural.clone(),
+            None => rr.resource.clone(),
+        };
+        Some(Self {
+            audit: st.audit.clone(),
+            event: Some(AuditEvent {
+                id: 0,
+                audit_id: String::new(),
+                request_received_timestamp: received,
+                stage_timestamp: received,
+                user: String::new(),
+                groups: Vec::new(),
+                impersonated_by: None,
+                user_agent: req
+                    .headers()
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
+                verb: verb.to_string(),
+                request_uri: format!("{} {uri}", req.method()),
+                api_group: rr.group.clone(),
+                api_version: rr.version.clone(),
+                resource,
+                subresource: rr.subresource.clone(),
+                namespace: rr.namespace.clone().unwrap_or_default(),
+                name: rr.name.clone().unwrap_or_default(),
+                resource_version: None,
+                code: 0,
+                dry_run: query.all("dryRun").contains(&"All"),
+            }),
+        })
+    }
+
+    fn user(&mut self, user: &UserInfo, requester: &UserInfo) {
+        if let Some(e) = self.event.as_mut() {
+            e.user = user.name.clone();
+            e.groups = user.groups.clone();
+            e.impersonated_by = (user.name != requester.name).then(|| requester.name.clone());
+        }
+    }
+
+    fn finish(mut self, resp: &axum::response::Response) {
+        if let Some(e) = self.event.as_mut() {
+            e.code = resp.status().as_u16();
+            e.audit_id = resp.headers().get("audit-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            if let Some(w) = resp.extensions().get::<Written>() {
+                if !w.name.is_empty() {
+                    e.name = w.name.clone();
+                }
+                e.resource_version = w.resource_version.clone();
+            }
+        }
+    }
+}
+
+impl Drop for AuditGuard {
+    fn drop(&mut self) {
+        if let Some(mut e) = self.event.take() {
+            e.stage_timestamp = k8s_openapi::jiff::Timestamp::now();
+            self.audit.record(e);
+        }
+    }
+}
+
+/// Holds a request while a blackhole rule matches it (the client may give up meanwhile: then
+/// this future is dropped and the request has no effect).
+pub(crate) async fn wait_while_blackholed(
+    faults: &Faults,
+    verb: &str,
+    gr: Option<&crate::status::GroupResource>,
+    subresource: Option<&str>,
+    client: &faults::Client<'_>,
+) {
+    while faults.blackholed(verb, gr, subresource, client) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Response {
+    let received = k8s_openapi::jiff::Timestamp::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = Query::parse(req.uri().query());
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
     let authorization = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let resource_request = parse_resource_path(&path);
+    let mut guard = resource_request.as_ref().and_then(|rr| AuditGuard::new(&st, received, rr, &req, &query));
+    let finish = |guard: Option<AuditGuard>, resp: axum::response::Response| {
+        if let Some(g) = guard {
+            g.finish(&resp);
+        }
+        resp
+    };
     let user = match st.auth.authenticate(&st.registry.store, authorization.as_deref()) {
         Ok(u) => u,
-        Err(e) => return error_response(&e),
+        Err(e) => return finish(guard, error_response(&e)),
     };
+    let requester = user.clone();
     let (impersonated_user, impersonated_uid, impersonated_groups) = {
         let h = req.headers();
         let one = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
@@ -103,10 +216,14 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
         impersonated_uid.as_deref(),
     ) {
         Ok(u) => u,
-        Err(e) => return error_response(&e),
+        Err(e) => return finish(guard, error_response(&e)),
     };
-    if let Some(rr) = parse_resource_path(&path) {
-        return handlers::resource(st, user, req, rr, query).await;
+    if let Some(g) = guard.as_mut() {
+        g.user(&user, &requester);
+    }
+    if let Some(rr) = resource_request {
+        let resp = handlers::resource(st, user, requester.name, req, rr, query).await;
+        return finish(guard, resp);
     }
     let verb = method.as_str().to_ascii_lowercase();
     let non_resource = |st: &AppState, user: &UserInfo| -> Result<(), ApiError> {
@@ -121,6 +238,17 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
         return admin(st, method, &path, req).await;
     }
     if let Err(e) = non_resource(&st, &user) {
+        return error_response(&e);
+    }
+    let client = faults::Client { user: &user.name, requester: &requester.name, user_agent: &user_agent };
+    let decision = st.faults.decide_non_resource("get", &client);
+    if !decision.latency.is_zero() {
+        tokio::time::sleep(decision.latency).await;
+    }
+    if decision.blackhole {
+        wait_while_blackholed(&st.faults, "get", None, None, &client).await;
+    }
+    if let Some(e) = decision.error {
         return error_response(&e);
     }
     let rep = negotiate(accept.as_deref());
@@ -210,6 +338,31 @@ async fn admin(st: Arc<AppState>, method: Method, path: &str, req: Request<Body>
         (Method::POST, "/kube-sim/faults/drop-watches") => {
             let n = st.registry.store.drop_watchers(None);
             json_response(StatusCode::OK, &json!({"dropped": n}), &[])
+        }
+        (Method::GET, "/kube-sim/audit") => {
+            let since = match Query::parse(req.uri().query()).int("since") {
+                Ok(s) => s.unwrap_or(0).max(0) as u64,
+                Err(e) => return error_response(&ApiError::bad_request(e)),
+            };
+            json_response(StatusCode::OK, &serde_json::to_value(st.audit.since(since)).unwrap_or(Value::Null), &[])
+        }
+        (Method::DELETE, "/kube-sim/audit") => {
+            st.audit.clear();
+            json_response(StatusCode::OK, &json!({}), &[])
+        }
+        (Method::POST, "/kube-sim/tokens") => {
+            let body = match axum::body::to_bytes(req.into_body(), st.max_body).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
+            };
+            match serde_json::from_slice::<auth::TokenUser>(&body) {
+                Ok(u) if !u.user.is_empty() => {
+                    let token = st.auth.add_token(u);
+                    json_response(StatusCode::CREATED, &json!({"token": token}), &[])
+                }
+                Ok(_) => error_response(&ApiError::bad_request("user is required")),
+                Err(e) => error_response(&ApiError::bad_request(format!("invalid token request: {e}"))),
+            }
         }
         (Method::GET, "/kube-sim/stats") => {
             let buckets = st.registry.store.buckets();

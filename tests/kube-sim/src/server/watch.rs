@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::request::{Query, Representation};
+use crate::faults::WatchFault;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -89,6 +90,28 @@ fn stream_response(
     r
 }
 
+/// Who holds a watch, so fault rules changed while it is open apply to it (a partition freezes
+/// or closes the watches of the partitioned client).
+pub struct WatchClient {
+    pub faults: Arc<crate::faults::Faults>,
+    pub gr: crate::status::GroupResource,
+    pub user: String,
+    pub requester: String,
+    pub user_agent: String,
+}
+
+impl WatchClient {
+    fn fault(&self) -> WatchFault {
+        let client =
+            crate::faults::Client { user: &self.user, requester: &self.requester, user_agent: &self.user_agent };
+        self.faults.watch_fault(&self.gr, &client)
+    }
+}
+
+/// How often an open watch re-checks changed fault rules.
+const FAULT_RECHECK: Duration = Duration::from_millis(50);
+
+#[allow(clippy::too_many_arguments)]
 pub fn serve(
     st: &Arc<AppState>,
     rd: &Arc<ResourceDef>,
@@ -97,6 +120,7 @@ pub fn serve(
     query: &Query,
     rep: &Representation,
     drop_after: Option<Duration>,
+    client: WatchClient,
 ) -> Result<Response, ApiError> {
     let label = LabelSelector::parse(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
     let mut field = FieldSelector::parse(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
@@ -174,20 +198,52 @@ pub fn serve(
         rx: tokio::sync::mpsc::Receiver<WatchItem>,
         _guard: crate::store::WatcherGuard,
         first: bool,
+        /// Fault-rule generation last found harmless for this watch.
+        fault_generation: Option<u64>,
     }
-    let state = StreamState { backlog: reg.backlog.into_iter(), rx: reg.rx, _guard: reg.guard, first: true };
+    let state = StreamState {
+        backlog: reg.backlog.into_iter(),
+        rx: reg.rx,
+        _guard: reg.guard,
+        first: true,
+        fault_generation: None,
+    };
+    let client = Arc::new(client);
     let stream = futures::stream::unfold(state, move |mut s| {
         let registry = registry.clone();
         let rd = rd.clone();
+        let client = client.clone();
         async move {
             loop {
+                // Rules set while the watch is open: a blackhole freezes it, a rule failing every
+                // request of this client closes it. Re-evaluated only when the rules changed.
+                let generation = client.faults.generation();
+                if s.fault_generation != Some(generation) {
+                    match client.fault() {
+                        WatchFault::Close => return None,
+                        WatchFault::Freeze => {
+                            if tokio::time::Instant::now() >= deadline {
+                                return None;
+                            }
+                            tokio::time::sleep(FAULT_RECHECK).await;
+                            continue;
+                        }
+                        WatchFault::None => s.fault_generation = Some(generation),
+                    }
+                }
                 let item = match s.backlog.next() {
                     Some(i) => i,
-                    None => match tokio::time::timeout_at(deadline, s.rx.recv()).await {
-                        Ok(Some(i)) => i,
-                        // Channel closed (dropped by fault injection or overflow) or timed out.
-                        _ => return None,
-                    },
+                    None => {
+                        let wake = deadline.min(tokio::time::Instant::now() + FAULT_RECHECK);
+                        match tokio::time::timeout_at(wake, s.rx.recv()).await {
+                            Ok(Some(i)) => i,
+                            // Channel closed (dropped by fault injection or overflow).
+                            Ok(None) => return None,
+                            Err(_) if tokio::time::Instant::now() >= deadline => return None,
+                            // Idle: re-check the fault rules.
+                            Err(_) => continue,
+                        }
+                    }
                 };
                 let chunk = match item {
                     WatchItem::Event { kind, object } => {

@@ -90,10 +90,10 @@ async fn rbac_escalation_is_not_prevented() -> Result<()> {
     Ok(())
 }
 
-/// Real: pods/log, pods/exec, pods/eviction, serviceaccounts/token... exist. kube-sim serves
-/// only status, scale, binding and namespaces/finalize.
+/// Real: pods/log, pods/exec, pods/attach, pods/portforward exist. kube-sim serves status,
+/// scale, binding, eviction, serviceaccounts/token and namespaces/finalize only.
 #[tokio::test]
-async fn streaming_and_eviction_subresources_are_not_served() -> Result<()> {
+async fn streaming_subresources_are_not_served() -> Result<()> {
     let sim = sim().await?;
     let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
     pods.create(
@@ -104,7 +104,7 @@ async fn streaming_and_eviction_subresources_are_not_served() -> Result<()> {
     )
     .await?;
     let raw = Raw::new(&sim);
-    for sub in ["log", "exec", "eviction"] {
+    for sub in ["log", "exec"] {
         assert_eq!(raw.get(&format!("/api/v1/namespaces/default/pods/p/{sub}")).await?.status, 404, "{sub}");
     }
     sim.shutdown().await;

@@ -66,3 +66,96 @@ async fn injected_errors_latency_conflicts_and_dropped_watches() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// Partitioning ONE client: rules scoped to a user make every request of that user fail and
+/// close its open watches, or (blackhole) hang its requests and silence its watches until the
+/// rule goes, while another user keeps working throughout.
+#[tokio::test]
+async fn rules_scoped_to_one_user_partition_that_client_only() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let token = |user: &str| {
+        sim.add_token_user(kube_sim::TokenUser {
+            user: user.into(),
+            groups: vec!["system:masters".into()],
+            ..Default::default()
+        })
+    };
+    let (ta, tb) = (token("operator-a"), token("operator-b"));
+    let a: Api<ConfigMap> = Api::default_namespaced(sim.client_for_token(&ta).await?);
+    let b: Api<ConfigMap> = Api::default_namespaced(sim.client_for_token(&tb).await?);
+    let cm = |name: &str| -> Result<ConfigMap> { Ok(serde_json::from_value(json!({"metadata": {"name": name}}))?) };
+    let auth_a = format!("Bearer {ta}");
+    let auth_b = format!("Bearer {tb}");
+
+    // Errors: operator-a's requests fail (resources and discovery), its open watch is closed.
+    let mut watch_a = raw
+        .watch_with("/api/v1/namespaces/default/configmaps?watch=true", &[("Authorization", auth_a.as_str())])
+        .await?;
+    a.create(&PostParams::default(), &cm("before")?).await?;
+    assert_eq!(watch_a.next_event().await?["object"]["metadata"]["name"], "before");
+    // 500: kube-rs retries 503, 429 and 504 with back-off by itself.
+    raw.put("/kube-sim/faults", &json!({"rules": [{"users": ["operator-a"], "errorRate": 1.0}]})).await?;
+    assert!(watch_a.next().await?.is_none(), "operator-a's open watch is closed");
+    let e = api_error(a.create(&PostParams::default(), &cm("a1")?).await)?;
+    assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    let version = raw.send_with("GET", "/version", None, None, &[("Authorization", auth_a.as_str())]).await?;
+    assert_eq!(version.status, 500, "non-resource requests of that client fail too");
+    b.create(&PostParams::default(), &cm("b1")?).await?;
+    assert_eq!(raw.send_with("GET", "/version", None, None, &[("Authorization", auth_b.as_str())]).await?.status, 200);
+    assert_eq!(raw.get("/api/v1/namespaces/default/configmaps/b1").await?.status, 200, "the admin is unaffected");
+
+    // Blackhole: operator-b's requests hang, its watch delivers nothing until the rule goes.
+    let mut watch_b = raw
+        .watch_with("/api/v1/namespaces/default/configmaps?watch=true", &[("Authorization", auth_b.as_str())])
+        .await?;
+    assert_eq!(watch_b.next_event().await?["type"], "ADDED"); // the initial state
+    while watch_b.next_with_timeout(std::time::Duration::from_millis(300)).await?.is_some() {}
+    raw.put("/kube-sim/faults", &json!({"rules": [{"users": ["operator-b"], "blackhole": true}]})).await?;
+    let impatient = reqwest::Client::builder().timeout(std::time::Duration::from_millis(500)).build()?;
+    let gave_up = impatient
+        .post(format!("{}/api/v1/namespaces/default/configmaps", sim.url()))
+        .header("Authorization", &auth_b)
+        .json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "never"}}))
+        .send()
+        .await;
+    assert!(gave_up.is_err_and(|e| e.is_timeout()), "a blackholed request is never answered");
+    let patient = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "late"}}))?)
+                .await
+                .map_err(anyhow::Error::from)
+        })
+    };
+    a.create(&PostParams::default(), &cm("while-partitioned")?).await?; // operator-a is healed (rules replaced)
+    assert!(
+        watch_b.next_with_timeout(std::time::Duration::from_millis(500)).await?.is_none(),
+        "operator-b's watch is silent while blackholed"
+    );
+    assert!(!patient.is_finished());
+    raw.delete("/kube-sim/faults", None).await?;
+    let created = patient.await??;
+    assert_eq!(created.metadata.name.as_deref(), Some("late"), "a held request proceeds once the rule goes");
+    let seen = watch_b.next_event().await?;
+    assert_eq!(seen["object"]["metadata"]["name"], "while-partitioned", "the silenced watch resumes where it was");
+    assert_eq!(raw.get("/api/v1/namespaces/default/configmaps/never").await?.status, 404);
+
+    // The audit log tells the two clients apart.
+    let log = sim.audit();
+    let by = |user: &str, name: &str| {
+        log.items.iter().filter(|e| e.user == user && e.name == name).cloned().collect::<Vec<_>>()
+    };
+    let creates_a: Vec<u16> =
+        log.items.iter().filter(|e| e.user == "operator-a" && e.verb == "create").map(|e| e.code).collect();
+    assert_eq!(creates_a, [201, 500, 201]);
+    assert_eq!(by("operator-b", "b1").iter().map(|e| e.code).collect::<Vec<_>>(), [201]);
+    let abandoned = log.items.iter().find(|e| e.user == "operator-b" && e.verb == "create" && e.code == 0);
+    assert!(abandoned.is_some(), "the request the client gave up on is recorded with code 0: {log:?}");
+    let late = by("operator-b", "late");
+    assert_eq!(late.len(), 1);
+    assert_eq!(late[0].resource_version, created.metadata.resource_version);
+    assert!(late[0].stage_timestamp.duration_since(late[0].request_received_timestamp).as_secs_f64() >= 0.4);
+    sim.shutdown().await;
+    Ok(())
+}

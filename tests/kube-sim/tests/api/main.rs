@@ -2,9 +2,11 @@
 
 #![recursion_limit = "256"]
 
+mod audit;
 mod crd;
 mod crud;
 mod differences;
+mod eviction;
 mod faults;
 mod gc;
 mod list;

@@ -121,7 +121,16 @@ impl Raw {
 
     /// Opens a watch and returns its events as they arrive.
     pub async fn watch(&self, path: &str) -> Result<WatchStream> {
-        let resp = self.http.get(format!("{}{path}", self.base)).send().await?;
+        self.watch_with(path, &[]).await
+    }
+
+    /// Opens a watch with extra request headers (e.g. `Authorization`).
+    pub async fn watch_with(&self, path: &str, headers: &[(&str, &str)]) -> Result<WatchStream> {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await?;
         Ok(WatchStream { resp, buf: Vec::new() })
     }
 }
@@ -144,6 +153,14 @@ impl WatchStream {
                 Some(c) => self.buf.extend_from_slice(&c),
                 None => return Ok(None),
             }
+        }
+    }
+
+    /// The next event, or `None` when nothing arrives within `wait` (or the stream ended).
+    pub async fn next_with_timeout(&mut self, wait: Duration) -> Result<Option<Value>> {
+        match tokio::time::timeout(wait, self.next()).await {
+            Ok(r) => r,
+            Err(_) => Ok(None),
         }
     }
 
