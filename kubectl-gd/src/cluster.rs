@@ -142,9 +142,10 @@ pub fn pod_selector(gd: &GameDeployment) -> String {
     gd.spec.selector.match_labels.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
-/// HookRuns the operator made for `name` carry its name label.
+/// HookRuns the operator made for `name` carry its name label (shortened past 63 characters, as the operator
+/// writes it).
 pub fn run_selector(name: &str) -> String {
-    format!("{}={name}", common::keys::HOOKRUN_WORKLOAD_NAME)
+    format!("{}={}", common::keys::HOOKRUN_WORKLOAD_NAME, common::hookrun::workload_label_value(name))
 }
 
 // Boxed: the events differ a lot in size and flow through one merged stream.

@@ -41,7 +41,8 @@ impl Snapshot {
             .filter(|r| {
                 ours(&r.metadata.owner_references)
                     || (r.metadata.owner_references.as_ref().is_none_or(Vec::is_empty)
-                        && label(&r.metadata.labels, keys::HOOKRUN_WORKLOAD_NAME) == Some(name.as_str()))
+                        && label(&r.metadata.labels, keys::HOOKRUN_WORKLOAD_NAME)
+                            == Some(common::hookrun::workload_label_value(&name).as_str()))
             })
             .collect();
         Self { gd, revisions, pods, runs }
