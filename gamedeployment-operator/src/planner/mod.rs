@@ -43,34 +43,14 @@ pub(crate) mod world;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::api::{GameDeployment, GameDeploymentStatus};
-use k8s_openapi::api::apps::v1::ControllerRevision;
+use common::api::GameDeploymentStatus;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use k8s_openapi::jiff::Timestamp;
 
 use crate::action::{Action, HeldPod, PlannedEvent, PodRef};
 use crate::{ownership, revision};
 use draft::Draft;
+pub use settings::Observed;
 use status::Failure;
-
-/// Everything a pass looks at.
-#[derive(Debug, Clone)]
-pub struct Observed<'a> {
-    pub gd: &'a GameDeployment,
-    /// Every pod of the GameDeployment's namespace (orphans can be adopted; names must stay unique).
-    pub pods: Vec<&'a Pod>,
-    /// The ControllerRevisions the GameDeployment controls.
-    pub revisions: Vec<&'a ControllerRevision>,
-    /// `io.tencent.bcs.dev/node-deletion-cost` of each node that has one.
-    pub node_costs: &'a BTreeMap<String, f64>,
-    pub now: Timestamp,
-    /// Seed for new instance ids (the caller passes a random one; tests a fixed one).
-    pub seed: u64,
-    /// The namespace's HookRuns (the gate reads those of this GameDeployment).
-    pub hook_runs: &'a [common::api::HookRun],
-    /// The namespace's HookTemplates.
-    pub hook_templates: &'a [common::api::HookTemplate],
-}
 
 /// What to do, and the status the GameDeployment should show.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::api::GameDeploymentStatus;
-use common::api::{GameDeployment, GameDeploymentUpdateStrategyType};
+use common::api::{GameDeployment, GameDeploymentUpdateStrategyType, HookRun, HookTemplate};
 use common::intstr::{self, Rounding};
 use common::keys;
 use k8s_openapi::api::apps::v1::ControllerRevision;
@@ -13,12 +13,30 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-use super::Observed;
 use super::update::inplace::{self, Progress};
 use crate::action::{Phase, PodRef};
 use crate::gate::GateState;
 use crate::lifecycle::{self, LifecycleState};
 use crate::priority::DeletionCosts;
+
+/// Everything a pass looks at.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    pub gd: &'a GameDeployment,
+    /// Every pod of the GameDeployment's namespace (orphans can be adopted; names must stay unique).
+    pub pods: Vec<&'a Pod>,
+    /// The ControllerRevisions the GameDeployment controls.
+    pub revisions: Vec<&'a ControllerRevision>,
+    /// `io.tencent.bcs.dev/node-deletion-cost` of each node that has one.
+    pub node_costs: &'a BTreeMap<String, f64>,
+    pub now: Timestamp,
+    /// Seed for new instance ids (the caller passes a random one; tests a fixed one).
+    pub seed: u64,
+    /// The namespace's HookRuns (the gate reads those of this GameDeployment).
+    pub hook_runs: &'a [HookRun],
+    /// The namespace's HookTemplates.
+    pub hook_templates: &'a [HookTemplate],
+}
 
 /// The settings of one pass, resolved from the spec (int-or-percent values scaled, defaults applied) and the
 /// observed revisions.
@@ -234,9 +252,9 @@ pub(crate) mod builder {
     use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
     use super::Failure;
+    use super::Observed;
     use super::{PodInfo, Settings};
     use crate::fixtures::{self, ts};
-    use crate::planner::Observed;
 
     /// Revision of the GameDeployment's template in a [`Pass`].
     pub(crate) const NEW: &str = "new";
