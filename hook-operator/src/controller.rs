@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::api::{HookPhase, HookRun, HookTemplate};
+use common::runtime::events::{EventSink, Note as EventNote};
+use common::runtime::kube_api::api;
 use common::runtime::{Health, Shutdown};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use common::runtime::events::{EventSink, Note as EventNote};
-use common::runtime::kube_api::api;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -113,11 +113,9 @@ fn event_for(note: &Note) -> EventNote {
             "MeasurementError".to_string(),
             format!("metric {metric:?}: a measurement failed (the run keeps retrying): {message}"),
         ),
-        Note::RunCompleted { phase, message } => (
-            *phase != HookPhase::Successful,
-            format!("HookRun{phase}"),
-            format!("hook completed {phase}: {message}"),
-        ),
+        Note::RunCompleted { phase, message } => {
+            (*phase != HookPhase::Successful, format!("HookRun{phase}"), format!("hook completed {phase}: {message}"))
+        }
     };
     EventNote { warning, reason, message: crate::text::excerpt(&note_text, 1000), action: "Assess".into() }
 }

@@ -219,13 +219,14 @@ pub fn shape(document: &Value) -> String {
     match document {
         Value::Object(map) if map.is_empty() => "an empty object".to_string(),
         Value::Object(map) => {
-            let keys: Vec<&str> = map.keys().take(20).map(String::as_str).collect();
+            // Bounded however hostile the document: at most 20 keys of at most 40 characters each.
+            let keys: Vec<String> = map.keys().take(20).map(|k| crate::text::excerpt(k, 40)).collect();
             let more = if map.len() > 20 { format!(" and {} more", map.len() - 20) } else { String::new() };
             format!("an object with keys {}{more}", keys.join(", "))
         }
         Value::Array(items) => format!("an array of {} items", items.len()),
         Value::String(s) => format!("the string {}", crate::text::excerpt(&format!("{s:?}"), 80)),
-        Value::Number(n) => format!("the number {n}"),
+        Value::Number(n) => format!("the number {}", crate::text::excerpt(&n.to_string(), 40)),
         Value::Bool(b) => format!("the boolean {b}"),
         Value::Null => "null".to_string(),
     }
@@ -290,6 +291,11 @@ mod tests {
             err.to_string(),
             "jsonPath `{$.agee}` matched nothing in the response, which is an object with keys name, male, age"
         );
+        let hostile: serde_json::Map<String, Value> =
+            (0..10_000).map(|i| (format!("{i}{}", "k".repeat(10_000)), json!(1))).collect();
+        let err = Path::parse("{$.x}").unwrap().extract(&Value::Object(hostile)).unwrap_err();
+        assert!(err.to_string().len() < 1500, "{}", err.to_string().len());
+        assert!(err.to_string().contains("and 9980 more"));
         let err = Path::parse("{.items[3]}").unwrap().extract(&json!({"items": [1]})).unwrap_err();
         assert!(err.to_string().contains("keys items"), "{err}");
         assert!(Path::parse("{$.a[}").is_err());

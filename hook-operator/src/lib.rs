@@ -11,6 +11,7 @@ pub mod controller;
 pub mod dispatch;
 pub mod engine;
 pub mod evaluate;
+pub mod fuzz;
 pub mod jsonpath;
 pub mod local;
 pub mod measure;

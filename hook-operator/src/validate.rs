@@ -24,11 +24,10 @@ pub fn metric(metric: &Metric) -> Vec<String> {
     if metric.name.trim().is_empty() {
         problem("name must not be empty".into());
     }
-    for (field, value, max) in lengths(metric) {
-        let length = value.chars().count();
-        if length > max {
-            problem(format!("{field} is {length} characters long; at most {max} are allowed"));
-        }
+    if let Some(oversized) = oversized(metric) {
+        // Nothing else is checked: parsing text this long is exactly what the bound prevents.
+        problem(oversized);
+        return problems;
     }
     if metric.count < 0 {
         problem(format!("count must be >= 0, got {}", metric.count));
@@ -177,9 +176,17 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
     }
 }
 
+/// Characters of a Go duration (`1h30m`); longer ones are rejected before parsing.
+const MAX_DURATION: usize = 64;
+
 /// Every bounded text field of a metric with its limit (the CRD enforces the same; an old CRD does not).
 fn lengths(metric: &Metric) -> Vec<(String, &str, usize)> {
     let mut fields: Vec<(String, &str, usize)> = vec![("name".into(), metric.name.as_str(), MAX_NAME)];
+    for (name, value) in [("interval", &metric.interval), ("initialDelay", &metric.initial_delay)] {
+        if let Some(value) = value {
+            fields.push((name.into(), value.as_str(), MAX_DURATION));
+        }
+    }
     for (name, value) in
         [("successCondition", &metric.success_condition), ("failureCondition", &metric.failure_condition)]
     {
@@ -215,6 +222,14 @@ fn lengths(metric: &Metric) -> Vec<(String, &str, usize)> {
         }
     }
     fields
+}
+
+/// The first field of a metric over its length limit, as a problem.
+pub fn oversized(metric: &Metric) -> Option<String> {
+    lengths(metric).into_iter().find_map(|(field, value, max)| {
+        let length = value.chars().count();
+        (length > max).then(|| format!("{field} is {length} characters long; at most {max} are allowed"))
+    })
 }
 
 fn excerpt_name(name: &str) -> String {
@@ -328,7 +343,10 @@ fn args(args: &[Argument]) -> Vec<String> {
 pub fn run(spec: &HookRunSpec) -> Result<(), String> {
     let mut problems = args(&spec.args);
     problems.extend(metrics(&spec.metrics));
-    for (i, m) in spec.metrics.iter().enumerate() {
+    if spec.metrics.len() > MAX_METRICS {
+        return Err(problems.remove(0));
+    }
+    for (i, m) in spec.metrics.iter().enumerate().filter(|(_, m)| oversized(m).is_none()) {
         for (field, text) in templated_fields(m) {
             if let Err(e) = check_args(&field, text, &spec.args) {
                 problems.push(format!("metrics[{i}] ({}): {e}", m.name));
@@ -370,7 +388,10 @@ pub fn template(spec: &HookTemplateSpec) -> Vec<String> {
     let mut problems = args(&spec.args);
     problems.extend(metrics(&spec.metrics));
     let declared: HashSet<&str> = spec.args.iter().map(|a| a.name.as_str()).collect();
-    for (i, m) in spec.metrics.iter().enumerate() {
+    if spec.metrics.len() > MAX_METRICS {
+        return problems;
+    }
+    for (i, m) in spec.metrics.iter().enumerate().filter(|(_, m)| oversized(m).is_none()) {
         for (field, text) in templated_fields(m) {
             let Ok(names) = template::referenced_args(&field, text) else { continue };
             for name in names {

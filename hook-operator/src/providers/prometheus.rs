@@ -97,10 +97,15 @@ pub fn interpret(body: &[u8], query: &str) -> Result<Observation, ProviderError>
         }
     };
     let scalar = data.result_type == "scalar";
+    // Status keeps an excerpt: the first MAX_SHOWN series, then how many more there were.
+    const MAX_SHOWN: usize = 100;
     let display = if scalar {
         format_number(values[0])
     } else {
-        format!("[{}]", values.iter().map(|v| format_number(*v)).collect::<Vec<_>>().join(","))
+        let shown: Vec<String> = values.iter().take(MAX_SHOWN).map(|v| format_number(*v)).collect();
+        let more = values.len().saturating_sub(MAX_SHOWN);
+        let more = if more > 0 { format!(",… ({more} more)") } else { String::new() };
+        crate::text::excerpt(&format!("[{}{more}]", shown.join(",")), 1024)
     };
     let result = if scalar {
         expr::Value::Float(values[0])
@@ -181,6 +186,18 @@ mod tests {
         assert_eq!(o.display, "[1,0.5]");
         let o = answer(r#"{"status":"success","data":{"resultType":"vector","result":[]}}"#).unwrap();
         assert_eq!((o.result, o.display.as_str()), (expr::Value::Array(vec![]), "[]"));
+    }
+
+    #[test]
+    fn huge_vectors_are_excerpted_in_the_display_but_judged_whole() {
+        let series: Vec<String> =
+            (0..5000).map(|i| format!(r#"{{"metric":{{"i":"{i}"}},"value":[1,"{i}"]}}"#)).collect();
+        let body =
+            format!(r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#, series.join(","));
+        let o = answer(&body).unwrap();
+        assert!(o.display.len() < 1200, "{}", o.display.len());
+        assert!(o.display.contains("(4900 more)"), "{}", o.display);
+        assert!(matches!(&o.result, expr::Value::Array(a) if a.len() == 5000));
     }
 
     #[test]

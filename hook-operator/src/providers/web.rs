@@ -51,24 +51,30 @@ impl Web {
                 body_excerpt(&response.body)
             )));
         }
-        let document: serde_json::Value = match serde_json::from_slice(&response.body) {
-            Ok(document) => document,
-            // Without a jsonPath a plain-text answer is the result itself (as in Argo).
-            Err(_) if path.is_none() => serde_json::Value::String(String::from_utf8_lossy(&response.body).into_owned()),
-            Err(e) => {
-                return Err(ProviderError(format!(
-                    "{method} {url} did not return JSON ({e}), so jsonPath `{}` cannot apply; the body starts with: {}",
-                    web.json_path.as_deref().unwrap_or_default(),
-                    body_excerpt(&response.body)
-                )));
-            }
-        };
-        let value = match &path {
-            Some(path) => path.extract(&document).map_err(|e| ProviderError(e.to_string()))?,
-            None => document,
-        };
-        Ok(Observation::judged(to_expr(&value), display(&value)))
+        interpret(&format!("{method} {url}"), &response.body, path.as_deref())
     }
+}
+
+/// A successful response as the conditions see it: the JSON document (or, without a jsonPath, a plain-text
+/// body as a string), narrowed by the jsonPath. `what` (`GET <url>`) names the request in errors.
+pub fn interpret(what: &str, body: &[u8], path: Option<&jsonpath::Path>) -> Result<Observation, ProviderError> {
+    let document: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(document) => document,
+        // Without a jsonPath a plain-text answer is the result itself (as in Argo).
+        Err(_) if path.is_none() => serde_json::Value::String(String::from_utf8_lossy(body).into_owned()),
+        Err(e) => {
+            return Err(ProviderError(format!(
+                "{what} did not return JSON ({e}), so jsonPath `{}` cannot apply; the body starts with: {}",
+                path.map(jsonpath::Path::written).unwrap_or_default(),
+                body_excerpt(body)
+            )));
+        }
+    };
+    let value = match path {
+        Some(path) => path.extract(&document).map_err(|e| ProviderError(e.to_string()))?,
+        None => document,
+    };
+    Ok(Observation::judged(to_expr(&value), display(&value)))
 }
 
 impl Provider for Web {

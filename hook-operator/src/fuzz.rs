@@ -1,0 +1,425 @@
+//! Hostile inputs for everything a tenant controls, used by the property tests (`tests/hostile.rs`, a few
+//! hundred cases per target) and by `hook-fuzz` (as many as you like). Each case must end without a panic and
+//! within [`CASE_DEADLINE`]; every rejection must be a message.
+//!
+//! Targets: conditions (`expr`), JSONPaths, `{{ args.X }}` templates, Go durations, HookTemplate validation and
+//! web responses (huge, deeply nested, non-UTF-8 bodies through JSON parsing, the jsonPath and a condition).
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use common::api::{Argument, HookTemplateSpec, Metric, MetricProvider, PrometheusMetric, WebMetric, WebMetricHeader};
+
+/// The longest one case may take (generous for a loaded 2-core machine and debug builds).
+pub const CASE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A small deterministic generator (xorshift64*), so a failing case is reproducible from its seed.
+pub struct Gen(u64);
+
+impl Gen {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+
+    /// Mostly small numbers, sometimes huge ones.
+    pub fn size(&mut self) -> usize {
+        match self.below(10) {
+            0 => 100_000 + self.below(2_000_000),
+            1 | 2 => 100 + self.below(5_000),
+            _ => self.below(40),
+        }
+    }
+
+    fn chars(&mut self, alphabet: &str, n: usize) -> String {
+        let chars: Vec<char> = alphabet.chars().collect();
+        (0..n).map(|_| chars[self.below(chars.len())]).collect()
+    }
+}
+
+const EXPR_TOKENS: &[&str] = &[
+    "result",
+    "reslt",
+    "#",
+    "#index",
+    "#acc",
+    "$env",
+    "asInt(",
+    "asFloat(",
+    "len(",
+    "all(",
+    "any(",
+    "map(",
+    "filter(",
+    "reduce(",
+    "repeat(",
+    "replace(",
+    "join(",
+    "toJSON(",
+    "fromJSON(",
+    "split(",
+    "sum(",
+    "count(",
+    "none(",
+    "let x = ",
+    "; ",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "..",
+    "0..20000000",
+    "0..1000000000000",
+    "1..3",
+    "-5..5",
+    "0x7fffffffffffffff",
+    "9223372036854775807",
+    "1e308",
+    "'x'",
+    "\"\\u0000\"",
+    "`raw`",
+    " ? ",
+    " : ",
+    "??",
+    "?.",
+    "if ",
+    " else ",
+    "==",
+    "!=",
+    ">",
+    "<=",
+    "&&",
+    "||",
+    " and ",
+    " not ",
+    "!",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "**",
+    " in ",
+    " contains ",
+    " matches ",
+    "'(a+)+$'",
+    "true",
+    "false",
+    "nil",
+    "1",
+    "45",
+    "0.95",
+    ".a",
+    "[0]",
+    "[1:]",
+    "|",
+    "upper(",
+    "string(",
+];
+
+/// A condition: grammar fragments in random order, some deep nestings, long repeats and huge ranges.
+pub fn expression(g: &mut Gen) -> String {
+    match g.below(8) {
+        0 => {
+            let depth = g.size();
+            format!("{}result{} > 1", "(".repeat(depth), ")".repeat(depth))
+        }
+        1 => {
+            let depth = g.below(40);
+            format!("{}1{}", "a[".repeat(depth), "]".repeat(depth))
+        }
+        2 => format!("len(0..{}) > 0", g.next() >> g.below(64)),
+        3 => "result ? ".repeat(g.below(60)) + "1" + &" : 0".repeat(g.below(60)),
+        4 => {
+            let n = g.size();
+            g.chars("()[]{}#.,?:!|&'\"`0123456789abcdefresult $\\\n", n)
+        }
+        _ => {
+            let n = 1 + g.below(30);
+            (0..n).map(|_| g.pick(EXPR_TOKENS)).collect()
+        }
+    }
+}
+
+/// A `result` for conditions: big arrays, long strings, nesting.
+pub fn result(g: &mut Gen) -> serde_json::Value {
+    match g.below(6) {
+        0 => serde_json::Value::Array((0..g.size().min(50_000)).map(|i| serde_json::json!(i)).collect()),
+        1 => serde_json::Value::String("x".repeat(g.size().min(200_000))),
+        2 => {
+            let mut v = serde_json::json!(45);
+            for _ in 0..g.below(100) {
+                v = serde_json::json!({"a": v, "b": [v.clone()]});
+                if v.to_string().len() > 100_000 {
+                    break;
+                }
+            }
+            v
+        }
+        3 => serde_json::json!({"age": 45, "status": "Healthy", "items": [{"ok": true}, {"ok": false}]}),
+        4 => serde_json::json!(f64::MAX),
+        _ => serde_json::json!(g.next() as i64),
+    }
+}
+
+const PATH_TOKENS: &[&str] = &[
+    "$",
+    ".",
+    "..",
+    "*",
+    "[",
+    "]",
+    "[*]",
+    "[0]",
+    "[-1]",
+    "[1:3:-1]",
+    "[?(@.a > 1)]",
+    "[?(@.a =~ /x/)]",
+    "{",
+    "}",
+    "'",
+    "\"",
+    "age",
+    "items",
+    "app-name",
+    "range ",
+    "end",
+    "@",
+    "length()",
+    ",",
+    "\\",
+];
+
+pub fn json_path(g: &mut Gen) -> String {
+    match g.below(4) {
+        0 => format!("{{{}}}", "[".repeat(g.size())),
+        1 => format!("{{$.{}}}", "a.".repeat(g.size()) + "b"),
+        _ => {
+            let n = 1 + g.below(20);
+            (0..n).map(|_| g.pick(PATH_TOKENS)).collect()
+        }
+    }
+}
+
+const TEMPLATE_TOKENS: &[&str] = &[
+    "{{",
+    "}}",
+    "{{{",
+    "}}}",
+    "\\{{",
+    "args.",
+    "PodIP",
+    " ",
+    "{{> p}}",
+    "{{#each args}}",
+    "{{/each}}",
+    "{{#*inline \"p\"}}",
+    "{{/inline}}",
+    "{{lookup args 'x'}}",
+    "{{!-- c --}}",
+    "http://",
+    ":9091/",
+    "é",
+    "\u{0}",
+];
+
+pub fn template_text(g: &mut Gen) -> String {
+    match g.below(4) {
+        0 => "{{> p}}".repeat(g.size()),
+        1 => "{{ args.PodIP }}".repeat(g.size()),
+        _ => {
+            let n = 1 + g.below(30);
+            (0..n).map(|_| g.pick(TEMPLATE_TOKENS)).collect()
+        }
+    }
+}
+
+pub fn duration(g: &mut Gen) -> String {
+    match g.below(4) {
+        0 => format!("{}h", "9".repeat(g.below(40))),
+        1 => "1h".repeat(g.size()),
+        2 => {
+            let n = g.below(30);
+            g.chars("0123456789.hmsuµn-+ ", n)
+        }
+        _ => format!("{}.{}s", g.next(), g.next()),
+    }
+}
+
+/// A body as an endpoint might send it: huge, deeply nested, not UTF-8, not JSON.
+pub fn body(g: &mut Gen) -> Vec<u8> {
+    match g.below(6) {
+        0 => format!("{}1{}", "[".repeat(g.size()), "]".repeat(g.size())).into_bytes(),
+        1 => format!("{{\"pad\":\"{}\",\"age\":45}}", "x".repeat(g.size())).into_bytes(),
+        2 => (0..g.size()).map(|_| (g.next() & 0xff) as u8).collect(),
+        3 => {
+            let keys: Vec<String> = (0..g.size().min(100_000)).map(|i| format!("\"k{i}\":{i}")).collect();
+            format!("{{{}}}", keys.join(",")).into_bytes()
+        }
+        4 => b"{\"age\":45}".to_vec(),
+        _ => format!("{{\"age\":\"{}\"}}", "\u{fffd}".repeat(g.below(1000))).into_bytes(),
+    }
+}
+
+pub fn template_spec(g: &mut Gen) -> HookTemplateSpec {
+    let n = match g.below(10) {
+        0 => 40 + g.below(100),
+        _ => g.below(4),
+    };
+    let metrics = (0..n)
+        .map(|i| Metric {
+            name: if g.below(10) == 0 { String::new() } else { format!("m{}", i % 3) },
+            interval: (g.below(2) == 0).then(|| duration(g)),
+            initial_delay: (g.below(3) == 0).then(|| duration(g)),
+            count: (g.next() as i32) % 5,
+            success_condition: (g.below(2) == 0).then(|| expression(g)),
+            failure_condition: (g.below(4) == 0).then(|| expression(g)),
+            failure_limit: (g.next() as i32) % 4,
+            provider: match g.below(3) {
+                0 => MetricProvider {
+                    prometheus: Some(PrometheusMetric { address: template_text(g), query: template_text(g) }),
+                    ..MetricProvider::default()
+                },
+                _ => MetricProvider {
+                    web: Some(WebMetric {
+                        url: template_text(g),
+                        json_path: (g.below(2) == 0).then(|| json_path(g)),
+                        headers: vec![WebMetricHeader { key: g.chars("Ab-\n: ", 5), value: template_text(g) }],
+                        timeout_seconds: Some(g.next() as i64),
+                        body: (g.below(4) == 0).then(|| template_text(g)),
+                        method: Some(g.pick(&["GET", "POST", "TRACE", ""]).to_string()),
+                        ..WebMetric::default()
+                    }),
+                    ..MetricProvider::default()
+                },
+            },
+            ..Metric::default()
+        })
+        .collect();
+    HookTemplateSpec {
+        metrics,
+        args: vec![Argument::new("PodIP", "127.0.0.1"), Argument { name: "x".into(), value: None, value_from: None }],
+        policy: None,
+    }
+}
+
+/// One failed case.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub target: &'static str,
+    pub seed: u64,
+    pub input: String,
+    pub problem: String,
+}
+
+/// Cases run and failures, per target.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub cases: usize,
+    pub failures: Vec<Failure>,
+    pub slowest: Duration,
+}
+
+fn case(report: &mut Report, target: &'static str, seed: u64, input: String, f: impl FnOnce()) {
+    report.cases += 1;
+    let start = Instant::now();
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(f));
+    let took = start.elapsed();
+    report.slowest = report.slowest.max(took);
+    let problem = match outcome {
+        Err(panic) => Some(format!("panicked: {}", crate::budget::panic_message(panic.as_ref()))),
+        Ok(()) if took > CASE_DEADLINE => Some(format!("took {took:?}")),
+        Ok(()) => None,
+    };
+    if let Some(problem) = problem {
+        report.failures.push(Failure { target, seed, input: crate::text::excerpt(&input, 300), problem });
+    }
+}
+
+/// The targets `run` knows.
+pub const TARGETS: &[&str] = &["expression", "jsonpath", "template", "duration", "validation", "response"];
+
+/// Runs `cases` cases of each target, seeds `seed..seed+cases`. Conditions run on `pool` like measurements do.
+pub async fn run(pool: &crate::budget::Pool, cases: u64, seed: u64) -> Report {
+    let mut report = Report::default();
+    for s in seed..seed + cases {
+        let mut g = Gen::new(s);
+        let condition = expression(&mut g);
+        let value = result(&mut g);
+        let started = Instant::now();
+        let verdict =
+            crate::evaluate::judge_bounded(pool, "fuzz", Some(&condition), None, crate::evaluate::to_expr(&value))
+                .await;
+        let took = started.elapsed();
+        case(&mut report, "expression", s, condition.clone(), || {
+            if took > CASE_DEADLINE {
+                panic!("evaluation took {took:?}");
+            }
+            if let Err(e) = verdict {
+                assert!(!e.to_string().is_empty());
+            }
+        });
+
+        let path = json_path(&mut g);
+        let body = body(&mut g);
+        case(&mut report, "jsonpath", s, path.clone(), || {
+            if let Ok(parsed) = crate::jsonpath::Path::parse(&path)
+                && let Ok(document) = serde_json::from_slice::<serde_json::Value>(&body)
+            {
+                let _ = parsed.extract(&document);
+            }
+        });
+        let text = template_text(&mut g);
+        case(&mut report, "template", s, text.clone(), || {
+            let _ = crate::template::referenced_args("url", &text);
+            let _ = crate::template::render("url", &text, &[Argument::new("PodIP", "127.0.0.1")]);
+        });
+        let d = duration(&mut g);
+        case(&mut report, "duration", s, d.clone(), || {
+            let _ = common::duration::parse_go(&d);
+        });
+        let spec = template_spec(&mut g);
+        let summary = format!("{} metric(s)", spec.metrics.len());
+        case(&mut report, "validation", s, summary, || {
+            let _ = crate::validate::template(&spec);
+            let run = common::api::HookRunSpec {
+                metrics: spec.metrics.clone(),
+                args: spec.args.clone(),
+                ..Default::default()
+            };
+            let _ = crate::validate::run(&run);
+        });
+        let path = (g.below(2) == 0).then(|| crate::jsonpath::Path::parse("{$.age}").ok()).flatten();
+        let mut observation = None;
+        case(&mut report, "response", s, format!("{} bytes", body.len()), || {
+            let o = crate::providers::web::interpret("GET http://fuzz/", &body, path.as_ref());
+            if let Ok(o) = &o {
+                assert!(o.display.chars().count() <= 1100, "display of {} characters", o.display.chars().count());
+            }
+            observation = Some(o);
+        });
+        if let Some(Ok(o)) = observation {
+            let verdict =
+                crate::evaluate::judge_bounded(pool, "fuzz", Some("asInt(result) > 30"), None, o.result).await;
+            let _ = verdict;
+        }
+    }
+    report
+}
