@@ -13,4 +13,5 @@ mod list;
 mod patch;
 mod rbac;
 mod support;
+mod volumes;
 mod watch;
