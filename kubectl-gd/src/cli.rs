@@ -26,7 +26,8 @@ Examples:
   # Try a HookTemplate locally, without a cluster
   kubectl gd check -f examples/hook-template-success.yaml --arg PodIP=127.0.0.1
 
-  # Shell completion
+  # Shell completion: `kubectl gd <TAB>` (kubectl 1.26+), or the kubectl-gd command itself
+  ln -s $(command -v kubectl-gd) $(dirname $(command -v kubectl-gd))/kubectl_complete-gd
   source <(kubectl gd completion bash)
 
 Exit codes: 0 success (status: rollout complete); 1 a hook failed or cannot start (status), or the check failed;
@@ -159,7 +160,14 @@ pub enum Command {
     /// Run a HookTemplate (or HookRun) locally, without a cluster, and print every measurement: the
     /// hook-operator's own check. Exit 0 only when the run ends Successful.
     Check(hook_operator::cli::CheckFlags),
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Answer kubectl's plugin completion (`kubectl_complete-gd`): the words typed after `kubectl gd`.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        words: Vec<String>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) for the `kubectl-gd` command. For
+    /// `kubectl gd <TAB>` (kubectl 1.26+), link the binary as `kubectl_complete-gd` next to it instead.
     #[command(
         after_help = "Examples:\n  source <(kubectl gd completion bash)\n  kubectl gd completion zsh > \"${fpath[1]}/_kubectl-gd\""
     )]

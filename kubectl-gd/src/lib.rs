@@ -9,6 +9,7 @@ pub mod actions;
 pub mod cli;
 pub mod cluster;
 pub mod commands;
+pub mod complete;
 pub mod render;
 pub mod rollout;
 pub mod tree;

@@ -62,6 +62,36 @@ async fn kubectl_gd_quiet(cluster: &Cluster, args: &[&str]) -> Gd {
     }
 }
 
+/// `kubectl __complete <words>`: what kubectl's shell completion asks; for `gd …` kubectl runs
+/// `kubectl_complete-gd` from the PATH (here the plugin binary, linked under that name as the README says).
+async fn complete(cluster: &Cluster, words: &[&str]) -> Vec<String> {
+    let link_dir = cluster.dir().join("completion");
+    let link = link_dir.join("kubectl_complete-gd");
+    if !link.exists() {
+        std::fs::create_dir_all(&link_dir).expect("completion dir");
+        std::os::unix::fs::symlink(plugin_dir().join("kubectl-gd"), &link).expect("symlink");
+    }
+    let path = std::env::join_paths(
+        [link_dir, plugin_dir()]
+            .into_iter()
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH joins");
+    let output = tokio::process::Command::new("kubectl")
+        .arg("__complete")
+        .args(words)
+        .env("PATH", path)
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECACHEDIR", cluster.dir().join("kube-cache"))
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    println!("$ kubectl __complete {}\n{stdout}", words.join(" "));
+    stdout.lines().map(|l| l.split('\t').next().unwrap_or("").to_string()).collect()
+}
+
 fn predelete_run_of(tree: &str) -> Option<String> {
     tree.split_whitespace()
         .find(|w| w.starts_with(&format!("predelete-{NAME}-")) && w.ends_with("-test"))
@@ -78,6 +108,12 @@ async fn get_shows_the_held_pod_and_status_waits_for_the_scale_in() {
     let out = kubectl_gd(&cluster, &["status", NAME, "--timeout", "4m"]).await;
     assert_eq!(out.code, 0, "the first rollout completes: {out:?}");
     assert!(out.stdout.contains("rollout complete"), "{}", out.stdout);
+    // `kubectl gd <TAB>`: subcommands, then the GameDeployments of the namespace.
+    let words = complete(&cluster, &["gd", "s"]).await;
+    assert!(words.contains(&"status".to_string()) && words.contains(&"skip-hook".to_string()), "{words:?}");
+    let words = complete(&cluster, &["gd", "get", ""]).await;
+    assert!(words.contains(&NAME.to_string()), "{words:?}");
+    assert_eq!(words.last().map(String::as_str), Some(":4"), "no file completion: {words:?}");
 
     cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
     // While the pod is held: its lifecycle state, its HookRun, the phase and the last measured value.
