@@ -85,9 +85,11 @@ impl Target {
     /// A snapshot after every change of the GameDeployment, its pods, revisions or HookRuns (`None` while the
     /// GameDeployment does not exist). Four watches; nothing is polled.
     pub async fn watch(&self, name: &str) -> Result<impl Stream<Item = Option<Snapshot>> + use<>, Error> {
-        // The pod selector comes from the GameDeployment (it is immutable in practice: changing it orphans pods).
-        let gd = self.gd(name).await?;
-        let pods = pod_selector(&gd);
+        // One read first, so a missing GameDeployment or a forbidden list fails now with the API's message instead
+        // of the watches retrying silently. The pod selector comes from the GameDeployment (changing it orphans
+        // pods, so it does not change under a running watch in practice).
+        let first = self.snapshot(name).await?;
+        let pods = pod_selector(&first.gd);
         let by_name = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let streams = vec![
             changes(self.api::<GameDeployment>(), by_name).map(|e| Change::Gd(Box::new(e))).boxed(),
