@@ -186,17 +186,7 @@ pub fn sync_namespace(registry: &Registry, ns: &str) {
     let now = Timestamp::now();
     for pdb in list(registry, &storage, ns) {
         let key = object_key(ns, meta::name(&pdb));
-        let res = registry.internal_update(&storage, &key, |cur| {
-            let status = compute_status(registry, cur, now);
-            if cur.get("status") == Some(&status) {
-                return Ok(None);
-            }
-            let mut next = cur.clone();
-            if let Value::Object(m) = &mut next {
-                m.insert("status".into(), status);
-            }
-            Ok(Some(next))
-        });
+        let res = registry.write_status_if_changed(&storage, &key, |cur| compute_status(registry, cur, now));
         if let Err(e) = res {
             tracing::warn!(pdb = %key, error = %e, "disruption controller could not update a PodDisruptionBudget");
         }

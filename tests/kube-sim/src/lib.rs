@@ -38,6 +38,7 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod testing;
 pub mod validation;
 pub mod volumes;
 

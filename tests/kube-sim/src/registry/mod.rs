@@ -923,8 +923,21 @@ impl Registry {
                 Err(e) => tracing::warn!(crd = %name, error = %e, "cannot serve CRD"),
             }
         }
-        let _ = self.internal_update("customresourcedefinitions.apiextensions.k8s.io", &name, |cur| {
-            let status = crd::accepted_status(cur, conflict.as_deref());
+        let _ = self.write_status_if_changed("customresourcedefinitions.apiextensions.k8s.io", &name, |cur| {
+            crd::accepted_status(cur, conflict.as_deref())
+        });
+    }
+
+    /// Sets `status` to what `compute` derives from the stored object, writing only if it
+    /// changed (controllers' status updates).
+    pub fn write_status_if_changed(
+        &self,
+        storage: &str,
+        key: &str,
+        compute: impl Fn(&Value) -> Value,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
+        self.internal_update(storage, key, |cur| {
+            let status = compute(cur);
             if cur.get("status") == Some(&status) {
                 return Ok(None);
             }
@@ -933,7 +946,7 @@ impl Registry {
                 m.insert("status".into(), status);
             }
             Ok(Some(next))
-        });
+        })
     }
 
     fn allocate_service(&self, svc: &mut Value) {

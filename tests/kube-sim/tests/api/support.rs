@@ -1,5 +1,6 @@
-//! Shared helpers: a kube-sim without the kubelet, raw HTTP access, polling with generous
-//! deadlines, and a test CRD shaped like the project's GameDeployment.
+//! Shared helpers: a kube-sim without the kubelet, raw HTTP access, and a test CRD shaped like
+//! the project's GameDeployment. Polling is `kube_sim::testing`'s, shared with the kubelet tests
+//! and the end-to-end tests.
 
 #![allow(dead_code)]
 
@@ -7,10 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube_sim::testing::DEADLINE;
 use kube_sim::{SimConfig, SimHandle};
 use serde_json::{Value, json};
-
-pub const DEADLINE: Duration = Duration::from_secs(60);
 
 pub async fn sim() -> Result<SimHandle> {
     sim_with(SimConfig { kubelet: None, ..SimConfig::default() }).await
@@ -20,29 +20,7 @@ pub async fn sim_with(config: SimConfig) -> Result<SimHandle> {
     kube_sim::start(config).await.context("starting kube-sim")
 }
 
-/// Polls `check` until it yields `Some`, failing after [`DEADLINE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let mut last = None;
-    loop {
-        match check().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last = Some(e),
-        }
-        if tokio::time::Instant::now() > deadline {
-            match last {
-                Some(e) => bail!("timed out waiting for {what}: {e:#}"),
-                None => bail!("timed out waiting for {what}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+pub use kube_sim::testing::eventually;
 
 /// A raw HTTP client for checks on bodies, headers and streams.
 pub struct Raw {

@@ -1,5 +1,6 @@
 //! Shared helpers for the kubelet simulator's integration tests: a running kube-sim with fast
-//! kubelet timings, polling with generous deadlines, and a minimal HTTP client for pod endpoints.
+//! kubelet timings, pod builders and waits, and a minimal HTTP client for pod endpoints. Polling
+//! is `kube_sim::testing`'s, shared with the API tests and the end-to-end tests.
 
 #![allow(dead_code)]
 
@@ -7,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -15,9 +16,6 @@ use kube::api::PostParams;
 use kube_sim::kubelet::KubeletConfig;
 use kube_sim::{SimConfig, SimHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Deadline for anything the simulator should do "soon" on a loaded machine.
-pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Starts kube-sim with the kubelet simulator in its fast test configuration.
 pub async fn start() -> Result<SimHandle> {
@@ -34,30 +32,7 @@ pub async fn start_with(kubelet: KubeletConfig) -> Result<SimHandle> {
     kube_sim::start(config).await.context("starting kube-sim")
 }
 
-/// Polls `check` until it returns `Some`, or fails after [`DEADLINE`] with `what` and the last
-/// value seen.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    let mut last_error = None;
-    loop {
-        match check().await {
-            Ok(Some(value)) => return Ok(value),
-            Ok(None) => {}
-            Err(e) => last_error = Some(e),
-        }
-        if tokio::time::Instant::now() > deadline {
-            match last_error {
-                Some(e) => bail!("timed out waiting for {what}; last error: {e:#}"),
-                None => bail!("timed out waiting for {what}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use kube_sim::testing::eventually;
 
 /// Waits until the pod satisfies `condition` and returns it.
 pub async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, condition: impl Fn(&Pod) -> bool) -> Result<Pod> {
