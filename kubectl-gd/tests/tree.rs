@@ -147,3 +147,33 @@ fn a_missing_template_fails_naming_the_pod() {
     assert_eq!(verdict.pod.as_deref(), Some("test-gamedeployment-s9rbp"));
     assert!(verdict.message.contains("not found"), "{}", verdict.message);
 }
+
+#[test]
+fn canary_pauses_and_step_hooks() {
+    let canary = |duration: Option<i32>, reason: &str| {
+        let mut gd = finished(gd(), "Paused");
+        let pause = match duration {
+            Some(d) => format!("{{pause: {{duration: {d}}}}}"),
+            None => "{pause: {}}".to_string(),
+        };
+        gd.spec.update_strategy.canary =
+            Some(yaml(&format!("{{steps: [{{partition: 3}}, {pause}, {{hook: {{templateName: t}}}}]}}")));
+        gd.spec.update_strategy.paused = true;
+        let status = gd.status.as_mut().unwrap();
+        status.current_step_index = Some(1);
+        status.pause_conditions = vec![yaml(&format!("{{reason: {reason}, startTime: '2024-05-01T10:09:00Z'}}"))];
+        status.canary = Some(yaml("{currentStepHookRun: canary-x-2-t}"));
+        gd
+    };
+    let judge_gd = |gd| judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    let verdict = judge_gd(canary(None, "PausedByCanaryPauseStep"));
+    assert_eq!(verdict.state, State::Paused);
+    assert!(verdict.message.contains("kubectl gd promote"), "{}", verdict.message);
+    assert_eq!(judge_gd(canary(Some(60), "PausedByCanaryPauseStep")).state, State::Progressing, "a timed pause ends");
+    let verdict = judge_gd(canary(None, "PausedByStepBasedHook"));
+    assert_eq!(verdict.state, State::Failed);
+    assert_eq!(verdict.hook_run.as_deref(), Some("canary-x-2-t"));
+    let tree = build(&Snapshot::owned(canary(None, "PausedByCanaryPauseStep"), revisions(), pods(), vec![]), now());
+    let text = render(&tree, Style::PLAIN);
+    assert!(text.contains("Canary:    step 2 of 3: pause (until resumed) (PausedByCanaryPauseStep)"), "{text}");
+}
