@@ -305,10 +305,10 @@ mod tests {
             secret_key_ref: Some(crate::api::SecretKeyRef { name: "creds".into(), key: "token".into() }),
         };
         let secret = Argument { name: "token".into(), value: None, value_from: Some(from.clone()) };
-        let merged = merge_args("t", &[secret.clone()], &[]).unwrap();
+        let merged = merge_args("t", std::slice::from_ref(&secret), &[]).unwrap();
         assert_eq!(merged, vec![secret.clone()], "a Secret reference is a value");
         // A workload's Secret reference replaces a template default, and the other way round.
-        let merged = merge_args("t", &[arg("token", Some("literal"))], &[secret.clone()]).unwrap();
+        let merged = merge_args("t", &[arg("token", Some("literal"))], std::slice::from_ref(&secret)).unwrap();
         assert_eq!(merged[0].value, None);
         assert_eq!(merged[0].value_from, Some(from.clone()));
         let step = HookStep {

@@ -21,7 +21,7 @@ impl Gen {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -29,7 +29,7 @@ impl Gen {
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
@@ -145,7 +145,7 @@ pub fn expression(g: &mut Gen) -> String {
             let depth = g.below(40);
             format!("{}1{}", "a[".repeat(depth), "]".repeat(depth))
         }
-        2 => format!("len(0..{}) > 0", g.next() >> g.below(64)),
+        2 => format!("len(0..{}) > 0", g.next_u64() >> g.below(64)),
         3 => "result ? ".repeat(g.below(60)) + "1" + &" : 0".repeat(g.below(60)),
         4 => {
             let n = g.size();
@@ -175,7 +175,7 @@ pub fn result(g: &mut Gen) -> serde_json::Value {
         }
         3 => serde_json::json!({"age": 45, "status": "Healthy", "items": [{"ok": true}, {"ok": false}]}),
         4 => serde_json::json!(f64::MAX),
-        _ => serde_json::json!(g.next() as i64),
+        _ => serde_json::json!(g.next_u64() as i64),
     }
 }
 
@@ -259,7 +259,7 @@ pub fn duration(g: &mut Gen) -> String {
             let n = g.below(30);
             g.chars("0123456789.hmsuµn-+ ", n)
         }
-        _ => format!("{}.{}s", g.next(), g.next()),
+        _ => format!("{}.{}s", g.next_u64(), g.next_u64()),
     }
 }
 
@@ -268,7 +268,7 @@ pub fn body(g: &mut Gen) -> Vec<u8> {
     match g.below(6) {
         0 => format!("{}1{}", "[".repeat(g.size()), "]".repeat(g.size())).into_bytes(),
         1 => format!("{{\"pad\":\"{}\",\"age\":45}}", "x".repeat(g.size())).into_bytes(),
-        2 => (0..g.size()).map(|_| (g.next() & 0xff) as u8).collect(),
+        2 => (0..g.size()).map(|_| (g.next_u64() & 0xff) as u8).collect(),
         3 => {
             let keys: Vec<String> = (0..g.size().min(100_000)).map(|i| format!("\"k{i}\":{i}")).collect();
             format!("{{{}}}", keys.join(",")).into_bytes()
@@ -288,10 +288,10 @@ pub fn template_spec(g: &mut Gen) -> HookTemplateSpec {
             name: if g.below(10) == 0 { String::new() } else { format!("m{}", i % 3) },
             interval: (g.below(2) == 0).then(|| duration(g)),
             initial_delay: (g.below(3) == 0).then(|| duration(g)),
-            count: (g.next() as i32) % 5,
+            count: (g.next_u64() as i32) % 5,
             success_condition: (g.below(2) == 0).then(|| expression(g)),
             failure_condition: (g.below(4) == 0).then(|| expression(g)),
-            failure_limit: (g.next() as i32) % 4,
+            failure_limit: (g.next_u64() as i32) % 4,
             provider: match g.below(3) {
                 0 => MetricProvider {
                     prometheus: Some(PrometheusMetric { address: template_text(g), query: template_text(g) }),
@@ -302,7 +302,7 @@ pub fn template_spec(g: &mut Gen) -> HookTemplateSpec {
                         url: template_text(g),
                         json_path: (g.below(2) == 0).then(|| json_path(g)),
                         headers: vec![WebMetricHeader { key: g.chars("Ab-\n: ", 5), value: template_text(g) }],
-                        timeout_seconds: Some(g.next() as i64),
+                        timeout_seconds: Some(g.next_u64() as i64),
                         body: (g.below(4) == 0).then(|| template_text(g)),
                         method: Some(g.pick(&["GET", "POST", "TRACE", ""]).to_string()),
                         ..WebMetric::default()
