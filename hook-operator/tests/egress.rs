@@ -11,6 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use common::api::{Argument, HookPhase, Metric, MetricProvider, WebMetric, WebMetricHeader};
+use futures::StreamExt;
 use hook_operator::measure;
 use hook_operator::providers::egress::Policy;
 use hook_operator::providers::{ProviderSettings, Providers};
@@ -162,4 +163,49 @@ async fn secret_args_are_refused_unless_enabled() {
     assert_eq!(taken.measurement.phase, Some(HookPhase::Error));
     assert!(message.contains("Secret team-a/creds") && message.contains("--secret-args"), "{message}");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
+}
+
+/// `--max-buffered-body-bytes`: a response reserves its announced length before it is read, so two 600 kB
+/// responses never sit in memory together under a 1 MiB budget: the second waits for the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_response_bytes_are_bounded_across_measurements() {
+    let router = Router::new().route(
+        "/big",
+        get(|| async {
+            let first = bytes_chunk(b'{', 1);
+            let stream =
+                futures::stream::iter(vec![Ok::<_, std::io::Error>(first)]).chain(futures::stream::once(async {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    let mut rest = vec![b' '; 600_000 - 10];
+                    rest.extend_from_slice(b"\"age\":45}");
+                    Ok(axum::body::Bytes::from(rest))
+                }));
+            ([(header::CONTENT_LENGTH, "600000")], axum::body::Body::from_stream(stream))
+        }),
+    );
+    let addr = serve(router).await;
+    let metric = web(&format!("http://{addr}/big"));
+    let peak = |budget: usize| {
+        let metric = metric.clone();
+        async move {
+            let p = providers(ProviderSettings { max_buffered_body_bytes: budget, ..ProviderSettings::default() });
+            let (a, b, c) = tokio::join!(
+                measure::take(&p, &metric, &[]),
+                measure::take(&p, &metric, &[]),
+                measure::take(&p, &metric, &[])
+            );
+            for taken in [a, b, c] {
+                assert_eq!(taken.measurement.phase, Some(HookPhase::Successful), "{:?}", taken.measurement.message);
+            }
+            p.peak_buffered_bytes()
+        }
+    };
+    let unbounded = peak(16 << 20).await;
+    assert!(unbounded > 1 << 20, "three concurrent 600 kB bodies are buffered together: {unbounded}");
+    let bounded = peak(1 << 20).await;
+    assert!(bounded <= 1 << 20, "never more than the budget at once: {bounded}");
+}
+
+fn bytes_chunk(byte: u8, n: usize) -> axum::body::Bytes {
+    axum::body::Bytes::from(vec![byte; n])
 }

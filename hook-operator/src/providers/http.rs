@@ -59,6 +59,8 @@ pub struct Http {
     /// Response bytes that may be buffered at once across all measurements (`--max-buffered-body-bytes`).
     buffered: Arc<tokio::sync::Semaphore>,
     buffered_limit: usize,
+    /// Most bytes ever reserved at once (for tests and diagnostics).
+    buffered_peak: std::sync::atomic::AtomicUsize,
 }
 
 fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::ClientBuilder {
@@ -87,7 +89,13 @@ impl Http {
             egress,
             buffered: Arc::new(tokio::sync::Semaphore::new(buffered_limit)),
             buffered_limit,
+            buffered_peak: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// The most response bytes that were reserved at once so far.
+    pub fn peak_buffered_bytes(&self) -> usize {
+        self.buffered_peak.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Applies `--web-resolve`; returns the URL to connect to and the `Host` header to send, if rewritten.
@@ -176,6 +184,8 @@ impl Http {
         let want = response.content_length().map_or(self.max_body, |l| l as usize).min(self.max_body).max(1);
         let want = u32::try_from(want.min(self.buffered_limit)).unwrap_or(u32::MAX);
         let reserved = self.buffered.clone().acquire_many_owned(want).await.ok();
+        let in_use = self.buffered_limit - self.buffered.available_permits();
+        self.buffered_peak.fetch_max(in_use, std::sync::atomic::Ordering::Relaxed);
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
             if body.len() + chunk.len() > self.max_body {

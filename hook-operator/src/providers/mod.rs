@@ -114,6 +114,7 @@ pub struct Providers {
     prometheus: prometheus::Prometheus,
     kubernetes: kubernetes::Kubernetes,
     kube: Option<kube::Client>,
+    http: Arc<http::Http>,
     secret_args: bool,
     kubernetes_timeout: Duration,
 }
@@ -128,6 +129,7 @@ impl Providers {
             n => n,
         };
         Ok(Arc::new(Self {
+            http: http.clone(),
             conditions: crate::budget::Pool::new(threads, settings.condition_limits),
             web: web::Web::new(http.clone()),
             prometheus: prometheus::Prometheus::new(http, settings.prometheus_timeout),
@@ -188,6 +190,11 @@ impl Providers {
             resolved.push(Argument { name: arg.name.clone(), value: Some(value), value_from: None });
         }
         Ok((resolved, secrets))
+    }
+
+    /// The most web/Prometheus response bytes that were buffered at once so far.
+    pub fn peak_buffered_bytes(&self) -> usize {
+        self.http.peak_buffered_bytes()
     }
 
     pub fn for_metric(&self, metric: &Metric) -> Result<&dyn Provider, ProviderError> {
