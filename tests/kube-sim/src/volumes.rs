@@ -96,6 +96,12 @@ fn phase(obj: &Value) -> &str {
 pub fn sync_namespace(registry: &Registry, ns: &str) {
     let req = ListRequest { namespace: Some(ns), filter: None, limit: None, start_after: None, at: None };
     let claims = registry.store.list(CLAIMS, &req).map(|p| p.items).unwrap_or_default();
+    if claims.is_empty() {
+        // Pod churn in a namespace without claims costs one empty list; a claim that just went
+        // away still releases its volume.
+        release_volumes(registry);
+        return;
+    }
     let pods = registry.store.list("pods", &req).map(|p| p.items).unwrap_or_default();
     for claim in &claims {
         let name = meta::name(claim);
