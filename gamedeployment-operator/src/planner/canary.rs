@@ -251,13 +251,17 @@ pub fn evaluate(
             out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
             out.requeue_at = Some(now);
         } else if let Some(reason) = wants_pause {
-            // `canary.pauseStartTime` is set when the operator asks for `paused: true`: a pause it finds already set
-            // without having asked is a person's, which a step never takes over (or lifts when it ends).
+            // The operator records in `status.canary.pauseStartTime` that it is about to pause *before* it writes
+            // `paused: true` (one pass earlier: that status write cannot fail on the resourceVersion the spec patch
+            // changes). A pause found set without that record is a person's, which a step never takes over (or
+            // lifts when it ends).
             let asked = canary.pause_start_time.is_some();
-            if !spec_paused {
-                // First `paused: true`; the condition follows once the spec shows it.
-                out.actions.push(set_paused(gd, true));
+            if !spec_paused && !asked {
                 canary.pause_start_time = Some(Time(now));
+                out.requeue_at = Some(now);
+            } else if !spec_paused {
+                // `paused: true`; the condition follows once the spec shows it.
+                out.actions.push(set_paused(gd, true));
             } else if has(reason).is_none() && !asked {
                 out.events.push(PlannedEvent::normal(
                     "CanaryWaitsForResume",
@@ -448,14 +452,18 @@ mod tests {
         assert!(out.pause_conditions.is_empty(), "the person's pause is not recorded as the step's");
         assert!(out.actions.is_empty(), "{:?}", out.actions);
         assert!(out.events.iter().any(|e| e.reason == "CanaryWaitsForResume"));
-        // Once the person resumes, the step pauses by itself and marks the pause as its own.
+        // Once the person resumes, the step records that the pause is its own, then pauses.
         let counts = Counts::of(&infos, &settings);
         drop(infos);
         pass.gd.spec.update_strategy.paused = false;
         let settings = pass.settings();
         let out = evaluate(&pass.gd, &old, NEW, counts, &settings.gate, settings.now);
+        assert!(out.actions.is_empty(), "{:?}", out.actions);
+        let marked = out.canary.clone().expect("canary status");
+        assert!(marked.pause_start_time.is_some());
+        let old = GameDeploymentStatus { canary: Some(marked), ..old };
+        let out = evaluate(&pass.gd, &old, NEW, counts, &settings.gate, settings.now);
         assert!(matches!(out.actions.as_slice(), [Action::SetPaused { paused: true, .. }]), "{:?}", out.actions);
-        assert!(out.canary.as_ref().and_then(|c| c.pause_start_time.as_ref()).is_some());
     }
 
     #[test]

@@ -132,6 +132,10 @@ async fn partitioned_leaders_stop_writing_before_standbys_start() {
         (out.lines().filter(|l| l.contains("Running")).count() == 2).then_some(())
     })
     .await;
+    // A second workload gives the gamedeployment-operator pods to create across the partition (scaling `led` up
+    // would release its held pods and end the busy runs).
+    apply(&cluster, &manifest("work", 2, "RollingUpdate", "", "python:latest")).await;
+    wait_columns(&cluster, "work", Columns::new(2, 2, 2, 2, 2)).await;
 
     // 409s on Lease writes: re-read, keep leading.
     cluster.sim().set_faults(FaultConfig {
@@ -158,14 +162,14 @@ async fn partitioned_leaders_stop_writing_before_standbys_start() {
         }],
     });
     // Work for the gamedeployment-operator while the lease runs out: pods to create.
-    cluster.kubectl_ok(&["scale", "--replicas=12", "gamedeployment/led"]).await;
+    cluster.kubectl_ok(&["scale", "--replicas=10", "gamedeployment/work"]).await;
     wait_holder(&cluster, "gamedeployment-operator", "gd-b").await;
     wait_holder(&cluster, "hook-operator", "hk-b").await;
     // The standbys carry on: more pods, more measurements.
-    cluster.kubectl_ok(&["scale", "--replicas=14", "gamedeployment/led"]).await;
+    cluster.kubectl_ok(&["scale", "--replicas=12", "gamedeployment/work"]).await;
     wait_for("the standby to scale", DEADLINE, || async {
-        let out = cluster.kubectl(&["get", "gamedeployment", "led", "-o", "jsonpath={.status.replicas}"]).await.stdout;
-        (out.trim().parse::<i32>().ok()? >= 14).then_some(())
+        let out = cluster.kubectl(&["get", "gamedeployment", "work", "-o", "jsonpath={.status.replicas}"]).await.stdout;
+        (out.trim().parse::<i32>().ok()? >= 12).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
