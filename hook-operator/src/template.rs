@@ -18,12 +18,17 @@ pub enum TemplateError {
     NoValue { field: String, name: String },
     #[error("{field}: `{{{{` at byte {offset} is never closed by `}}}}`")]
     Unterminated { field: String, offset: usize },
+    #[error("{field}: the text is {length} bytes long; templates may have at most {MAX_TEMPLATE_BYTES}")]
+    TooLong { field: String, length: usize },
     #[error(
         "{field}: `{tag}` at byte {offset} is not an argument placeholder; only {{{{ args.NAME }}}} is supported \
          (no partials, helpers, blocks or other variables; write \\{{{{ for a literal {{{{)"
     )]
     Unsupported { field: String, tag: String, offset: usize },
 }
+
+/// Longest text rendered or scanned (the CRD and validation bound every templated field well below this).
+pub const MAX_TEMPLATE_BYTES: usize = 64 * 1024;
 
 /// A tag found in a template.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,6 +40,9 @@ struct Tag {
 }
 
 fn scan(field: &str, text: &str) -> Result<Vec<Tag>, TemplateError> {
+    if text.len() > MAX_TEMPLATE_BYTES {
+        return Err(TemplateError::TooLong { field: field.to_string(), length: text.len() });
+    }
     let mut tags = Vec::new();
     let mut cursor = 0;
     while let Some(found) = text[cursor..].find("{{") {
@@ -184,6 +192,14 @@ mod tests {
             assert!(err.to_string().contains("only {{ args.NAME }} is supported"), "{err}");
             assert!(referenced_args("url", text).is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn huge_texts_are_refused_without_scanning() {
+        let huge = "{{ args.PodIP }}".repeat(1_000_000);
+        let start = std::time::Instant::now();
+        assert!(matches!(render("url", &huge, &args()), Err(TemplateError::TooLong { .. })));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]
