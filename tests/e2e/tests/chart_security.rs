@@ -8,8 +8,9 @@ use serde_json::{Value, json};
 const CHART: &str = "charts/gamedeployment-operators";
 
 async fn render(values: Value) -> Vec<Value> {
-    let out = helm(&["render", CHART, "--release", "ops", "--namespace", "kourse-system", "--values", &values.to_string()])
-        .await;
+    let out =
+        helm(&["render", CHART, "--release", "ops", "--namespace", "kourse-system", "--values", &values.to_string()])
+            .await;
     serde_json::from_str(&out).expect("rendered JSON")
 }
 
@@ -69,7 +70,9 @@ async fn switches_add_exactly_what_they_say() {
     let rules = hook["rules"].as_array().unwrap();
     assert!(rules.contains(&json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})), "{hook}");
     assert!(
-        rules.contains(&json!({"apiGroups": ["tkex.tencent.com"], "resources": ["gamedeployments"], "verbs": ["get", "patch"]})),
+        rules.contains(
+            &json!({"apiGroups": ["tkex.tencent.com"], "resources": ["gamedeployments"], "verbs": ["get", "patch"]})
+        ),
         "{hook}"
     );
     let args = hook_args(&docs);

@@ -137,7 +137,8 @@ async fn a_run_whose_probe_keeps_failing_says_so_while_running() {
         listener.local_addr().unwrap()
     };
     let extra = "      consecutiveErrorLimit: 1000\n";
-    apply(&cluster, "failing", &run_manifest("failing", &format!("http://{closed}/"), "asInt(result) > 30", extra)).await;
+    apply(&cluster, "failing", &run_manifest("failing", &format!("http://{closed}/"), "asInt(result) > 30", extra))
+        .await;
 
     let message = wait_for("status.message to show the error while Running", DEADLINE, || async {
         let run = get_run(&cluster, "failing").await;
@@ -150,7 +151,11 @@ async fn a_run_whose_probe_keeps_failing_says_so_while_running() {
 
     let wide = cluster.kubectl_ok(&["get", "hookrun", "failing", "-o", "wide"]).await;
     let header: Vec<&str> = wide.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "PHASE", "AGE", "METRIC", "VALUE", "SUCCESSFUL", "FAILED", "ERRORS", "MESSAGE"], "{wide}");
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "AGE", "METRIC", "VALUE", "SUCCESSFUL", "FAILED", "ERRORS", "MESSAGE"],
+        "{wide}"
+    );
     assert!(wide.contains("Running") && wide.contains("webtest") && wide.contains("cannot connect"), "{wide}");
     let default = cluster.kubectl_ok(&["get", "hookrun", "failing"]).await;
     assert!(!default.contains("MESSAGE"), "the extra columns are -o wide only:\n{default}");
