@@ -129,17 +129,6 @@ pub fn start_gaps(run: &HookRun) -> Vec<i64> {
     starts.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
-/// Short leader-election timings so a takeover happens within seconds.
-pub const FAST_ELECTION: &[&str] = &[
-    "--leader-elect",
-    "--leader-elect-namespace",
-    "default",
-    "--leader-elect-lease-duration",
-    "3s",
-    "--leader-elect-renew-deadline",
-    "2s",
-    "--leader-elect-retry-period",
-    "500ms",
-];
+pub use crate::FAST_ELECTION;
 
 pub const POLL: Duration = Duration::from_millis(200);

@@ -5,11 +5,10 @@
 //! Rules the harness enforces so tests never depend on timing luck: every wait is [`wait_for`] with a
 //! generous deadline, and a failing test prints the operator logs.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube_sim::{SimConfig, SimHandle};
 
@@ -46,21 +45,23 @@ pub fn binary(package: &str, bin: &str) -> PathBuf {
     path
 }
 
-/// Polls `probe` until it returns `Some`, failing the test with `what` after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// Polls `probe` until it returns `Some`, failing the test with `what` after `timeout`: the one polling helper
+/// kube-sim's own tests use too.
+pub use kube_sim::testing::wait_for;
+
+/// Short leader-election timings (lease 3 s, renew deadline 2 s, retry 500 ms) so a takeover happens within
+/// seconds; the Lease lives in `default`.
+pub const FAST_ELECTION: &[&str] = &[
+    "--leader-elect",
+    "--leader-elect-namespace",
+    "default",
+    "--leader-elect-lease-duration",
+    "3s",
+    "--leader-elect-renew-deadline",
+    "2s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
 
 /// Output of one `kubectl` invocation.
 #[derive(Debug, Clone)]

@@ -2,24 +2,13 @@
 //! on `/readyz` but serves `/healthz`); when the leader dies the other takes over and carries on.
 
 use e2e::gamedeployment::{Columns, apply, http_status, manifest, nth_metrics_address, wait_columns};
-use e2e::{Cluster, DEADLINE, wait_for};
-
-const ELECTION: [&str; 7] = [
-    "--leader-elect",
-    "--leader-elect-namespace",
-    "default",
-    "--leader-elect-lease-duration",
-    "3s",
-    "--leader-elect-renew-deadline",
-    "2s",
-];
+use e2e::{Cluster, DEADLINE, FAST_ELECTION, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_reconciles_and_a_standby_takes_over() {
     let cluster = Cluster::start().await;
     cluster.install_crds().await;
-    let mut args: Vec<&str> = ELECTION.to_vec();
-    args.extend(["--leader-elect-retry-period", "500ms"]);
+    let args: Vec<&str> = FAST_ELECTION.to_vec();
     let mut first = cluster.operator(
         "gamedeployment-operator",
         "gamedeployment-operator",

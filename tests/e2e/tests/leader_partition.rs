@@ -9,20 +9,8 @@ use std::time::Duration;
 
 use e2e::gamedeployment::{Columns, apply, manifest, wait_columns};
 use e2e::hook::hook_pod;
-use e2e::{Cluster, DEADLINE, Operator, wait_for};
+use e2e::{Cluster, DEADLINE, FAST_ELECTION, Operator, wait_for};
 use kube_sim::{FaultConfig, FaultRule};
-
-const ELECTION: &[&str] = &[
-    "--leader-elect",
-    "--leader-elect-namespace",
-    "default",
-    "--leader-elect-lease-duration",
-    "3s",
-    "--leader-elect-renew-deadline",
-    "2s",
-    "--leader-elect-retry-period",
-    "500ms",
-];
 
 /// Keeps measuring (every measurement fails the condition, failures never fail the metric): its status is written
 /// all the time, so a hook-operator that acts without the lease would show in the audit.
@@ -45,7 +33,7 @@ spec:
 fn start(cluster: &Cluster, package: &str, bin: &str, user: &str, extra: &[&str]) -> Operator {
     let kubeconfig = cluster.dir().join(format!("{user}.kubeconfig"));
     cluster.sim().write_kubeconfig_for_user(&kubeconfig, user, &["system:masters"]).expect("kubeconfig written");
-    let mut args: Vec<&str> = ELECTION.to_vec();
+    let mut args: Vec<&str> = FAST_ELECTION.to_vec();
     args.extend(["--leader-elect-identity", user]);
     args.extend_from_slice(extra);
     cluster.operator_with_kubeconfig(package, bin, &kubeconfig, &args)
