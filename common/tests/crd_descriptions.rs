@@ -2,6 +2,7 @@
 //! template (whose descriptions are stripped to fit the apply annotation) must say what it is, in whole
 //! sentences that kubectl can wrap (no hard line breaks inside a paragraph, no rustdoc link syntax), and every
 //! int-or-string field must say that it takes an integer or a percentage.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{JSONSchemaProps, JSONSchemaPropsOrArray};
 

@@ -1,6 +1,7 @@
 //! Every manifest in `examples/` (the BCS walkthrough and docs manifests, unchanged) must deserialise into
 //! the Rust types without losing a field and validate against the generated CRD schema, so an example can
 //! never drift from the API.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! `hook-operator check` reproduces the walkthrough's outcomes without a cluster: the unchanged BCS templates
 //! against a local server answering `{"name":"bryan","male":"yes","age":45}`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::net::SocketAddr;
 use std::time::Duration;

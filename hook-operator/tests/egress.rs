@@ -1,5 +1,6 @@
 //! The web provider's egress policy, redirects and credential redaction, against local servers only (loopback
 //! addresses; other addresses are never used as "unreachable").
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Property tests with hostile generators (see `hook_operator::fuzz`): conditions, JSONPaths, templates,
 //! durations, HookTemplate validation and web responses never panic and each case ends within
 //! `fuzz::CASE_DEADLINE`. `hook-fuzz` runs the same targets for longer.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use hook_operator::budget::{Limits, Pool};
 use hook_operator::fuzz;

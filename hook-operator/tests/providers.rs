@@ -1,5 +1,6 @@
 //! Providers and the dispatcher against real local HTTP servers that are slow, hang, fail, answer non-JSON,
 //! huge bodies or documents without the requested key.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -1,4 +1,5 @@
 //! What each action writes, for the fixed objects of `fixtures`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 mod fixtures;
 

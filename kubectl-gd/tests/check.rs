@@ -1,5 +1,6 @@
 //! `kubectl gd check` is the hook-operator's local check: the walkthrough's templates against a local server
 //! answering the BCS demo JSON (`{"age":45}`), through `--web-resolve` as in the README. And `--help` has examples.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -1,6 +1,7 @@
 //! `kubectl gd get NAME --watch` on a pseudo-terminal: colour and symbols, and a change on the server redraws the
 //! view in place (cursor home, each line cleared, the rest of the screen cleared) — driven by watches, against a
 //! kube-sim API server holding a GameDeployment whose status the test changes.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
 use std::io::Read;
 use std::sync::{Arc, Mutex};
