@@ -155,6 +155,8 @@ pub enum Action {
     SetPaused {
         paused: bool,
         resource_version: String,
+        /// For the Event: "canary step 2 of 3 paused the rollout (indefinite)", "canary step 2 of 3 is complete".
+        why: String,
     },
 }
 

@@ -123,8 +123,8 @@ impl Executor<'_> {
         for (name, uid, why) in actions.delete_runs {
             deletes_ok &= self.delete_hook_run(name, uid, why, &mut outcome).await;
         }
-        for (paused, resource_version) in actions.set_paused {
-            self.set_paused(paused, resource_version, &mut outcome).await;
+        for (paused, resource_version, why) in actions.set_paused {
+            self.set_paused(paused, resource_version, why, &mut outcome).await;
         }
         // A retry is acknowledged only once the failed runs are really gone: otherwise the request stays.
         if deletes_ok {
@@ -573,7 +573,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn set_paused(&self, paused: bool, resource_version: &str, outcome: &mut Outcome) {
+    async fn set_paused(&self, paused: bool, resource_version: &str, why: &str, outcome: &mut Outcome) {
         let ops = [
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
             json!({"op": "add", "path": "/spec/updateStrategy/paused", "value": paused}),
@@ -583,10 +583,7 @@ impl Executor<'_> {
             Err(e) => Err(kube::Error::SerdeError(e)),
         };
         match result {
-            Ok(()) => outcome.events.push(PlannedEvent::normal(
-                if paused { "CanaryPaused" } else { "CanaryResumed" },
-                format!("set spec.updateStrategy.paused to {paused}"),
-            )),
+            Ok(()) => outcome.events.push(pause_event(self.gd, paused, why)),
             Err(e) if matches!(code(&e), Some(409 | 422)) => outcome.stale += 1,
             Err(e) => tracing::warn!(error = %e, "setting spec.updateStrategy.paused failed"),
         }
@@ -628,7 +625,7 @@ struct Grouped<'p> {
     housekeeping: Vec<&'p Action>,
     create_runs: Vec<&'p HookRun>,
     delete_runs: Vec<(&'p str, &'p str, &'p str)>,
-    set_paused: Vec<(bool, &'p str)>,
+    set_paused: Vec<(bool, &'p str, &'p str)>,
     reset_retry: Vec<(HookKind, &'p str)>,
 }
 
@@ -646,7 +643,9 @@ impl<'p> Grouped<'p> {
                 Action::PrunePodsToDelete { .. } | Action::DeleteRevision { .. } => g.housekeeping.push(action),
                 Action::CreateHookRun(run) => g.create_runs.push(run),
                 Action::DeleteHookRun { name, uid, why } => g.delete_runs.push((name, uid, why)),
-                Action::SetPaused { paused, resource_version } => g.set_paused.push((*paused, resource_version)),
+                Action::SetPaused { paused, resource_version, why } => {
+                    g.set_paused.push((*paused, resource_version, why))
+                }
                 Action::ResetRetry { kind, resource_version } => g.reset_retry.push((*kind, resource_version)),
             }
         }
@@ -679,4 +678,20 @@ fn success_event(change: &PodChange) -> Option<PlannedEvent> {
         PatchReason::ReadinessGate => return None,
     };
     Some(PlannedEvent::normal(reason, message))
+}
+
+/// The Event of a canary pause or resume: a pause says how to resume.
+fn pause_event(gd: &GameDeployment, paused: bool, why: &str) -> PlannedEvent {
+    if paused {
+        let resume = crate::planner::status::resume_command(
+            gd.metadata.name.as_deref().unwrap_or_default(),
+            gd.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        PlannedEvent::normal(
+            "CanaryPaused",
+            format!("{why}; set spec.updateStrategy.paused: true; resume with {resume}"),
+        )
+    } else {
+        PlannedEvent::normal("CanaryResumed", format!("{why}; set spec.updateStrategy.paused: false"))
+    }
 }

@@ -164,12 +164,12 @@ pub fn evaluate(
                 index = 0;
                 out.events.push(PlannedEvent::normal(
                     "SetStepIndex",
-                    format!("canary of revision {update_revision} starts at step 0 of {len}"),
+                    format!("canary of revision {update_revision} starts at step 1 of {len}"),
                 ));
             }
             if spec_paused && !old.pause_conditions.is_empty() {
                 // The pause was ours (a step's): lift it with the restart.
-                out.actions.push(set_paused(gd, false));
+                out.actions.push(set_paused(gd, false, "the canary restarted (new template or steps)".into()));
             }
         }
         Some(_) => {}
@@ -219,8 +219,10 @@ pub fn evaluate(
                             out.events.push(PlannedEvent::warning(
                                 "CanaryHookFailed",
                                 format!(
-                                    "HookRun {name} of canary step {index} ended {phase}: the rollout is paused; \
-                                     set spec.updateStrategy.paused: false to go on anyway, or roll the template back"
+                                    "HookRun {name} of canary step {} of {len} ended {phase}: the rollout is paused; \
+                                     resume anyway with {}, or roll the template back to abort",
+                                    index + 1,
+                                    resume(gd)
                                 ),
                             ));
                         }
@@ -246,7 +248,7 @@ pub fn evaluate(
             canary.current_step_hook_run = None;
             canary.pause_start_time = None;
             if spec_paused && !old.pause_conditions.is_empty() {
-                out.actions.push(set_paused(gd, false));
+                out.actions.push(set_paused(gd, false, format!("canary step {index} of {len} is complete")));
             }
             out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
             out.requeue_at = Some(now);
@@ -261,13 +263,26 @@ pub fn evaluate(
                 out.requeue_at = Some(now);
             } else if !spec_paused {
                 // `paused: true`; the condition follows once the spec shows it.
-                out.actions.push(set_paused(gd, true));
+                let why = match (reason, step.pause.as_ref().and_then(|p| p.duration)) {
+                    (PauseReason::PausedByStepBasedHook, _) => {
+                        format!("hook {} failed", canary.current_step_hook_run.as_deref().unwrap_or_default())
+                    }
+                    (_, Some(d)) => format!("for {d}s"),
+                    (_, None) => "indefinite".to_string(),
+                };
+                out.actions.push(set_paused(
+                    gd,
+                    true,
+                    format!("canary step {} of {len} paused the rollout ({why})", index + 1),
+                ));
             } else if has(reason).is_none() && !asked {
                 out.events.push(PlannedEvent::normal(
                     "CanaryWaitsForResume",
                     format!(
-                        "canary step {index} waits: the rollout was paused by spec.updateStrategy.paused before the \
-                         step paused it; set paused: false to let the step run"
+                        "canary step {} of {len} waits: the rollout was paused by spec.updateStrategy.paused before \
+                         the step paused it; resume with {} to let the step run",
+                        index + 1,
+                        resume(gd)
                     ),
                 ));
             } else if has(reason).is_none() {
@@ -370,8 +385,15 @@ fn build_step_run(
     Ok(run)
 }
 
-fn set_paused(gd: &GameDeployment, paused: bool) -> Action {
-    Action::SetPaused { paused, resource_version: gd.metadata.resource_version.clone().unwrap_or_default() }
+fn resume(gd: &GameDeployment) -> String {
+    super::status::resume_command(
+        gd.metadata.name.as_deref().unwrap_or_default(),
+        gd.metadata.namespace.as_deref().unwrap_or_default(),
+    )
+}
+
+fn set_paused(gd: &GameDeployment, paused: bool, why: String) -> Action {
+    Action::SetPaused { paused, resource_version: gd.metadata.resource_version.clone().unwrap_or_default(), why }
 }
 
 #[cfg(test)]

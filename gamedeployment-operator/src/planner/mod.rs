@@ -168,6 +168,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     // 9. Status.
     let mut status = status::compute(&settings, &diffs, &old_status, &infos, &draft, &spec_problems);
     canary.apply_to(&mut status);
+    status::show_canary_pause(gd, &mut status, settings.now);
     let mut hook_events = Vec::new();
     hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
     draft.events.extend(hook_events);

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use common::api::{GameDeploymentCondition, GameDeploymentStatus, GameDeploymentUpdateStrategyType};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::diffs::Diffs;
 use super::draft::Draft;
@@ -99,11 +99,16 @@ pub fn condition<'a>(status: &'a GameDeploymentStatus, type_: &str) -> Option<&'
     status.conditions.iter().find(|c| c.type_ == type_)
 }
 
-/// A short list of pod names for messages ("a, b, c and 4 more").
-fn names<'a>(pods: impl Iterator<Item = &'a str>) -> String {
-    let all: Vec<&str> = pods.collect();
+/// A short list for messages ("a, b, c and 4 more").
+fn names<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = items.collect();
     let shown = all.iter().take(3).copied().collect::<Vec<_>>().join(", ");
     if all.len() > 3 { format!("{shown} and {} more", all.len() - 3) } else { shown }
+}
+
+/// "1 pod" / "3 pods".
+fn pods(n: i32) -> String {
+    if n == 1 { "1 pod".to_string() } else { format!("{n} pods") }
 }
 
 /// The status of this pass, from what was observed.
@@ -176,6 +181,103 @@ pub(crate) fn compute(
     status
 }
 
+/// A pod a gate holds, for the `Progressing` message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Held {
+    pub name: String,
+    /// The hook holding it ("pre-delete hook"), or "gate" when no hook is involved.
+    pub by: String,
+    /// Why, without the pod's name ("HookRun x is Running").
+    pub why: String,
+}
+
+/// Everything the `Progressing` condition says, gathered from one pass (so the wording is tested on plain
+/// values: `progress_tests::messages`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// `spec.replicas`.
+    pub desired: i32,
+    /// Pods that exist and are not terminating.
+    pub existing: i32,
+    /// Of those, pods on the update revision.
+    pub updated: i32,
+    pub revision: String,
+    pub partition: i32,
+    /// Pods still to move to the update revision.
+    pub to_update: i32,
+    pub paused: bool,
+    pub on_delete: bool,
+    pub max_unavailable: i32,
+    pub held: Vec<Held>,
+    pub grace: Vec<String>,
+    pub new_containers: Vec<String>,
+    pub unavailable: Vec<String>,
+    /// Every pod runs the update revision, is idle and in `Normal`.
+    pub settled: bool,
+}
+
+/// `(status, reason, message)` of `Progressing`. The message is made of clauses separated by "; ", one fact each:
+/// how many pods run the update revision, scaling, the partition, then one clause per thing waited for.
+pub(crate) fn progressing_message(f: &Facts) -> (&'static str, &'static str, String) {
+    let runs = if f.updated == 1 { "runs" } else { "run" };
+    let mut clauses = vec![format!("{} of {} {runs} revision {}", f.updated, pods(f.existing), f.revision)];
+    if f.existing > f.desired {
+        clauses.push(format!("scaling in to {}", pods(f.desired)));
+    } else if f.existing < f.desired {
+        clauses.push(format!("scaling out to {}", pods(f.desired)));
+    }
+    let old = f.existing - f.updated;
+    if f.partition > 0 && f.to_update > 0 {
+        clauses.push(format!("partition {} keeps {} on older revisions", f.partition, pods(f.partition)));
+    }
+    if f.to_update > 0 && f.paused {
+        clauses.push("updates are paused by spec.updateStrategy.paused".to_string());
+        return ("Unknown", "Paused", clauses.join("; "));
+    }
+    if f.to_update > 0 && f.on_delete {
+        clauses.push(ondelete::WAITING_FOR_DELETION.to_string());
+        return ("True", "WaitingForDeletion", clauses.join("; "));
+    }
+    let mut waiting: Vec<String> = Vec::new();
+    let mut by: Vec<&str> = f.held.iter().map(|h| h.by.as_str()).collect();
+    by.sort_unstable();
+    by.dedup();
+    for gate in by {
+        let held: Vec<String> =
+            f.held.iter().filter(|h| h.by == gate).map(|h| format!("{} ({})", h.name, h.why)).collect();
+        let count = i32::try_from(held.len()).unwrap_or(i32::MAX);
+        waiting.push(format!("{gate} of {}: {}", pods(count), names(held.iter().map(String::as_str))));
+    }
+    if !f.grace.is_empty() {
+        waiting.push(format!("in-place grace period of {}", names(f.grace.iter().map(String::as_str))));
+    }
+    if !f.new_containers.is_empty() {
+        waiting.push(format!("new containers of {}", names(f.new_containers.iter().map(String::as_str))));
+    }
+    if !f.unavailable.is_empty() {
+        waiting.push(format!("{} to become available", names(f.unavailable.iter().map(String::as_str))));
+    }
+    if f.to_update > 0 && waiting.is_empty() && f.existing == f.desired {
+        waiting.push(format!("room in the update budget (maxUnavailable {})", f.max_unavailable));
+    }
+    if !waiting.is_empty() || f.to_update > 0 || f.existing != f.desired {
+        clauses.extend(waiting.into_iter().map(|w| format!("waiting for {w}")));
+        return ("True", "RolloutInProgress", clauses.join("; "));
+    }
+    if f.settled {
+        let all = if f.desired == 1 {
+            format!("the only pod runs revision {} and is available", f.revision)
+        } else {
+            format!("all {} run revision {} and are available", pods(f.desired), f.revision)
+        };
+        return ("True", "RolloutComplete", all);
+    }
+    if old > 0 {
+        clauses.push(format!("partition {} keeps {} on older revisions", f.partition, pods(old)));
+    }
+    ("True", "PartitionAvailable", clauses.join("; "))
+}
+
 /// `Progressing`: what the rollout waits for, in words.
 fn progressing(
     settings: &Settings<'_>,
@@ -188,67 +290,138 @@ fn progressing(
     if let Some((_, problem)) = problems.first() {
         return ("False", REASON_INVALID_SPEC, problem.clone());
     }
-    let replicas = count(infos.len());
-    let updated = count_where(infos, |i| i.updated);
-    let target = settings.replicas - settings.partition;
-    let head = format!(
-        "{updated} of {} pods run revision {} (target {target}, partition {})",
-        settings.replicas, settings.update_revision, settings.partition
-    );
-    let need = diffs.update;
-    if need > 0 && settings.paused {
-        return ("Unknown", "Paused", format!("{head}; updates are paused by spec.updateStrategy.paused"));
-    }
-    if need > 0 && settings.strategy == GameDeploymentUpdateStrategyType::OnDelete {
-        return ("True", "WaitingForDeletion", format!("{head}; {}", ondelete::WAITING_FOR_DELETION));
-    }
-    let mut waiting: Vec<String> = Vec::new();
-    if replicas < settings.replicas {
-        waiting.push(format!("{} pods to be created", settings.replicas - replicas));
-    }
-    if !draft.held.is_empty() {
-        let held = draft
+    let named = |keep: &dyn Fn(&PodInfo<'_>) -> bool| -> Vec<String> {
+        infos.iter().filter(|i| keep(i)).map(|i| i.name.to_string()).collect()
+    };
+    let facts = Facts {
+        desired: settings.replicas,
+        existing: count(infos.len()),
+        updated: count_where(infos, |i| i.updated),
+        revision: settings.update_revision.clone(),
+        partition: settings.partition,
+        to_update: diffs.update,
+        paused: settings.paused,
+        on_delete: settings.strategy == GameDeploymentUpdateStrategyType::OnDelete,
+        max_unavailable: settings.max_unavailable,
+        held: draft
             .held
             .iter()
-            .map(|h| format!("{} ({})", h.name, h.decision.reason().unwrap_or("held")))
-            .collect::<Vec<_>>();
-        waiting.push(format!("gates holding {}", names(held.iter().map(String::as_str))));
-    }
-    let grace: Vec<&str> = infos.iter().filter(|i| matches!(i.progress, Progress::Grace(_))).map(|i| i.name).collect();
-    if !grace.is_empty() {
-        waiting.push(format!("in-place grace period of {}", names(grace.into_iter())));
-    }
-    let patching: Vec<&str> =
-        infos.iter().filter(|i| matches!(i.progress, Progress::Patched(_) | Progress::Done)).map(|i| i.name).collect();
-    if !patching.is_empty() {
-        waiting.push(format!("new containers of {}", names(patching.into_iter())));
-    }
-    let unavailable: Vec<&str> =
-        infos.iter().filter(|i| !i.available && i.progress.is_idle()).map(|i| i.name).collect();
-    if !unavailable.is_empty() {
-        waiting.push(format!("{} to become available", names(unavailable.into_iter())));
-    }
-    if replicas > settings.replicas {
-        waiting.push(format!("{} surplus pods to be deleted", replicas - settings.replicas));
-    }
-    if need > 0 && waiting.is_empty() {
-        waiting.push(format!("update budget (maxUnavailable {})", settings.max_unavailable));
-    }
-    if !waiting.is_empty() || need > 0 {
-        return ("True", "RolloutInProgress", format!("{head}; waiting for {}", waiting.join(", ")));
-    }
-    if settled {
-        return (
-            "True",
-            "RolloutComplete",
-            format!("all {} pods run revision {} and are available", settings.replicas, settings.update_revision),
-        );
-    }
-    (
-        "True",
-        "PartitionAvailable",
-        format!("{head}; {} pods are kept on older revisions by the partition", replicas - updated),
+            .map(|h| Held {
+                name: h.name.clone(),
+                by: h.hook.as_ref().map_or_else(|| "the gate".to_string(), |g| hook_name(g.kind).to_string()),
+                why: h.decision.reason().unwrap_or("held").to_string(),
+            })
+            .collect(),
+        grace: named(&|i| matches!(i.progress, Progress::Grace(_))),
+        new_containers: named(&|i| matches!(i.progress, Progress::Patched(_) | Progress::Done)),
+        unavailable: named(&|i| !i.available && i.progress.is_idle()),
+        settled,
+    };
+    progressing_message(&facts)
+}
+
+/// Why a canary step holds the rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PauseWhy {
+    /// A `pause` step without `duration`: a person resumes it.
+    Indefinite,
+    /// A timed `pause` step: it ends by itself at this time (or earlier, when a person resumes it).
+    Until(Timestamp),
+    /// The step's HookRun ended Failed, Error or Inconclusive.
+    HookFailed(String),
+}
+
+/// A canary step that paused the rollout (`index` counts from 0, as `status.currentStepIndex` does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CanaryPause {
+    pub index: usize,
+    pub steps: usize,
+    pub why: PauseWhy,
+}
+
+/// The command that resumes a paused rollout.
+pub(crate) fn resume_command(name: &str, namespace: &str) -> String {
+    let namespace =
+        if namespace.is_empty() || namespace == "default" { String::new() } else { format!(" -n {namespace}") };
+    format!(
+        "kubectl patch gamedeployment {name}{namespace} --type=merge -p '{{\"spec\":{{\"updateStrategy\":{{\"paused\":false}}}}}}'"
     )
+}
+
+/// "paused at canary step 2 of 3 (indefinite): resume with kubectl patch …" (steps count from 1 here).
+pub(crate) fn canary_pause_message(pause: &CanaryPause, name: &str, namespace: &str) -> String {
+    let why = match &pause.why {
+        PauseWhy::Indefinite => "indefinite".to_string(),
+        PauseWhy::Until(t) => {
+            let t = Timestamp::from_second(t.as_second()).unwrap_or(*t);
+            format!("until {t}")
+        }
+        PauseWhy::HookFailed(run) => format!("hook {run} failed"),
+    };
+    let resume = resume_command(name, namespace);
+    let (verb, rest) = match pause.why {
+        PauseWhy::HookFailed(_) => ("resume anyway", "; or roll the template back to abort"),
+        PauseWhy::Until(_) => ("resume early", ""),
+        PauseWhy::Indefinite => ("resume", ""),
+    };
+    format!("paused at canary step {} of {} ({why}): {verb} with {resume}{rest}", pause.index + 1, pause.steps)
+}
+
+/// The canary step pausing the rollout, from the status this pass computed (None: no step pauses it).
+pub(crate) fn canary_pause(gd: &common::api::GameDeployment, status: &GameDeploymentStatus) -> Option<CanaryPause> {
+    use common::api::PauseReason;
+    if !gd.spec.update_strategy.paused {
+        return None;
+    }
+    let steps = &gd.spec.update_strategy.canary.as_ref()?.steps;
+    let index = usize::try_from(status.current_step_index?).ok().filter(|i| *i < steps.len())?;
+    let condition = status
+        .pause_conditions
+        .iter()
+        .find(|c| matches!(c.reason, PauseReason::PausedByCanaryPauseStep | PauseReason::PausedByStepBasedHook))?;
+    let why = match condition.reason {
+        PauseReason::PausedByStepBasedHook => PauseWhy::HookFailed(
+            status.canary.as_ref().and_then(|c| c.current_step_hook_run.clone()).unwrap_or_default(),
+        ),
+        _ => match steps[index].pause.as_ref().and_then(|p| p.duration) {
+            Some(d) => PauseWhy::Until(
+                condition
+                    .start_time
+                    .0
+                    .checked_add(SignedDuration::from_secs(i64::from(d)))
+                    .unwrap_or(condition.start_time.0),
+            ),
+            None => PauseWhy::Indefinite,
+        },
+    };
+    Some(CanaryPause { index, steps: steps.len(), why })
+}
+
+/// Says in `Progressing` that a canary step paused the rollout and how to resume it (a spec problem still wins).
+pub(crate) fn show_canary_pause(gd: &common::api::GameDeployment, status: &mut GameDeploymentStatus, now: Timestamp) {
+    let invalid = condition(status, PROGRESSING).is_some_and(|c| c.reason.as_deref() == Some(REASON_INVALID_SPEC));
+    if invalid {
+        return;
+    }
+    if let Some(pause) = canary_pause(gd, status) {
+        let message = canary_pause_message(
+            &pause,
+            gd.metadata.name.as_deref().unwrap_or_default(),
+            gd.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        set_condition(&mut status.conditions, PROGRESSING, "Unknown", "Paused", &message, now);
+    }
+}
+
+/// A hook as people call it ("the pre-delete hook").
+pub(crate) fn hook_name(kind: common::hookrun::HookKind) -> &'static str {
+    use common::hookrun::HookKind;
+    match kind {
+        HookKind::PreDelete => "the pre-delete hook",
+        HookKind::PreInplace => "the pre-inplace hook",
+        HookKind::PostInplace => "the post-inplace hook",
+        HookKind::CanaryStep => "the canary step hook",
+    }
 }
 
 /// Events for conditions the planner itself decided (a spec problem appearing, a rollout completing).
@@ -355,5 +528,173 @@ mod step_tests {
         apply_write_outcome(&mut status, &[], &BTreeSet::from([Phase::Scale]), now);
         assert!(condition(&status, FAILED_SCALE).is_some());
         assert_eq!(Failure::Scale.phase(), Phase::Scale);
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    fn facts(desired: i32, existing: i32, updated: i32) -> Facts {
+        Facts { desired, existing, updated, revision: "web-2".into(), max_unavailable: 1, ..Facts::default() }
+    }
+
+    fn held(name: &str, by: &str, why: &str) -> Held {
+        Held { name: name.into(), by: by.into(), why: why.into() }
+    }
+
+    /// Situation → exact `Progressing` (status, reason, message).
+    #[test]
+    fn messages() {
+        let pre = "the pre-delete hook";
+        let table: Vec<(&str, Facts, (&str, &str, &str))> = vec![
+            (
+                "plain scale-in: never more pods than exist, no partition talk when nothing is to update",
+                Facts { partition: 2, ..facts(5, 6, 6) },
+                ("True", "RolloutInProgress", "6 of 6 pods run revision web-2; scaling in to 5 pods"),
+            ),
+            (
+                "scale-out",
+                Facts { unavailable: vec!["web-a".into()], ..facts(3, 1, 1) },
+                (
+                    "True",
+                    "RolloutInProgress",
+                    "1 of 1 pod runs revision web-2; scaling out to 3 pods; waiting for web-a to become available",
+                ),
+            ),
+            (
+                "held pods: one entry per pod, each with its own reason, no name twice",
+                Facts {
+                    held: vec![
+                        held("a", pre, "HookRun ra is Running"),
+                        held("b", pre, "HookRun rb is Running"),
+                        held("c", pre, "HookTemplate \"t\" not found in namespace ns"),
+                        held("d", pre, "HookRun rd is Running"),
+                        held("e", "the pre-inplace hook", "HookRun re is Pending"),
+                    ],
+                    ..facts(3, 7, 0)
+                },
+                (
+                    "True",
+                    "RolloutInProgress",
+                    "0 of 7 pods run revision web-2; scaling in to 3 pods; waiting for the pre-delete hook of 4 pods: \
+                     a (HookRun ra is Running), b (HookRun rb is Running), c (HookTemplate \"t\" not found in \
+                     namespace ns) and 1 more; waiting for the pre-inplace hook of 1 pod: e (HookRun re is Pending)",
+                ),
+            ),
+            (
+                "update limited by the budget, with a partition",
+                Facts { partition: 1, to_update: 2, ..facts(4, 4, 1) },
+                (
+                    "True",
+                    "RolloutInProgress",
+                    "1 of 4 pods runs revision web-2; partition 1 keeps 1 pod on older revisions; waiting for room in \
+                     the update budget (maxUnavailable 1)",
+                ),
+            ),
+            (
+                "in-place steps",
+                Facts {
+                    to_update: 1,
+                    grace: vec!["a".into()],
+                    new_containers: vec!["b".into(), "c".into()],
+                    ..facts(4, 4, 2)
+                },
+                (
+                    "True",
+                    "RolloutInProgress",
+                    "2 of 4 pods run revision web-2; waiting for in-place grace period of a; waiting for new \
+                     containers of b, c",
+                ),
+            ),
+            (
+                "paused",
+                Facts { to_update: 3, paused: true, ..facts(3, 3, 0) },
+                (
+                    "Unknown",
+                    "Paused",
+                    "0 of 3 pods run revision web-2; updates are paused by spec.updateStrategy.paused",
+                ),
+            ),
+            (
+                "partition reached",
+                Facts { partition: 2, ..facts(5, 5, 3) },
+                (
+                    "True",
+                    "PartitionAvailable",
+                    "3 of 5 pods run revision web-2; partition 2 keeps 2 pods on older revisions",
+                ),
+            ),
+            (
+                "complete",
+                Facts { settled: true, ..facts(1, 1, 1) },
+                ("True", "RolloutComplete", "the only pod runs revision web-2 and is available"),
+            ),
+            (
+                "complete, several pods",
+                Facts { settled: true, ..facts(3, 3, 3) },
+                ("True", "RolloutComplete", "all 3 pods run revision web-2 and are available"),
+            ),
+        ];
+        for (situation, facts, (status, reason, message)) in table {
+            let got = progressing_message(&facts);
+            assert_eq!(got, (status, reason, message.to_string()), "{situation}");
+        }
+    }
+
+    #[test]
+    fn canary_pauses_say_how_to_resume() {
+        let resume =
+            r#"kubectl patch gamedeployment web --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}'"#;
+        let until = Timestamp::from_second(1_700_000_000).unwrap();
+        let table = [
+            (PauseWhy::Indefinite, format!("paused at canary step 2 of 3 (indefinite): resume with {resume}")),
+            (
+                PauseWhy::Until(until),
+                format!("paused at canary step 2 of 3 (until 2023-11-14T22:13:20Z): resume early with {resume}"),
+            ),
+            (
+                PauseWhy::HookFailed("canary-web-2-1-check".into()),
+                format!(
+                    "paused at canary step 2 of 3 (hook canary-web-2-1-check failed): resume anyway with {resume}; or \
+                     roll the template back to abort"
+                ),
+            ),
+        ];
+        for (why, want) in table {
+            assert_eq!(canary_pause_message(&CanaryPause { index: 1, steps: 3, why }, "web", "default"), want);
+        }
+        assert!(resume_command("web", "games").contains("gamedeployment web -n games --type=merge"));
+    }
+
+    #[test]
+    fn the_pause_is_read_from_the_status_and_the_steps() {
+        use common::api::{CanaryStatus, PauseCondition, PauseReason};
+        let mut gd = crate::fixtures::gd(4, "InplaceUpdate");
+        gd.spec.update_strategy.canary = Some(
+            serde_json::from_value(serde_json::json!({"steps": [{"partition": 3}, {"pause": {"duration": 60}},
+                {"hook": {"templateName": "t"}}, {"pause": {}}]}))
+            .unwrap(),
+        );
+        let start = Timestamp::from_second(1_000).unwrap();
+        let at = |index: i32, reason: PauseReason| GameDeploymentStatus {
+            current_step_index: Some(index),
+            pause_conditions: vec![PauseCondition { reason, start_time: Time(start) }],
+            canary: Some(CanaryStatus { current_step_hook_run: Some("run".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(canary_pause(&gd, &at(1, PauseReason::PausedByCanaryPauseStep)), None, "spec not paused yet");
+        gd.spec.update_strategy.paused = true;
+        let pause = |index, reason| canary_pause(&gd, &at(index, reason)).map(|p| p.why);
+        assert_eq!(
+            pause(1, PauseReason::PausedByCanaryPauseStep),
+            Some(PauseWhy::Until(Timestamp::from_second(1_060).unwrap()))
+        );
+        assert_eq!(pause(2, PauseReason::PausedByStepBasedHook), Some(PauseWhy::HookFailed("run".into())));
+        assert_eq!(pause(3, PauseReason::PausedByCanaryPauseStep), Some(PauseWhy::Indefinite));
+        assert_eq!(
+            canary_pause(&gd, &GameDeploymentStatus { current_step_index: Some(3), ..Default::default() }),
+            None
+        );
     }
 }
