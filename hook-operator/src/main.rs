@@ -51,7 +51,9 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
     let metrics = Metrics::register(&mut registry);
     let health = Health::default();
     let listener = server::bind(flags.runtime.serve.metrics_address).await.map_err(|e| e.to_string())?;
-    tracing::info!(address = %flags.runtime.serve.metrics_address, "serving /metrics, /healthz, /readyz");
+    // The bound address (the flag may say port 0).
+    let address = listener.local_addr().unwrap_or(flags.runtime.serve.metrics_address);
+    tracing::info!(%address, "serving /metrics, /healthz, /readyz");
     let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
 
     let providers = Providers::new(&flags.engine.providers(), Some(client.clone())).map_err(|e| e.0)?;
@@ -67,7 +69,13 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         namespace_share_percent: flags.max_in_flight_per_namespace_percent,
         status_write_interval: flags.status_write_interval,
     };
-    let run = controller::run(client, options, providers, metrics, health, shutdown.clone());
+    let leader = metrics.clone();
+    let controller = controller::run(client, options, providers, metrics, health, shutdown.clone());
+    // Polled only while leading: `hook_operator_leader` is 1 exactly while the controller runs.
+    let run = async move {
+        let _leading = leader.leading();
+        controller.await
+    };
     let outcome = if flags.runtime.leader_election.leader_elect {
         election.run_while_leading(&shutdown, || run).await.map(|_| ()).map_err(|e| e.to_string())
     } else {

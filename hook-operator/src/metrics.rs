@@ -44,6 +44,8 @@ pub struct Metrics {
     pub status_writes: Counter,
     pub invalid_templates: Gauge,
     pub events_dropped: Counter,
+    /// 1 while this replica runs the controller (holds the Lease, or leader election is off), else 0.
+    pub leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -61,6 +63,7 @@ impl Default for Metrics {
             status_writes: Counter::default(),
             invalid_templates: Gauge::default(),
             events_dropped: Counter::default(),
+            leader: Gauge::default(),
         }
     }
 }
@@ -102,10 +105,48 @@ impl Metrics {
             "Kubernetes Events dropped because the event queue was full",
             metrics.events_dropped.clone(),
         );
+        r.register("leader", "1 while this replica leads (runs HookRuns), else 0", metrics.leader.clone());
         metrics
+    }
+
+    /// Marks this replica as leading until the returned guard is dropped (the controller stops or the lease is
+    /// lost).
+    pub fn leading(&self) -> LeaderGuard {
+        self.leader.set(1);
+        LeaderGuard(self.leader.clone())
     }
 
     pub fn reconcile_error(&self, reason: &str) {
         self.reconcile_errors.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+    }
+}
+
+/// Resets `hook_operator_leader` to 0 when the controller stops.
+pub struct LeaderGuard(Gauge);
+
+impl Drop for LeaderGuard {
+    fn drop(&mut self) {
+        self.0.set(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leader_gauge_is_one_exactly_while_the_guard_lives() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let text = |registry: &Registry| {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+            out
+        };
+        assert!(text(&registry).contains("hook_operator_leader 0"));
+        let guard = metrics.leading();
+        assert!(text(&registry).contains("hook_operator_leader 1"));
+        drop(guard);
+        assert!(text(&registry).contains("hook_operator_leader 0"));
     }
 }
