@@ -206,15 +206,55 @@ pub struct PlannedEvent {
     pub type_: EventType,
     pub reason: String,
     pub message: String,
+    /// The object the event is also about (events.k8s.io `related`). Events are aggregated by reason *and*
+    /// related object, so each pod's (revision's, HookRun's) event stays its own in `kubectl describe`.
+    pub related: Option<Related>,
+}
+
+/// An object an event is about, besides the GameDeployment (same namespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Related {
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+impl Related {
+    pub fn pod(name: &str, uid: Option<&str>) -> Self {
+        Self { api_version: "v1", kind: "Pod", name: name.into(), uid: uid.map(Into::into) }
+    }
+
+    pub fn revision(name: &str) -> Self {
+        Self { api_version: "apps/v1", kind: "ControllerRevision", name: name.into(), uid: None }
+    }
+
+    pub fn hook_run(name: &str, uid: Option<&str>) -> Self {
+        Self { api_version: "tkex.tencent.com/v1alpha1", kind: "HookRun", name: name.into(), uid: uid.map(Into::into) }
+    }
 }
 
 impl PlannedEvent {
     pub fn warning(reason: &str, message: impl Into<String>) -> Self {
-        Self { type_: EventType::Warning, reason: reason.into(), message: message.into() }
+        Self { type_: EventType::Warning, reason: reason.into(), message: message.into(), related: None }
     }
 
     pub fn normal(reason: &str, message: impl Into<String>) -> Self {
-        Self { type_: EventType::Normal, reason: reason.into(), message: message.into() }
+        Self { type_: EventType::Normal, reason: reason.into(), message: message.into(), related: None }
+    }
+
+    /// The same event, about `related` too.
+    #[must_use]
+    pub fn about(mut self, related: Related) -> Self {
+        self.related = Some(related);
+        self
+    }
+
+    /// The same event, about a pod too.
+    #[must_use]
+    pub fn about_pod(self, pod: &PodRef) -> Self {
+        let uid = (!pod.uid.is_empty()).then_some(pod.uid.as_str());
+        self.about(Related::pod(&pod.name, uid))
     }
 }
 

@@ -25,6 +25,9 @@ pub struct Note {
 
 struct Queued {
     regarding: ObjectReference,
+    /// The other object the event is about (events.k8s.io `related`): part of the aggregation key, so events
+    /// with one reason about different pods stay apart.
+    related: Option<ObjectReference>,
     note: Note,
 }
 
@@ -52,18 +55,28 @@ impl EventSink {
 
     /// Queues an event about `regarding` and logs it; never waits.
     pub fn publish(&self, regarding: &ObjectReference, note: Note) {
+        self.publish_related(regarding, None, note);
+    }
+
+    /// [`Self::publish`] with a `related` object (a pod of the workload): events that differ in it are never
+    /// aggregated into one (the Recorder's key holds `related` but not the note).
+    pub fn publish_related(&self, regarding: &ObjectReference, related: Option<ObjectReference>, note: Note) {
         let object = regarding.name.as_deref().unwrap_or_default();
         if note.warning {
             tracing::warn!(reason = %note.reason, object, "{}", note.message);
         } else {
             tracing::info!(reason = %note.reason, object, "{}", note.message);
         }
-        self.queue(regarding, note);
+        self.enqueue(Queued { regarding: regarding.clone(), related, note });
     }
 
     /// Queues an event without logging it (the caller logs what matters).
     pub fn queue(&self, regarding: &ObjectReference, note: Note) {
-        if self.sender.try_send(Queued { regarding: regarding.clone(), note }).is_err() {
+        self.enqueue(Queued { regarding: regarding.clone(), related: None, note });
+    }
+
+    fn enqueue(&self, queued: Queued) {
+        if self.sender.try_send(queued).is_err() {
             self.dropped.inc();
         }
     }
@@ -77,13 +90,13 @@ impl EventSink {
 }
 
 async fn publish_all(recorder: Recorder, mut receiver: mpsc::Receiver<Queued>) {
-    while let Some(Queued { regarding, note }) = receiver.recv().await {
+    while let Some(Queued { regarding, related, note }) = receiver.recv().await {
         let event = Event {
             type_: if note.warning { EventType::Warning } else { EventType::Normal },
             reason: note.reason.clone(),
             note: Some(super::text::fit_bytes(&note.message, MAX_NOTE)),
             action: note.action,
-            secondary: None,
+            secondary: related,
         };
         if let Err(e) = recorder.publish(&event, &regarding).await {
             tracing::warn!(error = %e, reason = %note.reason, "publishing an event failed");

@@ -19,8 +19,8 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::Context;
-use crate::action::PlannedEvent;
 use crate::action::{Action, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
+use crate::action::{PlannedEvent, Related};
 use crate::gate::{self, DeleteCause, GateKind};
 use crate::lifecycle::{self, LifecycleState};
 use crate::metrics::ReasonLabels;
@@ -144,10 +144,13 @@ impl Executor<'_> {
                     Ok(_) => {
                         self.ctx.expectations.expect_revision(self.key, &name, Instant::now());
                         outcome.succeeded.insert(Phase::Revisions);
-                        outcome.events.push(PlannedEvent::normal(
-                            "RevisionCreated",
-                            format!("created revision {name} (number {})", r.revision.unwrap_or(0)),
-                        ));
+                        outcome.events.push(
+                            PlannedEvent::normal(
+                                "RevisionCreated",
+                                format!("created revision {name} (number {})", r.revision.unwrap_or(0)),
+                            )
+                            .about(Related::revision(&name)),
+                        );
                     }
                     Err(e) if code(&e) == Some(409) => {
                         match api.get_opt(&name).await {
@@ -183,10 +186,13 @@ impl Executor<'_> {
                 match result {
                     Ok(()) => {
                         outcome.succeeded.insert(Phase::Revisions);
-                        outcome.events.push(PlannedEvent::normal(
-                            "RevisionRolledBack",
-                            format!("rolled back to revision {name} (now number {revision})"),
-                        ));
+                        outcome.events.push(
+                            PlannedEvent::normal(
+                                "RevisionRolledBack",
+                                format!("rolled back to revision {name} (now number {revision})"),
+                            )
+                            .about(Related::revision(name)),
+                        );
                     }
                     Err(e) => outcome.fail(
                         Phase::Revisions,
@@ -260,10 +266,11 @@ impl Executor<'_> {
                 }
                 outcome.succeeded.insert(Phase::Ownership);
                 let verb = if ok == "AdoptedPod" { "adopted" } else { "released (its labels no longer match)" };
-                outcome.events.push(PlannedEvent::normal(ok, format!("pod {} {verb}", pod.name)));
+                outcome.events.push(PlannedEvent::normal(ok, format!("pod {} {verb}", pod.name)).about_pod(pod));
             }
             Err(e) if matches!(code(&e), Some(404 | 409 | 422)) => outcome.stale += 1,
-            Err(e) => outcome.fail(Phase::Ownership, PlannedEvent::warning(failed, format!("pod {}: {e}", pod.name))),
+            Err(e) => outcome
+                .fail(Phase::Ownership, PlannedEvent::warning(failed, format!("pod {}: {e}", pod.name)).about_pod(pod)),
         }
     }
 
@@ -275,6 +282,7 @@ impl Executor<'_> {
         let now = Instant::now();
         for (pod, _) in &deletes {
             self.ctx.expectations.expect_delete(self.key, &pod.uid, now);
+            self.ctx.deleted_by_us(&pod.uid);
         }
         let results: Vec<(PodRef, DeleteCause, Result<(), kube::Error>)> = futures::stream::iter(deletes)
             .map(|(pod, cause)| {
@@ -313,7 +321,7 @@ impl Executor<'_> {
                             format!("deleted pod {}: its update cannot be made in place", pod.name),
                         ),
                     };
-                    outcome.events.push(PlannedEvent::normal(reason, message));
+                    outcome.events.push(PlannedEvent::normal(reason, message).about_pod(&pod));
                 }
                 Err(e) if matches!(code(&e), Some(404 | 409)) => {
                     // Already gone, or a different pod now carries the name (UID precondition).
@@ -323,7 +331,10 @@ impl Executor<'_> {
                 Err(e) => {
                     self.ctx.expectations.delete_failed(self.key, &pod.uid);
                     let reason = if recreate { "FailedUpdatePodReCreate" } else { "FailedDelete" };
-                    outcome.fail(phase, PlannedEvent::warning(reason, format!("deleting pod {}: {e}", pod.name)));
+                    outcome.fail(
+                        phase,
+                        PlannedEvent::warning(reason, format!("deleting pod {}: {e}", pod.name)).about_pod(&pod),
+                    );
                 }
             }
         }
@@ -363,17 +374,22 @@ impl Executor<'_> {
                             .get_or_create(&ReasonLabels { reason: reason.as_str().into() })
                             .inc();
                         outcome.succeeded.insert(Phase::Scale);
-                        outcome.events.push(PlannedEvent::normal(
-                            "SuccessfulCreate",
-                            format!("created pod {name} (revision {revision})"),
-                        ));
+                        let uid = pod.metadata.uid.as_deref();
+                        outcome.events.push(
+                            PlannedEvent::normal(
+                                "SuccessfulCreate",
+                                format!("created pod {name} (revision {revision})"),
+                            )
+                            .about(Related::pod(&name, uid)),
+                        );
                     }
                     Err(e) => {
                         failed = true;
                         self.ctx.expectations.create_failed(self.key, &name);
                         outcome.fail(
                             Phase::Scale,
-                            PlannedEvent::warning("FailedCreate", format!("creating pod {name}: {e}")),
+                            PlannedEvent::warning("FailedCreate", format!("creating pod {name}: {e}"))
+                                .about(Related::pod(&name, None)),
                         );
                     }
                 }
@@ -451,7 +467,8 @@ impl Executor<'_> {
                     };
                     outcome.fail(
                         phase,
-                        PlannedEvent::warning(reason, format!("pod {}: {}: {e}", change.pod.name, change.summary)),
+                        PlannedEvent::warning(reason, format!("pod {}: {}: {e}", change.pod.name, change.summary))
+                            .about_pod(&change.pod),
                     );
                 }
             }
@@ -529,11 +546,16 @@ impl Executor<'_> {
         let name = run.name_any();
         match self.hook_runs().create(&PostParams::default(), run).await {
             Ok(created) => {
+                let uid = created.metadata.uid.clone();
                 self.ctx.hook_overlay.created(created);
                 outcome.succeeded.insert(Phase::Housekeeping);
-                outcome.events.push(PlannedEvent::normal(
-                    "SuccessfulCreateHookRun",
-                    format!("created HookRun {name} for {}", describe_run(run)),
+                outcome.events.push(run_event(
+                    PlannedEvent::normal(
+                        "SuccessfulCreateHookRun",
+                        format!("created HookRun {name} for {}", describe_run(run)),
+                    ),
+                    run,
+                    uid.as_deref(),
                 ));
             }
             // The run exists already (our cache had not shown it): it is the one we would create — same
@@ -541,7 +563,14 @@ impl Executor<'_> {
             Err(e) if code(&e) == Some(409) => outcome.stale += 1,
             Err(e) => outcome.fail(
                 Phase::Housekeeping,
-                PlannedEvent::warning("FailedCreateHookRun", format!("creating HookRun {name}: {e}")),
+                run_event(
+                    PlannedEvent::warning(
+                        "FailedCreateHookRun",
+                        format!("creating HookRun {name} for {}: {e}", describe_run(run)),
+                    ),
+                    run,
+                    None,
+                ),
             ),
         }
     }
@@ -554,9 +583,10 @@ impl Executor<'_> {
         match self.hook_runs().delete(name, &params).await {
             Ok(_) => {
                 self.ctx.hook_overlay.deleted(uid);
-                outcome
-                    .events
-                    .push(PlannedEvent::normal("SuccessfulDeleteHookRun", format!("deleted HookRun {name}: {why}")));
+                outcome.events.push(
+                    PlannedEvent::normal("SuccessfulDeleteHookRun", format!("deleted HookRun {name}: {why}"))
+                        .about(Related::hook_run(name, Some(uid))),
+                );
                 true
             }
             Err(e) if matches!(code(&e), Some(404 | 409)) => {
@@ -566,7 +596,8 @@ impl Executor<'_> {
             Err(e) => {
                 outcome.fail(
                     Phase::Housekeeping,
-                    PlannedEvent::warning("FailedDeleteHookRun", format!("deleting HookRun {name}: {e}")),
+                    PlannedEvent::warning("FailedDeleteHookRun", format!("deleting HookRun {name}: {e}"))
+                        .about(Related::hook_run(name, Some(uid))),
                 );
                 false
             }
@@ -653,10 +684,28 @@ impl<'p> Grouped<'p> {
     }
 }
 
+/// The pod a pod's HookRun is for (its `PodName` arg and `pod-uid` label); None for a canary step run.
+fn run_pod(run: &HookRun) -> Option<(String, Option<String>)> {
+    let name = run.spec.args.iter().find(|a| a.name == common::keys::hook_args::POD_NAME)?.value.clone()?;
+    let uid = run.metadata.labels.as_ref().and_then(|l| l.get(common::keys::HOOKRUN_POD_UID)).cloned();
+    Some((name, uid))
+}
+
+/// A HookRun's event is about its pod (so each pod's event stays its own), or about the run for a canary step.
+fn run_event(event: PlannedEvent, run: &HookRun, uid: Option<&str>) -> PlannedEvent {
+    match run_pod(run) {
+        Some((pod, pod_uid)) => event.about(Related::pod(&pod, pod_uid.as_deref())),
+        None => event.about(Related::hook_run(&run.name_any(), uid)),
+    }
+}
+
 fn describe_run(run: &HookRun) -> String {
     let labels = run.metadata.labels.clone().unwrap_or_default();
     match (labels.get(common::keys::HOOKRUN_INSTANCE_ID), labels.get(common::keys::HOOKRUN_WORKLOAD_REVISION)) {
-        (Some(id), Some(rev)) => format!("the pod with instance id {id} at revision {rev}"),
+        (Some(id), Some(rev)) => match run_pod(run) {
+            Some((pod, _)) => format!("pod {pod} (instance id {id}, revision {rev})"),
+            None => format!("the pod with instance id {id} at revision {rev}"),
+        },
         _ => labels
             .get(common::keys::HOOKRUN_CANARY_STEP_INDEX)
             .map_or_else(|| "this GameDeployment".to_string(), |step| format!("canary step {step}")),
@@ -677,7 +726,7 @@ fn success_event(change: &PodChange) -> Option<PlannedEvent> {
         // Every new pod passes here; an event each would only be noise.
         PatchReason::ReadinessGate => return None,
     };
-    Some(PlannedEvent::normal(reason, message))
+    Some(PlannedEvent::normal(reason, message).about_pod(&change.pod))
 }
 
 /// The Event of a canary pause or resume: a pause says how to resume.

@@ -7,6 +7,7 @@
 //! own status writes do not trigger a pass, bug list §7.37). A pass asks to run again only for time-based work
 //! (grace periods, `minReadySeconds`, expectations).
 
+mod deletions;
 mod execute;
 mod overlay;
 
@@ -122,6 +123,17 @@ pub struct Context {
     /// that version, passes plan from (and compare against) this status instead of the cache's older one, so a
     /// pass right after a status write neither repeats it nor re-emits its events.
     written: Mutex<HashMap<String, (String, GameDeploymentStatus)>>,
+    /// UIDs of the pods this process sent a deletion for, and of pods already reported as deleted by someone
+    /// else (both pruned to pods that still exist).
+    deleted: Mutex<Deletions>,
+    /// When this controller started: pod deletions asked earlier are not reported.
+    started: Timestamp,
+}
+
+#[derive(Default)]
+struct Deletions {
+    ours: HashSet<String>,
+    reported: HashSet<String>,
 }
 
 fn key_of(gd: &GameDeployment) -> String {
@@ -135,6 +147,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Context {
+    /// Records a pod deletion this operator sends (it is not reported as someone else's).
+    fn deleted_by_us(&self, uid: &str) {
+        lock(&self.deleted).ours.insert(uid.to_string());
+    }
+
     fn node_costs(&self) -> BTreeMap<String, f64> {
         let Some(nodes) = &self.nodes else { return BTreeMap::new() };
         nodes
@@ -370,6 +387,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
     }
     let expired = ctx.expectations.expire(Instant::now());
     ctx.metrics.expectations_expired.inc_by(u64::try_from(expired).unwrap_or(0));
+    report_unguarded_deletions(ctx, &gd, &namespace);
 
     if gd.metadata.deletion_timestamp.is_some() {
         ctx.forget(&namespace, &gd.name_any());
@@ -424,6 +442,27 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
     })))
 }
 
+/// A Warning Event, once per pod, for pods of `gd` someone else deleted while a pre-delete hook is configured.
+fn report_unguarded_deletions(ctx: &Context, gd: &GameDeployment, namespace: &str) {
+    let pods: Vec<Arc<Pod>> =
+        ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(namespace)).collect();
+    let mut deleted = lock(&ctx.deleted);
+    let found: Vec<&Pod> = deletions::unguarded(gd, pods.iter().map(AsRef::as_ref), &deleted.ours, ctx.started);
+    let regarding = gd.object_ref(&());
+    for pod in found {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if deleted.reported.insert(uid) {
+            let event = deletions::event(gd, pod);
+            ctx.events.publish_related(&regarding, related(&event, namespace), note(&event));
+        }
+    }
+    // Forget pods that are gone (of every namespace this pass can see: the cache is namespace-wide).
+    let all: HashSet<String> = ctx.pods.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let Deletions { ours, reported } = &mut *deleted;
+    reported.retain(|u| all.contains(u));
+    ours.retain(|u| all.contains(u));
+}
+
 /// Plan: the pure planner on the snapshot.
 fn plan(snapshot: &Snapshot) -> Plan {
     let observed = Observed {
@@ -465,7 +504,7 @@ async fn report(ctx: &Context, snapshot: &Snapshot, plan: &Plan, outcome: execut
     ctx.show(snapshot, plan);
     let regarding = gd.object_ref(&());
     for event in plan.events.iter().chain(outcome.events.iter()) {
-        ctx.events.publish(&regarding, note(event));
+        ctx.events.publish_related(&regarding, related(event, &snapshot.namespace), note(event));
     }
 
     if gd.status.as_ref() != Some(&status) {
@@ -555,6 +594,19 @@ fn template_users(template: &HookTemplate, gds: &Store<GameDeployment>) -> Vec<O
         })
         .map(|gd| ObjectRef::from_obj(gd.as_ref()))
         .collect()
+}
+
+/// The event's `related` object reference (same namespace as the GameDeployment).
+fn related(event: &PlannedEvent, namespace: &str) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+    let r = event.related.as_ref()?;
+    Some(k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(r.api_version.to_string()),
+        kind: Some(r.kind.to_string()),
+        name: Some(r.name.clone()),
+        namespace: Some(namespace.to_string()),
+        uid: r.uid.clone(),
+        ..Default::default()
+    })
 }
 
 /// A planned event as the Events API gets it (the reason doubles as the action).
@@ -648,6 +700,8 @@ pub async fn run(
         rollouts: RolloutClock::default(),
         counted_runs: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
+        deleted: Mutex::new(Deletions::default()),
+        started: Timestamp::now(),
         synced: synced.clone(),
     });
 

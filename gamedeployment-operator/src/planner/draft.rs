@@ -76,7 +76,8 @@ impl Draft {
                              hook succeeded",
                             info.name, hook.run_name
                         ),
-                    ));
+                    )
+                    .about_pod(&info.pod_ref()));
                 }
                 self.passed_runs.insert(hook.run_name);
             }
@@ -87,16 +88,19 @@ impl Draft {
         {
             if !hook.foreign.is_empty() {
                 let skipped: Vec<String> = hook.foreign.iter().map(|(n, why)| format!("{n} ({why})")).collect();
-                self.events.push(PlannedEvent::warning(
-                    "HookRunNameTaken",
-                    format!(
-                        "pod {}: HookRun name(s) taken by runs not made for this change, which are ignored: {}; \
+                self.events.push(
+                    PlannedEvent::warning(
+                        "HookRunNameTaken",
+                        format!(
+                            "pod {}: HookRun name(s) taken by runs not made for this change, which are ignored: {}; \
                          creating {}",
-                        info.name,
-                        skipped.join(", "),
-                        hook.run_name
-                    ),
-                ));
+                            info.name,
+                            skipped.join(", "),
+                            hook.run_name
+                        ),
+                    )
+                    .about_pod(&info.pod_ref()),
+                );
             }
             self.actions.push(Action::CreateHookRun(run));
         }

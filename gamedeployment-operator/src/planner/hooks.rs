@@ -285,6 +285,14 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
     None
 }
 
+/// The event, about the named pod too (so events of different pods are never aggregated into one).
+fn about_pod(event: PlannedEvent, infos: &[PodInfo<'_>], pod: &str) -> PlannedEvent {
+    match infos.iter().find(|i| i.name == pod) {
+        Some(info) => event.about_pod(&info.pod_ref()),
+        None => event.about(crate::action::Related::pod(pod, None)),
+    }
+}
+
 fn list_mut(status: &mut GameDeploymentStatus, kind: HookKind) -> Option<&mut Vec<HookCondition>> {
     match kind {
         HookKind::PreDelete => Some(&mut status.pre_delete_hook_condition),
@@ -348,9 +356,13 @@ pub(crate) fn status(
         for entry in &entries {
             let before = list(old, kind).iter().find(|c| c.pod_name == entry.pod_name);
             if failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase || b.hook_run != entry.hook_run) {
-                events.push(PlannedEvent::warning(
-                    "HookFailed",
-                    format!("pod {} is held: {}", entry.pod_name, entry.message.as_deref().unwrap_or_default()),
+                events.push(about_pod(
+                    PlannedEvent::warning(
+                        "HookFailed",
+                        format!("pod {} is held: {}", entry.pod_name, entry.message.as_deref().unwrap_or_default()),
+                    ),
+                    infos,
+                    &entry.pod_name,
                 ));
             }
         }
@@ -367,9 +379,13 @@ pub(crate) fn status(
             entry.start_time = b.start_time.clone();
         }
         if failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase) {
-            events.push(PlannedEvent::warning(
-                "PostHookFailed",
-                format!("pod {}: {}", entry.pod_name, entry.message.as_deref().unwrap_or_default()),
+            events.push(about_pod(
+                PlannedEvent::warning(
+                    "PostHookFailed",
+                    format!("pod {}: {}", entry.pod_name, entry.message.as_deref().unwrap_or_default()),
+                ),
+                infos,
+                &entry.pod_name,
             ));
         }
     }

@@ -13,7 +13,7 @@ use super::draft::Draft;
 use super::settings::{PodInfo, Settings, count, count_where};
 use super::update::inplace::Progress;
 use super::update::ondelete;
-use crate::action::{EventType, Phase, PlannedEvent};
+use crate::action::{Phase, PlannedEvent};
 use crate::lifecycle::LifecycleState;
 use crate::ownership;
 
@@ -432,11 +432,7 @@ pub(crate) fn transition_events(old: &GameDeploymentStatus, new: &GameDeployment
             continue;
         };
         if condition(old, type_).map(|o| (&o.reason, &o.message)) != Some((&c.reason, &c.message)) {
-            events.push(PlannedEvent {
-                type_: EventType::Warning,
-                reason: type_.to_string(),
-                message: c.message.clone().unwrap_or_default(),
-            });
+            events.push(PlannedEvent::warning(type_, c.message.clone().unwrap_or_default()));
         }
     }
     let reason = |s: &GameDeploymentStatus| condition(s, PROGRESSING).and_then(|c| c.reason.clone());

@@ -123,10 +123,13 @@ fn update_pod(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) {
 /// A change that cannot be made in place: recreate the pod (through the delete gate) and say why, once.
 fn fallback(settings: &Settings<'_>, info: &PodInfo<'_>, reason: &str, draft: &mut Draft) {
     if info.state != LifecycleState::PreparingDelete {
-        draft.events.push(PlannedEvent::warning(
-            "InPlaceUpdateNotPossible",
-            format!("pod {}: {reason}; recreating it from revision {}", info.name, settings.update_revision),
-        ));
+        draft.events.push(
+            PlannedEvent::warning(
+                "InPlaceUpdateNotPossible",
+                format!("pod {}: {reason}; recreating it from revision {}", info.name, settings.update_revision),
+            )
+            .about_pod(&info.pod_ref()),
+        );
     }
     rolling::replace(settings, info, DeleteCause::RecreateFallback, draft);
 }
