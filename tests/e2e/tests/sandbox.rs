@@ -188,6 +188,22 @@ async fn two_sandboxes_side_by_side_never_share_a_demo_server() {
         assert!(sandbox.output().contains("export PATH="), "the PATH line");
     }
 
+    // The README's `check` command, as the sandbox prints it, works against the sandbox's demo server.
+    let check = Command::new(e2e::binary("hook-operator", "hook-operator"))
+        .args(["check", "-f", "examples/hook-template-success.yaml", "--web-resolve"])
+        .arg(format!("1.1.1.1:9091={demo_b}"))
+        .args(["--interval-scale", "0.01"])
+        .current_dir(e2e::repo_root())
+        .output()
+        .expect("hook-operator check runs");
+    let text = String::from_utf8_lossy(&check.stdout);
+    println!(
+        "$ hook-operator check -f examples/hook-template-success.yaml --web-resolve 1.1.1.1:9091={demo_b} ...\n{text}"
+    );
+    assert!(check.status.success(), "{text}{}", String::from_utf8_lossy(&check.stderr));
+    assert_eq!(text.matches("Successful  value=45").count(), 3, "{text}");
+    assert!(text.lines().last().is_some_and(|l| l.starts_with("result: Successful")), "{text}");
+
     // A second sandbox on A's port refuses to start, leaving A's kubeconfig alone.
     let mut again = Sandbox::start(port_a);
     again.owns_state = false;
