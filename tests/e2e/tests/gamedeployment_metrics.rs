@@ -38,3 +38,94 @@ async fn no_op_passes_write_nothing_and_metrics_count_the_work() {
     assert_eq!(after.get("gamedeployment_status_writes_total"), settled.get("gamedeployment_status_writes_total"));
     cluster.shutdown().await;
 }
+
+mod walkthrough_support;
+
+/// Every metric and label the chart's Grafana dashboard and PrometheusRule use
+/// (`charts/gamedeployment-operators/metrics-used.txt`, kept in sync with them by
+/// `kubectl-gd/tests/chart_observability.rs`) is exported by the running operators after a hooked scale-in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let cluster = Cluster::start().await;
+    let (hooks, gd) = walkthrough_support::operators(&cluster).await;
+    let template = "apiVersion: tkex.tencent.com/v1alpha1\nkind: HookTemplate\nmetadata:\n  name: quick\nspec:\n  metrics:\n    - name: webtest\n      successCondition: \"asInt(result) > 30\"\n      provider:\n        web:\n          url: http://1.1.1.1:9091\n          jsonPath: \"{$.age}\"\n";
+    apply(&cluster, template).await;
+    let strategy = "  preDeleteUpdateStrategy:\n    hook:\n      templateName: quick\n";
+    apply(&cluster, &manifest("dash", 3, "RollingUpdate", strategy, "python:latest")).await;
+    wait_columns(&cluster, "dash", Columns::new(3, 3, 3, 3, 3)).await;
+    cluster.kubectl_ok(&["scale", "--replicas=2", "gamedeployment/dash"]).await;
+    wait_columns(&cluster, "dash", Columns::new(2, 2, 2, 2, 2)).await;
+    // The error counters have series only once an error happened: fail every status write for a while, during a
+    // scale-in through a hook (both operators write status then), and let them recover.
+    cluster.sim().set_faults(kube_sim::FaultConfig {
+        rules: vec![kube_sim::FaultRule {
+            resources: vec!["gamedeployments/status".into(), "hookruns/status".into()],
+            error_rate: 1.0,
+            ..kube_sim::FaultRule::default()
+        }],
+    });
+    cluster.kubectl_ok(&["scale", "--replicas=1", "gamedeployment/dash"]).await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    cluster.sim().set_faults(kube_sim::FaultConfig::default());
+    wait_columns(&cluster, "dash", Columns::new(1, 1, 1, 1, 1)).await;
+
+    let addresses = [metrics_address(&gd).await, e2e::gamedeployment::metrics_address(&hooks).await];
+    // Sample names with the label names seen on them, and the family names declared by `# TYPE`.
+    let mut samples: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut families: BTreeSet<String> = BTreeSet::new();
+    for address in addresses {
+        let text = wait_for("a /metrics page", DEADLINE, || async move {
+            let body = reqwest_free_get(address).await?;
+            body.contains("# TYPE").then_some(body)
+        })
+        .await;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                families.insert(rest.split_whitespace().next().unwrap_or_default().to_string());
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let (name, labels) = match line.split_once('{') {
+                    Some((name, rest)) => (name, rest.split('}').next().unwrap_or_default()),
+                    None => (line.split_whitespace().next().unwrap_or_default(), ""),
+                };
+                let names = labels.split(',').filter_map(|kv| kv.split_once('=').map(|(k, _)| k.trim().to_string()));
+                samples.entry(name.to_string()).or_default().extend(names);
+            }
+        }
+    }
+    let used = std::fs::read_to_string(e2e::repo_root().join("charts/gamedeployment-operators/metrics-used.txt"))
+        .expect("metrics-used.txt");
+    let mut missing = Vec::new();
+    for line in used.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let mut parts = line.split_whitespace();
+        let name = parts.next().unwrap_or_default();
+        let labels: Vec<&str> = parts.next().map(|l| l.split(',').collect()).unwrap_or_default();
+        let family = name.trim_end_matches("_bucket").trim_end_matches("_total");
+        match samples.get(name) {
+            Some(seen) => {
+                for label in labels {
+                    if !seen.contains(label) {
+                        missing.push(format!("{name}: label {label} (seen {seen:?})"));
+                    }
+                }
+            }
+            // A labelled family with no sample yet (e.g. no reconcile error happened) is still declared.
+            None if families.contains(family) => {}
+            None => missing.push(format!("{name}: not exported")),
+        }
+    }
+    assert!(missing.is_empty(), "the dashboard or alerts use what the operators do not export: {missing:#?}");
+    cluster.shutdown().await;
+}
+
+/// `GET /metrics` over a plain TCP connection.
+async fn reqwest_free_get(address: std::net::SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    response.split("\r\n\r\n").nth(1).map(str::to_string)
+}
