@@ -237,7 +237,6 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         return Verdict::allow();
     }
     let revision = request.pod_revision.unwrap_or("");
-    let pod_name = request.pod.metadata.name.as_deref().unwrap_or("");
     let base = hookrun::pod_hook_name(kind, revision, instance_id(request.pod), &step.template_name);
     let pending = |run_name: String, problem: Option<String>, create: Option<Box<HookRun>>, foreign| HookGate {
         kind,
@@ -287,7 +286,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         Choice::Exhausted { skipped } => {
             let names: Vec<String> = skipped.iter().map(|(n, why)| format!("{n} ({why})")).collect();
             let problem = format!(
-                "every name for its HookRun is taken by runs not made for pod {pod_name}: {}; delete them",
+                "every name for its HookRun is taken by runs not made for this pod: {}; delete them",
                 names.join(", ")
             );
             return Verdict {
