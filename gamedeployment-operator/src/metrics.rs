@@ -18,16 +18,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tower::{Layer, Service};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    /// `success`, `error`, `waiting` (expectations not yet met) or `skipped` (being deleted).
-    pub result: String,
-}
+pub use common::runtime::metrics::{ReasonLabels, ReconcileMetrics, ResultLabels};
 
 /// One GameDeployment.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -81,9 +72,9 @@ pub struct RequestLabels {
 /// Every metric of the operator.
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    pub reconciles: Family<ResultLabels, Counter>,
-    pub reconcile_errors: Family<ReasonLabels, Counter>,
-    pub reconcile_duration: Histogram,
+    /// `reconciles_total{result}` (`success`, `error`, `waiting` for expectations, `skipped` being deleted),
+    /// `reconcile_errors_total{reason}`, `reconcile_duration_seconds`.
+    pub reconcile: ReconcileMetrics,
     pub pods_created: Family<ReasonLabels, Counter>,
     pub pods_deleted: Family<ReasonLabels, Counter>,
     pub pods_updated: Family<ReasonLabels, Counter>,
@@ -105,9 +96,7 @@ impl Metrics {
     /// Creates the metrics and registers them under `gamedeployment_`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
-            reconciles: Family::default(),
-            reconcile_errors: Family::default(),
-            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            reconcile: ReconcileMetrics::default(),
             pods_created: Family::default(),
             pods_deleted: Family::default(),
             pods_updated: Family::default(),
@@ -126,9 +115,7 @@ impl Metrics {
             api_requests: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gamedeployment");
-        r.register("reconciles", "Reconcile passes by result", metrics.reconciles.clone());
-        r.register("reconcile_errors", "Failed reconcile passes by cause", metrics.reconcile_errors.clone());
-        r.register("reconcile_duration_seconds", "Duration of reconcile passes", metrics.reconcile_duration.clone());
+        metrics.reconcile.register(r, "GameDeployment reconcile passes");
         r.register("pods_created", "Pods created, by reason (replicas, surge)", metrics.pods_created.clone());
         r.register(
             "pods_deleted",
@@ -189,11 +176,11 @@ impl Metrics {
     }
 
     pub fn reconciled(&self, result: &str) {
-        self.reconciles.get_or_create(&ResultLabels { result: result.into() }).inc();
+        self.reconcile.reconciled(result);
     }
 
     pub fn failed(&self, reason: &str) {
-        self.reconcile_errors.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
+        self.reconcile.failed(reason);
     }
 
     /// Shows what a pass computed for one GameDeployment.

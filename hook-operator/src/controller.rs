@@ -135,7 +135,13 @@ async fn write_status(client: &Client, round: &Round) -> Result<HookRun, Error> 
 
 async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error> {
     let clock = Instant::now();
-    ctx.metrics.reconciles.inc();
+    let outcome = reconcile_round(run, &ctx).await;
+    ctx.metrics.reconcile.reconciled(if outcome.is_ok() { "success" } else { "error" });
+    ctx.metrics.reconcile.observe(clock.elapsed());
+    outcome
+}
+
+async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action, Error> {
     if run.metadata.deletion_timestamp.is_some() {
         ctx.dispatcher.forget(&RunId::of(&run).uid);
         return Ok(Action::await_change());
@@ -145,7 +151,6 @@ async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error
     // changes at once), so `interval: 1ms` cannot become a write storm. A deferred round is planned again later;
     // its finished measurements wait in the dispatcher (a restart meanwhile takes them again).
     if let Some(wait) = ctx.dispatcher.write_deferral(&round, ctx.status_write_interval) {
-        ctx.metrics.reconcile_duration.observe(clock.elapsed().as_secs_f64());
         return Ok(Action::requeue(wait.max(Duration::from_millis(1))));
     }
     let written = if round.changed {
@@ -177,7 +182,6 @@ async fn reconcile(run: Arc<HookRun>, ctx: Arc<Context>) -> Result<Action, Error
             ctx.events.queue(&reference, event);
         }
     }
-    ctx.metrics.reconcile_duration.observe(clock.elapsed().as_secs_f64());
     if round.plan.completed {
         return Ok(Action::await_change());
     }

@@ -26,10 +26,7 @@ pub struct ProviderLabels {
     pub provider: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
-    pub reason: String,
-}
+pub use common::runtime::metrics::{ReasonLabels, ReconcileMetrics};
 
 pub struct Metrics {
     pub hookruns: Family<PhaseLabels, Gauge>,
@@ -38,9 +35,9 @@ pub struct Metrics {
     pub scheduling_lag: Histogram,
     pub in_flight: Gauge,
     pub waiting: Gauge,
-    pub reconciles: Counter,
-    pub reconcile_errors: Family<ReasonLabels, Counter>,
-    pub reconcile_duration: Histogram,
+    /// `reconciles_total{result}` (`success`, `error`), `reconcile_errors_total{reason}`,
+    /// `reconcile_duration_seconds`.
+    pub reconcile: ReconcileMetrics,
     pub status_writes: Counter,
     pub invalid_templates: Gauge,
     pub events_dropped: Counter,
@@ -57,9 +54,7 @@ impl Default for Metrics {
             scheduling_lag: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             in_flight: Gauge::default(),
             waiting: Gauge::default(),
-            reconciles: Counter::default(),
-            reconcile_errors: Family::default(),
-            reconcile_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            reconcile: ReconcileMetrics::default(),
             status_writes: Counter::default(),
             invalid_templates: Gauge::default(),
             events_dropped: Counter::default(),
@@ -91,9 +86,7 @@ impl Metrics {
             "Measurements due but waiting for a slot (--max-in-flight)",
             metrics.waiting.clone(),
         );
-        r.register("reconciles", "HookRun reconcile rounds", metrics.reconciles.clone());
-        r.register("reconcile_errors", "Failed reconcile rounds, by reason", metrics.reconcile_errors.clone());
-        r.register("reconcile_duration_seconds", "Time one reconcile round took", metrics.reconcile_duration.clone());
+        metrics.reconcile.register(r, "HookRun reconcile rounds");
         r.register("status_writes", "HookRun status updates sent to the API server", metrics.status_writes.clone());
         r.register(
             "invalid_hooktemplates",
@@ -117,7 +110,7 @@ impl Metrics {
     }
 
     pub fn reconcile_error(&self, reason: &str) {
-        self.reconcile_errors.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc();
+        self.reconcile.failed(reason);
     }
 }
 

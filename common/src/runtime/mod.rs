@@ -18,6 +18,7 @@ pub mod flags;
 pub mod kube_api;
 pub mod leader;
 pub mod logging;
+pub mod metrics;
 pub mod server;
 pub mod shutdown;
 pub mod text;

@@ -328,7 +328,7 @@ fn random_seed() -> u64 {
 async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let started = Instant::now();
     let result = pass(&gd, &ctx).await;
-    ctx.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+    ctx.metrics.reconcile.observe(started.elapsed());
     let key = key_of(&gd);
     match &result {
         Ok(_) => {
