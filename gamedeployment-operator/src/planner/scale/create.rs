@@ -92,16 +92,17 @@ pub fn index_range(gd: &GameDeployment, replicas: i32) -> Result<Option<IndexRan
     Ok(Some(range))
 }
 
-/// Free indices of the range, ascending. Indices of pods that still exist reserve their index (a terminating
-/// pod keeps it until it is gone); finished (Succeeded/Failed) pods release it, unlike BCS, where evicted pods
-/// exhaust the range (bug list §7.11).
-pub fn free_indices(range: IndexRange, pods: &[&Pod]) -> Vec<i64> {
+/// The first `wanted` free indices of the range, ascending (fewer when the range runs out). Indices of pods that
+/// still exist reserve their index (a terminating pod keeps it until it is gone); finished (Succeeded/Failed)
+/// pods release it, unlike BCS, where evicted pods exhaust the range (bug list §7.11). Lazy: at most
+/// `wanted + pods` indices are looked at, whatever the size of the range.
+pub fn free_indices(range: IndexRange, pods: &[&Pod], wanted: usize) -> Vec<i64> {
     let used: BTreeSet<i64> = pods
         .iter()
         .filter(|p| !matches!(common::pod::phase(p), Some("Succeeded" | "Failed")))
         .filter_map(|p| common::pod::annotation(p, keys::INDEX_ID)?.parse().ok())
         .collect();
-    (range.pod_start_index..range.pod_end_index).filter(|i| !used.contains(i)).collect()
+    (range.pod_start_index..range.pod_end_index).filter(|i| !used.contains(i)).take(wanted).collect()
 }
 
 /// What makes one new pod.
@@ -203,8 +204,25 @@ mod tests {
         let pod =
             |index: &str, phase: &str| fixtures::pod(index).annotation(keys::INDEX_ID, index).phase(phase).build();
         let (a, b, c) = (pod("0", "Running"), pod("2", "Pending"), pod("1", "Failed"));
-        let free = free_indices(IndexRange { pod_start_index: 0, pod_end_index: 4 }, &[&a, &b, &c]);
+        let free = free_indices(IndexRange { pod_start_index: 0, pod_end_index: 4 }, &[&a, &b, &c], 10);
         assert_eq!(free, [1, 3]);
+    }
+
+    #[test]
+    fn free_indices_of_a_huge_range_are_computed_lazily() {
+        // {"podStartIndex":0,"podEndIndex":9000000000000000000}: only the indices needed are produced.
+        let gd = gd(&[
+            (keys::INDEX_ON, "true"),
+            (keys::INDEX_RANGE, r#"{"podStartIndex":0,"podEndIndex":9000000000000000000}"#),
+        ]);
+        let range = index_range(&gd, 3).unwrap().unwrap();
+        let pod = |index: &str| fixtures::pod(index).annotation(keys::INDEX_ID, index).phase("Running").build();
+        let (a, b) = (pod("0"), pod("2"));
+        assert_eq!(free_indices(range, &[&a, &b], 3), [1, 3, 4]);
+        assert_eq!(free_indices(range, &[&a, &b], 0), Vec::<i64>::new());
+        // The end of the range: only what is left.
+        let end = IndexRange { pod_start_index: i64::MAX - 3, pod_end_index: i64::MAX };
+        assert_eq!(free_indices(end, &[], 500).len(), 3);
     }
 
     #[test]

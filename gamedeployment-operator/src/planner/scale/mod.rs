@@ -114,7 +114,8 @@ fn create(
             None
         }
     };
-    let mut free_indices = index.map(|range| create::free_indices(range, owned)).unwrap_or_default();
+    let wanted = usize::try_from(to_create).unwrap_or(0);
+    let mut free_indices = index.map(|range| create::free_indices(range, owned, wanted)).unwrap_or_default();
     if index.is_some() && count(free_indices.len()) < to_create {
         problem = Some(format!(
             "the index range has {} free indices but {to_create} pods are to be created",
