@@ -17,6 +17,13 @@ use crate::revision::SAFE_ALPHABET;
 /// Length of the instance id (and pod-name suffix), as BCS and ReplicaSets.
 pub const ID_LEN: usize = 5;
 
+/// Ids one call hands out at most (a pass creates at most [`super::CREATE_BURST`] pods).
+pub const MAX_IDS: usize = 10 * super::CREATE_BURST;
+
+/// Random draws per wanted id before [`IdSource::unique_ids`] gives up (a free name is found in a few draws
+/// unless nearly all 27⁵ names are taken).
+const ID_ATTEMPTS_PER_ID: usize = 32;
+
 /// A small deterministic generator (SplitMix64): the planner stays a pure function of its inputs, the caller
 /// passes a fresh random seed per pass.
 #[derive(Debug, Clone)]
@@ -35,18 +42,27 @@ impl IdSource {
         z ^ (z >> 31)
     }
 
-    fn id(&mut self) -> String {
+    fn id_of_len(&mut self, len: usize) -> String {
         let alphabet = SAFE_ALPHABET.len() as u64;
-        (0..ID_LEN).map(|_| char::from(SAFE_ALPHABET[(self.next_u64() % alphabet) as usize])).collect()
+        (0..len).map(|_| char::from(SAFE_ALPHABET[(self.next_u64() % alphabet) as usize])).collect()
     }
 
     /// `count` ids whose pod names are not in `taken` and differ from each other (BCS checks neither against
-    /// pods of other owners nor within a batch, bug list §7.13).
+    /// pods of other owners nor within a batch, bug list §7.13). At most [`MAX_IDS`], and the draws are bounded:
+    /// when the name space is (nearly) used up, fewer ids come back (the caller reports it) instead of the loop
+    /// never ending.
     pub fn unique_ids(&mut self, gd_name: &str, count: usize, taken: &BTreeSet<String>) -> Vec<String> {
+        self.unique_ids_of_len(gd_name, count, taken, ID_LEN)
+    }
+
+    fn unique_ids_of_len(&mut self, gd_name: &str, count: usize, taken: &BTreeSet<String>, len: usize) -> Vec<String> {
+        let count = count.min(MAX_IDS);
         let mut ids = Vec::with_capacity(count);
         let mut used: BTreeSet<String> = BTreeSet::new();
-        while ids.len() < count {
-            let id = self.id();
+        let mut attempts = count.saturating_mul(ID_ATTEMPTS_PER_ID).saturating_add(ID_ATTEMPTS_PER_ID);
+        while ids.len() < count && attempts > 0 {
+            attempts -= 1;
+            let id = self.id_of_len(len);
             let name = format!("{gd_name}-{id}");
             if taken.contains(&name) || !used.insert(name) {
                 continue;
@@ -183,6 +199,20 @@ mod tests {
         assert_eq!(again[0], ids[0]);
         let taken: BTreeSet<String> = [format!("game-{}", ids[0])].into();
         assert_ne!(IdSource::new(42).unique_ids("game", 1, &taken)[0], ids[0]);
+    }
+
+    #[test]
+    fn unique_ids_end_when_the_name_space_runs_out() {
+        // The same loop over a 1-character id space (27 names), which runs out as 27^5 does in production.
+        let mut source = IdSource::new(3);
+        let none: BTreeSet<String> = BTreeSet::new();
+        let ids = source.unique_ids_of_len("game", 28, &none, 1);
+        let distinct: BTreeSet<&String> = ids.iter().collect();
+        assert!(ids.len() <= SAFE_ALPHABET.len() && distinct.len() == ids.len(), "{ids:?}");
+        let all: BTreeSet<String> = SAFE_ALPHABET.iter().map(|b| format!("game-{}", char::from(*b))).collect();
+        assert!(source.unique_ids_of_len("game", 5, &all, 1).is_empty());
+        // More than 27^5 requested: bounded, not an endless loop or a 14-million-entry set.
+        assert!(source.unique_ids("game", usize::MAX, &none).len() <= MAX_IDS);
     }
 
     #[test]

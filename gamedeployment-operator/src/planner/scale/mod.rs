@@ -126,6 +126,12 @@ fn create(
     let taken: BTreeSet<String> = namespace_pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
     let gd_name = settings.gd.metadata.name.as_deref().unwrap_or("");
     let ids = IdSource::new(seed).unique_ids(gd_name, usize::try_from(to_create).unwrap_or(0), &taken);
+    if ids.len() < usize::try_from(to_create).unwrap_or(0) {
+        problem = Some(format!(
+            "only {} unused pod names could be found for {to_create} new pods (names are {gd_name}-<5 characters>)",
+            ids.len()
+        ));
+    }
     free_indices.reverse();
     for (k, id) in ids.iter().enumerate() {
         let k = count(k);
