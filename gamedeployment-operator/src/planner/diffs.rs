@@ -4,14 +4,16 @@
 //!
 //! - surge (RollingUpdate only): `min(maxSurge, old pods − partition)` extra pods; while paused only the surge
 //!   pods that exist (a paused rollout neither adds nor removes pods);
-//! - the unavailable budget: `available pods − (replicas − maxUnavailable)` available pods may be taken down this
-//!   pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
+//! - the unavailable budget: `available pods − max(replicas − maxUnavailable, 0)` available pods may be taken
+//!   down this pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
 //! - scale-in (`pods − podsToDelete − (replicas + surge)`): old-revision pods first, down to `partition`, then
 //!   updated pods;
 //! - scale-out (`replicas + surge − pods`), capped by `createBatch` minus the pods not yet ready (the batch):
 //!   the first `partition − old pods` new pods are of the current revision (so scaling out mid-rollout keeps
 //!   `partition` pods old), the rest of the update revision; those beyond `replicas − pods` are surge;
 //! - update: old pods (not named in `podsToDelete`) beyond the partition.
+//!
+//! All arithmetic saturates: an old CRD without maxima can hand in `i32::MAX` for any of these.
 
 use super::settings::{PodInfo, Settings, count, count_where};
 
@@ -41,7 +43,7 @@ impl Diffs {
     /// The update count once `elsewhere` of the old pods were claimed by another step of the pass (they stay
     /// where they are this pass, like pods of the partition).
     pub fn update_after(&self, elsewhere: i32) -> i32 {
-        (self.update - elsewhere).max(0)
+        self.update.saturating_sub(elsewhere).max(0)
     }
 }
 
@@ -57,31 +59,32 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
     if settings.paused {
         // Paused freezes the pod set: surge pods that exist stay (deleting them, or old pods in their place, would
         // move the rollout), none are added.
-        surge = surge.min((pods - specified - settings.replicas).max(0));
+        surge = surge.min(pods.saturating_sub(specified).saturating_sub(settings.replicas).max(0));
     }
-    let expected = settings.replicas + surge;
+    let expected = settings.replicas.saturating_add(surge);
     let available = count_where(infos, |i| i.update_available());
     let mut diffs = Diffs {
         partition,
         surge,
-        budget: (available - (settings.replicas - settings.max_unavailable)).max(0),
+        // At most every available pod (maxUnavailable above replicas allows no more); saturating throughout.
+        budget: available.saturating_sub(settings.replicas.saturating_sub(settings.max_unavailable).max(0)).max(0),
         update: (old_kept - partition).max(0),
         ..Diffs::default()
     };
-    let down = pods - specified - expected;
+    let down = pods.saturating_sub(specified).saturating_sub(expected);
     if down > 0 {
         let from_old = down.min((old_kept - partition).max(0));
         let from_new = (down - from_old).min(new_kept);
         diffs.delete_old = (down - from_new).min(old_kept);
         diffs.delete_new = from_new;
     }
-    let up = expected - pods;
+    let up = expected.saturating_sub(pods);
     if up > 0 {
         let not_ready = count_where(infos, |i| !i.ready);
-        let window = settings.create_batch.map_or(up, |batch| (batch - not_ready).max(0));
+        let window = settings.create_batch.map_or(up, |batch| batch.saturating_sub(not_ready).max(0));
         diffs.create = up.min(window);
-        diffs.create_old = diffs.create.min((partition - old).max(0));
-        diffs.create_for_replicas = (settings.replicas - pods).max(0);
+        diffs.create_old = diffs.create.min(partition.saturating_sub(old).max(0));
+        diffs.create_for_replicas = settings.replicas.saturating_sub(pods).max(0);
     }
     diffs
 }
@@ -228,6 +231,42 @@ mod tests {
                 // 1 pod not ready yet: 2 more may start.
                 want: Diffs { create: 2, create_for_replicas: 9, update: 1, ..Diffs::default() },
                 ..row("createBatch counts pods not ready yet", "RollingUpdate", 10, 0, 0)
+            },
+            // Values at i32::MAX (an old CRD has no maxima): saturating arithmetic, no overflow panic.
+            Row {
+                max_unavailable: int(i32::MAX),
+                // Every available pod may go, no more.
+                want: Diffs { budget: 6, update: 6, ..Diffs::default() },
+                ..row("maxUnavailable i32::MAX", "InplaceUpdate", 6, 6, 0)
+            },
+            Row {
+                max_surge: int(i32::MAX),
+                max_unavailable: int(i32::MAX),
+                partition: int(i32::MAX),
+                create_batch: int(i32::MAX),
+                // The partition is capped at replicas (nothing to update, so no surge); the rest is creates.
+                want: Diffs {
+                    partition: i32::MAX,
+                    budget: 4,
+                    create: i32::MAX - 4,
+                    create_old: i32::MAX - 4,
+                    create_for_replicas: i32::MAX - 4,
+                    ..Diffs::default()
+                },
+                ..row("everything i32::MAX", "RollingUpdate", i32::MAX, 4, 0)
+            },
+            Row {
+                max_surge: int(i32::MAX),
+                max_unavailable: int(0),
+                // Surge limited by the old pods; replicas + surge saturates.
+                want: Diffs {
+                    surge: 4,
+                    create: i32::MAX - 4,
+                    create_for_replicas: i32::MAX - 4,
+                    update: 4,
+                    ..Diffs::default()
+                },
+                ..row("replicas and maxSurge i32::MAX", "RollingUpdate", i32::MAX, 4, 0)
             },
         ];
         for r in rows {
