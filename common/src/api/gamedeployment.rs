@@ -19,6 +19,17 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "20%";
 /// Default `spec.revisionHistoryLimit`.
 pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 
+/// Most `spec.replicas`: Kubernetes supports clusters of at most 150,000 pods, so a GameDeployment above 100,000
+/// cannot run anyway, and the bound keeps one manifest from making the operator plan millions of pods.
+pub const MAX_REPLICAS: i32 = 100_000;
+
+/// Most names in `spec.scaleStrategy.podsToDelete` (pod names are up to 253 bytes: the list stays well within
+/// the object size limit).
+pub const MAX_PODS_TO_DELETE: usize = 1000;
+
+/// Most canary steps.
+pub const MAX_CANARY_STEPS: usize = 100;
+
 // Printer columns repeat `type_ = ...`, which clippy mistakes for a duplicated attribute.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -103,7 +114,8 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 /// the hooks that must succeed before a pod is deleted or updated in place.
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentSpec {
-    /// Desired number of pods.
+    /// Desired number of pods, at most 100000 (Kubernetes supports at most 150,000 pods per cluster; the bound
+    /// keeps one manifest from making the operator plan millions of pods).
     #[serde(default = "default_replicas", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::replicas")]
     pub replicas: Option<i32>,
@@ -165,8 +177,9 @@ fn is_zero(v: &i32) -> bool {
 pub struct GameDeploymentScaleStrategy {
     /// Names of pods to delete first, through the pre-delete hook like any other deletion (the gated way to remove
     /// a given pod; `kubectl delete pod` skips the hook). Names of pods that no longer exist are pruned by the
-    /// operator.
+    /// operator. At most 1000 names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PODS_TO_DELETE))]
     pub pods_to_delete: Vec<String>,
     /// Slow start: how many pods are created per batch, an integer or a percentage of the pods to create such as
     /// "25%" (rounded up); default all at once.
@@ -274,7 +287,8 @@ pub enum InPlaceUpdatePolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryStrategy {
-    /// The steps, in order. Changing the template or the steps starts again at step 0.
+    /// The steps, in order, at most 100. Changing the template or the steps starts again at step 0.
+    #[schemars(length(max = MAX_CANARY_STEPS))]
     pub steps: Vec<CanaryStep>,
 }
 

@@ -38,7 +38,13 @@ pub fn max_surge(_: &mut SchemaGenerator) -> Schema {
 }
 
 pub fn replicas(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "integer", "format": "int32", "minimum": 0, "default": 1 })
+    json_schema!({
+        "type": "integer",
+        "format": "int32",
+        "minimum": 0,
+        "maximum": super::gamedeployment::MAX_REPLICAS,
+        "default": 1
+    })
 }
 
 pub fn revision_history_limit(_: &mut SchemaGenerator) -> Schema {

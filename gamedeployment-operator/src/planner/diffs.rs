@@ -270,6 +270,7 @@ mod tests {
             },
         ];
         for r in rows {
+            let unbounded_partition = r.partition == int(i32::MAX);
             let mut g = gd(r.replicas, r.strategy);
             let strategy = &mut g.spec.update_strategy;
             (strategy.partition, strategy.max_unavailable, strategy.max_surge, strategy.paused) =
@@ -284,7 +285,12 @@ mod tests {
             for i in 0..r.not_ready_old {
                 pass = pass.pod(fixtures::pod(&format!("game-s{i}")).serving(OLD, "game:0", 10).not_ready().build());
             }
-            let settings = pass.settings();
+            let mut settings = pass.settings();
+            if r.replicas > common::api::gamedeployment::MAX_REPLICAS {
+                // The settings clamp replicas to the CRD maximum; the diffs must not overflow even past it.
+                settings.replicas = r.replicas;
+                settings.partition = if unbounded_partition { r.replicas } else { settings.partition };
+            }
             let infos = pass.infos(&settings);
             assert_eq!(compute(&settings, &infos), r.want, "{}", r.name);
         }

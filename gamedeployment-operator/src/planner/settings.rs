@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::api::GameDeploymentStatus;
+use common::api::gamedeployment::{MAX_CANARY_STEPS, MAX_PODS_TO_DELETE, MAX_REPLICAS};
 use common::api::{GameDeployment, GameDeploymentUpdateStrategyType, HookRun, HookTemplate};
 use common::intstr::{self, Rounding};
 use common::keys;
@@ -62,6 +63,9 @@ pub(crate) struct Settings<'a> {
     pub costs: DeletionCosts<'a>,
     /// Whether the update settings resolved; if not, no pod is updated (FailedUpdate says why).
     pub update_settings_ok: bool,
+    /// Whether the scale settings are within the CRD's maxima; if not, no pod is created or deleted (FailedScale
+    /// says why).
+    pub scale_settings_ok: bool,
 }
 
 /// One owned, active pod as the planner sees it.
@@ -155,9 +159,39 @@ pub(crate) fn resolve<'a>(
     templates: BTreeMap<String, PodTemplateSpec>,
 ) -> Settings<'a> {
     let gd = observed.gd;
-    let replicas = gd.spec.replicas.unwrap_or(1).max(0);
     let strategy = &gd.spec.update_strategy;
     let mut update_settings_ok = true;
+    // The CRD's maxima, enforced here too: a CRD installed before they existed lets any value through.
+    let mut scale_settings_ok = true;
+    let spec_replicas = gd.spec.replicas.unwrap_or(1).max(0);
+    if spec_replicas > MAX_REPLICAS {
+        problems.push((
+            Failure::Scale,
+            format!("spec.replicas {spec_replicas} is above the maximum {MAX_REPLICAS}: not scaling"),
+        ));
+        scale_settings_ok = false;
+    }
+    let replicas = spec_replicas.min(MAX_REPLICAS);
+    let pods_to_delete = gd.spec.scale_strategy.as_ref().map_or(0, |s| s.pods_to_delete.len());
+    if pods_to_delete > MAX_PODS_TO_DELETE {
+        problems.push((
+            Failure::Scale,
+            format!(
+                "spec.scaleStrategy.podsToDelete has {pods_to_delete} names, above the maximum {MAX_PODS_TO_DELETE}: not scaling"
+            ),
+        ));
+        scale_settings_ok = false;
+    }
+    let steps = strategy.canary.as_ref().map_or(0, |c| c.steps.len());
+    if steps > MAX_CANARY_STEPS {
+        problems.push((
+            Failure::Update,
+            format!(
+                "spec.updateStrategy.canary.steps has {steps} steps, above the maximum {MAX_CANARY_STEPS}: not updating"
+            ),
+        ));
+        update_settings_ok = false;
+    }
     let mut resolve = |value, default: i32, rounding, field, failure| {
         intstr::scaled_value_or(value, default, replicas, rounding, field).unwrap_or_else(|e| {
             problems.push((failure, e.to_string()));
@@ -207,6 +241,7 @@ pub(crate) fn resolve<'a>(
         gate: GateState { gd, hook_runs: observed.hook_runs, templates: observed.hook_templates, now: observed.now },
         costs: DeletionCosts::new(observed.node_costs, sort_method.map(String::as_str)),
         update_settings_ok,
+        scale_settings_ok,
     }
 }
 
@@ -217,6 +252,7 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
         .spec
         .scale_strategy
         .as_ref()
+        .filter(|s| s.pods_to_delete.len() <= MAX_PODS_TO_DELETE)
         .map(|s| s.pods_to_delete.iter().map(String::as_str).collect())
         .unwrap_or_default();
     let mut infos: Vec<PodInfo<'a>> = active
@@ -363,6 +399,33 @@ mod tests {
         assert!(!settings.update_settings_ok);
         // While paused the surge setting stays (existing surge pods are kept; diffs add none).
         assert_eq!((settings.partition, settings.max_surge), (0, 1));
+    }
+
+    #[test]
+    fn values_above_the_crd_maxima_are_refused() {
+        use common::api::gamedeployment::{MAX_CANARY_STEPS, MAX_PODS_TO_DELETE, MAX_REPLICAS};
+        // An old CRD without maxima lets these through; the operator refuses them itself.
+        let mut g = gd(20_000_000, "InplaceUpdate");
+        g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
+            pods_to_delete: (0..=MAX_PODS_TO_DELETE).map(|i| format!("game-{i}")).collect(),
+            create_batch: None,
+        });
+        g.spec.update_strategy.canary =
+            Some(common::api::CanaryStrategy { steps: vec![common::api::CanaryStep::default(); MAX_CANARY_STEPS + 1] });
+        let pass = Pass::new(g).old(1);
+        let (settings, problems) = pass.resolve();
+        let scale: Vec<&String> = problems.iter().filter(|p| p.0 == Failure::Scale).map(|p| &p.1).collect();
+        let update: Vec<&String> = problems.iter().filter(|p| p.0 == Failure::Update).map(|p| &p.1).collect();
+        assert!(
+            scale.iter().any(|m| m.contains("spec.replicas") && m.contains(&MAX_REPLICAS.to_string())),
+            "{scale:?}"
+        );
+        assert!(scale.iter().any(|m| m.contains("podsToDelete")), "{scale:?}");
+        assert!(update.iter().any(|m| m.contains("steps")), "{update:?}");
+        assert!(!settings.scale_settings_ok && !settings.update_settings_ok);
+        assert_eq!(settings.replicas, MAX_REPLICAS);
+        // The refused list names no pod.
+        assert!(pass.infos(&settings).iter().all(|i| !i.specified));
     }
 
     #[test]

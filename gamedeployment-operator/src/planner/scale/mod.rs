@@ -68,6 +68,10 @@ pub(crate) fn plan(
 ) -> Scaled {
     let before = draft.actions.len();
     let mut scaled = Scaled::default();
+    if !settings.scale_settings_ok {
+        // A value above the CRD's maxima (reported as FailedScale by the settings): no pod is created or deleted.
+        return scaled;
+    }
     let mut budget = diffs.budget;
 
     // podsToDelete.
@@ -259,12 +263,14 @@ mod tests {
 
     #[test]
     fn creates_per_pass_are_capped_at_the_burst() {
-        // 20,000,000 missing replicas: one pass plans at most the burst, the rest come in later passes.
-        let pass = Pass::new(gd(20_000_000, "RollingUpdate"));
+        // 100,000 missing replicas (the CRD's maximum): one pass plans at most the burst, the rest come in later
+        // passes.
+        let max = common::api::gamedeployment::MAX_REPLICAS;
+        let pass = Pass::new(gd(max, "RollingUpdate"));
         let settings = pass.settings();
         let infos = pass.infos(&settings);
         let diffs = diffs::compute(&settings, &infos);
-        assert_eq!(diffs.create, 20_000_000);
+        assert_eq!(diffs.create, max);
         let mut draft = Draft::default();
         let start = std::time::Instant::now();
         let scaled = plan(&settings, &diffs, &infos, &[], &[], 7, &mut draft);
@@ -274,6 +280,20 @@ mod tests {
         // The next pass comes soon even if no watch event arrives.
         assert!(draft.requeue_after().is_some());
         // Not a timing assertion: printed for the record.
-        println!("planned {creates} creates of 20,000,000 in {:?}", start.elapsed());
+        println!("planned {creates} creates of {max} in {:?}", start.elapsed());
+    }
+
+    #[test]
+    fn replicas_above_the_maximum_scale_nothing() {
+        // 20,000,000 replicas from an old CRD: refused (FailedScale from the settings), nothing planned.
+        let pass = Pass::new(gd(20_000_000, "RollingUpdate")).updated(1);
+        let (settings, problems) = pass.resolve();
+        assert!(problems.iter().any(|p| p.1.contains("spec.replicas 20000000")), "{problems:?}");
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        let scaled = plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        assert!(!scaled.acted && draft.actions.is_empty());
     }
 }
