@@ -13,7 +13,7 @@ use common::api::HookRun;
 use common::hookrun::HookKind;
 use e2e::gamedeployment::{Columns, apply, image, manifest, pods, revision, wait_columns};
 use e2e::gate::GateChecker;
-use e2e::{Cluster, wait_for};
+use e2e::{Cluster, Operator, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -65,6 +65,17 @@ fn pre_inplace(template: &str) -> String {
 async fn templates(cluster: &Cluster) {
     apply(cluster, QUICK).await;
     apply(cluster, NEVER).await;
+}
+
+/// A kube-sim cluster with both operators and the `quick` / `never` templates, and a GameDeployment `name` rolled
+/// out on `python:latest`.
+async fn rolled_out(name: &str, replicas: i64, strategy: &str, extra: &str) -> (Cluster, (Operator, Operator)) {
+    let cluster = Cluster::start().await;
+    let operators = operators(&cluster).await;
+    templates(&cluster).await;
+    apply(&cluster, &manifest(name, replicas as i32, strategy, extra, "python:latest")).await;
+    wait_rolled(&cluster, name, replicas, "python:latest").await;
+    (cluster, operators)
 }
 
 async fn set_image(cluster: &Cluster, name: &str, image: &str) {
@@ -126,12 +137,8 @@ async fn event_reasons(cluster: &Cluster) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_update_with_surge_consumes_one_run_per_deletion_and_never_releases_holds() {
-    let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
-    templates(&cluster).await;
     let strategy = format!("    maxUnavailable: 2\n    maxSurge: 1\n{}", pre_delete("quick"));
-    apply(&cluster, &manifest("roll", 5, "RollingUpdate", &strategy, "python:latest")).await;
-    wait_rolled(&cluster, "roll", 5, "python:latest").await;
+    let (cluster, _operators) = rolled_out("roll", 5, "RollingUpdate", &strategy).await;
     let checker = GateChecker::start(&cluster, "default").await;
     set_image(&cluster, "roll", "python:3.5").await;
     wait_rolled(&cluster, "roll", 5, "python:3.5").await;
@@ -146,12 +153,8 @@ async fn rolling_update_with_surge_consumes_one_run_per_deletion_and_never_relea
 /// there, `Successful`, under the same names, when the pods go R1 → R2 again. Each change must run its own hook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_success_is_never_reused_even_when_hookrun_deletes_fail() {
-    let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
-    templates(&cluster).await;
     let strategy = format!("    maxUnavailable: 2\n{}", pre_inplace("quick"));
-    apply(&cluster, &manifest("pingpong", 2, "InplaceUpdate", &strategy, "python:latest")).await;
-    wait_rolled(&cluster, "pingpong", 2, "python:latest").await;
+    let (cluster, _operators) = rolled_out("pingpong", 2, "InplaceUpdate", &strategy).await;
     cluster.sim().set_faults(FaultConfig {
         rules: vec![FaultRule {
             verbs: vec!["delete".into()],
@@ -177,11 +180,7 @@ async fn a_stale_success_is_never_reused_even_when_hookrun_deletes_fail() {
 /// cannot be edited; terminating a run (`spec.terminate: true`) is the documented way to let a pod go now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does() {
-    let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
-    templates(&cluster).await;
-    apply(&cluster, &manifest("forge", 2, "RollingUpdate", &pre_delete("never"), "python:latest")).await;
-    wait_rolled(&cluster, "forge", 2, "python:latest").await;
+    let (cluster, _operators) = rolled_out("forge", 2, "RollingUpdate", &pre_delete("never")).await;
     let gd_pods = live_pods(&cluster, "forge").await;
     let quick: common::api::HookTemplate =
         Api::namespaced(cluster.client(), "default").get("quick").await.expect("the quick template");
@@ -271,12 +270,8 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
 /// release them either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_pods_stay_held_through_replacements_and_scale_out() {
-    let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
-    templates(&cluster).await;
     let strategy = format!("    maxUnavailable: 2\n{}", pre_delete("never"));
-    apply(&cluster, &manifest("held", 4, "RollingUpdate", &strategy, "python:latest")).await;
-    wait_rolled(&cluster, "held", 4, "python:latest").await;
+    let (cluster, _operators) = rolled_out("held", 4, "RollingUpdate", &strategy).await;
     let checker = GateChecker::start(&cluster, "default").await;
     set_image(&cluster, "held", "python:3.5").await;
     let held = wait_for("two pods held in PreparingDelete", LONG, || async {
@@ -311,12 +306,8 @@ async fn held_pods_stay_held_through_replacements_and_scale_out() {
 /// `Successful` by then — must not move it to R3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
-    let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
-    templates(&cluster).await;
     let strategy = format!("    maxUnavailable: 1\n{}", pre_inplace("never"));
-    apply(&cluster, &manifest("target", 1, "InplaceUpdate", &strategy, "python:latest")).await;
-    wait_rolled(&cluster, "target", 1, "python:latest").await;
+    let (cluster, _operators) = rolled_out("target", 1, "InplaceUpdate", &strategy).await;
     let checker = GateChecker::start(&cluster, "default").await;
     set_image(&cluster, "target", "python:3.5").await;
     let pod = wait_for("the pod to wait in PreparingUpdate", LONG, || async {
@@ -478,11 +469,7 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
 /// `podsToDelete` goes through the pre-delete hook like any deletion, and the pod is replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_to_delete_consume_a_run_each() {
-    let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
-    templates(&cluster).await;
-    apply(&cluster, &manifest("named", 3, "RollingUpdate", &pre_delete("quick"), "python:latest")).await;
-    wait_rolled(&cluster, "named", 3, "python:latest").await;
+    let (cluster, _operators) = rolled_out("named", 3, "RollingUpdate", &pre_delete("quick")).await;
     let checker = GateChecker::start(&cluster, "default").await;
     let victim = live_pods(&cluster, "named").await.remove(0);
     let name = victim.metadata.name.clone().unwrap_or_default();
