@@ -30,7 +30,7 @@ use crate::revision;
 
 /// What happened when the plan was sent.
 #[derive(Debug, Default)]
-pub(crate) struct Outcome {
+pub(crate) struct WriteOutcome {
     /// Writes that failed, by phase, with a message for the condition.
     pub failures: Vec<(Phase, String)>,
     /// Phases with at least one successful write.
@@ -42,7 +42,7 @@ pub(crate) struct Outcome {
     pub events: Vec<PlannedEvent>,
 }
 
-impl Outcome {
+impl WriteOutcome {
     fn fail(&mut self, phase: Phase, event: PlannedEvent) {
         self.failures.push((phase, event.message.clone()));
         self.events.push(event);
@@ -93,8 +93,8 @@ impl Executor<'_> {
             .find(|p| p.metadata.name.as_deref() == Some(&pod.name) && p.metadata.uid.as_deref() == Some(&pod.uid))
     }
 
-    pub async fn run(&self, plan: &Plan) -> Outcome {
-        let mut outcome = Outcome::default();
+    pub async fn run(&self, plan: &Plan) -> WriteOutcome {
+        let mut outcome = WriteOutcome::default();
         let actions = Grouped::of(&plan.actions);
 
         for action in actions.revisions {
@@ -135,7 +135,7 @@ impl Executor<'_> {
         outcome
     }
 
-    async fn revision_change(&self, action: &Action, outcome: &mut Outcome) {
+    async fn revision_change(&self, action: &Action, outcome: &mut WriteOutcome) {
         let api = self.revisions();
         match action {
             Action::CreateRevision(r) => {
@@ -206,7 +206,7 @@ impl Executor<'_> {
 
     /// Adoption re-reads the GameDeployment from the API first (not the cache), as Kubernetes controllers do:
     /// a GameDeployment being deleted must not take new pods.
-    async fn adopt(&self, pods: &[&PodRef], outcome: &mut Outcome) {
+    async fn adopt(&self, pods: &[&PodRef], outcome: &mut WriteOutcome) {
         let name = self.gd.name_any();
         match self.gds().get_opt(&name).await {
             Ok(Some(fresh))
@@ -235,7 +235,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn release(&self, pod: &PodRef, outcome: &mut Outcome) {
+    async fn release(&self, pod: &PodRef, outcome: &mut WriteOutcome) {
         let Some(cached) = self.cached(pod) else { return };
         let Some(index) = cached
             .metadata
@@ -254,7 +254,7 @@ impl Executor<'_> {
         self.ownership_patch(pod, &ops, "ReleasedPod", "FailedRelease", outcome).await;
     }
 
-    async fn ownership_patch(&self, pod: &PodRef, ops: &[Value], ok: &str, failed: &str, outcome: &mut Outcome) {
+    async fn ownership_patch(&self, pod: &PodRef, ops: &[Value], ok: &str, failed: &str, outcome: &mut WriteOutcome) {
         let result = match json_patch(ops) {
             Ok(patch) => self.pods().patch(&pod.name, &PatchParams::default(), &patch).await,
             Err(e) => Err(kube::Error::SerdeError(e)),
@@ -274,7 +274,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn delete_pods(&self, deletes: Vec<(PodRef, DeleteCause)>, outcome: &mut Outcome) {
+    async fn delete_pods(&self, deletes: Vec<(PodRef, DeleteCause)>, outcome: &mut WriteOutcome) {
         if deletes.is_empty() {
             return;
         }
@@ -340,7 +340,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn create_pods(&self, creates: Vec<(Pod, CreateReason)>, outcome: &mut Outcome) {
+    async fn create_pods(&self, creates: Vec<(Pod, CreateReason)>, outcome: &mut WriteOutcome) {
         let api = self.pods();
         let mut remaining = creates.into_iter();
         let mut batch = 1usize;
@@ -402,7 +402,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn patch_pods(&self, changes: Vec<PodChange>, outcome: &mut Outcome) {
+    async fn patch_pods(&self, changes: Vec<PodChange>, outcome: &mut WriteOutcome) {
         let api = self.pods();
         let results: Vec<(PodChange, Result<Option<String>, kube::Error>)> = futures::stream::iter(changes)
             .map(|change| {
@@ -502,7 +502,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn housekeeping(&self, action: &Action, outcome: &mut Outcome) {
+    async fn housekeeping(&self, action: &Action, outcome: &mut WriteOutcome) {
         match action {
             Action::PrunePodsToDelete { expected, remaining } => {
                 let ops = [
@@ -542,7 +542,7 @@ impl Executor<'_> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
     }
 
-    async fn create_hook_run(&self, run: &HookRun, outcome: &mut Outcome) {
+    async fn create_hook_run(&self, run: &HookRun, outcome: &mut WriteOutcome) {
         let name = run.name_any();
         match self.hook_runs().create(&PostParams::default(), run).await {
             Ok(created) => {
@@ -575,7 +575,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn delete_hook_run(&self, name: &str, uid: &str, why: &str, outcome: &mut Outcome) -> bool {
+    async fn delete_hook_run(&self, name: &str, uid: &str, why: &str, outcome: &mut WriteOutcome) -> bool {
         let params = DeleteParams {
             preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
             ..DeleteParams::background()
@@ -604,7 +604,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn set_paused(&self, paused: bool, resource_version: &str, why: &str, outcome: &mut Outcome) {
+    async fn set_paused(&self, paused: bool, resource_version: &str, why: &str, outcome: &mut WriteOutcome) {
         let ops = [
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
             json!({"op": "add", "path": "/spec/updateStrategy/paused", "value": paused}),
@@ -620,7 +620,7 @@ impl Executor<'_> {
         }
     }
 
-    async fn reset_retry(&self, kind: HookKind, resource_version: &str, outcome: &mut Outcome) {
+    async fn reset_retry(&self, kind: HookKind, resource_version: &str, outcome: &mut WriteOutcome) {
         let field = crate::gate::retry_field(kind);
         let ops = [
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),

@@ -479,7 +479,7 @@ fn plan(snapshot: &Snapshot) -> Plan {
 }
 
 /// Execute: send the plan's actions.
-async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::Outcome {
+async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::WriteOutcome {
     let update_revision = plan.status.update_revision.clone().unwrap_or_default();
     let executor = execute::Executor {
         ctx,
@@ -493,7 +493,12 @@ async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::Ou
 
 /// Report: the status with what the writes did, the Events, the status write (only when it changed), and when
 /// to look again.
-async fn report(ctx: &Context, snapshot: &Snapshot, plan: &Plan, outcome: execute::Outcome) -> Result<Requeue, Error> {
+async fn report(
+    ctx: &Context,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    outcome: execute::WriteOutcome,
+) -> Result<Requeue, Error> {
     let gd = &snapshot.gd;
     let key = snapshot.key.clone();
     let mut status = plan.status.clone();

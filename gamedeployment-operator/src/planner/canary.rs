@@ -38,7 +38,7 @@ use crate::revision;
 
 /// What the canary decided for this pass.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct StepDecision {
     /// The partition to roll out to (None: the spec's).
     pub partition: Option<i32>,
     pub current_step_index: Option<i32>,
@@ -51,7 +51,7 @@ pub struct Outcome {
     pub requeue_at: Option<Timestamp>,
 }
 
-impl Outcome {
+impl StepDecision {
     /// Writes the canary fields of the status.
     pub fn apply_to(&self, status: &mut GameDeploymentStatus) {
         status.current_step_index = self.current_step_index;
@@ -109,8 +109,8 @@ pub fn evaluate(
     counts: Counts,
     gate: &GateState<'_>,
     now: Timestamp,
-) -> Outcome {
-    let mut out = Outcome::default();
+) -> StepDecision {
+    let mut out = StepDecision::default();
     let steps: &[CanaryStep] = gd.spec.update_strategy.canary.as_ref().map_or(&[], |c| c.steps.as_slice());
     let hash = steps_hash(steps);
     // Runs of other revisions, of other steps (a steps edit makes fresh runs, as BCS does) or of a canary that no
