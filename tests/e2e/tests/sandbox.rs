@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,17 +30,22 @@ fn bindable(addr: &str) -> bool {
     std::net::TcpListener::bind(addr).is_ok()
 }
 
-/// A base port P whose API port, both metrics ports and demo address (127.0.0.200:P+3) are free.
-fn free_base(not: &[u16]) -> u16 {
+/// A base port P whose API port, both metrics ports and demo address (127.0.0.200:P+3) are free, and that no
+/// other test of this process was given (they run in parallel and bind their ports only later).
+fn free_base() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
     let seed = (std::process::id() % 2000) as u16;
-    (0..2000u16)
+    let port = (0..2000u16)
         .map(|i| 20000 + ((seed + i * 37) % 2000) * 10)
         .find(|&p| {
-            !not.contains(&p)
+            !given.contains(&p)
                 && (0..3).all(|d| bindable(&format!("127.0.0.1:{}", p + d)))
                 && bindable(&format!("127.0.0.200:{}", p + 3))
         })
-        .expect("a free port range")
+        .expect("a free port range");
+    given.push(port);
+    port
 }
 
 /// One `scripts/sandbox --debug --no-build --port P` in its own process group, its output in a file. Dropping it
@@ -166,10 +172,10 @@ fn web_resolve_of(pid: u32) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sandboxes_side_by_side_never_share_a_demo_server() {
     ensure_binaries();
-    let port_a = free_base(&[]);
+    let port_a = free_base();
     let mut a = Sandbox::start(port_a);
     a.wait_ready().await;
-    let port_b = free_base(&[port_a]);
+    let port_b = free_base();
     let mut b = Sandbox::start(port_b);
     b.wait_ready().await;
     println!("--- sandbox A (port {port_a}) ---\n{}\n--- sandbox B (port {port_b}) ---\n{}", a.output(), b.output());
@@ -236,7 +242,7 @@ async fn two_sandboxes_side_by_side_never_share_a_demo_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_cannot_start_fails_the_start_up() {
     ensure_binaries();
-    let port = free_base(&[]);
+    let port = free_base();
     let demo = format!("127.0.0.200:{}", port + 3);
     let _taken = std::net::TcpListener::bind(&demo).expect("the demo address is free to take");
     let mut sandbox = Sandbox::start(port);
