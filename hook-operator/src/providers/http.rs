@@ -138,6 +138,14 @@ impl Http {
             self.egress.check(ip).map_err(|e| ProviderError(format!("{}: {e}", what())))?;
         }
         let host_header = self.rewrite(&mut target);
+        // Once `--web-resolve` rewrote the target, every message names where the request really went.
+        let sent_to = host_header.is_some().then(|| {
+            format!("{}:{}", target.host_str().unwrap_or_default(), target.port_or_known_default().unwrap_or_default())
+        });
+        let what = || match &sent_to {
+            Some(to) => format!("{} (sent to {to} by --web-resolve)", what()),
+            None => what(),
+        };
         if host_header.is_some()
             && let Some(ip) = literal(&target)
         {
@@ -268,5 +276,25 @@ mod tests {
         let mut other = Url::parse("http://1.1.1.1:9092/").unwrap();
         assert_eq!(http.rewrite(&mut other), None);
         assert_eq!(other.as_str(), "http://1.1.1.1:9092/");
+    }
+
+    #[tokio::test]
+    async fn a_connection_error_names_where_web_resolve_sent_the_request() {
+        // A loopback port nothing listens on.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        let settings = ProviderSettings {
+            resolve: vec![format!("1.1.1.1:9091=127.0.0.1:{port}").parse().unwrap()],
+            ..ProviderSettings::default()
+        };
+        let http = Http::new(&settings).unwrap();
+        let err = http
+            .send(Method::GET, "http://1.1.1.1:9091/", &[], None, Duration::from_secs(5), false)
+            .await
+            .err()
+            .expect("nothing listens");
+        assert!(err.0.contains(&format!("(sent to 127.0.0.1:{port} by --web-resolve)")), "{}", err.0);
+        assert!(err.0.contains("cannot connect"), "{}", err.0);
     }
 }
