@@ -289,11 +289,10 @@ mod tests {
             ..ProviderSettings::default()
         };
         let http = Http::new(&settings).unwrap();
-        let err = http
-            .send(Method::GET, "http://1.1.1.1:9091/", &[], None, Duration::from_secs(5), false)
-            .await
-            .err()
-            .expect("nothing listens");
+        let Err(err) = http.send(Method::GET, "http://1.1.1.1:9091/", &[], None, Duration::from_secs(5), false).await
+        else {
+            panic!("nothing listens on 127.0.0.1:{port}");
+        };
         assert!(err.0.contains(&format!("(sent to 127.0.0.1:{port} by --web-resolve)")), "{}", err.0);
         assert!(err.0.contains("cannot connect"), "{}", err.0);
     }
