@@ -484,6 +484,17 @@ mod tests {
             }
         }
 
+        impl Server {
+            /// Stores `lease` under the next resourceVersion and returns what was stored.
+            fn store(&mut self, lease: &Lease) -> Lease {
+                self.version += 1;
+                let mut stored = lease.clone();
+                stored.metadata.resource_version = Some(self.version.to_string());
+                self.lease = Some(stored.clone());
+                stored
+            }
+        }
+
         /// A write that bumps the resourceVersion without changing the spec (`kubectl annotate lease …`).
         fn touch(server: &mut Server) {
             server.version += 1;
@@ -504,15 +515,7 @@ mod tests {
                 self.reach().await?;
                 let result = {
                     let mut server = self.server.lock().unwrap();
-                    if server.lease.is_some() {
-                        Err(LeaseError::Conflict)
-                    } else {
-                        server.version += 1;
-                        let mut stored = lease.clone();
-                        stored.metadata.resource_version = Some(server.version.to_string());
-                        server.lease = Some(stored.clone());
-                        Ok(stored)
-                    }
+                    if server.lease.is_some() { Err(LeaseError::Conflict) } else { Ok(server.store(lease)) }
                 };
                 self.answer(result).await
             }
@@ -530,11 +533,7 @@ mod tests {
                     if current != lease.metadata.resource_version {
                         Err(LeaseError::Conflict)
                     } else {
-                        server.version += 1;
-                        let mut stored = lease.clone();
-                        stored.metadata.resource_version = Some(server.version.to_string());
-                        server.lease = Some(stored.clone());
-                        Ok(stored)
+                        Ok(server.store(lease))
                     }
                 };
                 self.answer(result).await

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use common::keys;
 use serde_json::json;
 
-use super::inplace::{InPlaceUpdateState, LastContainerStatus, Step};
+use super::inplace::{self, InPlaceUpdateState, Step};
 use crate::action::{PatchReason, PodChange, PodRef, PodWrite};
 use crate::patch;
 
@@ -21,20 +21,8 @@ pub fn update(step: &Step<'_>) -> PodChange {
     let pod = step.pod;
     let mut ops = patch::ensure_maps(pod);
     ops.extend(patch::test_label(keys::CONTROLLER_REVISION_HASH, Some(step.from_revision)));
-    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
-    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
-    let mut last = BTreeMap::new();
-    for (i, container) in containers.iter().enumerate() {
-        let Some(image) = step.change.images.get(&container.name) else { continue };
-        if container.image.as_ref() == Some(image) {
-            continue;
-        }
-        ops.push(json!({"op": "test", "path": format!("/spec/containers/{i}/name"), "value": container.name}));
-        ops.push(json!({"op": "replace", "path": format!("/spec/containers/{i}/image"), "value": image}));
-        if let Some(status) = statuses.and_then(|cs| cs.iter().find(|c| c.name == container.name)) {
-            last.insert(container.name.clone(), LastContainerStatus { image_id: status.image_id.clone() });
-        }
-    }
+    let (images, last) = inplace::image_ops(step);
+    ops.extend(images);
     ops.extend(patch::map_ops(
         "/metadata/labels",
         pod.metadata.labels.as_ref(),

@@ -242,8 +242,9 @@ fn summary(change: &TemplateChange) -> String {
     change.images.iter().map(|(c, image)| format!("{c}={image}")).collect::<Vec<_>>().join(", ")
 }
 
-/// Operations applying the images, template metadata, revision label and the state annotation.
-fn apply_ops(step: &Step<'_>) -> Vec<Value> {
+/// Operations replacing the images the change moves (each guarded by a `test` of the container's name), and the
+/// image ID each changed container ran before (to tell when the new one runs). Shared by in-place and hot-patch.
+pub(crate) fn image_ops(step: &Step<'_>) -> (Vec<Value>, BTreeMap<String, LastContainerStatus>) {
     let pod = step.pod;
     let mut ops = Vec::new();
     let containers = pod.spec.as_ref().map(|s| s.containers.as_slice()).unwrap_or_default();
@@ -260,6 +261,13 @@ fn apply_ops(step: &Step<'_>) -> Vec<Value> {
             last.insert(container.name.clone(), LastContainerStatus { image_id: status.image_id.clone() });
         }
     }
+    (ops, last)
+}
+
+/// Operations applying the images, template metadata, revision label and the state annotation.
+fn apply_ops(step: &Step<'_>) -> Vec<Value> {
+    let pod = step.pod;
+    let (mut ops, last) = image_ops(step);
     let mut labels_to = step.change.labels_to.clone();
     labels_to.retain(|k, _| !is_own_key(k));
     let mut labels_from = step.change.labels_from.clone();
