@@ -35,6 +35,14 @@ pub struct FaultRule {
     pub conflict_rate: f64,
     /// Matching watches are closed after this many milliseconds.
     pub watch_drop_after_ms: Option<u64>,
+    /// Probability that a matching watch started from a resourceVersion is answered `410 Gone`
+    /// (`Expired`), as when that version has left the watch cache: the client must relist.
+    pub watch_expire_rate: f64,
+    /// Probability that a matching write (create, update, patch, delete, deletecollection) is
+    /// carried out but answered `504 Timeout`, as kube-apiserver's request timeout answers
+    /// ("... but may still be processing the request"): the client cannot tell whether it
+    /// happened and must find out (kube-rs retries 504 itself, so it sees `409`/`404` then).
+    pub timeout_rate: f64,
     /// Authenticated user names the rule applies to (`system:serviceaccount:ns:name`, a token
     /// file user, `kube-sim-admin`; the impersonated user or the impersonator); empty means all.
     pub users: Vec<String>,
@@ -76,6 +84,24 @@ pub struct Decision {
     pub watch_drop_after: Option<Duration>,
     /// Hold the request until [`Faults::blackholed`] turns false (or the client goes away).
     pub blackhole: bool,
+    /// Carry the write out, then answer `504 Timeout` instead of its result.
+    pub timeout_after_write: bool,
+}
+
+/// How many faults were injected since the server started (for reports of fault runs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultCounts {
+    /// Injected error answers by HTTP code (500, 503, 429, 504; conflicts are counted apart).
+    pub errors: std::collections::BTreeMap<u16, u64>,
+    /// Injected `409 Conflict` answers.
+    pub conflicts: u64,
+    /// Writes carried out but answered `504 Timeout`.
+    pub timeouts_after_write: u64,
+    /// Watches given a drop timer (`watchDropAfterMs`).
+    pub watches_cut: u64,
+    /// Watches answered `410 Gone`.
+    pub watches_expired: u64,
 }
 
 /// What an open watch must do now, re-checked while it runs.
@@ -93,6 +119,7 @@ pub struct Faults {
     config: RwLock<FaultConfig>,
     /// Bumped on every change, so open watches re-check only when something changed.
     generation: AtomicU64,
+    counts: std::sync::Mutex<FaultCounts>,
 }
 
 impl FaultRule {
@@ -128,7 +155,16 @@ impl FaultRule {
 
 impl Faults {
     pub fn new(config: FaultConfig) -> Self {
-        Self { config: RwLock::new(config), generation: AtomicU64::new(0) }
+        Self { config: RwLock::new(config), generation: AtomicU64::new(0), counts: Default::default() }
+    }
+
+    /// Faults injected so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut FaultCounts)) {
+        f(&mut self.counts.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     pub fn get(&self) -> FaultConfig {
@@ -178,8 +214,52 @@ impl Faults {
             {
                 d.error = Some(ApiError::modified(gr, name));
             }
+            if matches!(verb, "create" | "update" | "patch" | "delete" | "deletecollection")
+                && rule.timeout_rate > 0.0
+                && rng.random_bool(rule.timeout_rate.clamp(0.0, 1.0))
+            {
+                d.timeout_after_write = true;
+            }
         }
+        if d.error.is_some() {
+            d.timeout_after_write = false;
+        }
+        self.count(|c| {
+            match &d.error {
+                Some(e) if e.code == 409 => c.conflicts += 1,
+                Some(e) => *c.errors.entry(e.code).or_default() += 1,
+                None => {}
+            }
+            c.timeouts_after_write += u64::from(d.timeout_after_write);
+            c.watches_cut += u64::from(verb == "watch" && d.watch_drop_after.is_some());
+        });
         d
+    }
+
+    /// Whether a watch of `gr` by `client` starting from a resourceVersion is answered
+    /// `410 Gone` now (`watchExpireRate`), so the client has to relist.
+    pub fn watch_expired(&self, gr: &GroupResource, client: &Client<'_>) -> bool {
+        let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
+        let resource = gr.to_string();
+        let mut rng = rand::rng();
+        let expired = cfg.rules.iter().any(|r| {
+            r.watch_expire_rate > 0.0
+                && r.matches("watch", &resource, None)
+                && r.matches_client(client)
+                && rng.random_bool(r.watch_expire_rate.clamp(0.0, 1.0))
+        });
+        if expired {
+            self.count(|c| c.watches_expired += 1);
+        }
+        expired
+    }
+
+    /// The error a write carried out under [`Decision::timeout_after_write`] is answered with.
+    pub fn timeout_error() -> ApiError {
+        ApiError::timeout(
+            "kube-sim injected fault: the server was unable to return a response in the time allotted, but may \
+             still be processing the request",
+        )
     }
 
     /// Decides the faults for a non-resource request (discovery, `/version`, OpenAPI): only
@@ -200,6 +280,9 @@ impl Faults {
             if d.error.is_none() && rule.error_rate > 0.0 && rng.random_bool(rule.error_rate.clamp(0.0, 1.0)) {
                 d.error = Some(injected_error(rule.error_code));
             }
+        }
+        if let Some(e) = &d.error {
+            self.count(|c| *c.errors.entry(e.code).or_default() += 1);
         }
         d
     }
@@ -316,5 +399,44 @@ mod tests {
         f.set(FaultConfig::default());
         assert_ne!(f.generation(), g);
         assert!(!f.blackholed("get", Some(&pods), None, &hooks));
+    }
+
+    #[test]
+    fn expired_watches_timeouts_after_writes_and_counts() {
+        let f = Faults::new(FaultConfig {
+            rules: vec![
+                FaultRule { users: vec!["op".into()], watch_expire_rate: 1.0, timeout_rate: 1.0, ..Default::default() },
+                FaultRule {
+                    users: vec!["op".into()],
+                    verbs: vec!["watch".into()],
+                    watch_drop_after_ms: Some(100),
+                    ..Default::default()
+                },
+            ],
+        });
+        let pods = GroupResource::new("", "pods");
+        let op = Client { user: "op", requester: "op", user_agent: "" };
+        let other = Client { user: "other", requester: "other", user_agent: "" };
+        assert!(f.watch_expired(&pods, &op));
+        assert!(!f.watch_expired(&pods, &other));
+        assert!(f.decide("create", &pods, None, "p", &op).timeout_after_write);
+        assert!(f.decide("delete", &pods, None, "p", &op).timeout_after_write);
+        assert!(!f.decide("get", &pods, None, "p", &op).timeout_after_write, "reads are never timed out");
+        assert!(!f.decide("create", &pods, None, "p", &other).timeout_after_write);
+        assert!(f.decide("watch", &pods, None, "", &op).watch_drop_after.is_some());
+        assert_eq!(Faults::timeout_error().code, 504);
+        let errors = Faults::new(FaultConfig {
+            rules: vec![
+                FaultRule { verbs: vec!["get".into()], error_rate: 1.0, error_code: Some(429), ..Default::default() },
+                FaultRule { verbs: vec!["patch".into()], conflict_rate: 1.0, timeout_rate: 1.0, ..Default::default() },
+            ],
+        });
+        errors.decide("get", &pods, None, "p", &op);
+        let conflict = errors.decide("patch", &pods, None, "p", &op);
+        assert!(!conflict.timeout_after_write, "a refused write is not also carried out");
+        let counts = f.counts();
+        assert_eq!((counts.watches_expired, counts.timeouts_after_write, counts.watches_cut), (1, 2, 1));
+        let counts = errors.counts();
+        assert_eq!((counts.errors.get(&429).copied(), counts.conflicts), (Some(1), 1));
     }
 }

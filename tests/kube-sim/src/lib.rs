@@ -51,7 +51,7 @@ use serde_json::json;
 
 pub use audit::{AuditEvent, AuditLog};
 pub use auth::TokenUser;
-pub use faults::{FaultConfig, FaultRule};
+pub use faults::{FaultConfig, FaultCounts, FaultRule};
 
 /// Why kube-sim could not start.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +148,12 @@ impl SimHandle {
     /// Closes every open watch connection.
     pub fn drop_watches(&self) -> usize {
         self.registry.store.drop_watchers(None)
+    }
+
+    /// How many faults were injected so far (errors by code, conflicts, timeouts, cut and
+    /// expired watches).
+    pub fn fault_counts(&self) -> faults::FaultCounts {
+        self.faults.counts()
     }
 
     /// Every write request still in the bounded audit log, oldest first.

@@ -162,7 +162,7 @@ async fn resource_inner(
     }
     let c = Ctx { st: st.clone(), rd: rd.clone(), rr: rr.clone(), query, rep, user, user_agent, content_type };
     let ns = rr.namespace.clone().unwrap_or_default();
-    match rr.subresource.as_deref() {
+    let result = match rr.subresource.as_deref() {
         None => match (verb, rr.name.as_deref()) {
             ("watch", _) => super::watch::serve(
                 &c.st,
@@ -233,6 +233,11 @@ async fn resource_inner(
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
         Some(_) => Err(ApiError::not_found_path()),
+    };
+    // An injected request timeout: the write happened, the client is told 504.
+    match result {
+        Ok(_) if decision.timeout_after_write => Err(crate::faults::Faults::timeout_error()),
+        other => other,
     }
 }
 

@@ -159,3 +159,61 @@ async fn rules_scoped_to_one_user_partition_that_client_only() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// The faults a controller meets on a real cluster that a plain error rate does not show: a watch
+/// resumed from a version the watch cache no longer has (`410 Gone`: the client must relist), and
+/// a request timeout after the write was carried out (`504`: the client cannot tell). Both scoped
+/// to one user; `SimHandle::fault_counts` counts what was injected.
+#[tokio::test]
+async fn expired_watches_and_timeouts_after_writes() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let token = sim.add_token_user(kube_sim::TokenUser {
+        user: "operator-a".into(),
+        groups: vec!["system:masters".into()],
+        ..Default::default()
+    });
+    let auth = format!("Bearer {token}");
+    let auth = [("Authorization", auth.as_str())];
+    let rules = json!({"rules": [{"users": ["operator-a"], "watchExpireRate": 1.0, "timeoutRate": 1.0}]});
+    assert_eq!(raw.put("/kube-sim/faults", &rules).await?.status, 200);
+
+    // A create carried out, answered 504.
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "maybe"}});
+    let r = raw
+        .send_with(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some("application/json"),
+            Some(body.to_string()),
+            &auth,
+        )
+        .await?;
+    assert_eq!((r.status, r.body["reason"].as_str()), (504, Some("Timeout")), "{}", r.text);
+    assert!(r.body["message"].as_str().unwrap_or("").contains("may still be processing"), "{}", r.text);
+    let stored = raw.get("/api/v1/namespaces/default/configmaps/maybe").await?;
+    assert_eq!(stored.status, 200, "the write happened");
+    let rv = stored.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    // Reads are answered.
+    let r = raw.send_with("GET", "/api/v1/namespaces/default/configmaps/maybe", None, None, &auth).await?;
+    assert_eq!(r.status, 200);
+
+    // A watch from a resourceVersion: one ERROR event, 410 Expired, then the stream ends.
+    let path = format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}");
+    let mut w = raw.watch_with(&path, &auth).await?;
+    let event = w.next_event().await?;
+    assert_eq!((event["type"].as_str(), event["object"]["code"].as_u64()), (Some("ERROR"), Some(410)), "{event}");
+    assert_eq!(event["object"]["reason"], "Expired");
+    assert!(w.next().await?.is_none());
+    // A watch without a version (the client relisted) works; the admin's resumed watch too.
+    let mut fresh = raw.watch_with("/api/v1/namespaces/default/configmaps?watch=true", &auth).await?;
+    assert_eq!(fresh.next_event().await?["type"], "ADDED");
+    let mut admin = raw.watch(&path).await?;
+    raw.post("/api/v1/namespaces/default/configmaps", &json!({"metadata": {"name": "later"}})).await?;
+    assert_eq!(admin.next_event().await?["object"]["metadata"]["name"], "later");
+
+    let counts = sim.fault_counts();
+    assert_eq!((counts.timeouts_after_write, counts.watches_expired), (1, 1), "{counts:?}");
+    sim.shutdown().await;
+    Ok(())
+}
