@@ -54,6 +54,13 @@ pub struct RunFlags {
     /// Least time between two status writes of one running HookRun (phase changes are written at once).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub status_write_interval: Duration,
+    /// Finished HookRuns without an owner are deleted this long after they finished (0: never). Runs a workload
+    /// operator created have an owner and go with it.
+    #[arg(long, default_value = "24h", value_parser = parse_duration, value_name = "DURATION")]
+    pub finished_run_ttl: Duration,
+    /// Deletes of expired HookRuns sent per second at most (bounds the collector's API writes).
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub gc_deletes_per_second: u32,
     #[command(flatten)]
     pub engine: EngineFlags,
 }
@@ -196,6 +203,8 @@ mod tests {
             .unwrap();
         assert!(cli.command.is_none());
         assert_eq!(cli.run.max_in_flight, 10);
+        assert_eq!(cli.run.finished_run_ttl, Duration::from_secs(24 * 3600), "finished runs are kept a day");
+        assert_eq!(cli.run.gc_deletes_per_second, 10);
         assert_eq!(cli.run.runtime.kube.namespace.as_deref(), Some("games"));
         assert_eq!(cli.run.engine.interval_scale, 1.0, "test aids are off by default");
         assert!(cli.run.engine.web_resolve.is_empty(), "test aids are off by default");

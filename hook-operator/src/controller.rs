@@ -14,7 +14,7 @@ use common::runtime::kube_api::api;
 use common::runtime::{Health, Shutdown};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -66,6 +66,10 @@ pub struct Options {
     pub namespace_share_percent: u8,
     /// Least time between two status writes of a running run (phase changes are written at once).
     pub status_write_interval: Duration,
+    /// Finished ownerless runs are deleted this long after they finished (zero: never); see [`crate::gc`].
+    pub finished_run_ttl: Duration,
+    /// Deletes the collector sends per second at most.
+    pub gc_deletes_per_second: u32,
 }
 
 pub struct Context {
@@ -281,6 +285,37 @@ async fn housekeeping(store: Store<HookRun>, dispatcher: Dispatcher, metrics: Ar
     }
 }
 
+/// Deletes finished ownerless runs once their TTL has passed (see [`crate::gc`]), at most `rate` deletes a
+/// second. Each delete is preconditioned on the run's uid; a run already gone (404) or replaced (409) is skipped.
+async fn collect_finished_runs(client: Client, store: Store<HookRun>, ttl: Duration, rate: u32, metrics: Arc<Metrics>) {
+    if ttl.is_zero() {
+        return;
+    }
+    let mut pace = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::time::sleep(crate::gc::scan_period(ttl)).await;
+        let runs = store.state();
+        for expired in crate::gc::expired(runs.iter().map(|r| r.as_ref()), Timestamp::now(), ttl) {
+            pace.tick().await;
+            let api: Api<HookRun> = Api::namespaced(client.clone(), &expired.namespace);
+            let params = DeleteParams {
+                preconditions: Some(Preconditions { uid: Some(expired.uid.clone()), resource_version: None }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&expired.name, &params).await {
+                Ok(_) => {
+                    metrics.runs_collected.inc();
+                    tracing::debug!(run = %expired.name, namespace = %expired.namespace, "deleted a finished HookRun past its TTL");
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+                Err(e) => tracing::warn!(run = %expired.name, namespace = %expired.namespace, error = %e,
+                    "deleting a finished HookRun past its TTL failed; retrying at the next scan"),
+            }
+        }
+    }
+}
+
 /// Runs the controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -329,6 +364,13 @@ pub async fn run(
         options.engine.clone(),
     ));
     let chores = tokio::spawn(housekeeping(store.clone(), dispatcher, metrics.clone()));
+    let collector = tokio::spawn(collect_finished_runs(
+        client.clone(),
+        store.clone(),
+        options.finished_run_ttl,
+        options.gc_deletes_per_second,
+        metrics.clone(),
+    ));
     let ready = tokio::spawn({
         let store = store.clone();
         let health = health.clone();
@@ -351,6 +393,7 @@ pub async fn run(
     health.set_ready(false);
     templates.abort();
     chores.abort();
+    collector.abort();
     ready.abort();
     tracing::info!("hook-operator controller stopped");
 }

@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod evaluate;
 pub mod fuzz;
+pub mod gc;
 pub mod jsonpath;
 pub mod local;
 pub mod measure;

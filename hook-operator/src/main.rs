@@ -68,6 +68,8 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         identity: election.identity().to_string(),
         namespace_share_percent: flags.max_in_flight_per_namespace_percent,
         status_write_interval: flags.status_write_interval,
+        finished_run_ttl: flags.finished_run_ttl,
+        gc_deletes_per_second: flags.gc_deletes_per_second,
     };
     let leader = metrics.clone();
     let controller = controller::run(client, options, providers, metrics, health, shutdown.clone());

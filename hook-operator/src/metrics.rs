@@ -43,6 +43,8 @@ pub struct Metrics {
     pub events_dropped: Counter,
     /// 1 while this replica runs the controller (holds the Lease, or leader election is off), else 0.
     pub leader: Gauge,
+    /// Finished ownerless HookRuns deleted after `--finished-run-ttl`.
+    pub runs_collected: Counter,
 }
 
 impl Default for Metrics {
@@ -59,6 +61,7 @@ impl Default for Metrics {
             invalid_templates: Gauge::default(),
             events_dropped: Counter::default(),
             leader: Gauge::default(),
+            runs_collected: Counter::default(),
         }
     }
 }
@@ -97,6 +100,11 @@ impl Metrics {
             "events_dropped",
             "Kubernetes Events dropped because the event queue was full",
             metrics.events_dropped.clone(),
+        );
+        r.register(
+            "hookruns_collected",
+            "Finished HookRuns without an owner deleted after --finished-run-ttl",
+            metrics.runs_collected.clone(),
         );
         r.register("leader", "1 while this replica leads (runs HookRuns), else 0", metrics.leader.clone());
         metrics
