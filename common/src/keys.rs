@@ -44,6 +44,9 @@ pub const HOTPATCH_CONTAINER: &str = "io.kubernetes.hotpatch.container";
 /// Pod label in the OpenKruise CloneSet vocabulary: why a pod is held (`Normal`, `PreparingDelete`,
 /// `PreparingUpdate`, `Updating`, `Updated`).
 pub const LIFECYCLE_STATE: &str = "lifecycle.apps.kruise.io/state";
+/// Pod label (OpenKruise CloneSet): `"true"` asks for the pod to be deleted — through `PreparingDelete`, the
+/// pre-delete hook and lifecycle handler — and replaced, without editing the workload.
+pub const SPECIFIED_DELETE: &str = "apps.kruise.io/specified-delete";
 /// Pod annotation: when the lifecycle state last changed (RFC 3339).
 pub const LIFECYCLE_TIMESTAMP: &str = "lifecycle.apps.kruise.io/timestamp";
 

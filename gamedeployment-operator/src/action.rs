@@ -165,9 +165,9 @@ impl Action {
         match self {
             Self::CreateRevision(_) | Self::RenumberRevision { .. } => Phase::Revisions,
             Self::AdoptPod(_) | Self::ReleasePod(_) => Phase::Ownership,
-            Self::CreatePod { .. } => Phase::Scale,
+            Self::CreatePod { .. } | Self::CreateClaims { .. } | Self::DeleteClaims { .. } => Phase::Scale,
             Self::DeletePod { cause, .. } => match cause {
-                DeleteCause::ScaleIn | DeleteCause::PodsToDelete => Phase::Scale,
+                DeleteCause::ScaleIn | DeleteCause::PodsToDelete | DeleteCause::SpecifiedDelete => Phase::Scale,
                 DeleteCause::RollingUpdate | DeleteCause::RecreateFallback => Phase::Update,
             },
             Self::PatchPod(change) => match change.reason {

@@ -33,6 +33,8 @@ pub enum DeleteCause {
     ScaleIn,
     /// The pod is named in `spec.scaleStrategy.podsToDelete`.
     PodsToDelete,
+    /// The pod carries the label `apps.kruise.io/specified-delete: "true"` (CloneSet): deleted and replaced.
+    SpecifiedDelete,
     /// RollingUpdate: the pod is replaced by one of the new revision.
     RollingUpdate,
     /// InplaceUpdate/HotPatchUpdate of a change that cannot be made in place: the pod is recreated.
@@ -44,6 +46,7 @@ impl DeleteCause {
         match self {
             Self::ScaleIn => "scale_in",
             Self::PodsToDelete => "pods_to_delete",
+            Self::SpecifiedDelete => "specified_delete",
             Self::RollingUpdate => "rolling_update",
             Self::RecreateFallback => "recreate_fallback",
         }
@@ -347,6 +350,7 @@ mod tests {
         for kind in [
             GateKind::Delete(DeleteCause::ScaleIn),
             GateKind::Delete(DeleteCause::PodsToDelete),
+            GateKind::Delete(DeleteCause::SpecifiedDelete),
             GateKind::Delete(DeleteCause::RollingUpdate),
             GateKind::Delete(DeleteCause::RecreateFallback),
             GateKind::InPlaceUpdate,

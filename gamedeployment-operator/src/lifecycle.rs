@@ -59,6 +59,12 @@ pub fn state_of(pod: &Pod) -> LifecycleState {
     common::pod::label(pod, keys::LIFECYCLE_STATE).and_then(LifecycleState::parse).unwrap_or(LifecycleState::Normal)
 }
 
+/// Whether the pod carries CloneSet's `apps.kruise.io/specified-delete: "true"`: delete it (through the gate) and
+/// replace it.
+pub fn specified_delete(pod: &Pod) -> bool {
+    common::pod::label(pod, keys::SPECIFIED_DELETE) == Some("true")
+}
+
 /// JSON-patch operations moving the pod to `state`, stamped with `now`. Assumes the pod has labels and
 /// annotations maps (pods we create always do; [`patch::ensure_maps`] adds them otherwise).
 pub fn set_state_ops(state: LifecycleState, now: Timestamp) -> Vec<Value> {

@@ -312,6 +312,10 @@ impl Executor<'_> {
                         DeleteCause::PodsToDelete => {
                             ("SuccessfulDelete", format!("deleted pod {} (listed in podsToDelete)", pod.name))
                         }
+                        DeleteCause::SpecifiedDelete => (
+                            "SuccessfulDelete",
+                            format!("deleted pod {} (labelled apps.kruise.io/specified-delete)", pod.name),
+                        ),
                         DeleteCause::RollingUpdate => (
                             "SuccessfulUpdatePodReCreate",
                             format!("deleted pod {} to recreate it from revision {}", pod.name, self.update_revision),

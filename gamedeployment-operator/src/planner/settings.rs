@@ -80,7 +80,8 @@ pub(crate) struct PodInfo<'a> {
     pub ready: bool,
     pub available: bool,
     pub progress: Progress,
-    /// Named in `spec.scaleStrategy.podsToDelete`.
+    /// To be deleted and replaced: named in `spec.scaleStrategy.podsToDelete`, or labelled
+    /// `apps.kruise.io/specified-delete: "true"` ([`lifecycle::specified_delete`]).
     pub specified: bool,
 }
 
@@ -270,7 +271,7 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
                 available: common::pod::is_running(pod)
                     && common::pod::is_available(pod, settings.min_ready_seconds, settings.now),
                 progress: inplace::progress(pod, settings.now),
-                specified: specified.contains(name),
+                specified: specified.contains(name) || lifecycle::specified_delete(pod),
             }
         })
         .collect();

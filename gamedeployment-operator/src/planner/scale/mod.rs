@@ -1,6 +1,7 @@
 //! Scaling: which pods to delete and which to create, to match the counts of [`super::diffs`].
 //!
-//! - `podsToDelete` pods are deleted first and replaced (the list plus lower replicas is a targeted scale-in);
+//! - `podsToDelete` pods and pods labelled `apps.kruise.io/specified-delete: "true"` are deleted first and replaced
+//!   (the list plus lower replicas is a targeted scale-in);
 //! - scale-in victims are chosen by [`victims`]: old-revision pods first, down to `partition`, then updated
 //!   pods, each group in [`crate::priority::deletion_order`];
 //! - deleting an available pod costs one of the unavailable budget, so no deletion takes availability below
@@ -78,7 +79,10 @@ pub(crate) fn plan(
     let mut specified: Vec<&PodInfo<'_>> = infos.iter().filter(|i| i.specified).collect();
     specified.sort_by(|a, b| priority::deletion_order(a.pod, b.pod, &settings.costs));
     for info in &specified {
-        delete(settings, info, DeleteCause::PodsToDelete, &mut budget, draft);
+        let listed =
+            settings.gd.spec.scale_strategy.as_ref().is_some_and(|s| s.pods_to_delete.iter().any(|n| n == info.name));
+        let cause = if listed { DeleteCause::PodsToDelete } else { DeleteCause::SpecifiedDelete };
+        delete(settings, info, cause, &mut budget, draft);
     }
 
     // Scale in.
@@ -234,6 +238,45 @@ mod tests {
         assert!(scaled.acted && scaled.problem.is_none());
         assert_eq!(deleted(&draft).len(), 1, "one available pod may go (maxUnavailable 1)");
         assert_eq!(deleted(&draft)[0].1, DeleteCause::PodsToDelete);
+    }
+
+    #[test]
+    fn a_pod_labelled_specified_delete_is_deleted_through_the_gate_and_replaced() {
+        // CloneSet's `apps.kruise.io/specified-delete: "true"`: the pod is deleted (through the pre-delete hook) and
+        // replaced, without editing the GameDeployment.
+        let marked = |name: &str| {
+            fixtures::pod(name).serving(NEW, "game:1", 10).labels(&[(common::keys::SPECIFIED_DELETE, "true")]).build()
+        };
+        let not_marked = fixtures::pod("game-x")
+            .serving(NEW, "game:1", 10)
+            .labels(&[(common::keys::SPECIFIED_DELETE, "false")])
+            .build();
+        let pass = Pass::new(gd(3, "RollingUpdate")).updated(1).pod(marked("game-m")).pod(not_marked);
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        // No other pod is taken for it; the replacement is created once it is gone (as for podsToDelete).
+        assert_eq!((diffs.create, diffs.delete_old + diffs.delete_new), (0, 0), "{diffs:?}");
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        assert_eq!(deleted(&draft), [("game-m".to_string(), DeleteCause::SpecifiedDelete)]);
+
+        // With a pre-delete hook the pod is first held in PreparingDelete (the gate), not deleted.
+        let mut g = gd(3, "RollingUpdate");
+        g.spec.pre_delete_update_strategy =
+            Some(serde_json::from_value(serde_json::json!({"hook": {"templateName": "drain"}})).unwrap());
+        let mut pass = Pass::new(g).updated(2).pod(marked("game-m"));
+        pass.hook_templates.push(fixtures::hook_template());
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        assert!(deleted(&draft).is_empty());
+        assert!(draft.is_held("game-m"));
+        assert_eq!(draft.held[0].kind, GateKind::Delete(DeleteCause::SpecifiedDelete));
     }
 
     #[test]
