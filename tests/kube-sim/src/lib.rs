@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod audit;
 pub mod auth;
 pub mod codec;
@@ -89,6 +90,8 @@ pub struct SimConfig {
     pub max_body_bytes: usize,
     /// Write requests kept in the audit log (oldest evicted first); 0 turns it off.
     pub audit_capacity: usize,
+    /// Where Services named by admission webhooks (`clientConfig.service`) are reached.
+    pub service_addresses: Vec<admission::ServiceAddress>,
 }
 
 impl Default for SimConfig {
@@ -104,6 +107,7 @@ impl Default for SimConfig {
             bookmark_interval: server::BOOKMARK_INTERVAL,
             max_body_bytes: 3 * 1024 * 1024,
             audit_capacity: 100_000,
+            service_addresses: Vec::new(),
         }
     }
 }
@@ -115,6 +119,7 @@ pub struct SimHandle {
     faults: Arc<faults::Faults>,
     audit: Arc<audit::Audit>,
     auth: Arc<auth::Authenticator>,
+    admission: Arc<admission::Admission>,
     shutdown: tokio::sync::watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
@@ -145,15 +150,26 @@ impl SimHandle {
         self.faults.get()
     }
 
+    /// How many faults were injected so far (errors by code, conflicts, timeouts, cut and
+    /// expired watches).
+    pub fn fault_counts(&self) -> faults::FaultCounts {
+        self.faults.counts()
+    }
+
     /// Closes every open watch connection.
     pub fn drop_watches(&self) -> usize {
         self.registry.store.drop_watchers(None)
     }
 
-    /// How many faults were injected so far (errors by code, conflicts, timeouts, cut and
-    /// expired watches).
-    pub fn fault_counts(&self) -> faults::FaultCounts {
-        self.faults.counts()
+    /// Makes admission webhooks that name Service `namespace/name` (on `port`, or any port for
+    /// `None`) connect to `address`, e.g. a webhook server a test runs on 127.0.0.1. The Service
+    /// must still exist and expose the port, as on a cluster. Replaces an earlier mapping.
+    pub fn set_service_address(&self, service: &str, port: Option<u16>, address: SocketAddr) {
+        self.admission.caller.set_service_address(admission::ServiceAddress {
+            service: service.to_string(),
+            port,
+            address,
+        });
     }
 
     /// Every write request still in the bounded audit log, oldest first.
@@ -319,6 +335,10 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     let events = store.subscribe_all();
     bootstrap(&registry)?;
     let faults = Arc::new(faults::Faults::new(config.faults.clone()));
+    let admission = Arc::new(admission::Admission::default());
+    for a in &config.service_addresses {
+        admission.caller.set_service_address(a.clone());
+    }
     let state = Arc::new(server::AppState {
         registry: registry.clone(),
         faults: faults.clone(),
@@ -328,6 +348,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         address: addr.to_string(),
         aggregated_discovery: config.aggregated_discovery,
         max_body: config.max_body_bytes,
+        admission: admission.clone(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut server_shutdown = shutdown_rx.clone();
@@ -374,5 +395,15 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         }));
     }
     tracing::info!(%url, "kube-sim listening");
-    Ok(SimHandle { addr, registry, faults, audit, auth: authenticator, shutdown: shutdown_tx, server, background })
+    Ok(SimHandle {
+        addr,
+        registry,
+        faults,
+        audit,
+        auth: authenticator,
+        admission,
+        shutdown: shutdown_tx,
+        server,
+        background,
+    })
 }

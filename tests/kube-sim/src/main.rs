@@ -77,6 +77,11 @@ struct Args {
     #[arg(long, default_value_t = 100_000)]
     audit_capacity: usize,
 
+    /// Where a Service named by an admission webhook is reached:
+    /// `NAMESPACE/NAME[:PORT]=IP:PORT` (repeatable), e.g. `kourse-system/gdo-webhook=127.0.0.1:9443`.
+    #[arg(long = "service-address")]
+    service_address: Vec<kube_sim::admission::ServiceAddress>,
+
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -149,6 +154,7 @@ async fn main() -> ExitCode {
         aggregated_discovery: !args.no_aggregated_discovery,
         bookmark_interval: args.bookmark_interval,
         audit_capacity: args.audit_capacity,
+        service_addresses: args.service_address.clone(),
         ..SimConfig::default()
     };
     let sim = match kube_sim::start(config).await {

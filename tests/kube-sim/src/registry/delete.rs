@@ -265,6 +265,9 @@ impl Registry {
             }
             let current_rv: u64 = meta::resource_version(&current).parse().unwrap_or(0);
             if rd.special == Special::Namespace {
+                if let Some(gate) = &ctx.admission {
+                    gate.check(Some(&current), None)?;
+                }
                 match self.delete_namespace(rd, &key, &current, current_rv, &opts)? {
                     Some(outcome) => return Ok(outcome),
                     None => continue,
@@ -274,6 +277,10 @@ impl Registry {
             let graceful = before_delete(rd, &mut obj, &mut opts);
             if matches!(graceful, Graceful::Pending) {
                 return Ok(DeleteOutcome { object: self.view(rd, &current), deleted: false });
+            }
+            // Validating admission sees the stored object, as `deleteValidation` does.
+            if let Some(gate) = &ctx.admission {
+                gate.check(Some(&current), None)?;
             }
             let had_finalizers = !meta::finalizers(&obj).is_empty();
             let gc = gc_finalizers(&obj, &opts);

@@ -70,6 +70,8 @@ pub struct WriteCtx {
     pub user: UserInfo,
     /// Set while a server-side apply runs: ownership was already computed.
     skip_managed: bool,
+    /// Validating admission webhooks: checked right before the write is committed.
+    pub admission: Option<crate::admission::Gate>,
 }
 
 impl WriteCtx {
@@ -81,6 +83,7 @@ impl WriteCtx {
             warnings: Vec::new(),
             user,
             skip_managed: false,
+            admission: None,
         }
     }
 
@@ -495,6 +498,11 @@ impl Registry {
         }) {
             ctx.warnings.push(w);
         }
+        if let Some(gate) = &ctx.admission {
+            gate.check(None, Some(&mut obj))?;
+        }
+        // (Admission may pin the name generated when the webhooks were called.)
+        let name = meta::name(&obj).to_string();
         if ctx.dry_run {
             return Ok((*self.view(rd, &Arc::new(obj))).clone());
         }
@@ -762,6 +770,9 @@ impl Registry {
                     &rd.api_version(),
                     scope_of(rd, endpoint),
                 );
+            }
+            if let Some(gate) = &ctx.admission {
+                gate.check(Some(&current), Some(&mut new))?;
             }
             let current_rv: u64 = meta::resource_version(&current).parse().unwrap_or(0);
             if self.should_delete_during_update(rd, &current, &new) {

@@ -72,6 +72,9 @@ pub fn prepare_create(rd: &ResourceDef, obj: &mut Value, sa_automount: bool) {
             }
         }
         Special::Rbac => defaults::rbac_defaults(obj),
+        Special::Plain if rd.group == crate::admission::config::GROUP => {
+            crate::admission::config::defaults(obj, rd.plural == crate::admission::config::MUTATING)
+        }
         Special::Crd => {
             if let Value::Object(m) = obj {
                 let storage = m
@@ -274,6 +277,9 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
         Special::DaemonSet => defaults::daemonset_defaults(new),
         Special::Job => defaults::job_defaults(new),
         Special::Rbac => defaults::rbac_defaults(new),
+        Special::Plain if rd.group == crate::admission::config::GROUP => {
+            crate::admission::config::defaults(new, rd.plural == crate::admission::config::MUTATING)
+        }
         Special::Pod if endpoint == Endpoint::Main => {
             // Pod spec defaults are applied on the incoming spec too, so that an update that
             // sends back the object it read compares equal (spec is then checked for immutability).
@@ -440,6 +446,7 @@ pub fn validate_create(rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
             errs
         }
+        Special::Plain if rd.group == crate::admission::config::GROUP => crate::admission::config::validate(obj),
         _ => vec![],
     }
 }

@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::request::{Query, Representation, ResourceRequest, negotiate, verb_for};
 use super::response::{bytes_response, error_response, json_response, list_body, yaml_response};
+use crate::admission::Operation;
 use crate::auth::{self, Attributes};
 use crate::patch::PatchType;
 use crate::registry::{
@@ -30,6 +31,8 @@ struct Ctx {
     user: UserInfo,
     user_agent: String,
     content_type: String,
+    /// Set while a write runs through admission (see `admitted`); `write_ctx` hands it on.
+    gate: std::sync::Mutex<Option<crate::admission::Gate>>,
 }
 
 pub async fn resource(
@@ -160,7 +163,17 @@ async fn resource_inner(
     if !body.is_empty() {
         tracing::trace!(%method, body = %String::from_utf8_lossy(&body), "request body");
     }
-    let c = Ctx { st: st.clone(), rd: rd.clone(), rr: rr.clone(), query, rep, user, user_agent, content_type };
+    let c = Ctx {
+        st: st.clone(),
+        rd: rd.clone(),
+        rr: rr.clone(),
+        query,
+        rep,
+        user,
+        user_agent,
+        content_type,
+        gate: std::sync::Mutex::new(None),
+    };
     let ns = rr.namespace.clone().unwrap_or_default();
     let result = match rr.subresource.as_deref() {
         None => match (verb, rr.name.as_deref()) {
@@ -176,17 +189,36 @@ async fn resource_inner(
             ),
             ("list", _) => list(&c),
             ("get", Some(name)) => get(&c, &ns, name),
+            ("create", None) if c.rd.special != Special::Review => {
+                admitted(&c, &ns, &[Operation::Create], &body, || create(&c, &ns, &body)).await
+            }
             ("create", None) => create(&c, &ns, &body),
-            ("update", Some(name)) => update(&c, &ns, name, &body, Endpoint::Main),
-            ("patch", Some(name)) => patch(&c, &ns, name, &body, Endpoint::Main),
-            ("delete", Some(name)) => delete(&c, &ns, name, &body),
-            ("deletecollection", None) => delete_collection(&c, &body),
+            ("update", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Update, Operation::Create], &body, || {
+                    update(&c, &ns, name, &body, Endpoint::Main)
+                })
+                .await
+            }
+            ("patch", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Update, Operation::Create], &body, || {
+                    patch(&c, &ns, name, &body, Endpoint::Main)
+                })
+                .await
+            }
+            ("delete", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Delete], &body, || delete(&c, &ns, name, &body)).await
+            }
+            ("deletecollection", None) => delete_collection(&c, &body).await,
             _ => Err(ApiError::method_not_allowed()),
         },
         Some("status") if rd.status_subresource => match (verb, rr.name.as_deref()) {
             ("get", Some(name)) => get(&c, &ns, name),
-            ("update", Some(name)) => update(&c, &ns, name, &body, Endpoint::Status),
-            ("patch", Some(name)) => patch(&c, &ns, name, &body, Endpoint::Status),
+            ("update", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Update], &body, || update(&c, &ns, name, &body, Endpoint::Status)).await
+            }
+            ("patch", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Update], &body, || patch(&c, &ns, name, &body, Endpoint::Status)).await
+            }
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
         Some("scale") if rd.scale.is_some() => match (verb, rr.name.as_deref()) {
@@ -200,11 +232,12 @@ async fn resource_inner(
         Some("binding") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
             ("create", Some(name)) => {
                 let b = parse_body(&body, &c.content_type, "io.k8s.api.core.v1.Binding")?;
+                let warnings = admit_request_object(&c, &ns, name, &b, ("", "v1", "Binding")).await?;
                 c.st.registry.bind_pod(&ns, name, &b)?;
                 Ok(json_response(
                     StatusCode::CREATED,
                     &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-                    &[],
+                    &warnings,
                 ))
             }
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
@@ -212,8 +245,15 @@ async fn resource_inner(
         Some("eviction") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
             ("create", Some(name)) => {
                 let eviction = parse_body(&body, &c.content_type, "io.k8s.api.policy.v1.Eviction")?;
+                // As the eviction REST does: the name check, then admission of the Eviction, then
+                // the eviction itself (whose pod delete is not admitted again).
+                if crate::meta::name(&eviction) != name {
+                    return Err(ApiError::bad_request("name in URL does not match name in Eviction object"));
+                }
+                let warnings = admit_request_object(&c, &ns, name, &eviction, ("policy", "v1", "Eviction")).await?;
                 let mut ctx = write_ctx(&c)?;
                 let status = crate::disruption::evict(&c.st.registry, &ns, name, &eviction, &mut ctx)?;
+                ctx.warnings.extend(warnings);
                 let mut r = json_response(StatusCode::CREATED, &status, &ctx.warnings);
                 r.extensions_mut().insert(crate::audit::Written { name: name.to_string(), resource_version: None });
                 Ok(r)
@@ -278,6 +318,7 @@ fn write_ctx(c: &Ctx) -> Result<WriteCtx, ApiError> {
         }
     };
     let mut ctx = WriteCtx::new(manager, c.user.clone());
+    ctx.admission = c.gate.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for d in c.query.all("dryRun") {
         match d {
             "All" => ctx.dry_run = true,
@@ -493,15 +534,192 @@ fn delete(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiErr
     ))
 }
 
-fn delete_collection(c: &Ctx, body: &[u8]) -> Result<Response, ApiError> {
+async fn delete_collection(c: &Ctx, body: &[u8]) -> Result<Response, ApiError> {
     let opts = delete_options(c, body)?;
     let list_opts = parse_list_options(&c.query)?;
     let mut ctx = write_ctx(c)?;
-    let (items, rv) = c.st.registry.delete_collection(&c.rd, c.rr.namespace.as_deref(), &list_opts, &opts, &mut ctx)?;
+    let (items, rv, warnings) =
+        if admission_request(c, c.rr.namespace.as_deref().unwrap_or(""), &[Operation::Delete]).1.is_empty() {
+            let (items, rv) =
+                c.st.registry.delete_collection(&c.rd, c.rr.namespace.as_deref(), &list_opts, &opts, &mut ctx)?;
+            (items, rv, ctx.warnings)
+        } else {
+            // Each item's delete is admitted on its own, as `DeleteCollection` calls `Delete`.
+            let mut list = list_opts.clone();
+            list.limit = None;
+            list.continue_token = None;
+            let found = c.st.registry.list(&c.rd, c.rr.namespace.as_deref(), &list)?;
+            let mut out = Vec::new();
+            let mut warnings = Vec::new();
+            for item in found.items {
+                let (name, item_ns) = (crate::meta::name(&item).to_string(), crate::meta::namespace(&item).to_string());
+                let result = admitted_with(c, &item_ns, &[Operation::Delete], body, || {
+                    let mut ctx = write_ctx(c)?;
+                    let o = c.st.registry.delete(&c.rd, &item_ns, &name, opts.clone(), &mut ctx)?;
+                    Ok((o.object, ctx.warnings))
+                })
+                .await;
+                match result {
+                    Ok(((object, w), admission_warnings)) => {
+                        out.push(object);
+                        warnings.extend(w);
+                        warnings.extend(admission_warnings);
+                    }
+                    Err(e) if e.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            (out, c.st.registry.store.current_rv(), warnings)
+        };
     let list_meta = json!({"resourceVersion": rv.to_string()});
     Ok(bytes_response(
         StatusCode::OK,
         list_body(&c.rd.list_kind, &c.rd.api_version(), &list_meta, &items, !c.rd.is_custom()),
-        &ctx.warnings,
+        &warnings,
     ))
+}
+
+/// The admission view of this request and the webhooks that may apply to it.
+fn admission_request<'a>(
+    c: &'a Ctx,
+    ns: &'a str,
+    ops: &[Operation],
+) -> (crate::admission::Request<'a>, Vec<crate::admission::config::Webhook>) {
+    let dry_run = c.query.all("dryRun").contains(&"All");
+    let req = crate::admission::Request {
+        rd: &c.rd,
+        subresource: c.rr.subresource.as_deref().unwrap_or(""),
+        namespace: ns,
+        user: &c.user,
+        dry_run,
+    };
+    let hooks = c.st.admission.candidates(&c.st.registry, &req, ops);
+    (req, hooks)
+}
+
+/// Runs a write through validating admission: see [`admitted_with`].
+async fn admitted(
+    c: &Ctx,
+    ns: &str,
+    ops: &[Operation],
+    body: &[u8],
+    run: impl Fn() -> Result<Response, ApiError>,
+) -> Result<Response, ApiError> {
+    let (mut r, warnings) = admitted_with(c, ns, ops, body, run).await?;
+    super::response::add_warnings(&mut r, &warnings);
+    Ok(r)
+}
+
+/// Runs a registry write through validating admission (`crate::admission::gate`): a probe run
+/// stops at the commit point with the old and new objects, the matching webhooks are called
+/// with them, and the write is run again to commit — or probed again if another write changed
+/// the object meanwhile. Without matching webhooks the write runs once, untouched.
+async fn admitted_with<T>(
+    c: &Ctx,
+    ns: &str,
+    ops: &[Operation],
+    body: &[u8],
+    run: impl Fn() -> Result<T, ApiError>,
+) -> Result<(T, Vec<String>), ApiError> {
+    use crate::admission::{Attempt, Gate};
+    let (mut req, hooks) = admission_request(c, ns, ops);
+    if hooks.is_empty() {
+        return Ok((run()?, Vec::new()));
+    }
+    let set_gate = |g: Option<Gate>| *c.gate.lock().unwrap_or_else(|p| p.into_inner()) = g;
+    for _ in 0..16 {
+        let probe = Gate::probe();
+        set_gate(Some(probe.clone()));
+        let outcome = run();
+        set_gate(None);
+        let Some(probed) = probe.probed() else {
+            // No write reached its commit point (an error, or nothing to write).
+            return outcome.map(|t| (t, Vec::new()));
+        };
+        let operation = crate::admission::Operation::of(&probed);
+        let view = |o: &Option<serde_json::Value>| {
+            o.as_ref().map(|v| (*c.st.registry.view(&c.rd, &std::sync::Arc::new(v.clone()))).clone())
+        };
+        let (object, old_object) = (view(&probed.new), view(&probed.old));
+        let name =
+            object.as_ref().or(old_object.as_ref()).map(|o| crate::meta::name(o).to_string()).unwrap_or_default();
+        let delete_body = (operation == Operation::Delete).then(|| delete_options_value(c, body));
+        if let Some(d) = &delete_body
+            && d.get("dryRun").and_then(serde_json::Value::as_array).is_some_and(|a| a.iter().any(|x| x == "All"))
+        {
+            req.dry_run = true;
+        }
+        let field_manager = c.query.get("fieldManager");
+        let attempt = Attempt {
+            operation,
+            kind: (c.rd.group.clone(), c.rd.version.clone(), c.rd.kind.clone()),
+            name,
+            object,
+            old_object,
+            options: crate::admission::options(operation, req.dry_run, field_manager, delete_body.as_ref()),
+        };
+        let warnings = c.st.admission.validate(&c.st.registry, &hooks, &req, &attempt).await?;
+        set_gate(Some(Gate::commit(probed)));
+        let outcome = run();
+        set_gate(None);
+        match outcome {
+            Err(e) if Gate::is_stale(&e) => continue,
+            other => return other.map(|t| (t, warnings)),
+        }
+    }
+    Err(ApiError::modified(&c.rd.group_resource(), c.rr.name.as_deref().unwrap_or("")))
+}
+
+/// Admission of a subresource create whose object is the request body (`pods/eviction`,
+/// `pods/binding`): nothing is probed, the body is the object.
+async fn admit_request_object(
+    c: &Ctx,
+    ns: &str,
+    name: &str,
+    obj: &serde_json::Value,
+    (group, version, kind): (&str, &str, &str),
+) -> Result<Vec<String>, ApiError> {
+    let (req, hooks) = admission_request(c, ns, &[Operation::Create]);
+    if hooks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut object = obj.clone();
+    if let serde_json::Value::Object(m) = &mut object {
+        let api_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        m.entry("apiVersion").or_insert_with(|| json!(api_version));
+        m.entry("kind").or_insert_with(|| json!(kind));
+    }
+    let attempt = crate::admission::Attempt {
+        operation: Operation::Create,
+        kind: (group.to_string(), version.to_string(), kind.to_string()),
+        name: name.to_string(),
+        object: Some(object),
+        old_object: None,
+        options: crate::admission::options(Operation::Create, req.dry_run, c.query.get("fieldManager"), None),
+    };
+    c.st.admission.validate(&c.st.registry, &hooks, &req, &attempt).await
+}
+
+/// The request's `DeleteOptions` as sent (body and query), for the AdmissionReview.
+fn delete_options_value(c: &Ctx, body: &[u8]) -> serde_json::Value {
+    let mut m = if body.is_empty() {
+        serde_json::Map::new()
+    } else {
+        match parse_body(body, &c.content_type, crate::protobuf::DELETE_OPTIONS) {
+            Ok(serde_json::Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        }
+    };
+    if let Ok(Some(g)) = c.query.int("gracePeriodSeconds") {
+        m.insert("gracePeriodSeconds".into(), json!(g));
+    }
+    if let Some(p) = c.query.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        m.insert("propagationPolicy".into(), json!(p));
+    }
+    if let Some(o) = c.query.get("orphanDependents") {
+        m.insert("orphanDependents".into(), json!(o == "true"));
+    }
+    m.remove("kind");
+    m.remove("apiVersion");
+    serde_json::Value::Object(m)
 }

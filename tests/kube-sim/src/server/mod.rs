@@ -40,6 +40,8 @@ pub struct AppState {
     pub aggregated_discovery: bool,
     /// Maximum request body size.
     pub max_body: usize,
+    /// Validating admission webhooks.
+    pub admission: Arc<crate::admission::Admission>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -363,6 +365,29 @@ async fn admin(st: Arc<AppState>, method: Method, path: &str, req: Request<Body>
                 Ok(_) => error_response(&ApiError::bad_request("user is required")),
                 Err(e) => error_response(&ApiError::bad_request(format!("invalid token request: {e}"))),
             }
+        }
+        (Method::GET, "/kube-sim/service-addresses") => json_response(
+            StatusCode::OK,
+            &json!({"items": serde_json::to_value(st.admission.caller.service_addresses()).unwrap_or(Value::Null)}),
+            &[],
+        ),
+        (Method::POST | Method::PUT, "/kube-sim/service-addresses") => {
+            let body = match axum::body::to_bytes(req.into_body(), st.max_body).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
+            };
+            match serde_json::from_slice::<crate::admission::ServiceAddress>(&body) {
+                Ok(a) if a.service.split_once('/').is_some_and(|(ns, n)| !ns.is_empty() && !n.is_empty()) => {
+                    st.admission.caller.set_service_address(a.clone());
+                    json_response(StatusCode::OK, &serde_json::to_value(a).unwrap_or(Value::Null), &[])
+                }
+                Ok(_) => error_response(&ApiError::bad_request("service must be NAMESPACE/NAME")),
+                Err(e) => error_response(&ApiError::bad_request(format!("invalid service address: {e}"))),
+            }
+        }
+        (Method::DELETE, "/kube-sim/service-addresses") => {
+            st.admission.caller.clear_service_addresses();
+            json_response(StatusCode::OK, &json!({"items": []}), &[])
         }
         (Method::GET, "/kube-sim/stats") => {
             let buckets = st.registry.store.buckets();

@@ -1,0 +1,417 @@
+//! Dynamic admission: `ValidatingWebhookConfiguration`s called like kube-apiserver's
+//! `ValidatingAdmissionWebhook` plugin does.
+//!
+//! For each write (CREATE, UPDATE, DELETE of any resource and of the `status` subresource, and
+//! CREATE of `pods/eviction` and `pods/binding`) the webhooks whose `rules`,
+//! `namespaceSelector` and `objectSelector` match are sent an `admission.k8s.io/v1`
+//! AdmissionReview over HTTPS, all at once; the first refusal (in configuration-name order)
+//! becomes the request's error, worded `admission webhook "NAME" denied the request: MESSAGE`
+//! with the webhook's status code, and a webhook that cannot be called fails the request
+//! (`failurePolicy: Fail`) or is skipped (`Ignore`). Requests for the webhook configurations
+//! themselves never reach webhooks. See `gate` for how a synchronous registry write waits
+//! for them, and `client` for where a webhook is reached.
+
+pub mod client;
+pub mod config;
+pub mod gate;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+pub use client::ServiceAddress;
+use config::Webhook;
+pub use gate::{Gate, Probed};
+
+use crate::registry::{Registry, UserInfo};
+use crate::resources::ResourceDef;
+use crate::selector::object_labels;
+use crate::status::ApiError;
+use crate::store::object_key;
+
+/// Store bucket of the validating webhook configurations.
+pub const VALIDATING_STORAGE: &str = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+
+/// An admission operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+
+    /// The operation a registry write performed: create (no old object), delete (no new one),
+    /// otherwise update.
+    pub fn of(probed: &Probed) -> Self {
+        match (&probed.old, &probed.new) {
+            (None, _) => Operation::Create,
+            (Some(_), None) => Operation::Delete,
+            (Some(_), Some(_)) => Operation::Update,
+        }
+    }
+}
+
+/// The request being admitted, as far as it is known before its object.
+pub struct Request<'a> {
+    pub rd: &'a ResourceDef,
+    /// `""`, `"status"`, `"eviction"`, `"binding"`.
+    pub subresource: &'a str,
+    pub namespace: &'a str,
+    pub user: &'a UserInfo,
+    pub dry_run: bool,
+}
+
+/// One admission decision to take.
+pub struct Attempt {
+    pub operation: Operation,
+    /// Group, version and kind of `object` / `old_object` as the request sent them.
+    pub kind: (String, String, String),
+    pub name: String,
+    pub object: Option<Value>,
+    pub old_object: Option<Value>,
+    /// `CreateOptions` / `UpdateOptions` / `DeleteOptions`.
+    pub options: Value,
+}
+
+/// kube-sim's admission webhook dispatcher.
+#[derive(Default)]
+pub struct Admission {
+    pub caller: client::Caller,
+}
+
+/// Which version of the resource a webhook is called with (its rule's, under `Equivalent`).
+struct Invocation<'h> {
+    hook: &'h Webhook,
+    version: String,
+    kind: String,
+}
+
+fn listed(list: &[String], value: &str) -> bool {
+    list.iter().any(|x| x == "*" || x == value)
+}
+
+/// `rules.Matcher`: operation, group, version, resource/subresource (`*` is every resource
+/// but no subresource, `*/*` everything, `pods/*` every subresource of pods) and scope.
+fn rule_matches(rule: &config::Rule, op: Operation, group: &str, version: &str, req: &Request<'_>) -> bool {
+    if !listed(&rule.operations, op.as_str())
+        || !listed(&rule.api_groups, group)
+        || !listed(&rule.api_versions, version)
+    {
+        return false;
+    }
+    let resource_ok = rule.resources.iter().any(|r| {
+        let (res, sub) = r.split_once('/').unwrap_or((r.as_str(), ""));
+        (res == "*" || res == req.rd.plural) && (sub == "*" || sub == req.subresource)
+    });
+    if !resource_ok {
+        return false;
+    }
+    let is_namespace = req.rd.group.is_empty() && req.rd.plural == "namespaces";
+    match rule.scope.as_str() {
+        "Namespaced" => !is_namespace && req.rd.namespaced,
+        "Cluster" => is_namespace || !req.rd.namespaced,
+        _ => true,
+    }
+}
+
+impl Admission {
+    /// The version a webhook is called with for `op`, or `None` when no rule matches (under
+    /// `matchPolicy: Equivalent` another served version of the same resource may match).
+    fn invocation<'h>(
+        &self,
+        registry: &Registry,
+        hook: &'h Webhook,
+        op: Operation,
+        kind: &(String, String, String),
+        req: &Request<'_>,
+    ) -> Option<Invocation<'h>> {
+        let group = &req.rd.group;
+        if hook.rules.iter().any(|r| rule_matches(r, op, group, &req.rd.version, req)) {
+            return Some(Invocation { hook, version: req.rd.version.clone(), kind: kind.2.clone() });
+        }
+        if !hook.equivalent || !(req.subresource.is_empty() || req.subresource == "status") {
+            return None;
+        }
+        registry
+            .catalog
+            .versions_of(group, &req.rd.plural)
+            .into_iter()
+            .filter(|d| d.version != req.rd.version)
+            .find_map(|d| {
+                hook.rules.iter().any(|r| rule_matches(r, op, group, &d.version, req)).then(|| Invocation {
+                    hook,
+                    version: d.version.clone(),
+                    kind: d.kind.clone(),
+                })
+            })
+    }
+
+    /// Every validating webhook, configurations in name order, webhooks in listed order.
+    fn webhooks(registry: &Registry) -> Vec<Webhook> {
+        let mut configs = registry.store.snapshot(VALIDATING_STORAGE);
+        configs.sort_by(|a, b| crate::meta::name(&a.1).cmp(crate::meta::name(&b.1)));
+        configs.iter().flat_map(|(_, c)| config::webhooks(c)).collect()
+    }
+
+    /// The webhooks whose rules may match a request that can turn out as one of `ops` (a patch
+    /// may create), before the object is known. Empty: the request needs no admission.
+    pub fn candidates(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Webhook> {
+        if req.rd.group == config::GROUP || registry.store.count(VALIDATING_STORAGE, None) == 0 {
+            return Vec::new();
+        }
+        let kind = (req.rd.group.clone(), req.rd.version.clone(), req.rd.kind.clone());
+        Self::webhooks(registry)
+            .into_iter()
+            .filter(|h| ops.iter().any(|op| self.invocation(registry, h, *op, &kind, req).is_some()))
+            .collect()
+    }
+
+    /// The labels `namespaceSelector` is evaluated against; `None` when it does not apply
+    /// (cluster-scoped resources other than namespaces).
+    fn namespace_labels(registry: &Registry, req: &Request<'_>, a: &Attempt) -> Option<BTreeMap<String, String>> {
+        let is_namespace = req.rd.group.is_empty() && req.rd.plural == "namespaces";
+        if is_namespace && req.subresource.is_empty() {
+            return a.object.as_ref().or(a.old_object.as_ref()).map(object_labels).or_else(|| Some(BTreeMap::new()));
+        }
+        let ns = if is_namespace { a.name.as_str() } else { req.namespace };
+        if ns.is_empty() {
+            return None;
+        }
+        Some(registry.store.get("namespaces", &object_key("", ns)).map(|n| object_labels(&n)).unwrap_or_default())
+    }
+
+    /// Calls the matching webhooks for one attempt. `Ok` carries the webhooks' warnings; `Err`
+    /// is the refusal (or the call failure of a `Fail` webhook) the client gets.
+    pub async fn validate(
+        &self,
+        registry: &Registry,
+        hooks: &[Webhook],
+        req: &Request<'_>,
+        a: &Attempt,
+    ) -> Result<Vec<String>, ApiError> {
+        let ns_labels = Self::namespace_labels(registry, req, a);
+        let mut calls = Vec::new();
+        for hook in hooks {
+            let Some(inv) = self.invocation(registry, hook, a.operation, &a.kind, req) else { continue };
+            if let Some(labels) = &ns_labels
+                && !hook.namespace_selector.matches(labels)
+            {
+                continue;
+            }
+            if !hook.object_selector.is_empty() {
+                let matches = |o: &Option<Value>| o.as_ref().is_some_and(|o| hook.object_selector.matches_object(o));
+                if !matches(&a.object) && !matches(&a.old_object) {
+                    continue;
+                }
+            }
+            if req.dry_run && !hook.dry_run_safe() {
+                return Err(ApiError::bad_request(format!(
+                    "admission webhook {:?} does not support dry run",
+                    hook.name
+                )));
+            }
+            calls.push(inv);
+        }
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let futures = calls.iter().map(|inv| {
+            let review = self.review(req, a, inv);
+            async move {
+                let result = self.caller.call(&registry.store, inv.hook, &review).await;
+                (inv.hook, result)
+            }
+        });
+        let results = futures::future::join_all(futures).await;
+        let mut warnings = Vec::new();
+        let mut first_error = None;
+        for (hook, result) in results {
+            match result {
+                Ok(response) => {
+                    warnings.extend(
+                        response
+                            .get("warnings")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string),
+                    );
+                    if response.get("allowed").and_then(Value::as_bool) != Some(true) && first_error.is_none() {
+                        first_error = Some(denied(&hook.name, response.get("status")));
+                    }
+                }
+                Err(e) if hook.fail_closed => {
+                    tracing::warn!(webhook = %hook.name, error = %e.0, "failed calling webhook, failing closed");
+                    if first_error.is_none() {
+                        first_error =
+                            Some(ApiError::internal(format!("failed calling webhook {:?}: {}", hook.name, e.0)));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(webhook = %hook.name, error = %e.0, "failed calling webhook, failing open");
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(warnings),
+        }
+    }
+
+    /// The AdmissionReview sent to one webhook.
+    fn review(&self, req: &Request<'_>, a: &Attempt, inv: &Invocation<'_>) -> Value {
+        let group = req.rd.group.clone();
+        let converted = inv.version != req.rd.version;
+        let api_version = if group.is_empty() { inv.version.clone() } else { format!("{group}/{}", inv.version) };
+        let convert = |o: &Option<Value>| -> Value {
+            match o {
+                Some(v) if converted => {
+                    let mut v = v.clone();
+                    if let Value::Object(m) = &mut v {
+                        m.insert("apiVersion".into(), json!(api_version));
+                    }
+                    v
+                }
+                Some(v) => v.clone(),
+                None => Value::Null,
+            }
+        };
+        let (kind, resource) = if converted {
+            (
+                json!({"group": group, "version": inv.version, "kind": inv.kind}),
+                json!({"group": group, "version": inv.version, "resource": req.rd.plural}),
+            )
+        } else {
+            (
+                json!({"group": a.kind.0, "version": a.kind.1, "kind": a.kind.2}),
+                json!({"group": group, "version": req.rd.version, "resource": req.rd.plural}),
+            )
+        };
+        let mut r = Map::new();
+        r.insert("uid".into(), json!(crate::meta::new_uid()));
+        r.insert("kind".into(), kind);
+        r.insert("resource".into(), resource);
+        if !req.subresource.is_empty() {
+            r.insert("subResource".into(), json!(req.subresource));
+        }
+        r.insert("requestKind".into(), json!({"group": a.kind.0, "version": a.kind.1, "kind": a.kind.2}));
+        r.insert(
+            "requestResource".into(),
+            json!({"group": req.rd.group, "version": req.rd.version, "resource": req.rd.plural}),
+        );
+        if !req.subresource.is_empty() {
+            r.insert("requestSubResource".into(), json!(req.subresource));
+        }
+        if !a.name.is_empty() {
+            r.insert("name".into(), json!(a.name));
+        }
+        if !req.namespace.is_empty() {
+            r.insert("namespace".into(), json!(req.namespace));
+        }
+        r.insert("operation".into(), json!(a.operation.as_str()));
+        let mut user = Map::new();
+        user.insert("username".into(), json!(req.user.name));
+        if !req.user.uid.is_empty() {
+            user.insert("uid".into(), json!(req.user.uid));
+        }
+        if !req.user.groups.is_empty() {
+            user.insert("groups".into(), json!(req.user.groups));
+        }
+        r.insert("userInfo".into(), Value::Object(user));
+        r.insert("object".into(), convert(&a.object));
+        r.insert("oldObject".into(), convert(&a.old_object));
+        r.insert("dryRun".into(), json!(req.dry_run));
+        r.insert("options".into(), a.options.clone());
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": Value::Object(r)})
+    }
+}
+
+/// `ToStatusErr`: the webhook's `status`, its message prefixed with who denied, its code kept
+/// when it is an error code (400 otherwise).
+pub fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
+    let status = status.filter(|s| s.is_object());
+    let field = |k: &str| status.and_then(|s| s.get(k)).and_then(Value::as_str).unwrap_or("").to_string();
+    let code = status.and_then(|s| s.get("code")).and_then(Value::as_u64).unwrap_or(0);
+    let code = if (400..=599).contains(&code) { code as u16 } else { 400 };
+    let by = format!("admission webhook {webhook:?} denied the request");
+    let (message, reason) = (field("message"), field("reason"));
+    let message = if !message.is_empty() {
+        format!("{by}: {message}")
+    } else if !reason.is_empty() {
+        format!("{by}: {reason}")
+    } else {
+        format!("{by} without explanation")
+    };
+    let mut e = ApiError::new(code, &reason, message);
+    if let Some(d) = status.and_then(|s| s.get("details")).filter(|d| d.is_object()) {
+        e = e.with_details(d.clone());
+    }
+    e
+}
+
+/// The options object of an admission request.
+pub fn options(operation: Operation, dry_run: bool, field_manager: Option<&str>, delete: Option<&Value>) -> Value {
+    let kind = match operation {
+        Operation::Create => "CreateOptions",
+        Operation::Update => "UpdateOptions",
+        Operation::Delete => "DeleteOptions",
+    };
+    let mut m = match delete {
+        Some(Value::Object(d)) if operation == Operation::Delete => d.clone(),
+        _ => Map::new(),
+    };
+    m.insert("kind".into(), json!(kind));
+    m.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
+    if dry_run {
+        m.insert("dryRun".into(), json!(["All"]));
+    }
+    if let Some(f) = field_manager.filter(|f| !f.is_empty())
+        && operation != Operation::Delete
+    {
+        m.insert("fieldManager".into(), json!(f));
+    }
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_reads_and_codes_as_upstream() {
+        let e = denied(
+            "deny.example.com",
+            Some(&json!({"code": 429, "message": "players online", "reason": "TooManyRequests"})),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (429, "TooManyRequests"));
+        assert_eq!(e.message, "admission webhook \"deny.example.com\" denied the request: players online");
+        let e = denied("d.example.com", Some(&json!({"code": 200})));
+        assert_eq!(e.code, 400);
+        assert_eq!(e.message, "admission webhook \"d.example.com\" denied the request without explanation");
+        assert_eq!(denied("d.example.com", None).code, 400);
+        let e = denied("d.example.com", Some(&json!({"reason": "Because"})));
+        assert_eq!(e.message, "admission webhook \"d.example.com\" denied the request: Because");
+    }
+
+    #[test]
+    fn delete_options_carry_the_request_options() {
+        let o = options(Operation::Delete, true, None, Some(&json!({"gracePeriodSeconds": 0})));
+        assert_eq!(
+            o,
+            json!({"gracePeriodSeconds": 0, "kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "dryRun": ["All"]})
+        );
+        let o = options(Operation::Create, false, Some("kubectl-client-side-apply"), None);
+        assert_eq!(o["fieldManager"], "kubectl-client-side-apply");
+        assert_eq!(o["kind"], "CreateOptions");
+    }
+}

@@ -1,0 +1,616 @@
+//! Validating admission webhooks, each behaviour as kube-apiserver shows it: configurations
+//! stored, defaulted and validated; webhooks called over HTTPS (verified against `caBundle`)
+//! through `clientConfig.url` or a Service; AdmissionReview v1 contents; refusals worded
+//! `admission webhook "NAME" denied the request: MESSAGE` with the webhook's code, as kubectl
+//! prints them; `failurePolicy`, `timeoutSeconds`, selectors, dry-run; `kubectl drain` retrying
+//! a webhook's 429 on evictions. The webhook servers are tiny in-test HTTPS servers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod kubelet_support;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube_sim::SimHandle;
+use kubelet_support::*;
+use serde_json::{Value, json};
+use tokio_rustls::rustls;
+
+// ---------------------------------------------------------------------------------------------
+// An in-test HTTPS webhook server.
+
+/// What the webhook answers: a `response` (uid added), or a raw HTTP reply.
+enum Reply {
+    Response(Value),
+    Raw(u16, String),
+}
+
+type Handler = Arc<dyn Fn(Value) -> Pin<Box<dyn Future<Output = Reply> + Send>> + Send + Sync>;
+
+fn handler<F, Fut>(f: F) -> Handler
+where
+    F: Fn(Value) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Reply> + Send + 'static,
+{
+    Arc::new(move |v| Box::pin(f(v)))
+}
+
+fn allow() -> Handler {
+    handler(|_| async { Reply::Response(json!({"allowed": true})) })
+}
+
+fn deny(code: u16, message: &'static str) -> Handler {
+    handler(
+        move |_| async move { Reply::Response(json!({"allowed": false, "status": {"code": code, "message": message}})) },
+    )
+}
+
+/// A CA and a serving certificate it signed.
+struct Certs {
+    ca_pem: String,
+    cert_der: Vec<u8>,
+    key_der: Vec<u8>,
+}
+
+fn certs(names: &[&str]) -> Certs {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "kube-sim test CA");
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let params = rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    Certs { ca_pem: ca.pem(), cert_der: cert.der().to_vec(), key_der: key.serialize_der() }
+}
+
+/// The names every test server's certificate is valid for: the loopback address
+/// (`clientConfig.url`) and the service `gate.webhooks.svc` (`clientConfig.service`).
+const SERVED_NAMES: &[&str] = &["127.0.0.1", "localhost", "gate.webhooks.svc"];
+
+struct WebhookServer {
+    addr: SocketAddr,
+    ca_pem: String,
+    handler: Arc<Mutex<Handler>>,
+    reviews: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl WebhookServer {
+    async fn start(h: Handler) -> Result<Self> {
+        Self::start_with(h, certs(SERVED_NAMES)).await
+    }
+
+    async fn start_with(h: Handler, certs: Certs) -> Result<Self> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![rustls::pki_types::CertificateDer::from(certs.cert_der.clone())],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(certs.key_der.clone().into()),
+            )?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let handler = Arc::new(Mutex::new(h));
+        let reviews = Arc::new(Mutex::new(Vec::new()));
+        let (h2, r2) = (handler.clone(), reviews.clone());
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, handler, reviews) = (acceptor.clone(), h2.clone(), r2.clone());
+                // Connections are tasks of this task: stopping the server closes them too.
+                connections.spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (handler, reviews) = (handler.clone(), reviews.clone());
+                        async move {
+                            let query = req.uri().query().unwrap_or("").to_string();
+                            let body = axum::body::to_bytes(axum::body::Body::new(req.into_body()), 1 << 22)
+                                .await
+                                .unwrap_or_default();
+                            let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                            let mut recorded = review.clone();
+                            recorded["query"] = json!(query);
+                            reviews.lock().unwrap().push(recorded);
+                            let h = handler.lock().unwrap().clone();
+                            let (status, body) = match h(review.clone()).await {
+                                Reply::Response(mut r) => {
+                                    r["uid"] = review["request"]["uid"].clone();
+                                    let out = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": r});
+                                    (200, out.to_string())
+                                }
+                                Reply::Raw(status, body) => (status, body),
+                            };
+                            let mut resp = hyper::Response::new(axum::body::Body::from(body));
+                            *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                            resp.headers_mut().insert("content-type", "application/json".parse().unwrap());
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { addr, ca_pem: certs.ca_pem, handler, reviews, task })
+    }
+
+    fn set(&self, h: Handler) {
+        *self.handler.lock().unwrap() = h;
+    }
+
+    /// The AdmissionReview requests received so far (`query`: the URL's query string).
+    fn reviews(&self) -> Vec<Value> {
+        self.reviews.lock().unwrap().clone()
+    }
+
+    fn clear(&self) {
+        self.reviews.lock().unwrap().clear();
+    }
+
+    fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+
+    fn stop(self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+async fn sim() -> Result<SimHandle> {
+    start().await
+}
+
+async fn api_sim() -> Result<SimHandle> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await.context("starting kube-sim")
+}
+
+/// A ValidatingWebhookConfiguration with one webhook.
+fn configuration(name: &str, webhook: Value) -> Value {
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+           "metadata": {"name": name}, "webhooks": [webhook]})
+}
+
+/// One webhook entry reaching `server` at `clientConfig.url`.
+fn url_webhook(name: &str, server: &WebhookServer, rules: Value) -> Value {
+    json!({"name": name, "sideEffects": "None", "admissionReviewVersions": ["v1"], "rules": rules,
+           "clientConfig": {"url": server.url("/validate"), "caBundle": server.ca_bundle()}})
+}
+
+fn rule(operations: &[&str], group: &str, resources: &[&str]) -> Value {
+    json!([{"operations": operations, "apiGroups": [group], "apiVersions": ["*"], "resources": resources}])
+}
+
+async fn apply(sim: &SimHandle, obj: &Value) -> Result<()> {
+    let client = sim.client().await;
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client,
+        &kube::api::ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: "ValidatingWebhookConfiguration".into(),
+            plural: "validatingwebhookconfigurations".into(),
+        },
+    );
+    let name = obj["metadata"]["name"].as_str().context("name")?;
+    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(obj)).await?;
+    Ok(())
+}
+
+struct Kubectl {
+    dir: PathBuf,
+}
+
+struct Output {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Kubectl {
+    fn new(sim: &SimHandle, prefix: &str) -> Result<Self> {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        sim.write_kubeconfig(&dir.join("kubeconfig"))?;
+        Ok(Self { dir })
+    }
+
+    async fn run(&self, args: &[&str]) -> Result<Output> {
+        self.run_with_stdin(args, None).await
+    }
+
+    async fn run_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.arg("--kubeconfig").arg(self.dir.join("kubeconfig")).args(args).env("KUBECACHEDIR", self.dir.join("cache"));
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().context("running kubectl")?;
+        if let Some(mut s) = child.stdin.take() {
+            if let Some(text) = stdin {
+                s.write_all(text.as_bytes()).await?;
+            }
+            drop(s);
+        }
+        let out = child.wait_with_output().await?;
+        Ok(Output {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn pod_json(name: &str, labels: Value) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({"metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "c", "image": "python:latest"}], "terminationGracePeriodSeconds": 1}}))?)
+}
+
+/// The Service `webhooks/gate` (port 443 → 9443) with kube-sim told where it is served.
+async fn gate_service(sim: &SimHandle, server: &WebhookServer) -> Result<()> {
+    let client = sim.client().await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "webhooks"}}))?).await?;
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client, "webhooks");
+    svcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "gate"},
+            "spec": {"selector": {"app": "gate"}, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}}))?,
+    )
+    .await?;
+    sim.set_service_address("webhooks/gate", Some(443), server.addr);
+    Ok(())
+}
+
+fn service_webhook(name: &str, server: &WebhookServer, rules: Value) -> Value {
+    json!({"name": name, "sideEffects": "None", "admissionReviewVersions": ["v1"], "rules": rules,
+           "clientConfig": {"service": {"namespace": "webhooks", "name": "gate", "path": "/pods"}, "caBundle": server.ca_bundle()}})
+}
+
+fn requests(server: &WebhookServer) -> Vec<Value> {
+    server.reviews().into_iter().map(|r| r["request"].clone()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests.
+
+/// Configurations are an ordinary built-in kind: discovery lists them, `kubectl apply` / `get`
+/// work, the v1 scheme defaults are filled in, and invalid ones get `422` with the real causes.
+#[tokio::test]
+async fn configurations_are_served_defaulted_and_validated() -> Result<()> {
+    let sim = api_sim().await?;
+    let kubectl = Kubectl::new(&sim, "admission-config")?;
+    let out = kubectl.run(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "validatingwebhookconfigurations.admissionregistration.k8s.io");
+    let manifest = kubectl.path("vwc.yaml");
+    write(
+        &manifest,
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: pod-gate
+webhooks:
+- name: pods.gate.kourse.dev
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  clientConfig:
+    service: {namespace: webhooks, name: gate, path: /pods}
+  rules:
+  - operations: [DELETE]
+    apiGroups: ['']
+    apiVersions: [v1]
+    resources: [pods]
+",
+    )?;
+    let out = kubectl.run(&["apply", "-f", manifest.to_str().unwrap()]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "validatingwebhookconfiguration.admissionregistration.k8s.io/pod-gate created");
+    let out = kubectl.run(&["get", "validatingwebhookconfigurations", "pod-gate", "-o", "json"]).await?;
+    let got: Value = serde_json::from_str(&out.stdout)?;
+    let w = &got["webhooks"][0];
+    assert_eq!(w["failurePolicy"], "Fail");
+    assert_eq!(w["matchPolicy"], "Equivalent");
+    assert_eq!(w["timeoutSeconds"], 10);
+    assert_eq!(w["namespaceSelector"], json!({}));
+    assert_eq!(w["objectSelector"], json!({}));
+    assert_eq!(w["rules"][0]["scope"], "*");
+    assert_eq!(w["clientConfig"]["service"]["port"], 443);
+
+    let bad = kubectl.path("bad.yaml");
+    write(
+        &bad,
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: bad
+webhooks:
+- name: gate
+  sideEffects: Some
+  timeoutSeconds: 31
+  admissionReviewVersions: [v1]
+  clientConfig:
+    url: http://127.0.0.1:1/validate
+",
+    )?;
+    let out = kubectl.run(&["apply", "-f", bad.to_str().unwrap()]).await?;
+    assert!(!out.ok);
+    for cause in [
+        "webhooks[0].name: Invalid value: \"gate\": should be a domain with at least three segments separated by dots",
+        "webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
+        "webhooks[0].timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds",
+        "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme",
+    ] {
+        assert!(out.stderr.contains(cause), "missing {cause:?} in {}", out.stderr);
+    }
+    assert!(out.stderr.contains("The ValidatingWebhookConfiguration \"bad\" is invalid:"), "{}", out.stderr);
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `kubectl delete pod` of a gated pod is refused with the webhook's message and code, exactly as
+/// kubectl prints a refusal from kube-apiserver; the webhook is reached through its Service, with
+/// the certificate verified for `gate.webhooks.svc`, and sees the DELETE as kube-apiserver sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_of_a_gated_pod_is_denied_with_the_webhooks_message() -> Result<()> {
+    let sim = sim().await?;
+    let server =
+        WebhookServer::start(deny(403, "pod web-0 is gated: it will be deleted after its pre-delete hook")).await?;
+    gate_service(&sim, &server).await?;
+    let mut hook = service_webhook("pods.gate.kourse.dev", &server, rule(&["DELETE"], "", &["pods"]));
+    hook["objectSelector"] = json!({"matchLabels": {"gated": "true"}});
+    apply(&sim, &configuration("pod-gate", hook)).await?;
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    pods.create(&PostParams::default(), &pod_json("web-0", json!({"gated": "true"}))?).await?;
+    pods.create(&PostParams::default(), &pod_json("other", json!({}))?).await?;
+    wait_pod(&pods, "web-0", "Running", |p| phase(p) == Some("Running")).await?;
+
+    let kubectl = Kubectl::new(&sim, "admission-delete")?;
+    let out = kubectl.run(&["delete", "pod", "web-0", "--grace-period=5"]).await?;
+    assert!(!out.ok);
+    assert_eq!(
+        out.stderr.trim(),
+        "Error from server: admission webhook \"pods.gate.kourse.dev\" denied the request: pod web-0 is gated: it will be deleted after its pre-delete hook"
+    );
+    let live = pods.get("web-0").await?;
+    assert!(live.metadata.deletion_timestamp.is_none(), "the refused delete changed nothing");
+    // The status code is the webhook's.
+    let err = pods.delete("web-0", &DeleteParams::default()).await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 403);
+            assert!(
+                s.message.starts_with("admission webhook \"pods.gate.kourse.dev\" denied the request: "),
+                "{}",
+                s.message
+            );
+        }
+        other => bail!("unexpected error {other}"),
+    }
+
+    let reqs = requests(&server);
+    let r = &reqs[0];
+    assert_eq!(r["operation"], "DELETE");
+    assert_eq!(r["kind"], json!({"group": "", "version": "v1", "kind": "Pod"}));
+    assert_eq!(r["resource"], json!({"group": "", "version": "v1", "resource": "pods"}));
+    assert_eq!(r["requestKind"], r["kind"]);
+    assert_eq!(r["requestResource"], r["resource"]);
+    assert!(r.get("subResource").is_none());
+    assert_eq!((r["name"].as_str(), r["namespace"].as_str()), (Some("web-0"), Some("default")));
+    assert_eq!(r["object"], Value::Null, "a DELETE has no object");
+    assert_eq!(r["oldObject"]["metadata"]["name"], "web-0");
+    assert_eq!(r["oldObject"]["metadata"]["uid"], json!(live.metadata.uid));
+    assert_eq!(r["oldObject"]["status"]["phase"], "Running");
+    // kubectl sends propagationPolicy Background in its DeleteOptions body.
+    assert_eq!(
+        r["options"],
+        json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "gracePeriodSeconds": 5, "propagationPolicy": "Background"})
+    );
+    assert_eq!(r["dryRun"], false);
+    assert_eq!(r["userInfo"]["username"], "kube-sim-admin");
+    assert_eq!(r["userInfo"]["groups"], json!(["system:masters", "system:authenticated"]));
+    assert!(r["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    assert_eq!(server.reviews()[0]["query"], "timeout=10s", "kube-apiserver passes the timeout");
+
+    // Pods the objectSelector does not select are deleted without a call.
+    server.clear();
+    let out = kubectl.run(&["delete", "pod", "other", "--wait=false"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert!(server.reviews().is_empty());
+
+    // Once the webhook allows, the delete proceeds (and the kubelet's final delete is admitted too).
+    server.set(allow());
+    let out = kubectl.run(&["delete", "pod", "web-0"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "pod \"web-0\" deleted");
+    wait_gone(&pods, "web-0").await?;
+    let final_delete =
+        requests(&server).into_iter().find(|r| r["oldObject"]["metadata"]["deletionTimestamp"].is_string());
+    assert!(final_delete.is_some_and(|r| r["options"]["gracePeriodSeconds"] == 0), "{:#?}", requests(&server));
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `kubectl drain` against a webhook that answers evictions with 429: kubectl retries (as it does
+/// for a PodDisruptionBudget's 429) until the webhook allows, then the drain completes. The webhook
+/// sees each eviction as `CREATE pods/eviction` with the Eviction as object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_waits_while_a_webhook_refuses_evictions_with_429() -> Result<()> {
+    let sim = sim().await?;
+    let server = WebhookServer::start(deny(429, "game server game-0 has 3 players")).await?;
+    gate_service(&sim, &server).await?;
+    let hook = service_webhook("evictions.gate.kourse.dev", &server, rule(&["CREATE"], "", &["pods/eviction"]));
+    apply(&sim, &configuration("eviction-gate", hook)).await?;
+    let client = sim.client().await;
+    let owner = Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "owner"}}))?)
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut pod = serde_json::to_value(pod_json("game-0", json!({"app": "game"}))?)?;
+    pod["spec"]["nodeName"] = json!("kube-sim-node-1");
+    pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner.metadata.uid, "controller": true}]);
+    pods.create(&PostParams::default(), &serde_json::from_value(pod)?).await?;
+    wait_pod(&pods, "game-0", "Ready", is_ready).await?;
+
+    let kubectl = Kubectl::new(&sim, "admission-drain")?;
+    let drain = {
+        let path = kubectl.dir.clone();
+        tokio::spawn(async move {
+            Kubectl { dir: path }.run(&["drain", "kube-sim-node-1", "--ignore-daemonsets", "--timeout=120s"]).await
+        })
+    };
+    eventually("the webhook to refuse an eviction twice (kubectl retried)", || async {
+        Ok((requests(&server).iter().filter(|r| r["subResource"] == "eviction").count() >= 2).then_some(()))
+    })
+    .await?;
+    assert!(pods.get("game-0").await?.metadata.deletion_timestamp.is_none(), "the refused eviction changed nothing");
+    server.set(allow());
+    let out = drain.await??;
+    assert!(out.ok, "kubectl drain failed:\n{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("node/kube-sim-node-1 drained"), "{}", out.stdout);
+    assert!(
+        out.stderr.contains(
+            "error when evicting pods/\"game-0\" -n \"default\" (will retry after 5s): admission webhook \"evictions.gate.kourse.dev\" denied the request: game server game-0 has 3 players"
+        ),
+        "kubectl retried the 429:\n{}",
+        out.stderr
+    );
+    wait_gone(&pods, "game-0").await?;
+
+    let r = requests(&server).into_iter().find(|r| r["subResource"] == "eviction").context("an eviction review")?;
+    assert_eq!(r["operation"], "CREATE");
+    assert_eq!(r["kind"], json!({"group": "policy", "version": "v1", "kind": "Eviction"}));
+    assert_eq!(r["resource"], json!({"group": "", "version": "v1", "resource": "pods"}));
+    assert_eq!(r["requestSubResource"], "eviction");
+    assert_eq!((r["name"].as_str(), r["namespace"].as_str()), (Some("game-0"), Some("default")));
+    assert_eq!(r["object"]["kind"], "Eviction");
+    assert_eq!(r["object"]["metadata"]["name"], "game-0");
+    assert_eq!(r["oldObject"], Value::Null);
+    assert_eq!(r["options"]["kind"], "CreateOptions");
+    // The eviction's own pod delete is not admitted again (no DELETE reached this webhook, which
+    // only asked for evictions anyway), and the pod went through graceful deletion.
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `failurePolicy`: with the webhook server down, `Fail` (the default) refuses the request with
+/// kube-apiserver's `500 InternalError` naming the call, `Ignore` lets it through.
+#[tokio::test]
+async fn failure_policy_decides_when_the_webhook_cannot_be_reached() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(allow()).await?;
+    let url = server.url("/validate");
+    let addr = server.addr;
+    let mut hook = url_webhook("cm.fail.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"]));
+    apply(&sim, &configuration("fail", hook.clone())).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await, "default");
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}})).unwrap();
+    cms.create(&PostParams::default(), &cm("while-up")).await?;
+    server.stop();
+    // Wait until the port no longer accepts connections.
+    eventually("the webhook server to stop", || async {
+        Ok(tokio::net::TcpStream::connect(addr).await.is_err().then_some(()))
+    })
+    .await?;
+
+    let err = cms.create(&PostParams::default(), &cm("refused")).await.unwrap_err();
+    let kube::Error::Api(s) = err else { bail!("unexpected error") };
+    assert_eq!((s.code, s.reason.as_str()), (500, "InternalError"));
+    assert_eq!(
+        s.message,
+        format!(
+            "Internal error occurred: failed calling webhook \"cm.fail.kourse.dev\": failed to call webhook: Post \"{url}?timeout=10s\": dial tcp {addr}: connect: connection refused"
+        )
+    );
+    assert!(cms.get_opt("refused").await?.is_none());
+
+    hook["failurePolicy"] = json!("Ignore");
+    apply(&sim, &configuration("fail", hook)).await?;
+    cms.create(&PostParams::default(), &cm("ignored")).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Answers kube-apiserver does not accept fail the call (and `failurePolicy` decides): an HTTP
+/// error, a body that is not an AdmissionReview, a response for another request (`uid`).
+#[tokio::test]
+async fn invalid_webhook_answers_fail_the_call() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(handler(|_| async { Reply::Raw(500, "boom".into()) })).await?;
+    apply(
+        &sim,
+        &configuration(
+            "bad-answers",
+            url_webhook("cm.bad.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"])),
+        ),
+    )
+    .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await, "default");
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}})).unwrap();
+    let message = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => (0, other.to_string()),
+    };
+    let prefix = "Internal error occurred: failed calling webhook \"cm.bad.kourse.dev\": ";
+    let (code, m) = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert_eq!(code, 500);
+    assert_eq!(
+        m,
+        format!(
+            "{prefix}failed to call webhook: an error on the server (\"boom\") has prevented the request from succeeding"
+        )
+    );
+    server.set(handler(|_| async { Reply::Raw(200, "not json".into()) }));
+    let (_, m) = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(
+        m.starts_with(&format!("{prefix}failed to call webhook: couldn't get version/kind; json parse error: ")),
+        "{m}"
+    );
+    server.set(handler(|_| async {
+        Reply::Raw(200, json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "other", "allowed": true}}).to_string())
+    }));
+    let (_, m) = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(m.starts_with(&format!("{prefix}received invalid webhook response: expected response.uid=")), "{m}");
+    assert!(m.ends_with(", got \"other\""), "{m}");
+    assert!(cms.get_opt("a").await?.is_none());
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
