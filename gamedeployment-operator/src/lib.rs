@@ -21,3 +21,4 @@ pub(crate) mod patch;
 pub(crate) mod planner;
 pub(crate) mod priority;
 pub(crate) mod revision;
+pub mod webhook;

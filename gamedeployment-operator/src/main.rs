@@ -12,6 +12,8 @@ use common::runtime::{
 };
 use gamedeployment_operator::controller::{self, Config};
 use gamedeployment_operator::metrics::Metrics;
+use gamedeployment_operator::webhook::server::{self as webhook_server, WebhookError, WebhookMetrics};
+use gamedeployment_operator::webhook::{IdentityError, WebhookFlags, labeller};
 use kube::client::ClientBuilder;
 use kube::runtime::events::Reporter;
 use prometheus_client::registry::Registry;
@@ -37,6 +39,8 @@ struct Cli {
     /// Coalesce triggers arriving within this window into one pass (e.g. `100ms` on very large fleets).
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     debounce: Duration,
+    #[command(flatten)]
+    webhook: WebhookFlags,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +51,10 @@ enum StartError {
     Client(#[source] kube::Error),
     #[error(transparent)]
     Leader(#[from] LeaderError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
 }
 
 #[tokio::main]
@@ -68,6 +76,7 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), StartError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let webhook_metrics = WebhookMetrics::register(&mut registry);
     let kube_config = client::config(&cli.runtime.kube).await?;
     let client = ClientBuilder::try_from(kube_config)
         .map_err(StartError::Client)?
@@ -82,6 +91,18 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let address = listener.local_addr().map_or(cli.runtime.serve.metrics_address, |a| a);
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
     let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
+    // Every replica serves the webhooks, leader or not: a drain must be answered while a standby waits.
+    let webhook = match cli.webhook.config(&client).await? {
+        Some(webhook) => {
+            let listener = webhook_server::bind(&webhook).await?;
+            let address = axum::serve::Listener::local_addr(&listener).map_or(webhook.address, |a| a);
+            tracing::info!(%address, "serving admission webhooks over HTTPS: /validate-pods, /validate-workload");
+            let router = webhook_server::router(client.clone(), &webhook, webhook_metrics, shutdown.clone());
+            Some(tokio::spawn(webhook_server::serve(listener, router, shutdown.clone())))
+        }
+        None => None,
+    };
+    let labels = webhook.is_some().then(|| (client.clone(), cli.runtime.kube.namespace.clone()));
 
     let config = Config {
         namespace: cli.runtime.kube.namespace.clone(),
@@ -106,10 +127,19 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let reporter = Reporter { controller: "gamedeployment-operator".into(), instance };
     let work = {
         let (shutdown, health) = (shutdown.clone(), health.clone());
-        move || {
-            controller::run(client, config, metrics, reporter, async move { shutdown.wait().await }, move || {
-                health.set_ready(true);
-            })
+        move || async move {
+            // The pod-gate label the webhook's objectSelector matches is kept by the leader, like every pod write.
+            let labeller_shutdown = shutdown.clone();
+            let labeller = async move {
+                if let Some((client, namespace)) = labels {
+                    labeller::run(client, namespace, async move { labeller_shutdown.wait().await }).await;
+                }
+            };
+            let controller =
+                controller::run(client, config, metrics, reporter, async move { shutdown.wait().await }, move || {
+                    health.set_ready(true);
+                });
+            futures::join!(controller, labeller).0
         }
     };
     let result = match election {
@@ -125,6 +155,13 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         Ok(Err(e)) => tracing::warn!(error = %e, "metrics server"),
         Err(e) => tracing::warn!(error = %e, "metrics server task"),
         Ok(Ok(())) => {}
+    }
+    if let Some(webhook) = webhook {
+        match webhook.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "webhook server"),
+            Err(e) => tracing::warn!(error = %e, "webhook server task"),
+            Ok(Ok(())) => {}
+        }
     }
     result.map_err(StartError::from)
 }

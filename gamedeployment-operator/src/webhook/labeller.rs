@@ -1,0 +1,176 @@
+//! Keeps the pod label [`POD_GATE`] in step with the GameDeployments' opt-in (run by the leader, next to the
+//! controller): set on every pod of a GameDeployment annotated `gamedeployment.tkex.tencent.com/pod-gate: "true"`,
+//! removed from the pods of one that is not (any more). The pod-gate webhook's `objectSelector` matches this label,
+//! so pod deletions elsewhere in the cluster never reach the webhook.
+//!
+//! Event-driven from two watches: a pod event checks that one pod against its GameDeployment (O(1)); a
+//! GameDeployment event rescans its pods only when its opt-in changed. A new pod is labelled within one round
+//! trip of its creation, long before it is Running, and a pod that is not Running is not gated anyway (the
+//! operator itself deletes such pods without a hook). A failed patch is retried after [`RETRY_AFTER`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::api::GameDeployment;
+use common::runtime::kube_api::api;
+use common::runtime::watch;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::POD_GATE;
+use super::verdict::opted_in;
+use crate::ownership;
+
+/// Delay before a GameDeployment whose pod patch failed is scanned again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Whether the pods of `gd` should carry the label.
+fn wanted(gd: &GameDeployment) -> bool {
+    opted_in(gd) && gd.metadata.deletion_timestamp.is_none()
+}
+
+fn labelled(pod: &PartialObjectMeta<Pod>) -> bool {
+    pod.labels().get(POD_GATE).is_some_and(|v| v == "true")
+}
+
+fn controller_uid(pod: &PartialObjectMeta<Pod>) -> Option<&str> {
+    ownership::controller_of(pod.metadata.owner_references.as_ref())
+        .filter(|o| o.kind == "GameDeployment")
+        .map(|o| o.uid.as_str())
+}
+
+enum Trigger {
+    Gd(Box<watcher::Event<GameDeployment>>),
+    Pod(Box<PartialObjectMeta<Pod>>),
+    Retry(ObjectRef<GameDeployment>),
+}
+
+/// Runs until `shutdown` resolves.
+pub async fn run(client: Client, namespace: Option<String>, shutdown: impl Future<Output = ()> + Send + 'static) {
+    let (gds, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace.as_deref()));
+    let (pods, pod_writer) = reflector::store::<PartialObjectMeta<Pod>>();
+    // Metadata only: the labels and ownerReferences are all the labeller reads.
+    let pod_api: Api<PartialObjectMeta<Pod>> = match namespace.as_deref() {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let pod_events = watcher(pod_api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(pod_writer)
+        .applied_objects();
+    let (retry_tx, retry_rx) = mpsc::unbounded_channel();
+    let retries = stream::unfold(retry_rx, |mut rx| async move { rx.recv().await.map(|r| (Trigger::Retry(r), rx)) });
+    let gd_events = gd_events.filter_map(|e| async move { e.ok().map(|e| Trigger::Gd(Box::new(e))) });
+    let pod_events = pod_events.filter_map(|e| async move { e.ok().map(|p| Trigger::Pod(Box::new(p))) });
+    let mut triggers = stream::select(stream::select(gd_events, pod_events), retries).take_until(shutdown).boxed();
+    let mut labeller = Labeller { client, gds, pods, opted: HashMap::new(), retry: retry_tx };
+    while let Some(trigger) = triggers.next().await {
+        labeller.handle(trigger).await;
+    }
+}
+
+struct Labeller {
+    client: Client,
+    gds: Store<GameDeployment>,
+    pods: Store<PartialObjectMeta<Pod>>,
+    /// The opt-in last acted on, per GameDeployment UID.
+    opted: HashMap<String, bool>,
+    retry: mpsc::UnboundedSender<ObjectRef<GameDeployment>>,
+}
+
+impl Labeller {
+    async fn handle(&mut self, trigger: Trigger) {
+        match trigger {
+            Trigger::Gd(event) => self.gd_event(*event).await,
+            Trigger::Pod(pod) => {
+                let (Some(uid), Some(owner)) =
+                    (controller_uid(&pod), ownership::controller_of(pod.metadata.owner_references.as_ref()))
+                else {
+                    return;
+                };
+                let key = ObjectRef::new(&owner.name).within(&pod.namespace().unwrap_or_default());
+                let Some(gd) = self.gds.get(&key).filter(|gd| gd.metadata.uid.as_deref() == Some(uid)) else { return };
+                if labelled(&pod) != wanted(&gd) && !self.patch(&pod, wanted(&gd)).await {
+                    self.retry_later(key);
+                }
+            }
+            Trigger::Retry(key) => {
+                if let Some(gd) = self.gds.get(&key) {
+                    self.sync_all(&gd).await;
+                }
+            }
+        }
+    }
+
+    /// A GameDeployment whose opt-in changed (or that is new) gets all its pods brought in line.
+    async fn gd_event(&mut self, event: watcher::Event<GameDeployment>) {
+        match event {
+            watcher::Event::Apply(gd) | watcher::Event::InitApply(gd) => {
+                let uid = gd.metadata.uid.clone().unwrap_or_default();
+                if self.opted.get(&uid) != Some(&wanted(&gd)) {
+                    self.opted.insert(uid, wanted(&gd));
+                    self.sync_all(&gd).await;
+                }
+            }
+            watcher::Event::Delete(gd) => {
+                self.opted.remove(gd.metadata.uid.as_deref().unwrap_or_default());
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
+    }
+
+    /// Brings every pod of `gd` in line (a retry is scheduled when a patch fails).
+    async fn sync_all(&self, gd: &GameDeployment) {
+        let uid = gd.metadata.uid.as_deref();
+        let want = wanted(gd);
+        let stale: Vec<_> = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| controller_uid(p).is_some() && controller_uid(p) == uid && labelled(p) != want)
+            .collect();
+        let failed = stream::iter(stale)
+            .map(|pod| async move { self.patch(&pod, want).await })
+            .buffer_unordered(16)
+            .filter(|ok| std::future::ready(!ok))
+            .count()
+            .await;
+        if failed > 0 {
+            self.retry_later(ObjectRef::from_obj(gd));
+        }
+    }
+
+    fn retry_later(&self, key: ObjectRef<GameDeployment>) {
+        let retry = self.retry.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY_AFTER).await;
+            let _ = retry.send(key);
+        });
+    }
+
+    /// Sets (or removes) the label with a merge patch; `false` when the patch failed for another reason than the
+    /// pod being gone.
+    async fn patch(&self, pod: &PartialObjectMeta<Pod>, want: bool) -> bool {
+        let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let value = if want { json!("true") } else { json!(null) };
+        let patch = json!({"metadata": {"labels": {POD_GATE: value}}});
+        match pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                tracing::debug!(pod = %name, %namespace, label = want, "pod-gate label updated");
+                true
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => true,
+            Err(e) => {
+                tracing::warn!(pod = %name, %namespace, error = %e, "updating the pod-gate label failed; retrying");
+                false
+            }
+        }
+    }
+}

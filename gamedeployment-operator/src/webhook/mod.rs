@@ -1,0 +1,117 @@
+//! Admission webhooks served by every replica of the operator over HTTPS (not only the leader), so a drain or a
+//! `kubectl delete` is answered while a standby waits for the Lease:
+//!
+//! - **the pod gate** (`/validate-pods`): a `DELETE` of a pod of a GameDeployment that opted in (annotation
+//!   [`POD_GATE`]), or a `CREATE` of its `pods/eviction`, that the operator did not send itself is refused; the pod
+//!   is marked instead (label [`SPECIFIED_DELETE`], annotation [`MARKED_AT`]) and the operator deletes it through
+//!   its pre-delete hook and replaces it;
+//! - **deletion protection** (`/validate-workload`, BCS's path): `DELETE` of GameDeployments and HookTemplates
+//!   honours the BCS label `io.tencent.bcs.dev/deletion-allow`.
+//!
+//! The decisions are pure ([`verdict`]); [`server`] reads the objects they need from the API at request time (no
+//! cache, so never stale), writes the mark and answers; [`tls`] serves the certificate the chart provides and
+//! reloads it when the mounted Secret changes; [`labeller`] (leader only) keeps the label [`POD_GATE`] on the pods
+//! of opted-in GameDeployments, which is what the webhook configuration's `objectSelector` matches, so no other
+//! pod deletion in the cluster ever calls the webhook.
+
+pub mod labeller;
+pub mod server;
+pub mod tls;
+pub mod verdict;
+
+/// GameDeployment annotation `"true"`: opt in to the pod gate. Pod label `"true"`: the pod's GameDeployment opted
+/// in (set by the operator; the webhook configuration's `objectSelector`).
+pub const POD_GATE: &str = "gamedeployment.tkex.tencent.com/pod-gate";
+/// GameDeployment annotation (a Go duration, e.g. `30m`): how long a marked pod waits for its hook before a delete
+/// or eviction is allowed anyway (default: the operator's `--pod-gate-deadline`).
+pub const POD_GATE_DEADLINE: &str = "gamedeployment.tkex.tencent.com/pod-gate-deadline";
+/// Pod annotation `"true"`: the escape hatch; the pod may be deleted or evicted without its hook. Whoever may patch
+/// pods may set it.
+pub const GATE_BYPASS: &str = "gamedeployment.tkex.tencent.com/gate-bypass";
+/// Pod annotation (RFC 3339): when the webhook first refused a deletion of the pod and marked it; the deadline
+/// counts from here.
+pub const MARKED_AT: &str = "gamedeployment.tkex.tencent.com/delete-requested-at";
+/// Pod label `"true"` (OpenKruise vocabulary): the operator deletes the pod through `PreparingDelete` and its
+/// pre-delete hook, then replaces it. The webhook's mark.
+pub use common::keys::SPECIFIED_DELETE;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::runtime::flags::parse_duration;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use self::server::WebhookConfig;
+use self::tls::CertFiles;
+use self::verdict::{DeletionAllow, GateSettings};
+
+/// The webhook flags of the binary.
+#[derive(clap::Args, Debug, Clone)]
+pub struct WebhookFlags {
+    /// Serve the admission webhooks (pod gate, deletion protection) over HTTPS on this address, e.g.
+    /// `0.0.0.0:9443`. Off when absent.
+    #[arg(long, value_name = "ADDRESS")]
+    pub webhook_address: Option<SocketAddr>,
+    /// Directory holding the serving certificate `tls.crt` and its key `tls.key` (re-read when they change).
+    #[arg(long, value_name = "DIR", default_value = "/etc/gamedeployment-operator/webhook-tls")]
+    pub webhook_cert_dir: PathBuf,
+    /// The user the operator's own requests carry (its ServiceAccount, `system:serviceaccount:NS:NAME`): its pod
+    /// deletions already passed the hook gate and are allowed. Repeatable. Default: who the API says this process
+    /// is (a SelfSubjectReview at start-up).
+    #[arg(long = "webhook-operator-user", value_name = "USER")]
+    pub operator_users: Vec<String>,
+    /// Members of this group may delete a gated pod with `--grace-period=0 --force`, skipping its hook. Repeatable.
+    #[arg(long = "pod-gate-privileged-group", value_name = "GROUP", default_value = "system:masters")]
+    pub privileged_groups: Vec<String>,
+    /// How long a pod marked by the pod gate waits for its hook before a delete or eviction is allowed anyway
+    /// (a GameDeployment overrides it with the annotation `gamedeployment.tkex.tencent.com/pod-gate-deadline`).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
+    pub pod_gate_deadline: Duration,
+    /// Deletion protection of GameDeployments and HookTemplates without the label
+    /// `io.tencent.bcs.dev/deletion-allow`: `Always` (allowed), `Cascading` (allowed once at 0 replicas / not
+    /// used by a GameDeployment) or `Deny` (BCS's behaviour).
+    #[arg(long, value_name = "POLICY", default_value = "Always")]
+    pub deletion_allow_default: DeletionAllow,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "finding out which user the operator is (SelfSubjectReview): {0}; pass --webhook-operator-user (the operator's \
+     ServiceAccount user) so the webhook recognises the operator's own pod deletions"
+)]
+pub struct IdentityError(String);
+
+impl WebhookFlags {
+    /// The server's settings, or `None` when the webhooks are off. Asks the API who the operator is unless
+    /// `--webhook-operator-user` says so.
+    pub async fn config(&self, client: &Client) -> Result<Option<WebhookConfig>, IdentityError> {
+        let Some(address) = self.webhook_address else { return Ok(None) };
+        let mut operator_users = self.operator_users.clone();
+        if operator_users.is_empty() {
+            let reviews: Api<SelfSubjectReview> = Api::all(client.clone());
+            let review = reviews
+                .create(&PostParams::default(), &SelfSubjectReview::default())
+                .await
+                .map_err(|e| IdentityError(e.to_string()))?;
+            let user = review.status.and_then(|s| s.user_info).and_then(|u| u.username).unwrap_or_default();
+            if user.is_empty() {
+                return Err(IdentityError("the API returned no username".into()));
+            }
+            operator_users.push(user);
+        }
+        tracing::info!(users = ?operator_users, "the pod gate allows pod deletions by these users (the operator)");
+        Ok(Some(WebhookConfig {
+            address,
+            cert: CertFiles::in_dir(&self.webhook_cert_dir),
+            gate: GateSettings {
+                operator_users,
+                privileged_groups: self.privileged_groups.clone(),
+                default_deadline: self.pod_gate_deadline,
+            },
+            deletion_default: self.deletion_allow_default,
+        }))
+    }
+}

@@ -1,0 +1,202 @@
+//! The webhook's serving certificate: PEM files (the chart mounts its Secret as `tls.crt` / `tls.key`), re-read
+//! when they change, so a rotated Secret (the kubelet updates a mounted Secret in place) is served without a
+//! restart. Handshakes run concurrently, each bounded in time, so a slow or silent client never stalls accepting
+//! others.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::{self, ServerConfig};
+use tokio_rustls::server::TlsStream;
+
+/// How long a client may take to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Pem { path: String, message: String },
+    #[error("the key in {path} cannot sign: {source}")]
+    Key { path: String, source: rustls::Error },
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// Where the certificate chain and its key are.
+#[derive(Debug, Clone)]
+pub struct CertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl CertFiles {
+    /// `tls.crt` and `tls.key` in `dir` (the layout of a `kubernetes.io/tls` Secret mounted as a volume).
+    pub fn in_dir(dir: &Path) -> Self {
+        Self { cert: dir.join("tls.crt"), key: dir.join("tls.key") }
+    }
+
+    fn modified(&self) -> (Option<SystemTime>, Option<SystemTime>) {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        (m(&self.cert), m(&self.key))
+    }
+
+    fn load(&self, provider: &CryptoProvider) -> Result<CertifiedKey, TlsError> {
+        let path = |p: &Path| p.display().to_string();
+        let read = |p: &Path| std::fs::read(p).map_err(|source| TlsError::Read { path: path(p), source });
+        let cert_pem = read(&self.cert)?;
+        let key_pem = read(&self.key)?;
+        let certs = CertificateDer::pem_slice_iter(&cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError::Pem { path: path(&self.cert), message: e.to_string() })?;
+        if certs.is_empty() {
+            return Err(TlsError::Pem { path: path(&self.cert), message: "no CERTIFICATE block".into() });
+        }
+        let key = PrivateKeyDer::from_pem_slice(&key_pem)
+            .map_err(|e| TlsError::Pem { path: path(&self.key), message: e.to_string() })?;
+        let signing = provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|source| TlsError::Key { path: path(&self.key), source })?;
+        Ok(CertifiedKey::new(certs, signing))
+    }
+}
+
+/// Serves the certificate of [`CertFiles`], re-reading the files when their modification time changes (checked
+/// at most once a second). A rotation that leaves unreadable files keeps serving the previous certificate.
+#[derive(Debug)]
+struct ReloadingCert {
+    files: CertFiles,
+    provider: Arc<CryptoProvider>,
+    state: Mutex<Loaded>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    modified: (Option<SystemTime>, Option<SystemTime>),
+    checked: std::time::Instant,
+    key: Arc<CertifiedKey>,
+}
+
+impl ReloadingCert {
+    fn current(&self) -> Arc<CertifiedKey> {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.checked.elapsed() >= Duration::from_secs(1) {
+            state.checked = std::time::Instant::now();
+            let modified = self.files.modified();
+            if modified != state.modified {
+                match self.files.load(&self.provider) {
+                    Ok(key) => {
+                        tracing::info!(cert = %self.files.cert.display(), "webhook certificate reloaded");
+                        state.key = Arc::new(key);
+                        state.modified = modified;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "webhook certificate changed but cannot be loaded; serving the previous one")
+                    }
+                }
+            }
+        }
+        state.key.clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A TLS configuration serving `files` (loaded now, so a missing or bad certificate fails start-up).
+pub fn server_config(files: &CertFiles) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let key = files.load(&provider)?;
+    let resolver = ReloadingCert {
+        files: files.clone(),
+        provider: provider.clone(),
+        state: Mutex::new(Loaded {
+            modified: files.modified(),
+            checked: std::time::Instant::now(),
+            key: Arc::new(key),
+        }),
+    };
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// An [`axum::serve::Listener`] yielding TLS connections whose handshake completed.
+pub struct TlsListener {
+    connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<Self> {
+        let local = listener.local_addr()?;
+        let acceptor = TlsAcceptor::from(config);
+        let (tx, connections) = mpsc::channel(64);
+        let accepting = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Out of file descriptors and similar: back off instead of spinning.
+                        tracing::warn!(error = %e, "webhook accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "webhook TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "webhook TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(Self { connections, local, accepting })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.connections.recv().await {
+            Some(connection) => connection,
+            // The accept loop only ends when the listener is dropped; nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
