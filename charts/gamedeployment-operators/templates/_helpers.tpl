@@ -25,6 +25,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 
 {{- define "gdo.gamedeployment.args" -}}
+{{- $w := .Values.gamedeploymentOperator.webhook }}
+{{- if $w.enabled }}
+- --webhook-address=0.0.0.0:{{ $w.port }}
+- --webhook-cert-dir=/etc/gamedeployment-operator/webhook-tls
+- --webhook-operator-user=system:serviceaccount:{{ .Release.Namespace }}:{{ include "gdo.fullname" . }}-gamedeployment
+- --pod-gate-deadline={{ $w.podGate.deadline }}
+{{- range $w.podGate.privilegedGroups }}
+- --pod-gate-privileged-group={{ . }}
+{{- end }}
+- --deletion-allow-default={{ $w.deletionProtection.default }}
+{{- end }}
 {{- end -}}
 
 {{- define "gdo.hook.args" -}}
