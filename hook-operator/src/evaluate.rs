@@ -284,8 +284,91 @@ pub fn judge(success: Option<&str>, failure: Option<&str>, result: &Value) -> Re
     })
 }
 
-/// [`judge`] on the evaluation pool, under its limits, queued fairly with the other conditions of `namespace`.
-/// Every way it can fail (the budget, a panic) is an [`EvalError`].
+/// Functions a condition may call and still be evaluated inline (see [`inline_safe`]): each costs at most
+/// linear time in the size of its arguments and builds nothing larger than them.
+const INLINE_FUNCTIONS: &[&str] = &[
+    "asInt",
+    "asFloat",
+    "int",
+    "float",
+    "len",
+    "isNaN",
+    "isInf",
+    "isNil",
+    "default",
+    "string",
+    "abs",
+    "lower",
+    "upper",
+    "trim",
+    "trimPrefix",
+    "trimSuffix",
+    "hasPrefix",
+    "hasSuffix",
+];
+
+/// Largest string `result` evaluated inline.
+const INLINE_STRING_BYTES: usize = 4096;
+
+/// Whether a condition is cheap by construction, so it can run on the calling thread instead of queueing on the
+/// evaluation pool (two thread hand-offs, which cost more than the evaluation itself): `result` is a scalar (a
+/// string of at most 4 KiB), and the condition has no closure or predicate (`{`, `#`), no range (`..`), no
+/// pipe, no indexing or array literal (`[`), no `matches` (a regex built from the text) and calls only
+/// [`INLINE_FUNCTIONS`]. Its cost is then bounded by its length (≤ 1024 characters) times the size of `result`:
+/// microseconds. It still runs under the same memory budget and deadline (`metered`), and a panic is caught.
+pub fn inline_safe(success: Option<&str>, failure: Option<&str>, result: &Value) -> bool {
+    let scalar = match result {
+        Value::Nil | Value::Bool(_) | Value::Integer(_) | Value::Float(_) => true,
+        Value::String(s) => s.len() <= INLINE_STRING_BYTES,
+        _ => false,
+    };
+    scalar && [success, failure].into_iter().flatten().all(loop_free)
+}
+
+fn loop_free(expression: &str) -> bool {
+    if expression.len() > common::api::limits::MAX_CONDITION
+        || expression.contains(['{', '}', '#', '[', '\\'])
+        || expression.replace("||", "").contains('|')
+        || expression.contains("..")
+    {
+        return false;
+    }
+    // Every identifier outside string literals: a call must be to an allowed function; `matches` never.
+    let bytes = expression.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'"' || c == b'\'' || c == b'`' {
+            let Some(end) = bytes[i + 1..].iter().position(|&b| b == c) else { return false };
+            i += end + 2;
+            continue;
+        }
+        if c.is_ascii_alphabetic() || c == b'_' || c == b'$' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'$') {
+                i += 1;
+            }
+            let word = &expression[start..i];
+            if word == "matches" {
+                return false;
+            }
+            let called = expression[i..].trim_start().starts_with('(');
+            // `not (…)`, `a and (…)`, `a or (…)`: operators, not calls.
+            if called && !INLINE_FUNCTIONS.contains(&word) && !["not", "and", "or"].contains(&word) {
+                return false;
+            }
+            continue;
+        }
+        if !c.is_ascii() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// [`judge`] under the pool's limits: inline when [`inline_safe`], else on the evaluation pool, queued fairly
+/// with the other conditions of `namespace`. Every way it can fail (the budget, a panic) is an [`EvalError`].
 pub async fn judge_bounded(
     pool: &crate::budget::Pool,
     namespace: &str,
@@ -293,11 +376,33 @@ pub async fn judge_bounded(
     failure: Option<&str>,
     result: Value,
 ) -> Result<HookPhase, EvalError> {
-    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
     let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
-    let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
-    let shown = show(&result);
     let timeout = pool.limits.timeout;
+    let stopped = |stopped: crate::budget::Stopped, shown: String| {
+        let reason = match stopped {
+            crate::budget::Stopped::Panicked(message) => {
+                format!("the evaluation failed inside the operator ({message})")
+            }
+            crate::budget::Stopped::Late(_) => format!("no verdict within {}", crate::text::seconds(timeout)),
+        };
+        let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
+        Err(EvalError::Budget { which, expression, result: shown, reason })
+    };
+    if inline_safe(success, failure, &result) {
+        let deadline = std::time::Instant::now() + timeout;
+        let outcome = crate::budget::metered(pool.limits.memory, deadline, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, &result)))
+        });
+        return match outcome {
+            Ok(verdict) => verdict,
+            Err(panic) => {
+                stopped(crate::budget::Stopped::Panicked(crate::budget::panic_message(panic.as_ref())), show(&result))
+            }
+        };
+    }
+    // For the messages (the pool consumes `result`).
+    let shown = show(&result);
+    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
     let outcome = pool
         .run(namespace, move || {
             let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
@@ -308,18 +413,7 @@ pub async fn judge_bounded(
         .await;
     match outcome {
         Ok(verdict) => verdict,
-        Err(crate::budget::Stopped::Panicked(message)) => Err(EvalError::Budget {
-            which,
-            expression,
-            result: shown,
-            reason: format!("the evaluation failed inside the operator ({message})"),
-        }),
-        Err(crate::budget::Stopped::Late(_)) => Err(EvalError::Budget {
-            which,
-            expression,
-            result: shown,
-            reason: format!("no verdict within {}", crate::text::seconds(timeout)),
-        }),
+        Err(e) => stopped(e, shown),
     }
 }
 
@@ -430,6 +524,58 @@ mod tests {
 
     fn big_result(n: i64) -> Value {
         Value::Array((0..n).map(Value::Integer).collect())
+    }
+
+    #[test]
+    fn only_loop_free_conditions_on_scalars_are_evaluated_inline() {
+        let inline = |c: &str, r: serde_json::Value| inline_safe(Some(c), None, &to_expr(&r));
+        for c in [
+            "asInt(result) > 30",
+            "asFloat(result) >= 0.95",
+            "result == 'ok' || result == \"ready\"",
+            "isNil(result) ? false : len(result) > 0",
+            "default(result, 0) >= 0 and not (result == 'down')",
+        ] {
+            assert!(inline(c, json!(45)), "{c}");
+        }
+        assert!(!inline("asInt(result) > 30", json!([45])), "an array result goes to the pool");
+        assert!(!inline("result == 'x'", json!({"a": 1})), "an object result goes to the pool");
+        assert!(!inline("len(result) > 0", json!("x".repeat(5000))), "a long string goes to the pool");
+        for c in [
+            "len(0..20000000) > 0",
+            "all(result, {# > 1})",
+            "result matches '^[0-9]+$'",
+            "len(repeat('ab', 100000000)) > 0",
+            "result | len() > 0",
+            "[1, 2][0] == result",
+            "result in ['ok']",
+            "unknownFn(result)",
+            "join(['a'], 'b') == result",
+        ] {
+            assert!(!inline(c, json!(45)), "{c}");
+        }
+        assert!(!inline_safe(Some("result > 1"), Some("all(result, {true})"), &Value::Integer(1)), "both must qualify");
+    }
+
+    #[tokio::test]
+    async fn inline_and_pool_evaluations_give_the_same_verdicts_and_messages() {
+        let cases: &[(Option<&str>, Option<&str>, serde_json::Value)] = &[
+            (Some("asInt(result) > 30"), None, json!(45)),
+            (Some("asInt(result) > 30"), None, json!("bryan")),
+            (Some("asInt(result) < 30"), Some("asInt(result) > 100"), json!(45)),
+            (None, Some("result == 'down'"), json!("down")),
+            (Some("result"), None, json!(3)),
+            (Some("asInt(reslt) > 30"), None, json!(45)),
+        ];
+        for (success, failure, result) in cases {
+            let value = to_expr(result);
+            let threads = pool(1000);
+            let (s, f, v) = (success.map(str::to_string), failure.map(str::to_string), value.clone());
+            let pooled = threads.run("ns", move || judge(s.as_deref(), f.as_deref(), &v)).await.unwrap();
+            assert!(inline_safe(*success, *failure, &value));
+            let inline = judge_bounded(&pool(1000), "ns", *success, *failure, value).await;
+            assert_eq!(inline, pooled, "{success:?} {failure:?} on {result}");
+        }
     }
 
     #[tokio::test]

@@ -263,6 +263,10 @@ async fn bench(flags: Flags) -> Result<(), String> {
         lags.last().copied().unwrap_or_default() * 1e3
     );
     println!("  engine CPU               {cpu:.2} s in {elapsed:.1} s ({:.0}% of one core)", 100.0 * cpu / elapsed);
+    println!(
+        "  engine CPU / measurement {:.1} µs (engine CPU time / measurements started in the window)",
+        if measurements > 0 { cpu * 1e6 / measurements as f64 } else { 0.0 }
+    );
     println!("  server CPU               {server_cpu:.2} s (separate process)");
     println!(
         "  engine RSS               peak {:.1} MiB, at the end {rss_now:.1} MiB ({open_files} open file descriptors)",

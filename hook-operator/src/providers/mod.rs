@@ -146,11 +146,15 @@ impl Providers {
 
     /// The run's args with every `valueFrom.secretKeyRef` replaced by the Secret's value (read from the run's
     /// namespace now), and the values that came from Secrets (to be redacted from every message).
-    pub async fn resolve_args(
+    pub async fn resolve_args<'a>(
         &self,
         namespace: &str,
-        args: &[Argument],
-    ) -> Result<(Vec<Argument>, Vec<String>), ProviderError> {
+        args: &'a [Argument],
+    ) -> Result<(std::borrow::Cow<'a, [Argument]>, Vec<String>), ProviderError> {
+        // The common case (no arg reads a Secret) borrows: no copy of the args per measurement.
+        if args.iter().all(|a| a.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()).is_none()) {
+            return Ok((std::borrow::Cow::Borrowed(args), Vec::new()));
+        }
         let mut resolved = Vec::with_capacity(args.len());
         let mut secrets = Vec::new();
         for arg in args {
@@ -189,7 +193,7 @@ impl Providers {
             secrets.push(value.clone());
             resolved.push(Argument { name: arg.name.clone(), value: Some(value), value_from: None });
         }
-        Ok((resolved, secrets))
+        Ok((std::borrow::Cow::Owned(resolved), secrets))
     }
 
     /// The most web/Prometheus response bytes that were buffered at once so far.
