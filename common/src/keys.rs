@@ -75,6 +75,23 @@ pub const HOOKRUN_PREPARED_AT: &str = "gamedeployment.tkex.tencent.com/prepared-
 /// is recognised (the CRD also makes `spec` immutable).
 pub const HOOKRUN_SPEC_HASH: &str = "gamedeployment.tkex.tencent.com/spec-hash";
 
+/// GameDeployment annotation (addition): `annotations` opts the GameDeployment in to the GitOps-clean control
+/// surface: the operator never writes its spec (no `retry` reset, no `paused` write by canary steps, no
+/// `podsToDelete` pruning) and takes the per-pod and per-step requests below instead.
+pub const CONTROL: &str = "gamedeployment.tkex.tencent.com/control";
+/// Value of [`CONTROL`] that opts in.
+pub const CONTROL_ANNOTATIONS: &str = "annotations";
+/// GameDeployment annotation (addition): `<update revision>/<step index>` resumes that canary step — ends its pause,
+/// or lets the rollout past its failed hook. Naming the step makes a left-over annotation inert for later steps.
+pub const RESUME_STEP: &str = "gamedeployment.tkex.tencent.com/resume-step";
+/// GameDeployment annotation (addition): `<update revision>` promotes that revision: its remaining canary steps are
+/// skipped.
+pub const PROMOTE: &str = "gamedeployment.tkex.tencent.com/promote";
+/// Pod annotation (addition): skip the hook of one change of this pod — `delete` (pre-delete), `inplace/<revision>`
+/// (pre-inplace, to that revision) or `postinplace/<revision>` (post-inplace, after it). The gate releases the pod
+/// as a recorded release (`releasedBy: Skipped`), never as a success.
+pub const SKIP_HOOK: &str = "gamedeployment.tkex.tencent.com/skip-hook";
+
 /// Values of [`HOOKRUN_TYPE`].
 pub mod hookrun_type {
     pub const CANARY_STEP: &str = "canary-step";

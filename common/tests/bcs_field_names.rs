@@ -62,6 +62,7 @@ fn walkthrough_gamedeployment() -> GameDeployment {
             pre_delete_update_strategy: Some(GameDeploymentPreDeleteUpdateStrategy {
                 hook: Some(HookStep { template_name: "test".into(), args: vec![] }),
                 retry: false,
+                hook_policy: None,
             }),
             pre_inplace_update_strategy: None,
             post_inplace_update_strategy: None,
@@ -132,6 +133,8 @@ fn gamedeployment_status_serialises_as_the_failed_hook_walkthrough() {
             start_time: time("2020-11-19T10:25:17Z"),
             hook_run: None,
             message: None,
+            released_by: None,
+            released_at: None,
         }],
         ready_replicas: 6,
         replicas: 6,

@@ -14,7 +14,7 @@
 //! unavailable for the update budget, and do not stop other pods from progressing.
 
 use common::api::Argument;
-use common::api::{GameDeployment, HookPhase, HookRun, HookStep, HookTemplate};
+use common::api::{GameDeployment, HookGatePolicy, HookPhase, HookReleaseReason, HookRun, HookStep, HookTemplate};
 use common::hookrun::{self, HookKind, NewHookRun};
 use common::keys::{self, hook_args};
 use k8s_openapi::api::core::v1::Pod;
@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::attempt::{self, Attempt, Change, Choice};
+use crate::deadline::{self, Decision};
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
 
@@ -99,6 +100,11 @@ pub struct HookGate {
     pub foreign: Vec<(String, String)>,
     /// The run that decided was terminated by a person (`spec.terminate: true`) rather than measured to success.
     pub terminated: bool,
+    /// The gate let the pod go *without* a successful hook (`hookPolicy` deadline or fallback, a skip annotation):
+    /// why, and the message for the condition and the Event.
+    pub released: Option<(HookReleaseReason, String)>,
+    /// Ask again at this time even if nothing changes (a deadline or a retry back-off ends).
+    pub recheck_at: Option<Timestamp>,
 }
 
 /// A decision with its hook details (None when no hook is involved).
@@ -153,6 +159,53 @@ pub fn hook_for(gd: &GameDeployment, kind: GateKind) -> Option<(HookKind, &HookS
             .or_else(|| pre_delete.map(|(h, r)| (HookKind::PreDelete, h, r))),
         GateKind::HotPatchUpdate => pre_inplace.map(|(h, r)| (HookKind::PreInplace, h, r)),
     }
+}
+
+/// The `hookPolicy` (deadlines, fallbacks, automatic retries) of a hook kind's gate.
+pub fn policy_for(gd: &GameDeployment, kind: HookKind) -> Option<&HookGatePolicy> {
+    let spec = &gd.spec;
+    match kind {
+        HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref()?.hook_policy.as_ref(),
+        HookKind::PreInplace => spec.pre_inplace_update_strategy.as_ref()?.hook_policy.as_ref(),
+        HookKind::PostInplace => spec.post_inplace_update_strategy.as_ref()?.hook_policy.as_ref(),
+        HookKind::CanaryStep => None,
+    }
+}
+
+/// When a run completed: its last measurement's end (None while it runs, or without measurements).
+pub fn run_finished(run: &HookRun) -> Option<Timestamp> {
+    let status = run.status.as_ref()?;
+    status
+        .metric_results
+        .iter()
+        .flat_map(|m| m.measurements.iter())
+        .filter_map(|m| m.finished_at.as_ref())
+        .map(|t| t.0)
+        .max()
+}
+
+/// When the pod entered its current lifecycle state (its lifecycle timestamp), where the gate's hold starts.
+pub fn hold_started(pod: &Pod) -> Option<Timestamp> {
+    common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP)?.parse().ok()
+}
+
+/// Every run of an attempt (ours, under `base` or `base.N`), oldest first — an automatic retry adds one — and the
+/// first name no run holds (for the next retry).
+pub fn attempt_runs<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> (Vec<&'a HookRun>, Option<String>) {
+    let mut ours = Vec::new();
+    let mut free = None;
+    for n in 0..=attempt::MAX_NAME_SUFFIX {
+        let name = attempt::nth_name(base, n);
+        match runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
+            None => {
+                free.get_or_insert(name);
+            }
+            Some(run) if attempt::judge(run, attempt) == attempt::Judgement::Ours => ours.push((n, run)),
+            Some(_) => {}
+        }
+    }
+    ours.sort_by_key(|(n, run)| (run.metadata.creation_timestamp.as_ref().map(|t| t.0), *n));
+    (ours.into_iter().map(|(_, run)| run).collect(), free)
 }
 
 /// The pod's instance id (label, else the name's last segment as BCS derives it).
@@ -235,6 +288,9 @@ pub fn retry_field(kind: HookKind) -> &'static str {
 /// in-place update changes.
 pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[String]) -> Verdict {
     let Some((kind, step, retry)) = hook_for(state.gd, request.kind) else { return Verdict::allow() };
+    // GitOps-clean: `retry` is not read (the operator never resets it); a failed run is deleted to retry it.
+    let clean = crate::control::gitops_clean(state.gd);
+    let retry = retry && !clean;
     // A pod that does not run serves nobody: nothing to drain (BCS).
     if !common::pod::is_running(request.pod) {
         return Verdict::allow();
@@ -250,6 +306,8 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         problem,
         foreign,
         terminated: false,
+        released: None,
+        recheck_at: None,
     };
     // A run is made for one visit of the Preparing state, so it is created only once the pod is seen there (its
     // lifecycle timestamp names the attempt); until then the pod is only being moved there.
@@ -266,10 +324,24 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             Change::InPlace(request.target_revision.unwrap_or_default().to_string())
         }
     };
+    let skip = crate::control::skip_requested(request.pod, &change.annotation());
     let gd_uid = state.gd.metadata.uid.as_deref().unwrap_or("");
     let attempt = Attempt::of(gd_uid, request.pod, change);
     let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
-    let run = match attempt::choose(state.hook_runs, &base, &attempt) {
+    let choice = attempt::choose(state.hook_runs, &base, &attempt);
+    if skip {
+        // A person asked to skip this change's hook for this pod: released and recorded, never a success.
+        let found = if let Choice::Found(run) = &choice { Some(*run) } else { None };
+        let mut hook = pending(found.and_then(|r| r.metadata.name.clone()).unwrap_or(base), None, None, Vec::new());
+        if let Some(run) = found {
+            hook.phase = run_phase(run);
+            hook.started = run_started(run, state.now);
+        }
+        let message = format!("released by the pod annotation {}: the hook was skipped, not passed", keys::SKIP_HOOK);
+        hook.released = Some((HookReleaseReason::Skipped, message));
+        return Verdict { decision: GateDecision::Allow, hook: Some(hook) };
+    }
+    let run = match choice {
         Choice::Found(run) => run,
         Choice::Create { name, skipped } => {
             return match build_pod_run(state, kind, step, request.pod, revision, modified, name.clone()) {
@@ -298,9 +370,79 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             };
         }
     };
+    // The latest run of the attempt decides (earlier ones failed and were retried automatically).
+    let (history, free) = attempt_runs(state.hook_runs, &base, &attempt);
+    let run = history.last().copied().unwrap_or(run);
     let run_name = run.metadata.name.clone().unwrap_or_default();
     let phase = run_phase(run);
     let started = run_started(run, state.now);
+    let failed = phase.is_completed() && phase != HookPhase::Successful;
+    let policy = policy_for(state.gd, kind);
+    let facts = deadline::Facts {
+        phase,
+        run_started: started.0,
+        run_finished: run_finished(run),
+        hold_started: hold_started(request.pod),
+        retries_used: i32::try_from(history.len().saturating_sub(1)).unwrap_or(i32::MAX),
+        now: state.now,
+    };
+    // A requested manual retry goes first: the failed runs are being deleted.
+    let by_policy =
+        if failed && retry { Decision::AsAlways { recheck_at: None } } else { deadline::decide(policy, &facts) };
+    let limit = policy.and_then(|p| p.auto_retry.as_ref()).map_or(0, |r| r.limit);
+    let gate_of = |decision, released, recheck_at| Verdict {
+        decision,
+        hook: Some(HookGate {
+            kind,
+            run_name: run_name.clone(),
+            create: None,
+            phase,
+            started: started.clone(),
+            problem: None,
+            foreign: Vec::new(),
+            terminated: false,
+            released,
+            recheck_at,
+        }),
+    };
+    let recheck_at = match by_policy {
+        Decision::Release { reason, message } => {
+            return gate_of(GateDecision::Allow, Some((reason, format!("HookRun {run_name}: {message}"))), None);
+        }
+        Decision::RetryAt { retry, at } => {
+            let wait = format!("HookRun {run_name} ended {phase}; automatic retry {retry} of {limit} at {at}");
+            return gate_of(GateDecision::Wait(wait), None, Some(at));
+        }
+        Decision::RetryNow { retry } => {
+            let Some(name) = free else {
+                let problem = format!(
+                    "HookRun {run_name} ended {phase}; automatic retry {retry} of {limit} has no free name (every \
+                     name up to {base}.{} is taken)",
+                    attempt::MAX_NAME_SUFFIX
+                );
+                return gate_of(GateDecision::Blocked(problem), None, None);
+            };
+            return match build_pod_run(state, kind, step, request.pod, revision, modified, name.clone()) {
+                Ok(mut next) => {
+                    attempt::stamp(&mut next, &attempt);
+                    let mut hook = pending(name.clone(), None, Some(Box::new(next)), Vec::new());
+                    hook.started = started;
+                    Verdict {
+                        decision: GateDecision::Wait(format!(
+                            "HookRun {run_name} ended {phase}; automatic retry {retry} of {limit}: HookRun {name} is \
+                             being created"
+                        )),
+                        hook: Some(hook),
+                    }
+                }
+                Err(problem) => Verdict {
+                    decision: GateDecision::Blocked(problem.clone()),
+                    hook: Some(pending(name, Some(problem), None, Vec::new())),
+                },
+            };
+        }
+        Decision::AsAlways { recheck_at } => recheck_at,
+    };
     let decision = match phase {
         HookPhase::Successful => GateDecision::Allow,
         HookPhase::Pending | HookPhase::Running => GateDecision::Wait(format!("HookRun {run_name} is {phase}")),
@@ -310,10 +452,18 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive => {
             let why = run.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
             let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
-            GateDecision::Blocked(format!(
-                "HookRun {run_name} ended {phase}{why}; fix the hook, then set spec.{}.retry: true",
-                retry_field(kind)
-            ))
+            if clean {
+                GateDecision::Blocked(format!(
+                    "HookRun {run_name} ended {phase}{why}; fix the hook, then delete HookRun {run_name} to run it \
+                     again (kubectl gd retry NAME --pod {})",
+                    request.pod.metadata.name.as_deref().unwrap_or_default()
+                ))
+            } else {
+                GateDecision::Blocked(format!(
+                    "HookRun {run_name} ended {phase}{why}; fix the hook, then set spec.{}.retry: true",
+                    retry_field(kind)
+                ))
+            }
         }
     };
     let terminated = phase == HookPhase::Successful && run.spec.terminate;
@@ -328,6 +478,8 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             problem: None,
             foreign: Vec::new(),
             terminated,
+            released: None,
+            recheck_at,
         }),
     }
 }

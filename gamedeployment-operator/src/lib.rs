@@ -10,6 +10,8 @@
 pub(crate) mod action;
 pub(crate) mod attempt;
 pub mod controller;
+pub(crate) mod control;
+pub(crate) mod deadline;
 pub(crate) mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -48,6 +48,14 @@ pub struct OutcomeLabels {
     pub outcome: String,
 }
 
+/// A gate that let a pod (or canary step) go without a successful hook.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseLabels {
+    pub hook: String,
+    /// `hard_deadline`, `soft_deadline`, `on_failure` or `skipped`.
+    pub reason: String,
+}
+
 /// The hook label values, in the order the gauges are written.
 pub const HOOKS: [&str; 4] = ["predelete", "preinplace", "postinplace", "canary"];
 
@@ -86,6 +94,7 @@ pub struct Metrics {
     pub leader: Gauge,
     pub gate_wait: Family<HookLabels, Histogram>,
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
+    pub hook_releases: Family<ReleaseLabels, Counter>,
     pub status_writes: Counter,
     pub expectations_expired: Counter,
     pub events_dropped: Counter,
@@ -109,6 +118,7 @@ impl Metrics {
             // 1 s … ~9 h.
             gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
             hook_outcomes: Family::default(),
+            hook_releases: Family::default(),
             status_writes: Counter::default(),
             expectations_expired: Counter::default(),
             events_dropped: Counter::default(),
@@ -155,6 +165,12 @@ impl Metrics {
             "hook_outcomes",
             "HookRuns of GameDeployments that completed, by hook and outcome",
             metrics.hook_outcomes.clone(),
+        );
+        r.register(
+            "hook_releases",
+            "Pods (and canary steps) a gate let go WITHOUT a successful hook, by hook and reason (hard_deadline, \
+             soft_deadline, on_failure, skipped)",
+            metrics.hook_releases.clone(),
         );
         r.register("status_writes", "GameDeployment status writes", metrics.status_writes.clone());
         r.register(
@@ -210,6 +226,10 @@ impl Metrics {
 
     pub fn gate_released(&self, hook: &str, waited_seconds: f64) {
         self.gate_wait.get_or_create(&HookLabels { hook: hook.into() }).observe(waited_seconds.max(0.0));
+    }
+
+    pub fn hook_released(&self, hook: &str, reason: &str) {
+        self.hook_releases.get_or_create(&ReleaseLabels { hook: hook.into(), reason: reason.into() }).inc();
     }
 
     pub fn hook_outcome(&self, hook: &str, outcome: &str) {

@@ -8,6 +8,11 @@
 //! | `pause` / `resume`, `promote` | `spec.updateStrategy.paused: true` / `false` | README "Canary steps" |
 //! | `skip-hook P` | `spec.terminate: true` on P's running HookRun | hook-operator README (`spec.terminate`) |
 //! | `restart` | `spec.template.metadata.annotations["kubectl.kubernetes.io/restartedAt"]` | as `kubectl rollout restart` |
+//!
+//! A GameDeployment annotated `gamedeployment.tkex.tencent.com/control: annotations` (GitOps-clean) is never
+//! given a spec write by `retry`, `resume` or `skip-hook`: `retry` deletes the failed HookRuns, `resume` sets the
+//! annotation `gamedeployment.tkex.tencent.com/resume-step: <update revision>/<step>`, `skip-hook P` annotates the
+//! pod `gamedeployment.tkex.tencent.com/skip-hook: <change>` (gamedeployment-operator `control` module).
 
 use common::api::HookPhase;
 use common::hookrun::HookKind;
@@ -29,6 +34,17 @@ pub enum Write {
     MergeRun { name: String, patch: Value },
     /// Delete a HookRun, only if it is still the one observed (UID precondition).
     DeleteRun { name: String, uid: String },
+    /// JSON merge patch of a pod (its annotations).
+    MergePod { name: String, patch: Value },
+}
+
+/// Whether the GameDeployment opted in to the GitOps-clean control surface (no spec writes by anyone but Git).
+pub fn gitops_clean(gd: &common::api::GameDeployment) -> bool {
+    gd.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::CONTROL))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(keys::CONTROL_ANNOTATIONS))
 }
 
 /// Writes plus what to tell the user.
@@ -87,6 +103,26 @@ pub fn retry(snapshot: &Snapshot, pod: Option<&str>) -> Result<Plan, String> {
         }
         return Ok(plan);
     }
+    if gitops_clean(&snapshot.gd) {
+        // No `retry` flag: delete every failed run; the gates make new ones.
+        let mut plan = Plan { writes: Vec::new(), summary: Vec::new() };
+        for run in &snapshot.runs {
+            if !failed(run_phase(run)) || run.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let run_name = run.metadata.name.clone().unwrap_or_default();
+            plan.summary.push(format!(
+                "hookrun {run_name} ({}) deleted: gamedeployment {name} is GitOps-clean, so no spec is written; the \
+                 operator starts a new run",
+                run_phase(run)
+            ));
+            plan.writes.push(Write::DeleteRun { name: run_name, uid: run.metadata.uid.clone().unwrap_or_default() });
+        }
+        if plan.writes.is_empty() {
+            return Err(format!("gamedeployment {name} has no failed HookRun to retry"));
+        }
+        return Ok(plan);
+    }
     let mut kinds: Vec<HookKind> = Vec::new();
     let status = snapshot.gd.status.clone().unwrap_or_default();
     for (list, kind) in [
@@ -138,6 +174,60 @@ pub fn set_paused(snapshot: &Snapshot, paused: bool) -> Plan {
         writes: vec![Write::MergeGd { name, patch: json!({"spec": {"updateStrategy": {"paused": paused}}}) }],
         summary,
     }
+}
+
+/// `resume` (and `promote`): `spec.updateStrategy.paused: false`, or — GitOps-clean — the annotation that resumes
+/// the canary step in progress (`<update revision>/<step index>`), leaving the spec alone.
+pub fn resume(snapshot: &Snapshot) -> Result<Plan, String> {
+    if !gitops_clean(&snapshot.gd) {
+        return Ok(set_paused(snapshot, false));
+    }
+    let name = gd_name(snapshot);
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    let (Some(revision), Some(step)) = (status.update_revision.clone(), status.current_step_index) else {
+        return Err(format!("gamedeployment {name} has no canary step in progress to resume"));
+    };
+    let value = format!("{revision}/{step}");
+    let mut summary = vec![format!(
+        "gamedeployment {name}: annotation {}={value} set (GitOps-clean: the spec is not written); canary step {} \
+         resumes",
+        keys::RESUME_STEP,
+        step + 1
+    )];
+    if snapshot.gd.spec.update_strategy.paused {
+        summary.push("spec.updateStrategy.paused is true in the spec: that pause is Git's to lift".to_string());
+    }
+    Ok(Plan {
+        writes: vec![Write::MergeGd { name, patch: json!({"metadata": {"annotations": {keys::RESUME_STEP: value}}}) }],
+        summary,
+    })
+}
+
+/// `skip-hook POD` on a GitOps-clean GameDeployment: the pod annotation naming the change whose hook holds it
+/// (`delete`, `inplace/<update revision>`, `postinplace/<revision>`); the gate releases it, recorded as skipped.
+pub fn skip_hook_by_annotation(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let state = common::pod::label(pod, keys::LIFECYCLE_STATE).unwrap_or("Normal");
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    let change = match state {
+        "PreparingDelete" => "delete".to_string(),
+        "PreparingUpdate" => format!("inplace/{}", status.update_revision.clone().unwrap_or_default()),
+        "Updated" => format!(
+            "postinplace/{}",
+            common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or_default()
+        ),
+        other => return Err(format!("pod {pod_name} is {other}: no hook holds it")),
+    };
+    Ok(Plan {
+        writes: vec![Write::MergePod {
+            name: pod_name.clone(),
+            patch: json!({"metadata": {"annotations": {keys::SKIP_HOOK: change.clone()}}}),
+        }],
+        summary: vec![format!(
+            "pod {pod_name}: annotation {}={change} set; the gate lets it go without its hook (recorded as skipped)",
+            keys::SKIP_HOOK
+        )],
+    })
 }
 
 /// `skip-hook POD`: terminate the pod's unfinished HookRun. The hook-operator completes a terminated run at once,

@@ -120,6 +120,9 @@ impl Target {
             Write::MergeRun { name, patch } => {
                 self.api::<HookRun>().patch(name, &params, &Patch::Merge(patch)).await?;
             }
+            Write::MergePod { name, patch } => {
+                self.api::<Pod>().patch(name, &params, &Patch::Merge(patch)).await?;
+            }
             Write::DeleteRun { name, uid } => {
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions { uid: Some(uid.clone()), resource_version: None }),

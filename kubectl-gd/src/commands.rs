@@ -35,7 +35,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Status { name, timeout, quiet, conn } => status(&name, timeout, quiet, &conn).await,
         Command::Retry { name, pod, conn } => act(&conn, &name, |s| actions::retry(s, pod.as_deref())).await,
         Command::Pause { name, conn } => act(&conn, &name, |s| Ok(actions::set_paused(s, true))).await,
-        Command::Resume { name, conn } => act(&conn, &name, |s| Ok(actions::set_paused(s, false))).await,
+        Command::Resume { name, conn } => act(&conn, &name, actions::resume).await,
         Command::Restart { name, conn } => {
             let now = Timestamp::now().to_string();
             act(&conn, &name, |s| Ok(actions::restart(s, &now))).await
@@ -255,7 +255,12 @@ async fn skip_hook(pod_name: &str, conn: &Conn) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    match actions::skip_hook(&pod, &snapshot.runs) {
+    let plan = if actions::gitops_clean(&snapshot.gd) {
+        actions::skip_hook_by_annotation(&snapshot, &pod)
+    } else {
+        actions::skip_hook(&pod, &snapshot.runs)
+    };
+    match plan {
         Ok(plan) => send(&target, plan).await,
         Err(why) => fail(why),
     }

@@ -306,6 +306,9 @@ pub struct CanaryStep {
     /// Run a HookRun from this template and continue when it is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this step's `hook` (see `HookGatePolicy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_policy: Option<HookGatePolicy>,
 }
 
 /// A canary pause.
@@ -316,6 +319,92 @@ pub struct CanaryPause {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub duration: Option<i32>,
+}
+
+/// Most automatic retries of one hook (each retry is a new HookRun under BCS's `.N` name suffix, of which the
+/// operator tries at most 8).
+pub const MAX_HOOK_AUTO_RETRIES: i32 = 5;
+
+/// Most seconds of a hook deadline or back-off (30 days).
+pub const MAX_HOOK_DEADLINE_SECONDS: i64 = 30 * 24 * 3600;
+
+/// Addition (kourse): how long a hook may hold its pod (or canary step), and what happens when it fails or runs too
+/// long. Every pod released by a deadline or a fallback is recorded in its `status.*HookCondition` entry
+/// (`releasedBy`), a Warning Event `HookReleased` and the metric `gamedeployment_hook_releases_total`, so it is
+/// never mistaken for a successful hook.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookGatePolicy {
+    /// Seconds one HookRun may run; a run still `Pending`/`Running` after that is decided by `onTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_HOOK_DEADLINE_SECONDS))]
+    pub soft_deadline_seconds: Option<i64>,
+    /// Seconds the gate may hold its pod in all — counted from when the pod entered `PreparingDelete`,
+    /// `PreparingUpdate` or `Updated` (a canary step: from its first HookRun's creation), retries included. Past it
+    /// the pod is released whatever its hook says (unless the hook already succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_HOOK_DEADLINE_SECONDS))]
+    pub hard_deadline_seconds: Option<i64>,
+    /// What a failed hook (`Failed`, `Error`, `Inconclusive`) does once automatic retries are used up: `Hold`
+    /// (default: the pod waits for `retry` or a person) or `Proceed` (the pod is released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<HookFallback>,
+    /// What a run past `softDeadlineSeconds` does: `Hold` (default: keep waiting for it, up to the hard deadline)
+    /// or `Proceed` (the pod is released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_timeout: Option<HookFallback>,
+    /// Retry a failed hook automatically: a new HookRun after `backoffSeconds`, up to `limit` times, before
+    /// `onFailure` applies. The manual `retry: true` keeps working beside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_retry: Option<HookAutoRetry>,
+}
+
+/// What a hook that failed or ran past its soft deadline does to its pod.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum HookFallback {
+    /// Keep the pod held (the BCS behaviour).
+    #[default]
+    Hold,
+    /// Release the pod: delete or update it as if the hook had succeeded — recorded as a release, not a success.
+    Proceed,
+}
+
+/// Automatic retries of a failed hook.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookAutoRetry {
+    /// How many new HookRuns may follow the first one, 1 to 5.
+    #[schemars(range(min = 1, max = MAX_HOOK_AUTO_RETRIES))]
+    pub limit: i32,
+    /// Seconds between a run's failure and its retry (default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_HOOK_DEADLINE_SECONDS))]
+    pub backoff_seconds: Option<i64>,
+}
+
+/// Why a gate let a pod go without a successful hook.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum HookReleaseReason {
+    /// `hookPolicy.hardDeadlineSeconds` passed.
+    HardDeadline,
+    /// `hookPolicy.softDeadlineSeconds` passed with `onTimeout: Proceed`.
+    SoftDeadline,
+    /// The hook failed with `onFailure: Proceed` (after any automatic retries).
+    OnFailure,
+    /// A person asked to skip the hook for this pod (the pod annotation `gamedeployment.tkex.tencent.com/skip-hook`).
+    Skipped,
+}
+
+impl HookReleaseReason {
+    /// The metric label.
+    pub fn as_label(self) -> &'static str {
+        match self {
+            Self::HardDeadline => "hard_deadline",
+            Self::SoftDeadline => "soft_deadline",
+            Self::OnFailure => "on_failure",
+            Self::Skipped => "skipped",
+        }
+    }
 }
 
 /// The hook run before a pod is deleted.
@@ -331,6 +420,10 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook (see `HookGatePolicy`). Unset: the
+    /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_policy: Option<HookGatePolicy>,
 }
 
 /// The hook run before a pod is updated in place.
@@ -347,6 +440,10 @@ pub struct GameDeploymentPreInplaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook (see `HookGatePolicy`). Unset: the
+    /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_policy: Option<HookGatePolicy>,
 }
 
 /// The hook run after a pod was updated in place.
@@ -363,6 +460,10 @@ pub struct GameDeploymentPostInplaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook (see `HookGatePolicy`). Unset: the
+    /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_policy: Option<HookGatePolicy>,
 }
 
 /// Observed state. Counts are over the pods the GameDeployment owns that are not terminating.
@@ -476,6 +577,27 @@ pub struct CanaryStatus {
     /// When the current pause step started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pause_start_time: Option<Time>,
+    /// Addition (kourse): hook steps of this canary that were passed *without* a successful hook (a `hookPolicy`
+    /// deadline or fallback); cleared when a new canary starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_CANARY_STEPS))]
+    pub step_releases: Vec<CanaryStepRelease>,
+}
+
+/// Addition (kourse): a canary hook step passed without a successful hook.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStepRelease {
+    /// Index of the step.
+    pub step: i32,
+    /// The step's last HookRun.
+    pub hook_run: String,
+    /// Its phase when the step was passed.
+    pub phase: HookPhase,
+    /// Why the step was passed.
+    pub released_by: HookReleaseReason,
+    pub released_at: Time,
+    pub message: String,
 }
 
 /// A pod whose hook has not (yet) succeeded.
@@ -494,4 +616,11 @@ pub struct HookCondition {
     /// Addition: why the pod is held (the HookRun's message, or why no HookRun could be created).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Addition (kourse): set when the gate released the pod *without* a successful hook (a deadline, a fallback
+    /// or a skip); the entry then stays for 5 minutes after `releasedAt` as a record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_by: Option<HookReleaseReason>,
+    /// Addition (kourse): when the pod was released without a successful hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<Time>,
 }

@@ -244,6 +244,29 @@ impl Context {
             .get_or_create(&WorkloadLabels { namespace: namespace.into(), name: name.clone() })
             .set(stuck);
 
+        // Pods and canary steps released without a successful hook: each counted when the status first shows it.
+        let before = snapshot.gd.status.clone().unwrap_or_default();
+        for (hook, now, then) in [
+            (HookKind::PreDelete, &status.pre_delete_hook_condition, &before.pre_delete_hook_condition),
+            (HookKind::PreInplace, &status.pre_inplace_hook_condition, &before.pre_inplace_hook_condition),
+            (HookKind::PostInplace, &status.post_inplace_hook_condition, &before.post_inplace_hook_condition),
+        ] {
+            for entry in now {
+                let Some(reason) = entry.released_by else { continue };
+                if !then
+                    .iter()
+                    .any(|o| o.pod_name == entry.pod_name && o.released_by.is_some() && o.hook_run == entry.hook_run)
+                {
+                    self.metrics.hook_released(hook.prefix(), reason.as_label());
+                }
+            }
+        }
+        let old_steps = before.canary.as_ref().map_or(&[][..], |c| c.step_releases.as_slice());
+        for release in status.canary.as_ref().map_or(&[][..], |c| c.step_releases.as_slice()) {
+            if !old_steps.contains(release) {
+                self.metrics.hook_released(HookKind::CanaryStep.prefix(), release.released_by.as_label());
+            }
+        }
         // HookRuns that completed: each counted once (a restart counts the completed runs it finds again).
         let completed: Vec<(&HookRun, &'static str, &'static str)> = snapshot
             .hook_runs

@@ -140,6 +140,8 @@ pub fn evaluate(
     let mut index = old.current_step_index.map_or(len, |i| usize::try_from(i).unwrap_or(0)).min(len);
     let mut conditions = old.pause_conditions.clone();
     let spec_paused = gd.spec.update_strategy.paused;
+    // GitOps-clean opt-in: steps pause in status only and are resumed by annotations; the spec is never written.
+    let clean = crate::control::gitops_clean(gd);
 
     let template_changed = old.update_revision.as_deref().is_some_and(|r| r != update_revision);
     let steps_changed = old.current_step_hash.as_deref().is_some_and(|h| h != hash);
@@ -154,6 +156,7 @@ pub fn evaluate(
             conditions.clear();
             canary.current_step_hook_run = None;
             canary.pause_start_time = None;
+            canary.step_releases.clear();
             if stable == update_revision {
                 index = len;
                 out.events.push(PlannedEvent::normal(
@@ -167,7 +170,7 @@ pub fn evaluate(
                     format!("canary of revision {update_revision} starts at step 1 of {len}"),
                 ));
             }
-            if spec_paused && !old.pause_conditions.is_empty() {
+            if spec_paused && !old.pause_conditions.is_empty() && !clean {
                 // The pause was ours (a step's): lift it with the restart.
                 out.actions.push(set_paused(gd, false, "the canary restarted (new template or steps)".into()));
             }
@@ -175,8 +178,29 @@ pub fn evaluate(
         Some(_) => {}
     }
 
+    if index < len && crate::control::promote_requested(gd, update_revision) {
+        // Promoted by the annotation: the remaining steps are skipped.
+        out.events.push(PlannedEvent::normal(
+            "CanaryPromoted",
+            format!(
+                "revision {update_revision} promoted by the annotation {}: canary steps {}..{len} skipped",
+                keys::PROMOTE,
+                index + 1
+            ),
+        ));
+        if spec_paused && !old.pause_conditions.is_empty() && !clean {
+            out.actions.push(set_paused(gd, false, format!("revision {update_revision} was promoted")));
+        }
+        index = len;
+        conditions.clear();
+        canary.current_step_hook_run = None;
+        canary.pause_start_time = None;
+    }
     if index < len {
         let step = &steps[index];
+        // The step is resumed: by its annotation (`<revision>/<index>`), or — the BCS way — by `paused: false`.
+        let by_annotation = crate::control::resume_requested(gd, update_revision, index);
+        let lifted = by_annotation || (!clean && !spec_paused);
         let partition = partition_at(steps, index, counts.replicas);
         let settled = counts.updated_ready == counts.replicas - partition && counts.available == counts.ready;
         let has = |reason: PauseReason| conditions.iter().find(|c| c.reason == reason).cloned();
@@ -192,7 +216,7 @@ pub fn evaluate(
                         out.requeue_at = Some(end);
                         end <= now
                     });
-                    if !spec_paused || expired {
+                    if lifted || expired {
                         complete = true;
                     } else {
                         wants_pause = Some(PauseReason::PausedByCanaryPauseStep);
@@ -205,17 +229,97 @@ pub fn evaluate(
             let base = hookrun::canary_hook_name(update_revision, index, &hook.template_name);
             let (name, found) = step_run(gd, gate, &base, &hash);
             canary.current_step_hook_run = Some(name.clone());
+            // `hookPolicy`: deadlines, fallbacks and automatic retries decide a step run that has not succeeded.
+            let (runs, free) = step_runs(gd, gate, &base, &hash);
+            let policy = steps[index].hook_policy.as_ref();
+            let mut by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
+            if let Some(latest) = runs.last().copied().filter(|r| gate::run_phase(r) != HookPhase::Successful) {
+                let facts = crate::deadline::Facts {
+                    phase: gate::run_phase(latest),
+                    run_started: gate::run_started(latest, now).0,
+                    run_finished: gate::run_finished(latest),
+                    hold_started: runs.first().map(|r| gate::run_started(r, now).0),
+                    retries_used: i32::try_from(runs.len() - 1).unwrap_or(i32::MAX),
+                    now,
+                };
+                canary.current_step_hook_run = latest.metadata.name.clone();
+                by_policy = crate::deadline::decide(policy, &facts);
+                if has(PauseReason::PausedByStepBasedHook).is_some()
+                    && matches!(
+                        by_policy,
+                        crate::deadline::Decision::RetryAt { .. } | crate::deadline::Decision::RetryNow { .. }
+                    )
+                {
+                    // Paused for the failure already (a person's resume decides now).
+                    by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
+                }
+            }
+            let found = runs.last().copied().or(found);
+            let name = found.and_then(|r| r.metadata.name.clone()).unwrap_or(name);
+            let released = matches!(by_policy, crate::deadline::Decision::Release { .. });
+            let retrying = matches!(
+                by_policy,
+                crate::deadline::Decision::RetryAt { .. } | crate::deadline::Decision::RetryNow { .. }
+            );
+            match by_policy {
+                crate::deadline::Decision::AsAlways { recheck_at } => {
+                    if let Some(at) = recheck_at {
+                        out.requeue_at = Some(out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
+                    }
+                }
+                crate::deadline::Decision::Release { reason, message } => {
+                    let run = found.map(gate::run_phase).unwrap_or(HookPhase::Pending);
+                    let message = format!("HookRun {name}: {message}");
+                    out.events.push(PlannedEvent::warning(
+                        "HookReleased",
+                        format!("canary step {} of {len} passed without a successful hook: {message}", index + 1),
+                    ));
+                    canary.step_releases.push(common::api::CanaryStepRelease {
+                        step: count(index),
+                        hook_run: name.clone(),
+                        phase: run,
+                        released_by: reason,
+                        released_at: Time(now),
+                        message,
+                    });
+                }
+                crate::deadline::Decision::RetryAt { at, .. } => {
+                    out.requeue_at = Some(out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
+                }
+                crate::deadline::Decision::RetryNow { retry } => {
+                    if let Some(next) = free.clone() {
+                        match build_step_run(gd, gate, update_revision, index, hook, &next, &hash) {
+                            Ok(run) => {
+                                out.actions.push(Action::CreateHookRun(Box::new(run)));
+                                out.events.push(PlannedEvent::normal(
+                                    "CanaryHookRetried",
+                                    format!("HookRun {name} of canary step {} of {len} failed: automatic retry {retry} is {next}", index + 1),
+                                ));
+                                canary.current_step_hook_run = Some(next);
+                            }
+                            Err(problem) => out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem)),
+                        }
+                    }
+                }
+            }
             match found.map(gate::run_phase) {
+                _ if released => complete = true,
+                _ if retrying => {}
                 Some(HookPhase::Successful) => complete = true,
                 Some(phase) if phase.is_completed() => {
-                    if has(PauseReason::PausedByStepBasedHook).is_some() && !spec_paused {
+                    if has(PauseReason::PausedByStepBasedHook).is_some() && lifted {
                         complete = true;
+                        let by = if by_annotation {
+                            format!("the annotation {}", keys::RESUME_STEP)
+                        } else {
+                            "spec.updateStrategy.paused: false".to_string()
+                        };
                         out.events.push(PlannedEvent::normal(
                             "CanaryHookOverridden",
-                            format!("HookRun {name} ended {phase}; the rollout was resumed by spec.updateStrategy.paused: false"),
+                            format!("HookRun {name} ended {phase}; the rollout was resumed by {by}"),
                         ));
                     } else {
-                        if has(PauseReason::PausedByStepBasedHook).is_none() && spec_paused {
+                        if has(PauseReason::PausedByStepBasedHook).is_none() && (spec_paused || clean) {
                             out.events.push(PlannedEvent::warning(
                                 "CanaryHookFailed",
                                 format!(
@@ -247,7 +351,7 @@ pub fn evaluate(
             conditions.clear();
             canary.current_step_hook_run = None;
             canary.pause_start_time = None;
-            if spec_paused && !old.pause_conditions.is_empty() {
+            if spec_paused && !old.pause_conditions.is_empty() && !clean {
                 out.actions.push(set_paused(gd, false, format!("canary step {index} of {len} is complete")));
             }
             out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
@@ -258,7 +362,17 @@ pub fn evaluate(
             // changes). A pause found set without that record is a person's, which a step never takes over (or
             // lifts when it ends).
             let asked = canary.pause_start_time.is_some();
-            if !spec_paused && !asked {
+            if clean {
+                // Paused in status only: the condition is the pause.
+                if has(reason).is_none() {
+                    conditions.retain(|c| c.reason == reason);
+                    conditions.push(PauseCondition { reason, start_time: Time(now) });
+                    canary.pause_start_time = Some(Time(now));
+                    if let Some(d) = step.pause.as_ref().and_then(|p| p.duration) {
+                        out.requeue_at = now.checked_add(SignedDuration::from_secs(i64::from(d))).ok();
+                    }
+                }
+            } else if !spec_paused && !asked {
                 canary.pause_start_time = Some(Time(now));
                 out.requeue_at = Some(now);
             } else if !spec_paused {
@@ -356,6 +470,37 @@ fn step_run<'a>(
     (free.unwrap_or_else(|| base.to_string()), None)
 }
 
+/// Every run of the step (ours, made for these steps) under `base` or `base.N`, oldest first — an automatic retry
+/// adds one — and the first free name.
+fn step_runs<'a>(
+    gd: &GameDeployment,
+    gate: &GateState<'a>,
+    base: &str,
+    steps_hash: &str,
+) -> (Vec<&'a common::api::HookRun>, Option<String>) {
+    let change = step_change(steps_hash);
+    let mut ours = Vec::new();
+    let mut free = None;
+    for n in 0..=crate::attempt::MAX_NAME_SUFFIX {
+        let name = crate::attempt::nth_name(base, n);
+        match gate.hook_runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
+            None => {
+                free.get_or_insert(name);
+            }
+            Some(run)
+                if crate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
+                    && change_of(run) == Some(change.as_str())
+                    && run.metadata.deletion_timestamp.is_none() =>
+            {
+                ours.push((n, run));
+            }
+            Some(_) => {}
+        }
+    }
+    ours.sort_by_key(|(n, run)| (run.metadata.creation_timestamp.as_ref().map(|t| t.0), *n));
+    (ours.into_iter().map(|(_, run)| run).collect(), free)
+}
+
 fn build_step_run(
     gd: &GameDeployment,
     gate: &GateState<'_>,
@@ -386,6 +531,13 @@ fn build_step_run(
 }
 
 fn resume(gd: &GameDeployment) -> String {
+    if crate::control::gitops_clean(gd) {
+        return format!(
+            "`kubectl gd resume {}` (it sets the annotation {}: <update revision>/<step index>)",
+            gd.metadata.name.as_deref().unwrap_or_default(),
+            keys::RESUME_STEP
+        );
+    }
     super::status::resume_command(
         gd.metadata.name.as_deref().unwrap_or_default(),
         gd.metadata.namespace.as_deref().unwrap_or_default(),

@@ -21,6 +21,9 @@ pub(crate) struct Draft {
     pub passed_runs: BTreeSet<String>,
     /// Pods whose post-inplace hook has not succeeded yet (`status.postInplaceHookCondition`).
     pub post_hooks: Vec<common::api::HookCondition>,
+    /// Pods a pre-delete / pre-inplace gate let go without a successful hook this pass (`hookPolicy`, a skip), as
+    /// their condition entries (`releasedBy` set).
+    pub released: Vec<(common::hookrun::HookKind, common::api::HookCondition)>,
     touched: BTreeSet<String>,
     requeue: Option<Duration>,
 }
@@ -66,8 +69,25 @@ impl Draft {
         let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
         let verdict = gate::verdict(&request, &settings.gate, modified);
         let decision = verdict.decision;
+        if let Some(at) = verdict.hook.as_ref().and_then(|h| h.recheck_at) {
+            self.requeue_at(settings.now, at);
+        }
         if decision.is_allow() {
             if let Some(hook) = verdict.hook {
+                if let Some((reason, message)) = &hook.released {
+                    self.released.push((
+                        hook.kind,
+                        common::api::HookCondition {
+                            pod_name: info.name.to_string(),
+                            start_time: hook.started.clone(),
+                            phase: hook.phase,
+                            hook_run: Some(hook.run_name.clone()),
+                            message: Some(message.clone()),
+                            released_by: Some(*reason),
+                            released_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(settings.now)),
+                        },
+                    ));
+                }
                 if hook.terminated {
                     self.events.push(PlannedEvent::warning(
                         "HookRunTerminated",

@@ -28,6 +28,42 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// Condition type set while some pod's hook cannot even be started (missing template, unresolved arg).
 pub const HOOK_BLOCKED: &str = "HookBlocked";
 
+/// How long the condition entry of a pod released without a successful hook (`releasedBy`) stays, as a record.
+pub const RELEASE_RECORD_SECONDS: i64 = 300;
+
+/// Whether an old entry is the record of a release that should still be shown.
+fn release_record_kept(entry: &HookCondition, now: k8s_openapi::jiff::Timestamp) -> bool {
+    entry.released_by.is_some()
+        && entry.released_at.as_ref().is_some_and(|at| now.as_second() - at.0.as_second() < RELEASE_RECORD_SECONDS)
+}
+
+/// Entries released this pass (`new`) that `old` did not show yet: a Warning Event each, once.
+fn announce_releases(
+    old: &[HookCondition],
+    new: &[HookCondition],
+    infos: &[PodInfo<'_>],
+    events: &mut Vec<PlannedEvent>,
+) {
+    for entry in new.iter().filter(|e| e.released_by.is_some()) {
+        let known =
+            old.iter().any(|o| o.pod_name == entry.pod_name && o.released_by.is_some() && o.hook_run == entry.hook_run);
+        if !known {
+            events.push(about_pod(
+                PlannedEvent::warning(
+                    "HookReleased",
+                    format!(
+                        "pod {} released without a successful hook: {}",
+                        entry.pod_name,
+                        entry.message.as_deref().unwrap_or_default()
+                    ),
+                ),
+                infos,
+                &entry.pod_name,
+            ));
+        }
+    }
+}
+
 fn label<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
     run.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
@@ -48,6 +84,11 @@ pub(crate) fn owned_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = &'
 }
 
 fn retry_requested(settings: &Settings<'_>, kind: HookKind) -> bool {
+    // GitOps-clean: `retry` is never reset by the operator, so it is not read either (a `true` left in Git would
+    // retry every failure forever); delete the failed HookRun instead.
+    if crate::control::gitops_clean(settings.gd) {
+        return false;
+    }
     let spec = &settings.gd.spec;
     match kind {
         HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref().is_some_and(|s| s.retry),
@@ -234,16 +275,98 @@ fn build_post_run(
 /// A pod in `Updated`: back to `Normal` once its post-inplace run is `Successful` (or the hook was removed);
 /// otherwise it stays and is reported. Never blocks other pods.
 pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> Option<PodChange> {
-    let normal = || PodChange {
+    let to_normal = |summary: &str| PodChange {
         pod: info.pod_ref(),
         reason: PatchReason::Lifecycle,
         writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, settings.now))],
-        summary: "post-inplace hook done".to_string(),
+        summary: summary.to_string(),
     };
+    let normal = || to_normal("post-inplace hook done");
     let Some(step) = post_hook(settings) else { return Some(normal()) };
     let attempt = post_attempt(settings, info, common::pod::annotation(info.pod, keys::LIFECYCLE_TIMESTAMP));
     let base = post_run_name(step, info);
-    let (name, phase, started, message) = match attempt::choose(settings.gate.hook_runs, &base, &attempt) {
+    let choice = attempt::choose(settings.gate.hook_runs, &base, &attempt);
+    let (history, free) = gate::attempt_runs(settings.gate.hook_runs, &base, &attempt);
+    let latest = history.last().copied().or(if let Choice::Found(run) = &choice { Some(*run) } else { None });
+    let mut release = |reason, message: String, run: Option<&HookRun>| {
+        draft.post_hooks.push(HookCondition {
+            pod_name: info.name.to_string(),
+            start_time: run.map_or(Time(settings.now), |r| gate::run_started(r, settings.now)),
+            phase: run.map_or(HookPhase::Pending, gate::run_phase),
+            hook_run: Some(run.and_then(|r| r.metadata.name.clone()).unwrap_or_else(|| base.clone())),
+            message: Some(message),
+            released_by: Some(reason),
+            released_at: Some(Time(settings.now)),
+        });
+        Some(to_normal("post-inplace hook released without success"))
+    };
+    if latest.is_none_or(|r| gate::run_phase(r) != HookPhase::Successful)
+        && crate::control::skip_requested(info.pod, &attempt.change.annotation())
+    {
+        let message = format!("released by the pod annotation {}: the hook was skipped, not passed", keys::SKIP_HOOK);
+        return release(common::api::HookReleaseReason::Skipped, message, latest);
+    }
+    let mut retry_wait = None;
+    if let Some(run) = latest.filter(|r| gate::run_phase(r) != HookPhase::Successful) {
+        let phase = gate::run_phase(run);
+        let name = run.metadata.name.clone().unwrap_or_default();
+        let facts = crate::deadline::Facts {
+            phase,
+            run_started: gate::run_started(run, settings.now).0,
+            run_finished: gate::run_finished(run),
+            hold_started: gate::hold_started(info.pod),
+            retries_used: i32::try_from(history.len().saturating_sub(1)).unwrap_or(i32::MAX),
+            now: settings.now,
+        };
+        let policy = gate::policy_for(settings.gd, HookKind::PostInplace);
+        let limit = policy.and_then(|p| p.auto_retry.as_ref()).map_or(0, |r| r.limit);
+        let manual = failed(phase) && retry_requested(settings, HookKind::PostInplace);
+        match if manual { None } else { Some(crate::deadline::decide(policy, &facts)) } {
+            Some(crate::deadline::Decision::Release { reason, message }) => {
+                return release(reason, format!("HookRun {name}: {message}"), Some(run));
+            }
+            Some(crate::deadline::Decision::RetryNow { retry }) => {
+                if let Some(next) = free.clone()
+                    && let Ok(mut new) = build_post_run(settings, step, info, next.clone())
+                {
+                    attempt::stamp(&mut new, &attempt);
+                    draft.actions.push(Action::CreateHookRun(Box::new(new)));
+                    retry_wait = Some((
+                        next.clone(),
+                        format!(
+                            "HookRun {name} ended {phase}; automatic retry {retry} of {limit}: HookRun {next} is being created"
+                        ),
+                    ));
+                }
+            }
+            Some(crate::deadline::Decision::RetryAt { retry, at }) => {
+                draft.requeue_at(settings.now, at);
+                retry_wait = Some((
+                    name.clone(),
+                    format!("HookRun {name} ended {phase}; automatic retry {retry} of {limit} at {at}"),
+                ));
+            }
+            Some(crate::deadline::Decision::AsAlways { recheck_at: Some(at) }) => draft.requeue_at(settings.now, at),
+            _ => {}
+        }
+    }
+    if let (Some((name, message)), Some(run)) = (retry_wait, latest) {
+        draft.post_hooks.push(HookCondition {
+            pod_name: info.name.to_string(),
+            start_time: gate::run_started(run, settings.now),
+            phase: gate::run_phase(run),
+            hook_run: Some(name),
+            message: Some(message),
+            released_by: None,
+            released_at: None,
+        });
+        return None;
+    }
+    let choice = match (choice, latest) {
+        (Choice::Found(_), Some(run)) => Choice::Found(run),
+        (choice, _) => choice,
+    };
+    let (name, phase, started, message) = match choice {
         Choice::Found(run) if gate::run_phase(run) == HookPhase::Successful => return Some(normal()),
         Choice::Found(run) => {
             let name = run.metadata.name.clone().unwrap_or_default();
@@ -281,6 +404,8 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
         phase,
         hook_run: Some(name),
         message,
+        released_by: None,
+        released_at: None,
     });
     None
 }
@@ -327,9 +452,29 @@ pub(crate) fn status(
         let mut entries: Vec<HookCondition> = list(old, kind)
             .iter()
             .filter(|c| !checked.contains(c.pod_name.as_str()) && !draft.is_touched(&c.pod_name))
+            .filter(|c| c.released_by.is_none())
             .filter(|c| infos.iter().any(|i| i.name == c.pod_name && i.state.is_preparing()))
             .cloned()
             .collect();
+        let released: Vec<&HookCondition> = draft.released.iter().filter(|(k, _)| *k == kind).map(|(_, c)| c).collect();
+        // Records of earlier releases stay a while (the pod itself is gone or going).
+        for c in list(old, kind) {
+            let superseded = released.iter().any(|r| r.pod_name == c.pod_name)
+                || draft.held.iter().any(|h| h.name == c.pod_name && h.hook.as_ref().is_some_and(|g| g.kind == kind));
+            if release_record_kept(c, settings.now) && !superseded {
+                entries.push(c.clone());
+            }
+        }
+        for r in released {
+            // A pod released in an earlier pass keeps the time of its first release.
+            let before = list(old, kind)
+                .iter()
+                .find(|c| c.pod_name == r.pod_name && c.released_by.is_some() && c.hook_run == r.hook_run);
+            entries.push(HookCondition {
+                released_at: before.map_or(r.released_at.clone(), |b| b.released_at.clone()),
+                ..r.clone()
+            });
+        }
         for held in &draft.held {
             let Some(hook) = held.hook.as_ref().filter(|h| h.kind == kind) else { continue };
             let message = match (&hook.problem, &held.decision) {
@@ -350,12 +495,17 @@ pub(crate) fn status(
                 phase: hook.phase,
                 hook_run: hook.problem.is_none().then(|| hook.run_name.clone()),
                 message: Some(message),
+                released_by: None,
+                released_at: None,
             });
         }
         entries.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
         for entry in &entries {
             let before = list(old, kind).iter().find(|c| c.pod_name == entry.pod_name);
-            if failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase || b.hook_run != entry.hook_run) {
+            if entry.released_by.is_none()
+                && failed(entry.phase)
+                && before.is_none_or(|b| b.phase != entry.phase || b.hook_run != entry.hook_run)
+            {
                 events.push(about_pod(
                     PlannedEvent::warning(
                         "HookFailed",
@@ -366,6 +516,7 @@ pub(crate) fn status(
                 ));
             }
         }
+        announce_releases(list(old, kind), &entries, infos, events);
         if let Some(target) = list_mut(new, kind) {
             *target = entries;
         }
@@ -378,7 +529,10 @@ pub(crate) fn status(
         if let Some(b) = before.filter(|b| b.hook_run == entry.hook_run && entry.phase == HookPhase::Pending) {
             entry.start_time = b.start_time.clone();
         }
-        if failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase) {
+        if let Some(b) = before.filter(|b| b.released_by.is_some() && b.hook_run == entry.hook_run) {
+            entry.released_at = b.released_at.clone().or(entry.released_at.take());
+        }
+        if entry.released_by.is_none() && failed(entry.phase) && before.is_none_or(|b| b.phase != entry.phase) {
             events.push(about_pod(
                 PlannedEvent::warning(
                     "PostHookFailed",
@@ -398,6 +552,13 @@ pub(crate) fn status(
             post.push(c.clone());
         }
     }
+    for c in &old.post_inplace_hook_condition {
+        if release_record_kept(c, settings.now) && !post.iter().any(|p| p.pod_name == c.pod_name) {
+            post.push(c.clone());
+        }
+    }
+    post.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
+    announce_releases(&old.post_inplace_hook_condition, &post, infos, events);
     new.post_inplace_hook_condition = post;
     let problems: Vec<String> = [HookKind::PreDelete, HookKind::PreInplace]
         .into_iter()

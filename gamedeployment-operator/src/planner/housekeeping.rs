@@ -48,6 +48,10 @@ pub(super) fn release_unneeded_holds(
 /// `podsToDelete` entries whose pod is gone are removed, as CloneSet does (BCS never prunes: a later pod that
 /// happens to reuse a name would be deleted, bug list §7.13).
 pub(super) fn prune_pods_to_delete(gd: &GameDeployment, owned: &[&Pod], draft: &mut Draft) {
+    // GitOps-clean: the list is Git's; names of pods that are gone stay there (they match nothing).
+    if crate::control::gitops_clean(gd) {
+        return;
+    }
     let Some(list) = gd.spec.scale_strategy.as_ref().map(|s| &s.pods_to_delete).filter(|l| !l.is_empty()) else {
         return;
     };

@@ -68,7 +68,8 @@ pub struct Plan {
     pub canary_held: i32,
 }
 
-fn finish(draft: Draft, status: GameDeploymentStatus, canary_held: i32) -> Plan {
+fn finish(mut draft: Draft, status: GameDeploymentStatus, canary_held: i32, gd: &common::api::GameDeployment) -> Plan {
+    crate::control::keep_spec_untouched(gd, &mut draft.actions);
     let requeue_after = draft.requeue_after();
     Plan { actions: draft.actions, status, events: draft.events, held: draft.held, requeue_after, canary_held }
 }
@@ -82,7 +83,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     // A GameDeployment being deleted is left to the garbage collector (pods, revisions and HookRuns carry its
     // ownerReference); acting on it would only race with it.
     if gd.metadata.deletion_timestamp.is_some() {
-        return finish(draft, old_status, 0);
+        return finish(draft, old_status, 0, gd);
     }
 
     // 1. Ownership.
@@ -173,5 +174,5 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
     draft.events.extend(hook_events);
     draft.events.extend(status::transition_events(&old_status, &status));
-    finish(draft, status, canary_held)
+    finish(draft, status, canary_held, gd)
 }
