@@ -188,7 +188,7 @@ async fn api_sim() -> Result<SimHandle> {
     kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await.context("starting kube-sim")
 }
 
-/// A ValidatingWebhookConfiguration with one webhook.
+/// A ValidatingWebhookConfiguration with one webhook (created or replaced by [`apply`]).
 fn configuration(name: &str, webhook: Value) -> Value {
     json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
            "metadata": {"name": name}, "webhooks": [webhook]})
@@ -217,7 +217,17 @@ async fn apply(sim: &SimHandle, obj: &Value) -> Result<()> {
         },
     );
     let name = obj["metadata"]["name"].as_str().context("name")?;
-    api.patch(name, &PatchParams::apply("test").force(), &Patch::Apply(obj)).await?;
+    let mut desired: kube::api::DynamicObject = serde_json::from_value(obj.clone())?;
+    match api.get_opt(name).await? {
+        // A full replacement, so that a test can switch e.g. from a service to a URL.
+        Some(current) => {
+            desired.metadata.resource_version = current.metadata.resource_version;
+            api.replace(name, &PostParams::default(), &desired).await?;
+        }
+        None => {
+            api.create(&PostParams::default(), &desired).await?;
+        }
+    }
     Ok(())
 }
 
@@ -610,6 +620,431 @@ async fn invalid_webhook_answers_fail_the_call() -> Result<()> {
     assert!(m.starts_with(&format!("{prefix}received invalid webhook response: expected response.uid=")), "{m}");
     assert!(m.ends_with(", got \"other\""), "{m}");
     assert!(cms.get_opt("a").await?.is_none());
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `timeoutSeconds`: a webhook slower than its timeout is a failed call — refused under `Fail`
+/// (`context deadline exceeded`), let through under `Ignore`; the URL carries `?timeout=1s`.
+#[tokio::test]
+async fn a_webhook_slower_than_its_timeout_is_a_failed_call() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(handler(|_| async {
+        tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+        Reply::Response(json!({"allowed": true}))
+    }))
+    .await?;
+    let mut hook = url_webhook("cm.slow.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"]));
+    hook["timeoutSeconds"] = json!(1);
+    apply(&sim, &configuration("slow", hook.clone())).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await, "default");
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}})).unwrap();
+    let kube::Error::Api(s) = cms.create(&PostParams::default(), &cm("late")).await.unwrap_err() else {
+        bail!("unexpected error")
+    };
+    assert_eq!(s.code, 500);
+    assert_eq!(
+        s.message,
+        format!(
+            "Internal error occurred: failed calling webhook \"cm.slow.kourse.dev\": failed to call webhook: Post \"{}?timeout=1s\": context deadline exceeded",
+            server.url("/validate")
+        )
+    );
+    assert_eq!(server.reviews()[0]["query"], "timeout=1s");
+    hook["failurePolicy"] = json!("Ignore");
+    apply(&sim, &configuration("slow", hook)).await?;
+    cms.create(&PostParams::default(), &cm("late")).await?;
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `namespaceSelector` is evaluated on the request's namespace (a Namespace's own labels for
+/// namespaces), `objectSelector` on the object and the old object — a DELETE matches on the object
+/// being deleted, an UPDATE when either matches. An Eviction carries no pod labels, so a pod
+/// `objectSelector` never selects evictions (gate evictions with a webhook of their own).
+#[tokio::test]
+async fn namespace_and_object_selectors_choose_the_requests_a_webhook_sees() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(deny(403, "gated")).await?;
+    let client = sim.client().await;
+    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for (ns, labels) in [("games", json!({"gate": "on"})), ("tools", json!({}))] {
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns, "labels": labels}}))?,
+        )
+        .await?;
+    }
+    let mut by_ns = url_webhook("ns.sel.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"]));
+    by_ns["namespaceSelector"] = json!({"matchLabels": {"gate": "on"}});
+    apply(&sim, &configuration("by-namespace", by_ns)).await?;
+    let cm = |name: &str, labels: Value| {
+        serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
+    };
+    let games: Api<ConfigMap> = Api::namespaced(client.clone(), "games");
+    let tools: Api<ConfigMap> = Api::namespaced(client.clone(), "tools");
+    assert!(games.create(&PostParams::default(), &cm("a", json!({}))).await.is_err());
+    tools.create(&PostParams::default(), &cm("a", json!({}))).await?;
+    // The kubernetes.io/metadata.name label every namespace gets works as a selector too.
+    let mut by_name = url_webhook("ns.sel.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"]));
+    by_name["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": "tools"}});
+    apply(&sim, &configuration("by-namespace", by_name)).await?;
+    assert!(tools.create(&PostParams::default(), &cm("b", json!({}))).await.is_err());
+    games.create(&PostParams::default(), &cm("b", json!({}))).await?;
+    // Namespaces themselves are matched with their own labels.
+    let mut on_ns = url_webhook("ns.sel.kourse.dev", &server, rule(&["CREATE"], "", &["namespaces"]));
+    on_ns["namespaceSelector"] = json!({"matchLabels": {"team": "red"}});
+    apply(&sim, &configuration("by-namespace", on_ns)).await?;
+    let ns = |name: &str, labels: Value| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(
+            json!({"metadata": {"name": name, "labels": labels}}),
+        )
+        .unwrap()
+    };
+    assert!(nss.create(&PostParams::default(), &ns("red", json!({"team": "red"}))).await.is_err());
+    nss.create(&PostParams::default(), &ns("blue", json!({"team": "blue"}))).await?;
+    let kubectl = Kubectl::new(&sim, "admission-selectors")?;
+    let out = kubectl.run(&["delete", "validatingwebhookconfiguration", "by-namespace"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+
+    // objectSelector: UPDATE and DELETE.
+    let mut by_obj = url_webhook("obj.sel.kourse.dev", &server, rule(&["UPDATE", "DELETE"], "", &["configmaps"]));
+    by_obj["objectSelector"] = json!({"matchLabels": {"locked": "true"}});
+    apply(&sim, &configuration("by-object", by_obj)).await?;
+    tools.create(&PostParams::default(), &cm("locked", json!({"locked": "true"}))).await?;
+    tools.create(&PostParams::default(), &cm("free", json!({}))).await?;
+    server.clear();
+    let label = |v: Value| Patch::Merge(json!({"metadata": {"labels": v}}));
+    // Removing the label is still an update of a selected object (the old object matches)...
+    assert!(tools.patch("locked", &PatchParams::default(), &label(json!({"locked": null}))).await.is_err());
+    // ...and adding it to a free object too (the new object matches).
+    assert!(tools.patch("free", &PatchParams::default(), &label(json!({"locked": "true"}))).await.is_err());
+    tools.patch("free", &PatchParams::default(), &label(json!({"other": "x"}))).await?;
+    assert!(tools.delete("locked", &DeleteParams::default()).await.is_err());
+    tools.delete("free", &DeleteParams::default()).await?;
+    assert_eq!(requests(&server).len(), 3, "only the selected requests were sent: {:#?}", requests(&server));
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// An eviction's object is the Eviction: a webhook for `pods/eviction` with a pod-label
+/// `objectSelector` is never called (as on kube-apiserver), one without is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_are_not_selected_by_pod_labels() -> Result<()> {
+    let sim = sim().await?;
+    let server = WebhookServer::start(deny(403, "busy")).await?;
+    let mut hook = url_webhook("evict.sel.kourse.dev", &server, rule(&["CREATE"], "", &["pods/eviction"]));
+    hook["objectSelector"] = json!({"matchLabels": {"gated": "true"}});
+    apply(&sim, &configuration("evictions", hook.clone())).await?;
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    pods.create(&PostParams::default(), &pod_json("a", json!({"gated": "true"}))?).await?;
+    pods.create(&PostParams::default(), &pod_json("b", json!({"gated": "true"}))?).await?;
+    wait_pod(&pods, "a", "Running", |p| phase(p) == Some("Running")).await?;
+    wait_pod(&pods, "b", "Running", |p| phase(p) == Some("Running")).await?;
+    let evict = kube::api::EvictParams::default();
+    pods.evict("a", &evict).await?;
+    assert!(server.reviews().is_empty(), "the Eviction has no pod labels");
+    hook.as_object_mut().unwrap().remove("objectSelector");
+    apply(&sim, &configuration("evictions", hook)).await?;
+    let kube::Error::Api(s) = pods.evict("b", &evict).await.unwrap_err() else { bail!("unexpected error") };
+    // (403 here: kube-rs itself retries 429s.)
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (403, "admission webhook \"evict.sel.kourse.dev\" denied the request: busy")
+    );
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Dry-run requests reach webhooks (`sideEffects: None`) with `dryRun: true` and `dryRun: [All]`
+/// in their options; a refusal refuses the dry run, an allowed dry run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_requests_are_admitted_as_dry_runs() -> Result<()> {
+    let sim = sim().await?;
+    let server = WebhookServer::start(deny(403, "not now")).await?;
+    let mut hook = url_webhook("dry.kourse.dev", &server, rule(&["DELETE"], "", &["pods"]));
+    hook["sideEffects"] = json!("NoneOnDryRun");
+    apply(&sim, &configuration("dry", hook)).await?;
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    pods.create(&PostParams::default(), &pod_json("web", json!({}))?).await?;
+    let kubectl = Kubectl::new(&sim, "admission-dry-run")?;
+    let out = kubectl.run(&["delete", "pod", "web", "--dry-run=server"]).await?;
+    assert!(!out.ok);
+    assert_eq!(
+        out.stderr.trim(),
+        "Error from server: admission webhook \"dry.kourse.dev\" denied the request: not now"
+    );
+    let r = &requests(&server)[0];
+    assert_eq!(r["dryRun"], true);
+    assert_eq!(r["options"]["dryRun"], json!(["All"]));
+    server.set(allow());
+    let out = kubectl.run(&["delete", "pod", "web", "--dry-run=server"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert_eq!(out.stdout.trim(), "pod \"web\" deleted (server dry run)");
+    assert!(pods.get("web").await?.metadata.deletion_timestamp.is_none(), "a dry run changes nothing");
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// CREATE and UPDATE reviews carry the object as it will be stored — after defaults, with the
+/// name generated from `generateName` and the uid it is then stored with — and the stored object
+/// for an UPDATE; `options` are `CreateOptions` / `UpdateOptions` with the field manager. Status
+/// updates reach rules for `pods/status` with `subResource: status`. Warnings of an allowing
+/// webhook reach the client (`Warning:` lines of kubectl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_and_update_reviews_carry_the_objects_as_stored() -> Result<()> {
+    let sim = sim().await?;
+    let server = WebhookServer::start(handler(|_| async {
+        Reply::Response(json!({"allowed": true, "warnings": ["pods of this namespace are watched"]}))
+    }))
+    .await?;
+    apply(
+        &sim,
+        &configuration(
+            "all-pods",
+            url_webhook("pods.all.kourse.dev", &server, rule(&["*"], "", &["pods", "pods/status"])),
+        ),
+    )
+    .await?;
+    let kubectl = Kubectl::new(&sim, "admission-create")?;
+    let manifest = kubectl.path("pod.yaml");
+    write(
+        &manifest,
+        "apiVersion: v1
+kind: Pod
+metadata:
+  generateName: game-
+  labels: {app: game}
+spec:
+  containers:
+  - name: c
+    image: python:latest
+",
+    )?;
+    let out = kubectl.run(&["create", "-f", manifest.to_str().unwrap()]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert!(out.stderr.contains("Warning: pods of this namespace are watched"), "{}", out.stderr);
+    let name = out
+        .stdout
+        .trim()
+        .strip_prefix("pod/")
+        .and_then(|s| s.strip_suffix(" created"))
+        .context("created name")?
+        .to_string();
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    let stored = pods.get(&name).await?;
+    let create = requests(&server).into_iter().find(|r| r["operation"] == "CREATE").context("a CREATE review")?;
+    assert_eq!(create["name"], json!(name), "the generated name");
+    assert_eq!(create["object"]["metadata"]["name"], json!(name));
+    assert_eq!(create["object"]["metadata"]["uid"], json!(stored.metadata.uid), "the uid it was stored with");
+    assert_eq!(create["object"]["spec"]["restartPolicy"], "Always", "defaults are applied");
+    assert_eq!(create["object"]["spec"]["serviceAccountName"], "default", "admission plugins ran");
+    assert_eq!(create["oldObject"], Value::Null);
+    assert_eq!(
+        create["options"],
+        json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-create"})
+    );
+
+    // The kubelet's status patches are UPDATEs of pods/status.
+    wait_pod(&pods, &name, "Ready", is_ready).await?;
+    let status = requests(&server).into_iter().find(|r| r["subResource"] == "status").context("a status review")?;
+    assert_eq!(status["operation"], "UPDATE");
+    assert_eq!(status["kind"]["kind"], "Pod");
+    assert_eq!(status["oldObject"]["metadata"]["name"], json!(name));
+    assert_eq!(status["options"]["kind"], "UpdateOptions");
+
+    server.clear();
+    let out = kubectl.run(&["label", "pod", &name, "tier=gold"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    let update = requests(&server).into_iter().find(|r| r["operation"] == "UPDATE").context("an UPDATE review")?;
+    assert_eq!(update["object"]["metadata"]["labels"]["tier"], "gold");
+    assert!(update["oldObject"]["metadata"]["labels"].get("tier").is_none());
+    assert_eq!(
+        update["options"],
+        json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1", "fieldManager": "kubectl-label"})
+    );
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// kube-apiserver admits an update again when a concurrent write changed the object between the
+/// webhook call and the commit (its storage retry re-runs validation): the webhook sees the
+/// update twice, the second time over the concurrent write, and both changes are kept.
+#[tokio::test]
+async fn an_update_raced_during_admission_is_admitted_again() -> Result<()> {
+    let sim = api_sim().await?;
+    let client = sim.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let server = {
+        let (cms, first) = (cms.clone(), first.clone());
+        WebhookServer::start(handler(move |review: Value| {
+            let (cms, first) = (cms.clone(), first.clone());
+            async move {
+                let r = &review["request"];
+                if r["object"]["data"]["mine"] == "1" && first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    // Another client writes while this webhook deliberates.
+                    let p = Patch::Merge(json!({"data": {"other": "2"}}));
+                    cms.patch("raced", &PatchParams::default(), &p).await.unwrap();
+                }
+                Reply::Response(json!({"allowed": true}))
+            }
+        }))
+        .await?
+    };
+    apply(
+        &sim,
+        &configuration("updates", url_webhook("cm.race.kourse.dev", &server, rule(&["UPDATE"], "", &["configmaps"]))),
+    )
+    .await?;
+    cms.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "raced"}}))?).await?;
+    cms.patch("raced", &PatchParams::default(), &Patch::Merge(json!({"data": {"mine": "1"}}))).await?;
+    let got = cms.get("raced").await?;
+    assert_eq!(
+        got.data.unwrap_or_default().into_iter().collect::<Vec<_>>(),
+        vec![("mine".into(), "1".into()), ("other".into(), "2".into())]
+    );
+    let mine: Vec<Value> = requests(&server).into_iter().filter(|r| r["object"]["data"]["mine"] == "1").collect();
+    assert_eq!(mine.len(), 2, "admitted again after the concurrent write: {mine:#?}");
+    assert_eq!(mine[1]["oldObject"]["data"]["other"], "2");
+    assert_eq!(mine[1]["object"]["data"], json!({"mine": "1", "other": "2"}));
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Webhooks are never called for the webhook configurations themselves: a webhook refusing
+/// everything (`*/*`) cannot lock its own configuration in.
+#[tokio::test]
+async fn webhook_configurations_are_exempt() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(deny(403, "everything is refused")).await?;
+    apply(
+        &sim,
+        &configuration(
+            "deny-all",
+            url_webhook(
+                "all.deny.kourse.dev",
+                &server,
+                json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*/*"]}]),
+            ),
+        ),
+    )
+    .await?;
+    let kubectl = Kubectl::new(&sim, "admission-exempt")?;
+    let out = kubectl.run(&["create", "configmap", "x"]).await?;
+    assert_eq!(
+        out.stderr.trim(),
+        "error: failed to create configmap: admission webhook \"all.deny.kourse.dev\" denied the request: everything is refused"
+    );
+    let out = kubectl.run(&["delete", "validatingwebhookconfiguration", "deny-all"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    assert!(server.reviews().iter().all(|r| r["request"]["resource"]["group"] != "admissionregistration.k8s.io"));
+    let out = kubectl.run(&["create", "configmap", "x"]).await?;
+    assert!(out.ok, "{}", out.stderr);
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// The server certificate is verified against `caBundle` for the name kube-apiserver verifies:
+/// another CA, or a certificate not valid for `NAME.NAMESPACE.svc`, fails the call. A Service
+/// without an address mapping is reached through its Endpoints; without either, or without the
+/// Service, the call fails with kube-apiserver's words.
+#[tokio::test]
+async fn certificates_and_service_resolution_are_checked() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(deny(403, "reached")).await?;
+    gate_service(&sim, &server).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await, "default");
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}})).unwrap();
+    let message = |e: kube::Error| match e {
+        kube::Error::Api(s) => s.message,
+        other => other.to_string(),
+    };
+    let mut hook = service_webhook("cm.tls.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"]));
+    apply(&sim, &configuration("tls", hook.clone())).await?;
+    assert!(
+        message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err())
+            .ends_with("denied the request: reached")
+    );
+
+    // Another CA.
+    let other = certs(SERVED_NAMES);
+    hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(&other.ca_pem));
+    apply(&sim, &configuration("tls", hook.clone())).await?;
+    let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(
+        m.starts_with("Internal error occurred: failed calling webhook \"cm.tls.kourse.dev\": failed to call webhook: Post \"https://gate.webhooks.svc:443/pods?timeout=10s\": tls: failed to verify certificate: "),
+        "{m}"
+    );
+    // A certificate for other names (signed by the trusted CA).
+    let wrong_name =
+        WebhookServer::start_with(deny(403, "reached"), certs(&["127.0.0.1", "other.webhooks.svc"])).await?;
+    sim.set_service_address("webhooks/gate", Some(443), wrong_name.addr);
+    hook["clientConfig"]["caBundle"] = json!(wrong_name.ca_bundle());
+    apply(&sim, &configuration("tls", hook.clone())).await?;
+    let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(m.contains("tls: failed to verify certificate: "), "{m}");
+    // ...which is fine for a URL naming an address the certificate covers.
+    hook["clientConfig"] = json!({"url": wrong_name.url("/x"), "caBundle": wrong_name.ca_bundle()});
+    apply(&sim, &configuration("tls", hook.clone())).await?;
+    assert!(
+        message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err())
+            .ends_with("denied the request: reached")
+    );
+    wrong_name.stop();
+
+    // Endpoints instead of an explicit address.
+    let client = sim.client().await;
+    let eps: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(client.clone(), "webhooks");
+    hook["clientConfig"] =
+        json!({"service": {"namespace": "webhooks", "name": "gate", "path": "/pods"}, "caBundle": server.ca_bundle()});
+    apply(&sim, &configuration("tls", hook.clone())).await?;
+    sim.set_service_address("webhooks/gate", Some(443), "127.0.0.1:1".parse()?);
+    // (An explicit address wins over Endpoints; remove it through the admin API.)
+    let admin = reqwest::Client::new();
+    let resp = admin.delete(format!("{}/kube-sim/service-addresses", sim.url())).send().await?;
+    assert!(resp.status().is_success());
+    let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(m.ends_with("failed to call webhook: Post \"https://gate.webhooks.svc:443/pods?timeout=10s\": no endpoints available for service \"gate\""), "{m}");
+    eps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "gate"}, "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
+            "ports": [{"name": "https", "port": server.addr.port()}]}]}))?,
+    )
+    .await?;
+    assert!(
+        message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err())
+            .ends_with("denied the request: reached")
+    );
+    // The admin API sets addresses too.
+    let resp = admin
+        .post(format!("{}/kube-sim/service-addresses", sim.url()))
+        .json(&json!({"service": "webhooks/gate", "address": "127.0.0.1:1"}))
+        .send()
+        .await?;
+    assert!(resp.status().is_success());
+    let listed: Value = admin.get(format!("{}/kube-sim/service-addresses", sim.url())).send().await?.json().await?;
+    assert_eq!(listed, json!({"items": [{"service": "webhooks/gate", "address": "127.0.0.1:1"}]}));
+    let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(m.ends_with("dial tcp 127.0.0.1:1: connect: connection refused"), "{m}");
+
+    // No such Service / port.
+    hook["clientConfig"]["service"]["port"] = json!(8443);
+    apply(&sim, &configuration("tls", hook.clone())).await?;
+    let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(m.ends_with(": no service port 8443 found for service \"gate\""), "{m}");
+    hook["clientConfig"]["service"] = json!({"namespace": "webhooks", "name": "missing"});
+    apply(&sim, &configuration("tls", hook)).await?;
+    let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert!(m.ends_with("failed to call webhook: Post \"https://missing.webhooks.svc:443?timeout=10s\": service \"missing\" not found"), "{m}");
     server.stop();
     sim.shutdown().await;
     Ok(())
