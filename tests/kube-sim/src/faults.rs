@@ -102,6 +102,9 @@ pub struct FaultCounts {
     pub watches_cut: u64,
     /// Watches answered `410 Gone`.
     pub watches_expired: u64,
+    /// Resource requests each rule of the current configuration matched (by position; reset when the rules are
+    /// replaced). A rule with no fault in it is a probe: it counts the requests of a user, verb and resource.
+    pub matched: Vec<u64>,
 }
 
 /// What an open watch must do now, re-checked while it runs.
@@ -172,7 +175,10 @@ impl Faults {
     }
 
     pub fn set(&self, config: FaultConfig) {
-        *self.config.write().unwrap_or_else(|p| p.into_inner()) = config;
+        let mut cfg = self.config.write().unwrap_or_else(|p| p.into_inner());
+        self.count(|c| c.matched = vec![0; config.rules.len()]);
+        *cfg = config;
+        drop(cfg);
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -197,7 +203,12 @@ impl Faults {
         }
         let resource = gr.to_string();
         let mut rng = rand::rng();
-        for rule in cfg.rules.iter().filter(|r| r.matches(verb, &resource, subresource) && r.matches_client(client)) {
+        let mut matched = Vec::new();
+        for (i, rule) in cfg.rules.iter().enumerate() {
+            if !(rule.matches(verb, &resource, subresource) && rule.matches_client(client)) {
+                continue;
+            }
+            matched.push(i);
             d.latency += Duration::from_millis(rule.latency_ms);
             d.blackhole |= rule.blackhole;
             if let Some(ms) = rule.watch_drop_after_ms {
@@ -232,6 +243,12 @@ impl Faults {
             }
             c.timeouts_after_write += u64::from(d.timeout_after_write);
             c.watches_cut += u64::from(verb == "watch" && d.watch_drop_after.is_some());
+            if c.matched.len() < cfg.rules.len() {
+                c.matched.resize(cfg.rules.len(), 0);
+            }
+            for i in matched {
+                c.matched[i] += 1;
+            }
         });
         d
     }
@@ -436,6 +453,9 @@ mod tests {
         assert!(!conflict.timeout_after_write, "a refused write is not also carried out");
         let counts = f.counts();
         assert_eq!((counts.watches_expired, counts.timeouts_after_write, counts.watches_cut), (1, 2, 1));
+        assert_eq!(counts.matched, [4, 1], "requests each rule matched (a rule without faults is a probe)");
+        f.set(FaultConfig { rules: vec![FaultRule::default()] });
+        assert_eq!(f.counts().matched, [0], "replacing the rules resets what they matched");
         let counts = errors.counts();
         assert_eq!((counts.errors.get(&429).copied(), counts.conflicts), (Some(1), 1));
     }
