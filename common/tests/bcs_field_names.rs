@@ -69,6 +69,7 @@ fn walkthrough_gamedeployment() -> GameDeployment {
             revision_history_limit: None,
             min_ready_seconds: 30,
             disable_readiness_gate: false,
+            lifecycle: None,
         },
     );
     gd.metadata.labels = Some(labels());

@@ -146,6 +146,12 @@ pub struct GameDeploymentSpec {
     /// Hook run after an in-place update completed (the new containers run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_inplace_update_strategy: Option<GameDeploymentPostInplaceUpdateStrategy>,
+    /// Addition (OpenKruise CloneSet): lifecycle handlers — labels / finalizers an outside controller (service
+    /// discovery, a load balancer) removes to let a pod be deleted (`preDelete`) or updated in place
+    /// (`inPlaceUpdate`), and adds to let a new pod (`preNormal`) or an updated one (`inPlaceUpdate`) become
+    /// `Normal`. They compose with the HookRun gates: a change needs both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<Lifecycle>,
     /// Number of old ControllerRevisions kept (revisions still used by a pod are always kept).
     #[serde(default = "default_revision_history_limit", skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::revision_history_limit")]
@@ -157,6 +163,47 @@ pub struct GameDeploymentSpec {
     /// Do not inject the `InPlaceUpdateReady` readiness gate into new pods.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_readiness_gate: bool,
+}
+
+/// Most labels in a lifecycle hook's `labelsHandler`, and most finalizers in its `finalizersHandler`.
+pub const MAX_LIFECYCLE_HANDLERS: usize = 16;
+
+/// Addition (OpenKruise CloneSet `spec.lifecycle`): the hooks an outside controller uses to take part in a pod's
+/// lifecycle (state label `lifecycle.apps.kruise.io/state`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    /// Before a pod is deleted: a pod matching the handler waits in `PreparingDelete` until no label / finalizer
+    /// of the handler is left on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_delete: Option<LifecycleHook>,
+    /// Around an in-place update: a pod matching the handler waits in `PreparingUpdate` until none of it is left,
+    /// then is updated (`Updating`), then waits in `Updated` until all of it is back before it is `Normal`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place_update: Option<LifecycleHook>,
+    /// After a pod is created: it waits in `PreparingNormal` (not available) until all of the handler is on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_normal: Option<LifecycleHook>,
+}
+
+/// One lifecycle hook: a pod matches ("is hooked") while it carries any of these labels (with the value) or
+/// finalizers, and "all hooked" when it carries every one of them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleHook {
+    /// Labels (key: value), at most 16.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_LIFECYCLE_HANDLERS))]
+    pub labels_handler: std::collections::BTreeMap<String, String>,
+    /// Finalizers, at most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_LIFECYCLE_HANDLERS))]
+    pub finalizers_handler: Vec<String>,
+    /// While the pod is held in `PreparingDelete` / `PreparingUpdate`, set its condition `KruisePodReady` False
+    /// (new pods get the readiness gate `KruisePodReady`, so the pod leaves Service endpoints); back to True in
+    /// `Updated`. Takes effect on `preDelete` and `inPlaceUpdate`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mark_pod_not_ready: bool,
 }
 
 fn default_replicas() -> Option<i32> {

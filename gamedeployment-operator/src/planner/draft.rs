@@ -9,7 +9,10 @@ use k8s_openapi::jiff::Timestamp;
 use super::settings::{PodInfo, Settings};
 use crate::action::{Action, HeldPod, PatchReason, PlannedEvent, PodChange, PodWrite};
 use crate::gate::{self, GateKind, GateRequest};
-use crate::lifecycle;
+use crate::gate::GateDecision;
+use crate::lifecycle::{self, Handler};
+use common::keys;
+use serde_json::json;
 use crate::patch;
 
 #[derive(Debug, Default)]
@@ -72,7 +75,15 @@ impl Draft {
         if let Some(at) = verdict.hook.as_ref().and_then(|h| h.recheck_at) {
             self.requeue_at(settings.now, at);
         }
-        if decision.is_allow() {
+        // The CloneSet lifecycle handler of this change (`spec.lifecycle`): checked together with the hook, so the
+        // pod enters its Preparing state once and the HookRun and the outside controller work concurrently.
+        let which = match kind {
+            GateKind::Delete(_) => Some(Handler::PreDelete),
+            GateKind::InPlaceUpdate => Some(Handler::InPlaceUpdate),
+            GateKind::HotPatchUpdate => None,
+        };
+        let handler_hold = which.and_then(|w| lifecycle::holds_release(settings.gd, w, info.pod));
+        if decision.is_allow() && handler_hold.is_none() {
             if let Some(hook) = verdict.hook {
                 if let Some((reason, message)) = &hook.released {
                     self.released.push((
@@ -124,16 +135,48 @@ impl Draft {
             }
             self.actions.push(Action::CreateHookRun(run));
         }
+        let decision = match (handler_hold, decision) {
+            (None, decision) => decision,
+            (Some(handler), GateDecision::Allow) => GateDecision::Wait(handler),
+            (Some(handler), GateDecision::Wait(hook)) => GateDecision::Wait(format!("{hook}; {handler}")),
+            (Some(handler), GateDecision::Blocked(hook)) => GateDecision::Blocked(format!("{hook}; {handler}")),
+        };
         let state = gate::preparing_state(kind);
+        let mut writes = Vec::new();
+        let mut summary = Vec::new();
+        // markPodNotReady: out of Service endpoints while held (status first, before anything else changes).
+        if which.is_some_and(|w| lifecycle::marks_not_ready(settings.gd, w))
+            && let Some(ops) = lifecycle::kruise_ready_ops(info.pod, false, Some(state.as_str()), settings.now)
+        {
+            writes.push(PodWrite::Status(ops));
+            summary.push(format!("{} False", lifecycle::KRUISE_POD_READY));
+        }
+        // Pods we did not create (adopted, made by BCS) may have no labels or annotations map at all.
+        let mut ops = patch::ensure_maps(info.pod);
+        let maps = ops.len();
         if info.state != state {
-            // Pods we did not create (adopted, made by BCS) may have no labels or annotations map at all.
-            let mut ops = patch::ensure_maps(info.pod);
             ops.extend(lifecycle::set_state_ops(state, settings.now));
+            summary.insert(0, format!("held in {}: {}", state.as_str(), decision.reason().unwrap_or_default()));
+        }
+        // BCS: game servers read this annotation to stop taking players once their pre-delete hook starts; it is
+        // removed again if the pod is released (`housekeeping::release_unneeded_holds`).
+        let run_created = verdict.hook.as_ref().is_some_and(|h| h.create.is_some());
+        if run_created
+            && matches!(kind, GateKind::Delete(_))
+            && common::pod::annotation(info.pod, keys::GAME_POD_DELETING) != Some("true")
+        {
+            ops.push(json!({"op": "add", "path": patch::annotation_path(keys::GAME_POD_DELETING), "value": "true"}));
+            summary.push(format!("{}: true", keys::GAME_POD_DELETING));
+        }
+        if ops.len() > maps {
+            writes.push(PodWrite::Object(ops));
+        }
+        if !writes.is_empty() {
             self.actions.push(Action::PatchPod(PodChange {
                 pod: info.pod_ref(),
                 reason: PatchReason::Lifecycle,
-                writes: vec![PodWrite::Object(ops)],
-                summary: format!("held in {}: {}", state.as_str(), decision.reason().unwrap_or_default()),
+                writes,
+                summary: summary.join("; "),
             }));
         }
         self.held.push(HeldPod { name: info.name.to_string(), kind, decision, hook: verdict.hook });

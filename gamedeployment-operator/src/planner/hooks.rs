@@ -229,7 +229,12 @@ fn post_hook<'a>(settings: &Settings<'a>) -> Option<&'a HookStep> {
 /// The in-place update finished (the new containers run). With a post-inplace hook the pod goes to `Updated`
 /// and its run is started now — after the update, not before the images are patched as in BCS.
 pub(crate) fn complete_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> PodChange {
+    // The inPlaceUpdate lifecycle handler not all back on the pod: `Updated` until it is (CloneSet).
+    let handler = crate::lifecycle::holds_return(settings.gd, crate::lifecycle::Handler::InPlaceUpdate, info.pod);
     let Some(step) = post_hook(settings).filter(|_| common::pod::is_running(info.pod)) else {
+        if handler {
+            return inplace::complete_to(info.pod, settings.now, LifecycleState::Updated);
+        }
         return inplace::complete(info.pod, settings.now);
     };
     // The run is bound to the pod's `Updated` visit that this very patch starts (same timestamp).

@@ -12,7 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 use super::draft::Draft;
 use super::settings::{PodInfo, Settings};
 use crate::action::{Action, PatchReason, PodChange, PodWrite};
-use crate::lifecycle::{self, LifecycleState};
+use crate::lifecycle::{self, Handler, LifecycleState};
+use crate::patch;
+use serde_json::json;
 use crate::revision;
 
 /// A pod left in `PreparingDelete` / `PreparingUpdate` that this pass no longer wants to delete or update (the
@@ -36,10 +38,26 @@ pub(super) fn release_unneeded_holds(
             continue;
         }
         draft.touch(info.name);
+        // With a preNormal handler the pod goes back through PreparingNormal (CloneSet), so the outside controller
+        // that unregistered it registers it again before it counts as available.
+        let back = if lifecycle::holds_return(settings.gd, Handler::PreNormal, info.pod) {
+            LifecycleState::PreparingNormal
+        } else {
+            LifecycleState::Normal
+        };
+        let mut ops = lifecycle::set_state_ops(back, settings.now);
+        // Unlike BCS, the pod no longer advertises that it is being deleted.
+        if common::pod::annotation(info.pod, keys::GAME_POD_DELETING).is_some() {
+            ops.push(json!({"op": "remove", "path": patch::annotation_path(keys::GAME_POD_DELETING)}));
+        }
+        let mut writes = vec![PodWrite::Object(ops)];
+        if let Some(ops) = lifecycle::kruise_ready_ops(info.pod, true, None, settings.now) {
+            writes.push(PodWrite::Status(ops));
+        }
         draft.actions.push(Action::PatchPod(PodChange {
             pod: info.pod_ref(),
             reason: PatchReason::Lifecycle,
-            writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, settings.now))],
+            writes,
             summary: format!("no longer needed in {}", info.state.as_str()),
         }));
     }

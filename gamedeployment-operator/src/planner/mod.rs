@@ -34,6 +34,8 @@ pub(crate) mod update;
 #[cfg(test)]
 mod hook_tests;
 #[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod properties;
 #[cfg(test)]
 mod tests;

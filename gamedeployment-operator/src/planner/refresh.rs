@@ -8,8 +8,8 @@ use super::draft::Draft;
 use super::hooks;
 use super::settings::{PodInfo, Settings};
 use super::update::inplace::{self, Progress};
-use crate::action::{Action, PodChange};
-use crate::lifecycle::LifecycleState;
+use crate::action::{Action, PatchReason, PodChange, PodWrite};
+use crate::lifecycle::{self, Handler, LifecycleState};
 use common::keys;
 
 /// Advances in-place updates and the readiness gate, for pods nothing else touched this pass.
@@ -35,12 +35,32 @@ pub(super) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mut D
                 if info.state.is_preparing() {
                     None
                 } else if info.state == LifecycleState::Updated {
-                    hooks::post_in_place(settings, info, draft)
+                    // Back to Normal once the post-inplace hook passed *and* the inPlaceUpdate handler is back on
+                    // the pod (both, concurrently); meanwhile `KruisePodReady` returns to True (CloneSet).
+                    let post = hooks::post_in_place(settings, info, draft);
+                    if lifecycle::holds_return(settings.gd, Handler::InPlaceUpdate, info.pod) {
+                        kruise_ready(settings, info)
+                    } else {
+                        post.or_else(|| kruise_ready(settings, info))
+                    }
                 } else if info.state == LifecycleState::Updating {
                     // `Updating` with nothing recorded: nothing to wait for.
                     Some(hooks::complete_in_place(settings, info, draft))
+                } else if info.state == LifecycleState::PreparingNormal {
+                    // A new pod: in service first (readiness gate), then Normal once the preNormal handler matches.
+                    inplace::mark_ready(info.pod, settings.now).or_else(|| {
+                        (!lifecycle::holds_return(settings.gd, Handler::PreNormal, info.pod)).then(|| PodChange {
+                            pod: info.pod_ref(),
+                            reason: PatchReason::Lifecycle,
+                            writes: vec![PodWrite::Object(lifecycle::set_state_ops(
+                                LifecycleState::Normal,
+                                settings.now,
+                            ))],
+                            summary: "the preNormal lifecycle handler matches".into(),
+                        })
+                    })
                 } else {
-                    inplace::mark_ready(info.pod, settings.now)
+                    inplace::mark_ready(info.pod, settings.now).or_else(|| kruise_ready(settings, info))
                 }
             }
         };
@@ -51,11 +71,23 @@ pub(super) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mut D
     }
 }
 
+/// `KruisePodReady` back to True on a pod no longer held (markPodNotReady).
+fn kruise_ready(settings: &Settings<'_>, info: &PodInfo<'_>) -> Option<PodChange> {
+    let ops = lifecycle::kruise_ready_ops(info.pod, true, None, settings.now)?;
+    Some(PodChange {
+        pod: info.pod_ref(),
+        reason: PatchReason::ReadinessGate,
+        writes: vec![PodWrite::Status(ops)],
+        summary: format!("{} condition set True", lifecycle::KRUISE_POD_READY),
+    })
+}
+
 fn finish_grace(settings: &Settings<'_>, info: &PodInfo<'_>, annotation: &str) -> Option<PodChange> {
     let from = info.revision?;
     let old = settings.templates.get(from)?;
     let new = settings.templates.get(&settings.update_revision)?;
-    let change = inplace::diff(old, new).ok()?;
+    let mut change = inplace::diff(old, new).ok()?;
+    lifecycle::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
     let step = inplace::Step {
         pod: info.pod,
         from_revision: from,
@@ -92,7 +124,6 @@ pub(super) fn requeue(settings: &Settings<'_>, infos: &[PodInfo<'_>], draft: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::PatchReason;
     use crate::fixtures::{self, gd};
     use crate::planner::settings::builder::{NEW, Pass};
 

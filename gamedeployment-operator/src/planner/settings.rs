@@ -83,6 +83,9 @@ pub(crate) struct PodInfo<'a> {
     /// To be deleted and replaced: named in `spec.scaleStrategy.podsToDelete`, or labelled
     /// `apps.kruise.io/specified-delete: "true"` ([`lifecycle::specified_delete`]).
     pub specified: bool,
+    /// In `Updated` until the `inPlaceUpdate` lifecycle handler is back on it: the outside controller has not put
+    /// it back in service yet, so it counts as unavailable (CloneSet).
+    pub awaits_handler: bool,
 }
 
 impl PodInfo<'_> {
@@ -93,6 +96,7 @@ impl PodInfo<'_> {
         self.available
             && matches!(self.state, LifecycleState::Normal | LifecycleState::Updated)
             && self.progress.is_idle()
+            && !self.awaits_handler
     }
 
     pub fn pod_ref(&self) -> PodRef {
@@ -272,6 +276,8 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
                     && common::pod::is_available(pod, settings.min_ready_seconds, settings.now),
                 progress: inplace::progress(pod, settings.now),
                 specified: specified.contains(name) || lifecycle::specified_delete(pod),
+                awaits_handler: lifecycle::state_of(pod) == LifecycleState::Updated
+                    && lifecycle::holds_return(settings.gd, lifecycle::Handler::InPlaceUpdate, pod),
             }
         })
         .collect();

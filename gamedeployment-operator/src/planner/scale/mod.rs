@@ -19,7 +19,7 @@ use super::draft::Draft;
 use super::settings::{PodInfo, Settings, count};
 use crate::action::{Action, CreateReason};
 use crate::gate::{DeleteCause, GateKind};
-use crate::priority;
+use crate::{lifecycle, priority};
 use create::{IdSource, NewPod};
 
 /// Pods created per pass at most, as ReplicaSets' slow-start burst (`BurstReplicas` 500): a huge `replicas`
@@ -151,7 +151,7 @@ fn create(
             Some(t) => (wanted, t),
             None => (settings.update_revision.as_str(), &settings.gd.spec.template),
         };
-        let pod = create::build(&NewPod {
+        let mut pod = create::build(&NewPod {
             gd: settings.gd,
             template,
             revision,
@@ -159,10 +159,30 @@ fn create(
             index: if index.is_some() { free_indices.pop() } else { None },
             now: settings.now,
         });
+        with_lifecycle(settings.gd, &mut pod);
         let reason = if k < diffs.create_for_replicas { CreateReason::Replicas } else { CreateReason::Surge };
         draft.actions.push(Action::CreatePod { pod: Box::new(pod), reason });
     }
     problem
+}
+
+/// The CloneSet lifecycle handlers on a new pod: with a `preNormal` handler it starts in `PreparingNormal`; with
+/// `markPodNotReady` it carries the `KruisePodReady` readiness gate (set True by the refresh step).
+fn with_lifecycle(gd: &common::api::GameDeployment, pod: &mut Pod) {
+    if lifecycle::handler(gd, lifecycle::Handler::PreNormal).is_some() {
+        pod.metadata.labels.get_or_insert_with(Default::default).insert(
+            common::keys::LIFECYCLE_STATE.into(),
+            lifecycle::LifecycleState::PreparingNormal.as_str().into(),
+        );
+    }
+    if lifecycle::wants_kruise_gate(gd) {
+        let gates = pod.spec.get_or_insert_with(Default::default).readiness_gates.get_or_insert_with(Vec::new);
+        if !gates.iter().any(|g| g.condition_type == lifecycle::KRUISE_POD_READY) {
+            gates.push(k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: lifecycle::KRUISE_POD_READY.into(),
+            });
+        }
+    }
 }
 
 /// Deletes one pod through the gate, paying budget if the pod is available.

@@ -101,10 +101,11 @@ fn update_pod(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) {
                 .to_string())
         }
     };
-    let (from, change) = match planned {
+    let (from, mut change) = match planned {
         Ok(planned) => planned,
         Err(reason) => return fallback(settings, info, &reason, draft),
     };
+    crate::lifecycle::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
     let step = inplace::Step {
         pod: info.pod,
         from_revision: from,
