@@ -195,9 +195,9 @@ pub fn pod_gate(
         PodOperation::Evict => "evicted",
     };
     let waiting = if state == "PreparingDelete" {
-        "its pre-delete hook is running".to_string()
+        format!("it is marked for deletion ({SPECIFIED_DELETE}=true) and waits in PreparingDelete for that hook")
     } else {
-        "it is now marked for deletion".to_string()
+        format!("it is now marked for deletion ({SPECIFIED_DELETE}=true)")
     };
     let release = release.map_or_else(String::new, |r| {
         format!(
@@ -208,7 +208,7 @@ pub fn pod_gate(
     });
     let mut message = format!(
         "pod {pod_name} is a game server of GameDeployment {gd_name}, which gates pod deletions on its pre-delete hook \
-         (HookTemplate {template}): it cannot be {what} directly. Instead {waiting} ({SPECIFIED_DELETE}=true): the \
+         (HookTemplate {template}): it cannot be {what} directly. Instead {waiting}: the \
          operator deletes it once a HookRun of that hook is Successful and creates its replacement.{release} To \
          skip the hook: kubectl annotate pod {pod_name} {GATE_BYPASS}=true, then retry.",
         template = template.template_name,
@@ -390,7 +390,7 @@ mod tests {
             .build();
         let r = refusal(decide(&delete_by("alice", &[]), &pod, &gated_gd()));
         assert!(r.mark.is_empty(), "{:?}", r.mark);
-        assert!(r.message.contains("its pre-delete hook is running"), "{}", r.message);
+        assert!(r.message.contains("(apps.kruise.io/specified-delete=true) and waits in PreparingDelete for that hook"), "{}", r.message);
         assert!(r.message.contains(&ts(NOW - 60 + 3600).to_string()), "release time in {}", r.message);
     }
 

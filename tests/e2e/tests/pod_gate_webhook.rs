@@ -1,0 +1,476 @@
+//! Admission webhooks (issue 14), end to end on kube-sim with the real `kubectl` and the chart installed by Helm:
+//! the chart's ValidatingWebhookConfiguration, Service and generated certificate Secret are what kube-sim calls, and
+//! the real operator binary serves them with the certificate read back from that Secret (kube-sim maps the chart's
+//! webhook Service to the operator's local address, as a Service maps to its pods).
+//!
+//! - `kubectl delete pod` on a gated pod is refused; the pod is marked, stays Running while its pre-delete hook
+//!   runs, and is deleted by the operator after a `Successful` HookRun, then replaced; a failing hook holds it
+//!   (status and Events);
+//! - `kubectl drain` of a node with two gated pods waits (evictions answered 429), each pod leaves after its hook,
+//!   replacements land on other nodes, the drain completes;
+//! - `kubectl delete gamedeployment` / `hooktemplate` honour BCS's `io.tencent.bcs.dev/deletion-allow` with BCS's
+//!   messages;
+//! - `helm upgrade` keeps the certificate and the caBundle;
+//! - with the operator stopped, pod deletes work (failurePolicy Ignore).
+//!
+//! The strict gate checker (`e2e::gate`) watches every gated story: each deletion of a Running gated pod consumed one
+//! fresh `Successful` HookRun.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::api::{GameDeployment, HookRun};
+use e2e::gamedeployment::{Columns, apply, manifest, pods, wait_columns};
+use e2e::gate::GateChecker;
+use e2e::{Cluster, DEADLINE, Operator, helm, wait_for};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::json;
+
+const CHART: &str = "charts/gamedeployment-operators";
+const NS: &str = "kourse-system";
+const RELEASE: &str = "ops";
+const NAME: &str = "ops-gamedeployment-operators-gamedeployment";
+/// The operator's ServiceAccount user, as the chart passes it in `--webhook-operator-user`.
+const OPERATOR_USER: &str = "system:serviceaccount:kourse-system:ops-gamedeployment-operators-gamedeployment";
+const POD_GATE: &str = "gamedeployment.tkex.tencent.com/pod-gate";
+const SPECIFIED_DELETE: &str = "apps.kruise.io/specified-delete";
+/// HookRun intervals run 5x faster: the 30 s hook below takes 6 s.
+const INTERVAL_SCALE: &str = "0.2";
+
+/// Three probes of the pod itself, 15 s apart: the hook takes 30 s (6 s at the test's interval scale) and
+/// succeeds (the pod answers age 45).
+const SLOW: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: slow
+spec:
+  args:
+    - name: PodIP
+  metrics:
+    - name: drained
+      count: 3
+      interval: 15s
+      successCondition: "asInt(result) > 30"
+      provider:
+        web:
+          url: "http://{{ args.PodIP }}:8000"
+          jsonPath: "{$.age}"
+"#;
+
+/// Fails at its first measurement.
+const FAILING: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: failing
+spec:
+  args:
+    - name: PodIP
+  metrics:
+    - name: drained
+      count: 1
+      failureLimit: 0
+      successCondition: "asInt(result) > 100"
+      provider:
+        web:
+          url: "http://{{ args.PodIP }}:8000"
+          jsonPath: "{$.age}"
+"#;
+
+/// A gated GameDeployment: annotation `pod-gate: "true"`, pre-delete hook `template`, pods serving the demo JSON.
+fn gated(name: &str, replicas: i32, template: &str) -> String {
+    let extra = format!("  preDeleteUpdateStrategy:\n    hook:\n      templateName: {template}\n");
+    manifest(name, replicas, "RollingUpdate", &extra, "canary-hook:1").replacen(
+        "  labels:\n",
+        &format!("  annotations:\n    {POD_GATE}: \"true\"\n  labels:\n"),
+        1,
+    )
+}
+
+/// The cluster with the chart installed and the operators running.
+struct Gated {
+    cluster: Cluster,
+    gamedeployment: Operator,
+    _hooks: Operator,
+    cert_dir: PathBuf,
+    operator_kubeconfig: PathBuf,
+}
+
+async fn secret_data(cluster: &Cluster) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let secrets: Api<Secret> = Api::namespaced(cluster.client(), NS);
+    let secret = secrets.get(&format!("{NAME}-webhook-tls")).await.expect("the chart's webhook Secret exists");
+    secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()
+}
+
+/// The decoded `caBundle` of each webhook of the chart's configuration.
+async fn ca_bundles(cluster: &Cluster) -> Vec<Vec<u8>> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(cluster.client());
+    let vwc = api.get(NAME).await.expect("the chart's ValidatingWebhookConfiguration exists");
+    vwc.webhooks
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| w.client_config.ca_bundle.map(|b| b.0).unwrap_or_default())
+        .collect()
+}
+
+/// The log without terminal colour codes.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // Skip up to and including the final letter of the escape sequence.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The address the operator logged it serves the webhooks on.
+async fn webhook_address(operator: &Operator) -> SocketAddr {
+    let start = Instant::now();
+    loop {
+        let logs = strip_ansi(&operator.logs());
+        let found = logs
+            .lines()
+            .filter(|l| l.contains("serving admission webhooks"))
+            .filter_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.trim_matches('"').parse().ok())
+            .last();
+        if let Some(address) = found {
+            return address;
+        }
+        assert!(start.elapsed() < DEADLINE, "the operator never logged its webhook address:\n{logs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Gated {
+    /// kube-sim, `helm install` of the chart (webhooks on, `deletionProtection.default` = `deletion_default`), the
+    /// gamedeployment-operator as the chart's ServiceAccount user serving the webhooks with the chart's certificate,
+    /// and the hook-operator.
+    async fn start(deletion_default: &str) -> Self {
+        let cluster = Cluster::start().await;
+        cluster.kubectl_ok(&["create", "namespace", NS]).await;
+        let kc = cluster.kubeconfig().to_str().unwrap().to_string();
+        let values =
+            json!({"gamedeploymentOperator": {"webhook": {"deletionProtection": {"default": deletion_default}}}});
+        helm(&["install", CHART, RELEASE, "--kubeconfig", &kc, "--namespace", NS, "--values", &values.to_string()])
+            .await;
+        wait_for("gamedeployments to be served", DEADLINE, || async {
+            cluster.kubectl(&["get", "gamedeployments"]).await.success.then_some(())
+        })
+        .await;
+
+        // The certificate the chart generated, as the Deployment mounts it.
+        let data = secret_data(&cluster).await;
+        let cert_dir = cluster.dir().join("webhook-tls");
+        std::fs::create_dir_all(&cert_dir).unwrap();
+        for file in ["tls.crt", "tls.key"] {
+            std::fs::write(cert_dir.join(file), &data[file]).unwrap();
+        }
+        let operator_kubeconfig = cluster.dir().join("operator.kubeconfig");
+        cluster.sim().write_kubeconfig_for_user(&operator_kubeconfig, OPERATOR_USER, &["system:masters"]).unwrap();
+        let gamedeployment = start_gamedeployment_operator(&cluster, &operator_kubeconfig, &cert_dir, deletion_default);
+        let address = webhook_address(&gamedeployment).await;
+        cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
+        let hooks = e2e::hook::start_operator_scaled(&cluster, INTERVAL_SCALE, &[]);
+        Self { cluster, gamedeployment, _hooks: hooks, cert_dir, operator_kubeconfig }
+    }
+
+    async fn restart_gamedeployment_operator(&mut self, deletion_default: &str) {
+        self.gamedeployment.kill().await;
+        self.gamedeployment =
+            start_gamedeployment_operator(&self.cluster, &self.operator_kubeconfig, &self.cert_dir, deletion_default);
+        let address = webhook_address(&self.gamedeployment).await;
+        self.cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
+    }
+}
+
+/// The operator with the webhook flags the chart renders; `--webhook-operator-user` is left out on purpose: the
+/// operator asks the API who it is (SelfSubjectReview) and gets the chart's ServiceAccount user.
+fn start_gamedeployment_operator(
+    cluster: &Cluster,
+    kubeconfig: &std::path::Path,
+    cert_dir: &std::path::Path,
+    deletion_default: &str,
+) -> Operator {
+    let cert_dir = cert_dir.display().to_string();
+    cluster.operator_with_kubeconfig(
+        "gamedeployment-operator",
+        "gamedeployment-operator",
+        kubeconfig,
+        &[
+            "--expectations-timeout",
+            "20s",
+            "--webhook-address",
+            "127.0.0.1:0",
+            "--webhook-cert-dir",
+            &cert_dir,
+            "--deletion-allow-default",
+            deletion_default,
+        ],
+    )
+}
+
+async fn pod(cluster: &Cluster, name: &str) -> Option<Pod> {
+    Api::<Pod>::namespaced(cluster.client(), "default").get_opt(name).await.unwrap()
+}
+
+fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The pre-delete HookRuns made for the pod with this UID.
+async fn runs_for(cluster: &Cluster, uid: &str) -> Vec<HookRun> {
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let selector = format!("gamedeployment.tkex.tencent.com/pod-uid={uid}");
+    runs.list(&ListParams::default().labels(&selector)).await.unwrap().items
+}
+
+fn phase(run: &HookRun) -> String {
+    serde_json::to_value(run).ok().and_then(|v| v["status"]["phase"].as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// Waits until every pod of the GameDeployment carries the pod-gate label (set by the operator).
+async fn wait_labelled(cluster: &Cluster, gd: &str, replicas: usize) {
+    wait_for(&format!("the pods of {gd} to carry {POD_GATE}"), DEADLINE, || async {
+        let now = pods(cluster, gd).await;
+        (now.len() == replicas && now.iter().all(|p| label(p, POD_GATE) == Some("true"))).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follows_bcs() {
+    let mut gated_cluster = Gated::start("Deny").await;
+    let cluster = &gated_cluster.cluster;
+    for template in [SLOW, FAILING] {
+        apply(cluster, template).await;
+    }
+    apply(cluster, &gated("slow", 2, "slow")).await;
+    apply(cluster, &gated("held", 1, "failing")).await;
+    wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+    wait_columns(cluster, "held", Columns::new(1, 1, 1, 1, 1)).await;
+    wait_labelled(cluster, "slow", 2).await;
+    wait_labelled(cluster, "held", 1).await;
+    let checker = GateChecker::start(cluster, "default").await;
+
+    // `kubectl delete pod`: refused with what happens instead; the pod is marked and keeps running.
+    let victim = pods(cluster, "slow").await.remove(0);
+    let victim_name = victim.metadata.name.clone().unwrap();
+    let victim_uid = victim.metadata.uid.clone().unwrap();
+    let refused_at = Instant::now();
+    let out = cluster.kubectl(&["delete", "pod", &victim_name, "--wait=false"]).await;
+    println!("$ kubectl delete pod {victim_name}\n{}{}", out.stdout, out.stderr);
+    assert!(!out.success, "the delete is refused");
+    for needle in [
+        "admission webhook \"pod-gate.gamedeployment.tkex.tencent.com\" denied the request",
+        "it is now marked for deletion (apps.kruise.io/specified-delete=true)",
+        "the operator deletes it once a HookRun of that hook is Successful and creates its replacement",
+    ] {
+        assert!(out.stderr.contains(needle), "{needle:?} in {}", out.stderr);
+    }
+    let now = pod(cluster, &victim_name).await.expect("the pod is still there");
+    assert!(now.metadata.deletion_timestamp.is_none(), "not terminating");
+    assert_eq!(label(&now, SPECIFIED_DELETE), Some("true"), "marked by the webhook");
+
+    // While the hook runs the pod is Running and not terminating; a second delete is refused too.
+    let run = wait_for("the pre-delete HookRun of the victim to run", DEADLINE, || async {
+        runs_for(cluster, &victim_uid).await.into_iter().find(|r| phase(r) == "Running")
+    })
+    .await;
+    let now = pod(cluster, &victim_name).await.expect("the pod is still there");
+    assert!(now.metadata.deletion_timestamp.is_none() && common::pod::is_running(&now), "still running: {now:?}");
+    let again = cluster.kubectl(&["delete", "pod", &victim_name, "--wait=false"]).await;
+    assert!(!again.success && again.stderr.contains("pre-delete hook"), "{}", again.stderr);
+
+    // Deleted by the operator after the run succeeded, and replaced.
+    wait_for("the victim to be gone and replaced", DEADLINE, || async {
+        let now = pods(cluster, "slow").await;
+        let live = now.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count();
+        (!now.iter().any(|p| p.metadata.uid.as_deref() == Some(victim_uid.as_str())) && live == 2).then_some(())
+    })
+    .await;
+    let waited = refused_at.elapsed();
+    // Three probes 15 s apart at interval scale 0.2: at least 6 s between the refusal and the deletion.
+    assert!(waited >= Duration::from_secs(6), "the pod left after {waited:?}, before its 30 s (scaled: 6 s) hook");
+    println!("the pod left {waited:?} after kubectl delete (HookRun {})", run.metadata.name.clone().unwrap());
+    wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+
+    // A failing hook holds the pod: status and Events say so, the pod stays.
+    let held = pods(cluster, "held").await.remove(0);
+    let held_name = held.metadata.name.clone().unwrap();
+    let out = cluster.kubectl(&["delete", "pod", &held_name, "--wait=false"]).await;
+    assert!(!out.success, "{}", out.stdout);
+    let condition = wait_for("the held pod in status.preDeleteHookCondition with a failed run", DEADLINE, || async {
+        let gds: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
+        let gd = serde_json::to_value(gds.get("held").await.ok()?).ok()?;
+        let entries = gd["status"]["preDeleteHookCondition"].as_array()?.clone();
+        entries.into_iter().find(|e| e["podName"] == held_name.as_str() && e["phase"] == "Failed")
+    })
+    .await;
+    println!("status.preDeleteHookCondition: {condition}");
+    let event = wait_for("a HookFailed Event naming the held pod", DEADLINE, || async {
+        let events: Api<Event> = Api::namespaced(cluster.client(), "default");
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some("HookFailed")
+                && e.note.as_deref().unwrap_or_default().contains(held_name.as_str())
+        })
+    })
+    .await;
+    println!("Event HookFailed: {}", event.note.unwrap_or_default());
+    let still = pod(cluster, &held_name).await.expect("the held pod is still there");
+    assert!(still.metadata.deletion_timestamp.is_none(), "a failed hook holds the pod");
+
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.gated_deletions >= 1, "the victim's deletion was checked: {report:?}");
+
+    // Opting out removes the label, so the webhook is no longer even called for those pods.
+    cluster.kubectl_ok(&["annotate", "gamedeployment", "slow", &format!("{POD_GATE}-")]).await;
+    wait_for("the pod-gate label to leave the pods of slow", DEADLINE, || async {
+        pods(cluster, "slow").await.iter().all(|p| label(p, POD_GATE).is_none()).then_some(())
+    })
+    .await;
+    let ungated = pods(cluster, "slow").await.remove(0).metadata.name.unwrap();
+    cluster.kubectl_ok(&["delete", "pod", &ungated, "--wait=false"]).await;
+    wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+
+    // Deletion protection, BCS's wording. The chart's default here is Deny (BCS's behaviour).
+    let out = cluster.kubectl(&["delete", "gamedeployment", "slow", "--wait=false"]).await;
+    println!("$ kubectl delete gamedeployment slow\n{}", out.stderr);
+    assert!(!out.success);
+    assert!(
+        out.stderr.contains(
+            "forbidden by ResourceDeletionAllow, set labels io.tencent.bcs.dev/deletion-allow=Always to allow operation"
+        ),
+        "{}",
+        out.stderr
+    );
+    cluster.kubectl_ok(&["label", "gamedeployment", "slow", "io.tencent.bcs.dev/deletion-allow=Cascading"]).await;
+    let out = cluster.kubectl(&["delete", "gamedeployment", "slow", "--wait=false"]).await;
+    assert!(!out.success);
+    assert!(
+        out.stderr.contains(
+            "forbidden by ResourceDeletionAllow for io.tencent.bcs.dev/deletion-allow=Cascading and replicas 2>0"
+        ),
+        "{}",
+        out.stderr
+    );
+    // The template it uses is protected while it is used.
+    cluster.kubectl_ok(&["label", "hooktemplate", "slow", "io.tencent.bcs.dev/deletion-allow=Cascading"]).await;
+    let out = cluster.kubectl(&["delete", "hooktemplate", "slow", "--wait=false"]).await;
+    assert!(!out.success);
+    assert!(out.stderr.contains("and referencing GameDeployments 1>0 (slow)"), "{}", out.stderr);
+    cluster.kubectl_ok(&["scale", "gamedeployment", "slow", "--replicas=0"]).await;
+    wait_for("the Cascading GameDeployment to be deletable at 0 replicas", DEADLINE, || async {
+        cluster.kubectl(&["delete", "gamedeployment", "slow", "--wait=false"]).await.success.then_some(())
+    })
+    .await;
+    wait_for("the template to be deletable once no GameDeployment uses it", DEADLINE, || async {
+        cluster.kubectl(&["delete", "hooktemplate", "slow", "--wait=false"]).await.success.then_some(())
+    })
+    .await;
+
+    // helm upgrade keeps the certificate and the caBundle, and the webhooks keep answering.
+    let before = (secret_data(cluster).await, ca_bundles(cluster).await);
+    assert_eq!(before.1.len(), 3, "three webhooks");
+    for bundle in &before.1 {
+        assert_eq!(bundle, &before.0["ca.crt"], "the caBundle is the Secret's CA");
+    }
+    let kc = cluster.kubeconfig().to_str().unwrap().to_string();
+    let values = json!({"gamedeploymentOperator": {"webhook": {"deletionProtection": {"default": "Deny"}, "podGate": {"deadline": "30m"}}}});
+    helm(&["upgrade", CHART, RELEASE, "--kubeconfig", &kc, "--namespace", NS, "--values", &values.to_string()]).await;
+    assert_eq!(secret_data(cluster).await, before.0, "helm upgrade reuses the certificate Secret");
+    assert_eq!(ca_bundles(cluster).await, before.1, "helm upgrade keeps the caBundle");
+    let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
+    assert!(!out.success && out.stderr.contains("forbidden by ResourceDeletionAllow"), "{}", out.stderr);
+
+    // With the operator stopped the webhook cannot be called: failurePolicy Ignore lets pod deletions through.
+    gated_cluster.gamedeployment.kill().await;
+    let cluster = &gated_cluster.cluster;
+    let out = cluster.kubectl(&["delete", "pod", &held_name, "--wait=false"]).await;
+    println!("operator stopped: $ kubectl delete pod {held_name}\n{}{}", out.stdout, out.stderr);
+    assert!(out.success, "failurePolicy Ignore: {}", out.stderr);
+    let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
+    assert!(out.success, "failurePolicy Ignore: {}", out.stderr);
+
+    // Started again with the default Always: an unlabelled GameDeployment may be deleted.
+    gated_cluster.restart_gamedeployment_operator("Always").await;
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, &gated("again", 1, "failing")).await;
+    wait_columns(cluster, "again", Columns::new(1, 1, 1, 1, 1)).await;
+    cluster.kubectl_ok(&["delete", "gamedeployment", "again", "--wait=false"]).await;
+    gated_cluster.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
+    let gated_cluster = Gated::start("Always").await;
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, SLOW).await;
+    // Four pods on three nodes: one node has two of them.
+    apply(cluster, &gated("drained", 4, "slow")).await;
+    wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
+    wait_labelled(cluster, "drained", 4).await;
+    let before = pods(cluster, "drained").await;
+    let mut per_node = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for p in &before {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+        per_node.entry(node).or_default().push(p.metadata.uid.clone().unwrap());
+    }
+    let (node, on_node) =
+        per_node.iter().max_by_key(|(_, pods)| pods.len()).map(|(n, p)| (n.clone(), p.clone())).unwrap();
+    assert!(on_node.len() >= 2, "two gated pods share node {node}: {per_node:?}");
+    let checker = GateChecker::start(cluster, "default").await;
+
+    let drain = tokio::process::Command::new("kubectl")
+        .args(["drain", &node, "--ignore-daemonsets", "--timeout=180s"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECACHEDIR", cluster.dir().join("kube-cache"))
+        .stdin(std::process::Stdio::null())
+        .output();
+    let drain = tokio::spawn(drain);
+
+    // The drain waits: the gated pods are still on the node, marked, while their hooks run.
+    wait_for("the gated pods on the node to be marked for deletion", DEADLINE, || async {
+        let now = pods(cluster, "drained").await;
+        let marked = now
+            .iter()
+            .filter(|p| on_node.contains(p.metadata.uid.as_ref().unwrap()))
+            .filter(|p| label(p, SPECIFIED_DELETE) == Some("true"))
+            .count();
+        (marked == on_node.len()).then_some(())
+    })
+    .await;
+    assert!(!drain.is_finished(), "the drain waits for the hooks");
+
+    let output = tokio::time::timeout(Duration::from_secs(240), drain).await.expect("the drain ends").unwrap().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("$ kubectl drain {node} --ignore-daemonsets\n{stdout}{stderr}");
+    assert!(output.status.success(), "the drain completes");
+    assert!(stderr.contains("will retry after 5s"), "kubectl drain retried the 429: {stderr}");
+
+    // Each pod left through its own Successful HookRun; the replacements run elsewhere.
+    wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
+    let after = pods(cluster, "drained").await;
+    for p in &after {
+        assert!(!on_node.contains(p.metadata.uid.as_ref().unwrap()), "the drained pods are gone");
+        assert_ne!(p.spec.as_ref().and_then(|s| s.node_name.as_deref()), Some(node.as_str()), "replacements elsewhere");
+    }
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.gated_deletions >= on_node.len(), "each drained pod consumed a run: {report:?}");
+    gated_cluster.cluster.shutdown().await;
+}
