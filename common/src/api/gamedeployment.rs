@@ -22,6 +22,10 @@ pub const DEFAULT_REVISION_HISTORY_LIMIT: i32 = 10;
 /// Most `spec.replicas`: Kubernetes supports clusters of at most 150,000 pods, so a GameDeployment above 100,000
 /// cannot run anyway, and the bound keeps one manifest from making the operator plan millions of pods.
 pub const MAX_REPLICAS: i32 = 100_000;
+/// Largest `podEndIndex` of the index-range annotation (`tkex.bkbcs.tencent.com/gamedeployment-index-range`):
+/// indices stay 32-bit integers, so a game server reading `POD_INDEX` into an `int` can. The annotation is not
+/// part of the CRD schema (a CRD cannot validate annotations), so the operator enforces it.
+pub const MAX_POD_INDEX_END: i64 = i32::MAX as i64;
 
 /// Most names in `spec.scaleStrategy.podsToDelete` (pod names are up to 253 bytes: the list stays well within
 /// the object size limit).

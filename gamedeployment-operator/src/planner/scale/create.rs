@@ -99,6 +99,14 @@ pub fn index_range(gd: &GameDeployment, replicas: i32) -> Result<Option<IndexRan
             range.pod_start_index, range.pod_end_index
         ));
     }
+    if range.pod_end_index > common::api::gamedeployment::MAX_POD_INDEX_END {
+        return Err(format!(
+            "index range [{}, {}) ends above the maximum {}: indices are 32-bit integers",
+            range.pod_start_index,
+            range.pod_end_index,
+            common::api::gamedeployment::MAX_POD_INDEX_END
+        ));
+    }
     if i64::from(replicas) > range.pod_end_index - range.pod_start_index {
         return Err(format!(
             "{replicas} replicas do not fit in the index range [{}, {})",
@@ -230,6 +238,16 @@ mod tests {
     }
 
     #[test]
+    fn index_ranges_above_the_maximum_are_refused() {
+        // The annotation is not in the CRD schema, so the operator is the only place that can bound it.
+        let on = |range: &str| gd(&[(keys::INDEX_ON, "true"), (keys::INDEX_RANGE, range)]);
+        let huge = index_range(&on(r#"{"podStartIndex":0,"podEndIndex":9000000000000000000}"#), 3);
+        assert!(huge.as_ref().is_err_and(|e| e.contains("maximum") && e.contains("2147483647")), "{huge:?}");
+        let top = format!(r#"{{"podStartIndex":0,"podEndIndex":{}}}"#, common::api::gamedeployment::MAX_POD_INDEX_END);
+        assert!(index_range(&on(&top), 3).is_ok(), "the maximum itself is allowed");
+    }
+
+    #[test]
     fn free_indices_skip_used_but_not_finished_pods() {
         let pod =
             |index: &str, phase: &str| fixtures::pod(index).annotation(keys::INDEX_ID, index).phase(phase).build();
@@ -240,12 +258,8 @@ mod tests {
 
     #[test]
     fn free_indices_of_a_huge_range_are_computed_lazily() {
-        // {"podStartIndex":0,"podEndIndex":9000000000000000000}: only the indices needed are produced.
-        let gd = gd(&[
-            (keys::INDEX_ON, "true"),
-            (keys::INDEX_RANGE, r#"{"podStartIndex":0,"podEndIndex":9000000000000000000}"#),
-        ]);
-        let range = index_range(&gd, 3).unwrap().unwrap();
+        // The largest range the annotation may name: only the indices needed are produced.
+        let range = IndexRange { pod_start_index: 0, pod_end_index: common::api::gamedeployment::MAX_POD_INDEX_END };
         let pod = |index: &str| fixtures::pod(index).annotation(keys::INDEX_ID, index).phase("Running").build();
         let (a, b) = (pod("0"), pod("2"));
         assert_eq!(free_indices(range, &[&a, &b], 3), [1, 3, 4]);
