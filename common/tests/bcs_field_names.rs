@@ -70,6 +70,7 @@ fn walkthrough_gamedeployment() -> GameDeployment {
             min_ready_seconds: 30,
             disable_readiness_gate: false,
             lifecycle: None,
+            volume_claim_templates: Vec::new(),
         },
     );
     gd.metadata.labels = Some(labels());

@@ -31,8 +31,9 @@ fn walk<'a>(schema: &'a JSONSchemaProps, path: &str, skip: &[&str], out: &mut Ve
 
 fn own_fields(schema: &JSONSchemaProps) -> Vec<(String, &JSONSchemaProps)> {
     let mut fields = Vec::new();
-    // The pod template's own fields and the label selector's are Kubernetes types, documented by Kubernetes.
-    walk(schema, "gd", &["gd.spec.template", "gd.spec.selector"], &mut fields);
+    // The pod template's own fields, the label selector's and the claim templates' specs are Kubernetes types,
+    // documented by Kubernetes.
+    walk(schema, "gd", &["gd.spec.template", "gd.spec.selector", "gd.spec.volumeClaimTemplates.spec"], &mut fields);
     fields
 }
 

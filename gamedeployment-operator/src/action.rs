@@ -23,6 +23,13 @@ impl PodRef {
     }
 }
 
+/// A PersistentVolumeClaim an action is about; the UID is the delete precondition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClaimRef {
+    pub name: String,
+    pub uid: String,
+}
+
 /// Why a pod is created (metric label and event text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CreateReason {
@@ -130,6 +137,19 @@ pub enum Action {
         cause: DeleteCause,
     },
     PatchPod(PodChange),
+    /// The claims (`spec.volumeClaimTemplates`) of the pod `pod` that do not exist yet: created right before it,
+    /// and the pod is not created if one fails ([`crate::volumes`]).
+    CreateClaims {
+        pod: String,
+        claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    },
+    /// Delete these claims: those of `pod` once its deletion succeeded (not if it was already gone: a pod that
+    /// disappeared out of band leaves its claims to its replacement), or free claims (`pod: None`,
+    /// `disablePVCReuse`).
+    DeleteClaims {
+        pod: Option<PodRef>,
+        claims: Vec<ClaimRef>,
+    },
     /// Remove from `spec.scaleStrategy.podsToDelete` the names of pods that are gone (the patch tests the list
     /// is still `expected`, so a concurrent user edit wins).
     PrunePodsToDelete {

@@ -23,4 +23,5 @@ pub(crate) mod patch;
 pub(crate) mod planner;
 pub(crate) mod priority;
 pub(crate) mod revision;
+pub(crate) mod volumes;
 pub mod webhook;

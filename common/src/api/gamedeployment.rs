@@ -4,7 +4,7 @@
 //! every field an existing BCS manifest uses is here under the same JSON name. Optional additions are marked
 //! "Addition" and listed in the README.
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
@@ -33,6 +33,14 @@ pub const MAX_PODS_TO_DELETE: usize = 1000;
 
 /// Most canary steps.
 pub const MAX_CANARY_STEPS: usize = 100;
+
+/// Most `spec.volumeClaimTemplates` (each pod gets one PVC per template; a pod with more volumes than this is not
+/// a game server).
+pub const MAX_VOLUME_CLAIM_TEMPLATES: usize = 16;
+
+/// Most terms in `updateStrategy.priorityStrategy.weightPriority`, `.orderPriority` and in
+/// `updateStrategy.scatterStrategy` (each term is evaluated for every pod of every pass).
+pub const MAX_UPDATE_ORDER_TERMS: usize = 32;
 
 // Printer columns repeat `type_ = ...`, which clippy mistakes for a duplicated attribute.
 #[allow(clippy::duplicated_attributes)]
@@ -167,6 +175,14 @@ pub struct GameDeploymentSpec {
     /// Do not inject the `InPlaceUpdateReady` readiness gate into new pods.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_readiness_gate: bool,
+    /// Addition (OpenKruise CloneSet): one PersistentVolumeClaim per pod per template, named
+    /// `<template>-<gamedeployment>-<instance id>`, labelled with the pod's instance id, owned by the
+    /// GameDeployment and mounted as the pod volume named like the template. Deleted with its pod on scale-in and
+    /// on a recreate update, kept by in-place updates; a pod deleted out of band is replaced by one with the same
+    /// instance id and the same claims (unless `scaleStrategy.disablePVCReuse`). At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::volume_claim_templates")]
+    pub volume_claim_templates: Vec<PersistentVolumeClaim>,
 }
 
 /// Most labels in a lifecycle hook's `labelsHandler`, and most finalizers in its `finalizersHandler`.
@@ -237,6 +253,16 @@ pub struct GameDeploymentScaleStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::int_or_percent")]
     pub create_batch: Option<IntOrString>,
+    /// Addition (OpenKruise CloneSet): most pods that may be unavailable while scaling out, an integer or a
+    /// percentage of replicas such as "20%" (rounded up): no new pod is created while this many are unavailable,
+    /// so scaling out waits for the new pods to become available. Default: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Addition (OpenKruise CloneSet v1alpha1): `true` deletes the claims of a pod that disappeared out of band
+    /// instead of giving them (and its instance id) to its replacement.
+    #[serde(default, rename = "disablePVCReuse", skip_serializing_if = "std::ops::Not::not")]
+    pub disable_pvc_reuse: bool,
 }
 
 /// How pods move to a new template.
@@ -275,6 +301,65 @@ pub struct GameDeploymentUpdateStrategy {
     /// Canary steps (partition, pause, hook) that every new template goes through, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStrategy>,
+    /// Addition (OpenKruise CloneSet): which pods are updated first, by weights over label selectors or by the
+    /// number at the end of a label value. Set one of the two lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_strategy: Option<UpdatePriorityStrategy>,
+    /// Addition (OpenKruise CloneSet): spread the pods carrying each `key: value` label evenly through the update
+    /// order (3 such pods among 10 are updated 1st, 6th and 10th). At most 32 terms.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_UPDATE_ORDER_TERMS))]
+    pub scatter_strategy: Vec<UpdateScatterTerm>,
+}
+
+/// Update priority (OpenKruise `UpdatePriorityStrategy`): only one of `weightPriority` and `orderPriority`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePriorityStrategy {
+    /// A pod's priority is the sum of the weights of the terms whose selector matches its labels; higher goes
+    /// first. At most 32 terms.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_UPDATE_ORDER_TERMS))]
+    pub weight_priority: Vec<UpdatePriorityWeightTerm>,
+    /// Pods are ordered by the integer at the end of the value of the first of these label keys they carry
+    /// (`"5"` is 5, `"sts-10"` is 10; no digits is 0); higher goes first. Pods with the first key come before
+    /// pods with only the second, and so on; pods with none of the keys go before all of them (as CloneSet). At
+    /// most 32 terms.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_UPDATE_ORDER_TERMS))]
+    pub order_priority: Vec<UpdatePriorityOrderTerm>,
+}
+
+/// One weight term.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePriorityWeightTerm {
+    /// Added to the priority of every pod the selector matches, 1 to 100.
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: i32,
+    /// Label selector over the pod's labels.
+    pub match_selector: LabelSelector,
+}
+
+/// One order term.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdatePriorityOrderTerm {
+    /// The label key whose value's trailing integer is the priority.
+    #[schemars(length(min = 1, max = 317))]
+    pub ordered_key: String,
+}
+
+/// One scatter term: pods labelled `key: value`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateScatterTerm {
+    /// The label key.
+    #[schemars(length(min = 1, max = 317))]
+    pub key: String,
+    /// The label value.
+    #[schemars(length(max = 63))]
+    pub value: String,
 }
 
 fn default_max_unavailable() -> Option<IntOrString> {
@@ -295,6 +380,8 @@ impl Default for GameDeploymentUpdateStrategy {
             paused: false,
             in_place_update_strategy: None,
             canary: None,
+            priority_strategy: None,
+            scatter_strategy: Vec::new(),
         }
     }
 }
@@ -321,7 +408,9 @@ pub struct InPlaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "is_zero")]
     #[schemars(range(min = 0))]
     pub grace_period_seconds: i32,
-    /// Container ordering during an in-place update (kourse API; accepted, containers are updated together).
+    /// Container ordering during an in-place update (kourse API): `DisOrdered` (default) updates the changed
+    /// containers together. `OrderedReady` and `OrderedUpdated` are refused (FailedUpdate, no update starts) for a
+    /// template with more than one container, where they would matter: the operator does not order containers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<InPlaceUpdatePolicy>,
 }

@@ -110,3 +110,54 @@ pub fn pod_template(generator: &mut SchemaGenerator) -> Schema {
     }
     schema
 }
+
+/// `spec.volumeClaimTemplates`: PersistentVolumeClaim schemas as controller-gen emits them for CloneSet (no
+/// descriptions, embedded `metadata` kept whole), at most
+/// [`MAX_VOLUME_CLAIM_TEMPLATES`](super::gamedeployment::MAX_VOLUME_CLAIM_TEMPLATES), each named (the name is the pod
+/// volume's and the claim name's prefix: a DNS label).
+pub fn volume_claim_templates(generator: &mut SchemaGenerator) -> Schema {
+    let mut item = k8s_openapi::api::core::v1::PersistentVolumeClaim::json_schema(generator).to_value();
+    strip_descriptions(&mut item);
+    if let Some(props) = item.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        props.remove("status");
+        props.remove("apiVersion");
+        props.remove("kind");
+        props.insert(
+            "metadata".into(),
+            serde_json::json!({
+                "type": "object",
+                "description": "The claim template's name (the pod volume's name and the claim names' prefix), labels and annotations.",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "required": ["name"],
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "maxLength": 63,
+                        "pattern": DNS_LABEL_PATTERN,
+                        "description": "Name of the pod volume; each pod's claim is named <name>-<gamedeployment>-<instance id>."
+                    }
+                }
+            }),
+        );
+        if let Some(spec) = props.get_mut("spec").and_then(|s| s.as_object_mut()) {
+            spec.insert(
+                "description".into(),
+                serde_json::json!(
+                    "The PersistentVolumeClaim spec each pod's claim gets (Kubernetes PersistentVolumeClaimSpec)."
+                ),
+            );
+        }
+    }
+    if let Some(obj) = item.as_object_mut() {
+        obj.insert("required".into(), serde_json::json!(["metadata"]));
+    }
+    let value = serde_json::json!({
+        "type": "array",
+        "maxItems": super::gamedeployment::MAX_VOLUME_CLAIM_TEMPLATES,
+        "items": item
+    });
+    Schema::try_from(value).unwrap_or_else(|_| json_schema!({ "type": "array" }))
+}
+
+/// A DNS-1123 label (Kubernetes volume names and name segments).
+pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";

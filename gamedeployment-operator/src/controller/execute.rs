@@ -5,7 +5,7 @@
 //! A patch whose `test` precondition fails (422) or that conflicts (409) was planned on a stale cache: it is not
 //! an error — the next pass, on fresher data, decides again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,13 +13,13 @@ use common::api::{GameDeployment, HookRun};
 use common::hookrun::HookKind;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 use super::Context;
-use crate::action::{Action, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
+use crate::action::{Action, ClaimRef, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
 use crate::action::{PlannedEvent, Related};
 use crate::gate::{self, DeleteCause, GateKind};
 use crate::lifecycle::{self, LifecycleState};
@@ -110,8 +110,9 @@ impl Executor<'_> {
         for pod in actions.release {
             self.release(pod, &mut outcome).await;
         }
-        self.delete_pods(actions.deletes, &mut outcome).await;
-        self.create_pods(actions.creates, &mut outcome).await;
+        let deleted = self.delete_pods(actions.deletes, &mut outcome).await;
+        self.delete_claims(&actions.delete_claims, &deleted, &mut outcome).await;
+        self.create_pods(actions.creates, &actions.claims, &mut outcome).await;
         self.patch_pods(actions.patches, &mut outcome).await;
         for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
@@ -274,9 +275,11 @@ impl Executor<'_> {
         }
     }
 
-    async fn delete_pods(&self, deletes: Vec<(PodRef, DeleteCause)>, outcome: &mut WriteOutcome) {
+    /// Returns the UIDs of the pods deleted.
+    async fn delete_pods(&self, deletes: Vec<(PodRef, DeleteCause)>, outcome: &mut WriteOutcome) -> BTreeSet<String> {
+        let mut deleted = BTreeSet::new();
         if deletes.is_empty() {
-            return;
+            return deleted;
         }
         let api = self.pods();
         let now = Instant::now();
@@ -304,6 +307,7 @@ impl Executor<'_> {
             let phase = if recreate { Phase::Update } else { Phase::Scale };
             match result {
                 Ok(()) => {
+                    deleted.insert(pod.uid.clone());
                     self.ctx.metrics.pods_deleted.get_or_create(&ReasonLabels { reason: cause.as_str().into() }).inc();
                     self.gate_released(&pod, Some(GateKind::Delete(cause)));
                     outcome.succeeded.insert(phase);
@@ -342,9 +346,15 @@ impl Executor<'_> {
                 }
             }
         }
+        deleted
     }
 
-    async fn create_pods(&self, creates: Vec<(Pod, CreateReason)>, outcome: &mut WriteOutcome) {
+    async fn create_pods(
+        &self,
+        creates: Vec<(Pod, CreateReason)>,
+        claims: &HashMap<&str, &[PersistentVolumeClaim]>,
+        outcome: &mut WriteOutcome,
+    ) {
         let api = self.pods();
         let mut remaining = creates.into_iter();
         let mut batch = 1usize;
@@ -359,7 +369,12 @@ impl Executor<'_> {
             }
             let results = futures::future::join_all(wave.into_iter().map(|(pod, reason)| {
                 let api = api.clone();
+                let pod_claims = claims.get(pod.name_any().as_str()).copied().unwrap_or_default();
                 async move {
+                    // The pod's claims first: a pod whose claim could not be made is not created.
+                    if let Err(e) = self.create_claims(pod_claims).await {
+                        return (pod, reason, Err(e));
+                    }
                     let result = api.create(&PostParams::default(), &pod).await;
                     (pod, reason, result)
                 }
@@ -541,6 +556,60 @@ impl Executor<'_> {
     }
 }
 
+/// Claims of `spec.volumeClaimTemplates` ([`crate::volumes`]).
+impl Executor<'_> {
+    fn claims(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.ctx.client.clone(), &self.namespace())
+    }
+
+    /// Creates a new pod's claims; one that exists already (an earlier pass made it) is fine.
+    async fn create_claims(&self, claims: &[PersistentVolumeClaim]) -> Result<(), kube::Error> {
+        let api = self.claims();
+        for claim in claims {
+            match api.create(&PostParams::default(), claim).await {
+                Ok(_) => {}
+                Err(e) if code(&e) == Some(409) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the claims of the pods deleted this pass (`deleted`: their UIDs) and free claims (no pod). The
+    /// claims of a pod whose deletion failed or found it gone stay (gone: it disappeared out of band, and its
+    /// replacement reuses them).
+    async fn delete_claims(
+        &self,
+        deletes: &[(Option<&PodRef>, &[ClaimRef])],
+        deleted: &BTreeSet<String>,
+        outcome: &mut WriteOutcome,
+    ) {
+        let api = self.claims();
+        for (pod, claims) in deletes {
+            if pod.is_some_and(|p| !deleted.contains(&p.uid)) {
+                continue;
+            }
+            for claim in claims.iter() {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions { uid: Some(claim.uid.clone()), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                let message = format!("claim {} {}", claim.name, crate::volumes::describe(*pod));
+                match api.delete(&claim.name, &params).await {
+                    Ok(_) => {
+                        outcome.events.push(PlannedEvent::normal("SuccessfulDeletePVC", format!("deleted {message}")))
+                    }
+                    Err(e) if matches!(code(&e), Some(404 | 409)) => outcome.stale += 1,
+                    Err(e) => outcome.fail(
+                        Phase::Scale,
+                        PlannedEvent::warning("FailedDeletePVC", format!("deleting {message}: {e}")),
+                    ),
+                }
+            }
+        }
+    }
+}
+
 impl Executor<'_> {
     fn hook_runs(&self) -> Api<HookRun> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
@@ -658,6 +727,9 @@ struct Grouped<'p> {
     patches: Vec<PodChange>,
     /// `PrunePodsToDelete` and `DeleteRevision`.
     housekeeping: Vec<&'p Action>,
+    /// The claims to create before each new pod, by pod name.
+    claims: HashMap<&'p str, &'p [PersistentVolumeClaim]>,
+    delete_claims: Vec<(Option<&'p PodRef>, &'p [ClaimRef])>,
     create_runs: Vec<&'p HookRun>,
     delete_runs: Vec<(&'p str, &'p str, &'p str)>,
     set_paused: Vec<(bool, &'p str, &'p str)>,
@@ -682,6 +754,10 @@ impl<'p> Grouped<'p> {
                     g.set_paused.push((*paused, resource_version, why))
                 }
                 Action::ResetRetry { kind, resource_version } => g.reset_retry.push((*kind, resource_version)),
+                Action::CreateClaims { pod, claims } => {
+                    g.claims.insert(pod.as_str(), claims.as_slice());
+                }
+                Action::DeleteClaims { pod, claims } => g.delete_claims.push((pod.as_ref(), claims.as_slice())),
             }
         }
         g

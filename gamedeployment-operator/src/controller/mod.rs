@@ -22,7 +22,7 @@ use common::hookrun::HookKind;
 use common::keys;
 use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig};
@@ -103,6 +103,8 @@ pub struct Context {
     pub revisions: Store<ControllerRevision>,
     pub hook_runs: Store<HookRun>,
     pub hook_templates: Store<HookTemplate>,
+    /// PersistentVolumeClaims carrying an instance-id label (those of `spec.volumeClaimTemplates`).
+    pub claims: Store<PersistentVolumeClaim>,
     /// HookRuns we created or deleted that the cache does not show yet.
     hook_overlay: overlay::HookOverlay,
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
@@ -389,6 +391,7 @@ struct Snapshot {
     hook_runs: Vec<HookRun>,
     hook_templates: Vec<HookTemplate>,
     node_costs: BTreeMap<String, f64>,
+    claims: Vec<Arc<PersistentVolumeClaim>>,
 }
 
 enum Observation {
@@ -452,6 +455,16 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
     let hook_runs = ctx.hook_overlay.apply(&namespace, cached_runs);
     let hook_templates: Vec<HookTemplate> =
         ctx.hook_templates.state().iter().filter(|t| in_namespace(t.namespace())).map(|t| t.as_ref().clone()).collect();
+    let claims: Vec<Arc<PersistentVolumeClaim>> = ctx
+        .claims
+        .state()
+        .into_iter()
+        .filter(|c| in_namespace(c.namespace()))
+        .filter(|c| {
+            ownership::controller_of(c.metadata.owner_references.as_ref())
+                .is_some_and(|o| ownership::is_owned_by(o, &gd))
+        })
+        .collect();
     Ok(Observation::Ready(Box::new(Snapshot {
         key,
         namespace,
@@ -462,6 +475,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
         hook_runs,
         hook_templates,
         node_costs: ctx.node_costs(),
+        claims,
     })))
 }
 
@@ -497,6 +511,7 @@ fn plan(snapshot: &Snapshot) -> Plan {
         seed: random_seed(),
         hook_runs: &snapshot.hook_runs,
         hook_templates: &snapshot.hook_templates,
+        claims: snapshot.claims.iter().map(AsRef::as_ref).collect(),
     };
     planner::plan(&observed)
 }
@@ -695,6 +710,14 @@ pub async fn run(
     let hook_run_stream = hook_run_events.touched_objects();
     let (template_reader, template_events) = watch::cached(api::<HookTemplate>(&client, namespace));
     let template_stream = template_events.touched_objects();
+    // Only claims with an instance-id label: those the operator makes from `spec.volumeClaimTemplates`.
+    let (claim_reader, claim_writer) = kube::runtime::reflector::store::<PersistentVolumeClaim>();
+    let claim_config = kube::runtime::watcher::Config::default().labels(keys::INSTANCE_ID).any_semantic();
+    let claim_stream = kube::runtime::watcher(api::<PersistentVolumeClaim>(&client, namespace), claim_config)
+        .default_backoff()
+        .modify(|claim| claim.metadata.managed_fields = None)
+        .reflect(claim_writer)
+        .touched_objects();
 
     let nodes = if config.node_costs {
         let (node_reader, node_events) = watch::cached(Api::<PartialObjectMeta<Node>>::all(client.clone()));
@@ -718,6 +741,7 @@ pub async fn run(
         revisions: revision_reader.clone(),
         hook_runs: hook_run_reader.clone(),
         hook_templates: template_reader.clone(),
+        claims: claim_reader.clone(),
         hook_overlay: overlay::HookOverlay::new(config.expectations_timeout),
         nodes,
         expectations: Expectations::new(config.expectations_timeout),
@@ -737,10 +761,12 @@ pub async fn run(
     tokio::spawn({
         let (pods, revisions) = (pod_reader.clone(), revision_reader.clone());
         let (runs, templates) = (hook_run_reader.clone(), template_reader.clone());
+        let claims = claim_reader.clone();
         async move {
             let (p, r) = future::join(pods.wait_until_ready(), revisions.wait_until_ready()).await;
             let (h, t) = future::join(runs.wait_until_ready(), templates.wait_until_ready()).await;
-            if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() {
+            let c = claims.wait_until_ready().await;
+            if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() && c.is_ok() {
                 tracing::info!("caches synced");
                 synced.store(true, Ordering::Release);
                 on_ready();
@@ -774,6 +800,7 @@ pub async fn run(
         .watches_stream(pod_stream, move |pod: Pod| pod_owners(&pod, &mapper_store))
         .owns_stream(revision_stream)
         .owns_stream(hook_run_stream)
+        .owns_stream(claim_stream)
         .watches_stream(template_stream, move |t: HookTemplate| template_users(&t, &template_store))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

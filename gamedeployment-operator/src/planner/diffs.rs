@@ -82,7 +82,10 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
     if up > 0 {
         let not_ready = count_where(infos, |i| !i.ready);
         let window = settings.create_batch.map_or(up, |batch| batch.saturating_sub(not_ready).max(0));
-        diffs.create = up.min(window);
+        // scaleStrategy.maxUnavailable (CloneSet `scaleUpLimit`): unavailable pods use up the room for new ones.
+        let unavailable = count_where(infos, |i| !i.specified && !i.update_available());
+        let limit = settings.scale_max_unavailable.map_or(up, |max| max.saturating_sub(unavailable).max(0));
+        diffs.create = up.min(window).min(limit);
         diffs.create_old = diffs.create.min(partition.saturating_sub(old).max(0));
         diffs.create_for_replicas = settings.replicas.saturating_sub(pods).max(0);
     }
@@ -279,6 +282,7 @@ mod tests {
                 g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
                     pods_to_delete: vec![],
                     create_batch: Some(batch),
+                    ..Default::default()
                 });
             }
             let mut pass = Pass::new(g).old(r.old).updated(r.updated);
@@ -302,6 +306,7 @@ mod tests {
         g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
             pods_to_delete: vec!["game-o0".into()],
             create_batch: None,
+            ..Default::default()
         });
         let pass = Pass::new(g).old(3);
         let settings = pass.settings();

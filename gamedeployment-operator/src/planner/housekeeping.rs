@@ -138,6 +138,7 @@ mod tests {
         g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
             pods_to_delete: vec!["game-o0".into(), "gone".into()],
             create_batch: None,
+            ..Default::default()
         });
         let pass = Pass::new(g).old(1);
         let pods: Vec<&Pod> = pass.pods.iter().collect();

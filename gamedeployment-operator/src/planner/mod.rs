@@ -158,6 +158,10 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         if update_ran {
             update::plan(&settings, &diffs, &infos, &mut draft);
         }
+        // Claims follow the pods created and deleted above (`spec.volumeClaimTemplates`).
+        let claims =
+            crate::volumes::Claims { gd, claims: &observed.claims, namespace_pods: &observed.pods, owned: &owned };
+        crate::volumes::plan(&claims, &mut draft.actions);
         // 7. Refresh.
         refresh::plan(&settings, &infos, &mut draft);
         // 8. Housekeeping.

@@ -103,7 +103,7 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
         && let Some(name) = world.pods.first().and_then(|p| p.metadata.name.clone())
     {
         world.gd.spec.scale_strategy =
-            Some(GameDeploymentScaleStrategy { pods_to_delete: vec![name], create_batch: None });
+            Some(GameDeploymentScaleStrategy { pods_to_delete: vec![name], create_batch: None, ..Default::default() });
     }
 
     let replicas = s.replicas;

@@ -37,6 +37,8 @@ pub struct Observed<'a> {
     pub hook_runs: &'a [HookRun],
     /// The namespace's HookTemplates.
     pub hook_templates: &'a [HookTemplate],
+    /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::volumes`]).
+    pub claims: Vec<&'a k8s_openapi::api::core::v1::PersistentVolumeClaim>,
 }
 
 /// The settings of one pass, resolved from the spec (int-or-percent values scaled, defaults applied) and the
@@ -51,6 +53,8 @@ pub(crate) struct Settings<'a> {
     /// Extra pods allowed during a RollingUpdate (0 for the other strategies; while paused, only those that exist).
     pub max_surge: i32,
     pub create_batch: Option<i32>,
+    /// `scaleStrategy.maxUnavailable` (rounded up): no pods are created while this many are unavailable.
+    pub scale_max_unavailable: Option<i32>,
     pub strategy: GameDeploymentUpdateStrategyType,
     pub paused: bool,
     pub min_ready_seconds: i32,
@@ -214,6 +218,22 @@ pub(crate) fn resolve<'a>(
     let create_batch = gd.spec.scale_strategy.as_ref().and_then(|s| s.create_batch.as_ref()).map(|batch| {
         resolve(Some(batch), replicas, Rounding::Up, "spec.scaleStrategy.createBatch", Failure::Scale).max(1)
     });
+    let scale_max_unavailable =
+        gd.spec.scale_strategy.as_ref().and_then(|s| s.max_unavailable.as_ref()).map(|value| {
+            resolve(Some(value), replicas, Rounding::Up, "spec.scaleStrategy.maxUnavailable", Failure::Scale)
+        });
+    if let Err(problem) = crate::priority::validate_update_order(strategy) {
+        problems.push((Failure::Update, format!("{problem}: not updating")));
+        update_settings_ok = false;
+    }
+    if let Some(problem) = in_place_policy_problem(gd) {
+        problems.push((Failure::Update, problem));
+        update_settings_ok = false;
+    }
+    if let Err(problem) = crate::volumes::validate(gd) {
+        problems.push((Failure::Scale, format!("{problem}: not scaling")));
+        scale_settings_ok = false;
+    }
     let unavailable_setting = strategy.max_unavailable.as_ref();
     // maxSurge only applies to RollingUpdate here (BCS surges every strategy, bug list §7.26).
     let rolling = strategy.type_ == GameDeploymentUpdateStrategyType::RollingUpdate;
@@ -236,6 +256,7 @@ pub(crate) fn resolve<'a>(
         max_unavailable,
         max_surge,
         create_batch,
+        scale_max_unavailable,
         strategy: strategy.type_,
         paused: strategy.paused,
         min_ready_seconds: gd.spec.min_ready_seconds.max(0),
@@ -248,6 +269,29 @@ pub(crate) fn resolve<'a>(
         update_settings_ok,
         scale_settings_ok,
     }
+}
+
+/// `inPlaceUpdateStrategy.policy` `OrderedReady` / `OrderedUpdated` (kourse API, never implemented by BCS) asks
+/// for the containers of a pod to be updated one after the other. The operator updates the changed containers of
+/// a pod together, so with more than one container in the template it refuses the policy rather than ignore it;
+/// with one container every policy is the same and nothing is refused.
+fn in_place_policy_problem(gd: &GameDeployment) -> Option<String> {
+    use common::api::InPlaceUpdatePolicy;
+    let strategy = &gd.spec.update_strategy;
+    let policy = strategy.in_place_update_strategy.as_ref()?.policy?;
+    let in_place = matches!(
+        strategy.type_,
+        GameDeploymentUpdateStrategyType::InplaceUpdate | GameDeploymentUpdateStrategyType::HotPatchUpdate
+    );
+    let containers = gd.spec.template.spec.as_ref().map_or(0, |s| s.containers.len());
+    if policy == InPlaceUpdatePolicy::DisOrdered || !in_place || containers <= 1 {
+        return None;
+    }
+    Some(format!(
+        "spec.updateStrategy.inPlaceUpdateStrategy.policy {policy:?} is not supported with {containers} containers: \
+         this operator updates the changed containers of a pod together (DisOrdered); set policy to DisOrdered or \
+         remove it: not updating"
+    ))
 }
 
 /// One [`PodInfo`] per active pod, sorted by name.
@@ -360,6 +404,7 @@ pub(crate) mod builder {
                 seed: 7,
                 hook_runs: &self.hook_runs,
                 hook_templates: &self.hook_templates,
+                claims: Vec::new(),
             };
             let mut old: PodTemplateSpec = self.gd.spec.template.clone();
             if let Some(spec) = old.spec.as_mut() {
@@ -416,6 +461,7 @@ mod tests {
         g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
             pods_to_delete: (0..=MAX_PODS_TO_DELETE).map(|i| format!("game-{i}")).collect(),
             create_batch: None,
+            ..Default::default()
         });
         g.spec.update_strategy.canary =
             Some(common::api::CanaryStrategy { steps: vec![common::api::CanaryStep::default(); MAX_CANARY_STEPS + 1] });
@@ -441,6 +487,7 @@ mod tests {
         g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
             pods_to_delete: vec!["game-o0".into()],
             create_batch: None,
+            ..Default::default()
         });
         let pass =
             Pass::new(g).updated(1).old(1).pod(fixtures::pod("game-a").serving(OLD, "game:0", 10).not_ready().build());

@@ -354,6 +354,7 @@ fn pods_to_delete_replaces_and_prunes() {
     world.gd.spec.scale_strategy = Some(GameDeploymentScaleStrategy {
         pods_to_delete: vec![victim.clone(), "gone-pod".into()],
         create_batch: None,
+        ..Default::default()
     });
     let plan = world.pass();
     assert_eq!(deletes(&plan), [(victim.clone(), DeleteCause::PodsToDelete)]);
@@ -373,7 +374,7 @@ fn pods_to_delete_with_lower_replicas_is_a_targeted_scale_in() {
     let mut world = settled(gd(4, "RollingUpdate"));
     let victims: Vec<String> = world.pods[..2].iter().map(|p| p.metadata.name.clone().unwrap()).collect();
     world.gd.spec.scale_strategy =
-        Some(GameDeploymentScaleStrategy { pods_to_delete: victims.clone(), create_batch: None });
+        Some(GameDeploymentScaleStrategy { pods_to_delete: victims.clone(), create_batch: None, ..Default::default() });
     world.gd.spec.replicas = Some(2);
     let plan = world.pass();
     let mut deleted: Vec<String> = deletes(&plan).into_iter().map(|(n, _)| n).collect();
@@ -467,8 +468,11 @@ fn rollback_during_the_grace_period_cancels_it() {
 #[test]
 fn create_batch_limits_pods_starting_at_once() {
     let mut g = gd(10, "RollingUpdate");
-    g.spec.scale_strategy =
-        Some(GameDeploymentScaleStrategy { pods_to_delete: vec![], create_batch: Some(IntOrString::Int(3)) });
+    g.spec.scale_strategy = Some(GameDeploymentScaleStrategy {
+        pods_to_delete: vec![],
+        create_batch: Some(IntOrString::Int(3)),
+        ..Default::default()
+    });
     let mut world = World::new(g);
     let plan = world.pass();
     assert_eq!(creates(&plan), 3);

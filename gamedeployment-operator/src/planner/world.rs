@@ -67,6 +67,7 @@ impl World {
             seed: self.seed,
             hook_runs: &self.hook_runs,
             hook_templates: &self.hook_templates,
+            claims: Vec::new(),
         };
         plan(&observed)
     }
@@ -211,6 +212,8 @@ impl World {
                     }
                 }
             }
+            // Claims are not simulated here (the World has no volumeClaimTemplates); `crate::volumes` tests them.
+            Action::CreateClaims { .. } | Action::DeleteClaims { .. } => {}
         }
     }
 

@@ -247,6 +247,7 @@ mod tests {
         g.spec.scale_strategy = Some(common::api::GameDeploymentScaleStrategy {
             pods_to_delete: vec!["game-n0".into(), "game-n1".into()],
             create_batch: None,
+            ..Default::default()
         });
         let pass = Pass::new(g).updated(3);
         let settings = pass.settings();

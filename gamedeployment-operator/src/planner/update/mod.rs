@@ -3,7 +3,8 @@
 //!
 //! - how many: `diffs.update`, old pods beyond the partition (pods named in `podsToDelete` or held by scaling
 //!   this pass are left out);
-//! - which: [`batch`] takes candidates in [`crate::priority::update_order`] — pods already held by a gate first
+//! - which: [`batch`] takes candidates in [`crate::priority::update_sequence`] (with the CloneSet
+//!   `priorityStrategy` / `scatterStrategy`) — pods already held by a gate first
 //!   (they are re-checked, not chosen again), then unavailable pods (updating them costs nothing), then the
 //!   least valuable available pods, each available pod paying one of the unavailable budget, so our own actions
 //!   never take availability below `replicas − maxUnavailable`;
@@ -37,7 +38,7 @@ pub(crate) fn batch<'i, 'a>(
     infos: &'i [PodInfo<'a>],
     draft: &Draft,
 ) -> Vec<&'i PodInfo<'a>> {
-    let mut candidates: Vec<&'i PodInfo<'a>> =
+    let candidates: Vec<&'i PodInfo<'a>> =
         infos.iter().filter(|i| !i.updated && !i.specified && !draft.is_touched(i.name)).collect();
     let elsewhere = count_where(infos, |i| !i.updated && !i.specified) - count(candidates.len());
     let need = diffs.update_after(elsewhere);
@@ -45,7 +46,11 @@ pub(crate) fn batch<'i, 'a>(
     if need == 0 {
         return chosen;
     }
-    candidates.sort_by(|a, b| priority::update_order(a.pod, b.pod));
+    // Default order, then `priorityStrategy` / `scatterStrategy`, held pods first (`crate::priority`).
+    let pods: Vec<&k8s_openapi::api::core::v1::Pod> = candidates.iter().map(|i| i.pod).collect();
+    let all: Vec<&k8s_openapi::api::core::v1::Pod> = infos.iter().map(|i| i.pod).collect();
+    let order = priority::update_sequence(&pods, &all, &settings.gd.spec.update_strategy);
+    let candidates: Vec<&'i PodInfo<'a>> = order.into_iter().map(|i| candidates[i]).collect();
     let mut budget = diffs.budget;
     let mut taken = 0;
     for info in candidates {
