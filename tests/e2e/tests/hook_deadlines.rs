@@ -133,7 +133,10 @@ async fn a_hook_that_never_succeeds_releases_its_pod_at_the_hard_deadline() {
         assert_ne!(run.status.and_then(|s| s.phase), Some(HookPhase::Successful));
     }
     wait_for("the victim to be deleted", LONG, || async {
-        live(pods(&cluster, NAME).await).iter().all(|p| p.metadata.name.as_deref() != Some(victim.as_str())).then_some(())
+        live(pods(&cluster, NAME).await)
+            .iter()
+            .all(|p| p.metadata.name.as_deref() != Some(victim.as_str()))
+            .then_some(())
     })
     .await;
     let events = wait_for("a HookReleased Warning Event", LONG, || async {
@@ -268,21 +271,26 @@ spec:
     });
 
     cluster.kubectl_ok(&["scale", "gamedeployment", NAME, "--replicas=1"]).await;
-    wait_for("the scale-in to complete", LONG, || async { (live(pods(&cluster, NAME).await).len() == 1).then_some(()) })
-        .await;
+    wait_for("the scale-in to complete", LONG, || async {
+        (live(pods(&cluster, NAME).await).len() == 1).then_some(())
+    })
+    .await;
     watch.abort();
     let seen = seen.lock().expect("not poisoned").clone();
     println!("runs: {:#?}", seen.keys().collect::<Vec<_>>());
     let phase = |r: &HookRun| r.status.as_ref().and_then(|s| s.phase);
     let first = seen.values().find(|r| !r.metadata.name.as_deref().unwrap_or("").ends_with(".1")).expect("first run");
-    let retried = seen.values().find(|r| r.metadata.name.as_deref().unwrap_or("").ends_with(".1")).expect("a retry run");
+    let retried =
+        seen.values().find(|r| r.metadata.name.as_deref().unwrap_or("").ends_with(".1")).expect("a retry run");
     assert_eq!(seen.len(), 2, "one failed run and one retry");
     assert_eq!(phase(first), Some(HookPhase::Failed), "{first:#?}");
     assert_eq!(phase(retried), Some(HookPhase::Successful), "{retried:#?}");
     let failed_at = first
         .status
         .as_ref()
-        .and_then(|s| s.metric_results.iter().flat_map(|m| m.measurements.iter()).filter_map(|m| m.finished_at.clone()).max())
+        .and_then(|s| {
+            s.metric_results.iter().flat_map(|m| m.measurements.iter()).filter_map(|m| m.finished_at.clone()).max()
+        })
         .expect("the failed measurement finished")
         .0;
     let retried_at = retried.metadata.creation_timestamp.clone().expect("created").0;
