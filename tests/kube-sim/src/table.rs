@@ -322,6 +322,11 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             col("Holder", "string", "", "HolderIdentity contains the identity of the holder of a current lease.", 0),
             age_col(),
         ],
+        (_, "ValidatingWebhookConfiguration") => vec![
+            name_col(),
+            col("Webhooks", "integer", "", "Webhooks indicates the number of webhooks registered in this configuration", 0),
+            age_col(),
+        ],
         _ => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
     }
 }
@@ -446,6 +451,11 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
             ]
         }
         (_, "Lease") => vec![name, json!(s(obj, &["spec", "holderIdentity"])), json!(age(obj))],
+        (_, "ValidatingWebhookConfiguration") => vec![
+            name,
+            json!(obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len)),
+            json!(age(obj)),
+        ],
         _ => vec![name, json!(meta::meta_str(obj, "creationTimestamp"))],
     }
 }

@@ -403,6 +403,70 @@ mod tests {
         assert_eq!(e.message, "admission webhook \"d.example.com\" denied the request: Because");
     }
 
+    fn registry() -> Registry {
+        Registry::new(crate::store::Store::new(100, 100), std::sync::Arc::new(crate::resources::Catalog::new()))
+    }
+
+    fn webhook(side_effects: &str, rules: Value) -> Webhook {
+        let config = json!({"metadata": {"name": "c"}, "webhooks": [{"name": "w.example.com", "sideEffects": side_effects,
+            "admissionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/"}, "rules": rules}]});
+        config::webhooks(&config).remove(0)
+    }
+
+    #[test]
+    fn rules_match_operations_resources_subresources_and_scope() {
+        let reg = registry();
+        let user = UserInfo::admin();
+        let rd = |g: &str, r: &str| reg.catalog.get(g, "v1", r).unwrap();
+        let (pods, nodes, namespaces) = (rd("", "pods"), rd("", "nodes"), rd("", "namespaces"));
+        let req = |rd, sub| Request { rd, subresource: sub, namespace: "", user: &user, dry_run: false };
+        let matches = |rule: Value, op: Operation, r: &Request<'_>| {
+            let h = webhook("None", json!([rule]));
+            let kind = (r.rd.group.clone(), r.rd.version.clone(), r.rd.kind.clone());
+            Admission::default().invocation(&reg, &h, op, &kind, r).is_some()
+        };
+        let rule = |ops: &[&str], res: &[&str], scope: &str| {
+            json!({"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": res, "scope": scope})
+        };
+        let pod = req(&pods, "");
+        let eviction = req(&pods, "eviction");
+        assert!(matches(rule(&["*"], &["pods"], "*"), Operation::Delete, &pod));
+        assert!(!matches(rule(&["CREATE"], &["pods"], "*"), Operation::Delete, &pod));
+        assert!(!matches(rule(&["*"], &["pods"], "*"), Operation::Create, &eviction), "pods is not pods/eviction");
+        assert!(!matches(rule(&["*"], &["*"], "*"), Operation::Create, &eviction), "* is no subresource");
+        assert!(matches(rule(&["*"], &["*/*"], "*"), Operation::Create, &eviction));
+        assert!(matches(rule(&["*"], &["pods/*"], "*"), Operation::Create, &eviction));
+        assert!(matches(rule(&["*"], &["*/eviction"], "*"), Operation::Create, &eviction));
+        assert!(matches(rule(&["*"], &["*"], "Namespaced"), Operation::Create, &pod));
+        assert!(!matches(rule(&["*"], &["*"], "Cluster"), Operation::Create, &pod));
+        assert!(matches(rule(&["*"], &["*"], "Cluster"), Operation::Create, &req(&nodes, "")));
+        // Namespaces are cluster-scoped.
+        assert!(matches(rule(&["*"], &["*"], "Cluster"), Operation::Create, &req(&namespaces, "")));
+        assert!(!matches(rule(&["*"], &["*"], "Namespaced"), Operation::Create, &req(&namespaces, "")));
+    }
+
+    #[tokio::test]
+    async fn dry_runs_are_refused_by_webhooks_with_side_effects() {
+        // v1 only stores None/NoneOnDryRun, so this is the dispatcher's rule for configurations
+        // stored through older versions (sideEffects Some/Unknown): refuse the dry run, call nothing.
+        let reg = registry();
+        let user = UserInfo::admin();
+        let cms = reg.catalog.get("", "v1", "configmaps").unwrap();
+        let hooks = vec![webhook("Unknown", json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}]))];
+        let attempt = Attempt {
+            operation: Operation::Create,
+            kind: ("".into(), "v1".into(), "ConfigMap".into()),
+            name: "x".into(),
+            object: Some(json!({"metadata": {"name": "x"}})),
+            old_object: None,
+            options: options(Operation::Create, true, None, None),
+        };
+        let dry = Request { rd: &cms, subresource: "", namespace: "default", user: &user, dry_run: true };
+        let e = Admission::default().validate(&reg, &hooks, &dry, &attempt).await.unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+        assert_eq!(e.message, "admission webhook \"w.example.com\" does not support dry run");
+    }
+
     #[test]
     fn delete_options_carry_the_request_options() {
         let o = options(Operation::Delete, true, None, Some(&json!({"gracePeriodSeconds": 0})));

@@ -225,8 +225,12 @@ async fn resource_inner(
             ("get", Some(name)) => {
                 Ok(object_response(&c, StatusCode::OK, &c.st.registry.get_scale(&rd, &ns, name)?, &[]))
             }
-            ("update", Some(name)) => scale_update(&c, &ns, name, &body),
-            ("patch", Some(name)) => scale_patch(&c, &ns, name, &body),
+            ("update", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Update], &body, || scale_update(&c, &ns, name, &body)).await
+            }
+            ("patch", Some(name)) => {
+                admitted(&c, &ns, &[Operation::Update], &body, || scale_patch(&c, &ns, name, &body)).await
+            }
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
         Some("binding") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
@@ -640,7 +644,19 @@ async fn admitted_with<T>(
         let view = |o: &Option<serde_json::Value>| {
             o.as_ref().map(|v| (*c.st.registry.view(&c.rd, &std::sync::Arc::new(v.clone()))).clone())
         };
-        let (object, old_object) = (view(&probed.new), view(&probed.old));
+        let (mut object, mut old_object) = (view(&probed.new), view(&probed.old));
+        let mut kind = (c.rd.group.clone(), c.rd.version.clone(), c.rd.kind.clone());
+        if c.rr.subresource.as_deref() == Some("scale") {
+            // The scale subresource is admitted with its autoscaling/v1 Scale objects.
+            let scale = |o: &mut Option<serde_json::Value>| {
+                if let Some(v) = o.as_mut() {
+                    *v = crate::registry::scale::to_scale(&c.rd, v);
+                }
+            };
+            scale(&mut object);
+            scale(&mut old_object);
+            kind = ("autoscaling".into(), "v1".into(), "Scale".into());
+        }
         let name =
             object.as_ref().or(old_object.as_ref()).map(|o| crate::meta::name(o).to_string()).unwrap_or_default();
         let delete_body = (operation == Operation::Delete).then(|| delete_options_value(c, body));
@@ -652,7 +668,7 @@ async fn admitted_with<T>(
         let field_manager = c.query.get("fieldManager");
         let attempt = Attempt {
             operation,
-            kind: (c.rd.group.clone(), c.rd.version.clone(), c.rd.kind.clone()),
+            kind,
             name,
             object,
             old_object,
