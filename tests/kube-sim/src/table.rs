@@ -324,7 +324,13 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
         ],
         (_, "ValidatingWebhookConfiguration") => vec![
             name_col(),
-            col("Webhooks", "integer", "", "Webhooks indicates the number of webhooks registered in this configuration", 0),
+            col(
+                "Webhooks",
+                "integer",
+                "",
+                "Webhooks indicates the number of webhooks registered in this configuration",
+                0,
+            ),
             age_col(),
         ],
         _ => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
@@ -451,11 +457,9 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
             ]
         }
         (_, "Lease") => vec![name, json!(s(obj, &["spec", "holderIdentity"])), json!(age(obj))],
-        (_, "ValidatingWebhookConfiguration") => vec![
-            name,
-            json!(obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len)),
-            json!(age(obj)),
-        ],
+        (_, "ValidatingWebhookConfiguration") => {
+            vec![name, json!(obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len)), json!(age(obj))]
+        }
         _ => vec![name, json!(meta::meta_str(obj, "creationTimestamp"))],
     }
 }

@@ -425,9 +425,7 @@ mod tests {
             let kind = (r.rd.group.clone(), r.rd.version.clone(), r.rd.kind.clone());
             Admission::default().invocation(&reg, &h, op, &kind, r).is_some()
         };
-        let rule = |ops: &[&str], res: &[&str], scope: &str| {
-            json!({"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": res, "scope": scope})
-        };
+        let rule = |ops: &[&str], res: &[&str], scope: &str| json!({"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": res, "scope": scope});
         let pod = req(&pods, "");
         let eviction = req(&pods, "eviction");
         assert!(matches(rule(&["*"], &["pods"], "*"), Operation::Delete, &pod));
@@ -452,7 +450,10 @@ mod tests {
         let reg = registry();
         let user = UserInfo::admin();
         let cms = reg.catalog.get("", "v1", "configmaps").unwrap();
-        let hooks = vec![webhook("Unknown", json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}]))];
+        let hooks = vec![webhook(
+            "Unknown",
+            json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"]}]),
+        )];
         let attempt = Attempt {
             operation: Operation::Create,
             kind: ("".into(), "v1".into(), "ConfigMap".into()),
