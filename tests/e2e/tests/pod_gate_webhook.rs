@@ -252,7 +252,9 @@ async fn wait_labelled(cluster: &Cluster, gd: &str, replicas: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follows_bcs() {
+    let began = Instant::now();
     let mut gated_cluster = Gated::start("Deny").await;
+    println!("[{:?}] chart installed, operators running", began.elapsed());
     let cluster = &gated_cluster.cluster;
     for template in [SLOW, FAILING] {
         apply(cluster, template).await;
@@ -264,6 +266,7 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     wait_labelled(cluster, "slow", 2).await;
     wait_labelled(cluster, "held", 1).await;
     let checker = GateChecker::start(cluster, "default").await;
+    println!("[{:?}] GameDeployments ready and labelled", began.elapsed());
 
     // `kubectl delete pod`: refused with what happens instead; the pod is marked and keeps running.
     let victim = pods(cluster, "slow").await.remove(0);
@@ -307,6 +310,7 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     println!("the pod left {waited:?} after kubectl delete (HookRun {})", run.metadata.name.clone().unwrap());
     wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
 
+    println!("[{:?}] A failing hook holds the pod", began.elapsed());
     // A failing hook holds the pod: status and Events say so, the pod stays.
     let held = pods(cluster, "held").await.remove(0);
     let held_name = held.metadata.name.clone().unwrap();
@@ -337,6 +341,30 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     report.assert_clean();
     assert!(report.gated_deletions >= 1, "the victim's deletion was checked: {report:?}");
 
+    // The escape hatches (outside the gate checker: these pods leave without their hook, on purpose).
+    let bypassed = pods(cluster, "slow").await.remove(0).metadata.name.unwrap();
+    cluster.kubectl_ok(&["annotate", "pod", &bypassed, "gamedeployment.tkex.tencent.com/gate-bypass=true"]).await;
+    let out = cluster.kubectl(&["delete", "pod", &bypassed, "--wait=false"]).await;
+    println!("$ kubectl delete pod {bypassed}   # annotated gate-bypass=true\n{}{}", out.stdout, out.stderr);
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("leaves without its pre-delete hook: allowed by the gate-bypass annotation"),
+        "{}",
+        out.stderr
+    );
+    wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+    wait_labelled(cluster, "slow", 2).await;
+    let forced = pods(cluster, "slow").await.remove(0).metadata.name.unwrap();
+    let out = cluster.kubectl(&["delete", "pod", &forced, "--grace-period=0", "--force", "--wait=false"]).await;
+    println!(
+        "$ kubectl delete pod {forced} --grace-period=0 --force   # as a system:masters member\n{}{}",
+        out.stdout, out.stderr
+    );
+    assert!(out.success, "{}", out.stderr);
+    assert!(out.stderr.contains("allowed by a forced deletion by a privileged user"), "{}", out.stderr);
+    wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+
+    println!("[{:?}] Opting out removes", began.elapsed());
     // Opting out removes the label, so the webhook is no longer even called for those pods.
     cluster.kubectl_ok(&["annotate", "gamedeployment", "slow", &format!("{POD_GATE}-")]).await;
     wait_for("the pod-gate label to leave the pods of slow", DEADLINE, || async {
@@ -347,6 +375,7 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     cluster.kubectl_ok(&["delete", "pod", &ungated, "--wait=false"]).await;
     wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
 
+    println!("[{:?}] Deletion protection", began.elapsed());
     // Deletion protection, BCS's wording. The chart's default here is Deny (BCS's behaviour).
     let out = cluster.kubectl(&["delete", "gamedeployment", "slow", "--wait=false"]).await;
     println!("$ kubectl delete gamedeployment slow\n{}", out.stderr);
@@ -383,6 +412,7 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     })
     .await;
 
+    println!("[{:?}] helm upgrade keeps", began.elapsed());
     // helm upgrade keeps the certificate and the caBundle, and the webhooks keep answering.
     let before = (secret_data(cluster).await, ca_bundles(cluster).await);
     assert_eq!(before.1.len(), 3, "three webhooks");
@@ -397,6 +427,26 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
     assert!(!out.success && out.stderr.contains("forbidden by ResourceDeletionAllow"), "{}", out.stderr);
 
+    println!("[{:?}] With the operator stopped", began.elapsed());
+    // Every answer is counted.
+    let metrics =
+        e2e::gamedeployment::scrape(e2e::gamedeployment::metrics_address(&gated_cluster.gamedeployment).await).await;
+    let count = |series: &str| metrics.get(series).copied().unwrap_or(0.0);
+    assert!(
+        count(r#"gamedeployment_webhook_requests_total{webhook="pod-gate",verdict="refused",reason="marked"}"#) >= 2.0,
+        "{metrics:?}"
+    );
+    assert!(
+        count(r#"gamedeployment_webhook_requests_total{webhook="pod-gate",verdict="allowed",reason="bypass"}"#) >= 1.0,
+        "{metrics:?}"
+    );
+    assert!(
+        count(
+            r#"gamedeployment_webhook_requests_total{webhook="deletion-protection",verdict="refused",reason="gamedeployments"}"#
+        ) >= 2.0,
+        "{metrics:?}"
+    );
+
     // With the operator stopped the webhook cannot be called: failurePolicy Ignore lets pod deletions through.
     gated_cluster.gamedeployment.kill().await;
     let cluster = &gated_cluster.cluster;
@@ -406,6 +456,7 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
     assert!(out.success, "failurePolicy Ignore: {}", out.stderr);
 
+    println!("[{:?}] Started again", began.elapsed());
     // Started again with the default Always: an unlabelled GameDeployment may be deleted.
     gated_cluster.restart_gamedeployment_operator("Always").await;
     let cluster = &gated_cluster.cluster;
