@@ -326,3 +326,17 @@ fn without_lifecycle_pods_are_created_normal_and_have_no_kruise_gate() {
         assert!(gates.iter().all(|g| g.condition_type != lifecycle::KRUISE_POD_READY));
     }
 }
+
+#[test]
+fn a_hot_patch_is_not_held_by_the_in_place_update_handler() {
+    let mut world = world(
+        1,
+        "HotPatchUpdate",
+        json!({"inPlaceUpdate": {"labelsHandler": {BLOCK_INPLACE: "true"}}}),
+        &[(BLOCK_INPLACE, "true")],
+    );
+    world.gd.spec.template.spec.as_mut().unwrap().containers[0].image = Some("game:2".into());
+    passes(&mut world, 3);
+    assert_eq!(images(&world), ["game:2"]);
+    assert!(in_state(&world, LifecycleState::PreparingUpdate).is_empty());
+}
