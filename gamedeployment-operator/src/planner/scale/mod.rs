@@ -301,6 +301,24 @@ mod tests {
     }
 
     #[test]
+    fn specified_deletes_of_available_pods_stay_within_the_budget() {
+        let mut g = gd(3, "RollingUpdate");
+        g.spec.update_strategy.max_unavailable = Some(IntOrString::Int(1));
+        let marked = |name: &str| {
+            fixtures::pod(name).serving(NEW, "game:1", 10).labels(&[(common::keys::SPECIFIED_DELETE, "true")]).build()
+        };
+        let pass = Pass::new(g).updated(1).pod(marked("game-a")).pod(marked("game-b"));
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        assert_eq!(deleted(&draft).len(), 1, "one available pod may go (maxUnavailable 1)");
+        assert_eq!(deleted(&draft)[0].1, DeleteCause::SpecifiedDelete);
+    }
+
+    #[test]
     fn scale_out_creates_old_revision_pods_up_to_the_partition_then_new_ones() {
         let mut g = gd(4, "InplaceUpdate");
         g.spec.update_strategy.partition = Some(IntOrString::Int(2));
