@@ -272,6 +272,12 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     let victim = pods(cluster, "slow").await.remove(0);
     let victim_name = victim.metadata.name.clone().unwrap();
     let victim_uid = victim.metadata.uid.clone().unwrap();
+    // A server-side dry run is answered (refused) but leaves no mark.
+    let out = cluster.kubectl(&["delete", "pod", &victim_name, "--dry-run=server"]).await;
+    assert!(!out.success && out.stderr.contains("cannot be deleted directly"), "{}{}", out.stdout, out.stderr);
+    let now = pod(cluster, &victim_name).await.expect("the pod is there");
+    assert_eq!(label(&now, SPECIFIED_DELETE), None, "a dry run never marks");
+
     let refused_at = Instant::now();
     let out = cluster.kubectl(&["delete", "pod", &victim_name, "--wait=false"]).await;
     println!("$ kubectl delete pod {victim_name}\n{}{}", out.stdout, out.stderr);
@@ -428,6 +434,51 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     assert!(!out.success && out.stderr.contains("forbidden by ResourceDeletionAllow"), "{}", out.stderr);
 
     println!("[{:?}] With the operator stopped", began.elapsed());
+    // A new certificate (a rotation: another render of the chart generates a new CA) is picked up from the files
+    // without a restart once the caBundle names the new CA. Checked with server-side dry runs: while kube-sim cannot
+    // verify the server, failurePolicy Ignore lets the dry run through, so only a refusal proves the call went through.
+    let rendered = helm(&["render", CHART, "--release", RELEASE, "--namespace", NS]).await;
+    let docs: Vec<serde_json::Value> = serde_json::from_str(&rendered).unwrap();
+    let secret =
+        docs.iter().find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == format!("{NAME}-webhook-tls")).unwrap();
+    let new_ca = secret["data"]["ca.crt"].as_str().unwrap().to_string();
+    assert_ne!(new_ca.as_bytes(), before.0["ca.crt"].as_slice(), "a fresh render has a new CA");
+    let decode = |field: &str| {
+        let pem = std::process::Command::new("base64")
+            .arg("-d")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child.stdin.take().unwrap().write_all(secret["data"][field].as_str().unwrap().as_bytes())?;
+                child.wait_with_output()
+            })
+            .unwrap();
+        pem.stdout
+    };
+    std::fs::write(gated_cluster.cert_dir.join("tls.key"), decode("tls.key")).unwrap();
+    std::fs::write(gated_cluster.cert_dir.join("tls.crt"), decode("tls.crt")).unwrap();
+    let patch: Vec<serde_json::Value> = (0..3)
+        .map(|i| json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": new_ca}))
+        .collect();
+    cluster
+        .kubectl_ok(&[
+            "patch",
+            "validatingwebhookconfiguration",
+            NAME,
+            "--type=json",
+            "-p",
+            &serde_json::Value::from(patch).to_string(),
+        ])
+        .await;
+    wait_for("the webhook to serve the rotated certificate", DEADLINE, || async {
+        let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--dry-run=server"]).await;
+        (!out.success && out.stderr.contains("forbidden by ResourceDeletionAllow")).then_some(())
+    })
+    .await;
+    assert!(gated_cluster.gamedeployment.logs().contains("webhook certificate reloaded"), "reloaded without a restart");
+
     // Every answer is counted.
     let metrics =
         e2e::gamedeployment::scrape(e2e::gamedeployment::metrics_address(&gated_cluster.gamedeployment).await).await;
