@@ -61,6 +61,11 @@ pub struct RunFlags {
     /// Deletes of expired HookRuns sent per second at most (bounds the collector's API writes).
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub gc_deletes_per_second: u32,
+    /// Split HookRuns between replicas over this many shards (0: off). Each shard has a Lease
+    /// `<lease-name>-shard-<i>` in the leader-election namespace, with the leader-election timings; each replica
+    /// takes its fair share. Replaces --leader-elect (every replica works).
+    #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub shards: u32,
     #[command(flatten)]
     pub engine: EngineFlags,
 }

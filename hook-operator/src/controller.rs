@@ -70,10 +70,13 @@ pub struct Options {
     pub finished_run_ttl: Duration,
     /// Deletes the collector sends per second at most.
     pub gc_deletes_per_second: u32,
+    /// Automatic sharding (`--shards`): only runs of the shards held now are measured and written. None: all.
+    pub shards: Option<Arc<crate::shards::Ownership>>,
 }
 
 pub struct Context {
     client: Client,
+    shards: Option<Arc<crate::shards::Ownership>>,
     dispatcher: Dispatcher,
     metrics: Arc<Metrics>,
     events: EventSink,
@@ -89,6 +92,11 @@ const EVENT_QUEUE: usize = 4096;
 const ERROR_EVENT_INTERVAL: Duration = Duration::from_secs(60);
 
 impl Context {
+    /// Whether this replica may act on `run` now (always without sharding).
+    fn owns(&self, run: &HookRun) -> bool {
+        self.shards.as_ref().is_none_or(|shards| shards.owns(run.metadata.uid.as_deref().unwrap_or_default()))
+    }
+
     /// Whether a `MeasurementError` Event for this metric may be published now (and notes that it is).
     fn error_event_due(&self, uid: &str, metric: &str) -> bool {
         let mut last = self.error_events.lock().unwrap_or_else(|p| p.into_inner());
@@ -150,6 +158,11 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         ctx.dispatcher.forget(&RunId::of(&run).uid);
         return Ok(Action::await_change());
     }
+    if !ctx.owns(&run) {
+        // Another replica's shard (or none held): nothing to do until the shard is ours.
+        ctx.dispatcher.forget(&RunId::of(&run).uid);
+        return Ok(Action::await_change());
+    }
     let round = ctx.dispatcher.plan(run, Timestamp::now());
     // Coalesced writes: a running run's status is written at most once per --status-write-interval (phase
     // changes at once), so `interval: 1ms` cannot become a write storm. A deferred round is planned again later;
@@ -158,6 +171,11 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         return Ok(Action::requeue(wait.max(Duration::from_millis(1))));
     }
     let written = if round.changed {
+        // The shard's fence again, right before the write (planning took a moment).
+        if !ctx.owns(&round.run) {
+            ctx.dispatcher.forget(&round.id.uid);
+            return Ok(Action::await_change());
+        }
         ctx.metrics.status_writes.inc();
         Some(Arc::new(write_status(&ctx.client, &round).await?))
     } else {
@@ -287,7 +305,14 @@ async fn housekeeping(store: Store<HookRun>, dispatcher: Dispatcher, metrics: Ar
 
 /// Deletes finished ownerless runs once their TTL has passed (see [`crate::gc`]), at most `rate` deletes a
 /// second. Each delete is preconditioned on the run's uid; a run already gone (404) or replaced (409) is skipped.
-async fn collect_finished_runs(client: Client, store: Store<HookRun>, ttl: Duration, rate: u32, metrics: Arc<Metrics>) {
+async fn collect_finished_runs(
+    client: Client,
+    store: Store<HookRun>,
+    ttl: Duration,
+    rate: u32,
+    metrics: Arc<Metrics>,
+    shards: Option<Arc<crate::shards::Ownership>>,
+) {
     if ttl.is_zero() {
         return;
     }
@@ -296,7 +321,11 @@ async fn collect_finished_runs(client: Client, store: Store<HookRun>, ttl: Durat
     loop {
         tokio::time::sleep(crate::gc::scan_period(ttl)).await;
         let runs = store.state();
-        for expired in crate::gc::expired(runs.iter().map(|r| r.as_ref()), Timestamp::now(), ttl) {
+        let ours = runs
+            .iter()
+            .map(|r| r.as_ref())
+            .filter(|r| shards.as_ref().is_none_or(|s| s.owns(r.metadata.uid.as_deref().unwrap_or_default())));
+        for expired in crate::gc::expired(ours, Timestamp::now(), ttl) {
             pace.tick().await;
             let api: Api<HookRun> = Api::namespaced(client.clone(), &expired.namespace);
             let params = DeleteParams {
@@ -316,6 +345,37 @@ async fn collect_finished_runs(client: Client, store: Store<HookRun>, ttl: Durat
     }
 }
 
+/// Follows the shards this replica holds: on a newly held shard every run of it is reconciled (it may have
+/// been waiting since its previous owner died); on a shard no longer held (lost, given up, or past its fencing
+/// deadline) its measurements are cancelled and its runs forgotten, unwritten results included (the new owner
+/// takes them again).
+async fn follow_shards(
+    shards: Arc<crate::shards::Ownership>,
+    store: Store<HookRun>,
+    dispatcher: Dispatcher,
+    wake: crate::dispatch::Wake,
+) {
+    let mut held: HashSet<u32> = HashSet::new();
+    loop {
+        let changed = shards.changed();
+        let now: HashSet<u32> = shards.held().into_iter().collect();
+        let lost: HashSet<u32> = held.difference(&now).copied().collect();
+        if !lost.is_empty() {
+            dispatcher.retain(|uid| !lost.contains(&shards.shard_of(uid)));
+        }
+        let gained: HashSet<u32> = now.difference(&held).copied().collect();
+        if !gained.is_empty() {
+            for run in store.state() {
+                if gained.contains(&shards.shard_of(run.metadata.uid.as_deref().unwrap_or_default())) {
+                    wake(&RunId::of(&run));
+                }
+            }
+        }
+        held = now;
+        changed.await;
+    }
+}
+
 /// Runs the controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -326,11 +386,16 @@ pub async fn run(
     shutdown: Shutdown,
 ) {
     let (wake_tx, wake_rx) = mpsc::unbounded_channel::<ObjectRef<HookRun>>();
-    let wake = Arc::new(move |id: &RunId| {
+    let wake: crate::dispatch::Wake = Arc::new(move |id: &RunId| {
         let _ = wake_tx.send(ObjectRef::new(&id.name).within(&id.namespace));
     });
-    let dispatcher = Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
-        .with_namespace_share(options.namespace_share_percent);
+    let wake_all = wake.clone();
+    let mut dispatcher =
+        Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
+            .with_namespace_share(options.namespace_share_percent);
+    if let Some(shards) = options.shards.clone() {
+        dispatcher = dispatcher.with_fence(Arc::new(move |uid: &str| shards.owns(uid)));
+    }
     let reporter = Reporter { controller: COMPONENT.into(), instance: Some(options.identity.clone()) };
     let events = EventSink::start(client.clone(), reporter, EVENT_QUEUE, metrics.events_dropped.clone());
 
@@ -349,6 +414,7 @@ pub async fn run(
     let store = controller.store();
     let context = Arc::new(Context {
         client: client.clone(),
+        shards: options.shards.clone(),
         dispatcher: dispatcher.clone(),
         metrics: metrics.clone(),
         events: events.clone(),
@@ -363,14 +429,19 @@ pub async fn run(
         metrics.clone(),
         options.engine.clone(),
     ));
-    let chores = tokio::spawn(housekeeping(store.clone(), dispatcher, metrics.clone()));
+    let chores = tokio::spawn(housekeeping(store.clone(), dispatcher.clone(), metrics.clone()));
     let collector = tokio::spawn(collect_finished_runs(
         client.clone(),
         store.clone(),
         options.finished_run_ttl,
         options.gc_deletes_per_second,
         metrics.clone(),
+        options.shards.clone(),
     ));
+    let shard_follower = options
+        .shards
+        .clone()
+        .map(|shards| tokio::spawn(follow_shards(shards, store.clone(), dispatcher.clone(), wake_all.clone())));
     let ready = tokio::spawn({
         let store = store.clone();
         let health = health.clone();
@@ -394,6 +465,9 @@ pub async fn run(
     templates.abort();
     chores.abort();
     collector.abort();
+    if let Some(task) = shard_follower {
+        task.abort();
+    }
     ready.abort();
     tracing::info!("hook-operator controller stopped");
 }

@@ -80,7 +80,12 @@ struct Inner {
     /// Measurements one namespace may have in flight at once, and the slots per namespace.
     namespace_cap: usize,
     namespace_permits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Whether this process may measure the run with this uid now (sharding's fence); none: always.
+    fence: Option<Fence>,
 }
+
+/// See [`Dispatcher::with_fence`].
+pub type Fence = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Receives every scheduling lag (the benchmark records exact percentiles with it).
 pub type LagObserver = Arc<dyn Fn(std::time::Duration) + Send + Sync>;
@@ -130,6 +135,7 @@ impl Dispatcher {
                 lag_observer: None,
                 namespace_cap: max_in_flight.max(1),
                 namespace_permits: Mutex::new(HashMap::new()),
+                fence: None,
             }),
         }
     }
@@ -156,6 +162,16 @@ impl Dispatcher {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             let total = inner.permits.available_permits();
             inner.namespace_cap = (total * usize::from(percent.clamp(1, 100)) / 100).max(1);
+        }
+        self
+    }
+
+    /// Checks `fence(uid)` right before each measurement starts (after waiting for its slot): when it says no
+    /// (this replica no longer holds the run's shard), the measurement is not taken and nothing is recorded. Call
+    /// before the dispatcher is cloned.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.fence = Some(fence);
         }
         self
     }
@@ -258,6 +274,18 @@ impl Dispatcher {
         let namespace_permit = self.namespace_permits(&id.namespace).acquire_owned().await.ok();
         let permit = self.inner.permits.clone().acquire_owned().await.ok();
         drop(waiting);
+        if let Some(fence) = &self.inner.fence
+            && !fence(&id.uid)
+        {
+            // Not ours any more (a shard lost or given up): the new owner takes this slot.
+            let mut slots = self.slots();
+            if let Some(slot) = slots.get_mut(&id.uid)
+                && slot.in_flight.get(&start.metric).is_some_and(|(t, _)| *t == token)
+            {
+                slot.in_flight.remove(&start.metric);
+            }
+            return;
+        }
         let lag = schedule::until(start.due, Timestamp::now());
         metrics.scheduling_lag.observe(lag.as_secs_f64());
         if let Some(observer) = &self.inner.lag_observer {
@@ -439,6 +467,32 @@ mod tests {
         // With no interval nothing is deferred.
         changed.plan.status.phase = written.status.as_ref().and_then(|s| s.phase);
         assert_eq!(d.write_deferral(&changed, std::time::Duration::ZERO), None);
+    }
+
+    #[tokio::test]
+    async fn a_fenced_run_is_not_measured() {
+        let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
+        let woken = Arc::new(AtomicU64::new(0));
+        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), EngineSettings::default(), 10, {
+            let woken = woken.clone();
+            Arc::new(move |_: &RunId| {
+                woken.fetch_add(1, Ordering::SeqCst);
+            })
+        })
+        .with_fence(Arc::new(|uid: &str| uid != "uid-r"));
+        let round = d.plan(Arc::new(run("1", "0s")), Timestamp::now());
+        assert_eq!(round.plan.start.len(), 1);
+        d.commit(&round, None);
+        for _ in 0..200 {
+            if d.slots().get("uid-r").is_some_and(|s| s.in_flight.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let slots = d.slots();
+        let slot = slots.get("uid-r").unwrap();
+        assert!(slot.in_flight.is_empty() && slot.finished.is_empty(), "nothing measured, nothing recorded");
+        assert_eq!(woken.load(Ordering::SeqCst), 0);
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@ pub mod providers;
 pub mod redact;
 pub mod schedule;
 pub mod settings;
+pub mod shards;
 pub mod syntax;
 pub mod template;
 pub mod text;

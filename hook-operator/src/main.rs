@@ -70,7 +70,26 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         status_write_interval: flags.status_write_interval,
         finished_run_ttl: flags.finished_run_ttl,
         gc_deletes_per_second: flags.gc_deletes_per_second,
+        shards: (flags.shards > 0).then(|| hook_operator::shards::Ownership::new(flags.shards)),
     };
+    let sharding = options.shards.clone().map(|ownership| {
+        let le = &flags.runtime.leader_election;
+        let settings = hook_operator::shards::Settings {
+            namespace: le.leader_elect_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string()),
+            base: le.leader_elect_lease_name.clone().unwrap_or_else(|| controller::COMPONENT.to_string()),
+            identity: election.identity().to_string(),
+            lease_duration: le.leader_elect_lease_duration,
+            renew_deadline: le.leader_elect_renew_deadline,
+            retry_period: le.leader_elect_retry_period,
+        };
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let managed = hook_operator::shards::manage(client, settings, ownership, shutdown.clone()).await;
+            // Without its manager the controller would hold no shard: stop the process instead.
+            shutdown.trigger();
+            managed
+        })
+    });
     let leader = metrics.clone();
     let controller = controller::run(client, options, providers, metrics, health, shutdown.clone());
     // Polled only while leading: `hook_operator_leader` is 1 exactly while the controller runs.
@@ -78,7 +97,17 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         let _leading = leader.leading();
         controller.await
     };
-    let outcome = if flags.runtime.leader_election.leader_elect {
+    let outcome = if let Some(manager) = sharding {
+        // Every replica runs the controller; the shard manager decides which runs it acts on. On shutdown the
+        // manager releases its shards after the controller stopped.
+        run.await;
+        shutdown.trigger();
+        match manager.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("shard manager: {e}")),
+            Err(e) => Err(format!("shard manager stopped: {e}")),
+        }
+    } else if flags.runtime.leader_election.leader_elect {
         election.run_while_leading(&shutdown, || run).await.map(|_| ()).map_err(|e| e.to_string())
     } else {
         run.await;

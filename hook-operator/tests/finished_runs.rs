@@ -85,6 +85,7 @@ fn options(ttl: Duration, rate: u32) -> Options {
         status_write_interval: Duration::ZERO,
         finished_run_ttl: ttl,
         gc_deletes_per_second: rate,
+        shards: None,
     }
 }
 

@@ -313,6 +313,30 @@ impl<S: LeaseStore> LeaderElection<S> {
         }
     }
 
+    /// The lease duration, renew deadline and retry period this elector was built with.
+    pub fn timings(&self) -> (Duration, Duration, Duration) {
+        (self.lease_duration, self.renew_deadline, self.retry_period)
+    }
+
+    /// One get-then-write round for callers that hold several leases at once (e.g. one per shard) and decide
+    /// themselves what to do on loss, abandoned at `deadline`. Same rules as [`LeaderElection::run_while_leading`]:
+    /// an expired lease is judged on our own clock by `observer`, every write is resourceVersion-preconditioned.
+    /// [`Held::Yes`] carries the instant the successful write was **sent**: the holder must stop acting at
+    /// `sent + renew_deadline` unless a later attempt succeeds, which is before anyone else may take the lease.
+    pub async fn try_hold(&self, observer: &mut LeaseObserver, deadline: Instant) -> Result<Held, LeaseError> {
+        Ok(match self.attempt(&mut observer.0, deadline).await? {
+            Attempt::Leading { sent } => Held::Yes { sent },
+            Attempt::HeldBy(holder) => Held::ByOther(holder),
+            Attempt::Conflict => Held::Conflict,
+        })
+    }
+
+    /// Gives the lease up if we hold it (a successor need not wait for it to expire). Call only after acting on
+    /// it has stopped.
+    pub async fn give_up(&self) {
+        self.release().await;
+    }
+
     /// Gives the lease up so a successor does not wait a full lease duration (client-go's ReleaseOnCancel).
     async fn release(&self) {
         let result = async {
@@ -384,6 +408,30 @@ fn next_spec(previous: Option<&LeaseSpec>, identity: &str, now: Timestamp, durat
         },
         ..previous
     })
+}
+
+/// The outcome of [`LeaderElection::try_hold`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// We hold the lease; the write that made it so was sent at `sent`.
+    Yes { sent: Instant },
+    /// Someone else holds a valid lease.
+    ByOther(String),
+    /// Our write raced with another one: re-read and decide again.
+    Conflict,
+}
+
+/// What [`LeaderElection::try_hold`] remembers between attempts on one lease: when its record last changed, on
+/// our monotonic clock (so a holder's lease expires by our clock, never by comparing clocks).
+#[derive(Debug, Default)]
+pub struct LeaseObserver(Observer);
+
+impl LeaseObserver {
+    /// Records a Lease record read elsewhere (e.g. from a list), so its expiry is judged from when it was first
+    /// seen in this version, not from the next [`LeaderElection::try_hold`].
+    pub fn note(&mut self, spec: &LeaseSpec, default_duration: Duration) {
+        self.0.observe(spec, Instant::now(), default_duration);
+    }
 }
 
 /// Remembers when the Lease record last changed, on our monotonic clock.
