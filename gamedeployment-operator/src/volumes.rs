@@ -167,9 +167,17 @@ pub(crate) fn plan(input: &Claims<'_>, actions: &mut Vec<Action>) {
     }
     let gd_name = gd.metadata.name.as_deref().unwrap_or("");
     let id_of_pod = |pod: &Pod| common::pod::label(pod, keys::INSTANCE_ID).map(str::to_string);
-    let pod_names: BTreeSet<&str> = input.namespace_pods.iter().filter_map(|p| p.metadata.name.as_deref()).collect();
-    let ids_in_use: BTreeSet<String> = input.owned.iter().filter_map(|p| id_of_pod(p)).collect();
-    let in_use = |id: &str| ids_in_use.contains(id) || pod_names.contains(format!("{gd_name}-{id}").as_str());
+    // An id is in use while an active pod has it. A terminating pod (deleted out of band) frees its id, but its
+    // name stays taken until it is gone: its replacement waits for that (as CloneSet's, whose create fails on
+    // the name until then); a finished pod that still exists keeps its name, so its id is not reused.
+    let holder = |id: &str| -> Option<&Pod> {
+        let name = format!("{gd_name}-{id}");
+        input.namespace_pods.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())).copied()
+    };
+    let ids_in_use: BTreeSet<String> =
+        input.owned.iter().filter(|p| common::pod::is_active(p)).filter_map(|p| id_of_pod(p)).collect();
+    let in_use =
+        |id: &str| ids_in_use.contains(id) || holder(id).is_some_and(|p| p.metadata.deletion_timestamp.is_none());
     let terminating = |c: &&&PersistentVolumeClaim| c.metadata.deletion_timestamp.is_some();
     let live: Vec<&PersistentVolumeClaim> = input.claims.iter().filter(|c| !terminating(c)).copied().collect();
     let dying_ids: BTreeSet<&str> = input.claims.iter().filter(terminating).filter_map(|c| instance_id(c)).collect();
@@ -212,6 +220,10 @@ pub(crate) fn plan(input: &Claims<'_>, actions: &mut Vec<Action>) {
                     continue;
                 };
                 if let Some(reused) = free.pop() {
+                    if holder(&reused).is_some() {
+                        // Its old pod is still terminating: this replacement is created once it is gone.
+                        continue;
+                    }
                     id = reused;
                     pod.metadata.name = Some(format!("{gd_name}-{id}"));
                     pod.metadata
@@ -398,6 +410,23 @@ mod tests {
         );
         let Action::CreatePod { pod, .. } = &actions[0] else { unreachable!() };
         assert_eq!(common::pod::label(pod, keys::INSTANCE_ID), Some("ccccc"));
+    }
+
+    #[test]
+    fn the_replacement_waits_for_its_terminating_predecessor() {
+        let gd = gd(true);
+        // Pod ccccc was deleted out of band and is still terminating: its claim is free, its name is not.
+        let claims = [claim(&gd, 0, "ccccc", false), claim(&gd, 1, "ccccc", false)];
+        let claim_refs: Vec<&PersistentVolumeClaim> = claims.iter().collect();
+        let old = fixtures::pod("game-ccccc").uid("u9").labels(&[(keys::INSTANCE_ID, "ccccc")]).terminating().build();
+        let pods = [&old];
+        let mut actions = vec![new_pod(&gd, "zzzzz")];
+        plan(&Claims { gd: &gd, claims: &claim_refs, namespace_pods: &pods, owned: &pods }, &mut actions);
+        assert!(actions.is_empty(), "no new id while the old one is coming back: {:?}", summary(&actions));
+        // Once it is gone, the replacement takes its name and claims.
+        let mut actions = vec![new_pod(&gd, "zzzzz")];
+        plan(&Claims { gd: &gd, claims: &claim_refs, namespace_pods: &[], owned: &[] }, &mut actions);
+        assert_eq!(summary(&actions), ["create pod game-ccccc [data-vol=data-vol-game-ccccc logs=logs-game-ccccc]"]);
     }
 
     #[test]

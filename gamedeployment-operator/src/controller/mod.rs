@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate};
 use common::hookrun::HookKind;
 use common::keys;
-use futures::{StreamExt, future};
+use futures::{StreamExt, TryStreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -105,6 +105,9 @@ pub struct Context {
     pub hook_templates: Store<HookTemplate>,
     /// PersistentVolumeClaims carrying an instance-id label (those of `spec.volumeClaimTemplates`).
     pub claims: Store<PersistentVolumeClaim>,
+    /// Set once the claim cache holds its first full list. Only GameDeployments with `volumeClaimTemplates` wait
+    /// for it, so a cluster where the operator may not read claims still runs every other GameDeployment.
+    claims_synced: Arc<AtomicBool>,
     /// HookRuns we created or deleted that the cache does not show yet.
     hook_overlay: overlay::HookOverlay,
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
@@ -455,6 +458,11 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
     let hook_runs = ctx.hook_overlay.apply(&namespace, cached_runs);
     let hook_templates: Vec<HookTemplate> =
         ctx.hook_templates.state().iter().filter(|t| in_namespace(t.namespace())).map(|t| t.as_ref().clone()).collect();
+    if !gd.spec.volume_claim_templates.is_empty() && !ctx.claims_synced.load(Ordering::Acquire) {
+        // Without the claims, a pod gone out of band would get fresh claims instead of its own.
+        ctx.metrics.reconciled("waiting");
+        return Ok(Observation::NotYet(Requeue::requeue(Duration::from_secs(1))));
+    }
     let claims: Vec<Arc<PersistentVolumeClaim>> = ctx
         .claims
         .state()
@@ -717,7 +725,8 @@ pub async fn run(
         .default_backoff()
         .modify(|claim| claim.metadata.managed_fields = None)
         .reflect(claim_writer)
-        .touched_objects();
+        .touched_objects()
+        .inspect_err(|e| tracing::warn!(error = %e, "PersistentVolumeClaim watch failed (GameDeployments with volumeClaimTemplates wait until it recovers)"));
 
     let nodes = if config.node_costs {
         let (node_reader, node_events) = watch::cached(Api::<PartialObjectMeta<Node>>::all(client.clone()));
@@ -735,6 +744,15 @@ pub async fn run(
 
     let events = EventSink::start(client.clone(), reporter, config.event_queue, metrics.events_dropped.clone());
     let synced = Arc::new(AtomicBool::new(false));
+    let claims_synced = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (claims, synced) = (claim_reader.clone(), claims_synced.clone());
+        async move {
+            if claims.wait_until_ready().await.is_ok() {
+                synced.store(true, Ordering::Release);
+            }
+        }
+    });
     let ctx = Arc::new(Context {
         client,
         pods: pod_reader.clone(),
@@ -742,6 +760,7 @@ pub async fn run(
         hook_runs: hook_run_reader.clone(),
         hook_templates: template_reader.clone(),
         claims: claim_reader.clone(),
+        claims_synced: claims_synced.clone(),
         hook_overlay: overlay::HookOverlay::new(config.expectations_timeout),
         nodes,
         expectations: Expectations::new(config.expectations_timeout),
@@ -761,12 +780,10 @@ pub async fn run(
     tokio::spawn({
         let (pods, revisions) = (pod_reader.clone(), revision_reader.clone());
         let (runs, templates) = (hook_run_reader.clone(), template_reader.clone());
-        let claims = claim_reader.clone();
         async move {
             let (p, r) = future::join(pods.wait_until_ready(), revisions.wait_until_ready()).await;
             let (h, t) = future::join(runs.wait_until_ready(), templates.wait_until_ready()).await;
-            let c = claims.wait_until_ready().await;
-            if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() && c.is_ok() {
+            if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() {
                 tracing::info!("caches synced");
                 synced.store(true, Ordering::Release);
                 on_ready();

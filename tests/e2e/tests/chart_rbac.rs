@@ -181,7 +181,13 @@ async fn prepare(cluster: &Cluster, ns: &str) {
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &pod]).await;
     let run = write(cluster, &format!("kube-run-{ns}.yaml"), &KUBE_RUN.replace("NAMESPACE", ns)).await;
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &run]).await;
-    cluster.kubectl_ok(&["-n", ns, "apply", "-f", "examples/gamedeployment.yaml"]).await;
+    // With a claim template, so the claim verbs are used: claims created with each pod, deleted on scale-in.
+    let example = std::fs::read_to_string(e2e::repo_root().join("examples/gamedeployment.yaml")).expect("example");
+    let with_claims = format!(
+        "{example}  volumeClaimTemplates:\n    - metadata:\n        name: data\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources:\n          requests:\n            storage: 1Gi\n"
+    );
+    let gd = write(cluster, &format!("gamedeployment-{ns}.yaml"), &with_claims).await;
+    cluster.kubectl_ok(&["-n", ns, "apply", "-f", &gd]).await;
 }
 
 /// The compact walkthrough with the full chart RBAC, asserted to complete.
