@@ -316,4 +316,22 @@ mod tests {
         assert_eq!(diffs.update_after(1), 1);
         assert_eq!(diffs.update_after(5), 0);
     }
+
+    #[test]
+    fn scale_strategy_max_unavailable_limits_scale_out_by_the_unavailable_pods() {
+        // CloneSet `scaleStrategy.maxUnavailable`: 5 wanted, 3 exist of which 1 is not ready; at most 2 unavailable.
+        let run = |limit: Option<IntOrString>| {
+            let mut g = gd(5, "RollingUpdate");
+            g.spec.scale_strategy =
+                Some(common::api::GameDeploymentScaleStrategy { max_unavailable: limit, ..Default::default() });
+            let pass =
+                Pass::new(g).old(2).pod(fixtures::pod("game-sick").serving(OLD, "game:0", 10).not_ready().build());
+            let settings = pass.settings();
+            compute(&settings, &pass.infos(&settings)).create
+        };
+        assert_eq!(run(None), 2, "no limit");
+        assert_eq!(run(int(2)), 1, "2 − 1 unavailable");
+        assert_eq!(run(int(1)), 0, "the not-ready pod uses up the room");
+        assert_eq!(run(percent("40%")), 1, "40% of 5 = 2, rounded up");
+    }
 }

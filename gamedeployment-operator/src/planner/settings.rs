@@ -502,4 +502,36 @@ mod tests {
         assert_eq!(infos[1].revision, Some(NEW));
         assert_eq!(count_where(&infos, |i| i.update_available()), 2);
     }
+
+    #[test]
+    fn ordered_in_place_policies_are_refused_only_where_they_matter() {
+        use common::api::{InPlaceUpdatePolicy, InPlaceUpdateStrategy};
+        let run = |containers: usize, strategy: &str, policy: Option<InPlaceUpdatePolicy>| {
+            let mut g = gd(2, strategy);
+            let spec = g.spec.template.spec.as_mut().unwrap();
+            let main = spec.containers[0].clone();
+            spec.containers = (0..containers)
+                .map(|i| k8s_openapi::api::core::v1::Container { name: format!("c{i}"), ..main.clone() })
+                .collect();
+            g.spec.update_strategy.in_place_update_strategy =
+                Some(InPlaceUpdateStrategy { grace_period_seconds: 0, policy });
+            let pass = Pass::new(g);
+            let (settings, problems) = pass.resolve();
+            (settings.update_settings_ok, problems.iter().map(|p| p.1.clone()).collect::<Vec<_>>())
+        };
+        let (ok, problems) = run(2, "InplaceUpdate", Some(InPlaceUpdatePolicy::OrderedReady));
+        assert!(!ok);
+        assert!(
+            problems[0].contains(
+                "spec.updateStrategy.inPlaceUpdateStrategy.policy OrderedReady is not supported with 2 containers"
+            ),
+            "{problems:?}"
+        );
+        assert!(!run(3, "HotPatchUpdate", Some(InPlaceUpdatePolicy::OrderedUpdated)).0);
+        // One container: every order is the same. DisOrdered, RollingUpdate or no policy: nothing to order.
+        assert_eq!(run(1, "InplaceUpdate", Some(InPlaceUpdatePolicy::OrderedReady)), (true, vec![]));
+        assert_eq!(run(2, "InplaceUpdate", Some(InPlaceUpdatePolicy::DisOrdered)), (true, vec![]));
+        assert_eq!(run(2, "RollingUpdate", Some(InPlaceUpdatePolicy::OrderedReady)), (true, vec![]));
+        assert_eq!(run(2, "InplaceUpdate", None), (true, vec![]));
+    }
 }
