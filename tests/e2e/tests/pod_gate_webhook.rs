@@ -136,18 +136,18 @@ fn strip_ansi(text: &str) -> String {
     out
 }
 
-/// The address the operator logged it serves the webhooks on.
-async fn webhook_address(operator: &Operator) -> SocketAddr {
+/// The address the `nth` process logging to this operator's log (0 = the first) serves the webhooks on.
+async fn webhook_address(operator: &Operator, nth: usize) -> SocketAddr {
     let start = Instant::now();
     loop {
         let logs = strip_ansi(&operator.logs());
-        let found = logs
+        let found: Vec<SocketAddr> = logs
             .lines()
             .filter(|l| l.contains("serving admission webhooks"))
             .filter_map(|l| l.split("address=").nth(1)?.split_whitespace().next()?.trim_matches('"').parse().ok())
-            .last();
-        if let Some(address) = found {
-            return address;
+            .collect();
+        if let Some(address) = found.get(nth) {
+            return *address;
         }
         assert!(start.elapsed() < DEADLINE, "the operator never logged its webhook address:\n{logs}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -158,7 +158,7 @@ impl Gated {
     /// kube-sim, `helm install` of the chart (webhooks on, `deletionProtection.default` = `deletion_default`), the
     /// gamedeployment-operator as the chart's ServiceAccount user serving the webhooks with the chart's certificate,
     /// and the hook-operator.
-    async fn start(deletion_default: &str) -> Self {
+    async fn start(deletion_default: &str, extra: &[&str]) -> Self {
         let cluster = Cluster::start().await;
         cluster.kubectl_ok(&["create", "namespace", NS]).await;
         let kc = cluster.kubeconfig().to_str().unwrap().to_string();
@@ -180,8 +180,9 @@ impl Gated {
         }
         let operator_kubeconfig = cluster.dir().join("operator.kubeconfig");
         cluster.sim().write_kubeconfig_for_user(&operator_kubeconfig, OPERATOR_USER, &["system:masters"]).unwrap();
-        let gamedeployment = start_gamedeployment_operator(&cluster, &operator_kubeconfig, &cert_dir, deletion_default);
-        let address = webhook_address(&gamedeployment).await;
+        let gamedeployment =
+            start_gamedeployment_operator(&cluster, &operator_kubeconfig, &cert_dir, deletion_default, extra);
+        let address = webhook_address(&gamedeployment, 0).await;
         cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
         let hooks = e2e::hook::start_operator_scaled(&cluster, INTERVAL_SCALE, &[]);
         Self { cluster, gamedeployment, _hooks: hooks, cert_dir, operator_kubeconfig }
@@ -189,9 +190,14 @@ impl Gated {
 
     async fn restart_gamedeployment_operator(&mut self, deletion_default: &str) {
         self.gamedeployment.kill().await;
-        self.gamedeployment =
-            start_gamedeployment_operator(&self.cluster, &self.operator_kubeconfig, &self.cert_dir, deletion_default);
-        let address = webhook_address(&self.gamedeployment).await;
+        self.gamedeployment = start_gamedeployment_operator(
+            &self.cluster,
+            &self.operator_kubeconfig,
+            &self.cert_dir,
+            deletion_default,
+            &[],
+        );
+        let address = webhook_address(&self.gamedeployment, 1).await;
         self.cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
     }
 }
@@ -203,23 +209,21 @@ fn start_gamedeployment_operator(
     kubeconfig: &std::path::Path,
     cert_dir: &std::path::Path,
     deletion_default: &str,
+    extra: &[&str],
 ) -> Operator {
     let cert_dir = cert_dir.display().to_string();
-    cluster.operator_with_kubeconfig(
-        "gamedeployment-operator",
-        "gamedeployment-operator",
-        kubeconfig,
-        &[
-            "--expectations-timeout",
-            "20s",
-            "--webhook-address",
-            "127.0.0.1:0",
-            "--webhook-cert-dir",
-            &cert_dir,
-            "--deletion-allow-default",
-            deletion_default,
-        ],
-    )
+    let mut args = vec![
+        "--expectations-timeout",
+        "20s",
+        "--webhook-address",
+        "127.0.0.1:0",
+        "--webhook-cert-dir",
+        &cert_dir,
+        "--deletion-allow-default",
+        deletion_default,
+    ];
+    args.extend_from_slice(extra);
+    cluster.operator_with_kubeconfig("gamedeployment-operator", "gamedeployment-operator", kubeconfig, &args)
 }
 
 async fn pod(cluster: &Cluster, name: &str) -> Option<Pod> {
@@ -253,7 +257,7 @@ async fn wait_labelled(cluster: &Cluster, gd: &str, replicas: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follows_bcs() {
     let began = Instant::now();
-    let mut gated_cluster = Gated::start("Deny").await;
+    let mut gated_cluster = Gated::start("Deny", &[]).await;
     println!("[{:?}] chart installed, operators running", began.elapsed());
     let cluster = &gated_cluster.cluster;
     for template in [SLOW, FAILING] {
@@ -519,8 +523,31 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
-    let gated_cluster = Gated::start("Always").await;
+    // Two replicas with leader election: the webhook Service is pointed at the standby, which answers every
+    // eviction while only the leader reconciles.
+    let with_identity = |identity: &'static str| {
+        let mut args = e2e::FAST_ELECTION.to_vec();
+        args.extend(["--leader-elect-identity", identity]);
+        args
+    };
+    let gated_cluster = Gated::start("Always", &with_identity("replica-a")).await;
     let cluster = &gated_cluster.cluster;
+    wait_for("replica-a to hold the Lease", DEADLINE, || async {
+        let out = cluster
+            .kubectl(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"])
+            .await;
+        (out.stdout.trim() == "replica-a").then_some(())
+    })
+    .await;
+    let _standby = start_gamedeployment_operator(
+        cluster,
+        &gated_cluster.operator_kubeconfig,
+        &gated_cluster.cert_dir,
+        "Always",
+        &with_identity("replica-b"),
+    );
+    let standby = webhook_address(&gated_cluster.gamedeployment, 1).await;
+    cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), standby);
     apply(cluster, SLOW).await;
     // Four pods on three nodes: one node has two of them.
     apply(cluster, &gated("drained", 4, "slow")).await;
@@ -574,5 +601,13 @@ async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
     let report = checker.stop().await;
     report.assert_clean();
     assert!(report.gated_deletions >= on_node.len(), "each drained pod consumed a run: {report:?}");
+    let out =
+        cluster.kubectl(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"]).await;
+    assert_eq!(out.stdout.trim(), "replica-a", "replica-a led throughout");
+    let standby_metrics = e2e::gamedeployment::nth_metrics_address(&gated_cluster.gamedeployment, 1).await;
+    let samples = e2e::gamedeployment::scrape(standby_metrics).await;
+    let refused = r#"gamedeployment_webhook_requests_total{webhook="pod-gate",verdict="refused",reason="marked"}"#;
+    assert!(samples.get(refused).copied().unwrap_or(0.0) >= 2.0, "the standby answered the evictions: {samples:?}");
+    assert_eq!(samples.get("gamedeployment_leader").copied(), Some(0.0), "the standby never led");
     gated_cluster.cluster.shutdown().await;
 }
