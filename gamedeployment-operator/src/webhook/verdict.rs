@@ -390,7 +390,11 @@ mod tests {
             .build();
         let r = refusal(decide(&delete_by("alice", &[]), &pod, &gated_gd()));
         assert!(r.mark.is_empty(), "{:?}", r.mark);
-        assert!(r.message.contains("(apps.kruise.io/specified-delete=true) and waits in PreparingDelete for that hook"), "{}", r.message);
+        assert!(
+            r.message.contains("(apps.kruise.io/specified-delete=true) and waits in PreparingDelete for that hook"),
+            "{}",
+            r.message
+        );
         assert!(r.message.contains(&ts(NOW - 60 + 3600).to_string()), "release time in {}", r.message);
     }
 
