@@ -92,7 +92,8 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
                 .is_some_and(|r| failed(run_phase(r))),
             None => failed(c.phase),
         };
-        if let Some(c) = list.iter().filter(|c| failed(c.phase)).find(failed_now) {
+        // An entry released without its hook (`releasedBy`: a deadline, a fallback, a skip) is a record, not a hold.
+        if let Some(c) = list.iter().filter(|c| failed(c.phase) && c.released_by.is_none()).find(failed_now) {
             let run = c
                 .hook_run
                 .as_deref()
@@ -131,7 +132,11 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
             let kind = HookKind::POD_HOOKS
                 .into_iter()
                 .find(|k| labels.get(keys::HOOKRUN_TYPE).map(String::as_str) == Some(k.type_label()));
+            let released = lists.iter().any(|(list, _)| {
+                list.iter().any(|c| c.released_by.is_some() && c.hook_run.as_deref() == run.metadata.name.as_deref())
+            });
             if run.metadata.deletion_timestamp.is_some()
+                || released
                 || labels.get(keys::HOOKRUN_WORKLOAD_REVISION).map(String::as_str) != revision
                 || !failed(run_phase(run))
                 || kind.is_some_and(|k| retry_requested(snapshot, k))

@@ -99,6 +99,18 @@ fn retry_requested_or_run_deleted_is_progress_not_failure() {
     assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
 }
 
+#[test]
+fn a_pod_released_without_its_hook_is_a_record_not_a_failure() {
+    // hookPolicy released the pod (hard deadline, onFailure: Proceed, a skip): the entry stays in the status for a
+    // while as a record with the run's real phase; the rollout is not held by it.
+    let mut gd = gd();
+    for c in &mut gd.status.as_mut().unwrap().pre_delete_hook_condition {
+        c.released_by = Some(common::api::HookReleaseReason::OnFailure);
+    }
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert_ne!(verdict.state, State::Failed, "{verdict:?}");
+}
+
 fn finished(mut gd: common::api::GameDeployment, reason: &str) -> common::api::GameDeployment {
     let status = gd.status.as_mut().unwrap();
     status.pre_delete_hook_condition.clear();
