@@ -736,7 +736,9 @@ pub struct CanaryStepRelease {
     pub phase: HookPhase,
     /// Why the step was passed.
     pub released_by: HookReleaseReason,
+    /// When the step was passed.
     pub released_at: Time,
+    /// Why, in words (the deadline or policy that passed it, and the run's message).
     pub message: String,
 }
 
