@@ -582,6 +582,10 @@ mod tests {
             let problem = validate_update_order(&strategy(yaml.clone())).expect_err(&yaml.to_string());
             assert!(problem.contains(want), "{yaml}: {problem}");
         }
+        let many: Vec<serde_json::Value> =
+            (0..=MAX_UPDATE_ORDER_TERMS).map(|i| serde_json::json!({"key": "k", "value": format!("v{i}")})).collect();
+        let problem = validate_update_order(&strategy(serde_json::json!({"scatterStrategy": many}))).unwrap_err();
+        assert!(problem.contains("at most 32 terms"), "{problem}");
         let fine = strategy(serde_json::json!({
             "priorityStrategy": {"orderPriority": [{"orderedKey": "example.com/order"}]},
             "scatterStrategy": [{"key": "zone", "value": "a"}, {"key": "zone", "value": ""}]

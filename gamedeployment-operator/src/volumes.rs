@@ -480,5 +480,15 @@ mod tests {
         g.spec.volume_claim_templates[1].metadata.name = Some("a".repeat(63));
         g.metadata.name = Some("g".repeat(200));
         assert!(validate(&g).unwrap_err().contains("longer than 253"));
+        // More templates than the CRD allows (an older CRD lets them through).
+        let mut g = gd(true);
+        g.spec.volume_claim_templates = (0..17)
+            .map(|i| {
+                let mut t = g.spec.volume_claim_templates[0].clone();
+                t.metadata.name = Some(format!("v{i}"));
+                t
+            })
+            .collect();
+        assert!(validate(&g).unwrap_err().contains("17 templates, above the maximum 16"));
     }
 }
