@@ -263,6 +263,39 @@ pub struct GameDeploymentScaleStrategy {
     /// instead of giving them (and its instance id) to its replacement.
     #[serde(default, rename = "disablePVCReuse", skip_serializing_if = "std::ops::Not::not")]
     pub disable_pvc_reuse: bool,
+    /// Addition (kourse): how a scale-in chooses its victims (see `ScaleInPolicy`). Unset: the first pods in deletion
+    /// order, as BCS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_in_policy: Option<ScaleInPolicy>,
+}
+
+/// Most extra candidates a race-to-empty scale-in starts hooks on (besides never more than the pods it deletes).
+pub const MAX_RACE_EXTRA_CANDIDATES: i32 = 100;
+
+/// Addition (kourse): how a scale-in chooses the pods it deletes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleInPolicy {
+    /// `Ordered` (default): the first pods in deletion order are the victims, each held by its pre-delete hook until
+    /// it succeeds (BCS). `RaceToEmpty`: pre-delete hooks start on more candidates than needed (`extraCandidates`),
+    /// the first pods whose hook succeeds are deleted and the others are released; a candidate whose hook fails is
+    /// skipped (released, another candidate started) instead of held.
+    #[serde(default)]
+    pub mode: ScaleInMode,
+    /// `RaceToEmpty`: candidates started besides the pods to delete, an integer or a percentage of them such as
+    /// "50%" (rounded up); default "100%". Never more than the pods to delete (at most twice as many hooks run) nor
+    /// than 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::int_or_percent")]
+    pub extra_candidates: Option<IntOrString>,
+}
+
+/// How a scale-in chooses its victims.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ScaleInMode {
+    #[default]
+    Ordered,
+    RaceToEmpty,
 }
 
 /// How pods move to a new template.

@@ -38,29 +38,38 @@ pub(super) fn release_unneeded_holds(
             continue;
         }
         draft.touch(info.name);
-        // With a preNormal handler the pod goes back through PreparingNormal (CloneSet), so the outside controller
-        // that unregistered it registers it again before it counts as available.
-        let back = if lifecycle::holds_return(settings.gd, Handler::PreNormal, info.pod) {
-            LifecycleState::PreparingNormal
-        } else {
-            LifecycleState::Normal
-        };
-        let mut ops = lifecycle::set_state_ops(back, settings.now);
-        // Unlike BCS, the pod no longer advertises that it is being deleted.
-        if common::pod::annotation(info.pod, keys::GAME_POD_DELETING).is_some() {
-            ops.push(json!({"op": "remove", "path": patch::annotation_path(keys::GAME_POD_DELETING)}));
-        }
-        let mut writes = vec![PodWrite::Object(ops)];
-        if let Some(ops) = lifecycle::kruise_ready_ops(info.pod, true, None, settings.now) {
-            writes.push(PodWrite::Status(ops));
-        }
-        draft.actions.push(Action::PatchPod(PodChange {
-            pod: info.pod_ref(),
-            reason: PatchReason::Lifecycle,
-            writes,
-            summary: format!("no longer needed in {}", info.state.as_str()),
-        }));
+        let summary = format!("no longer needed in {}", info.state.as_str());
+        draft.actions.push(back_to_normal(settings, info, Vec::new(), summary));
     }
+}
+
+/// The patch that takes a held pod back to `Normal` (its running hook is then removed by
+/// [`super::hooks::housekeeping`]), with `extra` JSON-patch operations on the pod object.
+pub(super) fn back_to_normal(
+    settings: &Settings<'_>,
+    info: &PodInfo<'_>,
+    extra: Vec<serde_json::Value>,
+    summary: String,
+) -> Action {
+    // With a preNormal handler the pod goes back through PreparingNormal (CloneSet), so the outside controller
+    // that unregistered it registers it again before it counts as available.
+    let back = if lifecycle::holds_return(settings.gd, Handler::PreNormal, info.pod) {
+        LifecycleState::PreparingNormal
+    } else {
+        LifecycleState::Normal
+    };
+    let mut ops = patch::ensure_maps(info.pod);
+    ops.extend(lifecycle::set_state_ops(back, settings.now));
+    // Unlike BCS, the pod no longer advertises that it is being deleted.
+    if common::pod::annotation(info.pod, keys::GAME_POD_DELETING).is_some() {
+        ops.push(json!({"op": "remove", "path": patch::annotation_path(keys::GAME_POD_DELETING)}));
+    }
+    ops.extend(extra);
+    let mut writes = vec![PodWrite::Object(ops)];
+    if let Some(ops) = lifecycle::kruise_ready_ops(info.pod, true, None, settings.now) {
+        writes.push(PodWrite::Status(ops));
+    }
+    Action::PatchPod(PodChange { pod: info.pod_ref(), reason: PatchReason::Lifecycle, writes, summary })
 }
 
 /// `podsToDelete` entries whose pod is gone are removed, as CloneSet does (BCS never prunes: a later pod that

@@ -9,6 +9,7 @@
 //! - new pods get unique names and indices (`create`), the first `create_old` of the current revision.
 
 pub(crate) mod create;
+pub(crate) mod race;
 
 use std::collections::BTreeSet;
 
@@ -85,9 +86,21 @@ pub(crate) fn plan(
         delete(settings, info, cause, &mut budget, draft);
     }
 
-    // Scale in.
-    for info in victims(settings, diffs, infos) {
-        delete(settings, info, DeleteCause::ScaleIn, &mut budget, draft);
+    // Scale in (`scaleInPolicy.mode: RaceToEmpty`: raced among more candidates, `race`).
+    if let Some(policy) = race::policy(settings) {
+        for (updated, wanted) in [(false, diffs.delete_old), (true, diffs.delete_new)] {
+            let group: Vec<&PodInfo<'_>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
+            if let Ok(wanted @ 1..) = usize::try_from(wanted) {
+                race::plan(settings, policy, group, wanted, &mut budget, draft);
+            }
+        }
+    } else {
+        for info in victims(settings, diffs, infos) {
+            delete(settings, info, DeleteCause::ScaleIn, &mut budget, draft);
+        }
+    }
+    if diffs.delete_old == 0 && diffs.delete_new == 0 {
+        race::clear_marks(infos, draft);
     }
 
     // Scale out.
