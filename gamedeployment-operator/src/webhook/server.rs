@@ -392,3 +392,58 @@ async fn template_users(state: &AppState, namespace: &str, template: &str) -> Re
         .map(ResourceExt::name_any)
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(body: Value) -> AdmissionRequest<DynamicObject> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": body,
+        }))
+        .expect("an AdmissionReview");
+        review.try_into().expect("a request")
+    }
+
+    fn base(operation: &str, sub_resource: Option<&str>) -> Value {
+        json!({
+            "uid": "u1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": sub_resource,
+            "name": "game-abcde",
+            "namespace": "default",
+            "operation": operation,
+            "userInfo": {"username": "alice"},
+        })
+    }
+
+    #[test]
+    fn the_grace_period_comes_from_delete_options_or_the_eviction() {
+        let mut delete = base("DELETE", None);
+        delete["options"] = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0});
+        assert_eq!(grace_period(&request(delete), PodOperation::Delete), Some(0));
+        assert_eq!(grace_period(&request(base("DELETE", None)), PodOperation::Delete), None);
+        let mut evict = base("CREATE", Some("eviction"));
+        evict["object"] = json!({
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": "game-abcde", "namespace": "default"},
+            "deleteOptions": {"gracePeriodSeconds": 0},
+        });
+        assert_eq!(grace_period(&request(evict), PodOperation::Evict), Some(0));
+    }
+
+    #[test]
+    fn refusals_carry_the_code_and_reason_the_requester_sees() {
+        let req = request(base("CREATE", Some("eviction")));
+        let response = refuse(&req, 429, "wait".into());
+        let out = serde_json::to_value(response.into_review()).expect("serialisable");
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["uid"], "u1");
+        assert_eq!(out["response"]["status"]["code"], 429);
+        assert_eq!(out["response"]["status"]["reason"], "TooManyRequests");
+        assert_eq!(out["response"]["status"]["message"], "wait");
+    }
+}
