@@ -1,6 +1,6 @@
 //! Pods of a GameDeployment deleted by someone else (`kubectl delete pod`, another controller) while a pre-delete
 //! hook is configured: their hook never ran, because the gate only covers deletions the operator makes. Each such
-//! pod gets one Warning Event `PodDeletedWithoutHook` naming it and the gated way (`podsToDelete`).
+//! pod gets one Warning Event `PodDeletedWithoutHook` naming it and the gated ways (the `apps.kruise.io/specified-delete` label, `podsToDelete`).
 
 use std::collections::HashSet;
 
@@ -54,7 +54,8 @@ pub(crate) fn event(gd: &GameDeployment, pod: &Pod) -> PlannedEvent {
         REASON,
         format!(
             "pod {name} was deleted by someone other than the operator, so its pre-delete hook (HookTemplate \
-             {template}) did not run; to delete a pod through the hook, list it in spec.scaleStrategy.podsToDelete"
+             {template}) did not run; to delete a pod through the hook, label it apps.kruise.io/specified-delete=true \
+             or list it in spec.scaleStrategy.podsToDelete"
         ),
     )
     .about(Related::pod(name, pod.metadata.uid.as_deref()))

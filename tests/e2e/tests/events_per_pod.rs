@@ -90,7 +90,12 @@ async fn each_pods_hook_run_is_its_own_event_and_a_pod_deleted_around_the_hook_i
     println!("PodDeletedWithoutHook: {note}");
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert_eq!(related_pod(&warning), Some(victim.as_str()), "{warning:#?}");
-    assert!(note.contains(&format!("pod {victim} ")) && note.contains("podsToDelete"), "{note}");
+    assert!(
+        note.contains(&format!("pod {victim} "))
+            && note.contains("podsToDelete")
+            && note.contains("apps.kruise.io/specified-delete=true"),
+        "{note}"
+    );
     // The replacement the operator creates, and the deletions it made itself, are not reported.
     wait_gd(&cluster, Columns::new(2, 2, 2, 2, 2)).await;
     assert_eq!(events(&cluster, "PodDeletedWithoutHook").await.len(), 1, "only the pod someone else deleted");
