@@ -149,6 +149,10 @@ pub fn build(new: &NewPod<'_>) -> Pod {
     labels.insert(keys::CONTROLLER_REVISION_HASH.into(), new.revision.into());
     labels.insert(keys::INSTANCE_ID.into(), new.id.into());
     labels.insert(keys::LIFECYCLE_STATE.into(), LifecycleState::Normal.as_str().into());
+    // Gated from creation: the webhook's objectSelector matches this label (the labeller keeps older pods in step).
+    if crate::webhook::verdict::opted_in(gd) {
+        labels.insert(crate::webhook::POD_GATE.into(), "true".into());
+    }
     let mut annotations: BTreeMap<String, String> = template_meta.annotations.unwrap_or_default();
     annotations.insert(keys::LIFECYCLE_TIMESTAMP.into(), new.now.to_string());
     let mut spec: PodSpec = new.template.spec.clone().unwrap_or_default();
@@ -310,5 +314,27 @@ mod tests {
             now: Timestamp::UNIX_EPOCH,
         });
         assert!(pod.spec.unwrap().readiness_gates.is_none());
+    }
+
+    /// A pod of a GameDeployment that opted in to the pod gate is created with the label the webhook's
+    /// objectSelector matches, so it is gated from its first moment (not only once the labeller saw it).
+    #[test]
+    fn pods_of_an_opted_in_gamedeployment_are_created_with_the_pod_gate_label() {
+        let new_pod = |gd: &GameDeployment| {
+            build(&NewPod {
+                gd,
+                template: &gd.spec.template,
+                revision: "game-1",
+                id: "abcde",
+                index: None,
+                now: Timestamp::UNIX_EPOCH,
+            })
+        };
+        let gated = gd(&[(crate::webhook::POD_GATE, "true")]);
+        assert_eq!(new_pod(&gated).metadata.labels.unwrap()[crate::webhook::POD_GATE], "true");
+        for annotations in [&[][..], &[(crate::webhook::POD_GATE, "false")][..]] {
+            let pod = new_pod(&gd(annotations));
+            assert!(!pod.metadata.labels.unwrap().contains_key(crate::webhook::POD_GATE), "{annotations:?}");
+        }
     }
 }
