@@ -11,7 +11,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::hook::{HookPhase, HookStep};
+use super::hook::{HookPhase, HookRunArgument, HookStep};
 use super::schema;
 
 /// Default `spec.updateStrategy.maxUnavailable` (BCS code constant `DefaultGameDeploymentMaxUnavailable`).
@@ -288,6 +288,28 @@ pub struct ScaleInPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::int_or_percent")]
     pub extra_candidates: Option<IntOrString>,
+    /// `RaceToEmpty`: ask each pod its cost at decision time (a HookRun per pod from this HookTemplate; the value of
+    /// its first metric's last measurement, a number, is the cost) and start the cheapest candidates first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_probe: Option<CostProbe>,
+}
+
+/// Most pods a race-to-empty scale-in asks their cost (`scaleInPolicy.costProbe`), the first in deletion order.
+pub const MAX_COST_PROBES: usize = 200;
+
+/// Addition (kourse): the cost probe of a race to empty.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostProbe {
+    /// Name of a HookTemplate in the namespace; its run gets the pod args (`PodName`, `PodIP`, ...) as a hook does.
+    pub template_name: String,
+    /// Arguments passed to each probe run besides the pod args.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<HookRunArgument>,
+    /// How long candidates wait for the probes before starting without the missing costs (default 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout_seconds: Option<i32>,
 }
 
 /// How a scale-in chooses its victims.

@@ -87,11 +87,12 @@ pub(crate) fn plan(
     }
 
     // Scale in (`scaleInPolicy.mode: RaceToEmpty`: raced among more candidates, `race`).
+    let mut probes_kept = std::collections::BTreeSet::new();
     if let Some(policy) = race::policy(settings) {
         for (updated, wanted) in [(false, diffs.delete_old), (true, diffs.delete_new)] {
             let group: Vec<&PodInfo<'_>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
             if let Ok(wanted @ 1..) = usize::try_from(wanted) {
-                race::plan(settings, policy, group, wanted, &mut budget, draft);
+                race::plan(settings, policy, group, wanted, &mut budget, &mut probes_kept, draft);
             }
         }
     } else {
@@ -102,6 +103,7 @@ pub(crate) fn plan(
     if diffs.delete_old == 0 && diffs.delete_new == 0 {
         race::clear_marks(infos, draft);
     }
+    race::clear_probes(settings, &probes_kept, draft);
 
     // Scale out.
     if diffs.create > 0 {

@@ -8,26 +8,100 @@
 //! [`decide`] is the whole decision, on the candidates' standings; [`plan`] reads the standings from the gate and
 //! turns the decision into actions.
 //!
+//! Cost probe (`scaleInPolicy.costProbe`): before candidates start, every eligible pod (running, not in the race, not
+//! skipped; the first [`MAX_COST_PROBES`] in deletion order) is asked its cost by a HookRun of its own made from the
+//! probe's template (`hookrun-type: cost-probe`, which the pod-hook clean-up ignores). The cost is the number in
+//! the last measurement of the run's first metric, once the run is `Successful` ([`probe_cost`]). Pods with a cost
+//! race first, cheapest first; pods without one (the run failed, its value is not a number, the template is
+//! missing, or no answer within `timeoutSeconds`, default 30) follow in deletion order ([`Probe`]). No candidate
+//! starts while an answer is awaited (`may_start`). A probe run is deleted once its pod is decided (in the race,
+//! skipped, gone) and every probe run once no scale-in is wanted ([`clear_probes`]).
+//!
 //! Crash safety: every input is in the API — in-flight candidates are the pods in `PreparingDelete`, their
 //! standing is their HookRun's phase, skipped pods carry [`SKIPPED`] (removed once no scale-in is wanted).
 
 use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
 
-use common::api::gamedeployment::MAX_RACE_EXTRA_CANDIDATES;
-use common::api::{HookPhase, ScaleInMode, ScaleInPolicy};
+use common::api::gamedeployment::{MAX_COST_PROBES, MAX_RACE_EXTRA_CANDIDATES};
+use common::api::{CostProbe, HookPhase, HookRun, HookStep, ScaleInMode, ScaleInPolicy};
+use common::hookrun::HookKind;
 use common::intstr::{self, Rounding};
+use common::keys;
+use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
 use super::super::draft::Draft;
 use super::super::housekeeping::back_to_normal;
 use super::super::settings::{PodInfo, Settings};
+use crate::action::{Action, PlannedEvent};
 use crate::gate::{self, DeleteCause, GateKind, GateRequest};
 use crate::lifecycle::{self, Handler, LifecycleState};
-use crate::{patch, priority};
+use crate::{ownership, patch, priority};
 
 /// On a pod whose pre-delete hook failed in a race to empty: when it was skipped. It is not a candidate again for
 /// as long as others are (the race would otherwise restart its hook at once); removed when no scale-in is wanted.
 pub(crate) const SKIPPED: &str = "gamedeployment.tkex.tencent.com/race-skipped";
+
+/// `hookrun-type` of a cost probe run.
+pub(crate) const COST_PROBE: &str = "cost-probe";
+
+/// How long candidates wait for the cost probes by default (`costProbe.timeoutSeconds`).
+pub(crate) const DEFAULT_PROBE_TIMEOUT_SECONDS: i64 = 30;
+
+/// A pod's answer to the cost probe.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Probe {
+    /// No probe configured, or the pod is not asked (in the race, skipped, not running, past the bound).
+    NotAsked,
+    /// Asked; no answer yet and the timeout has not passed: no candidate starts.
+    Awaited,
+    /// Its cost: lower races first.
+    Cost(f64),
+    /// The probe failed, answered no number, could not be made, or did not answer in time: after the pods with a
+    /// cost, in deletion order.
+    NoCost,
+}
+
+impl Probe {
+    /// Pods with a cost first, cheapest first; then every other pod, equal (deletion order decides).
+    pub(crate) fn order(self, other: Self) -> Ordering {
+        match (self, other) {
+            (Self::Cost(a), Self::Cost(b)) => a.total_cmp(&b),
+            (Self::Cost(_), _) => Ordering::Less,
+            (_, Self::Cost(_)) => Ordering::Greater,
+            _ => Ordering::Equal,
+        }
+    }
+}
+
+/// The cost a finished probe run answered: the last measured value of its first metric, as a number, if the run
+/// is `Successful`.
+pub(crate) fn probe_cost(run: &HookRun) -> Option<f64> {
+    let status = run.status.as_ref()?;
+    if status.phase != Some(HookPhase::Successful) {
+        return None;
+    }
+    let first = run.spec.metrics.first().map(|m| m.name.as_str());
+    let result = status
+        .metric_results
+        .iter()
+        .find(|r| Some(r.name.as_str()) == first)
+        .or_else(|| status.metric_results.first())?;
+    let value = result.measurements.iter().rev().find_map(|m| m.value.as_deref())?;
+    let cost: f64 = value.trim().trim_matches('"').trim().parse().ok()?;
+    cost.is_finite().then_some(cost)
+}
+
+/// Where a probe run stands at `now`: its cost, awaited, or no cost (failed, or older than `timeout` seconds).
+pub(crate) fn probe_state(run: &HookRun, now: Timestamp, timeout: i64) -> Probe {
+    let phase = gate::run_phase(run);
+    if phase.is_completed() {
+        return probe_cost(run).map_or(Probe::NoCost, Probe::Cost);
+    }
+    let created = run.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+    if now.as_second() - created.as_second() >= timeout { Probe::NoCost } else { Probe::Awaited }
+}
 
 /// The race-to-empty policy, if the GameDeployment opted in.
 pub(crate) fn policy<'a>(settings: &Settings<'a>) -> Option<&'a ScaleInPolicy> {
@@ -131,11 +205,16 @@ pub(crate) fn decide(entries: &[Entry], wanted: usize, extra: usize, may_start: 
     moves
 }
 
-/// The race order of a group: in-flight pods first, pods not skipped before skipped ones, then
-/// [`priority::deletion_order`] (unavailable pods, node and pod deletion costs, seniority).
-fn race_order(settings: &Settings<'_>, a: &PodInfo<'_>, b: &PodInfo<'_>) -> Ordering {
+/// The race order of a group: in-flight pods first, pods not skipped before skipped ones, then the cost probe's
+/// answers ([`Probe::order`]: cheapest first, pods without a cost after), then [`priority::deletion_order`]
+/// (unavailable pods, node and pod deletion costs, seniority).
+fn race_order(settings: &Settings<'_>, probes: &BTreeMap<String, Probe>, a: &PodInfo<'_>, b: &PodInfo<'_>) -> Ordering {
     let key = |i: &PodInfo<'_>| (i.state != LifecycleState::PreparingDelete, skipped(i));
-    key(a).cmp(&key(b)).then_with(|| priority::deletion_order(a.pod, b.pod, &settings.costs))
+    let probe = |i: &PodInfo<'_>| probes.get(i.name).copied().unwrap_or(Probe::NotAsked);
+    key(a)
+        .cmp(&key(b))
+        .then_with(|| probe(a).order(probe(b)))
+        .then_with(|| priority::deletion_order(a.pod, b.pod, &settings.costs))
 }
 
 fn skipped(info: &PodInfo<'_>) -> bool {
@@ -168,10 +247,17 @@ pub(super) fn plan(
     group: Vec<&PodInfo<'_>>,
     wanted: usize,
     budget: &mut i32,
+    kept: &mut BTreeSet<String>,
     draft: &mut Draft,
 ) {
     let mut group: Vec<&PodInfo<'_>> = group.into_iter().filter(|i| !draft.is_touched(i.name)).collect();
-    group.sort_by(|a, b| race_order(settings, a, b));
+    let mut probes = BTreeMap::new();
+    if let Some(probe) = policy.cost_probe.as_ref() {
+        group.sort_by(|a, b| race_order(settings, &probes, a, b));
+        probes = ask_costs(settings, probe, &group, kept, draft);
+    }
+    group.sort_by(|a, b| race_order(settings, &probes, a, b));
+    let awaited = probes.values().any(|p| *p == Probe::Awaited);
     let entries: Vec<Entry> = group
         .iter()
         .map(|i| Entry {
@@ -180,7 +266,7 @@ pub(super) fn plan(
             skipped: skipped(i),
         })
         .collect();
-    let moves = decide(&entries, wanted, extra_candidates(policy, wanted), true);
+    let moves = decide(&entries, wanted, extra_candidates(policy, wanted), !awaited);
     for &i in moves.delete.iter().chain(moves.race.iter()) {
         super::delete(settings, group[i], DeleteCause::ScaleIn, budget, draft);
     }
@@ -204,6 +290,127 @@ pub(super) fn plan(
             vec![mark],
             "skipped: its pre-delete hook failed; another candidate races in its place".into(),
         ));
+    }
+}
+
+/// The cost probe's answers for the pods of `group` (in race order without costs) that are asked: running, not in
+/// the race, not skipped, the first [`MAX_COST_PROBES`]. Creates the runs still missing (their answer is awaited);
+/// the names of the runs to keep are added to `kept`.
+fn ask_costs(
+    settings: &Settings<'_>,
+    probe: &CostProbe,
+    group: &[&PodInfo<'_>],
+    kept: &mut BTreeSet<String>,
+    draft: &mut Draft,
+) -> BTreeMap<String, Probe> {
+    let timeout = probe.timeout_seconds.map_or(DEFAULT_PROBE_TIMEOUT_SECONDS, i64::from).max(1);
+    let step = HookStep { template_name: probe.template_name.clone(), args: probe.args.clone() };
+    let asked = group
+        .iter()
+        .filter(|i| i.state != LifecycleState::PreparingDelete && !skipped(i) && common::pod::is_running(i.pod))
+        .take(MAX_COST_PROBES);
+    let mut answers = BTreeMap::new();
+    let mut failed = Vec::new();
+    for info in asked {
+        let name = probe_run_name(&probe.template_name, info);
+        let found = settings.gate.hook_runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str()));
+        let answer = match found {
+            Some(run) if run.metadata.deletion_timestamp.is_some() => Probe::Awaited,
+            Some(run) if trusted(settings, run, info) => {
+                kept.insert(name.clone());
+                let answer = probe_state(run, settings.now, timeout);
+                if answer == Probe::Awaited {
+                    let created = run.metadata.creation_timestamp.as_ref().map_or(settings.now, |t| t.0);
+                    let due = created.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(timeout));
+                    draft.requeue_at(settings.now, due.unwrap_or(settings.now));
+                }
+                answer
+            }
+            // Ours but for an earlier pod of that name (removed by `clear_probes`, asked again next pass).
+            Some(run) if owned(settings, run) => Probe::Awaited,
+            // Someone else's run under that name: no answer can be trusted.
+            Some(_) => Probe::NoCost,
+            None => match build_probe_run(settings, &step, info, name.clone()) {
+                Ok(run) => {
+                    kept.insert(name);
+                    draft.actions.push(Action::CreateHookRun(Box::new(run)));
+                    Probe::Awaited
+                }
+                Err(problem) => {
+                    failed.push(problem);
+                    Probe::NoCost
+                }
+            },
+        };
+        answers.insert(info.name.to_string(), answer);
+    }
+    if let Some(problem) = failed.first() {
+        draft.events.push(PlannedEvent::warning(
+            "FailedCostProbe",
+            format!("{} pod(s) not asked their cost, ordered without it: {problem}", failed.len()),
+        ));
+    }
+    answers
+}
+
+/// `costprobe-<revision>-<instance id>-<template>`.
+fn probe_run_name(template: &str, info: &PodInfo<'_>) -> String {
+    format!("costprobe-{}-{}-{template}", info.revision.unwrap_or(""), gate::instance_id(info.pod))
+}
+
+fn owned(settings: &Settings<'_>, run: &HookRun) -> bool {
+    ownership::controller_of(run.metadata.owner_references.as_ref())
+        .is_some_and(|o| ownership::is_owned_by(o, settings.gd))
+}
+
+fn label<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
+    run.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// A probe run whose answer counts: made by this GameDeployment for this pod, spec unchanged since.
+fn trusted(settings: &Settings<'_>, run: &HookRun, info: &PodInfo<'_>) -> bool {
+    let hash = run.metadata.annotations.as_ref().and_then(|a| a.get(keys::HOOKRUN_SPEC_HASH));
+    owned(settings, run)
+        && label(run, keys::HOOKRUN_TYPE) == Some(COST_PROBE)
+        && label(run, keys::HOOKRUN_POD_UID).is_some_and(|uid| Some(uid) == info.pod.metadata.uid.as_deref())
+        && hash.is_some_and(|h| *h == common::hookrun::spec_hash(&run.spec))
+}
+
+/// The probe run of a pod: built as its pre-delete hook run would be (pod args, owner), typed `cost-probe`, bound to
+/// the pod's UID, its spec hash recorded.
+fn build_probe_run(
+    settings: &Settings<'_>,
+    step: &HookStep,
+    info: &PodInfo<'_>,
+    name: String,
+) -> Result<HookRun, String> {
+    let revision = info.revision.unwrap_or("");
+    let mut run = gate::build_pod_run(&settings.gate, HookKind::PreDelete, step, info.pod, revision, &[], name)?;
+    let hash = common::hookrun::spec_hash(&run.spec);
+    let labels = run.metadata.labels.get_or_insert_with(Default::default);
+    labels.insert(keys::HOOKRUN_TYPE.into(), COST_PROBE.into());
+    labels.insert(keys::HOOKRUN_POD_UID.into(), info.pod.metadata.uid.clone().unwrap_or_default());
+    run.metadata.annotations.get_or_insert_with(Default::default).insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+    Ok(run)
+}
+
+/// Removes this GameDeployment's probe runs not in `kept`: their pod is decided (racing, skipped, deleted, gone) or
+/// no scale-in asks costs any more.
+pub(super) fn clear_probes(settings: &Settings<'_>, kept: &BTreeSet<String>, draft: &mut Draft) {
+    for run in settings.gate.hook_runs {
+        let name = run.metadata.name.clone().unwrap_or_default();
+        if label(run, keys::HOOKRUN_TYPE) != Some(COST_PROBE)
+            || !owned(settings, run)
+            || kept.contains(&name)
+            || run.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        draft.actions.push(Action::DeleteHookRun {
+            name,
+            uid: run.metadata.uid.clone().unwrap_or_default(),
+            why: "cost probe no longer needed: its pod is decided or no scale-in asks costs".into(),
+        });
     }
 }
 
@@ -296,10 +503,64 @@ mod tests {
         assert_eq!(decide(&entries, 1, 1, true), Moves { delete: vec![0], ..Moves::default() });
     }
 
+    fn probe_run(phase: Option<HookPhase>, values: &[&str], created: i64) -> HookRun {
+        serde_json::from_value(json!({
+            "apiVersion": "tkex.tencent.com/v1alpha1",
+            "kind": "HookRun",
+            "metadata": {"name": "p", "creationTimestamp": Timestamp::from_second(created).expect("valid").to_string()},
+            "spec": {"metrics": [{"name": "cost", "provider": {"web": {"url": "http://x"}}}, {"name": "other", "provider": {"web": {"url": "http://y"}}}]},
+            "status": {
+                "phase": phase,
+                "metricResults": [
+                    {"name": "other", "measurements": [{"value": "0"}]},
+                    {"name": "cost", "measurements": values.iter().map(|v| json!({"value": v})).collect::<Vec<_>>()},
+                ],
+            },
+        }))
+        .expect("valid run")
+    }
+
+    #[test]
+    fn the_cost_is_the_last_value_of_the_first_metric_of_a_successful_run() {
+        let ok = Some(HookPhase::Successful);
+        assert_eq!(probe_cost(&probe_run(ok, &["9", " 4.5 "], 0)), Some(4.5));
+        assert_eq!(probe_cost(&probe_run(ok, &["\"12\""], 0)), Some(12.0), "a JSON string holding a number");
+        assert_eq!(probe_cost(&probe_run(ok, &["-3"], 0)), Some(-3.0));
+        assert_eq!(probe_cost(&probe_run(ok, &["many"], 0)), None, "not a number");
+        assert_eq!(probe_cost(&probe_run(ok, &["NaN"], 0)), None, "not a finite number");
+        assert_eq!(probe_cost(&probe_run(ok, &[], 0)), None, "no measurement");
+        assert_eq!(probe_cost(&probe_run(Some(HookPhase::Failed), &["1"], 0)), None, "a failed run answers nothing");
+        assert_eq!(probe_cost(&probe_run(None, &["1"], 0)), None, "still running");
+    }
+
+    #[test]
+    fn a_probe_is_awaited_until_it_answers_or_its_timeout_passes() {
+        let now = Timestamp::from_second(1_000).expect("valid");
+        let running = probe_run(Some(HookPhase::Running), &["1"], 990);
+        assert_eq!(probe_state(&running, now, 30), Probe::Awaited);
+        assert_eq!(probe_state(&running, now, 10), Probe::NoCost, "10 s old: timed out");
+        assert_eq!(probe_state(&probe_run(None, &[], 999), now, 30), Probe::Awaited);
+        assert_eq!(probe_state(&probe_run(Some(HookPhase::Successful), &["7"], 0), now, 30), Probe::Cost(7.0));
+        assert_eq!(probe_state(&probe_run(Some(HookPhase::Error), &[], 990), now, 30), Probe::NoCost);
+    }
+
+    #[test]
+    fn pods_with_a_cost_come_first_cheapest_first_then_the_others_unordered() {
+        use Probe::*;
+        let mut probes = [NoCost, Cost(5.0), NotAsked, Cost(-1.0), Awaited, Cost(2.0)];
+        probes.sort_by(|a, b| a.order(*b));
+        // A stable sort keeps the pods without a cost in their (deletion) order.
+        assert_eq!(probes, [Cost(-1.0), Cost(2.0), Cost(5.0), NoCost, NotAsked, Awaited]);
+    }
+
     #[test]
     fn extra_candidates_are_bounded_by_the_pods_to_delete_and_100() {
         use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-        let with = |v: Option<IntOrString>| ScaleInPolicy { mode: ScaleInMode::RaceToEmpty, extra_candidates: v };
+        let with = |v: Option<IntOrString>| ScaleInPolicy {
+            mode: ScaleInMode::RaceToEmpty,
+            extra_candidates: v,
+            ..ScaleInPolicy::default()
+        };
         assert_eq!(extra_candidates(&with(None), 3), 3);
         assert_eq!(extra_candidates(&with(Some(IntOrString::Int(1))), 3), 1);
         assert_eq!(extra_candidates(&with(Some(IntOrString::Int(10))), 3), 3);
@@ -332,7 +593,11 @@ mod world_tests {
         gd.spec.pre_delete_update_strategy =
             Some(serde_json::from_value(json!({"hook": {"templateName": "drain"}})).expect("valid strategy"));
         gd.spec.scale_strategy = Some(GameDeploymentScaleStrategy {
-            scale_in_policy: Some(ScaleInPolicy { mode: ScaleInMode::RaceToEmpty, extra_candidates: extra }),
+            scale_in_policy: Some(ScaleInPolicy {
+                mode: ScaleInMode::RaceToEmpty,
+                extra_candidates: extra,
+                ..ScaleInPolicy::default()
+            }),
             ..Default::default()
         });
         let mut world = World::new(gd);
@@ -469,6 +734,122 @@ mod world_tests {
         world.gd.spec.replicas = Some(7);
         passes(&mut world, 4);
         assert_eq!(preparing(&world).len(), 4);
+    }
+
+    /// 10 pods, race to empty with a cost probe, no extra candidate.
+    fn probing(timeout: Option<i32>) -> World {
+        let mut world = racing(10, Some(IntOrString::Int(0)));
+        let mut template = crate::fixtures::hook_template();
+        template.metadata.name = Some("cost".into());
+        world.hook_templates.push(template);
+        let policy = world.gd.spec.scale_strategy.as_mut().and_then(|s| s.scale_in_policy.as_mut()).expect("policy");
+        policy.cost_probe =
+            Some(common::api::CostProbe { template_name: "cost".into(), args: Vec::new(), timeout_seconds: timeout });
+        world
+    }
+
+    fn probes(world: &World) -> Vec<String> {
+        world
+            .hook_runs
+            .iter()
+            .filter(|r| {
+                r.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_TYPE)).map(String::as_str)
+                    == Some(super::COST_PROBE)
+            })
+            .map(pod_of)
+            .collect()
+    }
+
+    /// Answers every probe run: `cost(pod)`.
+    fn answer(world: &mut World, cost: impl Fn(&str) -> String) {
+        for run in &mut world.hook_runs {
+            if run.metadata.name.as_deref().is_some_and(|n| n.starts_with("costprobe-")) {
+                let value = cost(&pod_of(run));
+                run.status = Some(
+                    serde_json::from_value(json!({
+                        "phase": "Successful",
+                        "metricResults": [{"name": "m", "phase": "Successful", "measurements": [{"value": value}]}],
+                    }))
+                    .expect("valid status"),
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn with_the_cost_probe_the_cheapest_race_first() {
+        let mut world = probing(None);
+        let all: Vec<String> = names(&world).into_iter().collect();
+        world.gd.spec.replicas = Some(7);
+        passes(&mut world, 3);
+        // Every pod is asked; nothing starts while the answers are awaited.
+        assert_eq!(probes(&world).len(), 10, "{:?}", probes(&world));
+        assert!(preparing(&world).is_empty(), "no candidate before the answers: {:?}", preparing(&world));
+        // Costs against the name order: the last three names are the cheapest.
+        let rank = |pod: &str| all.iter().position(|p| p == pod).expect("known pod");
+        answer(&mut world, |pod| (100 - rank(pod)).to_string());
+        passes(&mut world, 2);
+        let mut candidates = preparing(&world);
+        candidates.sort();
+        assert_eq!(candidates, all[7..].to_vec(), "the 3 cheapest race");
+        // The decided pods' probe runs are gone; the others stay while the scale-in lasts.
+        let asked = probes(&world);
+        assert!(candidates.iter().all(|c| !asked.contains(c)), "{asked:?}");
+        assert_eq!(asked.len(), 7);
+        // They win: deleted; no scale-in left, so every probe run is removed.
+        set(&mut world, &candidates, HookPhase::Successful);
+        let (created, deleted) = passes(&mut world, 4);
+        assert_eq!(created, 0);
+        assert_eq!(deleted.iter().cloned().collect::<BTreeSet<_>>(), candidates.iter().cloned().collect());
+        assert!(probes(&world).is_empty(), "{:?}", probes(&world));
+        assert!(world.hook_runs.is_empty());
+    }
+
+    #[test]
+    fn pods_without_a_cost_follow_those_with_one() {
+        let mut world = probing(None);
+        let all: Vec<String> = names(&world).into_iter().collect();
+        world.gd.spec.replicas = Some(7);
+        passes(&mut world, 2);
+        // Only the last two pods answer a number; the first one, a cheap-looking text.
+        let (last, second_last, first) = (all[9].clone(), all[8].clone(), all[0].clone());
+        answer(&mut world, |pod| {
+            if pod == last {
+                "3".into()
+            } else if pod == second_last {
+                "1".into()
+            } else if pod == first {
+                "none".into()
+            } else {
+                "oops".into()
+            }
+        });
+        passes(&mut world, 2);
+        let candidates = preparing(&world);
+        assert_eq!(candidates.len(), 3, "{candidates:?}");
+        assert!(candidates.contains(&last) && candidates.contains(&second_last), "{candidates:?}");
+    }
+
+    #[test]
+    fn without_an_answer_candidates_start_at_the_timeout_in_deletion_order() {
+        let mut world = probing(Some(10));
+        world.gd.spec.replicas = Some(7);
+        passes(&mut world, 5);
+        assert!(preparing(&world).is_empty(), "waits for the probes");
+        passes(&mut world, 10);
+        assert_eq!(preparing(&world).len(), 3, "started at the timeout");
+    }
+
+    #[test]
+    fn scaling_back_up_removes_the_probe_runs() {
+        let mut world = probing(None);
+        world.gd.spec.replicas = Some(7);
+        passes(&mut world, 2);
+        assert_eq!(probes(&world).len(), 10);
+        world.gd.spec.replicas = Some(10);
+        let (created, deleted) = passes(&mut world, 2);
+        assert_eq!((created, deleted.len()), (0, 0));
+        assert!(world.hook_runs.is_empty(), "{:?}", probes(&world));
     }
 
     #[test]
