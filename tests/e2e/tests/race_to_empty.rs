@@ -5,6 +5,9 @@
 //! marked `race-skipped`, their `game-pod-deleting` annotation removed — and replaced by others. No pod is created
 //! for the scale-in, and once it is over every survivor serves (`Normal`, no mark, no run left).
 //!
+//! With the cost probe (`scaleInPolicy.costProbe`), every server is empty but each answers a different cost: the
+//! scale-in deletes exactly the 3 cheapest, and no probe run is left.
+//!
 //! The hook-operator runs the template's interval 20x faster (`--interval-scale`).
 
 mod walkthrough_support;
@@ -141,6 +144,115 @@ spec:
     for pod in live(pods(&cluster, NAME).await) {
         assert!(annotation(&pod, "io.tencent.bcs.dev/game-pod-deleting").is_none(), "{:?}", pod.metadata.name);
     }
+    assert!(gd_operator.logs().lines().all(|l| !l.contains("panicked")));
+}
+
+/// An HTTP server on loopback answering `GET /<pod>` with `{"players": 0, "cost": <cost of the pod>}`.
+async fn cost_server(costs: Arc<Mutex<std::collections::BTreeMap<String, i64>>>) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bound");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let costs = costs.clone();
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let n = stream.read(&mut buffer).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buffer[..n]);
+                let pod = request.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+                let cost = costs.lock().expect("not poisoned").get(&pod).copied().unwrap_or(1000);
+                let body = format!(r#"{{"players": 0, "cost": {cost}}}"#);
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_cost_probe_the_three_cheapest_go_first() {
+    let cluster = Cluster::start().await;
+    let (_hooks, gd_operator) = operators(&cluster).await;
+    let costs: Arc<Mutex<std::collections::BTreeMap<String, i64>>> = Default::default();
+    let address = cost_server(costs.clone()).await;
+    let templates = format!(
+        r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: empty
+spec:
+  metrics:
+    - name: players
+      count: 1
+      successCondition: "asInt(result) == 0"
+      provider:
+        web:
+          url: "http://{address}/{{{{ args.PodName }}}}"
+          jsonPath: "{{$.players}}"
+---
+apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: cost
+spec:
+  metrics:
+    - name: cost
+      count: 1
+      provider:
+        web:
+          url: "http://{address}/{{{{ args.PodName }}}}"
+          jsonPath: "{{$.cost}}"
+"#
+    );
+    apply(&cluster, &templates).await;
+    // No extra candidate: the 3 cheapest start, and (every server being empty) go.
+    let strategy = "    maxUnavailable: 50%\n  preDeleteUpdateStrategy:\n    hook:\n      templateName: empty\n  \
+                    scaleStrategy:\n    scaleInPolicy:\n      mode: RaceToEmpty\n      extraCandidates: 0\n      \
+                    costProbe:\n        templateName: cost\n        timeoutSeconds: 120\n";
+    apply(&cluster, &manifest("cost", 10, "InplaceUpdate", strategy, "python:latest")).await;
+    let before = wait_for("10 ready pods", LONG, || async {
+        let pods = live(pods(&cluster, "cost").await);
+        (pods.len() == 10 && pods.iter().all(e2e::gamedeployment::is_ready)).then_some(pods)
+    })
+    .await;
+    let before = names(&before);
+    // Distinct costs, cheapest every third name (not the default order's choice): 10, 20, ... in a shuffled order.
+    let order: Vec<String> = before
+        .iter()
+        .skip(1)
+        .step_by(3)
+        .chain(before.iter().step_by(3))
+        .chain(before.iter().skip(2).step_by(3))
+        .cloned()
+        .collect();
+    let cheapest: BTreeSet<String> = order.iter().take(3).cloned().collect();
+    *costs.lock().expect("not poisoned") =
+        order.iter().enumerate().map(|(i, p)| (p.clone(), 10 * (i as i64 + 1))).collect();
+    println!("costs: {:?}", costs.lock().expect("not poisoned"));
+
+    let checker = GateChecker::start(&cluster, "default").await;
+    cluster.kubectl_ok(&["scale", "gamedeployment", "cost", "--replicas=7"]).await;
+    let after = wait_for("7 pods, all serving, no run left", LONG, || async {
+        let pods = live(pods(&cluster, "cost").await);
+        let settled =
+            pods.len() == 7 && pods.iter().all(|p| label(p, "lifecycle.apps.kruise.io/state") == Some("Normal"));
+        let runs = cluster.kubectl(&["get", "hookrun", "-o", "name"]).await.stdout;
+        (settled && runs.trim().is_empty()).then_some(pods)
+    })
+    .await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    let after = names(&after);
+    let deleted: BTreeSet<String> = before.difference(&after).cloned().collect();
+    assert_eq!(deleted, cheapest, "exactly the 3 cheapest were deleted");
+    assert!(after.is_subset(&before), "no pod was created for the scale-in: {after:?}");
+    assert_eq!(report.gated_deletions, 3, "each deletion consumed a Successful run: {report:?}");
+    assert!(report.released.is_empty(), "no candidate was released: {report:?}");
     assert!(gd_operator.logs().lines().all(|l| !l.contains("panicked")));
 }
 
