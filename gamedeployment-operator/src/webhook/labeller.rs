@@ -4,9 +4,10 @@
 //! so pod deletions elsewhere in the cluster never reach the webhook.
 //!
 //! Event-driven from two watches: a pod event checks that one pod against its GameDeployment (O(1)); a
-//! GameDeployment event rescans its pods only when its opt-in changed. A new pod is labelled within one round
-//! trip of its creation, long before it is Running, and a pod that is not Running is not gated anyway (the
-//! operator itself deletes such pods without a hook). A failed patch is retried after [`RETRY_AFTER`].
+//! GameDeployment event rescans its pods only when its opt-in changed. The controller creates the pods of an
+//! opted-in GameDeployment with the label already (`planner::scale::create::build`), so this labels the pods that
+//! existed before the opt-in (and removes the label after an opt-out). A failed patch is retried after
+//! [`RETRY_AFTER`].
 
 use std::collections::HashMap;
 use std::time::Duration;

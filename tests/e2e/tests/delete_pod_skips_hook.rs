@@ -1,6 +1,9 @@
 //! The README's warning, proved: with the walkthrough's pre-delete hook configured, `kubectl delete pod` removes the
-//! pod without any HookRun (there is no admission webhook yet, so the gate only covers the deletions the operator
-//! makes) and the GameDeployment replaces it; the gated way to remove a given pod is `spec.scaleStrategy.podsToDelete`
+//! pod without any HookRun and the GameDeployment replaces it. This holds for GameDeployments that do not opt in to
+//! the pod gate (annotation `gamedeployment.tkex.tencent.com/pod-gate: "true"`, README "Admission webhooks"): for
+//! them the gate only covers the deletions the operator makes. An opted-in GameDeployment's pods are refused by the
+//! pod-gate webhook and leave through their hook instead (`pod_gate_webhook.rs`, `sandbox.rs`). The gated way to
+//! remove a given pod without the webhook is `spec.scaleStrategy.podsToDelete`
 //! (`gate_integrity::pods_to_delete_consume_a_run_each`).
 
 use std::sync::{Arc, Mutex};
