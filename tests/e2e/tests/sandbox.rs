@@ -2,7 +2,9 @@
 //! server (and state directory) and point their hook-operator at it; a demo server that dies is reported by its
 //! own sandbox only; a second sandbox on a port in use refuses to start without touching the first one's state;
 //! and a child that cannot start (here the demo server, its address taken) fails the start-up instead of a
-//! "ready" that is not true.
+//! "ready" that is not true. In both modes (default and `--helm`) the sandbox runs the pod-gate webhook: once the
+//! walkthrough's GameDeployment opts in, `kubectl delete pod` is refused with the webhook's message and the pod
+//! leaves through its pre-delete hook and is replaced.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -30,18 +32,20 @@ fn bindable(addr: &str) -> bool {
     std::net::TcpListener::bind(addr).is_ok()
 }
 
-/// A base port P whose API port, both metrics ports and demo address (127.0.0.200:P+3) are free, and that no
-/// other test of this process was given (they run in parallel and bind their ports only later).
+/// A base port P whose API port, both metrics ports, demo address (127.0.0.200:P+3) and webhook port (P+4) are
+/// free, and that no other test of this process was given (they run in parallel and bind their ports only later).
 fn free_base() -> u16 {
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    let seed = (std::process::id() % 2000) as u16;
+    let seed = (std::process::id() % 1200) as u16;
     let port = (0..2000u16)
-        .map(|i| 20000 + ((seed + i * 37) % 2000) * 10)
+        // Below Linux's ephemeral range (32768-60999), so no outgoing connection holds one of the ports.
+        .map(|i| 20000 + ((seed + i * 37) % 1200) * 10)
         .find(|&p| {
             !given.contains(&p)
                 && (0..3).all(|d| bindable(&format!("127.0.0.1:{}", p + d)))
                 && bindable(&format!("127.0.0.200:{}", p + 3))
+                && bindable(&format!("127.0.0.1:{}", p + 4))
         })
         .expect("a free port range");
     given.push(port);
@@ -61,11 +65,17 @@ struct Sandbox {
 
 impl Sandbox {
     fn start(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    fn start_with(port: u16, flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let output = dir.path().join("sandbox.out");
         let file = std::fs::File::create(&output).expect("output file");
         let child = std::os::unix::process::CommandExt::process_group(
-            Command::new("bash").args(["scripts/sandbox", "--debug", "--no-build", "--port", &port.to_string()]),
+            Command::new("bash")
+                .args(["scripts/sandbox", "--debug", "--no-build", "--port", &port.to_string()])
+                .args(flags),
             0,
         )
         .current_dir(e2e::repo_root())
@@ -256,4 +266,118 @@ async fn a_child_that_cannot_start_fails_the_start_up() {
     assert!(out.contains("Address already in use"), "the demo server's own error is shown:\n{out}");
     // Everything it had started is stopped: nothing serves its API port any more.
     assert!(bindable(&format!("127.0.0.1:{port}")), "kube-sim was stopped");
+}
+
+/// `kubectl` against a sandbox (its printed KUBECONFIG): (success, stdout, stderr).
+fn kubectl(sandbox: &Sandbox, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", sandbox.state().join("kubeconfig"))
+        .current_dir(e2e::repo_root())
+        .output()
+        .expect("kubectl runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn kubectl_ok(sandbox: &Sandbox, args: &[&str]) -> String {
+    let (ok, out, err) = kubectl(sandbox, args);
+    assert!(ok, "kubectl {args:?}: {out}{err}");
+    out
+}
+
+/// The README's pod-gate lines in a sandbox (`--fast`, so the walkthrough's hook takes 12 s): the walkthrough's
+/// GameDeployment opts in, `kubectl delete pod` is refused with the webhook's message, the pod stays Running in
+/// `PreparingDelete` while its HookRun runs, then the operator deletes it and creates its replacement.
+async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
+    ensure_binaries();
+    let port = free_base();
+    let mut sandbox = Sandbox::start_with(port, &[&["--fast"][..], flags].concat());
+    sandbox.wait_ready().await;
+    let out = sandbox.output();
+    let webhook = format!("pod-gate webhook on https://127.0.0.1:{}", port + 4);
+    assert!(out.lines().any(|l| l.contains(&webhook) && l.contains("failurePolicy Ignore")), "{out}");
+    assert!(
+        out.contains(
+            "kubectl annotate gamedeployment test-gamedeployment gamedeployment.tkex.tencent.com/pod-gate=true"
+        )
+    );
+
+    kubectl_ok(&sandbox, &["apply", "-f", "examples/hook-template-success.yaml", "-f", "examples/gamedeployment.yaml"]);
+    let running = "jsonpath={range .items[?(@.status.phase==\"Running\")]}{.metadata.name}{\"\\n\"}{end}";
+    e2e::wait_for("the 6 pods to run", START, || async {
+        let out = kubectl_ok(&sandbox, &["get", "pods", "-o", running]);
+        (out.lines().count() == 6).then_some(())
+    })
+    .await;
+    println!("$ kubectl annotate gd test-gamedeployment gamedeployment.tkex.tencent.com/pod-gate=true");
+    print!(
+        "{}",
+        kubectl_ok(
+            &sandbox,
+            &["annotate", "gd", "test-gamedeployment", "gamedeployment.tkex.tencent.com/pod-gate=true"]
+        )
+    );
+    let pod = kubectl_ok(&sandbox, &["get", "pods", "-o", running]).lines().next().unwrap().to_string();
+    // Refused as soon as the pod carries the label (set at once by the labeller for pods created before opt-in).
+    let refusal = e2e::wait_for("kubectl delete pod to be refused", START, || async {
+        let (ok, out, err) = kubectl(&sandbox, &["delete", "pod", &pod, "--wait=false"]);
+        assert!(!ok, "{pod} was deleted without its hook: {out}{err}");
+        err.contains("denied the request").then_some(err)
+    })
+    .await;
+    println!("$ kubectl delete pod {pod}\n{refusal}");
+    assert!(refusal.starts_with(
+        "Error from server (Forbidden): admission webhook \"pod-gate.gamedeployment.tkex.tencent.com\" denied the request: "
+    ), "{refusal}");
+    assert!(
+        refusal.contains(&format!("pod {pod} is a game server of GameDeployment test-gamedeployment")),
+        "{refusal}"
+    );
+    assert!(refusal.contains("marked for deletion (apps.kruise.io/specified-delete=true)"), "{refusal}");
+
+    // Held in PreparingDelete while its HookRun runs, then deleted by the operator and replaced.
+    let state = "jsonpath={.metadata.labels.lifecycle\\.apps\\.kruise\\.io/state} {.status.phase}";
+    assert_eq!(kubectl_ok(&sandbox, &["get", "pod", &pod, "-o", state]).trim().split(' ').nth(1), Some("Running"));
+    e2e::wait_for("the refused pod to be PreparingDelete", START, || async {
+        let out = kubectl_ok(&sandbox, &["get", "pod", &pod, "-o", state]);
+        (out.trim() == "PreparingDelete Running").then_some(())
+    })
+    .await;
+    // predelete-<gd>-<revision>-<pod id>-<template>
+    let id = pod.rsplit('-').next().unwrap();
+    let hookrun =
+        |name: &str| name.starts_with("predelete-test-gamedeployment-") && name.ends_with(&format!("-{id}-test"));
+    e2e::wait_for("the pod's HookRun to be Successful", START, || async {
+        let out = kubectl_ok(
+            &sandbox,
+            &["get", "hookrun", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase}{\"\\n\"}{end}"],
+        );
+        out.lines().any(|l| l.strip_suffix(" Successful").is_some_and(hookrun)).then_some(())
+    })
+    .await;
+    e2e::wait_for("the operator to delete the pod and replace it", START, || async {
+        // Gone (NotFound) or terminating (its grace period), and six other pods run.
+        let (found, deleted_at, _) =
+            kubectl(&sandbox, &["get", "pod", &pod, "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+        let others = kubectl_ok(&sandbox, &["get", "pods", "-o", running]);
+        let replaced = others.lines().filter(|p| *p != pod).count() == 6;
+        (replaced && (!found || !deleted_at.trim().is_empty())).then_some(())
+    })
+    .await;
+    println!("{}", kubectl_ok(&sandbox, &["get", "pod", "-L", "lifecycle.apps.kruise.io/state"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_gates_kubectl_delete_pod_through_the_hook() {
+    kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helm_sandbox_gates_kubectl_delete_pod_through_the_hook() {
+    e2e::helm_python(); // the chart needs Helm's SDK in .venv (scripts/test makes it)
+    kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(&["--helm"]).await;
 }
