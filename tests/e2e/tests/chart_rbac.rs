@@ -23,6 +23,9 @@ const CASE_DEADLINE: Duration = Duration::from_secs(120);
 const NEW_IMAGE: &str =
     r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
 
+const OLD_IMAGE: &str =
+    r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:latest"}]"#;
+
 /// A HookRun whose `kubernetes` metric patches and reads back an annotation of pod `target`.
 const KUBE_RUN: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
 kind: HookRun
@@ -464,6 +467,134 @@ fn grants(rbac: &[Value]) -> Vec<Grant> {
     out
 }
 
+/// The chart's webhook objects (certificate Secret, Service, ValidatingWebhookConfiguration) applied to kube-sim,
+/// and the gamedeployment-operator's flags to serve them as the chart's Deployment does, with that certificate.
+/// Returns the Service (`namespace/name`) to point at the operator once it listens.
+async fn serve_webhooks(h: &mut Harness) -> String {
+    let out = helm(&["render", CHART, "--release", "ops", "--namespace", NS]).await;
+    let docs: Vec<Value> = serde_json::from_str(&out).expect("rendered JSON");
+    let webhook: Vec<Value> = docs
+        .into_iter()
+        .filter(|d| {
+            let name = d["metadata"]["name"].as_str().unwrap_or("");
+            (d["kind"] == "Secret" && name.ends_with("-webhook-tls"))
+                || (d["kind"] == "Service" && name.ends_with("-webhook"))
+                || d["kind"] == "ValidatingWebhookConfiguration"
+        })
+        .collect();
+    assert_eq!(webhook.len(), 3, "the chart renders its webhook objects: {webhook:?}");
+    let service = webhook.iter().find(|d| d["kind"] == "Service").expect("webhook Service");
+    let service = format!("{NS}/{}", service["metadata"]["name"].as_str().unwrap_or(""));
+    let secret = webhook.iter().find(|d| d["kind"] == "Secret").expect("webhook Secret");
+    let secret_name = secret["metadata"]["name"].as_str().unwrap_or("").to_string();
+    h.apply_rbac(&webhook).await;
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(h.cluster.client(), NS);
+    let data = secrets.get(&secret_name).await.expect("webhook Secret applied").data.unwrap_or_default();
+    let cert_dir = h.cluster.dir().join("webhook-tls");
+    std::fs::create_dir_all(&cert_dir).expect("cert dir");
+    for file in ["tls.crt", "tls.key"] {
+        std::fs::write(cert_dir.join(file), &data[file].0).expect("certificate written");
+    }
+    let spec = h.specs.iter_mut().find(|s| s.bin == "gamedeployment-operator").expect("gamedeployment-operator");
+    let user = format!("system:serviceaccount:{NS}:{}", spec.account);
+    spec.extra.extend([
+        "--webhook-address".to_string(),
+        "127.0.0.1:0".to_string(),
+        "--webhook-cert-dir".to_string(),
+        cert_dir.display().to_string(),
+        "--webhook-operator-user".to_string(),
+        user,
+    ]);
+    service
+}
+
+/// The address the operator logged that it serves the webhooks on.
+async fn webhook_address(operator: &Operator) -> std::net::SocketAddr {
+    wait_for("the gamedeployment-operator to serve its webhooks", LONG, || async {
+        let logs = operator.logs();
+        let line = logs.lines().find(|l| l.contains("serving admission webhooks"))?;
+        // The flag binds 127.0.0.1 (the log may carry colour codes around `address=`).
+        let rest = &line[line.find("127.0.0.1:")?..];
+        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':')).unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    })
+    .await
+}
+
+async fn gd_field(cluster: &Cluster, ns: &str, jsonpath: &str) -> String {
+    cluster.kubectl(&["-n", ns, "get", "gamedeployment", GD, "-o", &format!("jsonpath={jsonpath}")]).await.stdout
+}
+
+async fn revisions(cluster: &Cluster, ns: &str) -> Vec<(String, i64)> {
+    let out = cluster.kubectl(&["-n", ns, "get", "controllerrevisions", "-o", "json"]).await;
+    let list: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (r["metadata"]["name"].as_str().unwrap_or("").to_string(), r["revision"].as_i64().unwrap_or(0)))
+        .collect()
+}
+
+/// After the walkthrough in `ns`, the paths it does not take, each driven as a user would:
+/// - an eviction: the admission webhook reads the pod and its GameDeployment;
+/// - a rollback of every pod (partition 0) to the first template (its ControllerRevision is renumbered) with
+///   `revisionHistoryLimit: 0` (the second template's revision is deleted once no pod runs it), and a `podsToDelete` entry naming no pod (pruned
+///   from the spec);
+/// - in another namespace, a foreign ControllerRevision already holding the name of the GameDeployment's first
+///   revision: the create is refused, the operator reads the revision, and moves to a new name (`collisionCount`).
+async fn rarer_paths(cluster: &Cluster, ns: &str) {
+    let first = revisions(cluster, ns).await.into_iter().find(|(_, n)| *n == 1).expect("the first revision").0;
+    let pod = cluster
+        .kubectl_ok(&["-n", ns, "get", "pod", "-l", &format!("app={GD}"), "-o", "jsonpath={.items[0].metadata.name}"])
+        .await;
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(cluster.client(), ns);
+    // Allowed or refused, the webhook has answered from the pod and its GameDeployment.
+    let evicted = pods.evict(pod.trim(), &Default::default()).await;
+    println!("eviction of {}: {:?}", pod.trim(), evicted.map(|_| ()));
+
+    let spec = json!({"spec": {
+        "revisionHistoryLimit": 0,
+        "scaleStrategy": {"podsToDelete": ["no-such-pod"]},
+        "updateStrategy": {"partition": 0},
+    }});
+    cluster.kubectl_ok(&["-n", ns, "patch", "gamedeployment", GD, "--type=merge", "-p", &spec.to_string()]).await;
+    cluster.kubectl_ok(&["-n", ns, "patch", "gamedeployment", GD, "--type=json", "-p", OLD_IMAGE]).await;
+
+    let collide = "collide";
+    cluster.kubectl_ok(&["create", "namespace", collide]).await;
+    let foreign = json!({
+        "apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": first, "namespace": collide},
+        "revision": 1,
+        "data": {"spec": {"template": {"spec": {"containers": [{"name": "other", "image": "other:1"}]}}}},
+    });
+    let path = write(cluster, "foreign-revision.json", &foreign.to_string()).await;
+    cluster.kubectl_ok(&["apply", "-f", &path]).await;
+    let example = std::fs::read_to_string(e2e::repo_root().join("examples/gamedeployment.yaml")).expect("example");
+    let gd = write(cluster, "gamedeployment-collide.yaml", &example.replacen("replicas: 6", "replicas: 1", 1)).await;
+    cluster.kubectl_ok(&["-n", collide, "apply", "-f", &gd]).await;
+
+    wait_for("the first revision to be renumbered and the second deleted", LONG, || async {
+        let now = revisions(cluster, ns).await;
+        (now.len() == 1 && now[0].0 == first && now[0].1 > 2).then_some(())
+    })
+    .await;
+    wait_for("podsToDelete to be pruned", LONG, || async {
+        gd_field(cluster, ns, "{.spec.scaleStrategy.podsToDelete}")
+            .await
+            .trim()
+            .trim_matches(&['[', ']'][..])
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    wait_for("the collision to be counted", LONG, || async {
+        (gd_field(cluster, collide, "{.status.collisionCount}").await.trim() == "1").then_some(())
+    })
+    .await;
+}
+
 /// Verb by verb: every (resource, verb) the chart grants an operator is used by it during the compact
 /// walkthrough (plus a collected ownerless HookRun). kube-sim counts, per probe — a fault rule without any fault,
 /// scoped to the operator's ServiceAccount user, one verb and one resource — the requests it matched; every probe
@@ -472,9 +603,6 @@ fn grants(rbac: &[Value]) -> Vec<Grant> {
 /// (kube-sim does not run that plugin), so for it the test shows that every object the gamedeployment-operator
 /// owns does set `blockOwnerDeletion: true` and that the ServiceAccount may `update` the subresource.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "not yet passing: on 2026-11-24 the compact walkthrough under the chart RBAC timed out waiting for a \
-            pre-delete HookRun while other helpers' gamedeployment-operator and chart changes were in progress; \
-            run with --ignored"]
 async fn every_granted_verb_is_used() {
     let mut h = chart_harness(TTL).await;
     let all = grants(&h.rbac);
@@ -519,8 +647,12 @@ async fn every_granted_verb_is_used() {
             .collect()
     };
     h.cluster.sim().set_faults(FaultConfig { rules });
+    let webhook = serve_webhooks(&mut h).await;
     h.start().await;
+    let address = webhook_address(&h.running[1]).await;
+    h.cluster.sim().set_service_address(&webhook, Some(443), address);
     walkthrough(&h.cluster, "verbs").await;
+    rarer_paths(&h.cluster, "verbs").await;
     let counts = h.cluster.sim().fault_counts().matched;
 
     let mut unused = Vec::new();
