@@ -9,8 +9,8 @@
 
 pub(crate) mod action;
 pub(crate) mod attempt;
-pub mod controller;
 pub(crate) mod control;
+pub mod controller;
 pub(crate) mod deadline;
 pub(crate) mod expectations;
 #[cfg(test)]

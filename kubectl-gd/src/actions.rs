@@ -212,10 +212,9 @@ pub fn skip_hook_by_annotation(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, S
     let change = match state {
         "PreparingDelete" => "delete".to_string(),
         "PreparingUpdate" => format!("inplace/{}", status.update_revision.clone().unwrap_or_default()),
-        "Updated" => format!(
-            "postinplace/{}",
-            common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or_default()
-        ),
+        "Updated" => {
+            format!("postinplace/{}", common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or_default())
+        }
         other => return Err(format!("pod {pod_name} is {other}: no hook holds it")),
     };
     Ok(Plan {

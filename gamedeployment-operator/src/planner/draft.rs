@@ -8,12 +8,12 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::settings::{PodInfo, Settings};
 use crate::action::{Action, HeldPod, PatchReason, PlannedEvent, PodChange, PodWrite};
-use crate::gate::{self, GateKind, GateRequest};
 use crate::gate::GateDecision;
+use crate::gate::{self, GateKind, GateRequest};
 use crate::lifecycle::{self, Handler};
+use crate::patch;
 use common::keys;
 use serde_json::json;
-use crate::patch;
 
 #[derive(Debug, Default)]
 pub(crate) struct Draft {

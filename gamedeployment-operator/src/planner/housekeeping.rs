@@ -14,8 +14,8 @@ use super::settings::{PodInfo, Settings};
 use crate::action::{Action, PatchReason, PodChange, PodWrite};
 use crate::lifecycle::{self, Handler, LifecycleState};
 use crate::patch;
-use serde_json::json;
 use crate::revision;
+use serde_json::json;
 
 /// A pod left in `PreparingDelete` / `PreparingUpdate` that this pass no longer wants to delete or update (the
 /// replicas went back up, the template was rolled back to the pod's revision, the partition was raised) goes back

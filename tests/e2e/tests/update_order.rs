@@ -115,7 +115,7 @@ async fn scatter_and_order_priority_decide_the_update_order() {
         {"op": "add", "path": "/spec/updateStrategy/priorityStrategy", "value": {"orderPriority": [{"orderedKey": "order"}]}},"#;
     let order = rollout(&cluster, &image_patch("python:3.6", switch)).await;
     let mut want: Vec<(i32, String)> = numbers.iter().copied().zip(names.iter().cloned()).collect();
-    want.sort_by(|a, b| b.0.cmp(&a.0));
+    want.sort_by_key(|w| std::cmp::Reverse(w.0));
     let want: Vec<String> = want.into_iter().map(|(_, n)| n).collect();
     assert_eq!(order, want, "highest sts-<n> first");
 

@@ -272,10 +272,10 @@ impl BuiltinSpec {
 
 fn builtin_specs() -> Vec<BuiltinSpec> {
     use k8s_openapi::api::{
-        admissionregistration::v1 as admissionregistration, apps::v1 as apps, authentication::v1 as authn, authorization::v1 as authz, autoscaling::v2 as autoscaling,
-        batch::v1 as batch, coordination::v1 as coordination, core::v1 as core, events::v1 as events,
-        networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
-        storage::v1 as storage,
+        admissionregistration::v1 as admissionregistration, apps::v1 as apps, authentication::v1 as authn,
+        authorization::v1 as authz, autoscaling::v2 as autoscaling, batch::v1 as batch,
+        coordination::v1 as coordination, core::v1 as core, events::v1 as events, networking::v1 as networking,
+        policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     vec![
@@ -345,7 +345,8 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<autoscaling::HorizontalPodAutoscaler>(Special::Plain).short(&["hpa"]).categories(&["all"]).status(),
         builtin::<storage::StorageClass>(Special::Plain).short(&["sc"]),
         builtin::<scheduling::PriorityClass>(Special::Plain).short(&["pc"]),
-        builtin::<admissionregistration::ValidatingWebhookConfiguration>(Special::Plain).categories(&["api-extensions"]),
+        builtin::<admissionregistration::ValidatingWebhookConfiguration>(Special::Plain)
+            .categories(&["api-extensions"]),
         review::<authz::SelfSubjectAccessReview>(),
         review::<authz::SubjectAccessReview>(),
         review::<authz::SelfSubjectRulesReview>(),

@@ -185,10 +185,10 @@ fn create(
 /// `markPodNotReady` it carries the `KruisePodReady` readiness gate (set True by the refresh step).
 fn with_lifecycle(gd: &common::api::GameDeployment, pod: &mut Pod) {
     if lifecycle::handler(gd, lifecycle::Handler::PreNormal).is_some() {
-        pod.metadata.labels.get_or_insert_with(Default::default).insert(
-            common::keys::LIFECYCLE_STATE.into(),
-            lifecycle::LifecycleState::PreparingNormal.as_str().into(),
-        );
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(common::keys::LIFECYCLE_STATE.into(), lifecycle::LifecycleState::PreparingNormal.as_str().into());
     }
     if lifecycle::wants_kruise_gate(gd) {
         let gates = pod.spec.get_or_insert_with(Default::default).readiness_gates.get_or_insert_with(Vec::new);

@@ -181,11 +181,8 @@ pub fn serve(
     };
     let ns = if rd.namespaced { namespace } else { None };
     if matches!(from, WatchFrom::Version(_)) {
-        let c = crate::faults::Client {
-            user: &client.user,
-            requester: &client.requester,
-            user_agent: &client.user_agent,
-        };
+        let c =
+            crate::faults::Client { user: &client.user, requester: &client.requester, user_agent: &client.user_agent };
         if client.faults.watch_expired(&client.gr, &c) {
             let e = ApiError::expired("too old resource version (kube-sim injected fault)");
             return Ok(stream_response(futures::stream::iter(vec![Ok(error_event(&e))])));
