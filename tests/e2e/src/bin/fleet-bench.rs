@@ -1,0 +1,655 @@
+//! `fleet-bench`: the two operators end to end on kube-sim, at fleet scale, with the machine's own limits measured
+//! in the same run. A command that prints figures, not a test.
+//!
+//! ```text
+//! scripts/bench                      # builds the release binaries, runs the defaults (200 pods, 1,000 runs)
+//! scripts/bench --pods 5000 --runs 10000
+//! ```
+//!
+//! Three parts, one table:
+//! - (c) **machine limits**: kube-sim's write throughput (ConfigMap creates from 32 concurrent clients) and the
+//!   loopback HTTP rate of a minimal keep-alive server (32 connections), so the other figures read as ratios;
+//! - (b) **HookRuns through the API**: `--runs` HookRuns (one web metric, `interval: 1s`, no count, against an
+//!   in-process server answering after 100 ms) created through the API and run by the release hook-operator:
+//!   measurements/s against the ceiling `runs / (interval + latency)`, scheduling lag p50/p99 (from the operator's
+//!   histogram: the upper bound of the bucket), status writes/s (operator counter and kube-sim's audit log),
+//!   operator CPU (and CPU per measurement) and RSS;
+//! - (a) **fleet rollout through hooks**: a `--pods` GameDeployment with a preInplace hook (web, `count: 3`,
+//!   `interval: 1s`, each pod's own endpoint answering after 100 ms) rolled in place to a new image with
+//!   `maxUnavailable` (20 %): wall time against the ideal `batches × (hook time + update time)`, API writes per pod
+//!   by who made them (kube-sim's audit log), the gamedeployment-operator's requests per pod, HookRun
+//!   `Successful` → pod image changed latency p50/p99/max (both from watch events), CPU and peak RSS of both
+//!   operators.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::api::{GameDeployment, HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
+use e2e::Cluster;
+use e2e::gamedeployment::scrape;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Args {
+    pods: i32,
+    runs: usize,
+    window: Duration,
+    max_unavailable_percent: i32,
+    skip: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args =
+        Args { pods: 200, runs: 1000, window: Duration::from_secs(20), max_unavailable_percent: 20, skip: Vec::new() };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--pods" => args.pods = value()?.parse().map_err(|e| format!("--pods: {e}"))?,
+            "--runs" => args.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--window-seconds" => {
+                args.window = Duration::from_secs(value()?.parse().map_err(|e| format!("--window-seconds: {e}"))?)
+            }
+            "--max-unavailable-percent" => {
+                args.max_unavailable_percent =
+                    value()?.parse().map_err(|e| format!("--max-unavailable-percent: {e}"))?
+            }
+            "--skip" => args.skip.push(value()?),
+            "-h" | "--help" => {
+                return Err("usage: fleet-bench [--pods 200] [--runs 1000] [--window-seconds 20] \
+                            [--max-unavailable-percent 20] [--skip limits|runs|fleet]..."
+                    .into());
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+/// CPU seconds (user + system), current and peak RSS (MiB) of a process, from /proc (USER_HZ = 100).
+fn usage(pid: u32) -> (f64, f64, f64) {
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let fields: Vec<String> = stat.rsplit_once(')')?.1.split_whitespace().map(str::to_string).collect();
+            Some((fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?) / 100.0)
+        })
+        .unwrap_or_default();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .unwrap_or_default()
+            / 1024.0
+    };
+    (cpu, kib("VmRSS:"), kib("VmHWM:"))
+}
+
+fn release_binary(name: &str) -> Result<PathBuf, String> {
+    let path = e2e::repo_root().join("target/release").join(name);
+    path.exists()
+        .then_some(path)
+        .ok_or_else(|| format!("{name} not built: run `cargo build --release -p {name}` (scripts/bench does)"))
+}
+
+struct Process {
+    child: tokio::process::Child,
+    pid: u32,
+    metrics: SocketAddr,
+}
+
+async fn start(binary: &Path, kubeconfig: &Path, log: &Path, args: &[&str]) -> Result<Process, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let metrics = listener.local_addr().map_err(|e| e.to_string())?;
+    drop(listener);
+    let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    let child = tokio::process::Command::new(binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+    let pid = child.id().ok_or("exited at once")?;
+    wait_until("the metrics endpoint", Duration::from_secs(30), async || {
+        tokio::net::TcpStream::connect(metrics).await.is_ok()
+    })
+    .await?;
+    Ok(Process { child, pid, metrics })
+}
+
+async fn wait_until(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Result<(), String> {
+    let start = Instant::now();
+    while !done().await {
+        if start.elapsed() > limit {
+            return Err(format!("timed out after {limit:?} waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// A keep-alive HTTP/1.1 server answering every request with `{"age":45}` after `delay`; counts requests.
+async fn http_server(delay: Duration, served: Arc<AtomicU64>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { continue };
+            let served = served.clone();
+            tokio::spawn(async move {
+                let mut buffer = Vec::with_capacity(1024);
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    buffer.drain(..end + 4);
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    let response =
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n{\"age\":45}";
+                    if socket.write_all(response.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    served.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * q).round() as usize]
+}
+
+/// The upper bound of the histogram bucket where quantile `q` of the observations between two scrapes falls.
+fn histogram_quantile(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str, q: f64) -> f64 {
+    let prefix = format!("{name}_bucket{{le=\"");
+    let mut buckets: Vec<(f64, f64)> = after
+        .iter()
+        .filter_map(|(k, v)| {
+            let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+            let bound = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((bound, v - before.get(k).copied().unwrap_or(0.0)))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last().map(|b| b.1).unwrap_or(0.0);
+    buckets.iter().find(|(_, count)| *count >= q * total).map(|b| b.0).unwrap_or(f64::NAN)
+}
+
+fn sum(samples: &BTreeMap<String, f64>, prefix: &str) -> f64 {
+    samples.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+}
+
+/// Rows of the final table.
+#[derive(Default)]
+struct Table(Vec<(String, String, String)>);
+
+impl Table {
+    fn row(&mut self, part: &str, what: &str, value: String) {
+        println!("  {what:<52} {value}");
+        self.0.push((part.into(), what.into(), value));
+    }
+}
+
+async fn limits(table: &mut Table) -> Result<(), String> {
+    println!("(c) machine limits");
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
+    let total = 4000usize;
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (api, next) = (api.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i as usize >= total {
+                    return;
+                }
+                let cm = ConfigMap {
+                    metadata: ObjectMeta { name: Some(format!("cm-{i}")), ..ObjectMeta::default() },
+                    data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
+                    ..ConfigMap::default()
+                };
+                let _ = api.create(&PostParams::default(), &cm).await;
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let rate = total as f64 / started.elapsed().as_secs_f64();
+    table.row("limits", "kube-sim creates/s (32 clients, this process)", format!("{rate:.0}/s"));
+    cluster.shutdown().await;
+
+    let served = Arc::new(AtomicU64::new(0));
+    let addr = http_server(Duration::ZERO, served.clone()).await;
+    let stop = Instant::now() + Duration::from_secs(3);
+    let mut clients = Vec::new();
+    for _ in 0..32 {
+        clients.push(tokio::spawn(async move {
+            let Ok(mut socket) = tokio::net::TcpStream::connect(addr).await else { return };
+            let mut reply = [0u8; 256];
+            while Instant::now() < stop {
+                if socket.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await.is_err() {
+                    return;
+                }
+                // The whole response arrives in one segment on loopback.
+                if socket.read(&mut reply).await.unwrap_or(0) == 0 {
+                    return;
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    for client in clients {
+        let _ = client.await;
+    }
+    let rate = served.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    table.row("limits", "loopback HTTP requests/s (32 keep-alive connections)", format!("{rate:.0}/s"));
+    Ok(())
+}
+
+fn web_run(name: &str, url: &str) -> HookRun {
+    let mut run = HookRun::new(
+        name,
+        HookRunSpec {
+            metrics: vec![Metric {
+                name: "web".into(),
+                interval: Some("1s".into()),
+                success_condition: Some("asInt(result) > 30".into()),
+                provider: MetricProvider {
+                    web: Some(WebMetric { url: url.into(), json_path: Some("{$.age}".into()), ..WebMetric::default() }),
+                    ..MetricProvider::default()
+                },
+                ..Metric::default()
+            }],
+            ..HookRunSpec::default()
+        },
+    );
+    run.metadata.namespace = Some("default".into());
+    run
+}
+
+async fn runs(args: &Args, table: &mut Table) -> Result<(), String> {
+    println!("(b) {} HookRuns through the API (interval 1s, server latency 100 ms)", args.runs);
+    let cluster = Cluster::start_with(kube_sim::SimConfig { kubelet: None, ..kube_sim::SimConfig::default() }).await;
+    cluster.install_crds().await;
+    let served = Arc::new(AtomicU64::new(0));
+    let addr = http_server(Duration::from_millis(100), served.clone()).await;
+    let log = cluster.dir().join("hook-operator.log");
+    let mut operator = start(&release_binary("hook-operator")?, cluster.kubeconfig(), &log, &[]).await?;
+    let api: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let url = format!("http://{addr}/");
+    let created = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (api, next, url, total) = (api.clone(), next.clone(), url.clone(), args.runs);
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= total {
+                    return;
+                }
+                let _ = api.create(&PostParams::default(), &web_run(&format!("run-{i}"), &url)).await;
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let creation = created.elapsed();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = scrape(operator.metrics).await;
+    let (cpu_before, _, _) = usage(operator.pid);
+    let audit_before = cluster.sim().audit().items.last().map(|e| e.id).unwrap_or(0);
+    let window_start = Instant::now();
+    tokio::time::sleep(args.window).await;
+    let elapsed = window_start.elapsed().as_secs_f64();
+    let after = scrape(operator.metrics).await;
+    let (cpu_after, rss, peak) = usage(operator.pid);
+    let status_patches = cluster
+        .sim()
+        .audit_since(audit_before)
+        .items
+        .iter()
+        .filter(|e| e.resource == "hookruns" && e.subresource.as_deref() == Some("status"))
+        .count();
+    let measurements =
+        sum(&after, "hook_operator_measurements_total") - sum(&before, "hook_operator_measurements_total");
+    let ceiling = args.runs as f64 / 1.1;
+    let rate = measurements / elapsed;
+    let cpu = cpu_after - cpu_before;
+    let lag = "hook_operator_scheduling_lag_seconds";
+    let writes = sum(&after, "hook_operator_status_writes_total") - sum(&before, "hook_operator_status_writes_total");
+    table.row("runs", "HookRuns created through the API", format!("{} in {:.1} s", args.runs, creation.as_secs_f64()));
+    table.row(
+        "runs",
+        "measurements/s (share of the ceiling runs/1.1 s)",
+        format!("{rate:.0}/s ({:.1} % of {ceiling:.0}/s)", 100.0 * rate / ceiling),
+    );
+    table.row(
+        "runs",
+        "scheduling lag p50 / p99 (histogram bucket bound)",
+        format!(
+            "≤ {:.1} ms / ≤ {:.1} ms",
+            histogram_quantile(&before, &after, lag, 0.5) * 1e3,
+            histogram_quantile(&before, &after, lag, 0.99) * 1e3
+        ),
+    );
+    table.row(
+        "runs",
+        "status writes/s (operator counter; kube-sim audit)",
+        format!("{:.0}/s; {:.0}/s", writes / elapsed, status_patches as f64 / elapsed),
+    );
+    table.row(
+        "runs",
+        "hook-operator CPU (per measurement)",
+        format!(
+            "{cpu:.1} s in {elapsed:.0} s = {:.0} % of a core ({:.0} µs)",
+            100.0 * cpu / elapsed,
+            if measurements > 0.0 { cpu * 1e6 / measurements } else { 0.0 }
+        ),
+    );
+    table.row("runs", "hook-operator RSS (peak)", format!("{rss:.0} MiB ({peak:.0} MiB)"));
+    let _ = operator.child.kill().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+const TEMPLATE: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: fleet
+spec:
+  args:
+    - name: PodIP
+  metrics:
+    - name: web
+      count: 3
+      interval: 1s
+      successCondition: "asInt(result) > 30"
+      provider:
+        web:
+          url: http://{{ args.PodIP }}:9091
+          jsonPath: "{$.age}"
+"#;
+
+fn fleet_manifest(pods: i32, max_unavailable_percent: i32) -> String {
+    format!(
+        r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: GameDeployment
+metadata:
+  name: fleet
+spec:
+  replicas: {pods}
+  selector:
+    matchLabels:
+      app: fleet
+  template:
+    metadata:
+      labels:
+        app: fleet
+      annotations:
+        kube-sim.kourse.dev/http-port: "9091"
+        kube-sim.kourse.dev/http-delay: 100ms
+        kube-sim.kourse.dev/http-body: '{{"age": 45}}'
+    spec:
+      containers:
+        - name: game
+          image: game:v1
+  updateStrategy:
+    type: InplaceUpdate
+    maxUnavailable: {max_unavailable_percent}%
+  preInplaceUpdateStrategy:
+    hook:
+      templateName: fleet
+"#
+    )
+}
+
+async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
+    let pods = args.pods;
+    println!(
+        "(a) fleet rollout: {pods} pods, preInplace web hook (count 3, interval 1s, 100 ms), maxUnavailable {}%",
+        args.max_unavailable_percent
+    );
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let gd_log = cluster.dir().join("gamedeployment-operator.log");
+    let hook_log = cluster.dir().join("hook-operator.log");
+    // Each operator as its own user, so the audit log tells their writes apart.
+    let kubeconfig = |user: &str| -> Result<PathBuf, String> {
+        let path = cluster.dir().join(format!("{user}.kubeconfig"));
+        cluster.sim().write_kubeconfig_for_user(&path, user, &["system:masters"]).map_err(|e| e.to_string())?;
+        Ok(path)
+    };
+    let mut gd_operator =
+        start(&release_binary("gamedeployment-operator")?, &kubeconfig("gamedeployment-operator")?, &gd_log, &[])
+            .await?;
+    let mut hook_operator =
+        start(&release_binary("hook-operator")?, &kubeconfig("hook-operator")?, &hook_log, &[]).await?;
+    for (file, text) in
+        [("template.yaml", TEMPLATE.to_string()), ("fleet.yaml", fleet_manifest(pods, args.max_unavailable_percent))]
+    {
+        let path = cluster.dir().join(file);
+        std::fs::write(&path, text).map_err(|e| e.to_string())?;
+        cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
+    }
+    let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
+    let ready = |generation: i64| {
+        let api = api.clone();
+        async move || {
+            let Ok(gd) = api.get("fleet").await else { return false };
+            let s = gd.status.unwrap_or_default();
+            s.observed_generation.unwrap_or(0) >= generation
+                && s.replicas == pods
+                && s.ready_replicas == pods
+                && s.updated_ready_replicas == pods
+        }
+    };
+    let limit = Duration::from_secs(3600);
+    wait_until("all pods Ready", limit, ready(1)).await?;
+
+    // Watch events: when each pre-inplace run turned Successful, and when each pod got the new image.
+    let successful: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let changed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let run_watch = tokio::spawn({
+        let (api, successful) = (Api::<HookRun>::namespaced(cluster.client(), "default"), successful.clone());
+        async move {
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(run) | watcher::Event::InitApply(run) = event
+                    && run.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful)
+                    && let Some(pod) = run.spec.args.iter().find(|a| a.name == "PodName").and_then(|a| a.value.clone())
+                {
+                    successful.lock().expect("lock").entry(pod).or_insert_with(Instant::now);
+                }
+            }
+        }
+    });
+    let pod_watch = tokio::spawn({
+        let (api, changed) = (Api::<Pod>::namespaced(cluster.client(), "default"), changed.clone());
+        async move {
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) = event
+                    && pod
+                        .spec
+                        .as_ref()
+                        .is_some_and(|s| s.containers.iter().any(|c| c.image.as_deref() == Some("game:v2")))
+                {
+                    changed.lock().expect("lock").entry(pod.name_any()).or_insert_with(Instant::now);
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let gd_before = scrape(gd_operator.metrics).await;
+    let (gd_cpu0, _, _) = usage(gd_operator.pid);
+    let (hook_cpu0, _, _) = usage(hook_operator.pid);
+    let audit_before = cluster.sim().audit().items.last().map(|e| e.id).unwrap_or(0);
+    let started = Instant::now();
+    let patch =
+        serde_json::json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "game:v2"}]);
+    let patch: Patch<()> = Patch::Json(serde_json::from_value(patch).map_err(|e| e.to_string())?);
+    let patched = api.patch("fleet", &PatchParams::default(), &patch).await.map_err(|e| e.to_string())?;
+    wait_until("all pods updated and Ready", limit, ready(patched.metadata.generation.unwrap_or(2))).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let gd_after = scrape(gd_operator.metrics).await;
+    let (gd_cpu1, _, gd_peak) = usage(gd_operator.pid);
+    let (hook_cpu1, _, hook_peak) = usage(hook_operator.pid);
+    run_watch.abort();
+    pod_watch.abort();
+
+    let mut writes: BTreeMap<String, usize> = BTreeMap::new();
+    for event in cluster.sim().audit_since(audit_before).items.iter().filter(|e| e.succeeded()) {
+        let who = match event.user.as_str() {
+            "gamedeployment-operator" => "gamedeployment-operator",
+            "hook-operator" => "hook-operator",
+            // kube-sim's kubelet simulator and garbage collector write in-process.
+            _ if event.user_agent.contains("kube-sim")
+                || event.user.contains("kubelet")
+                || event.user.contains("system:") =>
+            {
+                "kubelet"
+            }
+            _ => "others",
+        };
+        *writes
+            .entry(format!(
+                "{who} {}{}",
+                event.resource,
+                event.subresource.as_deref().map(|s| format!("/{s}")).unwrap_or_default()
+            ))
+            .or_default() += 1;
+    }
+    let per_pod = |who: &str| {
+        writes.iter().filter(|(k, _)| k.starts_with(who) && !k.contains(" events")).map(|(_, v)| *v).sum::<usize>()
+            as f64
+            / f64::from(pods)
+    };
+    let successful = successful.lock().expect("lock").clone();
+    let changed = changed.lock().expect("lock").clone();
+    let mut latencies: Vec<f64> = successful
+        .iter()
+        .filter_map(|(pod, at)| Some(changed.get(pod)?.saturating_duration_since(*at).as_secs_f64()))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let unavailable = ((pods * args.max_unavailable_percent + 99) / 100).max(1); // signed div_ceil is unstable
+    let batches = (pods + unavailable - 1) / unavailable;
+    // Hook: 3 measurements, each 100 ms, 1 s apart (interval counts from the previous one's end). Update: kube-sim's
+    // default in-place restart (start 100 ms + ready 300 ms).
+    let ideal = f64::from(batches) * (3.0 * 0.1 + 2.0 * 1.0 + 0.4);
+    table.row(
+        "fleet",
+        "wall time (ideal batches × (hook 2.3 s + update 0.4 s))",
+        format!("{wall:.1} s ({ideal:.1} s, {:.2}×; {batches} batches of {unavailable})", wall / ideal),
+    );
+    table.row(
+        "fleet",
+        "API writes per pod: gamedeployment-operator / hook-operator / kubelet",
+        format!(
+            "{:.2} / {:.2} / {:.2} (Events excluded)",
+            per_pod("gamedeployment-operator"),
+            per_pod("hook-operator"),
+            per_pod("kubelet")
+        ),
+    );
+    let requests =
+        sum(&gd_after, "gamedeployment_api_requests_total") - sum(&gd_before, "gamedeployment_api_requests_total");
+    table.row("fleet", "gamedeployment-operator API requests per pod", format!("{:.2}", requests / f64::from(pods)));
+    table.row(
+        "fleet",
+        "hook Successful → pod image changed p50 / p99 / max",
+        format!(
+            "{:.0} / {:.0} / {:.0} ms ({} pods)",
+            percentile(&latencies, 0.5) * 1e3,
+            percentile(&latencies, 0.99) * 1e3,
+            latencies.last().copied().unwrap_or_default() * 1e3,
+            latencies.len()
+        ),
+    );
+    table.row(
+        "fleet",
+        "CPU during the roll: gamedeployment-op / hook-op",
+        format!("{:.1} s / {:.1} s", gd_cpu1 - gd_cpu0, hook_cpu1 - hook_cpu0),
+    );
+    table.row("fleet", "peak RSS: gamedeployment-op / hook-op", format!("{gd_peak:.0} MiB / {hook_peak:.0} MiB"));
+    for (what, count) in &writes {
+        println!("    writes {what}: {count}");
+    }
+    let _ = gd_operator.child.kill().await;
+    let _ = hook_operator.child.kill().await;
+    cluster.shutdown().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "fleet-bench: {} pods, {} runs, {} CPUs, load average {}",
+        args.pods,
+        args.runs,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    let mut table = Table::default();
+    let parts: [(&str, bool); 3] = [("limits", true), ("runs", true), ("fleet", true)];
+    for (part, _) in parts {
+        if args.skip.iter().any(|s| s == part) {
+            continue;
+        }
+        let outcome = match part {
+            "limits" => limits(&mut table).await,
+            "runs" => runs(&args, &mut table).await,
+            _ => fleet(&args, &mut table).await,
+        };
+        if let Err(e) = outcome {
+            eprintln!("fleet-bench {part}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    println!("\n| part | figure | value |\n|---|---|---|");
+    for (part, what, value) in &table.0 {
+        println!("| {part} | {what} | {value} |");
+    }
+    ExitCode::SUCCESS
+}
