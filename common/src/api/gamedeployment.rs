@@ -185,6 +185,27 @@ pub struct GameDeploymentSpec {
     pub volume_claim_templates: Vec<PersistentVolumeClaim>,
 }
 
+impl GameDeploymentSpec {
+    /// Every HookTemplate this spec names: its hooks (pre-delete, pre-inplace, post-inplace, canary steps) and the
+    /// scale-in cost probe. One list for everything that asks "which GameDeployments use this template" (deletion
+    /// protection, the controller's template watch).
+    pub fn hook_template_names(&self) -> impl Iterator<Item = &str> {
+        let hooks = [
+            self.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+            self.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+            self.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+        ];
+        let steps = self.update_strategy.canary.iter().flat_map(|c| c.steps.iter()).filter_map(|s| s.hook.as_ref());
+        let probe = self
+            .scale_strategy
+            .as_ref()
+            .and_then(|s| s.scale_in_policy.as_ref())
+            .and_then(|p| p.cost_probe.as_ref())
+            .map(|p| p.template_name.as_str());
+        hooks.into_iter().flatten().chain(steps).map(|h| h.template_name.as_str()).chain(probe)
+    }
+}
+
 /// Most labels in a lifecycle hook's `labelsHandler`, and most finalizers in its `finalizersHandler`.
 pub const MAX_LIFECYCLE_HANDLERS: usize = 16;
 

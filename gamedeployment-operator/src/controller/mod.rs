@@ -633,16 +633,7 @@ fn template_users(template: &HookTemplate, gds: &Store<GameDeployment>) -> Vec<O
     gds.state()
         .iter()
         .filter(|gd| gd.namespace().as_deref() == Some(&namespace))
-        .filter(|gd| {
-            let spec = &gd.spec;
-            let hooks = [
-                spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-                spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-                spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-            ];
-            let steps = spec.update_strategy.canary.iter().flat_map(|c| c.steps.iter()).filter_map(|s| s.hook.as_ref());
-            hooks.into_iter().flatten().chain(steps).any(|h| h.template_name == name)
-        })
+        .filter(|gd| gd.spec.hook_template_names().any(|t| t == name))
         .map(|gd| ObjectRef::from_obj(gd.as_ref()))
         .collect()
 }

@@ -292,16 +292,9 @@ pub fn deletion_protection(label: Option<&str>, default: DeletionAllow, object: 
 }
 
 /// Whether a GameDeployment names HookTemplate `template` in any hook (pre-delete, pre-inplace, post-inplace, a
-/// canary step).
+/// canary step) or as its scale-in cost probe.
 pub fn uses_template(gd: &GameDeployment, template: &str) -> bool {
-    let spec = &gd.spec;
-    let hooks = [
-        spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-        spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-        spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-    ];
-    let steps = spec.update_strategy.canary.iter().flat_map(|c| c.steps.iter()).filter_map(|s| s.hook.as_ref());
-    hooks.into_iter().flatten().chain(steps).any(|h| h.template_name == template)
+    gd.spec.hook_template_names().any(|name| name == template)
 }
 
 #[cfg(test)]
@@ -533,5 +526,10 @@ mod tests {
             serde_json::from_value(json!({"steps": [{"partition": 1}, {"hook": {"templateName": "canary"}}]})).unwrap();
         assert!(uses_template(&gd, "canary"));
         assert!(!uses_template(&gd, "drain"));
+        gd.spec.scale_strategy = serde_json::from_value(
+            json!({"scaleInPolicy": {"mode": "RaceToEmpty", "costProbe": {"templateName": "players"}}}),
+        )
+        .unwrap();
+        assert!(uses_template(&gd, "players"));
     }
 }

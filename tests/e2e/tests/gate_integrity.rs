@@ -18,23 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube_sim::{FaultConfig, FaultRule};
-use walkthrough_support::{LONG, operators};
-
-/// Succeeds at the first measurement (the walkthrough's server answers age 45).
-const QUICK: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: quick
-spec:
-  metrics:
-    - name: webtest
-      count: 1
-      successCondition: "asInt(result) > 30"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
+use walkthrough_support::{LONG, QUICK, operators, pre_delete, pre_inplace};
 
 /// Never completes on its own (every measurement fails, failures never fail the metric, no count): a pod it gates
 /// is held until a person terminates the run.
@@ -53,14 +37,6 @@ spec:
           url: http://1.1.1.1:9091
           jsonPath: "{$.age}"
 "#;
-
-fn pre_delete(template: &str) -> String {
-    format!("  preDeleteUpdateStrategy:\n    hook:\n      templateName: {template}\n")
-}
-
-fn pre_inplace(template: &str) -> String {
-    format!("  preInplaceUpdateStrategy:\n    hook:\n      templateName: {template}\n")
-}
 
 async fn templates(cluster: &Cluster) {
     apply(cluster, QUICK).await;

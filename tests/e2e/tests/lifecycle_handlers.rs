@@ -17,27 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use walkthrough_support::{LONG, operators};
-
-/// Succeeds at the first measurement (the walkthrough's server answers age 45).
-const QUICK: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: quick
-spec:
-  metrics:
-    - name: webtest
-      count: 1
-      successCondition: "asInt(result) > 30"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
-
-fn pre_delete(template: &str) -> String {
-    format!("  preDeleteUpdateStrategy:\n    hook:\n      templateName: {template}\n")
-}
+use walkthrough_support::{LONG, QUICK, operators, pre_delete};
 
 async fn live_pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
     pods(cluster, name).await.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()

@@ -241,6 +241,13 @@ struct Output {
     stderr: String,
 }
 
+/// The kubeconfig and kubectl's cache live only as long as the test.
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 impl Kubectl {
     fn new(sim: &SimHandle, prefix: &str) -> Result<Self> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();

@@ -124,6 +124,7 @@ async fn kubectl_drain_evicts_through_the_budget_and_replacements_land_elsewhere
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with("NAME"), "{table}");
     sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

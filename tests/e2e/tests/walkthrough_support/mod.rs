@@ -15,6 +15,32 @@ pub const NAME: &str = "test-gamedeployment";
 /// Long enough for the walkthrough's `minReadySeconds: 30` and `gracePeriodSeconds: 30` batches.
 pub const LONG: Duration = Duration::from_secs(240);
 
+/// Succeeds at the first measurement (the walkthrough's server answers age 45).
+pub const QUICK: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: quick
+spec:
+  metrics:
+    - name: webtest
+      count: 1
+      successCondition: "asInt(result) > 30"
+      provider:
+        web:
+          url: http://1.1.1.1:9091
+          jsonPath: "{$.age}"
+"#;
+
+/// The GameDeployment spec lines that gate deletions on `template`.
+pub fn pre_delete(template: &str) -> String {
+    format!("  preDeleteUpdateStrategy:\n    hook:\n      templateName: {template}\n")
+}
+
+/// The GameDeployment spec lines that gate in-place updates on `template`.
+pub fn pre_inplace(template: &str) -> String {
+    format!("  preInplaceUpdateStrategy:\n    hook:\n      templateName: {template}\n")
+}
+
 /// Both operators. The hook-operator compresses the templates' `60s` intervals 20x (`--interval-scale 0.05`, so a
 /// run takes a few seconds and can be seen `Running`) and sends the unchanged `http://1.1.1.1:9091` to a
 /// loopback server answering the bryan JSON (`--web-resolve`; the server is kube-sim's `canary-hook` pod).
