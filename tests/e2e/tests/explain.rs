@@ -29,7 +29,12 @@ fn object_paths(schema: &Value, path: &str, out: &mut Vec<String>) {
     }
     for (name, child) in props {
         let child_path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
-        if child_path == "spec.template" || child_path == "spec.selector" || child_path == "metadata" {
+        // Kubernetes' own types, embedded without their descriptions to keep the CRD under kubectl apply's
+        // annotation limit (as common/tests/crd_descriptions.rs): the pod template, the selector, a claim's spec.
+        if matches!(
+            child_path.as_str(),
+            "spec.template" | "spec.selector" | "metadata" | "spec.volumeClaimTemplates.spec"
+        ) {
             continue;
         }
         object_paths(child, &child_path, out);
