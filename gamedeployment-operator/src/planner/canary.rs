@@ -227,10 +227,11 @@ pub fn evaluate(
             }
         } else if let Some(hook) = &step.hook {
             let base = hookrun::canary_hook_name(update_revision, index, &hook.template_name);
-            let (name, found) = step_run(gd, gate, &base, &hash);
+            let scan = scan_step_runs(gd, gate, &base, &hash);
+            let (name, found) = step_run(&scan, &base);
             canary.current_step_hook_run = Some(name.clone());
             // `hookPolicy`: deadlines, fallbacks and automatic retries decide a step run that has not succeeded.
-            let (runs, free) = step_runs(gd, gate, &base, &hash);
+            let (runs, free) = step_runs(&scan);
             let policy = steps[index].hook_policy.as_ref();
             let mut by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
             if let Some(latest) = runs.last().copied().filter(|r| gate::run_phase(r) != HookPhase::Successful) {
@@ -443,41 +444,14 @@ fn change_of(run: &common::api::HookRun) -> Option<&str> {
     run.metadata.annotations.as_ref()?.get(keys::HOOKRUN_CHANGE).map(String::as_str)
 }
 
-/// The step's run (ours, made for these steps) under `base` or BCS's `base.N`, or the name a new one gets.
-fn step_run<'a>(
+/// The step's runs (ours, made for these steps) under `base` or BCS's `base.N`, with their suffix, in suffix order,
+/// and the first free name: one scan of the names for both views below.
+fn scan_step_runs<'a>(
     gd: &GameDeployment,
     gate: &GateState<'a>,
     base: &str,
     steps_hash: &str,
-) -> (String, Option<&'a common::api::HookRun>) {
-    let change = step_change(steps_hash);
-    let mut free = None;
-    for n in 0..=crate::attempt::MAX_NAME_SUFFIX {
-        let name = crate::attempt::nth_name(base, n);
-        match gate.hook_runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
-            None => {
-                free.get_or_insert(name);
-            }
-            Some(run)
-                if crate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
-                    && change_of(run) == Some(change.as_str()) =>
-            {
-                return (name, Some(run));
-            }
-            Some(_) => {}
-        }
-    }
-    (free.unwrap_or_else(|| base.to_string()), None)
-}
-
-/// Every run of the step (ours, made for these steps) under `base` or `base.N`, oldest first — an automatic retry
-/// adds one — and the first free name.
-fn step_runs<'a>(
-    gd: &GameDeployment,
-    gate: &GateState<'a>,
-    base: &str,
-    steps_hash: &str,
-) -> (Vec<&'a common::api::HookRun>, Option<String>) {
+) -> (Vec<(usize, &'a common::api::HookRun)>, Option<String>) {
     let change = step_change(steps_hash);
     let mut ours = Vec::new();
     let mut free = None;
@@ -489,16 +463,37 @@ fn step_runs<'a>(
             }
             Some(run)
                 if crate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
-                    && change_of(run) == Some(change.as_str())
-                    && run.metadata.deletion_timestamp.is_none() =>
+                    && change_of(run) == Some(change.as_str()) =>
             {
                 ours.push((n, run));
             }
             Some(_) => {}
         }
     }
-    ours.sort_by_key(|(n, run)| (run.metadata.creation_timestamp.as_ref().map(|t| t.0), *n));
-    (ours.into_iter().map(|(_, run)| run).collect(), free)
+    (ours, free)
+}
+
+/// The step's run (the first of [`scan_step_runs`], terminating or not), or the name a new one gets.
+fn step_run<'a>(
+    scan: &(Vec<(usize, &'a common::api::HookRun)>, Option<String>),
+    base: &str,
+) -> (String, Option<&'a common::api::HookRun>) {
+    let (ours, free) = scan;
+    match ours.first() {
+        Some(&(n, run)) => (crate::attempt::nth_name(base, n), Some(run)),
+        None => (free.clone().unwrap_or_else(|| base.to_string()), None),
+    }
+}
+
+/// Every live run of the step, oldest first — an automatic retry adds one — and the first free name.
+fn step_runs<'a>(
+    scan: &(Vec<(usize, &'a common::api::HookRun)>, Option<String>),
+) -> (Vec<&'a common::api::HookRun>, Option<String>) {
+    let (ours, free) = scan;
+    let mut live: Vec<(usize, &common::api::HookRun)> =
+        ours.iter().copied().filter(|(_, run)| run.metadata.deletion_timestamp.is_none()).collect();
+    live.sort_by_key(|(n, run)| (run.metadata.creation_timestamp.as_ref().map(|t| t.0), *n));
+    (live.into_iter().map(|(_, run)| run).collect(), free.clone())
 }
 
 fn build_step_run(
