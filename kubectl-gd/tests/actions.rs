@@ -1,7 +1,7 @@
 //! What each action writes, for the fixed objects of `fixtures`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-mod fixtures;
+use crate::fixtures;
 
 use kubectl_gd::actions::{self, RESTARTED_AT, Write};
 use kubectl_gd::tree::Snapshot;

@@ -1,7 +1,7 @@
 //! The chart's Grafana dashboard (`dashboards/gamedeployment-operators.json`) and alerting rules
 //! (`alerts/rules.yaml`) are valid, and every metric and label they use is listed in
 //! `charts/gamedeployment-operators/metrics-used.txt` — the list the end-to-end scrape check compares with what the
-//! operators export. `UPDATE_GOLDEN=1 cargo test -p kubectl-gd --test chart_observability` rewrites the list after an
+//! operators export. `UPDATE_GOLDEN=1 cargo test -p kubectl-gd --test integration -- chart_observability::` rewrites the list after an
 //! intended change of the dashboard or the rules.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 

@@ -1,8 +1,8 @@
 //! The tree for a fixed set of objects (golden output, plain text), its JSON form, and the rollout verdicts.
-//! `UPDATE_GOLDEN=1 cargo test -p kubectl-gd --test tree` rewrites the golden file after an intended change.
+//! `UPDATE_GOLDEN=1 cargo test -p kubectl-gd --test integration -- tree::` rewrites the golden file after an intended change.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-mod fixtures;
+use crate::fixtures;
 
 use common::api::HookPhase;
 use kubectl_gd::render::{Style, render};

@@ -4,7 +4,7 @@
 //! itself, the step hook (its template expects `age < 30`, the server answers 45) fails and pauses the rollout with
 //! `PausedByStepBasedHook`, and resuming it runs the rollout to completion.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use common::api::PauseReason;
 use e2e::Cluster;

@@ -7,7 +7,7 @@
 //! - `kubectl delete pod` on one of the remaining pods skips the hook: the operator says so in a Warning Event
 //!   `PodDeletedWithoutHook` naming the pod and `podsToDelete`.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::collections::BTreeSet;
 

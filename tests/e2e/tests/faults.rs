@@ -8,14 +8,14 @@
 //! (`scripts/soak`) runs it for minutes.
 //!
 //! The seed fixes the kill schedule (kube-sim draws its faults from its own generator, and the operators' timing
-//! varies, so a seed does not replay a run exactly): `FAULT_SEED=<seed> cargo test -p e2e --test faults`.
+//! varies, so a seed does not replay a run exactly): `FAULT_SEED=<seed> cargo test -p e2e --test suites -- faults::`.
 
 use e2e::faults::{Settings, fresh_seed, run_round};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walkthrough_survives_api_faults_and_operator_crashes() {
     let seed = std::env::var("FAULT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(fresh_seed);
-    println!("fault seed {seed} (again: FAULT_SEED={seed} cargo test -p e2e --test faults)");
+    println!("fault seed {seed} (again: FAULT_SEED={seed} cargo test -p e2e --test suites -- faults::)");
     let report = run_round(Settings::ci(seed)).await;
     println!("{}", report.summary());
     let problems = report.problems();

@@ -39,7 +39,7 @@ async fn no_op_passes_write_nothing_and_metrics_count_the_work() {
     cluster.shutdown().await;
 }
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 /// Every metric and label the chart's Grafana dashboard and PrometheusRule use
 /// (`charts/gamedeployment-operators/metrics-used.txt`, kept in sync with them by

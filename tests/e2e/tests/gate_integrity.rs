@@ -4,7 +4,7 @@
 //! runs, held pods during scale-out, a target that moves while a pod waits, pause with surge pods, orphaned runs,
 //! pods without annotations and names over 63 characters.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

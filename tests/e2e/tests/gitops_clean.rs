@@ -5,7 +5,7 @@
 //! watch on the object proves the operator never wrote its spec: every spec the watch shows is one this test wrote
 //! (each write's own response), and `metadata.generation` moved only with those writes.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::sync::{Arc, Mutex};
 

@@ -9,7 +9,7 @@
 //!
 //! Deadlines are seconds long; the hook-operator runs the templates' intervals 20x faster (`--interval-scale`).
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

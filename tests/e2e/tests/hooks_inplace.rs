@@ -3,7 +3,7 @@
 //! HookRun holds its state in `Updated` until it succeeds; every run is removed at the end and every pod is back to
 //! `Normal`. The watcher checks that no image changes without a `Successful` pre-inplace run.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use e2e::Cluster;
 use e2e::gamedeployment::{Columns, apply, manifest};

@@ -3,7 +3,7 @@
 //! scaling out goes on (and releases the held pod); creating the template later is noticed at once and the
 //! scale-in completes.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use e2e::Cluster;
 use e2e::gamedeployment::Columns;

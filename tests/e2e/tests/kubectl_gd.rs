@@ -8,7 +8,7 @@
 //! - `skip-hook` terminates a running HookRun and the pod goes; `pause` / `restart` / `resume` drive a rollout
 //!   through the gates with `status` exiting 3 while paused and 0 once done.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

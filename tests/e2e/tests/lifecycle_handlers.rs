@@ -3,7 +3,7 @@
 //! it; the lifecycle handlers (`spec.lifecycle.preDelete` / `inPlaceUpdate` / `preNormal`) hold pods for an outside
 //! controller, as seed 000's service-discovery operator.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -10,7 +10,7 @@
 //!
 //! The hook-operator runs the template's interval 20x faster (`--interval-scale`).
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 //! PodNamespace and service-name, and the probe reaches the pod's endpoint). A watcher checks that no pod is
 //! deleted or updated without a `Successful` HookRun for it and its revision.
 
-mod walkthrough_support;
+use crate::walkthrough_support;
 
 use common::api::HookPhase;
 use e2e::Cluster;

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use std::future::Future;
 use std::net::SocketAddr;

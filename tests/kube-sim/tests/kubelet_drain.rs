@@ -3,7 +3,7 @@
 //! PodDisruptionBudget allows (kubectl retries the 429s), replacements land on the other nodes,
 //! and the drain completes once every pod is gone.
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use std::collections::BTreeSet;
 

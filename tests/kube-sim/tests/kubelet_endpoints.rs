@@ -1,7 +1,7 @@
 //! HTTP endpoints served on pod IPs: the walkthrough's `canary-hook` image, `python -m
 //! http.server`, and annotation-defined endpoints, started with the container and stopped with it.
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;

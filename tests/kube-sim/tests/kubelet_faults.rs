@@ -1,7 +1,7 @@
 //! The kubelet simulator keeps its promises while the API server misbehaves: injected 500s and
 //! 409s on every write it makes, and watches cut every few hundred milliseconds.
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use std::collections::HashSet;
 use std::time::Duration;

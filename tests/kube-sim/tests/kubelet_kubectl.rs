@@ -1,7 +1,7 @@
 //! What people see with the real kubectl: `get pods -o wide` columns filled by the kubelet
 //! simulator, RESTARTS after an in-place update, and `describe pod` with conditions and events.
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! container statuses and conditions, readiness gates, in-place image updates, crash loops,
 //! graceful deletion with finalizers.
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;

@@ -1,7 +1,7 @@
 //! 1,000 pods created in a burst all get scheduled, unique IPs and Ready; deleting them all frees
 //! everything. Prints how long each phase took (a figure, not an assertion).
 
-mod kubelet_support;
+use crate::kubelet_support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -165,7 +165,7 @@ async fn main() -> ExitCode {
         if !ok {
             totals.failed.push(seed);
             println!(
-                "round {i} FAILED (seed {seed}); replay its kill schedule: FAULT_SEED={seed} cargo test -p e2e --test faults"
+                "round {i} FAILED (seed {seed}); replay its kill schedule: FAULT_SEED={seed} cargo test -p e2e --test suites -- faults::"
             );
         }
         if let Some(line) = round_line {

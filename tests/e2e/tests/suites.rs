@@ -1,0 +1,40 @@
+//! Every end-to-end suite in one test binary: each file under `tests/` is a module here. One binary instead of one
+//! per file keeps the test build small (each binary statically links kube, kube-sim and the TLS stack: ~170 MB
+//! apiece) and links once instead of 32 times. Run one suite with its module name as the filter:
+//! `cargo test -p e2e --test suites -- faults::`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+mod walkthrough_support;
+
+mod canary_steps;
+mod chart;
+mod chart_observability;
+mod chart_rbac;
+mod chart_security;
+mod delete_pod_skips_hook;
+mod events_per_pod;
+mod explain;
+mod faults;
+mod gamedeployment_leader;
+mod gamedeployment_lifecycle;
+mod gamedeployment_metrics;
+mod gamedeployment_restart;
+mod gamedeployment_rollout;
+mod gate_integrity;
+mod gitops_clean;
+mod hook_deadlines;
+mod hook_shards;
+mod hookrun_templates;
+mod hooks_inplace;
+mod hooks_template_missing;
+mod hostile_hooks;
+mod kubectl_gd;
+mod leader_partition;
+mod lifecycle_handlers;
+mod pod_gate_webhook;
+mod printer_columns;
+mod pvc_templates;
+mod race_to_empty;
+mod sandbox;
+mod update_order;
+mod walkthrough_hooks;
