@@ -39,6 +39,11 @@ struct Cli {
     /// Coalesce triggers arriving within this window into one pass (e.g. `100ms` on very large fleets).
     #[arg(long, default_value = "0s", value_parser = parse_duration, value_name = "DURATION")]
     debounce: Duration,
+    /// A status change that is only progress (replica counts, the Progressing message, pods still held by a
+    /// hook) is written at most once per this interval per GameDeployment; revisions, conditions, canary fields,
+    /// failed hooks and release records are written at once. `0s`: every change at once.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    status_write_interval: Duration,
     #[command(flatten)]
     webhook: WebhookFlags,
 }
@@ -111,6 +116,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         expectations_timeout: cli.expectations_timeout,
         node_costs: !cli.no_node_deletion_cost,
         debounce: cli.debounce,
+        status_write_interval: cli.status_write_interval,
         ..Config::default()
     };
     let election = cli

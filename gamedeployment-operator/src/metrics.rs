@@ -96,6 +96,8 @@ pub struct Metrics {
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
     pub hook_releases: Family<ReleaseLabels, Counter>,
     pub status_writes: Counter,
+    /// Passes whose status waited for the next write (`--status-write-interval`).
+    pub status_writes_deferred: Counter,
     pub expectations_expired: Counter,
     pub events_dropped: Counter,
     pub api_requests: Family<RequestLabels, Counter>,
@@ -120,6 +122,7 @@ impl Metrics {
             hook_outcomes: Family::default(),
             hook_releases: Family::default(),
             status_writes: Counter::default(),
+            status_writes_deferred: Counter::default(),
             expectations_expired: Counter::default(),
             events_dropped: Counter::default(),
             api_requests: Family::default(),
@@ -173,6 +176,11 @@ impl Metrics {
             metrics.hook_releases.clone(),
         );
         r.register("status_writes", "GameDeployment status writes", metrics.status_writes.clone());
+        r.register(
+            "status_writes_deferred",
+            "Passes whose status (replica counts and hook progress only) waited for the next status write",
+            metrics.status_writes_deferred.clone(),
+        );
         r.register(
             "expectations_expired",
             "Writes the watch cache did not show within the expectations timeout",

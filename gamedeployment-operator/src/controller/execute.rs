@@ -5,7 +5,7 @@
 //! A patch whose `test` precondition fails (422) or that conflicts (409) was planned on a stale cache: it is not
 //! an error — the next pass, on fresher data, decides again.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,7 +14,7 @@ use common::hookrun::HookKind;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -27,6 +27,9 @@ use crate::metrics::ReasonLabels;
 use crate::ownership;
 use crate::planner::Plan;
 use crate::revision;
+
+/// Pod UIDs per `deletecollection` of consumed HookRuns (keeps the label selector short).
+const COLLECTION_CHUNK: usize = 64;
 
 /// What happened when the plan was sent.
 #[derive(Debug, Default)]
@@ -65,6 +68,8 @@ pub(crate) struct Executor<'a> {
     pub gd: &'a GameDeployment,
     pub key: &'a str,
     pub cached_pods: &'a [Arc<Pod>],
+    /// The HookRuns the plan was made from (for grouping deletions, see [`Executor::delete_hook_runs`]).
+    pub hook_runs: &'a [HookRun],
     /// The revision pods are being moved to (for event messages).
     pub update_revision: &'a str,
 }
@@ -120,10 +125,7 @@ impl Executor<'_> {
         for run in actions.create_runs {
             self.create_hook_run(run, &mut outcome).await;
         }
-        let mut deletes_ok = true;
-        for (name, uid, why) in actions.delete_runs {
-            deletes_ok &= self.delete_hook_run(name, uid, why, &mut outcome).await;
-        }
+        let deletes_ok = self.delete_hook_runs(actions.delete_runs, &mut outcome).await;
         for (paused, resource_version, why) in actions.set_paused {
             self.set_paused(paused, resource_version, why, &mut outcome).await;
         }
@@ -646,6 +648,98 @@ impl Executor<'_> {
                 ),
             ),
         }
+    }
+
+    /// Deletes the runs the plan no longer wants. Runs whose pod is gone or moved to another revision — every
+    /// consumed pre-inplace run after its update, every pre-delete run after its deletion — can never be wanted
+    /// again (no run is ever created for a pod at a revision it left, nor for a pod that is gone), so they go in
+    /// one `deletecollection` per hook type and revision, selected by those labels, this GameDeployment's name
+    /// label and the pods' UIDs: one write for a batch instead of one per pod. Every other run (a retry, a run of
+    /// a pod that still waits) is deleted on its own with its UID as precondition. Where `deletecollection` is
+    /// refused (403, or not served), each run of the batch is deleted on its own, and later passes do that
+    /// directly. Returns false if a deletion failed.
+    async fn delete_hook_runs(&self, runs: Vec<(&str, &str, &str)>, outcome: &mut WriteOutcome) -> bool {
+        let mut ok = true;
+        let mut batches: BTreeMap<(String, String, String), Vec<(&str, &str, &str, String)>> = BTreeMap::new();
+        let collections = self.ctx.collection_deletes.load(std::sync::atomic::Ordering::Relaxed);
+        for (name, uid, why) in runs {
+            match self.batch_key(uid).filter(|_| collections) {
+                Some((key, pod_uid)) => batches.entry(key).or_default().push((name, uid, why, pod_uid)),
+                None => ok &= self.delete_hook_run(name, uid, why, outcome).await,
+            }
+        }
+        for ((type_, revision, workload), runs) in batches {
+            for chunk in runs.chunks(COLLECTION_CHUNK) {
+                let uids: Vec<&str> = chunk.iter().map(|(_, _, _, pod)| pod.as_str()).collect();
+                let selector = format!(
+                    "{}={type_},{}={revision},{}={workload},{} in ({})",
+                    common::keys::HOOKRUN_TYPE,
+                    common::keys::HOOKRUN_WORKLOAD_REVISION,
+                    common::keys::HOOKRUN_WORKLOAD_NAME,
+                    common::keys::HOOKRUN_POD_UID,
+                    uids.join(",")
+                );
+                let params = ListParams::default().labels(&selector);
+                match self.hook_runs().delete_collection(&DeleteParams::background(), &params).await {
+                    Ok(_) => {
+                        for (name, uid, why, _) in chunk {
+                            self.ctx.hook_overlay.deleted(uid);
+                            outcome.events.push(
+                                PlannedEvent::normal(
+                                    "SuccessfulDeleteHookRun",
+                                    format!("deleted HookRun {name}: {why}"),
+                                )
+                                .about(Related::hook_run(name, Some(uid))),
+                            );
+                        }
+                    }
+                    Err(e) if matches!(code(&e), Some(403 | 404 | 405)) => {
+                        tracing::warn!(error = %e, "deleting consumed HookRuns as a collection was refused; deleting them one by one from now on");
+                        self.ctx.collection_deletes.store(false, std::sync::atomic::Ordering::Relaxed);
+                        for (name, uid, why, _) in chunk {
+                            ok &= self.delete_hook_run(name, uid, why, outcome).await;
+                        }
+                    }
+                    Err(e) => {
+                        ok = false;
+                        outcome.fail(
+                            Phase::Housekeeping,
+                            PlannedEvent::warning(
+                                "FailedDeleteHookRun",
+                                format!("deleting {} consumed HookRun(s) ({selector}): {e}", chunk.len()),
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        ok
+    }
+
+    /// The collection a run to delete belongs to — (hook type, revision, GameDeployment name label) — and its pod's
+    /// UID, if its pod is gone or runs another revision; None for any other run.
+    fn batch_key(&self, uid: &str) -> Option<((String, String, String), String)> {
+        let run = self.hook_runs.iter().find(|r| r.metadata.uid.as_deref() == Some(uid))?;
+        let labels = run.metadata.labels.as_ref()?;
+        let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+        let type_ = get(common::keys::HOOKRUN_TYPE)?;
+        if type_ == HookKind::CanaryStep.type_label() {
+            return None;
+        }
+        let (revision, workload, pod_uid) = (
+            get(common::keys::HOOKRUN_WORKLOAD_REVISION)?,
+            get(common::keys::HOOKRUN_WORKLOAD_NAME)?,
+            get(common::keys::HOOKRUN_POD_UID)?,
+        );
+        if crate::attempt::controller_uid(run) != self.gd.metadata.uid.as_deref()
+            || workload != common::hookrun::workload_label_value(&self.gd.name_any())
+        {
+            return None;
+        }
+        let pod = self.cached_pods.iter().find(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()));
+        let moved = pod
+            .is_none_or(|p| common::pod::label(p, common::keys::CONTROLLER_REVISION_HASH) != Some(revision.as_str()));
+        moved.then_some(((type_, revision, workload), pod_uid))
     }
 
     async fn delete_hook_run(&self, name: &str, uid: &str, why: &str, outcome: &mut WriteOutcome) -> bool {

@@ -80,6 +80,10 @@ pub struct Config {
     pub debounce: Duration,
     /// Capacity of the Event queue.
     pub event_queue: usize,
+    /// A status whose only changes are progress every pass recomputes (replica counts, the `Progressing`
+    /// message, pods still held by a hook: [`status::must_write_now`]) is written at most once per this interval
+    /// per GameDeployment; anything else is written in the pass that computes it. Zero: every change at once.
+    pub status_write_interval: Duration,
 }
 
 impl Default for Config {
@@ -92,6 +96,7 @@ impl Default for Config {
             node_costs: true,
             debounce: Duration::ZERO,
             event_queue: 4096,
+            status_write_interval: Duration::from_secs(1),
         }
     }
 }
@@ -128,11 +133,23 @@ pub struct Context {
     /// that version, passes plan from (and compare against) this status instead of the cache's older one, so a
     /// pass right after a status write neither repeats it nor re-emits its events.
     written: Mutex<HashMap<String, (String, GameDeploymentStatus)>>,
+    /// Status writes per GameDeployment: when the last one was sent, and the status computed since that waits
+    /// for the next write (`Config::status_write_interval`). Passes plan from the waiting status, so its Events
+    /// are not emitted twice; a restart loses it and recomputes it from the pods and HookRuns.
+    paces: Mutex<HashMap<String, Pace>>,
     /// UIDs of the pods this process sent a deletion for, and of pods already reported as deleted by someone
     /// else (both pruned to pods that still exist).
     deleted: Mutex<Deletions>,
     /// When this controller started: pod deletions asked earlier are not reported.
     started: Timestamp,
+    /// Consumed HookRuns are deleted as collections until the API refuses `deletecollection` once.
+    collection_deletes: AtomicBool,
+}
+
+#[derive(Default)]
+struct Pace {
+    last_write: Option<Instant>,
+    waiting: Option<GameDeploymentStatus>,
 }
 
 #[derive(Default)]
@@ -170,8 +187,22 @@ impl Context {
     }
 
     /// The GameDeployment as the planner should see it: the cached one, with our own last status write if the
-    /// cache does not show it yet. Also returns the resourceVersion to write against.
-    fn effective(&self, key: &str, gd: &GameDeployment) -> (GameDeployment, Option<String>) {
+    /// cache does not show it yet, and with the status waiting to be written if there is one. Also returns the
+    /// resourceVersion to write against and the status as written (what the API holds).
+    fn effective(
+        &self,
+        key: &str,
+        gd: &GameDeployment,
+    ) -> (GameDeployment, Option<String>, Option<GameDeploymentStatus>) {
+        let (mut gd, rv) = self.effective_written(key, gd);
+        let written = gd.status.clone();
+        if let Some(waiting) = lock(&self.paces).get(key).and_then(|p| p.waiting.clone()) {
+            gd.status = Some(waiting);
+        }
+        (gd, rv, written)
+    }
+
+    fn effective_written(&self, key: &str, gd: &GameDeployment) -> (GameDeployment, Option<String>) {
         let mut written = lock(&self.written);
         let cached_rv = gd.metadata.resource_version.clone();
         if let Some((rv, status)) = written.get(key) {
@@ -206,6 +237,7 @@ impl Context {
         let key = format!("{namespace}/{name}");
         self.expectations.forget(&key);
         self.record_written(&key, None, Default::default());
+        lock(&self.paces).remove(&key);
         lock(&self.counted_runs).remove(&key);
         self.rollouts.forget(namespace, name);
         self.metrics.forget(namespace, name);
@@ -389,6 +421,8 @@ struct Snapshot {
     gd: GameDeployment,
     /// The resourceVersion the status is written against.
     write_rv: Option<String>,
+    /// The status the API holds (our last write); `gd.status` may be a newer one waiting to be written.
+    written_status: Option<GameDeploymentStatus>,
     pods: Vec<Arc<Pod>>,
     revisions: Vec<Arc<ControllerRevision>>,
     hook_runs: Vec<HookRun>,
@@ -407,7 +441,7 @@ enum Observation {
 /// first full list and show every write of earlier passes (expectations).
 fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error> {
     let key = key_of(cached);
-    let (gd, write_rv) = ctx.effective(&key, cached);
+    let (gd, write_rv, written_status) = ctx.effective(&key, cached);
     let namespace = gd.namespace().ok_or_else(|| Error::NoNamespace(gd.name_any()))?;
     if !ctx.synced.load(Ordering::Acquire) {
         // Planning from a half-filled cache would create pods that exist; the first list is moments away.
@@ -478,6 +512,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
         namespace,
         gd,
         write_rv,
+        written_status,
         pods,
         revisions,
         hook_runs,
@@ -532,6 +567,7 @@ async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::Wr
         gd: &snapshot.gd,
         key: &snapshot.key,
         cached_pods: &snapshot.pods,
+        hook_runs: &snapshot.hook_runs,
         update_revision: &update_revision,
     };
     executor.run(plan).await
@@ -558,24 +594,58 @@ async fn report(
         ctx.events.publish_related(&regarding, related(event, &snapshot.namespace), note(event));
     }
 
-    if gd.status.as_ref() != Some(&status) {
-        let mut updated = gd.clone();
-        updated.status = Some(status.clone());
-        updated.metadata.managed_fields = None;
-        updated.metadata.resource_version = snapshot.write_rv.clone();
-        let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
-        match api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await {
-            Ok(written) => {
-                ctx.metrics.status_writes.inc();
-                ctx.record_written(&key, written.metadata.resource_version, status);
+    let mut status_due: Option<Duration> = None;
+    if snapshot.written_status.as_ref() == Some(&status) {
+        // Back to what the API holds: nothing waits.
+        if let Some(pace) = lock(&ctx.paces).get_mut(&key) {
+            pace.waiting = None;
+        }
+    } else {
+        let now = Instant::now();
+        let interval = ctx.config.status_write_interval;
+        let wait = {
+            let paces = lock(&ctx.paces);
+            let last = paces.get(&key).and_then(|p| p.last_write);
+            let written = snapshot.written_status.clone().unwrap_or_default();
+            match last {
+                Some(at) if !status::must_write_now(&written, &status) => interval.checked_sub(now - at),
+                _ => None,
             }
-            // Our cached GameDeployment is stale (a user edit or our previous status write is on its way):
-            // the watch event brings the fresh one; look again shortly in case it does not trigger a pass.
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                ctx.metrics.reconciled("conflict");
-                return Ok(Requeue::requeue(Duration::from_millis(500)));
+        };
+        match wait.filter(|w| !w.is_zero()) {
+            Some(wait) => {
+                // Only recomputable progress changed and a status write went out less than an interval ago.
+                lock(&ctx.paces).entry(key.clone()).or_default().waiting = Some(status);
+                ctx.metrics.status_writes_deferred.inc();
+                status_due = Some(wait);
             }
-            Err(source) => return Err(Error::WriteStatus { key, source }),
+            None => {
+                let mut updated = gd.clone();
+                updated.status = Some(status.clone());
+                updated.metadata.managed_fields = None;
+                updated.metadata.resource_version = snapshot.write_rv.clone();
+                let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
+                let result = api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await;
+                {
+                    let mut paces = lock(&ctx.paces);
+                    let pace = paces.entry(key.clone()).or_default();
+                    pace.last_write = Some(now);
+                    pace.waiting = None;
+                }
+                match result {
+                    Ok(written) => {
+                        ctx.metrics.status_writes.inc();
+                        ctx.record_written(&key, written.metadata.resource_version, status);
+                    }
+                    // Our cached GameDeployment is stale (a user edit or our previous status write is on its way):
+                    // the watch event brings the fresh one; look again shortly in case it does not trigger a pass.
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        ctx.metrics.reconciled("conflict");
+                        return Ok(Requeue::requeue(Duration::from_millis(500)));
+                    }
+                    Err(source) => return Err(Error::WriteStatus { key, source }),
+                }
+            }
         }
     }
 
@@ -586,7 +656,11 @@ async fn report(
     if outcome.collision || outcome.stale > 0 {
         return Ok(Requeue::requeue(Duration::from_millis(200)));
     }
-    Ok(plan.requeue_after.map_or_else(Requeue::await_change, Requeue::requeue))
+    let after = match (plan.requeue_after, status_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(after.map_or_else(Requeue::await_change, Requeue::requeue))
 }
 
 fn error_policy(gd: Arc<GameDeployment>, error: &Error, ctx: Arc<Context>) -> Requeue {
@@ -762,8 +836,10 @@ pub async fn run(
         rollouts: RolloutClock::default(),
         counted_runs: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
+        paces: Mutex::new(HashMap::new()),
         deleted: Mutex::new(Deletions::default()),
         started: Timestamp::now(),
+        collection_deletes: AtomicBool::new(true),
         synced: synced.clone(),
     });
 

@@ -445,9 +445,111 @@ pub(crate) fn transition_events(old: &GameDeploymentStatus, new: &GameDeployment
     events
 }
 
+/// Whether a status differing from the one last written must be written at once, or may wait for the next
+/// status write of its GameDeployment (at most `--status-write-interval` later, see the controller's report step).
+///
+/// Only progress that every pass recomputes from the pods and HookRuns may wait: the five replica counts, the
+/// `Progressing` message (not its status or reason), and hook condition entries of pods a hook still holds (no
+/// `releasedBy`, phase `Pending`, `Running` or `Successful`, a run named). Everything else — the generation, the
+/// revisions, `collisionCount`, the other conditions, a `Progressing` status or reason, canary and pause fields,
+/// release records, failed hooks — is written in the pass that computes it: it is history or a state the planner
+/// reads back, or something a person must see now.
+pub fn must_write_now(written: &GameDeploymentStatus, new: &GameDeploymentStatus) -> bool {
+    skeleton(written) != skeleton(new)
+}
+
+/// The status without what may wait ([`must_write_now`]).
+fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
+    let held = |c: &common::api::HookCondition| {
+        c.released_by.is_none()
+            && c.hook_run.is_some()
+            && matches!(
+                c.phase,
+                common::api::HookPhase::Pending | common::api::HookPhase::Running | common::api::HookPhase::Successful
+            )
+    };
+    let mut s = status.clone();
+    s.replicas = 0;
+    s.ready_replicas = 0;
+    s.available_replicas = 0;
+    s.updated_replicas = 0;
+    s.updated_ready_replicas = 0;
+    for c in s.conditions.iter_mut().filter(|c| c.type_ == PROGRESSING) {
+        c.message = None;
+    }
+    s.pre_delete_hook_condition.retain(|c| !held(c));
+    s.pre_inplace_hook_condition.retain(|c| !held(c));
+    s.post_inplace_hook_condition.retain(|c| !held(c));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_recomputable_progress_may_wait_for_the_next_status_write() {
+        use common::api::{HookCondition, HookPhase, HookReleaseReason};
+        let t = Timestamp::from_second(10).unwrap();
+        let mut base = GameDeploymentStatus { observed_generation: Some(2), replicas: 5, ..Default::default() };
+        set_condition(&mut base.conditions, PROGRESSING, "True", "RolloutInProgress", "1 of 5 updated", t);
+        let entry = |pod: &str, phase| HookCondition {
+            pod_name: pod.into(),
+            start_time: Time(t),
+            phase,
+            hook_run: Some(format!("preinplace-{pod}")),
+            message: None,
+            released_by: None,
+            released_at: None,
+        };
+        let mut progress = base.clone();
+        progress.ready_replicas = 3;
+        progress.updated_replicas = 2;
+        progress.updated_ready_replicas = 1;
+        progress.available_replicas = 3;
+        set_condition(&mut progress.conditions, PROGRESSING, "True", "RolloutInProgress", "2 of 5 updated", t);
+        progress.pre_inplace_hook_condition = vec![entry("a", HookPhase::Pending), entry("b", HookPhase::Running)];
+        assert!(!must_write_now(&base, &progress), "counts, the Progressing message, held pods: may wait");
+        assert!(!must_write_now(&base, &base));
+
+        let urgent: Vec<(&str, Box<dyn Fn(&mut GameDeploymentStatus)>)> = vec![
+            ("generation", Box::new(|s| s.observed_generation = Some(3))),
+            ("update revision", Box::new(|s| s.update_revision = Some("web-2".into()))),
+            ("current revision", Box::new(|s| s.current_revision = Some("web-2".into()))),
+            ("collision count", Box::new(|s| s.collision_count = Some(1))),
+            ("canary step", Box::new(|s| s.current_step_index = Some(1))),
+            (
+                "Progressing reason",
+                Box::new(|s| set_condition(&mut s.conditions, PROGRESSING, "True", "RolloutComplete", "done", t)),
+            ),
+            (
+                "a failure condition",
+                Box::new(|s| set_condition(&mut s.conditions, FAILED_UPDATE, "True", REASON_WRITE_FAILED, "x", t)),
+            ),
+            ("a failed hook", Box::new(move |s| s.pre_inplace_hook_condition = vec![entry("a", HookPhase::Failed)])),
+            (
+                "a release record",
+                Box::new(move |s| {
+                    let mut e = entry("a", HookPhase::Running);
+                    e.released_by = Some(HookReleaseReason::Skipped);
+                    s.pre_delete_hook_condition = vec![e];
+                }),
+            ),
+            (
+                "a held pod without a run (its problem)",
+                Box::new(move |s| {
+                    let mut e = entry("a", HookPhase::Pending);
+                    e.hook_run = None;
+                    s.pre_inplace_hook_condition = vec![e];
+                }),
+            ),
+        ];
+        for (what, change) in urgent {
+            let mut new = progress.clone();
+            change(&mut new);
+            assert!(must_write_now(&base, &new), "{what} is written at once");
+        }
+    }
 
     #[test]
     fn transition_time_moves_only_with_the_status() {

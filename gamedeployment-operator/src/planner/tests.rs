@@ -662,10 +662,15 @@ fn restart_mid_update_resumes_from_the_pods() {
     let mut world = settled(g);
     set_image(&mut world, "game:2");
     world.pass();
+    // Without a grace period or post-inplace hook the pod is back to Normal with its new image at once; its
+    // readiness condition (False) says the update is in progress.
     let in_progress: Vec<String> = world
         .pods
         .iter()
-        .filter(|p| lifecycle::state_of(p) == LifecycleState::Updating)
+        .filter(|p| {
+            lifecycle::state_of(p) == LifecycleState::Normal
+                && common::pod::condition(p, keys::IN_PLACE_UPDATE_READY).is_some_and(|c| c.status == "False")
+        })
         .map(|p| p.metadata.name.clone().unwrap())
         .collect();
     assert_eq!(in_progress.len(), 1);

@@ -15,6 +15,12 @@
 //!    resolves to the same digest completes too, unlike BCS). Then `InPlaceUpdateReady` goes back to True and
 //!    the pod to `Normal`.
 //!
+//! Without a grace period, a post-inplace hook or an `inPlaceUpdate` lifecycle handler, a pod with the readiness
+//! gate skips `Updating`: the image patch puts it back to `Normal` and the False `InPlaceUpdateReady` condition
+//! (reason `StartInPlaceUpdate`) with the `inplace-update-state` of its revision marks the update as in progress,
+//! so completing it is the one status write ([`Ending::Normal`]). Per pod and update that is three pod writes
+//! (condition False, image patch, condition True) instead of four.
+//!
 //! Only container images and template labels/annotations can change in place; anything else is recreated
 //! (with an event) instead of failing forever as BCS does (bug list §7.5).
 
@@ -157,7 +163,7 @@ pub fn progress(pod: &Pod, now: Timestamp) -> Progress {
         return Progress::Grace(spec);
     }
     if lifecycle::state_of(pod) != LifecycleState::Updating {
-        return hot_patch_progress(pod, now);
+        return direct_progress(pod).unwrap_or_else(|| hot_patch_progress(pod, now));
     }
     let Some(state) = common::pod::annotation(pod, keys::INPLACE_UPDATE_STATE)
         .and_then(|s| serde_json::from_str::<InPlaceUpdateState>(s).ok())
@@ -166,6 +172,36 @@ pub fn progress(pod: &Pod, now: Timestamp) -> Progress {
         return Progress::Done;
     };
     if is_complete(pod, &state) { Progress::Done } else { Progress::Patched(state) }
+}
+
+/// An update [`start`]ed straight to `Normal` ([`Ending::Normal`]): in progress while the pod is `Normal`, its
+/// `InPlaceUpdateReady` condition is False with reason `StartInPlaceUpdate` and its `inplace-update-state` names the
+/// revision the pod is labelled with. Completing it is one write: the condition back to True.
+fn direct_progress(pod: &Pod) -> Option<Progress> {
+    if lifecycle::state_of(pod) != LifecycleState::Normal || !has_readiness_gate(pod) {
+        return None;
+    }
+    let condition = common::pod::condition(pod, keys::IN_PLACE_UPDATE_READY)?;
+    if condition.status != "False" || condition.reason.as_deref() != Some(keys::IN_PLACE_UPDATE_STARTED_REASON) {
+        return None;
+    }
+    let state = common::pod::annotation(pod, keys::INPLACE_UPDATE_STATE)
+        .and_then(|s| serde_json::from_str::<InPlaceUpdateState>(s).ok())?;
+    if common::pod::label(pod, keys::CONTROLLER_REVISION_HASH) != Some(state.revision.as_str()) {
+        return None;
+    }
+    Some(if is_complete(pod, &state) { Progress::Done } else { Progress::Patched(state) })
+}
+
+/// The lifecycle state an in-place update puts the pod in when it patches the images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// `Updating` until the new containers run, then `Normal` (or `Updated`): a write for each step. Needed for a
+    /// grace period, a post-inplace hook, an `inPlaceUpdate` lifecycle handler, or a pod without the readiness gate.
+    Updating,
+    /// Straight back to `Normal` in the image patch: the readiness condition (False until the new containers run)
+    /// carries the progress, so completing the update is the one write that sets it True again.
+    Normal,
 }
 
 /// A hot patch counts as in progress until the containers report the new image (bounded, see
@@ -313,8 +349,16 @@ fn is_own_key(key: &str) -> bool {
 }
 
 /// Starts the in-place update (step 1): readiness gate False first, then the pod patch.
+#[cfg(test)]
 pub fn start(step: &Step<'_>, grace_seconds: i32) -> PodChange {
+    start_to(step, grace_seconds, Ending::Updating)
+}
+
+/// [`start`], putting the pod in the state `ending` asks for ([`Ending::Normal`] only applies to a pod with the
+/// readiness gate and no grace period; otherwise it is `Updating`).
+pub fn start_to(step: &Step<'_>, grace_seconds: i32, ending: Ending) -> PodChange {
     let pod = step.pod;
+    let direct = ending == Ending::Normal && grace_seconds <= 0 && has_readiness_gate(pod);
     let mut writes = Vec::new();
     if has_readiness_gate(pod) {
         writes.push(PodWrite::Status(patch::condition_ops(
@@ -327,7 +371,8 @@ pub fn start(step: &Step<'_>, grace_seconds: i32) -> PodChange {
     }
     let mut ops = patch::ensure_maps(pod);
     ops.extend(patch::test_label(keys::CONTROLLER_REVISION_HASH, Some(step.from_revision)));
-    ops.extend(lifecycle::set_state_ops(LifecycleState::Updating, step.now));
+    let state = if direct { LifecycleState::Normal } else { LifecycleState::Updating };
+    ops.extend(lifecycle::set_state_ops(state, step.now));
     if grace_seconds > 0 {
         let grace = GraceSpec {
             revision: step.to_revision.to_string(),
@@ -395,11 +440,19 @@ pub fn complete(pod: &Pod, now: Timestamp) -> PodChange {
     complete_to(pod, now, LifecycleState::Normal)
 }
 
-/// [`complete`] into `state`: `Updated` while a post-inplace hook holds the pod's state.
+/// [`complete`] into `state`: `Updated` while a post-inplace hook holds the pod's state. A pod already in `state`
+/// (an update started straight to `Normal`) only gets its readiness condition back.
 pub fn complete_to(pod: &Pod, now: Timestamp, state: LifecycleState) -> PodChange {
-    let mut ops = vec![json!({"op": "test", "path": patch::label_path(keys::LIFECYCLE_STATE), "value": "Updating"})];
-    ops.extend(lifecycle::set_state_ops(state, now));
-    let mut writes = vec![PodWrite::Object(ops)];
+    let current = lifecycle::state_of(pod);
+    let mut writes = Vec::new();
+    if current != state {
+        let mut ops: Vec<Value> = common::pod::label(pod, keys::LIFECYCLE_STATE)
+            .map(|l| json!({"op": "test", "path": patch::label_path(keys::LIFECYCLE_STATE), "value": l}))
+            .into_iter()
+            .collect();
+        ops.extend(lifecycle::set_state_ops(state, now));
+        writes.push(PodWrite::Object(ops));
+    }
     if has_readiness_gate(pod) && !gate_condition_true(pod) {
         writes.push(PodWrite::Status(patch::condition_ops(pod, keys::IN_PLACE_UPDATE_READY, "True", None, now)));
     }
@@ -550,6 +603,38 @@ mod tests {
         assert_eq!(lifecycle::state_of(&pod), LifecycleState::Normal);
         assert_eq!(common::pod::condition(&pod, keys::IN_PLACE_UPDATE_READY).unwrap().status, "True");
         assert_eq!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::Idle);
+    }
+
+    #[test]
+    fn straight_to_normal_the_update_is_three_pod_writes() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        let pod = running_pod("nginx:1", "sha256:old");
+        let change = diff(&template("nginx:1", &[("app", "web")]), &template("nginx:2", &[("app", "web")])).unwrap();
+        let step = Step { pod: &pod, from_revision: "web-1", to_revision: "web-2", change: &change, now };
+        let started = start_to(&step, 0, Ending::Normal);
+        assert_eq!(started.writes.len(), 2, "readiness gate False, then the image patch");
+        let PodWrite::Status(status_ops) = &started.writes[0] else { panic!("readiness gate first") };
+        let PodWrite::Object(ops) = &started.writes[1] else { panic!() };
+        let mut pod = apply(&apply(&pod, status_ops), ops);
+        assert_eq!(lifecycle::state_of(&pod), LifecycleState::Normal, "no Updating state");
+        assert_eq!(pod.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("nginx:2"));
+        assert!(matches!(progress(&pod, now), Progress::Patched(_)), "in progress while the condition is False");
+
+        let status = &mut pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap()[0];
+        status.image = "nginx:2".into();
+        status.image_id = "sha256:new".into();
+        assert_eq!(progress(&pod, now), Progress::Done);
+        let done = complete(&pod, now);
+        assert_eq!(done.writes.len(), 1, "completion is the condition alone: {:?}", done.writes);
+        let PodWrite::Status(ops) = &done.writes[0] else { panic!("a status write") };
+        let pod = apply(&pod, ops);
+        assert_eq!(common::pod::condition(&pod, keys::IN_PLACE_UPDATE_READY).unwrap().status, "True");
+        assert_eq!(progress(&pod, now), Progress::Idle);
+
+        // With a grace period the pod goes through Updating as before.
+        let waiting = start_to(&step, 30, Ending::Normal);
+        let PodWrite::Object(ops) = &waiting.writes[1] else { panic!() };
+        assert_eq!(lifecycle::state_of(&apply(&step.pod.clone(), ops)), LifecycleState::Updating);
     }
 
     #[test]

@@ -121,7 +121,11 @@ fn update_pod(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) {
     let kind = if hot_patch { GateKind::HotPatchUpdate } else { GateKind::InPlaceUpdate };
     let modified: Vec<String> = change.images.keys().cloned().collect();
     if draft.pass_gate_with(settings, info, kind, &modified) {
-        let change = if hot_patch { hotpatch::update(&step) } else { inplace::start(&step, settings.grace_seconds) };
+        let change = if hot_patch {
+            hotpatch::update(&step)
+        } else {
+            inplace::start_to(&step, settings.grace_seconds, ending(settings))
+        };
         draft.actions.push(Action::PatchPod(change));
     }
 }
@@ -138,6 +142,16 @@ fn fallback(settings: &Settings<'_>, info: &PodInfo<'_>, reason: &str, draft: &m
         );
     }
     rolling::replace(settings, info, DeleteCause::RecreateFallback, draft);
+}
+
+/// Whether an in-place update may put its pod straight back to `Normal` (completing it is then one write, see
+/// [`inplace::Ending`]): not while something waits for the `Updating` / `Updated` states — a post-inplace hook or
+/// an `inPlaceUpdate` lifecycle handler.
+fn ending(settings: &Settings<'_>) -> inplace::Ending {
+    let gd = settings.gd;
+    let post_hook = gd.spec.post_inplace_update_strategy.as_ref().is_some_and(|s| s.hook.is_some());
+    let handler = crate::lifecycle::handler(gd, crate::lifecycle::Handler::InPlaceUpdate).is_some();
+    if post_hook || handler { inplace::Ending::Updating } else { inplace::Ending::Normal }
 }
 
 #[cfg(test)]
