@@ -125,7 +125,9 @@ impl Executor<'_> {
         for run in actions.create_runs {
             self.create_hook_run(run, &mut outcome).await;
         }
-        let deletes_ok = self.delete_hook_runs(actions.delete_runs, &mut outcome).await;
+        let rolling = crate::planner::status::condition(&plan.status, crate::planner::status::PROGRESSING)
+            .is_some_and(|c| c.reason.as_deref() == Some("RolloutInProgress"));
+        let deletes_ok = self.delete_hook_runs(actions.delete_runs, rolling, &mut outcome).await;
         for (paused, resource_version, why) in actions.set_paused {
             self.set_paused(paused, resource_version, why, &mut outcome).await;
         }
@@ -657,8 +659,10 @@ impl Executor<'_> {
     /// label and the pods' UIDs: one write for a batch instead of one per pod. Every other run (a retry, a run of
     /// a pod that still waits) is deleted on its own with its UID as precondition. Where `deletecollection` is
     /// refused (403, or not served), each run of the batch is deleted on its own, and later passes do that
-    /// directly. Returns false if a deletion failed.
-    async fn delete_hook_runs(&self, runs: Vec<(&str, &str, &str)>, outcome: &mut WriteOutcome) -> bool {
+    /// directly. While the rollout is in progress (`rolling`) a batch smaller than [`COLLECTION_CHUNK`] waits for a
+    /// later pass (such a run can open no gate: it is bound to its pod's earlier attempt), so a rollout's consumed
+    /// runs go in a few writes rather than one per pass. Returns false if a deletion failed.
+    async fn delete_hook_runs(&self, runs: Vec<(&str, &str, &str)>, rolling: bool, outcome: &mut WriteOutcome) -> bool {
         let mut ok = true;
         let mut batches: BTreeMap<(String, String, String), Vec<(&str, &str, &str, String)>> = BTreeMap::new();
         let collections = self.ctx.collection_deletes.load(std::sync::atomic::Ordering::Relaxed);
@@ -669,6 +673,9 @@ impl Executor<'_> {
             }
         }
         for ((type_, revision, workload), runs) in batches {
+            if rolling && runs.len() < COLLECTION_CHUNK {
+                continue;
+            }
             for chunk in runs.chunks(COLLECTION_CHUNK) {
                 let uids: Vec<&str> = chunk.iter().map(|(_, _, _, pod)| pod.as_str()).collect();
                 let selector = format!(

@@ -276,7 +276,8 @@ fn replay(events: Vec<(u64, Seen)>) -> GateReport {
                         Some((version, annotation(&pod.metadata, keys::LIFECYCLE_TIMESTAMP).map(String::from)));
                 }
                 // An image change.
-                if !first && images != state.images {
+                let changed = !first && images != state.images;
+                if changed {
                     let gated = hooks.is_some_and(|(h, gd_deleting)| !gd_deleting && (h.pre_inplace || h.pre_delete));
                     if gated && state.running {
                         report.gated_updates += 1;
@@ -303,7 +304,9 @@ fn replay(events: Vec<(u64, Seen)>) -> GateReport {
                         report.ungated_changes += 1;
                     }
                 }
-                if preparing(&state.lifecycle) && lifecycle.as_deref() == Some("Normal") && !state.deleting {
+                // Back to Normal without the change (an in-place update may go straight to Normal with its image).
+                if preparing(&state.lifecycle) && lifecycle.as_deref() == Some("Normal") && !state.deleting && !changed
+                {
                     report.released.push(format!("{name}: {}", state.lifecycle.clone().unwrap_or_default()));
                 }
                 state.revision = revision;

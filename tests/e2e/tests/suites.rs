@@ -38,3 +38,4 @@ mod race_to_empty;
 mod sandbox;
 mod update_order;
 mod walkthrough_hooks;
+mod writes_per_pod;
