@@ -36,6 +36,7 @@ mod printer_columns;
 mod pvc_templates;
 mod race_to_empty;
 mod sandbox;
+mod test_layout;
 mod update_order;
 mod walkthrough_hooks;
 mod writes_per_pod;
