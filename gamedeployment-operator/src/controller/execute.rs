@@ -31,6 +31,12 @@ use crate::revision;
 /// Pod UIDs per `deletecollection` of consumed HookRuns (keeps the label selector short).
 const COLLECTION_CHUNK: usize = 64;
 
+/// A collection of consumed runs: hook type, revision, GameDeployment name label.
+type BatchKey = (String, String, String);
+
+/// A run in a collection: name, UID, why, its pod's UID.
+type Batched<'a> = (&'a str, &'a str, &'a str, String);
+
 /// What happened when the plan was sent.
 #[derive(Debug, Default)]
 pub(crate) struct WriteOutcome {
@@ -664,7 +670,7 @@ impl Executor<'_> {
     /// runs go in a few writes rather than one per pass. Returns false if a deletion failed.
     async fn delete_hook_runs(&self, runs: Vec<(&str, &str, &str)>, rolling: bool, outcome: &mut WriteOutcome) -> bool {
         let mut ok = true;
-        let mut batches: BTreeMap<(String, String, String), Vec<(&str, &str, &str, String)>> = BTreeMap::new();
+        let mut batches: BTreeMap<BatchKey, Vec<Batched<'_>>> = BTreeMap::new();
         let collections = self.ctx.collection_deletes.load(std::sync::atomic::Ordering::Relaxed);
         for (name, uid, why) in runs {
             match self.batch_key(uid).filter(|_| collections) {
@@ -700,7 +706,7 @@ impl Executor<'_> {
                             );
                         }
                     }
-                    Err(e) if matches!(code(&e), Some(403 | 404 | 405)) => {
+                    Err(e) if matches!(code(&e), Some(403..=405)) => {
                         tracing::warn!(error = %e, "deleting consumed HookRuns as a collection was refused; deleting them one by one from now on");
                         self.ctx.collection_deletes.store(false, std::sync::atomic::Ordering::Relaxed);
                         for (name, uid, why, _) in chunk {
@@ -725,7 +731,7 @@ impl Executor<'_> {
 
     /// The collection a run to delete belongs to — (hook type, revision, GameDeployment name label) — and its pod's
     /// UID, if its pod is gone or runs another revision; None for any other run.
-    fn batch_key(&self, uid: &str) -> Option<((String, String, String), String)> {
+    fn batch_key(&self, uid: &str) -> Option<(BatchKey, String)> {
         let run = self.hook_runs.iter().find(|r| r.metadata.uid.as_deref() == Some(uid))?;
         let labels = run.metadata.labels.as_ref()?;
         let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();

@@ -512,7 +512,8 @@ mod tests {
         assert!(!must_write_now(&base, &progress), "counts, the Progressing message, held pods: may wait");
         assert!(!must_write_now(&base, &base));
 
-        let urgent: Vec<(&str, Box<dyn Fn(&mut GameDeploymentStatus)>)> = vec![
+        type Change<'a> = Box<dyn Fn(&mut GameDeploymentStatus) + 'a>;
+        let urgent: Vec<(&str, Change<'_>)> = vec![
             ("generation", Box::new(|s| s.observed_generation = Some(3))),
             ("update revision", Box::new(|s| s.update_revision = Some("web-2".into()))),
             ("current revision", Box::new(|s| s.current_revision = Some("web-2".into()))),
