@@ -178,6 +178,10 @@ impl Dispatcher {
 
     fn namespace_permits(&self, namespace: &str) -> Arc<Semaphore> {
         let mut map = self.inner.namespace_permits.lock().unwrap_or_else(|p| p.into_inner());
+        // Looked up by reference first: the namespace is copied only the first time it is seen.
+        if let Some(permits) = map.get(namespace) {
+            return permits.clone();
+        }
         map.entry(namespace.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.inner.namespace_cap))).clone()
     }
 
@@ -320,6 +324,9 @@ impl Dispatcher {
         drop(running);
         drop(permit);
         drop(namespace_permit);
+        // The run's object is not needed any more: released before the run is woken, so the next round can update
+        // it in place instead of copying the whole HookRun (spec and status) because this task still held it.
+        drop(run);
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
         metrics
             .measurements

@@ -159,11 +159,13 @@ pub fn record(result: &mut MetricResult, mut measurement: Measurement, history_l
             result.consecutive_successful = 0;
         }
     }
-    result.measurements.push(measurement);
-    let excess = result.measurements.len().saturating_sub(history_limit);
+    // Trimmed before the push: a history copied at its exact length then never grows (no reallocation and copy
+    // of the whole history per measurement).
+    let excess = (result.measurements.len() + 1).saturating_sub(history_limit.max(1));
     if excess > 0 {
-        result.measurements.drain(..excess);
+        result.measurements.drain(..excess.min(result.measurements.len()));
     }
+    result.measurements.push(measurement);
 }
 
 /// The metric phase from its counters, or `None` while it keeps running. First match wins.

@@ -97,7 +97,13 @@ async fn measure(
         Err(e) => (HookPhase::Error, Some(e.0), None, "none"),
         Ok(provider) => {
             let limit = provider.timeout(metric) + GRACE;
-            match tokio::time::timeout(limit, provider.measure(namespace, metric, args)).await {
+            let observed = if provider.bounds_itself() {
+                // One timer per measurement: the provider's own.
+                Ok(provider.measure(namespace, metric, args).await)
+            } else {
+                tokio::time::timeout(limit, provider.measure(namespace, metric, args)).await
+            };
+            match observed {
                 Err(_) => (
                     HookPhase::Error,
                     Some(format!("no result within {}", crate::text::seconds(limit))),

@@ -65,6 +65,18 @@ fn history_is_bounded_but_counters_are_cumulative() {
         record(&mut r, measurement(E), 3);
     }
     assert_eq!(r.measurements.len(), 3, "errors are trimmed too (BCS grew them without bound, §8.10)");
+    // The oldest goes, the newest is last; a full history copied at its exact length (as each round copies the
+    // status) takes the next measurement without growing.
+    let mut full = MetricResult::default();
+    for i in 0..10 {
+        record(&mut full, Measurement { value: Some(i.to_string()), ..measurement(S) }, 10);
+    }
+    let mut copied = full.clone();
+    let capacity = copied.measurements.capacity();
+    record(&mut copied, Measurement { value: Some("10".into()), ..measurement(S) }, 10);
+    let values: Vec<&str> = copied.measurements.iter().filter_map(|m| m.value.as_deref()).collect();
+    assert_eq!(values, ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10"]);
+    assert_eq!(copied.measurements.capacity(), capacity, "no reallocation per measurement");
     let _ = m;
 }
 

@@ -50,6 +50,21 @@ pub struct Response {
     _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
+/// Where a URL as written (after rendering) is sent: parsed, checked against the egress policy (IP literals) and
+/// rewritten by `--web-resolve` once, then reused by every request to the same URL.
+#[derive(Debug)]
+struct Target {
+    url: Url,
+    /// The `Host` header when `--web-resolve` rewrote the URL.
+    host_header: Option<String>,
+    /// `host:port` the request really goes to, when rewritten (for messages).
+    sent_to: Option<String>,
+}
+
+/// Distinct URLs remembered; the cache is emptied when it is full (a template with a per-pod URL has as many
+/// entries as live pods).
+const TARGET_CACHE_LIMIT: usize = 16 * 1024;
+
 pub struct Http {
     client: reqwest::Client,
     insecure: reqwest::Client,
@@ -61,12 +76,19 @@ pub struct Http {
     buffered_limit: usize,
     /// Most bytes ever reserved at once (for tests and diagnostics).
     buffered_peak: std::sync::atomic::AtomicUsize,
+    /// Rendered URL → where it goes (see [`Target`]). Only URLs the policy admits are kept; the policy and the
+    /// rewrites are fixed for the life of the client, so an entry never goes stale.
+    targets: std::sync::Mutex<std::collections::HashMap<String, Arc<Target>>>,
 }
 
 fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .dns_resolver(Arc::new(Resolver { policy: egress.clone() }))
         .redirect(super::egress::redirects())
+        // reqwest's default retry policy copies every request (headers, URI, extensions) before sending it, in case
+        // an HTTP/2 or HTTP/3 connection refuses it; this client speaks HTTP/1.1 only, where that policy never
+        // retries, so the copy was pure cost.
+        .retry(reqwest::retry::never())
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(5))
         .pool_idle_timeout(settings.idle_timeout)
@@ -90,6 +112,7 @@ impl Http {
             buffered: Arc::new(tokio::sync::Semaphore::new(buffered_limit)),
             buffered_limit,
             buffered_peak: std::sync::atomic::AtomicUsize::new(0),
+            targets: std::sync::Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -112,7 +135,52 @@ impl Http {
         Some(original)
     }
 
-    /// Sends one request and reads the body, failing with a message that names the method and URL.
+    /// The parsed, policy-checked and rewritten target of `url`, from the cache when it was seen before.
+    fn target(&self, method: &Method, url: &str) -> Result<Arc<Target>, ProviderError> {
+        if let Some(target) = self.targets.lock().ok().and_then(|cache| cache.get(url).cloned()) {
+            return Ok(target);
+        }
+        let what = || format!("{method} {}", crate::redact::url(url));
+        let mut parsed = Url::parse(url).map_err(|e| ProviderError(format!("{}: invalid URL: {e}", what())))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ProviderError(format!("{}: only http and https URLs are supported", what())));
+        }
+        // The egress policy, before any connection: an IP literal as written, and the address `--web-resolve`
+        // sends it to (host names are checked after DNS resolution by the resolver).
+        let literal = |url: &Url| {
+            url.host_str()
+                .and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().ok())
+        };
+        if let Some(ip) = literal(&parsed) {
+            self.egress.check(ip).map_err(|e| ProviderError(format!("{}: {e}", what())))?;
+        }
+        let host_header = self.rewrite(&mut parsed);
+        // Once `--web-resolve` rewrote the target, every message names where the request really went.
+        let sent_to = host_header.is_some().then(|| {
+            format!("{}:{}", parsed.host_str().unwrap_or_default(), parsed.port_or_known_default().unwrap_or_default())
+        });
+        if let (Some(to), Some(ip)) = (&sent_to, literal(&parsed).filter(|_| host_header.is_some())) {
+            self.egress
+                .check(ip)
+                .map_err(|e| ProviderError(format!("{} (sent to {to} by --web-resolve): {e}", what())))?;
+        }
+        let target = Arc::new(Target { url: parsed, host_header, sent_to });
+        if let Ok(mut cache) = self.targets.lock() {
+            if cache.len() >= TARGET_CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.insert(url.to_string(), target.clone());
+        }
+        Ok(target)
+    }
+
+    /// Distinct URLs whose parsed target is remembered (tests).
+    pub fn cached_targets(&self) -> usize {
+        self.targets.lock().map(|c| c.len()).unwrap_or_default()
+    }
+
+    /// Sends one request and reads the body, failing with a message that names the method and URL. `timeout`
+    /// bounds the whole exchange (connecting, sending, the answer and its body) with one timer.
     #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
@@ -123,38 +191,33 @@ impl Http {
         timeout: Duration,
         insecure: bool,
     ) -> Result<Response, ProviderError> {
-        let what = || format!("{method} {}", crate::redact::url(url));
-        let mut target = Url::parse(url).map_err(|e| ProviderError(format!("{}: invalid URL: {e}", what())))?;
-        if !matches!(target.scheme(), "http" | "https") {
-            return Err(ProviderError(format!("{}: only http and https URLs are supported", what())));
-        }
-        // The egress policy, before any connection: an IP literal as written, and the address `--web-resolve`
-        // sends it to (host names are checked after DNS resolution by the resolver).
-        let literal = |url: &Url| {
-            url.host_str()
-                .and_then(|h| h.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().ok())
+        let target = self.target(&method, url)?;
+        let what = || {
+            let what = format!("{method} {}", crate::redact::url(url));
+            match &target.sent_to {
+                Some(to) => format!("{what} (sent to {to} by --web-resolve)"),
+                None => what,
+            }
         };
-        if let Some(ip) = literal(&target) {
-            self.egress.check(ip).map_err(|e| ProviderError(format!("{}: {e}", what())))?;
+        match tokio::time::timeout(timeout, self.exchange(&method, &target, headers, body, insecure, &what)).await {
+            Ok(result) => result,
+            Err(_) => Err(ProviderError(format!("{}: no response within {}", what(), crate::text::seconds(timeout)))),
         }
-        let host_header = self.rewrite(&mut target);
-        // Once `--web-resolve` rewrote the target, every message names where the request really went.
-        let sent_to = host_header.is_some().then(|| {
-            format!("{}:{}", target.host_str().unwrap_or_default(), target.port_or_known_default().unwrap_or_default())
-        });
-        let what = || match &sent_to {
-            Some(to) => format!("{} (sent to {to} by --web-resolve)", what()),
-            None => what(),
-        };
-        if host_header.is_some()
-            && let Some(ip) = literal(&target)
-        {
-            self.egress.check(ip).map_err(|e| ProviderError(format!("{}: {e}", what())))?;
-        }
+    }
+
+    async fn exchange(
+        &self,
+        method: &Method,
+        target: &Target,
+        headers: &[(String, String)],
+        body: Option<String>,
+        insecure: bool,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Response, ProviderError> {
         let client = if insecure { &self.insecure } else { &self.client };
-        let mut request = client.request(method.clone(), target).timeout(timeout);
-        if let Some(host) = host_header {
-            request = request.header(reqwest::header::HOST, host);
+        let mut request = client.request(method.clone(), target.url.clone());
+        if let Some(host) = &target.host_header {
+            request = request.header(reqwest::header::HOST, host.as_str());
         }
         let mut has_content_type = false;
         for (key, value) in headers {
@@ -169,13 +232,7 @@ impl Http {
             request = request.body(body);
         }
         let started = Instant::now();
-        let failed = |e: reqwest::Error| {
-            if e.is_timeout() {
-                ProviderError(format!("{}: no response within {}", what(), crate::text::seconds(timeout)))
-            } else {
-                ProviderError(format!("{}: {}", what(), describe(&e)))
-            }
-        };
+        let failed = |e: reqwest::Error| ProviderError(format!("{}: {}", what(), describe(&e)));
         let mut response = request.send().await.map_err(failed)?;
         let status = response.status();
         if let Some(length) = response.content_length()
@@ -276,6 +333,59 @@ mod tests {
         let mut other = Url::parse("http://1.1.1.1:9092/").unwrap();
         assert_eq!(http.rewrite(&mut other), None);
         assert_eq!(other.as_str(), "http://1.1.1.1:9092/");
+    }
+
+    #[test]
+    fn parsed_targets_are_reused_per_rendered_url_and_refusals_are_not_remembered() {
+        let settings = ProviderSettings {
+            resolve: vec!["1.1.1.1:9091=169.254.169.254:80".parse().unwrap()],
+            ..ProviderSettings::default()
+        };
+        let http = Http::new(&settings).unwrap();
+        let a = http.target(&Method::GET, "http://127.0.0.1:8080/a").unwrap();
+        let again = http.target(&Method::GET, "http://127.0.0.1:8080/a").unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "the same rendered URL is parsed once");
+        // A URL rendered differently (another pod's IP, another path) is its own target, never the cached one.
+        let b = http.target(&Method::GET, "http://127.0.0.2:8080/a").unwrap();
+        assert_eq!(b.url.as_str(), "http://127.0.0.2:8080/a");
+        assert_eq!(a.url.as_str(), "http://127.0.0.1:8080/a");
+        assert_eq!(http.cached_targets(), 2);
+        // Refused targets (an IP literal, or where --web-resolve sends one) are refused on every request and never
+        // cached as if they were allowed.
+        for _ in 0..2 {
+            let literal = http.target(&Method::GET, "http://169.254.169.254/latest/meta-data/").unwrap_err();
+            assert!(literal.0.contains("refused by the egress policy"), "{}", literal.0);
+            let rewritten = http.target(&Method::GET, "http://1.1.1.1:9091/").unwrap_err();
+            assert!(rewritten.0.contains("(sent to 169.254.169.254:80 by --web-resolve)"), "{}", rewritten.0);
+            assert!(rewritten.0.contains("refused by the egress policy"), "{}", rewritten.0);
+            assert!(http.target(&Method::GET, "ftp://127.0.0.1/").unwrap_err().0.contains("only http and https"));
+        }
+        assert_eq!(http.cached_targets(), 2);
+    }
+
+    #[tokio::test]
+    async fn one_timer_bounds_a_body_that_never_finishes() {
+        use tokio::io::AsyncWriteExt;
+        // Headers at once, then a body that stops half way and never ends.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut request).await;
+            socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"age\":").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            drop(socket);
+        });
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let url = format!("http://{addr}/drip");
+        let started = Instant::now();
+        let Err(err) = http.send(Method::GET, &url, &[], None, Duration::from_secs(1), false).await else {
+            panic!("the body never completes");
+        };
+        assert_eq!(err.0, format!("GET {url}: no response within 1s"));
+        assert!(started.elapsed() < Duration::from_secs(30), "ended by the timeout, not by the server");
+        server.abort();
     }
 
     #[tokio::test]

@@ -49,6 +49,11 @@ pub trait Provider: Send + Sync {
     fn kind(&self) -> &'static str;
     /// How long a measurement may take before it is abandoned as an Error.
     fn timeout(&self, metric: &Metric) -> Duration;
+    /// Whether [`Provider::measure`] always ends by [`Provider::timeout`] on its own. The engine then adds no timer
+    /// of its own per measurement; otherwise it abandons the measurement a little after the timeout.
+    fn bounds_itself(&self) -> bool {
+        false
+    }
     /// Takes one measurement for a run in `namespace` (the kubernetes provider stays inside it).
     fn measure<'a>(
         &'a self,

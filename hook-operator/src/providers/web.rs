@@ -33,9 +33,16 @@ impl Web {
             headers.push((header.key.clone(), render(&format!("headers[{}]", header.key), &header.value, args)?));
         }
         let body = web.body.as_deref().map(|b| render("body", b, args)).transpose()?;
-        let method_name = web.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
-        let method = Method::from_bytes(method_name.as_bytes())
-            .map_err(|_| ProviderError(format!("invalid HTTP method {method_name:?}")))?;
+        let method = match web.method.as_deref() {
+            None => Method::GET,
+            Some(name) if name.eq_ignore_ascii_case("GET") => Method::GET,
+            Some(name) if name.eq_ignore_ascii_case("POST") => Method::POST,
+            Some(name) => {
+                let name = name.to_ascii_uppercase();
+                Method::from_bytes(name.as_bytes())
+                    .map_err(|_| ProviderError(format!("invalid HTTP method {name:?}")))?
+            }
+        };
         let path = web
             .json_path
             .as_deref()
@@ -51,20 +58,24 @@ impl Web {
                 body_excerpt(&response.body)
             )));
         }
-        interpret(&format!("{method} {url}"), &response.body, path.as_deref())
+        interpret_named(|| format!("{method} {url}"), &response.body, path.as_deref())
     }
 }
 
-/// A successful response as the conditions see it: the JSON document (or, without a jsonPath, a plain-text
-/// body as a string), narrowed by the jsonPath. `what` (`GET <url>`) names the request in errors.
-pub fn interpret(what: &str, body: &[u8], path: Option<&jsonpath::Path>) -> Result<Observation, ProviderError> {
+/// [`interpret`], naming the request only when there is an error to report (no text built per measurement).
+fn interpret_named(
+    what: impl Fn() -> String,
+    body: &[u8],
+    path: Option<&jsonpath::Path>,
+) -> Result<Observation, ProviderError> {
     let document: serde_json::Value = match serde_json::from_slice(body) {
         Ok(document) => document,
         // Without a jsonPath a plain-text answer is the result itself (as in Argo).
         Err(_) if path.is_none() => serde_json::Value::String(String::from_utf8_lossy(body).into_owned()),
         Err(e) => {
             return Err(ProviderError(format!(
-                "{what} did not return JSON ({e}), so jsonPath `{}` cannot apply; the body starts with: {}",
+                "{} did not return JSON ({e}), so jsonPath `{}` cannot apply; the body starts with: {}",
+                what(),
                 path.map(jsonpath::Path::written).unwrap_or_default(),
                 body_excerpt(body)
             )));
@@ -77,6 +88,12 @@ pub fn interpret(what: &str, body: &[u8], path: Option<&jsonpath::Path>) -> Resu
     Ok(Observation::judged(to_expr(&value), display(&value)))
 }
 
+/// A successful response as the conditions see it: the JSON document (or, without a jsonPath, a plain-text
+/// body as a string), narrowed by the jsonPath. `what` (`GET <url>`) names the request in errors.
+pub fn interpret(what: &str, body: &[u8], path: Option<&jsonpath::Path>) -> Result<Observation, ProviderError> {
+    interpret_named(|| what.to_string(), body, path)
+}
+
 impl Provider for Web {
     fn kind(&self) -> &'static str {
         "web"
@@ -87,6 +104,12 @@ impl Provider for Web {
             Some(secs) if secs > 0 => Duration::from_secs(secs.unsigned_abs()),
             _ => DEFAULT_TIMEOUT,
         }
+    }
+
+    /// Everything [`Web::call`] waits for is one [`Http::send`], which ends (with its own "no response within"
+    /// message) when [`Provider::timeout`] has passed.
+    fn bounds_itself(&self) -> bool {
+        true
     }
 
     fn measure<'a>(
