@@ -39,6 +39,27 @@ fn names(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter().filter_map(|p| p.metadata.name.clone()).collect()
 }
 
+/// The `empty` HookTemplate: one measurement of `GET http://<address>/<pod>`, Successful when it has no players
+/// (both races gate deletions on it).
+fn empty_template(address: std::net::SocketAddr) -> String {
+    format!(
+        r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: empty
+spec:
+  metrics:
+    - name: players
+      count: 1
+      successCondition: "asInt(result) == 0"
+      provider:
+        web:
+          url: "http://{address}/{{{{ args.PodName }}}}"
+          jsonPath: "{{$.players}}"
+"#
+    )
+}
+
 /// An HTTP server on loopback answering `GET /<pod>` with `{"players": 0}` for the pods in `empty` and
 /// `{"players": 5}` for every other pod; it records which pods were asked.
 async fn players_server(empty: Arc<Mutex<BTreeSet<String>>>) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
@@ -78,22 +99,7 @@ async fn scale_in_deletes_exactly_the_empty_servers() {
     let empty: Arc<Mutex<BTreeSet<String>>> = Default::default();
     let (address, asked) = players_server(empty.clone()).await;
     // "Empty" is one measurement: a server with players fails its hook at once (and is skipped by the race).
-    let template = format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: empty
-spec:
-  metrics:
-    - name: players
-      count: 1
-      successCondition: "asInt(result) == 0"
-      provider:
-        web:
-          url: "http://{address}/{{{{ args.PodName }}}}"
-          jsonPath: "{{$.players}}"
-"#
-    );
+    let template = empty_template(address);
     apply(&cluster, &template).await;
     // maxUnavailable 50% of 7 (3): 10 − (7 − 3) = 6 candidates may leave service at once, the 3 pods to delete and
     // 100% extra (the default).
@@ -180,21 +186,9 @@ async fn with_the_cost_probe_the_three_cheapest_go_first() {
     let (_hooks, gd_operator) = operators(&cluster).await;
     let costs: Arc<Mutex<std::collections::BTreeMap<String, i64>>> = Default::default();
     let address = cost_server(costs.clone()).await;
-    let templates = format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: empty
-spec:
-  metrics:
-    - name: players
-      count: 1
-      successCondition: "asInt(result) == 0"
-      provider:
-        web:
-          url: "http://{address}/{{{{ args.PodName }}}}"
-          jsonPath: "{{$.players}}"
----
+    let templates = empty_template(address)
+        + &format!(
+            r#"---
 apiVersion: tkex.tencent.com/v1alpha1
 kind: HookTemplate
 metadata:
@@ -208,7 +202,7 @@ spec:
           url: "http://{address}/{{{{ args.PodName }}}}"
           jsonPath: "{{$.cost}}"
 "#
-    );
+        );
     apply(&cluster, &templates).await;
     // No extra candidate: the 3 cheapest start, and (every server being empty) go.
     let strategy = "    maxUnavailable: 50%\n  preDeleteUpdateStrategy:\n    hook:\n      templateName: empty\n  \
