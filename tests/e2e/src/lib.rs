@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use kube_sim::{SimConfig, SimHandle};
 
+pub mod bench;
 pub mod faults;
 pub mod gamedeployment;
 pub mod gate;

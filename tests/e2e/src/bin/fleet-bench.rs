@@ -23,14 +23,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::api::{GameDeployment, HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
 use e2e::Cluster;
+use e2e::bench::{process_usage, start_operator_process, wait_until};
 use e2e::gamedeployment::scrape;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -75,25 +76,9 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// CPU seconds (user + system), current and peak RSS (MiB) of a process, from /proc (USER_HZ = 100).
+/// CPU seconds and current / peak RSS (MiB) of a process; zeros when /proc cannot be read.
 fn usage(pid: u32) -> (f64, f64, f64) {
-    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let fields: Vec<String> = stat.rsplit_once(')')?.1.split_whitespace().map(str::to_string).collect();
-            Some((fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?) / 100.0)
-        })
-        .unwrap_or_default();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .unwrap_or_default()
-            / 1024.0
-    };
-    (cpu, kib("VmRSS:"), kib("VmHWM:"))
+    process_usage(pid).unwrap_or_default()
 }
 
 fn release_binary(name: &str) -> Result<PathBuf, String> {
@@ -101,47 +86,6 @@ fn release_binary(name: &str) -> Result<PathBuf, String> {
     path.exists()
         .then_some(path)
         .ok_or_else(|| format!("{name} not built: run `cargo build --release -p {name}` (scripts/bench does)"))
-}
-
-struct Process {
-    child: tokio::process::Child,
-    pid: u32,
-    metrics: SocketAddr,
-}
-
-async fn start(binary: &Path, kubeconfig: &Path, log: &Path, args: &[&str]) -> Result<Process, String> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let metrics = listener.local_addr().map_err(|e| e.to_string())?;
-    drop(listener);
-    let log = std::fs::File::create(log).map_err(|e| e.to_string())?;
-    let child = tokio::process::Command::new(binary)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
-    let pid = child.id().ok_or("exited at once")?;
-    wait_until("the metrics endpoint", Duration::from_secs(30), async || {
-        tokio::net::TcpStream::connect(metrics).await.is_ok()
-    })
-    .await?;
-    Ok(Process { child, pid, metrics })
-}
-
-async fn wait_until(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Result<(), String> {
-    let start = Instant::now();
-    while !done().await {
-        if start.elapsed() > limit {
-            return Err(format!("timed out after {limit:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
 
 /// A keep-alive HTTP/1.1 server answering every request with `{"age":45}` after `delay`; counts requests.
@@ -306,7 +250,8 @@ async fn runs(args: &Args, table: &mut Table) -> Result<(), String> {
     let served = Arc::new(AtomicU64::new(0));
     let addr = http_server(Duration::from_millis(100), served.clone()).await;
     let log = cluster.dir().join("hook-operator.log");
-    let mut operator = start(&release_binary("hook-operator")?, cluster.kubeconfig(), &log, &[]).await?;
+    let mut operator =
+        start_operator_process(&release_binary("hook-operator")?, cluster.kubeconfig(), &log, &[]).await?;
     let api: Api<HookRun> = Api::namespaced(cluster.client(), "default");
     let url = format!("http://{addr}/");
     let created = Instant::now();
@@ -453,11 +398,16 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
         cluster.sim().write_kubeconfig_for_user(&path, user, &["system:masters"]).map_err(|e| e.to_string())?;
         Ok(path)
     };
-    let mut gd_operator =
-        start(&release_binary("gamedeployment-operator")?, &kubeconfig("gamedeployment-operator")?, &gd_log, &[])
-            .await?;
+    let mut gd_operator = start_operator_process(
+        &release_binary("gamedeployment-operator")?,
+        &kubeconfig("gamedeployment-operator")?,
+        &gd_log,
+        &[],
+    )
+    .await?;
     let mut hook_operator =
-        start(&release_binary("hook-operator")?, &kubeconfig("hook-operator")?, &hook_log, &[]).await?;
+        start_operator_process(&release_binary("hook-operator")?, &kubeconfig("hook-operator")?, &hook_log, &[])
+            .await?;
     for (file, text) in
         [("template.yaml", TEMPLATE.to_string()), ("fleet.yaml", fleet_manifest(pods, args.max_unavailable_percent))]
     {

@@ -13,10 +13,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use common::api::GameDeployment;
+use e2e::bench::{OperatorProcess, process_usage, start_operator_process, wait_until};
 use e2e::gamedeployment::{manifest, scrape, workload_writes};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -51,21 +52,6 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
-}
-
-/// CPU seconds (user + system) and current / peak resident memory (MiB) of a process, from /proc.
-fn process_usage(pid: u32) -> Option<(f64, f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command (which may contain spaces) start after the last ')'.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    // SAFETY-free: sysconf is not available without libc; Linux's USER_HZ is 100 on every supported platform.
-    let cpu = ticks / 100.0;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kib = |key: &str| {
-        status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-    };
-    Some((cpu, kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
 }
 
 fn sample(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
@@ -105,17 +91,6 @@ fn print_phase(p: &Phase, pods: f64) {
     );
 }
 
-async fn wait_until(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Result<(), String> {
-    let start = Instant::now();
-    while !done().await {
-        if start.elapsed() > limit {
-            return Err(format!("timed out after {limit:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
-
 async fn run(args: Args) -> Result<(), String> {
     let replicas = args.replicas;
     let operator = args.operator.unwrap_or_else(|| {
@@ -128,25 +103,12 @@ async fn run(args: Args) -> Result<(), String> {
     let cluster = e2e::Cluster::start().await;
     cluster.install_crds().await;
     let log = cluster.dir().join("operator.log");
-    let log_file = std::fs::File::create(&log).map_err(|e| format!("log file: {e}"))?;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    let metrics = listener.local_addr().map_err(|e| e.to_string())?;
-    drop(listener);
-    let mut child = tokio::process::Command::new(&operator)
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig())
-        .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
-        .args(&args.operator_args)
-        .stdin(Stdio::null())
-        .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log_file)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", operator.display()))?;
-    let pid = child.id().ok_or("operator exited at once")?;
-    wait_until("the operator's metrics endpoint", Duration::from_secs(30), async || {
-        tokio::net::TcpStream::connect(metrics).await.is_ok()
-    })
+    let OperatorProcess { mut child, pid, metrics } = start_operator_process(
+        &operator,
+        cluster.kubeconfig(),
+        &log,
+        &args.operator_args.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
     .await?;
 
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");

@@ -1,0 +1,72 @@
+//! Pieces the benchmark commands (`gamedeployment-bench`, `fleet-bench`) share: an operator started as a child
+//! process with its metrics endpoint, polling with a limit, and a process's CPU and memory from /proc.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// An operator binary running as a child process (killed when dropped).
+pub struct OperatorProcess {
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    pub metrics: SocketAddr,
+}
+
+/// Starts `binary` against `kubeconfig` with its log in `log` and a free metrics port, and waits (30 s at most)
+/// until the metrics endpoint accepts connections.
+pub async fn start_operator_process(
+    binary: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+    args: &[&str],
+) -> Result<OperatorProcess, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let metrics = listener.local_addr().map_err(|e| e.to_string())?;
+    drop(listener);
+    let log = std::fs::File::create(log).map_err(|e| format!("log file {}: {e}", log.display()))?;
+    let child = tokio::process::Command::new(binary)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", binary.display()))?;
+    let pid = child.id().ok_or_else(|| format!("{} exited at once", binary.display()))?;
+    wait_until("the operator's metrics endpoint", Duration::from_secs(30), async || {
+        tokio::net::TcpStream::connect(metrics).await.is_ok()
+    })
+    .await?;
+    Ok(OperatorProcess { child, pid, metrics })
+}
+
+/// Polls `done` every 100 ms until it is true; an error naming `what` after `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut done: impl AsyncFnMut() -> bool) -> Result<(), String> {
+    let start = Instant::now();
+    while !done().await {
+        if start.elapsed() > limit {
+            return Err(format!("timed out after {limit:?} waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// CPU seconds (user + system) and current / peak resident memory (MiB) of a process, from /proc.
+pub fn process_usage(pid: u32) -> Option<(f64, f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // Linux's USER_HZ is 100 on every supported platform (sysconf would need libc).
+    let cpu = ticks / 100.0;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| {
+        status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+    };
+    Some((cpu, kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+}
