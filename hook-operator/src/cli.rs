@@ -54,6 +54,10 @@ pub struct RunFlags {
     /// Least time between two status writes of one running HookRun (phase changes are written at once).
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub status_write_interval: Duration,
+    /// Progress-only status writes per second for the whole process (0: unlimited). Runs waiting for one are served
+    /// oldest first; phase changes and completions never wait. Bounds the API writes however many runs are live.
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub max_status_writes_per_second: u32,
     /// Finished HookRuns without an owner are deleted this long after they finished (0: never). Runs a workload
     /// operator created have an owner and go with it.
     #[arg(long, default_value = "24h", value_parser = parse_duration, value_name = "DURATION")]
@@ -210,6 +214,8 @@ mod tests {
         assert_eq!(cli.run.max_in_flight, 10);
         assert_eq!(cli.run.finished_run_ttl, Duration::from_secs(24 * 3600), "finished runs are kept a day");
         assert_eq!(cli.run.gc_deletes_per_second, 10);
+        assert_eq!(cli.run.max_status_writes_per_second, 200, "progress writes are bounded by default");
+        assert_eq!(cli.run.status_write_interval, Duration::from_secs(1));
         assert_eq!(cli.run.runtime.kube.namespace.as_deref(), Some("games"));
         assert_eq!(cli.run.engine.interval_scale, 1.0, "test aids are off by default");
         assert!(cli.run.engine.web_resolve.is_empty(), "test aids are off by default");

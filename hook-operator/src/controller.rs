@@ -20,7 +20,6 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::dispatch::{Dispatcher, Round, RunId};
@@ -66,6 +65,8 @@ pub struct Options {
     pub namespace_share_percent: u8,
     /// Least time between two status writes of a running run (phase changes are written at once).
     pub status_write_interval: Duration,
+    /// Progress-only status writes per second for the whole process (0: unlimited); see `Dispatcher::write_now`.
+    pub max_status_writes_per_second: u32,
     /// Finished ownerless runs are deleted this long after they finished (zero: never); see [`crate::gc`].
     pub finished_run_ttl: Duration,
     /// Deletes the collector sends per second at most.
@@ -80,7 +81,6 @@ pub struct Context {
     dispatcher: Dispatcher,
     metrics: Arc<Metrics>,
     events: EventSink,
-    status_write_interval: Duration,
     /// When a `MeasurementError` Event was last published, per (run uid, metric): at most one a minute.
     error_events: std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>,
 }
@@ -132,13 +132,27 @@ fn event_for(note: &Note) -> EventNote {
     EventNote { warning, reason, message: crate::text::excerpt(&note_text, 1000), action: "Assess".into() }
 }
 
+/// The merge patch of a status write, serialized straight from the planned status (no JSON tree in between).
+#[derive(Debug, serde::Serialize)]
+struct StatusPatch<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<VersionPrecondition<'a>>,
+    status: &'a common::api::HookRunStatus,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct VersionPrecondition<'a> {
+    #[serde(rename = "resourceVersion")]
+    resource_version: &'a str,
+}
+
 async fn write_status(client: &Client, round: &Round) -> Result<HookRun, Error> {
     let (namespace, name) = (round.id.namespace.clone(), round.id.name.clone());
     let api: Api<HookRun> = Api::namespaced(client.clone(), &namespace);
-    let mut body = json!({ "status": round.plan.status });
-    if let Some(rv) = &round.run.metadata.resource_version {
-        body["metadata"] = json!({ "resourceVersion": rv });
-    }
+    let body = StatusPatch {
+        metadata: round.run.metadata.resource_version.as_deref().map(|rv| VersionPrecondition { resource_version: rv }),
+        status: &round.plan.status,
+    };
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|source| match source {
         kube::Error::Api(status) if status.code == 409 => Error::Conflict { namespace, name },
         source => Error::WriteStatus { namespace: round.id.namespace.clone(), name: round.id.name.clone(), source },
@@ -163,14 +177,17 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         ctx.dispatcher.forget(&RunId::of(&run).uid);
         return Ok(Action::await_change());
     }
-    let round = ctx.dispatcher.plan(run, Timestamp::now());
-    // Coalesced writes: a running run's status is written at most once per --status-write-interval (phase
-    // changes at once), so `interval: 1ms` cannot become a write storm. A deferred round is planned again later;
-    // its finished measurements wait in the dispatcher (a restart meanwhile takes them again).
-    if let Some(wait) = ctx.dispatcher.write_deferral(&round, ctx.status_write_interval) {
-        return Ok(Action::requeue(wait.max(Duration::from_millis(1))));
+    // The object this process left stored, seen again before anything is due (usually the watch event of our own
+    // status write): nothing to plan.
+    if let Some(wake_at) = ctx.dispatcher.idle(&run, Timestamp::now()) {
+        return Ok(requeue_at(wake_at));
     }
-    let written = if round.changed {
+    let mut round = ctx.dispatcher.plan(run, Timestamp::now());
+    // Coalesced writes (`Dispatcher::write_now`): phase changes and completions at once; progress of a running run at
+    // most once per --status-write-interval per run and --max-status-writes-per-second for the process, oldest
+    // waiting first. Progress that waits is recorded in memory and the due measurements start anyway; a restart
+    // meanwhile measures it again.
+    let written = if round.changed && ctx.dispatcher.write_now(&round) {
         // The shard's fence again, right before the write (planning took a moment).
         if !ctx.owns(&round.run) {
             ctx.dispatcher.forget(&round.id.uid);
@@ -181,7 +198,11 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
     } else {
         None
     };
-    ctx.dispatcher.commit(&round, written.clone());
+    if round.changed && written.is_none() {
+        ctx.dispatcher.commit_unwritten(&mut round);
+    } else {
+        ctx.dispatcher.commit(&round, written.clone());
+    }
     if !round.plan.notes.is_empty() {
         let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
         let events: Vec<EventNote> = round
@@ -207,10 +228,14 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
     if round.plan.completed {
         return Ok(Action::await_change());
     }
-    Ok(match round.plan.wake_at {
+    Ok(requeue_at(round.plan.wake_at))
+}
+
+fn requeue_at(wake_at: Option<Timestamp>) -> Action {
+    match wake_at {
         Some(at) => Action::requeue(schedule::until(Timestamp::now(), at).max(Duration::from_millis(1))),
         None => Action::await_change(),
-    })
+    }
 }
 
 fn error_policy(run: Arc<HookRun>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -392,7 +417,8 @@ pub async fn run(
     let wake_all = wake.clone();
     let mut dispatcher =
         Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
-            .with_namespace_share(options.namespace_share_percent);
+            .with_namespace_share(options.namespace_share_percent)
+            .with_status_writes(options.status_write_interval, options.max_status_writes_per_second);
     if let Some(shards) = options.shards.clone() {
         dispatcher = dispatcher.with_fence(Arc::new(move |uid: &str| shards.owns(uid)));
     }
@@ -419,7 +445,6 @@ pub async fn run(
         metrics: metrics.clone(),
         events: events.clone(),
         error_events: Default::default(),
-        status_write_interval: options.status_write_interval,
     });
 
     let templates = tokio::spawn(watch_templates(
@@ -429,6 +454,7 @@ pub async fn run(
         metrics.clone(),
         options.engine.clone(),
     ));
+    let status_writes = dispatcher.start_status_writes();
     let chores = tokio::spawn(housekeeping(store.clone(), dispatcher.clone(), metrics.clone()));
     let collector = tokio::spawn(collect_finished_runs(
         client.clone(),
@@ -464,6 +490,7 @@ pub async fn run(
     health.set_ready(false);
     templates.abort();
     chores.abort();
+    status_writes.abort();
     collector.abort();
     if let Some(task) = shard_follower {
         task.abort();

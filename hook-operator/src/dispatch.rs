@@ -7,8 +7,14 @@
 //! Per run it also remembers what status cannot hold: exact timestamps (status has whole seconds), the
 //! validation verdict per generation, and the last status written (to detect a stale cache: a round that
 //! sees the resourceVersion its own write replaced uses the written object instead).
+//!
+//! Status writes are coalesced ([`Dispatcher::with_status_writes`]): a round that only records progress of a
+//! running run may keep its status in memory ([`Dispatcher::commit_unwritten`]: its measurements are recorded and
+//! the due ones started, the write waits). Such a run is queued for one process-wide budget of progress writes:
+//! at most `per_second` of them, granted oldest-waiting first (so no run starves), and each run at most once per
+//! `min_interval`. Phase changes, completions and first writes never wait ([`Dispatcher::write_now`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,8 +22,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use common::api::HookRun;
 use futures::FutureExt;
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::Semaphore;
-use tokio::task::AbortHandle;
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
 
 use crate::engine::{self, Finished, Inputs, Plan, Precise};
 use crate::measure;
@@ -65,7 +72,86 @@ struct Slot {
     /// (resourceVersion the write was based on, the object the API server returned).
     last_write: Option<(String, Arc<HookRun>)>,
     /// When the status was last written, for coalescing writes.
-    last_write_at: Option<std::time::Instant>,
+    last_write_at: Option<Instant>,
+    /// Progress recorded by a round and not written yet (it waits for the write budget).
+    unwritten: Option<Unwritten>,
+    /// The write budget granted this run its progress write: its next round writes.
+    granted: bool,
+    /// The run's entry in the write queue (its sequence number), while it waits there.
+    queued: Option<u64>,
+    /// The resourceVersion of the object the last round left stored, and when that round wants the next one
+    /// (None: only when a measurement finishes). The same object again before then plans nothing new.
+    idle: Option<(String, Option<Timestamp>)>,
+}
+
+/// A status planned and recorded in memory, not written yet.
+struct Unwritten {
+    /// The stored object it was planned on (its status is what the API server has).
+    based_on: Arc<HookRun>,
+    status: common::api::HookRunStatus,
+    /// When the first progress not written was recorded.
+    since: Instant,
+}
+
+/// The process-wide budget of progress writes and the runs waiting for it.
+struct WriteBudget {
+    /// Least time between two writes of one running run.
+    min_interval: std::time::Duration,
+    /// Progress writes per second for the whole process (0: unlimited).
+    per_second: f64,
+    /// Tokens the bucket holds at most (a tenth of a second's writes, at least one).
+    burst: f64,
+    tokens: f64,
+    refilled_at: Instant,
+    /// (when the run may write, sequence) → run, oldest first.
+    queue: BTreeMap<(Instant, u64), RunId>,
+    next_seq: u64,
+}
+
+impl WriteBudget {
+    fn new(min_interval: std::time::Duration, per_second: u32) -> Self {
+        let burst = (f64::from(per_second) / 10.0).max(1.0);
+        Self {
+            min_interval,
+            per_second: f64::from(per_second),
+            burst,
+            tokens: burst,
+            refilled_at: Instant::now(),
+            queue: BTreeMap::new(),
+            next_seq: 1,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        if self.per_second > 0.0 {
+            let elapsed = now.saturating_duration_since(self.refilled_at).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+        }
+        self.refilled_at = now;
+    }
+
+    /// Takes a token if one is there.
+    fn take(&mut self, now: Instant) -> bool {
+        if self.per_second <= 0.0 {
+            return true;
+        }
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Time until the next token (zero when one is there or the budget is unlimited).
+    fn next_token(&mut self, now: Instant) -> std::time::Duration {
+        if self.per_second <= 0.0 {
+            return std::time::Duration::ZERO;
+        }
+        self.refill(now);
+        std::time::Duration::from_secs_f64(((1.0 - self.tokens) / self.per_second).max(0.0))
+    }
 }
 
 struct Inner {
@@ -82,6 +168,10 @@ struct Inner {
     namespace_permits: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Whether this process may measure the run with this uid now (sharding's fence); none: always.
     fence: Option<Fence>,
+    /// Coalesced status writes (see the module's documentation). Lock order: `slots`, then `writes`.
+    writes: Mutex<WriteBudget>,
+    /// Told when a run joins the write queue.
+    write_queued: Notify,
 }
 
 /// See [`Dispatcher::with_fence`].
@@ -136,6 +226,8 @@ impl Dispatcher {
                 namespace_cap: max_in_flight.max(1),
                 namespace_permits: Mutex::new(HashMap::new()),
                 fence: None,
+                writes: Mutex::new(WriteBudget::new(std::time::Duration::ZERO, 0)),
+                write_queued: Notify::new(),
             }),
         }
     }
@@ -185,18 +277,55 @@ impl Dispatcher {
         map.entry(namespace.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.inner.namespace_cap))).clone()
     }
 
-    /// Whether a round that changed the status may write it now: at once when the phase changes (or the run has
-    /// no status yet), otherwise at most once per `min_interval` per run. `Some(wait)`: defer the round (do not
-    /// write or commit it) and plan again after `wait`; the finished measurements stay here meanwhile.
-    pub fn write_deferral(&self, round: &Round, min_interval: std::time::Duration) -> Option<std::time::Duration> {
+    /// Coalesces status writes: progress of a running run is written at most once per `min_interval` per run and
+    /// at most `per_second` times a second for the whole process (0: unlimited), oldest-waiting first; see
+    /// [`Dispatcher::write_now`]. The budget is served by [`Dispatcher::start_status_writes`]. Without this call
+    /// nothing waits. Call before the dispatcher is cloned.
+    pub fn with_status_writes(self, min_interval: std::time::Duration, per_second: u32) -> Self {
+        *self.budget() = WriteBudget::new(min_interval, per_second);
+        self
+    }
+
+    fn budget(&self) -> MutexGuard<'_, WriteBudget> {
+        self.inner.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the status a round planned must be written now. Never for an unchanged status; always for a phase
+    /// change, a completion, a run without stored status and a run the budget granted its write. Otherwise (progress
+    /// only) when the run's last write is `min_interval` old, no run waits longer in the queue and the budget has a
+    /// token, which this takes. `false`: call [`Dispatcher::commit_unwritten`] instead of writing.
+    pub fn write_now(&self, round: &Round) -> bool {
+        if !round.changed {
+            return false;
+        }
         let stored_phase = round.run.status.as_ref().and_then(|s| s.phase);
-        if !round.changed || round.plan.completed || stored_phase != round.plan.status.phase || stored_phase.is_none() {
-            return None;
+        if round.plan.completed || stored_phase.is_none() || stored_phase != round.plan.status.phase {
+            return true;
         }
         let slots = self.slots();
-        let last = slots.get(&round.id.uid)?.last_write_at?;
-        let since = last.elapsed();
-        (since < min_interval).then(|| min_interval - since)
+        let Some(slot) = slots.get(&round.id.uid) else { return true };
+        if slot.granted {
+            return true;
+        }
+        let now = Instant::now();
+        let mut budget = self.budget();
+        if slot.last_write_at.is_some_and(|at| now.saturating_duration_since(at) < budget.min_interval) {
+            return false;
+        }
+        let someone_waits_longer =
+            budget.queue.first_key_value().is_some_and(|((at, seq), _)| *at <= now && Some(*seq) != slot.queued);
+        !someone_waits_longer && budget.take(now)
+    }
+
+    /// Whether a round for `run` now would plan exactly what the last one did: the same object (by resourceVersion,
+    /// typically the watch event of our own status write), no measurement finished since, no write granted, and
+    /// the last round's wake-up not reached. `Some(wake_at)`: nothing to do until then (None: until woken).
+    pub fn idle(&self, run: &HookRun, now: Timestamp) -> Option<Option<Timestamp>> {
+        let slots = self.slots();
+        let slot = slots.get(run.metadata.uid.as_deref()?)?;
+        let (rv, wake_at) = slot.idle.as_ref()?;
+        let same = run.metadata.resource_version.as_ref() == Some(rv);
+        (same && slot.finished.is_empty() && !slot.granted && wake_at.is_none_or(|at| at > now)).then_some(*wake_at)
     }
 
     pub fn settings(&self) -> &EngineSettings {
@@ -213,10 +342,28 @@ impl Dispatcher {
         let id = RunId::of(&run);
         let mut slots = self.slots();
         let slot = slots.entry(id.uid.clone()).or_default();
+        // The cache caught up with our last write: its object is used and our copy released.
+        if slot.last_write.as_ref().is_some_and(|(_, w)| w.metadata.resource_version == run.metadata.resource_version) {
+            slot.last_write = None;
+        }
         let run = match (&slot.last_write, &run.metadata.resource_version) {
             (Some((based_on, written)), Some(seen)) if based_on == seen => written.clone(),
             _ => run,
         };
+        // Unwritten progress stays valid on top of a new version of the object as long as its status is the one the
+        // progress was planned on (someone changed the spec or metadata); status written by someone else wins.
+        let keep = match &slot.unwritten {
+            Some(u) if u.based_on.metadata.resource_version == run.metadata.resource_version => true,
+            Some(u) => u.based_on.status == run.status,
+            None => true,
+        };
+        if !keep {
+            self.drop_unwritten(slot);
+        } else if let Some(u) = &mut slot.unwritten
+            && !Arc::ptr_eq(&u.based_on, &run)
+        {
+            u.based_on = run.clone();
+        }
         let generation = run.metadata.generation;
         let validation = match &slot.validated {
             Some((validated, verdict)) if *validated == generation && generation.is_some() => verdict.clone(),
@@ -229,7 +376,7 @@ impl Dispatcher {
         let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
         let plan = engine::plan(&Inputs {
             spec: &run.spec,
-            status: run.status.as_ref(),
+            status: slot.unwritten.as_ref().map(|u| &u.status).or(run.status.as_ref()),
             invalid: validation.as_ref().err().map(String::as_str),
             finished: &slot.finished,
             in_flight: &in_flight,
@@ -250,14 +397,73 @@ impl Dispatcher {
         }
         let mut slots = self.slots();
         let slot = slots.entry(round.id.uid.clone()).or_default();
-        slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
-        slot.precise = round.plan.precise.clone();
+        self.record(slot, round);
         if round.changed {
-            slot.last_write_at = Some(std::time::Instant::now());
+            slot.last_write_at = Some(Instant::now());
+            if let Some(unwritten) = &slot.unwritten {
+                self.inner.metrics.status_write_delay.observe(unwritten.since.elapsed().as_secs_f64());
+            }
         }
+        // What was waiting is stored now (or it equals what is stored).
+        self.drop_unwritten(slot);
+        slot.idle = match (&written, round.changed) {
+            (Some(w), _) => w.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at)),
+            // Stored by the caller some other way (in memory): its version is unknown.
+            (None, true) => None,
+            (None, false) => round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at)),
+        };
         if let (Some(written), Some(based_on)) = (written, round.run.metadata.resource_version.clone()) {
             slot.last_write = Some((based_on, written));
         }
+    }
+
+    /// Like [`Dispatcher::commit`] for a round whose status is not written now ([`Dispatcher::write_now`] said no):
+    /// its measurements are recorded in memory (the next round plans on top of them), the due ones start, and the
+    /// run waits in the write queue for its turn. Takes the round's status (left empty).
+    pub fn commit_unwritten(&self, round: &mut Round) {
+        if round.plan.completed || !round.changed {
+            return self.commit(round, None);
+        }
+        let now = Instant::now();
+        let mut slots = self.slots();
+        let slot = slots.entry(round.id.uid.clone()).or_default();
+        self.record(slot, round);
+        let status = std::mem::take(&mut round.plan.status);
+        match &mut slot.unwritten {
+            Some(unwritten) => unwritten.status = status,
+            None => {
+                slot.unwritten = Some(Unwritten { based_on: round.run.clone(), status, since: now });
+                self.inner.metrics.status_writes_waiting.inc();
+            }
+        }
+        self.inner.metrics.status_writes_deferred.inc();
+        slot.idle = round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at));
+        if slot.queued.is_none() && !slot.granted {
+            let mut budget = self.budget();
+            let eligible = slot.last_write_at.map_or(now, |at| (at + budget.min_interval).max(now));
+            let seq = budget.next_seq;
+            budget.next_seq += 1;
+            budget.queue.insert((eligible, seq), round.id.clone());
+            slot.queued = Some(seq);
+            drop(budget);
+            self.inner.write_queued.notify_one();
+        }
+    }
+
+    /// Forgets unwritten progress (written, superseded, or the run is gone); its queue entry is skipped later.
+    fn drop_unwritten(&self, slot: &mut Slot) {
+        if slot.unwritten.take().is_some() {
+            self.inner.metrics.status_writes_waiting.dec();
+        }
+        slot.granted = false;
+        slot.queued = None;
+    }
+
+    /// The part of a commit that does not depend on the write: forget what the round recorded, remember its precise
+    /// times and start its due measurements.
+    fn record(&self, slot: &mut Slot, round: &Round) {
+        slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
+        slot.precise = round.plan.precise.clone();
         for start in &round.plan.start {
             if slot.in_flight.contains_key(&start.metric) || start.index >= round.run.spec.metrics.len() {
                 continue;
@@ -266,6 +472,71 @@ impl Dispatcher {
             let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), round.run.clone(), token));
             slot.in_flight.insert(start.metric.clone(), (token, Some(task.abort_handle())));
         }
+    }
+
+    /// Serves the write budget: grants queued runs their progress write, oldest first, at most `per_second` a
+    /// second, each no earlier than `min_interval` after its last write, and wakes them (their next round writes).
+    /// Runs until aborted.
+    pub fn start_status_writes(&self) -> JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            enum Next {
+                Wait(Option<Instant>),
+                Grant(u64, RunId),
+            }
+            loop {
+                let next = {
+                    let mut budget = this.budget();
+                    let now = Instant::now();
+                    match budget.queue.first_key_value().map(|(key, _)| *key) {
+                        None => Next::Wait(None),
+                        Some((at, _)) if at > now => Next::Wait(Some(at)),
+                        Some(_) => {
+                            let wait = budget.next_token(now);
+                            if !wait.is_zero() {
+                                Next::Wait(Some(now + wait))
+                            } else if let Some(((_, seq), id)) = budget.queue.pop_first() {
+                                Next::Grant(seq, id)
+                            } else {
+                                Next::Wait(None)
+                            }
+                        }
+                    }
+                };
+                match next {
+                    Next::Wait(until) => {
+                        let queued = this.inner.write_queued.notified();
+                        match until {
+                            Some(at) => {
+                                tokio::select! {
+                                    _ = queued => {}
+                                    _ = tokio::time::sleep_until(at) => {}
+                                }
+                            }
+                            None => queued.await,
+                        }
+                    }
+                    Next::Grant(seq, id) => {
+                        let granted = {
+                            let mut slots = this.slots();
+                            match slots.get_mut(&id.uid) {
+                                Some(slot) if slot.queued == Some(seq) && slot.unwritten.is_some() => {
+                                    slot.queued = None;
+                                    slot.granted = true;
+                                    true
+                                }
+                                // Written meanwhile (a phase change), superseded or gone: no token spent.
+                                _ => false,
+                            }
+                        };
+                        if granted {
+                            this.budget().take(Instant::now());
+                            (this.inner.wake)(&id);
+                        }
+                    }
+                }
+            }
+        })
     }
 
     async fn measure(self, id: RunId, start: engine::Start, run: Arc<HookRun>, token: u64) {
@@ -287,6 +558,8 @@ impl Dispatcher {
                 && slot.in_flight.get(&start.metric).is_some_and(|(t, _)| *t == token)
             {
                 slot.in_flight.remove(&start.metric);
+                // Not idle any more: the next round must plan (and start it again if the shard comes back).
+                slot.idle = None;
             }
             return;
         }
@@ -362,6 +635,9 @@ impl Dispatcher {
     /// Drops everything about a run and cancels its measurements (it completed or was deleted).
     pub fn forget(&self, uid: &str) {
         if let Some(slot) = self.slots().remove(uid) {
+            if slot.unwritten.is_some() {
+                self.inner.metrics.status_writes_waiting.dec();
+            }
             for (_, (_, task)) in slot.in_flight {
                 if let Some(task) = task {
                     task.abort();
@@ -387,6 +663,7 @@ impl Dispatcher {
 mod tests {
     use super::*;
     use common::api::{HookPhase, HookRunSpec, Metric, MetricProvider, WebMetric};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::api::ObjectMeta;
 
     use crate::providers::ProviderSettings;
@@ -451,29 +728,225 @@ mod tests {
         assert!(!caught_up.changed);
     }
 
+    /// A run measured every second forever (the first measurement an hour away, so nothing starts by itself),
+    /// named `uid-<name>`.
+    fn running(name: &str, rv: &str) -> HookRun {
+        let mut r = run(rv, "1h");
+        r.metadata.name = Some(name.into());
+        r.metadata.uid = Some(format!("uid-{name}"));
+        r.spec.metrics[0].interval = Some("1s".into());
+        r
+    }
+
+    /// A measurement of metric `m` that finished (as if its task had delivered it).
+    fn finish(d: &Dispatcher, uid: &str, id: u64, taken_before: i32) {
+        let now = Timestamp::now();
+        let mut slots = d.slots();
+        slots.get_mut(uid).expect("tracked").finished.push(Finished {
+            id,
+            metric: "m".into(),
+            measurement: common::api::Measurement {
+                phase: Some(HookPhase::Successful),
+                started_at: Some(Time(now)),
+                finished_at: Some(Time(now)),
+                value: Some("45".into()),
+                ..Default::default()
+            },
+            finished_at: now,
+            taken_before,
+        });
+    }
+
+    fn successful(round: &Round) -> i32 {
+        round.plan.status.metric_results.first().map_or(0, |m| m.successful)
+    }
+
+    /// The first round of `obj`, written: the API server returned it with resourceVersion `rv`.
+    fn first_write(d: &Dispatcher, obj: &HookRun, rv: &str) -> HookRun {
+        let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert!(round.changed && d.write_now(&round), "the first write is never deferred");
+        let mut written = obj.clone();
+        written.metadata.resource_version = Some(rv.into());
+        written.status = Some(round.plan.status.clone());
+        d.commit(&round, Some(Arc::new(written.clone())));
+        written
+    }
+
+    /// What the API server returns for a write of `round`.
+    fn written(round: &Round, rv: &str) -> HookRun {
+        let mut w = (*round.run).clone();
+        w.metadata.resource_version = Some(rv.into());
+        w.status = Some(round.plan.status.clone());
+        w
+    }
+
     #[tokio::test]
     async fn status_writes_of_a_running_run_are_coalesced() {
-        let d = dispatcher();
-        let first = d.plan(Arc::new(run("1", "1h")), Timestamp::now());
-        assert_eq!(
-            d.write_deferral(&first, std::time::Duration::from_secs(1)),
-            None,
-            "the first write is never deferred"
-        );
-        let mut written = run("2", "1h");
-        written.status = Some(first.plan.status.clone());
-        d.commit(&first, Some(Arc::new(written.clone())));
-        // A change that keeps the phase, right after a write: deferred.
-        let mut changed = Round { changed: true, ..d.plan(Arc::new(written.clone()), Timestamp::now()) };
-        changed.plan.status.message = Some("something new".into());
-        let wait = d.write_deferral(&changed, std::time::Duration::from_secs(1)).expect("deferred");
-        assert!(wait <= std::time::Duration::from_secs(1));
+        let d = dispatcher().with_status_writes(std::time::Duration::from_secs(1), 0);
+        let stored = first_write(&d, &running("a", "1"), "2");
+        // Progress right after a write (same phase): kept in memory.
+        finish(&d, "uid-a", 100, 0);
+        let mut progress = d.plan(Arc::new(stored.clone()), Timestamp::now());
+        assert!(progress.changed && successful(&progress) == 1);
+        assert!(!d.write_now(&progress), "progress within --status-write-interval of the last write waits");
         // A phase change is written at once.
-        changed.plan.status.phase = Some(HookPhase::Error);
-        assert_eq!(d.write_deferral(&changed, std::time::Duration::from_secs(1)), None);
-        // With no interval nothing is deferred.
-        changed.plan.status.phase = written.status.as_ref().and_then(|s| s.phase);
-        assert_eq!(d.write_deferral(&changed, std::time::Duration::ZERO), None);
+        let mut failed = progress.clone();
+        failed.plan.status.phase = Some(HookPhase::Error);
+        assert!(d.write_now(&failed));
+        let mut done = progress.clone();
+        done.plan.completed = true;
+        assert!(d.write_now(&done), "a completion is written at once");
+        d.commit_unwritten(&mut progress);
+        // Without an interval nor a budget nothing waits.
+        let d = dispatcher().with_status_writes(std::time::Duration::ZERO, 0);
+        let stored = first_write(&d, &running("a", "1"), "2");
+        finish(&d, "uid-a", 100, 0);
+        assert!(d.write_now(&d.plan(Arc::new(stored), Timestamp::now())));
+    }
+
+    #[tokio::test]
+    async fn a_deferred_round_records_its_measurements_and_keeps_measuring() {
+        let d = dispatcher().with_status_writes(std::time::Duration::from_secs(60), 0);
+        let stored = Arc::new(first_write(&d, &running("a", "1"), "2"));
+        for taken in 0..3 {
+            finish(&d, "uid-a", 100 + taken as u64, taken);
+            let mut round = d.plan(stored.clone(), Timestamp::now());
+            assert_eq!(
+                successful(&round),
+                taken + 1,
+                "planned from the unwritten status: nothing lost or counted twice"
+            );
+            assert!(round.changed, "the stored status is still the first one");
+            assert!(!d.write_now(&round));
+            d.commit_unwritten(&mut round);
+            assert!(d.slots()["uid-a"].finished.is_empty(), "recorded in memory");
+        }
+        assert_eq!(d.inner.metrics.status_writes_waiting.get(), 1);
+        assert_eq!(d.inner.metrics.status_writes_deferred.get(), 3);
+        // The measurement due now is started although the status is not written.
+        let later = Timestamp::now() + std::time::Duration::from_secs(5);
+        let mut round = d.plan(stored.clone(), later);
+        assert_eq!(round.plan.start.len(), 1, "due measurements do not wait for the write");
+        d.commit_unwritten(&mut round);
+        assert!(d.slots()["uid-a"].in_flight.contains_key("m"));
+        // Written at last: memory cleared, the write's age observed.
+        let mut granted = d.plan(stored.clone(), later);
+        d.slots().get_mut("uid-a").unwrap().granted = true;
+        assert!(d.write_now(&granted) && successful(&granted) == 3);
+        let w = written(&granted, "3");
+        d.commit(&granted, Some(Arc::new(w.clone())));
+        assert!(d.slots()["uid-a"].unwritten.is_none());
+        assert_eq!(d.inner.metrics.status_writes_waiting.get(), 0);
+        granted = d.plan(Arc::new(w), later);
+        assert!(!granted.changed);
+        d.forget("uid-a");
+    }
+
+    #[tokio::test]
+    async fn unwritten_progress_survives_a_spec_edit_but_not_someone_elses_status() {
+        let d = dispatcher().with_status_writes(std::time::Duration::from_secs(60), 0);
+        let stored = first_write(&d, &running("a", "1"), "2");
+        finish(&d, "uid-a", 100, 0);
+        let mut round = d.plan(Arc::new(stored.clone()), Timestamp::now());
+        d.commit_unwritten(&mut round);
+        // A label added by someone: a new resourceVersion, the same status. The progress stays.
+        let mut labelled = stored.clone();
+        labelled.metadata.resource_version = Some("3".into());
+        labelled.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        let round = d.plan(Arc::new(labelled.clone()), Timestamp::now());
+        assert_eq!(successful(&round), 1);
+        assert_eq!(round.run.metadata.resource_version.as_deref(), Some("3"), "written on top of the new version");
+        // Someone else wrote status (e.g. another replica): ours is dropped, theirs is used.
+        let mut theirs = labelled.clone();
+        theirs.metadata.resource_version = Some("4".into());
+        theirs.status.as_mut().unwrap().message = Some("theirs".into());
+        let round = d.plan(Arc::new(theirs), Timestamp::now());
+        assert_eq!(successful(&round), 0);
+        assert_eq!(d.inner.metrics.status_writes_waiting.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn our_own_write_echoing_back_is_not_planned_again() {
+        let d = dispatcher();
+        let obj = running("a", "1");
+        let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert_eq!(d.idle(&obj, Timestamp::now()), None, "never planned: plan");
+        let w = written(&round, "2");
+        d.commit(&round, Some(Arc::new(w.clone())));
+        let now = Timestamp::now();
+        let wake = d.idle(&w, now).expect("the echo of our write is idle");
+        assert_eq!(wake, round.plan.wake_at);
+        assert!(
+            wake.is_some_and(|at| at > now + std::time::Duration::from_secs(3000)),
+            "the first measurement is 1h away"
+        );
+        assert_eq!(d.idle(&w, now + std::time::Duration::from_secs(3601)), None, "due: plan");
+        let mut edited = w.clone();
+        edited.metadata.resource_version = Some("3".into());
+        assert_eq!(d.idle(&edited, now), None, "another version: plan");
+        finish(&d, "uid-a", 100, 0);
+        assert_eq!(d.idle(&w, now), None, "a measurement finished: plan");
+        d.slots().get_mut("uid-a").unwrap().finished.clear();
+        d.slots().get_mut("uid-a").unwrap().granted = true;
+        assert_eq!(d.idle(&w, now), None, "granted a write: plan");
+    }
+
+    /// Defers one progress write for each of `names` (in this order); returns the stored objects.
+    fn defer_progress(d: &Dispatcher, names: &[String]) -> HashMap<String, HookRun> {
+        let mut stored = HashMap::new();
+        for name in names {
+            let s = first_write(d, &running(name, "1"), "2");
+            finish(d, &format!("uid-{name}"), 100, 0);
+            let mut round = d.plan(Arc::new(s.clone()), Timestamp::now());
+            if d.write_now(&round) {
+                let w = written(&round, "3");
+                d.commit(&round, Some(Arc::new(w.clone())));
+                stored.insert(name.clone(), w);
+            } else {
+                d.commit_unwritten(&mut round);
+                stored.insert(name.clone(), s);
+            }
+        }
+        stored
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_writes_share_one_budget_oldest_first() {
+        let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+        let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
+        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), EngineSettings::default(), 10, {
+            let woken = woken.clone();
+            Arc::new(move |id: &RunId| woken.lock().unwrap().push(id.name.clone()))
+        })
+        .with_status_writes(std::time::Duration::ZERO, 10);
+        let flusher = d.start_status_writes();
+        let names: Vec<String> = (0..40).map(|i| format!("r{i:02}")).collect();
+        let stored = defer_progress(&d, &names);
+        let immediate = names.iter().filter(|n| d.slots()[&format!("uid-{n}")].unwritten.is_none()).count();
+        assert_eq!(immediate, 1, "the bucket holds one token at 10/s: the first write goes at once");
+        // Two seconds: about 20 more grants, in the order the runs started waiting.
+        tokio::time::sleep(std::time::Duration::from_millis(2050)).await;
+        let grants = woken.lock().unwrap().clone();
+        assert!((19..=21).contains(&grants.len()), "{} grants in 2 s at 10/s", grants.len());
+        assert_eq!(grants, names[1..=grants.len()].to_vec(), "oldest unwritten first");
+        // The granted runs write (their next round), the others still wait.
+        for name in &grants {
+            let round = d.plan(Arc::new(stored[name].clone()), Timestamp::now());
+            assert!(d.write_now(&round), "{name} was granted its write");
+            d.commit(&round, Some(Arc::new(written(&round, "3"))));
+        }
+        assert_eq!(d.inner.metrics.status_writes_waiting.get() as usize, 39 - grants.len());
+        // A phase change never waits for the budget, even with every token taken.
+        let late = &names[39];
+        let mut round = d.plan(Arc::new(stored[late].clone()), Timestamp::now());
+        assert!(!d.write_now(&round), "still in the queue");
+        round.plan.status.phase = Some(HookPhase::Failed);
+        assert!(d.write_now(&round));
+        // Nobody starves: every run is granted within 40 / 10 s.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        let grants = woken.lock().unwrap().clone();
+        assert_eq!(grants, names[1..].to_vec());
+        flusher.abort();
     }
 
     #[tokio::test]

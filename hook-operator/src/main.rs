@@ -68,6 +68,7 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         identity: election.identity().to_string(),
         namespace_share_percent: flags.max_in_flight_per_namespace_percent,
         status_write_interval: flags.status_write_interval,
+        max_status_writes_per_second: flags.max_status_writes_per_second,
         finished_run_ttl: flags.finished_run_ttl,
         gc_deletes_per_second: flags.gc_deletes_per_second,
         shards: (flags.shards > 0).then(|| hook_operator::shards::Ownership::new(flags.shards)),

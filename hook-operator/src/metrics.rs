@@ -39,6 +39,13 @@ pub struct Metrics {
     /// `reconcile_duration_seconds`.
     pub reconcile: ReconcileMetrics,
     pub status_writes: Counter,
+    /// Rounds whose status change was kept in memory (recorded, measurements started) instead of written at once:
+    /// progress of a running run waiting for `--status-write-interval` or `--max-status-writes-per-second`.
+    pub status_writes_deferred: Counter,
+    /// Runs with progress recorded in memory and not written yet (what a restart would take again).
+    pub status_writes_waiting: Gauge,
+    /// How long progress waited in memory before it was written (the age of what a restart re-measures).
+    pub status_write_delay: Histogram,
     pub invalid_templates: Gauge,
     pub events_dropped: Counter,
     /// 1 while this replica runs the controller (holds the Lease, or leader election is off), else 0.
@@ -58,6 +65,9 @@ impl Default for Metrics {
             waiting: Gauge::default(),
             reconcile: ReconcileMetrics::default(),
             status_writes: Counter::default(),
+            status_writes_deferred: Counter::default(),
+            status_writes_waiting: Gauge::default(),
+            status_write_delay: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
             invalid_templates: Gauge::default(),
             events_dropped: Counter::default(),
             leader: Gauge::default(),
@@ -91,6 +101,21 @@ impl Metrics {
         );
         metrics.reconcile.register(r, "HookRun reconcile rounds");
         r.register("status_writes", "HookRun status updates sent to the API server", metrics.status_writes.clone());
+        r.register(
+            "status_writes_deferred",
+            "Rounds whose progress was kept in memory instead of written at once (write interval or budget)",
+            metrics.status_writes_deferred.clone(),
+        );
+        r.register(
+            "status_writes_waiting",
+            "HookRuns with recorded progress not written yet (a restart measures it again)",
+            metrics.status_writes_waiting.clone(),
+        );
+        r.register(
+            "status_write_delay_seconds",
+            "How long recorded progress waited in memory before its status write",
+            metrics.status_write_delay.clone(),
+        );
         r.register(
             "invalid_hooktemplates",
             "HookTemplates with validation problems",

@@ -83,6 +83,7 @@ fn options(ttl: Duration, rate: u32) -> Options {
         identity: "test".into(),
         namespace_share_percent: 100,
         status_write_interval: Duration::ZERO,
+        max_status_writes_per_second: 0,
         finished_run_ttl: ttl,
         gc_deletes_per_second: rate,
         shards: None,
