@@ -428,6 +428,10 @@ impl Dispatcher {
         let mut slots = self.slots();
         let slot = slots.entry(round.id.uid.clone()).or_default();
         self.record(slot, round);
+        // Counted once per new piece of progress kept in memory (not again for rounds that only start measurements).
+        if slot.unwritten.is_none() || !round.plan.recorded.is_empty() {
+            self.inner.metrics.status_writes_deferred.inc();
+        }
         let status = std::mem::take(&mut round.plan.status);
         match &mut slot.unwritten {
             Some(unwritten) => unwritten.status = status,
@@ -436,7 +440,6 @@ impl Dispatcher {
                 self.inner.metrics.status_writes_waiting.inc();
             }
         }
-        self.inner.metrics.status_writes_deferred.inc();
         slot.idle = round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at));
         if slot.queued.is_none() && !slot.granted {
             let mut budget = self.budget();
