@@ -60,6 +60,11 @@ struct Flags {
     /// Idle keep-alive connections kept per host (the operator's `--web-max-idle-per-host`).
     #[arg(long, default_value_t = 1024)]
     max_idle_per_host: usize,
+    /// Window of the floor measurement: the same requests at the same rate from a minimal client (one raw
+    /// keep-alive socket per run, no engine), whose CPU per request is the least this machine's kernel and
+    /// runtime charge for one measurement's HTTP exchange. 0 skips it.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    floor_duration: Duration,
     /// Internal: run only the HTTP server on this address and print the bound address.
     #[arg(long, hide = true)]
     serve: Option<SocketAddr>,
@@ -158,6 +163,67 @@ fn run(i: usize, url: &str, interval: Duration) -> HookRun {
     }
 }
 
+/// One raw keep-alive HTTP/1.1 exchange per `interval` on its own socket, as long as the benchmark runs: the
+/// least work a client can do for the engine's traffic (no parsing beyond finding the end of the answer).
+async fn floor_client(addr: SocketAddr, interval: Duration, start: tokio::time::Instant, done: Arc<AtomicU64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tokio::time::sleep_until(start).await;
+    let Ok(mut socket) = tokio::net::TcpStream::connect(addr).await else { return };
+    let _ = socket.set_nodelay(true);
+    let request = format!("GET / HTTP/1.1\r\nhost: {addr}\r\naccept: */*\r\n\r\n");
+    let mut buffer = vec![0u8; 4096];
+    loop {
+        if socket.write_all(request.as_bytes()).await.is_err() {
+            return;
+        }
+        // The answer is small and has a content-length: read until the header end plus that many bytes.
+        let mut filled = 0;
+        loop {
+            match socket.read(&mut buffer[filled..]).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => filled += n,
+            }
+            let Some(end) = buffer[..filled].windows(4).position(|w| w == b"\r\n\r\n") else { continue };
+            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if filled >= end + 4 + length {
+                break;
+            }
+        }
+        done.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// The floor: `runs` minimal clients (see [`floor_client`]) for `window` after a warm-up; returns (requests/s,
+/// CPU µs per request) of this process.
+async fn floor(addr: SocketAddr, runs: usize, interval: Duration, warmup: Duration, window: Duration) -> (f64, f64) {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = tokio::time::Instant::now();
+    let stagger = interval.as_secs_f64() / runs.max(1) as f64;
+    let clients: Vec<_> = (0..runs)
+        .map(|i| {
+            let at = start + Duration::from_secs_f64(stagger * i as f64);
+            tokio::spawn(floor_client(addr, interval, at, done.clone()))
+        })
+        .collect();
+    tokio::time::sleep(warmup).await;
+    let (before, cpu_before, clock) =
+        (done.load(Ordering::Relaxed), cpu_seconds("self").unwrap_or_default(), Instant::now());
+    tokio::time::sleep(window).await;
+    let requests = done.load(Ordering::Relaxed) - before;
+    let cpu = cpu_seconds("self").unwrap_or_default() - cpu_before;
+    let elapsed = clock.elapsed().as_secs_f64();
+    for client in clients {
+        client.abort();
+    }
+    (requests as f64 / elapsed, if requests > 0 { cpu * 1e6 / requests as f64 } else { 0.0 })
+}
+
 async fn bench(flags: Flags) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating myself: {e}"))?;
     let mut server = tokio::process::Command::new(exe)
@@ -175,6 +241,13 @@ async fn bench(flags: Flags) -> Result<(), String> {
         .map_err(|e| e.to_string())?
         .ok_or("the server printed nothing")?;
     let url = format!("http://{addr}/");
+    let floor = if flags.floor_duration.is_zero() {
+        None
+    } else {
+        let socket: SocketAddr = addr.parse().map_err(|e| format!("the server printed {addr:?}: {e}"))?;
+        let warmup = flags.warmup.min(Duration::from_secs(3)).max(flags.interval + flags.latency);
+        Some(floor(socket, flags.runs, flags.interval, warmup, flags.floor_duration).await)
+    };
 
     let metrics = Arc::new(Metrics::default());
     let recording = Arc::new(AtomicBool::new(false));
@@ -268,6 +341,14 @@ async fn bench(flags: Flags) -> Result<(), String> {
         if measurements > 0 { cpu * 1e6 / measurements as f64 } else { 0.0 }
     );
     println!("  server CPU               {server_cpu:.2} s (separate process)");
+    if let Some((rate, per_request)) = floor {
+        let per_measurement = if measurements > 0 { cpu * 1e6 / measurements as f64 } else { 0.0 };
+        println!(
+            "  floor (raw sockets)      {per_request:.1} µs CPU per request at {rate:.0} requests/s: the engine costs {:.1}× the \
+             least a client pays here for the same exchange",
+            if per_request > 0.0 { per_measurement / per_request } else { 0.0 }
+        );
+    }
     println!(
         "  engine RSS               peak {:.1} MiB, at the end {rss_now:.1} MiB ({open_files} open file descriptors)",
         rss_mib("self", "VmHWM:").unwrap_or_default()

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use reqwest::{Method, Url};
 
+use super::connections::{Connections, Lease};
 use super::egress::{Policy, Resolver};
 use super::{ProviderError, ProviderSettings};
 use crate::text::excerpt;
@@ -59,6 +61,39 @@ struct Target {
     host_header: Option<String>,
     /// `host:port` the request really goes to, when rewritten (for messages).
     sent_to: Option<String>,
+    /// Plain `http` to an IP address: sent on [`Connections`] (the per-pod endpoints), not through reqwest.
+    plain: Option<Plain>,
+}
+
+/// What a plain-HTTP request to an IP address needs, computed once per URL.
+#[derive(Debug)]
+struct Plain {
+    addr: SocketAddr,
+    /// The `Host` header: the original authority after a `--web-resolve` rewrite, else the URL's.
+    host: reqwest::header::HeaderValue,
+    /// Path and query (origin form).
+    path: hyper::Uri,
+}
+
+impl Plain {
+    fn of(url: &Url, host_header: Option<&str>) -> Option<Self> {
+        if url.scheme() != "http" {
+            return None;
+        }
+        let ip = match url.host()? {
+            url::Host::Ipv4(ip) => std::net::IpAddr::V4(ip),
+            url::Host::Ipv6(ip) => std::net::IpAddr::V6(ip),
+            url::Host::Domain(_) => return None,
+        };
+        let addr = SocketAddr::new(ip, url.port_or_known_default()?);
+        let authority = match url.port() {
+            Some(port) => format!("{}:{port}", url.host_str()?),
+            None => url.host_str()?.to_string(),
+        };
+        let host = reqwest::header::HeaderValue::from_str(host_header.unwrap_or(&authority)).ok()?;
+        let path = hyper::Uri::try_from(&url[url::Position::BeforePath..url::Position::AfterQuery]).ok()?;
+        Some(Self { addr, host, path })
+    }
 }
 
 /// Distinct URLs remembered; the cache is emptied when it is full (a template with a per-pod URL has as many
@@ -76,6 +111,8 @@ pub struct Http {
     buffered_limit: usize,
     /// Most bytes ever reserved at once (for tests and diagnostics).
     buffered_peak: std::sync::atomic::AtomicUsize,
+    /// Keep-alive connections for plain-HTTP targets (see [`Target::plain`]).
+    connections: Connections,
     /// Rendered URL → where it goes (see [`Target`]). Only URLs the policy admits are kept; the policy and the
     /// rewrites are fixed for the life of the client, so an entry never goes stale.
     targets: std::sync::Mutex<std::collections::HashMap<String, Arc<Target>>>,
@@ -93,7 +130,7 @@ fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::Client
         .connect_timeout(Duration::from_secs(5))
         .pool_idle_timeout(settings.idle_timeout)
         .pool_max_idle_per_host(settings.max_idle_per_host)
-        .user_agent(concat!("hook-operator/", env!("CARGO_PKG_VERSION")))
+        .user_agent(USER_AGENT)
 }
 
 impl Http {
@@ -113,6 +150,7 @@ impl Http {
             buffered_limit,
             buffered_peak: std::sync::atomic::AtomicUsize::new(0),
             targets: std::sync::Mutex::new(std::collections::HashMap::new()),
+            connections: Connections::new(settings.max_idle_per_host, settings.idle_timeout),
         })
     }
 
@@ -164,7 +202,8 @@ impl Http {
                 .check(ip)
                 .map_err(|e| ProviderError(format!("{} (sent to {to} by --web-resolve): {e}", what())))?;
         }
-        let target = Arc::new(Target { url: parsed, host_header, sent_to });
+        let plain = Plain::of(&parsed, host_header.as_deref());
+        let target = Arc::new(Target { url: parsed, host_header, sent_to, plain });
         if let Ok(mut cache) = self.targets.lock() {
             if cache.len() >= TARGET_CACHE_LIMIT {
                 cache.clear();
@@ -214,6 +253,9 @@ impl Http {
         insecure: bool,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
+        if let Some(plain) = &target.plain {
+            return self.exchange_plain(method, target, plain, headers, body, what).await;
+        }
         let client = if insecure { &self.insecure } else { &self.client };
         let mut request = client.request(method.clone(), target.url.clone());
         if let Some(host) = &target.host_header {
@@ -244,13 +286,7 @@ impl Http {
                 self.max_body
             )));
         }
-        // A share of the process-wide buffer budget, all at once (never piecemeal, so readers cannot deadlock
-        // holding halves): the announced length, else the per-response limit.
-        let want = response.content_length().map_or(self.max_body, |l| l as usize).min(self.max_body).max(1);
-        let want = u32::try_from(want.min(self.buffered_limit)).unwrap_or(u32::MAX);
-        let reserved = self.buffered.clone().acquire_many_owned(want).await.ok();
-        let in_use = self.buffered_limit - self.buffered.available_permits();
-        self.buffered_peak.fetch_max(in_use, std::sync::atomic::Ordering::Relaxed);
+        let reserved = self.reserve(response.content_length()).await;
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
             if body.len() + chunk.len() > self.max_body {
@@ -264,6 +300,163 @@ impl Http {
         }
         Ok(Response { status, body, elapsed: started.elapsed(), _reserved: reserved })
     }
+}
+
+impl Http {
+    /// [`Http::exchange`] for a plain-HTTP target, on [`Connections`]: the same headers, redirect rule (same origin,
+    /// at most 5), size limits and messages as the reqwest path.
+    async fn exchange_plain(
+        &self,
+        method: &Method,
+        target: &Target,
+        plain: &Plain,
+        headers: &[(String, String)],
+        body: Option<String>,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Response, ProviderError> {
+        use reqwest::header::{self, HeaderName, HeaderValue};
+        let started = Instant::now();
+        let failed = |kind: &str, cause: &dyn std::fmt::Display| ProviderError(format!("{}: {kind}: {cause}", what()));
+        let mut fields = reqwest::header::HeaderMap::with_capacity(headers.len() + 4);
+        for (key, value) in headers {
+            let name = HeaderName::from_bytes(key.as_bytes()).map_err(|e| failed("invalid header name", &e))?;
+            let value =
+                HeaderValue::from_str(value).map_err(|e| failed(&format!("invalid value of header {key}"), &e))?;
+            fields.append(name, value);
+        }
+        let mut body = body.map(Bytes::from);
+        if let Some(body) = &body {
+            let looks_json = matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'['));
+            if looks_json && !fields.contains_key(header::CONTENT_TYPE) {
+                fields.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+        }
+        fields.entry(header::HOST).or_insert_with(|| plain.host.clone());
+        fields.entry(header::USER_AGENT).or_insert(HeaderValue::from_static(USER_AGENT));
+        fields.entry(header::ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+
+        let mut method = method.clone();
+        let mut path = plain.path.clone();
+        let mut current: Option<Url> = None;
+        let mut redirects = 0;
+        let (mut lease, response) = loop {
+            let (lease, response) = self.send_plain(plain.addr, &method, &path, &fields, &body, &failed).await?;
+            let status = response.status();
+            let location = response.headers().get(header::LOCATION).and_then(|l| l.to_str().ok());
+            let (true, Some(location)) = (status.is_redirection(), location) else { break (lease, response) };
+            let from = current.as_ref().unwrap_or(&target.url);
+            let next = from.join(location).map_err(|e| failed("redirect failed", &format!("invalid Location: {e}")))?;
+            if redirects >= 5 {
+                return Err(failed("redirect failed", &"more than 5 redirects"));
+            }
+            if next.origin() != target.url.origin() {
+                let refused = format!(
+                    "redirect from {} to another origin ({}) refused",
+                    target.url.origin().ascii_serialization(),
+                    next.origin().ascii_serialization()
+                );
+                return Err(failed("redirect failed", &refused));
+            }
+            // As browsers and reqwest: 303 (and 301/302 after a POST) continue with a GET without the body.
+            let status = status.as_u16();
+            if status == 303 && method != Method::HEAD || matches!(status, 301 | 302) && method == Method::POST {
+                method = Method::GET;
+                body = None;
+                fields.remove(header::CONTENT_TYPE);
+            }
+            path = hyper::Uri::try_from(&next[url::Position::BeforePath..url::Position::AfterQuery])
+                .map_err(|e| failed("redirect failed", &e))?;
+            current = Some(next);
+            redirects += 1;
+            drop(lease);
+        };
+
+        let status = response.status();
+        let announced = hyper::body::Body::size_hint(response.body()).exact();
+        if let Some(length) = announced
+            && length > self.max_body as u64
+        {
+            return Err(ProviderError(format!(
+                "{}: the response body ({length} bytes) exceeds the {} byte limit",
+                what(),
+                self.max_body
+            )));
+        }
+        let reserved = self.reserve(announced).await;
+        let mut incoming = response.into_body();
+        let mut received = Vec::with_capacity(announced.map_or(0, |l| l as usize));
+        loop {
+            let frame = lease.drive(std::pin::pin!(http_body_util::BodyExt::frame(&mut incoming))).await;
+            let Some(frame) = frame else { break };
+            let frame = frame.map_err(|e| failed("reading the response failed", &innermost(&e)))?;
+            let Ok(chunk) = frame.into_data() else { continue };
+            if received.len() + chunk.len() > self.max_body {
+                return Err(ProviderError(format!(
+                    "{}: the response body exceeds the {} byte limit",
+                    what(),
+                    self.max_body
+                )));
+            }
+            received.extend_from_slice(&chunk);
+        }
+        self.connections.give_back(lease);
+        Ok(Response { status, body: received, elapsed: started.elapsed(), _reserved: reserved })
+    }
+
+    /// One request on a kept or new connection; a kept connection that turns out closed before it took the request
+    /// (or, for a GET, before any answer) is replaced by a new one once.
+    async fn send_plain(
+        &self,
+        addr: SocketAddr,
+        method: &Method,
+        path: &hyper::Uri,
+        fields: &reqwest::header::HeaderMap,
+        body: &Option<Bytes>,
+        failed: &(dyn Fn(&str, &dyn std::fmt::Display) -> ProviderError + Sync),
+    ) -> Result<(Lease, hyper::Response<hyper::body::Incoming>), ProviderError> {
+        let mut fresh = false;
+        loop {
+            let mut lease = self.connections.lease(addr, fresh).await.map_err(|e| failed("cannot connect", &e))?;
+            let mut request = hyper::Request::new(http_body_util::Full::new(body.clone().unwrap_or_default()));
+            *request.method_mut() = method.clone();
+            *request.uri_mut() = path.clone();
+            *request.headers_mut() = fields.clone();
+            match lease.send(request).await {
+                Ok(response) => return Ok((lease, response)),
+                Err((error, unsent)) => {
+                    let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+                    let stale = error.is_canceled() || error.is_closed() || error.is_incomplete_message();
+                    if lease.reused && !fresh && (unsent || idempotent && stale) {
+                        fresh = true;
+                        continue;
+                    }
+                    return Err(failed("request failed", &innermost(&error)));
+                }
+            }
+        }
+    }
+
+    /// A share of the process-wide buffer budget, all at once (never piecemeal, so readers cannot deadlock holding
+    /// halves): the announced length, else the per-response limit.
+    async fn reserve(&self, announced: Option<u64>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let want = announced.map_or(self.max_body, |l| l as usize).min(self.max_body).max(1);
+        let want = u32::try_from(want.min(self.buffered_limit)).unwrap_or(u32::MAX);
+        let reserved = self.buffered.clone().acquire_many_owned(want).await.ok();
+        let in_use = self.buffered_limit - self.buffered.available_permits();
+        self.buffered_peak.fetch_max(in_use, std::sync::atomic::Ordering::Relaxed);
+        reserved
+    }
+}
+
+const USER_AGENT: &str = concat!("hook-operator/", env!("CARGO_PKG_VERSION"));
+
+/// The innermost cause of an error ("Connection reset by peer (os error 104)"), which is what a person needs.
+fn innermost(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut innermost = error;
+    while let Some(cause) = innermost.source() {
+        innermost = cause;
+    }
+    innermost.to_string()
 }
 
 /// An error with its causes (reqwest's top-level text alone hides "connection refused").
@@ -283,10 +476,7 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 /// reqwest's own text ("error sending request for url (...)") repeats the URL we already print; the
 /// innermost cause is what a person needs ("Connection refused (os error 111)").
 fn describe(error: &reqwest::Error) -> String {
-    let mut innermost: &dyn std::error::Error = error;
-    while let Some(cause) = innermost.source() {
-        innermost = cause;
-    }
+    let innermost = innermost(error);
     let kind = if error.is_connect() {
         "cannot connect"
     } else if error.is_body() || error.is_decode() {
@@ -386,6 +576,118 @@ mod tests {
         assert_eq!(err.0, format!("GET {url}: no response within 1s"));
         assert!(started.elapsed() < Duration::from_secs(30), "ended by the timeout, not by the server");
         server.abort();
+    }
+
+    /// A raw HTTP/1.1 server: answers every request on a connection with `answer(request head)`, keeps the
+    /// connection open, and counts the connections it accepted.
+    async fn raw_server(
+        answer: fn(&str) -> String,
+    ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>, Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (counter, seen) = (accepted.clone(), heads.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 16 * 1024];
+                    let mut filled = 0;
+                    loop {
+                        let Ok(n) = socket.read(&mut buffer[filled..]).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        filled += n;
+                        let text = String::from_utf8_lossy(&buffer[..filled]).into_owned();
+                        let Some(end) = text.find("\r\n\r\n") else { continue };
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                            })
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0);
+                        if filled < end + 4 + length {
+                            continue;
+                        }
+                        seen.lock().unwrap().push(text.clone());
+                        filled = 0;
+                        if socket.write_all(answer(&text).as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted, heads)
+    }
+
+    fn ok(body: &str) -> String {
+        format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+    }
+
+    #[tokio::test]
+    async fn plain_http_to_an_ip_reuses_one_connection_and_sends_the_usual_head() {
+        let (addr, accepted, heads) = raw_server(|_| ok(r#"{"age":45}"#)).await;
+        let settings = ProviderSettings {
+            resolve: vec![format!("1.1.1.1:9091={addr}").parse().unwrap()],
+            ..ProviderSettings::default()
+        };
+        let http = Http::new(&settings).unwrap();
+        let headers = [("X-Pod".to_string(), "p-1".to_string())];
+        for _ in 0..3 {
+            let response =
+                http.send(Method::GET, "http://1.1.1.1:9091/age?x=1", &headers, None, Duration::from_secs(10), false);
+            let response = response.await.unwrap();
+            assert_eq!((response.status.as_u16(), response.body.as_slice()), (200, br#"{"age":45}"#.as_slice()));
+        }
+        assert!(http.target(&Method::GET, "http://1.1.1.1:9091/age?x=1").unwrap().plain.is_some());
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "one keep-alive connection for all three");
+        assert_eq!(http.connections.idle(), 1);
+        let head = heads.lock().unwrap()[0].to_ascii_lowercase();
+        assert!(head.starts_with("get /age?x=1 http/1.1\r\n"), "{head}");
+        for expected in ["host: 1.1.1.1:9091", "x-pod: p-1", "accept: */*", "user-agent: hook-operator/"] {
+            assert!(head.contains(expected), "{expected:?} missing from {head}");
+        }
+        // HTTPS and host names stay on reqwest (TLS, DNS checked by the egress policy).
+        assert!(http.target(&Method::GET, "https://127.0.0.1:1/").unwrap().plain.is_none());
+        assert!(http.target(&Method::GET, "http://localhost:1/").unwrap().plain.is_none());
+    }
+
+    #[tokio::test]
+    async fn plain_http_follows_a_303_after_a_post_with_a_get_and_bounds_chunked_bodies() {
+        let (addr, _, heads) = raw_server(|head| {
+            if head.starts_with("POST /submit") {
+                "HTTP/1.1 303 See Other\r\nlocation: /result\r\ncontent-length: 0\r\n\r\n".to_string()
+            } else if head.starts_with("GET /chunked") {
+                let chunk = "x".repeat(600);
+                format!(
+                    "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n258\r\n{chunk}\r\n258\r\n{chunk}\r\n0\r\n\r\n"
+                )
+            } else {
+                ok(r#"{"done":true}"#)
+            }
+        })
+        .await;
+        let http = Http::new(&ProviderSettings { max_body_bytes: 1000, ..ProviderSettings::default() }).unwrap();
+        let url = format!("http://{addr}/submit");
+        let body = Some(r#"{"pod":"p-1"}"#.to_string());
+        let response = http.send(Method::POST, &url, &[], body, Duration::from_secs(10), false).await.unwrap();
+        assert_eq!(response.body, br#"{"done":true}"#);
+        let heads = heads.lock().unwrap().clone();
+        assert!(heads[0].starts_with("POST /submit") && heads[0].contains("application/json"), "{heads:?}");
+        assert!(heads[0].ends_with(r#"{"pod":"p-1"}"#), "{heads:?}");
+        assert!(heads[1].starts_with("GET /result") && !heads[1].contains("pod"), "{heads:?}");
+
+        let chunked = format!("http://{addr}/chunked");
+        let Err(err) = http.send(Method::GET, &chunked, &[], None, Duration::from_secs(10), false).await else {
+            panic!("1,200 bytes in chunks are over the 1,000 byte limit");
+        };
+        assert_eq!(err.0, format!("GET {chunked}: the response body exceeds the 1000 byte limit"));
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! Measurement providers. Each one turns a metric (and the run's args) into an [`Observation`]: the value the
 //! conditions judge, or a verdict of its own. The engine never knows which provider it runs.
 
+pub mod connections;
 pub mod egress;
 pub mod http;
 pub mod kubernetes;
