@@ -1,9 +1,22 @@
 //! `hook-operator check`: runs a HookTemplate once, locally, with the real providers and the same engine as
 //! the controller, printing every measurement as it is recorded.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
+
+/// `println!` that ends the command quietly when its reader went away (`hook-operator check … | head -3`):
+/// `println!` panics on a closed pipe. Exits with 141 (128 + SIGPIPE), as a command killed by it would.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = writeln!(out, $($arg)*).and_then(|()| out.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(141);
+            }
+        }
+    }};
+}
 
 use common::api::{Argument, HookPhase, HookRun, HookRunSpec, HookTemplate};
 use kube::api::ObjectMeta;
@@ -122,7 +135,7 @@ pub async fn run(flags: CheckFlags) -> ExitCode {
         .collect::<Vec<_>>()
         .join(" ");
     if !json {
-        println!(
+        say!(
             "checking {} ({} metric(s); args: {})",
             flags.file.display(),
             run.spec.metrics.len(),
@@ -136,26 +149,25 @@ pub async fn run(flags: CheckFlags) -> ExitCode {
             *n += 1;
             let phase = m.phase.map(HookPhase::as_str).unwrap_or("?");
             if json {
-                println!("{}", serde_json::json!({"metric": metric, "measurement": *n, "phase": phase, "value": m.value, "message": m.message}));
+                say!("{}", serde_json::json!({"metric": metric, "measurement": *n, "phase": phase, "value": m.value, "message": m.message}));
             } else {
                 let value = m.value.as_deref().map(|v| format!("  value={v}")).unwrap_or_default();
                 let message = m.message.as_deref().map(|v| format!("  ({v})")).unwrap_or_default();
-                println!("  {metric} #{n}: {phase}{value}{message}");
+                say!("  {metric} #{n}: {phase}{value}{message}");
             }
         }
         for note in &round.plan.notes {
             match note {
-                Note::MetricCompleted { metric, phase, message } if !json => println!("  {metric}: {phase} — {message}"),
-                Note::RunCompleted { phase, message } if !json => println!("result: {phase} — {message}"),
+                Note::MetricCompleted { metric, phase, message } if !json => say!("  {metric}: {phase} — {message}"),
+                Note::RunCompleted { phase, message } if !json => say!("result: {phase} — {message}"),
                 _ => {}
             }
         }
-        let _ = std::io::stdout().flush();
     })
     .await;
     let phase = finished.status.as_ref().and_then(|s| s.phase);
     if json {
-        println!("{}", serde_json::json!({"result": phase.map(HookPhase::as_str), "status": finished.status}));
+        say!("{}", serde_json::json!({"result": phase.map(HookPhase::as_str), "status": finished.status}));
     }
     if phase == Some(HookPhase::Successful) { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_SUCCESSFUL) }
 }

@@ -94,3 +94,28 @@ async fn json_output_has_one_object_per_measurement() {
     assert_eq!(lines[3]["result"], "Successful");
     assert_eq!(lines[3]["status"]["metricResults"][0]["count"], 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_ends_check_quietly() {
+    use tokio::io::AsyncBufReadExt;
+    let addr = hook_endpoint().await;
+    let file = format!("{}/../examples/hook-template-success.yaml", env!("CARGO_MANIFEST_DIR"));
+    // `| head -1`: the reader takes the first line and goes away; the next line (6 s later) meets a closed pipe.
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_hook-operator"))
+        .args(["check", "-f", &file, "--interval-scale", "0.1", "--web-resolve", &format!("1.1.1.1:9091={addr}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("check runs");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap_or_default();
+    assert!(first.starts_with("checking "), "{first}");
+    drop(lines);
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("check ends once nobody reads")
+        .expect("check runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(141), "exits as a command stopped by SIGPIPE would: {stderr}");
+}
