@@ -144,6 +144,15 @@ impl WriteBudget {
         }
     }
 
+    /// Takes a token even if a direct write took it meanwhile (the bucket goes into debt, paid back before the next
+    /// grant), so grants plus direct writes never exceed the rate.
+    fn take_granted(&mut self, now: Instant) {
+        if self.per_second > 0.0 {
+            self.refill(now);
+            self.tokens -= 1.0;
+        }
+    }
+
     /// Time until the next token (zero when one is there or the budget is unlimited).
     fn next_token(&mut self, now: Instant) -> std::time::Duration {
         if self.per_second <= 0.0 {
@@ -533,7 +542,7 @@ impl Dispatcher {
                             }
                         };
                         if granted {
-                            this.budget().take(Instant::now());
+                            this.budget().take_granted(Instant::now());
                             (this.inner.wake)(&id);
                         }
                     }
