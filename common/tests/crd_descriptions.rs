@@ -1,5 +1,5 @@
-//! What `kubectl explain` shows comes from the CRD schema: every GameDeployment field outside the embedded pod
-//! template (whose descriptions are stripped to fit the apply annotation) must say what it is, in whole
+//! What `kubectl explain` shows comes from the CRD schema: every HookTemplate and HookRun field, and every
+//! GameDeployment field outside the embedded pod template (whose descriptions are stripped to fit the apply annotation) must say what it is, in whole
 //! sentences that kubectl can wrap (no hard line breaks inside a paragraph, no rustdoc link syntax), and every
 //! int-or-string field must say that it takes an integer or a percentage.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
@@ -46,6 +46,22 @@ fn every_gamedeployment_field_has_a_description() {
         .map(|(path, _)| path)
         .collect();
     assert!(missing.is_empty(), "fields without a description (kubectl explain prints <no description>): {missing:?}");
+}
+
+#[test]
+fn every_hooktemplate_and_hookrun_field_has_a_description() {
+    for kind in ["HookTemplate", "HookRun"] {
+        let (_, crd) = common::crd::all().into_iter().find(|(_, crd)| crd.spec.names.kind == kind).expect("CRD");
+        let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()).unwrap();
+        let mut fields = Vec::new();
+        walk(&schema, kind, &[], &mut fields);
+        let missing: Vec<String> = fields
+            .into_iter()
+            .filter(|(_, s)| s.description.as_deref().is_none_or(|d| d.trim().is_empty()))
+            .map(|(path, _)| path)
+            .collect();
+        assert!(missing.is_empty(), "{kind} fields without a description (kubectl explain): {missing:?}");
+    }
 }
 
 #[test]

@@ -167,8 +167,13 @@ impl HookPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Argument {
+    /// Referred to as `{{args.<name>}}` in URLs, headers, bodies and queries. The gamedeployment-operator sets
+    /// `PodName`, `PodNamespace`, `PodIP`, `HostIP`, `PodContainer[i]` (and `ModifiedContainer[i]` for pre-inplace
+    /// hooks) itself.
     #[schemars(length(min = 1, max = limits::MAX_NAME))]
     pub name: String,
+    /// The value. In a template it may be left out (a default the workload must supply); in a run every arg has
+    /// a value or a `valueFrom`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = limits::MAX_ARG_VALUE))]
     pub value: Option<String>,
@@ -318,8 +323,10 @@ pub struct WebMetric {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebMetricHeader {
+    /// Header name (`Authorization`, `X-Pod`). Values of credential headers are masked in status and Events.
     #[schemars(length(min = 1, max = limits::MAX_NAME))]
     pub key: String,
+    /// Header value; templated with `{{ args.X }}`.
     #[schemars(length(max = limits::MAX_TEXT))]
     pub value: String,
 }
@@ -328,6 +335,8 @@ pub struct WebMetricHeader {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusMetric {
+    /// Base URL of the Prometheus server (`http://prometheus.monitoring:9090`); the query goes to
+    /// `<address>/api/v1/query`. The web provider's egress policy applies.
     #[schemars(length(min = 1, max = limits::MAX_URL))]
     pub address: String,
     /// Templated with `{{ args.X }}`.
@@ -339,6 +348,7 @@ pub struct PrometheusMetric {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesMetric {
+    /// The fields to compare (`get`) or write (`patch`), all in one read or one atomic patch.
     #[schemars(length(min = 1, max = limits::MAX_ITEMS))]
     pub fields: Vec<KubernetesField>,
     /// `get` (compare) or `patch` (write).
@@ -351,6 +361,7 @@ pub struct KubernetesField {
     /// `metadata.annotations.<key>`.
     #[schemars(length(min = 1, max = limits::MAX_PATH))]
     pub path: String,
+    /// `get`: the value the field must have; `patch`: the value written.
     #[schemars(length(max = limits::MAX_TEXT))]
     pub value: String,
 }
@@ -359,7 +370,9 @@ pub struct KubernetesField {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecMetric {
+    /// Container to run the command in (accepted for compatibility; a run using `exec` ends `Error`).
     pub container: String,
+    /// Command to run (accepted for compatibility; a run using `exec` ends `Error`).
     pub command: Vec<String>,
 }
 
@@ -375,6 +388,7 @@ pub struct HookRunStatus {
     /// When the run was first reconciled; `initialDelay` counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// One entry per metric of the spec that has started: its phase, counters and recent measurements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metric_results: Vec<MetricResult>,
 }
@@ -418,27 +432,35 @@ impl std::fmt::Display for HookPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricResult {
+    /// The metric's name in the spec.
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<HookPhase>,
     /// The most recent measurements (10 by default); the counters below are never trimmed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub measurements: Vec<Measurement>,
+    /// Why the metric ended in its phase (`count (3) reached`, `failed (3) > failureLimit (2)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Measurements that counted towards `count` (errors do not).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub count: i32,
+    /// Successful measurements so far.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub successful: i32,
+    /// Failed measurements so far; more than `failureLimit` fails the metric.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failed: i32,
+    /// Inconclusive measurements so far; more than `inconclusiveLimit` makes the metric Inconclusive.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub inconclusive: i32,
+    /// Measurements that could not be taken (unreachable endpoint, timeout, bad answer) so far.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub error: i32,
+    /// Errors in a row; more than `consecutiveErrorLimit` (default 4) ends the metric `Error`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub consecutive_error: i32,
+    /// Successful measurements in a row (for `consecutiveSuccessfulLimit`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub consecutive_successful: i32,
 }
@@ -449,6 +471,7 @@ pub struct MetricResult {
 pub struct Measurement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<HookPhase>,
+    /// What went wrong (an Error: `GET http://…: cannot connect: Connection refused`) or which condition decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
