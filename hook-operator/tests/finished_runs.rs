@@ -24,7 +24,7 @@ use hook_operator::providers::{ProviderSettings, Providers};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
-async fn endpoint() -> SocketAddr {
+pub async fn endpoint() -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let router = Router::new().route("/", get(|| async { r#"{"age":45}"# }));
@@ -32,7 +32,7 @@ async fn endpoint() -> SocketAddr {
     addr
 }
 
-fn hookrun(name: &str, url: &str, condition: &str, count: Option<i32>, owner: Option<&ConfigMap>) -> HookRun {
+pub fn hookrun(name: &str, url: &str, condition: &str, count: Option<i32>, owner: Option<&ConfigMap>) -> HookRun {
     let mut run = HookRun::new(
         name,
         HookRunSpec {
@@ -73,7 +73,7 @@ pub async fn cluster() -> (kube_sim::SimHandle, kube::Client) {
     (sim, client)
 }
 
-fn options(ttl: Duration, rate: u32) -> Options {
+pub fn options(ttl: Duration, rate: u32) -> Options {
     Options {
         namespace: None,
         label_selector: None,
@@ -90,7 +90,7 @@ fn options(ttl: Duration, rate: u32) -> Options {
     }
 }
 
-fn start(client: kube::Client, options: Options) -> Shutdown {
+pub fn start(client: kube::Client, options: Options) -> Shutdown {
     let shutdown = Shutdown::default();
     let providers = Providers::new(&ProviderSettings::default(), Some(client.clone())).unwrap();
     tokio::spawn(controller::run(

@@ -8,3 +8,4 @@ mod egress;
 mod finished_runs;
 mod hostile;
 mod providers;
+mod status_writes;

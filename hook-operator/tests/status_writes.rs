@@ -1,0 +1,65 @@
+//! Status writes through a real API server (kube-sim, in this process): progress of many running runs stays within
+//! `--max-status-writes-per-second` however many runs are live, and every run still gets its progress written (no
+//! run starves). The budget's order and the in-memory progress are unit-tested in `dispatch::tests`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use common::api::{HookPhase, HookRun};
+use kube::Api;
+use kube::api::PostParams;
+use kube_sim::testing::wait_for;
+
+use crate::finished_runs::{cluster, endpoint, hookrun, options, start};
+use hook_operator::controller::Options;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Runs measured every 100 ms (`interval: 1s` at `--interval-scale 0.1`): 120 progress changes a second.
+const RUNS: usize = 12;
+/// Progress writes a second allowed for the whole process.
+const BUDGET: u32 = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_writes_stay_within_the_budget_and_every_run_gets_its_turn() {
+    let (sim, client) = cluster().await;
+    let url = format!("http://{}/", endpoint().await);
+    // No per-run interval: only the process-wide budget holds progress back.
+    let shutdown =
+        start(client.clone(), Options { max_status_writes_per_second: BUDGET, ..options(Duration::ZERO, 10) });
+    let runs: Api<HookRun> = Api::namespaced(client.clone(), "default");
+    for i in 0..RUNS {
+        let run = hookrun(&format!("r{i}"), &url, "asInt(result) > 30", None, None);
+        runs.create(&PostParams::default(), &run).await.unwrap();
+    }
+    // A run's first write (its phase) never waits for the budget.
+    wait_for("every run to be Running", DEADLINE, || async {
+        let list = runs.list(&Default::default()).await.ok()?;
+        let running = list.items.iter().filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Running));
+        (running.count() == RUNS).then_some(())
+    })
+    .await;
+    let from = sim.audit().items.last().map_or(0, |e| e.id);
+    let started = Instant::now();
+    // Every run's progress reaches the API server (its first write had no measurement; 3 needs a progress write).
+    wait_for("every run's progress to be written", DEADLINE, || async {
+        let list = runs.list(&Default::default()).await.ok()?;
+        let written =
+            |r: &HookRun| r.status.as_ref().and_then(|s| s.metric_results.first()).is_some_and(|m| m.successful >= 3);
+        (list.items.len() == RUNS && list.items.iter().all(written)).then_some(())
+    })
+    .await;
+    let writes = sim
+        .audit_since(from)
+        .items
+        .iter()
+        .filter(|e| e.resource == "hookruns" && e.subresource.as_deref() == Some("status") && e.verb == "patch")
+        .count();
+    let elapsed = started.elapsed().as_secs_f64();
+    // The bucket holds one token; a few writes granted before `from` may be logged after it.
+    let bound = (f64::from(BUDGET) * elapsed).ceil() as usize + 1 + 3;
+    eprintln!("{writes} status writes in {elapsed:.1} s for {RUNS} runs measured every 100 ms (bound {bound})");
+    assert!(writes <= bound, "{writes} status writes in {elapsed:.1} s: more than the budget of {BUDGET}/s allows");
+    assert!(writes >= RUNS, "every run had its progress written: {writes} writes");
+    shutdown.trigger();
+    sim.shutdown().await;
+}
