@@ -691,6 +691,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn hostile_plain_http_answers_become_clear_errors() {
+        let (addr, _, _) = raw_server(|head| {
+            if head.starts_with("GET /garbage") {
+                "SSH-2.0-OpenSSH_9.6\r\n\r\n".to_string()
+            } else if head.starts_with("GET /huge-head") {
+                format!("HTTP/1.1 200 OK\r\nx-pad: {}\r\ncontent-length: 2\r\n\r\n{{}}", "a".repeat(2 << 20))
+            } else {
+                // Announces 100 bytes, sends 9, and the connection stays open: only the timeout ends it.
+                "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"age\":45".to_string()
+            }
+        })
+        .await;
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let get = |path: &str| {
+            let url = format!("http://{addr}{path}");
+            let http = &http;
+            async move { http.send(Method::GET, &url, &[], None, Duration::from_secs(2), false).await.map(|_| ()) }
+        };
+        let garbage = get("/garbage").await.unwrap_err().0;
+        assert!(garbage.starts_with(&format!("GET http://{addr}/garbage: request failed: ")), "{garbage}");
+        let huge = get("/huge-head").await.unwrap_err().0;
+        assert!(huge.starts_with(&format!("GET http://{addr}/huge-head: request failed: ")), "{huge}");
+        let short = get("/short").await.unwrap_err().0;
+        assert_eq!(short, format!("GET http://{addr}/short: no response within 2s"));
+        assert_eq!(http.connections.idle(), 0, "no broken connection is kept");
+    }
+
+    #[tokio::test]
     async fn a_connection_error_names_where_web_resolve_sent_the_request() {
         // A loopback port nothing listens on.
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
