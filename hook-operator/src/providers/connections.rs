@@ -174,6 +174,23 @@ impl Connections {
         }
     }
 
+    /// Sweeps every half idle timeout for as long as the pool exists, so connections left idle after the last
+    /// measurement (a finished rollout: thousands of pods nobody measures again) close without new traffic.
+    /// Spawned once on the runtime that creates the pool.
+    pub fn reap_idle(connections: &std::sync::Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let pool = std::sync::Arc::downgrade(connections);
+        let every = (connections.idle_timeout / 2).max(Duration::from_millis(10));
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(connections) = pool.upgrade() else { return };
+                let mut idle = connections.pool();
+                connections.sweep(&mut idle, Instant::now());
+            }
+        });
+    }
+
     /// Closes connections idle for longer than the idle timeout (their pods may be gone: nobody would ever take
     /// them again), at most twice per timeout.
     fn sweep(&self, pool: &mut Pool, now: Instant) {
@@ -253,6 +270,29 @@ mod tests {
         // The server closes after answering; the close arrives while the connection is idle in the pool.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(get(&connections, addr).await, (false, r#"{"connection":2}"#.into()));
+    }
+
+    #[tokio::test]
+    async fn connections_left_idle_close_without_further_traffic() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (closed_tx, closed) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buffer = vec![0u8; 4096];
+            let _ = socket.read(&mut buffer).await;
+            socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await.unwrap();
+            // The next read returns 0 once the client closed its end.
+            let _ = closed_tx.send(socket.read(&mut buffer).await.ok());
+        });
+        let connections = std::sync::Arc::new(Connections::new(4, Duration::from_millis(200)));
+        Connections::reap_idle(&connections);
+        get(&connections, addr).await;
+        assert_eq!(connections.idle(), 1);
+        let read = tokio::time::timeout(Duration::from_secs(30), closed).await.expect("closed by the reaper");
+        assert_eq!(read.unwrap(), Some(0), "the server saw the client close");
+        assert_eq!(connections.idle(), 0);
     }
 
     #[tokio::test]

@@ -112,7 +112,7 @@ pub struct Http {
     /// Most bytes ever reserved at once (for tests and diagnostics).
     buffered_peak: std::sync::atomic::AtomicUsize,
     /// Keep-alive connections for plain-HTTP targets (see [`Target::plain`]).
-    connections: Connections,
+    connections: Arc<Connections>,
     /// Rendered URL → where it goes (see [`Target`]). Only URLs the policy admits are kept; the policy and the
     /// rewrites are fixed for the life of the client, so an entry never goes stale.
     targets: std::sync::Mutex<std::collections::HashMap<String, Arc<Target>>>,
@@ -140,6 +140,8 @@ impl Http {
         };
         let egress = Arc::new(settings.egress.clone());
         let buffered_limit = settings.max_buffered_body_bytes.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        let connections = Arc::new(Connections::new(settings.max_idle_per_host, settings.idle_timeout));
+        Connections::reap_idle(&connections);
         Ok(Self {
             client: build(builder(settings, &egress))?,
             insecure: build(builder(settings, &egress).danger_accept_invalid_certs(true))?,
@@ -150,7 +152,7 @@ impl Http {
             buffered_limit,
             buffered_peak: std::sync::atomic::AtomicUsize::new(0),
             targets: std::sync::Mutex::new(std::collections::HashMap::new()),
-            connections: Connections::new(settings.max_idle_per_host, settings.idle_timeout),
+            connections,
         })
     }
 
