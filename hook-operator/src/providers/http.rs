@@ -720,6 +720,60 @@ mod tests {
         assert_eq!(http.connections.idle(), 0, "no broken connection is kept");
     }
 
+    /// A server whose first connection answers one request and then closes on the next without answering (a
+    /// keep-alive timeout racing the request); later connections answer every request.
+    async fn closes_on_second_request() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let first = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 4096];
+                    for request in 0.. {
+                        match socket.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) if first && request == 1 => return,
+                            Ok(_) => {
+                                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                                if socket.write_all(answer.as_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_closed_under_a_get_is_retried_once_on_a_new_one_but_a_post_is_not() {
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let send = |method: Method, addr: SocketAddr| {
+            let http = &http;
+            async move {
+                http.send(method, &format!("http://{addr}/"), &[], None, Duration::from_secs(10), false)
+                    .await
+                    .map(|_| ())
+            }
+        };
+        let (addr, accepted) = closes_on_second_request().await;
+        send(Method::GET, addr).await.unwrap();
+        send(Method::GET, addr).await.expect("the GET is sent again on a new connection");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        let (addr, accepted) = closes_on_second_request().await;
+        send(Method::POST, addr).await.unwrap();
+        let Err(err) = send(Method::POST, addr).await else { panic!("a POST that reached the server is not repeated") };
+        assert!(err.0.contains("request failed"), "{}", err.0);
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
     #[tokio::test]
     async fn a_connection_error_names_where_web_resolve_sent_the_request() {
         // A loopback port nothing listens on.
