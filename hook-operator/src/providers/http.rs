@@ -291,14 +291,7 @@ impl Http {
         let reserved = self.reserve(response.content_length()).await;
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
-            if body.len() + chunk.len() > self.max_body {
-                return Err(ProviderError(format!(
-                    "{}: the response body exceeds the {} byte limit",
-                    what(),
-                    self.max_body
-                )));
-            }
-            body.extend_from_slice(&chunk);
+            self.append(&mut body, &chunk, what)?;
         }
         Ok(Response { status, body, elapsed: started.elapsed(), _reserved: reserved })
     }
@@ -392,14 +385,7 @@ impl Http {
             let Some(frame) = frame else { break };
             let frame = frame.map_err(|e| failed("reading the response failed", &innermost(&e)))?;
             let Ok(chunk) = frame.into_data() else { continue };
-            if received.len() + chunk.len() > self.max_body {
-                return Err(ProviderError(format!(
-                    "{}: the response body exceeds the {} byte limit",
-                    what(),
-                    self.max_body
-                )));
-            }
-            received.extend_from_slice(&chunk);
+            self.append(&mut received, &chunk, what)?;
         }
         self.connections.give_back(lease);
         Ok(Response { status, body: received, elapsed: started.elapsed(), _reserved: reserved })
@@ -436,6 +422,24 @@ impl Http {
                 }
             }
         }
+    }
+
+    /// Adds a chunk of the response body, failing once the body would exceed `--max-body-bytes`.
+    fn append(
+        &self,
+        body: &mut Vec<u8>,
+        chunk: &[u8],
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<(), ProviderError> {
+        if body.len() + chunk.len() > self.max_body {
+            return Err(ProviderError(format!(
+                "{}: the response body exceeds the {} byte limit",
+                what(),
+                self.max_body
+            )));
+        }
+        body.extend_from_slice(chunk);
+        Ok(())
     }
 
     /// A share of the process-wide buffer budget, all at once (never piecemeal, so readers cannot deadlock holding
