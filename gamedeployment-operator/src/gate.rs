@@ -194,11 +194,10 @@ pub fn hold_started(pod: &Pod) -> Option<Timestamp> {
 pub fn attempt_runs<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> (Vec<&'a HookRun>, Option<String>) {
     let mut ours = Vec::new();
     let mut free = None;
-    for n in 0..=attempt::MAX_NAME_SUFFIX {
-        let name = attempt::nth_name(base, n);
-        match runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
+    for (n, run) in attempt::named(runs, base).into_iter().enumerate() {
+        match run {
             None => {
-                free.get_or_insert(name);
+                free.get_or_insert(attempt::nth_name(base, n));
             }
             Some(run) if attempt::judge(run, attempt) == attempt::Judgement::Ours => ours.push((n, run)),
             Some(_) => {}

@@ -305,21 +305,22 @@ impl Context {
             }
         }
         // HookRuns that completed: each counted once (a restart counts the completed runs it finds again).
-        let completed: Vec<(&HookRun, &'static str, &'static str)> = snapshot
-            .hook_runs
-            .iter()
-            .filter(|r| {
-                ownership::controller_of(r.metadata.owner_references.as_ref())
+        // The labels (the outcome reads the spec through JSON) only for runs not counted yet: every pass sees
+        // every completed run of a roll until they are deleted together at its end.
+        let completed = snapshot.hook_runs.iter().filter(|r| {
+            r.status.as_ref().and_then(|s| s.phase).is_some_and(HookPhase::is_completed)
+                && ownership::controller_of(r.metadata.owner_references.as_ref())
                     .is_some_and(|o| ownership::is_owned_by(o, &snapshot.gd))
-            })
-            .filter_map(|r| Some((r, hook_label(r)?, outcome_label(r)?)))
-            .collect();
+        });
         let mut counted = lock(&self.counted_runs);
         let seen = counted.entry(snapshot.key.clone()).or_default();
         let mut now_seen = HashSet::new();
-        for (run, hook, outcome) in completed {
+        for run in completed {
+            let Some(hook) = hook_label(run) else { continue };
             let uid = run.metadata.uid.clone().unwrap_or_default();
-            if !seen.contains(&uid) {
+            if !seen.contains(&uid)
+                && let Some(outcome) = outcome_label(run)
+            {
                 self.metrics.hook_outcome(hook, outcome);
             }
             now_seen.insert(uid);

@@ -46,6 +46,10 @@ pub(crate) fn victims<'i, 'a>(
 ) -> Vec<&'i PodInfo<'a>> {
     let by_deletion = |a: &&PodInfo<'_>, b: &&PodInfo<'_>| priority::deletion_order(a.pod, b.pod, &settings.costs);
     let group = |updated: bool, n: i32| {
+        if n <= 0 {
+            // Nothing to take: no sort of every pod (most passes, e.g. each pass of a 5,000-pod roll).
+            return Vec::new();
+        }
         let mut group: Vec<&'i PodInfo<'a>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
         group.sort_by(by_deletion);
         group.truncate(usize::try_from(n).unwrap_or(0));
