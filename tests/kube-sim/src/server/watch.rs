@@ -34,7 +34,17 @@ enum Format {
 
 fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: &mut bool) -> Bytes {
     let object = match format {
-        Format::Json => object.clone(),
+        // Written around the object instead of cloning it into a wrapper (a deep copy and drop of every object, for
+        // every watcher of every change), with `type` first so clients need not buffer the object until they learn
+        // the event's type.
+        Format::Json => {
+            let mut line = b"{\"type\":".to_vec();
+            let _ = serde_json::to_writer(&mut line, kind);
+            line.extend_from_slice(b",\"object\":");
+            let _ = serde_json::to_writer(&mut line, object);
+            line.extend_from_slice(b"}\n");
+            return Bytes::from(line);
+        }
         Format::Metadata => table::partial_object_metadata(object),
         Format::Table(include) => {
             let t = table::table(
