@@ -91,7 +91,7 @@ impl Plain {
             None => url.host_str()?.to_string(),
         };
         let host = reqwest::header::HeaderValue::from_str(host_header.unwrap_or(&authority)).ok()?;
-        let path = hyper::Uri::try_from(&url[url::Position::BeforePath..url::Position::AfterQuery]).ok()?;
+        let path = origin_form(url).ok()?;
         Some(Self { addr, host, path })
     }
 }
@@ -359,8 +359,7 @@ impl Http {
                 body = None;
                 fields.remove(header::CONTENT_TYPE);
             }
-            path = hyper::Uri::try_from(&next[url::Position::BeforePath..url::Position::AfterQuery])
-                .map_err(|e| failed("redirect failed", &e))?;
+            path = origin_form(&next).map_err(|e| failed("redirect failed", &e))?;
             current = Some(next);
             redirects += 1;
             drop(lease);
@@ -452,6 +451,11 @@ impl Http {
         self.buffered_peak.fetch_max(in_use, std::sync::atomic::Ordering::Relaxed);
         reserved
     }
+}
+
+/// The request target of `url` in origin form (`/path?query`), as HTTP/1.1 sends it to the server itself.
+fn origin_form(url: &Url) -> Result<hyper::Uri, hyper::http::uri::InvalidUri> {
+    hyper::Uri::try_from(&url[url::Position::BeforePath..url::Position::AfterQuery])
 }
 
 const USER_AGENT: &str = concat!("hook-operator/", env!("CARGO_PKG_VERSION"));
