@@ -19,7 +19,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use common::api::HookRun;
+use common::api::{HookRun, HookRunSpec};
 use futures::FutureExt;
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{Notify, Semaphore};
@@ -62,10 +62,22 @@ impl RunId {
 /// Called when a run should get another round (a measurement of it finished).
 pub type Wake = Arc<dyn Fn(&RunId) + Send + Sync>;
 
+/// A measurement started for a metric: running, waiting for a slot, or armed (sleeping until it is due).
+struct InFlight {
+    token: u64,
+    task: Option<AbortHandle>,
+    /// The run's generation it was planned on.
+    generation: Option<i64>,
+    /// When it is due: until then it only sleeps, and may be called off.
+    due: Timestamp,
+}
+
 #[derive(Default)]
 struct Slot {
-    /// Metric name → (token, task) of the measurement running for it.
-    in_flight: HashMap<String, (u64, Option<AbortHandle>)>,
+    /// Metric name → the measurement started for it.
+    in_flight: HashMap<String, InFlight>,
+    /// The spec measurements are taken from, shared by their tasks (copied once per generation, not per measurement).
+    spec: Option<(Option<i64>, Arc<HookRunSpec>)>,
     finished: Vec<Finished>,
     precise: Precise,
     validated: Option<(Option<i64>, Result<(), String>)>,
@@ -382,6 +394,15 @@ impl Dispatcher {
                 verdict
             }
         };
+        // Armed measurements planned on another generation of the spec are called off while they still sleep (the
+        // spec changed, e.g. its interval): this round plans them again. One that already started is left to finish.
+        slot.in_flight.retain(|_, f| {
+            let stale = f.generation != generation && f.due > now;
+            if stale && let Some(task) = &f.task {
+                task.abort();
+            }
+            !stale
+        });
         let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
         let plan = engine::plan(&Inputs {
             spec: &run.spec,
@@ -476,13 +497,23 @@ impl Dispatcher {
     fn record(&self, slot: &mut Slot, round: &Round) {
         slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
         slot.precise = round.plan.precise.clone();
-        for start in &round.plan.start {
+        let generation = round.run.metadata.generation;
+        for start in round.plan.start.iter().chain(&round.plan.arm) {
             if slot.in_flight.contains_key(&start.metric) || start.index >= round.run.spec.metrics.len() {
                 continue;
             }
+            let spec = match &slot.spec {
+                Some((g, spec)) if *g == generation && generation.is_some() => spec.clone(),
+                _ => {
+                    let spec = Arc::new(round.run.spec.clone());
+                    slot.spec = Some((generation, spec.clone()));
+                    spec
+                }
+            };
             let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), round.run.clone(), token));
-            slot.in_flight.insert(start.metric.clone(), (token, Some(task.abort_handle())));
+            let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), spec, token));
+            let entry = InFlight { token, task: Some(task.abort_handle()), generation, due: start.due };
+            slot.in_flight.insert(start.metric.clone(), entry);
         }
     }
 
@@ -551,8 +582,13 @@ impl Dispatcher {
         })
     }
 
-    async fn measure(self, id: RunId, start: engine::Start, run: Arc<HookRun>, token: u64) {
-        let metric = &run.spec.metrics[start.index];
+    async fn measure(self, id: RunId, start: engine::Start, spec: Arc<HookRunSpec>, token: u64) {
+        // Armed: sleep until due (holding no slot).
+        let early = schedule::until(Timestamp::now(), start.due);
+        if !early.is_zero() {
+            tokio::time::sleep(early).await;
+        }
+        let metric = &spec.metrics[start.index];
         let metrics = &self.inner.metrics;
         metrics.waiting.inc();
         let waiting = GaugeGuard(&metrics.waiting);
@@ -567,7 +603,7 @@ impl Dispatcher {
             // Not ours any more (a shard lost or given up): the new owner takes this slot.
             let mut slots = self.slots();
             if let Some(slot) = slots.get_mut(&id.uid)
-                && slot.in_flight.get(&start.metric).is_some_and(|(t, _)| *t == token)
+                && slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token)
             {
                 slot.in_flight.remove(&start.metric);
                 // Not idle any more: the next round must plan (and start it again if the shard comes back).
@@ -585,12 +621,14 @@ impl Dispatcher {
         // A panic anywhere in the measurement becomes an Error measurement, so its in-flight entry is cleared and
         // the run moves on (a task that panicked used to leave the run Running forever).
         let started_at = Timestamp::now();
-        let taken = match AssertUnwindSafe(measure::take_in(
+        // Boxed: the measurement's state (HTTP exchange and all) is allocated only while it runs, so an armed task
+        // that sleeps until its due time stays small (and spawning it copies little).
+        let taken = match AssertUnwindSafe(Box::pin(measure::take_in(
             &self.inner.providers,
             &id.namespace,
             metric,
-            &run.spec.args,
-        ))
+            &spec.args,
+        )))
         .catch_unwind()
         .await
         {
@@ -609,9 +647,6 @@ impl Dispatcher {
         drop(running);
         drop(permit);
         drop(namespace_permit);
-        // The run's object is not needed any more: released before the run is woken, so the next round can update
-        // it in place instead of copying the whole HookRun (spec and status) because this task still held it.
-        drop(run);
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
         metrics
             .measurements
@@ -625,7 +660,7 @@ impl Dispatcher {
         let delivered = {
             let mut slots = self.slots();
             match slots.get_mut(&id.uid) {
-                Some(slot) if slot.in_flight.get(&start.metric).is_some_and(|(t, _)| *t == token) => {
+                Some(slot) if slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token) => {
                     slot.in_flight.remove(&start.metric);
                     slot.finished.push(Finished {
                         id: token,
@@ -650,7 +685,7 @@ impl Dispatcher {
             if slot.unwritten.is_some() {
                 self.inner.metrics.status_writes_waiting.dec();
             }
-            for (_, (_, task)) in slot.in_flight {
+            for (_, InFlight { task, .. }) in slot.in_flight {
                 if let Some(task) = task {
                     task.abort();
                 }
@@ -706,15 +741,15 @@ mod tests {
         }
     }
 
+    /// Every measurement started by a round at its due time (nothing armed): the tests of writes, fences and
+    /// caches then see only the measurements they finish themselves. Arming has its own tests.
+    fn classic() -> EngineSettings {
+        EngineSettings { arm_ahead: std::time::Duration::ZERO, ..EngineSettings::default() }
+    }
+
     fn dispatcher() -> Dispatcher {
         let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
-        Dispatcher::new(
-            providers,
-            Arc::new(Metrics::default()),
-            EngineSettings::default(),
-            10,
-            Arc::new(|_: &RunId| {}),
-        )
+        Dispatcher::new(providers, Arc::new(Metrics::default()), classic(), 10, Arc::new(|_: &RunId| {}))
     }
 
     #[tokio::test]
@@ -926,7 +961,7 @@ mod tests {
     async fn progress_writes_share_one_budget_oldest_first() {
         let woken = Arc::new(Mutex::new(Vec::<String>::new()));
         let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
-        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), EngineSettings::default(), 10, {
+        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), classic(), 10, {
             let woken = woken.clone();
             Arc::new(move |id: &RunId| woken.lock().unwrap().push(id.name.clone()))
         })
@@ -965,7 +1000,7 @@ mod tests {
     async fn a_fenced_run_is_not_measured() {
         let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
         let woken = Arc::new(AtomicU64::new(0));
-        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), EngineSettings::default(), 10, {
+        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), classic(), 10, {
             let woken = woken.clone();
             Arc::new(move |_: &RunId| {
                 woken.fetch_add(1, Ordering::SeqCst);
@@ -1001,5 +1036,91 @@ mod tests {
         d.commit(&round, None);
         assert_eq!(d.tracked_runs(), 0);
         d.retain(|_| false);
+    }
+
+    /// A dispatcher that arms measurements (the production setting), counting the wake-ups of its runs.
+    fn arming() -> (Dispatcher, Arc<AtomicU64>) {
+        let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
+        let woken = Arc::new(AtomicU64::new(0));
+        let d = Dispatcher::new(providers, Arc::new(Metrics::default()), EngineSettings::default(), 10, {
+            let woken = woken.clone();
+            Arc::new(move |_: &RunId| {
+                woken.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        (d, woken)
+    }
+
+    #[tokio::test]
+    async fn an_armed_measurement_starts_when_due_without_another_round() {
+        let (d, woken) = arming();
+        // Every 3 s: the "not yet" check below has seconds of margin on a loaded machine.
+        let mut every_3s = running("a", "1");
+        every_3s.spec.metrics[0].interval = Some("3s".into());
+        let stored = first_write(&d, &every_3s, "2");
+        finish(&d, "uid-a", 100, 0);
+        let round = d.plan(Arc::new(stored), Timestamp::now());
+        assert!(round.plan.start.is_empty(), "the next measurement is 3 s away");
+        assert_eq!(round.plan.arm.len(), 1);
+        assert_eq!(round.plan.wake_at, None, "no round is needed to start it");
+        d.commit(&round, Some(Arc::new(written(&round, "3"))));
+        assert!(d.slots()["uid-a"].in_flight.contains_key("m"), "armed: counted as in flight, never started twice");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(woken.load(Ordering::SeqCst), 0, "not due yet: not measured");
+        assert!(d.slots()["uid-a"].finished.is_empty());
+        let mut waited = 0;
+        while woken.load(Ordering::SeqCst) == 0 && waited < 300 {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "measured once it was due, and the run woken to record it");
+        let slots = d.slots();
+        let slot = &slots["uid-a"];
+        assert!(slot.in_flight.is_empty());
+        assert_eq!(slot.finished.len(), 1);
+        assert_eq!(slot.finished[0].taken_before, 1, "recorded on top of the measurement that armed it");
+        // The endpoint (127.0.0.1:1) refuses: an Error measurement, taken no earlier than it was due.
+        assert_eq!(slot.finished[0].measurement.phase, Some(HookPhase::Error));
+        let started = slot.finished[0].measurement.started_at.as_ref().map(|t| t.0);
+        assert!(
+            started.is_some_and(|t| t >= round.plan.arm[0].due),
+            "started {started:?}, due {}",
+            round.plan.arm[0].due
+        );
+    }
+
+    /// 10,000 runs keep 10,000 armed tasks asleep: each must stay small (the HTTP exchange's state, ~2.6 KiB, is
+    /// boxed and allocated only once the measurement runs).
+    #[tokio::test]
+    async fn an_armed_measurement_is_a_small_task() {
+        let (d, _) = arming();
+        let start = engine::Start { index: 0, metric: "m".into(), due: Timestamp::now(), taken_before: 0 };
+        let task = d.clone().measure(RunId::of(&running("a", "1")), start, Arc::new(running("a", "1").spec), 1);
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 1024, "the measurement task is {size} bytes");
+    }
+
+    #[tokio::test]
+    async fn an_armed_measurement_is_called_off_when_the_spec_changes() {
+        let (d, woken) = arming();
+        let stored = first_write(&d, &running("a", "1"), "2");
+        finish(&d, "uid-a", 100, 0);
+        let round = d.plan(Arc::new(stored), Timestamp::now());
+        let w = written(&round, "3");
+        d.commit(&round, Some(Arc::new(w.clone())));
+        let armed = d.slots()["uid-a"].in_flight["m"].token;
+        // The interval is raised to 10 minutes (a new generation) while the measurement sleeps.
+        let mut edited = w;
+        edited.metadata.resource_version = Some("4".into());
+        edited.metadata.generation = Some(2);
+        edited.spec.metrics[0].interval = Some("10m".into());
+        let replanned = d.plan(Arc::new(edited), Timestamp::now());
+        assert!(!d.slots()["uid-a"].in_flight.contains_key("m"), "called off while it slept");
+        assert!(replanned.plan.arm.is_empty() && replanned.plan.start.is_empty());
+        assert!(replanned.plan.wake_at.is_some(), "due in 10 minutes (beyond arm_ahead): the run is woken then");
+        d.commit(&replanned, None);
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        assert_eq!(woken.load(Ordering::SeqCst), 0, "the called-off measurement was never taken");
+        assert!(d.slots()["uid-a"].in_flight.values().all(|f| f.token != armed));
     }
 }

@@ -90,6 +90,8 @@ pub enum Note {
 pub struct Plan {
     pub status: HookRunStatus,
     pub start: Vec<Start>,
+    /// Measurements due later, within [`EngineSettings::arm_ahead`]: started now, each waiting until its `due`.
+    pub arm: Vec<Start>,
     /// When the next round is needed, unless a measurement finishing wakes the run earlier.
     pub wake_at: Option<Timestamp>,
     pub notes: Vec<Note>,
@@ -270,6 +272,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     let mut plan = Plan {
         status: inputs.status.cloned().unwrap_or_default(),
         start: Vec::new(),
+        arm: Vec::new(),
         wake_at: None,
         notes: Vec::new(),
         completed: false,
@@ -411,13 +414,12 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
         }
         let precise = plan.precise.last_finish.get(&metric.name).copied();
         let due = schedule::due(metric, result, started_at, precise, inputs.settings);
+        let start =
+            || Start { index: i, metric: metric.name.clone(), due, taken_before: result.map_or(0, schedule::taken) };
         if due <= now {
-            plan.start.push(Start {
-                index: i,
-                metric: metric.name.clone(),
-                due,
-                taken_before: result.map_or(0, schedule::taken),
-            });
+            plan.start.push(start());
+        } else if schedule::until(now, due) <= inputs.settings.arm_ahead {
+            plan.arm.push(start());
         } else {
             plan.wake_at = Some(plan.wake_at.map_or(due, |w| w.min(due)));
         }

@@ -20,7 +20,15 @@ pub struct EngineSettings {
     pub error_retry: Duration,
     /// Least time between measurements: a shorter `interval` is raised to this (before scaling).
     pub min_interval: Duration,
+    /// A measurement due within this time is started by the round that planned it, as a task that sleeps until it
+    /// is due, instead of by another round at that time: one round per measurement instead of two (the round that
+    /// records a measurement arms the next). Later ones wake their run when due. Zero: never armed.
+    pub arm_ahead: Duration,
 }
+
+/// See [`EngineSettings::arm_ahead`]: long enough for every common interval, short enough that a sleeping
+/// measurement (a small task holding the run's spec) is not kept for hours.
+pub const DEFAULT_ARM_AHEAD: Duration = Duration::from_secs(300);
 
 impl Default for EngineSettings {
     fn default() -> Self {
@@ -29,6 +37,7 @@ impl Default for EngineSettings {
             history_limit: 10,
             error_retry: Duration::from_secs(10),
             min_interval: DEFAULT_MIN_INTERVAL,
+            arm_ahead: DEFAULT_ARM_AHEAD,
         }
     }
 }

@@ -65,6 +65,10 @@ struct Flags {
     /// runtime charge for one measurement's HTTP exchange. 0 skips it.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     floor_duration: Duration,
+    /// The engine's `arm_ahead` (see `EngineSettings`): measurements due within it are armed by the round that
+    /// records the previous one. `0s` plans a round at each due time instead (for comparisons).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    arm_ahead: Duration,
     /// Internal: run only the HTTP server on this address and print the bound address.
     #[arg(long, hide = true)]
     serve: Option<SocketAddr>,
@@ -270,7 +274,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let dispatcher = Dispatcher::with_lag_observer(
         providers,
         metrics.clone(),
-        EngineSettings::default(),
+        EngineSettings { arm_ahead: flags.arm_ahead, ..EngineSettings::default() },
         flags.max_in_flight,
         wakers.wake(),
         observer,

@@ -219,7 +219,8 @@ impl Sim {
             status: None,
             precise: Precise::default(),
             now: at(1_000),
-            settings: EngineSettings::default(),
+            // Rounds at each due time (the path taken beyond `arm_ahead`); arming has its own tests.
+            settings: EngineSettings { arm_ahead: Duration::ZERO, ..EngineSettings::default() },
             outcomes: outcomes.iter().map(|(n, p)| (n.to_string(), p.iter().copied().collect())).collect(),
             notes: Vec::new(),
             taken_at: Vec::new(),
@@ -248,8 +249,11 @@ impl Sim {
         plan
     }
 
-    /// Runs until completed or nothing more is scheduled; returns the final run phase.
+    /// Runs until completed or nothing more is scheduled; returns the final run phase. Started measurements
+    /// finish 100 ms after they start (armed ones start at their `due`); the clock jumps to the next finish or
+    /// wake-up, whichever comes first.
     fn run(&mut self) -> Option<HookPhase> {
+        let mut pending: Vec<Finished> = Vec::new();
         let mut finished = Vec::new();
         for _ in 0..1_000 {
             let plan = self.round(&finished);
@@ -257,17 +261,18 @@ impl Sim {
             if plan.completed {
                 break;
             }
-            for start in &plan.start {
-                self.taken_at.push((start.metric.clone(), self.now));
+            let armed = plan.arm.iter().map(|s| (s, s.due));
+            for (start, taken_at) in plan.start.iter().map(|s| (s, self.now)).chain(armed) {
+                self.taken_at.push((start.metric.clone(), taken_at));
                 let phase = self.outcomes.get_mut(&start.metric).and_then(VecDeque::pop_front).unwrap_or(S);
                 self.next_id += 1;
-                let finished_at = self.now.checked_add(Duration::from_millis(100)).unwrap();
-                finished.push(Finished {
+                let finished_at = taken_at.checked_add(Duration::from_millis(100)).unwrap();
+                pending.push(Finished {
                     id: self.next_id,
                     metric: start.metric.clone(),
                     measurement: Measurement {
                         phase: Some(phase),
-                        started_at: Some(Time(self.now)),
+                        started_at: Some(Time(taken_at)),
                         finished_at: Some(Time(finished_at)),
                         value: Some("45".into()),
                         ..Measurement::default()
@@ -276,11 +281,16 @@ impl Sim {
                     taken_before: start.taken_before,
                 });
             }
-            self.now = match (finished.is_empty(), plan.wake_at) {
-                (false, _) => self.now.checked_add(Duration::from_millis(100)).unwrap(),
-                (true, Some(wake)) => wake,
-                (true, None) => break,
+            let next_finish = pending.iter().map(|f| f.finished_at).min();
+            self.now = match (next_finish, plan.wake_at) {
+                (Some(f), Some(w)) => f.min(w),
+                (Some(t), None) | (None, Some(t)) => t,
+                (None, None) => break,
             };
+            let now = self.now;
+            let (done, waiting): (Vec<Finished>, Vec<Finished>) = pending.drain(..).partition(|f| f.finished_at <= now);
+            finished = done;
+            pending = waiting;
         }
         self.status.as_ref().and_then(|s| s.phase)
     }
@@ -553,6 +563,67 @@ fn interval_scale_compresses_time() {
     assert_eq!(sim.run(), Some(S));
     let starts: Vec<i64> = sim.taken_at.iter().map(|(_, t)| t.as_millisecond()).collect();
     assert_eq!(starts.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(), vec![700, 700]);
+}
+
+#[test]
+fn the_round_that_records_a_measurement_arms_the_next() {
+    let mut sim = Sim::new(walkthrough("true"), &[]);
+    sim.settings.arm_ahead = crate::settings::DEFAULT_ARM_AHEAD;
+    let first = sim.round(&[]);
+    assert_eq!(first.start.len(), 1, "due now: started now");
+    assert!(first.arm.is_empty());
+    sim.now = at(1_000).checked_add(Duration::from_millis(100)).unwrap();
+    let finished = Finished {
+        id: 1,
+        metric: "webtest".into(),
+        measurement: Measurement {
+            phase: Some(S),
+            started_at: Some(Time(at(1_000))),
+            finished_at: Some(Time(sim.now)),
+            value: Some("45".into()),
+            ..Measurement::default()
+        },
+        finished_at: sim.now,
+        taken_before: 0,
+    };
+    let second = sim.round(&[finished]);
+    assert!(second.start.is_empty());
+    assert_eq!(second.arm.len(), 1, "the next measurement (60 s later) is armed by the round that recorded the last");
+    assert_eq!(second.arm[0].due, sim.now.checked_add(Duration::from_secs(60)).unwrap());
+    assert_eq!(second.arm[0].taken_before, 1);
+    assert_eq!(second.wake_at, None, "no round is needed before the armed measurement finishes");
+}
+
+#[test]
+fn measurements_due_beyond_arm_ahead_wake_the_run_instead() {
+    let spec = HookRunSpec {
+        metrics: vec![Metric { initial_delay: Some("30s".into()), ..web("m") }],
+        ..HookRunSpec::default()
+    };
+    let mut sim = Sim::new(spec, &[]);
+    sim.settings.arm_ahead = Duration::from_secs(29);
+    let plan = sim.round(&[]);
+    assert!(plan.start.is_empty() && plan.arm.is_empty());
+    assert_eq!(plan.wake_at, Some(at(1_030)));
+    sim.settings.arm_ahead = Duration::from_secs(30);
+    let plan = sim.round(&[]);
+    assert_eq!(plan.arm.len(), 1);
+    assert_eq!(plan.wake_at, None);
+}
+
+#[test]
+fn arming_takes_the_same_measurements_at_the_same_times_in_half_the_rounds() {
+    let spec = walkthrough("true");
+    let outcomes: &[(&str, &[HookPhase])] = &[("webtest", &[S, F, S])];
+    let mut classic = Sim::new(spec.clone(), outcomes);
+    let mut armed = Sim::new(spec, outcomes);
+    armed.settings.arm_ahead = crate::settings::DEFAULT_ARM_AHEAD;
+    assert_eq!(classic.run(), Some(S));
+    assert_eq!(armed.run(), Some(S));
+    assert_eq!(armed.taken_at, classic.taken_at);
+    assert_eq!(armed.status, classic.status);
+    assert_eq!(armed.notes, classic.notes);
+    assert!(armed.rounds < classic.rounds, "armed {} rounds, classic {}", armed.rounds, classic.rounds);
 }
 
 #[test]
