@@ -132,6 +132,29 @@ fn event_for(note: &Note) -> EventNote {
     EventNote { warning, reason, message: crate::text::excerpt(&note_text, 1000), action: "Assess".into() }
 }
 
+/// The Events of a round's notes. A run that completes Successful publishes one Event that also names the outcome
+/// of each metric completing with it, instead of a `MetricSuccessful` Event per metric plus its own (at fleet scale
+/// that was half of this operator's Events). `MetricSuccessful` stays for a metric that completes while others still
+/// run, and every metric that does not succeed keeps its own Warning.
+fn events_for(notes: &[&Note]) -> Vec<EventNote> {
+    let run_succeeds = notes.iter().any(|n| matches!(n, Note::RunCompleted { phase: HookPhase::Successful, .. }));
+    let mut folded = Vec::new();
+    let mut events = Vec::new();
+    for note in notes {
+        match note {
+            Note::MetricCompleted { metric, phase: HookPhase::Successful, message } if run_succeeds => {
+                folded.push(format!("metric {metric:?}: {message}"));
+            }
+            Note::RunCompleted { phase: HookPhase::Successful, message } if !folded.is_empty() => {
+                let message = format!("{message}; {}", folded.join("; "));
+                events.push(event_for(&Note::RunCompleted { phase: HookPhase::Successful, message }));
+            }
+            other => events.push(event_for(other)),
+        }
+    }
+    events
+}
+
 /// The merge patch of a status write, serialized straight from the planned status (no JSON tree in between).
 #[derive(Debug, serde::Serialize)]
 struct StatusPatch<'a> {
@@ -205,7 +228,7 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
     }
     if !round.plan.notes.is_empty() {
         let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
-        let events: Vec<EventNote> = round
+        let notes: Vec<&Note> = round
             .plan
             .notes
             .iter()
@@ -213,8 +236,8 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
                 Note::MeasurementError { metric, .. } => ctx.error_event_due(&round.id.uid, metric),
                 _ => true,
             })
-            .map(event_for)
             .collect();
+        let events = events_for(&notes);
         for note in &round.plan.notes {
             if let Note::RunCompleted { phase, message } = note {
                 tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
@@ -502,4 +525,48 @@ pub async fn run(
 /// `reconcile_on` wants a `Stream`; an unbounded receiver becomes one without another dependency.
 fn tokio_stream_from<T: Send + 'static>(mut rx: mpsc::UnboundedReceiver<T>) -> impl futures::Stream<Item = T> + Send {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metric(name: &str, phase: HookPhase, message: &str) -> Note {
+        Note::MetricCompleted { metric: name.into(), phase, message: message.into() }
+    }
+
+    fn reasons(events: &[EventNote]) -> Vec<&str> {
+        events.iter().map(|e| e.reason.as_str()).collect()
+    }
+
+    #[test]
+    fn a_successful_run_publishes_one_event_that_names_its_metrics() {
+        let notes = [
+            metric("webtest", HookPhase::Successful, "count (3) reached"),
+            Note::RunCompleted { phase: HookPhase::Successful, message: "all metrics completed".into() },
+        ];
+        let events = events_for(&notes.iter().collect::<Vec<_>>());
+        assert_eq!(reasons(&events), ["HookRunSuccessful"]);
+        assert!(!events[0].warning);
+        assert_eq!(
+            events[0].message,
+            "hook completed Successful: all metrics completed; metric \"webtest\": count (3) reached"
+        );
+    }
+
+    #[test]
+    fn metrics_that_fail_or_complete_early_keep_their_own_events() {
+        // A metric succeeding while another still runs: its own Event.
+        let early = [metric("a", HookPhase::Successful, "count (1) reached")];
+        assert_eq!(reasons(&events_for(&early.iter().collect::<Vec<_>>())), ["MetricSuccessful"]);
+        // A failing metric ends the run: both Events, Warnings, and the other metric's stop is not hidden.
+        let failed = [
+            metric("a", HookPhase::Failed, "failed (1) > failureLimit (0)"),
+            metric("b", HookPhase::Successful, "stopped: metric \"a\" completed Failed"),
+            Note::RunCompleted { phase: HookPhase::Failed, message: "metric \"a\" completed Failed".into() },
+        ];
+        let events = events_for(&failed.iter().collect::<Vec<_>>());
+        assert_eq!(reasons(&events), ["MetricFailed", "MetricSuccessful", "HookRunFailed"]);
+        assert!(events[0].warning && events[2].warning);
+    }
 }
