@@ -38,28 +38,41 @@ impl PatchType {
 }
 
 pub fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
+    json_patch_owned(doc.clone(), patch)
+}
+
+/// [`json_patch`] onto a document the caller gives up (the write path: one copy of the stored object, not two).
+pub fn json_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
     let ops: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let mut out = doc.clone();
+    let mut out = doc;
     json_patch::patch(&mut out, &ops).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
     Ok(out)
 }
 
 pub fn merge_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
+    merge_patch_owned(doc.clone(), patch)
+}
+
+pub fn merge_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
     let p: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !p.is_object() {
         return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
     }
-    let mut out = doc.clone();
+    let mut out = doc;
     json_patch::merge(&mut out, &p);
     Ok(out)
 }
 
 pub fn strategic_merge_patch(doc: &Value, patch: &[u8], schema: Option<Cursor<'_>>) -> Result<Value, ApiError> {
+    strategic_merge_patch_owned(doc.clone(), patch, schema)
+}
+
+pub fn strategic_merge_patch_owned(doc: Value, patch: &[u8], schema: Option<Cursor<'_>>) -> Result<Value, ApiError> {
     let p: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Value::Object(pm) = p else {
         return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
     };
-    let mut out = doc.clone();
+    let mut out = doc;
     if !out.is_object() {
         out = Value::Object(Map::new());
     }

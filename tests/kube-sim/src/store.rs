@@ -7,7 +7,9 @@
 //! after N, in order, which is the guarantee clients rely on.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use axum::body::Bytes;
 
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -41,6 +43,26 @@ pub struct Event {
     pub key: String,
     pub object: Arc<Value>,
     pub prev: Option<Arc<Value>>,
+    /// `object` encoded once for all the watchers that receive it.
+    pub encoded: Arc<Encoded>,
+}
+
+/// The JSON encoding of an event's object as one API version serves it (`apiVersion`, then the bytes), made by the
+/// first watcher that sends it and shared by the others: each change is serialized once, not once per watch.
+#[derive(Debug, Default)]
+pub struct Encoded(OnceLock<(String, Bytes)>);
+
+impl Encoded {
+    /// The bytes for `api_version`; `encode` makes them when this event has none for that version yet (a watch
+    /// of another served version of the same storage encodes its own and does not cache them).
+    pub fn get_or_encode(&self, api_version: &str, encode: impl FnOnce() -> Bytes) -> Bytes {
+        if let Some((version, bytes)) = self.0.get() {
+            return if version == api_version { bytes.clone() } else { encode() };
+        }
+        let bytes = encode();
+        let _ = self.0.set((api_version.to_string(), bytes.clone()));
+        bytes
+    }
 }
 
 /// What a watcher receives.
@@ -49,12 +71,11 @@ pub enum WatchItem {
     Event {
         kind: EventKind,
         object: Arc<Value>,
+        /// Shared with the other watchers of the same committed event (`None`: the object is this watcher's own).
+        encoded: Option<Arc<Encoded>>,
     },
     /// A progress notification: every event up to this resource version has been delivered.
-    Bookmark {
-        rv: u64,
-        initial_events_end: bool,
-    },
+    Bookmark { rv: u64, initial_events_end: bool },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -279,8 +300,15 @@ impl Store {
         prev: Option<Arc<Value>>,
         rv: u64,
     ) {
-        let event =
-            Arc::new(Event { kind, rv, storage: storage.clone(), key: key.to_string(), object: obj.clone(), prev });
+        let event = Arc::new(Event {
+            kind,
+            rv,
+            storage: storage.clone(),
+            key: key.to_string(),
+            object: obj.clone(),
+            prev,
+            encoded: Arc::default(),
+        });
         let bucket = inner.buckets.entry(storage).or_default();
         match kind {
             EventKind::Deleted => {
@@ -349,7 +377,7 @@ impl Store {
             WatchFrom::CurrentState { end_bookmark } => {
                 for (key, obj) in &bucket.objects {
                     if in_ns(key) && filter(obj) {
-                        backlog.push(WatchItem::Event { kind: EventKind::Added, object: obj.clone() });
+                        backlog.push(WatchItem::Event { kind: EventKind::Added, object: obj.clone(), encoded: None });
                     }
                 }
                 if end_bookmark {
@@ -524,20 +552,34 @@ fn translate(event: &Event, filter: &Filter) -> Option<WatchItem> {
         (false, false, EventKind::Deleted) => {
             // A deletion of an object that matched before its last state.
             if event.prev.is_none() && filter(&event.object) {
-                Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone() })
+                Some(WatchItem::Event {
+                    kind: EventKind::Deleted,
+                    object: event.object.clone(),
+                    encoded: Some(event.encoded.clone()),
+                })
             } else {
                 None
             }
         }
         (false, false, _) => None,
-        (true, false, _) => Some(WatchItem::Event { kind: EventKind::Added, object: event.object.clone() }),
-        (true, true, _) => Some(WatchItem::Event { kind: event.kind, object: event.object.clone() }),
-        (false, true, EventKind::Deleted) => {
-            Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone() })
-        }
+        (true, false, _) => Some(WatchItem::Event {
+            kind: EventKind::Added,
+            object: event.object.clone(),
+            encoded: Some(event.encoded.clone()),
+        }),
+        (true, true, _) => Some(WatchItem::Event {
+            kind: event.kind,
+            object: event.object.clone(),
+            encoded: Some(event.encoded.clone()),
+        }),
+        (false, true, EventKind::Deleted) => Some(WatchItem::Event {
+            kind: EventKind::Deleted,
+            object: event.object.clone(),
+            encoded: Some(event.encoded.clone()),
+        }),
         (false, true, _) => {
             let prev = event.prev.as_ref().map(|p| with_rv((**p).clone(), event.rv)).unwrap_or(Value::Null);
-            Some(WatchItem::Event { kind: EventKind::Deleted, object: Arc::new(prev) })
+            Some(WatchItem::Event { kind: EventKind::Deleted, object: Arc::new(prev), encoded: None })
         }
     }
 }

@@ -38,11 +38,105 @@ use e2e::Cluster;
 use e2e::bench::{process_usage, start_operator_process, wait_until};
 use e2e::gamedeployment::scrape;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// What the roll's two latency watchers read of pods and HookRuns. They run in this process next to kube-sim:
+/// decoding every event into the full types (managedFields, the whole pod spec and status) cost the process more
+/// than the two fields they look at; serde skips the rest of each object.
+mod slim {
+    use std::borrow::Cow;
+
+    use common::api::{Argument, HookPhase};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde::{Deserialize, Deserializer};
+
+    /// Name, namespace and resourceVersion (the watcher resumes from it) only.
+    fn meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            name: Option<String>,
+            namespace: Option<String>,
+            resource_version: Option<String>,
+        }
+        let m = Meta::deserialize(d)?;
+        Ok(ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            resource_version: m.resource_version,
+            ..ObjectMeta::default()
+        })
+    }
+
+    macro_rules! resource {
+        ($ty:ident, $kind:literal, $group:literal, $version:literal, $plural:literal) => {
+            impl kube::Resource for $ty {
+                type DynamicType = ();
+                type Scope = k8s_openapi::NamespaceResourceScope;
+                fn kind(_: &()) -> Cow<'_, str> {
+                    $kind.into()
+                }
+                fn group(_: &()) -> Cow<'_, str> {
+                    $group.into()
+                }
+                fn version(_: &()) -> Cow<'_, str> {
+                    $version.into()
+                }
+                fn plural(_: &()) -> Cow<'_, str> {
+                    $plural.into()
+                }
+                fn meta(&self) -> &ObjectMeta {
+                    &self.metadata
+                }
+                fn meta_mut(&mut self) -> &mut ObjectMeta {
+                    &mut self.metadata
+                }
+            }
+        };
+    }
+
+    #[derive(Clone, Debug, Deserialize)]
+    pub struct Pod {
+        #[serde(deserialize_with = "meta")]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: PodSpec,
+    }
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct PodSpec {
+        #[serde(default)]
+        pub containers: Vec<Container>,
+    }
+    #[derive(Clone, Debug, Deserialize)]
+    pub struct Container {
+        pub image: Option<String>,
+    }
+    resource!(Pod, "Pod", "", "v1", "pods");
+
+    #[derive(Clone, Debug, Deserialize)]
+    pub struct Run {
+        #[serde(deserialize_with = "meta")]
+        pub metadata: ObjectMeta,
+        #[serde(default)]
+        pub spec: RunSpec,
+        #[serde(default)]
+        pub status: RunStatus,
+    }
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct RunSpec {
+        #[serde(default)]
+        pub args: Vec<Argument>,
+    }
+    #[derive(Clone, Debug, Default, Deserialize)]
+    pub struct RunStatus {
+        pub phase: Option<HookPhase>,
+    }
+    resource!(Run, "HookRun", "tkex.tencent.com", "v1alpha1", "hookruns");
+}
 
 struct Args {
     pods: i32,
@@ -498,12 +592,12 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
     let successful: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let changed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let run_watch = tokio::spawn({
-        let (api, successful) = (Api::<HookRun>::namespaced(cluster.client(), "default"), successful.clone());
+        let (api, successful) = (Api::<slim::Run>::namespaced(cluster.client(), "default"), successful.clone());
         async move {
             let mut stream = watcher(api, watcher::Config::default()).boxed();
             while let Some(Ok(event)) = stream.next().await {
                 if let watcher::Event::Apply(run) | watcher::Event::InitApply(run) = event
-                    && run.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful)
+                    && run.status.phase == Some(HookPhase::Successful)
                     && let Some(pod) = run.spec.args.iter().find(|a| a.name == "PodName").and_then(|a| a.value.clone())
                 {
                     successful.lock().expect("lock").entry(pod).or_insert_with(Instant::now);
@@ -512,15 +606,12 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
         }
     });
     let pod_watch = tokio::spawn({
-        let (api, changed) = (Api::<Pod>::namespaced(cluster.client(), "default"), changed.clone());
+        let (api, changed) = (Api::<slim::Pod>::namespaced(cluster.client(), "default"), changed.clone());
         async move {
             let mut stream = watcher(api, watcher::Config::default()).boxed();
             while let Some(Ok(event)) = stream.next().await {
                 if let watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) = event
-                    && pod
-                        .spec
-                        .as_ref()
-                        .is_some_and(|s| s.containers.iter().any(|c| c.image.as_deref() == Some("game:v2")))
+                    && pod.spec.containers.iter().any(|c| c.image.as_deref() == Some("game:v2"))
                 {
                     changed.lock().expect("lock").entry(pod.name_any()).or_insert_with(Instant::now);
                 }

@@ -594,11 +594,12 @@ impl Registry {
         }
         let gr = rd.group_resource();
         let result = self.guaranteed_update(rd, ns, name, endpoint, ctx, |current| {
-            let base = (*self.view(rd, current)).clone();
+            // One deep copy of the stored object (the view of a built-in is the stored Arc itself).
+            let base = Arc::unwrap_or_clone(self.view(rd, current));
             let patched = match patch_type {
-                PatchType::Json => patch::json_patch(&base, body)?,
-                PatchType::Merge => patch::merge_patch(&base, body)?,
-                PatchType::Strategic => patch::strategic_merge_patch(&base, body, rd.cursor())?,
+                PatchType::Json => patch::json_patch_owned(base, body)?,
+                PatchType::Merge => patch::merge_patch_owned(base, body)?,
+                PatchType::Strategic => patch::strategic_merge_patch_owned(base, body, rd.cursor())?,
                 PatchType::Apply => return Err(ApiError::internal("apply handled separately")),
             };
             let _ = &gr;
@@ -815,7 +816,9 @@ impl Registry {
     }
 
     fn carry_system_metadata(&self, current: &Value, new: &mut Value, restore_managed_fields: bool) {
-        let cm = meta::metadata(current).cloned().unwrap_or_default();
+        // Borrowed, not cloned: the stored metadata holds managedFields, the largest part of it.
+        let empty = Map::new();
+        let cm = meta::metadata(current).unwrap_or(&empty);
         let m = meta::metadata_mut(new);
         if m.get("uid").and_then(Value::as_str).is_none_or(str::is_empty)
             && let Some(u) = cm.get("uid")

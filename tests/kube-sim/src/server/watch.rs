@@ -38,12 +38,7 @@ fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: 
         // every watcher of every change), with `type` first so clients need not buffer the object until they learn
         // the event's type.
         Format::Json => {
-            let mut line = b"{\"type\":".to_vec();
-            let _ = serde_json::to_writer(&mut line, kind);
-            line.extend_from_slice(b",\"object\":");
-            let _ = serde_json::to_writer(&mut line, object);
-            line.extend_from_slice(b"}\n");
-            return Bytes::from(line);
+            return json_line(kind, &serde_json::to_vec(object).unwrap_or_default());
         }
         Format::Metadata => table::partial_object_metadata(object),
         Format::Table(include) => {
@@ -60,6 +55,17 @@ fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: 
     };
     let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
     line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// `{"type":KIND,"object":OBJECT}` and a newline, around an object already encoded.
+fn json_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut line, kind);
+    line.extend_from_slice(b",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -210,6 +216,7 @@ pub fn serve(
     };
     let registry = st.registry.clone();
     let rd = rd.clone();
+    let api_version: Arc<str> = rd.api_version().into();
     let deadline = tokio::time::Instant::now() + timeout;
     struct StreamState {
         backlog: std::vec::IntoIter<WatchItem>,
@@ -231,6 +238,7 @@ pub fn serve(
         let registry = registry.clone();
         let rd = rd.clone();
         let client = client.clone();
+        let api_version = api_version.clone();
         async move {
             loop {
                 // Rules set while the watch is open: a blackhole freezes it, a rule failing every
@@ -264,14 +272,21 @@ pub fn serve(
                     }
                 };
                 let chunk = match item {
-                    WatchItem::Event { kind, object } => {
-                        let view = registry.view(&rd, &object);
+                    WatchItem::Event { kind, object, encoded } => {
                         let kind = match kind {
                             EventKind::Added => "ADDED",
                             EventKind::Modified => "MODIFIED",
                             EventKind::Deleted => "DELETED",
                         };
-                        encode(&rd, &format, kind, &view, &mut s.first)
+                        match (&format, encoded) {
+                            (Format::Json, Some(shared)) => {
+                                let object = shared.get_or_encode(&api_version, || {
+                                    Bytes::from(serde_json::to_vec(&*registry.view(&rd, &object)).unwrap_or_default())
+                                });
+                                json_line(kind, &object)
+                            }
+                            _ => encode(&rd, &format, kind, &registry.view(&rd, &object), &mut s.first),
+                        }
                     }
                     WatchItem::Bookmark { rv, initial_events_end } => {
                         if !bookmarks {

@@ -195,3 +195,71 @@ async fn watching_a_single_object_by_name() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// Each change is encoded once and the bytes shared by the watches that receive it (kube-sim's watch cache of
+/// encodings): every watch must still get the object as *its* request asks for it — two JSON watches of one version
+/// the same object, a watch of another served version that version's `apiVersion` and defaults, a Table watch rows,
+/// a metadata watch `PartialObjectMetadata` — and the state after each write, not an earlier one.
+#[tokio::test]
+async fn watches_of_one_change_share_its_encoding_but_each_gets_its_own_representation() -> Result<()> {
+    let sim = sim().await?;
+    let client = sim.client().await;
+    let mut crd = test_crd();
+    // A second served version whose schema defaults a field the storage version does not know.
+    let mut beta = crd["spec"]["versions"][0].clone();
+    beta["name"] = json!("v1beta1");
+    beta["storage"] = json!(false);
+    beta["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["tier"] =
+        json!({"type": "string", "default": "beta"});
+    crd["spec"]["versions"].as_array_mut().context("versions")?.push(beta);
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&PostParams::default(), &serde_json::from_value(crd)?).await?;
+    let gs: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), "default", &gameserver_resource());
+    let raw = Raw::new(&sim);
+    let alpha = "/apis/sim.kube-sim.test/v1alpha1/namespaces/default/gameservers";
+    let rv = raw.get(alpha).await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let watch = |version: &str| {
+        format!("/apis/sim.kube-sim.test/{version}/namespaces/default/gameservers?watch=true&resourceVersion={rv}")
+    };
+    let mut json_a = raw.watch(&watch("v1alpha1")).await?;
+    let mut json_b = raw.watch(&watch("v1alpha1")).await?;
+    let mut beta_watch = raw.watch(&watch("v1beta1")).await?;
+    let mut table =
+        raw.watch_with(&watch("v1alpha1"), &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")]).await?;
+    let mut metadata = raw
+        .watch_with(&watch("v1alpha1"), &[("Accept", "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io")])
+        .await?;
+
+    gs.create(&PostParams::default(), &gameserver("a")).await?;
+    gs.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))).await?;
+    gs.patch_status("a", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Running"}}))).await?;
+    for (i, (kind, replicas, phase)) in
+        [("ADDED", 2, None), ("MODIFIED", 3, None), ("MODIFIED", 3, Some("Running"))].into_iter().enumerate()
+    {
+        let a = json_a.next_event().await?;
+        let b = json_b.next_event().await?;
+        let beta = beta_watch.next_event().await?;
+        assert_eq!(a, b, "event {i}: two watches of one version get the same object");
+        assert_eq!((a["type"].as_str(), beta["type"].as_str()), (Some(kind), Some(kind)), "event {i}");
+        assert_eq!(a["object"]["apiVersion"], "sim.kube-sim.test/v1alpha1", "event {i}");
+        assert_eq!(beta["object"]["apiVersion"], "sim.kube-sim.test/v1beta1", "event {i}");
+        assert_eq!(beta["object"]["spec"]["tier"], "beta", "event {i}: the served version's defaults");
+        assert!(a["object"]["spec"].get("tier").is_none(), "event {i}: not the other version's");
+        for e in [&a, &beta] {
+            assert_eq!(e["object"]["spec"]["replicas"], replicas, "event {i}: the state after the write");
+            assert_eq!(e["object"]["status"].get("phase").and_then(|p| p.as_str()), phase, "event {i}");
+        }
+        let rv = &a["object"]["metadata"]["resourceVersion"];
+        assert_eq!(&beta["object"]["metadata"]["resourceVersion"], rv, "event {i}");
+        let t = table.next_event().await?;
+        assert_eq!((t["type"].as_str(), t["object"]["kind"].as_str()), (Some(kind), Some("Table")), "event {i}");
+        assert_eq!(t["object"]["rows"][0]["cells"][1], replicas, "event {i}: the DESIRED column");
+        let m = metadata.next_event().await?;
+        assert_eq!(m["object"]["kind"], "PartialObjectMetadata", "event {i}");
+        assert!(m["object"].get("spec").is_none(), "event {i}");
+        assert_eq!(&m["object"]["metadata"]["resourceVersion"], rv, "event {i}");
+    }
+    sim.shutdown().await;
+    Ok(())
+}
