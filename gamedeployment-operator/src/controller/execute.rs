@@ -73,11 +73,30 @@ pub(crate) struct Executor<'a> {
     pub ctx: &'a Context,
     pub gd: &'a GameDeployment,
     pub key: &'a str,
-    pub cached_pods: &'a [Arc<Pod>],
-    /// The HookRuns the plan was made from (for grouping deletions, see [`Executor::delete_hook_runs`]).
-    pub hook_runs: &'a [HookRun],
+    /// The cached pods the plan was made from by name and by UID, and the HookRuns it was made from by UID (for
+    /// grouping deletions, see [`Executor::delete_hook_runs`]): a pass looks up every pod it patches and every run it
+    /// deletes (a scan each was quadratic at 5,000 pods).
+    pods_by_name: HashMap<&'a str, &'a Pod>,
+    pods_by_uid: HashMap<&'a str, &'a Pod>,
+    runs_by_uid: HashMap<&'a str, &'a HookRun>,
     /// The revision pods are being moved to (for event messages).
     pub update_revision: &'a str,
+}
+
+impl<'a> Executor<'a> {
+    pub fn new(
+        ctx: &'a Context,
+        gd: &'a GameDeployment,
+        key: &'a str,
+        cached_pods: &'a [Arc<Pod>],
+        hook_runs: &'a [HookRun],
+        update_revision: &'a str,
+    ) -> Self {
+        let pods_by_name = cached_pods.iter().filter_map(|p| Some((p.metadata.name.as_deref()?, p.as_ref()))).collect();
+        let pods_by_uid = cached_pods.iter().filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref()))).collect();
+        let runs_by_uid = hook_runs.iter().filter_map(|r| Some((r.metadata.uid.as_deref()?, r))).collect();
+        Self { ctx, gd, key, pods_by_name, pods_by_uid, runs_by_uid, update_revision }
+    }
 }
 
 impl Executor<'_> {
@@ -98,10 +117,7 @@ impl Executor<'_> {
     }
 
     fn cached(&self, pod: &PodRef) -> Option<&Pod> {
-        self.cached_pods
-            .iter()
-            .map(AsRef::as_ref)
-            .find(|p| p.metadata.name.as_deref() == Some(&pod.name) && p.metadata.uid.as_deref() == Some(&pod.uid))
+        self.pods_by_name.get(pod.name.as_str()).copied().filter(|p| p.metadata.uid.as_deref() == Some(&pod.uid))
     }
 
     pub async fn run(&self, plan: &Plan) -> WriteOutcome {
@@ -128,8 +144,9 @@ impl Executor<'_> {
         for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
         }
-        for run in actions.create_runs {
-            self.create_hook_run(run, &mut outcome).await;
+        let created = create_all(&self.hook_runs(), actions.create_runs, self.ctx.config.write_concurrency).await;
+        for (run, result) in created {
+            self.hook_run_created(run, result, &mut outcome);
         }
         let rolling = crate::planner::status::condition(&plan.status, crate::planner::status::PROGRESSING)
             .is_some_and(|c| c.reason.as_deref() == Some("RolloutInProgress"));
@@ -625,9 +642,10 @@ impl Executor<'_> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
     }
 
-    async fn create_hook_run(&self, run: &HookRun, outcome: &mut WriteOutcome) {
+    /// Records the creation of a pass's HookRun ([`create_all`]).
+    fn hook_run_created(&self, run: &HookRun, result: Result<HookRun, kube::Error>, outcome: &mut WriteOutcome) {
         let name = run.name_any();
-        match self.hook_runs().create(&PostParams::default(), run).await {
+        match result {
             Ok(created) => {
                 let uid = created.metadata.uid.clone();
                 self.ctx.hook_overlay.created(created);
@@ -732,7 +750,7 @@ impl Executor<'_> {
     /// The collection a run to delete belongs to — (hook type, revision, GameDeployment name label) — and its pod's
     /// UID, if its pod is gone or runs another revision; None for any other run.
     fn batch_key(&self, uid: &str) -> Option<(BatchKey, String)> {
-        let run = self.hook_runs.iter().find(|r| r.metadata.uid.as_deref() == Some(uid))?;
+        let run = self.runs_by_uid.get(uid)?;
         let labels = run.metadata.labels.as_ref()?;
         let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
         let type_ = get(common::keys::HOOKRUN_TYPE)?;
@@ -749,7 +767,7 @@ impl Executor<'_> {
         {
             return None;
         }
-        let pod = self.cached_pods.iter().find(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()));
+        let pod = self.pods_by_uid.get(pod_uid.as_str());
         let moved = pod
             .is_none_or(|p| common::pod::label(p, common::keys::CONTROLLER_REVISION_HASH) != Some(revision.as_str()));
         moved.then_some(((type_, revision, workload), pod_uid))
@@ -867,8 +885,43 @@ impl<'p> Grouped<'p> {
                 Action::DeleteClaims { pod, claims } => g.delete_claims.push((pod.as_ref(), claims.as_slice())),
             }
         }
+        g.patches.sort_by_key(|change| send_order(change.reason));
         g
     }
+}
+
+/// The order a pass sends its pod changes in (lowest first; plan order among equals). A pod a gate has just let
+/// through goes first: its hook succeeded and it waits for nothing else, while a large pass also has hundreds of
+/// holds and readiness flips to send with a bounded number in flight. Then the pods whose update completed (they
+/// become available again, which makes room in the update budget for the next batch), then the rest.
+fn send_order(reason: PatchReason) -> u8 {
+    match reason {
+        PatchReason::InPlaceUpdate | PatchReason::InPlaceGraceEnded | PatchReason::HotPatchUpdate => 0,
+        PatchReason::InPlaceUpdateCompleted | PatchReason::ReadinessGate => 1,
+        PatchReason::InPlaceGraceCancelled | PatchReason::Lifecycle => 2,
+    }
+}
+
+/// Creates a pass's HookRuns, up to `concurrency` at once (one at a time, 1,000 runs of a 5,000-pod batch made a
+/// pass last seconds, and every pod whose hook succeeded meanwhile waited for the next pass). Results in any order.
+async fn create_all<'r>(
+    api: &Api<HookRun>,
+    runs: Vec<&'r HookRun>,
+    concurrency: usize,
+) -> Vec<(&'r HookRun, Result<HookRun, kube::Error>)> {
+    // Owned futures (an index and a clone of the run): futures borrowing the runs are not provably `Send` for
+    // every lifetime inside the controller's task.
+    let requests: Vec<_> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let (api, run) = (api.clone(), (*run).clone());
+            async move { (i, api.create(&PostParams::default(), &run).await) }
+        })
+        .collect();
+    let results: Vec<(usize, Result<HookRun, kube::Error>)> =
+        futures::stream::iter(requests).buffer_unordered(concurrency.max(1)).collect().await;
+    results.into_iter().map(|(i, result)| (runs[i], result)).collect()
 }
 
 /// The pod a pod's HookRun is for (its `PodName` arg and `pod-uid` label); None for a canary step run.
@@ -929,5 +982,78 @@ fn pause_event(gd: &GameDeployment, paused: bool, why: &str) -> PlannedEvent {
         )
     } else {
         PlannedEvent::normal("CanaryResumed", format!("{why}; set spec.updateStrategy.paused: false"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn change(name: &str, reason: PatchReason) -> Action {
+        Action::PatchPod(PodChange {
+            pod: PodRef { name: name.into(), uid: format!("uid-{name}") },
+            reason,
+            writes: Vec::new(),
+            summary: String::new(),
+        })
+    }
+
+    #[test]
+    fn pods_a_gate_let_through_are_sent_first_then_completions_then_the_rest() {
+        let actions = [
+            change("held", PatchReason::Lifecycle),
+            change("ready", PatchReason::ReadinessGate),
+            change("done", PatchReason::InPlaceUpdateCompleted),
+            change("passed", PatchReason::InPlaceUpdate),
+            change("held-2", PatchReason::Lifecycle),
+            change("hot", PatchReason::HotPatchUpdate),
+            change("grace-over", PatchReason::InPlaceGraceEnded),
+            change("cancelled", PatchReason::InPlaceGraceCancelled),
+        ];
+        let order: Vec<String> = Grouped::of(&actions).patches.into_iter().map(|c| c.pod.name).collect();
+        assert_eq!(order, ["passed", "hot", "grace-over", "ready", "done", "held", "held-2", "cancelled"]);
+    }
+
+    /// A client whose every request takes 20 ms and answers a HookRun; records the most requests in flight at once.
+    fn slow_client(in_flight: Arc<AtomicUsize>, most: Arc<AtomicUsize>) -> kube::Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (in_flight, most) = (in_flight.clone(), most.clone());
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                let name = request.uri().path().rsplit('/').next().unwrap_or_default().to_string();
+                let body = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookRun",
+                    "metadata": {"name": name, "namespace": "ns", "uid": "u"}, "spec": {"metrics": []}});
+                let response = http::Response::builder()
+                    .status(201)
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).expect("json")))
+                    .expect("response");
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        kube::Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn a_pass_creates_its_hook_runs_up_to_the_write_concurrency_at_once() {
+        let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let api: Api<HookRun> = Api::namespaced(slow_client(in_flight, most.clone()), "ns");
+        let runs: Vec<HookRun> = (0..40)
+            .map(|i| {
+                let mut run = HookRun::new(&format!("run-{i}"), Default::default());
+                run.metadata.namespace = Some("ns".into());
+                run
+            })
+            .collect();
+        let created = create_all(&api, runs.iter().collect(), 8).await;
+        assert_eq!(created.len(), 40);
+        assert!(created.iter().all(|(_, result)| result.is_ok()), "{created:?}");
+        // Each request waits 20 ms, so the 8-wide window fills: one at a time would never exceed 1.
+        assert_eq!(most.load(Ordering::SeqCst), 8);
     }
 }

@@ -563,14 +563,8 @@ fn plan(snapshot: &Snapshot) -> Plan {
 /// Execute: send the plan's actions.
 async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::WriteOutcome {
     let update_revision = plan.status.update_revision.clone().unwrap_or_default();
-    let executor = execute::Executor {
-        ctx,
-        gd: &snapshot.gd,
-        key: &snapshot.key,
-        cached_pods: &snapshot.pods,
-        hook_runs: &snapshot.hook_runs,
-        update_revision: &update_revision,
-    };
+    let executor =
+        execute::Executor::new(ctx, &snapshot.gd, &snapshot.key, &snapshot.pods, &snapshot.hook_runs, &update_revision);
     executor.run(plan).await
 }
 
