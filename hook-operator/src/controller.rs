@@ -424,6 +424,17 @@ async fn follow_shards(
     }
 }
 
+/// Whether a measurement of a run may start now: the run still exists (the same uid in the cache: a measurement
+/// armed before the run was deleted must not probe its endpoint afterwards) and, with sharding, its shard is held.
+fn fence(store: Store<HookRun>, shards: Option<Arc<crate::shards::Ownership>>) -> crate::dispatch::Fence {
+    Arc::new(move |id: &RunId| {
+        let present = store
+            .get(&ObjectRef::new(&id.name).within(&id.namespace))
+            .is_some_and(|run| run.metadata.uid.as_deref() == Some(id.uid.as_str()));
+        present && shards.as_ref().is_none_or(|shards| shards.owns(&id.uid))
+    })
+}
+
 /// Runs the controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -438,13 +449,6 @@ pub async fn run(
         let _ = wake_tx.send(ObjectRef::new(&id.name).within(&id.namespace));
     });
     let wake_all = wake.clone();
-    let mut dispatcher =
-        Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
-            .with_namespace_share(options.namespace_share_percent)
-            .with_status_writes(options.status_write_interval, options.max_status_writes_per_second);
-    if let Some(shards) = options.shards.clone() {
-        dispatcher = dispatcher.with_fence(Arc::new(move |uid: &str| shards.owns(uid)));
-    }
     let reporter = Reporter { controller: COMPONENT.into(), instance: Some(options.identity.clone()) };
     let events = EventSink::start(client.clone(), reporter, EVENT_QUEUE, metrics.events_dropped.clone());
 
@@ -461,6 +465,10 @@ pub async fn run(
             async move { shutdown.wait().await }
         });
     let store = controller.store();
+    let dispatcher = Dispatcher::new(providers, metrics.clone(), options.engine.clone(), options.max_in_flight, wake)
+        .with_namespace_share(options.namespace_share_percent)
+        .with_status_writes(options.status_write_interval, options.max_status_writes_per_second)
+        .with_fence(fence(store.clone(), options.shards.clone()));
     let context = Arc::new(Context {
         client: client.clone(),
         shards: options.shards.clone(),
@@ -537,6 +545,29 @@ mod tests {
 
     fn reasons(events: &[EventNote]) -> Vec<&str> {
         events.iter().map(|e| e.reason.as_str()).collect()
+    }
+
+    fn hookrun(name: &str, uid: &str) -> HookRun {
+        let mut run = HookRun::new(name, common::api::HookRunSpec::default());
+        run.metadata.namespace = Some("ns".into());
+        run.metadata.uid = Some(uid.into());
+        run
+    }
+
+    fn id(name: &str, uid: &str) -> RunId {
+        RunId { uid: uid.into(), namespace: "ns".into(), name: name.into() }
+    }
+
+    #[test]
+    fn measurements_of_deleted_or_replaced_runs_are_fenced() {
+        let (store, mut writer) = kube::runtime::reflector::store::<HookRun>();
+        writer.apply_watcher_event(&watcher::Event::Apply(hookrun("a", "uid-1")));
+        let fence = fence(store, None);
+        assert!(fence(&id("a", "uid-1")), "in the cache: measured");
+        assert!(!fence(&id("a", "uid-0")), "deleted and created again under the same name: not the same run");
+        assert!(!fence(&id("b", "uid-2")), "not in the cache (deleted): not measured");
+        writer.apply_watcher_event(&watcher::Event::Delete(hookrun("a", "uid-1")));
+        assert!(!fence(&id("a", "uid-1")), "deleted after it was armed: not measured");
     }
 
     #[test]

@@ -196,7 +196,7 @@ struct Inner {
 }
 
 /// See [`Dispatcher::with_fence`].
-pub type Fence = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub type Fence = Arc<dyn Fn(&RunId) -> bool + Send + Sync>;
 
 /// Receives every scheduling lag (the benchmark records exact percentiles with it).
 pub type LagObserver = Arc<dyn Fn(std::time::Duration) + Send + Sync>;
@@ -279,9 +279,9 @@ impl Dispatcher {
         self
     }
 
-    /// Checks `fence(uid)` right before each measurement starts (after waiting for its slot): when it says no
-    /// (this replica no longer holds the run's shard), the measurement is not taken and nothing is recorded. Call
-    /// before the dispatcher is cloned.
+    /// Checks `fence(run)` right before each measurement starts (after waiting for its slot): when it says no (the
+    /// run was deleted, or this replica no longer holds its shard), the measurement is not taken and nothing is
+    /// recorded. Call before the dispatcher is cloned.
     pub fn with_fence(mut self, fence: Fence) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.fence = Some(fence);
@@ -598,9 +598,9 @@ impl Dispatcher {
         let permit = self.inner.permits.clone().acquire_owned().await.ok();
         drop(waiting);
         if let Some(fence) = &self.inner.fence
-            && !fence(&id.uid)
+            && !fence(&id)
         {
-            // Not ours any more (a shard lost or given up): the new owner takes this slot.
+            // Gone, or not ours any more (a shard lost or given up): the new owner takes this slot.
             let mut slots = self.slots();
             if let Some(slot) = slots.get_mut(&id.uid)
                 && slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token)
@@ -1006,7 +1006,7 @@ mod tests {
                 woken.fetch_add(1, Ordering::SeqCst);
             })
         })
-        .with_fence(Arc::new(|uid: &str| uid != "uid-r"));
+        .with_fence(Arc::new(|id: &RunId| id.uid != "uid-r"));
         let round = d.plan(Arc::new(run("1", "0s")), Timestamp::now());
         assert_eq!(round.plan.start.len(), 1);
         d.commit(&round, None);
