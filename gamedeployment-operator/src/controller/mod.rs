@@ -525,10 +525,11 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
 
 /// A Warning Event, once per pod, for pods of `gd` someone else deleted while a pre-delete hook is configured.
 fn report_unguarded_deletions(ctx: &Context, gd: &GameDeployment, namespace: &str) {
-    let pods: Vec<Arc<Pod>> =
-        ctx.pods.state().into_iter().filter(|p| p.namespace().as_deref() == Some(namespace)).collect();
+    let pods_of_all = ctx.pods.state();
+    let pods: Vec<&Pod> =
+        pods_of_all.iter().map(AsRef::as_ref).filter(|p| p.metadata.namespace.as_deref() == Some(namespace)).collect();
     let mut deleted = lock(&ctx.deleted);
-    let found: Vec<&Pod> = deletions::unguarded(gd, pods.iter().map(AsRef::as_ref), &deleted.ours, ctx.started);
+    let found: Vec<&Pod> = deletions::unguarded(gd, pods.iter().copied(), &deleted.ours, ctx.started);
     let regarding = gd.object_ref(&());
     for pod in found {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -537,11 +538,15 @@ fn report_unguarded_deletions(ctx: &Context, gd: &GameDeployment, namespace: &st
             ctx.events.publish_related(&regarding, related(&event, namespace), note(&event));
         }
     }
-    // Forget pods that are gone (of every namespace this pass can see: the cache is namespace-wide).
-    let all: HashSet<String> = ctx.pods.state().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    // Forget pods that are gone (of every namespace this pass can see: the cache is namespace-wide). Nothing to
+    // forget in an in-place roll: no set of every pod's UID then.
     let Deletions { ours, reported } = &mut *deleted;
-    reported.retain(|u| all.contains(u));
-    ours.retain(|u| all.contains(u));
+    if ours.is_empty() && reported.is_empty() {
+        return;
+    }
+    let all: HashSet<&str> = pods_of_all.iter().filter_map(|p| p.metadata.uid.as_deref()).collect();
+    reported.retain(|u| all.contains(u.as_str()));
+    ours.retain(|u| all.contains(u.as_str()));
 }
 
 /// Plan: the pure planner on the snapshot.

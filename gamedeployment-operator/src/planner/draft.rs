@@ -20,6 +20,8 @@ pub(crate) struct Draft {
     pub actions: Vec<Action>,
     pub events: Vec<PlannedEvent>,
     pub held: Vec<HeldPod>,
+    /// Names of the `held` pods ([`Self::is_held`] is asked for every pod in a pass).
+    held_names: BTreeSet<String>,
     /// Hook runs that let a pod through this pass (kept until the pod has moved on).
     pub passed_runs: BTreeSet<String>,
     /// Pods whose post-inplace hook has not succeeded yet (`status.postInplaceHookCondition`).
@@ -42,7 +44,7 @@ impl Draft {
     }
 
     pub fn is_held(&self, name: &str) -> bool {
-        self.held.iter().any(|h| h.name == name)
+        self.held_names.contains(name)
     }
 
     /// Look again at `at` (if it is in the future; otherwise soon).
@@ -179,6 +181,7 @@ impl Draft {
                 summary: summary.join("; "),
             }));
         }
+        self.held_names.insert(info.name.to_string());
         self.held.push(HeldPod { name: info.name.to_string(), kind, decision, hook: verdict.hook });
         false
     }

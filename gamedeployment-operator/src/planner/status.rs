@@ -151,7 +151,8 @@ pub(crate) fn compute(
         pre_inplace_hook_condition: old.pre_inplace_hook_condition.clone(),
         post_inplace_hook_condition: old.post_inplace_hook_condition.clone(),
     };
-    let exists = |name: &str| infos.iter().any(|i| i.name == name);
+    let names: std::collections::HashSet<&str> = infos.iter().map(|i| i.name).collect();
+    let exists = |name: &str| names.contains(name);
     status.pre_delete_hook_condition.retain(|c| exists(&c.pod_name));
     status.pre_inplace_hook_condition.retain(|c| exists(&c.pod_name));
     status.post_inplace_hook_condition.retain(|c| exists(&c.pod_name));
