@@ -43,8 +43,6 @@ pub struct Event {
     pub key: String,
     pub object: Arc<Value>,
     pub prev: Option<Arc<Value>>,
-    /// `object` encoded once for all the watchers that receive it.
-    pub encoded: Arc<Encoded>,
 }
 
 /// The JSON encoding of an event's object as one API version serves it (`apiVersion`, then the bytes), made by the
@@ -300,15 +298,8 @@ impl Store {
         prev: Option<Arc<Value>>,
         rv: u64,
     ) {
-        let event = Arc::new(Event {
-            kind,
-            rv,
-            storage: storage.clone(),
-            key: key.to_string(),
-            object: obj.clone(),
-            prev,
-            encoded: Arc::default(),
-        });
+        let event =
+            Arc::new(Event { kind, rv, storage: storage.clone(), key: key.to_string(), object: obj.clone(), prev });
         let bucket = inner.buckets.entry(storage).or_default();
         match kind {
             EventKind::Deleted => {
@@ -325,13 +316,15 @@ impl Store {
             }
         }
         let ns = key.split_once('/').map(|(ns, _)| ns);
+        // Held by the watch items only (not by the history): freed once every watch has sent the event.
+        let encoded = Arc::new(Encoded::default());
         bucket.watchers.retain(|w| {
             if let Some(wanted) = &w.namespace
                 && ns != Some(wanted.as_str())
             {
                 return true;
             }
-            match translate(&event, &w.filter) {
+            match translate(&event, &w.filter, Some(&encoded)) {
                 None => true,
                 Some(item) => w.tx.try_send(item).is_ok(),
             }
@@ -394,7 +387,7 @@ impl Store {
                 }
                 for e in bucket.history.iter().filter(|e| e.rv > v) {
                     if in_ns(&e.key)
-                        && let Some(item) = translate(e, &filter)
+                        && let Some(item) = translate(e, &filter, None)
                     {
                         backlog.push(item);
                     }
@@ -545,7 +538,7 @@ fn intern(inner: &mut Inner, storage: &str) -> Arc<str> {
 
 /// Converts a committed event into what a filtered watcher must see: objects moving into the
 /// selection are ADDED, moving out are DELETED (with the event's resource version).
-fn translate(event: &Event, filter: &Filter) -> Option<WatchItem> {
+fn translate(event: &Event, filter: &Filter, encoded: Option<&Arc<Encoded>>) -> Option<WatchItem> {
     let cur = event.kind != EventKind::Deleted && filter(&event.object);
     let old = event.prev.as_ref().is_some_and(|p| filter(p));
     match (cur, old, event.kind) {
@@ -555,28 +548,22 @@ fn translate(event: &Event, filter: &Filter) -> Option<WatchItem> {
                 Some(WatchItem::Event {
                     kind: EventKind::Deleted,
                     object: event.object.clone(),
-                    encoded: Some(event.encoded.clone()),
+                    encoded: encoded.cloned(),
                 })
             } else {
                 None
             }
         }
         (false, false, _) => None,
-        (true, false, _) => Some(WatchItem::Event {
-            kind: EventKind::Added,
-            object: event.object.clone(),
-            encoded: Some(event.encoded.clone()),
-        }),
-        (true, true, _) => Some(WatchItem::Event {
-            kind: event.kind,
-            object: event.object.clone(),
-            encoded: Some(event.encoded.clone()),
-        }),
-        (false, true, EventKind::Deleted) => Some(WatchItem::Event {
-            kind: EventKind::Deleted,
-            object: event.object.clone(),
-            encoded: Some(event.encoded.clone()),
-        }),
+        (true, false, _) => {
+            Some(WatchItem::Event { kind: EventKind::Added, object: event.object.clone(), encoded: encoded.cloned() })
+        }
+        (true, true, _) => {
+            Some(WatchItem::Event { kind: event.kind, object: event.object.clone(), encoded: encoded.cloned() })
+        }
+        (false, true, EventKind::Deleted) => {
+            Some(WatchItem::Event { kind: EventKind::Deleted, object: event.object.clone(), encoded: encoded.cloned() })
+        }
         (false, true, _) => {
             let prev = event.prev.as_ref().map(|p| with_rv((**p).clone(), event.rv)).unwrap_or(Value::Null);
             Some(WatchItem::Event { kind: EventKind::Deleted, object: Arc::new(prev), encoded: None })

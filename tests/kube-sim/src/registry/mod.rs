@@ -734,12 +734,25 @@ impl Registry {
         let gr = rd.group_resource();
         for _ in 0..MAX_UPDATE_ATTEMPTS {
             let current = self.store.get(&rd.storage, &key).ok_or_else(|| ApiError::not_found(&gr, name))?;
-            let desired = mutate(&current)?;
-            let desired = if ctx.skip_managed {
+            let mut desired = mutate(&current)?;
+            // managedFields the write left as stored (every patch and most updates) stay out of the decode round trip,
+            // which would only rebuild them (they were written by kube-sim, and decoding them is stable): an empty
+            // list holds their place in the metadata meanwhile.
+            let stored_fields = meta::metadata(&current).and_then(|m| m.get("managedFields"));
+            let unchanged_fields = match desired.get_mut("metadata").and_then(|m| m.get_mut("managedFields")) {
+                Some(fields) if stored_fields == Some(fields) && fields.as_array().is_some_and(|a| !a.is_empty()) => {
+                    Some(std::mem::replace(fields, Value::Array(Vec::new())))
+                }
+                _ => None,
+            };
+            let mut desired = if ctx.skip_managed {
                 self.decode(rd, desired, ctx, false)?
             } else {
                 self.decode_patched(rd, desired, ctx)?
             };
+            if let Some(fields) = unchanged_fields {
+                meta::metadata_mut(&mut desired).insert("managedFields".into(), fields);
+            }
             let requested_rv = meta::resource_version(&desired).to_string();
             let explicit_rv = !requested_rv.is_empty();
             if explicit_rv && requested_rv != meta::resource_version(&current) {

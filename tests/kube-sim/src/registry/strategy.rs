@@ -125,7 +125,8 @@ fn secret_prepare(obj: &mut Value) {
 pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &mut Value) {
     match endpoint {
         Endpoint::Main | Endpoint::Scale => {
-            if rd.status_subresource {
+            // A write that sends the stored status back (most do) keeps it without a copy.
+            if rd.status_subresource && new.get("status") != old.get("status") {
                 let old_status = old.get("status").cloned();
                 if let Value::Object(m) = new {
                     match old_status {
@@ -170,6 +171,8 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
                         n.keys().chain(o.keys()).filter(|k| *k != "metadata" && *k != "status").cloned().collect();
                     for k in keys {
                         match o.get(&k) {
+                            // Unchanged (the usual status write): nothing to copy.
+                            Some(v) if n.get(&k) == Some(v) => {}
                             Some(v) => {
                                 n.insert(k, v.clone());
                             }
