@@ -6,4 +6,6 @@
 mod bcs_field_names;
 mod crd_descriptions;
 mod crds_fresh;
+#[cfg(feature = "runtime")] // the Event publisher is part of the operators' runtime
+mod event_series;
 mod examples;

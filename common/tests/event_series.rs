@@ -1,0 +1,89 @@
+//! Events through the API (kube-sim): a repeated Event continues its series on the first object (one object,
+//! `series.count` 2, 3, …), a different related object or reason is its own Event, and a series whose Event was
+//! deleted starts a new Event.
+
+use std::time::Duration;
+
+use common::runtime::events::{EventSink, Note};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::DeleteParams;
+use kube::runtime::events::Reporter;
+use kube_sim::testing::eventually;
+use prometheus_client::metrics::counter::Counter;
+
+fn reference(kind: &str, name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("tkex.tencent.com/v1alpha1".into()),
+        kind: Some(kind.into()),
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+        uid: Some(format!("uid-{name}")),
+        ..ObjectReference::default()
+    }
+}
+
+fn note(reason: &str, message: &str) -> Note {
+    Note { warning: false, reason: reason.into(), message: message.into(), action: "Test".into() }
+}
+
+/// (reason, related pod, series count) of every Event, sorted.
+async fn events(api: &Api<Event>) -> anyhow::Result<Vec<(String, String, i32)>> {
+    let mut seen: Vec<(String, String, i32)> = api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|e| {
+            let pod = e.related.and_then(|r| r.name).unwrap_or_default();
+            (e.reason.unwrap_or_default(), pod, e.series.map_or(1, |s| s.count))
+        })
+        .collect();
+    seen.sort();
+    Ok(seen)
+}
+
+#[tokio::test]
+async fn repeated_events_continue_their_series_through_the_api() -> anyhow::Result<()> {
+    let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await?;
+    let client = sim.client().await;
+    let reporter = Reporter { controller: "test-operator".into(), instance: None };
+    let sink = EventSink::start(client.clone(), reporter, 64, Counter::default());
+    let api: Api<Event> = Api::namespaced(client, "default");
+    let gd = reference("GameDeployment", "gd");
+    let (p1, p2) = (Some(reference("Pod", "p1")), Some(reference("Pod", "p2")));
+
+    for _ in 0..3 {
+        sink.publish_related(&gd, p1.clone(), note("HookBlocked", "waiting"));
+    }
+    sink.publish_related(&gd, p2.clone(), note("HookBlocked", "waiting"));
+    sink.publish_related(&gd, p1.clone(), note("SuccessfulCreate", "created"));
+    let expected = vec![
+        ("HookBlocked".to_string(), "p1".to_string(), 3),
+        ("HookBlocked".to_string(), "p2".to_string(), 1),
+        ("SuccessfulCreate".to_string(), "p1".to_string(), 1),
+    ];
+    let seen = eventually("three Events, the first a series of 3", || async {
+        let seen = events(&api).await?;
+        Ok((seen == expected).then_some(seen))
+    })
+    .await;
+    assert!(seen.is_ok(), "{:?} (last seen {:?})", seen.err(), events(&api).await?);
+
+    // The series' Event deleted (the API server's Event TTL): the next repeat creates a new one.
+    for event in api.list(&Default::default()).await?.items {
+        if event.related.and_then(|r| r.name).as_deref() == Some("p2") {
+            api.delete(event.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await?;
+        }
+    }
+    sink.publish_related(&gd, p2.clone(), note("HookBlocked", "waiting again"));
+    eventually("the deleted series started again as a new Event", || async {
+        let seen = events(&api).await?;
+        Ok(seen.contains(&("HookBlocked".to_string(), "p2".to_string(), 1)).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(events(&api).await?.len(), 3, "nothing else was created");
+    Ok(())
+}
