@@ -601,13 +601,23 @@ impl Dispatcher {
             && !fence(&id)
         {
             // Gone, or not ours any more (a shard lost or given up): the new owner takes this slot.
-            let mut slots = self.slots();
-            if let Some(slot) = slots.get_mut(&id.uid)
-                && slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token)
-            {
-                slot.in_flight.remove(&start.metric);
-                // Not idle any more: the next round must plan (and start it again if the shard comes back).
-                slot.idle = None;
+            let called_off = {
+                let mut slots = self.slots();
+                match slots.get_mut(&id.uid) {
+                    Some(slot) if slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token) => {
+                        slot.in_flight.remove(&start.metric);
+                        // Not idle any more: the next round must plan (and start it again if the shard comes back).
+                        slot.idle = None;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            // The run decides in a round: a run that exists and is ours after all (a fence that was wrong for a
+            // moment) plans the measurement again instead of waiting for nothing; one that is gone or another
+            // replica's is forgotten there.
+            if called_off {
+                (self.inner.wake)(&id);
             }
             return;
         }
@@ -1010,8 +1020,8 @@ mod tests {
         let round = d.plan(Arc::new(run("1", "0s")), Timestamp::now());
         assert_eq!(round.plan.start.len(), 1);
         d.commit(&round, None);
-        for _ in 0..200 {
-            if d.slots().get("uid-r").is_some_and(|s| s.in_flight.is_empty()) {
+        for _ in 0..2000 {
+            if woken.load(Ordering::SeqCst) > 0 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -1019,7 +1029,8 @@ mod tests {
         let slots = d.slots();
         let slot = slots.get("uid-r").unwrap();
         assert!(slot.in_flight.is_empty() && slot.finished.is_empty(), "nothing measured, nothing recorded");
-        assert_eq!(woken.load(Ordering::SeqCst), 0);
+        assert_eq!(woken.load(Ordering::SeqCst), 1, "woken once: a round decides (a gone run is forgotten there)");
+        assert!(slot.idle.is_none(), "and that round plans instead of taking the run for idle");
     }
 
     #[tokio::test]
