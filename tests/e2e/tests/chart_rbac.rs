@@ -542,7 +542,9 @@ async fn revisions(cluster: &Cluster, ns: &str) -> Vec<(String, i64)> {
 ///   `revisionHistoryLimit: 0` (the second template's revision is deleted once no pod runs it), and a `podsToDelete` entry naming no pod (pruned
 ///   from the spec);
 /// - in another namespace, a foreign ControllerRevision already holding the name of the GameDeployment's first
-///   revision: the create is refused, the operator reads the revision, and moves to a new name (`collisionCount`).
+///   revision: the create is refused, the operator reads the revision, and moves to a new name (`collisionCount`);
+/// - a HookTemplate with an unparsable condition, edited and still unparsable: the hook-operator warns twice about
+///   the same template, and the second Warning continues the first as a series (`patch` on Events).
 async fn rarer_paths(cluster: &Cluster, ns: &str) {
     let first = revisions(cluster, ns).await.into_iter().find(|(_, n)| *n == 1).expect("the first revision").0;
     let pod = cluster
@@ -593,6 +595,33 @@ async fn rarer_paths(cluster: &Cluster, ns: &str) {
         (gd_field(cluster, collide, "{.status.collisionCount}").await.trim() == "1").then_some(())
     })
     .await;
+
+    let template = |condition: &str| {
+        json!({
+            "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
+            "metadata": {"name": "unparsable", "namespace": ns},
+            "spec": {"metrics": [{"name": "m", "successCondition": condition,
+                                  "provider": {"web": {"url": "http://127.0.0.1:1/"}}}]},
+        })
+        .to_string()
+    };
+    for (i, condition) in ["result >", "result <"].into_iter().enumerate() {
+        let path = write(cluster, &format!("unparsable-{i}.json"), &template(condition)).await;
+        cluster.kubectl_ok(&["apply", "-f", &path]).await;
+        wait_for("the Warning about the unparsable template", LONG, || async {
+            let out = cluster.kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]).await;
+            let list: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+            let count = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["reason"] == "InvalidHookTemplate" && e["regarding"]["name"] == "unparsable")
+                .map(|e| e["series"]["count"].as_i64().unwrap_or(1))
+                .max();
+            (count >= Some(i as i64 + 1)).then_some(())
+        })
+        .await;
+    }
 }
 
 /// Verb by verb: every (resource, verb) the chart grants an operator is used by it during the compact
