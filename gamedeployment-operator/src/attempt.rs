@@ -131,12 +131,14 @@ pub fn judge(run: &HookRun, attempt: &Attempt<'_>) -> Judgement {
 fn stored_spec_hash(run: &HookRun) -> String {
     use std::collections::HashMap;
     use std::sync::{LazyLock, Mutex};
-    static MEMO: LazyLock<Mutex<HashMap<(String, String), String>>> = LazyLock::new(Default::default);
+    // UID → (resourceVersion, hash): a lookup allocates nothing; a run's newer version replaces its entry.
+    static MEMO: LazyLock<Mutex<HashMap<String, (String, String)>>> = LazyLock::new(Default::default);
     let (Some(uid), Some(rv)) = (run.metadata.uid.as_deref(), run.metadata.resource_version.as_deref()) else {
         return spec_hash(&run.spec);
     };
-    let key = (uid.to_string(), rv.to_string());
-    if let Some(hash) = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
+    if let Some((seen_rv, hash)) = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid)
+        && seen_rv == rv
+    {
         return hash.clone();
     }
     let hash = spec_hash(&run.spec);
@@ -144,7 +146,7 @@ fn stored_spec_hash(run: &HookRun) -> String {
     if memo.len() >= 100_000 {
         memo.clear();
     }
-    memo.insert(key, hash.clone());
+    memo.insert(uid.to_string(), (rv.to_string(), hash.clone()));
     hash
 }
 
@@ -171,6 +173,52 @@ pub fn named<'a>(runs: &'a [HookRun], base: &str) -> [Option<&'a HookRun>; MAX_N
     found
 }
 
+/// The namespace's runs by name (the first run of each name), built once per pass: [`named`] scans every run of the
+/// namespace for each held pod, `O(pods × runs)` string comparisons per pass in a roll of thousands of pods.
+#[derive(Debug)]
+pub struct RunNames<'a> {
+    runs: &'a [HookRun],
+    by_name: std::collections::HashMap<&'a str, &'a HookRun>,
+}
+
+impl<'a> RunNames<'a> {
+    pub fn of(runs: &'a [HookRun]) -> Self {
+        let mut by_name = std::collections::HashMap::with_capacity(runs.len());
+        for run in runs {
+            if let Some(name) = run.metadata.name.as_deref() {
+                by_name.entry(name).or_insert(run);
+            }
+        }
+        Self { runs, by_name }
+    }
+
+    /// Whether this index was built from exactly `runs` (the same slice): otherwise the caller scans.
+    fn covers(&self, runs: &[HookRun]) -> bool {
+        std::ptr::eq(self.runs, runs)
+    }
+}
+
+/// [`named`], looking the names up in `names` when it was built from `runs` (the same result, without the scan).
+pub fn named_in<'a>(
+    runs: &'a [HookRun],
+    names: Option<&RunNames<'a>>,
+    base: &str,
+) -> [Option<&'a HookRun>; MAX_NAME_SUFFIX + 1] {
+    let Some(names) = names.filter(|n| n.covers(runs)) else { return named(runs, base) };
+    let mut found = [None; MAX_NAME_SUFFIX + 1];
+    let mut name = String::with_capacity(base.len() + 3);
+    for (n, slot) in found.iter_mut().enumerate() {
+        name.clear();
+        name.push_str(base);
+        if n > 0 {
+            use std::fmt::Write;
+            let _ = write!(name, ".{n}");
+        }
+        *slot = names.by_name.get(name.as_str()).copied();
+    }
+    found
+}
+
 /// Where the attempt's run is, or which name a new one gets.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Choice<'a> {
@@ -190,10 +238,21 @@ pub fn nth_name(base: &str, n: usize) -> String {
 /// Finds the attempt's run among the observed runs named `base` or `base.N`, or chooses the name of a new one (the
 /// first free name). Every name is looked at before a new one is chosen: once an older run under `base` is
 /// deleted, our run may live under `base.1` while `base` is free again.
+#[cfg(test)]
 pub fn choose<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> Choice<'a> {
+    choose_in(runs, None, base, attempt)
+}
+
+/// [`choose`] with the pass's index of the runs by name ([`named_in`]).
+pub fn choose_in<'a>(
+    runs: &'a [HookRun],
+    names: Option<&RunNames<'a>>,
+    base: &str,
+    attempt: &Attempt<'_>,
+) -> Choice<'a> {
     let mut skipped = Vec::new();
     let mut free = None;
-    for (n, run) in named(runs, base).into_iter().enumerate() {
+    for (n, run) in named_in(runs, names, base).into_iter().enumerate() {
         let name = nth_name(base, n);
         match run {
             None => {
@@ -283,6 +342,27 @@ mod tests {
             let by_lookup = runs.iter().find(|r| r.metadata.name.as_deref() == Some(nth_name("pre", n).as_str()));
             assert_eq!(run.map(|r| r as *const HookRun), by_lookup.map(|r| r as *const HookRun), "name {n}");
         }
+    }
+
+    #[test]
+    fn the_pass_index_finds_what_the_scan_finds_and_is_used_only_for_its_own_runs() {
+        let made = attempt(Change::Delete, "t1");
+        let runs: Vec<HookRun> =
+            ["pre.2", "pre", "pre.01", "pre.0", "pre.9", "prefix", "pre.x", "pre.8", "other", "pre", "pre.1"]
+                .iter()
+                .map(|name| run(name, &made))
+                .collect();
+        let index = RunNames::of(&runs);
+        let ptrs = |found: [Option<&HookRun>; MAX_NAME_SUFFIX + 1]| found.map(|r| r.map(|r| r as *const HookRun));
+        for base in ["pre", "prefix", "other", "pre.1", "missing"] {
+            assert_eq!(ptrs(named_in(&runs, Some(&index), base)), ptrs(named(&runs, base)), "{base}");
+        }
+        // Another slice (a state whose runs were replaced): the index does not describe it, so it is scanned.
+        let other: Vec<HookRun> = vec![run("pre.3", &made)];
+        let found = named_in(&other, Some(&index), "pre");
+        assert!(std::ptr::eq(found[3].unwrap(), &other[0]));
+        assert!(found[0].is_none() && found[2].is_none());
+        assert_eq!(choose_in(&runs, Some(&index), "pre", &made), choose(&runs, "pre", &made));
     }
 
     #[test]

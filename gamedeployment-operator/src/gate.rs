@@ -81,6 +81,8 @@ pub struct GateState<'a> {
     pub hook_runs: &'a [HookRun],
     pub templates: &'a [HookTemplate],
     pub now: Timestamp,
+    /// `hook_runs` by name, when the pass built the index (a state whose `hook_runs` were replaced scans them).
+    pub names: Option<&'a attempt::RunNames<'a>>,
 }
 
 /// The hook side of a decision: which run decides the pod, what to create, what the status shows.
@@ -191,10 +193,15 @@ pub fn hold_started(pod: &Pod) -> Option<Timestamp> {
 
 /// Every run of an attempt (ours, under `base` or `base.N`), oldest first — an automatic retry adds one — and the
 /// first name no run holds (for the next retry).
-pub fn attempt_runs<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> (Vec<&'a HookRun>, Option<String>) {
+pub fn attempt_runs<'a>(
+    runs: &'a [HookRun],
+    names: Option<&attempt::RunNames<'a>>,
+    base: &str,
+    attempt: &Attempt<'_>,
+) -> (Vec<&'a HookRun>, Option<String>) {
     let mut ours = Vec::new();
     let mut free = None;
-    for (n, run) in attempt::named(runs, base).into_iter().enumerate() {
+    for (n, run) in attempt::named_in(runs, names, base).into_iter().enumerate() {
         match run {
             None => {
                 free.get_or_insert(attempt::nth_name(base, n));
@@ -327,7 +334,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
     let gd_uid = state.gd.metadata.uid.as_deref().unwrap_or("");
     let attempt = Attempt::of(gd_uid, request.pod, change);
     let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
-    let choice = attempt::choose(state.hook_runs, &base, &attempt);
+    let choice = attempt::choose_in(state.hook_runs, state.names, &base, &attempt);
     if skip {
         // A person asked to skip this change's hook for this pod: released and recorded, never a success.
         let found = if let Choice::Found(run) = &choice { Some(*run) } else { None };
@@ -370,7 +377,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         }
     };
     // The latest run of the attempt decides (earlier ones failed and were retried automatically).
-    let (history, free) = attempt_runs(state.hook_runs, &base, &attempt);
+    let (history, free) = attempt_runs(state.hook_runs, state.names, &base, &attempt);
     let run = history.last().copied().unwrap_or(run);
     let run_name = run.metadata.name.clone().unwrap_or_default();
     let phase = run_phase(run);
@@ -508,7 +515,7 @@ mod tests {
             GateKind::HotPatchUpdate,
         ] {
             let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1"), target_revision: Some("web-2") };
-            let state = GateState { gd: &gd, hook_runs: &[], templates: &[], now: Timestamp::UNIX_EPOCH };
+            let state = GateState { gd: &gd, hook_runs: &[], templates: &[], now: Timestamp::UNIX_EPOCH, names: None };
             assert_eq!(verdict(&request, &state, &[]), Verdict::allow());
         }
         assert_eq!(GateDecision::Wait("hook running".into()).reason(), Some("hook running"));

@@ -240,7 +240,8 @@ pub(crate) fn complete_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, dra
     // The run is bound to the pod's `Updated` visit that this very patch starts (same timestamp).
     let updated_at = settings.now.to_string();
     let attempt = post_attempt(settings, info, Some(&updated_at));
-    if let Choice::Create { name, .. } = attempt::choose(settings.gate.hook_runs, &post_run_name(step, info), &attempt)
+    if let Choice::Create { name, .. } =
+        attempt::choose_in(settings.gate.hook_runs, settings.gate.names, &post_run_name(step, info), &attempt)
         && let Ok(mut run) = build_post_run(settings, step, info, name)
     {
         attempt::stamp(&mut run, &attempt);
@@ -290,8 +291,8 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
     let Some(step) = post_hook(settings) else { return Some(normal()) };
     let attempt = post_attempt(settings, info, common::pod::annotation(info.pod, keys::LIFECYCLE_TIMESTAMP));
     let base = post_run_name(step, info);
-    let choice = attempt::choose(settings.gate.hook_runs, &base, &attempt);
-    let (history, free) = gate::attempt_runs(settings.gate.hook_runs, &base, &attempt);
+    let choice = attempt::choose_in(settings.gate.hook_runs, settings.gate.names, &base, &attempt);
+    let (history, free) = gate::attempt_runs(settings.gate.hook_runs, settings.gate.names, &base, &attempt);
     let latest = history.last().copied().or(if let Choice::Found(run) = &choice { Some(*run) } else { None });
     let mut release = |reason, message: String, run: Option<&HookRun>| {
         draft.post_hooks.push(HookCondition {

@@ -88,6 +88,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         return finish(draft, old_status, 0, gd);
     }
 
+    // The gate looks up every held pod's runs by name.
+    let run_names = crate::attempt::RunNames::of(observed.hook_runs);
+
     // 1. Ownership.
     let selector = ownership::validate_selector(gd);
     let claim = ownership::claim(gd, &observed.pods, selector.is_ok());
@@ -121,6 +124,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         spec_problems.push((Failure::Scale, problem.to_string()));
     }
     let mut settings = settings::resolve(observed, &mut spec_problems, update_revision, current_revision, templates);
+    settings.gate.names = Some(&run_names);
     let infos = settings::pod_infos(&settings, &active);
     let spec_partition = settings.partition;
 

@@ -83,29 +83,48 @@ pub(crate) fn plan(settings: &Settings<'_>, diffs: &Diffs, infos: &[PodInfo<'_>]
     if settings.paused || settings.strategy == Strategy::OnDelete {
         return;
     }
+    let mut changes = Changes::default();
     for info in batch(settings, diffs, infos, draft) {
         draft.touch(info.name);
-        update_pod(settings, info, draft);
+        update_pod(settings, info, &mut changes, draft);
+    }
+}
+
+/// The in-place change from each pod revision to the update revision, computed once per pass and revision (the
+/// templates are compared through JSON; a batch holds up to thousands of pods of the same revision).
+#[derive(Default)]
+struct Changes<'s>(std::collections::HashMap<&'s str, Result<inplace::TemplateChange, String>>);
+
+impl<'s> Changes<'s> {
+    fn from(&mut self, settings: &Settings<'_>, from: &'s str) -> Result<inplace::TemplateChange, String> {
+        self.0
+            .entry(from)
+            .or_insert_with(|| {
+                let new_template =
+                    settings.templates.get(&settings.update_revision).unwrap_or(&settings.gd.spec.template);
+                match settings.templates.get(from) {
+                    Some(old) => inplace::diff(old, new_template),
+                    None => Err(format!("its revision {from} no longer exists, so the change cannot be computed")),
+                }
+            })
+            .clone()
     }
 }
 
 /// Moves one pod with the GameDeployment's strategy.
-fn update_pod(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) {
+fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Changes<'a>, draft: &mut Draft) {
     let hot_patch = match settings.strategy {
         Strategy::RollingUpdate => return rolling::replace(settings, info, DeleteCause::RollingUpdate, draft),
         Strategy::OnDelete => return,
         Strategy::InplaceUpdate => false,
         Strategy::HotPatchUpdate => true,
     };
-    let new_template = settings.templates.get(&settings.update_revision).unwrap_or(&settings.gd.spec.template);
-    let planned = match (info.revision, info.revision.and_then(|r| settings.templates.get(r))) {
-        (Some(from), Some(old)) => inplace::diff(old, new_template).map(|change| (from, change)),
-        (Some(from), None) => Err(format!("its revision {from} no longer exists, so the change cannot be computed")),
-        (None, _) => {
-            Err("it has no controller-revision-hash label (it was adopted), so the change cannot be computed"
-                .to_string())
-        }
-    };
+    let planned =
+        match info.revision {
+            Some(from) => changes.from(settings, from).map(|change| (from, change)),
+            None => Err("it has no controller-revision-hash label (it was adopted), so the change cannot be computed"
+                .to_string()),
+        };
     let (from, mut change) = match planned {
         Ok(planned) => planned,
         Err(reason) => return fallback(settings, info, &reason, draft),
