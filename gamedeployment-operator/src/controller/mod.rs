@@ -9,6 +9,7 @@
 
 mod deletions;
 mod execute;
+mod lean;
 mod overlay;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -775,8 +776,16 @@ pub async fn run(
     let namespace = config.namespace.as_deref();
     let (gd_reader, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace));
     let gd_stream = gd_events.applied_objects().predicate_filter(spec_fingerprint, Default::default());
-    let (pod_reader, pod_events) = watch::cached(api::<Pod>(&client, namespace));
-    let pod_stream = pod_events.touched_objects();
+    // Pods are decoded without their managedFields (`lean`), otherwise as `watch::cached` does.
+    let (pod_reader, pod_writer) = kube::runtime::reflector::store::<Pod>();
+    let pod_stream = kube::runtime::watcher(
+        api::<lean::LeanPod>(&client, namespace),
+        kube::runtime::watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .map_ok(lean::pod_event)
+    .reflect(pod_writer)
+    .touched_objects();
     let (revision_reader, revision_events) = watch::cached(api::<ControllerRevision>(&client, namespace));
     let revision_stream = revision_events.touched_objects();
     let (hook_run_reader, hook_run_events) = watch::cached(api::<HookRun>(&client, namespace));
