@@ -45,21 +45,72 @@ pub struct Event {
     pub prev: Option<Arc<Value>>,
 }
 
-/// The JSON encoding of an event's object as one API version serves it (`apiVersion`, then the bytes), made by the
-/// first watcher that sends it and shared by the others: each change is serialized once, not once per watch.
+/// The JSON encoding of an event's object as one API version serves it (`apiVersion`, then the bytes, and whether
+/// they encode the stored object itself), made by the first watcher that sends it and shared by the others: each
+/// change is serialized once, not once per watch.
 #[derive(Debug, Default)]
-pub struct Encoded(OnceLock<(String, Bytes)>);
+pub struct Encoded(OnceLock<(String, Bytes, bool)>);
 
 impl Encoded {
-    /// The bytes for `api_version`; `encode` makes them when this event has none for that version yet (a watch
-    /// of another served version of the same storage encodes its own and does not cache them).
-    pub fn get_or_encode(&self, api_version: &str, encode: impl FnOnce() -> Bytes) -> Bytes {
-        if let Some((version, bytes)) = self.0.get() {
-            return if version == api_version { bytes.clone() } else { encode() };
+    /// The bytes for `api_version`; `encode` makes them (and says whether the served object is the stored one, not a
+    /// conversion of it) when this event has none for that version yet (a watch of another served version of the
+    /// same storage encodes its own and does not cache them).
+    pub fn get_or_encode(&self, api_version: &str, encode: impl FnOnce() -> (Bytes, bool)) -> Bytes {
+        if let Some((version, bytes, _)) = self.0.get() {
+            return if version == api_version { bytes.clone() } else { encode().0 };
         }
-        let bytes = encode();
-        let _ = self.0.set((api_version.to_string(), bytes.clone()));
+        let (bytes, stored) = encode();
+        let _ = self.0.set((api_version.to_string(), bytes.clone(), stored));
         bytes
+    }
+
+    /// The encoding of the stored object, if a watch made one.
+    fn stored_form(&self) -> Option<Bytes> {
+        self.0.get().filter(|(_, _, stored)| *stored).map(|(_, bytes, _)| bytes.clone())
+    }
+}
+
+/// A version of an object kept in the watch history: the parsed object while it is the stored one, afterwards (when
+/// a watch has encoded it as stored) only that JSON encoding, a fraction of the parsed object's memory. Decoding the
+/// encoding gives back an equal object (`superseded_versions_are_kept_encoded_and_read_back_equal`).
+#[derive(Debug, Clone)]
+enum Version {
+    Object(Arc<Value>),
+    Encoded(Bytes),
+}
+
+impl Version {
+    fn value(&self) -> Arc<Value> {
+        match self {
+            Version::Object(v) => v.clone(),
+            Version::Encoded(bytes) => Arc::new(serde_json::from_slice(bytes).unwrap_or(Value::Null)),
+        }
+    }
+}
+
+/// One committed change as the history keeps it (see [`Event`]).
+#[derive(Debug)]
+struct Past {
+    kind: EventKind,
+    rv: u64,
+    key: String,
+    object: Version,
+    prev: Option<Version>,
+    /// Shared with the watches that receive the change, until the object is superseded: then its encoding (if a
+    /// watch made it) replaces the parsed object here.
+    encoded: Option<Arc<Encoded>>,
+}
+
+impl Past {
+    fn event(&self, storage: &Arc<str>) -> Event {
+        Event {
+            kind: self.kind,
+            rv: self.rv,
+            storage: storage.clone(),
+            key: self.key.clone(),
+            object: self.object.value(),
+            prev: self.prev.as_ref().map(Version::value),
+        }
     }
 }
 
@@ -110,7 +161,9 @@ struct Watcher {
 #[derive(Default)]
 struct Bucket {
     objects: BTreeMap<String, Arc<Value>>,
-    history: VecDeque<Arc<Event>>,
+    history: VecDeque<Past>,
+    /// The resource version of each key's newest entry in `history`.
+    latest: HashMap<String, u64>,
     /// Every event with `rv <= compacted` may have been dropped from `history`.
     compacted: u64,
     watchers: Vec<Watcher>,
@@ -306,18 +359,45 @@ impl Store {
                 bucket.objects.remove(key);
             }
             _ => {
-                bucket.objects.insert(key.to_string(), obj);
+                bucket.objects.insert(key.to_string(), obj.clone());
             }
         }
-        bucket.history.push_back(event.clone());
+        // The version this change supersedes is the newest history entry of the key: if a watch encoded it, the
+        // history keeps only the encoding from now on (here and as this change's `prev`).
+        let mut prev_version = event.prev.clone().map(Version::Object);
+        if let (Some(prev), Some(&last)) = (&event.prev, bucket.latest.get(key))
+            && let Ok(i) = bucket.history.binary_search_by_key(&last, |e| e.rv)
+        {
+            let entry = &mut bucket.history[i];
+            if let Version::Object(o) = &entry.object
+                && Arc::ptr_eq(o, prev)
+                && let Some(bytes) = entry.encoded.as_ref().and_then(|e| e.stored_form())
+            {
+                entry.object = Version::Encoded(bytes.clone());
+                prev_version = Some(Version::Encoded(bytes));
+            }
+            entry.encoded = None;
+        }
+        // Shared by the watch items and this change's history entry (until the object is superseded).
+        let encoded = Arc::new(Encoded::default());
+        bucket.history.push_back(Past {
+            kind,
+            rv,
+            key: key.to_string(),
+            object: Version::Object(obj),
+            prev: prev_version,
+            encoded: Some(encoded.clone()),
+        });
+        bucket.latest.insert(key.to_string(), rv);
         while bucket.history.len() > self.history_limit {
             if let Some(old) = bucket.history.pop_front() {
                 bucket.compacted = old.rv;
+                if bucket.latest.get(&old.key) == Some(&old.rv) {
+                    bucket.latest.remove(&old.key);
+                }
             }
         }
         let ns = key.split_once('/').map(|(ns, _)| ns);
-        // Held by the watch items only (not by the history): freed once every watch has sent the event.
-        let encoded = Arc::new(Encoded::default());
         bucket.watchers.retain(|w| {
             if let Some(wanted) = &w.namespace
                 && ns != Some(wanted.as_str())
@@ -387,7 +467,7 @@ impl Store {
                 }
                 for e in bucket.history.iter().filter(|e| e.rv > v) {
                     if in_ns(&e.key)
-                        && let Some(item) = translate(e, &filter, None)
+                        && let Some(item) = translate(&e.event(&storage), &filter, None)
                     {
                         backlog.push(item);
                     }
@@ -427,9 +507,9 @@ impl Store {
                     return Err(StoreError::Expired { requested: at, oldest });
                 }
                 // State at `at`: the `prev` of the first later event of each key, else current.
-                let mut overrides: HashMap<&str, Option<&Arc<Value>>> = HashMap::new();
+                let mut overrides: HashMap<&str, Option<Arc<Value>>> = HashMap::new();
                 for e in bucket.history.iter().filter(|e| e.rv > at) {
-                    overrides.entry(e.key.as_str()).or_insert(e.prev.as_ref());
+                    overrides.entry(e.key.as_str()).or_insert_with(|| e.prev.as_ref().map(Version::value));
                 }
                 let mut keys: BTreeSet<&str> = bucket
                     .objects
@@ -448,7 +528,7 @@ impl Store {
                 }
                 let mut iter = keys.into_iter().take_while(|k| in_range(k)).filter_map(|k| {
                     let v = match overrides.get(k) {
-                        Some(v) => v.cloned(),
+                        Some(v) => v.clone(),
                         None => bucket.objects.get(k).cloned(),
                     };
                     v.filter(|o| matches(o)).map(|o| (k, o))
@@ -644,6 +724,75 @@ mod tests {
         let cur = parse_rv(&s.get("pods", "default/a").unwrap());
         let reg = s.watch("pods", None, all(), WatchFrom::Version(cur - 1), false).unwrap();
         assert_eq!(reg.backlog.len(), 1);
+    }
+
+    /// What a watch reads of its items: the kind and the object, encoded as the stored object (as the server's
+    /// watches encode a built-in), so the history can keep the encoding.
+    fn drain(reg: &mut WatchRegistration) -> Vec<(EventKind, Value)> {
+        std::iter::from_fn(|| reg.rx.try_recv().ok())
+            .filter_map(|i| match i {
+                WatchItem::Event { kind, object, encoded } => {
+                    if let Some(e) = encoded {
+                        e.get_or_encode("v1", || (Bytes::from(serde_json::to_vec(&*object).unwrap()), true));
+                    }
+                    Some((kind, (*object).clone()))
+                }
+                WatchItem::Bookmark { .. } => None,
+            })
+            .collect()
+    }
+
+    fn replay(s: &Arc<Store>, filter: Filter, from: u64) -> Vec<(EventKind, Value)> {
+        let reg = s.watch("pods", None, filter, WatchFrom::Version(from), false).unwrap();
+        reg.backlog
+            .into_iter()
+            .filter_map(|i| match i {
+                WatchItem::Event { kind, object, .. } => Some((kind, (*object).clone())),
+                WatchItem::Bookmark { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn superseded_versions_are_kept_encoded_and_read_back_equal() {
+        let s = Store::new(100, 100);
+        let labelled: Filter =
+            Arc::new(|o: &Value| meta::labels(o).and_then(|l| l.get("app")).and_then(Value::as_str) == Some("x"));
+        let start = s.current_rv();
+        let mut all_watch = s.watch("pods", None, all(), WatchFrom::Version(start), false).unwrap();
+        let mut some_watch = s.watch("pods", None, labelled.clone(), WatchFrom::Version(start), false).unwrap();
+        let mut live = Vec::new();
+        let mut live_filtered = Vec::new();
+        let mut versions: Vec<Arc<Value>> = Vec::new();
+        for (i, label) in ["x", "y", "x", "x", "y", "x"].into_iter().enumerate() {
+            let mut obj = pod("a", label);
+            obj["spec"] = json!({"n": i, "f": 0.1 * i as f64, "big": u64::MAX, "neg": -3, "s": "é\"\n\u{1}", "z": null});
+            let stored = match versions.last() {
+                None => s.create("pods", "default/a", obj).unwrap(),
+                Some(v) => s.update("pods", "default/a", obj, parse_rv(v)).unwrap(),
+            };
+            versions.push(stored);
+            s.create("pods", &format!("default/other-{i}"), pod("other", label)).unwrap();
+            live.extend(drain(&mut all_watch));
+            live_filtered.extend(drain(&mut some_watch));
+        }
+        {
+            let inner = s.lock();
+            let history = &inner.buckets.get("pods").unwrap().history;
+            let encoded = history.iter().filter(|e| matches!(e.object, Version::Encoded(_))).count();
+            // Every version of `a` but the stored one; the `other-*` objects were never superseded.
+            assert_eq!(encoded, versions.len() - 1);
+        }
+        assert_eq!(replay(&s, all(), start), live);
+        assert_eq!(replay(&s, labelled, start), live_filtered);
+        assert!(live_filtered.iter().any(|(k, _)| *k == EventKind::Deleted), "{live_filtered:?}");
+        for v in &versions {
+            let page = s
+                .list("pods", &ListRequest { namespace: None, filter: None, limit: None, start_after: None, at: Some(parse_rv(v)) })
+                .unwrap();
+            let a: Vec<&Value> = page.items.iter().map(|o| &**o).filter(|o| meta::name(o) == "a").collect();
+            assert_eq!(a, vec![&**v]);
+        }
     }
 
     #[test]

@@ -157,6 +157,14 @@ impl Registry {
     pub fn view(&self, rd: &ResourceDef, stored: &Arc<Value>) -> Arc<Value> {
         match rd.special {
             Special::CustomResource => {
+                // Stored objects were defaulted when written: most reads change nothing and share the stored object.
+                let api_version = rd.api_version();
+                let defaults = rd.custom.as_ref().is_some_and(|c| c.has_defaults).then(|| rd.cursor()).flatten();
+                if stored.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
+                    && defaults.is_none_or(|c| !crate::schema::defaulting::defaults_would_change(c, stored))
+                {
+                    return stored.clone();
+                }
                 let mut v = (**stored).clone();
                 if let Value::Object(m) = &mut v {
                     m.insert("apiVersion".into(), json!(rd.api_version()));
@@ -394,7 +402,13 @@ impl Registry {
         ))
     }
 
-    pub fn create(&self, rd: &Arc<ResourceDef>, ns: &str, body: Value, ctx: &mut WriteCtx) -> Result<Value, ApiError> {
+    pub fn create(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: &str,
+        body: Value,
+        ctx: &mut WriteCtx,
+    ) -> Result<Arc<Value>, ApiError> {
         let obj = self.decode(rd, body, ctx, true)?;
         self.create_decoded(rd, ns, obj, ctx)
     }
@@ -405,7 +419,7 @@ impl Registry {
         ns: &str,
         mut obj: Value,
         ctx: &mut WriteCtx,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let req_ns = if rd.namespaced { ns } else { "" };
         {
             let m = meta::metadata_mut(&mut obj);
@@ -504,12 +518,12 @@ impl Registry {
         // (Admission may pin the name generated when the webhooks were called.)
         let name = meta::name(&obj).to_string();
         if ctx.dry_run {
-            return Ok((*self.view(rd, &Arc::new(obj))).clone());
+            return Ok(self.view(rd, &Arc::new(obj)));
         }
         let key = Self::key(rd, req_ns, &name);
         let stored = self.store.create(&rd.storage, &key, obj).map_err(|e| self.store_error(rd, &name, e))?;
         self.after_write(rd, None, Some(&stored));
-        Ok((*self.view(rd, &stored)).clone())
+        Ok(self.view(rd, &stored))
     }
 
     /// OpenAPI schema validation of a custom resource, then its CEL rules as far as kube-sim
@@ -550,7 +564,7 @@ impl Registry {
         body: Value,
         endpoint: Endpoint,
         ctx: &mut WriteCtx,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<Arc<Value>, ApiError> {
         let new = self.decode(rd, body, ctx, true)?;
         let body_name = meta::name(&new);
         if !body_name.is_empty() && body_name != name {
@@ -564,7 +578,7 @@ impl Registry {
                 "the namespace of the object ({body_ns}) does not match the namespace on the URL ({ns})"
             )));
         }
-        self.guaranteed_update(rd, ns, name, endpoint, ctx, |_current| Ok(new.clone()))
+        self.guaranteed_update_shared(rd, ns, name, endpoint, ctx, |_current| Ok(new.clone()))
     }
 
     /// Patches an object (`PATCH`); a server-side apply may create it.
@@ -579,7 +593,7 @@ impl Registry {
         endpoint: Endpoint,
         force: bool,
         ctx: &mut WriteCtx,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(Arc<Value>, bool), ApiError> {
         if patch_type == PatchType::Strategic && rd.is_custom() {
             return Err(ApiError::unsupported_media_type(
                 patch_type.content_type(),
@@ -593,7 +607,7 @@ impl Registry {
             return Err(ApiError::bad_request("force is not allowed for non-apply patches"));
         }
         let gr = rd.group_resource();
-        let result = self.guaranteed_update(rd, ns, name, endpoint, ctx, |current| {
+        let result = self.guaranteed_update_shared(rd, ns, name, endpoint, ctx, |current| {
             // One deep copy of the stored object (the view of a built-in is the stored Arc itself).
             let base = Arc::unwrap_or_clone(self.view(rd, current));
             let patched = match patch_type {
@@ -618,7 +632,7 @@ impl Registry {
         endpoint: Endpoint,
         force: bool,
         ctx: &mut WriteCtx,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(Arc<Value>, bool), ApiError> {
         if ctx.field_manager.is_empty() || ctx.field_manager == "unknown" {
             return Err(ApiError::invalid(
                 "PatchOptions",
@@ -692,7 +706,7 @@ impl Registry {
         }
         let mut uctx = ctx.clone();
         uctx.skip_managed = true;
-        let result = self.guaranteed_update(rd, ns, name, endpoint, &mut uctx, |current| {
+        let result = self.guaranteed_update_shared(rd, ns, name, endpoint, &mut uctx, |current| {
             let live = self.view(rd, current);
             let merged = managed::apply(Some(&live), &applied, rd.cursor(), &manager, &api_version, force, scope)
                 .map_err(|c| self.apply_conflict(rd, name, &c))?;
@@ -728,8 +742,22 @@ impl Registry {
         name: &str,
         endpoint: Endpoint,
         ctx: &mut WriteCtx,
-        mut mutate: impl FnMut(&Arc<Value>) -> Result<Value, ApiError>,
+        mutate: impl FnMut(&Arc<Value>) -> Result<Value, ApiError>,
     ) -> Result<Value, ApiError> {
+        self.guaranteed_update_shared(rd, ns, name, endpoint, ctx, mutate).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Self::guaranteed_update`], returning the object as served without copying it out of the store (the
+    /// response of a patch or update is encoded from it).
+    pub fn guaranteed_update_shared(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: &str,
+        name: &str,
+        endpoint: Endpoint,
+        ctx: &mut WriteCtx,
+        mut mutate: impl FnMut(&Arc<Value>) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
         let key = Self::key(rd, ns, name);
         let gr = rd.group_resource();
         for _ in 0..MAX_UPDATE_ATTEMPTS {
@@ -791,7 +819,7 @@ impl Registry {
             let current_rv: u64 = meta::resource_version(&current).parse().unwrap_or(0);
             if self.should_delete_during_update(rd, &current, &new) {
                 if ctx.dry_run {
-                    return Ok((*self.view(rd, &Arc::new(new))).clone());
+                    return Ok(self.view(rd, &Arc::new(new)));
                 }
                 match self.store.delete(&rd.storage, &key, Some(current_rv)) {
                     Ok(last) => {
@@ -799,7 +827,7 @@ impl Registry {
                         let mut out = new;
                         meta::metadata_mut(&mut out)
                             .insert("resourceVersion".into(), json!(meta::resource_version(&last)));
-                        return Ok((*self.view(rd, &Arc::new(out))).clone());
+                        return Ok(self.view(rd, &Arc::new(out)));
                     }
                     Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
                     Err(e) => return Err(self.store_error(rd, name, e)),
@@ -807,14 +835,14 @@ impl Registry {
             }
             if ctx.dry_run {
                 meta::metadata_mut(&mut new).insert("resourceVersion".into(), json!(meta::resource_version(&current)));
-                return Ok((*self.view(rd, &Arc::new(new))).clone());
+                return Ok(self.view(rd, &Arc::new(new)));
             }
             match self.store.update(&rd.storage, &key, new, current_rv) {
                 Ok(stored) => {
                     if !Arc::ptr_eq(&stored, &current) {
                         self.after_write(rd, Some(&current), Some(&stored));
                     }
-                    return Ok((*self.view(rd, &stored)).clone());
+                    return Ok(self.view(rd, &stored));
                 }
                 Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
                 Err(e) => return Err(self.store_error(rd, name, e)),

@@ -48,6 +48,42 @@ pub fn apply_defaults(c: Cursor<'_>, v: &mut Value) {
     }
 }
 
+/// Whether [`apply_defaults`] would change `v` (reads of stored objects, which were defaulted when written, then
+/// need no copy); `apply_defaults_changes_exactly_what_defaults_would_change` pins the two together.
+pub fn defaults_would_change(c: Cursor<'_>, v: &Value) -> bool {
+    let node = c.node();
+    match v {
+        Value::Object(map) => {
+            for (k, child) in &node.properties {
+                let cn = c.schema.set.node(*child);
+                let current = map.get(k);
+                let absent = match current {
+                    None => true,
+                    Some(Value::Null) => !cn.nullable,
+                    Some(_) => false,
+                };
+                if absent {
+                    match &cn.default {
+                        Some(d) if current != Some(d) => return true,
+                        Some(_) => {}
+                        None if current.is_some() => return true,
+                        None => {}
+                    }
+                }
+            }
+            map.iter().any(|(k, val)| {
+                node.properties
+                    .get(k)
+                    .copied()
+                    .or(node.additional)
+                    .is_some_and(|id| defaults_would_change(Cursor { schema: c.schema, id }, val))
+            })
+        }
+        Value::Array(items) => c.items().is_some_and(|item| items.iter().any(|it| defaults_would_change(item, it))),
+        _ => false,
+    }
+}
+
 /// Whether any node reachable from the root declares a default (skips work on reads).
 pub fn has_defaults(c: Cursor<'_>) -> bool {
     fn walk(c: Cursor<'_>, seen: &mut Vec<usize>) -> bool {
@@ -95,5 +131,46 @@ mod tests {
         apply_defaults(Cursor::root(&s), &mut empty);
         assert_eq!(empty, json!({"spec": {"replicas": 1}}));
         assert!(has_defaults(Cursor::root(&s)));
+    }
+
+    #[test]
+    fn apply_defaults_changes_exactly_what_defaults_would_change() {
+        let s = from_crd_schema(&json!({
+            "type": "object",
+            "properties": {"spec": {"type": "object", "default": {}, "properties": {
+                "replicas": {"type": "integer", "default": 1},
+                "strategy": {"type": "object", "properties": {"type": {"type": "string", "default": "RollingUpdate"}}},
+                "items": {"type": "array", "items": {"type": "object", "properties": {"w": {"type": "integer", "default": 5}}}},
+                "gone": {"type": "string"},
+                "maybe": {"type": "string", "nullable": true, "default": "x"},
+                "labels": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "integer", "default": 0}}}},
+                "metrics": {"type": "array", "default": [], "items": {"type": "string"}}
+            }}}
+        }));
+        let cases = [
+            json!({}),
+            json!({"spec": {}}),
+            json!({"spec": {"replicas": 1, "metrics": []}}),
+            json!({"spec": {"replicas": 3, "metrics": ["a"]}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "strategy": {}}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "strategy": {"type": "Recreate"}}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "items": [{"w": 1}, {}]}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "items": [{"w": 1}, {"w": 2}]}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "gone": null}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "gone": "here"}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "maybe": null}}),
+            json!({"spec": {"replicas": null, "metrics": []}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "labels": {"a": {"v": 2}, "b": {}}}}),
+            json!({"spec": {"replicas": 1, "metrics": [], "labels": {"a": {"v": 2}}}}),
+            json!({"spec": null}),
+            json!({"status": {"anything": null}}),
+            json!("not an object"),
+        ];
+        for case in cases {
+            let mut defaulted = case.clone();
+            apply_defaults(Cursor::root(&s), &mut defaulted);
+            assert_eq!(defaults_would_change(Cursor::root(&s), &case), defaulted != case, "{case}");
+            assert!(!defaults_would_change(Cursor::root(&s), &defaulted), "{defaulted}");
+        }
     }
 }

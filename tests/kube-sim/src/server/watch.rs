@@ -126,6 +126,8 @@ impl WatchClient {
 
 /// How often an open watch re-checks changed fault rules.
 const FAULT_RECHECK: Duration = Duration::from_millis(50);
+/// Queued events written to the socket together, up to about this many bytes.
+const BATCH_BYTES: usize = 64 * 1024;
 
 #[allow(clippy::too_many_arguments)]
 pub fn serve(
@@ -240,6 +242,34 @@ pub fn serve(
         let client = client.clone();
         let api_version = api_version.clone();
         async move {
+            let render = |item: WatchItem, first: &mut bool| -> Option<Bytes> {
+                Some(match item {
+                    WatchItem::Event { kind, object, encoded } => {
+                        let kind = match kind {
+                            EventKind::Added => "ADDED",
+                            EventKind::Modified => "MODIFIED",
+                            EventKind::Deleted => "DELETED",
+                        };
+                        match (&format, encoded) {
+                            (Format::Json, Some(shared)) => {
+                                let object = shared.get_or_encode(&api_version, || {
+                                    let view = registry.view(&rd, &object);
+                                    let bytes = Bytes::from(serde_json::to_vec(&*view).unwrap_or_default());
+                                    (bytes, Arc::ptr_eq(&view, &object))
+                                });
+                                json_line(kind, &object)
+                            }
+                            _ => encode(&rd, &format, kind, &registry.view(&rd, &object), first),
+                        }
+                    }
+                    WatchItem::Bookmark { rv, initial_events_end } => {
+                        if !bookmarks {
+                            return None;
+                        }
+                        bookmark(&rd, &format, rv, initial_events_end)
+                    }
+                })
+            };
             loop {
                 // Rules set while the watch is open: a blackhole freezes it, a rule failing every
                 // request of this client closes it. Re-evaluated only when the rules changed.
@@ -271,30 +301,26 @@ pub fn serve(
                         }
                     }
                 };
-                let chunk = match item {
-                    WatchItem::Event { kind, object, encoded } => {
-                        let kind = match kind {
-                            EventKind::Added => "ADDED",
-                            EventKind::Modified => "MODIFIED",
-                            EventKind::Deleted => "DELETED",
-                        };
-                        match (&format, encoded) {
-                            (Format::Json, Some(shared)) => {
-                                let object = shared.get_or_encode(&api_version, || {
-                                    Bytes::from(serde_json::to_vec(&*registry.view(&rd, &object)).unwrap_or_default())
-                                });
-                                json_line(kind, &object)
-                            }
-                            _ => encode(&rd, &format, kind, &registry.view(&rd, &object), &mut s.first),
-                        }
+                let Some(first) = render(item, &mut s.first) else { continue };
+                // Events already queued go out in the same chunk (one socket write for a burst, not one per event):
+                // the bytes the client reads are the same. Stops at a change of the fault rules, so a rule set
+                // meanwhile applies from the next event on, as it did.
+                let mut chunk = None::<Vec<u8>>;
+                while chunk.as_ref().map_or(first.len(), Vec::len) < BATCH_BYTES
+                    && client.faults.generation() == generation
+                {
+                    let next = match s.backlog.next() {
+                        Some(i) => i,
+                        None => match s.rx.try_recv() {
+                            Ok(i) => i,
+                            Err(_) => break,
+                        },
+                    };
+                    if let Some(more) = render(next, &mut s.first) {
+                        chunk.get_or_insert_with(|| first.to_vec()).extend_from_slice(&more);
                     }
-                    WatchItem::Bookmark { rv, initial_events_end } => {
-                        if !bookmarks {
-                            continue;
-                        }
-                        bookmark(&rd, &format, rv, initial_events_end)
-                    }
-                };
+                }
+                let chunk = chunk.map_or(first, Bytes::from);
                 return Some((Ok::<Bytes, std::convert::Infallible>(chunk), s));
             }
         }
