@@ -174,7 +174,9 @@ impl Executor<'_> {
         for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
         }
-        let created = create_all(&self.hook_runs(), actions.create_runs, self.ctx.config.write_concurrency).await;
+        let created =
+            create_all(&self.ctx.client, &self.namespace(), actions.create_runs, self.ctx.config.write_concurrency)
+                .await;
         for (run, result) in created {
             self.hook_run_created(run, result, &mut outcome);
         }
@@ -968,23 +970,41 @@ impl PodWriter {
 /// Creates a pass's HookRuns, up to `concurrency` at once (one at a time, 1,000 runs of a 5,000-pod batch made a
 /// pass last seconds, and every pod whose hook succeeded meanwhile waited for the next pass). Results in any order.
 async fn create_all<'r>(
-    api: &Api<HookRun>,
+    client: &kube::Client,
+    namespace: &str,
     runs: Vec<&'r HookRun>,
     concurrency: usize,
 ) -> Vec<(&'r HookRun, Result<HookRun, kube::Error>)> {
-    // Owned futures (an index and a clone of the run): futures borrowing the runs are not provably `Send` for
-    // every lifetime inside the controller's task.
+    let url = HookRun::url_path(&(), Some(namespace));
+    // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
+    // lifetime inside the controller's task. The answer is decoded without its managedFields
+    // ([`super::lean::LeanHookRun`]): the overlay keeps the run, never that field.
     let requests: Vec<_> = runs
         .iter()
         .enumerate()
         .map(|(i, run)| {
-            let (api, run) = (api.clone(), (*run).clone());
-            async move { (i, api.create(&PostParams::default(), &run).await) }
+            let (client, request) = (client.clone(), create_request(&url, run));
+            async move {
+                let result = match request {
+                    Ok(request) => client.request::<super::lean::LeanHookRun>(request).await.map(|r| r.0),
+                    Err(e) => Err(e),
+                };
+                (i, result)
+            }
         })
         .collect();
     let results: Vec<(usize, Result<HookRun, kube::Error>)> =
         futures::stream::iter(requests).buffer_unordered(concurrency.max(1)).collect().await;
     results.into_iter().map(|(i, result)| (runs[i], result)).collect()
+}
+
+/// The `POST` of a HookRun, as `Api::create` sends it.
+fn create_request(url: &str, run: &HookRun) -> Result<http::Request<Vec<u8>>, kube::Error> {
+    let body = serde_json::to_vec(run).map_err(kube::Error::SerdeError)?;
+    let mut request =
+        kube::core::Request::new(url).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
+    request.extensions_mut().insert("create");
+    Ok(request)
 }
 
 /// The pod a pod's HookRun is for (its `PodName` arg and `pod-uid` label); None for a canary step run.
@@ -1105,7 +1125,7 @@ mod tests {
     #[tokio::test]
     async fn a_pass_creates_its_hook_runs_up_to_the_write_concurrency_at_once() {
         let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let api: Api<HookRun> = Api::namespaced(slow_client(in_flight, most.clone()), "ns");
+        let client = slow_client(in_flight, most.clone());
         let runs: Vec<HookRun> = (0..40)
             .map(|i| {
                 let mut run = HookRun::new(&format!("run-{i}"), Default::default());
@@ -1113,9 +1133,13 @@ mod tests {
                 run
             })
             .collect();
-        let created = create_all(&api, runs.iter().collect(), 8).await;
+        let created = create_all(&client, "ns", runs.iter().collect(), 8).await;
         assert_eq!(created.len(), 40);
         assert!(created.iter().all(|(_, result)| result.is_ok()), "{created:?}");
+        // Each answer is the run the API server made (here: named after the request's path).
+        assert!(
+            created.iter().all(|(_, result)| result.as_ref().is_ok_and(|r| r.metadata.uid.as_deref() == Some("u")))
+        );
         // Each request waits 20 ms, so the 8-wide window fills: one at a time would never exceed 1.
         assert_eq!(most.load(Ordering::SeqCst), 8);
     }

@@ -783,13 +783,20 @@ pub async fn run(
         kube::runtime::watcher::Config::default().any_semantic(),
     )
     .default_backoff()
-    .map_ok(lean::pod_event)
+    .map_ok(lean::full_event)
     .reflect(pod_writer)
     .touched_objects();
     let (revision_reader, revision_events) = watch::cached(api::<ControllerRevision>(&client, namespace));
     let revision_stream = revision_events.touched_objects();
-    let (hook_run_reader, hook_run_events) = watch::cached(api::<HookRun>(&client, namespace));
-    let hook_run_stream = hook_run_events.touched_objects();
+    let (hook_run_reader, hook_run_writer) = kube::runtime::reflector::store::<HookRun>();
+    let hook_run_stream = kube::runtime::watcher(
+        api::<lean::LeanHookRun>(&client, namespace),
+        kube::runtime::watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .map_ok(lean::full_event)
+    .reflect(hook_run_writer)
+    .touched_objects();
     let (template_reader, template_events) = watch::cached(api::<HookTemplate>(&client, namespace));
     let template_stream = template_events.touched_objects();
     // Only claims with an instance-id label: those the operator makes from `spec.volumeClaimTemplates`.

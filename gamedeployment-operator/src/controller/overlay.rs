@@ -3,7 +3,7 @@
 //! just deleted for a retry as still failed, or miss that a new one exists. The overlay adds our own creations
 //! and hides our own deletions until the cache agrees, or until `timeout` says the cache will not catch up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -53,17 +53,28 @@ impl HookOverlay {
         let now = Instant::now();
         let mut inner = self.lock();
         let timeout = self.timeout;
-        let in_cache = |u: &str| cached.iter().any(|r| uid(r) == u);
-        inner.created.retain(|u, (_, at)| now.duration_since(*at) < timeout && !in_cache(u));
+        if !inner.created.is_empty() {
+            // Sets, not a scan of the cache per entry: a batch creates up to thousands of runs at once.
+            let in_cache: HashSet<&str> = cached.iter().map(uid).collect();
+            inner.created.retain(|u, (_, at)| now.duration_since(*at) < timeout && !in_cache.contains(u.as_str()));
+        }
         // A deletion is done once the cache no longer has the object; only entries of this namespace can be
         // judged against this namespace's cache, the rest expire by time.
         inner.deleted.retain(|_, at| now.duration_since(*at) < timeout);
-        let mut runs: Vec<HookRun> = cached.into_iter().filter(|r| !inner.deleted.contains_key(uid(r))).collect();
-        for (run, _) in inner.created.values() {
-            if run.metadata.namespace.as_deref() == Some(namespace)
-                && !runs.iter().any(|r| r.metadata.name == run.metadata.name)
-            {
-                runs.push(run.clone());
+        let mut runs: Vec<HookRun> = if inner.deleted.is_empty() {
+            cached
+        } else {
+            cached.into_iter().filter(|r| !inner.deleted.contains_key(uid(r))).collect()
+        };
+        if !inner.created.is_empty() {
+            let mut names: HashSet<String> = runs.iter().filter_map(|r| r.metadata.name.clone()).collect();
+            for (run, _) in inner.created.values() {
+                if run.metadata.namespace.as_deref() == Some(namespace)
+                    && run.metadata.name.as_ref().is_none_or(|n| !names.contains(n))
+                {
+                    names.extend(run.metadata.name.clone());
+                    runs.push(run.clone());
+                }
             }
         }
         runs

@@ -96,8 +96,10 @@ pub(super) fn truncate_history(
     revisions: &[&ControllerRevision],
     draft: &mut Draft,
 ) {
-    let mut live: BTreeSet<String> =
-        owned.iter().filter_map(|p| common::pod::label(p, keys::CONTROLLER_REVISION_HASH).map(String::from)).collect();
+    // The distinct revisions first (borrowed), then owned: one String per revision, not per pod.
+    let distinct: BTreeSet<&str> =
+        owned.iter().filter_map(|p| common::pod::label(p, keys::CONTROLLER_REVISION_HASH)).collect();
+    let mut live: BTreeSet<String> = distinct.into_iter().map(String::from).collect();
     live.insert(settings.update_revision.clone());
     live.insert(settings.current_revision.clone());
     let limit = settings.gd.spec.revision_history_limit.unwrap_or(common::api::DEFAULT_REVISION_HISTORY_LIMIT);
