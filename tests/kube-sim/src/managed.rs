@@ -465,13 +465,21 @@ pub fn record_update(
             )),
         }
     }
-    // Stored entries were written by `write_entries`, so an untouched one encodes to what is stored.
+    // Stored entries were written by `write_entries`, so an untouched one encodes to what is stored; when the write
+    // carries the stored entries (a patch starts from a copy of the stored object), that copy is reused.
+    let mut carried = match crate::meta::metadata_mut(new).get_mut("managedFields") {
+        Some(Value::Array(list)) => std::mem::take(list),
+        _ => Vec::new(),
+    };
     let list: Vec<Value> = entries
         .iter()
         .enumerate()
         .filter(|(_, (e, _))| !e.fields.is_empty())
         .map(|(i, (e, dirty))| match raw.get(i) {
-            Some(stored) if !*dirty => stored.clone(),
+            Some(stored) if !*dirty => match carried.get_mut(i) {
+                Some(copy) if copy == stored => std::mem::take(copy),
+                _ => stored.clone(),
+            },
             _ => encode_entry(e),
         })
         .collect();

@@ -886,6 +886,8 @@ impl Registry {
         let reset = m.get("managedFields").and_then(Value::as_array).is_some_and(Vec::is_empty);
         if restore_managed_fields && !reset {
             match cm.get("managedFields") {
+                // Most writes carry the stored entries already (a patch starts from the stored object): no copy.
+                Some(v) if m.get("managedFields") == Some(v) => None,
                 Some(v) => m.insert("managedFields".into(), v.clone()),
                 None => m.remove("managedFields"),
             };

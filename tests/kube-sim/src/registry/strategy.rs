@@ -142,8 +142,9 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
         }
         Endpoint::Status => {
             if rd.is_custom() {
-                let status = new.get("status").cloned();
-                let managed = crate::meta::metadata(new).and_then(|m| m.get("managedFields")).cloned();
+                // Taken out of `new`, which is replaced below: only the stored object is copied.
+                let status = new.get_mut("status").map(std::mem::take);
+                let managed = new.get_mut("metadata").and_then(|m| m.get_mut("managedFields")).map(std::mem::take);
                 let mut next = old.clone();
                 if let Value::Object(m) = &mut next {
                     match status {
