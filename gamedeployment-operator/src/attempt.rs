@@ -124,20 +124,23 @@ pub fn judge(run: &HookRun, attempt: &Attempt<'_>) -> Judgement {
     }
 }
 
-/// [`spec_hash`] of a run, remembered per UID and resourceVersion for runs read from the API (every change to a
-/// stored object changes its resourceVersion): every pass judges every held pod's run, and hashing a spec
-/// (serialize, sort, SHA-256) for each was a tenth of the operator's CPU in a 2,000-pod roll. Runs without both
-/// (built in memory) are hashed each time.
+/// [`spec_hash`] of a run, remembered per UID with the spec it was computed from, for runs read from the API: every
+/// pass judges every held pod's run, and hashing a spec (serialize, sort, SHA-256) for each was a tenth of the
+/// operator's CPU in a 2,000-pod roll. The hash is a function of the spec alone, so it is reused while the run's spec
+/// compares equal to the remembered one — also across the status writes of the hook-operator, which change the
+/// run's resourceVersion (but not its spec) about three times per run. Runs without a UID (built in memory) are
+/// hashed each time.
 fn stored_spec_hash(run: &HookRun) -> String {
+    use common::api::HookRunSpec;
     use std::collections::HashMap;
     use std::sync::{LazyLock, Mutex};
-    // UID → (resourceVersion, hash): a lookup allocates nothing; a run's newer version replaces its entry.
-    static MEMO: LazyLock<Mutex<HashMap<String, (String, String)>>> = LazyLock::new(Default::default);
-    let (Some(uid), Some(rv)) = (run.metadata.uid.as_deref(), run.metadata.resource_version.as_deref()) else {
+    // UID → (spec, hash): a lookup allocates nothing; a run whose spec changed replaces its entry.
+    static MEMO: LazyLock<Mutex<HashMap<String, (HookRunSpec, String)>>> = LazyLock::new(Default::default);
+    let Some(uid) = run.metadata.uid.as_deref() else {
         return spec_hash(&run.spec);
     };
-    if let Some((seen_rv, hash)) = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid)
-        && seen_rv == rv
+    if let Some((spec, hash)) = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid)
+        && *spec == run.spec
     {
         return hash.clone();
     }
@@ -146,7 +149,7 @@ fn stored_spec_hash(run: &HookRun) -> String {
     if memo.len() >= 100_000 {
         memo.clear();
     }
-    memo.insert(uid.to_string(), (rv.to_string(), hash.clone()));
+    memo.insert(uid.to_string(), (run.spec.clone(), hash.clone()));
     hash
 }
 
@@ -376,6 +379,27 @@ mod tests {
         stored.spec.metrics.clear();
         stored.metadata.resource_version = Some("11".into());
         assert_eq!(judge(&stored, &made), Judgement::Foreign("its spec was edited after it was created".into()));
+    }
+
+    #[test]
+    fn a_remembered_hash_follows_the_spec_not_the_resource_version() {
+        let made = attempt(Change::Delete, "t-remembered");
+        let mut stored = run("pre", &made);
+        stored.metadata.uid = Some("run-uid-remembered".into());
+        stored.metadata.resource_version = Some("10".into());
+        assert_eq!(judge(&stored, &made), Judgement::Ours);
+        // A status write (new resourceVersion, same spec): still ours.
+        stored.metadata.resource_version = Some("11".into());
+        stored.status = Some(Default::default());
+        assert_eq!(judge(&stored, &made), Judgement::Ours);
+        // The spec edited, whatever the resourceVersion says (even one seen before): foreign, and back again.
+        let original = stored.spec.clone();
+        stored.spec.args.push(common::api::Argument::new("extra", "x".to_string()));
+        assert!(matches!(judge(&stored, &made), Judgement::Foreign(_)));
+        stored.metadata.resource_version = Some("10".into());
+        assert!(matches!(judge(&stored, &made), Judgement::Foreign(_)));
+        stored.spec = original;
+        assert_eq!(judge(&stored, &made), Judgement::Ours);
     }
 
     #[test]

@@ -120,10 +120,30 @@ impl Expectations {
                     true
                 }
             };
-            let by_name = |name: &str| pods.iter().find(|p| p.metadata.name.as_deref() == Some(name));
+            // Indexes of the pods (the first of each name / UID, as a scan finds it), built only when something is
+            // pending: a pass of a roll waits for up to thousands of writes among thousands of pods.
+            let mut names: HashMap<&str, &Pod> = HashMap::new();
+            let mut uids: HashMap<&str, &Pod> = HashMap::new();
+            if !pending.creates.is_empty() || !pending.patches.is_empty() {
+                names.reserve(pods.len());
+                for pod in pods {
+                    if let Some(name) = pod.metadata.name.as_deref() {
+                        names.entry(name).or_insert(pod);
+                    }
+                }
+            }
+            if !pending.deletes.is_empty() {
+                uids.reserve(pods.len());
+                for pod in pods {
+                    if let Some(uid) = pod.metadata.uid.as_deref() {
+                        uids.entry(uid).or_insert(pod);
+                    }
+                }
+            }
+            let by_name = |name: &str| names.get(name).copied();
             pending.creates.retain(|name, since| keep(since, by_name(name).is_some()));
             pending.deletes.retain(|uid, since| {
-                let pod = pods.iter().find(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+                let pod = uids.get(uid.as_str()).copied();
                 keep(since, pod.is_none_or(|p| p.metadata.deletion_timestamp.is_some()))
             });
             pending.patches.retain(|name, (rv, since)| {
