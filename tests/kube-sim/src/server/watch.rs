@@ -126,8 +126,6 @@ impl WatchClient {
 
 /// How often an open watch re-checks changed fault rules.
 const FAULT_RECHECK: Duration = Duration::from_millis(50);
-/// Queued events written to the socket together, up to about this many bytes.
-const BATCH_BYTES: usize = 64 * 1024;
 
 #[allow(clippy::too_many_arguments)]
 pub fn serve(
@@ -301,26 +299,7 @@ pub fn serve(
                         }
                     }
                 };
-                let Some(first) = render(item, &mut s.first) else { continue };
-                // Events already queued go out in the same chunk (one socket write for a burst, not one per event):
-                // the bytes the client reads are the same. Stops at a change of the fault rules, so a rule set
-                // meanwhile applies from the next event on, as it did.
-                let mut chunk = None::<Vec<u8>>;
-                while chunk.as_ref().map_or(first.len(), Vec::len) < BATCH_BYTES
-                    && client.faults.generation() == generation
-                {
-                    let next = match s.backlog.next() {
-                        Some(i) => i,
-                        None => match s.rx.try_recv() {
-                            Ok(i) => i,
-                            Err(_) => break,
-                        },
-                    };
-                    if let Some(more) = render(next, &mut s.first) {
-                        chunk.get_or_insert_with(|| first.to_vec()).extend_from_slice(&more);
-                    }
-                }
-                let chunk = chunk.map_or(first, Bytes::from);
+                let Some(chunk) = render(item, &mut s.first) else { continue };
                 return Some((Ok::<Bytes, std::convert::Infallible>(chunk), s));
             }
         }
