@@ -51,7 +51,8 @@ pub struct RunFlags {
     #[arg(long = "max-inflight-per-namespace-percent", default_value_t = 25, value_name = "PERCENT",
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub max_in_flight_per_namespace_percent: u8,
-    /// Least time between two status writes of one running HookRun (phase changes are written at once).
+    /// Least time between two status writes of one running HookRun, and from its first round to its first write
+    /// (`Running`); completions and later phase changes are written at once.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     pub status_write_interval: Duration,
     /// Progress-only status writes per second for the whole process (0: unlimited). Runs waiting for one are served

@@ -12,7 +12,9 @@
 //! running run may keep its status in memory ([`Dispatcher::commit_unwritten`]: its measurements are recorded and
 //! the due ones started, the write waits). Such a run is queued for one process-wide budget of progress writes:
 //! at most `per_second` of them, granted oldest-waiting first (so no run starves), and each run at most once per
-//! `min_interval`. Phase changes, completions and first writes never wait ([`Dispatcher::write_now`]).
+//! `min_interval`. Phase changes and completions never wait; a run's first write (`Running`) waits `min_interval`
+//! from its first round but no token, so a run that completes sooner writes only its completion
+//! ([`Dispatcher::write_now`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
@@ -85,6 +87,8 @@ struct Slot {
     last_write: Option<(String, Arc<HookRun>)>,
     /// When the status was last written, for coalescing writes.
     last_write_at: Option<Instant>,
+    /// When this process first planned the run: its first write (`Running`) is due `min_interval` later.
+    first_seen: Option<Instant>,
     /// Progress recorded by a round and not written yet (it waits for the write budget).
     unwritten: Option<Unwritten>,
     /// The write budget granted this run its progress write: its next round writes.
@@ -103,6 +107,30 @@ struct Unwritten {
     status: common::api::HookRunStatus,
     /// When the first progress not written was recorded.
     since: Instant,
+}
+
+/// Whether the run completes with measurements due within `within`: every metric still running has one counted
+/// measurement left, started or armed (by this round or before) and due by then, and its last measurement was not an
+/// error (errors consume no `count`). Its progress is then not written: the completion, written at once, carries it.
+fn completes_within(round: &Round, slot: &Slot, within: std::time::Duration) -> bool {
+    let by = schedule::after(Timestamp::now(), within);
+    let metrics = &round.run.spec.metrics;
+    !within.is_zero()
+        && !metrics.is_empty()
+        && metrics.iter().all(|metric| {
+            let Some(result) = round.plan.status.metric_results.iter().find(|r| r.name == metric.name) else {
+                return false;
+            };
+            if result.phase.is_some_and(|p| p.is_completed()) {
+                return true;
+            }
+            let due = slot.in_flight.get(&metric.name).map(|f| f.due).or_else(|| {
+                round.plan.start.iter().chain(&round.plan.arm).find(|s| s.metric == metric.name).map(|s| s.due)
+            });
+            schedule::effective_count(metric).is_some_and(|count| count - result.count == 1)
+                && result.consecutive_error == 0
+                && due.is_some_and(|due| due <= by)
+        })
 }
 
 /// The process-wide budget of progress writes and the runs waiting for it.
@@ -312,7 +340,8 @@ impl Dispatcher {
     }
 
     /// Whether the status a round planned must be written now. Never for an unchanged status; always for a phase
-    /// change, a completion, a run without stored status and a run the budget granted its write. Otherwise (progress
+    /// change, a completion and a run the budget granted its write; for a run without stored status once its first
+    /// round is `min_interval` old (no token: a phase change, only later). Otherwise (progress
     /// only) when the run's last write is `min_interval` old, no run waits longer in the queue and the budget has a
     /// token, which this takes. `false`: call [`Dispatcher::commit_unwritten`] instead of writing.
     pub fn write_now(&self, round: &Round) -> bool {
@@ -320,7 +349,7 @@ impl Dispatcher {
             return false;
         }
         let stored_phase = round.run.status.as_ref().and_then(|s| s.phase);
-        if round.plan.completed || stored_phase.is_none() || stored_phase != round.plan.status.phase {
+        if round.plan.completed || (stored_phase.is_some() && stored_phase != round.plan.status.phase) {
             return true;
         }
         let slots = self.slots();
@@ -330,7 +359,14 @@ impl Dispatcher {
         }
         let now = Instant::now();
         let mut budget = self.budget();
-        if slot.last_write_at.is_some_and(|at| now.saturating_duration_since(at) < budget.min_interval) {
+        if stored_phase.is_none() {
+            // The first write (`Running`, `startedAt` and what was measured so far) waits `min_interval` from the
+            // run's first round, needs no token, and a run completed by then writes only its completion.
+            return slot.first_seen.is_none_or(|at| now.saturating_duration_since(at) >= budget.min_interval);
+        }
+        if slot.last_write_at.is_some_and(|at| now.saturating_duration_since(at) < budget.min_interval)
+            || completes_within(round, slot, budget.min_interval)
+        {
             return false;
         }
         let someone_waits_longer =
@@ -362,7 +398,8 @@ impl Dispatcher {
     pub fn plan(&self, run: Arc<HookRun>, now: Timestamp) -> Round {
         let id = RunId::of(&run);
         let mut slots = self.slots();
-        let slot = slots.entry(id.uid.clone()).or_default();
+        let slot =
+            slots.entry(id.uid.clone()).or_insert_with(|| Slot { first_seen: Some(Instant::now()), ..Slot::default() });
         // The cache caught up with our last write: its object is used and our copy released.
         if slot.last_write.as_ref().is_some_and(|(_, w)| w.metadata.resource_version == run.metadata.resource_version) {
             slot.last_write = None;
@@ -462,6 +499,9 @@ impl Dispatcher {
         if slot.unwritten.is_none() || !round.plan.recorded.is_empty() {
             self.inner.metrics.status_writes_deferred.inc();
         }
+        // Held for a completion that is due soon: the measurement finishing wakes the run, and its round writes
+        // (the completion) or decides again (an error).
+        let held = completes_within(round, slot, self.budget().min_interval);
         let status = std::mem::take(&mut round.plan.status);
         match &mut slot.unwritten {
             Some(unwritten) => unwritten.status = status,
@@ -470,8 +510,16 @@ impl Dispatcher {
                 self.inner.metrics.status_writes_waiting.inc();
             }
         }
+        if round.run.status.as_ref().and_then(|s| s.phase).is_none() {
+            // The first write: due `min_interval` after the first round, outside the budget (see `write_now`).
+            let due = slot.first_seen.map_or(now, |at| at + self.budget().min_interval);
+            let at = Timestamp::now() + due.saturating_duration_since(now);
+            round.plan.wake_at = Some(round.plan.wake_at.map_or(at, |wake| wake.min(at)));
+            slot.idle = round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at));
+            return;
+        }
         slot.idle = round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at));
-        if slot.queued.is_none() && !slot.granted {
+        if slot.queued.is_none() && !slot.granted && !held {
             let mut budget = self.budget();
             let eligible = slot.last_write_at.map_or(now, |at| (at + budget.min_interval).max(now));
             let seq = budget.next_seq;
@@ -819,9 +867,12 @@ mod tests {
     }
 
     /// The first round of `obj`, written: the API server returned it with resourceVersion `rv`.
+    /// The run's first round is taken as long past, so its first write is due (see
+    /// `a_new_run_writes_running_with_its_first_progress_or_only_its_completion` for the wait).
     fn first_write(d: &Dispatcher, obj: &HookRun, rv: &str) -> HookRun {
         let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
-        assert!(round.changed && d.write_now(&round), "the first write is never deferred");
+        d.slots().get_mut(&round.id.uid).expect("tracked").first_seen = None;
+        assert!(round.changed && d.write_now(&round), "the first write is due");
         let mut written = obj.clone();
         written.metadata.resource_version = Some(rv.into());
         written.status = Some(round.plan.status.clone());
@@ -859,6 +910,49 @@ mod tests {
         let stored = first_write(&d, &running("a", "1"), "2");
         finish(&d, "uid-a", 100, 0);
         assert!(d.write_now(&d.plan(Arc::new(stored), Timestamp::now())));
+    }
+
+    /// A new run's first write (`Running`, `startedAt`) waits `min_interval` from its first round, outside the
+    /// budget, and carries what was measured meanwhile; a run that completes sooner writes only its completion.
+    #[tokio::test(start_paused = true)]
+    async fn a_new_run_writes_running_with_its_first_progress_or_only_its_completion() {
+        let d = dispatcher().with_status_writes(std::time::Duration::from_secs(1), 1);
+        // The budget's only token is taken: the first write must not need one.
+        assert!(d.budget().take(Instant::now()));
+        let obj = running("a", "1");
+        let mut first = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert!(first.changed && first.plan.status.phase == Some(HookPhase::Running));
+        assert!(!d.write_now(&first), "the first write waits --status-write-interval");
+        d.commit_unwritten(&mut first);
+        assert!(d.budget().queue.is_empty(), "it waits outside the progress budget");
+        let wake = first.plan.wake_at.expect("woken for its first write");
+        let until = schedule::until(Timestamp::now(), wake);
+        assert!(until <= std::time::Duration::from_secs(1), "woken within the interval, not {until:?}");
+        // A measurement finishes meanwhile: recorded in memory, still not written.
+        finish(&d, "uid-a", 100, 0);
+        let mut progress = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert_eq!(successful(&progress), 1);
+        assert!(!d.write_now(&progress));
+        d.commit_unwritten(&mut progress);
+        // Once the interval is over the write goes, Running with the measurement, with no token left.
+        tokio::time::advance(std::time::Duration::from_millis(1001)).await;
+        let due = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert!(d.write_now(&due), "written {until:?} after the first round");
+        assert_eq!((due.plan.status.phase, successful(&due)), (Some(HookPhase::Running), 1));
+        assert!(due.plan.status.started_at.is_some());
+        d.commit(&due, Some(Arc::new(written(&due, "2"))));
+        // A run that completes within the interval writes once: its completion.
+        let other = running("b", "1");
+        let mut first = d.plan(Arc::new(other.clone()), Timestamp::now());
+        assert!(!d.write_now(&first));
+        d.commit_unwritten(&mut first);
+        let mut done = d.plan(Arc::new(other), Timestamp::now());
+        done.plan.completed = true;
+        done.plan.status.phase = Some(HookPhase::Successful);
+        assert!(d.write_now(&done), "a completion is written at once");
+        // Without an interval the first write goes at once, as before.
+        let d = dispatcher().with_status_writes(std::time::Duration::ZERO, 1);
+        assert!(d.write_now(&d.plan(Arc::new(running("c", "1")), Timestamp::now())));
     }
 
     #[tokio::test]
@@ -1109,6 +1203,43 @@ mod tests {
         let task = d.clone().measure(RunId::of(&running("a", "1")), start, Arc::new(running("a", "1").spec), 1);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "the measurement task is {size} bytes");
+    }
+
+    /// Progress is not written when the measurement that completes the run is started or armed and due within
+    /// `min_interval`: the completion, written at once, carries it. An error (no count consumed) ends that.
+    #[tokio::test]
+    async fn progress_waits_for_a_completion_due_within_the_write_interval() {
+        let (d, _) = arming();
+        let d = d.with_status_writes(std::time::Duration::from_secs(60), 0);
+        // `count: 2`, every 30 s: after the first measurement, the second completes the run and is due within 60 s.
+        let progress_after_first = |count: i32, phase: HookPhase| {
+            let name = format!("c{count}-{phase:?}");
+            let uid = format!("uid-{name}");
+            let mut obj = running(&name, "1");
+            obj.spec.metrics[0].count = count;
+            obj.spec.metrics[0].interval = Some("30s".into());
+            let stored = first_write(&d, &obj, "2");
+            finish(&d, &uid, 100, 0);
+            d.slots().get_mut(&uid).unwrap().finished[0].measurement.phase = Some(phase);
+            let mut round = d.plan(Arc::new(stored), Timestamp::now());
+            assert_eq!(round.plan.arm.len(), 1, "{name}: the next measurement is armed");
+            // The interval since the last write is over: only the coming completion can hold the progress back.
+            d.slots().get_mut(&uid).unwrap().last_write_at = None;
+            let now = d.write_now(&round);
+            if !now {
+                d.commit_unwritten(&mut round);
+            }
+            let queued = d.slots()[&uid].queued.is_some();
+            d.forget(&uid);
+            (now, queued)
+        };
+        assert_eq!(
+            progress_after_first(2, HookPhase::Successful),
+            (false, false),
+            "held for the completion, not queued"
+        );
+        assert_eq!(progress_after_first(3, HookPhase::Successful), (true, false), "two more to go: written");
+        assert_eq!(progress_after_first(2, HookPhase::Error), (true, false), "an error consumed no count: written");
     }
 
     #[tokio::test]

@@ -63,3 +63,57 @@ async fn progress_writes_stay_within_the_budget_and_every_run_gets_its_turn() {
     shutdown.trigger();
     sim.shutdown().await;
 }
+
+/// `--status-write-interval` also holds a new run's first write: a run that completes within it writes its status
+/// once (the completion, carrying its measurements), and a long-running run shows `Running` with its first
+/// measurements once the interval is over — not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_completed_within_the_write_interval_writes_its_status_once() {
+    const INTERVAL: Duration = Duration::from_secs(4);
+    let (sim, client) = cluster().await;
+    let url = format!("http://{}/", endpoint().await);
+    let from = sim.audit().items.last().map_or(0, |e| e.id);
+    let shutdown = start(client.clone(), Options { status_write_interval: INTERVAL, ..options(Duration::ZERO, 10) });
+    let runs: Api<HookRun> = Api::namespaced(client.clone(), "default");
+    // One measurement each (at once, against a local endpoint): done long before the interval is over.
+    for i in 0..RUNS {
+        let run = hookrun(&format!("quick{i}"), &url, "asInt(result) > 30", Some(1), None);
+        runs.create(&PostParams::default(), &run).await.unwrap();
+    }
+    let created = Instant::now();
+    runs.create(&PostParams::default(), &hookrun("forever", &url, "asInt(result) > 30", None, None)).await.unwrap();
+    wait_for("every quick run to be Successful", DEADLINE, || async {
+        let list = runs.list(&Default::default()).await.ok()?;
+        let done = list.items.iter().filter(|r| {
+            r.metadata.name.as_deref().is_some_and(|n| n.starts_with("quick"))
+                && r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful)
+        });
+        (done.count() == RUNS).then_some(())
+    })
+    .await;
+    let running = wait_for("the long run to be Running", DEADLINE, || async {
+        let run = runs.get("forever").await.ok()?;
+        let status = run.status?;
+        (status.phase == Some(HookPhase::Running)).then_some(status)
+    })
+    .await;
+    let shown_after = created.elapsed();
+    assert!(shown_after >= INTERVAL, "Running written {shown_after:?} after the run was created, within the interval");
+    assert!(
+        running.metric_results.first().is_some_and(|m| m.successful >= 1),
+        "the first write carries what was measured meanwhile: {running:?}"
+    );
+    let audit = sim.audit_since(from);
+    let status_writes = |name: &str| {
+        audit
+            .items
+            .iter()
+            .filter(|e| e.resource == "hookruns" && e.subresource.as_deref() == Some("status") && e.name == name)
+            .count()
+    };
+    for i in 0..RUNS {
+        assert_eq!(status_writes(&format!("quick{i}")), 1, "quick{i}: only its completion is written");
+    }
+    shutdown.trigger();
+    sim.shutdown().await;
+}
