@@ -766,7 +766,8 @@ mod tests {
         let mut versions: Vec<Arc<Value>> = Vec::new();
         for (i, label) in ["x", "y", "x", "x", "y", "x"].into_iter().enumerate() {
             let mut obj = pod("a", label);
-            obj["spec"] = json!({"n": i, "f": 0.1 * i as f64, "big": u64::MAX, "neg": -3, "s": "é\"\n\u{1}", "z": null});
+            obj["spec"] =
+                json!({"n": i, "f": 0.1 * i as f64, "big": u64::MAX, "neg": -3, "s": "é\"\n\u{1}", "z": null});
             let stored = match versions.last() {
                 None => s.create("pods", "default/a", obj).unwrap(),
                 Some(v) => s.update("pods", "default/a", obj, parse_rv(v)).unwrap(),
@@ -788,7 +789,16 @@ mod tests {
         assert!(live_filtered.iter().any(|(k, _)| *k == EventKind::Deleted), "{live_filtered:?}");
         for v in &versions {
             let page = s
-                .list("pods", &ListRequest { namespace: None, filter: None, limit: None, start_after: None, at: Some(parse_rv(v)) })
+                .list(
+                    "pods",
+                    &ListRequest {
+                        namespace: None,
+                        filter: None,
+                        limit: None,
+                        start_after: None,
+                        at: Some(parse_rv(v)),
+                    },
+                )
                 .unwrap();
             let a: Vec<&Value> = page.items.iter().map(|o| &**o).filter(|o| meta::name(o) == "a").collect();
             assert_eq!(a, vec![&**v]);
