@@ -1,10 +1,11 @@
 //! Events through the API (kube-sim): a repeated Event continues its series on the first object (one object,
-//! `series.count` 2, 3, …), a different related object or reason is its own Event, and a series whose Event was
-//! deleted starts a new Event.
+//! `series.count` 2, 3, …), a different related object or reason is its own Event, a series whose Event was
+//! deleted starts a new Event, and similar events about more than ten related objects are combined into one Event
+//! whose series is written at most once per flush interval.
 
 use std::time::Duration;
 
-use common::runtime::events::{EventSink, Note};
+use common::runtime::events::{COMBINED_PREFIX, EventCounters, EventSettings, EventSink, Note};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -49,7 +50,8 @@ async fn repeated_events_continue_their_series_through_the_api() -> anyhow::Resu
     let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await?;
     let client = sim.client().await;
     let reporter = Reporter { controller: "test-operator".into(), instance: None };
-    let sink = EventSink::start(client.clone(), reporter, 64, Counter::default());
+    let settings = EventSettings { capacity: 64, flush: Duration::from_millis(200), ..EventSettings::default() };
+    let sink = EventSink::start_with(client.clone(), reporter, settings, EventCounters::default());
     let api: Api<Event> = Api::namespaced(client, "default");
     let gd = reference("GameDeployment", "gd");
     let (p1, p2) = (Some(reference("Pod", "p1")), Some(reference("Pod", "p2")));
@@ -85,5 +87,63 @@ async fn repeated_events_continue_their_series_through_the_api() -> anyhow::Resu
     .await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(events(&api).await?.len(), 3, "nothing else was created");
+    Ok(())
+}
+
+#[tokio::test]
+async fn similar_events_about_many_pods_are_combined_and_their_writes_bounded() -> anyhow::Result<()> {
+    let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await?;
+    let client = sim.client().await;
+    let reporter = Reporter { controller: "test-operator".into(), instance: None };
+    let combined = Counter::default();
+    let settings = EventSettings { capacity: 1024, flush: Duration::from_secs(2), ..EventSettings::default() };
+    let counters = EventCounters { dropped: Counter::default(), combined: combined.clone() };
+    let sink = EventSink::start_with(client.clone(), reporter, settings, counters);
+    let api: Api<Event> = Api::namespaced(client, "default");
+    let gd = reference("GameDeployment", "gd");
+
+    // A roll of 500 pods: one Event each, as the gamedeployment-operator publishes them.
+    for i in 0..500 {
+        let pod = format!("pod-{i}");
+        sink.publish_related(
+            &gd,
+            Some(reference("Pod", &pod)),
+            note("SuccessfulUpdatePodInPlace", &format!("updated {pod}")),
+        );
+    }
+    sink.publish(&gd, note("RolloutComplete", "done"));
+    let expected: Vec<(String, String, i32)> = (0..10)
+        .map(|i| ("SuccessfulUpdatePodInPlace".to_string(), format!("pod-{i}"), 1))
+        .chain([
+            ("RolloutComplete".to_string(), String::new(), 1),
+            ("SuccessfulUpdatePodInPlace".to_string(), String::new(), 490),
+        ])
+        .collect();
+    let mut expected = expected;
+    expected.sort();
+    let seen = eventually("ten Events of their own and one combining 490", || async {
+        let seen = events(&api).await?;
+        Ok((seen == expected).then_some(seen))
+    })
+    .await;
+    assert!(seen.is_ok(), "{:?} (last seen {:?})", seen.err(), events(&api).await?);
+    assert_eq!(combined.get(), 490);
+    let all = api.list(&Default::default()).await?.items;
+    let aggregate =
+        all.iter().find(|e| e.related.is_none() && e.reason.as_deref() == Some("SuccessfulUpdatePodInPlace"));
+    let note_of = aggregate.and_then(|e| e.note.clone()).unwrap_or_default();
+    assert_eq!(note_of, format!("{COMBINED_PREFIX}updated pod-499"), "the latest note");
+
+    // 12 Events created; the combined one patched a handful of times (once per 2 s flush), not 489 times.
+    let writes: Vec<_> = sim
+        .audit()
+        .items
+        .into_iter()
+        .filter(|e| e.resource == "events" && e.verb != "list" && e.verb != "get" && e.verb != "watch")
+        .collect();
+    let creates = writes.iter().filter(|e| e.verb == "create").count();
+    let patches = writes.iter().filter(|e| e.verb == "patch").count();
+    assert_eq!(creates, 12, "{writes:#?}");
+    assert!(patches <= 3, "{patches} patches: {writes:#?}");
     Ok(())
 }

@@ -100,6 +100,8 @@ pub struct Metrics {
     pub status_writes_deferred: Counter,
     pub expectations_expired: Counter,
     pub events_dropped: Counter,
+    /// Events counted into a combined Event (`(combined from similar events)`) instead of published alone.
+    pub events_combined: Counter,
     pub api_requests: Family<RequestLabels, Counter>,
 }
 
@@ -125,6 +127,7 @@ impl Metrics {
             status_writes_deferred: Counter::default(),
             expectations_expired: Counter::default(),
             events_dropped: Counter::default(),
+            events_combined: Counter::default(),
             api_requests: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gamedeployment");
@@ -190,6 +193,11 @@ impl Metrics {
             "events_dropped",
             "Kubernetes Events dropped because the event queue was full",
             metrics.events_dropped.clone(),
+        );
+        r.register(
+            "events_combined",
+            "Kubernetes Events counted into one combining similar events (more than 10 related objects per reason)",
+            metrics.events_combined.clone(),
         );
         r.register(
             "api_requests",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::api::{HookPhase, HookRun, HookTemplate};
-use common::runtime::events::{EventSink, Note as EventNote};
+use common::runtime::events::{EventCounters, EventSettings, EventSink, Note as EventNote};
 use common::runtime::kube_api::api;
 use common::runtime::{Health, Shutdown};
 use futures::StreamExt;
@@ -450,7 +450,12 @@ pub async fn run(
     });
     let wake_all = wake.clone();
     let reporter = Reporter { controller: COMPONENT.into(), instance: Some(options.identity.clone()) };
-    let events = EventSink::start(client.clone(), reporter, EVENT_QUEUE, metrics.events_dropped.clone());
+    let events = EventSink::start_with(
+        client.clone(),
+        reporter,
+        EventSettings { capacity: EVENT_QUEUE, ..EventSettings::default() },
+        EventCounters { dropped: metrics.events_dropped.clone(), combined: metrics.events_combined.clone() },
+    );
 
     let mut watch_config = watcher::Config::default();
     if let Some(selector) = &options.label_selector {

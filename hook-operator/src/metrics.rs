@@ -48,6 +48,8 @@ pub struct Metrics {
     pub status_write_delay: Histogram,
     pub invalid_templates: Gauge,
     pub events_dropped: Counter,
+    /// Events counted into a combined Event (`(combined from similar events)`) instead of published alone.
+    pub events_combined: Counter,
     /// 1 while this replica runs the controller (holds the Lease, or leader election is off), else 0.
     pub leader: Gauge,
     /// Finished ownerless HookRuns deleted after `--finished-run-ttl`.
@@ -70,6 +72,7 @@ impl Default for Metrics {
             status_write_delay: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
             invalid_templates: Gauge::default(),
             events_dropped: Counter::default(),
+            events_combined: Counter::default(),
             leader: Gauge::default(),
             runs_collected: Counter::default(),
         }
@@ -125,6 +128,11 @@ impl Metrics {
             "events_dropped",
             "Kubernetes Events dropped because the event queue was full",
             metrics.events_dropped.clone(),
+        );
+        r.register(
+            "events_combined",
+            "Kubernetes Events counted into one combining similar events (more than 10 related objects per reason)",
+            metrics.events_combined.clone(),
         );
         r.register(
             "hookruns_collected",

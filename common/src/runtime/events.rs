@@ -2,17 +2,33 @@
 //! failing Events API never delays a reconcile. The queue is bounded: when it is full, events are dropped and
 //! counted (the `dropped` counter the operator registers), never waited for.
 //!
-//! An Event that repeats (same type, reason, action, reporter, regarding and related object) within
-//! [`SERIES_TTL`] continues the first one as a series (`series.count`, `series.lastObservedTime`) instead of
-//! creating another object: the events.k8s.io/v1 rules, as kube-runtime's `Recorder` applies them. That Recorder
-//! was used before, but it scans its whole cache on every publish, and in a fleet rollout every pod's Event is
-//! distinct, so publishing cost grew with the size of the roll (5 % of the gamedeployment-operator's CPU at 2,000
-//! pods). [`Series`] expires in insertion order and remembers at most [`MAX_SERIES`] Events: constant work per
-//! publish and bounded memory.
+//! Two rules keep the Events API writes of a large rollout bounded while every Event stays readable:
+//!
+//! - **Series.** An Event that repeats (same type, reason, action, reporter, regarding and related object) within
+//!   [`SERIES_TTL`] continues the first one as a series (`series.count`, `series.lastObservedTime`) instead of
+//!   creating another object: the events.k8s.io/v1 rules, as kube-runtime's `Recorder` applies them. The repeats
+//!   are counted in memory: the first repeat is written at once, later ones at most once per
+//!   [`EventSettings::flush`] per Event (client-go's events library writes the second occurrence and then only a
+//!   30-minute heartbeat). Repeats counted but not written yet are lost if the operator stops before the flush
+//!   (at most one flush interval of them).
+//! - **Similar events are combined** (client-go's `EventAggregator`: 10 within 10 minutes). Events that differ
+//!   only in their related object and note — a rollout's `SuccessfulUpdatePodInPlace` for each of 5,000 pods — are
+//!   published one by one for the first [`EventSettings::combine_after`] related objects within
+//!   [`EventSettings::combine_window`] of each other; the later ones continue one Event per (type, reason, action,
+//!   regarding) whose note is `(combined from similar events): <the latest note>` and whose `series.count` counts
+//!   them. Every event is still logged, one line each. Before this rule a 5,000-pod roll asked for ~25,000 Events,
+//!   more than the queue could hold, so which ones reached the API (a Warning among them, or not) was chance.
+//!
+//! kube-runtime's `Recorder` was used before, but it scans its whole cache on every publish, and in a fleet rollout
+//! every pod's Event is distinct, so publishing cost grew with the size of the roll (5 % of the
+//! gamedeployment-operator's CPU at 2,000 pods). [`Series`] expires in insertion order and remembers at most
+//! [`MAX_SERIES`] Events, [`Similar`] at most as many keys: constant work per publish and bounded memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
@@ -23,6 +39,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::events::Reporter;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// How long after its last occurrence an Event can still be continued as a series (kube-runtime's Recorder: 6 min).
 pub const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
@@ -32,6 +49,42 @@ pub const MAX_SERIES: usize = 8192;
 
 /// The API limit of an Event note, in bytes.
 pub const MAX_NOTE: usize = 1000;
+
+/// How the note of a combined Event starts (client-go's aggregator writes the same words).
+pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+
+/// How the publisher batches and combines; [`Default`] is what the operators use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Events waiting to be published at most; more are dropped and counted.
+    pub capacity: usize,
+    /// The shortest time between two writes of one Event's series.
+    pub flush: Duration,
+    /// Related objects published one by one per (type, reason, action, regarding) before the rest are combined.
+    pub combine_after: usize,
+    /// How long after the last similar event the count of related objects starts again.
+    pub combine_window: Duration,
+}
+
+impl Default for EventSettings {
+    fn default() -> Self {
+        Self {
+            capacity: 4096,
+            flush: Duration::from_secs(5),
+            combine_after: 10,
+            combine_window: Duration::from_secs(10 * 60),
+        }
+    }
+}
+
+/// What the publisher counts for the operator's metrics.
+#[derive(Debug, Clone, Default)]
+pub struct EventCounters {
+    /// Events the full queue refused.
+    pub dropped: Counter,
+    /// Events counted into a combined Event instead of being published on their own.
+    pub combined: Counter,
+}
 
 /// An Event to publish about an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,12 +120,12 @@ impl std::fmt::Debug for Queued {
 }
 
 impl EventSink {
-    /// Starts the publisher task with a queue of `capacity` events; `dropped` counts events the full queue
-    /// refused.
-    pub fn start(client: Client, reporter: Reporter, capacity: usize, dropped: Counter) -> Self {
-        let (sender, receiver) = mpsc::channel::<Queued>(capacity.max(1));
-        tokio::spawn(publish_all(client, reporter, receiver));
-        Self { sender, dropped }
+    /// Starts the publisher task with `settings`, counting into `counters`.
+    pub fn start_with(client: Client, reporter: Reporter, settings: EventSettings, counters: EventCounters) -> Self {
+        let (sender, receiver) = mpsc::channel::<Queued>(settings.capacity.max(1));
+        let publisher = Publisher::new(client, reporter, settings, counters.combined);
+        tokio::spawn(publisher.run(receiver));
+        Self { sender, dropped: counters.dropped }
     }
 
     /// Queues an event about `regarding` and logs it; never waits.
@@ -81,7 +134,8 @@ impl EventSink {
     }
 
     /// [`Self::publish`] with a `related` object (a pod of the workload): events that differ in it are never
-    /// aggregated into one (the Recorder's key holds `related` but not the note).
+    /// continued as one series (the Recorder's key holds `related` but not the note); beyond
+    /// [`EventSettings::combine_after`] of them they are combined (see the module documentation).
     pub fn publish_related(&self, regarding: &ObjectReference, related: Option<ObjectReference>, note: Note) {
         let object = regarding.name.as_deref().unwrap_or_default();
         if note.warning {
@@ -112,7 +166,7 @@ impl EventSink {
 }
 
 /// The identity of an object in an aggregation key (what kube-runtime's Recorder compares).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct ObjectKey {
     api_version: Option<String>,
     kind: Option<String>,
@@ -134,13 +188,15 @@ impl ObjectKey {
 }
 
 /// What makes two Events one series: everything but the note and the time.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Key {
     warning: bool,
     reason: String,
     action: String,
     regarding: ObjectKey,
     related: Option<ObjectKey>,
+    /// The Event combining similar events (see [`Similar`]); never equal to an Event published on its own.
+    combined: bool,
 }
 
 impl Key {
@@ -151,7 +207,77 @@ impl Key {
             action: queued.note.action.clone(),
             regarding: ObjectKey::of(&queued.regarding),
             related: queued.related.as_ref().map(ObjectKey::of),
+            combined: false,
         }
+    }
+
+    /// The key of the Event that combines the events similar to this one.
+    fn combining(mut self) -> Self {
+        self.related = None;
+        self.combined = true;
+        self
+    }
+
+    /// The key events are similar under: all but the related object.
+    fn similarity(&self) -> (bool, &str, &str, &ObjectKey) {
+        (self.warning, &self.reason, &self.action, &self.regarding)
+    }
+
+    fn related_hash(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        self.related.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Which events are combined: per (type, reason, action, regarding), the related objects seen since the last
+/// pause of [`EventSettings::combine_window`], up to [`EventSettings::combine_after`] of them.
+#[derive(Debug)]
+struct Similar {
+    after: usize,
+    window: Duration,
+    cap: usize,
+    groups: HashMap<(bool, String, String, ObjectKey), Group>,
+}
+
+#[derive(Debug)]
+struct Group {
+    related: HashSet<u64>,
+    last: Instant,
+}
+
+impl Similar {
+    fn new(after: usize, window: Duration, cap: usize) -> Self {
+        Self { after, window, cap: cap.max(1), groups: HashMap::new() }
+    }
+
+    /// Whether an event with `key` is combined with the similar ones (true) or published on its own.
+    fn combines(&mut self, key: &Key, now: Instant) -> bool {
+        let (warning, reason, action, regarding) = key.similarity();
+        let related = key.related_hash();
+        let group_key = (warning, reason.to_string(), action.to_string(), regarding.clone());
+        if !self.groups.contains_key(&group_key) && self.groups.len() >= self.cap {
+            let window = self.window;
+            self.groups.retain(|_, g| now.saturating_duration_since(g.last) < window);
+            if self.groups.len() >= self.cap {
+                // Every group is recent: start over rather than grow (some events are published on their own
+                // again, which is what happens after a pause anyway).
+                self.groups.clear();
+            }
+        }
+        let group = self.groups.entry(group_key).or_insert_with(|| Group { related: HashSet::new(), last: now });
+        if now.saturating_duration_since(group.last) >= self.window {
+            group.related.clear();
+        }
+        group.last = now;
+        if group.related.contains(&related) {
+            return false;
+        }
+        if group.related.len() < self.after {
+            group.related.insert(related);
+            return false;
+        }
+        true
     }
 }
 
@@ -160,35 +286,68 @@ impl Key {
 struct Published {
     namespace: String,
     name: String,
+    /// Occurrences so far, and how many the API has been told of.
     count: i32,
+    written: i32,
+    written_at: Instant,
+    /// The latest occurrence and its note (a combined Event shows the latest one).
+    last_seen: Timestamp,
+    note: String,
+    /// A flush is queued for it.
+    scheduled: bool,
     /// Identifies its latest entry in [`Series::order`] (older entries for the same key are stale).
     stamp: u64,
 }
 
-/// What to do with an Event.
+/// What a repeat asks of the publisher.
 #[derive(Debug, PartialEq, Eq)]
-enum Publish {
-    /// Create a new Event object.
-    Create,
-    /// Patch the series of an existing one.
-    Continue { namespace: String, name: String, count: i32 },
+enum Observed {
+    /// No Event to continue: create one.
+    New,
+    /// Counted; its series is due to be written now.
+    WriteNow,
+    /// Counted; a flush writes it later.
+    Later,
+}
+
+/// A series write to send.
+#[derive(Debug, PartialEq, Eq)]
+struct SeriesWrite {
+    namespace: String,
+    name: String,
+    count: i32,
+    last_seen: Timestamp,
+    /// The latest note; written only for a combined Event (the others keep their first).
+    note: String,
+    combined: bool,
 }
 
 /// The Events published lately, oldest first, so that a repeat continues a series. Expiry pops from the front of
 /// an insertion-ordered queue (constant work per publish, however many Events are remembered); at most `cap`
-/// Events are kept, and the queue (one entry per publish, stale ones included) at most twice that.
+/// Events are kept, and the queue (one entry per publish, stale ones included) at most twice that. Writes of a
+/// series wait in `due` until [`EventSettings::flush`] after the Event's previous write.
 #[derive(Debug)]
 struct Series {
     ttl: Duration,
     cap: usize,
+    flush: Duration,
     by_key: HashMap<Arc<Key>, Published>,
     order: VecDeque<(Instant, u64, Arc<Key>)>,
+    due: BinaryHeap<Reverse<(Instant, u64, Arc<Key>)>>,
     next_stamp: u64,
 }
 
 impl Series {
-    fn new(ttl: Duration, cap: usize) -> Self {
-        Self { ttl, cap: cap.max(1), by_key: HashMap::new(), order: VecDeque::new(), next_stamp: 0 }
+    fn new(ttl: Duration, cap: usize, flush: Duration) -> Self {
+        Self {
+            ttl,
+            cap: cap.max(1),
+            flush,
+            by_key: HashMap::new(),
+            order: VecDeque::new(),
+            due: BinaryHeap::new(),
+            next_stamp: 0,
+        }
     }
 
     /// Forgets what expired by `now`, and the oldest entries beyond the bounds.
@@ -212,29 +371,95 @@ impl Series {
         self.next_stamp
     }
 
-    /// Whether an Event with `key` continues a series (and counts it) or must be created.
-    fn observe(&mut self, key: &Key, now: Instant) -> Publish {
+    /// Counts an occurrence of `key` (with its `note`, seen at `seen`): whether it continues a series, and when to
+    /// write it.
+    fn observe(&mut self, key: &Key, note: &str, seen: Timestamp, now: Instant) -> Observed {
         self.expire(now);
-        let Some((shared, _)) = self.by_key.get_key_value(key) else { return Publish::Create };
+        let Some((shared, _)) = self.by_key.get_key_value(key) else { return Observed::New };
         let shared = shared.clone();
         let stamp = self.stamp(shared.clone(), now);
-        let Some(published) = self.by_key.get_mut(&shared) else { return Publish::Create };
+        let flush = self.flush;
+        let Some(published) = self.by_key.get_mut(&shared) else { return Observed::New };
         published.count += 1;
         published.stamp = stamp;
-        let continued = Publish::Continue {
-            namespace: published.namespace.clone(),
-            name: published.name.clone(),
-            count: published.count,
+        published.last_seen = seen;
+        if published.note != note {
+            published.note = note.to_string();
+        }
+        // The first repeat makes the Event a series at once (as client-go's events library does); later ones wait.
+        let observed = if published.written <= 1 || now >= published.written_at + flush {
+            Observed::WriteNow
+        } else {
+            if !published.scheduled {
+                published.scheduled = true;
+                self.due.push(Reverse((published.written_at + flush, stamp, shared)));
+            }
+            Observed::Later
         };
         self.expire(now);
-        continued
+        observed
+    }
+
+    /// The write that brings `key`'s series up to date, if it has occurrences not written yet.
+    fn pending(&self, key: &Key) -> Option<SeriesWrite> {
+        let p = self.by_key.get(key)?;
+        (p.count > p.written).then(|| SeriesWrite {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            count: p.count,
+            last_seen: p.last_seen,
+            note: p.note.clone(),
+            combined: key.combined,
+        })
+    }
+
+    /// Records that `count` occurrences of `key` were written at `now`.
+    fn written(&mut self, key: &Key, count: i32, now: Instant) {
+        if let Some(p) = self.by_key.get_mut(key) {
+            p.written = p.written.max(count);
+            p.written_at = now;
+        }
+    }
+
+    /// The earliest queued flush.
+    fn next_due(&self) -> Option<Instant> {
+        self.due.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Takes the keys whose flush is due by `now` (all of them when `now` is `None`).
+    fn take_due(&mut self, now: Option<Instant>) -> Vec<Arc<Key>> {
+        let mut keys = Vec::new();
+        while let Some(Reverse((at, _, _))) = self.due.peek() {
+            if now.is_some_and(|now| *at > now) {
+                break;
+            }
+            let Some(Reverse((_, _, key))) = self.due.pop() else { break };
+            if let Some(p) = self.by_key.get_mut(&key)
+                && p.scheduled
+            {
+                p.scheduled = false;
+                keys.push(key);
+            }
+        }
+        keys
     }
 
     /// Remembers an Event just created.
-    fn created(&mut self, key: Key, namespace: String, name: String, now: Instant) {
+    fn created(&mut self, key: Key, namespace: String, name: String, note: String, seen: Timestamp, now: Instant) {
         let key = Arc::new(key);
         let stamp = self.stamp(key.clone(), now);
-        self.by_key.insert(key, Published { namespace, name, count: 1, stamp });
+        let published = Published {
+            namespace,
+            name,
+            count: 1,
+            written: 1,
+            written_at: now,
+            last_seen: seen,
+            note,
+            scheduled: false,
+            stamp,
+        };
+        self.by_key.insert(key, published);
         self.expire(now);
     }
 
@@ -270,30 +495,135 @@ fn new_event(reporter: &Reporter, queued: &Queued, now: Timestamp) -> K8sEvent {
     }
 }
 
-async fn publish_all(client: Client, reporter: Reporter, mut receiver: mpsc::Receiver<Queued>) {
-    let mut series = Series::new(SERIES_TTL, MAX_SERIES);
-    while let Some(queued) = receiver.recv().await {
-        let key = Key::of(&queued);
-        let now = Timestamp::now();
-        if let Publish::Continue { namespace, name, count } = series.observe(&key, Instant::now()) {
-            let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
-            let patch = serde_json::json!({ "series": { "count": count, "lastObservedTime": MicroTime(now) } });
-            match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => continue,
-                // Gone (the API server's Event TTL) or refused: this one starts a new Event.
-                Err(e) => {
-                    tracing::debug!(error = %e, event = %name, "continuing an event series failed; creating a new event");
-                    series.forget(&key);
-                }
+/// The publisher task's state: what it published lately and which events it combines.
+struct Publisher {
+    client: Client,
+    reporter: Reporter,
+    series: Series,
+    similar: Similar,
+    combined: Counter,
+}
+
+impl Publisher {
+    fn new(client: Client, reporter: Reporter, settings: EventSettings, combined: Counter) -> Self {
+        Self {
+            client,
+            reporter,
+            series: Series::new(SERIES_TTL, MAX_SERIES, settings.flush),
+            similar: Similar::new(settings.combine_after, settings.combine_window, MAX_SERIES),
+            combined,
+        }
+    }
+
+    async fn run(mut self, mut receiver: mpsc::Receiver<Queued>) {
+        loop {
+            let next = self.series.next_due();
+            tokio::select! {
+                received = receiver.recv() => match received {
+                    Some(queued) => self.publish(queued).await,
+                    None => {
+                        // Every sender is gone (the operator stops): write what was counted.
+                        self.flush(None).await;
+                        return;
+                    }
+                },
+                () = sleep_until(next), if next.is_some() => self.flush(Some(Instant::now())).await,
             }
         }
-        let event = new_event(&reporter, &queued, now);
+    }
+
+    async fn publish(&mut self, mut queued: Queued) {
+        let now = Instant::now();
+        let seen = Timestamp::now();
+        let mut key = Key::of(&queued);
+        if self.similar.combines(&key, now) {
+            self.combined.inc();
+            key = key.combining();
+            queued.related = None;
+            queued.note.message = format!("{COMBINED_PREFIX}{}", queued.note.message);
+        }
+        let note = super::text::fit_bytes(&queued.note.message, MAX_NOTE);
+        match self.series.observe(&key, &note, seen, now) {
+            Observed::Later => {}
+            Observed::WriteNow => {
+                if self.write_series(&key).await.is_err() {
+                    self.create(key, &queued, seen).await;
+                }
+            }
+            Observed::New => self.create(key, &queued, seen).await,
+        }
+    }
+
+    /// Writes the series of every Event whose flush is due (all when `now` is `None`).
+    async fn flush(&mut self, now: Option<Instant>) {
+        for key in self.series.take_due(now) {
+            if let Err(failed) = self.write_series(&key).await {
+                // Gone (the API server's Event TTL) or refused: the occurrences start a new Event.
+                let queued = Queued {
+                    regarding: reference_of(&key.regarding),
+                    related: key.related.as_ref().map(reference_of),
+                    note: Note {
+                        warning: key.warning,
+                        reason: key.reason.clone(),
+                        message: failed.note,
+                        action: key.action.clone(),
+                    },
+                };
+                self.create(Key::clone(&key), &queued, failed.last_seen).await;
+            }
+        }
+    }
+
+    /// Patches `key`'s series up to its count; the write when the Event could not be patched (it is forgotten).
+    async fn write_series(&mut self, key: &Key) -> Result<(), SeriesWrite> {
+        let Some(write) = self.series.pending(key) else { return Ok(()) };
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &write.namespace);
+        let mut patch = serde_json::json!({
+            "series": { "count": write.count, "lastObservedTime": MicroTime(write.last_seen) }
+        });
+        if write.combined {
+            patch["note"] = serde_json::Value::String(write.note.clone());
+        }
+        match api.patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                self.series.written(key, write.count, Instant::now());
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, event = %write.name, "continuing an event series failed; creating a new event");
+                self.series.forget(key);
+                Err(write)
+            }
+        }
+    }
+
+    async fn create(&mut self, key: Key, queued: &Queued, seen: Timestamp) {
+        let event = new_event(&self.reporter, queued, seen);
         let (namespace, name) = (event.metadata.namespace.clone().unwrap_or_default(), event.metadata.name.clone());
-        let api: Api<K8sEvent> = Api::namespaced(client.clone(), &namespace);
+        let note = event.note.clone().unwrap_or_default();
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
         match api.create(&PostParams::default(), &event).await {
-            Ok(_) => series.created(key, namespace, name.unwrap_or_default(), Instant::now()),
+            Ok(_) => self.series.created(key, namespace, name.unwrap_or_default(), note, seen, Instant::now()),
             Err(e) => tracing::warn!(error = %e, reason = %queued.note.reason, "publishing an event failed"),
         }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn reference_of(key: &ObjectKey) -> ObjectReference {
+    ObjectReference {
+        api_version: key.api_version.clone(),
+        kind: key.kind.clone(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+        uid: key.uid.clone(),
+        ..ObjectReference::default()
     }
 }
 
@@ -323,41 +653,134 @@ mod tests {
         }
     }
 
-    fn cont(name: &str, count: i32) -> Publish {
-        Publish::Continue { namespace: "ns".into(), name: name.into(), count }
+    fn ts() -> Timestamp {
+        Timestamp::from_second(1_700_000_000).unwrap()
+    }
+
+    /// A series that writes every repeat at once (no flush interval).
+    fn eager(cap: usize) -> Series {
+        Series::new(Duration::from_secs(360), cap, Duration::ZERO)
+    }
+
+    fn create(series: &mut Series, key: &Key, name: &str, now: Instant) {
+        series.created(key.clone(), "ns".into(), name.into(), "m".into(), ts(), now);
+    }
+
+    /// Observes a repeat and, when it is due, writes it; the name and count written.
+    fn repeat(series: &mut Series, key: &Key, now: Instant) -> Option<(String, i32)> {
+        match series.observe(key, "m", ts(), now) {
+            Observed::New => None,
+            Observed::Later => Some((String::new(), 0)),
+            Observed::WriteNow => {
+                let write = series.pending(key)?;
+                series.written(key, write.count, now);
+                Some((write.name, write.count))
+            }
+        }
+    }
+
+    fn cont(name: &str, count: i32) -> Option<(String, i32)> {
+        Some((name.into(), count))
     }
 
     #[test]
     fn a_repeated_event_continues_its_series_until_it_expires() {
         let t0 = Instant::now();
-        let mut series = Series::new(Duration::from_secs(360), 100);
+        let mut series = eager(100);
         let key = Key::of(&queued("SuccessfulUpdatePodInPlace", "p1"));
-        assert_eq!(series.observe(&key, t0), Publish::Create);
-        series.created(key.clone(), "ns".into(), "gd.1".into(), t0);
-        assert_eq!(series.observe(&key, t0 + Duration::from_secs(10)), cont("gd.1", 2));
-        assert_eq!(series.observe(&key, t0 + Duration::from_secs(300)), cont("gd.1", 3));
+        assert_eq!(series.observe(&key, "m", ts(), t0), Observed::New);
+        create(&mut series, &key, "gd.1", t0);
+        assert_eq!(repeat(&mut series, &key, t0 + Duration::from_secs(10)), cont("gd.1", 2));
+        assert_eq!(repeat(&mut series, &key, t0 + Duration::from_secs(300)), cont("gd.1", 3));
         // The TTL counts from the last occurrence: 300 s + 359 s is still the series.
-        assert_eq!(series.observe(&key, t0 + Duration::from_secs(659)), cont("gd.1", 4));
-        assert_eq!(series.observe(&key, t0 + Duration::from_secs(1100)), Publish::Create, "expired");
+        assert_eq!(repeat(&mut series, &key, t0 + Duration::from_secs(659)), cont("gd.1", 4));
+        assert_eq!(repeat(&mut series, &key, t0 + Duration::from_secs(1100)), None, "expired");
         // Another related pod or reason is another Event.
-        series.created(key.clone(), "ns".into(), "gd.2".into(), t0 + Duration::from_secs(1100));
+        create(&mut series, &key, "gd.2", t0 + Duration::from_secs(1100));
         let other_pod = Key::of(&queued("SuccessfulUpdatePodInPlace", "p2"));
-        assert_eq!(series.observe(&other_pod, t0 + Duration::from_secs(1101)), Publish::Create);
+        assert_eq!(repeat(&mut series, &other_pod, t0 + Duration::from_secs(1101)), None);
         let other_reason = Key::of(&queued("SuccessfulCreate", "p1"));
-        assert_eq!(series.observe(&other_reason, t0 + Duration::from_secs(1101)), Publish::Create);
+        assert_eq!(repeat(&mut series, &other_reason, t0 + Duration::from_secs(1101)), None);
         // Forgotten (its series could not be patched): the next one is created.
         series.forget(&key);
-        assert_eq!(series.observe(&key, t0 + Duration::from_secs(1102)), Publish::Create);
+        assert_eq!(repeat(&mut series, &key, t0 + Duration::from_secs(1102)), None);
+    }
+
+    #[test]
+    fn repeats_are_written_at_most_once_per_flush_interval() {
+        let t0 = Instant::now();
+        let secs = |n: u64| t0 + Duration::from_secs(n);
+        let mut series = Series::new(Duration::from_secs(360), 100, Duration::from_secs(5));
+        let key = Key::of(&queued("HookBlocked", "p1"));
+        create(&mut series, &key, "gd.1", t0);
+        // The first repeat makes it a series at once.
+        assert_eq!(repeat(&mut series, &key, t0), cont("gd.1", 2));
+        // Later ones within 5 s of that write: counted, one flush queued for 5 s after it.
+        for n in 1..=4 {
+            assert_eq!(series.observe(&key, "m", ts(), secs(n)), Observed::Later);
+        }
+        assert_eq!(series.next_due(), Some(secs(5)));
+        assert!(series.take_due(Some(secs(4))).is_empty(), "not due yet");
+        let due = series.take_due(Some(secs(5)));
+        assert_eq!(due.len(), 1);
+        let write = series.pending(&due[0]).expect("four repeats to write");
+        assert_eq!((write.name.as_str(), write.count, write.combined), ("gd.1", 6, false));
+        series.written(&key, write.count, secs(5));
+        assert_eq!(series.pending(&key), None, "up to date");
+        // Written at 5 s: a repeat at 6 s waits until 10 s; one at 20 s (nothing queued) is written at once.
+        assert_eq!(series.observe(&key, "m", ts(), secs(6)), Observed::Later);
+        assert_eq!(series.observe(&key, "m", ts(), secs(7)), Observed::Later);
+        assert_eq!(series.next_due(), Some(secs(10)), "one flush queued per Event");
+        assert_eq!(series.take_due(None).len(), 1, "a final flush takes everything");
+        series.written(&key, 8, secs(8));
+        assert_eq!(series.observe(&key, "m", ts(), secs(20)), Observed::WriteNow);
+        assert_eq!(series.pending(&key).map(|w| w.count), Some(9));
+    }
+
+    #[test]
+    fn similar_events_beyond_ten_related_objects_are_combined() {
+        let t0 = Instant::now();
+        let mut similar = Similar::new(10, Duration::from_secs(600), 100);
+        let key = |pod: &str| Key::of(&queued("SuccessfulUpdatePodInPlace", pod));
+        for i in 0..10 {
+            assert!(!similar.combines(&key(&format!("p{i}")), t0), "pod {i} is published on its own");
+        }
+        assert!(similar.combines(&key("p10"), t0), "the 11th related pod is combined");
+        assert!(similar.combines(&key("p11"), t0 + Duration::from_secs(599)));
+        assert!(!similar.combines(&key("p3"), t0 + Duration::from_secs(599)), "a repeat continues its own series");
+        assert!(!similar.combines(&Key::of(&queued("SuccessfulCreate", "p10")), t0), "another reason");
+        let mut other_gd = queued("SuccessfulUpdatePodInPlace", "p10");
+        other_gd.regarding.name = Some("other".into());
+        assert!(!similar.combines(&Key::of(&other_gd), t0), "another GameDeployment");
+        // 10 minutes after the last similar event the count starts again.
+        assert!(!similar.combines(&key("p12"), t0 + Duration::from_secs(1200)));
+        // The combining key is one Event per reason and object, apart from the events published on their own.
+        let combining = key("p10").combining();
+        assert_eq!(combining, key("p11").combining());
+        assert_ne!(combining, Key { related: None, ..key("p10") });
+    }
+
+    #[test]
+    fn similar_groups_are_bounded() {
+        let t0 = Instant::now();
+        let mut similar = Similar::new(2, Duration::from_secs(600), 8);
+        for i in 0..1000 {
+            let mut q = queued("SuccessfulCreate", &format!("p{i}"));
+            q.regarding.name = Some(format!("gd-{i}"));
+            similar.combines(&Key::of(&q), t0 + Duration::from_millis(i));
+            assert!(similar.groups.len() <= 8);
+            assert!(similar.groups.values().all(|g| g.related.len() <= 2));
+        }
     }
 
     #[test]
     fn memory_is_bounded_however_many_distinct_or_repeated_events_there_are() {
         let t0 = Instant::now();
-        let mut series = Series::new(Duration::from_secs(360), 64);
+        let mut series = eager(64);
         for i in 0..10_000 {
             let key = Key::of(&queued("SuccessfulCreateHookRun", &format!("pod-{i}")));
-            if series.observe(&key, t0) == Publish::Create {
-                series.created(key, "ns".into(), format!("gd.{i}"), t0);
+            if series.observe(&key, "m", ts(), t0) == Observed::New {
+                create(&mut series, &key, &format!("gd.{i}"), t0);
             }
             assert!(
                 series.by_key.len() <= 64 && series.order.len() <= 128,
@@ -368,15 +791,15 @@ mod tests {
         }
         // The newest are remembered, the oldest forgotten.
         let newest = Key::of(&queued("SuccessfulCreateHookRun", "pod-9999"));
-        assert_eq!(series.observe(&newest, t0), cont("gd.9999", 2));
+        assert_eq!(repeat(&mut series, &newest, t0), cont("gd.9999", 2));
         let oldest = Key::of(&queued("SuccessfulCreateHookRun", "pod-0"));
-        assert_eq!(series.observe(&oldest, t0), Publish::Create);
+        assert_eq!(repeat(&mut series, &oldest, t0), None);
         // One Event repeated forever: one entry, and the queue of stale entries stays bounded.
-        let mut series = Series::new(Duration::from_secs(360), 64);
+        let mut series = eager(64);
         let key = Key::of(&queued("HookBlocked", "p"));
-        series.created(key.clone(), "ns".into(), "gd.x".into(), t0);
+        create(&mut series, &key, "gd.x", t0);
         for i in 0..10_000 {
-            assert_eq!(series.observe(&key, t0 + Duration::from_millis(i)), cont("gd.x", i as i32 + 2));
+            assert_eq!(repeat(&mut series, &key, t0 + Duration::from_millis(i)), cont("gd.x", i as i32 + 2));
             assert!(series.order.len() <= 128);
         }
     }

@@ -32,7 +32,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use common::runtime::events::{EventSink, Note};
+use common::runtime::events::{EventCounters, EventSettings, EventSink, Note};
 use common::runtime::kube_api::api;
 use common::runtime::watch;
 
@@ -823,7 +823,12 @@ pub async fn run(
         None
     };
 
-    let events = EventSink::start(client.clone(), reporter, config.event_queue, metrics.events_dropped.clone());
+    let events = EventSink::start_with(
+        client.clone(),
+        reporter,
+        EventSettings { capacity: config.event_queue, ..EventSettings::default() },
+        EventCounters { dropped: metrics.events_dropped.clone(), combined: metrics.events_combined.clone() },
+    );
     let synced = Arc::new(AtomicBool::new(false));
     let claims_synced = Arc::new(AtomicBool::new(false));
     tokio::spawn({
