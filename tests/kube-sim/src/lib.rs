@@ -23,6 +23,7 @@ mod controllers;
 pub mod discovery;
 pub mod disruption;
 pub mod faults;
+pub mod json;
 pub mod jsonpath;
 pub mod kubelet;
 pub mod managed;

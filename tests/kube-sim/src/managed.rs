@@ -398,8 +398,10 @@ fn top_in_scope(top: &str, scope: Scope) -> bool {
     }
 }
 
+/// No member of `set` (which holds `p`) lies under `p`.
 fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
-    set.range(p.clone()..).nth(1).is_none_or(|next| !next.starts_with(p))
+    use std::ops::Bound::{Excluded, Unbounded};
+    set.range::<[PathElement], _>((Excluded(p.as_slice()), Unbounded)).next().is_none_or(|next| !next.starts_with(p))
 }
 
 /// Records an `Update` by `manager`: it takes ownership of what it changed.
@@ -431,7 +433,7 @@ pub fn record_update(
             .iter()
             .filter(|p| match lookup.value_at(old, p) {
                 None => true,
-                Some(ov) => is_leaf(p, &new_set) && lookup.value_at(new, p) != Some(ov),
+                Some(ov) => is_leaf(p, &new_set) && !crate::json::opt_eq(lookup.value_at(new, p), Some(ov)),
             })
             .cloned()
             .collect(),
@@ -477,7 +479,7 @@ pub fn record_update(
         .filter(|(_, (e, _))| !e.fields.is_empty())
         .map(|(i, (e, dirty))| match raw.get(i) {
             Some(stored) if !*dirty => match carried.get_mut(i) {
-                Some(copy) if copy == stored => std::mem::take(copy),
+                Some(copy) if crate::json::eq(copy, stored) => std::mem::take(copy),
                 _ => stored.clone(),
             },
             _ => encode_entry(e),

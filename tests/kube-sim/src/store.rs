@@ -45,28 +45,92 @@ pub struct Event {
     pub prev: Option<Arc<Value>>,
 }
 
-/// The JSON encoding of an event's object as one API version serves it (`apiVersion`, then the bytes, and whether
-/// they encode the stored object itself), made by the first watcher that sends it and shared by the others: each
-/// change is serialized once, not once per watch.
-#[derive(Debug, Default)]
-pub struct Encoded(OnceLock<(String, Bytes, bool)>);
+/// The watch line of an event's object as one API version serves it (`{"type":KIND,"object":OBJECT}` and a newline,
+/// KIND the committed change's), made by the first watcher that sends it (or by the write's response) and shared by
+/// the others: each change is serialized once and its line written once, not once per watch. It also remembers
+/// whether the served object is the stored one (not a conversion of it), for the history to keep the object's
+/// encoding (a slice of the line).
+#[derive(Debug)]
+pub struct Encoded {
+    kind: &'static str,
+    line: OnceLock<EncodedLine>,
+}
+
+#[derive(Debug)]
+struct EncodedLine {
+    api_version: String,
+    line: Bytes,
+    /// Where the object's JSON lies in `line`.
+    object: std::ops::Range<usize>,
+    stored: bool,
+}
+
+/// `{"type":KIND,"object":` + the object's JSON + `}\n`, and where the object lies in it.
+pub fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>) {
+    let mut line = Vec::with_capacity(512);
+    line.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut line, kind);
+    line.extend_from_slice(b",\"object\":");
+    let start = line.len();
+    let _ = serde_json::to_writer(&mut line, object);
+    let end = line.len();
+    line.extend_from_slice(b"}\n");
+    (Bytes::from(line), start..end)
+}
+
+/// [`watch_line`] around an object already encoded.
+pub fn watch_line_around(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut line, kind);
+    line.extend_from_slice(b",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
+}
 
 impl Encoded {
-    /// The bytes for `api_version`; `encode` makes them (and says whether the served object is the stored one, not a
-    /// conversion of it) when this event has none for that version yet (a watch of another served version of the
-    /// same storage encodes its own and does not cache them).
-    pub fn get_or_encode(&self, api_version: &str, encode: impl FnOnce() -> (Bytes, bool)) -> Bytes {
-        if let Some((version, bytes, _)) = self.0.get() {
-            return if version == api_version { bytes.clone() } else { encode().0 };
-        }
-        let (bytes, stored) = encode();
-        let _ = self.0.set((api_version.to_string(), bytes.clone(), stored));
-        bytes
+    pub fn new(kind: EventKind) -> Self {
+        Self { kind: kind.as_str(), line: OnceLock::new() }
     }
 
-    /// The encoding of the stored object, if a watch made one.
+    /// The kept line if it is for `api_version`, making it when there is none yet; `view` gives the object as that
+    /// version serves it and says whether it is the stored one. `None`: the kept line is another served version's.
+    fn kept(&self, api_version: &str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Result<&EncodedLine, Arc<Value>> {
+        if let Some(e) = self.line.get() {
+            return if e.api_version == api_version { Ok(e) } else { Err(view().0) };
+        }
+        let (object, stored) = view();
+        let (line, range) = watch_line(self.kind, &object);
+        let _ = self.line.set(EncodedLine { api_version: api_version.to_string(), line, object: range, stored });
+        // Another thread may have set it first, with the same bytes (or another version's: then encode our own).
+        match self.line.get() {
+            Some(e) if e.api_version == api_version => Ok(e),
+            _ => Err(object),
+        }
+    }
+
+    /// The watch line for `kind` (the change's own or, for a filtered watch, the one it translates to) and
+    /// `api_version` (see [`Self::kept`]); a watch of another served version of the same storage encodes its own.
+    pub fn line(&self, api_version: &str, kind: &'static str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Bytes {
+        match self.kept(api_version, view) {
+            Ok(e) if kind == self.kind => e.line.clone(),
+            Ok(e) => watch_line_around(kind, &e.line[e.object.clone()]),
+            Err(object) => watch_line(kind, &object).0,
+        }
+    }
+
+    /// The object's JSON as `api_version` serves it (a slice of the kept line when it is that version's).
+    pub fn object(&self, api_version: &str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Bytes {
+        match self.kept(api_version, view) {
+            Ok(e) => e.line.slice(e.object.clone()),
+            Err(object) => Bytes::from(serde_json::to_vec(&*object).unwrap_or_default()),
+        }
+    }
+
+    /// The encoding of the stored object, if a watch made one (a slice of its line, not a copy).
     fn stored_form(&self) -> Option<Bytes> {
-        self.0.get().filter(|(_, _, stored)| *stored).map(|(_, bytes, _)| bytes.clone())
+        self.line.get().filter(|e| e.stored).map(|e| e.line.slice(e.object.clone()))
     }
 }
 
@@ -312,7 +376,7 @@ impl Store {
             return Err(StoreError::Conflict { current: Some(current) });
         }
         let candidate = with_rv(obj, expected_rv);
-        if candidate == *current {
+        if crate::json::eq(&candidate, &current) {
             return Ok(current);
         }
         let rv = inner.rv + 1;
@@ -379,7 +443,7 @@ impl Store {
             entry.encoded = None;
         }
         // Shared by the watch items and this change's history entry (until the object is superseded).
-        let encoded = Arc::new(Encoded::default());
+        let encoded = Arc::new(Encoded::new(kind));
         bucket.history.push_back(Past {
             kind,
             rv,
@@ -410,6 +474,20 @@ impl Store {
             }
         });
         inner.listeners.retain(|l| l.send(event.clone()).is_ok());
+    }
+
+    /// The shared encoding of `object` if it is the stored object of `key` (the newest change of the key, as
+    /// committed), for a write's response to reuse what its watchers send (or to make it for them).
+    pub fn encoded_for(&self, storage: &str, key: &str, object: &Arc<Value>) -> Option<Arc<Encoded>> {
+        let inner = self.lock();
+        let bucket = inner.buckets.get(storage)?;
+        let rv = *bucket.latest.get(key)?;
+        let i = bucket.history.binary_search_by_key(&rv, |e| e.rv).ok()?;
+        let entry = &bucket.history[i];
+        match &entry.object {
+            Version::Object(o) if Arc::ptr_eq(o, object) && entry.kind != EventKind::Deleted => entry.encoded.clone(),
+            _ => None,
+        }
     }
 
     /// Sends a progress bookmark to every watcher that asked for bookmarks.
@@ -733,7 +811,7 @@ mod tests {
             .filter_map(|i| match i {
                 WatchItem::Event { kind, object, encoded } => {
                     if let Some(e) = encoded {
-                        e.get_or_encode("v1", || (Bytes::from(serde_json::to_vec(&*object).unwrap()), true));
+                        e.line("v1", kind.as_str(), || (object.clone(), true));
                     }
                     Some((kind, (*object).clone()))
                 }
@@ -821,5 +899,37 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, vec![EventKind::Added, EventKind::Deleted]);
+    }
+
+    /// A write's response and its watches share one encoding: the object's bytes are those of `serde_json::to_vec`, the
+    /// line's are `{"type":KIND,"object":…}` around them, a watch that translates the change to another kind gets its
+    /// own line around the same bytes, and only the key's newest stored object has one.
+    #[test]
+    fn the_stored_objects_encoding_is_shared_by_the_response_and_the_watches() {
+        let s = Store::new(100, 100);
+        let mut reg = s.watch("pods", None, all(), WatchFrom::Version(s.current_rv()), false).unwrap();
+        let a = s.create("pods", "default/a", pod("a", "x")).unwrap();
+        let b = s.update("pods", "default/a", pod("a", "y"), parse_rv(&a)).unwrap();
+        assert!(s.encoded_for("pods", "default/a", &a).is_none(), "superseded");
+        assert!(s.encoded_for("pods", "default/a", &Arc::new((*b).clone())).is_none(), "not the stored object");
+        assert!(s.encoded_for("pods", "default/b", &b).is_none());
+        let shared = s.encoded_for("pods", "default/a", &b).expect("the newest version's encoding");
+        let object = shared.object("v1", || (b.clone(), true));
+        assert_eq!(object, serde_json::to_vec(&*b).unwrap());
+        let items: Vec<WatchItem> = std::iter::from_fn(|| reg.rx.try_recv().ok()).collect();
+        let WatchItem::Event { kind: EventKind::Modified, encoded: Some(e), .. } = &items[1] else {
+            panic!("{items:?}")
+        };
+        assert!(Arc::ptr_eq(e, &shared));
+        let line = e.line("v1", "MODIFIED", || unreachable!("made by the response"));
+        let mut expected = br#"{"type":"MODIFIED","object":"#.to_vec();
+        expected.extend_from_slice(&object);
+        expected.extend_from_slice(b"}\n");
+        assert_eq!(line, expected);
+        assert_eq!(e.line("v1", "ADDED", || unreachable!()), watch_line("ADDED", &b).0);
+        // Another served version encodes its own (and does not replace the kept one).
+        let other = Arc::new(json!({"apiVersion": "v2"}));
+        assert_eq!(e.object("v2", || (other.clone(), false)), serde_json::to_vec(&*other).unwrap());
+        assert_eq!(e.stored_form().unwrap(), object);
     }
 }

@@ -768,7 +768,10 @@ impl Registry {
             // list holds their place in the metadata meanwhile.
             let stored_fields = meta::metadata(&current).and_then(|m| m.get("managedFields"));
             let unchanged_fields = match desired.get_mut("metadata").and_then(|m| m.get_mut("managedFields")) {
-                Some(fields) if stored_fields == Some(fields) && fields.as_array().is_some_and(|a| !a.is_empty()) => {
+                Some(fields)
+                    if crate::json::opt_eq(stored_fields, Some(fields))
+                        && fields.as_array().is_some_and(|a| !a.is_empty()) =>
+                {
                     Some(std::mem::replace(fields, Value::Array(Vec::new())))
                 }
                 _ => None,
@@ -887,7 +890,7 @@ impl Registry {
         if restore_managed_fields && !reset {
             match cm.get("managedFields") {
                 // Most writes carry the stored entries already (a patch starts from the stored object): no copy.
-                Some(v) if m.get("managedFields") == Some(v) => None,
+                Some(v) if crate::json::opt_eq(m.get("managedFields"), Some(v)) => None,
                 Some(v) => m.insert("managedFields".into(), v.clone()),
                 None => m.remove("managedFields"),
             };

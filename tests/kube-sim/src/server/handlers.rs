@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::request::{Query, Representation, ResourceRequest, negotiate, verb_for};
-use super::response::{bytes_response, error_response, json_response, list_body, yaml_response};
+use super::response::{bytes_response, error_response, json_response, list_body, shared_json_response, yaml_response};
 use crate::admission::Operation;
 use crate::auth::{self, Attributes};
 use crate::patch::PatchType;
@@ -365,6 +365,19 @@ fn object_response(c: &Ctx, status: StatusCode, obj: &Value, warnings: &[String]
     }
 }
 
+/// [`object_response`] for the object a write returned: as JSON, when it is the stored object, its encoding is shared
+/// with the watches that send the change (made once, by whichever comes first); the bytes are the same.
+fn written_response(c: &Ctx, status: StatusCode, obj: &Arc<Value>, warnings: &[String]) -> Response {
+    if matches!(c.rep, Representation::Json) {
+        let key = Registry::key(&c.rd, crate::meta::namespace(obj), crate::meta::name(obj));
+        if let Some(encoded) = c.st.registry.store.encoded_for(&c.rd.storage, &key, obj) {
+            let body = encoded.object(&c.rd.api_version(), || (obj.clone(), true));
+            return written(shared_json_response(status, body, warnings), obj);
+        }
+    }
+    written(object_response(c, status, obj, warnings), obj)
+}
+
 fn get(c: &Ctx, ns: &str, name: &str) -> Result<Response, ApiError> {
     let obj = c.st.registry.get(&c.rd, ns, name)?;
     Ok(object_response(c, StatusCode::OK, &obj, &[]))
@@ -423,14 +436,14 @@ fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
     }
     let mut ctx = write_ctx(c)?;
     let created = c.st.registry.create(&c.rd, ns, obj, &mut ctx)?;
-    Ok(written(object_response(c, StatusCode::CREATED, &created, &ctx.warnings), &created))
+    Ok(written_response(c, StatusCode::CREATED, &created, &ctx.warnings))
 }
 
 fn update(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Result<Response, ApiError> {
     let obj = parse_body(body, &c.content_type, c.rd.definition.as_deref().unwrap_or(""))?;
     let mut ctx = write_ctx(c)?;
     let updated = c.st.registry.update(&c.rd, ns, name, obj, endpoint, &mut ctx)?;
-    Ok(written(object_response(c, StatusCode::OK, &updated, &ctx.warnings), &updated))
+    Ok(written_response(c, StatusCode::OK, &updated, &ctx.warnings))
 }
 
 fn patch_type(c: &Ctx) -> Result<PatchType, ApiError> {
@@ -464,10 +477,7 @@ fn patch(c: &Ctx, ns: &str, name: &str, body: &[u8], endpoint: Endpoint) -> Resu
         ctx.field_manager = String::new();
     }
     let (obj, created) = c.st.registry.patch(&c.rd, ns, name, pt, body, endpoint, force, &mut ctx)?;
-    Ok(written(
-        object_response(c, if created { StatusCode::CREATED } else { StatusCode::OK }, &obj, &ctx.warnings),
-        &obj,
-    ))
+    Ok(written_response(c, if created { StatusCode::CREATED } else { StatusCode::OK }, &obj, &ctx.warnings))
 }
 
 fn scale_update(c: &Ctx, ns: &str, name: &str, body: &[u8]) -> Result<Response, ApiError> {

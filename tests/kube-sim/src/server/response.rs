@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::status::ApiError;
 
-fn base(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response {
-    let mut r = Response::new(Body::from(body));
+fn base(status: StatusCode, content_type: &'static str, body: impl Into<Body>) -> Response {
+    let mut r = Response::new(body.into());
     *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
@@ -41,6 +41,13 @@ pub fn add_warnings(r: &mut Response, warnings: &[String]) {
 
 pub fn json_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut r = base(status, "application/json", body);
+    add_warnings(&mut r, warnings);
+    r
+}
+
+/// [`json_response`] of an object already encoded (shared bytes, not copied).
+pub fn shared_json_response(status: StatusCode, body: axum::body::Bytes, warnings: &[String]) -> Response {
     let mut r = base(status, "application/json", body);
     add_warnings(&mut r, warnings);
     r

@@ -38,7 +38,7 @@ fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: 
         // every watcher of every change), with `type` first so clients need not buffer the object until they learn
         // the event's type.
         Format::Json => {
-            return json_line(kind, &serde_json::to_vec(object).unwrap_or_default());
+            return crate::store::watch_line(kind, object).0;
         }
         Format::Metadata => table::partial_object_metadata(object),
         Format::Table(include) => {
@@ -55,17 +55,6 @@ fn encode(rd: &ResourceDef, format: &Format, kind: &str, object: &Value, first: 
     };
     let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
     line.push(b'\n');
-    Bytes::from(line)
-}
-
-/// `{"type":KIND,"object":OBJECT}` and a newline, around an object already encoded.
-fn json_line(kind: &str, object: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object.len() + 32);
-    line.extend_from_slice(b"{\"type\":");
-    let _ = serde_json::to_writer(&mut line, kind);
-    line.extend_from_slice(b",\"object\":");
-    line.extend_from_slice(object);
-    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
@@ -249,14 +238,11 @@ pub fn serve(
                             EventKind::Deleted => "DELETED",
                         };
                         match (&format, encoded) {
-                            (Format::Json, Some(shared)) => {
-                                let object = shared.get_or_encode(&api_version, || {
-                                    let view = registry.view(&rd, &object);
-                                    let bytes = Bytes::from(serde_json::to_vec(&*view).unwrap_or_default());
-                                    (bytes, Arc::ptr_eq(&view, &object))
-                                });
-                                json_line(kind, &object)
-                            }
+                            (Format::Json, Some(shared)) => shared.line(&api_version, kind, || {
+                                let view = registry.view(&rd, &object);
+                                let stored = Arc::ptr_eq(&view, &object);
+                                (view, stored)
+                            }),
                             _ => encode(&rd, &format, kind, &registry.view(&rd, &object), first),
                         }
                     }

@@ -263,3 +263,53 @@ async fn watches_of_one_change_share_its_encoding_but_each_gets_its_own_represen
     sim.shutdown().await;
     Ok(())
 }
+
+/// A write's JSON response is encoded once with the change's watch event (whichever is made first) and is byte for
+/// byte what the object's own encoding gives: the body a GET returns afterwards and the object the watch sends.
+#[tokio::test]
+async fn a_writes_response_is_the_encoding_its_watches_send() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let list = "/api/v1/namespaces/default/configmaps";
+    let rv = raw.get(list).await?.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string();
+    let mut watch = raw.watch(&format!("{list}?watch=true&resourceVersion={rv}")).await?;
+    let one = format!("{list}/c");
+    let merge = "application/merge-patch+json";
+    let mut responses = vec![
+        ("ADDED", raw.post(list, &json!({"metadata": {"name": "c"}, "data": {"a": "1"}})).await?),
+        ("MODIFIED", raw.patch(&one, merge, &json!({"data": {"b": "2"}})).await?),
+    ];
+    let current = raw.get(&one).await?.body;
+    let mut put = current.clone();
+    put["data"]["c"] = json!("3");
+    responses.push(("MODIFIED", raw.put(&one, &put).await?));
+    for (i, (kind, response)) in responses.iter().enumerate() {
+        assert!((200..300).contains(&response.status), "write {i}: {}", response.text);
+        let event = watch.next_event().await?;
+        assert_eq!(event["type"], *kind, "write {i}");
+        assert_eq!(
+            response.text,
+            serde_json::to_string(&event["object"])?,
+            "write {i}: the watch's object, byte for byte"
+        );
+    }
+    let after_put = raw.get(&one).await?;
+    assert_eq!(responses[2].1.text, after_put.text, "the last write's response is what a GET returns");
+    // A write that changes nothing and a dry run answer with what they would store, encoded as before.
+    let noop = raw.patch(&one, merge, &json!({"data": {"c": "3"}})).await?;
+    assert_eq!(noop.text, after_put.text);
+    let dry = raw.patch(&format!("{one}?dryRun=All"), merge, &json!({"data": {"d": "4"}})).await?;
+    assert_eq!(dry.status, 200, "{}", dry.text);
+    assert_eq!(dry.body["data"]["d"], "4");
+    assert_eq!(dry.text, serde_json::to_string(&dry.body)?);
+    assert_eq!(raw.get(&one).await?.text, after_put.text, "the dry run stored nothing");
+    let last = raw.patch(&one, merge, &json!({"data": {"e": "5"}})).await?;
+    let event = watch.next_event().await?;
+    assert_eq!(
+        last.text,
+        serde_json::to_string(&event["object"])?,
+        "the watch got nothing for the no-op and the dry run"
+    );
+    sim.shutdown().await;
+    Ok(())
+}
