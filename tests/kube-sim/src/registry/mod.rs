@@ -832,7 +832,9 @@ impl Registry {
                             .insert("resourceVersion".into(), json!(meta::resource_version(&last)));
                         return Ok(self.view(rd, &Arc::new(out)));
                     }
-                    Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
+                    // Another write landed since `current` was read: the next attempt starts from it (a request
+                    // that named a resourceVersion then fails the check above, as in the API server).
+                    Err(StoreError::Conflict { .. }) => continue,
                     Err(e) => return Err(self.store_error(rd, name, e)),
                 }
             }
@@ -847,7 +849,7 @@ impl Registry {
                     }
                     return Ok(self.view(rd, &stored));
                 }
-                Err(StoreError::Conflict { .. }) if !explicit_rv => continue,
+                Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(self.store_error(rd, name, e)),
             }
         }
