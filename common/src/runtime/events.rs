@@ -26,7 +26,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -211,22 +210,12 @@ impl Key {
         }
     }
 
-    /// The key of the Event that combines the events similar to this one.
+    /// The key of the Event that combines the events similar to this one (all but the related object): also the
+    /// key similar events are grouped under.
     fn combining(mut self) -> Self {
         self.related = None;
         self.combined = true;
         self
-    }
-
-    /// The key events are similar under: all but the related object.
-    fn similarity(&self) -> (bool, &str, &str, &ObjectKey) {
-        (self.warning, &self.reason, &self.action, &self.regarding)
-    }
-
-    fn related_hash(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.related.hash(&mut h);
-        h.finish()
     }
 }
 
@@ -237,12 +226,12 @@ struct Similar {
     after: usize,
     window: Duration,
     cap: usize,
-    groups: HashMap<(bool, String, String, ObjectKey), Group>,
+    groups: HashMap<Key, Group>,
 }
 
 #[derive(Debug)]
 struct Group {
-    related: HashSet<u64>,
+    related: HashSet<Option<ObjectKey>>,
     last: Instant,
 }
 
@@ -253,9 +242,7 @@ impl Similar {
 
     /// Whether an event with `key` is combined with the similar ones (true) or published on its own.
     fn combines(&mut self, key: &Key, now: Instant) -> bool {
-        let (warning, reason, action, regarding) = key.similarity();
-        let related = key.related_hash();
-        let group_key = (warning, reason.to_string(), action.to_string(), regarding.clone());
+        let group_key = key.clone().combining();
         if !self.groups.contains_key(&group_key) && self.groups.len() >= self.cap {
             let window = self.window;
             self.groups.retain(|_, g| now.saturating_duration_since(g.last) < window);
@@ -270,11 +257,11 @@ impl Similar {
             group.related.clear();
         }
         group.last = now;
-        if group.related.contains(&related) {
+        if group.related.contains(&key.related) {
             return false;
         }
         if group.related.len() < self.after {
-            group.related.insert(related);
+            group.related.insert(key.related.clone());
             return false;
         }
         true

@@ -12,7 +12,6 @@ pub fn eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => map_eq(a, b),
         (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| eq(x, y)),
-        (Value::String(a), Value::String(b)) => a == b,
         _ => a == b,
     }
 }

@@ -67,10 +67,7 @@ struct EncodedLine {
 
 /// `{"type":KIND,"object":` + the object's JSON + `}\n`, and where the object lies in it.
 pub fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>) {
-    let mut line = Vec::with_capacity(512);
-    line.extend_from_slice(b"{\"type\":");
-    let _ = serde_json::to_writer(&mut line, kind);
-    line.extend_from_slice(b",\"object\":");
+    let mut line = line_start(kind, 512);
     let start = line.len();
     let _ = serde_json::to_writer(&mut line, object);
     let end = line.len();
@@ -80,13 +77,19 @@ pub fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>)
 
 /// [`watch_line`] around an object already encoded.
 pub fn watch_line_around(kind: &str, object: &[u8]) -> Bytes {
-    let mut line = Vec::with_capacity(object.len() + 32);
-    line.extend_from_slice(b"{\"type\":");
-    let _ = serde_json::to_writer(&mut line, kind);
-    line.extend_from_slice(b",\"object\":");
+    let mut line = line_start(kind, object.len() + 32);
     line.extend_from_slice(object);
     line.extend_from_slice(b"}\n");
     Bytes::from(line)
+}
+
+/// `{"type":KIND,"object":`, in a buffer of `capacity`.
+fn line_start(kind: &str, capacity: usize) -> Vec<u8> {
+    let mut line = Vec::with_capacity(capacity);
+    line.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut line, kind);
+    line.extend_from_slice(b",\"object\":");
+    line
 }
 
 impl Encoded {
