@@ -17,6 +17,7 @@ use common::api::HookRun;
 use common::hookrun::spec_hash;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
+use std::sync::Arc;
 
 /// How many `.N` names are tried before the gate gives up and says so (bounded work per pod).
 pub const MAX_NAME_SUFFIX: usize = 8;
@@ -156,7 +157,7 @@ fn stored_spec_hash(run: &HookRun) -> String {
 /// The runs named `base` (index 0) and `base.N` (index N, up to [`MAX_NAME_SUFFIX`]) in one scan of `runs` (the
 /// first of each name): looking each name up separately was 18 scans of every HookRun of the namespace per held pod
 /// and pass.
-pub fn named<'a>(runs: &'a [HookRun], base: &str) -> [Option<&'a HookRun>; MAX_NAME_SUFFIX + 1] {
+pub fn named<'a>(runs: &'a [Arc<HookRun>], base: &str) -> [Option<&'a HookRun>; MAX_NAME_SUFFIX + 1] {
     let mut found = [None; MAX_NAME_SUFFIX + 1];
     for run in runs {
         let Some(rest) = run.metadata.name.as_deref().and_then(|n| n.strip_prefix(base)) else { continue };
@@ -171,7 +172,7 @@ pub fn named<'a>(runs: &'a [HookRun], base: &str) -> [Option<&'a HookRun>; MAX_N
                 _ => continue,
             }
         };
-        found[n].get_or_insert(run);
+        found[n].get_or_insert(&**run);
     }
     found
 }
@@ -180,30 +181,30 @@ pub fn named<'a>(runs: &'a [HookRun], base: &str) -> [Option<&'a HookRun>; MAX_N
 /// namespace for each held pod, `O(pods × runs)` string comparisons per pass in a roll of thousands of pods.
 #[derive(Debug)]
 pub struct RunNames<'a> {
-    runs: &'a [HookRun],
+    runs: &'a [Arc<HookRun>],
     by_name: std::collections::HashMap<&'a str, &'a HookRun>,
 }
 
 impl<'a> RunNames<'a> {
-    pub fn of(runs: &'a [HookRun]) -> Self {
+    pub fn of(runs: &'a [Arc<HookRun>]) -> Self {
         let mut by_name = std::collections::HashMap::with_capacity(runs.len());
         for run in runs {
             if let Some(name) = run.metadata.name.as_deref() {
-                by_name.entry(name).or_insert(run);
+                by_name.entry(name).or_insert(&**run);
             }
         }
         Self { runs, by_name }
     }
 
     /// Whether this index was built from exactly `runs` (the same slice): otherwise the caller scans.
-    fn covers(&self, runs: &[HookRun]) -> bool {
+    fn covers(&self, runs: &[Arc<HookRun>]) -> bool {
         std::ptr::eq(self.runs, runs)
     }
 }
 
 /// [`named`], looking the names up in `names` when it was built from `runs` (the same result, without the scan).
 pub fn named_in<'a>(
-    runs: &'a [HookRun],
+    runs: &'a [Arc<HookRun>],
     names: Option<&RunNames<'a>>,
     base: &str,
 ) -> [Option<&'a HookRun>; MAX_NAME_SUFFIX + 1] {
@@ -242,13 +243,13 @@ pub fn nth_name(base: &str, n: usize) -> String {
 /// first free name). Every name is looked at before a new one is chosen: once an older run under `base` is
 /// deleted, our run may live under `base.1` while `base` is free again.
 #[cfg(test)]
-pub fn choose<'a>(runs: &'a [HookRun], base: &str, attempt: &Attempt<'_>) -> Choice<'a> {
+pub fn choose<'a>(runs: &'a [Arc<HookRun>], base: &str, attempt: &Attempt<'_>) -> Choice<'a> {
     choose_in(runs, None, base, attempt)
 }
 
 /// [`choose`] with the pass's index of the runs by name ([`named_in`]).
 pub fn choose_in<'a>(
-    runs: &'a [HookRun],
+    runs: &'a [Arc<HookRun>],
     names: Option<&RunNames<'a>>,
     base: &str,
     attempt: &Attempt<'_>,
@@ -332,17 +333,20 @@ mod tests {
     #[test]
     fn named_finds_each_suffix_in_one_scan_and_only_names_nth_name_writes() {
         let made = attempt(Change::Delete, "t1");
-        let runs: Vec<HookRun> =
+        let runs: Vec<Arc<HookRun>> =
             ["pre.2", "pre", "pre.01", "pre.0", "pre.9", "prefix", "pre.x", "pre.8", "other", "pre"]
                 .iter()
-                .map(|name| run(name, &made))
+                .map(|name| Arc::new(run(name, &made)))
                 .collect();
         let found = named(&runs, "pre");
         let names: Vec<Option<&str>> = found.iter().map(|r| r.and_then(|r| r.metadata.name.as_deref())).collect();
         assert_eq!(names, [Some("pre"), None, Some("pre.2"), None, None, None, None, None, Some("pre.8")]);
-        assert!(std::ptr::eq(found[0].unwrap(), &runs[1]), "the first run of a name, as a lookup by name finds it");
+        assert!(std::ptr::eq(found[0].unwrap(), &*runs[1]), "the first run of a name, as a lookup by name finds it");
         for (n, run) in found.iter().enumerate() {
-            let by_lookup = runs.iter().find(|r| r.metadata.name.as_deref() == Some(nth_name("pre", n).as_str()));
+            let by_lookup = runs
+                .iter()
+                .map(AsRef::as_ref)
+                .find(|r| r.metadata.name.as_deref() == Some(nth_name("pre", n).as_str()));
             assert_eq!(run.map(|r| r as *const HookRun), by_lookup.map(|r| r as *const HookRun), "name {n}");
         }
     }
@@ -350,10 +354,10 @@ mod tests {
     #[test]
     fn the_pass_index_finds_what_the_scan_finds_and_is_used_only_for_its_own_runs() {
         let made = attempt(Change::Delete, "t1");
-        let runs: Vec<HookRun> =
+        let runs: Vec<Arc<HookRun>> =
             ["pre.2", "pre", "pre.01", "pre.0", "pre.9", "prefix", "pre.x", "pre.8", "other", "pre", "pre.1"]
                 .iter()
-                .map(|name| run(name, &made))
+                .map(|name| Arc::new(run(name, &made)))
                 .collect();
         let index = RunNames::of(&runs);
         let ptrs = |found: [Option<&HookRun>; MAX_NAME_SUFFIX + 1]| found.map(|r| r.map(|r| r as *const HookRun));
@@ -361,9 +365,9 @@ mod tests {
             assert_eq!(ptrs(named_in(&runs, Some(&index), base)), ptrs(named(&runs, base)), "{base}");
         }
         // Another slice (a state whose runs were replaced): the index does not describe it, so it is scanned.
-        let other: Vec<HookRun> = vec![run("pre.3", &made)];
+        let other: Vec<Arc<HookRun>> = vec![Arc::new(run("pre.3", &made))];
         let found = named_in(&other, Some(&index), "pre");
-        assert!(std::ptr::eq(found[3].unwrap(), &other[0]));
+        assert!(std::ptr::eq(found[3].unwrap(), &*other[0]));
         assert!(found[0].is_none() && found[2].is_none());
         assert_eq!(choose_in(&runs, Some(&index), "pre", &made), choose(&runs, "pre", &made));
     }
@@ -425,12 +429,12 @@ mod tests {
         let made = attempt(Change::Delete, "t1");
         let old = attempt(Change::Delete, "t0");
         assert_eq!(choose(&[], "pre", &made), Choice::Create { name: "pre".into(), skipped: vec![] });
-        let runs = [run("pre", &old), run("pre.1", &made)];
+        let runs = [Arc::new(run("pre", &old)), Arc::new(run("pre.1", &made))];
         assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[1]));
         // The stale run under the base name was deleted: ours under `.1` is still found, not made again.
-        let runs = [run("pre.1", &made)];
+        let runs = [Arc::new(run("pre.1", &made))];
         assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[0]));
-        let runs = [run("pre", &old)];
+        let runs = [Arc::new(run("pre", &old))];
         match choose(&runs, "pre", &made) {
             Choice::Create { name, skipped } => {
                 assert_eq!(name, "pre.1");
@@ -439,7 +443,8 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let taken: Vec<HookRun> = (0..=MAX_NAME_SUFFIX).map(|n| run(&nth_name("pre", n), &old)).collect();
+        let taken: Vec<Arc<HookRun>> =
+            (0..=MAX_NAME_SUFFIX).map(|n| Arc::new(run(&nth_name("pre", n), &old))).collect();
         assert!(
             matches!(choose(&taken, "pre", &made), Choice::Exhausted { skipped } if skipped.len() == MAX_NAME_SUFFIX + 1)
         );

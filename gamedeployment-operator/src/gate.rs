@@ -20,6 +20,7 @@ use common::keys::{self, hook_args};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use std::sync::Arc;
 
 use crate::attempt::{self, Attempt, Change, Choice};
 use crate::deadline::{self, Decision};
@@ -78,7 +79,7 @@ pub struct GateRequest<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct GateState<'a> {
     pub gd: &'a GameDeployment,
-    pub hook_runs: &'a [HookRun],
+    pub hook_runs: &'a [Arc<HookRun>],
     pub templates: &'a [HookTemplate],
     pub now: Timestamp,
     /// `hook_runs` by name, when the pass built the index (a state whose `hook_runs` were replaced scans them).
@@ -194,7 +195,7 @@ pub fn hold_started(pod: &Pod) -> Option<Timestamp> {
 /// Every run of an attempt (ours, under `base` or `base.N`), oldest first — an automatic retry adds one — and the
 /// first name no run holds (for the next retry).
 pub fn attempt_runs<'a>(
-    runs: &'a [HookRun],
+    runs: &'a [Arc<HookRun>],
     names: Option<&attempt::RunNames<'a>>,
     base: &str,
     attempt: &Attempt<'_>,

@@ -77,7 +77,7 @@ pub(crate) struct Executor<'a> {
     /// grouping deletions, see [`Executor::delete_hook_runs`]): a pass looks up every pod it patches and every run it
     /// deletes (a scan each was quadratic at 5,000 pods). Built on first use: most passes need none of them.
     cached_pods: &'a [Arc<Pod>],
-    hook_runs: &'a [HookRun],
+    hook_runs: &'a [Arc<HookRun>],
     pods_by_name: OnceLock<HashMap<&'a str, &'a Pod>>,
     pods_by_uid: OnceLock<HashMap<&'a str, &'a Pod>>,
     runs_by_uid: OnceLock<HashMap<&'a str, &'a HookRun>>,
@@ -91,7 +91,7 @@ impl<'a> Executor<'a> {
         gd: &'a GameDeployment,
         key: &'a str,
         cached_pods: &'a [Arc<Pod>],
-        hook_runs: &'a [HookRun],
+        hook_runs: &'a [Arc<HookRun>],
         update_revision: &'a str,
     ) -> Self {
         Self {
@@ -124,7 +124,7 @@ impl<'a> Executor<'a> {
     fn run_with_uid(&self, uid: &str) -> Option<&'a HookRun> {
         let index = self
             .runs_by_uid
-            .get_or_init(|| self.hook_runs.iter().filter_map(|r| Some((r.metadata.uid.as_deref()?, r))).collect());
+            .get_or_init(|| self.hook_runs.iter().filter_map(|r| Some((r.metadata.uid.as_deref()?, &**r))).collect());
         index.get(uid).copied()
     }
 }

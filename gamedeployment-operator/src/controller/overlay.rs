@@ -4,7 +4,7 @@
 //! and hides our own deletions until the cache agrees, or until `timeout` says the cache will not catch up.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::api::HookRun;
@@ -18,7 +18,7 @@ pub struct HookOverlay {
 #[derive(Debug, Default)]
 struct Inner {
     /// By UID: runs we created.
-    created: HashMap<String, (HookRun, Instant)>,
+    created: HashMap<String, (Arc<HookRun>, Instant)>,
     /// UIDs of runs we deleted.
     deleted: HashMap<String, Instant>,
 }
@@ -39,7 +39,7 @@ impl HookOverlay {
 
     pub fn created(&self, run: HookRun) {
         let key = uid(&run).to_string();
-        self.lock().created.insert(key, (run, Instant::now()));
+        self.lock().created.insert(key, (Arc::new(run), Instant::now()));
     }
 
     pub fn deleted(&self, uid: &str) {
@@ -49,19 +49,19 @@ impl HookOverlay {
     }
 
     /// The runs of `namespace` as the planner should see them.
-    pub fn apply(&self, namespace: &str, cached: Vec<HookRun>) -> Vec<HookRun> {
+    pub fn apply(&self, namespace: &str, cached: Vec<Arc<HookRun>>) -> Vec<Arc<HookRun>> {
         let now = Instant::now();
         let mut inner = self.lock();
         let timeout = self.timeout;
         if !inner.created.is_empty() {
             // Sets, not a scan of the cache per entry: a batch creates up to thousands of runs at once.
-            let in_cache: HashSet<&str> = cached.iter().map(uid).collect();
+            let in_cache: HashSet<&str> = cached.iter().map(|r| uid(r)).collect();
             inner.created.retain(|u, (_, at)| now.duration_since(*at) < timeout && !in_cache.contains(u.as_str()));
         }
         // A deletion is done once the cache no longer has the object; only entries of this namespace can be
         // judged against this namespace's cache, the rest expire by time.
         inner.deleted.retain(|_, at| now.duration_since(*at) < timeout);
-        let mut runs: Vec<HookRun> = if inner.deleted.is_empty() {
+        let mut runs: Vec<Arc<HookRun>> = if inner.deleted.is_empty() {
             cached
         } else {
             cached.into_iter().filter(|r| !inner.deleted.contains_key(uid(r))).collect()
@@ -73,7 +73,7 @@ impl HookOverlay {
                     && run.metadata.name.as_ref().is_none_or(|n| !names.contains(n))
                 {
                     names.extend(run.metadata.name.clone());
-                    runs.push(run.clone());
+                    runs.push(Arc::clone(run));
                 }
             }
         }
@@ -85,17 +85,17 @@ impl HookOverlay {
 mod tests {
     use super::*;
 
-    fn run(name: &str, uid: &str) -> HookRun {
+    fn run(name: &str, uid: &str) -> Arc<HookRun> {
         let mut run = HookRun::new(name, Default::default());
         run.metadata.namespace = Some("default".into());
         run.metadata.uid = Some(uid.into());
-        run
+        Arc::new(run)
     }
 
     #[test]
     fn created_runs_show_until_the_cache_has_them_and_deleted_ones_stay_hidden() {
         let overlay = HookOverlay::new(Duration::from_secs(30));
-        overlay.created(run("a", "1"));
+        overlay.created(HookRun::clone(&run("a", "1")));
         assert_eq!(overlay.apply("default", vec![]).len(), 1);
         assert!(overlay.apply("other", vec![]).is_empty());
         assert_eq!(overlay.apply("default", vec![run("a", "1")]).len(), 1);
@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn entries_expire() {
         let overlay = HookOverlay::new(Duration::ZERO);
-        overlay.created(run("a", "1"));
+        overlay.created(HookRun::clone(&run("a", "1")));
         overlay.deleted("2");
         assert!(overlay.apply("default", vec![]).is_empty());
         assert_eq!(overlay.apply("default", vec![run("b", "2")]).len(), 1);

@@ -426,7 +426,7 @@ fn canary_runs<'a>(
     gd: &'a GameDeployment,
     gate: &GateState<'a>,
 ) -> impl Iterator<Item = &'a common::api::HookRun> + 'a {
-    gate.hook_runs.iter().filter(move |r| {
+    gate.hook_runs.iter().map(AsRef::as_ref).filter(move |r: &&common::api::HookRun| {
         r.metadata.deletion_timestamp.is_none()
             && r.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_TYPE)).map(String::as_str)
                 == Some(HookKind::CanaryStep.type_label())
@@ -457,7 +457,7 @@ fn scan_step_runs<'a>(
     let mut free = None;
     for n in 0..=crate::attempt::MAX_NAME_SUFFIX {
         let name = crate::attempt::nth_name(base, n);
-        match gate.hook_runs.iter().find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
+        match gate.hook_runs.iter().map(AsRef::as_ref).find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
             None => {
                 free.get_or_insert(name);
             }
@@ -655,7 +655,7 @@ mod tests {
         }))
         .unwrap();
         run.metadata.owner_references = Some(vec![ownership::owner_reference(&pass.gd)]);
-        let runs = [run];
+        let runs = [std::sync::Arc::new(run)];
         let gate = GateState { hook_runs: &runs, ..settings.gate };
         let old = at_step(&pass, 0);
         let out = evaluate(&pass.gd, &old, NEW, Counts::of(&infos, &settings), &gate, settings.now);

@@ -21,7 +21,7 @@ fn hooked(replicas: i32, strategy: &str) -> World {
 
 fn set_phase(world: &mut World, phase: HookPhase) {
     for run in &mut world.hook_runs {
-        run.status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
+        std::sync::Arc::make_mut(run).status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
     }
 }
 

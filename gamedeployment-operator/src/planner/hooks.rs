@@ -78,7 +78,7 @@ fn kind_of(run: &HookRun) -> Option<HookKind> {
 /// Runs this GameDeployment created (controller reference to it).
 pub(crate) fn owned_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = &'a HookRun> + 'a {
     let gd = settings.gd;
-    settings.gate.hook_runs.iter().filter(move |r| {
+    settings.gate.hook_runs.iter().map(AsRef::as_ref).filter(move |r: &&HookRun| {
         ownership::controller_of(r.metadata.owner_references.as_ref()).is_some_and(|o| ownership::is_owned_by(o, gd))
     })
 }

@@ -82,7 +82,7 @@ fn images(world: &World) -> Vec<String> {
 
 fn set_runs(world: &mut World, phase: HookPhase) {
     for run in &mut world.hook_runs {
-        run.status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
+        std::sync::Arc::make_mut(run).status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`PodInfo`] per owned, active pod. Every step of the planner reads these; none recomputes them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use common::api::GameDeploymentStatus;
 use common::api::gamedeployment::{MAX_CANARY_STEPS, MAX_PODS_TO_DELETE, MAX_REPLICAS};
@@ -34,7 +35,7 @@ pub struct Observed<'a> {
     /// Seed for new instance ids (the caller passes a random one; tests a fixed one).
     pub seed: u64,
     /// The namespace's HookRuns (the gate reads those of this GameDeployment).
-    pub hook_runs: &'a [HookRun],
+    pub hook_runs: &'a [Arc<HookRun>],
     /// The namespace's HookTemplates.
     pub hook_templates: &'a [HookTemplate],
     /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::volumes`]).
@@ -359,7 +360,7 @@ pub(crate) mod builder {
     pub(crate) struct Pass {
         pub gd: GameDeployment,
         pub pods: Vec<Pod>,
-        pub hook_runs: Vec<HookRun>,
+        pub hook_runs: Vec<std::sync::Arc<HookRun>>,
         pub hook_templates: Vec<HookTemplate>,
         pub node_costs: BTreeMap<String, f64>,
         /// Seconds since the epoch.

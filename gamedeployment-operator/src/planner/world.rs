@@ -30,7 +30,7 @@ pub(crate) struct World {
     next_uid: u64,
     /// Patches the "server" rejected (failed `test`), for assertions.
     pub rejected: usize,
-    pub hook_runs: Vec<common::api::HookRun>,
+    pub hook_runs: Vec<std::sync::Arc<common::api::HookRun>>,
     pub hook_templates: Vec<common::api::HookTemplate>,
 }
 
@@ -176,7 +176,7 @@ impl World {
                 let mut run = (**run).clone();
                 run.metadata.uid = Some(self.uid());
                 run.metadata.creation_timestamp = Some(Time(now));
-                self.hook_runs.push(run);
+                self.hook_runs.push(std::sync::Arc::new(run));
             }
             Action::DeleteHookRun { name, uid, .. } => self.hook_runs.retain(|r| {
                 r.metadata.name.as_deref() != Some(name.as_str()) || r.metadata.uid.as_deref() != Some(uid.as_str())

@@ -613,7 +613,7 @@ mod world_tests {
     fn set(world: &mut World, pods: &[String], phase: HookPhase) {
         for run in &mut world.hook_runs {
             if pods.contains(&pod_of(run)) {
-                run.status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
+                std::sync::Arc::make_mut(run).status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
             }
         }
     }
@@ -756,7 +756,7 @@ mod world_tests {
                 r.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_TYPE)).map(String::as_str)
                     == Some(super::COST_PROBE)
             })
-            .map(pod_of)
+            .map(|r| pod_of(r))
             .collect()
     }
 
@@ -765,7 +765,7 @@ mod world_tests {
         for run in &mut world.hook_runs {
             if run.metadata.name.as_deref().is_some_and(|n| n.starts_with("costprobe-")) {
                 let value = cost(&pod_of(run));
-                run.status = Some(
+                std::sync::Arc::make_mut(run).status = Some(
                     serde_json::from_value(json!({
                         "phase": "Successful",
                         "metricResults": [{"name": "m", "phase": "Successful", "measurements": [{"value": value}]}],
