@@ -49,6 +49,11 @@ struct Cli {
     /// failed hooks and release records are written at once. `0s`: every change at once.
     #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
     status_write_interval: Duration,
+    /// The next pass of a GameDeployment starts no sooner than this many times the previous pass's planning time
+    /// after it ended (at most 1 s): a large GameDeployment's passes leave the API server room for their writes,
+    /// and triggers arriving meanwhile become one pass. `0`: passes back to back.
+    #[arg(long, default_value_t = 1.0, value_name = "RATIO", value_parser = parse_ratio)]
+    pass_spacing: f64,
     #[command(flatten)]
     webhook: WebhookFlags,
 }
@@ -122,6 +127,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         node_costs: !cli.no_node_deletion_cost,
         debounce: cli.debounce,
         status_write_interval: cli.status_write_interval,
+        pass_spacing: cli.pass_spacing,
         ..Config::default()
     };
     let election = cli
@@ -175,4 +181,13 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         }
     }
     result.map_err(StartError::from)
+}
+
+/// A finite, non-negative number (`--pass-spacing`).
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r >= 0.0 => Ok(r),
+        Ok(_) => Err(format!("{s}: must be a finite number of at least 0")),
+        Err(e) => Err(format!("{s}: {e}")),
+    }
 }

@@ -98,6 +98,9 @@ pub struct Metrics {
     pub status_writes: Counter,
     /// Passes whose status waited for the next write (`--status-write-interval`).
     pub status_writes_deferred: Counter,
+    /// Passes that waited for their spacing (`--pass-spacing`), and how long in total.
+    pub passes_spaced: Counter,
+    pub pass_spacing_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     pub expectations_expired: Counter,
     pub events_dropped: Counter,
     /// Events counted into a combined Event (`(combined from similar events)`) instead of published alone.
@@ -125,6 +128,8 @@ impl Metrics {
             hook_releases: Family::default(),
             status_writes: Counter::default(),
             status_writes_deferred: Counter::default(),
+            passes_spaced: Counter::default(),
+            pass_spacing_seconds: Counter::default(),
             expectations_expired: Counter::default(),
             events_dropped: Counter::default(),
             events_combined: Counter::default(),
@@ -183,6 +188,16 @@ impl Metrics {
             "status_writes_deferred",
             "Passes whose status (replica counts and hook progress only) waited for the next status write",
             metrics.status_writes_deferred.clone(),
+        );
+        r.register(
+            "passes_spaced",
+            "Passes that waited for their spacing after the previous pass of the same GameDeployment (--pass-spacing)",
+            metrics.passes_spaced.clone(),
+        );
+        r.register(
+            "pass_spacing_seconds",
+            "Time passes waited for their spacing (--pass-spacing)",
+            metrics.pass_spacing_seconds.clone(),
         );
         r.register(
             "expectations_expired",

@@ -11,6 +11,7 @@ mod deletions;
 mod execute;
 mod lean;
 mod overlay;
+mod spacing;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -85,6 +86,9 @@ pub struct Config {
     /// message, pods still held by a hook: [`status::must_write_now`]) is written at most once per this interval
     /// per GameDeployment; anything else is written in the pass that computes it. Zero: every change at once.
     pub status_write_interval: Duration,
+    /// The next pass of a GameDeployment starts no sooner than this many times the previous pass's planning time
+    /// after it ended ([`spacing`]); 0: back to back.
+    pub pass_spacing: f64,
 }
 
 impl Default for Config {
@@ -98,6 +102,7 @@ impl Default for Config {
             debounce: Duration::ZERO,
             event_queue: 4096,
             status_write_interval: Duration::from_secs(1),
+            pass_spacing: 1.0,
         }
     }
 }
@@ -105,6 +110,9 @@ impl Default for Config {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
+    /// The controller's own GameDeployment cache: a pass that waited for its spacing plans from the newest one.
+    gds: Store<GameDeployment>,
+    spacing: spacing::PassSpacing,
     pub pods: Store<Pod>,
     pub revisions: Store<ControllerRevision>,
     pub hook_runs: Store<HookRun>,
@@ -240,6 +248,7 @@ impl Context {
         self.record_written(&key, None, Default::default());
         lock(&self.paces).remove(&key);
         lock(&self.counted_runs).remove(&key);
+        self.spacing.forget(&key);
         self.rollouts.forget(namespace, name);
         self.metrics.forget(namespace, name);
     }
@@ -388,10 +397,21 @@ fn random_seed() -> u64 {
 }
 
 async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue, Error> {
-    let started = Instant::now();
-    let result = pass(&gd, &ctx).await;
-    ctx.metrics.reconcile.observe(started.elapsed());
     let key = key_of(&gd);
+    let gd = match ctx.spacing.wait(&key, Instant::now()) {
+        Some(wait) => {
+            // Triggers arriving meanwhile are held by the controller and run as one pass after this one.
+            ctx.metrics.passes_spaced.inc();
+            ctx.metrics.pass_spacing_seconds.inc_by(wait.as_secs_f64());
+            tokio::time::sleep(wait).await;
+            ctx.gds.get(&ObjectRef::from_obj(gd.as_ref())).unwrap_or(gd)
+        }
+        None => gd,
+    };
+    let started = Instant::now();
+    let (result, planning) = pass(&gd, &ctx).await;
+    ctx.metrics.reconcile.observe(started.elapsed());
+    ctx.spacing.ended(&key, planning, Instant::now());
     match &result {
         Ok(_) => {
             lock(&ctx.failures).remove(&key);
@@ -404,15 +424,19 @@ async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue
     result
 }
 
-/// One pass, as named steps: observe → plan → execute → report.
-async fn pass(cached: &GameDeployment, ctx: &Context) -> Result<Requeue, Error> {
-    let snapshot = match observe(cached, ctx)? {
-        Observation::Ready(snapshot) => snapshot,
-        Observation::NotYet(requeue) => return Ok(requeue),
+/// One pass, as named steps: observe → plan → execute → report. Also returns how long observing and planning
+/// took (the pass's spacing).
+async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>, Duration) {
+    let started = Instant::now();
+    let snapshot = match observe(cached, ctx) {
+        Ok(Observation::Ready(snapshot)) => snapshot,
+        Ok(Observation::NotYet(requeue)) => return (Ok(requeue), started.elapsed()),
+        Err(e) => return (Err(e), started.elapsed()),
     };
     let plan = plan(&snapshot);
+    let planning = started.elapsed();
     let outcome = execute(ctx, &snapshot, &plan).await;
-    report(ctx, &snapshot, &plan, outcome).await
+    (report(ctx, &snapshot, &plan, outcome).await, planning)
 }
 
 /// What a pass observed: the GameDeployment as the planner should see it and the cached objects of its
@@ -427,7 +451,7 @@ struct Snapshot {
     written_status: Option<GameDeploymentStatus>,
     pods: Vec<Arc<Pod>>,
     revisions: Vec<Arc<ControllerRevision>>,
-    hook_runs: Vec<HookRun>,
+    hook_runs: Vec<Arc<HookRun>>,
     hook_templates: Vec<HookTemplate>,
     node_costs: BTreeMap<String, f64>,
     claims: Vec<Arc<PersistentVolumeClaim>>,
@@ -489,8 +513,9 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
             }
         }
     }
-    let cached_runs: Vec<HookRun> =
-        ctx.hook_runs.state().iter().filter(|r| in_namespace(r.namespace())).map(|r| r.as_ref().clone()).collect();
+    // Shared with the cache, not copied: a roll of thousands of pods keeps about a thousand runs alive.
+    let cached_runs: Vec<Arc<HookRun>> =
+        ctx.hook_runs.state().into_iter().filter(|r| in_namespace(r.namespace())).collect();
     let hook_runs = ctx.hook_overlay.apply(&namespace, cached_runs);
     let hook_templates: Vec<HookTemplate> =
         ctx.hook_templates.state().iter().filter(|t| in_namespace(t.namespace())).map(|t| t.as_ref().clone()).collect();
@@ -841,6 +866,8 @@ pub async fn run(
     });
     let ctx = Arc::new(Context {
         client,
+        gds: gd_reader.clone(),
+        spacing: spacing::PassSpacing::new(config.pass_spacing),
         pods: pod_reader.clone(),
         revisions: revision_reader.clone(),
         hook_runs: hook_run_reader.clone(),

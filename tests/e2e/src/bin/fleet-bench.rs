@@ -144,11 +144,19 @@ struct Args {
     window: Duration,
     max_unavailable_percent: i32,
     skip: Vec<String>,
+    /// Extra flags for the gamedeployment-operator (A/B runs of one build, e.g. `--gd-arg=--pass-spacing=0`).
+    gd_args: Vec<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args =
-        Args { pods: 200, runs: 1000, window: Duration::from_secs(20), max_unavailable_percent: 20, skip: Vec::new() };
+    let mut args = Args {
+        pods: 200,
+        runs: 1000,
+        window: Duration::from_secs(20),
+        max_unavailable_percent: 20,
+        skip: Vec::new(),
+        gd_args: Vec::new(),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -163,9 +171,12 @@ fn parse_args() -> Result<Args, String> {
                     value()?.parse().map_err(|e| format!("--max-unavailable-percent: {e}"))?
             }
             "--skip" => args.skip.push(value()?),
+            "--gd-arg" => args.gd_args.push(value()?),
+            other if other.starts_with("--gd-arg=") => args.gd_args.push(other["--gd-arg=".len()..].to_string()),
             "-h" | "--help" => {
                 return Err("usage: fleet-bench [--pods 200] [--runs 1000] [--window-seconds 20] \
-                            [--max-unavailable-percent 20] [--skip limits|runs|fleet]..."
+                            [--max-unavailable-percent 20] [--skip limits|runs|fleet]... \
+                            [--gd-arg=<gamedeployment-operator flag>]..."
                     .into());
             }
             other => return Err(format!("unknown argument {other}")),
@@ -558,7 +569,7 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
         &release_binary("gamedeployment-operator")?,
         &kubeconfig("gamedeployment-operator")?,
         &gd_log,
-        &[],
+        &args.gd_args.iter().map(String::as_str).collect::<Vec<_>>(),
     )
     .await?;
     let mut hook_operator =
@@ -726,6 +737,16 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
         "fleet",
         "gamedeployment-operator passes (mean duration)",
         format!("{count:.0} ({:.0} ms)", if count > 0.0 { seconds * 1e3 / count } else { 0.0 }),
+    );
+    let delta = |name: &str| sum(&gd_after, name) - sum(&gd_before, name);
+    table.row(
+        "fleet",
+        "gamedeployment-operator passes that waited for spacing (total wait)",
+        format!(
+            "{:.0} ({:.1} s)",
+            delta("gamedeployment_passes_spaced_total"),
+            delta("gamedeployment_pass_spacing_seconds_total")
+        ),
     );
     table.row("fleet", "peak RSS: gamedeployment-op / hook-op", format!("{gd_peak:.0} MiB / {hook_peak:.0} MiB"));
     for (what, count) in &writes {
