@@ -133,6 +133,28 @@ fn completes_within(round: &Round, slot: &Slot, within: std::time::Duration) -> 
         })
 }
 
+/// A copy of `status` without the measurement histories (cheap: no measurement is copied).
+fn without_histories(status: &mut common::api::HookRunStatus) -> common::api::HookRunStatus {
+    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
+    let skeleton = status.clone();
+    for (result, history) in status.metric_results.iter_mut().zip(histories) {
+        result.measurements = history;
+    }
+    skeleton
+}
+
+/// Whether `status` equals `skeleton` (see [`without_histories`]) apart from the histories. For a status the engine
+/// planned on top of the one `skeleton` was taken from this is exactly "unchanged": the engine changes a history only
+/// when it records a measurement (which also counts it) or completes a metric (which also sets its phase).
+fn same_but_histories(skeleton: &common::api::HookRunStatus, status: &mut common::api::HookRunStatus) -> bool {
+    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
+    let same = *skeleton == *status;
+    for (result, history) in status.metric_results.iter_mut().zip(histories) {
+        result.measurements = history;
+    }
+    same
+}
+
 /// The process-wide budget of progress writes and the runs waiting for it.
 struct WriteBudget {
     /// Least time between two writes of one running run.
@@ -396,6 +418,18 @@ impl Dispatcher {
 
     /// Plans a round for `run` as last seen (usually from the informer cache).
     pub fn plan(&self, run: Arc<HookRun>, now: Timestamp) -> Round {
+        self.plan_with(run, now, false)
+    }
+
+    /// [`Dispatcher::plan`] for a caller that keeps the run's status itself (in memory: `check`, the benchmark) and
+    /// stores the plan's status as the next one: when `run` is not shared and nothing is unwritten, its status is
+    /// moved into the plan instead of copied (the measurement history is not cloned per round). The round's `run`
+    /// then has no status: not for [`Dispatcher::write_now`] or [`Dispatcher::commit_unwritten`].
+    pub fn plan_owned(&self, run: Arc<HookRun>, now: Timestamp) -> Round {
+        self.plan_with(run, now, true)
+    }
+
+    fn plan_with(&self, run: Arc<HookRun>, now: Timestamp, move_status: bool) -> Round {
         let id = RunId::of(&run);
         let mut slots = self.slots();
         let slot =
@@ -404,7 +438,7 @@ impl Dispatcher {
         if slot.last_write.as_ref().is_some_and(|(_, w)| w.metadata.resource_version == run.metadata.resource_version) {
             slot.last_write = None;
         }
-        let run = match (&slot.last_write, &run.metadata.resource_version) {
+        let mut run = match (&slot.last_write, &run.metadata.resource_version) {
             (Some((based_on, written)), Some(seen)) if based_on == seen => written.clone(),
             _ => run,
         };
@@ -441,7 +475,14 @@ impl Dispatcher {
             !stale
         });
         let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
-        let plan = engine::plan(&Inputs {
+        // The stored status, moved out of the run (only when asked, nothing is unwritten and no one else holds it).
+        let mut moved = match Arc::get_mut(&mut run) {
+            Some(owned) if move_status && slot.unwritten.is_none() => owned.status.take(),
+            _ => None,
+        };
+        // Without its histories, to tell whether the plan changed it (see `same_but_histories`).
+        let skeleton = moved.as_mut().map(without_histories);
+        let inputs = Inputs {
             spec: &run.spec,
             status: slot.unwritten.as_ref().map(|u| &u.status).or(run.status.as_ref()),
             invalid: validation.as_ref().err().map(String::as_str),
@@ -450,8 +491,19 @@ impl Dispatcher {
             precise: &slot.precise,
             now,
             settings: &self.inner.settings,
-        });
-        let changed = run.status.as_ref().is_none_or(|s| *s != plan.status);
+        };
+        let (plan, changed) = match moved.take() {
+            Some(stored) => {
+                let mut plan = engine::plan_on(&inputs, Some(stored));
+                let changed = !skeleton.is_some_and(|skeleton| same_but_histories(&skeleton, &mut plan.status));
+                (plan, changed)
+            }
+            None => {
+                let plan = engine::plan(&inputs);
+                let changed = run.status.as_ref().is_none_or(|s| *s != plan.status);
+                (plan, changed)
+            }
+        };
         Round { id, run, plan, changed }
     }
 
@@ -886,6 +938,63 @@ mod tests {
         w.metadata.resource_version = Some(rv.into());
         w.status = Some(round.plan.status.clone());
         w
+    }
+
+    /// `plan_owned` (the status is moved into the round, its history not copied) plans exactly what `plan` does:
+    /// the same status, `changed`, starts, wake-ups, notes and recorded measurements, round after round — through
+    /// recordings, a full history being trimmed, errors, unchanged rounds and the run's completion.
+    #[tokio::test]
+    async fn planning_on_the_moved_status_plans_what_planning_on_a_copy_does() {
+        let (copying, moving) = (dispatcher(), dispatcher());
+        let mut obj = running("a", "1");
+        obj.spec.metrics[0].count = 100;
+        obj.spec.metrics[0].consecutive_error_limit = Some(3);
+        obj.spec.metrics[0].inconclusive_limit = 100;
+        // About 25 measurements then a failure: the history (10) is trimmed, errors come and go, the run fails.
+        let phases =
+            [HookPhase::Successful, HookPhase::Error, HookPhase::Error, HookPhase::Successful, HookPhase::Inconclusive];
+        let start = Timestamp::now();
+        let mut stored = obj.clone();
+        let mut id = 0;
+        for step in 0..40 {
+            let now = start + std::time::Duration::from_secs(step);
+            // Every third round nothing finished (an unchanged round).
+            if step > 0 && step % 3 != 0 {
+                id += 1;
+                let phase = if step == 38 { HookPhase::Failed } else { phases[step as usize % phases.len()] };
+                let taken =
+                    stored.status.as_ref().and_then(|s| s.metric_results.first()).map_or(0, crate::schedule::taken);
+                for d in [&copying, &moving] {
+                    d.slots().get_mut("uid-a").expect("tracked").finished.push(Finished {
+                        id,
+                        metric: "m".into(),
+                        measurement: common::api::Measurement {
+                            phase: Some(phase),
+                            message: (phase != HookPhase::Successful).then(|| format!("{phase:?} #{id}")),
+                            started_at: Some(Time(now)),
+                            finished_at: Some(Time(now)),
+                            value: Some(format!("{id}")),
+                            ..Default::default()
+                        },
+                        finished_at: now,
+                        taken_before: taken,
+                    });
+                }
+            }
+            let copied = copying.plan(Arc::new(stored.clone()), now);
+            let moved = moving.plan_owned(Arc::new(stored.clone()), now);
+            assert_eq!(copied.plan, moved.plan, "step {step}");
+            assert_eq!(copied.changed, moved.changed, "step {step}");
+            assert_eq!(copied.changed, step % 3 != 0 || step == 0, "step {step}: changed only when something finished");
+            copying.commit(&copied, None);
+            moving.commit(&moved, None);
+            stored.status = Some(copied.plan.status.clone());
+            if copied.plan.completed {
+                assert_eq!(stored.status.as_ref().and_then(|s| s.phase), Some(HookPhase::Failed));
+                return;
+            }
+        }
+        panic!("the run never completed: {:?}", stored.status);
     }
 
     #[tokio::test]

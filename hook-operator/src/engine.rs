@@ -269,8 +269,14 @@ fn running_message(spec: &HookRunSpec, status: &HookRunStatus) -> Option<String>
 }
 
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
+    plan_on(inputs, inputs.status.cloned())
+}
+
+/// [`plan`] on a status the caller gives up (`inputs.status` is not read): the new status is built in it, so its
+/// measurement history is not copied.
+pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
     let mut plan = Plan {
-        status: inputs.status.cloned().unwrap_or_default(),
+        status: status.unwrap_or_default(),
         start: Vec::new(),
         arm: Vec::new(),
         wake_at: None,

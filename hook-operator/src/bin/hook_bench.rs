@@ -69,6 +69,10 @@ struct Flags {
     /// records the previous one. `0s` plans a round at each due time instead (for comparisons).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     arm_ahead: Duration,
+    /// Comparison: plan every round on a copy of the run's status (its measurement history cloned per round), as
+    /// before the fifth round, instead of moving the status into the round.
+    #[arg(long, hide = true)]
+    copy_status: bool,
     /// Internal: run only the HTTP server on this address and print the bound address.
     #[arg(long, hide = true)]
     serve: Option<SocketAddr>,
@@ -283,12 +287,13 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(flags.runs);
     let stagger = flags.interval.as_secs_f64() / flags.runs.max(1) as f64;
+    let copy_status = flags.copy_status;
     for i in 0..flags.runs {
         let offset = Duration::from_secs_f64(stagger * i as f64);
         let (dispatcher, wakers, hookrun) = (dispatcher.clone(), wakers.clone(), run(i, &url, flags.interval));
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(tokio::time::Instant::from_std(started + offset)).await;
-            local::drive(&dispatcher, &wakers, hookrun, |_| {}).await
+            local::drive_with(&dispatcher, &wakers, hookrun, |_| {}, !copy_status).await
         }));
     }
 
@@ -333,6 +338,9 @@ async fn bench(flags: Flags) -> Result<(), String> {
         100.0 * rate / ceiling
     );
     println!("  non-Successful (all time) {errors}");
+    if flags.copy_status {
+        println!("  (--copy-status: every round planned on a copy of the status, as before the fifth round)");
+    }
     println!(
         "  scheduling lag           p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         percentile(&lags, 0.50) * 1e3,
