@@ -87,7 +87,7 @@ pub struct Config {
     /// per GameDeployment; anything else is written in the pass that computes it. Zero: every change at once.
     pub status_write_interval: Duration,
     /// The next pass of a GameDeployment starts no sooner than this many times the previous pass's planning time
-    /// after it ended ([`spacing`]); 0: back to back.
+    /// after it ended ([`spacing`]); 0 (the default): back to back.
     pub pass_spacing: f64,
 }
 
@@ -102,7 +102,7 @@ impl Default for Config {
             debounce: Duration::ZERO,
             event_queue: 4096,
             status_write_interval: Duration::from_secs(1),
-            pass_spacing: 1.0,
+            pass_spacing: 0.0,
         }
     }
 }

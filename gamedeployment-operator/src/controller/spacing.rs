@@ -8,8 +8,10 @@
 //! previous pass ended, and never later than [`MAX_SPACING`]. Triggers that arrive meanwhile are coalesced by the
 //! controller (an object is never reconciled twice at once), so a burst of HookRun updates becomes one pass.
 //!
-//! A small GameDeployment plans in well under a millisecond, so its passes are not delayed in any way one could
-//! notice; a pass of 5,000 pods that planned for 60 ms waits 60 ms before the next.
+//! Off by default (`--pass-spacing 0`): in `fleet-bench`'s 2,000-pod roll a ratio of 1 ran 40–50 % fewer passes and
+//! saved 7–12 % of the operator's CPU, but the API server's load (the writes) stayed the same and the hook → pod
+//! latency rose by 50–100 ms at the median, so the roll was no faster. It is for an operator that shares its CPU
+//! among many large GameDeployments.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
