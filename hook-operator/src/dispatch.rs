@@ -758,13 +758,10 @@ impl Dispatcher {
         drop(permit);
         drop(namespace_permit);
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
-        metrics
-            .measurements
-            .get_or_create(&MeasurementLabels { provider: taken.provider.to_string(), phase: phase.to_string() })
-            .inc();
+        metrics.measurements.get_or_create(&MeasurementLabels { provider: taken.provider, phase }).inc();
         metrics
             .measurement_duration
-            .get_or_create(&ProviderLabels { provider: taken.provider.to_string() })
+            .get_or_create(&ProviderLabels { provider: taken.provider })
             .observe(taken.latency.as_secs_f64());
         tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %start.metric, phase, "measurement finished");
         let delivered = {
@@ -1207,6 +1204,34 @@ mod tests {
         let grants = woken.lock().unwrap().clone();
         assert_eq!(grants, names[1..].to_vec());
         flusher.abort();
+    }
+
+    /// What a finished measurement adds to /metrics: its count by provider and phase, its duration by provider.
+    #[tokio::test]
+    async fn a_measurement_is_counted_by_provider_and_phase() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
+        let woken = Arc::new(AtomicU64::new(0));
+        let d = Dispatcher::new(providers, metrics, classic(), 10, {
+            let woken = woken.clone();
+            Arc::new(move |_: &RunId| {
+                woken.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        let round = d.plan(Arc::new(run("1", "0s")), Timestamp::now());
+        d.commit(&round, None);
+        for _ in 0..2000 {
+            if woken.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        // 127.0.0.1:1 refuses: one web measurement, an Error.
+        assert!(text.contains("hook_operator_measurements_total{provider=\"web\",phase=\"Error\"} 1\n"), "{text}");
+        assert!(text.contains("hook_operator_measurement_duration_seconds_count{provider=\"web\"} 1\n"), "{text}");
     }
 
     #[tokio::test]

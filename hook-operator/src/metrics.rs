@@ -15,15 +15,16 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// Static texts (provider names and phases are fixed): counting a measurement allocates nothing.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MeasurementLabels {
-    pub provider: String,
-    pub phase: String,
+    pub provider: &'static str,
+    pub phase: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabels {
-    pub provider: String,
+    pub provider: &'static str,
 }
 
 pub use common::runtime::metrics::{ReasonLabels, ReconcileMetrics};

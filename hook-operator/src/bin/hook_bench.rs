@@ -12,10 +12,43 @@
 //! the first interval, as a workload creates them over time. The API server is not involved: status is kept
 //! in memory (the same code path as `hook-operator check`).
 
-/// mimalloc: the engine allocates many small, short-lived values per measurement.
+/// mimalloc: the engine allocates many small, short-lived values per measurement. Allocations are tallied (one
+/// relaxed atomic add each) so the benchmark can print allocations per measurement: an exact figure, unlike CPU time
+/// on a shared machine.
 #[global_allocator]
-static ALLOCATOR: hook_operator::budget::Counting<mimalloc::MiMalloc> =
-    hook_operator::budget::Counting(mimalloc::MiMalloc);
+static ALLOCATOR: Tally<hook_operator::budget::Counting<mimalloc::MiMalloc>> =
+    Tally(hook_operator::budget::Counting(mimalloc::MiMalloc));
+
+/// Allocations (including reallocations) made by this process so far.
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+struct Tally<A>(A);
+
+// SAFETY: every call is passed on unchanged to the inner allocator; only a counter is added.
+unsafe impl<A: std::alloc::GlobalAlloc> std::alloc::GlobalAlloc for Tally<A> {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the inner allocator's.
+        unsafe { self.0.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { self.0.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as above.
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { self.0.realloc(ptr, layout, new_size) }
+    }
+}
 
 use std::net::SocketAddr;
 use std::process::{ExitCode, Stdio};
@@ -299,6 +332,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
 
     tokio::time::sleep(flags.warmup).await;
     let cpu_before = cpu_seconds("self").unwrap_or_default();
+    let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
     let server_cpu_before = cpu_seconds(&server_pid).unwrap_or_default();
     let window = Instant::now();
     recording.store(true, Ordering::Relaxed);
@@ -306,6 +340,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     recording.store(false, Ordering::Relaxed);
     let elapsed = window.elapsed().as_secs_f64();
     let cpu = cpu_seconds("self").unwrap_or_default() - cpu_before;
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations_before;
     let server_cpu = cpu_seconds(&server_pid).unwrap_or_default() - server_cpu_before;
     let measurements = recorded.load(Ordering::Relaxed);
     let rss_now = rss_mib("self", "VmRSS:").unwrap_or_default();
@@ -315,13 +350,10 @@ async fn bench(flags: Flags) -> Result<(), String> {
     }
     let errors: u64 = ["Error", "Failed", "Inconclusive"]
         .iter()
-        .map(|phase| {
+        .map(|&phase| {
             metrics
                 .measurements
-                .get_or_create(&hook_operator::metrics::MeasurementLabels {
-                    provider: "web".into(),
-                    phase: phase.to_string(),
-                })
+                .get_or_create(&hook_operator::metrics::MeasurementLabels { provider: "web", phase })
                 .get()
         })
         .sum();
@@ -351,6 +383,11 @@ async fn bench(flags: Flags) -> Result<(), String> {
     println!(
         "  engine CPU / measurement {:.1} µs (engine CPU time / measurements started in the window)",
         if measurements > 0 { cpu * 1e6 / measurements as f64 } else { 0.0 }
+    );
+    println!(
+        "  allocations / measurement {:.1} (allocations and reallocations of the engine process in the window / \
+         measurements started in it)",
+        if measurements > 0 { allocations as f64 / measurements as f64 } else { 0.0 }
     );
     println!("  server CPU               {server_cpu:.2} s (separate process)");
     if let Some((rate, per_request)) = floor {
