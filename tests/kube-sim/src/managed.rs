@@ -64,21 +64,23 @@ pub fn render_path(p: &FieldPath) -> String {
     s
 }
 
+/// `metadata` fields the field manager never tracks.
+const META_IGNORED: &[&str] = &[
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generateName",
+];
+
 /// Paths the field manager never tracks (identity and system fields).
 fn ignored_root(path: &[PathElement]) -> bool {
-    const META_IGNORED: &[&str] = &[
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "managedFields",
-        "selfLink",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "generateName",
-    ];
     match path {
         [PathElement::Field(f)] if f == "apiVersion" || f == "kind" => true,
         [PathElement::Field(m), PathElement::Field(f), ..] if m == "metadata" && META_IGNORED.contains(&f.as_str()) => {
@@ -252,8 +254,39 @@ fn remove_at(v: &mut Value, path: &[PathElement]) {
     }
 }
 
-/// Encodes a field set as `FieldsV1`.
+/// Encodes a field set as `FieldsV1`: one pass over the sorted set, each node's key encoded once (the paths under a
+/// node are contiguous in the set); a member with children gets its `"."` after them. The result is
+/// [`to_fields_v1_reference`]'s byte for byte (`to_fields_v1_matches_the_reference`).
 pub fn to_fields_v1(set: &FieldSet) -> Value {
+    /// The node of the paths in `paths` (all sharing their first `depth` elements, each longer than `depth`).
+    fn node(paths: &[&FieldPath], depth: usize) -> Map<String, Value> {
+        let mut out = Map::new();
+        let mut i = 0;
+        while i < paths.len() {
+            let e = &paths[i][depth];
+            let mut j = i + 1;
+            while j < paths.len() && paths[j][depth] == *e {
+                j += 1;
+            }
+            let group = &paths[i..j];
+            let member = group.iter().any(|p| p.len() == depth + 1);
+            let deeper: Vec<&FieldPath> = group.iter().copied().filter(|p| p.len() > depth + 1).collect();
+            let mut child = node(&deeper, depth + 1);
+            if member && !child.is_empty() {
+                child.insert(".".into(), json!({}));
+            }
+            out.insert(e.encode(), Value::Object(child));
+            i = j;
+        }
+        out
+    }
+    let paths: Vec<&FieldPath> = set.iter().filter(|p| !p.is_empty()).collect();
+    Value::Object(node(&paths, 0))
+}
+
+/// The straightforward encoding [`to_fields_v1`] must agree with.
+#[cfg(test)]
+fn to_fields_v1_reference(set: &FieldSet) -> Value {
     fn insert(node: &mut Map<String, Value>, path: &[PathElement], set_member: bool) {
         let Some((first, rest)) = path.split_first() else { return };
         let entry = node.entry(first.encode()).or_insert_with(|| Value::Object(Map::new()));
@@ -352,13 +385,18 @@ pub fn read_entries(obj: &Value) -> Vec<Entry> {
 }
 
 fn encode_entry(e: &Entry) -> Value {
+    encode_entry_with(e, to_fields_v1(&e.fields))
+}
+
+/// An entry with its `fieldsV1` already encoded.
+fn encode_entry_with(e: &Entry, fields_v1: Value) -> Value {
     let mut m = Map::new();
     m.insert("manager".into(), json!(e.manager));
     m.insert("operation".into(), json!(e.operation));
     m.insert("apiVersion".into(), json!(e.api_version));
     m.insert("time".into(), json!(e.time));
     m.insert("fieldsType".into(), json!("FieldsV1"));
-    m.insert("fieldsV1".into(), to_fields_v1(&e.fields));
+    m.insert("fieldsV1".into(), fields_v1);
     if !e.subresource.is_empty() {
         m.insert("subresource".into(), json!(e.subresource));
     }
@@ -406,10 +444,389 @@ fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
 
 /// Records an `Update` by `manager`: it takes ownership of what it changed.
 ///
-/// The result is [`record_update_reference`]'s (`record_update_matches_the_reference`), computed for less: only the
-/// fields in the write's scope are walked, list-map keys and set values are parsed once per update instead of once
-/// per lookup, and entries this write does not touch keep their stored `fieldsV1` instead of being re-encoded.
+/// The result is [`record_update_reference`]'s (`record_update_matches_the_reference`), computed for less: the
+/// changed fields come from one walk of the new and the stored object side by side over the write's scope
+/// ([`changed_fields`]; the stored `managedFields` are not walked), and each stored entry's `fieldsV1` is walked as
+/// it is stored, against the new object and the changed fields, without parsing it into a set
+/// ([`Pruner`]): an entry that loses nothing is kept as stored, the writer's own entry keeps its stored `fieldsV1`
+/// when the write changed only fields it already owned, and only an entry that loses fields is parsed and
+/// re-encoded.
 pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    schema: Option<Cursor<'_>>,
+    manager: &str,
+    api_version: &str,
+    scope: Scope,
+) {
+    let Some(changed) = changed_fields(old, new, schema, scope) else {
+        return record_update_general(old, new, schema, manager, api_version, scope);
+    };
+    let raw: &[Value] = old
+        .and_then(crate::meta::metadata)
+        .and_then(|m| m.get("managedFields"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let subresource = if scope == Scope::Status { "status" } else { "" };
+    let changed_tree = (!changed.is_empty()).then(|| to_fields_v1(&changed));
+    let slot = if changed.is_empty() {
+        None
+    } else {
+        raw.iter().position(|e| {
+            str_field(e, "manager") == manager
+                && str_field(e, "operation") == "Update"
+                && str_field(e, "subresource") == subresource
+        })
+    };
+    enum Fate {
+        Keep,
+        Drop,
+        Encode(FieldSet),
+        /// The writer's entry, its fields as stored: a new time and apiVersion around the stored `fieldsV1`.
+        Renew,
+    }
+    let mut changed = Some(changed);
+    let fates: Vec<Fate> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let fields = e.get("fieldsV1").and_then(Value::as_object);
+            let mut p = Pruner::default();
+            if let Some(f) = fields {
+                p.visit(f, Some(&*new), changed_tree.as_ref());
+            }
+            let n_changed = changed.as_ref().map_or(0, FieldSet::len);
+            if slot == Some(i) {
+                if p.gone == 0 && p.changed == n_changed {
+                    return Fate::Renew;
+                }
+                let mut set = Pruner::kept(fields, &*new, changed_tree.as_ref());
+                set.extend(changed.take().unwrap_or_default());
+                return Fate::Encode(set);
+            }
+            if p.gone == 0 && p.changed == 0 {
+                return if p.kept == 0 { Fate::Drop } else { Fate::Keep };
+            }
+            let set = Pruner::kept(fields, &*new, changed_tree.as_ref());
+            if set.is_empty() { Fate::Drop } else { Fate::Encode(set) }
+        })
+        .collect();
+    let mut time = None;
+    let mut now = || time.get_or_insert_with(crate::meta::now).clone();
+    // Stored entries were written by `write_entries`, so an untouched one encodes to what is stored; when the write
+    // carries the stored entries (a patch starts from a copy of the stored object), that copy is reused.
+    let mut carried = match crate::meta::metadata_mut(new).get_mut("managedFields") {
+        Some(Value::Array(list)) => std::mem::take(list),
+        _ => Vec::new(),
+    };
+    let mut list: Vec<Value> = Vec::with_capacity(raw.len() + 1);
+    for (i, (stored, fate)) in raw.iter().zip(fates).enumerate() {
+        match fate {
+            Fate::Drop => {}
+            Fate::Keep => list.push(match carried.get_mut(i) {
+                Some(copy) if crate::json::eq(copy, stored) => std::mem::take(copy),
+                _ => stored.clone(),
+            }),
+            Fate::Encode(fields) => {
+                let mut e = entry_of(stored);
+                if slot == Some(i) {
+                    e.time = now();
+                    e.api_version = api_version.to_string();
+                }
+                e.fields = fields;
+                list.push(encode_entry(&e));
+            }
+            Fate::Renew => {
+                let mut e = entry_of(stored);
+                e.time = now();
+                e.api_version = api_version.to_string();
+                let stored_v1 = stored.get("fieldsV1").unwrap_or(&Value::Null);
+                let v1 = match carried.get_mut(i).and_then(|c| c.get_mut("fieldsV1")) {
+                    Some(copy) if crate::json::eq(copy, stored_v1) => std::mem::take(copy),
+                    _ => stored_v1.clone(),
+                };
+                list.push(encode_entry_with(&e, v1));
+            }
+        }
+    }
+    if let Some(changed) = changed.filter(|c| !c.is_empty() && slot.is_none()) {
+        list.push(encode_entry(&Entry {
+            manager: manager.to_string(),
+            operation: "Update".into(),
+            api_version: api_version.to_string(),
+            time: now(),
+            subresource: subresource.to_string(),
+            fields: changed,
+        }));
+    }
+    let meta = crate::meta::metadata_mut(new);
+    if list.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(list));
+    }
+}
+
+fn str_field<'a>(e: &'a Value, key: &str) -> &'a str {
+    e.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// A stored entry as [`read_entries`] reads it, without its fields.
+fn entry_of(e: &Value) -> Entry {
+    Entry {
+        manager: str_field(e, "manager").to_string(),
+        operation: str_field(e, "operation").to_string(),
+        api_version: str_field(e, "apiVersion").to_string(),
+        time: str_field(e, "time").to_string(),
+        subresource: str_field(e, "subresource").to_string(),
+        fields: FieldSet::new(),
+    }
+}
+
+/// An object [`changed_fields`] cannot walk side by side; [`record_update_general`] handles it.
+struct Irregular;
+
+/// One step of a path in the new object, borrowed from it; made a [`PathElement`] only for a changed field.
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Field(&'a str),
+    /// A list-map item and the list's keys.
+    Key(&'a Value, &'a [String]),
+    /// A set item.
+    Value(&'a Value),
+}
+
+/// Walks the new object and the stored one side by side and collects the changed fields: the members of the new
+/// field set ([`field_set`] within the scope) that the stored object lacks, and the leaves among them whose value
+/// differs. `None` when a list-map item does not find itself by its keys (duplicate or missing keys, a non-object
+/// item) or a key or set value holds a floating-point number (its JSON form may not parse back to it): there the
+/// reference's lookups by encoded path can land elsewhere than the walk, and [`record_update_general`] follows them.
+fn changed_fields(old: Option<&Value>, new: &Value, schema: Option<Cursor<'_>>, scope: Scope) -> Option<FieldSet> {
+    let Value::Object(map) = new else { return None };
+    let mut w = ChangeWalk { segs: Vec::new(), changed: FieldSet::new() };
+    for (k, v) in map {
+        if !top_in_scope(k, scope) {
+            continue;
+        }
+        let ov = old.and_then(|o| o.get(k.as_str()));
+        w.segs.push(Seg::Field(k));
+        let (strict, _) = w.walk(v, ov, root_child(schema, k)).ok()?;
+        let declared = k == "metadata" || schema.is_some_and(|c| c.node().properties.contains_key(k));
+        if v.is_null() || v.as_object().is_some_and(Map::is_empty) || !declared {
+            w.member(v, ov, !strict);
+        }
+        w.segs.pop();
+    }
+    Some(w.changed)
+}
+
+struct ChangeWalk<'a> {
+    segs: Vec<Seg<'a>>,
+    changed: FieldSet,
+}
+
+impl<'a> ChangeWalk<'a> {
+    /// The current path is a member of the new field set with value `nv` (`ov` in the stored object): it changed
+    /// when the stored object lacks it or, as a leaf, holds another value. Returns whether it counts (is tracked).
+    fn member(&mut self, nv: &Value, ov: Option<&Value>, leaf: bool) -> bool {
+        let ignored = match self.segs.as_slice() {
+            [Seg::Field(f)] => *f == "apiVersion" || *f == "kind",
+            [Seg::Field("metadata"), Seg::Field(f), ..] => META_IGNORED.contains(f),
+            _ => false,
+        };
+        if ignored {
+            return false;
+        }
+        let changed = match ov {
+            None => true,
+            Some(ov) => leaf && !crate::json::eq(nv, ov),
+        };
+        if changed {
+            let path = self
+                .segs
+                .iter()
+                .map(|s| match *s {
+                    Seg::Field(f) => PathElement::Field(f.to_string()),
+                    Seg::Key(item, keys) => PathElement::Key(key_of(item, keys)),
+                    Seg::Value(v) => PathElement::Value(serde_json::to_string(v).unwrap_or_default()),
+                })
+                .collect();
+            self.changed.insert(path);
+        }
+        true
+    }
+
+    /// [`walk`] at the current path, `ov` the stored object's value there. Returns whether a member lies strictly
+    /// under the path, and whether one lies at or under it.
+    fn walk(&mut self, v: &'a Value, ov: Option<&Value>, c: Option<Cursor<'a>>) -> Result<(bool, bool), Irregular> {
+        match v {
+            Value::Object(map) => {
+                if c.is_some_and(|c| c.node().map_atomic) {
+                    let at = self.member(v, ov, true);
+                    return Ok((false, at));
+                }
+                let is_map = c.is_some_and(|c| c.node().additional.is_some() && c.node().properties.is_empty());
+                let in_metadata = matches!(self.segs.as_slice(), [Seg::Field("metadata")]);
+                let mut under = false;
+                for (k, val) in map {
+                    if in_metadata && META_IGNORED.contains(&k.as_str()) {
+                        continue;
+                    }
+                    let declared = c.is_some_and(|c| c.node().properties.contains_key(k));
+                    let ochild = ov.and_then(|o| o.get(k.as_str()));
+                    self.segs.push(Seg::Field(k));
+                    let (strict, at) = self.walk(val, ochild, c.and_then(|c| c.field(k)))?;
+                    under |= at;
+                    if val.is_null() || val.as_object().is_some_and(Map::is_empty) || !declared {
+                        under |= self.member(val, ochild, !strict);
+                    }
+                    self.segs.pop();
+                }
+                let at = is_map && !map.is_empty() && self.member(v, ov, !under);
+                Ok((under, under || at))
+            }
+            Value::Array(items) => {
+                let ic = c.and_then(|c| c.items());
+                match c.and_then(|c| c.node().list_type.as_ref()) {
+                    None | Some(ListType::Atomic) => {
+                        let at = self.member(v, ov, true);
+                        Ok((false, at))
+                    }
+                    Some(ListType::Set) => {
+                        let old_items = ov.and_then(Value::as_array);
+                        let mut any = false;
+                        for it in items {
+                            if has_float(it) {
+                                return Err(Irregular);
+                            }
+                            let oit = old_items.and_then(|a| a.iter().find(|o| crate::json::eq(o, it)));
+                            self.segs.push(Seg::Value(it));
+                            any |= self.member(it, oit, true);
+                            self.segs.pop();
+                        }
+                        Ok((any, any))
+                    }
+                    Some(ListType::Map(keys)) => {
+                        let old_items = ov.and_then(Value::as_array);
+                        let mut any = false;
+                        for (i, it) in items.iter().enumerate() {
+                            // The reference finds an item by the key fields it has: the first item with those values.
+                            let want: Vec<(&str, &Value)> =
+                                keys.iter().filter_map(|k| it.get(k.as_str()).map(|v| (k.as_str(), v))).collect();
+                            if want.iter().any(|(_, v)| has_float(v)) {
+                                return Err(Irregular);
+                            }
+                            let matches = |o: &&Value| want.iter().all(|(k, v)| o.get(*k) == Some(*v));
+                            if items.iter().position(|o| matches(&o)) != Some(i) {
+                                return Err(Irregular);
+                            }
+                            let oit = old_items.and_then(|a| a.iter().find(matches));
+                            self.segs.push(Seg::Key(it, keys));
+                            let (strict, at) = self.walk(it, oit, ic)?;
+                            let counted = self.member(it, oit, !strict);
+                            self.segs.pop();
+                            any |= at || counted;
+                        }
+                        Ok((any, any))
+                    }
+                }
+            }
+            _ => {
+                let at = self.member(v, ov, true);
+                Ok((false, at))
+            }
+        }
+    }
+}
+
+fn has_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(a) => a.iter().any(has_float),
+        Value::Object(m) => m.values().any(has_float),
+        _ => false,
+    }
+}
+
+/// Walks a stored entry's `fieldsV1` as stored (the members [`from_fields_v1`] would read) against the new object
+/// and the changed fields (as `fieldsV1`): a member is kept when the new object has it ([`value_at`]) and the write
+/// did not change it.
+#[derive(Default)]
+struct Pruner {
+    kept: usize,
+    /// Members the new object lacks (a subtree the new object lacks counts once).
+    gone: usize,
+    /// Members the write changed.
+    changed: usize,
+    /// When set, the kept members are collected here.
+    collect: Option<(FieldPath, FieldSet)>,
+}
+
+impl Pruner {
+    /// The kept members of `fields`.
+    fn kept(fields: Option<&Map<String, Value>>, new: &Value, changed: Option<&Value>) -> FieldSet {
+        let mut p = Pruner { collect: Some((Vec::new(), FieldSet::new())), ..Pruner::default() };
+        if let Some(f) = fields {
+            p.visit(f, Some(new), changed);
+        }
+        p.collect.map(|(_, set)| set).unwrap_or_default()
+    }
+
+    fn visit(&mut self, node: &Map<String, Value>, n: Option<&Value>, c: Option<&Value>) {
+        for (k, child) in node {
+            if k == "." {
+                self.member(n, c);
+                continue;
+            }
+            let Some((prefix, rest)) = k.split_at_checked(2) else { continue };
+            let next = match prefix {
+                "f:" => n.and_then(|n| n.get(rest)),
+                "k:" => n.and_then(|n| {
+                    let want: Map<String, Value> = serde_json::from_str(rest).ok()?;
+                    n.as_array()?.iter().find(|it| want.iter().all(|(wk, wv)| it.get(wk) == Some(wv)))
+                }),
+                "v:" => n.and_then(|n| {
+                    let want: Value = serde_json::from_str(rest).ok()?;
+                    n.as_array()?.iter().find(|it| **it == want)
+                }),
+                _ => continue,
+            };
+            let cc = c.and_then(Value::as_object).and_then(|m| m.get(k));
+            if let Some((path, _)) = &mut self.collect {
+                path.extend(PathElement::decode(k));
+            }
+            match child.as_object() {
+                // Nothing under a field the new object lacks is kept.
+                Some(m) if !m.is_empty() && next.is_none() => self.gone += 1,
+                Some(m) if !m.is_empty() => self.visit(m, next, cc),
+                _ => self.member(next, cc),
+            }
+            if let Some((path, _)) = &mut self.collect {
+                path.pop();
+            }
+        }
+    }
+
+    fn member(&mut self, n: Option<&Value>, c: Option<&Value>) {
+        let changed = c.is_some_and(|c| c.as_object().is_none_or(|m| m.is_empty() || m.contains_key(".")));
+        if n.is_none() {
+            self.gone += 1;
+        } else if changed {
+            self.changed += 1;
+        } else {
+            self.kept += 1;
+            if let Some((path, set)) = &mut self.collect {
+                set.insert(path.clone());
+            }
+        }
+    }
+}
+
+/// [`record_update`] for objects [`changed_fields`] cannot walk side by side (a list-map whose items do not each
+/// find themselves by their keys, floating-point set values or keys): the result is [`record_update_reference`]'s,
+/// computed with the new object's whole field set and per-path lookups.
+fn record_update_general(
     old: Option<&Value>,
     new: &mut Value,
     schema: Option<Cursor<'_>>,
@@ -848,11 +1265,51 @@ mod tests {
         assert_eq!(from_fields_v1(&v1), set);
     }
 
+    /// The one-pass encoding against the reference (which inserts path by path and marks members afterwards), byte for
+    /// byte, over the field sets of a pod and of records made by updates (members with children, list-map keys, set
+    /// values, the empty path).
+    #[test]
+    fn to_fields_v1_matches_the_reference() {
+        let pods = BUILTINS_POD.as_ref().expect("pod schema");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"], "annotations": {}},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "env": [{"name": "A", "value": "1"}]}], "tolerations": [{"key": "k"}], "nodeName": "n"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}});
+        let mut sets = vec![field_set(&pod, Some(Cursor::root(pods))), field_set(&pod, None), FieldSet::new()];
+        let mut with_parents = sets[0].clone();
+        with_parents.insert(vec![PathElement::Field("spec".into())]);
+        with_parents.insert(vec![PathElement::Field("spec".into()), PathElement::Field("containers".into())]);
+        with_parents.insert(Vec::new());
+        sets.push(with_parents);
+        let mut small = FieldSet::new();
+        small.insert(vec![PathElement::Field("status".into()), PathElement::Field("phase".into())]);
+        small.insert(vec![PathElement::Field("a".into()), PathElement::Value("1.5".into())]);
+        small.insert(vec![PathElement::Field("a".into()), PathElement::Key("{\"k\":1}".into())]);
+        small.insert(vec![
+            PathElement::Field("a".into()),
+            PathElement::Key("{\"k\":1}".into()),
+            PathElement::Field("x".into()),
+        ]);
+        sets.push(small);
+        for set in &sets {
+            let fast = to_fields_v1(set);
+            let reference = to_fields_v1_reference(set);
+            assert_eq!(serde_json::to_string(&fast).unwrap(), serde_json::to_string(&reference).unwrap());
+        }
+    }
+
     /// `record_update` against its straightforward definition, over a pod's life (built-in schema: list maps, sets,
-    /// atomic lists, the status scope) and a custom resource's, each step starting from what the previous stored.
+    /// atomic lists, the status scope), custom resources' (atomic maps, string maps, sets, list maps with two keys,
+    /// nulls, no schema at all), each step starting from what the previous stored: fields removed, changed back,
+    /// taken over from another manager, and objects the side-by-side walk leaves to `record_update_general`
+    /// (`irregular`: duplicate or missing list-map keys, floating-point set values).
     #[test]
     fn record_update_matches_the_reference() {
         fn check(steps: &[(&str, Scope, Value)], schema: Option<Cursor<'_>>) {
+            check_with(steps, schema, &[]);
+        }
+        fn check_with(steps: &[(&str, Scope, Value)], schema: Option<Cursor<'_>>, irregular: &[usize]) {
             let mut stored: Option<Value> = None;
             for (i, (manager, scope, desired)) in steps.iter().enumerate() {
                 let mut fast = desired.clone();
@@ -865,6 +1322,11 @@ mod tests {
                         }
                     }
                 }
+                assert_eq!(
+                    changed_fields(stored.as_ref(), &fast, schema, *scope).is_some(),
+                    !irregular.contains(&i),
+                    "step {i}: walked side by side"
+                );
                 record_update(stored.as_ref(), &mut fast, schema, manager, "v1", *scope);
                 record_update_reference(stored.as_ref(), &mut reference, schema, manager, "v1", *scope);
                 // Entries written in this step carry the current time: compare without it.
@@ -942,6 +1404,143 @@ mod tests {
                 ("op", status, cr(3, "j", json!({"phase": "Done"}))),
             ],
             Some(Cursor::root(&s)),
+        );
+
+        // A pod's fields changed back and forth, taken over and given back, removed under other managers.
+        let pod2 = |labels: Value, containers: Value, conditions: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "default", "labels": labels},
+                "spec": {"containers": containers, "nodeName": "n"},
+                "status": {"phase": "Running", "conditions": conditions}})
+        };
+        let ctr = |image: &str, ports: Value, env: Value| json!([{"name": "game", "image": image, "ports": ports, "env": env}]);
+        let p80 = json!([{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 81, "protocol": "UDP"}]);
+        let env = json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]);
+        let conds =
+            |ready: &str| json!([{"type": "Ready", "status": ready}, {"type": "PodScheduled", "status": "True"}]);
+        check_with(
+            &[
+                ("gd", main, pod2(json!({"app": "a"}), ctr("v1", p80.clone(), env.clone()), json!([]))),
+                ("kubelet", status, pod2(json!({"app": "a"}), ctr("v1", p80.clone(), env.clone()), conds("False"))),
+                // Another manager takes the image, the owner takes it back (the other's entry empties), then changes
+                // only what it owns.
+                ("other", main, pod2(json!({"app": "a"}), ctr("v2", p80.clone(), env.clone()), conds("False"))),
+                ("gd", main, pod2(json!({"app": "a"}), ctr("v1", p80.clone(), env.clone()), conds("False"))),
+                ("gd", main, pod2(json!({"app": "a"}), ctr("v3", p80.clone(), env.clone()), conds("False"))),
+                // Status flips and flips back; a no-op status write.
+                ("kubelet", status, pod2(json!({"app": "a"}), ctr("v3", p80.clone(), env.clone()), conds("True"))),
+                ("kubelet", status, pod2(json!({"app": "a"}), ctr("v3", p80.clone(), env.clone()), conds("False"))),
+                ("kubelet", status, pod2(json!({"app": "a"}), ctr("v3", p80.clone(), env.clone()), conds("False"))),
+                // A main write drops a port, an env entry and a condition another manager owns; labels become empty.
+                (
+                    "gd",
+                    main,
+                    pod2(
+                        json!({}),
+                        ctr(
+                            "v3",
+                            json!([{"containerPort": 81, "protocol": "UDP"}]),
+                            json!([{"name": "B", "value": "2"}]),
+                        ),
+                        json!([{"type": "PodScheduled", "status": "True"}]),
+                    ),
+                ),
+                // The port comes back by another manager; the labels go altogether.
+                (
+                    "other",
+                    main,
+                    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                        "spec": {"containers": ctr("v3", p80.clone(), json!([{"name": "B", "value": "2"}])), "nodeName": "n"},
+                        "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}}),
+                ),
+                // Duplicate container names and a port without its protocol next to one with it: left to the general
+                // path.
+                (
+                    "gd",
+                    main,
+                    pod2(
+                        json!({}),
+                        json!([{"name": "game", "image": "v4"}, {"name": "game", "image": "v5"}]),
+                        json!([]),
+                    ),
+                ),
+                (
+                    "gd",
+                    main,
+                    pod2(
+                        json!({}),
+                        ctr("v4", json!([{"containerPort": 80, "protocol": "UDP"}, {"containerPort": 80}]), json!([])),
+                        json!([]),
+                    ),
+                ),
+                ("gd", main, pod2(json!({"app": "b"}), ctr("v4", p80.clone(), env.clone()), json!([]))),
+            ],
+            Some(Cursor::root(pods)),
+            &[10, 11],
+        );
+
+        let s2 = from_crd_schema(&json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "sel": {"type": "object", "x-kubernetes-map-type": "atomic", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}},
+                "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+                "nums": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "number"}},
+                "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"],
+                    "items": {"type": "object", "properties": {"port": {"type": "integer"}, "protocol": {"type": "string"}, "name": {"type": "string"}}}},
+                "opt": {"type": "string", "nullable": true}
+            }},
+            "status": {"type": "object", "properties": {"phase": {"type": "string"},
+                "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                    "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}}}}
+        }}));
+        let cr2 = |spec: Value, status: Value| json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x", "annotations": {"n": "1"}}, "spec": spec, "status": status});
+        let spec = |a: &str, tags: Value, nums: Value, ports: Value| json!({"sel": {"a": a, "b": "b"}, "tags": tags, "nums": nums, "ports": ports, "opt": null, "extra": {"deep": {"x": 1}}});
+        let ports = json!([{"port": 80, "protocol": "TCP", "name": "http"}, {"port": 80, "protocol": "UDP"}]);
+        let st2 = |ready: &str| json!({"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]});
+        check_with(
+            &[
+                ("op", main, cr2(spec("1", json!({"t": "1"}), json!([1, 2]), ports.clone()), json!({}))),
+                ("op", status, cr2(spec("1", json!({"t": "1"}), json!([1, 2]), ports.clone()), st2("False"))),
+                // A leaf of an atomic map, a string map's entry, a set's member, a list-map item's field.
+                ("user", main, cr2(spec("2", json!({"t": "1", "u": "2"}), json!([2, 3]), ports.clone()), st2("False"))),
+                (
+                    "op",
+                    main,
+                    cr2(
+                        spec("1", json!({}), json!([2, 3]), json!([{"port": 80, "protocol": "TCP", "name": "web"}])),
+                        st2("False"),
+                    ),
+                ),
+                ("op", status, cr2(spec("1", json!({}), json!([2, 3]), ports.clone()), st2("True"))),
+                ("op", status, cr2(spec("1", json!({}), json!([2, 3]), ports.clone()), json!({"phase": "Done"}))),
+                // A port without its protocol (unique: walked), a set with a floating-point member (not walked).
+                ("user", main, cr2(spec("1", json!({}), json!([2]), json!([{"port": 81}])), json!({"phase": "Done"}))),
+                (
+                    "user",
+                    main,
+                    cr2(spec("1", json!({}), json!([2.5]), json!([{"port": 81}])), json!({"phase": "Done"})),
+                ),
+                ("op", main, cr2(spec("1", json!({"t": "1"}), json!([2]), ports.clone()), json!({"phase": "Done"}))),
+                // `spec` goes, then comes back as null.
+                (
+                    "op",
+                    main,
+                    json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x"}, "status": {"phase": "Done"}}),
+                ),
+                ("op", main, json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "x"}, "spec": null})),
+            ],
+            Some(Cursor::root(&s2)),
+            &[7],
+        );
+        // No schema: every field is its own member, every list atomic.
+        let raw = |v: Value| json!({"apiVersion": "y/v1", "kind": "Y", "metadata": {"name": "y"}, "data": v});
+        check(
+            &[
+                ("a", main, raw(json!({"l": [1, 2], "m": {"k": "v"}, "e": {}}))),
+                ("b", main, raw(json!({"l": [1, 3], "m": {"k": "v", "j": null}, "e": {}}))),
+                ("a", main, raw(json!({"l": [1, 2], "m": {}}))),
+                ("b", Scope::Main { status_subresource: false }, raw(json!([{"x": 1}]))),
+            ],
+            None,
         );
     }
 
