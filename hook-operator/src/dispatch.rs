@@ -515,7 +515,11 @@ impl Dispatcher {
             return;
         }
         let mut slots = self.slots();
-        let slot = slots.entry(round.id.uid.clone()).or_default();
+        // Looked up by reference first: the uid is copied only for a run not tracked yet.
+        if !slots.contains_key(&round.id.uid) {
+            slots.insert(round.id.uid.clone(), Slot::default());
+        }
+        let Some(slot) = slots.get_mut(&round.id.uid) else { return };
         self.record(slot, round);
         if round.changed {
             slot.last_write_at = Some(Instant::now());
@@ -545,7 +549,11 @@ impl Dispatcher {
         }
         let now = Instant::now();
         let mut slots = self.slots();
-        let slot = slots.entry(round.id.uid.clone()).or_default();
+        // Looked up by reference first: the uid is copied only for a run not tracked yet.
+        if !slots.contains_key(&round.id.uid) {
+            slots.insert(round.id.uid.clone(), Slot::default());
+        }
+        let Some(slot) = slots.get_mut(&round.id.uid) else { return };
         self.record(slot, round);
         // Counted once per new piece of progress kept in memory (not again for rounds that only start measurements).
         if slot.unwritten.is_none() || !round.plan.recorded.is_empty() {
@@ -596,7 +604,8 @@ impl Dispatcher {
     /// times and start its due measurements.
     fn record(&self, slot: &mut Slot, round: &Round) {
         slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
-        slot.precise = round.plan.precise.clone();
+        // Into the slot's own map and strings (no new allocation once a metric has been recorded).
+        slot.precise.clone_from(&round.plan.precise);
         let generation = round.run.metadata.generation;
         for start in round.plan.start.iter().chain(&round.plan.arm) {
             if slot.in_flight.contains_key(&start.metric) || start.index >= round.run.spec.metrics.len() {

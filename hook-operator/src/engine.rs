@@ -335,9 +335,14 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
                 message: crate::text::excerpt(&message, MAX_STATUS_TEXT),
             });
         }
-        plan.precise
-            .last_finish
-            .insert(f.metric.clone(), PreciseFinish { taken: schedule::taken(result), at: f.finished_at });
+        let finish = PreciseFinish { taken: schedule::taken(result), at: f.finished_at };
+        // The metric's entry is there after its first measurement: replaced in place, its name not copied again.
+        match plan.precise.last_finish.get_mut(&f.metric) {
+            Some(last) => *last = finish,
+            None => {
+                plan.precise.last_finish.insert(f.metric.clone(), finish);
+            }
+        }
     }
 
     // 2. Assess each metric; the first bad one stops the others.
