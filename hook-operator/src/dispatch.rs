@@ -1243,6 +1243,29 @@ mod tests {
         assert!(text.contains("hook_operator_measurement_duration_seconds_count{provider=\"web\"} 1\n"), "{text}");
     }
 
+    /// The precise finish time a round records is remembered by its commit: the next round (nothing new finished)
+    /// schedules the next measurement `interval` after that instant, not after the whole second status keeps.
+    #[tokio::test]
+    async fn the_next_round_plans_from_the_precise_finish_its_predecessor_committed() {
+        let d = dispatcher();
+        let stored = first_write(&d, &running("a", "1"), "2");
+        let finished_at = Timestamp::from_nanosecond(Timestamp::now().as_nanosecond() / 1_000_000_000 * 1_000_000_000)
+            .unwrap()
+            + std::time::Duration::from_millis(1500);
+        finish(&d, "uid-a", 100, 0);
+        d.slots().get_mut("uid-a").unwrap().finished[0].finished_at = finished_at;
+        let now = finished_at + std::time::Duration::from_millis(100);
+        let recorded = d.plan(Arc::new(stored), now);
+        assert_eq!(successful(&recorded), 1);
+        let w = written(&recorded, "3");
+        d.commit(&recorded, Some(Arc::new(w.clone())));
+        let mut edited = w;
+        edited.metadata.resource_version = Some("4".into());
+        let next = d.plan(Arc::new(edited), now);
+        assert!(next.plan.start.is_empty() && next.plan.arm.is_empty());
+        assert_eq!(next.plan.wake_at, Some(finished_at + std::time::Duration::from_secs(1)), "interval 1s after it");
+    }
+
     #[tokio::test]
     async fn a_fenced_run_is_not_measured() {
         let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
