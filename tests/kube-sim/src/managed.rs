@@ -462,12 +462,7 @@ pub fn record_update(
     let Some(changed) = changed_fields(old, new, schema, scope) else {
         return record_update_general(old, new, schema, manager, api_version, scope);
     };
-    let raw: &[Value] = old
-        .and_then(crate::meta::metadata)
-        .and_then(|m| m.get("managedFields"))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let raw = stored_entries(old);
     let subresource = if scope == Scope::Status { "status" } else { "" };
     let changed_tree = (!changed.is_empty()).then(|| to_fields_v1(&changed));
     let slot = if changed.is_empty() {
@@ -823,6 +818,15 @@ impl Pruner {
     }
 }
 
+/// The stored object's `managedFields` entries, as stored.
+fn stored_entries(old: Option<&Value>) -> &[Value] {
+    old.and_then(crate::meta::metadata)
+        .and_then(|m| m.get("managedFields"))
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
 /// [`record_update`] for objects [`changed_fields`] cannot walk side by side (a list-map whose items do not each
 /// find themselves by their keys, floating-point set values or keys): the result is [`record_update_reference`]'s,
 /// computed with the new object's whole field set and per-path lookups.
@@ -834,12 +838,7 @@ fn record_update_general(
     api_version: &str,
     scope: Scope,
 ) {
-    let raw: &[Value] = old
-        .and_then(crate::meta::metadata)
-        .and_then(|m| m.get("managedFields"))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let raw = stored_entries(old);
     let mut entries: Vec<(Entry, bool)> =
         old.map(read_entries).unwrap_or_default().into_iter().map(|e| (e, false)).collect();
     let new_set: FieldSet = field_set_in_scope(new, schema, scope);
