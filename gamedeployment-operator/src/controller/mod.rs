@@ -404,7 +404,14 @@ async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue
             ctx.metrics.passes_spaced.inc();
             ctx.metrics.pass_spacing_seconds.inc_by(wait.as_secs_f64());
             tokio::time::sleep(wait).await;
-            ctx.gds.get(&ObjectRef::from_obj(gd.as_ref())).unwrap_or(gd)
+            match ctx.gds.get(&ObjectRef::from_obj(gd.as_ref())) {
+                Some(newest) => newest,
+                None => {
+                    // Deleted while this pass waited: nothing to plan (as when the controller finds it gone).
+                    ctx.forget(gd.namespace().as_deref().unwrap_or_default(), &gd.name_any());
+                    return Ok(Requeue::await_change());
+                }
+            }
         }
         None => gd,
     };

@@ -129,3 +129,38 @@ async fn reqwest_free_get(address: std::net::SocketAddr) -> Option<String> {
     stream.read_to_string(&mut response).await.ok()?;
     response.split("\r\n\r\n").nth(1).map(str::to_string)
 }
+
+/// `--pass-spacing` on (a large ratio, so every pass waits up to the 1 s bound after the previous one): passes wait
+/// and say so in `/metrics`, triggers during the wait still lead to a pass, and a scale-out and an in-place roll
+/// complete as without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spaced_passes_wait_are_counted_and_still_converge() {
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let operator = cluster.operator(
+        "gamedeployment-operator",
+        "gamedeployment-operator",
+        &["--expectations-timeout", "20s", "--pass-spacing", "1000"],
+    );
+    let address = metrics_address(&operator).await;
+    apply(&cluster, &manifest("spaced", 2, "InplaceUpdate", "", "python:latest")).await;
+    wait_columns(&cluster, "spaced", Columns::new(2, 2, 2, 2, 2)).await;
+    cluster.kubectl_ok(&["scale", "--replicas=4", "gamedeployment/spaced"]).await;
+    wait_columns(&cluster, "spaced", Columns::new(4, 4, 4, 4, 4)).await;
+    apply(&cluster, &manifest("spaced", 4, "InplaceUpdate", "", "python:3")).await;
+    wait_for("every pod on the new image", DEADLINE, || async {
+        let images = cluster
+            .kubectl_ok(&["get", "pods", "-l", "app=spaced", "-o", "jsonpath={.items[*].spec.containers[0].image}"])
+            .await;
+        let images: Vec<&str> = images.split_whitespace().collect();
+        (images.len() == 4 && images.iter().all(|i| *i == "python:3")).then_some(())
+    })
+    .await;
+    wait_columns(&cluster, "spaced", Columns::new(4, 4, 4, 4, 4)).await;
+    let metrics = scrape(address).await;
+    let spaced = metrics.get("gamedeployment_passes_spaced_total").copied().unwrap_or(0.0);
+    let waited = metrics.get("gamedeployment_pass_spacing_seconds_total").copied().unwrap_or(0.0);
+    assert!(spaced >= 1.0, "no pass waited for its spacing: {spaced}");
+    assert!(waited > 0.0 && waited <= spaced * 1.0 + 1e-9, "each wait is at most 1 s: {waited} s over {spaced} passes");
+    cluster.shutdown().await;
+}
