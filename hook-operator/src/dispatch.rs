@@ -133,26 +133,35 @@ fn completes_within(round: &Round, slot: &Slot, within: std::time::Duration) -> 
         })
 }
 
+/// `f` on `status` with its measurement histories set aside (put back after).
+fn histories_aside<R>(status: &mut common::api::HookRunStatus, f: impl FnOnce(&common::api::HookRunStatus) -> R) -> R {
+    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
+    let result = f(status);
+    for (metric, history) in status.metric_results.iter_mut().zip(histories) {
+        metric.measurements = history;
+    }
+    result
+}
+
 /// A copy of `status` without the measurement histories (cheap: no measurement is copied).
 fn without_histories(status: &mut common::api::HookRunStatus) -> common::api::HookRunStatus {
-    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
-    let skeleton = status.clone();
-    for (result, history) in status.metric_results.iter_mut().zip(histories) {
-        result.measurements = history;
-    }
-    skeleton
+    histories_aside(status, Clone::clone)
 }
 
 /// Whether `status` equals `skeleton` (see [`without_histories`]) apart from the histories. For a status the engine
 /// planned on top of the one `skeleton` was taken from this is exactly "unchanged": the engine changes a history only
 /// when it records a measurement (which also counts it) or completes a metric (which also sets its phase).
 fn same_but_histories(skeleton: &common::api::HookRunStatus, status: &mut common::api::HookRunStatus) -> bool {
-    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
-    let same = *skeleton == *status;
-    for (result, history) in status.metric_results.iter_mut().zip(histories) {
-        result.measurements = history;
+    histories_aside(status, |status| skeleton == status)
+}
+
+/// The slot of `uid`, made if the run is not tracked yet (looked up by reference first: the uid is copied only for a
+/// new run).
+fn slot_of<'a>(slots: &'a mut HashMap<String, Slot>, uid: &str) -> Option<&'a mut Slot> {
+    if !slots.contains_key(uid) {
+        slots.insert(uid.to_string(), Slot::default());
     }
-    same
+    slots.get_mut(uid)
 }
 
 /// The process-wide budget of progress writes and the runs waiting for it.
@@ -515,11 +524,7 @@ impl Dispatcher {
             return;
         }
         let mut slots = self.slots();
-        // Looked up by reference first: the uid is copied only for a run not tracked yet.
-        if !slots.contains_key(&round.id.uid) {
-            slots.insert(round.id.uid.clone(), Slot::default());
-        }
-        let Some(slot) = slots.get_mut(&round.id.uid) else { return };
+        let Some(slot) = slot_of(&mut slots, &round.id.uid) else { return };
         self.record(slot, round);
         if round.changed {
             slot.last_write_at = Some(Instant::now());
@@ -549,11 +554,7 @@ impl Dispatcher {
         }
         let now = Instant::now();
         let mut slots = self.slots();
-        // Looked up by reference first: the uid is copied only for a run not tracked yet.
-        if !slots.contains_key(&round.id.uid) {
-            slots.insert(round.id.uid.clone(), Slot::default());
-        }
-        let Some(slot) = slots.get_mut(&round.id.uid) else { return };
+        let Some(slot) = slot_of(&mut slots, &round.id.uid) else { return };
         self.record(slot, round);
         // Counted once per new piece of progress kept in memory (not again for rounds that only start measurements).
         if slot.unwritten.is_none() || !round.plan.recorded.is_empty() {
