@@ -120,8 +120,6 @@ fn secret_prepare(obj: &mut Value) {
     }
 }
 
-/// Update-time mutations; `old` is the stored object, `new` the incoming one (storage form),
-/// with system metadata already carried over.
 /// A copy of a stored object whose top-level `status` and `metadata.managedFields` are `null`, in their places: a
 /// custom resource's status write replaces (or removes) both, so copying them would be wasted, and the keys keep the
 /// order a full copy would give them (`strategy::tests::a_status_write_copies_what_it_keeps`).
@@ -165,6 +163,8 @@ fn with_status_and_fields(mut next: Value, status: Option<Value>, managed: Optio
     next
 }
 
+/// Update-time mutations; `old` is the stored object, `new` the incoming one (storage form),
+/// with system metadata already carried over.
 pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &mut Value) {
     match endpoint {
         Endpoint::Main | Endpoint::Scale => {
