@@ -665,13 +665,14 @@ impl Agent {
             .flat_map(|transition| events::for_transition(&entry.pod, &node, transition, now))
             .collect();
         self.spawner.record(happened);
-        let desired = status::generate(&StatusInput {
+        // Whole seconds, as the API keeps them, so the typed comparison below sees what a write would change.
+        let desired = status::whole_seconds(status::generate(&StatusInput {
             pod: &entry.pod,
             runtime,
             behaviour: &behaviour,
             ready_delay: timings.ready_delay,
             now,
-        });
+        }));
         let servers = desired_endpoints(&entry.pod, runtime, &behaviour);
         let stopped = runtime.stopped;
         let failures = self.endpoints.reconcile(uid, servers);

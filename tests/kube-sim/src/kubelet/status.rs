@@ -90,22 +90,98 @@ pub fn generate(input: &StatusInput<'_>) -> PodStatus {
     }
 }
 
-/// Whether the observed status differs from what the kubelet wants in any field it owns.
+/// Whether the observed status differs from what the kubelet wants in any field it owns: every field `desired` sets
+/// must be equal in `observed`, and each of the kubelet's conditions equal to the observed condition of its type
+/// (controllers' conditions are theirs). The comparison is typed — it runs for every pod event, and serializing both
+/// statuses to JSON for it was 4–5 % of the benchmark process's CPU at 5,000 pods — and agrees with comparing the
+/// serialized statuses as long as `desired` holds whole seconds (the API's timestamps do; see [`whole_seconds`]):
+/// `tests::typed_differs_agrees_with_the_json_comparison`.
 pub fn differs(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
-    let observed = observed.map(to_value).unwrap_or(Value::Null);
-    let Value::Object(desired) = to_value(desired) else {
-        return true;
-    };
-    desired.iter().any(|(key, want)| {
-        if key != "conditions" {
-            return observed.get(key) != Some(want);
+    let absent = PodStatus::default();
+    let have = observed.unwrap_or(&absent);
+    fn set_and_unequal<T: PartialEq>(want: &Option<T>, have: &Option<T>) -> bool {
+        want.is_some() && want != have
+    }
+    let PodStatus {
+        conditions,
+        container_statuses,
+        ephemeral_container_statuses,
+        extended_resource_claim_status,
+        host_ip,
+        host_ips,
+        init_container_statuses,
+        message,
+        node_allocatable_resource_claim_statuses,
+        nominated_node_name,
+        observed_generation,
+        phase,
+        pod_ip,
+        pod_ips,
+        qos_class,
+        reason,
+        resize,
+        resource_claim_statuses,
+        resources,
+        start_time,
+        allocated_resources,
+        volume_health,
+    } = desired;
+    let observed_conditions = have.conditions.as_deref().unwrap_or_default();
+    let condition_differs =
+        |want: &PodCondition| observed_conditions.iter().find(|c| c.type_ == want.type_) != Some(want);
+    set_and_unequal(container_statuses, &have.container_statuses)
+        || set_and_unequal(ephemeral_container_statuses, &have.ephemeral_container_statuses)
+        || set_and_unequal(extended_resource_claim_status, &have.extended_resource_claim_status)
+        || set_and_unequal(host_ip, &have.host_ip)
+        || set_and_unequal(host_ips, &have.host_ips)
+        || set_and_unequal(init_container_statuses, &have.init_container_statuses)
+        || set_and_unequal(message, &have.message)
+        || set_and_unequal(node_allocatable_resource_claim_statuses, &have.node_allocatable_resource_claim_statuses)
+        || set_and_unequal(nominated_node_name, &have.nominated_node_name)
+        || set_and_unequal(observed_generation, &have.observed_generation)
+        || set_and_unequal(phase, &have.phase)
+        || set_and_unequal(pod_ip, &have.pod_ip)
+        || set_and_unequal(pod_ips, &have.pod_ips)
+        || set_and_unequal(qos_class, &have.qos_class)
+        || set_and_unequal(reason, &have.reason)
+        || set_and_unequal(resize, &have.resize)
+        || set_and_unequal(resource_claim_statuses, &have.resource_claim_statuses)
+        || set_and_unequal(resources, &have.resources)
+        || set_and_unequal(start_time, &have.start_time)
+        || set_and_unequal(allocated_resources, &have.allocated_resources)
+        || set_and_unequal(volume_health, &have.volume_health)
+        || conditions.iter().flatten().any(condition_differs)
+}
+
+/// `status` with every timestamp cut to the whole second, as the API stores it: the kubelet's runtime keeps
+/// sub-second times, which [`differs`] would otherwise see as unequal to the stored ones.
+pub fn whole_seconds(mut status: PodStatus) -> PodStatus {
+    fn cut(time: &mut Option<Time>) {
+        if let Some(Time(at)) = time {
+            *at = Timestamp::from_second(at.as_second()).unwrap_or(*at);
         }
-        let have = observed.get("conditions").and_then(Value::as_array);
-        want.as_array().into_iter().flatten().any(|condition| {
-            let same_type = |c: &&Value| c.get("type") == condition.get("type");
-            have.and_then(|have| have.iter().find(same_type)) != Some(condition)
-        })
-    })
+    }
+    fn cut_state(state: &mut Option<ContainerState>) {
+        let Some(state) = state else { return };
+        if let Some(running) = &mut state.running {
+            cut(&mut running.started_at);
+        }
+        if let Some(terminated) = &mut state.terminated {
+            cut(&mut terminated.started_at);
+            cut(&mut terminated.finished_at);
+        }
+    }
+    cut(&mut status.start_time);
+    for condition in status.conditions.iter_mut().flatten() {
+        cut(&mut condition.last_probe_time);
+        cut(&mut condition.last_transition_time);
+    }
+    let containers = [&mut status.container_statuses, &mut status.init_container_statuses];
+    for container in containers.into_iter().flatten().flatten() {
+        cut_state(&mut container.state);
+        cut_state(&mut container.last_state);
+    }
+    status
 }
 
 /// The status patch the kubelet sends (a strategic merge patch of `pods/status`: conditions merge
@@ -635,6 +711,108 @@ mod tests {
         assert_eq!(ready["status"], "True");
         assert!(ready["message"].is_null() && ready.get("message").is_some(), "stale messages are removed");
         assert!(ready["reason"].is_null() && ready.get("reason").is_some());
+    }
+
+    /// What [`differs`] was before it compared typed fields: both statuses serialized, every field `desired` sets
+    /// equal in `observed`, the kubelet's conditions matched by type.
+    fn differs_through_json(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
+        let observed = observed.map(to_value).unwrap_or(Value::Null);
+        let Value::Object(desired) = to_value(desired) else { return true };
+        desired.iter().any(|(key, want)| {
+            if key != "conditions" {
+                return observed.get(key) != Some(want);
+            }
+            let have = observed.get("conditions").and_then(Value::as_array);
+            want.as_array().into_iter().flatten().any(|condition| {
+                let same_type = |c: &&Value| c.get("type") == condition.get("type");
+                have.and_then(|have| have.iter().find(same_type)) != Some(condition)
+            })
+        })
+    }
+
+    #[test]
+    fn typed_differs_agrees_with_the_json_comparison() {
+        // Statuses over two pods' lives, every 250 ms: created, running, ready, an image changed (restart), a
+        // readiness gate flipped by a controller, a crash loop, deleted; as the API stores them (whole seconds).
+        let mut statuses = Vec::new();
+        let mut gated = pod(&["app", "side"], &["InPlaceUpdateReady"], &[]);
+        let mut rt = runtime(&gated);
+        for step in 0..40 {
+            if step == 12 {
+                gated.spec.as_mut().unwrap().containers[0].image = Some("app:v2".into());
+            }
+            set_condition(&mut gated, "InPlaceUpdateReady", if (8..20).contains(&step) { "False" } else { "True" });
+            if step == 30 {
+                gated.metadata.deletion_timestamp = Some(Time(t(step * 250)));
+            }
+            let status = whole_seconds(status_at(&gated, &mut rt, t(step * 250)));
+            gated.status = Some(status.clone());
+            set_condition(&mut gated, "InPlaceUpdateReady", "True");
+            statuses.push(status);
+        }
+        let crashing =
+            pod(&["job"], &[], &[("kube-sim.kourse.dev/exit-after", "1s"), ("kube-sim.kourse.dev/exit-code", "1")]);
+        let mut rt = runtime(&crashing);
+        for step in 0..30 {
+            statuses.push(whole_seconds(status_at(&crashing, &mut rt, t(step * 700))));
+        }
+        // Observed statuses as controllers and other writers leave them: an extra condition, a condition of the
+        // kubelet's changed, a field the kubelet does not set, a field it sets removed, an empty list of conditions.
+        let mut observed: Vec<Option<PodStatus>> = vec![None, Some(PodStatus::default())];
+        for status in &statuses {
+            observed.push(Some(status.clone()));
+            let mut other = status.clone();
+            other.conditions.get_or_insert_with(Vec::new).push(condition("Custom", true, None, None));
+            other.nominated_node_name = Some("node-2".into());
+            observed.push(Some(other.clone()));
+            if let Some(first) = other.conditions.as_mut().and_then(|c| c.first_mut()) {
+                first.message = Some("changed".into());
+            }
+            observed.push(Some(other));
+            let mut fewer = status.clone();
+            fewer.conditions = Some(Vec::new());
+            observed.push(Some(fewer));
+            // Each field the kubelet sets, alone missing or changed.
+            let Value::Object(fields) = to_value(status) else { unreachable!() };
+            for key in fields.keys() {
+                let mut without = fields.clone();
+                without.remove(key);
+                observed.push(Some(serde_json::from_value(Value::Object(without)).unwrap()));
+            }
+            let mut restarted = status.clone();
+            restarted.container_statuses.iter_mut().flatten().for_each(|c| c.restart_count += 1);
+            observed.push(Some(restarted));
+        }
+        let mut desired = statuses.clone();
+        let mut no_conditions = statuses[0].clone();
+        no_conditions.conditions = Some(Vec::new());
+        desired.push(no_conditions);
+        let (mut same, mut different) = (0, 0);
+        for want in &desired {
+            for have in &observed {
+                let expected = differs_through_json(have.as_ref(), want);
+                assert_eq!(differs(have.as_ref(), want), expected, "observed {have:?}\ndesired {want:?}");
+                if expected { different += 1 } else { same += 1 }
+            }
+        }
+        assert!(
+            same > desired.len() && different > desired.len(),
+            "both verdicts covered: {same} same, {different} different"
+        );
+    }
+
+    #[test]
+    fn whole_seconds_is_what_the_api_keeps() {
+        let pod = pod(&["app"], &[], &[]);
+        let mut rt = runtime(&pod);
+        let status = status_at(&pod, &mut rt, t(1_750));
+        let cut = whole_seconds(status.clone());
+        assert_ne!(status, cut, "the runtime's times have milliseconds");
+        assert_eq!(to_value(&status), to_value(&cut), "serialized, nothing changed");
+        let running = cut.container_statuses.as_ref().unwrap()[0].state.as_ref().unwrap().running.as_ref().unwrap();
+        assert_eq!(running.started_at, Some(Time(t(0))), "started at 100 ms, cut to the second");
+        assert!(!differs(Some(&serde_json::from_value(to_value(&status)).unwrap()), &cut));
+        assert!(differs(Some(&serde_json::from_value(to_value(&status)).unwrap()), &status), "why the cut is needed");
     }
 
     #[test]
