@@ -3,7 +3,8 @@
 //! within [`CASE_DEADLINE`]; every rejection must be a message.
 //!
 //! Targets: conditions (`expr`), JSONPaths, `{{ args.X }}` templates, Go durations, HookTemplate validation and
-//! web responses (huge, deeply nested, non-UTF-8 bodies through JSON parsing, the jsonPath and a condition).
+//! web responses (huge, deeply nested, non-UTF-8 bodies through JSON parsing, the jsonPath and a condition), and
+//! HTTP/1.x answers as the plain-HTTP path reads them (`providers::h1`: the same outcome whatever the reads' sizes).
 
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
@@ -278,6 +279,65 @@ pub fn body(g: &mut Gen) -> Vec<u8> {
     }
 }
 
+/// An HTTP/1.x answer as a hostile or broken endpoint might send it: heads with odd, conflicting, huge or too many
+/// fields, chunked bodies with wrong sizes, extensions and trailers, bodies cut short, not HTTP at all.
+pub fn answer(g: &mut Gen) -> Vec<u8> {
+    let mut out = g
+        .pick(&[
+            "HTTP/1.1 200 OK",
+            "HTTP/1.0 200 OK",
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK",
+            "HTTP/1.1 204 No Content",
+            "HTTP/1.1 302 Found",
+            "HTTP/1.1 101 Switching Protocols",
+            "HTTP/2 200",
+            "HTTP/1.1 99999 x",
+            "SSH-2.0-OpenSSH_9.6",
+            "",
+        ])
+        .to_string();
+    out.push_str("\r\n");
+    let fields = if g.below(10) == 0 { 60 + g.below(10) } else { g.below(4) };
+    for _ in 0..fields {
+        let field = match g.below(10) {
+            0 => format!("content-length: {}", g.size()),
+            1 => g
+                .pick(&["content-length: -1", "content-length: 1, 2", "content-length: 99999999999999999999999"])
+                .into(),
+            2 | 3 => g
+                .pick(&["transfer-encoding: chunked", "transfer-encoding: gzip", "Transfer-Encoding: x, chunked"])
+                .into(),
+            4 => g.pick(&["connection: close", "connection: keep-alive", "location: /next", "location: \u{7f}"]).into(),
+            5 => format!("x-pad: {}", "a".repeat(g.size())),
+            _ => {
+                let n = g.below(8);
+                format!("x-{}: {}", g.below(100), g.chars("ab \t:\r\n\u{0}é", n))
+            }
+        };
+        out.push_str(&field);
+        out.push_str(if g.below(20) == 0 { "\n" } else { "\r\n" });
+    }
+    out.push_str("\r\n");
+    let mut bytes = out.into_bytes();
+    for _ in 0..g.below(5) {
+        let data = g.size();
+        let announced = if g.below(5) == 0 { g.size() } else { data };
+        let extension = if g.below(4) == 0 { ";ext=\"v\"" } else { "" };
+        bytes.extend_from_slice(format!("{announced:x}{extension}\r\n").as_bytes());
+        bytes.extend((0..data).map(|i| b'a' + (i % 26) as u8));
+        bytes.extend_from_slice(g.pick(&["\r\n", "", "\n", "xx"]).as_bytes());
+    }
+    bytes.extend_from_slice(g.pick(&["0\r\n\r\n", "0\r\ntrailer: t\r\n\r\n", "", "{\"age\":45}", "0\r\n"]).as_bytes());
+    if g.below(4) == 0 {
+        bytes.extend((0..g.size()).map(|_| (g.next_u64() & 0xff) as u8));
+    }
+    if g.below(4) == 0 {
+        let keep = g.below(bytes.len() + 1);
+        bytes.truncate(keep);
+    }
+    bytes
+}
+
 pub fn template_spec(g: &mut Gen) -> HookTemplateSpec {
     let n = match g.below(10) {
         0 => 40 + g.below(100),
@@ -354,7 +414,7 @@ fn case(report: &mut Report, target: &'static str, seed: u64, input: String, f: 
 }
 
 /// The targets `run` knows.
-pub const TARGETS: &[&str] = &["expression", "jsonpath", "template", "duration", "validation", "response"];
+pub const TARGETS: &[&str] = &["expression", "jsonpath", "template", "duration", "validation", "response", "answer"];
 
 /// Runs `cases` cases of each target, seeds `seed..seed+cases`. Conditions run on `pool` like measurements do.
 pub async fn run(pool: &crate::budget::Pool, cases: u64, seed: u64) -> Report {
@@ -414,6 +474,22 @@ pub async fn run(pool: &crate::budget::Pool, cases: u64, seed: u64) -> Report {
                 assert!(o.display.chars().count() <= 1100, "display of {} characters", o.display.chars().count());
             }
             observation = Some(o);
+        });
+        let bytes = answer(&mut g);
+        // Reads as a socket might deliver them: tiny pieces for small answers, larger ones for large answers (a
+        // partial chunk-size line or trailer section is searched again per piece, like the connection does).
+        let piece = if bytes.len() < 4096 { 1 + g.below(16) } else { 512 + g.below(4096) };
+        let pieces = [piece, 1 + g.below(3), piece * 2];
+        let head_request = g.below(8) == 0;
+        let limit = [16, 1 << 20][g.below(2)];
+        case(&mut report, "answer", s, format!("{} bytes", bytes.len()), || {
+            use crate::providers::h1::read_answer;
+            let whole = read_answer(&bytes, &[bytes.len().max(1)], head_request, limit);
+            let split = read_answer(&bytes, &pieces, head_request, limit);
+            assert_eq!(whole, split, "the same answer read in pieces of {pieces:?}");
+            if let Ok((_, body)) = &whole {
+                assert!(body.len() <= limit, "a body of {} bytes over the {limit} byte limit", body.len());
+            }
         });
         if let Some(Ok(o)) = observation {
             let verdict =

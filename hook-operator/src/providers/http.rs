@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use reqwest::{Method, Url};
 
-use super::connections::{Connections, Lease};
+use super::connections::{Connections, Lease, ReadError};
 use super::egress::{Policy, Resolver};
+use super::h1;
 use super::{ProviderError, ProviderSettings};
 use crate::text::excerpt;
 
@@ -70,9 +70,9 @@ struct Target {
 struct Plain {
     addr: SocketAddr,
     /// The `Host` header: the original authority after a `--web-resolve` rewrite, else the URL's.
-    host: reqwest::header::HeaderValue,
+    host: String,
     /// Path and query (origin form).
-    path: hyper::Uri,
+    path: String,
 }
 
 impl Plain {
@@ -90,9 +90,11 @@ impl Plain {
             Some(port) => format!("{}:{port}", url.host_str()?),
             None => url.host_str()?.to_string(),
         };
-        let host = reqwest::header::HeaderValue::from_str(host_header.unwrap_or(&authority)).ok()?;
+        let host = host_header.unwrap_or(&authority);
+        // The head is written as rendered: only a `Host` and a path that are valid in one are taken this way.
+        reqwest::header::HeaderValue::from_str(host).ok()?;
         let path = origin_form(url).ok()?;
-        Some(Self { addr, host, path })
+        Some(Self { addr, host: host.to_string(), path })
     }
 }
 
@@ -306,39 +308,27 @@ impl Http {
         target: &Target,
         plain: &Plain,
         headers: &[(String, String)],
-        body: Option<String>,
+        mut body: Option<String>,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
-        use reqwest::header::{self, HeaderName, HeaderValue};
         let started = Instant::now();
         let failed = |kind: &str, cause: &dyn std::fmt::Display| ProviderError(format!("{}: {kind}: {cause}", what()));
-        let mut fields = reqwest::header::HeaderMap::with_capacity(headers.len() + 4);
         for (key, value) in headers {
-            let name = HeaderName::from_bytes(key.as_bytes()).map_err(|e| failed("invalid header name", &e))?;
-            let value =
-                HeaderValue::from_str(value).map_err(|e| failed(&format!("invalid value of header {key}"), &e))?;
-            fields.append(name, value);
+            check_field(key, value).map_err(|(kind, cause)| failed(&kind, &cause))?;
         }
-        let mut body = body.map(Bytes::from);
-        if let Some(body) = &body {
-            let looks_json = matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'['));
-            if looks_json && !fields.contains_key(header::CONTENT_TYPE) {
-                fields.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            }
-        }
-        fields.entry(header::HOST).or_insert_with(|| plain.host.clone());
-        fields.entry(header::USER_AGENT).or_insert(HeaderValue::from_static(USER_AGENT));
-        fields.entry(header::ACCEPT).or_insert(HeaderValue::from_static("*/*"));
-
         let mut method = method.clone();
-        let mut path = plain.path.clone();
+        let mut path = std::borrow::Cow::Borrowed(plain.path.as_str());
         let mut current: Option<Url> = None;
         let mut redirects = 0;
-        let (mut lease, response) = loop {
-            let (lease, response) = self.send_plain(plain.addr, &method, &path, &fields, &body, &failed).await?;
-            let status = response.status();
-            let location = response.headers().get(header::LOCATION).and_then(|l| l.to_str().ok());
-            let (true, Some(location)) = (status.is_redirection(), location) else { break (lease, response) };
+        let mut with_content_type = true;
+        let mut request = Vec::with_capacity(256);
+        let (mut lease, head) = loop {
+            request.clear();
+            write_request(&mut request, &method, &path, &plain.host, headers, with_content_type, body.as_deref());
+            let (lease, head) = self.send_plain(plain.addr, &method, &request, &failed).await?;
+            let (true, Some(location)) = ((300..400).contains(&head.status), &head.location) else {
+                break (lease, head);
+            };
             let from = current.as_ref().unwrap_or(&target.url);
             let next = from.join(location).map_err(|e| failed("redirect failed", &format!("invalid Location: {e}")))?;
             if redirects >= 5 {
@@ -353,20 +343,25 @@ impl Http {
                 return Err(failed("redirect failed", &refused));
             }
             // As browsers and reqwest: 303 (and 301/302 after a POST) continue with a GET without the body.
-            let status = status.as_u16();
+            let status = head.status;
             if status == 303 && method != Method::HEAD || matches!(status, 301 | 302) && method == Method::POST {
                 method = Method::GET;
                 body = None;
-                fields.remove(header::CONTENT_TYPE);
+                with_content_type = false;
             }
-            path = origin_form(&next).map_err(|e| failed("redirect failed", &e))?;
+            path = std::borrow::Cow::Owned(origin_form(&next).map_err(|e| failed("redirect failed", &e))?);
             current = Some(next);
             redirects += 1;
             drop(lease);
         };
 
-        let status = response.status();
-        let announced = hyper::body::Body::size_hint(response.body()).exact();
+        let status = reqwest::StatusCode::from_u16(head.status)
+            .map_err(|e| failed("request failed", &format!("status {}: {e}", head.status)))?;
+        let announced = match head.framing {
+            h1::Framing::Empty => Some(0),
+            h1::Framing::Length(length) => Some(length),
+            h1::Framing::Chunked | h1::Framing::UntilClose => None,
+        };
         if let Some(length) = announced
             && length > self.max_body as u64
         {
@@ -377,15 +372,13 @@ impl Http {
             )));
         }
         let reserved = self.reserve(announced).await;
-        let mut incoming = response.into_body();
         let mut received = Vec::with_capacity(announced.map_or(0, |l| l as usize));
-        loop {
-            let frame = lease.drive(std::pin::pin!(http_body_util::BodyExt::frame(&mut incoming))).await;
-            let Some(frame) = frame else { break };
-            let frame = frame.map_err(|e| failed("reading the response failed", &innermost(&e)))?;
-            let Ok(chunk) = frame.into_data() else { continue };
-            self.append(&mut received, &chunk, what)?;
-        }
+        lease.read_body(&head, &mut received, self.max_body).await.map_err(|e| match e {
+            ReadError::TooLarge => {
+                ProviderError(format!("{}: the response body exceeds the {} byte limit", what(), self.max_body))
+            }
+            ReadError::Failed(why) => failed("reading the response failed", &why),
+        })?;
         self.connections.give_back(lease);
         Ok(Response { status, body: received, elapsed: started.elapsed(), _reserved: reserved })
     }
@@ -396,28 +389,21 @@ impl Http {
         &self,
         addr: SocketAddr,
         method: &Method,
-        path: &hyper::Uri,
-        fields: &reqwest::header::HeaderMap,
-        body: &Option<Bytes>,
+        request: &[u8],
         failed: &(dyn Fn(&str, &dyn std::fmt::Display) -> ProviderError + Sync),
-    ) -> Result<(Lease, hyper::Response<hyper::body::Incoming>), ProviderError> {
+    ) -> Result<(Lease, h1::Head), ProviderError> {
         let mut fresh = false;
         loop {
             let mut lease = self.connections.lease(addr, fresh).await.map_err(|e| failed("cannot connect", &e))?;
-            let mut request = hyper::Request::new(http_body_util::Full::new(body.clone().unwrap_or_default()));
-            *request.method_mut() = method.clone();
-            *request.uri_mut() = path.clone();
-            *request.headers_mut() = fields.clone();
-            match lease.send(request).await {
-                Ok(response) => return Ok((lease, response)),
-                Err((error, unsent)) => {
+            match lease.send(request, *method == Method::HEAD).await {
+                Ok(head) => return Ok((lease, head)),
+                Err(error) => {
                     let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-                    let stale = error.is_canceled() || error.is_closed() || error.is_incomplete_message();
-                    if lease.reused && !fresh && (unsent || idempotent && stale) {
+                    if lease.reused && !fresh && (error.unsent || idempotent && error.stale) {
                         fresh = true;
                         continue;
                     }
-                    return Err(failed("request failed", &innermost(&error)));
+                    return Err(failed("request failed", &error.message));
                 }
             }
         }
@@ -453,9 +439,102 @@ impl Http {
     }
 }
 
+/// A header field from a template, checked as the reqwest path checks it (a name of token characters; a value
+/// without control characters but tab), so that it can be written as it is. The error: what is wrong, and why.
+fn check_field(key: &str, value: &str) -> Result<(), (String, String)> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if key.is_empty() || !key.bytes().all(|b| token(&b)) {
+        let why =
+            HeaderName::from_bytes(key.as_bytes()).err().map_or("invalid HTTP header name".into(), |e| e.to_string());
+        return Err(("invalid header name".to_string(), why));
+    }
+    if !value.bytes().all(|b| b == b'\t' || (b >= 32 && b != 127)) {
+        let why = HeaderValue::from_str(value).err().map_or("failed to parse header value".into(), |e| e.to_string());
+        return Err((format!("invalid value of header {key}"), why));
+    }
+    Ok(())
+}
+
+/// The request as it goes on the wire: the template's headers (a `Content-Length` or `Transfer-Encoding` among them
+/// is replaced by the body's own length, which is the only framing this path sends), `Content-Type:
+/// application/json` for a JSON body that names none, `Host`, `User-Agent` and `Accept` unless the template sets
+/// them, the length of the body when there is one (or the method normally has one), then the body.
+/// `with_content_type`: false after a redirect turned the request into a GET without its body.
+fn write_request(
+    out: &mut Vec<u8>,
+    method: &Method,
+    path: &str,
+    host: &str,
+    headers: &[(String, String)],
+    with_content_type: bool,
+    body: Option<&str>,
+) {
+    let named = |name: &str| headers.iter().any(|(key, _)| key.eq_ignore_ascii_case(name));
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut field = |name: &str, value: &str| {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    };
+    for (key, value) in headers {
+        let framing = key.eq_ignore_ascii_case("content-length") || key.eq_ignore_ascii_case("transfer-encoding");
+        if framing || !with_content_type && key.eq_ignore_ascii_case("content-type") {
+            continue;
+        }
+        field(key, value);
+    }
+    if let Some(body) = body
+        && with_content_type
+        && matches!(body.trim_start().as_bytes().first(), Some(b'{' | b'['))
+        && !named("content-type")
+    {
+        field("content-type", "application/json");
+    }
+    if !named("host") {
+        field("host", host);
+    }
+    if !named("user-agent") {
+        field("user-agent", USER_AGENT);
+    }
+    if !named("accept") {
+        field("accept", "*/*");
+    }
+    let length = body.map(str::len);
+    if length.is_some() || matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+        let mut digits = [0u8; 20];
+        field("content-length", decimal(&mut digits, length.unwrap_or(0)));
+    }
+    out.extend_from_slice(b"\r\n");
+    if let Some(body) = body {
+        out.extend_from_slice(body.as_bytes());
+    }
+}
+
+/// `n` in decimal, written into `digits` (no allocation).
+fn decimal(digits: &mut [u8; 20], mut n: usize) -> &str {
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&digits[at..]).unwrap_or("0")
+}
+
 /// The request target of `url` in origin form (`/path?query`), as HTTP/1.1 sends it to the server itself.
-fn origin_form(url: &Url) -> Result<hyper::Uri, hyper::http::uri::InvalidUri> {
-    hyper::Uri::try_from(&url[url::Position::BeforePath..url::Position::AfterQuery])
+fn origin_form(url: &Url) -> Result<String, hyper::http::uri::InvalidUri> {
+    // Checked as a URI (what hyper would send), written as it is.
+    let target = &url[url::Position::BeforePath..url::Position::AfterQuery];
+    hyper::Uri::try_from(target)?;
+    Ok(target.to_string())
 }
 
 const USER_AGENT: &str = concat!("hook-operator/", env!("CARGO_PKG_VERSION"));
@@ -726,6 +805,107 @@ mod tests {
         let short = get("/short").await.unwrap_err().0;
         assert_eq!(short, format!("GET http://{addr}/short: no response within 2s"));
         assert_eq!(http.connections.idle(), 0, "no broken connection is kept");
+    }
+
+    #[tokio::test]
+    async fn plain_http_reads_answers_in_pieces_and_keeps_the_connection_after_a_chunked_body() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 4096];
+                    while let Ok(1..) = socket.read(&mut buffer).await {
+                        // An interim answer, then a chunked body with extensions and trailers, a few bytes per
+                        // write with pauses between them, so the client reads it in pieces.
+                        let answer = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+                            4;ext=1\r\n{\"ag\r\n6\r\ne\":45}\r\n0\r\nx-trailer: t\r\n\r\n";
+                        for piece in answer.as_bytes().chunks(7) {
+                            if socket.write_all(piece).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                    }
+                });
+            }
+        });
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let url = format!("http://{addr}/age");
+        for _ in 0..2 {
+            let response = http.send(Method::GET, &url, &[], None, Duration::from_secs(10), false).await.unwrap();
+            assert_eq!((response.status.as_u16(), response.body.as_slice()), (200, br#"{"age":45}"#.as_slice()));
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "kept after a chunked body");
+        assert_eq!(http.connections.idle(), 1);
+    }
+
+    #[tokio::test]
+    async fn plain_http_honours_http_1_0_head_and_close_and_refuses_too_many_header_fields() {
+        let (addr, accepted, _) = raw_server(|head| {
+            if head.starts_with("GET /old") {
+                "HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_string()
+            } else if head.starts_with("GET /close") {
+                "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}".to_string()
+            } else if head.starts_with("GET /many") {
+                let fields: String = (0..65).map(|i| format!("x-{i}: 1\r\n")).collect();
+                format!("HTTP/1.1 200 OK\r\n{fields}content-length: 2\r\n\r\n{{}}")
+            } else if head.starts_with("GET /none") {
+                "HTTP/1.1 204 No Content\r\n\r\n".to_string()
+            } else {
+                // The answer to a HEAD announces a body it does not send.
+                "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n".to_string()
+            }
+        })
+        .await;
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let send = |method: Method, path: &str| {
+            let url = format!("http://{addr}{path}");
+            let http = &http;
+            async move { http.send(method, &url, &[], None, Duration::from_secs(5), false).await }
+        };
+        let count = || accepted.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(send(Method::GET, "/old").await.unwrap().body, b"{}");
+        assert_eq!((count(), http.connections.idle()), (1, 0), "HTTP/1.0 without keep-alive: not kept");
+        assert_eq!(send(Method::GET, "/close").await.unwrap().body, b"{}");
+        assert_eq!((count(), http.connections.idle()), (2, 0), "Connection: close honoured");
+        let head = send(Method::HEAD, "/head").await.unwrap();
+        assert_eq!((head.status.as_u16(), head.body.len()), (200, 0));
+        assert_eq!(send(Method::GET, "/none").await.unwrap().status.as_u16(), 204);
+        assert_eq!((count(), http.connections.idle()), (3, 1), "one connection for the HEAD and the 204");
+        let many = send(Method::GET, "/many").await.unwrap_err().0;
+        assert_eq!(many, format!("GET http://{addr}/many: request failed: the answer has more than 64 header fields"));
+        assert_eq!(http.connections.idle(), 0, "the connection that sent it is not kept");
+    }
+
+    #[tokio::test]
+    async fn plain_http_reads_an_answer_sent_before_the_request_was_read() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buffer = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = socket.read(&mut buffer).await.unwrap();
+                head.extend_from_slice(&buffer[..n]);
+            }
+            // Answers after the head and never reads the body: the client's write cannot finish.
+            socket.write_all(b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 4\r\n\r\nbig!").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let body = Some(format!("\"{}\"", "x".repeat(32 << 20)));
+        let url = format!("http://{addr}/upload");
+        let response = http.send(Method::POST, &url, &[], body, Duration::from_secs(20), false).await.unwrap();
+        assert_eq!((response.status.as_u16(), response.body.as_slice()), (413, b"big!".as_slice()));
+        assert_eq!(http.connections.idle(), 0, "a connection with half a request on it is not kept");
+        server.abort();
     }
 
     /// A server whose first connection answers one request and then closes on the next without answering (a

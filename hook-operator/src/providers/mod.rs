@@ -3,6 +3,7 @@
 
 pub mod connections;
 pub mod egress;
+pub mod h1;
 pub mod http;
 pub mod kubernetes;
 pub mod prometheus;
