@@ -557,7 +557,7 @@ impl Dispatcher {
         let Some(slot) = slot_of(&mut slots, &round.id.uid) else { return };
         self.record(slot, round);
         // Counted once per new piece of progress kept in memory (not again for rounds that only start measurements).
-        if slot.unwritten.is_none() || !round.plan.recorded.is_empty() {
+        if slot.unwritten.is_none() || round.plan.recorded_count > 0 {
             self.inner.metrics.status_writes_deferred.inc();
         }
         // Held for a completion that is due soon: the measurement finishing wakes the run, and its round writes

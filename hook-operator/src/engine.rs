@@ -101,8 +101,11 @@ pub struct Plan {
     pub consumed: Vec<u64>,
     /// Precise times to remember once the status is stored.
     pub precise: Precise,
-    /// Measurements recorded by this round (metric name, measurement), for live output.
+    /// Measurements recorded by this round (metric name, measurement), for live output; only with
+    /// `EngineSettings::keep_recorded`.
     pub recorded: Vec<(String, Measurement)>,
+    /// How many measurements this round recorded (whether or not they were copied into `recorded`).
+    pub recorded_count: usize,
 }
 
 /// The order used to pick the run phase from its metrics: later is worse.
@@ -285,6 +288,7 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
         consumed: inputs.finished.iter().map(|f| f.id).collect(),
         precise: inputs.precise.clone(),
         recorded: Vec::new(),
+        recorded_count: 0,
     };
     if plan.status.phase.is_some_and(HookPhase::is_completed) {
         plan.completed = true;
@@ -325,7 +329,10 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
         let mut measurement = f.measurement.clone();
         let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
         measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
-        plan.recorded.push((f.metric.clone(), measurement.clone()));
+        plan.recorded_count += 1;
+        if inputs.settings.keep_recorded {
+            plan.recorded.push((f.metric.clone(), measurement.clone()));
+        }
         let errored = measurement.phase == Some(HookPhase::Error);
         let message = measurement.message.clone().unwrap_or_default();
         record(result, measurement, inputs.settings.history_limit);

@@ -15,6 +15,7 @@ use hook_operator::cli::{Cli, Command, RunFlags};
 use hook_operator::controller::{self, Options};
 use hook_operator::metrics::Metrics;
 use hook_operator::providers::Providers;
+use hook_operator::settings::EngineSettings;
 use prometheus_client::registry::Registry;
 
 #[tokio::main]
@@ -35,7 +36,8 @@ async fn main() -> ExitCode {
 
 async fn operate(flags: RunFlags) -> Result<(), String> {
     logging::init(&flags.runtime.log).map_err(|e| e.to_string())?;
-    let engine = flags.engine.engine()?;
+    // Nobody reads the rounds' copies of what they recorded here (`check` does).
+    let engine = EngineSettings { keep_recorded: false, ..flags.engine.engine()? };
     if engine.interval_scale != 1.0 || !flags.engine.web_resolve.is_empty() {
         tracing::warn!(
             interval_scale = engine.interval_scale,

@@ -311,7 +311,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let dispatcher = Dispatcher::with_lag_observer(
         providers,
         metrics.clone(),
-        EngineSettings { arm_ahead: flags.arm_ahead, ..EngineSettings::default() },
+        EngineSettings { arm_ahead: flags.arm_ahead, keep_recorded: false, ..EngineSettings::default() },
         flags.max_in_flight,
         wakers.wake(),
         observer,

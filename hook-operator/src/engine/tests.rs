@@ -516,6 +516,28 @@ fn a_measurement_is_never_recorded_twice() {
 }
 
 #[test]
+fn a_round_copies_what_it_recorded_only_when_asked_and_always_counts_it() {
+    let f = Finished {
+        id: 1,
+        metric: "webtest".into(),
+        measurement: measurement(S),
+        finished_at: at(1_001),
+        taken_before: 0,
+    };
+    let mut kept = Sim::new(walkthrough("true"), &[]);
+    let mut counted = Sim::new(walkthrough("true"), &[]);
+    counted.settings.keep_recorded = false;
+    kept.round(&[]);
+    counted.round(&[]);
+    let (with_copy, without) = (kept.round(std::slice::from_ref(&f)), counted.round(&[f]));
+    assert_eq!(with_copy.recorded.len(), 1, "check prints these");
+    assert!(without.recorded.is_empty(), "the operator and hook-bench read none");
+    assert_eq!((with_copy.recorded_count, without.recorded_count), (1, 1));
+    assert_eq!(with_copy.status, without.status);
+    assert_eq!(with_copy.wake_at, without.wake_at);
+}
+
+#[test]
 fn a_restart_resumes_from_status_never_early() {
     let mut sim = Sim::new(walkthrough("true"), &[]);
     sim.round(&[]);
