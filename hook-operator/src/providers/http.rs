@@ -883,6 +883,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn plain_http_frames_the_body_itself_whatever_the_template_says() {
+        let (addr, _, heads) = raw_server(|_| ok("{}")).await;
+        let http = Http::new(&ProviderSettings::default()).unwrap();
+        let headers = [
+            ("Content-Length".to_string(), "999".to_string()),
+            ("Transfer-Encoding".to_string(), "chunked".to_string()),
+            ("X-Pod".to_string(), "p-1".to_string()),
+        ];
+        let url = format!("http://{addr}/framed");
+        for _ in 0..2 {
+            let body = Some(r#"{"a":1}"#.to_string());
+            let response = http.send(Method::POST, &url, &headers, body, Duration::from_secs(5), false).await.unwrap();
+            assert_eq!(response.body, b"{}");
+        }
+        let head = heads.lock().unwrap()[1].to_ascii_lowercase();
+        assert_eq!(head.matches("content-length").count(), 1, "{head}");
+        assert!(head.contains("content-length: 7\r\n") && !head.contains("transfer-encoding"), "{head}");
+        assert!(head.contains("x-pod: p-1\r\n") && head.ends_with("\r\n\r\n{\"a\":1}"), "{head}");
+        assert_eq!(http.connections.idle(), 1, "both requests on one connection: the framing held");
+    }
+
+    #[tokio::test]
     async fn plain_http_reads_an_answer_sent_before_the_request_was_read() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
