@@ -31,6 +31,7 @@ use super::endpoint::{self, EndpointSpec, Endpoints};
 use super::events;
 use super::image;
 use super::ipam::{self, PodIpPool};
+use super::lean::LeanPod;
 use super::node::FakeNode;
 use super::runtime::{PodInput, PodRuntime, State, Timings, after};
 use super::scheduler::{self, Decision, NodeInfo, Request};
@@ -243,8 +244,8 @@ impl Agent {
         if *shutdown.borrow() {
             return Ok(());
         }
-        let pods = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default());
-        let mut pod_events: EventStream<Pod> = Box::pin(pods.default_backoff());
+        let pods = watcher(Api::<LeanPod>::all(client.clone()), watcher::Config::default());
+        let mut pod_events: EventStream<LeanPod> = Box::pin(pods.default_backoff());
         let nodes = watcher(Api::<Node>::all(client), watcher::Config::default());
         let mut node_events: EventStream<Node> = Box::pin(nodes.default_backoff());
         for node in self.nodes.clone() {
@@ -301,16 +302,16 @@ impl Agent {
 
     // ----- watch events -------------------------------------------------------------------
 
-    fn on_pod_event(&mut self, event: Result<watcher::Event<Pod>, watcher::Error>) {
+    fn on_pod_event(&mut self, event: Result<watcher::Event<LeanPod>, watcher::Error>) {
         match event {
-            Ok(watcher::Event::Apply(pod)) => self.observe(pod),
-            Ok(watcher::Event::Delete(pod)) => {
+            Ok(watcher::Event::Apply(LeanPod(pod))) => self.observe(pod),
+            Ok(watcher::Event::Delete(LeanPod(pod))) => {
                 if let Some(uid) = pod.metadata.uid.as_deref() {
                     self.forget(uid);
                 }
             }
             Ok(watcher::Event::Init) => self.relisted = Some(HashSet::new()),
-            Ok(watcher::Event::InitApply(pod)) => {
+            Ok(watcher::Event::InitApply(LeanPod(pod))) => {
                 if let (Some(seen), Some(uid)) = (self.relisted.as_mut(), pod.metadata.uid.clone()) {
                     seen.insert(uid);
                 }

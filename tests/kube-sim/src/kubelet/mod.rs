@@ -25,6 +25,7 @@ mod endpoint;
 mod events;
 pub mod image;
 mod ipam;
+mod lean;
 mod node;
 mod quantity;
 mod runtime;

@@ -11,6 +11,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions
 use kube::{Client, Error as KubeError};
 use serde_json::Value;
 
+use super::lean::LeanPod;
+
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -97,10 +99,10 @@ impl Writer {
     /// Strategic merge patch of `pods/status`, as the kubelet's status manager sends.
     pub async fn patch_status(&self, pod: PodRef, patch: Value, manager: &str) -> Outcome {
         let params = PatchParams { field_manager: Some(manager.to_owned()), ..Default::default() };
-        let result = self
-            .pods(&pod.namespace)
+        let result = Api::<LeanPod>::namespaced(self.client.clone(), &pod.namespace)
             .patch_status(&pod.name, &params, &Patch::Strategic(patch))
             .await
+            .map(Pod::from)
             .map_err(|e| WriteError::from_kube("patching pod status", e));
         Outcome::Status { uid: pod.uid, result }
     }
