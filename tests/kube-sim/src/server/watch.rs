@@ -113,6 +113,9 @@ impl WatchClient {
     }
 }
 
+/// Events already queued for a watch are sent together in one chunk up to about this many bytes.
+const COALESCE_BYTES: usize = 256 * 1024;
+
 /// How often an open watch re-checks changed fault rules.
 const FAULT_RECHECK: Duration = Duration::from_millis(50);
 
@@ -286,6 +289,22 @@ pub fn serve(
                     }
                 };
                 let Some(chunk) = render(item, &mut s.first) else { continue };
+                // Events already queued behind this one go out in the same chunk: one socket write and one wake-up
+                // of the reader for a burst (a pass of an operator writing hundreds of pods) instead of one each.
+                let mut more: Option<Vec<u8>> = None;
+                while more.as_ref().map_or(chunk.len(), Vec::len) < COALESCE_BYTES {
+                    let next = match s.backlog.next() {
+                        Some(i) => i,
+                        None => match s.rx.try_recv() {
+                            Ok(i) => i,
+                            Err(_) => break,
+                        },
+                    };
+                    if let Some(line) = render(next, &mut s.first) {
+                        more.get_or_insert_with(|| chunk.to_vec()).extend_from_slice(&line);
+                    }
+                }
+                let chunk = more.map_or(chunk, Bytes::from);
                 return Some((Ok::<Bytes, std::convert::Infallible>(chunk), s));
             }
         }

@@ -313,3 +313,39 @@ async fn a_writes_response_is_the_encoding_its_watches_send() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn events_already_queued_for_a_watch_arrive_together_and_intact() -> Result<()> {
+    let sim = sim().await?;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
+    let raw = Raw::new(&sim);
+    let start = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    for i in 0..30 {
+        api.create(&PostParams::default(), &cm(&format!("burst-{i}"), "x")).await?;
+    }
+    // All thirty are queued before the watch starts, so its first chunk carries more than one of them (one per
+    // chunk before): fewer socket writes and reader wake-ups for a burst. The lines stay whole and in order.
+    let url = format!("{}/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={start}", raw.base);
+    let mut response = raw.http.get(url).send().await?;
+    let first = tokio::time::timeout(Duration::from_secs(30), response.chunk()).await??.context("first chunk")?;
+    let lines_in_first = first.iter().filter(|b| **b == b'\n').count();
+    assert!(lines_in_first > 1, "the first chunk held {lines_in_first} complete events");
+    let mut text = first.to_vec();
+    while text.iter().filter(|b| **b == b'\n').count() < 30 {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk()).await??.context("more")?;
+        text.extend_from_slice(&chunk);
+    }
+    let names: Vec<String> = text
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| serde_json::from_slice::<serde_json::Value>(line))
+        .map(|event| event.map(|e| e["object"]["metadata"]["name"].as_str().unwrap_or_default().to_string()))
+        .collect::<Result<_, _>>()?;
+    let expected: Vec<String> = (0..30).map(|i| format!("burst-{i}")).collect();
+    assert_eq!(names, expected);
+    sim.shutdown().await;
+    Ok(())
+}
