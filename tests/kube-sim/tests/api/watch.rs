@@ -341,7 +341,7 @@ async fn events_already_queued_for_a_watch_arrive_together_and_intact() -> Resul
     let names: Vec<String> = text
         .split(|b| *b == b'\n')
         .filter(|line| !line.is_empty())
-        .map(|line| serde_json::from_slice::<serde_json::Value>(line))
+        .map(serde_json::from_slice::<serde_json::Value>)
         .map(|event| event.map(|e| e["object"]["metadata"]["name"].as_str().unwrap_or_default().to_string()))
         .collect::<Result<_, _>>()?;
     let expected: Vec<String> = (0..30).map(|i| format!("burst-{i}")).collect();
