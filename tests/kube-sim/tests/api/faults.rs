@@ -57,10 +57,7 @@ async fn injected_errors_latency_conflicts_and_dropped_watches() -> Result<()> {
     assert!(ended, "the dropped watch ends");
     // Watches cut after a configured time.
     raw.put("/kube-sim/faults", &json!({"rules": [{"verbs": ["watch"], "watchDropAfterMs": 200}]})).await?;
-    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let rv = raw.configmaps_version().await?;
     let mut cut = raw.watch(&format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}")).await?;
     assert!(cut.next().await?.is_none(), "the watch ends after watchDropAfterMs");
     sim.shutdown().await;

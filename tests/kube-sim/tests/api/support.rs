@@ -97,6 +97,12 @@ impl Raw {
         self.send("DELETE", path, body.map(|_| "application/json"), body.map(Value::to_string)).await
     }
 
+    /// The resourceVersion of the default namespace's ConfigMap list: a watch from it sees every change made after.
+    pub async fn configmaps_version(&self) -> Result<String> {
+        let list = self.get("/api/v1/namespaces/default/configmaps").await?;
+        Ok(list.body["metadata"]["resourceVersion"].as_str().unwrap_or("").to_string())
+    }
+
     /// Opens a watch and returns its events as they arrive.
     pub async fn watch(&self, path: &str) -> Result<WatchStream> {
         self.watch_with(path, &[]).await

@@ -23,10 +23,7 @@ async fn watch_from_a_resource_version_delivers_every_change_in_order() -> Resul
     let sim = sim().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     let raw = Raw::new(&sim);
-    let start = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let start = raw.configmaps_version().await?;
     api.create(&PostParams::default(), &cm("a", "x")).await?;
     api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"v": "1"}}))).await?;
     api.delete("a", &DeleteParams::default()).await?;
@@ -54,10 +51,7 @@ async fn selector_watches_see_objects_enter_and_leave_the_selection() -> Result<
     let sim = sim().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     let raw = Raw::new(&sim);
-    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let rv = raw.configmaps_version().await?;
     let mut w = raw
         .watch(&format!(
             "/api/v1/namespaces/default/configmaps?watch=true&labelSelector=app%3Dweb&resourceVersion={rv}"
@@ -84,10 +78,7 @@ async fn bookmarks_timeouts_and_initial_events() -> Result<()> {
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     api.create(&PostParams::default(), &cm("d", "x")).await?;
     let raw = Raw::new(&sim);
-    let rv = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let rv = raw.configmaps_version().await?;
     let mut w = raw
         .watch(&format!(
             "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&resourceVersion={rv}"
@@ -319,10 +310,7 @@ async fn events_already_queued_for_a_watch_arrive_together_and_intact() -> Resul
     let sim = sim().await?;
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
     let raw = Raw::new(&sim);
-    let start = raw.get("/api/v1/namespaces/default/configmaps").await?.body["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let start = raw.configmaps_version().await?;
     for i in 0..30 {
         api.create(&PostParams::default(), &cm(&format!("burst-{i}"), "x")).await?;
     }
