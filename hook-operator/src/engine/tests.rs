@@ -29,6 +29,11 @@ fn measurement(phase: HookPhase) -> Measurement {
     Measurement { phase: Some(phase), ..Measurement::default() }
 }
 
+/// A successful measurement of the walkthrough's `webtest` metric, finished at `finished_at`.
+fn webtest_success(id: u64, finished_at: Timestamp, taken_before: i32) -> Finished {
+    Finished { id, metric: "webtest".into(), measurement: measurement(S), finished_at, taken_before }
+}
+
 fn result_after(metric: &Metric, phases: &[HookPhase]) -> MetricResult {
     let mut result = MetricResult { name: metric.name.clone(), phase: Some(R), ..MetricResult::default() };
     for phase in phases {
@@ -461,13 +466,7 @@ fn completed_runs_are_frozen() {
     let frozen = sim.status.clone();
     sim.spec.metrics[0].failure_limit = 5;
     sim.spec.terminate = true;
-    let late = Finished {
-        id: 99,
-        metric: "webtest".into(),
-        measurement: measurement(S),
-        finished_at: sim.now,
-        taken_before: 1,
-    };
+    let late = webtest_success(99, sim.now, 1);
     let plan = sim.round(&[late]);
     assert!(plan.completed && plan.start.is_empty() && plan.notes.is_empty());
     assert_eq!(Some(plan.status), frozen);
@@ -500,13 +499,7 @@ fn invalid_runs_end_error_with_the_reason() {
 fn a_measurement_is_never_recorded_twice() {
     let mut sim = Sim::new(walkthrough("true"), &[]);
     sim.round(&[]);
-    let f = Finished {
-        id: 1,
-        metric: "webtest".into(),
-        measurement: measurement(S),
-        finished_at: at(1_001),
-        taken_before: 0,
-    };
+    let f = webtest_success(1, at(1_001), 0);
     let plan = sim.round(std::slice::from_ref(&f));
     assert_eq!(sim.result("webtest").count, 1);
     assert_eq!(plan.wake_at, Some(at(1_061)));
@@ -517,13 +510,7 @@ fn a_measurement_is_never_recorded_twice() {
 
 #[test]
 fn a_round_copies_what_it_recorded_only_when_asked_and_always_counts_it() {
-    let f = Finished {
-        id: 1,
-        metric: "webtest".into(),
-        measurement: measurement(S),
-        finished_at: at(1_001),
-        taken_before: 0,
-    };
+    let f = webtest_success(1, at(1_001), 0);
     let mut kept = Sim::new(walkthrough("true"), &[]);
     let mut counted = Sim::new(walkthrough("true"), &[]);
     counted.settings.keep_recorded = false;
@@ -542,7 +529,7 @@ fn a_restart_resumes_from_status_never_early() {
     let mut sim = Sim::new(walkthrough("true"), &[]);
     sim.round(&[]);
     let finished_at = at(1_000).checked_add(Duration::from_millis(400)).unwrap();
-    let f = Finished { id: 1, metric: "webtest".into(), measurement: measurement(S), finished_at, taken_before: 0 };
+    let f = webtest_success(1, finished_at, 0);
     let plan = sim.round(&[f]);
     let precise_due = finished_at.checked_add(Duration::from_secs(60)).unwrap();
     assert_eq!(plan.wake_at, Some(precise_due));
