@@ -170,31 +170,23 @@ impl Body {
     /// `input` it consumed. The rest (an incomplete chunk-size line or trailer section) is to be offered again with
     /// more bytes after it.
     pub fn decode(&mut self, input: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<usize, BodyError> {
-        let push = |out: &mut Vec<u8>, data: &[u8]| {
-            if out.len() + data.len() > limit {
-                return Err(BodyError::TooLarge);
-            }
-            out.extend_from_slice(data);
-            Ok(())
-        };
         let mut used = 0;
         loop {
             let rest = &input[used..];
             match *self {
                 Body::Done => return Ok(used),
                 Body::UntilClose => {
-                    push(out, rest)?;
+                    take_part(out, rest, u64::MAX, limit)?;
                     return Ok(input.len());
                 }
                 Body::Length(left) => {
-                    let take = rest.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                    push(out, &rest[..take])?;
-                    used += take;
-                    let left = left - take as u64;
-                    *self = if left == 0 { Body::Done } else { Body::Length(left) };
+                    let (taken, left) = take_part(out, rest, left, limit)?;
+                    used += taken;
                     if left > 0 {
+                        *self = Body::Length(left);
                         return Ok(used);
                     }
+                    *self = Body::Done;
                 }
                 Body::Chunked(Chunk::Size) => {
                     // httparse takes an empty line for a size of 0; a size line starts with a digit.
@@ -219,10 +211,8 @@ impl Body {
                         // Announced beyond the limit: no need to read it first.
                         return Err(BodyError::TooLarge);
                     }
-                    let take = rest.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                    push(out, &rest[..take])?;
-                    used += take;
-                    let left = left - take as u64;
+                    let (taken, left) = take_part(out, rest, left, limit)?;
+                    used += taken;
                     if left > 0 {
                         *self = Body::Chunked(Chunk::Data(left));
                         return Ok(used);
@@ -270,6 +260,17 @@ impl Body {
             _ => Err(BodyError::Invalid("the connection closed before the body ended".to_string())),
         }
     }
+}
+
+/// Moves up to `left` bytes of `rest` into `out`, which may hold at most `limit` bytes: how many it moved and how
+/// many of the `left` remain.
+fn take_part(out: &mut Vec<u8>, rest: &[u8], left: u64, limit: usize) -> Result<(usize, u64), BodyError> {
+    let take = rest.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+    if out.len() + take > limit {
+        return Err(BodyError::TooLarge);
+    }
+    out.extend_from_slice(&rest[..take]);
+    Ok((take, left - take as u64))
 }
 
 fn long_size_line() -> String {
