@@ -428,6 +428,14 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
         pod.metadata.owner_references.filter(|o| !o.is_empty()).map(|_| ())
     })
     .await;
+    // Only a Running pod's deletion needs the hook: both must run before the scale-in, or the one the workload just
+    // created may go ungated, rightly, while still starting (CI saw that on a loaded machine).
+    wait_for("both pods to run", LONG, || async {
+        let pods = api.list(&ListParams::default().labels("app=long")).await.ok()?;
+        let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        (pods.items.len() == 2 && pods.items.iter().all(running)).then_some(())
+    })
+    .await;
     cluster.kubectl_ok(&["scale", "--replicas=0", &format!("gamedeployment/{name}")]).await;
     wait_for("every pod to go", LONG, || async {
         let pods = api.list(&ListParams::default().labels("app=long")).await.ok()?;
