@@ -170,7 +170,7 @@ struct VersionPrecondition<'a> {
 }
 
 async fn write_status(client: &Client, round: &Round) -> Result<HookRun, Error> {
-    let (namespace, name) = (round.id.namespace.clone(), round.id.name.clone());
+    let (namespace, name) = (round.id.namespace.to_string(), round.id.name.to_string());
     let api: Api<HookRun> = Api::namespaced(client.clone(), &namespace);
     let body = StatusPatch {
         metadata: round.run.metadata.resource_version.as_deref().map(|rv| VersionPrecondition { resource_version: rv }),
@@ -178,7 +178,9 @@ async fn write_status(client: &Client, round: &Round) -> Result<HookRun, Error> 
     };
     api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await.map_err(|source| match source {
         kube::Error::Api(status) if status.code == 409 => Error::Conflict { namespace, name },
-        source => Error::WriteStatus { namespace: round.id.namespace.clone(), name: round.id.name.clone(), source },
+        source => {
+            Error::WriteStatus { namespace: round.id.namespace.to_string(), name: round.id.name.to_string(), source }
+        }
     })
 }
 
@@ -430,7 +432,7 @@ fn fence(store: Store<HookRun>, shards: Option<Arc<crate::shards::Ownership>>) -
     Arc::new(move |id: &RunId| {
         let present = store
             .get(&ObjectRef::new(&id.name).within(&id.namespace))
-            .is_some_and(|run| run.metadata.uid.as_deref() == Some(id.uid.as_str()));
+            .is_some_and(|run| run.metadata.uid.as_deref() == Some(&*id.uid));
         present && shards.as_ref().is_none_or(|shards| shards.owns(&id.uid))
     })
 }

@@ -36,33 +36,57 @@ use crate::schedule;
 use crate::settings::EngineSettings;
 use crate::validate;
 
-/// Identifies a run across rounds. The uid keeps a deleted-and-recreated run from inheriting memory.
+/// Identifies a run across rounds. The uid keeps a deleted-and-recreated run from inheriting memory. Shared texts:
+/// made once per run (kept in its slot), so a round or a measurement copies three pointers, not three strings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RunId {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
+    pub uid: Arc<str>,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+}
+
+/// The uid a run is tracked by: its own, or `namespace/name` for an object without one (`check`, tests).
+fn uid_of(run: &HookRun) -> std::borrow::Cow<'_, str> {
+    let meta = &run.metadata;
+    match &meta.uid {
+        Some(uid) => std::borrow::Cow::Borrowed(uid),
+        None => std::borrow::Cow::Owned(format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        )),
+    }
 }
 
 impl RunId {
     pub fn of(run: &HookRun) -> Self {
         let meta = &run.metadata;
         Self {
-            uid: meta.uid.clone().unwrap_or_else(|| {
-                format!(
-                    "{}/{}",
-                    meta.namespace.as_deref().unwrap_or_default(),
-                    meta.name.as_deref().unwrap_or_default()
-                )
-            }),
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
+            uid: uid_of(run).into(),
+            namespace: meta.namespace.as_deref().unwrap_or_default().into(),
+            name: meta.name.as_deref().unwrap_or_default().into(),
         }
+    }
+
+    /// Whether this is the id of `run` (same uid, namespace and name).
+    fn is_of(&self, run: &HookRun) -> bool {
+        let meta = &run.metadata;
+        *self.uid == *uid_of(run)
+            && *self.namespace == *meta.namespace.as_deref().unwrap_or_default()
+            && *self.name == *meta.name.as_deref().unwrap_or_default()
     }
 }
 
 /// Called when a run should get another round (a measurement of it finished).
 pub type Wake = Arc<dyn Fn(&RunId) + Send + Sync>;
+
+/// What a measurement task needs of its [`engine::Start`] (the metric's name is in its spec, at `index`).
+#[derive(Clone, Copy)]
+struct Armed {
+    index: usize,
+    due: Timestamp,
+    taken_before: i32,
+}
 
 /// A measurement started for a metric: running, waiting for a slot, or armed (sleeping until it is due).
 struct InFlight {
@@ -76,6 +100,8 @@ struct InFlight {
 
 #[derive(Default)]
 struct Slot {
+    /// The run's id, made by its first round and shared by the rounds and measurements after it.
+    id: Option<RunId>,
     /// Metric name → the measurement started for it.
     in_flight: HashMap<String, InFlight>,
     /// The spec measurements are taken from, shared by their tasks (copied once per generation, not per measurement).
@@ -384,7 +410,7 @@ impl Dispatcher {
             return true;
         }
         let slots = self.slots();
-        let Some(slot) = slots.get(&round.id.uid) else { return true };
+        let Some(slot) = slots.get(&*round.id.uid) else { return true };
         if slot.granted {
             return true;
         }
@@ -439,10 +465,19 @@ impl Dispatcher {
     }
 
     fn plan_with(&self, run: Arc<HookRun>, now: Timestamp, move_status: bool) -> Round {
-        let id = RunId::of(&run);
+        let uid = uid_of(&run);
         let mut slots = self.slots();
-        let slot =
-            slots.entry(id.uid.clone()).or_insert_with(|| Slot { first_seen: Some(Instant::now()), ..Slot::default() });
+        // Looked up by reference: the uid is copied only for a run not tracked yet.
+        let slot = match slots.get_mut(&*uid) {
+            Some(slot) => slot,
+            None => slots
+                .entry(uid.into_owned())
+                .or_insert_with(|| Slot { first_seen: Some(Instant::now()), ..Slot::default() }),
+        };
+        let id = match &slot.id {
+            Some(id) if id.is_of(&run) => id.clone(),
+            _ => slot.id.insert(RunId::of(&run)).clone(),
+        };
         // The cache caught up with our last write: its object is used and our copy released.
         if slot.last_write.as_ref().is_some_and(|(_, w)| w.metadata.resource_version == run.metadata.resource_version) {
             slot.last_write = None;
@@ -621,7 +656,8 @@ impl Dispatcher {
                 }
             };
             let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let task = tokio::spawn(self.clone().measure(round.id.clone(), start.clone(), spec, token));
+            let armed = Armed { index: start.index, due: start.due, taken_before: start.taken_before };
+            let task = tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token));
             let entry = InFlight { token, task: Some(task.abort_handle()), generation, due: start.due };
             slot.in_flight.insert(start.metric.clone(), entry);
         }
@@ -672,7 +708,7 @@ impl Dispatcher {
                     Next::Grant(seq, id) => {
                         let granted = {
                             let mut slots = this.slots();
-                            match slots.get_mut(&id.uid) {
+                            match slots.get_mut(&*id.uid) {
                                 Some(slot) if slot.queued == Some(seq) && slot.unwritten.is_some() => {
                                     slot.queued = None;
                                     slot.granted = true;
@@ -692,7 +728,7 @@ impl Dispatcher {
         })
     }
 
-    async fn measure(self, id: RunId, start: engine::Start, spec: Arc<HookRunSpec>, token: u64) {
+    async fn measure(self, id: RunId, start: Armed, spec: Arc<HookRunSpec>, token: u64) {
         // Armed: sleep until due (holding no slot).
         let early = schedule::until(Timestamp::now(), start.due);
         if !early.is_zero() {
@@ -713,9 +749,9 @@ impl Dispatcher {
             // Gone, or not ours any more (a shard lost or given up): the new owner takes this slot.
             let called_off = {
                 let mut slots = self.slots();
-                match slots.get_mut(&id.uid) {
-                    Some(slot) if slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token) => {
-                        slot.in_flight.remove(&start.metric);
+                match slots.get_mut(&*id.uid) {
+                    Some(slot) if slot.in_flight.get(&metric.name).is_some_and(|f| f.token == token) => {
+                        slot.in_flight.remove(&metric.name);
                         // Not idle any more: the next round must plan (and start it again if the shard comes back).
                         slot.idle = None;
                         true
@@ -755,7 +791,7 @@ impl Dispatcher {
             Ok(taken) => taken,
             Err(panic) => {
                 let message = crate::budget::panic_message(panic.as_ref());
-                tracing::error!(run = %id.name, namespace = %id.namespace, metric = %start.metric, %message, "a measurement panicked");
+                tracing::error!(run = %id.name, namespace = %id.namespace, metric = %metric.name, %message, "a measurement panicked");
                 measure::failed(
                     started_at,
                     format!(
@@ -773,15 +809,15 @@ impl Dispatcher {
             .measurement_duration
             .get_or_create(&ProviderLabels { provider: taken.provider })
             .observe(taken.latency.as_secs_f64());
-        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %start.metric, phase, "measurement finished");
+        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %metric.name, phase, "measurement finished");
         let delivered = {
             let mut slots = self.slots();
-            match slots.get_mut(&id.uid) {
-                Some(slot) if slot.in_flight.get(&start.metric).is_some_and(|f| f.token == token) => {
-                    slot.in_flight.remove(&start.metric);
+            match slots.get_mut(&*id.uid) {
+                Some(slot) if slot.in_flight.get(&metric.name).is_some_and(|f| f.token == token) => {
+                    slot.in_flight.remove(&metric.name);
                     slot.finished.push(Finished {
                         id: token,
-                        metric: start.metric.clone(),
+                        metric: metric.name.clone(),
                         measurement: taken.measurement,
                         finished_at: taken.finished_at,
                         taken_before: start.taken_before,
@@ -869,6 +905,27 @@ mod tests {
         Dispatcher::new(providers, Arc::new(Metrics::default()), classic(), 10, Arc::new(|_: &RunId| {}))
     }
 
+    /// A run's id is made by its first round and shared after (its texts are not copied per round); an object that
+    /// is not the same run (another uid, or no uid and another name) gets its own.
+    #[tokio::test]
+    async fn rounds_of_a_run_share_its_id() {
+        let d = dispatcher();
+        let first = d.plan(Arc::new(run("1", "1h")), Timestamp::now());
+        d.commit(&first, None);
+        let second = d.plan(Arc::new(run("2", "1h")), Timestamp::now());
+        assert_eq!(second.id, first.id);
+        assert!(Arc::ptr_eq(&first.id.uid, &second.id.uid) && Arc::ptr_eq(&first.id.name, &second.id.name));
+        let mut other = run("1", "1h");
+        other.metadata.uid = Some("uid-other".into());
+        assert_eq!(&*d.plan(Arc::new(other), Timestamp::now()).id.uid, "uid-other");
+        let mut unnamed = run("1", "1h");
+        unnamed.metadata.uid = None;
+        let id = d.plan(Arc::new(unnamed.clone()), Timestamp::now()).id;
+        assert_eq!((&*id.uid, &*id.namespace, &*id.name), ("ns/r", "ns", "r"));
+        unnamed.metadata.name = Some("s".into());
+        assert_eq!(&*d.plan(Arc::new(unnamed), Timestamp::now()).id.uid, "ns/s");
+    }
+
     #[tokio::test]
     async fn a_stale_cache_is_replaced_by_our_own_last_write() {
         let d = dispatcher();
@@ -930,7 +987,7 @@ mod tests {
     /// `a_new_run_writes_running_with_its_first_progress_or_only_its_completion` for the wait).
     fn first_write(d: &Dispatcher, obj: &HookRun, rv: &str) -> HookRun {
         let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
-        d.slots().get_mut(&round.id.uid).expect("tracked").first_seen = None;
+        d.slots().get_mut(&*round.id.uid).expect("tracked").first_seen = None;
         assert!(round.changed && d.write_now(&round), "the first write is due");
         let mut written = obj.clone();
         written.metadata.resource_version = Some(rv.into());
@@ -1183,7 +1240,7 @@ mod tests {
         let providers = Providers::new(&ProviderSettings::default(), None).unwrap();
         let d = Dispatcher::new(providers, Arc::new(Metrics::default()), classic(), 10, {
             let woken = woken.clone();
-            Arc::new(move |id: &RunId| woken.lock().unwrap().push(id.name.clone()))
+            Arc::new(move |id: &RunId| woken.lock().unwrap().push(id.name.to_string()))
         })
         .with_status_writes(std::time::Duration::ZERO, 10);
         let flusher = d.start_status_writes();
@@ -1277,7 +1334,7 @@ mod tests {
                 woken.fetch_add(1, Ordering::SeqCst);
             })
         })
-        .with_fence(Arc::new(|id: &RunId| id.uid != "uid-r"));
+        .with_fence(Arc::new(|id: &RunId| &*id.uid != "uid-r"));
         let round = d.plan(Arc::new(run("1", "0s")), Timestamp::now());
         assert_eq!(round.plan.start.len(), 1);
         d.commit(&round, None);
@@ -1366,7 +1423,7 @@ mod tests {
     #[tokio::test]
     async fn an_armed_measurement_is_a_small_task() {
         let (d, _) = arming();
-        let start = engine::Start { index: 0, metric: "m".into(), due: Timestamp::now(), taken_before: 0 };
+        let start = Armed { index: 0, due: Timestamp::now(), taken_before: 0 };
         let task = d.clone().measure(RunId::of(&running("a", "1")), start, Arc::new(running("a", "1").spec), 1);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "the measurement task is {size} bytes");

@@ -21,7 +21,7 @@ impl Wakers {
     pub fn wake(&self) -> Wake {
         let by_uid = self.by_uid.clone();
         Arc::new(move |id: &RunId| {
-            let notify = by_uid.lock().ok().and_then(|m| m.get(&id.uid).cloned());
+            let notify = by_uid.lock().ok().and_then(|m| m.get(&*id.uid).cloned());
             if let Some(notify) = notify {
                 // notify_one keeps a permit when nobody waits yet, so a wake-up is never lost.
                 notify.notify_one();
