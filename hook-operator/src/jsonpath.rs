@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use jsonpath_rust::parser::model::JpQuery;
+use jsonpath_rust::parser::model::{JpQuery, Segment, Selector};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 /// Parsed paths by text: every run of a template uses the same few paths, and parsing dominates extraction.
@@ -30,6 +31,9 @@ pub enum JsonPathError {
 pub struct Path {
     written: String,
     query: JpQuery,
+    /// For a path of member names only (`$.age`, `$.status.ready`): those names, so [`Path::pick`] can take the
+    /// value straight from the JSON text.
+    names: Option<Vec<String>>,
 }
 
 impl Path {
@@ -40,7 +44,16 @@ impl Path {
             normalized: normalized.clone(),
             reason: e.to_string(),
         })?;
-        Ok(Self { written: written.to_string(), query })
+        let names = query
+            .segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Selector(Selector::Name(name)) => Some(name.clone()),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .filter(|names| !names.is_empty());
+        Ok(Self { written: written.to_string(), query, names })
     }
 
     /// [`Path::parse`], remembering the result for the next measurement.
@@ -60,6 +73,22 @@ impl Path {
 
     pub fn written(&self) -> &str {
         &self.written
+    }
+
+    /// What [`Path::extract`] gives for the JSON text `body`, taken straight from the text (nothing but the
+    /// matched value is built) — for a path of member names whose value is there in a valid document. `None`
+    /// otherwise (not such a path, not JSON, no match, or a document `serde_json::Value` decodes specially): the
+    /// caller then decodes the document and extracts, which says what went wrong.
+    ///
+    /// Exact: the whole text is read with the same parser and the same checks as when decoding it into a `Value`
+    /// (UTF-8, escapes and surrogates of every string, numbers, nesting depth, nothing after the document), and a
+    /// member that occurs twice counts with its last value, as in the decoded object.
+    pub fn pick(&self, body: &[u8]) -> Option<Value> {
+        let names = self.names.as_deref()?;
+        let mut document = serde_json::Deserializer::from_slice(body);
+        let found = Pick(names).deserialize(&mut document).ok()??;
+        document.end().ok()?;
+        Some(found)
     }
 
     /// The matched value: itself for one match, an array for several.
@@ -214,6 +243,161 @@ fn bracket_unusual_names(path: &str) -> String {
     out
 }
 
+/// The member name `serde_json::Value` decodes specially (its `raw_value` feature): a document holding it is left
+/// to the general way.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// The value at a chain of member names in the JSON value being read, or `None` when it is not there; every other
+/// part of the value is read and checked but not kept.
+struct Pick<'p>(&'p [String]);
+
+impl<'de> DeserializeSeed<'de> for Pick<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        match self.0.split_first() {
+            None => serde::Deserialize::deserialize(deserializer).map(Some),
+            Some((name, rest)) => deserializer.deserialize_any(Member { name, rest }),
+        }
+    }
+}
+
+/// Looks for member `name` (then `rest` inside it) in an object; any other value has no members.
+struct Member<'p> {
+    name: &'p str,
+    rest: &'p [String],
+}
+
+impl<'de> Visitor<'de> for Member<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(matches) = map.next_key_seed(Key(Some(self.name)))? {
+            if matches {
+                // A member that occurs twice: the last one counts, as in a decoded object.
+                found = map.next_value_seed(Pick(self.rest))?;
+            } else {
+                map.next_value_seed(Skip)?;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Skip.visit_seq(seq).map(|()| None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// A member name: whether it is the one looked for (read as `serde_json::Value` reads names).
+struct Key<'p>(Option<&'p str>);
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<bool, E> {
+        if name == RAW_VALUE_TOKEN {
+            return Err(E::custom("a member name serde_json decodes specially"));
+        }
+        Ok(self.0 == Some(name))
+    }
+}
+
+/// Reads and checks a value without keeping it.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Key(None))?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
 /// A short description of a document, for "matched nothing" errors.
 pub fn shape(document: &Value) -> String {
     match document {
@@ -280,6 +464,140 @@ mod tests {
         ];
         for (path, want) in cases {
             assert_eq!(Path::parse(path).unwrap().extract(&doc).unwrap(), want, "{path}");
+        }
+    }
+
+    /// `Path::extract` on the decoded document: what `Path::pick` must give whenever it gives anything.
+    fn general(path: &Path, body: &[u8]) -> Option<Value> {
+        path.extract(&serde_json::from_slice(body).ok()?).ok()
+    }
+
+    #[test]
+    fn member_paths_are_picked_from_the_text() {
+        let body = br#"{"name":"bryan","male":"yes","age":45,"status":{"ready":true,"age":"x"},"list":[1,{"age":2}]}"#;
+        let cases = [
+            ("{$.age}", Some(json!(45))),
+            ("{.name}", Some(json!("bryan"))),
+            ("{.status.ready}", Some(json!(true))),
+            ("{.status}", Some(json!({"ready": true, "age": "x"}))),
+            ("{.agee}", None),
+            ("{.age.x}", None),
+            ("{.list.age}", None),
+        ];
+        for (written, want) in cases {
+            let path = Path::parse(written).unwrap();
+            assert_eq!(path.pick(body), want, "{written}");
+            assert_eq!(general(&path, body), want, "{written}");
+        }
+        // Not member names only: left to the general way.
+        for written in ["{$}", "{.list[0]}", "{.list[*].age}", "{..age}", "{.items[?(@.ok == true)].name}"] {
+            assert_eq!(Path::parse(written).unwrap().pick(body), None, "{written}");
+        }
+    }
+
+    #[test]
+    fn a_pick_reads_the_whole_document_as_decoding_does() {
+        let age = Path::parse("{$.age}").unwrap();
+        let deep = format!(r#"{{"age":45,"n":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        let cases: [&[u8]; 10] = [
+            // A member twice: the last one counts.
+            br#"{"age":1,"age":2}"#,
+            br#"{"age":{"x":1},"age":3}"#,
+            // Broken after the value, or text after the document.
+            br#"{"age":45,"name":}"#,
+            br#"{"age":45} x"#,
+            // A lone surrogate or invalid UTF-8 in a string that is not kept.
+            br#"{"age":45,"name":"\ud800"}"#,
+            b"{\"age\":45,\"name\":\"\xff\"}",
+            // A number out of range, too deep a nesting.
+            br#"{"age":45,"n":1e999}"#,
+            deep.as_bytes(),
+            // The member name serde_json decodes specially.
+            br#"{"$serde_json::private::RawValue":"{\"age\":1}","age":45}"#,
+            br#"  {"age" : 45 }  "#,
+        ];
+        for body in cases {
+            let (picked, general) = (age.pick(body), general(&age, body));
+            let text = String::from_utf8_lossy(body);
+            assert_eq!(picked.is_some(), general.is_some() && !text.contains(RAW_VALUE_TOKEN), "{text}");
+            if picked.is_some() {
+                assert_eq!(picked, general, "{text}");
+            }
+        }
+        assert_eq!(age.pick(br#"{"age":1,"age":2}"#), Some(json!(2)));
+        assert_eq!(age.pick(br#"{"age":{"x":1},"age":3}"#), Some(json!(3)));
+        assert_eq!(Path::parse("{.age.x}").unwrap().pick(br#"{"age":{"x":1},"age":{"y":2}}"#), None);
+    }
+
+    mod picked {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// JSON text (not always valid: members twice, odd numbers and escapes, cuts and stray bytes) over a few
+        /// member names.
+        fn text() -> impl Strategy<Value = Vec<u8>> {
+            let name = prop_oneof![
+                Just("age".to_string()),
+                Just("a".to_string()),
+                Just(String::new()),
+                Just(r"a\u0067e".to_string()),
+                Just(r"\ud800".to_string()),
+                Just(RAW_VALUE_TOKEN.to_string()),
+            ];
+            let scalar = prop_oneof![
+                Just("45".to_string()),
+                Just("-0.5e3".to_string()),
+                Just("1e999".to_string()),
+                Just("18446744073709551616".to_string()),
+                Just("true".to_string()),
+                Just("null".to_string()),
+                Just(r#""x\n\u00e9""#.to_string()),
+                Just(r#""\udc00""#.to_string()),
+                Just("01".to_string()),
+                Just(r#""{\"age\":1}""#.to_string()),
+            ];
+            let value = scalar.prop_recursive(4, 32, 4, move |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4).prop_map(|items| format!("[{}]", items.join(","))),
+                    proptest::collection::vec((name.clone(), inner), 0..4).prop_map(|members| {
+                        let members: Vec<String> = members.iter().map(|(k, v)| format!(r#""{k}":{v}"#)).collect();
+                        format!("{{{}}}", members.join(","))
+                    }),
+                ]
+            });
+            (value, 0..6u8, any::<usize>(), any::<u8>()).prop_map(|(text, damage, at, byte)| {
+                let mut bytes = text.into_bytes();
+                let at = at % (bytes.len() + 1);
+                match damage {
+                    0 => bytes.truncate(at),
+                    1 => bytes.insert(at, byte),
+                    _ => {}
+                }
+                bytes
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            /// Whatever the text, a pick is what decoding and extracting give, and a path of member names that
+            /// matches in a valid document is picked (the general way is left only for misses and errors).
+            #[test]
+            fn a_pick_is_what_decoding_and_extracting_give(
+                body in text(),
+                names in proptest::collection::vec(prop_oneof![Just("age"), Just("a"), Just("ag")], 1..4),
+            ) {
+                let path = Path::parse(&format!("{{$.{}}}", names.join("."))).unwrap();
+                let picked = path.pick(&body);
+                let general = general(&path, &body);
+                if picked.is_some() {
+                    prop_assert_eq!(&picked, &general);
+                }
+                let special = String::from_utf8_lossy(&body).contains(RAW_VALUE_TOKEN);
+                if general.is_some() && !special {
+                    prop_assert!(picked.is_some(), "not picked: {}", String::from_utf8_lossy(&body));
+                }
+            }
         }
     }
 

@@ -68,6 +68,11 @@ fn interpret_named(
     body: &[u8],
     path: Option<&jsonpath::Path>,
 ) -> Result<Observation, ProviderError> {
+    // A path of member names takes its value straight from the text (the rest of the document is not built); the
+    // general way below only when that finds nothing (and then says why).
+    if let Some(value) = path.and_then(|path| path.pick(body)) {
+        return Ok(Observation::judged(to_expr(&value), display(&value)));
+    }
     let document: serde_json::Value = match serde_json::from_slice(body) {
         Ok(document) => document,
         // Without a jsonPath a plain-text answer is the result itself (as in Argo).
