@@ -146,6 +146,8 @@ struct Args {
     skip: Vec<String>,
     /// Extra flags for the gamedeployment-operator (A/B runs of one build, e.g. `--gd-arg=--pass-spacing=0`).
     gd_args: Vec<String>,
+    /// Print the roll second by second: writes by kind, the API's answer time, hooks done, pods changed.
+    timeline: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -156,6 +158,7 @@ fn parse_args() -> Result<Args, String> {
         max_unavailable_percent: 20,
         skip: Vec::new(),
         gd_args: Vec::new(),
+        timeline: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -172,11 +175,12 @@ fn parse_args() -> Result<Args, String> {
             }
             "--skip" => args.skip.push(value()?),
             "--gd-arg" => args.gd_args.push(value()?),
+            "--timeline" => args.timeline = true,
             other if other.starts_with("--gd-arg=") => args.gd_args.push(other["--gd-arg=".len()..].to_string()),
             "-h" | "--help" => {
                 return Err("usage: fleet-bench [--pods 200] [--runs 1000] [--window-seconds 20] \
                             [--max-unavailable-percent 20] [--skip limits|runs|fleet]... \
-                            [--gd-arg=<gamedeployment-operator flag>]..."
+                            [--gd-arg=<gamedeployment-operator flag>]... [--timeline]"
                     .into());
             }
             other => return Err(format!("unknown argument {other}")),
@@ -535,6 +539,118 @@ spec:
     )
 }
 
+/// The roll second by second (`--timeline`): where its wall time goes. Writes are counted by the second their answer
+/// was ready; "answer ms" is the time kube-sim took from receiving a write to its answer (queueing for the CPU
+/// included), mean and maximum of that second's writes; "done" counts hooks turned Successful and pods given the new
+/// image in that second, from the bench's watches.
+fn print_timeline(
+    started: Instant,
+    audit: &[kube_sim::audit::AuditEvent],
+    successful: &HashMap<String, Instant>,
+    changed: &HashMap<String, Instant>,
+) {
+    #[derive(Default)]
+    struct Second {
+        runs_created: u32,
+        pod_patches: u32,
+        pod_status_gd: u32,
+        run_status: u32,
+        pod_status_others: u32,
+        other: u32,
+        answer_ms: Vec<f64>,
+        successful: u32,
+        changed: u32,
+    }
+    let wall_start = k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::try_from(started.elapsed()).unwrap_or_default();
+    let mut seconds: BTreeMap<i64, Second> = BTreeMap::new();
+    for event in audit.iter().filter(|e| e.succeeded() && e.verb != "get" && e.verb != "list" && e.verb != "watch") {
+        let at = event.stage_timestamp.duration_since(wall_start).as_secs_f64();
+        let second = seconds.entry(at.floor() as i64).or_default();
+        let kind = (event.user.as_str(), event.resource.as_str(), event.subresource.as_deref());
+        match kind {
+            ("gamedeployment-operator", "hookruns", None) => second.runs_created += 1,
+            ("gamedeployment-operator", "pods", None) => second.pod_patches += 1,
+            ("gamedeployment-operator", "pods", Some("status")) => second.pod_status_gd += 1,
+            ("hook-operator", "hookruns", Some("status")) => second.run_status += 1,
+            (_, "pods", Some("status")) => second.pod_status_others += 1,
+            _ => second.other += 1,
+        }
+        second
+            .answer_ms
+            .push(event.stage_timestamp.duration_since(event.request_received_timestamp).as_secs_f64() * 1e3);
+    }
+    for (at, list) in [(true, successful), (false, changed)] {
+        for instant in list.values() {
+            let second = seconds.entry(instant.saturating_duration_since(started).as_secs() as i64).or_default();
+            if at { second.successful += 1 } else { second.changed += 1 }
+        }
+    }
+    // One pod's way through the roll, from the writes about it (in the order kube-sim answered them).
+    let mut by_pod: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
+    for event in audit.iter().filter(|e| e.succeeded() && e.resource == "pods" && e.verb == "patch") {
+        let at = event.stage_timestamp.duration_since(wall_start).as_secs_f64();
+        let stage = match (event.user.as_str(), event.subresource.as_deref()) {
+            ("gamedeployment-operator", None) => "gd pod",
+            ("gamedeployment-operator", Some("status")) => "gd status",
+            (_, Some("status")) => "kubelet",
+            _ => continue,
+        };
+        by_pod.entry(event.name.as_str()).or_default().push((stage, at));
+    }
+    let mut gaps: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (pod, stages) in &by_pod {
+        let nth = |stage: &str, n: usize| stages.iter().filter(|(s, _)| *s == stage).nth(n).map(|(_, at)| *at);
+        let (Some(hold), Some(image), Some(unready), Some(ready)) =
+            (nth("gd pod", 0), nth("gd pod", 1), nth("gd status", 0), nth("gd status", 1))
+        else {
+            continue;
+        };
+        let done = successful.get(*pod).map(|at| at.saturating_duration_since(started).as_secs_f64());
+        let kubelet_after = |t: f64| stages.iter().find(|(s, at)| *s == "kubelet" && *at > t).map(|(_, at)| *at);
+        let mut gap = |name, from: Option<f64>, to: Option<f64>| {
+            if let (Some(from), Some(to)) = (from, to) {
+                gaps.entry(name).or_default().push(to - from);
+            }
+        };
+        gap("1 hold → hook Successful", Some(hold), done);
+        gap("2 Successful → not ready (gd status)", done, Some(unready));
+        gap("3 not ready → image (gd pod)", Some(unready), Some(image));
+        gap("4 image → first kubelet status", Some(image), kubelet_after(image));
+        gap("5 image → ready (gd status)", Some(image), Some(ready));
+        gap("6 ready → kubelet Ready", Some(ready), kubelet_after(ready));
+        gap("7 hold → kubelet Ready", Some(hold), kubelet_after(ready));
+    }
+    for (name, mut values) in gaps {
+        values.sort_by(f64::total_cmp);
+        println!(
+            "  {name:<40} p50 {:>6.0} ms  p90 {:>6.0} ms  p99 {:>6.0} ms  ({} pods)",
+            percentile(&values, 0.5) * 1e3,
+            percentile(&values, 0.9) * 1e3,
+            percentile(&values, 0.99) * 1e3,
+            values.len()
+        );
+    }
+    println!(
+        "  second | runs created | pod patches | pod status (gd) | run status | pod status (kubelet) | other | answer ms mean / max | hooks Successful | pods changed"
+    );
+    for (at, s) in seconds.range(0..) {
+        let mean = s.answer_ms.iter().sum::<f64>() / s.answer_ms.len().max(1) as f64;
+        let max = s.answer_ms.iter().copied().fold(0.0, f64::max);
+        println!(
+            "  {at:>6} | {:>12} | {:>11} | {:>15} | {:>10} | {:>20} | {:>5} | {mean:>8.1} / {max:>6.0} | {:>16} | {:>12}",
+            s.runs_created,
+            s.pod_patches,
+            s.pod_status_gd,
+            s.run_status,
+            s.pod_status_others,
+            s.other,
+            s.successful,
+            s.changed
+        );
+    }
+}
+
 async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
     let pods = args.pods;
     println!(
@@ -751,6 +867,9 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
     table.row("fleet", "peak RSS: gamedeployment-op / hook-op", format!("{gd_peak:.0} MiB / {hook_peak:.0} MiB"));
     for (what, count) in &writes {
         println!("    writes {what}: {count}");
+    }
+    if args.timeline {
+        print_timeline(started, &audit.items, &successful, &changed);
     }
     let _ = gd_operator.child.kill().await;
     let _ = hook_operator.child.kill().await;
