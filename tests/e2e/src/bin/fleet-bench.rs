@@ -563,10 +563,11 @@ fn print_timeline(
     }
     let wall_start = k8s_openapi::jiff::Timestamp::now()
         - k8s_openapi::jiff::SignedDuration::try_from(started.elapsed()).unwrap_or_default();
+    // Seconds since the roll started at which kube-sim answered a request.
+    let answered = |event: &kube_sim::audit::AuditEvent| event.stage_timestamp.duration_since(wall_start).as_secs_f64();
     let mut seconds: BTreeMap<i64, Second> = BTreeMap::new();
     for event in audit.iter().filter(|e| e.succeeded() && e.verb != "get" && e.verb != "list" && e.verb != "watch") {
-        let at = event.stage_timestamp.duration_since(wall_start).as_secs_f64();
-        let second = seconds.entry(at.floor() as i64).or_default();
+        let second = seconds.entry(answered(event).floor() as i64).or_default();
         let kind = (event.user.as_str(), event.resource.as_str(), event.subresource.as_deref());
         match kind {
             ("gamedeployment-operator", "hookruns", None) => second.runs_created += 1,
@@ -580,16 +581,17 @@ fn print_timeline(
             .answer_ms
             .push(event.stage_timestamp.duration_since(event.request_received_timestamp).as_secs_f64() * 1e3);
     }
-    for (at, list) in [(true, successful), (false, changed)] {
-        for instant in list.values() {
-            let second = seconds.entry(instant.saturating_duration_since(started).as_secs() as i64).or_default();
-            if at { second.successful += 1 } else { second.changed += 1 }
-        }
+    let second_of = |instant: &Instant| instant.saturating_duration_since(started).as_secs() as i64;
+    for instant in successful.values() {
+        seconds.entry(second_of(instant)).or_default().successful += 1;
+    }
+    for instant in changed.values() {
+        seconds.entry(second_of(instant)).or_default().changed += 1;
     }
     // One pod's way through the roll, from the writes about it (in the order kube-sim answered them).
     let mut by_pod: HashMap<&str, Vec<(&str, f64)>> = HashMap::new();
     for event in audit.iter().filter(|e| e.succeeded() && e.resource == "pods" && e.verb == "patch") {
-        let at = event.stage_timestamp.duration_since(wall_start).as_secs_f64();
+        let at = answered(event);
         let stage = match (event.user.as_str(), event.subresource.as_deref()) {
             ("gamedeployment-operator", None) => "gd pod",
             ("gamedeployment-operator", Some("status")) => "gd status",
