@@ -25,6 +25,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,59 @@ thread_local! {
     static OVER: Cell<bool> = const { Cell::new(false) };
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
     static LATE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Process-wide hard cap (only in an evaluation worker process, see [`crate::isolation`]): bytes allocated and not
+/// freed by the whole process, and the most it may hold. An allocation past the cap *fails* (the allocator returns
+/// null), which ends the process at once: the hard bound that stops even a step between checkpoints.
+static CAPPED: AtomicBool = AtomicBool::new(false);
+static PROCESS_LIVE: AtomicIsize = AtomicIsize::new(0);
+static PROCESS_CAP: AtomicIsize = AtomicIsize::new(isize::MAX);
+/// Called once, just before a capped allocation fails (the process is about to abort); must not allocate.
+static ON_CAP: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Caps this process' live heap at `bytes` more than it holds now; `on_cap` runs (once, without allocating) when an
+/// allocation is refused, just before the process aborts. Only for a process that does nothing but evaluate.
+pub fn cap_process(bytes: usize, on_cap: fn()) {
+    let _ = ON_CAP.set(on_cap);
+    let now = PROCESS_LIVE.load(Ordering::Relaxed);
+    PROCESS_CAP.store(now.saturating_add(isize::try_from(bytes).unwrap_or(isize::MAX)), Ordering::Relaxed);
+    CAPPED.store(true, Ordering::Release);
+}
+
+/// Moves the cap to `bytes` above what the process holds now (a worker calls it between jobs, so each job gets the
+/// whole budget whatever the previous ones left allocated).
+pub fn recap_process(bytes: usize) {
+    let now = PROCESS_LIVE.load(Ordering::Relaxed);
+    PROCESS_CAP.store(now.saturating_add(isize::try_from(bytes).unwrap_or(isize::MAX)), Ordering::Relaxed);
+}
+
+/// Whether the process-wide cap admits `size` more bytes (and counts them if so).
+#[inline]
+fn admit(size: usize) -> bool {
+    if !CAPPED.load(Ordering::Relaxed) {
+        return true;
+    }
+    let size = size as isize;
+    let live = PROCESS_LIVE.fetch_add(size, Ordering::Relaxed).saturating_add(size);
+    if live > PROCESS_CAP.load(Ordering::Relaxed) {
+        PROCESS_LIVE.fetch_sub(size, Ordering::Relaxed);
+        static ONCE: AtomicBool = AtomicBool::new(false);
+        if !ONCE.swap(true, Ordering::Relaxed)
+            && let Some(on_cap) = ON_CAP.get()
+        {
+            on_cap();
+        }
+        return false;
+    }
+    true
+}
+
+#[inline]
+fn release(size: usize) {
+    if CAPPED.load(Ordering::Relaxed) {
+        PROCESS_LIVE.fetch_sub(size as isize, Ordering::Relaxed);
+    }
 }
 
 /// A global allocator that counts, per thread and only while an evaluation runs there, the bytes allocated and
@@ -64,18 +118,28 @@ fn note(delta: isize) {
 // thread-locals without destructors, which never allocate.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !admit(layout.size()) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let p = unsafe { self.0.alloc(layout) };
-        if !p.is_null() {
+        if p.is_null() {
+            release(layout.size());
+        } else {
             note(layout.size() as isize);
         }
         p
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !admit(layout.size()) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let p = unsafe { self.0.alloc_zeroed(layout) };
-        if !p.is_null() {
+        if p.is_null() {
+            release(layout.size());
+        } else {
             note(layout.size() as isize);
         }
         p
@@ -84,13 +148,21 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { self.0.dealloc(ptr, layout) };
+        release(layout.size());
         note(-(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let grows = new_size.saturating_sub(layout.size());
+        if grows > 0 && !admit(grows) {
+            return std::ptr::null_mut();
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let p = unsafe { self.0.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
+        if p.is_null() {
+            release(grows);
+        } else {
+            release(layout.size().saturating_sub(new_size));
             note(new_size as isize - layout.size() as isize);
         }
         p

@@ -29,7 +29,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a HookTemplate (or HookRun) once, locally, without a cluster, and print every measurement.
     /// Exits 0 only when the run ends Successful.
-    Check(CheckFlags),
+    Check(Box<CheckFlags>),
+    /// Internal: serve evaluation jobs on stdin/stdout (started by the operator itself; see `isolation`).
+    #[command(hide = true)]
+    Evaluator(crate::isolation::worker::WorkerFlags),
 }
 
 /// The controller (the default command).
@@ -93,9 +96,20 @@ pub struct EngineFlags {
     /// Memory one condition evaluation may use (allocated and not yet freed), in bytes.
     #[arg(long, default_value_t = 32 * 1024 * 1024, value_name = "BYTES")]
     pub condition_memory_bytes: usize,
-    /// Threads evaluating conditions (0: one per CPU, at least 2).
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    /// Evaluation workers (processes, or threads with `--condition-isolation thread`) for namespaces in good
+    /// standing (0: one per CPU, at least 2); one more serves the penalty lane.
+    #[arg(long, alias = "condition-workers", default_value_t = 0, value_name = "N")]
     pub condition_threads: usize,
+    /// Where answers are read and conditions judged when that is not cheap by construction: `process` (worker
+    /// processes with hard memory and time bounds) or `thread` (in-process, bounds checked at checkpoints only).
+    #[arg(long, default_value = "process", value_parser = ["process", "thread"], value_name = "KIND")]
+    pub condition_isolation: String,
+    /// The executable evaluation workers run (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub condition_worker_binary: Option<PathBuf>,
+    /// How long a namespace whose evaluation was stopped at a bound is served by the penalty lane only.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
+    pub condition_penalty: Duration,
     /// Web and Prometheus requests to addresses in this CIDR are refused (repeatable; checked after DNS
     /// resolution, added to the built-in denials of link-local and cloud metadata addresses).
     #[arg(long = "web-deny-cidr", value_name = "CIDR")]
@@ -169,6 +183,14 @@ impl EngineFlags {
                 memory: self.condition_memory_bytes,
             },
             condition_threads: self.condition_threads,
+            isolation: if self.condition_isolation == "thread" {
+                crate::isolation::Isolation::Threads
+            } else {
+                crate::isolation::Isolation::Processes(
+                    self.condition_worker_binary.clone().unwrap_or_else(crate::isolation::default_binary),
+                )
+            },
+            condition_penalty: self.condition_penalty,
             egress: crate::providers::egress::Policy::new(self.web_deny_cidr.clone(), self.web_allow_cidr.clone()),
             kubernetes_kinds: self.kubernetes_kinds.clone(),
             max_buffered_body_bytes: self.max_buffered_body_bytes,

@@ -25,6 +25,9 @@ pub enum EvalError {
     Run { which: &'static str, expression: String, result: String, reason: String },
     #[error("{which} `{expression}` returned {value} for result {result}; a condition must return true or false")]
     NotBool { which: &'static str, expression: String, result: String, value: String },
+    /// An error an evaluation worker reported, as it reported it.
+    #[error("{0}")]
+    Reported(String),
 }
 
 /// One environment for the whole process: it only holds pure functions.
@@ -172,7 +175,17 @@ pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, Ev
             EvalError::Rejected { which, expression: shown.clone(), reason }
         }
     })?;
-    let program = expr::compile(expression).map_err(|e| EvalError::Parse {
+    // expr-lang's compiler panics on some inputs its grammar accepts (`{'a': #}`, a map literal with `#` as a
+    // value): a tenant's text must never take a thread down.
+    let compiled = std::panic::catch_unwind(|| expr::compile(expression)).map_err(|panic| EvalError::Parse {
+        which,
+        expression: shown.clone(),
+        reason: format!(
+            "the expression language cannot compile it ({})",
+            one_line(&crate::budget::panic_message(panic.as_ref()))
+        ),
+    })?;
+    let program = compiled.map_err(|e| EvalError::Parse {
         which,
         expression: shown.clone(),
         reason: one_line(&e.to_string()),
@@ -239,8 +252,13 @@ pub fn condition(which: &'static str, expression: &str, result: &Value) -> Resul
     let outcome = ENVIRONMENT.run(&program, &Scope { result });
     if let Some(exceeded) = crate::budget::exceeded() {
         let reason = match exceeded {
-            crate::budget::Exceeded::Memory => "it needed more memory than a condition may use".to_string(),
-            crate::budget::Exceeded::Time => "it ran longer than a condition may run".to_string(),
+            crate::budget::Exceeded::Memory => {
+                "it needed more memory than a condition may use, the memory bound (--condition-memory-bytes)"
+                    .to_string()
+            }
+            crate::budget::Exceeded::Time => {
+                "it ran longer than a condition may run, the time bound (--condition-timeout)".to_string()
+            }
         };
         return Err(EvalError::Budget { which, expression: expression(), result: shown(), reason });
     }
@@ -367,54 +385,111 @@ fn loop_free(expression: &str) -> bool {
     true
 }
 
-/// [`judge`] under the pool's limits: inline when [`inline_safe`], else on the evaluation pool, queued fairly
-/// with the other conditions of `namespace`. Every way it can fail (the budget, a panic) is an [`EvalError`].
+/// [`judge`] under the evaluation bounds: inline when [`inline_safe`], else on the evaluator (worker processes in
+/// the operator, see [`crate::isolation`]), queued fairly with the other evaluations of `namespace`. Every way it
+/// can fail (a bound, a panic) is an [`EvalError`].
 pub async fn judge_bounded(
-    pool: &crate::budget::Pool,
+    evaluator: &crate::isolation::Evaluator,
     namespace: &str,
     success: Option<&str>,
     failure: Option<&str>,
     result: Value,
 ) -> Result<HookPhase, EvalError> {
     let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
-    let timeout = pool.limits.timeout;
-    let stopped = |stopped: crate::budget::Stopped, shown: String| {
-        let reason = match stopped {
-            crate::budget::Stopped::Panicked(message) => {
-                format!("the evaluation failed inside the operator ({message})")
-            }
-            crate::budget::Stopped::Late(_) => format!("no verdict within {}", crate::text::seconds(timeout)),
-        };
+    let limits = evaluator.limits();
+    let budget = |reason: String, shown: String| {
         let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
         Err(EvalError::Budget { which, expression, result: shown, reason })
     };
     if inline_safe(success, failure, &result) {
-        let deadline = std::time::Instant::now() + timeout;
-        let outcome = crate::budget::metered(pool.limits.memory, deadline, || {
+        let deadline = std::time::Instant::now() + limits.timeout;
+        let outcome = crate::budget::metered(limits.memory, deadline, || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, &result)))
         });
         return match outcome {
             Ok(verdict) => verdict,
-            Err(panic) => {
-                stopped(crate::budget::Stopped::Panicked(crate::budget::panic_message(panic.as_ref())), show(&result))
+            Err(panic) => budget(
+                format!("the evaluation failed inside the operator ({})", crate::budget::panic_message(panic.as_ref())),
+                show(&result),
+            ),
+        };
+    }
+    let shown = show(&result);
+    if let crate::isolation::Evaluator::Threads(pool) = evaluator {
+        let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
+        let outcome = pool
+            .run(namespace, move || {
+                let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
+                // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
+                drop(result);
+                verdict
+            })
+            .await;
+        return match outcome {
+            Ok(verdict) => verdict,
+            Err(crate::budget::Stopped::Panicked(message)) => {
+                budget(format!("the evaluation failed inside the operator ({message})"), shown)
+            }
+            Err(crate::budget::Stopped::Late(_)) => {
+                budget(format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
             }
         };
     }
-    // For the messages (the pool consumes `result`).
-    let shown = show(&result);
-    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
-    let outcome = pool
-        .run(namespace, move || {
-            let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
-            // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
-            drop(result);
-            verdict
-        })
-        .await;
-    match outcome {
-        Ok(verdict) => verdict,
-        Err(e) => stopped(e, shown),
+    let Some(json) = to_json(&result) else {
+        return budget("the value cannot be handed to an evaluation worker (not JSON)".into(), shown);
+    };
+    let job = crate::isolation::Job {
+        reading: crate::isolation::Reading::Value { display: shown.clone() },
+        success: success.map(str::to_string),
+        failure: failure.map(str::to_string),
+    };
+    drop(result);
+    let body = serde_json::to_vec(&json).unwrap_or_default();
+    drop(json);
+    match evaluator.run(namespace, job, body).await {
+        Ok(crate::isolation::Outcome { verdict, .. }) => match verdict {
+            crate::isolation::Verdict::Judged(phase) | crate::isolation::Verdict::Answered(phase, _) => Ok(phase),
+            crate::isolation::Verdict::Error(message) => Err(EvalError::Reported(message)),
+        },
+        Err(stopped) => budget(stop_reason(&stopped, limits), shown),
     }
+}
+
+/// Why an evaluation was stopped, naming the bound.
+fn stop_reason(stopped: &crate::isolation::Stopped, limits: crate::budget::Limits) -> String {
+    use crate::isolation::Stopped;
+    match stopped {
+        Stopped::Memory => format!(
+            "it needed more than {} of memory, the memory bound (--condition-memory-bytes)",
+            crate::text::bytes(limits.memory)
+        ),
+        Stopped::Time => {
+            format!("no verdict within {}, the time bound (--condition-timeout)", crate::text::seconds(limits.timeout))
+        }
+        Stopped::Crashed(how) => format!("the evaluation failed inside the operator ({how})"),
+        Stopped::Unavailable(why) => format!("it could not be evaluated: {why}"),
+        Stopped::Queued(waited) => format!(
+            "no evaluation worker within {}: this namespace's evaluations hit their bounds recently and run one at \
+             a time",
+            crate::text::seconds(*waited)
+        ),
+    }
+}
+
+/// `value` as JSON (what [`to_expr`] reads back); `None` for values JSON cannot hold (NaN, infinities, functions).
+pub fn to_json(value: &Value) -> Option<serde_json::Value> {
+    Some(match value {
+        Value::Nil => serde_json::Value::Null,
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::Integer(i) => serde_json::Value::from(*i),
+        Value::Float(f) => serde_json::Value::Number(serde_json::Number::from_f64(*f)?),
+        Value::String(s) => serde_json::Value::String(s.clone()),
+        Value::Array(items) => serde_json::Value::Array(items.iter().map(to_json).collect::<Option<_>>()?),
+        Value::Map(map) => {
+            serde_json::Value::Object(map.iter().map(|(k, v)| Some((k.clone(), to_json(v)?))).collect::<Option<_>>()?)
+        }
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -515,11 +590,15 @@ mod tests {
         assert!(matches!(err, EvalError::Run { .. }), "{err}");
     }
 
-    fn pool(timeout_ms: u64) -> std::sync::Arc<crate::budget::Pool> {
+    fn threads(timeout_ms: u64) -> std::sync::Arc<crate::budget::Pool> {
         crate::budget::Pool::new(
             1,
             crate::budget::Limits { timeout: std::time::Duration::from_millis(timeout_ms), memory: 32 << 20 },
         )
+    }
+
+    fn pool(timeout_ms: u64) -> crate::isolation::Evaluator {
+        crate::isolation::Evaluator::Threads(threads(timeout_ms))
     }
 
     fn big_result(n: i64) -> Value {
@@ -569,7 +648,7 @@ mod tests {
         ];
         for (success, failure, result) in cases {
             let value = to_expr(result);
-            let threads = pool(1000);
+            let threads = threads(1000);
             let (s, f, v) = (success.map(str::to_string), failure.map(str::to_string), value.clone());
             let pooled = threads.run("ns", move || judge(s.as_deref(), f.as_deref(), &v)).await.unwrap();
             assert!(inline_safe(*success, *failure, &value));
@@ -630,6 +709,12 @@ mod tests {
             judge_bounded(&pool(200), "ns", Some("result == 1"), None, Value::Integer(1)).await,
             Ok(HookPhase::Successful)
         );
+    }
+
+    #[test]
+    fn a_condition_the_compiler_panics_on_is_a_parse_error() {
+        let err = compile("successCondition", "len(map(result, {{'a': #}})) > 0").err().unwrap();
+        assert!(matches!(&err, EvalError::Parse { reason, .. } if reason.contains("cannot compile")), "{err}");
     }
 
     #[test]

@@ -417,7 +417,7 @@ fn case(report: &mut Report, target: &'static str, seed: u64, input: String, f: 
 pub const TARGETS: &[&str] = &["expression", "jsonpath", "template", "duration", "validation", "response", "answer"];
 
 /// Runs `cases` cases of each target, seeds `seed..seed+cases`. Conditions run on `pool` like measurements do.
-pub async fn run(pool: &crate::budget::Pool, cases: u64, seed: u64) -> Report {
+pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> Report {
     let mut report = Report::default();
     for s in seed..seed + cases {
         let mut g = Gen::new(s);

@@ -71,6 +71,12 @@ impl Path {
         Ok(path)
     }
 
+    /// Whether the path is member names only (`{$.age}`, `{.status.ready}`): at most one match, never more than
+    /// the document holds.
+    pub fn is_members_only(&self) -> bool {
+        self.names.is_some()
+    }
+
     pub fn written(&self) -> &str {
         &self.written
     }

@@ -13,6 +13,8 @@ pub mod engine;
 pub mod evaluate;
 pub mod fuzz;
 pub mod gc;
+pub mod hostile;
+pub mod isolation;
 pub mod jsonpath;
 pub mod local;
 pub mod measure;

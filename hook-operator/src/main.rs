@@ -18,11 +18,26 @@ use hook_operator::providers::Providers;
 use hook_operator::settings::EngineSettings;
 use prometheus_client::registry::Registry;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    // An evaluation worker needs no runtime: it reads jobs from stdin, one at a time.
+    if let Some(Command::Evaluator(flags)) = cli.command {
+        return hook_operator::isolation::worker::serve(flags);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("hook-operator: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Some(Command::Check(flags)) => hook_operator::check::run(flags).await,
+        Some(Command::Evaluator(_)) => ExitCode::FAILURE,
+        Some(Command::Check(flags)) => hook_operator::check::run(*flags).await,
         None => match operate(cli.run).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

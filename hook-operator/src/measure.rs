@@ -8,7 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::evaluate;
-use crate::providers::Providers;
+use crate::isolation::{Job, Verdict};
+use crate::providers::{Answer, Observation, Providers};
 
 /// Extra time granted beyond a provider's own timeout before the measurement is abandoned, so the provider
 /// reports its own (more precise) timeout message first.
@@ -67,7 +68,10 @@ pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, ar
         Ok(resolved) => resolved,
         Err(e) => return failed(started_at, crate::redact::text(&e.0, &[])),
     };
-    let mut taken = measure(providers, namespace, metric, &args, started_at).await;
+    // Host-name look-ups are counted per namespace (see providers::egress::lookup).
+    let mut taken = crate::providers::egress::NAMESPACE
+        .scope(std::sync::Arc::from(namespace), measure(providers, namespace, metric, &args, started_at))
+        .await;
     // Credentials never reach status, Events or logs: values read from Secrets, credential headers (Authorization,
     // Cookie, *token*, *key*, …), URL userinfo and
     // token query parameters are masked in what the measurement says.
@@ -111,23 +115,9 @@ async fn measure(
                     provider.kind(),
                 ),
                 Ok(Err(e)) => (HookPhase::Error, Some(e.0), None, provider.kind()),
-                Ok(Ok(observation)) => {
-                    let value = Some(observation.display);
-                    match observation.verdict {
-                        Some((phase, message)) => (phase, Some(message), value, provider.kind()),
-                        None => match evaluate::judge_bounded(
-                            &providers.conditions,
-                            namespace,
-                            metric.success_condition.as_deref(),
-                            metric.failure_condition.as_deref(),
-                            observation.result,
-                        )
-                        .await
-                        {
-                            Ok(phase) => (phase, verdict_message(metric, phase), value, provider.kind()),
-                            Err(e) => (HookPhase::Error, Some(e.to_string()), value, provider.kind()),
-                        },
-                    }
+                Ok(Ok(answer)) => {
+                    let (phase, message, value) = settle(providers, namespace, metric, answer).await;
+                    (phase, message, value, provider.kind())
                 }
             }
         }
@@ -145,5 +135,77 @@ async fn measure(
         finished_at,
         latency: clock.elapsed(),
         provider: kind,
+    }
+}
+
+/// What an answer says: the phase, the measurement's message and the value stored in status. Cheap answers are
+/// read and judged here; everything else on the evaluation workers, under their bounds (see
+/// [`crate::isolation`]).
+async fn settle(
+    providers: &Providers,
+    namespace: &str,
+    metric: &Metric,
+    answer: Answer,
+) -> (HookPhase, Option<String>, Option<String>) {
+    let (success, failure) = (metric.success_condition.as_deref(), metric.failure_condition.as_deref());
+    let raw = match answer {
+        Answer::Observed(observation) => return judge(providers, namespace, metric, observation).await,
+        Answer::Raw(raw) => raw,
+    };
+    let job = Job {
+        reading: raw.reading.clone(),
+        success: success.map(str::to_string),
+        failure: failure.map(str::to_string),
+    };
+    if raw.cheap() {
+        let observation = match job.read(&raw.response.body) {
+            Ok(observation) => observation,
+            Err(e) => return (HookPhase::Error, Some(e.0), None),
+        };
+        if observation.verdict.is_some() || evaluate::inline_safe(success, failure, &observation.result) {
+            return judge(providers, namespace, metric, observation).await;
+        }
+    }
+    let mut response = raw.response;
+    let body = std::mem::take(&mut response.body);
+    let outcome = providers.conditions.run(namespace, job.clone(), body).await;
+    // The answer's share of the buffered-bytes budget ends with its evaluation.
+    drop(response);
+    match outcome {
+        Ok(outcome) => {
+            let (phase, message) = match outcome.verdict {
+                Verdict::Judged(phase) => (phase, verdict_message(metric, phase)),
+                Verdict::Answered(phase, message) => (phase, Some(message)),
+                Verdict::Error(message) => (HookPhase::Error, Some(message)),
+            };
+            (phase, message, outcome.display)
+        }
+        Err(stopped) => (HookPhase::Error, Some(providers.conditions.explain(&job, &stopped)), None),
+    }
+}
+
+/// Judges a value already read: the provider's own verdict, or the conditions (inline when cheap, else on the
+/// evaluation workers).
+async fn judge(
+    providers: &Providers,
+    namespace: &str,
+    metric: &Metric,
+    observation: Observation,
+) -> (HookPhase, Option<String>, Option<String>) {
+    let value = Some(observation.display);
+    if let Some((phase, message)) = observation.verdict {
+        return (phase, Some(message), value);
+    }
+    match evaluate::judge_bounded(
+        &providers.conditions,
+        namespace,
+        metric.success_condition.as_deref(),
+        metric.failure_condition.as_deref(),
+        observation.result,
+    )
+    .await
+    {
+        Ok(phase) => (phase, verdict_message(metric, phase), value),
+        Err(e) => (HookPhase::Error, Some(e.to_string()), value),
     }
 }

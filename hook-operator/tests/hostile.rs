@@ -3,13 +3,25 @@
 //! `fuzz::CASE_DEADLINE`. `hook-fuzz` runs the same targets for longer.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
-use hook_operator::budget::{Limits, Pool};
+use hook_operator::budget::Limits;
 use hook_operator::fuzz;
+use hook_operator::isolation::{Evaluator, workers};
 use proptest::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_inputs_never_panic_and_stay_bounded() {
-    let pool = Pool::new(2, Limits::default());
+    // On the evaluation workers, as in the operator.
+    let pool = Evaluator::Processes(
+        workers::Workers::start(workers::Settings {
+            binary: env!("CARGO_BIN_EXE_hook-operator").into(),
+            workers: 2,
+            limits: Limits::default(),
+            max_body_bytes: 1 << 20,
+            penalty: std::time::Duration::from_secs(300),
+            queue_timeout: std::time::Duration::from_secs(30),
+        })
+        .unwrap(),
+    );
     let report = fuzz::run(&pool, 100, 1).await;
     assert_eq!(report.cases, 100 * fuzz::TARGETS.len());
     assert!(report.failures.is_empty(), "{:#?}", report.failures);

@@ -7,5 +7,6 @@ mod check;
 mod egress;
 mod finished_runs;
 mod hostile;
+mod hostile_corpus;
 mod providers;
 mod status_writes;

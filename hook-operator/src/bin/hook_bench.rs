@@ -106,6 +106,18 @@ struct Flags {
     /// before the fifth round, instead of moving the status into the round.
     #[arg(long, hide = true)]
     copy_status: bool,
+    /// The runs' `successCondition`. One with a predicate (`all([1, 2, 3], {# > 0}) && asInt(result) > 30`) is
+    /// judged on the evaluation workers instead of inline.
+    #[arg(long, default_value = "asInt(result) > 30")]
+    condition: String,
+    /// Namespaces next to the benchmark's whose runs hit their bounds at every measurement (the hostile corpus'
+    /// CPU and memory inputs in turn), measured at the same interval on the same evaluation workers; their own
+    /// measurements are not in the figures.
+    #[arg(long, default_value_t = 0)]
+    noisy_namespaces: usize,
+    /// Where conditions that are not cheap run: `process` (the operator's default) or `thread`.
+    #[arg(long, default_value = "process", value_parser = ["process", "thread"])]
+    condition_isolation: String,
     /// Internal: run only the HTTP server on this address and print the bound address.
     #[arg(long, hide = true)]
     serve: Option<SocketAddr>,
@@ -174,12 +186,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)]
 }
 
-fn run(i: usize, url: &str, interval: Duration) -> HookRun {
+fn run(i: usize, url: &str, interval: Duration, condition: &str, namespace: &str) -> HookRun {
     HookRun {
         metadata: ObjectMeta {
-            name: Some(format!("bench-{i}")),
-            namespace: Some("bench".into()),
-            uid: Some(format!("bench-{i}")),
+            name: Some(format!("{namespace}-{i}")),
+            namespace: Some(namespace.into()),
+            uid: Some(format!("{namespace}-{i}")),
             generation: Some(1),
             ..ObjectMeta::default()
         },
@@ -187,7 +199,7 @@ fn run(i: usize, url: &str, interval: Duration) -> HookRun {
             metrics: vec![Metric {
                 name: "webtest".into(),
                 interval: Some(common::duration::format_go(interval)),
-                success_condition: Some("asInt(result) > 30".into()),
+                success_condition: Some(condition.into()),
                 provider: MetricProvider {
                     web: Some(WebMetric {
                         url: url.to_string(),
@@ -305,11 +317,17 @@ async fn bench(flags: Flags) -> Result<(), String> {
             }
         })
     };
-    let settings = ProviderSettings { max_idle_per_host: flags.max_idle_per_host, ..ProviderSettings::default() };
+    let isolation = if flags.condition_isolation == "thread" {
+        hook_operator::isolation::Isolation::Threads
+    } else {
+        hook_operator::isolation::Isolation::Processes(hook_operator::isolation::default_binary())
+    };
+    let settings =
+        ProviderSettings { max_idle_per_host: flags.max_idle_per_host, isolation, ..ProviderSettings::default() };
     let providers = Providers::new(&settings, None).map_err(|e| e.0)?;
     let wakers = Wakers::default();
     let dispatcher = Dispatcher::with_lag_observer(
-        providers,
+        providers.clone(),
         metrics.clone(),
         EngineSettings { arm_ahead: flags.arm_ahead, keep_recorded: false, ..EngineSettings::default() },
         flags.max_in_flight,
@@ -317,13 +335,34 @@ async fn bench(flags: Flags) -> Result<(), String> {
         observer,
     );
 
+    // Noisy neighbours: their own dispatcher (no lag observer), the same providers and evaluation workers.
+    let noisy = Dispatcher::new(
+        providers.clone(),
+        Arc::new(Metrics::default()),
+        EngineSettings { keep_recorded: false, ..EngineSettings::default() },
+        flags.max_in_flight,
+        wakers.wake(),
+    );
+    let hostile = hook_operator::hostile::cases()?;
+    let worst: Vec<&str> = ["sort-of-split-in-a-loop", "map-of-repeats"]
+        .iter()
+        .filter_map(|name| hostile.iter().find(|c| c.name == *name).map(|c| c.success_condition.as_str()))
+        .collect();
+    let mut tasks = Vec::with_capacity(flags.runs + flags.noisy_namespaces);
+    for i in 0..flags.noisy_namespaces {
+        let condition = worst.get(i % worst.len().max(1)).copied().unwrap_or("true");
+        let hookrun = run(i, &url, flags.interval, condition, &format!("noisy-{i}"));
+        let (noisy, wakers) = (noisy.clone(), wakers.clone());
+        tasks.push(tokio::spawn(async move { local::drive_with(&noisy, &wakers, hookrun, |_| {}, true).await }));
+    }
+
     let started = Instant::now();
-    let mut tasks = Vec::with_capacity(flags.runs);
     let stagger = flags.interval.as_secs_f64() / flags.runs.max(1) as f64;
     let copy_status = flags.copy_status;
     for i in 0..flags.runs {
         let offset = Duration::from_secs_f64(stagger * i as f64);
-        let (dispatcher, wakers, hookrun) = (dispatcher.clone(), wakers.clone(), run(i, &url, flags.interval));
+        let hookrun = run(i, &url, flags.interval, &flags.condition, "bench");
+        let (dispatcher, wakers) = (dispatcher.clone(), wakers.clone());
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(tokio::time::Instant::from_std(started + offset)).await;
             local::drive_with(&dispatcher, &wakers, hookrun, |_| {}, !copy_status).await
@@ -365,6 +404,17 @@ async fn bench(flags: Flags) -> Result<(), String> {
         "hook-bench: {} runs, interval {:?}, server latency {:?}, window {:.1}s after {:?} warm-up",
         flags.runs, flags.interval, flags.latency, elapsed, flags.warmup
     );
+    println!("  condition                {} ({} evaluation)", flags.condition, flags.condition_isolation);
+    if flags.noisy_namespaces > 0 {
+        let stats = match &providers.conditions {
+            hook_operator::isolation::Evaluator::Processes(workers) => format!("{:?}", workers.stats()),
+            hook_operator::isolation::Evaluator::Threads(_) => "threads".into(),
+        };
+        println!(
+            "  noisy namespaces         {} at their bounds every measurement (workers: {stats})",
+            flags.noisy_namespaces
+        );
+    }
     println!(
         "  measurements started     {measurements} ({rate:.0}/s; ceiling runs/(interval+latency) = {ceiling:.0}/s, {:.1}% of it)",
         100.0 * rate / ceiling

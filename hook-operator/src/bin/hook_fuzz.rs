@@ -15,8 +15,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use hook_operator::budget::{Limits, Pool};
+use hook_operator::budget::Limits;
 use hook_operator::fuzz;
+use hook_operator::isolation::{Evaluator, workers};
 
 #[derive(Parser)]
 #[command(name = "hook-fuzz", about = "Hostile inputs for the hook-operator's parsers, evaluators and validation")]
@@ -32,7 +33,21 @@ struct Flags {
 #[tokio::main]
 async fn main() -> ExitCode {
     let flags = Flags::parse();
-    let pool = Pool::new(2, Limits::default());
+    // On the evaluation workers, as in the operator (the `hook-operator` executable next to this one).
+    let pool = match workers::Workers::start(workers::Settings {
+        binary: hook_operator::isolation::default_binary(),
+        workers: 2,
+        limits: Limits::default(),
+        max_body_bytes: 1 << 20,
+        penalty: std::time::Duration::from_secs(300),
+        queue_timeout: std::time::Duration::from_secs(30),
+    }) {
+        Ok(workers) => Evaluator::Processes(workers),
+        Err(e) => {
+            eprintln!("hook-fuzz: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let start = Instant::now();
     let report = fuzz::run(&pool, flags.cases, flags.seed).await;
     println!(

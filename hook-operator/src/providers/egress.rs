@@ -124,12 +124,84 @@ pub struct Resolver {
     pub policy: Arc<Policy>,
 }
 
+/// Host-name look-ups in flight at once, in the whole process. A look-up is a blocking `getaddrinfo` call on
+/// tokio's blocking pool that no timeout can cancel: the permit is held by the blocking call itself, so slow or
+/// hanging resolvers can occupy at most this many blocking threads.
+pub const MAX_LOOKUPS: usize = 32;
+/// Look-ups in flight at once for the runs of one namespace (see [`NAMESPACE`]).
+pub const MAX_LOOKUPS_PER_NAMESPACE: usize = 4;
+/// How long a measurement waits for a look-up.
+pub const LOOKUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+tokio::task_local! {
+    /// The namespace of the run whose measurement is running in this task (set by the measurement), so that
+    /// look-ups are counted per namespace.
+    pub static NAMESPACE: Arc<str>;
+}
+
+static LOOKUPS: std::sync::LazyLock<Arc<tokio::sync::Semaphore>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Semaphore::new(MAX_LOOKUPS)));
+static BY_NAMESPACE: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// A namespace's share of the look-ups, released when the blocking call ends.
+struct NamespaceShare(Option<Arc<str>>);
+
+impl NamespaceShare {
+    fn take() -> Result<Self, String> {
+        let Ok(namespace) = NAMESPACE.try_with(Arc::clone) else { return Ok(Self(None)) };
+        let mut counts = BY_NAMESPACE.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(namespace.clone()).or_default();
+        if *count >= MAX_LOOKUPS_PER_NAMESPACE {
+            return Err(format!(
+                "{MAX_LOOKUPS_PER_NAMESPACE} host-name look-ups of namespace {namespace:?} are already in flight \
+                 (the DNS bound per namespace)"
+            ));
+        }
+        *count += 1;
+        Ok(Self(Some(namespace)))
+    }
+}
+
+impl Drop for NamespaceShare {
+    fn drop(&mut self) {
+        if let Some(namespace) = self.0.take() {
+            let mut counts = BY_NAMESPACE.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(count) = counts.get_mut(&namespace) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    counts.remove(&namespace);
+                }
+            }
+        }
+    }
+}
+
+/// Resolves `host` within the look-up bounds (in flight per process and per namespace, and in time).
+pub async fn lookup(host: &str) -> Result<Vec<SocketAddr>, String> {
+    let share = NamespaceShare::take()?;
+    let permit = LOOKUPS.clone().try_acquire_owned().map_err(|_| {
+        format!("{MAX_LOOKUPS} host-name look-ups are already in flight (the operator's DNS bound); try again later")
+    })?;
+    let name = host.to_string();
+    let blocking = tokio::task::spawn_blocking(move || {
+        let _held = (permit, share);
+        std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), 0)).map(|a| a.collect::<Vec<_>>())
+    });
+    match tokio::time::timeout(LOOKUP_TIMEOUT, blocking).await {
+        Ok(Ok(Ok(addrs))) => Ok(addrs),
+        Ok(Ok(Err(e))) => Err(format!("looking up {host}: {e}")),
+        Ok(Err(e)) => Err(format!("looking up {host}: {e}")),
+        Err(_) => Err(format!("looking up {host}: no answer within {}", crate::text::seconds(LOOKUP_TIMEOUT))),
+    }
+}
+
 impl reqwest::dns::Resolve for Resolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let policy = self.policy.clone();
         let host = name.as_str().to_string();
         Box::pin(async move {
-            let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let resolved = lookup(&host).await?;
             let mut refused = Vec::new();
             let allowed: Vec<SocketAddr> = resolved
                 .into_iter()

@@ -122,6 +122,9 @@ pub struct Http {
 
 fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
+        // Proxies from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY) are ignored: a proxy would resolve host
+        // names and connect in the operator's stead, past the egress policy and the look-up bounds.
+        .no_proxy()
         .dns_resolver(Arc::new(Resolver { policy: egress.clone() }))
         .redirect(super::egress::redirects())
         // reqwest's default retry policy copies every request (headers, URI, extensions) before sending it, in case

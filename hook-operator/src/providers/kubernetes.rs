@@ -19,8 +19,19 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Observation, Provider, ProviderError, display};
+use super::{Answer, Observation, Provider, ProviderError, display};
 use crate::evaluate::to_expr;
+
+/// Label and annotation prefixes the operators themselves write and read (gates, lifecycle states, overrides): a
+/// template may read them but never write them, since a patch goes out with the operator's identity.
+pub const RESERVED_PREFIXES: &[&str] =
+    &["gamedeployment.tkex.tencent.com/", "lifecycle.apps.kruise.io/", "apps.kruise.io/", "io.tencent.bcs.dev/"];
+
+/// Why a patch may not write `key`, if it may not.
+fn reserved(key: &str) -> Option<&'static str> {
+    let lower = key.to_ascii_lowercase();
+    RESERVED_PREFIXES.iter().copied().find(|prefix| lower.starts_with(prefix))
+}
 
 /// Which part of the target object a field reads or writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +48,16 @@ impl FieldPath {
     /// only, another dotted path.
     pub fn parse(path: &str, for_patch: bool) -> Result<Self, String> {
         let path = path.trim();
+        if for_patch
+            && let Some(key) =
+                path.strip_prefix("metadata.annotations.").or_else(|| path.strip_prefix("metadata.labels."))
+            && let Some(prefix) = reserved(key)
+        {
+            return Err(format!(
+                "path {path:?}: keys under {prefix} belong to the operators (gates, lifecycle states, overrides) and \
+                 cannot be written by a hook; use a key of your own"
+            ));
+        }
         if let Some(key) = path.strip_prefix("metadata.annotations.") {
             return if key.is_empty() {
                 Err(format!("path {path:?} names no annotation"))
@@ -253,7 +274,11 @@ impl Kubernetes {
         Ok(resource)
     }
 
-    async fn call(
+    async fn call(&self, run_namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+        self.observe(run_namespace, metric, args).await.map(Answer::Observed)
+    }
+
+    async fn observe(
         &self,
         run_namespace: &str,
         metric: &Metric,
@@ -295,6 +320,14 @@ impl Kubernetes {
             }
             "patch" => {
                 let fields = fields(&spec.fields, true)?;
+                // A patch goes out with the operator's identity: only the run's own pod (args PodName), never
+                // another kind the template names.
+                if !(gvk.group.is_empty() && gvk.version == "v1" && gvk.kind == "Pod") {
+                    return Err(ProviderError(format!(
+                        "the kubernetes provider patches only the run's own pod (args PodName), not a {}",
+                        gvk.kind
+                    )));
+                }
                 let mut last_conflict = String::new();
                 for _ in 0..3 {
                     let object = get().await?;
@@ -347,7 +380,7 @@ impl Provider for Kubernetes {
         namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
         self.call(namespace, metric, args).boxed()
     }
 }
@@ -374,6 +407,23 @@ mod tests {
         );
         assert!(FieldPath::parse("metadata.annotations.", false).is_err());
         assert!(FieldPath::parse("a..b", false).is_err());
+    }
+
+    #[test]
+    fn a_patch_never_writes_the_operators_own_keys() {
+        for key in [
+            "metadata.labels.gamedeployment.tkex.tencent.com/skip-hook",
+            "metadata.annotations.gamedeployment.tkex.tencent.com/gate-bypass",
+            "metadata.labels.lifecycle.apps.kruise.io/state",
+            "metadata.labels.apps.kruise.io/specified-delete",
+            "metadata.annotations.io.tencent.bcs.dev/game-pod-deletion-cost",
+            "metadata.labels.Apps.Kruise.IO/specified-delete",
+        ] {
+            let refused = FieldPath::parse(key, true).unwrap_err();
+            assert!(refused.contains("belong to the operators"), "{key}: {refused}");
+            assert!(FieldPath::parse(key, false).is_ok(), "{key} can still be read");
+        }
+        assert!(FieldPath::parse("metadata.labels.kruise.io/other", true).is_ok());
     }
 
     #[test]

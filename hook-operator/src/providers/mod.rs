@@ -33,6 +33,35 @@ impl Observation {
     }
 }
 
+/// What a provider got back.
+#[derive(Debug)]
+pub enum Answer {
+    /// A value already read (the kubernetes provider's fields, bounded by the API server's object size).
+    Observed(Observation),
+    /// An answer as received, read (decoded, narrowed by the jsonPath) only under the evaluation bounds
+    /// (see [`crate::isolation`]).
+    Raw(Raw),
+}
+
+/// An answer's bytes and how to read them.
+#[derive(Debug)]
+pub struct Raw {
+    /// Holds its share of the buffered-bytes budget until the answer is judged.
+    pub response: http::Response,
+    pub reading: crate::isolation::Reading,
+    /// The jsonPath, parsed (to decide whether the answer can be read inline).
+    pub path: Option<Arc<crate::jsonpath::Path>>,
+}
+
+impl Raw {
+    /// Whether reading this answer is cheap by construction (see [`crate::isolation`]): small, and without a
+    /// path that can multiply it.
+    pub fn cheap(&self) -> bool {
+        self.response.body.len() <= crate::isolation::INLINE_BODY_BYTES
+            && self.path.as_ref().is_none_or(|p| p.is_members_only())
+    }
+}
+
 /// Why a measurement could not be taken; the text becomes the measurement's message, so it says exactly
 /// what went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,7 +91,7 @@ pub trait Provider: Send + Sync {
         namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Observation, ProviderError>>;
+    ) -> BoxFuture<'a, Result<Answer, ProviderError>>;
 }
 
 /// Limits and test aids shared by the providers.
@@ -82,8 +111,12 @@ pub struct ProviderSettings {
     pub max_idle_per_host: usize,
     /// Time and memory of one condition evaluation.
     pub condition_limits: crate::budget::Limits,
-    /// Threads evaluating conditions (0: one per CPU).
+    /// Threads or worker processes evaluating conditions (0: one per CPU, at least 2).
     pub condition_threads: usize,
+    /// Where evaluations that are not cheap by construction run (see [`crate::isolation`]).
+    pub isolation: crate::isolation::Isolation,
+    /// How long a namespace whose evaluation hit a bound stays in the penalty lane.
+    pub condition_penalty: Duration,
     /// Which addresses web and Prometheus requests may reach.
     pub egress: egress::Policy,
     /// Resources the kubernetes provider may touch (`pods`, `apps/deployments`).
@@ -105,6 +138,8 @@ impl Default for ProviderSettings {
             max_idle_per_host: 1024,
             condition_limits: crate::budget::Limits::default(),
             condition_threads: 0,
+            isolation: crate::isolation::Isolation::Threads,
+            condition_penalty: Duration::from_secs(300),
             egress: egress::Policy::default(),
             kubernetes_kinds: vec!["pods".to_string()],
             max_buffered_body_bytes: 16 * 1024 * 1024,
@@ -115,8 +150,8 @@ impl Default for ProviderSettings {
 
 /// Every provider, built once per process (HTTP connection pools, discovery caches).
 pub struct Providers {
-    /// Where conditions are evaluated (see [`crate::budget`]).
-    pub conditions: Arc<crate::budget::Pool>,
+    /// Where answers are read and conditions evaluated (see [`crate::isolation`]).
+    pub conditions: crate::isolation::Evaluator,
     web: web::Web,
     prometheus: prometheus::Prometheus,
     kubernetes: kubernetes::Kubernetes,
@@ -135,9 +170,28 @@ impl Providers {
             0 => std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
             n => n,
         };
+        let conditions = match &settings.isolation {
+            crate::isolation::Isolation::Threads => {
+                crate::isolation::Evaluator::Threads(crate::budget::Pool::new(threads, settings.condition_limits))
+            }
+            crate::isolation::Isolation::Processes(binary) => {
+                let limits = settings.condition_limits;
+                crate::isolation::Evaluator::Processes(
+                    crate::isolation::workers::Workers::start(crate::isolation::workers::Settings {
+                        binary: binary.clone(),
+                        workers: threads,
+                        limits,
+                        max_body_bytes: settings.max_body_bytes,
+                        penalty: settings.condition_penalty,
+                        queue_timeout: (limits.timeout * 10).max(Duration::from_secs(30)),
+                    })
+                    .map_err(ProviderError)?,
+                )
+            }
+        };
         Ok(Arc::new(Self {
             http: http.clone(),
-            conditions: crate::budget::Pool::new(threads, settings.condition_limits),
+            conditions,
             web: web::Web::new(http.clone()),
             prometheus: prometheus::Prometheus::new(http, settings.prometheus_timeout),
             kubernetes: kubernetes::Kubernetes::new(

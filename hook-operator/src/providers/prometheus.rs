@@ -14,7 +14,7 @@ use reqwest::{Method, Url};
 use serde::Deserialize;
 
 use super::http::{Http, body_excerpt};
-use super::{Observation, Provider, ProviderError};
+use super::{Answer, Observation, Provider, ProviderError, Raw};
 use crate::template::render;
 
 pub struct Prometheus {
@@ -122,7 +122,7 @@ impl Prometheus {
         Self { http, timeout }
     }
 
-    async fn query(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+    async fn query(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
         let spec = metric
             .provider
             .prometheus
@@ -142,7 +142,8 @@ impl Prometheus {
                 body_excerpt(&response.body)
             )));
         }
-        interpret(&response.body, &query)
+        // Read and judged under the evaluation bounds: see crate::isolation.
+        Ok(Answer::Raw(Raw { response, reading: crate::isolation::Reading::Prometheus { query }, path: None }))
     }
 }
 
@@ -160,7 +161,7 @@ impl Provider for Prometheus {
         namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
         self.query(namespace, metric, args).boxed()
     }
 }

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use reqwest::Method;
 
 use super::http::{Http, body_excerpt};
-use super::{Observation, Provider, ProviderError, display};
+use super::{Answer, Observation, Provider, ProviderError, Raw, display};
 use crate::evaluate::to_expr;
 use crate::jsonpath;
 use crate::template::render;
@@ -25,7 +25,7 @@ impl Web {
         Self { http }
     }
 
-    async fn call(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Observation, ProviderError> {
+    async fn call(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
         let web = metric.provider.web.as_ref().ok_or_else(|| ProviderError("provider.web is not set".into()))?;
         let url = render("url", &web.url, args)?;
         let mut headers = Vec::with_capacity(web.headers.len());
@@ -58,7 +58,9 @@ impl Web {
                 body_excerpt(&response.body)
             )));
         }
-        interpret_named(|| format!("{method} {url}"), &response.body, path.as_deref())
+        // Read (decoded, narrowed) and judged under the evaluation bounds: see crate::isolation.
+        let reading = crate::isolation::Reading::Web { what: format!("{method} {url}"), path: web.json_path.clone() };
+        Ok(Answer::Raw(Raw { response, reading, path }))
     }
 }
 
@@ -122,7 +124,7 @@ impl Provider for Web {
         namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Observation, ProviderError>> {
+    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
         self.call(namespace, metric, args).boxed()
     }
 }

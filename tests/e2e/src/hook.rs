@@ -132,3 +132,75 @@ pub fn start_gaps(run: &HookRun) -> Vec<i64> {
 pub use crate::FAST_ELECTION;
 
 pub const POLL: Duration = Duration::from_millis(200);
+
+/// Resident memory of process `pid` and its children (the hook-operator and its evaluation workers), in bytes.
+pub fn tree_rss(pid: u32) -> u64 {
+    let mut total = 0;
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    for entry in entries.flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let field = |name: &str| {
+            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        };
+        let own = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) == Some(pid);
+        if own || field("PPid:") == Some(u64::from(pid)) {
+            total += field("VmRSS:").unwrap_or(0) * 1024;
+        }
+    }
+    total
+}
+
+/// The chart's memory limit of the hook-operator, in bytes (`hookOperator.resources.limits.memory`).
+pub fn chart_memory_limit() -> u64 {
+    let values = std::fs::read_to_string(crate::repo_root().join("charts/gamedeployment-operators/values.yaml"))
+        .expect("values.yaml");
+    let values: serde_yaml::Value = serde_yaml::from_str(&values).expect("values.yaml is YAML");
+    let limit = values["hookOperator"]["resources"]["limits"]["memory"].as_str().expect("a memory limit").to_string();
+    let (number, unit) = limit.split_at(limit.find(|c: char| !c.is_ascii_digit()).unwrap_or(limit.len()));
+    let factor = match unit {
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ki" => 1 << 10,
+        "" => 1,
+        other => panic!("unit {other}"),
+    };
+    number.parse::<u64>().expect("a number") * factor
+}
+
+/// An HTTP/1.1 server on loopback answering `GET /<name>` with `answers[name]` (404 otherwise), one request per
+/// connection.
+pub async fn serve_answers(answers: std::collections::HashMap<String, Vec<u8>>) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bound");
+    let address = listener.local_addr().expect("address");
+    let answers = std::sync::Arc::new(answers);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let answers = answers.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&request);
+                let path = line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+                let (status, body) = match answers.get(&path) {
+                    Some(body) => ("200 OK", body.as_slice()),
+                    None => ("404 Not Found", &b"no such answer"[..]),
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(body).await;
+            });
+        }
+    });
+    address
+}

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::hook::{assert_completed, get_run, hook_pod, start_operator};
-use e2e::{Cluster, DEADLINE, repo_root, wait_for};
+use e2e::hook::{assert_completed, chart_memory_limit, get_run, hook_pod, serve_answers, start_operator, tree_rss};
+use e2e::{Cluster, DEADLINE, wait_for};
 
 const HOSTILE: &str = "len(0..1000000000000) > 0";
 
@@ -35,38 +35,6 @@ async fn apply(cluster: &Cluster, name: &str, text: &str) {
     let path = cluster.dir().join(format!("{name}.yaml"));
     std::fs::write(&path, text).expect("manifest written");
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
-}
-
-/// The chart's memory limit of the hook-operator, in bytes (`hookOperator.resources.limits.memory`).
-fn chart_memory_limit() -> u64 {
-    let values = std::fs::read_to_string(repo_root().join("charts/gamedeployment-operators/values.yaml")).unwrap();
-    let values: serde_yaml::Value = serde_yaml::from_str(&values).unwrap();
-    let limit = values["hookOperator"]["resources"]["limits"]["memory"].as_str().expect("a memory limit").to_string();
-    let (number, unit) = limit.split_at(limit.find(|c: char| !c.is_ascii_digit()).unwrap_or(limit.len()));
-    let factor = match unit {
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ki" => 1 << 10,
-        "" => 1,
-        other => panic!("unit {other}"),
-    };
-    number.parse::<u64>().unwrap() * factor
-}
-
-/// Resident memory of the hook-operator started for this cluster (found by its kubeconfig on the command line).
-fn operator_rss(cluster: &Cluster) -> Option<u64> {
-    let kubeconfig = cluster.kubeconfig().display().to_string();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if !(cmdline.contains("hook-operator") && cmdline.contains(&kubeconfig)) {
-            continue;
-        }
-        let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
-        let kb: u64 = status.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
-        return Some(kb * 1024);
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,7 +87,7 @@ spec:
     // 3 measurements 0.6 s apart (60 s scaled by 0.01): well under half a minute even on a loaded machine.
     assert!(started.elapsed() < Duration::from_secs(45), "the other runs took {:?}", started.elapsed());
 
-    let rss = operator_rss(&cluster).expect("the hook-operator process");
+    let rss = tree_rss(operator.pid().expect("the hook-operator process"));
     let limit = chart_memory_limit();
     println!("hook-operator RSS {} MiB (chart limit {} MiB)", rss >> 20, limit >> 20);
     assert!(rss < limit, "RSS {rss} >= chart limit {limit}");
@@ -173,4 +141,151 @@ async fn a_run_whose_probe_keeps_failing_says_so_while_running() {
     })
     .await;
     assert!(note.contains("webtest") && note.contains("cannot connect"), "{note}");
+}
+
+/// Creates namespace `name`.
+async fn namespace(cluster: &Cluster, name: &str) {
+    cluster.kubectl_ok(&["create", "namespace", name]).await;
+}
+
+/// A HookRun in `namespace` measuring `case`'s answer at `url` `count` times, `interval` apart.
+fn corpus_run(case: &hook_operator::hostile::Case, namespace: &str, url: &str, count: u32, interval: &str) -> String {
+    let text = hook_operator::hostile::template(case, url)
+        .replace("kind: HookTemplate", "kind: HookRun")
+        .replace(&format!("  name: {}\n", case.name), &format!("  name: {}\n  namespace: {namespace}\n", case.name));
+    let limit = if count > 1 { "consecutiveErrorLimit: 100000" } else { "consecutiveErrorLimit: 0" };
+    text.replace("consecutiveErrorLimit: 0", limit)
+        .replace("  - name: hostile\n", &format!("  - name: hostile\n    count: {count}\n    interval: {interval}\n"))
+}
+
+fn answers() -> (Vec<hook_operator::hostile::Case>, std::collections::HashMap<String, Vec<u8>>) {
+    let cases = hook_operator::hostile::cases().expect("the corpus loads");
+    let mut answers: std::collections::HashMap<String, Vec<u8>> =
+        cases.iter().map(|c| (c.name.clone(), c.answer.body())).collect();
+    answers.insert("polite".into(), br#"{"age": 45}"#.to_vec());
+    (cases, answers)
+}
+
+/// Every input of the hostile corpus (`hook-operator/testdata/hostile.yaml`) as a HookRun, each in a namespace of its
+/// own: each run ends `Error` with a message naming the bound it hit, and the hook-operator with its evaluation
+/// workers stays under the chart's memory limit throughout, never exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hostile_corpus_ends_at_its_bounds_and_the_operator_survives() {
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let (cases, answers) = answers();
+    let address = serve_answers(answers).await;
+    // The answers go up to 16 MiB (the issue's body cap), so the jsonPath, not the body size, is what bounds them.
+    let mut operator = start_operator(&cluster, &["--max-body-bytes", "16777216"]);
+    let pid = operator.pid().expect("the hook-operator runs");
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let peak = {
+        let sampling = sampling.clone();
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(tree_rss(pid));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            peak
+        })
+    };
+    for case in &cases {
+        let ns = format!("hostile-{}", case.name);
+        namespace(&cluster, &ns).await;
+        let url = format!("http://{address}/{}", case.name);
+        apply(&cluster, &case.name, &corpus_run(case, &ns, &url, 1, "1s")).await;
+    }
+    for case in &cases {
+        let ns = format!("hostile-{}", case.name);
+        let message = wait_for(&format!("run {} to end", case.name), DEADLINE, || async {
+            let out = cluster.kubectl(&["get", "hookrun", &case.name, "-n", &ns, "-o", "json"]).await;
+            let run: serde_json::Value = serde_json::from_str(&out.stdout).ok()?;
+            let phase = run["status"]["phase"].as_str()?.to_string();
+            matches!(phase.as_str(), "Successful" | "Failed" | "Error" | "Inconclusive").then(|| {
+                let measured = run["status"]["metricResults"][0]["measurements"][0]["message"].as_str().unwrap_or("");
+                (phase, measured.to_string())
+            })
+        })
+        .await;
+        assert_eq!(message.0, "Error", "{}: {}", case.name, message.1);
+        assert!(message.1.contains(&case.expect), "{}: {:?} does not say {:?}", case.name, message.1, case.expect);
+    }
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak = peak.await.expect("sampled");
+    let limit = chart_memory_limit();
+    println!("hook-operator with its workers: peak RSS {} MiB (chart limit {} MiB)", peak >> 20, limit >> 20);
+    assert!(peak < limit, "peak RSS {peak} >= chart limit {limit}");
+    assert!(operator.is_running(), "the operator never exits");
+}
+
+/// Three namespaces run the worst CPU and memory inputs continuously; a fourth namespace's 3-measurement run at
+/// `interval: 1s`, whose condition needs a full evaluation (a predicate), ends Successful on schedule: the
+/// namespaces at their bounds are served by the penalty lane only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_at_their_bounds_delay_only_themselves() {
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let (cases, answers) = answers();
+    let address = serve_answers(answers).await;
+    // Real intervals: the schedule is what is measured.
+    let mut operator = e2e::hook::start_operator_scaled(&cluster, "1", &["--max-body-bytes", "16777216"]);
+    let worst = ["sort-of-split-in-a-loop", "map-of-repeats", "wildcard-over-a-big-array"];
+    for (i, name) in worst.iter().enumerate() {
+        let case = cases.iter().find(|c| c.name == *name).expect("in the corpus");
+        let ns = format!("noisy-{i}");
+        namespace(&cluster, &ns).await;
+        apply(&cluster, &ns, &corpus_run(case, &ns, &format!("http://{address}/{name}"), 1000, "1s")).await;
+    }
+    // Steady state: each noisy namespace has had an evaluation stopped.
+    for (i, name) in worst.iter().enumerate() {
+        let ns = format!("noisy-{i}");
+        wait_for(&format!("{ns} to hit a bound"), DEADLINE, || async {
+            let out = cluster.kubectl(&["get", "hookrun", name, "-n", &ns, "-o", "json"]).await;
+            let run: serde_json::Value = serde_json::from_str(&out.stdout).ok()?;
+            let measurements = run["status"]["metricResults"][0]["measurements"].as_array()?;
+            measurements.iter().any(|m| m["message"].as_str().is_some_and(|t| t.contains("bound"))).then_some(())
+        })
+        .await;
+    }
+    namespace(&cluster, "polite").await;
+    let polite = format!(
+        r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookRun
+metadata:
+  name: polite
+  namespace: polite
+spec:
+  metrics:
+    - name: webtest
+      interval: 1s
+      count: 3
+      successCondition: "all([1, 2, 3], {{# > 0}}) && asInt(result) > 30"
+      provider:
+        web:
+          url: http://{address}/polite
+          jsonPath: "{{$.age}}"
+"#
+    );
+    let mut took = Vec::new();
+    for round in 0..3 {
+        let name = format!("polite-{round}");
+        let started = Instant::now();
+        apply(&cluster, &name, &polite.replace("name: polite\n", &format!("name: {name}\n"))).await;
+        let phase = wait_for(&format!("{name} to end"), DEADLINE, || async {
+            let out =
+                cluster.kubectl(&["get", "hookrun", &name, "-n", "polite", "-o", "jsonpath={.status.phase}"]).await;
+            let phase = out.stdout.trim().to_string();
+            matches!(phase.as_str(), "Successful" | "Failed" | "Error" | "Inconclusive").then_some(phase)
+        })
+        .await;
+        took.push(started.elapsed());
+        assert_eq!(phase, "Successful", "{name}");
+    }
+    println!("polite 3-measurement runs at interval 1s next to three namespaces at their bounds: {took:?}");
+    // 2 s of intervals plus the API round trips; generous for a loaded 2-core machine (the figure is printed).
+    for t in &took {
+        assert!(*t < Duration::from_secs(8), "a polite run took {t:?}: {took:?}");
+    }
+    assert!(operator.is_running(), "the operator never exits");
 }

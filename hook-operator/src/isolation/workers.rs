@@ -1,0 +1,378 @@
+//! The operator's side of the evaluation workers: a few `hook-operator evaluator` processes, the queues that feed
+//! them, and what happens at a bound (the process is killed or has aborted; a fresh one takes its place at once).
+//!
+//! Fairness has two layers:
+//!
+//! - **Namespaces take turns**: each lane keeps one queue per namespace and serves them round-robin.
+//! - **A namespace that hit a bound moves to the penalty lane**: when one of its evaluations is stopped (time,
+//!   memory, crash), its evaluations are served for [`Settings::penalty`] (renewed by every further stop) by one
+//!   worker of their own, run at the lowest CPU priority (`nice 19`). The normal workers never run them, so the
+//!   worst a namespace's conditions can do to the others is one stopped evaluation per penalty period.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::{Notify, oneshot};
+
+use super::Stopped;
+use super::job::{self, Job, OVER_MEMORY, Outcome};
+
+/// How the workers are started and bounded.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The `hook-operator` executable (it serves jobs as `hook-operator evaluator`).
+    pub binary: PathBuf,
+    /// Workers for namespaces in good standing (at least 1).
+    pub workers: usize,
+    pub limits: crate::budget::Limits,
+    pub max_body_bytes: usize,
+    /// How long a namespace stays in the penalty lane after an evaluation of its was stopped.
+    pub penalty: Duration,
+    /// Longest wait for a worker (queueing) before the evaluation is given up.
+    pub queue_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Normal,
+    Penalty,
+}
+
+struct Pending {
+    job: Job,
+    body: Vec<u8>,
+    reply: oneshot::Sender<Result<Outcome, Stopped>>,
+}
+
+#[derive(Default)]
+struct Turns {
+    by_namespace: HashMap<String, VecDeque<Pending>>,
+    turn: VecDeque<String>,
+}
+
+impl Turns {
+    fn push(&mut self, namespace: &str, pending: Pending) {
+        let queue = self.by_namespace.entry(namespace.to_string()).or_default();
+        if queue.is_empty() {
+            self.turn.push_back(namespace.to_string());
+        }
+        queue.push_back(pending);
+    }
+
+    fn pop(&mut self) -> Option<(String, Pending)> {
+        while let Some(namespace) = self.turn.pop_front() {
+            let Some(queue) = self.by_namespace.get_mut(&namespace) else { continue };
+            let pending = queue.pop_front();
+            if queue.is_empty() {
+                self.by_namespace.remove(&namespace);
+            } else {
+                self.turn.push_back(namespace.clone());
+            }
+            match pending {
+                // Its caller gave up waiting: skip it.
+                Some(p) if p.reply.is_closed() => continue,
+                Some(p) => return Some((namespace, p)),
+                None => continue,
+            }
+        }
+        None
+    }
+
+    fn take_namespace(&mut self, namespace: &str) -> VecDeque<Pending> {
+        self.turn.retain(|n| n != namespace);
+        self.by_namespace.remove(namespace).unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct Queues {
+    normal: Turns,
+    penalty: Turns,
+    /// Namespaces in the penalty lane, until when.
+    penalised: HashMap<String, Instant>,
+}
+
+/// The worker processes and their queues.
+pub struct Workers {
+    settings: Settings,
+    queues: Mutex<Queues>,
+    normal_ready: Notify,
+    penalty_ready: Notify,
+    stats: Mutex<Stats>,
+}
+
+/// Counters for metrics and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stats {
+    pub evaluated: u64,
+    pub stopped_time: u64,
+    pub stopped_memory: u64,
+    pub crashed: u64,
+    pub spawned: u64,
+}
+
+impl Workers {
+    /// Starts the lanes on the current tokio runtime (a lane starts its process with its first job).
+    pub fn start(settings: Settings) -> Result<Arc<Self>, String> {
+        if !settings.binary.is_file() {
+            return Err(format!(
+                "the evaluation worker {} does not exist (it is the hook-operator executable; set \
+                 --condition-worker-binary, or --condition-isolation thread)",
+                settings.binary.display()
+            ));
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "evaluation workers need a tokio runtime to be started from".to_string())?;
+        let workers = Arc::new(Self {
+            settings,
+            queues: Mutex::default(),
+            normal_ready: Notify::new(),
+            penalty_ready: Notify::new(),
+            stats: Mutex::default(),
+        });
+        let lanes = std::iter::repeat_n(Lane::Normal, workers.settings.workers.max(1)).chain([Lane::Penalty]);
+        for lane in lanes {
+            runtime.spawn(serve(Arc::downgrade(&workers), lane));
+        }
+        Ok(workers)
+    }
+
+    pub fn limits(&self) -> crate::budget::Limits {
+        self.settings.limits
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Whether `namespace` is in the penalty lane now.
+    pub fn penalised(&self, namespace: &str) -> bool {
+        self.queues().penalised.get(namespace).is_some_and(|until| *until > Instant::now())
+    }
+
+    fn queues(&self) -> MutexGuard<'_, Queues> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Stats)) {
+        if let Ok(mut stats) = self.stats.lock() {
+            f(&mut stats);
+        }
+    }
+
+    /// Evaluates `job` on a worker, queued with the other evaluations of `namespace`.
+    pub async fn run(&self, namespace: &str, job: Job, body: Vec<u8>) -> Result<Outcome, Stopped> {
+        if body.len() > self.settings.max_body_bytes {
+            return Err(Stopped::Memory);
+        }
+        let (reply, answer) = oneshot::channel();
+        let lane = {
+            let mut queues = self.queues();
+            let lane = match queues.penalised.get(namespace) {
+                Some(until) if *until > Instant::now() => Lane::Penalty,
+                Some(_) => {
+                    queues.penalised.remove(namespace);
+                    Lane::Normal
+                }
+                None => Lane::Normal,
+            };
+            let pending = Pending { job, body, reply };
+            match lane {
+                Lane::Normal => queues.normal.push(namespace, pending),
+                Lane::Penalty => queues.penalty.push(namespace, pending),
+            }
+            lane
+        };
+        self.ready(lane).notify_one();
+        match tokio::time::timeout(self.settings.queue_timeout, answer).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(Stopped::Unavailable("the evaluation worker stopped".into())),
+            Err(_) => Err(Stopped::Queued(self.settings.queue_timeout)),
+        }
+    }
+
+    fn ready(&self, lane: Lane) -> &Notify {
+        match lane {
+            Lane::Normal => &self.normal_ready,
+            Lane::Penalty => &self.penalty_ready,
+        }
+    }
+
+    fn next(&self, lane: Lane) -> Option<(String, Pending)> {
+        let mut queues = self.queues();
+        match lane {
+            Lane::Normal => queues.normal.pop(),
+            Lane::Penalty => queues.penalty.pop(),
+        }
+    }
+
+    /// `namespace`'s evaluation was stopped at a bound: its evaluations go to the penalty lane from now on (the
+    /// ones already waiting included).
+    fn penalise(&self, namespace: &str) {
+        let moved = {
+            let mut queues = self.queues();
+            queues.penalised.insert(namespace.to_string(), Instant::now() + self.settings.penalty);
+            let waiting = queues.normal.take_namespace(namespace);
+            let moved = !waiting.is_empty();
+            for pending in waiting {
+                queues.penalty.push(namespace, pending);
+            }
+            // Forget namespaces whose penalty ended long ago (bounded map).
+            if queues.penalised.len() > 4096 {
+                let now = Instant::now();
+                queues.penalised.retain(|_, until| *until > now);
+            }
+            moved
+        };
+        if moved {
+            self.penalty_ready.notify_one();
+        }
+        tracing::warn!(namespace, penalty = ?self.settings.penalty, "an evaluation was stopped at its bound: this namespace's evaluations run in the penalty lane");
+    }
+}
+
+/// One worker process and its pipes.
+struct Process {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+}
+
+/// Why an exchange with a worker ended without an outcome.
+enum Failure {
+    Time,
+    Memory,
+    Crashed(String),
+}
+
+impl Process {
+    fn spawn(settings: &Settings, lane: Lane) -> Result<Self, String> {
+        let mut child = Command::new(&settings.binary)
+            .arg("evaluator")
+            .arg("--memory-bytes")
+            .arg(settings.limits.memory.to_string())
+            .arg("--max-body-bytes")
+            .arg(settings.max_body_bytes.min(u32::MAX as usize).to_string())
+            .arg("--timeout")
+            .arg(format!("{}ms", settings.limits.timeout.as_millis().max(1)))
+            .env_clear()
+            // Memory a job freed goes back to the system at once: the worker's resident size follows its live
+            // bytes (mimalloc keeps freed pages 10 ms by default), so what it holds stays close to the budget.
+            .env("MIMALLOC_PURGE_DELAY", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting the evaluation worker {}: {e}", settings.binary.display()))?;
+        if lane == Lane::Penalty
+            && let Some(pid) = child.id()
+        {
+            // SAFETY: a plain system call on our own child's pid.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, pid, 19);
+            }
+        }
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("the evaluation worker has no pipes".into());
+        };
+        Ok(Self { child, stdin, stdout })
+    }
+
+    async fn exchange(&mut self, job: &Job, body: &[u8], timeout: Duration) -> Result<Outcome, Failure> {
+        // The header framed here, the body written as it is (no copy of a large answer).
+        let mut head = Vec::with_capacity(512);
+        job::write_header(&mut head, job, body.len()).map_err(|e| Failure::Crashed(e.to_string()))?;
+        let talk = async {
+            self.stdin.write_all(&head).await?;
+            self.stdin.write_all(body).await?;
+            self.stdin.flush().await?;
+            let mut len = [0u8; 4];
+            self.stdout.read_exact(&mut len).await?;
+            let len = u32::from_le_bytes(len);
+            if len == OVER_MEMORY {
+                return Ok(None);
+            }
+            if len > job::MAX_FRAME_BYTES {
+                return Err(std::io::Error::other(format!("an outcome of {len} bytes")));
+            }
+            let mut bytes = vec![0u8; len as usize];
+            self.stdout.read_exact(&mut bytes).await?;
+            Ok(Some(bytes))
+        };
+        match tokio::time::timeout(timeout, talk).await {
+            Err(_) => Err(Failure::Time),
+            Ok(Ok(None)) => Err(Failure::Memory),
+            Ok(Ok(Some(bytes))) => serde_json::from_slice(&bytes).map_err(|e| Failure::Crashed(e.to_string())),
+            Ok(Err(e)) => {
+                // The process died: say how.
+                let status = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+                Err(Failure::Crashed(match status {
+                    Ok(Ok(status)) => status.to_string(),
+                    _ => e.to_string(),
+                }))
+            }
+        }
+    }
+}
+
+/// Serves one lane with one process at a time, replacing it whenever a job stops it.
+async fn serve(workers: std::sync::Weak<Workers>, lane: Lane) {
+    let mut process: Option<Process> = None;
+    loop {
+        let Some(workers) = workers.upgrade() else { return };
+        let Some((namespace, pending)) = workers.next(lane) else {
+            let ready = workers.ready(lane);
+            // Wake at least every second to notice that the pool was dropped.
+            let _ = tokio::time::timeout(Duration::from_secs(1), ready.notified()).await;
+            continue;
+        };
+        // Started on the lane's first job, and after a job stopped the previous one: an idle lane costs no memory.
+        if process.is_none() {
+            match Process::spawn(&workers.settings, lane) {
+                Ok(p) => {
+                    workers.count(|s| s.spawned += 1);
+                    process = Some(p);
+                }
+                Err(e) => tracing::error!(error = %e, "cannot start an evaluation worker"),
+            }
+        }
+        let Some(worker) = process.as_mut() else {
+            let _ = pending.reply.send(Err(Stopped::Unavailable("no evaluation worker could be started".into())));
+            continue;
+        };
+        let result = worker.exchange(&pending.job, &pending.body, workers.settings.limits.timeout).await;
+        let answer = match result {
+            Ok(outcome) => {
+                workers.count(|s| s.evaluated += 1);
+                Ok(outcome)
+            }
+            Err(failure) => {
+                // Killed on drop (and reaped by tokio); a fresh process is started before the next job.
+                process = None;
+                workers.penalise(&namespace);
+                Err(match failure {
+                    Failure::Time => {
+                        workers.count(|s| s.stopped_time += 1);
+                        Stopped::Time
+                    }
+                    Failure::Memory => {
+                        workers.count(|s| s.stopped_memory += 1);
+                        Stopped::Memory
+                    }
+                    Failure::Crashed(how) => {
+                        workers.count(|s| s.crashed += 1);
+                        Stopped::Crashed(how)
+                    }
+                })
+            }
+        };
+        drop(pending.body);
+        let _ = pending.reply.send(answer);
+    }
+}
