@@ -499,3 +499,81 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
     }
     report
 }
+
+/// Resident memory of this process and its children (the evaluation workers), in bytes.
+pub fn tree_rss() -> u64 {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let field = |name: &str| {
+            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        };
+        let own = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) == Some(me);
+        if own || field("PPid:") == Some(u64::from(me)) {
+            total += field("VmRSS:").unwrap_or(0) * 1024;
+        }
+    }
+    total
+}
+
+/// The hostile corpus ([`crate::hostile`]) through `pool`: each case must end with an error that says what its
+/// `expect` says, within `deadline`, with this process and its workers under `max_rss` bytes the whole time
+/// (sampled every 10 ms). Prints one line per case.
+pub async fn corpus(pool: &crate::isolation::Evaluator, deadline: Duration, max_rss: u64) -> Report {
+    let mut report = Report::default();
+    let cases = match crate::hostile::cases() {
+        Ok(cases) => cases,
+        Err(e) => {
+            report.failures.push(Failure { target: "corpus", seed: 0, input: String::new(), problem: e });
+            return report;
+        }
+    };
+    for (i, case) in cases.iter().enumerate() {
+        report.cases += 1;
+        let job = crate::isolation::Job {
+            reading: crate::isolation::Reading::Web { what: "GET http://corpus/".into(), path: case.json_path.clone() },
+            success: Some(case.success_condition.clone()),
+            failure: None,
+        };
+        let body = case.answer.body();
+        let started = Instant::now();
+        let evaluation = pool.run("corpus", job.clone(), body);
+        tokio::pin!(evaluation);
+        let mut peak = tree_rss();
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut evaluation => break outcome,
+                () = tokio::time::sleep(Duration::from_millis(10)) => peak = peak.max(tree_rss()),
+            }
+        };
+        let took = started.elapsed();
+        report.slowest = report.slowest.max(took);
+        let message = match &outcome {
+            Ok(crate::isolation::Outcome { verdict: crate::isolation::Verdict::Error(m), .. }) => m.clone(),
+            Ok(other) => format!("no error: {other:?}"),
+            Err(stopped) => pool.explain(&job, stopped),
+        };
+        println!(
+            "  {:40} {:>5} MiB {:>7.0} ms  {}",
+            case.name,
+            peak >> 20,
+            took.as_secs_f64() * 1e3,
+            crate::text::excerpt(&message, 80)
+        );
+        let problem = if !message.contains(&case.expect) {
+            Some(format!("the message {message:?} does not say {:?}", case.expect))
+        } else if took > deadline {
+            Some(format!("took {took:?}, more than {deadline:?}"))
+        } else if peak > max_rss {
+            Some(format!("{} MiB resident, more than {} MiB", peak >> 20, max_rss >> 20))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            report.failures.push(Failure { target: "corpus", seed: i as u64, input: case.name.clone(), problem });
+        }
+    }
+    report
+}

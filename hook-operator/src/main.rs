@@ -66,6 +66,8 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
 
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let providers = Providers::new(&flags.engine.providers(), Some(client.clone())).map_err(|e| e.0)?;
+    providers.conditions.register(&mut registry);
     let health = Health::default();
     let listener = server::bind(flags.runtime.serve.metrics_address).await.map_err(|e| e.to_string())?;
     // The bound address (the flag may say port 0).
@@ -73,7 +75,6 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
     tracing::info!(%address, "serving /metrics, /healthz, /readyz");
     let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
 
-    let providers = Providers::new(&flags.engine.providers(), Some(client.clone())).map_err(|e| e.0)?;
     let election = LeaderElection::from_flags(client.clone(), &flags.runtime.leader_election, controller::COMPONENT)
         .map_err(|e| e.to_string())?;
     let options = Options {

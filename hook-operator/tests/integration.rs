@@ -8,5 +8,6 @@ mod egress;
 mod finished_runs;
 mod hostile;
 mod hostile_corpus;
+mod isolation;
 mod providers;
 mod status_writes;

@@ -28,6 +28,14 @@ struct Flags {
     /// First seed (cases use seed, seed+1, ...); a failure prints its seed to reproduce it.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run the hostile corpus (testdata/hostile.yaml) instead: each case must end at its bound within
+    /// `--case-deadline`, this process and its evaluation workers under `--max-rss-mib` throughout.
+    #[arg(long)]
+    corpus: bool,
+    #[arg(long, default_value = "2s", value_parser = common::runtime::flags::parse_duration)]
+    case_deadline: std::time::Duration,
+    #[arg(long, default_value_t = 100)]
+    max_rss_mib: u64,
 }
 
 #[tokio::main]
@@ -38,7 +46,7 @@ async fn main() -> ExitCode {
         binary: hook_operator::isolation::default_binary(),
         workers: 2,
         limits: Limits::default(),
-        max_body_bytes: 1 << 20,
+        max_body_bytes: 16 << 20,
         penalty: std::time::Duration::from_secs(300),
         queue_timeout: std::time::Duration::from_secs(30),
     }) {
@@ -49,6 +57,15 @@ async fn main() -> ExitCode {
         }
     };
     let start = Instant::now();
+    if flags.corpus {
+        println!("hostile corpus: case, peak RSS of hook-fuzz and its workers, time, message");
+        let report = fuzz::corpus(&pool, flags.case_deadline, flags.max_rss_mib << 20).await;
+        println!("cases: {}; failures: {}; slowest: {:?}", report.cases, report.failures.len(), report.slowest);
+        for failure in &report.failures {
+            println!("FAILED {}: {}", failure.input, failure.problem);
+        }
+        return if report.failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
     let report = fuzz::run(&pool, flags.cases, flags.seed).await;
     println!(
         "targets: {}; cases run: {}; failures: {}; slowest case: {:?}; total: {:?}",

@@ -77,6 +77,13 @@ pub enum Evaluator {
 }
 
 impl Evaluator {
+    /// Registers the evaluation workers' metrics (nothing for in-process threads).
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        if let Self::Processes(workers) = self {
+            workers.register(registry);
+        }
+    }
+
     pub fn limits(&self) -> crate::budget::Limits {
         match self {
             Self::Threads(pool) => pool.limits,

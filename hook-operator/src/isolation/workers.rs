@@ -15,6 +15,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{Notify, oneshot};
@@ -103,10 +108,24 @@ pub struct Workers {
     queues: Mutex<Queues>,
     normal_ready: Notify,
     penalty_ready: Notify,
-    stats: Mutex<Stats>,
+    metrics: WorkerMetrics,
 }
 
-/// Counters for metrics and tests.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndLabels {
+    /// `verdict` (an outcome came back), `time`, `memory` (stopped at that bound) or `crashed`.
+    pub end: &'static str,
+}
+
+/// The workers' Prometheus metrics (bounded labels: how an evaluation ended).
+#[derive(Clone, Default)]
+pub struct WorkerMetrics {
+    pub evaluations: Family<EndLabels, Counter>,
+    pub started: Counter,
+    pub penalised: Gauge,
+}
+
+/// Counters, as tests and benchmarks read them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Stats {
     pub evaluated: u64,
@@ -133,7 +152,7 @@ impl Workers {
             queues: Mutex::default(),
             normal_ready: Notify::new(),
             penalty_ready: Notify::new(),
-            stats: Mutex::default(),
+            metrics: WorkerMetrics::default(),
         });
         let lanes = std::iter::repeat_n(Lane::Normal, workers.settings.workers.max(1)).chain([Lane::Penalty]);
         for lane in lanes {
@@ -147,7 +166,31 @@ impl Workers {
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+        let ended = |end| self.metrics.evaluations.get_or_create(&EndLabels { end }).get();
+        Stats {
+            evaluated: ended("verdict"),
+            stopped_time: ended("time"),
+            stopped_memory: ended("memory"),
+            crashed: ended("crashed"),
+            spawned: self.metrics.started.get(),
+        }
+    }
+
+    /// Registers the workers' metrics under `hook_operator_`.
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("hook_operator");
+        r.register(
+            "evaluations",
+            "Evaluations on the worker processes, by how they ended (verdict, or stopped at the time or memory bound, \
+             or crashed)",
+            self.metrics.evaluations.clone(),
+        );
+        r.register("evaluation_workers_started", "Evaluation worker processes started", self.metrics.started.clone());
+        r.register(
+            "penalised_namespaces",
+            "Namespaces whose evaluations run in the penalty lane (one of them was stopped at a bound recently)",
+            self.metrics.penalised.clone(),
+        );
     }
 
     /// Whether `namespace` is in the penalty lane now.
@@ -159,10 +202,8 @@ impl Workers {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn count(&self, f: impl FnOnce(&mut Stats)) {
-        if let Ok(mut stats) = self.stats.lock() {
-            f(&mut stats);
-        }
+    fn ended(&self, end: &'static str) {
+        self.metrics.evaluations.get_or_create(&EndLabels { end }).inc();
     }
 
     /// Evaluates `job` on a worker, queued with the other evaluations of `namespace`.
@@ -177,6 +218,7 @@ impl Workers {
                 Some(until) if *until > Instant::now() => Lane::Penalty,
                 Some(_) => {
                     queues.penalised.remove(namespace);
+                    self.metrics.penalised.set(queues.penalised.len() as i64);
                     Lane::Normal
                 }
                 None => Lane::Normal,
@@ -222,11 +264,10 @@ impl Workers {
             for pending in waiting {
                 queues.penalty.push(namespace, pending);
             }
-            // Forget namespaces whose penalty ended long ago (bounded map).
-            if queues.penalised.len() > 4096 {
-                let now = Instant::now();
-                queues.penalised.retain(|_, until| *until > now);
-            }
+            // Forget namespaces whose penalty ended (bounded map, and the gauge counts only current penalties).
+            let now = Instant::now();
+            queues.penalised.retain(|_, until| *until > now);
+            self.metrics.penalised.set(queues.penalised.len() as i64);
             moved
         };
         if moved {
@@ -336,7 +377,7 @@ async fn serve(workers: std::sync::Weak<Workers>, lane: Lane) {
         if process.is_none() {
             match Process::spawn(&workers.settings, lane) {
                 Ok(p) => {
-                    workers.count(|s| s.spawned += 1);
+                    workers.metrics.started.inc();
                     process = Some(p);
                 }
                 Err(e) => tracing::error!(error = %e, "cannot start an evaluation worker"),
@@ -349,7 +390,7 @@ async fn serve(workers: std::sync::Weak<Workers>, lane: Lane) {
         let result = worker.exchange(&pending.job, &pending.body, workers.settings.limits.timeout).await;
         let answer = match result {
             Ok(outcome) => {
-                workers.count(|s| s.evaluated += 1);
+                workers.ended("verdict");
                 Ok(outcome)
             }
             Err(failure) => {
@@ -358,15 +399,15 @@ async fn serve(workers: std::sync::Weak<Workers>, lane: Lane) {
                 workers.penalise(&namespace);
                 Err(match failure {
                     Failure::Time => {
-                        workers.count(|s| s.stopped_time += 1);
+                        workers.ended("time");
                         Stopped::Time
                     }
                     Failure::Memory => {
-                        workers.count(|s| s.stopped_memory += 1);
+                        workers.ended("memory");
                         Stopped::Memory
                     }
                     Failure::Crashed(how) => {
-                        workers.count(|s| s.crashed += 1);
+                        workers.ended("crashed");
                         Stopped::Crashed(how)
                     }
                 })

@@ -1,0 +1,115 @@
+//! The evaluation workers (`hook_operator::isolation`) with the real `hook-operator` executable: a job past its
+//! deadline or its memory budget is stopped *while it runs* (the worker is killed or aborts), a fresh worker serves
+//! the next job at once, and the namespace that hit the bound is served by the penalty lane only, so another
+//! namespace's job does not wait behind it.
+
+use std::time::{Duration, Instant};
+
+use common::api::HookPhase;
+use hook_operator::budget::Limits;
+use hook_operator::isolation::workers::{Settings, Workers};
+use hook_operator::isolation::{Job, Reading, Stopped, Verdict};
+
+fn workers(normal: usize, timeout: Duration) -> std::sync::Arc<Workers> {
+    Workers::start(Settings {
+        binary: env!("CARGO_BIN_EXE_hook-operator").into(),
+        workers: normal,
+        limits: Limits { timeout, memory: 32 << 20 },
+        max_body_bytes: 16 << 20,
+        penalty: Duration::from_secs(300),
+        queue_timeout: Duration::from_secs(60),
+    })
+    .unwrap()
+}
+
+fn job(condition: &str) -> Job {
+    Job {
+        reading: Reading::Web { what: "GET http://x/".into(), path: Some("{$.age}".into()) },
+        success: Some(condition.into()),
+        failure: None,
+    }
+}
+
+const BRYAN: &[u8] = br#"{"name":"bryan","age":45}"#;
+const SPIN: &str = "all(0..9999, {len(sort(split(repeat('a,', 32000), ','))) > 0})";
+const GROW: &str = "len(map(0..9999, {repeat('a', 60000)})) > 0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_stopped_at_its_bound_and_a_fresh_worker_takes_the_next() {
+    let pool = workers(1, Duration::from_millis(500));
+    let outcome = pool.run("a", job("asInt(result) > 30 && all([1], {# > 0})"), BRYAN.to_vec()).await.unwrap();
+    assert_eq!(outcome.verdict, Verdict::Judged(HookPhase::Successful));
+    assert_eq!(outcome.display.as_deref(), Some("45"));
+
+    // Unbounded, this runs for about 20 s: stopped at 0.5 s.
+    let started = Instant::now();
+    assert_eq!(pool.run("a", job(SPIN), BRYAN.to_vec()).await, Err(Stopped::Time));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+
+    // Unbounded, this allocates 600 MB: refused past 32 MiB.
+    assert_eq!(pool.run("b", job(GROW), BRYAN.to_vec()).await, Err(Stopped::Memory));
+
+    // A fresh worker serves the next job of a namespace in good standing.
+    let outcome = pool.run("c", job("asInt(result) > 30 && all([1], {# > 0})"), BRYAN.to_vec()).await.unwrap();
+    assert_eq!(outcome.verdict, Verdict::Judged(HookPhase::Successful));
+    let stats = pool.stats();
+    assert_eq!((stats.stopped_time, stats.stopped_memory, stats.evaluated), (1, 1, 2), "{stats:?}");
+    assert!(pool.penalised("a") && pool.penalised("b") && !pool.penalised("c"));
+    let mut registry = prometheus_client::registry::Registry::default();
+    pool.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        r#"hook_operator_evaluations_total{end="time"} 1"#,
+        r#"hook_operator_evaluations_total{end="memory"} 1"#,
+        r#"hook_operator_evaluations_total{end="verdict"} 2"#,
+        "hook_operator_evaluation_workers_started_total 3",
+        "hook_operator_penalised_namespaces 2",
+    ] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_at_its_bounds_waits_in_the_penalty_lane_only() {
+    let pool = workers(1, Duration::from_secs(1));
+    // The first stop moves "noisy" to the penalty lane.
+    assert_eq!(pool.run("noisy", job(SPIN), BRYAN.to_vec()).await, Err(Stopped::Time));
+    assert!(pool.penalised("noisy"));
+    // Keep the penalty lane busy with noisy jobs, then time a polite namespace's job on the normal lane.
+    let noisy: Vec<_> = (0..4)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.run("noisy", job(SPIN), BRYAN.to_vec()).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let polite = pool.run("polite", job("all([1, 2, 3], {# > 0}) && asInt(result) > 30"), BRYAN.to_vec()).await;
+    let took = started.elapsed();
+    assert_eq!(polite.unwrap().verdict, Verdict::Judged(HookPhase::Successful));
+    println!("polite job next to a busy penalty lane: {took:?}");
+    // Behind even one noisy job it would take a second or more.
+    assert!(took < Duration::from_millis(900), "{took:?}");
+    for handle in noisy {
+        assert_eq!(handle.await.unwrap(), Err(Stopped::Time));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_read_under_the_bounds_too() {
+    let pool = workers(1, Duration::from_secs(1));
+    // 200,000 numbers under one key: `{$.*[*]}` copies the path for every match.
+    let numbers: Vec<String> = (0..200_000).map(|i| i.to_string()).collect();
+    let body = format!(r#"{{"k":[{}]}}"#, numbers.join(",")).into_bytes();
+    let wide = Job {
+        reading: Reading::Web { what: "GET http://x/".into(), path: Some("{$.*[*]}".into()) },
+        success: Some("len(result) > 0".into()),
+        failure: None,
+    };
+    let outcome = pool.run("wide", wide, body).await;
+    assert!(matches!(outcome, Err(Stopped::Memory | Stopped::Time)), "{outcome:?}");
+    // A body over the worker's limit is refused before it is sent.
+    let big = vec![b' '; (16 << 20) + 1];
+    assert_eq!(pool.run("big", job("true"), big).await, Err(Stopped::Memory));
+}
