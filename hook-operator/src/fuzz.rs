@@ -555,13 +555,11 @@ pub async fn corpus(pool: &crate::isolation::Evaluator, deadline: Duration, max_
             Ok(other) => format!("no error: {other:?}"),
             Err(stopped) => pool.explain(&job, stopped),
         };
-        println!(
-            "  {:40} {:>5} MiB {:>7.0} ms  {}",
-            case.name,
-            peak >> 20,
-            took.as_secs_f64() * 1e3,
-            crate::text::excerpt(&message, 80)
-        );
+        let ended = ["memory bound", "time bound", "recursion limit"]
+            .into_iter()
+            .find(|b| message.contains(b))
+            .map_or_else(|| crate::text::excerpt(&message, 80), str::to_string);
+        println!("  {:40} {:>5} MiB {:>7.0} ms  {ended}", case.name, peak >> 20, took.as_secs_f64() * 1e3);
         let problem = if !message.contains(&case.expect) {
             Some(format!("the message {message:?} does not say {:?}", case.expect))
         } else if took > deadline {
