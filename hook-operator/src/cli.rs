@@ -96,8 +96,9 @@ pub struct EngineFlags {
     /// Memory one condition evaluation may use (allocated and not yet freed), in bytes.
     #[arg(long, default_value_t = 32 * 1024 * 1024, value_name = "BYTES")]
     pub condition_memory_bytes: usize,
-    /// Evaluation workers (processes, or threads with `--condition-isolation thread`) for namespaces in good
-    /// standing (0: one per CPU, at least 2); one more serves the penalty lane.
+    /// Evaluation workers for namespaces in good standing (0: 2 worker processes; with `--condition-isolation
+    /// thread`, one thread per CPU, at least 2); one more serves the penalty lane. Each process may hold a job's body
+    /// and `--condition-memory-bytes` at once: size the memory limit for (N + 1) of them.
     #[arg(long, alias = "condition-workers", default_value_t = 0, value_name = "N")]
     pub condition_threads: usize,
     /// Where answers are read and conditions judged when that is not cheap by construction: `process` (worker

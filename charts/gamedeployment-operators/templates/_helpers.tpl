@@ -42,6 +42,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --max-inflight-measurements={{ .Values.hookOperator.maxInflightMeasurements }}
 - --max-inflight-per-namespace-percent={{ .Values.hookOperator.maxInflightPerNamespacePercent }}
 - --kubernetes-provider-kinds={{ join "," .Values.hookOperator.kubernetesProviderKinds }}
+- --condition-isolation={{ .Values.hookOperator.conditions.isolation }}
+- --condition-timeout={{ .Values.hookOperator.conditions.timeout }}
+- --condition-memory-bytes={{ int64 .Values.hookOperator.conditions.memoryBytes }}
+- --condition-threads={{ .Values.hookOperator.conditions.workers }}
+- --condition-penalty={{ .Values.hookOperator.conditions.penalty }}
 {{- if .Values.hookOperator.secretArgs.enabled }}
 - --secret-args
 {{- end }}

@@ -179,7 +179,9 @@ impl Providers {
                 crate::isolation::Evaluator::Processes(
                     crate::isolation::workers::Workers::start(crate::isolation::workers::Settings {
                         binary: binary.clone(),
-                        workers: threads,
+                        // Each worker may hold a job's body and its memory budget at once: a fixed default
+                        // keeps the operator's memory independent of the node's CPU count.
+                        workers: if settings.condition_threads == 0 { 2 } else { settings.condition_threads },
                         limits,
                         max_body_bytes: settings.max_body_bytes,
                         penalty: settings.condition_penalty,
