@@ -88,3 +88,30 @@ async fn switches_add_exactly_what_they_say() {
     assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
     assert!(policy.to_string().contains("10.0.0.0/8") && policy.to_string().contains("10.96.0.1/32"), "{policy}");
 }
+
+/// The hook-operator evaluates what templates control in worker processes with hard bounds by default, and the
+/// chart's memory limit holds the worst case: the operator's own ~60 MiB plus every worker (the normal ones and
+/// the penalty lane's) holding an answer of `--max-body-bytes` (1 MiB), its memory budget and ~10 MiB of its own.
+#[tokio::test]
+async fn conditions_run_in_bounded_workers_that_fit_the_memory_limit() {
+    let docs = render(json!({})).await;
+    let args = hook_args(&docs);
+    for flag in [
+        "--condition-isolation=process",
+        "--condition-timeout=1s",
+        "--condition-memory-bytes=33554432",
+        "--condition-threads=0",
+        "--condition-penalty=5m",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag} in {args:?}");
+    }
+    let limit = e2e::hook::chart_memory_limit();
+    // --condition-threads=0 means 2 worker processes, plus the penalty lane's.
+    let workers = 2 + 1;
+    let worst = (60 << 20) + workers * ((32 << 20) + (1 << 20) + (10 << 20));
+    assert!(worst <= limit, "{} MiB of workers and operator over the {} MiB limit", worst >> 20, limit >> 20);
+    let docs = render(json!({"hookOperator": {"conditions": {"isolation": "thread", "workers": 4}}})).await;
+    let args = hook_args(&docs);
+    assert!(args.contains(&"--condition-isolation=thread".to_string()), "{args:?}");
+    assert!(args.contains(&"--condition-threads=4".to_string()), "{args:?}");
+}
