@@ -210,3 +210,36 @@ async fn buffered_response_bytes_are_bounded_across_measurements() {
 fn bytes_chunk(byte: u8, n: usize) -> axum::body::Bytes {
     axum::body::Bytes::from(vec![byte; n])
 }
+
+/// Proxy settings from the environment are ignored: `hook-operator check` run with `HTTP_PROXY`/`ALL_PROXY` pointing
+/// at a counting server resolves `localhost` itself and reaches the endpoint directly; the "proxy" sees nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_from_the_environment_are_never_used() {
+    let (proxy, proxied) = counting().await;
+    let endpoint = serve(Router::new().fallback(get(|| async { r#"{"age":45}"# }))).await;
+    let dir = std::env::temp_dir().join(format!("no-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.yaml");
+    let template = format!(
+        "apiVersion: tkex.tencent.com/v1alpha1\nkind: HookTemplate\nmetadata: {{name: t}}\nspec:\n  metrics:\n  - name: \
+         web\n    successCondition: asInt(result) > 30\n    provider:\n      web:\n        url: \
+         http://localhost:{}/\n        jsonPath: '{{$.age}}'\n",
+        endpoint.port()
+    );
+    std::fs::write(&file, template).unwrap();
+    let proxy_url = format!("http://{proxy}");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_hook-operator"))
+        .args(["check", "-f", &file.display().to_string()])
+        .env("HTTP_PROXY", &proxy_url)
+        .env("http_proxy", &proxy_url)
+        .env("ALL_PROXY", &proxy_url)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .await
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(out.contains("Successful  value=45"), "{out}");
+    assert_eq!(proxied.load(Ordering::SeqCst), 0, "the proxy was used");
+}

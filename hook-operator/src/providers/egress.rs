@@ -284,3 +284,27 @@ mod tests {
         assert!(custom.check(ip("169.254.169.254")).is_err());
     }
 }
+
+#[cfg(test)]
+mod lookup_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_namespace_holds_at_most_its_share_of_look_ups() {
+        let namespace: Arc<str> = Arc::from("greedy");
+        let refused = NAMESPACE
+            .scope(namespace, async {
+                let held: Vec<NamespaceShare> =
+                    (0..MAX_LOOKUPS_PER_NAMESPACE).map(|_| NamespaceShare::take().unwrap()).collect();
+                let refused = NamespaceShare::take().err();
+                drop(held);
+                assert!(NamespaceShare::take().is_ok(), "shares come back when the look-ups end");
+                refused
+            })
+            .await;
+        assert!(refused.is_some_and(|m| m.contains("DNS bound per namespace")));
+        // Another namespace is not affected, and a look-up outside any run is not counted.
+        NAMESPACE.scope(Arc::from("other"), async { assert!(NamespaceShare::take().is_ok()) }).await;
+        assert!(lookup("localhost").await.is_ok_and(|addrs| !addrs.is_empty()));
+    }
+}
