@@ -292,6 +292,9 @@ enum Failure {
 }
 
 impl Process {
+    /// Spawned from a lane's task, that is from a runtime worker thread: `PR_SET_PDEATHSIG` fires when the
+    /// spawning *thread* ends, and runtime worker threads live as long as the runtime (a blocking-pool thread would
+    /// end after idling and take the worker with it).
     fn spawn(settings: &Settings, lane: Lane) -> Result<Self, String> {
         let mut child = Command::new(&settings.binary)
             .arg("evaluator")
