@@ -208,10 +208,11 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         return Ok(requeue_at(wake_at));
     }
     let mut round = ctx.dispatcher.plan(run, Timestamp::now());
-    // Coalesced writes (`Dispatcher::write_now`): phase changes and completions at once; progress of a running run at
-    // most once per --status-write-interval per run and --max-status-writes-per-second for the process, oldest
-    // waiting first. Progress that waits is recorded in memory and the due measurements start anyway; a restart
-    // meanwhile measures it again.
+    // Coalesced writes (`Dispatcher::write_now`): phase changes, completions and measurements that were not Successful
+    // (with the counters they move) at once, so they are stored before `commit` below starts the next measurement;
+    // successes of a running run at most once per --status-write-interval per run and --max-status-writes-per-second
+    // for the process, oldest waiting first. Successes that wait are recorded in memory and the due measurements start
+    // anyway; a restart meanwhile measures them again. A failed write commits nothing: the next round writes again.
     let written = if round.changed && ctx.dispatcher.write_now(&round) {
         // The shard's fence again, right before the write (planning took a moment).
         if !ctx.owns(&round.run) {

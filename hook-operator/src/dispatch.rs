@@ -15,6 +15,12 @@
 //! `min_interval`. Phase changes and completions never wait; a run's first write (`Running`) waits `min_interval`
 //! from its first round but no token, so a run that completes sooner writes only its completion
 //! ([`Dispatcher::write_now`]).
+//!
+//! Durability: a round that records a measurement that was not Successful, or otherwise moves a counter that decides
+//! against the run (failed, inconclusive, error, consecutiveError), is written at once, before its commit starts the
+//! next measurement ([`verdict_moved`]). A restart then never measures such a measurement again: it could answer
+//! differently (F S F recorded as S F S ended Successful). Only successes wait in memory; one lost to a restart is
+//! measured again, which can only delay a success.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
@@ -157,6 +163,18 @@ fn completes_within(round: &Round, slot: &Slot, within: std::time::Duration) -> 
                 && result.consecutive_error == 0
                 && due.is_some_and(|due| due <= by)
         })
+}
+
+/// Whether `planned` moves, for some metric, a counter that decides against the run compared with `stored` (what
+/// the API server holds): a measurement that was not Successful was recorded (failed, inconclusive or error grew), or
+/// a success ended an error streak (consecutiveError reset: losing that reset to a restart could let the next errors
+/// reach `consecutiveErrorLimit` when they would not have). Such a status is written before the next measurement.
+fn verdict_moved(stored: Option<&common::api::HookRunStatus>, planned: &common::api::HookRunStatus) -> bool {
+    let counters = |r: &common::api::MetricResult| (r.failed, r.inconclusive, r.error, r.consecutive_error);
+    planned.metric_results.iter().any(|metric| {
+        let before = stored.and_then(|s| s.metric_results.iter().find(|r| r.name == metric.name)).map(counters);
+        before.unwrap_or_default() != counters(metric)
+    })
 }
 
 /// `f` on `status` with its measurement histories set aside (put back after).
@@ -397,7 +415,9 @@ impl Dispatcher {
     }
 
     /// Whether the status a round planned must be written now. Never for an unchanged status; always for a phase
-    /// change, a completion and a run the budget granted its write; for a run without stored status once its first
+    /// change, a completion, a measurement that was not Successful and the counters it moves ([`verdict_moved`]:
+    /// durable before the next measurement, on the first write too and without a token) and a run the budget
+    /// granted its write; for a run without stored status once its first
     /// round is `min_interval` old (no token: a phase change, only later). Otherwise (progress
     /// only) when the run's last write is `min_interval` old, no run waits longer in the queue and the budget has a
     /// token, which this takes. `false`: call [`Dispatcher::commit_unwritten`] instead of writing.
@@ -406,7 +426,10 @@ impl Dispatcher {
             return false;
         }
         let stored_phase = round.run.status.as_ref().and_then(|s| s.phase);
-        if round.plan.completed || (stored_phase.is_some() && stored_phase != round.plan.status.phase) {
+        if round.plan.completed
+            || (stored_phase.is_some() && stored_phase != round.plan.status.phase)
+            || verdict_moved(round.run.status.as_ref(), &round.plan.status)
+        {
             return true;
         }
         let slots = self.slots();
@@ -961,13 +984,18 @@ mod tests {
 
     /// A measurement of metric `m` that finished (as if its task had delivered it).
     fn finish(d: &Dispatcher, uid: &str, id: u64, taken_before: i32) {
+        finish_as(d, uid, id, taken_before, HookPhase::Successful);
+    }
+
+    /// [`finish`] with the measurement's phase.
+    fn finish_as(d: &Dispatcher, uid: &str, id: u64, taken_before: i32, phase: HookPhase) {
         let now = Timestamp::now();
         let mut slots = d.slots();
         slots.get_mut(uid).expect("tracked").finished.push(Finished {
             id,
             metric: "m".into(),
             measurement: common::api::Measurement {
-                phase: Some(HookPhase::Successful),
+                phase: Some(phase),
                 started_at: Some(Time(now)),
                 finished_at: Some(Time(now)),
                 value: Some("45".into()),
@@ -1083,6 +1111,59 @@ mod tests {
         let stored = first_write(&d, &running("a", "1"), "2");
         finish(&d, "uid-a", 100, 0);
         assert!(d.write_now(&d.plan(Arc::new(stored), Timestamp::now())));
+    }
+
+    /// A measurement that is not Successful, and the counters it moves, are written before the run measures again
+    /// (the caller writes before [`Dispatcher::commit`] starts the next measurement): a restart between it and a
+    /// batched write would measure again and lose it, and `count: 3, failureLimit: 1` could record S F S for F S F
+    /// and end Successful. Also before a new run's first write, and without a token. A success that ends an error
+    /// streak is written too (it resets `consecutiveError`); other successes still wait for the budget.
+    #[tokio::test]
+    async fn a_measurement_that_is_not_successful_is_written_before_the_next_one() {
+        let d = dispatcher().with_status_writes(std::time::Duration::from_secs(60), 1);
+        let mut obj = running("a", "1");
+        let metric = &mut obj.spec.metrics[0];
+        (metric.failure_limit, metric.inconclusive_limit, metric.consecutive_error_limit) = (5, 5, Some(5));
+        // A new run: its first write waits, unless what it recorded is a failure.
+        let mut first = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert!(!d.write_now(&first));
+        d.commit_unwritten(&mut first);
+        finish_as(&d, "uid-a", 100, 0, HookPhase::Failed);
+        let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
+        assert_eq!(round.plan.status.phase, Some(HookPhase::Running), "still running: no phase change");
+        assert!(round.changed && d.write_now(&round), "a failure is written before the first write is due");
+        let mut stored = written(&round, "2");
+        d.commit(&round, Some(Arc::new(stored.clone())));
+        // The budget's only token is taken: durability needs none.
+        assert!(d.budget().take(Instant::now()));
+        let steps = [
+            (HookPhase::Successful, false, "a success waits"),
+            (HookPhase::Failed, true, "a failure"),
+            (HookPhase::Inconclusive, true, "an inconclusive measurement"),
+            (HookPhase::Error, true, "an error"),
+            (HookPhase::Error, true, "an error in a row"),
+            (HookPhase::Successful, true, "a success that resets consecutiveError"),
+            (HookPhase::Successful, false, "a success after a success waits"),
+        ];
+        // Measurements taken so far, the unwritten ones included (a finished measurement records how many it followed).
+        let mut taken = stored.status.as_ref().and_then(|s| s.metric_results.first()).map_or(0, schedule::taken);
+        for (step, (phase, durable, what)) in steps.into_iter().enumerate() {
+            finish_as(&d, "uid-a", 101 + step as u64, taken, phase);
+            let mut round = d.plan(Arc::new(stored.clone()), Timestamp::now());
+            taken = round.plan.status.metric_results.first().map_or(0, schedule::taken);
+            assert_eq!(round.plan.status.phase, Some(HookPhase::Running), "{what}");
+            assert!(round.changed);
+            assert_eq!(d.write_now(&round), durable, "{what}");
+            if durable {
+                stored = written(&round, &format!("{}", 3 + step));
+                d.commit(&round, Some(Arc::new(stored.clone())));
+            } else {
+                d.commit_unwritten(&mut round);
+            }
+        }
+        let result = &stored.status.as_ref().expect("written").metric_results[0];
+        assert_eq!((result.failed, result.inconclusive, result.error, result.consecutive_error), (2, 1, 2, 0));
+        d.forget("uid-a");
     }
 
     /// A new run's first write (`Running`, `startedAt`) waits `min_interval` from its first round, outside the

@@ -23,6 +23,7 @@ mod gamedeployment_rollout;
 mod gate_integrity;
 mod gitops_clean;
 mod hook_deadlines;
+mod hook_durability;
 mod hook_shards;
 mod hookrun_templates;
 mod hooks_inplace;
