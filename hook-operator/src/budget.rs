@@ -1,25 +1,17 @@
-//! Running conditions under a budget: on a small pool of dedicated threads (never on the async workers that
-//! renew the Lease and answer `/healthz`), with a deadline and a memory bound, fair between namespaces.
+//! Counting and capping what an evaluation allocates, and the in-process evaluation threads.
 //!
-//! `expr-lang` cannot be interrupted from outside, so the bounds work together with [`crate::syntax`]:
-//!
-//! - **Stack**: evaluation recurses over the syntax tree; pool threads have [`STACK_BYTES`] of stack, far more
-//!   than the deepest condition [`crate::syntax`] admits needs.
-//! - **Memory**: the process' global allocator is [`Counting`]: on a thread that is evaluating, it counts the
-//!   bytes allocated and not yet freed. When they exceed the budget the evaluation is marked over budget.
-//! - **Time**: every evaluation has a deadline.
-//! - **Checkpoints**: expr-lang asks its context for `result` on every use of it; [`Scope::get`] is where a
-//!   marked or late evaluation is stopped (it answers "no such variable", and the error is reported as the
-//!   budget being exceeded). Every way to repeat work or grow a value over and over goes through such a lookup,
-//!   because [`crate::syntax`] rules out the others (literal ranges only, none inside predicates, no `let`, no
-//!   `reduce`), and `repeat`, `replace` and `join` are replaced by versions that refuse results over
-//!   [`MAX_STRING_BYTES`].
-//! - **Fairness**: due evaluations wait in one queue per namespace and the pool threads take them round-robin,
-//!   so a namespace with slow conditions delays only itself.
-//!
-//! What is not bounded: between two checkpoints expr-lang may still do work proportional to the size of
-//! `result` (itself bounded by the response size limit), such as comparing it with `==` or `in`. An evaluation
-//! past its deadline is reported at once; its thread finishes that step and is then free again.
+//! - [`Counting`], the binaries' global allocator, counts per thread the bytes an evaluation allocated and has not
+//!   freed ([`metered`], read at checkpoints), and, in an evaluation worker process only, caps the whole process'
+//!   live heap ([`cap_process`]): an allocation past the cap fails and the worker aborts. That cap is the hard
+//!   memory bound of [`crate::isolation`]; the per-thread count gives the same bound a friendlier message when a
+//!   checkpoint comes first.
+//! - **Checkpoints**: expr-lang asks its context for `result` on every use of it; [`Scope::get`](crate::evaluate)
+//!   is where a marked or late evaluation is stopped early (it answers "no such variable", and the error is
+//!   reported as the bound being reached).
+//! - [`Pool`]: evaluation threads with large stacks and per-namespace round-robin queues, for
+//!   `--condition-isolation thread` and the library's tests. There the bounds are only the checkpoints: between two
+//!   of them expr-lang may still allocate or compute without limit, which is why the operator uses worker
+//!   processes by default.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
