@@ -93,6 +93,9 @@ pub struct SimConfig {
     pub audit_capacity: usize,
     /// Where Services named by admission webhooks (`clientConfig.service`) are reached.
     pub service_addresses: Vec<admission::ServiceAddress>,
+    /// The client certificates presented to admission webhooks, by webhook host
+    /// (`--admission-control-config-file`, see `admission::auth`).
+    pub admission_client_auth: admission::ClientAuth,
 }
 
 impl Default for SimConfig {
@@ -109,6 +112,7 @@ impl Default for SimConfig {
             max_body_bytes: 3 * 1024 * 1024,
             audit_capacity: 100_000,
             service_addresses: Vec::new(),
+            admission_client_auth: admission::ClientAuth::default(),
         }
     }
 }
@@ -171,6 +175,12 @@ impl SimHandle {
             port,
             address,
         });
+    }
+
+    /// Replaces the client certificates kube-sim presents to admission webhooks (by webhook host,
+    /// as the kubeconfig of kube-apiserver's `WebhookAdmissionConfiguration` names them).
+    pub fn set_admission_client_auth(&self, auth: admission::ClientAuth) {
+        self.admission.caller.set_client_auth(auth);
     }
 
     /// Every write request still in the bounded audit log, oldest first.
@@ -340,6 +350,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     for a in &config.service_addresses {
         admission.caller.set_service_address(a.clone());
     }
+    admission.caller.set_client_auth(config.admission_client_auth.clone());
     let state = Arc::new(server::AppState {
         registry: registry.clone(),
         faults: faults.clone(),

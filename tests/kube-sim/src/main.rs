@@ -82,6 +82,12 @@ struct Args {
     #[arg(long = "service-address")]
     service_address: Vec<kube_sim::admission::ServiceAddress>,
 
+    /// kube-apiserver's admission configuration (`AdmissionConfiguration`): the kubeconfig its
+    /// `ValidatingAdmissionWebhook` plugin names gives the client certificate presented to each
+    /// webhook host (`NAME.NAMESPACE.svc[:PORT]`, `*.NAMESPACE.svc`, `*`).
+    #[arg(long, value_name = "FILE")]
+    admission_control_config_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -145,6 +151,16 @@ async fn main() -> ExitCode {
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
+    let admission_client_auth = match &args.admission_control_config_file {
+        Some(path) => match kube_sim::admission::auth::load_admission_config(path) {
+            Ok(auth) => auth,
+            Err(e) => {
+                eprintln!("kube-sim: --admission-control-config-file: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => Default::default(),
+    };
     let config = SimConfig {
         addr: args.addr,
         kubelet: (!args.no_kubelet).then(|| args.kubelet.clone()),
@@ -155,6 +171,7 @@ async fn main() -> ExitCode {
         bookmark_interval: args.bookmark_interval,
         audit_capacity: args.audit_capacity,
         service_addresses: args.service_address.clone(),
+        admission_client_auth,
         ..SimConfig::default()
     };
     let sim = match kube_sim::start(config).await {

@@ -1,6 +1,7 @@
 //! Calling one webhook: where it is (URL, or a Service resolved to a local address), the HTTPS
 //! connection verified against `caBundle` for the name kube-apiserver verifies
-//! (`NAME.NAMESPACE.svc` for services), the AdmissionReview POST with its `?timeout=` and the
+//! (`NAME.NAMESPACE.svc` for services), the client certificate kube-apiserver would present for
+//! that host (`auth`, from `--admission-control-config-file`), the AdmissionReview POST with its `?timeout=` and the
 //! checks kube-apiserver makes on the answer. Errors read like kube-apiserver's
 //! (`Post "https://…?timeout=10s": dial tcp 127.0.0.1:1: connect: connection refused`).
 
@@ -11,6 +12,7 @@ use std::sync::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::auth::ClientAuth;
 use super::config::{Target, Webhook};
 use crate::store::{Store, object_key};
 
@@ -51,17 +53,24 @@ impl std::str::FromStr for ServiceAddress {
 #[derive(Debug)]
 pub struct CallError(pub String);
 
-/// What an HTTPS client is built for: CA bundle, host name, address it resolves to.
-type ClientKey = (Option<Vec<u8>>, String, Option<SocketAddr>);
+/// What an HTTPS client is built for: CA bundle, host name, address it resolves to, client
+/// certificate and key it presents.
+type ClientKey = (Option<Vec<u8>>, String, Option<SocketAddr>, Option<Vec<u8>>);
 
-/// Resolves services and keeps one HTTPS client per (CA bundle, host, address).
+/// Resolves services and keeps one HTTPS client per (CA bundle, host, address, identity).
 #[derive(Default)]
 pub struct Caller {
     services: RwLock<Vec<ServiceAddress>>,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
+    auth: RwLock<ClientAuth>,
 }
 
 impl Caller {
+    /// Replaces the client certificates presented to webhooks (by webhook host).
+    pub fn set_client_auth(&self, auth: ClientAuth) {
+        *self.auth.write().unwrap_or_else(|p| p.into_inner()) = auth;
+    }
+
     pub fn set_service_address(&self, a: ServiceAddress) {
         let mut s = self.services.write().unwrap_or_else(|p| p.into_inner());
         s.retain(|x| !(x.service == a.service && x.port == a.port));
@@ -120,8 +129,14 @@ impl Caller {
         Err(none())
     }
 
-    fn client(&self, ca: Option<&[u8]>, host: &str, addr: Option<SocketAddr>) -> Result<reqwest::Client, String> {
-        let key = (ca.map(<[u8]>::to_vec), host.to_string(), addr);
+    fn client(
+        &self,
+        ca: Option<&[u8]>,
+        host: &str,
+        addr: Option<SocketAddr>,
+        identity: Option<Vec<u8>>,
+    ) -> Result<reqwest::Client, String> {
+        let key = (ca.map(<[u8]>::to_vec), host.to_string(), addr, identity.clone());
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
@@ -138,6 +153,10 @@ impl Caller {
         if let Some(a) = addr {
             b = b.resolve(host, a);
         }
+        if let Some(pem) = identity {
+            let id = reqwest::Identity::from_pem(&pem).map_err(|e| format!("invalid client certificate: {e}"))?;
+            b = b.identity(id);
+        }
         let c = b.build().map_err(|e| format!("building the webhook client: {e}"))?;
         clients.insert(key, c.clone());
         Ok(c)
@@ -147,22 +166,24 @@ impl Caller {
     /// checks it.
     pub async fn call(&self, store: &Store, hook: &Webhook, review: &Value) -> Result<Value, CallError> {
         let timeout_param = format!("timeout={}s", hook.timeout.as_secs());
-        let (url, host, addr) = match &hook.target {
+        let (url, host, addr, target) = match &hook.target {
             Target::Url(u) => {
                 let sep = if u.contains('?') { '&' } else { '?' };
-                (format!("{u}{sep}{timeout_param}"), url_authority(u), None)
+                (format!("{u}{sep}{timeout_param}"), url_authority(u), None, url_authority(u))
             }
             Target::Service { namespace, name, path, port } => {
                 let host = format!("{name}.{namespace}.svc");
                 let url = format!("https://{host}:{port}{path}?{timeout_param}");
+                let target = format!("{host}:{port}");
                 match self.resolve(store, namespace, name, *port) {
-                    Ok(a) => (url, host, Some(a)),
+                    Ok(a) => (url, host, Some(a), target),
                     Err(e) => return Err(CallError(format!("failed to call webhook: Post {url:?}: {e}"))),
                 }
             }
         };
+        let identity = self.auth.read().unwrap_or_else(|p| p.into_inner()).for_target(&target).map(<[u8]>::to_vec);
         let client = self
-            .client(hook.ca_bundle.as_deref(), &host, addr)
+            .client(hook.ca_bundle.as_deref(), &host, addr, identity)
             .map_err(|e| CallError(format!("failed to call webhook: {e}")))?;
         let sent =
             client.post(&url).header("Accept", "application/json, */*").json(review).timeout(hook.timeout).send().await;

@@ -11,6 +11,7 @@
 //! themselves never reach webhooks. See `gate` for how a synchronous registry write waits
 //! for them, and `client` for where a webhook is reached.
 
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod gate;
@@ -19,6 +20,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+pub use auth::ClientAuth;
 pub use client::ServiceAddress;
 use config::Webhook;
 pub use gate::{Gate, Probed};
