@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use common::runtime::events::{EventSettings, EventSink};
 use common::runtime::flags::parse_duration;
 use common::runtime::{
     Health, LeaderElection, LeaderError, RuntimeError, RuntimeFlags, Shutdown, client, logging, server,
@@ -112,7 +113,12 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             let listener = webhook_server::bind(&webhook).await?;
             let address = axum::serve::Listener::local_addr(&listener).map_or(webhook.address, |a| a);
             tracing::info!(%address, "serving admission webhooks over HTTPS: /validate-pods, /validate-workload");
-            let router = webhook_server::router(client.clone(), &webhook, webhook_metrics, shutdown.clone());
+            let reporter = Reporter {
+                controller: "gamedeployment-operator".into(),
+                instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
+            };
+            let events = EventSink::start_with(client.clone(), reporter, EventSettings::default(), Default::default());
+            let router = webhook_server::router(client.clone(), &webhook, webhook_metrics, events, shutdown.clone());
             Some(tokio::spawn(webhook_server::serve(listener, router, shutdown.clone())))
         }
         None => None,

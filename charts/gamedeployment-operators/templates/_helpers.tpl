@@ -31,6 +31,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --webhook-cert-dir=/etc/gamedeployment-operator/webhook-tls
 - --webhook-operator-user=system:serviceaccount:{{ .Release.Namespace }}:{{ include "gdo.fullname" . }}-gamedeployment
 - --pod-gate-deadline={{ $w.podGate.deadline }}
+- --max-pod-gate-deadline={{ $w.podGate.maxDeadline }}
+{{- if $w.clientAuth.enabled }}
+- --webhook-client-ca=/etc/gamedeployment-operator/webhook-client-ca/ca.crt
+{{- end }}
+{{- if $w.clientAuth.unverifiedMayMark }}
+- --webhook-unverified-may-mark
+{{- end }}
 {{- range $w.podGate.privilegedGroups }}
 - --pod-gate-privileged-group={{ . }}
 {{- end }}

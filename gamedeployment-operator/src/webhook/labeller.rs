@@ -8,6 +8,11 @@
 //! opted-in GameDeployment with the label already (`planner::scale::create::build`), so this labels the pods that
 //! existed before the opt-in (and removes the label after an opt-out). A failed patch is retried after
 //! [`RETRY_AFTER`].
+//!
+//! It also ends marks with what they mark: a pod that carries the webhook's mark time ([`MARKED_AT`]) but no longer
+//! the mark ([`SPECIFIED_DELETE`] removed by the user: the request was cancelled, the pod is back to `Normal`) has
+//! the mark time removed, in the same patch and under a `resourceVersion` precondition, so a new mark written
+//! meanwhile is never erased. (The webhook does not count a mark time without its label either: `verdict::pod_gate`.)
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -24,8 +29,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::POD_GATE;
 use super::verdict::opted_in;
+use super::{MARKED_AT, POD_GATE, SPECIFIED_DELETE};
 use crate::ownership;
 
 /// Delay before a GameDeployment whose pod patch failed is scanned again.
@@ -38,6 +43,46 @@ fn wanted(gd: &GameDeployment) -> bool {
 
 fn labelled(pod: &PartialObjectMeta<Pod>) -> bool {
     pod.labels().get(POD_GATE).is_some_and(|v| v == "true")
+}
+
+/// Carries a mark time whose mark is gone (a cancelled deletion request).
+fn stale_mark(pod: &PartialObjectMeta<Pod>) -> bool {
+    pod.annotations().contains_key(MARKED_AT) && pod.labels().get(SPECIFIED_DELETE).is_none_or(|v| v != "true")
+}
+
+/// What a pod of `gd` needs: the pod-gate label set or removed, and a stale mark time removed.
+fn fix(pod: &PartialObjectMeta<Pod>, gd: &GameDeployment) -> Fix {
+    Fix { label: (labelled(pod) != wanted(gd)).then(|| wanted(gd)), clear_mark: stale_mark(pod) }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fix {
+    /// `Some(want)`: set (`true`) or remove the pod-gate label.
+    label: Option<bool>,
+    /// Remove [`MARKED_AT`].
+    clear_mark: bool,
+}
+
+impl Fix {
+    fn is_empty(self) -> bool {
+        self.label.is_none() && !self.clear_mark
+    }
+
+    /// The merge patch; a mark time is only removed from the version of the pod it was seen on.
+    fn patch(self, resource_version: Option<&str>) -> serde_json::Value {
+        let mut metadata = serde_json::Map::new();
+        if let Some(want) = self.label {
+            let value = if want { json!("true") } else { json!(null) };
+            metadata.insert("labels".into(), json!({ POD_GATE: value }));
+        }
+        if self.clear_mark {
+            metadata.insert("annotations".into(), json!({ MARKED_AT: null }));
+            if let Some(rv) = resource_version {
+                metadata.insert("resourceVersion".into(), json!(rv));
+            }
+        }
+        json!({ "metadata": metadata })
+    }
 }
 
 fn controller_uid(pod: &PartialObjectMeta<Pod>) -> Option<&str> {
@@ -97,7 +142,8 @@ impl Labeller {
                 };
                 let key = ObjectRef::new(&owner.name).within(&pod.namespace().unwrap_or_default());
                 let Some(gd) = self.gds.get(&key).filter(|gd| gd.metadata.uid.as_deref() == Some(uid)) else { return };
-                if labelled(&pod) != wanted(&gd) && !self.patch(&pod, wanted(&gd)).await {
+                let fix = fix(&pod, &gd);
+                if !fix.is_empty() && !self.patch(&pod, fix).await {
                     self.retry_later(key);
                 }
             }
@@ -129,15 +175,16 @@ impl Labeller {
     /// Brings every pod of `gd` in line (a retry is scheduled when a patch fails).
     async fn sync_all(&self, gd: &GameDeployment) {
         let uid = gd.metadata.uid.as_deref();
-        let want = wanted(gd);
         let stale: Vec<_> = self
             .pods
             .state()
             .into_iter()
-            .filter(|p| controller_uid(p).is_some() && controller_uid(p) == uid && labelled(p) != want)
+            .filter(|p| controller_uid(p).is_some() && controller_uid(p) == uid)
+            .map(|p| (fix(&p, gd), p))
+            .filter(|(fix, _)| !fix.is_empty())
             .collect();
         let failed = stream::iter(stale)
-            .map(|pod| async move { self.patch(&pod, want).await })
+            .map(|(fix, pod)| async move { self.patch(&pod, fix).await })
             .buffer_unordered(16)
             .filter(|ok| std::future::ready(!ok))
             .count()
@@ -155,23 +202,63 @@ impl Labeller {
         });
     }
 
-    /// Sets (or removes) the label with a merge patch; `false` when the patch failed for another reason than the
-    /// pod being gone.
-    async fn patch(&self, pod: &PartialObjectMeta<Pod>, want: bool) -> bool {
+    /// Applies `fix` with a merge patch; `false` when the patch failed for another reason than the pod being gone or
+    /// having changed since (a newer version comes through the watch and is looked at again).
+    async fn patch(&self, pod: &PartialObjectMeta<Pod>, fix: Fix) -> bool {
         let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        let value = if want { json!("true") } else { json!(null) };
-        let patch = json!({"metadata": {"labels": {POD_GATE: value}}});
+        let patch = fix.patch(pod.metadata.resource_version.as_deref());
         match pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => {
-                tracing::debug!(pod = %name, %namespace, label = want, "pod-gate label updated");
+                tracing::debug!(pod = %name, %namespace, ?fix, "pod-gate label or mark time updated");
                 true
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => true,
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => true,
             Err(e) => {
                 tracing::warn!(pod = %name, %namespace, error = %e, "updating the pod-gate label failed; retrying");
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> PartialObjectMeta<Pod> {
+        let map = |kv: &[(&str, &str)]| Some(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        PartialObjectMeta {
+            metadata: ObjectMeta {
+                labels: map(labels),
+                annotations: map(annotations),
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
+            ..PartialObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_mark_time_without_its_mark_is_removed_from_the_version_it_was_seen_on() {
+        let cancelled = meta(&[(POD_GATE, "true")], &[(MARKED_AT, "2026-01-01T00:00:00Z")]);
+        assert!(stale_mark(&cancelled));
+        let fix = Fix { label: None, clear_mark: true };
+        assert_eq!(
+            fix.patch(cancelled.metadata.resource_version.as_deref()),
+            json!({"metadata": {"annotations": {MARKED_AT: null}, "resourceVersion": "42"}})
+        );
+        // Still marked, or never marked: nothing to clear.
+        let marked = meta(&[(SPECIFIED_DELETE, "true")], &[(MARKED_AT, "2026-01-01T00:00:00Z")]);
+        assert!(!stale_mark(&marked));
+        assert!(!stale_mark(&meta(&[], &[])));
+        // A label other than "true" is no mark.
+        assert!(stale_mark(&meta(&[(SPECIFIED_DELETE, "false")], &[(MARKED_AT, "x")])));
+        // The label alone goes without a precondition (its value is the same whoever writes it).
+        assert_eq!(
+            Fix { label: Some(false), clear_mark: false }.patch(Some("42")),
+            json!({"metadata": {"labels": {POD_GATE: null}}})
+        );
     }
 }

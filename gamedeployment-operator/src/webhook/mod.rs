@@ -70,6 +70,30 @@ pub struct WebhookFlags {
     /// (a GameDeployment overrides it with the annotation `gamedeployment.tkex.tencent.com/pod-gate-deadline`).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = parse_duration)]
     pub pod_gate_deadline: Duration,
+    /// The longest pod-gate deadline any GameDeployment gets: a longer annotation (or `--pod-gate-deadline`) is cut
+    /// to this, and the webhook's answer says so. Bounds how long one tenant can hold up a drain or a scale-down.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration)]
+    pub max_pod_gate_deadline: Duration,
+    /// Users whose deletions and evictions of gated pods are the node lifecycle's (a failed or deleted node): let
+    /// through with a Warning Event `NodeLifecycleDeletion`. Repeatable; one empty value gates them like anyone.
+    /// Default: the taint-eviction controller, the node lifecycle controller and the pod garbage collector of
+    /// kube-controller-manager (`--use-service-account-credentials`).
+    #[arg(long = "pod-gate-node-lifecycle-user", value_name = "USER", default_values_t = verdict::NODE_LIFECYCLE_USERS.map(String::from))]
+    pub node_lifecycle_users: Vec<String>,
+    /// CA (PEM file) that signs the client certificate the API server presents to the webhooks (kube-apiserver's
+    /// `--admission-control-config-file` → `WebhookAdmissionConfiguration` kubeconfig, a user named after the
+    /// webhook Service's host). A caller with a certificate from this CA is verified; one with another certificate
+    /// fails the TLS handshake; one without is unverified (see `--webhook-unverified-may-mark`). Without this flag
+    /// every caller is unverified. Read at start-up.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_client_ca: Option<PathBuf>,
+    /// Let callers without a verified client certificate cause writes: the pod gate's mark (a deletion through the
+    /// pre-delete hook) and its Events. Off (the default): their requests are answered, allowed or refused, but
+    /// change nothing. Turn it on only where the API server cannot present a certificate (managed control planes)
+    /// and a NetworkPolicy admits only the control plane to the webhook port (chart
+    /// `webhook.networkPolicy.enabled`).
+    #[arg(long)]
+    pub webhook_unverified_may_mark: bool,
     /// Deletion protection of GameDeployments and HookTemplates without the label
     /// `io.tencent.bcs.dev/deletion-allow`: `Always` (allowed), `Cascading` (allowed once at 0 replicas / not
     /// used by a GameDeployment) or `Deny` (BCS's behaviour).
@@ -110,8 +134,12 @@ impl WebhookFlags {
                 operator_users,
                 privileged_groups: self.privileged_groups.clone(),
                 default_deadline: self.pod_gate_deadline,
+                max_deadline: self.max_pod_gate_deadline,
+                node_lifecycle_users: self.node_lifecycle_users.iter().filter(|u| !u.is_empty()).cloned().collect(),
             },
             deletion_default: self.deletion_allow_default,
+            client_ca: self.webhook_client_ca.clone(),
+            unverified_may_mark: self.webhook_unverified_may_mark,
         }))
     }
 }

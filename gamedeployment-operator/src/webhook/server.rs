@@ -12,10 +12,11 @@
 //! that goes.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -23,20 +24,21 @@ use axum::{Json, Router};
 use common::api::GameDeployment;
 use common::keys;
 use common::runtime::Shutdown;
+use common::runtime::events::{EventSink, Note};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::StatusSummary;
 use kube::core::{DynamicObject, ObjectList};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
-use super::tls::{CertFiles, TlsError, TlsListener, server_config};
+use super::tls::{Caller, CertFiles, TlsError, TlsListener, server_config};
 use super::verdict::{
     self, DeletionAllow, GateSettings, Mark, PodOperation, PodRequest, PodVerdict, Protected, deletion_protection,
 };
@@ -54,6 +56,11 @@ pub struct WebhookConfig {
     pub gate: GateSettings,
     /// Deletion protection for GameDeployments and HookTemplates without the `deletion-allow` label.
     pub deletion_default: DeletionAllow,
+    /// CA (PEM) of the client certificate the API server presents (`--webhook-client-ca`); `None`: every caller is
+    /// unverified.
+    pub client_ca: Option<PathBuf>,
+    /// Whether a caller without a verified client certificate may still cause a write (a mark, an Event).
+    pub unverified_may_mark: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,10 +83,21 @@ pub struct WebhookLabels {
     pub reason: String,
 }
 
-/// `gamedeployment_webhook_requests_total{webhook,verdict,reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnverifiedLabels {
+    /// `pod-gate` or `deletion-protection`.
+    pub webhook: String,
+    /// What became of the write the answer asked for: `none` (nothing to write), `withheld` (not written: unverified
+    /// callers may not cause writes) or `written` (`--webhook-unverified-may-mark`).
+    pub write: String,
+}
+
+/// `gamedeployment_webhook_requests_total{webhook,verdict,reason}` and
+/// `gamedeployment_webhook_unverified_requests_total{webhook,write}`.
 #[derive(Clone, Debug, Default)]
 pub struct WebhookMetrics {
     requests: Family<WebhookLabels, Counter>,
+    unverified: Family<UnverifiedLabels, Counter>,
 }
 
 impl WebhookMetrics {
@@ -90,7 +108,17 @@ impl WebhookMetrics {
             "Admission webhook calls answered, by webhook, verdict and reason",
             metrics.requests.clone(),
         );
+        registry.sub_registry_with_prefix("gamedeployment").register(
+            "webhook_unverified_requests",
+            "Admission webhook calls from callers without a verified client certificate (not the API server, or an API \
+             server not configured to present one), by webhook and what became of the write the answer asked for",
+            metrics.unverified.clone(),
+        );
         metrics
+    }
+
+    fn count_unverified(&self, webhook: &str, write: &str) {
+        self.unverified.get_or_create(&UnverifiedLabels { webhook: webhook.into(), write: write.into() }).inc();
     }
 
     fn count(&self, webhook: &str, verdict: &str, reason: &str) {
@@ -105,26 +133,37 @@ struct AppState {
     client: Client,
     gate: Arc<GateSettings>,
     deletion_default: DeletionAllow,
+    unverified_may_mark: bool,
     metrics: WebhookMetrics,
     shutdown: Shutdown,
+    events: EventSink,
 }
 
 /// Loads the certificate and binds, so a bad certificate or a taken port fails start-up.
 pub async fn bind(config: &WebhookConfig) -> Result<TlsListener, WebhookError> {
-    let tls = server_config(&config.cert)?;
+    let tls = server_config(&config.cert, config.client_ca.as_deref())?;
     let tcp = tokio::net::TcpListener::bind(config.address)
         .await
         .map_err(|source| WebhookError::Bind { address: config.address, source })?;
     TlsListener::new(tcp, tls).map_err(|source| WebhookError::Bind { address: config.address, source })
 }
 
-pub fn router(client: Client, config: &WebhookConfig, metrics: WebhookMetrics, shutdown: Shutdown) -> Router {
+/// The webhook routes; `events` publishes the Warning Events of deletions let through without their hook.
+pub fn router(
+    client: Client,
+    config: &WebhookConfig,
+    metrics: WebhookMetrics,
+    events: EventSink,
+    shutdown: Shutdown,
+) -> Router {
     let state = AppState {
         client,
         gate: Arc::new(config.gate.clone()),
         deletion_default: config.deletion_default,
+        unverified_may_mark: config.unverified_may_mark,
         metrics,
         shutdown,
+        events,
     };
     Router::new()
         .route("/validate-pods", post(validate_pods))
@@ -134,9 +173,9 @@ pub fn router(client: Client, config: &WebhookConfig, metrics: WebhookMetrics, s
         .with_state(state)
 }
 
-/// Serves until `shutdown`.
+/// Serves until `shutdown`; each request knows whether its connection presented a verified client certificate.
 pub async fn serve(listener: TlsListener, router: Router, shutdown: Shutdown) -> Result<(), WebhookError> {
-    axum::serve(listener, router)
+    axum::serve(listener, router.into_make_service_with_connect_info::<Caller>())
         .with_graceful_shutdown(async move { shutdown.wait().await })
         .await
         .map_err(WebhookError::Serve)
@@ -207,12 +246,16 @@ fn grace_period(request: &AdmissionRequest<DynamicObject>, operation: PodOperati
     }
 }
 
-async fn validate_pods(State(state): State<AppState>, Json(body): Json<AdmissionReview<DynamicObject>>) -> Response {
+async fn validate_pods(
+    State(state): State<AppState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
+    Json(body): Json<AdmissionReview<DynamicObject>>,
+) -> Response {
     let request = match parse_request(body) {
         Ok(request) => request,
         Err(response) => return *response,
     };
-    match pod_gate(&state, &request).await {
+    match pod_gate(&state, &request, caller).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {
             tracing::warn!(pod = %request.name, namespace = ?request.namespace, %message, "pod gate cannot answer");
@@ -222,9 +265,25 @@ async fn validate_pods(State(state): State<AppState>, Json(body): Json<Admission
     }
 }
 
+/// May this request cause writes (a mark, an Event)? Counts unverified callers; `due` says whether the answer asks
+/// for a write.
+fn may_write(state: &AppState, caller: Caller, webhook: &str, due: bool) -> bool {
+    if caller == Caller::Verified {
+        return true;
+    }
+    let write = match (due, state.unverified_may_mark) {
+        (false, _) => "none",
+        (true, true) => "written",
+        (true, false) => "withheld",
+    };
+    state.metrics.count_unverified(webhook, write);
+    state.unverified_may_mark
+}
+
 async fn pod_gate(
     state: &AppState,
     request: &AdmissionRequest<DynamicObject>,
+    caller: Caller,
 ) -> Result<AdmissionResponse, Unanswerable> {
     let operation = match (&request.operation, request.sub_resource.as_deref()) {
         (Operation::Delete, None) => PodOperation::Delete,
@@ -255,6 +314,7 @@ async fn pod_gate(
         username: request.user_info.username.as_deref().unwrap_or_default(),
         groups: &groups,
         grace_period_seconds: grace_period(request, operation),
+        may_mark: caller == Caller::Verified || state.unverified_may_mark,
     };
     let now = Timestamp::now();
     match verdict::pod_gate(&pod_request, pod.as_ref(), gd.as_ref(), &state.gate, now) {
@@ -263,30 +323,78 @@ async fn pod_gate(
             let mut response = AdmissionResponse::from(request);
             if matches!(why, verdict::Allowed::Bypass | verdict::Allowed::Forced | verdict::Allowed::DeadlinePassed) {
                 let how = match why {
-                    verdict::Allowed::Bypass => "the gate-bypass annotation",
-                    verdict::Allowed::Forced => "a forced deletion by a privileged user",
-                    _ => "the pod-gate deadline passed",
+                    verdict::Allowed::Bypass => "the gate-bypass annotation".to_string(),
+                    verdict::Allowed::Forced => "a forced deletion by a privileged user".to_string(),
+                    _ => match gd.as_ref().map(|gd| verdict::deadline(gd, &state.gate)) {
+                        Some(verdict::Deadline { duration, note: Some(note) }) => {
+                            format!("the pod-gate deadline ({}) passed ({note})", common::duration::format_go(duration))
+                        }
+                        Some(verdict::Deadline { duration, note: None }) => {
+                            format!("the pod-gate deadline ({}) passed", common::duration::format_go(duration))
+                        }
+                        None => "the pod-gate deadline passed".to_string(),
+                    },
                 };
                 response.warnings =
                     Some(vec![format!("pod {} leaves without its pre-delete hook: allowed by {how}", request.name)]);
                 response.audit_annotations.insert("pod-gate".into(), why.as_str().into());
             }
+            let event_due = why == verdict::Allowed::NodeLifecycle && !request.dry_run;
+            if may_write(state, caller, "pod-gate", event_due)
+                && event_due
+                && let (Some(pod), Some(gd)) = (pod.as_ref(), gd.as_ref())
+            {
+                let note = node_lifecycle_note(pod, pod_request.username, operation);
+                response.warnings = Some(vec![note.message.clone()]);
+                response.audit_annotations.insert("pod-gate".into(), why.as_str().into());
+                state.events.publish_related(&gd.object_ref(&()), Some(pod.object_ref(&())), note);
+            }
             Ok(response)
         }
         PodVerdict::Refuse(refusal) => {
             let mut message = refusal.message;
-            if !refusal.mark.is_empty()
-                && !request.dry_run
-                && let Err(Unanswerable(e)) = mark(&pods, &request.name, &refusal.mark).await
-            {
+            let mark_due = (refusal.withheld || !refusal.mark.is_empty()) && !request.dry_run;
+            // Counted; the verdict already withheld the mark of a caller that may not cause one.
+            may_write(state, caller, "pod-gate", mark_due);
+            if refusal.withheld {
+                tracing::warn!(
+                    pod = %request.name, %namespace, user = pod_request.username,
+                    "pod gate: a caller without a verified client certificate asked to delete a gated pod; refused, not marked"
+                );
+            } else if mark_due && let Err(Unanswerable(e)) = mark(&pods, &request.name, &refusal.mark).await {
                 // Still refused (the requester retries), but say the mark did not happen.
                 tracing::warn!(pod = %request.name, %namespace, error = %e, "marking the pod failed");
                 message = format!("{message} (marking the pod failed, retry: {e})");
             }
             tracing::info!(pod = %request.name, %namespace, user = pod_request.username, ?operation, "pod gate refused");
-            state.metrics.count("pod-gate", "refused", if refusal.mark.is_empty() { "waiting" } else { "marked" });
+            let reason = match (refusal.withheld, refusal.mark.is_empty()) {
+                (true, _) => "unverified",
+                (false, true) => "waiting",
+                (false, false) => "marked",
+            };
+            state.metrics.count("pod-gate", "refused", reason);
             Ok(refuse(request, refusal.code, message))
         }
+    }
+}
+
+/// The Warning Event of a gated pod the node lifecycle deletes without its hook.
+fn node_lifecycle_note(pod: &Pod, user: &str, operation: PodOperation) -> Note {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("(none)");
+    let what = match operation {
+        PodOperation::Delete => "deleted",
+        PodOperation::Evict => "evicted",
+    };
+    Note {
+        warning: true,
+        reason: "NodeLifecycleDeletion".into(),
+        action: "AdmitPodDeletion".into(),
+        message: format!(
+            "pod {name} on node {node} is {what} by the node lifecycle ({user}) without its pre-delete hook: its node \
+             failed (a NoExecute taint) or is gone, so the game server cannot drain anyway, and holding the pod would \
+             only delay its replacement"
+        ),
     }
 }
 
@@ -308,12 +416,15 @@ async fn mark(pods: &Api<Pod>, name: &str, mark: &Mark) -> Result<(), Unanswerab
 
 async fn validate_workload(
     State(state): State<AppState>,
+    ConnectInfo(caller): ConnectInfo<Caller>,
     Json(body): Json<AdmissionReview<DynamicObject>>,
 ) -> Response {
     let request = match parse_request(body) {
         Ok(request) => request,
         Err(response) => return *response,
     };
+    // Deletion protection writes nothing; an unverified caller is only counted.
+    may_write(&state, caller, "deletion-protection", false);
     match protect(&state, &request).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {

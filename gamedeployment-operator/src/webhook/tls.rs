@@ -2,6 +2,12 @@
 //! when they change, so a rotated Secret (the kubelet updates a mounted Secret in place) is served without a
 //! restart. Handshakes run concurrently, each bounded in time, so a slow or silent client never stalls accepting
 //! others.
+//!
+//! With a client CA ([`server_config`]'s `client_ca`, flag `--webhook-client-ca`) the server asks every caller for a
+//! certificate: one signed by that CA makes the connection [`Caller::Verified`] (kube-apiserver presents it when its
+//! `AdmissionConfiguration` names a client certificate for the webhook's host), a certificate from anyone else fails
+//! the handshake, and a caller without one is still served but [`Caller::Unverified`]: its answers cause no write
+//! unless the operator is told they may (`--webhook-unverified-may-mark`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -32,6 +38,47 @@ pub enum TlsError {
     Key { path: String, source: rustls::Error },
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    #[error("client CA {path}: {message}")]
+    ClientCa { path: String, message: String },
+}
+
+/// Who is on the other end of a webhook connection, as far as TLS proves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Presented a certificate signed by the client CA (the API server, configured to present one).
+    Verified,
+    /// No client certificate (or no client CA configured): anyone who can reach the port.
+    Unverified,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Caller {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        // rustls only completes a handshake with a client certificate it verified against the client CA.
+        match stream.io().get_ref().1.peer_certificates() {
+            Some(certs) if !certs.is_empty() => Caller::Verified,
+            _ => Caller::Unverified,
+        }
+    }
+}
+
+/// The verifier of callers' certificates: signed by one of the CAs in `path` (PEM), or no certificate at all.
+fn client_verifier(
+    path: &Path,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let error = |message: String| TlsError::ClientCa { path: path.display().to_string(), message };
+    let pem = std::fs::read(path).map_err(|e| error(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.map_err(|e| error(e.to_string()))?).map_err(|e| error(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(error("no CERTIFICATE block".into()));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| error(e.to_string()))
 }
 
 /// Where the certificate chain and its key are.
@@ -118,8 +165,9 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-/// A TLS configuration serving `files` (loaded now, so a missing or bad certificate fails start-up).
-pub fn server_config(files: &CertFiles) -> Result<Arc<ServerConfig>, TlsError> {
+/// A TLS configuration serving `files` (loaded now, so a missing or bad certificate fails start-up), verifying the
+/// certificates callers present against `client_ca` when given (read once, at start-up).
+pub fn server_config(files: &CertFiles, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let key = files.load(&provider)?;
     let resolver = ReloadingCert {
@@ -131,10 +179,12 @@ pub fn server_config(files: &CertFiles) -> Result<Arc<ServerConfig>, TlsError> {
             key: Arc::new(key),
         }),
     };
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+    let builder = ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, &provider)?),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -29,6 +29,10 @@ pub struct PodRequest<'a> {
     pub username: &'a str,
     pub groups: &'a [String],
     pub grace_period_seconds: Option<i64>,
+    /// Whether this request may cause a mark: it came with the API server's verified client certificate, or
+    /// unverified callers are allowed to (`--webhook-unverified-may-mark`). Anyone who can reach the webhook port can
+    /// send a review, so an unverified one is answered but changes nothing.
+    pub may_mark: bool,
 }
 
 /// The webhook's settings (flags).
@@ -43,7 +47,25 @@ pub struct GateSettings {
     /// How long a marked pod waits for its hook before a deletion is allowed anyway, unless its GameDeployment says
     /// otherwise (annotation [`POD_GATE_DEADLINE`]).
     pub default_deadline: Duration,
+    /// The longest deadline any GameDeployment gets (`--max-pod-gate-deadline`): the annotation is a tenant's input,
+    /// and an unbounded one would let a tenant block drains and autoscaler scale-down for years.
+    pub max_deadline: Duration,
+    /// Users of the node lifecycle (the taint-eviction controller of a `NoExecute` taint, the pod garbage collector
+    /// of a deleted node): their deletions are let through, with a Warning Event. A failed node's pods serve nobody
+    /// and cannot be drained; refusing only delays their replacement.
+    pub node_lifecycle_users: Vec<String>,
 }
+
+/// The users kube-controller-manager's node lifecycle acts as with `--use-service-account-credentials` (every
+/// kubeadm and managed cluster): the taint-eviction controller (Kubernetes 1.29+, a separate controller; it deletes
+/// the pods of a node tainted `NoExecute`, e.g. `node.kubernetes.io/unreachable`), the node lifecycle controller
+/// that did the same before 1.29, and the pod garbage collector (force-deletes the pods of a deleted or
+/// out-of-service node).
+pub const NODE_LIFECYCLE_USERS: [&str; 3] = [
+    "system:serviceaccount:kube-system:taint-eviction-controller",
+    "system:serviceaccount:kube-system:node-controller",
+    "system:serviceaccount:kube-system:pod-garbage-collector",
+];
 
 /// Why a request was let through (also the `allowed` label of the webhook metric).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +82,7 @@ pub enum Allowed {
     Bypass,
     Forced,
     DeadlinePassed,
+    NodeLifecycle,
 }
 
 impl Allowed {
@@ -77,6 +100,7 @@ impl Allowed {
             Self::Bypass => "bypass",
             Self::Forced => "forced",
             Self::DeadlinePassed => "deadline_passed",
+            Self::NodeLifecycle => "node_lifecycle",
         }
     }
 }
@@ -104,6 +128,8 @@ pub struct Refusal {
     pub code: u16,
     pub message: String,
     pub mark: Mark,
+    /// A mark was due but the request may not cause it ([`PodRequest::may_mark`]); `mark` is then empty.
+    pub withheld: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,16 +143,41 @@ pub fn opted_in(gd: &GameDeployment) -> bool {
     gd.metadata.annotations.as_ref().and_then(|a| a.get(POD_GATE)).is_some_and(|v| v == "true")
 }
 
-/// The GameDeployment's deadline (annotation [`POD_GATE_DEADLINE`], a Go duration), else the default; an
-/// unreadable value falls back to the default and says so.
-pub fn deadline(gd: &GameDeployment, default: Duration) -> (Duration, Option<String>) {
-    match gd.metadata.annotations.as_ref().and_then(|a| a.get(POD_GATE_DEADLINE)) {
-        None => (default, None),
+/// The deadline of a GameDeployment's marked pods, and what the answer says about how it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deadline {
+    pub duration: Duration,
+    /// An unreadable annotation (the default applies), or the cap that applied.
+    pub note: Option<String>,
+}
+
+/// The GameDeployment's deadline (annotation [`POD_GATE_DEADLINE`], a Go duration), else the default, capped at
+/// [`GateSettings::max_deadline`]; an unreadable value falls back to the default and says so, and so does a cap.
+pub fn deadline(gd: &GameDeployment, settings: &GateSettings) -> Deadline {
+    let (asked, what, mut note) = match gd.metadata.annotations.as_ref().and_then(|a| a.get(POD_GATE_DEADLINE)) {
+        None => (settings.default_deadline, "the default deadline".to_string(), None),
         Some(value) => match parse_go(value) {
-            Ok(d) => (d, None),
-            Err(e) => (default, Some(format!("annotation {POD_GATE_DEADLINE} ignored: {e}"))),
+            Ok(d) => (d, format!("annotation {POD_GATE_DEADLINE}"), None),
+            Err(e) => (
+                settings.default_deadline,
+                "the default deadline".to_string(),
+                Some(format!("annotation {POD_GATE_DEADLINE} ignored: {e}")),
+            ),
         },
+    };
+    if asked <= settings.max_deadline {
+        return Deadline { duration: asked, note };
     }
+    let cap = format!(
+        "{what} {} is capped at {} by the operator's --max-pod-gate-deadline",
+        format_go(asked),
+        format_go(settings.max_deadline)
+    );
+    note = Some(match note {
+        Some(problem) => format!("{problem}; {cap}"),
+        None => cap,
+    });
+    Deadline { duration: settings.max_deadline, note }
 }
 
 fn pod_annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -170,6 +221,10 @@ pub fn pod_gate(
     if !common::pod::is_running(pod) {
         return PodVerdict::Allow(Allowed::NotRunning);
     }
+    // The node is failed (NoExecute taint) or gone: the pod cannot drain, and its replacement waits for it.
+    if settings.node_lifecycle_users.iter().any(|u| u == request.username) {
+        return PodVerdict::Allow(Allowed::NodeLifecycle);
+    }
     if pod_annotation(pod, GATE_BYPASS) == Some("true") {
         return PodVerdict::Allow(Allowed::Bypass);
     }
@@ -177,15 +232,19 @@ pub fn pod_gate(
     {
         return PodVerdict::Allow(Allowed::Forced);
     }
-    let (deadline, deadline_problem) = deadline(gd, settings.default_deadline);
-    let marked_at = pod_annotation(pod, MARKED_AT).and_then(|v| v.parse::<Timestamp>().ok());
+    let Deadline { duration: deadline, note: deadline_note } = deadline(gd, settings);
+    // The mark time counts only while the mark it dates is there: a request cancelled by removing the label (the
+    // pod back to Normal) leaves no deadline running, and the next refused request starts a new one.
+    let labelled = common::pod::label(pod, SPECIFIED_DELETE) == Some("true");
+    let marked_at = pod_annotation(pod, MARKED_AT).and_then(|v| v.parse::<Timestamp>().ok()).filter(|_| labelled);
     let since = marked_at.unwrap_or(now);
     let release = SignedDuration::try_from(deadline).ok().and_then(|d| since.checked_add(d).ok());
     if marked_at.is_some() && release.is_some_and(|r| r <= now) {
         return PodVerdict::Allow(Allowed::DeadlinePassed);
     }
-    let labelled = common::pod::label(pod, SPECIFIED_DELETE) == Some("true");
-    let mark = Mark { label: !labelled, marked_at: marked_at.is_none().then_some(now) };
+    let due = Mark { label: !labelled, marked_at: marked_at.is_none().then_some(now) };
+    let withheld = !request.may_mark && !due.is_empty();
+    let mark = if withheld { Mark { label: false, marked_at: None } } else { due };
 
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let gd_name = gd.metadata.name.as_deref().unwrap_or_default();
@@ -194,7 +253,13 @@ pub fn pod_gate(
         PodOperation::Delete => "deleted",
         PodOperation::Evict => "evicted",
     };
-    let waiting = if state == "PreparingDelete" {
+    let waiting = if withheld {
+        format!(
+            "it is NOT marked for deletion: this request did not come with the API server's verified client \
+             certificate, and unverified callers cannot mark pods. To delete it through its hook, mark it yourself \
+             (kubectl label pod {pod_name} {SPECIFIED_DELETE}=true)"
+        )
+    } else if state == "PreparingDelete" {
         format!("it is marked for deletion ({SPECIFIED_DELETE}=true) and waits in PreparingDelete for that hook")
     } else {
         format!("it is now marked for deletion ({SPECIFIED_DELETE}=true)")
@@ -216,14 +281,14 @@ pub fn pod_gate(
     if request.operation == PodOperation::Evict {
         message.push_str(" Retry the eviction later (kubectl drain retries by itself).");
     }
-    if let Some(problem) = deadline_problem {
-        message.push_str(&format!(" ({problem})"));
+    if let Some(note) = deadline_note {
+        message.push_str(&format!(" ({note})"));
     }
     let code = match request.operation {
         PodOperation::Delete => 403,
         PodOperation::Evict => 429,
     };
-    PodVerdict::Refuse(Refusal { code, message, mark })
+    PodVerdict::Refuse(Refusal { code, message, mark, withheld })
 }
 
 /// BCS's deletion protection setting: the label `io.tencent.bcs.dev/deletion-allow`, or the default for objects
@@ -310,6 +375,8 @@ mod tests {
             operator_users: vec!["system:serviceaccount:ops:gd".into()],
             privileged_groups: vec!["system:masters".into()],
             default_deadline: HOUR,
+            max_deadline: 24 * HOUR,
+            node_lifecycle_users: NODE_LIFECYCLE_USERS.iter().map(|u| u.to_string()).collect(),
         }
     }
 
@@ -327,7 +394,7 @@ mod tests {
     }
 
     fn delete_by<'a>(username: &'a str, groups: &'a [String]) -> PodRequest<'a> {
-        PodRequest { operation: PodOperation::Delete, username, groups, grace_period_seconds: None }
+        PodRequest { operation: PodOperation::Delete, username, groups, grace_period_seconds: None, may_mark: true }
     }
 
     const NOW: i64 = 10_000;
@@ -393,7 +460,12 @@ mod tests {
 
     #[test]
     fn the_deadline_releases_the_pod_counting_from_the_first_mark() {
-        let marked = |seconds_ago: i64| running_pod().annotation(MARKED_AT, &ts(NOW - seconds_ago).to_string()).build();
+        let marked = |seconds_ago: i64| {
+            running_pod()
+                .labels(&[(POD_GATE, "true"), (SPECIFIED_DELETE, "true")])
+                .annotation(MARKED_AT, &ts(NOW - seconds_ago).to_string())
+                .build()
+        };
         assert_eq!(
             decide(&delete_by("alice", &[]), &marked(3600), &gated_gd()),
             PodVerdict::Allow(Allowed::DeadlinePassed)
@@ -416,6 +488,127 @@ mod tests {
         // An unreadable mark time is replaced (the deadline starts now), never read as "long ago".
         let pod = running_pod().annotation(MARKED_AT, "yesterday").build();
         assert_eq!(refusal(decide(&delete_by("alice", &[]), &pod, &gated_gd())).mark.marked_at, Some(ts(NOW)));
+    }
+
+    #[test]
+    fn a_cancelled_mark_does_not_count_and_a_new_refusal_starts_a_new_deadline() {
+        // Refused and marked two hours ago; the user then removed the label (the pod went back to Normal) but the
+        // mark time stayed. It dates a request that no longer exists: the deadline does not count from it.
+        let cancelled = running_pod().annotation(MARKED_AT, &ts(NOW - 7200).to_string()).build();
+        let r = refusal(decide(&delete_by("alice", &[]), &cancelled, &gated_gd()));
+        assert_eq!(r.mark, Mark { label: true, marked_at: Some(ts(NOW)) }, "a new mark, a new deadline");
+        assert!(r.message.contains(&ts(NOW + 3600).to_string()), "released an hour from now: {}", r.message);
+        // The same pod still marked: the old deadline passed, the delete is allowed.
+        let still_marked = running_pod()
+            .labels(&[(POD_GATE, "true"), (SPECIFIED_DELETE, "true")])
+            .annotation(MARKED_AT, &ts(NOW - 7200).to_string())
+            .build();
+        assert_eq!(
+            decide(&delete_by("alice", &[]), &still_marked, &gated_gd()),
+            PodVerdict::Allow(Allowed::DeadlinePassed)
+        );
+        // A label set to something else than "true" is no mark either.
+        let other = running_pod()
+            .labels(&[(POD_GATE, "true"), (SPECIFIED_DELETE, "false")])
+            .annotation(MARKED_AT, &ts(NOW - 7200).to_string())
+            .build();
+        assert_eq!(refusal(decide(&delete_by("alice", &[]), &other, &gated_gd())).mark.marked_at, Some(ts(NOW)));
+    }
+
+    #[test]
+    fn the_deadline_is_capped_by_the_operator_and_the_answer_names_the_cap() {
+        let marked = |seconds_ago: i64| {
+            running_pod()
+                .labels(&[(POD_GATE, "true"), (SPECIFIED_DELETE, "true")])
+                .annotation(MARKED_AT, &ts(NOW - seconds_ago).to_string())
+                .build()
+        };
+        let mut gd = gated_gd();
+        gd.metadata.annotations.get_or_insert_with(Default::default).insert(POD_GATE_DEADLINE.into(), "720h".into());
+        assert_eq!(
+            deadline(&gd, &settings()),
+            Deadline {
+                duration: 24 * HOUR,
+                note: Some(
+                    "annotation gamedeployment.tkex.tencent.com/pod-gate-deadline 720h0m0s is capped at 24h0m0s by \
+                     the operator's --max-pod-gate-deadline"
+                        .into()
+                ),
+            }
+        );
+        let r = refusal(decide(&delete_by("alice", &[]), &marked(24 * 3600 - 1), &gd));
+        assert!(r.message.contains("24h0m0s after it was marked"), "{}", r.message);
+        assert!(r.message.contains("capped at 24h0m0s by the operator's --max-pod-gate-deadline"), "{}", r.message);
+        assert_eq!(
+            decide(&delete_by("alice", &[]), &marked(24 * 3600), &gd),
+            PodVerdict::Allow(Allowed::DeadlinePassed)
+        );
+        // Below the cap nothing changes and nothing is said.
+        gd.metadata.annotations.get_or_insert_with(Default::default).insert(POD_GATE_DEADLINE.into(), "24h".into());
+        assert_eq!(deadline(&gd, &settings()), Deadline { duration: 24 * HOUR, note: None });
+        // The operator's own default is capped too (a --pod-gate-deadline above --max-pod-gate-deadline).
+        let generous = GateSettings { default_deadline: 48 * HOUR, ..settings() };
+        let d = deadline(&gated_gd(), &generous);
+        assert_eq!(d.duration, 24 * HOUR);
+        assert_eq!(
+            d.note.as_deref(),
+            Some("the default deadline 48h0m0s is capped at 24h0m0s by the operator's --max-pod-gate-deadline")
+        );
+    }
+
+    #[test]
+    fn the_node_lifecycle_is_let_through_and_nobody_else_with_its_groups() {
+        // The taint-eviction controller deletes the pods of a node tainted NoExecute (a DELETE, not an eviction);
+        // the node lifecycle controller did before Kubernetes 1.29; the pod GC force-deletes a deleted node's pods.
+        let groups = vec!["system:serviceaccounts".to_string(), "system:serviceaccounts:kube-system".to_string()];
+        for user in NODE_LIFECYCLE_USERS {
+            for operation in [PodOperation::Delete, PodOperation::Evict] {
+                let request = PodRequest { operation, ..delete_by(user, &groups) };
+                assert_eq!(
+                    decide(&request, &running_pod().build(), &gated_gd()),
+                    PodVerdict::Allow(Allowed::NodeLifecycle),
+                    "{user} {operation:?}"
+                );
+            }
+        }
+        // Another kube-system controller (the ReplicaSet controller, say), or a user in the same groups: refused.
+        let other = delete_by("system:serviceaccount:kube-system:replicaset-controller", &groups);
+        assert!(matches!(decide(&other, &running_pod().build(), &gated_gd()), PodVerdict::Refuse(_)));
+        // Only gated pods are ever worth a warning: a pod nobody gates is allowed for its own reason.
+        let request = delete_by(NODE_LIFECYCLE_USERS[0], &groups);
+        let pending = running_pod().phase("Pending").build();
+        assert_eq!(decide(&request, &pending, &gated_gd()), PodVerdict::Allow(Allowed::NotRunning));
+        // With the list emptied (--pod-gate-node-lifecycle-user ''), the node lifecycle is gated like anyone.
+        let strict = GateSettings { node_lifecycle_users: vec![], ..settings() };
+        let verdict = pod_gate(&request, Some(&running_pod().build()), Some(&gated_gd()), &strict, ts(NOW));
+        assert!(matches!(verdict, PodVerdict::Refuse(_)), "{verdict:?}");
+    }
+
+    #[test]
+    fn an_unverified_request_is_answered_but_marks_nothing() {
+        let unverified = PodRequest { may_mark: false, ..delete_by("mallory", &[]) };
+        let r = refusal(decide(&unverified, &running_pod().build(), &gated_gd()));
+        assert_eq!(r.code, 403, "refused like any other caller");
+        assert!(r.withheld);
+        assert!(r.mark.is_empty(), "{:?}", r.mark);
+        for needle in [
+            "it is NOT marked for deletion: this request did not come with the API server's verified client certificate",
+            "kubectl label pod game-abcde apps.kruise.io/specified-delete=true",
+        ] {
+            assert!(r.message.contains(needle), "{needle:?} in {}", r.message);
+        }
+        assert!(!r.message.contains("now marked"), "{}", r.message);
+        // Nothing was due (already marked): nothing withheld, the usual answer.
+        let marked = running_pod()
+            .labels(&[(POD_GATE, "true"), (SPECIFIED_DELETE, "true")])
+            .annotation(MARKED_AT, &ts(NOW - 60).to_string())
+            .build();
+        let r = refusal(decide(&unverified, &marked, &gated_gd()));
+        assert!(!r.withheld && r.mark.is_empty(), "{r:?}");
+        assert!(r.message.contains("marked for deletion (apps.kruise.io/specified-delete=true)"), "{}", r.message);
+        // What lets a request through does not depend on who sent it (nothing is written either way).
+        let bypassed = running_pod().annotation(GATE_BYPASS, "true").build();
+        assert_eq!(decide(&unverified, &bypassed, &gated_gd()), PodVerdict::Allow(Allowed::Bypass));
     }
 
     #[test]

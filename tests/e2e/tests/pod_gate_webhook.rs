@@ -98,11 +98,27 @@ struct Gated {
     _hooks: Operator,
     cert_dir: PathBuf,
     operator_kubeconfig: PathBuf,
+    /// The operator's flags for the client CA (`--webhook-client-ca FILE`), or none.
+    client_ca: Vec<String>,
+}
+
+/// Whether the operator verifies the API server's client certificate (the chart's default) or not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    /// kube-sim presents the chart's generated client certificate; the operator verifies it (`--webhook-client-ca`).
+    ClientCertificate,
+    /// The operator is given no client CA and unverified callers may not mark (`clientAuth.enabled: false` with
+    /// `unverifiedMayMark: false`): every caller is unverified, so nothing is marked.
+    None,
 }
 
 async fn secret_data(cluster: &Cluster) -> std::collections::BTreeMap<String, Vec<u8>> {
+    secret(cluster, &format!("{NAME}-webhook-tls")).await
+}
+
+async fn secret(cluster: &Cluster, name: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
     let secrets: Api<Secret> = Api::namespaced(cluster.client(), NS);
-    let secret = secrets.get(&format!("{NAME}-webhook-tls")).await.expect("the chart's webhook Secret exists");
+    let secret = secrets.get(name).await.unwrap_or_else(|e| panic!("the chart's Secret {name}: {e}"));
     secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect()
 }
 
@@ -159,6 +175,10 @@ impl Gated {
     /// gamedeployment-operator as the chart's ServiceAccount user serving the webhooks with the chart's certificate,
     /// and the hook-operator.
     async fn start(deletion_default: &str, extra: &[&str]) -> Self {
+        Self::start_with(deletion_default, extra, Trust::ClientCertificate).await
+    }
+
+    async fn start_with(deletion_default: &str, extra: &[&str], trust: Trust) -> Self {
         let cluster = Cluster::start().await;
         cluster.kubectl_ok(&["create", "namespace", NS]).await;
         let kc = cluster.kubeconfig().to_str().unwrap().to_string();
@@ -178,24 +198,39 @@ impl Gated {
         for file in ["tls.crt", "tls.key"] {
             std::fs::write(cert_dir.join(file), &data[file]).unwrap();
         }
+        // The client certificate the chart generated for the API server: kube-sim presents it to the webhook Service
+        // (as kube-apiserver with an admission kubeconfig naming it), the operator verifies it against the CA.
+        let mut client_ca = Vec::new();
+        if trust == Trust::ClientCertificate {
+            let client = secret(&cluster, &format!("{NAME}-webhook-client")).await;
+            let ca = cluster.dir().join("webhook-client-ca.crt");
+            std::fs::write(&ca, &client["ca.crt"]).unwrap();
+            let host = format!("{NAME}-webhook.{NS}.svc");
+            let auth = kube_sim::admission::ClientAuth::single(&host, &client["tls.crt"], &client["tls.key"]);
+            cluster.sim().set_admission_client_auth(auth);
+            client_ca = vec!["--webhook-client-ca".to_string(), ca.display().to_string()];
+        }
         let operator_kubeconfig = cluster.dir().join("operator.kubeconfig");
         cluster.sim().write_kubeconfig_for_user(&operator_kubeconfig, OPERATOR_USER, &["system:masters"]).unwrap();
+        let mut args: Vec<&str> = client_ca.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
         let gamedeployment =
-            start_gamedeployment_operator(&cluster, &operator_kubeconfig, &cert_dir, deletion_default, extra);
+            start_gamedeployment_operator(&cluster, &operator_kubeconfig, &cert_dir, deletion_default, &args);
         let address = webhook_address(&gamedeployment, 0).await;
         cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
         let hooks = e2e::hook::start_operator_scaled(&cluster, INTERVAL_SCALE, &[]);
-        Self { cluster, gamedeployment, _hooks: hooks, cert_dir, operator_kubeconfig }
+        Self { cluster, gamedeployment, _hooks: hooks, cert_dir, operator_kubeconfig, client_ca }
     }
 
     async fn restart_gamedeployment_operator(&mut self, deletion_default: &str) {
         self.gamedeployment.kill().await;
+        let client_ca: Vec<&str> = self.client_ca.iter().map(String::as_str).collect();
         self.gamedeployment = start_gamedeployment_operator(
             &self.cluster,
             &self.operator_kubeconfig,
             &self.cert_dir,
             deletion_default,
-            &[],
+            &client_ca,
         );
         let address = webhook_address(&self.gamedeployment, 1).await;
         self.cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
@@ -539,12 +574,14 @@ async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
         (out.stdout.trim() == "replica-a").then_some(())
     })
     .await;
+    let mut standby_args: Vec<&str> = gated_cluster.client_ca.iter().map(String::as_str).collect();
+    standby_args.extend(with_identity("replica-b"));
     let _standby = start_gamedeployment_operator(
         cluster,
         &gated_cluster.operator_kubeconfig,
         &gated_cluster.cert_dir,
         "Always",
-        &with_identity("replica-b"),
+        &standby_args,
     );
     let standby = webhook_address(&gated_cluster.gamedeployment, 1).await;
     cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), standby);
@@ -610,4 +647,311 @@ async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
     assert!(samples.get(refused).copied().unwrap_or(0.0) >= 2.0, "the standby answered the evictions: {samples:?}");
     assert_eq!(samples.get("gamedeployment_leader").copied(), Some(0.0), "the standby never led");
     gated_cluster.cluster.shutdown().await;
+}
+
+const POD_GATE_DEADLINE: &str = "gamedeployment.tkex.tencent.com/pod-gate-deadline";
+const MARKED_AT: &str = "gamedeployment.tkex.tencent.com/delete-requested-at";
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Issue 35, "marks end with what they mark": a delete request cancelled by removing the mark (the label
+/// `specified-delete`) leaves no deadline running, so a later delete is refused and marks the pod anew instead of
+/// being let through on the old mark's deadline; and the deadline a GameDeployment asks for is capped by the
+/// operator's `--max-pod-gate-deadline`, which the answers name. (Before the change the second delete was allowed:
+/// the mark time of the cancelled request stayed on the pod and its deadline had passed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_mark_does_not_ungate_and_the_deadline_cap_is_named() {
+    let gated_cluster = Gated::start("Always", &["--max-pod-gate-deadline", "4s"]).await;
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, FAILING).await;
+    // The GameDeployment asks for an hour; the operator allows 4 s.
+    let manifest = gated("cancel", 1, "failing").replacen(
+        &format!("    {POD_GATE}: \"true\"\n"),
+        &format!("    {POD_GATE}: \"true\"\n    {POD_GATE_DEADLINE}: 1h\n"),
+        1,
+    );
+    apply(cluster, &manifest).await;
+    wait_columns(cluster, "cancel", Columns::new(1, 1, 1, 1, 1)).await;
+    wait_labelled(cluster, "cancel", 1).await;
+    let name = pods(cluster, "cancel").await.remove(0).metadata.name.unwrap();
+
+    let out = cluster.kubectl(&["delete", "pod", &name, "--wait=false"]).await;
+    println!("$ kubectl delete pod {name}\n{}{}", out.stdout, out.stderr);
+    assert!(!out.success, "refused");
+    for needle in [
+        "4s after it was marked",
+        "annotation gamedeployment.tkex.tencent.com/pod-gate-deadline 1h0m0s is capped at 4s by the operator's \
+         --max-pod-gate-deadline",
+    ] {
+        assert!(out.stderr.contains(needle), "{needle:?} in {}", out.stderr);
+    }
+    let first = pod(cluster, &name).await.expect("the pod is there");
+    assert_eq!(label(&first, SPECIFIED_DELETE), Some("true"), "marked");
+    let first_mark = annotation(&first, MARKED_AT).expect("the mark time").to_string();
+
+    // The user cancels the request: the mark goes, and the operator removes the mark time with it.
+    cluster.kubectl_ok(&["label", "pod", &name, &format!("{SPECIFIED_DELETE}-")]).await;
+    let cancelled = wait_for("the mark time to leave with the mark", DEADLINE, || async {
+        let now = pod(cluster, &name).await?;
+        (label(&now, SPECIFIED_DELETE).is_none() && annotation(&now, MARKED_AT).is_none()).then_some(now)
+    })
+    .await;
+    println!("cancelled: lifecycle state {:?}", label(&cancelled, "lifecycle.apps.kruise.io/state"));
+
+    // Past the (capped) deadline of the cancelled mark: a new delete is refused and starts a new deadline.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let out = cluster.kubectl(&["delete", "pod", &name, "--wait=false"]).await;
+    println!("$ kubectl delete pod {name}   # 5 s after the cancelled mark\n{}{}", out.stdout, out.stderr);
+    assert!(!out.success, "a cancelled mark does not ungate the pod: {}", out.stderr);
+    assert!(out.stderr.contains("it is now marked for deletion"), "{}", out.stderr);
+    let again = pod(cluster, &name).await.expect("the pod is still there");
+    assert!(again.metadata.deletion_timestamp.is_none(), "not deleted");
+    let second_mark = annotation(&again, MARKED_AT).expect("a new mark time").to_string();
+    assert!(second_mark > first_mark, "a new deadline: {second_mark} after {first_mark}");
+
+    // Once the new (capped) deadline passed, the delete is let through and the warning names the cap.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let out = cluster.kubectl(&["delete", "pod", &name, "--wait=false"]).await;
+    println!("$ kubectl delete pod {name}   # 5 s after the new mark\n{}{}", out.stdout, out.stderr);
+    assert!(out.success, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "allowed by the pod-gate deadline (4s) passed (annotation gamedeployment.tkex.tencent.com/pod-gate-deadline \
+             1h0m0s is capped at 4s by the operator's --max-pod-gate-deadline)"
+        ),
+        "{}",
+        out.stderr
+    );
+    gated_cluster.cluster.shutdown().await;
+}
+
+/// A forged AdmissionReview, POSTed straight to the webhook port as any pod in the cluster could: `DELETE` of a real
+/// gated pod by a made-up user, the pod as `oldObject`. Returns curl's exit status and the answer.
+async fn forge_delete(
+    address: SocketAddr,
+    victim: &Pod,
+    client_cert: Option<(&std::path::Path, &std::path::Path)>,
+) -> (bool, String) {
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "forged-0001",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": victim.metadata.name,
+            "namespace": "default",
+            "operation": "DELETE",
+            "userInfo": {"username": "mallory", "groups": ["system:authenticated"]},
+            "oldObject": victim,
+            "dryRun": false,
+        },
+    });
+    let mut args = vec![
+        "-sS".to_string(),
+        "-k".to_string(),
+        "--max-time".to_string(),
+        "10".to_string(),
+        "-H".to_string(),
+        "Content-Type: application/json".to_string(),
+        "--data-binary".to_string(),
+        review.to_string(),
+    ];
+    if let Some((cert, key)) = client_cert {
+        args.extend(["--cert".to_string(), cert.display().to_string(), "--key".to_string(), key.display().to_string()]);
+    }
+    args.push(format!("https://{address}/validate-pods"));
+    let out = tokio::process::Command::new("curl").args(&args).output().await.expect("curl runs");
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// A self-signed client certificate (not from the API server's CA), made with openssl.
+fn foreign_client_certificate(dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("mallory.crt"), dir.join("mallory.key"));
+    let ext = dir.join("mallory.ext");
+    std::fs::write(&ext, "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=kube-apiserver-webhook-client",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl runs");
+    assert!(status.status.success(), "openssl: {}", String::from_utf8_lossy(&status.stderr));
+    (cert, key)
+}
+
+async fn unverified_count(operator: &Operator, write: &str) -> f64 {
+    let metrics = e2e::gamedeployment::scrape(e2e::gamedeployment::metrics_address(operator).await).await;
+    let series = format!(r#"gamedeployment_webhook_unverified_requests_total{{webhook="pod-gate",write="{write}"}}"#);
+    metrics.get(&series).copied().unwrap_or(0.0)
+}
+
+/// Issue 35, "only the API server can start a deletion through the webhook", with the chart's defaults: kube-sim
+/// presents the chart's client certificate (as kube-apiserver configured by `--admission-control-config-file`), the
+/// operator verifies it (`--webhook-client-ca`). A forged review without that certificate is answered but marks
+/// nothing (counted as `withheld`); one with a certificate from another CA is refused at the TLS handshake; the real
+/// `kubectl delete pod` through kube-sim still marks. (Before the change the forged review marked the pod.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_review_marks_no_pod_and_the_api_server_still_does() {
+    let gated_cluster = Gated::start("Always", &[]).await;
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, FAILING).await;
+    apply(cluster, &gated("forged", 1, "failing")).await;
+    wait_columns(cluster, "forged", Columns::new(1, 1, 1, 1, 1)).await;
+    wait_labelled(cluster, "forged", 1).await;
+    let victim = pods(cluster, "forged").await.remove(0);
+    let name = victim.metadata.name.clone().unwrap();
+    let address = webhook_address(&gated_cluster.gamedeployment, 0).await;
+
+    let (ok, answer) = forge_delete(address, &victim, None).await;
+    println!("forged review without a client certificate: {answer}");
+    assert!(ok, "answered: {answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("an AdmissionReview");
+    assert_eq!(answer["response"]["allowed"], false, "refused like any other caller");
+    let message = answer["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("it is NOT marked for deletion") && !message.contains("now marked"), "{message}");
+    let (mallory_crt, mallory_key) = foreign_client_certificate(cluster.dir());
+    let (ok, answer) = forge_delete(address, &victim, Some((&mallory_crt, &mallory_key))).await;
+    println!("forged review with a certificate from another CA: {answer}");
+    assert!(!ok, "the TLS handshake fails: {answer}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = pod(cluster, &name).await.expect("the pod is there");
+    assert_eq!(label(&now, SPECIFIED_DELETE), None, "a forged review marks no pod");
+    assert_eq!(annotation(&now, MARKED_AT), None);
+    assert!(unverified_count(&gated_cluster.gamedeployment, "withheld").await >= 1.0, "counted");
+
+    // The API server's own call (kubectl through kube-sim, with the client certificate) still marks.
+    let out = cluster.kubectl(&["delete", "pod", &name, "--wait=false"]).await;
+    assert!(!out.success && out.stderr.contains("it is now marked for deletion"), "{}", out.stderr);
+    assert!(!out.stderr.contains("NOT marked"), "{}", out.stderr);
+    let now = pod(cluster, &name).await.expect("the pod is there");
+    assert_eq!(label(&now, SPECIFIED_DELETE), Some("true"), "kubectl delete pod marks it");
+    gated_cluster.cluster.shutdown().await;
+}
+
+/// The same forged review where the operator verifies nobody (no client CA; `unverifiedMayMark: false`, the chart's
+/// default): it marks nothing — and neither does the API server's call, which is unverified too: `kubectl delete pod`
+/// is refused with how to mark the pod by hand. (Before the change the forged review marked the pod.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_verification_no_caller_marks_unless_allowed() {
+    let gated_cluster = Gated::start_with("Always", &[], Trust::None).await;
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, FAILING).await;
+    apply(cluster, &gated("forged", 1, "failing")).await;
+    wait_columns(cluster, "forged", Columns::new(1, 1, 1, 1, 1)).await;
+    wait_labelled(cluster, "forged", 1).await;
+    let victim = pods(cluster, "forged").await.remove(0);
+    let name = victim.metadata.name.clone().unwrap();
+    let address = webhook_address(&gated_cluster.gamedeployment, 0).await;
+
+    let (ok, answer) = forge_delete(address, &victim, None).await;
+    println!("forged review, nobody verified: {answer}");
+    assert!(ok && answer.contains("\"allowed\":false"), "{answer}");
+    let out = cluster.kubectl(&["delete", "pod", &name, "--wait=false"]).await;
+    println!("$ kubectl delete pod {name}\n{}", out.stderr);
+    assert!(!out.success, "still refused");
+    assert!(
+        out.stderr.contains("it is NOT marked for deletion")
+            && out.stderr.contains(&format!("kubectl label pod {name} {SPECIFIED_DELETE}=true")),
+        "{}",
+        out.stderr
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = pod(cluster, &name).await.expect("the pod is there");
+    assert_eq!(label(&now, SPECIFIED_DELETE), None, "no unverified caller marks");
+    assert!(unverified_count(&gated_cluster.gamedeployment, "withheld").await >= 2.0, "both counted");
+    gated_cluster.cluster.shutdown().await;
+}
+
+async fn render_chart(values: serde_json::Value) -> Result<Vec<serde_json::Value>, String> {
+    let out = tokio::process::Command::new(e2e::helm_python())
+        .arg(e2e::repo_root().join("tests/e2e/helm/chart.py"))
+        .args(["render", CHART, "--release", RELEASE, "--namespace", NS, "--values", &values.to_string()])
+        .current_dir(e2e::repo_root())
+        .output()
+        .await
+        .expect("python runs");
+    if !out.status.success() {
+        return Err(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(serde_json::from_slice(&out.stdout).expect("rendered JSON"))
+}
+
+fn rendered<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> Option<&'a serde_json::Value> {
+    docs.iter().find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+fn operator_args(docs: &[serde_json::Value]) -> Vec<String> {
+    let deployment = rendered(docs, "Deployment", "ops-gamedeployment-operators-gamedeployment").expect("Deployment");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    args.iter().map(|a| a.as_str().unwrap().to_string()).collect()
+}
+
+/// The chart's trust-boundary values: by default the operator verifies a client CA the chart generates (the
+/// Secret `…-webhook-client` holds the CA and the certificate for the API server; the pods mount only `ca.crt`),
+/// unverified callers cannot mark, the deadline is capped at 24h and there is no NetworkPolicy; `caBundle` brings
+/// your own CA, `unverifiedMayMark` adds the flag, and the NetworkPolicy admits only `from` to the webhook port (an
+/// empty `from`, which would admit everyone, is refused).
+#[tokio::test]
+async fn the_chart_verifies_the_api_server_by_default_and_the_network_policy_is_opt_in() {
+    let docs = render_chart(json!({})).await.unwrap();
+    let args = operator_args(&docs);
+    for want in
+        ["--webhook-client-ca=/etc/gamedeployment-operator/webhook-client-ca/ca.crt", "--max-pod-gate-deadline=24h"]
+    {
+        assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+    }
+    assert!(!args.contains(&"--webhook-unverified-may-mark".to_string()), "{args:?}");
+    let client = rendered(&docs, "Secret", &format!("{NAME}-webhook-client")).expect("the client certificate Secret");
+    for key in ["ca.crt", "tls.crt", "tls.key"] {
+        assert!(client["data"][key].as_str().is_some_and(|v| !v.is_empty()), "{key} in {client}");
+    }
+    let deployment = rendered(&docs, "Deployment", NAME).unwrap();
+    let volumes = deployment["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+    let ca = volumes.iter().find(|v| v["name"] == "webhook-client-ca").expect("the client CA volume");
+    assert_eq!(ca["secret"]["items"], json!([{"key": "ca.crt", "path": "ca.crt"}]), "only the CA: {ca}");
+    assert!(rendered(&docs, "NetworkPolicy", &format!("{NAME}-webhook")).is_none(), "opt-in");
+
+    let docs = render_chart(json!({"gamedeploymentOperator": {"webhook": {
+        "clientAuth": {"caBundle": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", "unverifiedMayMark": true},
+        "networkPolicy": {"enabled": true, "from": [{"ipBlock": {"cidr": "10.0.0.0/28"}}]},
+        "podGate": {"maxDeadline": "2h"},
+    }}}))
+    .await
+    .unwrap();
+    let args = operator_args(&docs);
+    for want in ["--webhook-unverified-may-mark", "--max-pod-gate-deadline=2h"] {
+        assert!(args.contains(&want.to_string()), "{want} in {args:?}");
+    }
+    assert!(rendered(&docs, "Secret", &format!("{NAME}-webhook-client")).is_none(), "your CA, no generated one");
+    let ca = rendered(&docs, "ConfigMap", &format!("{NAME}-webhook-client-ca")).expect("the CA ConfigMap");
+    assert!(ca["data"]["ca.crt"].as_str().unwrap().contains("BEGIN CERTIFICATE"), "{ca}");
+    let policy = rendered(&docs, "NetworkPolicy", &format!("{NAME}-webhook")).expect("the NetworkPolicy");
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let ingress = policy["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(ingress[0]["ports"], json!([{"port": 9443, "protocol": "TCP"}]));
+    assert_eq!(ingress[0]["from"], json!([{"ipBlock": {"cidr": "10.0.0.0/28"}}]), "only the control plane");
+    assert_eq!(ingress[1]["ports"], json!([{"port": 8080, "protocol": "TCP"}]), "metrics stay reachable");
+
+    let empty =
+        render_chart(json!({"gamedeploymentOperator": {"webhook": {"networkPolicy": {"enabled": true}}}})).await;
+    let error = empty.expect_err("an empty `from` is refused");
+    assert!(error.contains("networkPolicy.from must name the control plane"), "{error}");
+    let off = render_chart(json!({"gamedeploymentOperator": {"webhook": {"clientAuth": {"enabled": false}}}})).await;
+    let args = operator_args(&off.unwrap());
+    assert!(!args.iter().any(|a| a.starts_with("--webhook-client-ca")), "{args:?}");
 }
