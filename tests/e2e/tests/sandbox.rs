@@ -321,7 +321,31 @@ async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
             &["annotate", "gd", "test-gamedeployment", "gamedeployment.tkex.tencent.com/pod-gate=true"]
         )
     );
-    let pod = kubectl_ok(&sandbox, &["get", "pods", "-o", running]).lines().next().unwrap().to_string();
+    let running_pods: Vec<String> =
+        kubectl_ok(&sandbox, &["get", "pods", "-o", running]).lines().map(str::to_string).collect();
+    let pod = running_pods[0].clone();
+    // A forged AdmissionReview POSTed straight to the webhook port (no client certificate: not kube-sim) is
+    // answered but marks nothing (issue 35; the sandbox verifies kube-sim's client certificate).
+    let other = &running_pods[1];
+    e2e::wait_for("the pod-gate label on the other pod", START, || async {
+        let label = "jsonpath={.metadata.labels.gamedeployment\\.tkex\\.tencent\\.com/pod-gate}";
+        (kubectl_ok(&sandbox, &["get", "pod", other, "-o", label]).trim() == "true").then_some(())
+    })
+    .await;
+    let victim = kubectl_ok(&sandbox, &["get", "pod", other, "-o", "json"]);
+    let review = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"forged","kind":{{"group":"","version":"v1","kind":"Pod"}},"resource":{{"group":"","version":"v1","resource":"pods"}},"name":"{other}","namespace":"default","operation":"DELETE","userInfo":{{"username":"mallory"}},"oldObject":{victim}}}}}"#
+    );
+    let forged = Command::new("curl")
+        .args(["-sSk", "--max-time", "10", "-H", "Content-Type: application/json", "--data-binary", &review])
+        .arg(format!("https://127.0.0.1:{}/validate-pods", port + 4))
+        .output()
+        .expect("curl runs");
+    let answer = String::from_utf8_lossy(&forged.stdout);
+    println!("forged review: {answer}");
+    assert!(answer.contains("\"allowed\":false") && answer.contains("NOT marked"), "{answer}");
+    let mark = "jsonpath={.metadata.labels.apps\\.kruise\\.io/specified-delete}";
+    assert_eq!(kubectl_ok(&sandbox, &["get", "pod", other, "-o", mark]).trim(), "", "a forged review marks no pod");
     // Refused as soon as the pod carries the label (set at once by the labeller for pods created before opt-in).
     let refusal = e2e::wait_for("kubectl delete pod to be refused", START, || async {
         let (ok, out, err) = kubectl(&sandbox, &["delete", "pod", &pod, "--wait=false"]);
