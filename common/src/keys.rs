@@ -74,6 +74,11 @@ pub const HOOKRUN_PREPARED_AT: &str = "gamedeployment.tkex.tencent.com/prepared-
 /// HookRun annotation (addition): [`crate::hookrun::spec_hash`] of the spec the operator created, so an edited spec
 /// is recognised (the CRD also makes `spec` immutable).
 pub const HOOKRUN_SPEC_HASH: &str = "gamedeployment.tkex.tencent.com/spec-hash";
+/// HookRun annotation (addition): `v1:` and the hex HMAC-SHA256 of the attempt the run was made for (GameDeployment
+/// UID, pod UID, change, Preparing timestamp), its name and its spec hash, keyed by a secret only the
+/// gamedeployment-operator holds. The other stamps are data whoever creates a HookRun chooses; a run whose signature
+/// does not verify never opens a gate.
+pub const HOOKRUN_SIGNATURE: &str = "gamedeployment.tkex.tencent.com/attempt-signature";
 
 /// GameDeployment annotation (addition): `annotations` opts the GameDeployment in to the GitOps-clean control
 /// surface: the operator never writes its spec (no `retry` reset, no `paused` write by canary steps, no

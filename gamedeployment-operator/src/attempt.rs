@@ -3,9 +3,14 @@
 //! HookRun is made for exactly one attempt and opens the gate for that attempt only:
 //!
 //! - the run records its attempt when it is created ([`stamp`]): the pod UID as a label, the change and the
-//!   Preparing timestamp as annotations, the controller ownerReference, and the hash of the spec the operator wrote;
-//! - a run found under the expected name is accepted only if [`judge`] finds every part equal and the spec still
-//!   hashing to what was written. Anything else is *foreign*: never trusted, never waited on;
+//!   Preparing timestamp as annotations, the controller ownerReference, the hash of the spec the operator wrote,
+//!   and a signature: an HMAC-SHA256 over all of it and the run's name, keyed by a secret only the operator holds
+//!   ([`crate::hookrun_keys`]). Labels, annotations and hashes are data whoever creates a HookRun chooses; the
+//!   signature is what they cannot make;
+//! - a run found under the expected name is accepted only if [`judge`] finds every part equal, the spec still
+//!   hashing to what was written and the signature verifying. Anything else is *foreign*: never trusted, never
+//!   waited on, never counted as a retry; a run that claims this very attempt without a valid signature is
+//!   *forged* (reported with a Warning Event);
 //! - a later attempt (the pod left Preparing and came back, or the target revision changed) never matches an
 //!   older run, whether or not that run was deleted — a consumed run cannot be reused;
 //! - names stay BCS's, with BCS's `.N` suffix when the name is taken by a foreign run ([`choose`]), so a
@@ -18,6 +23,8 @@ use common::hookrun::spec_hash;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::Arc;
+
+use crate::hookrun_keys::Keyring;
 
 /// How many `.N` names are tried before the gate gives up and says so (bounded work per pod).
 pub const MAX_NAME_SUFFIX: usize = 8;
@@ -66,9 +73,37 @@ impl<'a> Attempt<'a> {
     }
 }
 
-/// Records the attempt on a run about to be created.
-pub fn stamp(run: &mut HookRun, attempt: &Attempt<'_>) {
+/// What a stamp's signature covers: the attempt (GameDeployment UID, pod UID, change, Preparing timestamp), the run's
+/// name and its spec hash, each length-prefixed (no two different stamps give the same bytes), after a label naming
+/// the layout.
+fn signed_message(attempt: &Attempt<'_>, run_name: &str, spec_hash: &str) -> Vec<u8> {
+    let change = attempt.change.annotation();
+    let fields: [Option<&str>; 6] = [
+        Some(attempt.gd_uid),
+        Some(attempt.pod_uid),
+        Some(&change),
+        attempt.prepared_at,
+        Some(run_name),
+        Some(spec_hash),
+    ];
+    let mut message = b"gamedeployment.tkex.tencent.com/attempt-signature v1".to_vec();
+    for field in fields {
+        match field {
+            None => message.push(0),
+            Some(text) => {
+                message.push(1);
+                message.extend_from_slice(&(text.len() as u64).to_be_bytes());
+                message.extend_from_slice(text.as_bytes());
+            }
+        }
+    }
+    message
+}
+
+/// Records the attempt on a run about to be created (its name set), signed with the first of `keys`.
+pub fn stamp(run: &mut HookRun, attempt: &Attempt<'_>, keys: &Keyring) {
     let hash = spec_hash(&run.spec);
+    let signature = keys.sign(&signed_message(attempt, run.metadata.name.as_deref().unwrap_or(""), &hash));
     let labels = run.metadata.labels.get_or_insert_with(Default::default);
     labels.insert(keys::HOOKRUN_POD_UID.into(), attempt.pod_uid.into());
     let annotations = run.metadata.annotations.get_or_insert_with(Default::default);
@@ -77,6 +112,7 @@ pub fn stamp(run: &mut HookRun, attempt: &Attempt<'_>) {
         annotations.insert(keys::HOOKRUN_PREPARED_AT.into(), at.into());
     }
     annotations.insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+    annotations.insert(keys::HOOKRUN_SIGNATURE.into(), signature);
 }
 
 /// Whether a run found under one of the attempt's names may decide it.
@@ -86,6 +122,9 @@ pub enum Judgement {
     Ours,
     /// Anything else, with the reason (for the Event and the condition message).
     Foreign(String),
+    /// Stamped for this very attempt, but its signature does not verify: made by someone else than this operator
+    /// (or signed with a key since removed). Treated as foreign, and reported.
+    Forged(String),
 }
 
 fn label<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
@@ -101,8 +140,8 @@ pub fn controller_uid(run: &HookRun) -> Option<&str> {
     run.metadata.owner_references.as_ref()?.iter().find(|o| o.controller == Some(true)).map(|o| o.uid.as_str())
 }
 
-/// Decides whether `run` was made for `attempt` and is unchanged since.
-pub fn judge(run: &HookRun, attempt: &Attempt<'_>) -> Judgement {
+/// Decides whether `run` was made for `attempt` by this operator (signed with one of `keys`) and is unchanged since.
+pub fn judge(run: &HookRun, attempt: &Attempt<'_>, keys: &Keyring) -> Judgement {
     let foreign = |why: String| Judgement::Foreign(why);
     if controller_uid(run) != Some(attempt.gd_uid) {
         return foreign("it is not controlled by this GameDeployment".into());
@@ -118,10 +157,19 @@ pub fn judge(run: &HookRun, attempt: &Attempt<'_>) -> Judgement {
     if annotation(run, keys::HOOKRUN_PREPARED_AT) != attempt.prepared_at {
         return foreign("it was made for an earlier attempt of this pod".into());
     }
-    match annotation(run, keys::HOOKRUN_SPEC_HASH) {
-        Some(hash) if hash == stored_spec_hash(run) => Judgement::Ours,
-        Some(_) => foreign("its spec was edited after it was created".into()),
-        None => foreign("it carries no spec hash".into()),
+    let hash = match annotation(run, keys::HOOKRUN_SPEC_HASH) {
+        Some(hash) if hash == stored_spec_hash(run) => hash,
+        Some(_) => return foreign("its spec was edited after it was created".into()),
+        None => return foreign("it carries no spec hash".into()),
+    };
+    let Some(signature) = annotation(run, keys::HOOKRUN_SIGNATURE) else {
+        return Judgement::Forged("it carries no signature of this operator (not made by it)".into());
+    };
+    let message = signed_message(attempt, run.metadata.name.as_deref().unwrap_or(""), hash);
+    if keys.verify(&message, signature) {
+        Judgement::Ours
+    } else {
+        Judgement::Forged("its signature does not verify: it was not made by this operator".into())
     }
 }
 
@@ -243,8 +291,8 @@ pub fn nth_name(base: &str, n: usize) -> String {
 /// first free name). Every name is looked at before a new one is chosen: once an older run under `base` is
 /// deleted, our run may live under `base.1` while `base` is free again.
 #[cfg(test)]
-pub fn choose<'a>(runs: &'a [Arc<HookRun>], base: &str, attempt: &Attempt<'_>) -> Choice<'a> {
-    choose_in(runs, None, base, attempt)
+pub fn choose<'a>(runs: &'a [Arc<HookRun>], base: &str, attempt: &Attempt<'_>, keys: &Keyring) -> Choice<'a> {
+    choose_in(runs, None, base, attempt, keys)
 }
 
 /// [`choose`] with the pass's index of the runs by name ([`named_in`]).
@@ -253,6 +301,7 @@ pub fn choose_in<'a>(
     names: Option<&RunNames<'a>>,
     base: &str,
     attempt: &Attempt<'_>,
+    keys: &Keyring,
 ) -> Choice<'a> {
     let mut skipped = Vec::new();
     let mut free = None;
@@ -262,9 +311,9 @@ pub fn choose_in<'a>(
             None => {
                 free.get_or_insert(name);
             }
-            Some(run) => match judge(run, attempt) {
+            Some(run) => match judge(run, attempt, keys) {
                 Judgement::Ours => return Choice::Found(run),
-                Judgement::Foreign(why) => {
+                Judgement::Foreign(why) | Judgement::Forged(why) => {
                     if free.is_none() {
                         skipped.push((name, why));
                     }
@@ -281,6 +330,7 @@ pub fn choose_in<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hookrun_keys::test_keys;
     use common::api::{HookRunSpec, Metric};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -305,7 +355,7 @@ mod tests {
             spec: HookRunSpec { metrics: vec![metric], args: vec![], terminate: false, policy: None },
             status: None,
         };
-        stamp(&mut run, attempt);
+        stamp(&mut run, attempt, test_keys());
         run
     }
 
@@ -317,7 +367,7 @@ mod tests {
     fn a_run_opens_only_the_attempt_it_was_made_for() {
         let made = attempt(Change::InPlace("r2".into()), "2026-01-01T00:00:01.5Z");
         let r = run("pre", &made);
-        assert_eq!(judge(&r, &made), Judgement::Ours);
+        assert_eq!(judge(&r, &made, test_keys()), Judgement::Ours);
         // Another revision, another visit of Preparing, another pod, another GameDeployment: all foreign.
         for other in [
             attempt(Change::InPlace("r3".into()), "2026-01-01T00:00:01.5Z"),
@@ -326,8 +376,93 @@ mod tests {
             Attempt { pod_uid: "other-pod", ..made.clone() },
             Attempt { gd_uid: "recreated-gd", ..made.clone() },
         ] {
-            assert!(matches!(judge(&r, &other), Judgement::Foreign(_)), "{other:?}");
+            assert!(matches!(judge(&r, &other, test_keys()), Judgement::Foreign(_)), "{other:?}");
         }
+    }
+
+    /// Issue 35: whoever may create HookRuns can copy a real run's owner, labels and annotations onto `<name>.1`,
+    /// give it a spec that always succeeds and set the spec-hash annotation to that spec's hash. Without the
+    /// operator's key the signature cannot follow: the run is forged, not ours (before signatures it was ours and
+    /// the held pod was deleted on its word).
+    #[test]
+    fn a_run_stamped_by_someone_without_the_key_is_forged() {
+        let made = attempt(Change::Delete, "2026-01-01T00:00:01Z");
+        let real = run("pre", &made);
+        let mut forged = real.clone();
+        forged.metadata.name = Some("pre.1".into());
+        forged.spec.metrics[0].success_condition = Some("true".into());
+        let hash = spec_hash(&forged.spec);
+        forged.metadata.annotations.as_mut().unwrap().insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+        assert!(matches!(judge(&forged, &made, test_keys()), Judgement::Forged(_)));
+        // The real run's spec under another name: the name is signed too.
+        let mut renamed = real.clone();
+        renamed.metadata.name = Some("pre.1".into());
+        assert!(matches!(judge(&renamed, &made, test_keys()), Judgement::Forged(_)));
+        // No signature at all (as every run was before signatures): forged, and said so.
+        let mut unsigned = real.clone();
+        unsigned.metadata.annotations.as_mut().unwrap().remove(keys::HOOKRUN_SIGNATURE);
+        let judged = judge(&unsigned, &made, test_keys());
+        assert!(matches!(&judged, Judgement::Forged(why) if why.contains("no signature")), "{judged:?}");
+        // Signed by another operator's key (another installation): forged.
+        let theirs = Keyring::parse("their-key-0123456789-0123456789-0123456789").unwrap();
+        let mut other = real.clone();
+        stamp(&mut other, &made, &theirs);
+        assert!(matches!(judge(&other, &made, test_keys()), Judgement::Forged(_)));
+        // The forgery never decides: the real run is found, the forged name is skipped for a new one.
+        let runs = [Arc::new(forged), Arc::new(real.clone())];
+        assert_eq!(choose(&runs, "pre", &made, test_keys()), Choice::Found(&runs[1]));
+        let only_forged = [Arc::new(renamed)];
+        match choose(&only_forged, "pre", &made, test_keys()) {
+            Choice::Create { name, skipped } => {
+                assert_eq!(name, "pre");
+                assert!(skipped.is_empty(), "the free base name comes first: {skipped:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Every part of the attempt and the run's name are signed: changing any one of them in the stamp (and nothing
+    /// else) breaks the signature, even where the structural checks would let it through.
+    #[test]
+    fn the_signature_covers_the_attempt_the_name_and_the_spec_hash() {
+        let made = attempt(Change::InPlace("r2".into()), "t1");
+        let base = signed_message(&made, "pre", "hash");
+        let variants = [
+            signed_message(&Attempt { gd_uid: "other", ..made.clone() }, "pre", "hash"),
+            signed_message(&Attempt { pod_uid: "other", ..made.clone() }, "pre", "hash"),
+            signed_message(&Attempt { change: Change::PostInPlace("r2".into()), ..made.clone() }, "pre", "hash"),
+            signed_message(&Attempt { prepared_at: None, ..made.clone() }, "pre", "hash"),
+            signed_message(&Attempt { prepared_at: Some(""), ..made.clone() }, "pre", "hash"),
+            signed_message(&made, "pre.1", "hash"),
+            signed_message(&made, "pre", "hash2"),
+            // Moving bytes between fields gives other bytes (length prefixes).
+            signed_message(&made, "preh", "ash"),
+        ];
+        for (i, variant) in variants.iter().enumerate() {
+            assert_ne!(*variant, base, "variant {i}");
+            assert!(!test_keys().verify(variant, &test_keys().sign(&base)), "variant {i}");
+        }
+    }
+
+    /// Rotation: a keyring with a new key in front of the old one verifies the runs the old key signed (a held pod's
+    /// run keeps its gate), signs new runs with the new key; once the old key is removed, its runs are forged.
+    #[test]
+    fn rotation_keeps_the_gates_of_runs_signed_with_the_old_key() {
+        let made = attempt(Change::Delete, "t1");
+        let old = Keyring::parse("old-key-0123456789-0123456789-0123456789").unwrap();
+        let rotated =
+            Keyring::parse("new-key-0123456789-0123456789-0123456789\nold-key-0123456789-0123456789-0123456789")
+                .unwrap();
+        let mut before = run("pre", &made);
+        stamp(&mut before, &made, &old);
+        assert_eq!(judge(&before, &made, &rotated), Judgement::Ours);
+        let mut after = run("pre.1", &made);
+        stamp(&mut after, &made, &rotated);
+        assert_eq!(judge(&after, &made, &rotated), Judgement::Ours);
+        assert!(matches!(judge(&after, &made, &old), Judgement::Forged(_)), "signed with the new key");
+        let new_only = Keyring::parse("new-key-0123456789-0123456789-0123456789").unwrap();
+        assert!(matches!(judge(&before, &made, &new_only), Judgement::Forged(_)));
+        assert_eq!(judge(&after, &made, &new_only), Judgement::Ours);
     }
 
     #[test]
@@ -369,7 +504,7 @@ mod tests {
         let found = named_in(&other, Some(&index), "pre");
         assert!(std::ptr::eq(found[3].unwrap(), &*other[0]));
         assert!(found[0].is_none() && found[2].is_none());
-        assert_eq!(choose_in(&runs, Some(&index), "pre", &made), choose(&runs, "pre", &made));
+        assert_eq!(choose_in(&runs, Some(&index), "pre", &made, test_keys()), choose(&runs, "pre", &made, test_keys()));
     }
 
     #[test]
@@ -378,11 +513,14 @@ mod tests {
         let mut stored = run("pre", &made);
         stored.metadata.uid = Some("run-uid-stored".into());
         stored.metadata.resource_version = Some("10".into());
-        assert_eq!(judge(&stored, &made), Judgement::Ours);
-        assert_eq!(judge(&stored, &made), Judgement::Ours, "remembered");
+        assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
+        assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours, "remembered");
         stored.spec.metrics.clear();
         stored.metadata.resource_version = Some("11".into());
-        assert_eq!(judge(&stored, &made), Judgement::Foreign("its spec was edited after it was created".into()));
+        assert_eq!(
+            judge(&stored, &made, test_keys()),
+            Judgement::Foreign("its spec was edited after it was created".into())
+        );
     }
 
     #[test]
@@ -391,19 +529,19 @@ mod tests {
         let mut stored = run("pre", &made);
         stored.metadata.uid = Some("run-uid-remembered".into());
         stored.metadata.resource_version = Some("10".into());
-        assert_eq!(judge(&stored, &made), Judgement::Ours);
+        assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
         // A status write (new resourceVersion, same spec): still ours.
         stored.metadata.resource_version = Some("11".into());
         stored.status = Some(Default::default());
-        assert_eq!(judge(&stored, &made), Judgement::Ours);
+        assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
         // The spec edited, whatever the resourceVersion says (even one seen before): foreign, and back again.
         let original = stored.spec.clone();
         stored.spec.args.push(common::api::Argument::new("extra", "x".to_string()));
-        assert!(matches!(judge(&stored, &made), Judgement::Foreign(_)));
+        assert!(matches!(judge(&stored, &made, test_keys()), Judgement::Foreign(_)));
         stored.metadata.resource_version = Some("10".into());
-        assert!(matches!(judge(&stored, &made), Judgement::Foreign(_)));
+        assert!(matches!(judge(&stored, &made, test_keys()), Judgement::Foreign(_)));
         stored.spec = original;
-        assert_eq!(judge(&stored, &made), Judgement::Ours);
+        assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
     }
 
     #[test]
@@ -411,31 +549,34 @@ mod tests {
         let made = attempt(Change::Delete, "t1");
         let mut edited = run("pre", &made);
         edited.spec.metrics.clear();
-        assert_eq!(judge(&edited, &made), Judgement::Foreign("its spec was edited after it was created".into()));
+        assert_eq!(
+            judge(&edited, &made, test_keys()),
+            Judgement::Foreign("its spec was edited after it was created".into())
+        );
         let mut terminated = run("pre", &made);
         terminated.spec.terminate = true;
-        assert_eq!(judge(&terminated, &made), Judgement::Ours);
+        assert_eq!(judge(&terminated, &made, test_keys()), Judgement::Ours);
         let mut bare = run("pre", &made);
         bare.metadata.labels = None;
         bare.metadata.annotations = None;
-        assert!(matches!(judge(&bare, &made), Judgement::Foreign(_)));
+        assert!(matches!(judge(&bare, &made, test_keys()), Judgement::Foreign(_)));
         let mut orphan = run("pre", &made);
         orphan.metadata.owner_references = None;
-        assert!(matches!(judge(&orphan, &made), Judgement::Foreign(_)));
+        assert!(matches!(judge(&orphan, &made, test_keys()), Judgement::Foreign(_)));
     }
 
     #[test]
     fn foreign_names_are_skipped_with_bcs_suffixes_and_the_search_is_bounded() {
         let made = attempt(Change::Delete, "t1");
         let old = attempt(Change::Delete, "t0");
-        assert_eq!(choose(&[], "pre", &made), Choice::Create { name: "pre".into(), skipped: vec![] });
+        assert_eq!(choose(&[], "pre", &made, test_keys()), Choice::Create { name: "pre".into(), skipped: vec![] });
         let runs = [Arc::new(run("pre", &old)), Arc::new(run("pre.1", &made))];
-        assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[1]));
+        assert_eq!(choose(&runs, "pre", &made, test_keys()), Choice::Found(&runs[1]));
         // The stale run under the base name was deleted: ours under `.1` is still found, not made again.
         let runs = [Arc::new(run("pre.1", &made))];
-        assert_eq!(choose(&runs, "pre", &made), Choice::Found(&runs[0]));
+        assert_eq!(choose(&runs, "pre", &made, test_keys()), Choice::Found(&runs[0]));
         let runs = [Arc::new(run("pre", &old))];
-        match choose(&runs, "pre", &made) {
+        match choose(&runs, "pre", &made, test_keys()) {
             Choice::Create { name, skipped } => {
                 assert_eq!(name, "pre.1");
                 assert_eq!(skipped.len(), 1);
@@ -446,7 +587,7 @@ mod tests {
         let taken: Vec<Arc<HookRun>> =
             (0..=MAX_NAME_SUFFIX).map(|n| Arc::new(run(&nth_name("pre", n), &old))).collect();
         assert!(
-            matches!(choose(&taken, "pre", &made), Choice::Exhausted { skipped } if skipped.len() == MAX_NAME_SUFFIX + 1)
+            matches!(choose(&taken, "pre", &made, test_keys()), Choice::Exhausted { skipped } if skipped.len() == MAX_NAME_SUFFIX + 1)
         );
     }
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::attempt::{self, Attempt, Change, Choice};
 use crate::deadline::{self, Decision};
+use crate::hookrun_keys::Keyring;
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
 
@@ -84,6 +85,8 @@ pub struct GateState<'a> {
     pub now: Timestamp,
     /// `hook_runs` by name, when the pass built the index (a state whose `hook_runs` were replaced scans them).
     pub names: Option<&'a attempt::RunNames<'a>>,
+    /// The keys runs are signed with (only runs whose stamp verifies open a gate).
+    pub keys: &'a Keyring,
 }
 
 /// The hook side of a decision: which run decides the pod, what to create, what the status shows.
@@ -99,7 +102,9 @@ pub struct HookGate {
     pub started: Time,
     /// A configuration problem (missing template, unresolved arg) that only a person can fix.
     pub problem: Option<String>,
-    /// Runs found under this attempt's names that were not made for it (name, why): skipped, never trusted.
+    /// Runs found under this attempt's names that were not made for it (name, why): skipped, never trusted. When a
+    /// run of the attempt exists (`create` is None), only the forged ones: stamped for this attempt without a valid
+    /// signature.
     pub foreign: Vec<(String, String)>,
     /// The run that decided was terminated by a person (`spec.terminate: true`) rather than measured to success.
     pub terminated: bool,
@@ -192,27 +197,35 @@ pub fn hold_started(pod: &Pod) -> Option<Timestamp> {
     common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP)?.parse().ok()
 }
 
-/// Every run of an attempt (ours, under `base` or `base.N`), oldest first — an automatic retry adds one — and the
-/// first name no run holds (for the next retry).
-pub fn attempt_runs<'a>(
-    runs: &'a [Arc<HookRun>],
-    names: Option<&attempt::RunNames<'a>>,
-    base: &str,
-    attempt: &Attempt<'_>,
-) -> (Vec<&'a HookRun>, Option<String>) {
+/// The runs of an attempt found under `base` or `base.N`.
+pub struct AttemptRuns<'a> {
+    /// Ours, oldest first: an automatic retry adds one. Only these count (as the decision and as retries used).
+    pub history: Vec<&'a HookRun>,
+    /// The first name no run holds (for the next retry).
+    pub free: Option<String>,
+    /// Runs stamped for this attempt whose signature does not verify (name, why): ignored, reported.
+    pub forged: Vec<(String, String)>,
+}
+
+/// Every run of an attempt (see [`AttemptRuns`]).
+pub fn attempt_runs<'a>(state: &GateState<'a>, base: &str, attempt: &Attempt<'_>) -> AttemptRuns<'a> {
     let mut ours = Vec::new();
     let mut free = None;
-    for (n, run) in attempt::named_in(runs, names, base).into_iter().enumerate() {
+    let mut forged = Vec::new();
+    for (n, run) in attempt::named_in(state.hook_runs, state.names, base).into_iter().enumerate() {
         match run {
             None => {
                 free.get_or_insert(attempt::nth_name(base, n));
             }
-            Some(run) if attempt::judge(run, attempt) == attempt::Judgement::Ours => ours.push((n, run)),
-            Some(_) => {}
+            Some(run) => match attempt::judge(run, attempt, state.keys) {
+                attempt::Judgement::Ours => ours.push((n, run)),
+                attempt::Judgement::Forged(why) => forged.push((attempt::nth_name(base, n), why)),
+                attempt::Judgement::Foreign(_) => {}
+            },
         }
     }
     ours.sort_by_key(|(n, run)| (run.metadata.creation_timestamp.as_ref().map(|t| t.0), *n));
-    (ours.into_iter().map(|(_, run)| run).collect(), free)
+    AttemptRuns { history: ours.into_iter().map(|(_, run)| run).collect(), free, forged }
 }
 
 /// The pod's instance id (label, else the name's last segment as BCS derives it).
@@ -335,7 +348,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
     let gd_uid = state.gd.metadata.uid.as_deref().unwrap_or("");
     let attempt = Attempt::of(gd_uid, request.pod, change);
     let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
-    let choice = attempt::choose_in(state.hook_runs, state.names, &base, &attempt);
+    let choice = attempt::choose_in(state.hook_runs, state.names, &base, &attempt, state.keys);
     if skip {
         // A person asked to skip this change's hook for this pod: released and recorded, never a success.
         let found = if let Choice::Found(run) = &choice { Some(*run) } else { None };
@@ -353,7 +366,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         Choice::Create { name, skipped } => {
             return match build_pod_run(state, kind, step, request.pod, revision, modified, name.clone()) {
                 Ok(mut run) => {
-                    attempt::stamp(&mut run, &attempt);
+                    attempt::stamp(&mut run, &attempt, state.keys);
                     Verdict {
                         decision: GateDecision::Wait(format!("HookRun {name} is being created")),
                         hook: Some(pending(name, None, Some(Box::new(run)), skipped)),
@@ -378,7 +391,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
         }
     };
     // The latest run of the attempt decides (earlier ones failed and were retried automatically).
-    let (history, free) = attempt_runs(state.hook_runs, state.names, &base, &attempt);
+    let AttemptRuns { history, free, forged } = attempt_runs(state, &base, &attempt);
     let run = history.last().copied().unwrap_or(run);
     let run_name = run.metadata.name.clone().unwrap_or_default();
     let phase = run_phase(run);
@@ -406,7 +419,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             phase,
             started: started.clone(),
             problem: None,
-            foreign: Vec::new(),
+            foreign: forged.clone(),
             terminated: false,
             released,
             recheck_at,
@@ -431,8 +444,8 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             };
             return match build_pod_run(state, kind, step, request.pod, revision, modified, name.clone()) {
                 Ok(mut next) => {
-                    attempt::stamp(&mut next, &attempt);
-                    let mut hook = pending(name.clone(), None, Some(Box::new(next)), Vec::new());
+                    attempt::stamp(&mut next, &attempt, state.keys);
+                    let mut hook = pending(name.clone(), None, Some(Box::new(next)), forged.clone());
                     hook.started = started;
                     Verdict {
                         decision: GateDecision::Wait(format!(
@@ -483,7 +496,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             phase,
             started,
             problem: None,
-            foreign: Vec::new(),
+            foreign: forged,
             terminated,
             released: None,
             recheck_at,
@@ -516,7 +529,14 @@ mod tests {
             GateKind::HotPatchUpdate,
         ] {
             let request = GateRequest { kind, pod: &pod, pod_revision: Some("web-1"), target_revision: Some("web-2") };
-            let state = GateState { gd: &gd, hook_runs: &[], templates: &[], now: Timestamp::UNIX_EPOCH, names: None };
+            let state = GateState {
+                gd: &gd,
+                hook_runs: &[],
+                templates: &[],
+                now: Timestamp::UNIX_EPOCH,
+                names: None,
+                keys: crate::hookrun_keys::test_keys(),
+            };
             assert_eq!(verdict(&request, &state, &[]), Verdict::allow());
         }
         assert_eq!(GateDecision::Wait("hook running".into()).reason(), Some("hook running"));

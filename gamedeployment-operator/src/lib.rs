@@ -16,6 +16,7 @@ pub(crate) mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod gate;
+pub mod hookrun_keys;
 pub(crate) mod lifecycle;
 pub mod metrics;
 pub(crate) mod ownership;

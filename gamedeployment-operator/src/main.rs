@@ -17,6 +17,7 @@ use common::runtime::{
     Health, LeaderElection, LeaderError, RuntimeError, RuntimeFlags, Shutdown, client, logging, server,
 };
 use gamedeployment_operator::controller::{self, Config};
+use gamedeployment_operator::hookrun_keys;
 use gamedeployment_operator::metrics::Metrics;
 use gamedeployment_operator::webhook::server::{self as webhook_server, WebhookError, WebhookMetrics};
 use gamedeployment_operator::webhook::{IdentityError, WebhookFlags, labeller};
@@ -57,6 +58,8 @@ struct Cli {
     pass_spacing: f64,
     #[command(flatten)]
     webhook: WebhookFlags,
+    #[command(flatten)]
+    hookrun_keys: hookrun_keys::KeyFlags,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,8 @@ enum StartError {
     Identity(#[from] IdentityError),
     #[error(transparent)]
     Webhook(#[from] WebhookError),
+    #[error(transparent)]
+    Keys(#[from] hookrun_keys::KeyError),
 }
 
 #[tokio::main]
@@ -125,7 +130,10 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     };
     let labels = webhook.is_some().then(|| (client.clone(), cli.runtime.kube.namespace.clone()));
 
+    // Every replica loads the keys before it may lead: the one that leads signs and verifies with them.
+    let keys = hookrun_keys::load(&client, &cli.hookrun_keys.source(&client)).await?;
     let config = Config {
+        hookrun_keys: Some(Arc::new(keys)),
         namespace: cli.runtime.kube.namespace.clone(),
         concurrency: cli.concurrency,
         write_concurrency: cli.write_concurrency,

@@ -39,6 +39,7 @@ use common::runtime::watch;
 
 use crate::action::{EventType, PlannedEvent};
 use crate::expectations::{Check, Expectations};
+use crate::hookrun_keys::Keyring;
 use crate::metrics::{Metrics, RolloutClock, RolloutMark, WorkloadLabels, WorkloadView};
 use crate::ownership;
 use crate::planner::{self, Observed, Plan, status};
@@ -89,6 +90,9 @@ pub struct Config {
     /// The next pass of a GameDeployment starts no sooner than this many times the previous pass's planning time
     /// after it ended ([`spacing`]); 0 (the default): back to back.
     pub pass_spacing: f64,
+    /// The keys that sign pod HookRuns' attempt stamps ([`crate::hookrun_keys::load`]); None: a key of this process
+    /// only, made when the controller starts.
+    pub hookrun_keys: Option<Arc<Keyring>>,
 }
 
 impl Default for Config {
@@ -103,6 +107,7 @@ impl Default for Config {
             event_queue: 4096,
             status_write_interval: Duration::from_secs(1),
             pass_spacing: 0.0,
+            hookrun_keys: None,
         }
     }
 }
@@ -129,6 +134,8 @@ pub struct Context {
     pub metrics: Metrics,
     pub events: EventSink,
     pub config: Config,
+    /// Signs the attempt stamps of the runs this operator creates and verifies those of the runs it finds.
+    keys: Arc<Keyring>,
     /// Consecutive failures per GameDeployment, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// When each rollout last made progress (`gamedeployment_rollout_stuck_seconds`).
@@ -440,7 +447,7 @@ async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>
         Ok(Observation::NotYet(requeue)) => return (Ok(requeue), started.elapsed()),
         Err(e) => return (Err(e), started.elapsed()),
     };
-    let plan = plan(&snapshot);
+    let plan = plan(&snapshot, &ctx.keys);
     let planning = started.elapsed();
     let outcome = execute(ctx, &snapshot, &plan).await;
     (report(ctx, &snapshot, &plan, outcome).await, planning)
@@ -583,7 +590,7 @@ fn report_unguarded_deletions(ctx: &Context, gd: &GameDeployment, namespace: &st
 }
 
 /// Plan: the pure planner on the snapshot.
-fn plan(snapshot: &Snapshot) -> Plan {
+fn plan(snapshot: &Snapshot, keys: &Keyring) -> Plan {
     let observed = Observed {
         gd: &snapshot.gd,
         pods: snapshot.pods.iter().map(AsRef::as_ref).collect(),
@@ -594,6 +601,7 @@ fn plan(snapshot: &Snapshot) -> Plan {
         hook_runs: &snapshot.hook_runs,
         hook_templates: &snapshot.hook_templates,
         claims: snapshot.claims.iter().map(AsRef::as_ref).collect(),
+        keys,
     };
     planner::plan(&observed)
 }
@@ -805,6 +813,16 @@ pub async fn run(
 ) {
     // This function runs only while this replica leads (or when leader election is off).
     let _leading = Leading::mark(metrics.leader.clone());
+    let keys = match config.hookrun_keys.clone() {
+        Some(keys) => keys,
+        None => match Keyring::generate() {
+            Ok((keys, _)) => Arc::new(keys),
+            Err(e) => {
+                tracing::error!(error = %e, "no key to sign HookRuns with: not reconciling");
+                return;
+            }
+        },
+    };
     let namespace = config.namespace.as_deref();
     let (gd_reader, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace));
     let gd_stream = gd_events.applied_objects().predicate_filter(spec_fingerprint, Default::default());
@@ -873,6 +891,7 @@ pub async fn run(
     });
     let ctx = Arc::new(Context {
         client,
+        keys,
         gds: gd_reader.clone(),
         spacing: spacing::PassSpacing::new(config.pass_spacing),
         pods: pod_reader.clone(),

@@ -54,6 +54,32 @@ impl Draft {
         self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
     }
 
+    /// Reports runs stamped for the pod's attempt whose signature does not verify (see [`crate::attempt::Judgement`]):
+    /// ignored by the gate, never a success, never counted as a retry.
+    pub fn forged_runs(
+        &mut self,
+        info: &PodInfo<'_>,
+        kind: common::hookrun::HookKind,
+        decides: &str,
+        forged: &[(String, String)],
+    ) {
+        let forged: Vec<String> = forged.iter().map(|(n, why)| format!("{n} ({why})")).collect();
+        self.events.push(
+            PlannedEvent::warning(
+                "ForgedHookRun",
+                format!(
+                    "pod {}: HookRun(s) {} claim its {} hook but were not made by this operator; ignored (never a \
+                     success, never a retry), HookRun {} decides",
+                    info.name,
+                    forged.join(", "),
+                    kind.type_label(),
+                    decides
+                ),
+            )
+            .about_pod(&info.pod_ref()),
+        );
+    }
+
     /// Puts a pod change to the gate. On `Allow` the caller acts; otherwise the pod is held: it is moved to
     /// `PreparingDelete` / `PreparingUpdate` (if it is not there yet) and recorded with the reason.
     pub fn pass_gate(&mut self, settings: &Settings<'_>, info: &PodInfo<'_>, kind: GateKind) -> bool {
@@ -73,6 +99,12 @@ impl Draft {
             .then_some(settings.update_revision.as_str());
         let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
         let verdict = gate::verdict(&request, &settings.gate, modified);
+        if let Some(hook) = verdict.hook.as_ref()
+            && hook.create.is_none()
+            && !hook.foreign.is_empty()
+        {
+            self.forged_runs(info, hook.kind, &hook.run_name, &hook.foreign);
+        }
         let decision = verdict.decision;
         if let Some(at) = verdict.hook.as_ref().and_then(|h| h.recheck_at) {
             self.requeue_at(settings.now, at);

@@ -240,11 +240,15 @@ pub(crate) fn complete_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, dra
     // The run is bound to the pod's `Updated` visit that this very patch starts (same timestamp).
     let updated_at = settings.now.to_string();
     let attempt = post_attempt(settings, info, Some(&updated_at));
-    if let Choice::Create { name, .. } =
-        attempt::choose_in(settings.gate.hook_runs, settings.gate.names, &post_run_name(step, info), &attempt)
-        && let Ok(mut run) = build_post_run(settings, step, info, name)
+    if let Choice::Create { name, .. } = attempt::choose_in(
+        settings.gate.hook_runs,
+        settings.gate.names,
+        &post_run_name(step, info),
+        &attempt,
+        settings.gate.keys,
+    ) && let Ok(mut run) = build_post_run(settings, step, info, name)
     {
-        attempt::stamp(&mut run, &attempt);
+        attempt::stamp(&mut run, &attempt, settings.gate.keys);
         draft.actions.push(Action::CreateHookRun(Box::new(run)));
     }
     inplace::complete_to(info.pod, settings.now, LifecycleState::Updated)
@@ -291,9 +295,13 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
     let Some(step) = post_hook(settings) else { return Some(normal()) };
     let attempt = post_attempt(settings, info, common::pod::annotation(info.pod, keys::LIFECYCLE_TIMESTAMP));
     let base = post_run_name(step, info);
-    let choice = attempt::choose_in(settings.gate.hook_runs, settings.gate.names, &base, &attempt);
-    let (history, free) = gate::attempt_runs(settings.gate.hook_runs, settings.gate.names, &base, &attempt);
+    let choice = attempt::choose_in(settings.gate.hook_runs, settings.gate.names, &base, &attempt, settings.gate.keys);
+    let gate::AttemptRuns { history, free, forged } = gate::attempt_runs(&settings.gate, &base, &attempt);
     let latest = history.last().copied().or(if let Choice::Found(run) = &choice { Some(*run) } else { None });
+    if !forged.is_empty() {
+        let decides = latest.and_then(|r| r.metadata.name.as_deref()).unwrap_or(base.as_str());
+        draft.forged_runs(info, HookKind::PostInplace, decides, &forged);
+    }
     let mut release = |reason, message: String, run: Option<&HookRun>| {
         draft.post_hooks.push(HookCondition {
             pod_name: info.name.to_string(),
@@ -335,7 +343,7 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
                 if let Some(next) = free.clone()
                     && let Ok(mut new) = build_post_run(settings, step, info, next.clone())
                 {
-                    attempt::stamp(&mut new, &attempt);
+                    attempt::stamp(&mut new, &attempt, settings.gate.keys);
                     draft.actions.push(Action::CreateHookRun(Box::new(new)));
                     retry_wait = Some((
                         next.clone(),
@@ -389,7 +397,7 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
         }
         Choice::Create { name, .. } => match build_post_run(settings, step, info, name.clone()) {
             Ok(mut run) => {
-                attempt::stamp(&mut run, &attempt);
+                attempt::stamp(&mut run, &attempt, settings.gate.keys);
                 draft.actions.push(Action::CreateHookRun(Box::new(run)));
                 let message = format!("HookRun {name} is being created");
                 (name, HookPhase::Pending, Time(settings.now), Some(message))

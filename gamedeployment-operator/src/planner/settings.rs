@@ -40,6 +40,8 @@ pub struct Observed<'a> {
     pub hook_templates: &'a [HookTemplate],
     /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::volumes`]).
     pub claims: Vec<&'a k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    /// The keys that sign and verify the attempt stamps of pod HookRuns ([`crate::hookrun_keys`]).
+    pub keys: &'a crate::hookrun_keys::Keyring,
 }
 
 /// The settings of one pass, resolved from the spec (int-or-percent values scaled, defaults applied) and the
@@ -271,6 +273,7 @@ pub(crate) fn resolve<'a>(
             templates: observed.hook_templates,
             now: observed.now,
             names: None,
+            keys: observed.keys,
         },
         costs: DeletionCosts::new(observed.node_costs, sort_method.map(String::as_str)),
         update_settings_ok,
@@ -412,6 +415,7 @@ pub(crate) mod builder {
                 hook_runs: &self.hook_runs,
                 hook_templates: &self.hook_templates,
                 claims: Vec::new(),
+                keys: crate::hookrun_keys::test_keys(),
             };
             let mut old: PodTemplateSpec = self.gd.spec.template.clone();
             if let Some(spec) = old.spec.as_mut() {

@@ -68,6 +68,7 @@ impl World {
             hook_runs: &self.hook_runs,
             hook_templates: &self.hook_templates,
             claims: Vec::new(),
+            keys: crate::hookrun_keys::test_keys(),
         };
         plan(&observed)
     }

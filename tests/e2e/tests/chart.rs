@@ -78,6 +78,41 @@ async fn values_switch_scope_and_operators() {
     );
 }
 
+/// The key that signs pod HookRuns' attempt stamps: a Secret with a random key, mounted and named by
+/// `--hookrun-key-file`; or a Secret of the user's own (`gamedeploymentOperator.hookRunKey.existingSecret`).
+#[tokio::test]
+async fn the_hookrun_key_secret_is_made_or_brought_and_mounted() {
+    let key_volume = |docs: &[Value]| -> (Vec<String>, Value) {
+        let gd = of_kind(docs, "Deployment")
+            .into_iter()
+            .find(|d| d["metadata"]["name"].as_str().unwrap().ends_with("-gamedeployment"))
+            .cloned()
+            .unwrap();
+        let pod = &gd["spec"]["template"]["spec"];
+        let args = pod["containers"][0]["args"].as_array().unwrap().iter().filter_map(|a| a.as_str()).map(String::from);
+        let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "hookrun-key").cloned().unwrap();
+        (args.collect(), volume)
+    };
+    let docs = render(json!({})).await;
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"].as_str().unwrap().ends_with("-signing-key"))
+        .expect("the chart makes the key Secret");
+    // 48 random characters and a newline, base64: 68 characters.
+    assert_eq!(secret["data"]["keys"].as_str().unwrap().len(), 68, "{secret}");
+    let (args, volume) = key_volume(&docs);
+    assert!(args.contains(&"--hookrun-key-file=/etc/gamedeployment-operator/hookrun-key/keys".to_string()), "{args:?}");
+    assert_eq!(volume["secret"]["secretName"], secret["metadata"]["name"]);
+
+    let docs = render(json!({"gamedeploymentOperator": {"hookRunKey": {"existingSecret": "my-keys"}}})).await;
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "Secret" && d["metadata"]["name"].as_str().unwrap().ends_with("-signing-key"))
+    );
+    assert_eq!(key_volume(&docs).1["secret"]["secretName"], "my-keys");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn install_upgrade_uninstall_on_kube_sim() {
     let cluster = Cluster::start().await;
@@ -101,7 +136,7 @@ async fn install_upgrade_uninstall_on_kube_sim() {
         .kubectl_ok(&["-n", "kourse-system", "get", "deployment", "ops-gamedeployment-operators-hook", "-o", "json"])
         .await;
     let deploy: Value = serde_json::from_str(&deploy).unwrap();
-    assert_eq!(deploy["spec"]["replicas"], 1);
+    assert_eq!(deploy["spec"]["replicas"], 2, "two replicas by default (issue 35)");
     for object in [
         "clusterrole/ops-gamedeployment-operators-gamedeployment",
         "clusterrolebinding/ops-gamedeployment-operators-hook",
@@ -111,6 +146,13 @@ async fn install_upgrade_uninstall_on_kube_sim() {
     ] {
         cluster.kubectl_ok(&["-n", "kourse-system", "get", object]).await;
     }
+    // The HookRun key is made on install and kept on upgrade (`lookup`): a new key would orphan the runs of held pods.
+    let key_of = || async {
+        let secret = "secret/ops-gamedeployment-operators-gamedeployment-signing-key";
+        cluster.kubectl_ok(&["-n", "kourse-system", "get", secret, "-o", "jsonpath={.data.keys}"]).await
+    };
+    let key = key_of().await;
+    assert_eq!(key.len(), 68, "{key}");
     let mut list = vec!["list"];
     list.extend(common);
     assert!(helm(&list).await.contains("\"ops\""));
@@ -126,6 +168,7 @@ async fn install_upgrade_uninstall_on_kube_sim() {
     assert_eq!(deploy["spec"]["replicas"], 2);
     let args = deploy["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(args.contains("--log-format=json"), "{args}");
+    assert_eq!(key_of().await, key, "the HookRun key survives the upgrade");
 
     let mut uninstall = vec!["uninstall", "ops"];
     uninstall.extend(common);

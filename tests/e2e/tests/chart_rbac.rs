@@ -313,6 +313,14 @@ async fn chart_harness(hook_extra: &[&str]) -> Harness {
     hook_args.extend(hook_extra.iter().map(|a| a.to_string()));
     let mut gd_args = common(&lease("gamedeployment"));
     gd_args.extend(["--expectations-timeout", "20s"].map(String::from));
+    // The chart mounts its HookRun key Secret and names the file (the operator then reads no Secret itself).
+    assert!(
+        docs.iter().any(|d| d["kind"] == "Deployment" && d.to_string().contains("--hookrun-key-file=")),
+        "the chart gives the gamedeployment-operator its HookRun key file"
+    );
+    let key_file = cluster.dir().join("hookrun-key");
+    std::fs::write(&key_file, "chart-rbac-test-key-0123456789-0123456789\n").expect("key file written");
+    gd_args.extend(["--hookrun-key-file".to_string(), key_file.display().to_string()]);
     let specs = vec![
         OperatorSpec { package: "hook-operator", bin: "hook-operator", account: lease("hook"), extra: hook_args },
         OperatorSpec {

@@ -21,6 +21,7 @@ mod gamedeployment_metrics;
 mod gamedeployment_restart;
 mod gamedeployment_rollout;
 mod gate_integrity;
+mod gate_signed_runs;
 mod gitops_clean;
 mod hook_deadlines;
 mod hook_durability;

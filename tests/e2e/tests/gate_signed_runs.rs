@@ -1,0 +1,143 @@
+//! Runs the operator did not make cannot open a gate (issue 35). A pod is held by its Failed pre-delete run; a user
+//! who may create HookRuns copies that run's owner, labels and annotations onto `<name>.1` with
+//! `successCondition: "true"` and sets the spec-hash annotation to the SHA-256 of the new spec, computed as the
+//! operator computes it. The run ends Successful — and before attempt stamps were signed, the held pod was deleted
+//! on its word. Now the stamp's signature (an HMAC keyed by a secret only the operator holds) does not verify: the
+//! run is ignored, a `ForgedHookRun` Warning says so, and the pod stays held until a run the operator made succeeds.
+//! The strict gate checker watches throughout.
+
+use crate::walkthrough_support;
+
+use std::time::Duration;
+
+use common::api::{HookPhase, HookRun};
+use common::keys;
+use e2e::gamedeployment::{Columns, apply, manifest, pods, wait_columns};
+use e2e::gate::GateChecker;
+use e2e::wait_for;
+use kube::Api;
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use walkthrough_support::{LONG, operators, pre_delete};
+
+/// Fails at its first measurement (the hook server answers age 45).
+const FAILING: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
+kind: HookTemplate
+metadata:
+  name: failing
+spec:
+  metrics:
+    - name: webtest
+      count: 1
+      successCondition: "asInt(result) > 100"
+      provider:
+        web:
+          url: http://1.1.1.1:9091
+          jsonPath: "{$.age}"
+"#;
+
+fn lifecycle(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
+    pod.metadata.labels.as_ref().and_then(|l| l.get(keys::LIFECYCLE_STATE)).map_or("", String::as_str)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_successful_dot_1_run_never_opens_the_gate() {
+    let cluster = e2e::Cluster::start().await;
+    let _operators = operators(&cluster).await;
+    apply(&cluster, FAILING).await;
+    apply(&cluster, &manifest("signed", 1, "RollingUpdate", &pre_delete("failing"), "python:latest")).await;
+    wait_columns(&cluster, "signed", Columns::new(1, 1, 1, 1, 1)).await;
+    let pod = pods(&cluster, "signed").await.remove(0);
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+    let checker = GateChecker::start(&cluster, "default").await;
+
+    // Scale in: the pod is held by its pre-delete run, which fails.
+    cluster.kubectl_ok(&["scale", "--replicas=0", "gamedeployment/signed"]).await;
+    let api: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let selector = format!("{}={pod_uid}", keys::HOOKRUN_POD_UID);
+    let real = wait_for("the pod's pre-delete run to fail", LONG, || {
+        let (api, selector) = (api.clone(), selector.clone());
+        async move {
+            let runs = api.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+            runs.into_iter().find(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Failed))
+        }
+    })
+    .await;
+    let real_name = real.metadata.name.clone().unwrap_or_default();
+    assert!(
+        real.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(keys::HOOKRUN_SIGNATURE)),
+        "the operator signs its runs: {:?}",
+        real.metadata.annotations
+    );
+    wait_for("the pod to be held in PreparingDelete", LONG, || async {
+        let now = pods(&cluster, "signed").await;
+        now.iter()
+            .any(|p| p.metadata.name.as_deref() == Some(&pod_name) && lifecycle(p) == "PreparingDelete")
+            .then_some(())
+    })
+    .await;
+
+    // The forgery: everything the real run carries, a spec that always succeeds and that spec's hash.
+    let forged_name = format!("{real_name}.1");
+    let mut forged = HookRun {
+        metadata: ObjectMeta {
+            name: Some(forged_name.clone()),
+            namespace: Some("default".into()),
+            labels: real.metadata.labels.clone(),
+            annotations: real.metadata.annotations.clone(),
+            owner_references: real.metadata.owner_references.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: real.spec.clone(),
+        status: None,
+    };
+    forged.spec.metrics[0].success_condition = Some("true".into());
+    let hash = common::hookrun::spec_hash(&forged.spec);
+    forged.metadata.annotations.get_or_insert_with(Default::default).insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+    api.create(&PostParams::default(), &forged).await.expect("the forged run is created");
+    wait_for("the forged run to succeed", LONG, || async {
+        let run = api.get_opt(&forged_name).await.ok().flatten()?;
+        (run.status?.phase? == HookPhase::Successful).then_some(())
+    })
+    .await;
+
+    // The pod stays held.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = pods(&cluster, "signed").await;
+    let held = now.iter().find(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()));
+    assert!(
+        held.is_some_and(|p| p.metadata.deletion_timestamp.is_none() && lifecycle(p) == "PreparingDelete"),
+        "the pod was let go on a forged run: {held:#?}"
+    );
+
+    // It is reported.
+    wait_for("a ForgedHookRun Warning naming the forged run", LONG, || async {
+        let out = cluster
+            .kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=ForgedHookRun",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])
+            .await;
+        out.stdout.contains(&forged_name).then_some(out.stdout)
+    })
+    .await;
+
+    // A run the operator makes still opens the gate: fix the hook and ask for a retry (the failed run is replaced).
+    let fixed = FAILING.replace("asInt(result) > 100", "asInt(result) > 30");
+    apply(&cluster, &fixed).await;
+    let retry = r#"{"spec":{"preDeleteUpdateStrategy":{"retry":true}}}"#;
+    cluster.kubectl_ok(&["patch", "gamedeployment", "signed", "--type=merge", "-p", retry]).await;
+    wait_for("the held pod to be deleted after its own run succeeded", LONG, || async {
+        let now = pods(&cluster, "signed").await;
+        now.iter().all(|p| p.metadata.uid.as_deref() != Some(pod_uid.as_str())).then_some(())
+    })
+    .await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!(report.gated_deletions, 1, "{report:?}");
+    cluster.shutdown().await;
+}
