@@ -68,10 +68,7 @@ pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, ar
         Ok(resolved) => resolved,
         Err(e) => return failed(started_at, crate::redact::text(&e.0, &[])),
     };
-    // Host-name look-ups are counted per namespace (see providers::egress::lookup).
-    let mut taken = crate::providers::egress::NAMESPACE
-        .scope(std::sync::Arc::from(namespace), measure(providers, namespace, metric, &args, started_at))
-        .await;
+    let mut taken = measure(providers, namespace, metric, &args, started_at).await;
     // Credentials never reach status, Events or logs: values read from Secrets, credential headers (Authorization,
     // Cookie, *token*, *key*, …), URL userinfo and
     // token query parameters are masked in what the measurement says.
@@ -152,13 +149,8 @@ async fn settle(
         Answer::Observed(observation) => return judge(providers, namespace, metric, observation).await,
         Answer::Raw(raw) => raw,
     };
-    let job = Job {
-        reading: raw.reading.clone(),
-        success: success.map(str::to_string),
-        failure: failure.map(str::to_string),
-    };
     if raw.cheap() {
-        let observation = match job.read(&raw.response.body) {
+        let observation = match raw.read() {
             Ok(observation) => observation,
             Err(e) => return (HookPhase::Error, Some(e.0), None),
         };
@@ -166,6 +158,8 @@ async fn settle(
             return judge(providers, namespace, metric, observation).await;
         }
     }
+    let job =
+        Job { reading: raw.reading(), success: success.map(str::to_string), failure: failure.map(str::to_string) };
     let mut response = raw.response;
     let body = std::mem::take(&mut response.body);
     let outcome = providers.conditions.run(namespace, job.clone(), body).await;

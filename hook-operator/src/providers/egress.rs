@@ -177,6 +177,23 @@ impl Drop for NamespaceShare {
     }
 }
 
+/// Whether a request to `url` may need a host-name look-up (its host is not an IP literal).
+pub fn names_a_host(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    if host.starts_with('[') {
+        return false;
+    }
+    let host = host.rsplit_once(':').map_or(host, |(host, _)| host);
+    host.parse::<std::net::IpAddr>().is_err()
+}
+
+/// Runs `request` with its host-name look-ups counted for `namespace` (a measurement's request to a host name).
+pub async fn in_namespace<T>(namespace: &str, url: &str, request: impl std::future::Future<Output = T>) -> T {
+    if names_a_host(url) { NAMESPACE.scope(Arc::from(namespace), request).await } else { request.await }
+}
+
 /// Resolves `host` within the look-up bounds (in flight per process and per namespace, and in time).
 pub async fn lookup(host: &str) -> Result<Vec<SocketAddr>, String> {
     let share = NamespaceShare::take()?;
@@ -306,5 +323,15 @@ mod lookup_tests {
         // Another namespace is not affected, and a look-up outside any run is not counted.
         NAMESPACE.scope(Arc::from("other"), async { assert!(NamespaceShare::take().is_ok()) }).await;
         assert!(lookup("localhost").await.is_ok_and(|addrs| !addrs.is_empty()));
+    }
+
+    #[test]
+    fn only_host_names_need_a_look_up() {
+        for url in ["http://localhost:9091/", "https://svc.ns.svc.cluster.local/x", "http://user:pw@host/"] {
+            assert!(names_a_host(url), "{url}");
+        }
+        for url in ["http://127.0.0.1:9091/age", "http://[::1]:80/", "http://10.0.0.1", "http://u@10.0.0.1:1/?a"] {
+            assert!(!names_a_host(url), "{url}");
+        }
     }
 }

@@ -43,14 +43,20 @@ pub enum Answer {
     Raw(Raw),
 }
 
-/// An answer's bytes and how to read them.
+/// An answer's bytes and where they came from.
 #[derive(Debug)]
 pub struct Raw {
     /// Holds its share of the buffered-bytes budget until the answer is judged.
     pub response: http::Response,
-    pub reading: crate::isolation::Reading,
-    /// The jsonPath, parsed (to decide whether the answer can be read inline).
-    pub path: Option<Arc<crate::jsonpath::Path>>,
+    pub source: Source,
+}
+
+/// What was asked, to read the answer with (kept as the provider had it: nothing is formatted or copied unless an
+/// error message or a worker needs it).
+#[derive(Debug)]
+pub enum Source {
+    Web { method: reqwest::Method, url: String, path: Option<Arc<crate::jsonpath::Path>> },
+    Prometheus { query: String },
 }
 
 impl Raw {
@@ -58,7 +64,32 @@ impl Raw {
     /// path that can multiply it.
     pub fn cheap(&self) -> bool {
         self.response.body.len() <= crate::isolation::INLINE_BODY_BYTES
-            && self.path.as_ref().is_none_or(|p| p.is_members_only())
+            && match &self.source {
+                Source::Web { path, .. } => path.as_ref().is_none_or(|p| p.is_members_only()),
+                Source::Prometheus { .. } => true,
+            }
+    }
+
+    /// Reads the answer here, on the calling thread: only for a [`Raw::cheap`] one.
+    pub fn read(&self) -> Result<Observation, ProviderError> {
+        let body = &self.response.body;
+        match &self.source {
+            Source::Web { method, url, path } => {
+                web::interpret_named(|| format!("{method} {url}"), body, path.as_deref())
+            }
+            Source::Prometheus { query } => prometheus::interpret(body, query),
+        }
+    }
+
+    /// How an evaluation worker reads it.
+    pub fn reading(&self) -> crate::isolation::Reading {
+        match &self.source {
+            Source::Web { method, url, path } => crate::isolation::Reading::Web {
+                what: format!("{method} {url}"),
+                path: path.as_ref().map(|p| p.written().to_string()),
+            },
+            Source::Prometheus { query } => crate::isolation::Reading::Prometheus { query: query.clone() },
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use reqwest::{Method, Url};
 use serde::Deserialize;
 
 use super::http::{Http, body_excerpt};
-use super::{Answer, Observation, Provider, ProviderError, Raw};
+use super::{Answer, Observation, Provider, ProviderError, Raw, Source};
 use crate::template::render;
 
 pub struct Prometheus {
@@ -122,7 +122,7 @@ impl Prometheus {
         Self { http, timeout }
     }
 
-    async fn query(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+    async fn query(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
         let spec = metric
             .provider
             .prometheus
@@ -133,7 +133,8 @@ impl Prometheus {
         let mut url = Url::parse(&format!("{base}/api/v1/query"))
             .map_err(|e| ProviderError(format!("provider.prometheus.address {:?} is not a URL: {e}", spec.address)))?;
         url.query_pairs_mut().append_pair("query", &query);
-        let response = self.http.send(Method::GET, url.as_str(), &[], None, self.timeout, false).await?;
+        let send = self.http.send(Method::GET, url.as_str(), &[], None, self.timeout, false);
+        let response = super::egress::in_namespace(namespace, url.as_str(), send).await?;
         // Prometheus answers 400/422 with a JSON error body that says what is wrong with the query.
         if !response.status.is_success() && !matches!(response.status.as_u16(), 400 | 422 | 503) {
             return Err(ProviderError(format!(
@@ -143,7 +144,7 @@ impl Prometheus {
             )));
         }
         // Read and judged under the evaluation bounds: see crate::isolation.
-        Ok(Answer::Raw(Raw { response, reading: crate::isolation::Reading::Prometheus { query }, path: None }))
+        Ok(Answer::Raw(Raw { response, source: Source::Prometheus { query } }))
     }
 }
 

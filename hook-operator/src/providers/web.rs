@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use reqwest::Method;
 
 use super::http::{Http, body_excerpt};
-use super::{Answer, Observation, Provider, ProviderError, Raw, display};
+use super::{Answer, Observation, Provider, ProviderError, Raw, Source, display};
 use crate::evaluate::to_expr;
 use crate::jsonpath;
 use crate::template::render;
@@ -25,7 +25,7 @@ impl Web {
         Self { http }
     }
 
-    async fn call(&self, _namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+    async fn call(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
         let web = metric.provider.web.as_ref().ok_or_else(|| ProviderError("provider.web is not set".into()))?;
         let url = render("url", &web.url, args)?;
         let mut headers = Vec::with_capacity(web.headers.len());
@@ -50,7 +50,8 @@ impl Web {
             .transpose()
             .map_err(|e| ProviderError(e.to_string()))?;
 
-        let response = self.http.send(method.clone(), &url, &headers, body, self.timeout(metric), web.insecure).await?;
+        let send = self.http.send(method.clone(), &url, &headers, body, self.timeout(metric), web.insecure);
+        let response = super::egress::in_namespace(namespace, &url, send).await?;
         if !response.status.is_success() {
             return Err(ProviderError(format!(
                 "{method} {url} returned HTTP {}: {}",
@@ -59,13 +60,12 @@ impl Web {
             )));
         }
         // Read (decoded, narrowed) and judged under the evaluation bounds: see crate::isolation.
-        let reading = crate::isolation::Reading::Web { what: format!("{method} {url}"), path: web.json_path.clone() };
-        Ok(Answer::Raw(Raw { response, reading, path }))
+        Ok(Answer::Raw(Raw { response, source: Source::Web { method, url, path } }))
     }
 }
 
 /// [`interpret`], naming the request only when there is an error to report (no text built per measurement).
-fn interpret_named(
+pub(crate) fn interpret_named(
     what: impl Fn() -> String,
     body: &[u8],
     path: Option<&jsonpath::Path>,
