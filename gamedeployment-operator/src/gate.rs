@@ -541,4 +541,73 @@ mod tests {
         }
         assert_eq!(GateDecision::Wait("hook running".into()).reason(), Some("hook running"));
     }
+
+    /// A Failed run copied from the operator's (every label and annotation) under `.1` is forged: it is not a retry
+    /// of the attempt. With `autoRetry.limit: 1` and `onFailure: Proceed` the operator retries with a run of its own
+    /// under the next free name instead of counting the forgery as the retry and letting the pod go (as it did when
+    /// stamps were not signed); the forgery is reported.
+    #[test]
+    fn a_forged_failed_run_is_not_a_retry_and_never_triggers_on_failure_proceed() {
+        use crate::fixtures::{self, pod, ts};
+        use crate::hookrun_keys::{Keyring, test_keys};
+        let mut gd = fixtures::gd(1, "RollingUpdate");
+        gd.spec.pre_delete_update_strategy = Some(
+            serde_json::from_value(serde_json::json!({
+                "hook": {"templateName": "drain"},
+                "hookPolicy": {"autoRetry": {"limit": 1, "backoffSeconds": 0}, "onFailure": "Proceed"}
+            }))
+            .unwrap(),
+        );
+        let held = pod("game-abcde")
+            .serving("game-1", "game:1", 100)
+            .state(LifecycleState::PreparingDelete)
+            .annotation(keys::LIFECYCLE_TIMESTAMP, &ts(200).to_string())
+            .build();
+        let templates = [fixtures::hook_template()];
+        let request = GateRequest {
+            kind: GateKind::Delete(DeleteCause::ScaleIn),
+            pod: &held,
+            pod_revision: Some("game-1"),
+            target_revision: None,
+        };
+        let state = |runs: &'static [Arc<HookRun>]| GateState {
+            gd: &gd,
+            hook_runs: runs,
+            templates: &templates,
+            now: ts(300),
+            names: None,
+            keys: test_keys(),
+        };
+        // The first pass creates the operator's run; it fails.
+        let created = verdict(&request, &state(&[]), &[]).hook.and_then(|h| h.create).expect("a run is created");
+        let failed = |mut run: HookRun, name: &str, created: i64| {
+            run.metadata.name = Some(name.into());
+            run.metadata.uid = Some(format!("uid-{name}"));
+            run.metadata.creation_timestamp = Some(Time(ts(created)));
+            run.status = Some(serde_json::from_value(serde_json::json!({"phase": "Failed"})).unwrap());
+            run
+        };
+        let base = created.metadata.name.clone().unwrap();
+        let real = failed(*created.clone(), &base, 210);
+        // The forgery: the real run's labels and annotations (signature included) under `.1`, and one signed with
+        // another installation's key.
+        let copied = failed(real.clone(), &format!("{base}.1"), 220);
+        let theirs = Keyring::parse("their-key-0123456789-0123456789-0123456789").unwrap();
+        let attempt = Attempt::of(fixtures::GD_UID, &held, Change::Delete);
+        let mut resigned = failed(*created, &format!("{base}.1"), 220);
+        attempt::stamp(&mut resigned, &attempt, &theirs);
+        for forged in [copied, resigned] {
+            let runs: &'static [Arc<HookRun>] = Box::leak(Box::new([Arc::new(real.clone()), Arc::new(forged)]));
+            let got = verdict(&request, &state(runs), &[]);
+            assert!(!got.decision.is_allow(), "released on a forged run: {got:?}");
+            let hook = got.hook.expect("hook details");
+            assert_eq!(
+                hook.create.as_ref().and_then(|r| r.metadata.name.clone()),
+                Some(format!("{base}.2")),
+                "{hook:?}"
+            );
+            assert!(hook.released.is_none());
+            assert_eq!(hook.foreign.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), [format!("{base}.1")]);
+        }
+    }
 }
