@@ -107,3 +107,22 @@ subjects:
     name: {{ .name }}
     namespace: {{ $root.Release.Namespace }}
 {{- end -}}
+
+{{/* The failurePolicy of one webhook: `webhook.failurePolicy.<which>`, or the single value set for all. */}}
+{{- define "gdo.failurePolicy" -}}
+{{- $policy := index . 0 }}
+{{- if kindIs "string" $policy }}{{ $policy }}{{ else }}{{ index $policy (index . 1) }}{{ end }}
+{{- end -}}
+
+{{/* Preferred podAntiAffinity spreading one operator's replicas over nodes. */}}
+{{- define "gdo.spreadOverNodes" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            app.kubernetes.io/instance: {{ .root.Release.Name }}
+            app.kubernetes.io/name: {{ .name }}
+{{- end -}}

@@ -11,7 +11,8 @@
 //! - `kubectl delete gamedeployment` / `hooktemplate` honour BCS's `io.tencent.bcs.dev/deletion-allow` with BCS's
 //!   messages;
 //! - `helm upgrade` keeps the certificate and the caBundle;
-//! - with the operator stopped, pod deletes work (failurePolicy Ignore).
+//! - with the operator stopped, deletes of gated pods wait (the pod gate's failurePolicy is Fail), while
+//!   GameDeployments can be deleted (deletion protection's is Ignore).
 //!
 //! The strict gate checker (`e2e::gate`) watches every gated story: each deletion of a Running gated pod consumed one
 //! fresh `Successful` HookRun.
@@ -537,12 +538,20 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
         "{metrics:?}"
     );
 
-    // With the operator stopped the webhook cannot be called: failurePolicy Ignore lets pod deletions through.
+    // With the operator stopped the webhooks cannot be called: the pod gate's failurePolicy Fail refuses the delete
+    // of a gated pod (it waits for the operator, not for nobody), deletion protection's Ignore lets the
+    // GameDeployment go.
     gated_cluster.gamedeployment.kill().await;
     let cluster = &gated_cluster.cluster;
     let out = cluster.kubectl(&["delete", "pod", &held_name, "--wait=false"]).await;
     println!("operator stopped: $ kubectl delete pod {held_name}\n{}{}", out.stdout, out.stderr);
-    assert!(out.success, "failurePolicy Ignore: {}", out.stderr);
+    assert!(!out.success, "failurePolicy Fail: {}", out.stdout);
+    assert!(
+        out.stderr.contains("failed calling webhook \"pod-gate.gamedeployment.tkex.tencent.com\""),
+        "{}",
+        out.stderr
+    );
+    assert!(pod(cluster, &held_name).await.is_some_and(|p| p.metadata.deletion_timestamp.is_none()), "still there");
     let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
     assert!(out.success, "failurePolicy Ignore: {}", out.stderr);
 
@@ -954,4 +963,57 @@ async fn the_chart_verifies_the_api_server_by_default_and_the_network_policy_is_
     let off = render_chart(json!({"gamedeploymentOperator": {"webhook": {"clientAuth": {"enabled": false}}}})).await;
     let args = operator_args(&off.unwrap());
     assert!(!args.iter().any(|a| a.starts_with("--webhook-client-ca")), "{args:?}");
+}
+
+/// Issue 35, "the defaults survive a drain of the operators' own node": two replicas of each operator, a
+/// PodDisruptionBudget (minAvailable 1) each, replicas spread over nodes (preferred podAntiAffinity, unless
+/// `affinity` is set), and a failurePolicy chosen per webhook: Fail for the pod gate (only opted-in game servers'
+/// deletions wait while no replica answers), Ignore for evictions (every eviction in the cluster reaches that webhook)
+/// and for deletion protection; a single value still sets all three.
+#[tokio::test]
+async fn the_chart_defaults_keep_the_webhook_answering_through_a_drain() {
+    let docs = render_chart(json!({})).await.unwrap();
+    for (name, app) in [(NAME, "gamedeployment-operator"), ("ops-gamedeployment-operators-hook", "hook-operator")] {
+        let deployment = rendered(&docs, "Deployment", name).expect("Deployment");
+        assert_eq!(deployment["spec"]["replicas"], 2, "{name}");
+        let preferred = &deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            [0]["podAffinityTerm"];
+        assert_eq!(preferred["topologyKey"], "kubernetes.io/hostname", "{name}: {deployment}");
+        assert_eq!(preferred["labelSelector"]["matchLabels"]["app.kubernetes.io/name"], app, "{name}");
+        assert_eq!(preferred["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"], RELEASE, "{name}");
+        let pdb = rendered(&docs, "PodDisruptionBudget", name).expect("a PodDisruptionBudget");
+        assert_eq!(pdb["spec"]["minAvailable"], 1);
+        assert_eq!(pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], app);
+    }
+    let vwc = rendered(&docs, "ValidatingWebhookConfiguration", NAME).expect("the webhook configuration");
+    let policies: Vec<(String, String)> = vwc["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["name"].as_str().unwrap().to_string(), w["failurePolicy"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            ("pod-gate.gamedeployment.tkex.tencent.com", "Fail"),
+            ("pod-eviction-gate.gamedeployment.tkex.tencent.com", "Ignore"),
+            ("deletion-protection.gamedeployment.tkex.tencent.com", "Ignore"),
+        ]
+        .map(|(n, p)| (n.to_string(), p.to_string()))
+    );
+    // A single value for all three; an explicit affinity replaces the spread; the budget can be turned off.
+    let docs = render_chart(json!({"gamedeploymentOperator": {
+        "webhook": {"failurePolicy": "Ignore"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["ops"]}]}]}}},
+        "podDisruptionBudget": {"enabled": false},
+    }}))
+    .await
+    .unwrap();
+    let vwc = rendered(&docs, "ValidatingWebhookConfiguration", NAME).unwrap();
+    assert!(vwc["webhooks"].as_array().unwrap().iter().all(|w| w["failurePolicy"] == "Ignore"), "{vwc}");
+    let affinity = &rendered(&docs, "Deployment", NAME).unwrap()["spec"]["template"]["spec"]["affinity"];
+    assert!(affinity["podAntiAffinity"].is_null() && !affinity["nodeAffinity"].is_null(), "{affinity}");
+    assert!(rendered(&docs, "PodDisruptionBudget", NAME).is_none());
+    assert!(rendered(&docs, "PodDisruptionBudget", "ops-gamedeployment-operators-hook").is_some());
 }
