@@ -91,14 +91,28 @@ impl WebhookServer {
     }
 
     async fn start_with(h: Handler, certs: Certs) -> Result<Self> {
+        Self::start_tls(h, certs, None).await
+    }
+
+    /// A server that completes a handshake only with a client certificate signed by `client_ca`.
+    async fn start_tls(h: Handler, certs: Certs, client_ca: Option<Vec<u8>>) -> Result<Self> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![rustls::pki_types::CertificateDer::from(certs.cert_der.clone())],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(certs.key_der.clone().into()),
-            )?;
+        let builder =
+            rustls::ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+        let builder = match client_ca {
+            Some(der) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(rustls::pki_types::CertificateDer::from(der))?;
+                let verifier =
+                    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build()?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let config = builder.with_single_cert(
+            vec![rustls::pki_types::CertificateDer::from(certs.cert_der.clone())],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(certs.key_der.clone().into()),
+        )?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -581,6 +595,67 @@ async fn failure_policy_decides_when_the_webhook_cannot_be_reached() -> Result<(
     hook["failurePolicy"] = json!("Ignore");
     apply(&sim, &configuration("fail", hook)).await?;
     cms.create(&PostParams::default(), &cm("ignored")).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// A webhook that requires a client certificate (as one that authenticates the API server does)
+/// is called with the certificate the admission kubeconfig names for its host
+/// (`--admission-control-config-file`, `SimHandle::set_admission_client_auth`); without one the
+/// handshake fails and `failurePolicy` decides.
+#[tokio::test]
+async fn the_client_certificate_of_the_webhook_host_is_presented() -> Result<()> {
+    let sim = api_sim().await?;
+    // The client CA and the certificate kube-sim presents.
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "api server client CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params.distinguished_name.push(rcgen::DnType::CommonName, "kube-apiserver-webhook-client");
+    client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
+    let server = WebhookServer::start_tls(deny(403, "seen"), certs(SERVED_NAMES), Some(ca.der().to_vec())).await?;
+    apply(
+        &sim,
+        &configuration("mtls", url_webhook("cm.mtls.kourse.dev", &server, rule(&["CREATE"], "", &["configmaps"]))),
+    )
+    .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(sim.client().await, "default");
+    let cm = |name: &str| serde_json::from_value::<ConfigMap>(json!({"metadata": {"name": name}})).unwrap();
+
+    // No certificate for this host: the handshake fails, failurePolicy Fail refuses.
+    let err = cms.create(&PostParams::default(), &cm("anonymous")).await.unwrap_err();
+    let kube::Error::Api(s) = err else { bail!("unexpected error") };
+    assert!(s.message.contains("failed calling webhook \"cm.mtls.kourse.dev\""), "{}", s.message);
+    assert!(server.reviews().is_empty(), "never reached the handler");
+
+    // Another host's certificate is not presented; this host's is (the URL's HOST:PORT), and so is `*`.
+    let (cert_pem, key_pem) = (client_cert.pem(), client_key.serialize_pem());
+    sim.set_admission_client_auth(kube_sim::admission::ClientAuth::single(
+        "gate.webhooks.svc",
+        cert_pem.as_bytes(),
+        key_pem.as_bytes(),
+    ));
+    assert!(
+        cms.create(&PostParams::default(), &cm("other-host"))
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("failed calling webhook")
+    );
+    for name in [server.addr.to_string(), "*".to_string()] {
+        sim.set_admission_client_auth(kube_sim::admission::ClientAuth::single(
+            &name,
+            cert_pem.as_bytes(),
+            key_pem.as_bytes(),
+        ));
+        let err = cms.create(&PostParams::default(), &cm("verified")).await.unwrap_err();
+        let kube::Error::Api(s) = err else { bail!("unexpected error") };
+        assert_eq!(s.message, "admission webhook \"cm.mtls.kourse.dev\" denied the request: seen", "user {name}");
+    }
+    assert_eq!(server.reviews().len(), 2, "both calls reached the handler");
     sim.shutdown().await;
     Ok(())
 }
