@@ -500,24 +500,6 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
     report
 }
 
-/// Resident memory of this process and its children (the evaluation workers), in bytes.
-pub fn tree_rss() -> u64 {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
-    let mut total = 0;
-    for entry in entries.flatten() {
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
-        let field = |name: &str| {
-            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        };
-        let own = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) == Some(me);
-        if own || field("PPid:") == Some(u64::from(me)) {
-            total += field("VmRSS:").unwrap_or(0) * 1024;
-        }
-    }
-    total
-}
-
 /// The hostile corpus ([`crate::hostile`]) through `pool`: each case must end with an error that says what its
 /// `expect` says, within `deadline`, with this process and its workers under `max_rss` bytes the whole time
 /// (sampled every 10 ms). Prints one line per case.
@@ -541,11 +523,11 @@ pub async fn corpus(pool: &crate::isolation::Evaluator, deadline: Duration, max_
         let started = Instant::now();
         let evaluation = pool.run("corpus", job.clone(), body);
         tokio::pin!(evaluation);
-        let mut peak = tree_rss();
+        let mut peak = crate::hostile::tree_rss(std::process::id());
         let outcome = loop {
             tokio::select! {
                 outcome = &mut evaluation => break outcome,
-                () = tokio::time::sleep(Duration::from_millis(10)) => peak = peak.max(tree_rss()),
+                () = tokio::time::sleep(Duration::from_millis(10)) => peak = peak.max(crate::hostile::tree_rss(std::process::id())),
             }
         };
         let took = started.elapsed();

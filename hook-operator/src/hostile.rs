@@ -72,6 +72,24 @@ impl Answer {
     }
 }
 
+/// Resident memory of process `pid` and its children (an operator and its evaluation workers), in bytes, from
+/// `/proc`: how the tests and `hook-fuzz --corpus` check that the bounds hold.
+pub fn tree_rss(pid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let field = |name: &str| {
+            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        };
+        let own = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) == Some(pid);
+        if own || field("PPid:") == Some(u64::from(pid)) {
+            total += field("VmRSS:").unwrap_or(0) * 1024;
+        }
+    }
+    total
+}
+
 /// The corpus' cases.
 pub fn cases() -> Result<Vec<Case>, String> {
     serde_yaml::from_str(CORPUS).map_err(|e| format!("testdata/hostile.yaml: {e}"))

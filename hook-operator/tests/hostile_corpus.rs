@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::Path;
 use axum::routing::get;
-use hook_operator::hostile::{self, Case};
+use hook_operator::hostile::{self, Case, tree_rss};
 
 /// Serves each case's answer at `/<name>`.
 async fn endpoint(cases: &[Case]) -> SocketAddr {
@@ -26,23 +26,6 @@ async fn endpoint(cases: &[Case]) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     addr
-}
-
-/// Resident memory of `pid` and its children, in bytes.
-pub fn tree_rss(pid: u32) -> u64 {
-    let mut total = 0;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
-    for entry in entries.flatten() {
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
-        let field = |name: &str| {
-            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        };
-        let own = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) == Some(pid);
-        if own || field("PPid:") == Some(u64::from(pid)) {
-            total += field("VmRSS:").unwrap_or(0) * 1024;
-        }
-    }
-    total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -134,21 +134,7 @@ pub use crate::FAST_ELECTION;
 pub const POLL: Duration = Duration::from_millis(200);
 
 /// Resident memory of process `pid` and its children (the hook-operator and its evaluation workers), in bytes.
-pub fn tree_rss(pid: u32) -> u64 {
-    let mut total = 0;
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
-    for entry in entries.flatten() {
-        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
-        let field = |name: &str| {
-            status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        };
-        let own = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) == Some(pid);
-        if own || field("PPid:") == Some(u64::from(pid)) {
-            total += field("VmRSS:").unwrap_or(0) * 1024;
-        }
-    }
-    total
-}
+pub use hook_operator::hostile::tree_rss;
 
 /// The chart's memory limit of the hook-operator, in bytes (`hookOperator.resources.limits.memory`).
 pub fn chart_memory_limit() -> u64 {
