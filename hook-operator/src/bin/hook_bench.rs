@@ -178,6 +178,57 @@ fn rss_mib(pid: &str, field: &str) -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// `hook_operator_measurement_duration_seconds{provider="web"}`: cumulative bucket counts by upper bound, sum.
+struct Durations {
+    buckets: Vec<(f64, u64)>,
+    sum: f64,
+}
+
+fn durations(registry: &prometheus_client::registry::Registry) -> Durations {
+    let mut text = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    let mut buckets = Vec::new();
+    let mut sum = 0.0;
+    for line in text.lines().filter(|l| l.contains("provider=\"web\"")) {
+        let value = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or_default();
+        if line.starts_with("hook_operator_measurement_duration_seconds_bucket") {
+            let le = line.split("le=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("+Inf");
+            buckets.push((le.parse().unwrap_or(f64::INFINITY), value as u64));
+        } else if line.starts_with("hook_operator_measurement_duration_seconds_sum") {
+            sum = value;
+        }
+    }
+    Durations { buckets, sum }
+}
+
+impl Durations {
+    fn since(&self, before: &Durations) -> Durations {
+        let buckets = self
+            .buckets
+            .iter()
+            .map(|(le, n)| {
+                let was = before.buckets.iter().find(|(l, _)| l == le).map_or(0, |(_, n)| *n);
+                (*le, n.saturating_sub(was))
+            })
+            .collect();
+        Durations { buckets, sum: self.sum - before.sum }
+    }
+
+    fn count(&self) -> u64 {
+        self.buckets.last().map_or(0, |(_, n)| *n)
+    }
+
+    fn mean(&self) -> f64 {
+        if self.count() == 0 { 0.0 } else { self.sum / self.count() as f64 }
+    }
+
+    /// The upper bound of the first bucket holding the `q` quantile.
+    fn quantile(&self, q: f64) -> f64 {
+        let want = (self.count() as f64 * q).ceil() as u64;
+        self.buckets.iter().find(|(_, n)| *n >= want).map_or(0.0, |(le, _)| *le)
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -302,7 +353,8 @@ async fn bench(flags: Flags) -> Result<(), String> {
         Some(floor(socket, flags.runs, flags.interval, warmup, flags.floor_duration).await)
     };
 
-    let metrics = Arc::new(Metrics::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut registry);
     let recording = Arc::new(AtomicBool::new(false));
     let lags: Arc<Mutex<Vec<f64>>> = Arc::new(Mutex::new(Vec::with_capacity(1 << 20)));
     let recorded = Arc::new(AtomicU64::new(0));
@@ -370,6 +422,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     }
 
     tokio::time::sleep(flags.warmup).await;
+    let durations_before = durations(&registry);
     let cpu_before = cpu_seconds("self").unwrap_or_default();
     let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
     let server_cpu_before = cpu_seconds(&server_pid).unwrap_or_default();
@@ -377,6 +430,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     recording.store(true, Ordering::Relaxed);
     tokio::time::sleep(flags.duration).await;
     recording.store(false, Ordering::Relaxed);
+    let durations_in_window = durations(&registry).since(&durations_before);
     let elapsed = window.elapsed().as_secs_f64();
     let cpu = cpu_seconds("self").unwrap_or_default() - cpu_before;
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations_before;
@@ -428,6 +482,12 @@ async fn bench(flags: Flags) -> Result<(), String> {
         percentile(&lags, 0.50) * 1e3,
         percentile(&lags, 0.99) * 1e3,
         lags.last().copied().unwrap_or_default() * 1e3
+    );
+    println!(
+        "  measurement time         mean {:.2} ms, p99 <= {:.0} ms (provider answer + reading + conditions, from the \
+         duration histogram's buckets)",
+        durations_in_window.mean() * 1e3,
+        durations_in_window.quantile(0.99) * 1e3
     );
     println!("  engine CPU               {cpu:.2} s in {elapsed:.1} s ({:.0}% of one core)", 100.0 * cpu / elapsed);
     println!(
