@@ -32,6 +32,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --webhook-operator-user=system:serviceaccount:{{ .Release.Namespace }}:{{ include "gdo.fullname" . }}-gamedeployment
 - --pod-gate-deadline={{ $w.podGate.deadline }}
 - --max-pod-gate-deadline={{ $w.podGate.maxDeadline }}
+- --webhook-answer-within={{ max 1 (sub (int $w.timeoutSeconds) 1) }}s
 {{- if $w.clientAuth.enabled }}
 - --webhook-client-ca=/etc/gamedeployment-operator/webhook-client-ca/ca.crt
 {{- end }}

@@ -94,6 +94,11 @@ pub struct WebhookFlags {
     /// `webhook.networkPolicy.enabled`).
     #[arg(long)]
     pub webhook_unverified_may_mark: bool,
+    /// What the API reads and the mark of one webhook answer may take together; past it the webhook answers HTTP 500
+    /// (the configuration's failurePolicy decides) instead of leaving the API server to time out. Keep it under the
+    /// configuration's `timeoutSeconds` (the chart passes `timeoutSeconds` − 1 s).
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
+    pub webhook_answer_within: Duration,
     /// Deletion protection of GameDeployments and HookTemplates without the label
     /// `io.tencent.bcs.dev/deletion-allow`: `Always` (allowed), `Cascading` (allowed once at 0 replicas / not
     /// used by a GameDeployment) or `Deny` (BCS's behaviour).
@@ -140,6 +145,7 @@ impl WebhookFlags {
             deletion_default: self.deletion_allow_default,
             client_ca: self.webhook_client_ca.clone(),
             unverified_may_mark: self.webhook_unverified_may_mark,
+            answer_within: self.webhook_answer_within,
         }))
     }
 }

@@ -5,11 +5,13 @@
 //! Every answer is computed from the API at request time: for a pod `DELETE` the pod is the request's
 //! `oldObject` (the API server's current object), for an eviction it is read with a GET, and the pod's
 //! GameDeployment is always read with a GET. Nothing comes from a cache, so a stale cache can neither refuse a
-//! deletion the operator already allows nor allow one it should refuse. When a read fails or takes longer than
-//! [`API_TIMEOUT`], the webhook answers HTTP 500: the webhook configuration's `failurePolicy` decides (`Ignore`, the
-//! chart's default: the deletion happens without the hook, as if the webhook were not installed; `Fail`: it is
-//! refused until the API answers). A webhook that cannot read cannot decide, and the cluster owner chose which way
-//! that goes.
+//! deletion the operator already allows nor allow one it should refuse. The reads and the mark of one answer share
+//! one budget ([`WebhookConfig::answer_within`], `--webhook-answer-within`, just under the configuration's
+//! `timeoutSeconds`), so the webhook answers before the API server gives up on it. When a read fails or the budget
+//! runs out before the decision, the webhook answers HTTP 500 naming what it was waiting for (a mark that fails or
+//! runs out of time still refuses, saying so), and the webhook configuration's `failurePolicy` decides (the chart's: `Fail` for the pod gate, the deletion waits; `Ignore` for evictions and
+//! deletion protection, as if the webhook were not installed). A webhook that cannot read cannot decide, and the
+//! cluster owner chose which way that goes.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,9 +47,6 @@ use super::verdict::{
 use super::{MARKED_AT, SPECIFIED_DELETE};
 use crate::ownership;
 
-/// Bound on each API read or write a webhook answer needs; the chart's `timeoutSeconds` is 5.
-pub const API_TIMEOUT: Duration = Duration::from_secs(3);
-
 /// The webhook server's settings (flags).
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
@@ -61,6 +60,9 @@ pub struct WebhookConfig {
     pub client_ca: Option<PathBuf>,
     /// Whether a caller without a verified client certificate may still cause a write (a mark, an Event).
     pub unverified_may_mark: bool,
+    /// What the API reads and the mark of one answer may take together (`--webhook-answer-within`, default 4 s
+    /// under the chart's `timeoutSeconds: 5`).
+    pub answer_within: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +136,7 @@ struct AppState {
     gate: Arc<GateSettings>,
     deletion_default: DeletionAllow,
     unverified_may_mark: bool,
+    answer_within: Duration,
     metrics: WebhookMetrics,
     shutdown: Shutdown,
     events: EventSink,
@@ -161,6 +164,7 @@ pub fn router(
         gate: Arc::new(config.gate.clone()),
         deletion_default: config.deletion_default,
         unverified_may_mark: config.unverified_may_mark,
+        answer_within: config.answer_within,
         metrics,
         shutdown,
         events,
@@ -198,11 +202,31 @@ impl IntoResponse for Unanswerable {
     }
 }
 
-async fn bounded<T>(what: &str, call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, Unanswerable> {
-    match tokio::time::timeout(API_TIMEOUT, call).await {
+/// The time one answer may still take: every API call it makes is cut at the same deadline.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    deadline: tokio::time::Instant,
+    total: Duration,
+}
+
+impl Budget {
+    fn start(total: Duration) -> Self {
+        Self { deadline: tokio::time::Instant::now() + total, total }
+    }
+}
+
+async fn bounded<T>(
+    budget: Budget,
+    what: &str,
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, Unanswerable> {
+    match tokio::time::timeout_at(budget.deadline, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(Unanswerable(format!("{what}: {e}"))),
-        Err(_) => Err(Unanswerable(format!("{what}: no answer within {API_TIMEOUT:?}"))),
+        Err(_) => Err(Unanswerable(format!(
+            "{what}: no answer within the webhook's {} (--webhook-answer-within)",
+            common::duration::format_go(budget.total)
+        ))),
     }
 }
 
@@ -255,7 +279,7 @@ async fn validate_pods(
         Ok(request) => request,
         Err(response) => return *response,
     };
-    match pod_gate(&state, &request, caller).await {
+    match pod_gate(&state, &request, caller, Budget::start(state.answer_within)).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {
             tracing::warn!(pod = %request.name, namespace = ?request.namespace, %message, "pod gate cannot answer");
@@ -284,6 +308,7 @@ async fn pod_gate(
     state: &AppState,
     request: &AdmissionRequest<DynamicObject>,
     caller: Caller,
+    budget: Budget,
 ) -> Result<AdmissionResponse, Unanswerable> {
     let operation = match (&request.operation, request.sub_resource.as_deref()) {
         (Operation::Delete, None) => PodOperation::Delete,
@@ -294,7 +319,9 @@ async fn pod_gate(
     let pods: Api<Pod> = Api::namespaced(state.client.clone(), &namespace);
     let pod = match request.old_object.as_ref().filter(|_| operation == PodOperation::Delete).and_then(typed::<Pod>) {
         Some(pod) => Some(pod),
-        None => bounded(&format!("reading pod {namespace}/{}", request.name), pods.get_opt(&request.name)).await?,
+        None => {
+            bounded(budget, &format!("reading pod {namespace}/{}", request.name), pods.get_opt(&request.name)).await?
+        }
     };
     let owner = pod
         .as_ref()
@@ -304,7 +331,7 @@ async fn pod_gate(
     let gd = match owner {
         Some(name) => {
             let gds: Api<GameDeployment> = Api::namespaced(state.client.clone(), &namespace);
-            bounded(&format!("reading GameDeployment {namespace}/{name}"), gds.get_opt(&name)).await?
+            bounded(budget, &format!("reading GameDeployment {namespace}/{name}"), gds.get_opt(&name)).await?
         }
         None => None,
     };
@@ -361,7 +388,7 @@ async fn pod_gate(
                     pod = %request.name, %namespace, user = pod_request.username,
                     "pod gate: a caller without a verified client certificate asked to delete a gated pod; refused, not marked"
                 );
-            } else if mark_due && let Err(Unanswerable(e)) = mark(&pods, &request.name, &refusal.mark).await {
+            } else if mark_due && let Err(Unanswerable(e)) = mark(&pods, &request.name, &refusal.mark, budget).await {
                 // Still refused (the requester retries), but say the mark did not happen.
                 tracing::warn!(pod = %request.name, %namespace, error = %e, "marking the pod failed");
                 message = format!("{message} (marking the pod failed, retry: {e})");
@@ -400,7 +427,7 @@ fn node_lifecycle_note(pod: &Pod, user: &str, operation: PodOperation) -> Note {
 
 /// Writes the mark with a merge patch of exactly the keys the verdict asked for (idempotent: every replica may
 /// write it, the values are the same or the first one wins for the label).
-async fn mark(pods: &Api<Pod>, name: &str, mark: &Mark) -> Result<(), Unanswerable> {
+async fn mark(pods: &Api<Pod>, name: &str, mark: &Mark, budget: Budget) -> Result<(), Unanswerable> {
     let mut metadata = serde_json::Map::new();
     if mark.label {
         metadata.insert("labels".into(), json!({ SPECIFIED_DELETE: "true" }));
@@ -409,7 +436,7 @@ async fn mark(pods: &Api<Pod>, name: &str, mark: &Mark) -> Result<(), Unanswerab
         metadata.insert("annotations".into(), json!({ MARKED_AT: at.to_string() }));
     }
     let patch = json!({ "metadata": metadata });
-    bounded(&format!("marking pod {name}"), pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+    bounded(budget, &format!("marking pod {name}"), pods.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
         .await
         .map(|_| ())
 }
@@ -425,7 +452,7 @@ async fn validate_workload(
     };
     // Deletion protection writes nothing; an unverified caller is only counted.
     may_write(&state, caller, "deletion-protection", false);
-    match protect(&state, &request).await {
+    match protect(&state, &request, Budget::start(state.answer_within)).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {
             tracing::warn!(name = %request.name, namespace = ?request.namespace, %message, "deletion protection cannot answer");
@@ -438,6 +465,7 @@ async fn validate_workload(
 async fn protect(
     state: &AppState,
     request: &AdmissionRequest<DynamicObject>,
+    budget: Budget,
 ) -> Result<AdmissionResponse, Unanswerable> {
     let resource = request.resource.resource.as_str();
     if request.operation != Operation::Delete
@@ -461,7 +489,8 @@ async fn protect(
                 &namespace,
                 &kube::core::ApiResource::from_gvk_with_plural(&gvk, resource),
             );
-            bounded(&format!("reading {resource} {namespace}/{}", request.name), api.get_opt(&request.name)).await?
+            bounded(budget, &format!("reading {resource} {namespace}/{}", request.name), api.get_opt(&request.name))
+                .await?
         }
     };
     let Some(object) = object else { return Ok(AdmissionResponse::from(request)) };
@@ -475,7 +504,8 @@ async fn protect(
             Some(value) => value == "Cascading",
             None => state.deletion_default == DeletionAllow::Cascading,
         };
-        let used_by = if cascading { template_users(state, &namespace, &request.name).await? } else { Vec::new() };
+        let used_by =
+            if cascading { template_users(state, &namespace, &request.name, budget).await? } else { Vec::new() };
         deletion_protection(label, state.deletion_default, Protected::HookTemplate { used_by: &used_by })
     };
     match result {
@@ -492,10 +522,15 @@ async fn protect(
 }
 
 /// The GameDeployments of `namespace` (not being deleted) that name HookTemplate `template` in a hook.
-async fn template_users(state: &AppState, namespace: &str, template: &str) -> Result<Vec<String>, Unanswerable> {
+async fn template_users(
+    state: &AppState,
+    namespace: &str,
+    template: &str,
+    budget: Budget,
+) -> Result<Vec<String>, Unanswerable> {
     let gds: Api<GameDeployment> = Api::namespaced(state.client.clone(), namespace);
     let list: ObjectList<GameDeployment> =
-        bounded(&format!("listing GameDeployments in {namespace}"), gds.list(&ListParams::default())).await?;
+        bounded(budget, &format!("listing GameDeployments in {namespace}"), gds.list(&ListParams::default())).await?;
     Ok(list
         .items
         .iter()
