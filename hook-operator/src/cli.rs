@@ -105,7 +105,8 @@ pub struct EngineFlags {
     /// processes with hard memory and time bounds) or `thread` (in-process, bounds checked at checkpoints only).
     #[arg(long, default_value = "process", value_parser = ["process", "thread"], value_name = "KIND")]
     pub condition_isolation: String,
-    /// The executable evaluation workers run (default: this one).
+    /// The executable evaluation workers run (default: this one, or a `hook-operator` next to it; without either,
+    /// in-process threads).
     #[arg(long, value_name = "PATH")]
     pub condition_worker_binary: Option<PathBuf>,
     /// How long a namespace whose evaluation was stopped at a bound is served by the penalty lane only.
@@ -187,9 +188,7 @@ impl EngineFlags {
             isolation: if self.condition_isolation == "thread" {
                 crate::isolation::Isolation::Threads
             } else {
-                crate::isolation::Isolation::Processes(
-                    self.condition_worker_binary.clone().unwrap_or_else(crate::isolation::default_binary),
-                )
+                crate::isolation::processes_or_threads(self.condition_worker_binary.clone())
             },
             condition_penalty: self.condition_penalty,
             egress: crate::providers::egress::Policy::new(self.web_deny_cidr.clone(), self.web_allow_cidr.clone()),

@@ -159,7 +159,7 @@ pub enum Command {
     },
     /// Run a HookTemplate (or HookRun) locally, without a cluster, and print every measurement: the
     /// hook-operator's own check. Exit 0 only when the run ends Successful.
-    Check(hook_operator::cli::CheckFlags),
+    Check(Box<hook_operator::cli::CheckFlags>),
     /// Answer kubectl's plugin completion (`kubectl_complete-gd`): the words typed after `kubectl gd`.
     #[command(name = "__complete", hide = true)]
     Complete {

@@ -372,7 +372,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let isolation = if flags.condition_isolation == "thread" {
         hook_operator::isolation::Isolation::Threads
     } else {
-        hook_operator::isolation::Isolation::Processes(hook_operator::isolation::default_binary())
+        hook_operator::isolation::processes_or_threads(None)
     };
     let settings =
         ProviderSettings { max_idle_per_host: flags.max_idle_per_host, isolation, ..ProviderSettings::default() };

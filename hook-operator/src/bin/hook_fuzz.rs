@@ -43,7 +43,7 @@ async fn main() -> ExitCode {
     let flags = Flags::parse();
     // On the evaluation workers, as in the operator (the `hook-operator` executable next to this one).
     let pool = match workers::Workers::start(workers::Settings {
-        binary: hook_operator::isolation::default_binary(),
+        binary: hook_operator::isolation::default_binary().unwrap_or_default(),
         workers: 2,
         limits: Limits::default(),
         max_body_bytes: 16 << 20,

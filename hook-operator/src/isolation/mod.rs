@@ -59,14 +59,25 @@ pub enum Isolation {
     Processes(std::path::PathBuf),
 }
 
-/// The `hook-operator` executable to run workers from: this one, or a `hook-operator` next to it (for `hook-bench`
-/// and `hook-fuzz`, built into the same directory).
-pub fn default_binary() -> std::path::PathBuf {
-    let current = std::env::current_exe().unwrap_or_default();
+/// The `hook-operator` executable to run workers from: this one, or a `hook-operator` next to it (`hook-bench`,
+/// `hook-fuzz` and `kubectl-gd` are built into the same directory). `None` when there is neither (an embedder
+/// installed alone, such as the `kubectl gd` plugin copied on its own).
+pub fn default_binary() -> Option<std::path::PathBuf> {
+    let current = std::env::current_exe().ok()?;
     if current.file_name().is_some_and(|n| n == "hook-operator") {
-        return current;
+        return Some(current);
     }
-    current.with_file_name("hook-operator")
+    let sibling = current.with_file_name("hook-operator");
+    sibling.is_file().then_some(sibling)
+}
+
+/// Worker processes from `binary`, else from [`default_binary`]; in-process threads when there is no worker
+/// executable at all (an embedder on its own: `kubectl gd check` judges the user's own template on their machine).
+pub fn processes_or_threads(binary: Option<std::path::PathBuf>) -> Isolation {
+    match binary.or_else(default_binary) {
+        Some(binary) => Isolation::Processes(binary),
+        None => Isolation::Threads,
+    }
 }
 
 /// Evaluates jobs: on worker processes (the operator) or in-process threads.
