@@ -1059,3 +1059,85 @@ async fn a_slow_api_is_answered_within_the_webhook_s_budget() {
     assert!(took < Duration::from_secs(5), "answered before the API server's 5 s: {took:?}");
     gated_cluster.cluster.shutdown().await;
 }
+
+/// Issue 35: the operators' own node is drained while gated game servers live on it. The leader ("on" the drained
+/// node) is killed as the drain evicts it (the operators are not gated); the other replica — the chart's defaults run
+/// two, kept apart by anti-affinity and a PodDisruptionBudget — answers every eviction and takes over the Lease, and
+/// no game server leaves without its hook (strict gate checker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draining_the_leaders_node_keeps_every_gated_pod_behind_its_hook() {
+    let with_identity = |identity: &'static str| {
+        let mut args = e2e::FAST_ELECTION.to_vec();
+        args.extend(["--leader-elect-identity", identity]);
+        args
+    };
+    let mut gated_cluster = Gated::start("Always", &with_identity("replica-a")).await;
+    let cluster = &gated_cluster.cluster;
+    let holder = || async {
+        let out = cluster
+            .kubectl(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"])
+            .await;
+        out.stdout.trim().to_string()
+    };
+    wait_for("replica-a to hold the Lease", DEADLINE, || async { (holder().await == "replica-a").then_some(()) }).await;
+    let mut standby_args: Vec<&str> = gated_cluster.client_ca.iter().map(String::as_str).collect();
+    standby_args.extend(with_identity("replica-b"));
+    let _standby = start_gamedeployment_operator(
+        cluster,
+        &gated_cluster.operator_kubeconfig,
+        &gated_cluster.cert_dir,
+        "Always",
+        &standby_args,
+    );
+    // The webhook Service reaches the replica that survives the drain.
+    let standby = webhook_address(&gated_cluster.gamedeployment, 1).await;
+    cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), standby);
+    apply(cluster, SLOW).await;
+    apply(cluster, &gated("drained", 4, "slow")).await;
+    wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
+    wait_labelled(cluster, "drained", 4).await;
+    let before = pods(cluster, "drained").await;
+    let mut per_node = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for p in &before {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
+        per_node.entry(node).or_default().push(p.metadata.uid.clone().unwrap());
+    }
+    let (node, on_node) =
+        per_node.iter().max_by_key(|(_, pods)| pods.len()).map(|(n, p)| (n.clone(), p.clone())).unwrap();
+    let checker = GateChecker::start(cluster, "default").await;
+    let drain = tokio::process::Command::new("kubectl")
+        .args(["drain", &node, "--ignore-daemonsets", "--timeout=240s"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECACHEDIR", cluster.dir().join("kube-cache"))
+        .stdin(std::process::Stdio::null())
+        .output();
+    let drain = tokio::spawn(drain);
+    wait_for("the gated pods on the node to be marked for deletion", DEADLINE, || async {
+        let now = pods(cluster, "drained").await;
+        let marked = now
+            .iter()
+            .filter(|p| on_node.contains(p.metadata.uid.as_ref().unwrap()))
+            .filter(|p| label(p, SPECIFIED_DELETE) == Some("true"))
+            .count();
+        (marked == on_node.len()).then_some(())
+    })
+    .await;
+    // The drain evicts the leader with the game servers (the operators' own pods are not gated).
+    gated_cluster.gamedeployment.kill().await;
+    let cluster = &gated_cluster.cluster;
+    let output = tokio::time::timeout(Duration::from_secs(300), drain).await.expect("the drain ends").unwrap().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    println!("$ kubectl drain {node} --ignore-daemonsets\n{stdout}{stderr}");
+    assert!(output.status.success(), "the drain completes");
+    wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
+    for p in &pods(cluster, "drained").await {
+        assert!(!on_node.contains(p.metadata.uid.as_ref().unwrap()), "the drained pods are gone");
+    }
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.gated_deletions >= on_node.len(), "each drained pod consumed a run: {report:?}");
+    let out =
+        cluster.kubectl(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"]).await;
+    assert_eq!(out.stdout.trim(), "replica-b", "the surviving replica took over");
+    gated_cluster.cluster.shutdown().await;
+}
