@@ -565,10 +565,10 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     gated_cluster.cluster.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
-    // Two replicas with leader election: the webhook Service is pointed at the standby, which answers every
-    // eviction while only the leader reconciles.
+/// Two gamedeployment-operator replicas with leader election (the chart's default): `replica-a` leads, `replica-b`
+/// stands by, and the webhook Service is pointed at the standby, which answers every webhook call while only the
+/// leader reconciles. Returns the standby too (killed when dropped).
+async fn leader_and_standby() -> (Gated, Operator) {
     let with_identity = |identity: &'static str| {
         let mut args = e2e::FAST_ELECTION.to_vec();
         args.extend(["--leader-elect-identity", identity]);
@@ -585,50 +585,73 @@ async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
     .await;
     let mut standby_args: Vec<&str> = gated_cluster.client_ca.iter().map(String::as_str).collect();
     standby_args.extend(with_identity("replica-b"));
-    let _standby = start_gamedeployment_operator(
+    let standby = start_gamedeployment_operator(
         cluster,
         &gated_cluster.operator_kubeconfig,
         &gated_cluster.cert_dir,
         "Always",
         &standby_args,
     );
-    let standby = webhook_address(&gated_cluster.gamedeployment, 1).await;
-    cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), standby);
+    let address = webhook_address(&gated_cluster.gamedeployment, 1).await;
+    cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
+    (gated_cluster, standby)
+}
+
+/// GameDeployment `drained` (HookTemplate `slow`) with four gated pods on three nodes: the node with the most of
+/// them, and their UIDs.
+async fn gated_pods_sharing_a_node(cluster: &Cluster) -> (String, Vec<String>) {
     apply(cluster, SLOW).await;
-    // Four pods on three nodes: one node has two of them.
     apply(cluster, &gated("drained", 4, "slow")).await;
     wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
     wait_labelled(cluster, "drained", 4).await;
-    let before = pods(cluster, "drained").await;
     let mut per_node = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for p in &before {
+    for p in &pods(cluster, "drained").await {
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
         per_node.entry(node).or_default().push(p.metadata.uid.clone().unwrap());
     }
-    let (node, on_node) =
-        per_node.iter().max_by_key(|(_, pods)| pods.len()).map(|(n, p)| (n.clone(), p.clone())).unwrap();
-    assert!(on_node.len() >= 2, "two gated pods share node {node}: {per_node:?}");
-    let checker = GateChecker::start(cluster, "default").await;
+    per_node.into_iter().max_by_key(|(_, pods)| pods.len()).unwrap()
+}
 
+/// `kubectl drain NODE --ignore-daemonsets` in the background.
+fn drain(
+    cluster: &Cluster,
+    node: &str,
+    timeout: &str,
+) -> tokio::task::JoinHandle<std::io::Result<std::process::Output>> {
     let drain = tokio::process::Command::new("kubectl")
-        .args(["drain", &node, "--ignore-daemonsets", "--timeout=180s"])
+        .args(["drain", node, "--ignore-daemonsets", &format!("--timeout={timeout}")])
         .env("KUBECONFIG", cluster.kubeconfig())
         .env("KUBECACHEDIR", cluster.dir().join("kube-cache"))
         .stdin(std::process::Stdio::null())
         .output();
-    let drain = tokio::spawn(drain);
+    tokio::spawn(drain)
+}
 
-    // The drain waits: the gated pods are still on the node, marked, while their hooks run.
+/// Waits until every pod of `uids` carries the deletion mark.
+async fn wait_marked(cluster: &Cluster, uids: &[String]) {
     wait_for("the gated pods on the node to be marked for deletion", DEADLINE, || async {
         let now = pods(cluster, "drained").await;
         let marked = now
             .iter()
-            .filter(|p| on_node.contains(p.metadata.uid.as_ref().unwrap()))
+            .filter(|p| uids.contains(p.metadata.uid.as_ref().unwrap()))
             .filter(|p| label(p, SPECIFIED_DELETE) == Some("true"))
             .count();
-        (marked == on_node.len()).then_some(())
+        (marked == uids.len()).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
+    let (gated_cluster, _standby) = leader_and_standby().await;
+    let cluster = &gated_cluster.cluster;
+    let (node, on_node) = gated_pods_sharing_a_node(cluster).await;
+    assert!(on_node.len() >= 2, "two gated pods share node {node}");
+    let checker = GateChecker::start(cluster, "default").await;
+
+    let drain = drain(cluster, &node, "180s");
+    // The drain waits: the gated pods are still on the node, marked, while their hooks run.
+    wait_marked(cluster, &on_node).await;
     assert!(!drain.is_finished(), "the drain waits for the hooks");
 
     let output = tokio::time::timeout(Duration::from_secs(240), drain).await.expect("the drain ends").unwrap().unwrap();
@@ -1066,62 +1089,12 @@ async fn a_slow_api_is_answered_within_the_webhook_s_budget() {
 /// no game server leaves without its hook (strict gate checker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn draining_the_leaders_node_keeps_every_gated_pod_behind_its_hook() {
-    let with_identity = |identity: &'static str| {
-        let mut args = e2e::FAST_ELECTION.to_vec();
-        args.extend(["--leader-elect-identity", identity]);
-        args
-    };
-    let mut gated_cluster = Gated::start("Always", &with_identity("replica-a")).await;
+    let (mut gated_cluster, _standby) = leader_and_standby().await;
     let cluster = &gated_cluster.cluster;
-    let holder = || async {
-        let out = cluster
-            .kubectl(&["get", "lease", "gamedeployment-operator", "-o", "jsonpath={.spec.holderIdentity}"])
-            .await;
-        out.stdout.trim().to_string()
-    };
-    wait_for("replica-a to hold the Lease", DEADLINE, || async { (holder().await == "replica-a").then_some(()) }).await;
-    let mut standby_args: Vec<&str> = gated_cluster.client_ca.iter().map(String::as_str).collect();
-    standby_args.extend(with_identity("replica-b"));
-    let _standby = start_gamedeployment_operator(
-        cluster,
-        &gated_cluster.operator_kubeconfig,
-        &gated_cluster.cert_dir,
-        "Always",
-        &standby_args,
-    );
-    // The webhook Service reaches the replica that survives the drain.
-    let standby = webhook_address(&gated_cluster.gamedeployment, 1).await;
-    cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), standby);
-    apply(cluster, SLOW).await;
-    apply(cluster, &gated("drained", 4, "slow")).await;
-    wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
-    wait_labelled(cluster, "drained", 4).await;
-    let before = pods(cluster, "drained").await;
-    let mut per_node = std::collections::BTreeMap::<String, Vec<String>>::new();
-    for p in &before {
-        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
-        per_node.entry(node).or_default().push(p.metadata.uid.clone().unwrap());
-    }
-    let (node, on_node) =
-        per_node.iter().max_by_key(|(_, pods)| pods.len()).map(|(n, p)| (n.clone(), p.clone())).unwrap();
+    let (node, on_node) = gated_pods_sharing_a_node(cluster).await;
     let checker = GateChecker::start(cluster, "default").await;
-    let drain = tokio::process::Command::new("kubectl")
-        .args(["drain", &node, "--ignore-daemonsets", "--timeout=240s"])
-        .env("KUBECONFIG", cluster.kubeconfig())
-        .env("KUBECACHEDIR", cluster.dir().join("kube-cache"))
-        .stdin(std::process::Stdio::null())
-        .output();
-    let drain = tokio::spawn(drain);
-    wait_for("the gated pods on the node to be marked for deletion", DEADLINE, || async {
-        let now = pods(cluster, "drained").await;
-        let marked = now
-            .iter()
-            .filter(|p| on_node.contains(p.metadata.uid.as_ref().unwrap()))
-            .filter(|p| label(p, SPECIFIED_DELETE) == Some("true"))
-            .count();
-        (marked == on_node.len()).then_some(())
-    })
-    .await;
+    let drain = drain(cluster, &node, "240s");
+    wait_marked(cluster, &on_node).await;
     // The drain evicts the leader with the game servers (the operators' own pods are not gated).
     gated_cluster.gamedeployment.kill().await;
     let cluster = &gated_cluster.cluster;
