@@ -113,3 +113,64 @@ async fn an_answer_is_read_under_the_bounds_too() {
     let big = vec![b' '; (16 << 20) + 1];
     assert_eq!(pool.run("big", job("true"), big).await, Err(Stopped::Memory));
 }
+
+/// The children of process `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+            let parent = status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse::<u32>().ok()?;
+            (parent == pid).then_some(child)
+        })
+        .collect()
+}
+
+/// A worker busy with a long job ends with the operator that started it, even when the operator is SIGKILLed
+/// (`PR_SET_PDEATHSIG`): no orphan keeps burning a CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dies_with_its_operator() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = axum::Router::new().fallback(axum::routing::get(|| async { r#"{"age":45}"# }));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let dir = std::env::temp_dir().join(format!("worker-orphan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("spin.yaml");
+    let template = format!(
+        "apiVersion: tkex.tencent.com/v1alpha1\nkind: HookTemplate\nmetadata: {{name: spin}}\nspec:\n  metrics:\n  - \
+         name: spin\n    successCondition: \"{SPIN}\"\n    provider:\n      web:\n        url: http://{addr}/\n        \
+         jsonPath: '{{$.age}}'\n"
+    );
+    std::fs::write(&file, template).unwrap();
+    let mut check = tokio::process::Command::new(env!("CARGO_BIN_EXE_hook-operator"))
+        .args(["check", "-f", &file.display().to_string(), "--condition-timeout", "60s"])
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = check.id().unwrap();
+    let started = Instant::now();
+    let worker = loop {
+        if let Some(worker) = children(pid).first().copied() {
+            break worker;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "no evaluation worker started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Let it get busy with the job, then kill the operator the hard way.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    check.kill().await.unwrap();
+    let killed = Instant::now();
+    while std::path::Path::new(&format!("/proc/{worker}")).exists() {
+        // A zombie waiting for its reaper counts as gone: it holds no memory and runs nothing.
+        let state = std::fs::read_to_string(format!("/proc/{worker}/stat")).unwrap_or_default();
+        if state.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')) {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(10), "worker {worker} outlived its operator");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
