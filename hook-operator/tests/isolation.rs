@@ -84,6 +84,14 @@ async fn a_namespace_at_its_bounds_waits_in_the_penalty_lane_only() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // The penalty lane's worker runs at the lowest CPU priority.
+    let nice = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name: state is the 3rd field, nice the 19th.
+        stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(16)?.parse::<i32>().ok())
+    };
+    let niceness: Vec<Option<i32>> = children(std::process::id()).into_iter().map(nice).collect();
+    assert!(niceness.contains(&Some(19)), "a worker at nice 19 among {niceness:?}");
     let started = Instant::now();
     let polite = pool.run("polite", job("all([1, 2, 3], {# > 0}) && asInt(result) > 30"), BRYAN.to_vec()).await;
     let took = started.elapsed();
@@ -160,8 +168,19 @@ async fn a_worker_dies_with_its_operator() {
         assert!(started.elapsed() < Duration::from_secs(30), "no evaluation worker started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    // Let it get busy with the job, then kill the operator the hard way.
+    // Let it get busy with the job. It writes no core file when it aborts at its memory cap, and returns freed
+    // memory at once.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let limits = std::fs::read_to_string(format!("/proc/{worker}/limits")).unwrap();
+    let core = limits.lines().find(|l| l.starts_with("Max core file size")).unwrap();
+    assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
+    let environ = std::fs::read(format!("/proc/{worker}/environ")).unwrap();
+    assert!(
+        environ.split(|b| *b == 0).any(|v| v == b"MIMALLOC_PURGE_DELAY=0"),
+        "{:?}",
+        String::from_utf8_lossy(&environ)
+    );
+    // Then kill the operator the hard way.
     check.kill().await.unwrap();
     let killed = Instant::now();
     while std::path::Path::new(&format!("/proc/{worker}")).exists() {
