@@ -832,6 +832,18 @@ async fn unverified_count(operator: &Operator, write: &str) -> f64 {
     metrics.get(&series).copied().unwrap_or(0.0)
 }
 
+/// The target of a forged review: the one gated pod of GameDeployment `forged` (its hook always fails, so nothing
+/// but a mark would move it), and the first replica's webhook address.
+async fn forgery_target(gated_cluster: &Gated) -> (Pod, SocketAddr) {
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, FAILING).await;
+    apply(cluster, &gated("forged", 1, "failing")).await;
+    wait_columns(cluster, "forged", Columns::new(1, 1, 1, 1, 1)).await;
+    wait_labelled(cluster, "forged", 1).await;
+    let victim = pods(cluster, "forged").await.remove(0);
+    (victim, webhook_address(&gated_cluster.gamedeployment, 0).await)
+}
+
 /// Issue 35, "only the API server can start a deletion through the webhook", with the chart's defaults: kube-sim
 /// presents the chart's client certificate (as kube-apiserver configured by `--admission-control-config-file`), the
 /// operator verifies it (`--webhook-client-ca`). A forged review without that certificate is answered but marks
@@ -841,13 +853,8 @@ async fn unverified_count(operator: &Operator, write: &str) -> f64 {
 async fn a_forged_review_marks_no_pod_and_the_api_server_still_does() {
     let gated_cluster = Gated::start("Always", &[]).await;
     let cluster = &gated_cluster.cluster;
-    apply(cluster, FAILING).await;
-    apply(cluster, &gated("forged", 1, "failing")).await;
-    wait_columns(cluster, "forged", Columns::new(1, 1, 1, 1, 1)).await;
-    wait_labelled(cluster, "forged", 1).await;
-    let victim = pods(cluster, "forged").await.remove(0);
+    let (victim, address) = forgery_target(&gated_cluster).await;
     let name = victim.metadata.name.clone().unwrap();
-    let address = webhook_address(&gated_cluster.gamedeployment, 0).await;
 
     let (ok, answer) = forge_delete(address, &victim, None).await;
     println!("forged review without a client certificate: {answer}");
@@ -882,13 +889,8 @@ async fn a_forged_review_marks_no_pod_and_the_api_server_still_does() {
 async fn without_verification_no_caller_marks_unless_allowed() {
     let gated_cluster = Gated::start_with("Always", &[], Trust::None).await;
     let cluster = &gated_cluster.cluster;
-    apply(cluster, FAILING).await;
-    apply(cluster, &gated("forged", 1, "failing")).await;
-    wait_columns(cluster, "forged", Columns::new(1, 1, 1, 1, 1)).await;
-    wait_labelled(cluster, "forged", 1).await;
-    let victim = pods(cluster, "forged").await.remove(0);
+    let (victim, address) = forgery_target(&gated_cluster).await;
     let name = victim.metadata.name.clone().unwrap();
-    let address = webhook_address(&gated_cluster.gamedeployment, 0).await;
 
     let (ok, answer) = forge_delete(address, &victim, None).await;
     println!("forged review, nobody verified: {answer}");
