@@ -153,40 +153,55 @@ pub fn chart_memory_limit() -> u64 {
     number.parse::<u64>().expect("a number") * factor
 }
 
-/// An HTTP/1.1 server on loopback answering `GET /<name>` with `answers[name]` (404 otherwise), one request per
-/// connection.
-pub async fn serve_answers(answers: std::collections::HashMap<String, Vec<u8>>) -> std::net::SocketAddr {
+/// A keep-alive HTTP/1.1 server on loopback for hook endpoints: each request's path goes to `answer`, which returns
+/// the status (`"200 OK"`) and the JSON body, or `None` to close the connection.
+pub async fn serve_http<F>(answer: F) -> std::net::SocketAddr
+where
+    F: Fn(String) -> futures::future::BoxFuture<'static, Option<(&'static str, Vec<u8>)>> + Send + Sync + 'static,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bound");
     let address = listener.local_addr().expect("address");
-    let answers = std::sync::Arc::new(answers);
+    let answer = std::sync::Arc::new(answer);
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
-            let answers = answers.clone();
+            let Ok((mut socket, _)) = listener.accept().await else { continue };
+            let answer = answer.clone();
             tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buffer = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buffer).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                let mut buffer = Vec::new();
+                loop {
+                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        let mut chunk = [0u8; 4096];
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
+                    buffer.drain(..end + 4);
+                    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let Some((status, body)) = answer(path).await else { return };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    if socket.write_all(head.as_bytes()).await.is_err() || socket.write_all(&body).await.is_err() {
+                        return;
                     }
                 }
-                let line = String::from_utf8_lossy(&request);
-                let path = line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
-                let (status, body) = match answers.get(&path) {
-                    Some(body) => ("200 OK", body.as_slice()),
-                    None => ("404 Not Found", &b"no such answer"[..]),
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = stream.write_all(head.as_bytes()).await;
-                let _ = stream.write_all(body).await;
             });
         }
     });
     address
+}
+
+/// [`serve_http`] answering `GET /<name>` with `answers[name]` (404 otherwise).
+pub async fn serve_answers(answers: std::collections::HashMap<String, Vec<u8>>) -> std::net::SocketAddr {
+    let answers = std::sync::Arc::new(answers);
+    serve_http(move |path| {
+        let found = answers.get(path.trim_start_matches('/')).cloned();
+        Box::pin(async move { Some(found.map_or(("404 Not Found", b"no such answer".to_vec()), |b| ("200 OK", b))) })
+    })
+    .await
 }

@@ -17,7 +17,6 @@ use common::api::{HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMe
 use e2e::{Cluster, Operator, wait_for};
 use kube::Api;
 use kube::api::PostParams;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
@@ -99,42 +98,18 @@ impl Endpoint {
 
 /// A keep-alive HTTP/1.1 server answering by the script.
 async fn serve(endpoint: Arc<Endpoint>) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else { continue };
-            let endpoint = endpoint.clone();
-            tokio::spawn(async move {
-                let mut buffer = Vec::new();
-                loop {
-                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        let mut chunk = [0u8; 4096];
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    buffer.drain(..end + 4);
-                    let Some(answer) = endpoint.on_request().await else { return };
-                    let (status, body) = match answer {
-                        Answer::Pass => ("200 OK", r#"{"age":45}"#),
-                        Answer::Fail => ("200 OK", r#"{"age":10}"#),
-                        Answer::Error => ("500 Internal Server Error", r#"{"error":"scripted"}"#),
-                    };
-                    let response = format!(
-                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if socket.write_all(response.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    e2e::hook::serve_http(move |_| {
+        let endpoint = endpoint.clone();
+        Box::pin(async move {
+            let (status, body) = match endpoint.on_request().await? {
+                Answer::Pass => ("200 OK", r#"{"age":45}"#),
+                Answer::Fail => ("200 OK", r#"{"age":10}"#),
+                Answer::Error => ("500 Internal Server Error", r#"{"error":"scripted"}"#),
+            };
+            Some((status, body.as_bytes().to_vec()))
+        })
+    })
+    .await
 }
 
 fn hookrun(name: &str, addr: std::net::SocketAddr, count: i32, failure_limit: i32) -> HookRun {

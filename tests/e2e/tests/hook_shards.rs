@@ -14,7 +14,6 @@ use e2e::{Cluster, DEADLINE, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SHARDS: u32 = 6;
 const RUNS: usize = 36;
@@ -26,43 +25,17 @@ type Requests = Arc<Mutex<HashMap<String, Vec<(Instant, Instant)>>>>;
 
 /// A keep-alive HTTP/1.1 server answering `GET /run/<name>` with `{"age":45}` after 50 ms, recording each request.
 async fn endpoint(requests: Requests) -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else { continue };
-            let requests = requests.clone();
-            tokio::spawn(async move {
-                let mut buffer = Vec::new();
-                loop {
-                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        let mut chunk = [0u8; 4096];
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buffer[..end]).into_owned();
-                    buffer.drain(..end + 4);
-                    let path = head.split_whitespace().nth(1).unwrap_or_default().to_string();
-                    let started = Instant::now();
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    let body = r#"{"age":45}"#;
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if socket.write_all(response.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    let name = path.trim_start_matches("/run/").to_string();
-                    requests.lock().unwrap().entry(name).or_default().push((started, Instant::now()));
-                }
-            });
-        }
-    });
-    addr
+    e2e::hook::serve_http(move |path| {
+        let requests = requests.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let name = path.trim_start_matches("/run/").to_string();
+            requests.lock().unwrap().entry(name).or_default().push((started, Instant::now()));
+            Some(("200 OK", br#"{"age":45}"#.to_vec()))
+        })
+    })
+    .await
 }
 
 fn hookrun(name: &str, addr: std::net::SocketAddr) -> HookRun {
