@@ -20,7 +20,7 @@ use gamedeployment_operator::controller::{self, Config};
 use gamedeployment_operator::hookrun_keys;
 use gamedeployment_operator::metrics::Metrics;
 use gamedeployment_operator::webhook::server::{self as webhook_server, WebhookError, WebhookMetrics};
-use gamedeployment_operator::webhook::{IdentityError, WebhookFlags, labeller};
+use gamedeployment_operator::webhook::{IdentityError, WebhookFlags};
 use kube::client::ClientBuilder;
 use kube::runtime::events::Reporter;
 use prometheus_client::registry::Registry;
@@ -56,6 +56,11 @@ struct Cli {
     /// CPU for a little latency. `0` (default): passes back to back.
     #[arg(long, default_value_t = 0.0, value_name = "RATIO", value_parser = parse_ratio)]
     pass_spacing: f64,
+    /// How often each GameDeployment's namespace is searched for orphans to adopt: pods that match its selector but
+    /// carry no instance-id label (the operator watches only pods that do). A GameDeployment is also searched when it
+    /// is created or its selector changes. `0s`: only then.
+    #[arg(long, default_value = "1m", value_parser = parse_duration, value_name = "DURATION")]
+    adoption_scan_interval: Duration,
     #[command(flatten)]
     webhook: WebhookFlags,
     #[command(flatten)]
@@ -128,7 +133,6 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         }
         None => None,
     };
-    let labels = webhook.is_some().then(|| (client.clone(), cli.runtime.kube.namespace.clone()));
 
     // Every replica loads the keys before it may lead: the one that leads signs and verifies with them.
     let keys = hookrun_keys::load(&client, &cli.hookrun_keys.source(&client)).await?;
@@ -142,6 +146,9 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         debounce: cli.debounce,
         status_write_interval: cli.status_write_interval,
         pass_spacing: cli.pass_spacing,
+        adoption_scan_interval: cli.adoption_scan_interval,
+        // The pod-gate label the webhook's objectSelector matches is kept by the leader, like every pod write.
+        pod_gate_labels: webhook.is_some(),
         ..Config::default()
     };
     let election = cli
@@ -159,18 +166,10 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let work = {
         let (shutdown, health) = (shutdown.clone(), health.clone());
         move || async move {
-            // The pod-gate label the webhook's objectSelector matches is kept by the leader, like every pod write.
-            let labeller_shutdown = shutdown.clone();
-            let labeller = async move {
-                if let Some((client, namespace)) = labels {
-                    labeller::run(client, namespace, async move { labeller_shutdown.wait().await }).await;
-                }
-            };
-            let controller =
-                controller::run(client, config, metrics, reporter, async move { shutdown.wait().await }, move || {
-                    health.set_ready(true);
-                });
-            futures::join!(controller, labeller).0
+            controller::run(client, config, metrics, reporter, async move { shutdown.wait().await }, move || {
+                health.set_ready(true);
+            })
+            .await
         }
     };
     let result = match election {

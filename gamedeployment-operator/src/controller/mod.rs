@@ -10,6 +10,7 @@
 mod deletions;
 mod execute;
 mod lean;
+pub mod orphans;
 mod overlay;
 mod spacing;
 
@@ -32,6 +33,7 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::mpsc;
 
 use common::runtime::events::{EventCounters, EventSettings, EventSink, Note};
 use common::runtime::kube_api::api;
@@ -44,6 +46,7 @@ use crate::metrics::{Metrics, RolloutClock, RolloutMark, WorkloadLabels, Workloa
 use crate::ownership;
 use crate::planner::{self, Observed, Plan, status};
 use crate::priority::parse_cost;
+use crate::webhook::labeller;
 
 /// Errors of one reconcile pass (the controller retries with backoff) or of the controller itself.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +96,12 @@ pub struct Config {
     /// The keys that sign pod HookRuns' attempt stamps ([`crate::hookrun_keys::load`]); None: a key of this process
     /// only, made when the controller starts.
     pub hookrun_keys: Option<Arc<Keyring>>,
+    /// How often each GameDeployment's namespace is searched for orphans to adopt ([`orphans`]); zero: only when a
+    /// GameDeployment is created or its selector changes.
+    pub adoption_scan_interval: Duration,
+    /// Keep the pod-gate label on the pods of opted-in GameDeployments ([`crate::webhook::labeller`]): on when the
+    /// operator serves the webhooks.
+    pub pod_gate_labels: bool,
 }
 
 impl Default for Config {
@@ -108,6 +117,8 @@ impl Default for Config {
             status_write_interval: Duration::from_secs(1),
             pass_spacing: 0.0,
             hookrun_keys: None,
+            adoption_scan_interval: Duration::from_secs(60),
+            pod_gate_labels: false,
         }
     }
 }
@@ -824,18 +835,43 @@ pub async fn run(
         },
     };
     let namespace = config.namespace.as_deref();
+    // GameDeployments that changed, told to the adoption scan and the pod-gate labeller, which read the caches below
+    // instead of watching on their own (one cache per kind).
+    let (orphan_tx, orphan_rx) = mpsc::unbounded_channel();
+    let (label_tx, label_rx) = match config.pod_gate_labels {
+        true => {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        false => (None, None),
+    };
     let (gd_reader, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace));
-    let gd_stream = gd_events.applied_objects().predicate_filter(spec_fingerprint, Default::default());
-    // Pods are decoded without their managedFields (`lean`), otherwise as `watch::cached` does.
+    let gd_stream = gd_events.applied_objects().predicate_filter(spec_fingerprint, Default::default()).inspect_ok({
+        let label_tx = label_tx.clone();
+        move |gd| {
+            let key = ObjectRef::from_obj(gd);
+            if let Some(tx) = &label_tx {
+                let _ = tx.send(labeller::Trigger::Gd(key.clone()));
+            }
+            let _ = orphan_tx.send(key);
+        }
+    });
+    // Only the operator's own pods (the instance-id label: `orphans::WATCH_SELECTOR`), decoded without their
+    // managedFields (`lean`), otherwise as `watch::cached` does. Orphans to adopt are found by `orphans`.
     let (pod_reader, pod_writer) = kube::runtime::reflector::store::<Pod>();
     let pod_stream = kube::runtime::watcher(
         api::<lean::LeanPod>(&client, namespace),
-        kube::runtime::watcher::Config::default().any_semantic(),
+        kube::runtime::watcher::Config::default().labels(orphans::WATCH_SELECTOR).any_semantic(),
     )
     .default_backoff()
     .map_ok(lean::full_event)
     .reflect(pod_writer)
-    .touched_objects();
+    .touched_objects()
+    .inspect_ok(move |pod| {
+        if let Some(tx) = &label_tx {
+            let _ = tx.send(labeller::Trigger::Pod(ObjectRef::from_obj(pod)));
+        }
+    });
     let (revision_reader, revision_events) = watch::cached(api::<ControllerRevision>(&client, namespace));
     let revision_stream = revision_events.touched_objects();
     let (hook_run_reader, hook_run_writer) = kube::runtime::reflector::store::<HookRun>();
@@ -950,6 +986,15 @@ pub async fn run(
             }
         }
     }));
+    let _orphans = AbortOnDrop(tokio::spawn(orphans::run(
+        ctx.client.clone(),
+        gd_reader.clone(),
+        config.adoption_scan_interval,
+        orphan_rx,
+    )));
+    let _labeller = label_rx.map(|rx| {
+        AbortOnDrop(tokio::spawn(labeller::run(ctx.client.clone(), gd_reader.clone(), pod_reader.clone(), rx)))
+    });
     let gone = ctx.clone();
     let mapper_store = gd_reader.clone();
     let template_store = gd_reader.clone();

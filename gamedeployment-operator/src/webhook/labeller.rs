@@ -1,13 +1,15 @@
-//! Keeps the pod label [`POD_GATE`] in step with the GameDeployments' opt-in (run by the leader, next to the
+//! Keeps the pod label [`POD_GATE`] in step with the GameDeployments' opt-in (run by the leader, inside the
 //! controller): set on every pod of a GameDeployment annotated `gamedeployment.tkex.tencent.com/pod-gate: "true"`,
 //! removed from the pods of one that is not (any more). The pod-gate webhook's `objectSelector` matches this label,
 //! so pod deletions elsewhere in the cluster never reach the webhook.
 //!
-//! Event-driven from two watches: a pod event checks that one pod against its GameDeployment (O(1)); a
-//! GameDeployment event rescans its pods only when its opt-in changed. The controller creates the pods of an
-//! opted-in GameDeployment with the label already (`planner::scale::create::build`), so this labels the pods that
-//! existed before the opt-in (and removes the label after an opt-out). A failed patch is retried after
-//! [`RETRY_AFTER`].
+//! It reads the controller's own caches (the pods the operator's watch selects and the GameDeployments) and is told
+//! which object changed by the controller's watch streams ([`Trigger`]), so it keeps no cache of its own: the
+//! operator holds one copy of each pod, and only of its own pods. A pod trigger checks that one pod against its
+//! GameDeployment (O(1)); a GameDeployment trigger rescans its pods only when its opt-in changed. The controller
+//! creates the pods of an opted-in GameDeployment with the label already (`planner::scale::create::build`), so this
+//! labels the pods that existed before the opt-in (and removes the label after an opt-out). A failed patch is
+//! retried after [`RETRY_AFTER`].
 //!
 //! It also ends marks with what they mark: a pod that carries the webhook's mark time ([`MARKED_AT`]) but no longer
 //! the mark ([`SPECIFIED_DELETE`] removed by the user: the request was cancelled, the pod is back to `Normal`) has
@@ -18,13 +20,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::api::GameDeployment;
-use common::runtime::kube_api::api;
-use common::runtime::watch;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{PartialObjectMeta, Patch, PatchParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -41,17 +40,17 @@ fn wanted(gd: &GameDeployment) -> bool {
     opted_in(gd) && gd.metadata.deletion_timestamp.is_none()
 }
 
-fn labelled(pod: &PartialObjectMeta<Pod>) -> bool {
+fn labelled(pod: &Pod) -> bool {
     pod.labels().get(POD_GATE).is_some_and(|v| v == "true")
 }
 
 /// Carries a mark time whose mark is gone (a cancelled deletion request).
-fn stale_mark(pod: &PartialObjectMeta<Pod>) -> bool {
+fn stale_mark(pod: &Pod) -> bool {
     pod.annotations().contains_key(MARKED_AT) && pod.labels().get(SPECIFIED_DELETE).is_none_or(|v| v != "true")
 }
 
 /// What a pod of `gd` needs: the pod-gate label set or removed, and a stale mark time removed.
-fn fix(pod: &PartialObjectMeta<Pod>, gd: &GameDeployment) -> Fix {
+fn fix(pod: &Pod, gd: &GameDeployment) -> Fix {
     Fix { label: (labelled(pod) != wanted(gd)).then(|| wanted(gd)), clear_mark: stale_mark(pod) }
 }
 
@@ -85,90 +84,87 @@ impl Fix {
     }
 }
 
-fn controller_uid(pod: &PartialObjectMeta<Pod>) -> Option<&str> {
+fn controller_uid(pod: &Pod) -> Option<&str> {
     ownership::controller_of(pod.metadata.owner_references.as_ref())
         .filter(|o| o.kind == "GameDeployment")
         .map(|o| o.uid.as_str())
 }
 
-enum Trigger {
-    Gd(Box<watcher::Event<GameDeployment>>),
-    Pod(Box<PartialObjectMeta<Pod>>),
-    Retry(ObjectRef<GameDeployment>),
+/// What changed, as the controller's watch streams saw it.
+#[derive(Debug, Clone)]
+pub enum Trigger {
+    /// A GameDeployment was created or changed (its labels, annotations or spec).
+    Gd(ObjectRef<GameDeployment>),
+    /// A pod the operator's watch selects was created or changed.
+    Pod(ObjectRef<Pod>),
 }
 
-/// Runs until `shutdown` resolves.
-pub async fn run(client: Client, namespace: Option<String>, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let (gds, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace.as_deref()));
-    let (pods, pod_writer) = reflector::store::<PartialObjectMeta<Pod>>();
-    // Metadata only: the labels and ownerReferences are all the labeller reads.
-    let pod_api: Api<PartialObjectMeta<Pod>> = match namespace.as_deref() {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let pod_events = watcher(pod_api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .reflect(pod_writer)
-        .applied_objects();
+/// Runs until every sender of `triggers` is gone (the controller stopped).
+pub async fn run(
+    client: Client,
+    gds: Store<GameDeployment>,
+    pods: Store<Pod>,
+    triggers: mpsc::UnboundedReceiver<Trigger>,
+) {
+    enum Next {
+        Changed(Trigger),
+        Retry(ObjectRef<GameDeployment>),
+    }
     let (retry_tx, retry_rx) = mpsc::unbounded_channel();
-    let retries = stream::unfold(retry_rx, |mut rx| async move { rx.recv().await.map(|r| (Trigger::Retry(r), rx)) });
-    let gd_events = gd_events.filter_map(|e| async move { e.ok().map(|e| Trigger::Gd(Box::new(e))) });
-    let pod_events = pod_events.filter_map(|e| async move { e.ok().map(|p| Trigger::Pod(Box::new(p))) });
-    let mut triggers = stream::select(stream::select(gd_events, pod_events), retries).take_until(shutdown).boxed();
+    let retries = stream::unfold(retry_rx, |mut rx| async move { rx.recv().await.map(|r| (Next::Retry(r), rx)) });
+    let changes = stream::unfold(triggers, |mut rx| async move { rx.recv().await.map(|t| (Next::Changed(t), rx)) });
+    // The triggers end the run; pending retries do not keep it alive.
+    let mut next = stream::select(changes.map(Some).chain(stream::once(async { None })), retries.map(Some)).boxed();
     let mut labeller = Labeller { client, gds, pods, opted: HashMap::new(), retry: retry_tx };
-    while let Some(trigger) = triggers.next().await {
-        labeller.handle(trigger).await;
+    while let Some(Some(next)) = next.next().await {
+        match next {
+            Next::Changed(Trigger::Gd(key)) => labeller.gd_changed(key).await,
+            Next::Changed(Trigger::Pod(key)) => labeller.pod_changed(&key).await,
+            Next::Retry(key) => {
+                if let Some(gd) = labeller.gds.get(&key) {
+                    labeller.sync_all(&gd).await;
+                }
+            }
+        }
     }
 }
 
 struct Labeller {
     client: Client,
     gds: Store<GameDeployment>,
-    pods: Store<PartialObjectMeta<Pod>>,
-    /// The opt-in last acted on, per GameDeployment UID.
-    opted: HashMap<String, bool>,
+    pods: Store<Pod>,
+    /// The opt-in last acted on, per GameDeployment (with its UID: a new object of the same name starts afresh).
+    opted: HashMap<ObjectRef<GameDeployment>, (String, bool)>,
     retry: mpsc::UnboundedSender<ObjectRef<GameDeployment>>,
 }
 
 impl Labeller {
-    async fn handle(&mut self, trigger: Trigger) {
-        match trigger {
-            Trigger::Gd(event) => self.gd_event(*event).await,
-            Trigger::Pod(pod) => {
-                let (Some(uid), Some(owner)) =
-                    (controller_uid(&pod), ownership::controller_of(pod.metadata.owner_references.as_ref()))
-                else {
-                    return;
-                };
-                let key = ObjectRef::new(&owner.name).within(&pod.namespace().unwrap_or_default());
-                let Some(gd) = self.gds.get(&key).filter(|gd| gd.metadata.uid.as_deref() == Some(uid)) else { return };
-                let fix = fix(&pod, &gd);
-                if !fix.is_empty() && !self.patch(&pod, fix).await {
-                    self.retry_later(key);
-                }
-            }
-            Trigger::Retry(key) => {
-                if let Some(gd) = self.gds.get(&key) {
-                    self.sync_all(&gd).await;
-                }
-            }
+    /// One pod checked against its GameDeployment.
+    async fn pod_changed(&self, key: &ObjectRef<Pod>) {
+        let Some(pod) = self.pods.get(key) else { return };
+        let (Some(uid), Some(owner)) =
+            (controller_uid(&pod), ownership::controller_of(pod.metadata.owner_references.as_ref()))
+        else {
+            return;
+        };
+        let gd_key = ObjectRef::new(&owner.name).within(&pod.namespace().unwrap_or_default());
+        let Some(gd) = self.gds.get(&gd_key).filter(|gd| gd.metadata.uid.as_deref() == Some(uid)) else { return };
+        let fix = fix(&pod, &gd);
+        if !fix.is_empty() && !self.patch(&pod, fix).await {
+            self.retry_later(gd_key);
         }
     }
 
     /// A GameDeployment whose opt-in changed (or that is new) gets all its pods brought in line.
-    async fn gd_event(&mut self, event: watcher::Event<GameDeployment>) {
-        match event {
-            watcher::Event::Apply(gd) | watcher::Event::InitApply(gd) => {
-                let uid = gd.metadata.uid.clone().unwrap_or_default();
-                if self.opted.get(&uid) != Some(&wanted(&gd)) {
-                    self.opted.insert(uid, wanted(&gd));
-                    self.sync_all(&gd).await;
-                }
-            }
-            watcher::Event::Delete(gd) => {
-                self.opted.remove(gd.metadata.uid.as_deref().unwrap_or_default());
-            }
-            watcher::Event::Init | watcher::Event::InitDone => {}
+    async fn gd_changed(&mut self, key: ObjectRef<GameDeployment>) {
+        let Some(gd) = self.gds.get(&key) else {
+            self.opted.remove(&key);
+            return;
+        };
+        let now = (gd.metadata.uid.clone().unwrap_or_default(), wanted(&gd));
+        if self.opted.get(&key) != Some(&now) {
+            self.opted.insert(key, now);
+            self.sync_all(&gd).await;
         }
     }
 
@@ -204,7 +200,7 @@ impl Labeller {
 
     /// Applies `fix` with a merge patch; `false` when the patch failed for another reason than the pod being gone or
     /// having changed since (a newer version comes through the watch and is looked at again).
-    async fn patch(&self, pod: &PartialObjectMeta<Pod>, fix: Fix) -> bool {
+    async fn patch(&self, pod: &Pod, fix: Fix) -> bool {
         let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let patch = fix.patch(pod.metadata.resource_version.as_deref());
@@ -227,16 +223,16 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> PartialObjectMeta<Pod> {
+    fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
         let map = |kv: &[(&str, &str)]| Some(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
-        PartialObjectMeta {
+        Pod {
             metadata: ObjectMeta {
                 labels: map(labels),
                 annotations: map(annotations),
                 resource_version: Some("42".into()),
                 ..ObjectMeta::default()
             },
-            ..PartialObjectMeta::default()
+            ..Pod::default()
         }
     }
 

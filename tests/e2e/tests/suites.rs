@@ -33,6 +33,7 @@ mod hostile_hooks;
 mod kubectl_gd;
 mod leader_partition;
 mod lifecycle_handlers;
+mod own_pods;
 mod pod_gate_webhook;
 mod printer_columns;
 mod pvc_templates;
