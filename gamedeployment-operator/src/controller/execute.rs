@@ -178,7 +178,11 @@ impl Executor<'_> {
             create_all(&self.ctx.client, &self.namespace(), actions.create_runs, self.ctx.config.write_concurrency)
                 .await;
         for (run, result) in created {
+            let taken = matches!(&result, Err(e) if code(e) == Some(409));
             self.hook_run_created(run, result, &mut outcome);
+            if taken {
+                self.reveal_hook_run(run).await;
+            }
         }
         let rolling = crate::planner::status::condition(&plan.status, crate::planner::status::PROGRESSING)
             .is_some_and(|c| c.reason.as_deref() == Some("RolloutInProgress"));
@@ -669,6 +673,18 @@ impl Executor<'_> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
     }
 
+    /// A run holds the name of one we created: the operator watches only runs labelled with a GameDeployment's name
+    /// (`gamedeployment.tkex.tencent.com/name`), so a run without that label (left by BCS, or made by someone else
+    /// to take the name) is read here and shown to the next passes through the overlay, which judge it (a foreign
+    /// run is skipped with the next `.N` name and reported, as when the cache showed every run).
+    async fn reveal_hook_run(&self, run: &HookRun) {
+        match self.hook_runs().get_opt(&run.name_any()).await {
+            Ok(Some(existing)) => self.ctx.hook_overlay.created(existing),
+            Ok(None) => {}
+            Err(e) => tracing::debug!(hookrun = %run.name_any(), error = %e, "reading a run that holds our name failed"),
+        }
+    }
+
     /// Records the creation of a pass's HookRun ([`create_all`]).
     fn hook_run_created(&self, run: &HookRun, result: Result<HookRun, kube::Error>, outcome: &mut WriteOutcome) {
         let name = run.name_any();
@@ -686,8 +702,8 @@ impl Executor<'_> {
                     uid.as_deref(),
                 ));
             }
-            // The run exists already (our cache had not shown it): it is the one we would create — same
-            // deterministic name for the same pod, revision and template — and the next pass reads it.
+            // The run exists already: ours that the cache has not shown yet (same deterministic name for the same
+            // pod, revision and template), or another's holding the name; `reveal_hook_run` shows it to the next pass.
             Err(e) if code(&e) == Some(409) => outcome.stale += 1,
             Err(e) => outcome.fail(
                 Phase::Housekeeping,

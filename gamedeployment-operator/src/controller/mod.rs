@@ -875,9 +875,12 @@ pub async fn run(
     let (revision_reader, revision_events) = watch::cached(api::<ControllerRevision>(&client, namespace));
     let revision_stream = revision_events.touched_objects();
     let (hook_run_reader, hook_run_writer) = kube::runtime::reflector::store::<HookRun>();
+    // Only runs a GameDeployment made (labelled with its name): HookRuns of other tools (BCS GameStatefulSets) are
+    // not cached. A run without the label that holds one of our names is read when creating ours fails with 409
+    // (`execute::reveal_hook_run`).
     let hook_run_stream = kube::runtime::watcher(
         api::<lean::LeanHookRun>(&client, namespace),
-        kube::runtime::watcher::Config::default().any_semantic(),
+        kube::runtime::watcher::Config::default().labels(keys::HOOKRUN_WORKLOAD_NAME).any_semantic(),
     )
     .default_backoff()
     .map_ok(lean::full_event)
