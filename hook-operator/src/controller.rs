@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use common::api::{HookPhase, HookRun, HookTemplate};
 use common::runtime::events::{EventCounters, EventSettings, EventSink, Note as EventNote};
 use common::runtime::kube_api::api;
+use common::runtime::lean::{self, LeanHookRun};
 use common::runtime::{Health, Shutdown};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -464,8 +465,12 @@ pub async fn run(
     if let Some(selector) = &options.label_selector {
         watch_config = watch_config.labels(selector);
     }
-    let runs: Api<HookRun> = api(&client, options.namespace.as_deref());
-    let controller = Controller::new(runs, watch_config)
+    // Runs decoded without their managedFields (`lean`): the cache never holds that field, and it is never built.
+    let runs = api::<LeanHookRun>(&client, options.namespace.as_deref());
+    let (store, writer) = kube::runtime::reflector::store::<HookRun>();
+    let run_stream =
+        watcher(runs, watch_config).default_backoff().map_ok(lean::full_event).reflect(writer).applied_objects();
+    let controller = Controller::for_stream(run_stream, store)
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .reconcile_on(tokio_stream_from(wake_rx))
         .graceful_shutdown_on({

@@ -17,6 +17,7 @@ pub mod events;
 pub mod flags;
 pub mod kube_api;
 pub mod leader;
+pub mod lean;
 pub mod logging;
 pub mod metrics;
 pub mod server;

@@ -681,7 +681,9 @@ impl Executor<'_> {
         match self.hook_runs().get_opt(&run.name_any()).await {
             Ok(Some(existing)) => self.ctx.hook_overlay.created(existing),
             Ok(None) => {}
-            Err(e) => tracing::debug!(hookrun = %run.name_any(), error = %e, "reading a run that holds our name failed"),
+            Err(e) => {
+                tracing::debug!(hookrun = %run.name_any(), error = %e, "reading a run that holds our name failed")
+            }
         }
     }
 
@@ -994,7 +996,7 @@ async fn create_all<'r>(
     let url = HookRun::url_path(&(), Some(namespace));
     // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
     // lifetime inside the controller's task. The answer is decoded without its managedFields
-    // ([`super::lean::LeanHookRun`]): the overlay keeps the run, never that field.
+    // ([`common::runtime::lean::LeanHookRun`]): the overlay keeps the run, never that field.
     let requests: Vec<_> = runs
         .iter()
         .enumerate()
@@ -1002,7 +1004,7 @@ async fn create_all<'r>(
             let (client, request) = (client.clone(), create_request(&url, run));
             async move {
                 let result = match request {
-                    Ok(request) => client.request::<super::lean::LeanHookRun>(request).await.map(|r| r.0),
+                    Ok(request) => client.request::<common::runtime::lean::LeanHookRun>(request).await.map(|r| r.0),
                     Err(e) => Err(e),
                 };
                 (i, result)

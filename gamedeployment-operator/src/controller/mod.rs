@@ -9,7 +9,6 @@
 
 mod deletions;
 mod execute;
-mod lean;
 pub mod orphans;
 mod overlay;
 mod spacing;
@@ -37,6 +36,7 @@ use tokio::sync::mpsc;
 
 use common::runtime::events::{EventCounters, EventSettings, EventSink, Note};
 use common::runtime::kube_api::api;
+use common::runtime::lean;
 use common::runtime::watch;
 
 use crate::action::{EventType, PlannedEvent};

@@ -1,15 +1,14 @@
-//! Pods and HookRuns as the operator caches them: decoded without `metadata.managedFields`.
+//! Pods and HookRuns as the operators cache them: decoded without `metadata.managedFields`.
 //!
-//! The cache drops `managedFields` anyway (memory), but only after the watch event was decoded into the full type,
-//! and k8s-openapi decodes each entry's `fieldsV1` into a tree of JSON values: in a `perf` profile of the 2,000-pod
-//! roll that was 8–9 % of the operator's CPU, for a field nobody reads. [`LeanPod`] decodes the same JSON into a
+//! A cache could drop `managedFields` after the watch event was decoded into the full type, but k8s-openapi decodes
+//! each entry's `fieldsV1` into a tree of JSON values first: CPU and allocations for a field nobody reads. [`LeanPod`] decodes the same JSON into a
 //! [`Pod`] and skips the field unread (serde ignores unknown keys without building them); [`LeanHookRun`] does the
 //! same for HookRuns (their watch events, and the answers to the operator's creates).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use common::api::{HookRun, HookRunSpec, HookRunStatus};
+use crate::api::{HookRun, HookRunSpec, HookRunStatus};
 use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::runtime::watcher;
