@@ -346,8 +346,10 @@ pub enum ScaleInMode {
 #[serde(rename_all = "camelCase")]
 pub struct GameDeploymentUpdateStrategy {
     /// `RollingUpdate` (default) deletes old pods and creates new ones; `InplaceUpdate` patches the images of
-    /// running pods; `HotPatchUpdate` patches them without taking the pod out of service; `OnDelete` only
-    /// recreates pods that you delete.
+    /// running pods (recreating them when more than images and pod metadata change); `HotPatchUpdate` patches them
+    /// without taking the pod out of service; `OnDelete` only recreates pods that you delete. CloneSet's names are
+    /// accepted too: `ReCreate` (as `RollingUpdate`), `InPlaceIfPossible` (as `InplaceUpdate`) and `InPlaceOnly`
+    /// (in place, and a change that cannot be made in place is refused with `FailedUpdate`).
     #[serde(rename = "type", default)]
     pub type_: GameDeploymentUpdateStrategyType,
     /// Pods kept on the old revision, an integer or a percentage of replicas such as "20%" (rounded down);
@@ -474,6 +476,26 @@ pub enum GameDeploymentUpdateStrategyType {
     HotPatchUpdate,
     /// Only pods the user deletes are recreated with the new template.
     OnDelete,
+    /// OpenKruise CloneSet's name for `InplaceUpdate`: in place when only images and pod metadata change, recreated
+    /// otherwise.
+    InPlaceIfPossible,
+    /// OpenKruise CloneSet: in place only. A change that cannot be made in place (anything beyond images and pod
+    /// metadata) is refused: no pod is recreated, and `FailedUpdate` says which pods and why.
+    InPlaceOnly,
+    /// OpenKruise CloneSet's name for `RollingUpdate`: delete old pods and create new ones.
+    ReCreate,
+}
+
+impl GameDeploymentUpdateStrategyType {
+    /// The BCS strategy this one behaves as: `InPlaceIfPossible` and `InPlaceOnly` update as `InplaceUpdate`
+    /// (`InPlaceOnly` refuses the recreate fallback on top), `ReCreate` as `RollingUpdate`.
+    pub fn behaves_as(self) -> Self {
+        match self {
+            Self::InPlaceIfPossible | Self::InPlaceOnly => Self::InplaceUpdate,
+            Self::ReCreate => Self::RollingUpdate,
+            other => other,
+        }
+    }
 }
 
 /// Settings of `InplaceUpdate` and `HotPatchUpdate`.

@@ -150,6 +150,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let diffs = diffs::compute(&settings, &infos);
     let old_kept = settings::count_where(&infos, |i| !i.updated && !i.specified);
     let canary_held = ((old_kept - spec_partition).max(0) - diffs.update).max(0);
+    if let Some(problem) = update::in_place_only_problem(&settings, &infos) {
+        spec_problems.push((Failure::Update, problem));
+    }
 
     if selector.is_ok() {
         // 5. Scale.

@@ -58,7 +58,10 @@ pub(crate) struct Settings<'a> {
     pub create_batch: Option<i32>,
     /// `scaleStrategy.maxUnavailable` (rounded up): no pods are created while this many are unavailable.
     pub scale_max_unavailable: Option<i32>,
+    /// The BCS strategy the spec's type behaves as ([`GameDeploymentUpdateStrategyType::behaves_as`]).
     pub strategy: GameDeploymentUpdateStrategyType,
+    /// `InPlaceOnly`: a change that cannot be made in place is refused instead of recreating the pod.
+    pub in_place_only: bool,
     pub paused: bool,
     pub min_ready_seconds: i32,
     pub grace_seconds: i32,
@@ -239,7 +242,7 @@ pub(crate) fn resolve<'a>(
     }
     let unavailable_setting = strategy.max_unavailable.as_ref();
     // maxSurge only applies to RollingUpdate here (BCS surges every strategy, bug list §7.26).
-    let rolling = strategy.type_ == GameDeploymentUpdateStrategyType::RollingUpdate;
+    let rolling = strategy.type_.behaves_as() == GameDeploymentUpdateStrategyType::RollingUpdate;
     let surge_for_budget = if rolling { Some(IntOrString::Int(surge_setting)) } else { None };
     let max_unavailable = match intstr::resolve_fenceposts(surge_for_budget.as_ref(), unavailable_setting, replicas) {
         Ok((_, unavailable)) => unavailable,
@@ -260,7 +263,8 @@ pub(crate) fn resolve<'a>(
         max_surge,
         create_batch,
         scale_max_unavailable,
-        strategy: strategy.type_,
+        strategy: strategy.type_.behaves_as(),
+        in_place_only: strategy.type_ == GameDeploymentUpdateStrategyType::InPlaceOnly,
         paused: strategy.paused,
         min_ready_seconds: gd.spec.min_ready_seconds.max(0),
         grace_seconds: strategy.in_place_update_strategy.as_ref().map_or(0, |s| s.grace_period_seconds.max(0)),
@@ -290,7 +294,7 @@ fn in_place_policy_problem(gd: &GameDeployment) -> Option<String> {
     let strategy = &gd.spec.update_strategy;
     let policy = strategy.in_place_update_strategy.as_ref()?.policy?;
     let in_place = matches!(
-        strategy.type_,
+        strategy.type_.behaves_as(),
         GameDeploymentUpdateStrategyType::InplaceUpdate | GameDeploymentUpdateStrategyType::HotPatchUpdate
     );
     let containers = gd.spec.template.spec.as_ref().map_or(0, |s| s.containers.len());

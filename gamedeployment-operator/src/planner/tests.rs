@@ -703,9 +703,69 @@ fn strategies_parse_as_bcs_writes_them() {
         ("InplaceUpdate", Strategy::InplaceUpdate),
         ("HotPatchUpdate", Strategy::HotPatchUpdate),
         ("OnDelete", Strategy::OnDelete),
+        ("InPlaceIfPossible", Strategy::InPlaceIfPossible),
+        ("InPlaceOnly", Strategy::InPlaceOnly),
+        ("ReCreate", Strategy::ReCreate),
     ] {
         assert_eq!(gd(1, text).spec.update_strategy.type_, strategy);
     }
+}
+
+/// CloneSet's names: `InPlaceIfPossible` is our `InplaceUpdate` (in place, recreate when it cannot be) and
+/// `ReCreate` is `RollingUpdate`, pass for pass.
+#[test]
+fn cloneset_update_types_behave_as_their_bcs_twins() {
+    for (cloneset, bcs) in [("InPlaceIfPossible", "InplaceUpdate"), ("ReCreate", "RollingUpdate")] {
+        for env_change in [false, true] {
+            let run = |strategy: &str| {
+                let mut world = settled(gd(2, strategy));
+                if env_change {
+                    world.gd.spec.template.spec.as_mut().unwrap().containers[0].env =
+                        Some(vec![EnvVar { name: "MODE".into(), value: Some("hard".into()), value_from: None }]);
+                    bump(&mut world);
+                } else {
+                    set_image(&mut world, "game:2");
+                }
+                let mut seen = Vec::new();
+                for _ in 0..3 {
+                    let plan = world.pass();
+                    seen.push(format!("{:?}", plan.actions.iter().map(|a| a.pod_name()).collect::<Vec<_>>()));
+                    seen.push(deletes(&plan).iter().map(|(_, c)| format!("{c:?}")).collect::<Vec<_>>().join(","));
+                }
+                assert!(world.settle(40, guard(1)).is_some(), "{strategy}");
+                (seen, world.revision_counts())
+            };
+            assert_eq!(run(cloneset), run(bcs), "{cloneset} vs {bcs}, env change {env_change}");
+        }
+    }
+}
+
+/// `InPlaceOnly` (CloneSet): a change that cannot be made in place is refused — no pod is deleted or patched, and
+/// `FailedUpdate` says why (an Event follows the condition); an image change still rolls in place.
+#[test]
+fn in_place_only_refuses_a_change_that_cannot_be_made_in_place() {
+    let mut world = settled(gd(2, "InPlaceOnly"));
+    world.gd.spec.template.spec.as_mut().unwrap().containers[0].env =
+        Some(vec![EnvVar { name: "MODE".into(), value: Some("hard".into()), value_from: None }]);
+    bump(&mut world);
+    let plan = world.pass();
+    assert!(deletes(&plan).is_empty(), "{:?}", plan.actions);
+    assert!(!plan.actions.iter().any(|a| matches!(a, Action::PatchPod(_))), "{:?}", plan.actions);
+    let (s, _, message) = condition(&world, status::FAILED_UPDATE).expect("FailedUpdate");
+    assert_eq!(s, "True");
+    assert!(message.contains("InPlaceOnly") && message.contains("spec.containers"), "{message}");
+    assert!(plan.events.iter().any(|e| e.reason == status::FAILED_UPDATE && e.message.contains("InPlaceOnly")));
+    for _ in 0..5 {
+        let plan = world.pass();
+        assert!(deletes(&plan).is_empty() && creates(&plan) == 0, "{:?}", plan.actions);
+    }
+    assert_eq!(world.revision_counts(), (0, 2));
+    // Back to an image-only change: it rolls in place and the condition goes away.
+    world.gd.spec.template.spec.as_mut().unwrap().containers[0].env = None;
+    set_image(&mut world, "game:2");
+    assert!(world.settle(40, |_, p| assert!(deletes(p).is_empty())).is_some());
+    assert_eq!(images(&world), ["game:2", "game:2"]);
+    assert!(condition(&world, status::FAILED_UPDATE).is_none());
 }
 
 #[test]

@@ -90,6 +90,38 @@ pub(crate) fn plan(settings: &Settings<'_>, diffs: &Diffs, infos: &[PodInfo<'_>]
     }
 }
 
+/// `InPlaceOnly` (as CloneSet, which answers "find Pod … update strategy is InPlaceOnly but can not update
+/// in-place"): the old pods whose change to the update revision cannot be made in place, and why — for
+/// `FailedUpdate`. Looked at on every pass (not only the pods of this pass's batch), so the condition does not come
+/// and go with the update budget; those pods are left as they are.
+pub(crate) fn in_place_only_problem(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Option<String> {
+    if !settings.in_place_only {
+        return None;
+    }
+    let mut changes = Changes::default();
+    let mut refused: Vec<(&str, String)> = Vec::new();
+    for info in infos.iter().filter(|i| !i.updated && !i.specified) {
+        let reason = match info.revision {
+            Some(from) => changes.from(settings, from).err(),
+            None => Some("it has no controller-revision-hash label (it was adopted)".to_string()),
+        };
+        if let Some(reason) = reason {
+            refused.push((info.name, reason));
+        }
+    }
+    let (first, reason) = refused.first()?;
+    let more = match refused.len() {
+        1 => String::new(),
+        n => format!(" (and {} more)", n - 1),
+    };
+    Some(format!(
+        "spec.updateStrategy.type is InPlaceOnly but pod {first}{more} cannot be updated in place to revision {}: \
+         {reason}; such pods are not recreated: change only container images and pod metadata, or set the type to \
+         InPlaceIfPossible to recreate them",
+        settings.update_revision
+    ))
+}
+
 /// The in-place change from each pod revision to the update revision, computed once per pass and revision (the
 /// templates are compared through JSON; a batch holds up to thousands of pods of the same revision).
 #[derive(Default)]
@@ -114,9 +146,12 @@ impl<'s> Changes<'s> {
 /// Moves one pod with the GameDeployment's strategy.
 fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Changes<'a>, draft: &mut Draft) {
     let hot_patch = match settings.strategy {
-        Strategy::RollingUpdate => return rolling::replace(settings, info, DeleteCause::RollingUpdate, draft),
+        // `settings.strategy` is the BCS strategy the type behaves as; CloneSet's names are listed for the compiler.
+        Strategy::RollingUpdate | Strategy::ReCreate => {
+            return rolling::replace(settings, info, DeleteCause::RollingUpdate, draft);
+        }
         Strategy::OnDelete => return,
-        Strategy::InplaceUpdate => false,
+        Strategy::InplaceUpdate | Strategy::InPlaceIfPossible | Strategy::InPlaceOnly => false,
         Strategy::HotPatchUpdate => true,
     };
     let planned =
@@ -127,6 +162,8 @@ fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Cha
         };
     let (from, mut change) = match planned {
         Ok(planned) => planned,
+        // `InPlaceOnly`: refused, not recreated ([`in_place_only_problem`] says why in `FailedUpdate`).
+        Err(_) if settings.in_place_only => return,
         Err(reason) => return fallback(settings, info, &reason, draft),
     };
     crate::lifecycle::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
