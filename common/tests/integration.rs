@@ -9,3 +9,4 @@ mod crds_fresh;
 #[cfg(feature = "runtime")] // the Event publisher is part of the operators' runtime
 mod event_series;
 mod examples;
+mod exec_provider;

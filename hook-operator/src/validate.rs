@@ -93,8 +93,8 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
     let set = [p.web.is_some(), p.prometheus.is_some(), p.kubernetes.is_some()].iter().filter(|s| **s).count();
     if p.exec.is_some() {
         problem(
-            "provider.exec is not supported by this operator (BCS declares it but never implemented it); use web, \
-             prometheus or kubernetes"
+            "provider.exec is not supported by this operator (BCS declares it but never implemented it): use a web \
+             or kubernetes provider instead (or prometheus)"
                 .into(),
         );
         return;
@@ -487,7 +487,10 @@ mod tests {
             },
             ..web("http://x")
         };
-        assert!(first(exec).contains("provider.exec is not supported"));
+        let refused = first(exec);
+        assert!(refused.contains("provider.exec is not supported"), "{refused}");
+        // Says what to use instead, in the words of the CRD's rule (common/tests/exec_provider.rs).
+        assert!(refused.contains("use a web or kubernetes provider instead"), "{refused}");
         let kube = Metric {
             provider: MetricProvider {
                 kubernetes: Some(KubernetesMetric {

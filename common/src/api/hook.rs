@@ -272,9 +272,14 @@ fn is_zero(v: &i32) -> bool {
     *v == 0
 }
 
-/// Exactly one provider must be set.
+/// Exactly one provider must be set: `web`, `prometheus` or `kubernetes` (`exec` is refused).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+// `exec` stays declared (BCS manifests name the type) but the API server refuses it, with what to use instead.
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.exec)",
+    "message": "the exec provider is not supported (BCS declares it but never implemented it): use a web or kubernetes provider instead (or prometheus)"
+}]))]
 pub struct MetricProvider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web: Option<WebMetric>,
@@ -282,7 +287,7 @@ pub struct MetricProvider {
     pub prometheus: Option<PrometheusMetric>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubernetesMetric>,
-    /// Declared by the kourse API for compatibility; not supported: a run that uses it ends `Error`.
+    /// Declared by the kourse API for compatibility; refused: use a web or kubernetes provider instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecMetric>,
 }
@@ -366,13 +371,13 @@ pub struct KubernetesField {
     pub value: String,
 }
 
-/// Declared by the kourse API; not supported by this operator.
+/// Declared by the kourse API; refused by the CRD and by the hook-operator (use a web or kubernetes provider).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecMetric {
-    /// Container to run the command in (accepted for compatibility; a run using `exec` ends `Error`).
+    /// Container to run the command in (the exec provider is refused).
     pub container: String,
-    /// Command to run (accepted for compatibility; a run using `exec` ends `Error`).
+    /// Command to run (the exec provider is refused).
     pub command: Vec<String>,
 }
 

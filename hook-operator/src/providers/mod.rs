@@ -301,7 +301,9 @@ impl Providers {
             (Some(_), None, None, None) => Ok(&self.web),
             (None, Some(_), None, None) => Ok(&self.prometheus),
             (None, None, Some(_), None) => Ok(&self.kubernetes),
-            (None, None, None, Some(_)) => Err(ProviderError("provider.exec is not supported by this operator".into())),
+            (None, None, None, Some(_)) => Err(ProviderError(
+                "provider.exec is not supported by this operator: use a web or kubernetes provider instead".into(),
+            )),
             (None, None, None, None) => Err(ProviderError(format!("metric {:?} has no provider", metric.name))),
             _ => Err(ProviderError(format!("metric {:?} sets several providers", metric.name))),
         }
