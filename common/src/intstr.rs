@@ -1,7 +1,8 @@
 //! Int-or-percent arithmetic with the Kubernetes rounding rules (`GetScaledValueFromIntOrPercent`).
 //!
 //! Percentages of a total are rounded up or down depending on the field: `maxSurge` and `createBatch` round up,
-//! `maxUnavailable` and `partition` round down — as Deployments, CloneSet and the BCS update budget do. Unlike
+//! `maxUnavailable` rounds down — as Deployments, CloneSet and the BCS update budget do; `partition` follows
+//! CloneSet's own rules ([`partition`]: up, at least one pod kept and one updated). Unlike
 //! BCS, which silently treats a malformed percentage as 0, a malformed value is an error the operator reports.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -63,6 +64,43 @@ pub fn scaled_value_or(
     value.map_or(Ok(default), |v| scaled_value(v, total, rounding, field))
 }
 
+/// A `partition` (old pods kept) as OpenKruise CloneSet resolves it (`CalculatePartitionReplicas`,
+/// pkg/util/tools.go): unset is 0; an integer is taken as is; a percentage of `replicas` rounds **up**, so a
+/// partition above "0%" keeps at least one old pod; one below "100%" (the literal string, as Kruise compares it)
+/// with more than one replica updates at least one pod; the result is capped at `replicas`. Percentages may have a
+/// decimal part ("99.99%"), computed in `f64` as Kruise does.
+pub fn partition(value: Option<&IntOrString>, replicas: i32, field: &'static str) -> Result<i32, IntStrError> {
+    let Some(value) = value else { return Ok(0) };
+    let replicas = replicas.max(0);
+    let kept = match value {
+        IntOrString::Int(n) if *n < 0 => return Err(IntStrError::Negative { field, value: i64::from(*n) }),
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => {
+            let percent =
+                parse_decimal_percent(s).ok_or_else(|| IntStrError::NotAPercentage { field, value: s.clone() })?;
+            // Go: int(math.Ceil(v * (float64(total)) / 100)), same operations in the same order.
+            let scaled = (percent * f64::from(replicas) / 100.0).ceil();
+            let mut kept = if scaled >= f64::from(i32::MAX) { i32::MAX } else { scaled as i32 };
+            if replicas > 1 && kept == replicas && s != "100%" {
+                kept = replicas - 1;
+            }
+            kept
+        }
+    };
+    Ok(kept.clamp(0, replicas))
+}
+
+/// `"99.99%"` → 99.99: digits, optionally a point and more digits, then `%` (the CRD's `partition` pattern).
+fn parse_decimal_percent(s: &str) -> Option<f64> {
+    let number = s.strip_suffix('%')?;
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, "0"));
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    number.parse().ok()
+}
+
 /// The update budget of a rollout as Deployments compute it (`ResolveFenceposts`): surge rounds up,
 /// unavailable rounds down, and when both come out 0 one pod may be unavailable so the rollout can progress.
 pub fn resolve_fenceposts(
@@ -118,6 +156,53 @@ mod tests {
             scaled_value(&IntOrString::Int(-1), 10, Rounding::Down, "f"),
             Err(IntStrError::Negative { .. })
         ));
+    }
+
+    /// Every case of OpenKruise's `TestCalculatePartitionReplicas` (pkg/util/tools_test.go; `replicas=nil` is 1
+    /// there, as an unset `spec.replicas` defaults to 1 here) and the partition-relevant cases of
+    /// `TestGetScaledValueFromIntOrPercent` (same file, rounding up), plus the issue's example.
+    #[test]
+    fn partition_as_kruise_calculates_it() {
+        let i = |n: i32| Some(IntOrString::Int(n));
+        let p = |v: &str| Some(s(v));
+        // (replicas, partition, expected; None = an error)
+        let table: Vec<(i32, Option<IntOrString>, Option<i32>)> = vec![
+            // TestCalculatePartitionReplicas
+            (0, p("99%"), Some(0)),
+            (10, None, Some(0)),
+            (9, p("99%"), Some(8)),
+            (10, p("90%"), Some(9)),
+            (10, p("1%"), Some(1)),
+            (99, p("99%"), Some(98)),
+            (99, p("100%"), Some(99)),
+            (99, p("0%"), Some(0)),
+            (1, p("100%"), Some(1)),
+            (1, None, Some(0)),
+            (1, p("1%"), Some(1)),
+            (10, i(5), Some(5)),
+            (10, i(1), Some(1)),
+            (10, i(0), Some(0)),
+            (10, i(10), Some(10)),
+            (9, p("99"), None),
+            (9, p("0.01%"), Some(1)),
+            (999, p("99.99%"), Some(998)),
+            // TestGetScaledValueFromIntOrPercent, roundUp = true (then the partition rules)
+            (100, p("90%"), Some(90)),
+            (95, p("90%"), Some(86)),
+            (95, p("0.01%"), Some(1)),
+            (10, p("%"), None),
+            (10, p("90#"), None),
+            (10, p("#%"), None),
+            // Issue 31: 50 % of 5 keeps 3 old pods (2.5 rounded up); an integer above replicas is capped.
+            (5, p("50%"), Some(3)),
+            (5, i(7), Some(5)),
+            (2, p("99%"), Some(1)),
+            (2, p("100%"), Some(2)),
+        ];
+        for (replicas, value, want) in table {
+            let got = partition(value.as_ref(), replicas, "spec.updateStrategy.partition").ok();
+            assert_eq!(got, want, "replicas {replicas}, partition {value:?}");
+        }
     }
 
     #[test]

@@ -122,9 +122,12 @@ pub fn render(tree: &Tree, style: Style) -> String {
     field(&mut out, "Paused", if s.paused { "true" } else { "false" });
     field(&mut out, "Hooks", &if s.hooks.is_empty() { "none".to_string() } else { s.hooks.join(", ") });
     let p = &tree.progress;
+    // The expectation is shown when a partition keeps pods back (it is `desired` otherwise).
+    let expected =
+        if p.expected_updated != p.desired { format!(" (expected {})", p.expected_updated) } else { String::new() };
     let mut progress = format!(
-        "updated {}/{}, updated ready {}, ready {}, available {}, total {}",
-        p.updated, p.desired, p.updated_ready, p.ready, p.available, p.total
+        "updated {}/{}{expected}, updated ready {}, updated available {}, ready {}, available {}, total {}",
+        p.updated, p.desired, p.updated_ready, p.updated_available, p.ready, p.available, p.total
     );
     if p.stale {
         progress.push_str(" (the operator has not observed the latest spec yet)");

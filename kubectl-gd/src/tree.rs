@@ -89,6 +89,10 @@ pub struct Progress {
     pub desired: i32,
     pub updated: i32,
     pub updated_ready: i32,
+    /// Updated pods available for `minReadySeconds` (`status.updatedAvailableReplicas`, as CloneSet).
+    pub updated_available: i32,
+    /// Pods that should end on the update revision, `replicas − partition` (`status.expectedUpdatedReplicas`).
+    pub expected_updated: i32,
     pub ready: i32,
     pub available: i32,
     pub total: i32,
@@ -276,6 +280,8 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
         desired: spec.replicas.unwrap_or(1),
         updated: status.updated_replicas,
         updated_ready: status.updated_ready_replicas,
+        updated_available: status.updated_available_replicas,
+        expected_updated: status.expected_updated_replicas,
         ready: status.ready_replicas,
         available: status.available_replicas,
         total: status.replicas,

@@ -62,6 +62,11 @@ fn the_tree_holds_only_this_gamedeployments_objects() {
     // JSON for scripts: the same tree.
     let json = serde_json::to_value(&tree).unwrap();
     assert_eq!(json["verdict"]["state"], "Failed");
+    // CloneSet's status fields, as the operator writes them.
+    assert_eq!(
+        (json["progress"]["expectedUpdated"].as_i64(), json["progress"]["updatedAvailable"].as_i64()),
+        (Some(3), Some(1))
+    );
     assert_eq!(json["revisions"][1]["pods"][2]["runs"][0]["metrics"][0]["last"]["value"], "45", "{json:#}");
 }
 

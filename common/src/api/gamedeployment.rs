@@ -352,10 +352,11 @@ pub struct GameDeploymentUpdateStrategy {
     /// (in place, and a change that cannot be made in place is refused with `FailedUpdate`).
     #[serde(rename = "type", default)]
     pub type_: GameDeploymentUpdateStrategyType,
-    /// Pods kept on the old revision, an integer or a percentage of replicas such as "20%" (rounded down);
-    /// default 0. Ignored while canary steps run.
+    /// Pods kept on the old revision, an integer or a percentage of replicas such as "20%" or "99.9%"; default 0.
+    /// A percentage rounds up as in OpenKruise CloneSet: above "0%" it keeps at least one old pod, below "100%" it
+    /// updates at least one pod when there are two or more. Ignored while canary steps run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::int_or_percent")]
+    #[schemars(schema_with = "schema::partition")]
     pub partition: Option<IntOrString>,
     /// Most pods that may be unavailable during an update, an integer or a percentage of replicas such as "20%"
     /// (rounded down); default "20%".
@@ -534,9 +535,10 @@ pub struct CanaryStrategy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CanaryStep {
-    /// Pods kept on the old revision from this step on, an integer or a percentage of replicas such as "50%".
+    /// Pods kept on the old revision from this step on, an integer or a percentage of replicas such as "50%"
+    /// (rounded as `spec.updateStrategy.partition`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::int_or_percent")]
+    #[schemars(schema_with = "schema::partition")]
     pub partition: Option<IntOrString>,
     /// Pause the rollout; without `duration` until the user sets `updateStrategy.paused: false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -726,6 +728,14 @@ pub struct GameDeploymentStatus {
     /// Pods on the update revision that are Ready (the UPDATED_READY column).
     #[serde(default)]
     pub updated_ready_replicas: i32,
+    /// Pods on the update revision that are available (Ready for at least `minReadySeconds`), as OpenKruise
+    /// CloneSet's `updatedAvailableReplicas`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub updated_available_replicas: i32,
+    /// Pods that should be on the update revision: `spec.replicas` minus the partition in force (the spec's
+    /// `partition`, or the current canary step's), as OpenKruise CloneSet's `expectedUpdatedReplicas`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expected_updated_replicas: i32,
     /// Revision of the pods that are not updated (the previous stable template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<String>,

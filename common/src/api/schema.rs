@@ -23,6 +23,20 @@ pub fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
 /// A percentage as Kubernetes IntOrString accepts it.
 pub const PERCENT_PATTERN: &str = "^[0-9]+%$";
 
+/// A `partition`: an integer or a percentage, which may have a decimal part as CloneSet's does ("99.99%",
+/// `common::intstr::partition`).
+pub fn partition(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "x-kubernetes-int-or-string": true,
+        "anyOf": [{ "type": "integer" }, { "type": "string" }],
+        "pattern": PARTITION_PATTERN,
+        "minimum": 0
+    })
+}
+
+/// A partition percentage: digits, optionally a decimal part, then `%`.
+pub const PARTITION_PATTERN: &str = "^[0-9]+(\\.[0-9]+)?%$";
+
 fn int_or_percent_with_default(default: serde_json::Value) -> Schema {
     let mut schema = int_or_percent(&mut SchemaGenerator::default());
     schema.insert("default".into(), default);

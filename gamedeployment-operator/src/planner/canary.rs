@@ -25,7 +25,7 @@ use common::api::{
     CanaryStatus, CanaryStep, GameDeployment, GameDeploymentStatus, HookPhase, PauseCondition, PauseReason,
 };
 use common::hookrun::{self, HookKind, NewHookRun};
-use common::intstr::{self, Rounding};
+use common::intstr;
 use common::keys;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -89,7 +89,8 @@ pub fn steps_hash(steps: &[CanaryStep]) -> String {
 
 fn step_partition(step: &CanaryStep, replicas: i32) -> Option<i32> {
     let value = step.partition.as_ref()?;
-    intstr::scaled_value_or(Some(value), replicas, replicas, Rounding::Down, "partition").ok().map(|p| p.min(replicas))
+    // As the spec's partition (CloneSet's rounding, `intstr::partition`).
+    intstr::partition(Some(value), replicas, "partition").ok()
 }
 
 /// The partition in force at step `index`: the latest partition step up to it, else `replicas`.

@@ -171,8 +171,8 @@ mod tests {
             Row {
                 partition: percent("50%"),
                 max_unavailable: percent("100%"),
-                // 50% of 5 rounds down to 2 kept; 100% of 5 is 5 unavailable.
-                want: Diffs { partition: 2, budget: 5, update: 3, ..Diffs::default() },
+                // 50% of 5 rounds up to 3 kept, as CloneSet (`intstr::partition`); 100% of 5 is 5 unavailable.
+                want: Diffs { partition: 3, budget: 5, update: 2, ..Diffs::default() },
                 ..row("percent partition", "InplaceUpdate", 5, 5, 0)
             },
             Row {

@@ -107,16 +107,9 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
     }
 
     let replicas = s.replicas;
-    let partition = intstr::scaled_value(
-        world.gd.spec.update_strategy.partition.as_ref().unwrap(),
-        replicas,
-        intstr::Rounding::Down,
-        "partition",
-    )
-    .unwrap()
-    .min(replicas);
-    let rolling = s.strategy.is_multiple_of(3);
-    let surge = rolling.then_some(IntOrString::Int(s.max_surge));
+    let partition = intstr::partition(world.gd.spec.update_strategy.partition.as_ref(), replicas, "partition").unwrap();
+    let surges = s.strategy.is_multiple_of(3);
+    let surge = surges.then_some(IntOrString::Int(s.max_surge));
     let (_, max_unavailable) =
         intstr::resolve_fenceposts(surge.as_ref(), Some(&IntOrString::Int(s.max_unavailable)), replicas).unwrap();
     let floor = usize::try_from((replicas - max_unavailable).max(0)).unwrap();

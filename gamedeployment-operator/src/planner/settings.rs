@@ -207,6 +207,13 @@ pub(crate) fn resolve<'a>(
         ));
         update_settings_ok = false;
     }
+    // As CloneSet: a percentage rounds up, keeping at least one old pod above 0 % and updating one below 100 %.
+    let partition = intstr::partition(strategy.partition.as_ref(), replicas, "spec.updateStrategy.partition")
+        .unwrap_or_else(|e| {
+            problems.push((Failure::Update, e.to_string()));
+            update_settings_ok = false;
+            0
+        });
     let mut resolve = |value, default: i32, rounding, field, failure| {
         intstr::scaled_value_or(value, default, replicas, rounding, field).unwrap_or_else(|e| {
             problems.push((failure, e.to_string()));
@@ -216,9 +223,6 @@ pub(crate) fn resolve<'a>(
             default
         })
     };
-    let partition =
-        resolve(strategy.partition.as_ref(), 0, Rounding::Down, "spec.updateStrategy.partition", Failure::Update)
-            .min(replicas);
     let surge_setting =
         resolve(strategy.max_surge.as_ref(), 0, Rounding::Up, "spec.updateStrategy.maxSurge", Failure::Update);
     let create_batch = gd.spec.scale_strategy.as_ref().and_then(|s| s.create_batch.as_ref()).map(|batch| {
@@ -242,8 +246,8 @@ pub(crate) fn resolve<'a>(
     }
     let unavailable_setting = strategy.max_unavailable.as_ref();
     // maxSurge only applies to RollingUpdate here (BCS surges every strategy, bug list §7.26).
-    let rolling = strategy.type_.behaves_as() == GameDeploymentUpdateStrategyType::RollingUpdate;
-    let surge_for_budget = if rolling { Some(IntOrString::Int(surge_setting)) } else { None };
+    let surges = strategy.type_.behaves_as() == GameDeploymentUpdateStrategyType::RollingUpdate;
+    let surge_for_budget = if surges { Some(IntOrString::Int(surge_setting)) } else { None };
     let max_unavailable = match intstr::resolve_fenceposts(surge_for_budget.as_ref(), unavailable_setting, replicas) {
         Ok((_, unavailable)) => unavailable,
         Err(e) => {
@@ -252,7 +256,7 @@ pub(crate) fn resolve<'a>(
             1
         }
     };
-    let max_surge = if rolling { surge_setting } else { 0 };
+    let max_surge = if surges { surge_setting } else { 0 };
     let sort_method = gd.metadata.annotations.as_ref().and_then(|a| a.get(keys::POD_DELETION_COST_SORT_METHOD));
     Settings {
         gd,

@@ -132,6 +132,9 @@ pub(crate) fn compute(
         available_replicas: count_where(infos, |i| i.available),
         updated_replicas: updated,
         updated_ready_replicas: count_where(infos, |i| i.updated && i.ready),
+        updated_available_replicas: count_where(infos, |i| i.updated && i.available),
+        // CloneSet: `replicas − partition` (the partition in force this pass: the canary step's while one runs).
+        expected_updated_replicas: (settings.replicas - settings.partition).max(0),
         current_revision: Some(if settled {
             settings.update_revision.clone()
         } else {
@@ -475,6 +478,7 @@ fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
     s.available_replicas = 0;
     s.updated_replicas = 0;
     s.updated_ready_replicas = 0;
+    s.updated_available_replicas = 0;
     for c in s.conditions.iter_mut().filter(|c| c.type_ == PROGRESSING) {
         c.message = None;
     }
@@ -604,6 +608,45 @@ mod step_tests {
         let progressing = condition(&status, PROGRESSING).unwrap();
         assert_eq!(progressing.reason.as_deref(), Some("RolloutInProgress"));
         assert!(progressing.message.as_deref().unwrap().contains("update budget"), "{progressing:?}");
+    }
+
+    /// CloneSet's `expectedUpdatedReplicas` (`replicas − partition`, the partition in force) and
+    /// `updatedAvailableReplicas` (updated pods Ready for `minReadySeconds`), as Kruise's
+    /// `pkg/controller/cloneset/cloneset_status.go` (`calculateStatus`) computes them.
+    #[test]
+    fn expected_updated_and_updated_available_replicas() {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        // (replicas, partition, old pods, updated available, updated Ready < minReadySeconds, updated not Ready)
+        // → (expectedUpdatedReplicas, updatedAvailableReplicas, updatedReadyReplicas)
+        type Row = (i32, Option<IntOrString>, usize, usize, usize, usize, (i32, i32, i32));
+        let table: &[Row] = &[
+            (3, None, 0, 3, 0, 0, (3, 3, 3)),
+            (5, None, 3, 1, 1, 0, (5, 1, 2)),
+            (5, Some(IntOrString::Int(2)), 3, 0, 1, 1, (3, 0, 1)),
+            (5, Some(IntOrString::Int(9)), 5, 0, 0, 0, (0, 0, 0)),
+            (4, Some(IntOrString::Int(0)), 0, 2, 1, 1, (4, 2, 3)),
+            (0, None, 0, 0, 0, 0, (0, 0, 0)),
+            // Scaling out: the expectation follows spec.replicas, not the pods that exist.
+            (6, Some(IntOrString::Int(1)), 1, 2, 0, 0, (5, 2, 2)),
+        ];
+        for (replicas, partition, old, available, warming, sick, want) in table.iter().cloned() {
+            let mut g = gd(replicas, "InplaceUpdate");
+            g.spec.min_ready_seconds = 30;
+            g.spec.update_strategy.partition = partition.clone();
+            let mut pass = Pass::new(g).old(old).updated(available);
+            for i in 0..warming {
+                // Ready 5 s ago (now is 1000), minReadySeconds 30: Ready, not available.
+                pass = pass.pod(crate::fixtures::pod(&format!("game-w{i}")).serving(NEW, "game:1", 995).build());
+            }
+            for i in 0..sick {
+                pass = pass
+                    .pod(crate::fixtures::pod(&format!("game-s{i}")).serving(NEW, "game:1", 10).not_ready().build());
+            }
+            let status = status_of(&pass);
+            let got =
+                (status.expected_updated_replicas, status.updated_available_replicas, status.updated_ready_replicas);
+            assert_eq!(got, want, "replicas {replicas}, partition {partition:?}");
+        }
     }
 
     #[test]

@@ -542,8 +542,9 @@ fn percent_partition() {
     let mut world = settled(g);
     set_image(&mut world, "game:2");
     assert!(world.settle(40, |_, _| {}).is_some());
-    // 50% of 5 rounds down: 2 pods kept.
-    assert_eq!(world.revision_counts(), (3, 2));
+    // 50% of 5 rounds up, as CloneSet (`common::intstr::partition`): 3 pods kept, 2 updated.
+    assert_eq!(world.revision_counts(), (2, 3));
+    assert_eq!(world.gd.status.as_ref().map(|s| s.expected_updated_replicas), Some(2));
 }
 
 #[test]
