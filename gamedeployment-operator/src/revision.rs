@@ -164,7 +164,8 @@ pub fn resolve(gd: &GameDeployment, revisions: &[&ControllerRevision]) -> Resolu
     }
 }
 
-/// Builds the ControllerRevision for the current template: labels = template labels + the bare hash, BCS copies
+/// Builds the ControllerRevision for the current template: labels = template labels + the bare hash (as BCS) + the
+/// GameDeployment's name (`gamedeployment.tkex.tencent.com/name`, which the operator's watch selects), BCS copies
 /// the GameDeployment's annotations (we skip kubectl's last-applied copy, which only duplicates the spec).
 pub fn new_revision(gd: &GameDeployment, collision_count: Option<i32>, number: i64) -> ControllerRevision {
     let data = payload(&gd.spec.template);
@@ -173,6 +174,8 @@ pub fn new_revision(gd: &GameDeployment, collision_count: Option<i32>, number: i
     let mut labels: BTreeMap<String, String> =
         gd.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
     labels.insert(keys::CONTROLLER_REVISION_HASH_ONLY.to_string(), hash.clone());
+    // The operator watches only revisions with this label (`controller::orphans::REVISION_WATCH_SELECTOR`).
+    labels.insert(keys::HOOKRUN_WORKLOAD_NAME.to_string(), common::hookrun::workload_label_value(&gd_name));
     let annotations: BTreeMap<String, String> = gd
         .metadata
         .annotations
@@ -279,6 +282,7 @@ mod tests {
         assert_eq!(Some(first.update_revision.clone()), r1.metadata.name);
         assert_eq!(r1.metadata.owner_references.as_ref().unwrap()[0].uid, fixtures::GD_UID);
         assert!(r1.metadata.labels.as_ref().unwrap().contains_key(keys::CONTROLLER_REVISION_HASH_ONLY));
+        assert_eq!(r1.metadata.labels.as_ref().unwrap()[keys::HOOKRUN_WORKLOAD_NAME], "game");
 
         assert_eq!(resolve(&v1, &[&r1]).change, None);
 

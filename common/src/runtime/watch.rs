@@ -15,8 +15,25 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    cached_selected(api, None)
+}
+
+/// [`cached`] of the objects with the labels `selector` selects (all with None).
+pub fn cached_selected<K>(
+    api: Api<K>,
+    selector: Option<&str>,
+) -> (Store<K>, impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let (reader, writer) = reflector::store::<K>();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
+    let config = watcher::Config::default().any_semantic();
+    let config = match selector {
+        Some(selector) => config.labels(selector),
+        None => config,
+    };
+    let stream = watcher(api, config)
         .default_backoff()
         .modify(|object| {
             object.meta_mut().managed_fields = None;

@@ -787,6 +787,20 @@ fn note(event: &PlannedEvent) -> Note {
     }
 }
 
+/// [`orphans::label_revisions`], retried every 2 s until it succeeds (the controller does not plan before: a
+/// revision out of view would be created again).
+async fn label_revisions_until_done(client: &Client, namespace: Option<&str>) -> Vec<ObjectRef<ControllerRevision>> {
+    loop {
+        match orphans::label_revisions(client, namespace).await {
+            Ok(labelled) => return labelled,
+            Err(e) => {
+                tracing::warn!(error = %e, "labelling the revisions of GameDeployments failed; retrying in 2 s");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+    }
+}
+
 /// `gamedeployment_leader` is 1 from its creation until it is dropped (the controller returned, or leadership was
 /// lost and its future dropped).
 struct Leading(prometheus_client::metrics::gauge::Gauge);
@@ -872,7 +886,10 @@ pub async fn run(
             let _ = tx.send(labeller::Trigger::Pod(ObjectRef::from_obj(pod)));
         }
     });
-    let (revision_reader, revision_events) = watch::cached(api::<ControllerRevision>(&client, namespace));
+    // Only revisions labelled with a GameDeployment's name (`orphans::REVISION_WATCH_SELECTOR`); those written
+    // without it are labelled before the first pass (`orphans::label_revisions`, below).
+    let (revision_reader, revision_events) =
+        watch::cached_selected(api::<ControllerRevision>(&client, namespace), Some(orphans::REVISION_WATCH_SELECTOR));
     let revision_stream = revision_events.touched_objects();
     let (hook_run_reader, hook_run_writer) = kube::runtime::reflector::store::<HookRun>();
     // Only runs a GameDeployment made (labelled with its name): HookRuns of other tools (BCS GameStatefulSets) are
@@ -960,9 +977,17 @@ pub async fn run(
     tokio::spawn({
         let (pods, revisions) = (pod_reader.clone(), revision_reader.clone());
         let (runs, templates) = (hook_run_reader.clone(), template_reader.clone());
+        let (client, namespace) = (ctx.client.clone(), config.namespace.clone());
         async move {
             let (p, r) = future::join(pods.wait_until_ready(), revisions.wait_until_ready()).await;
             let (h, t) = future::join(runs.wait_until_ready(), templates.wait_until_ready()).await;
+            let labelled = label_revisions_until_done(&client, namespace.as_deref()).await;
+            // The watch shows a revision once it carries the label: plan only when every one labelled is there.
+            let shown = || labelled.iter().all(|r| revisions.get(r).is_some());
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !shown() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() {
                 tracing::info!("caches synced");
                 synced.store(true, Ordering::Release);

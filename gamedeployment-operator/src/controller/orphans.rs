@@ -13,6 +13,11 @@
 //!
 //! Only pods that may be adopted are touched: not terminating, no other controller, a GameDeployment that is not
 //! being deleted and whose selector is valid. Scans run one at a time, so they add at most one `LIST` in flight.
+//!
+//! ControllerRevisions are watched the same way, through the GameDeployment name label
+//! ([`REVISION_WATCH_SELECTOR`]) the operator writes on every revision it creates; before the controller plans for
+//! the first time, [`label_revisions`] gives that label to the revisions GameDeployments control that lack it
+//! (written by BCS or by an earlier version), so no revision of a GameDeployment is out of view.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,6 +25,7 @@ use std::time::Duration;
 use common::api::GameDeployment;
 use common::keys;
 use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -33,6 +39,10 @@ use crate::ownership;
 /// adopts, or that BCS created). Removing this label from a pod takes it out of the operator's view until the next
 /// adoption scan labels it back.
 pub const WATCH_SELECTOR: &str = keys::INSTANCE_ID;
+
+/// The label selector of the operator's ControllerRevision watch: revisions labelled with a GameDeployment's name
+/// (StatefulSets' and DaemonSets' revisions, each a whole pod template, are not cached).
+pub const REVISION_WATCH_SELECTOR: &str = keys::HOOKRUN_WORKLOAD_NAME;
 
 /// Pages of this many pods per `LIST`.
 const PAGE: u32 = 500;
@@ -161,6 +171,47 @@ async fn label(client: &Client, namespace: &str, pod: &PartialObjectMeta<Pod>, g
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
         Err(e) => {
             tracing::warn!(pod = %name, %namespace, error = %e, "labelling an orphan for adoption failed; the next scan retries")
+        }
+    }
+}
+
+/// Gives the GameDeployment name label to every ControllerRevision a GameDeployment controls that lacks it (in
+/// `namespace`, or everywhere), and returns the revisions labelled: the caller waits for its watch to show them.
+/// Pages of [`PAGE`]; a revision changed or gone since the `LIST` is skipped (the next call looks again).
+pub async fn label_revisions(
+    client: &Client,
+    namespace: Option<&str>,
+) -> Result<Vec<ObjectRef<ControllerRevision>>, kube::Error> {
+    let all: Api<ControllerRevision> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut params = ListParams::default().labels(&format!("!{REVISION_WATCH_SELECTOR}")).limit(PAGE);
+    let mut labelled = Vec::new();
+    loop {
+        let page = all.list_metadata(&params).await?;
+        for revision in &page.items {
+            let Some(owner) = ownership::controller_of(revision.metadata.owner_references.as_ref())
+                .filter(|o| o.kind == ownership::OWNER_KIND && o.api_version.starts_with("tkex.tencent.com/"))
+            else {
+                continue;
+            };
+            let (name, Some(ns)) = (revision.name_any(), revision.namespace()) else { continue };
+            let value = common::hookrun::workload_label_value(&owner.name);
+            let patch = json!({"metadata": {"labels": {REVISION_WATCH_SELECTOR: value}, "resourceVersion": revision.metadata.resource_version}});
+            let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
+            match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => {
+                    tracing::info!(revision = %name, namespace = %ns, gamedeployment = %owner.name, "labelled a revision written without the GameDeployment name label");
+                    labelled.push(ObjectRef::new(&name).within(&ns));
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(labelled),
         }
     }
 }

@@ -5,7 +5,7 @@
 //!   opted into the pod gate, so the controller and the pod-gate labeller both run), another team creates 20,000
 //!   pods in a namespace with no GameDeployment, bound to a node no kubelet runs. Neither operator's resident
 //!   memory may grow by 4 MiB or more (before the pod watch had a selector, the gamedeployment-operator grew by
-//!   about 33 KB per such pod: 660 MB here);
+//!   about 33 KB per such pod: 660 MB here), nor with 1,000 ControllerRevisions of that team's StatefulSets;
 //! - a pod whose instance-id label someone removed leaves the operator's view; the adoption scan labels it back and
 //!   the GameDeployment returns to its size, every pod labelled and owned.
 
@@ -15,11 +15,14 @@ use e2e::gamedeployment::{apply, manifest};
 use e2e::sandbox::{START, Sandbox, ensure_binaries, free_base, kubectl_ok};
 use e2e::{Cluster, DEADLINE, wait_for};
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
 const UNRELATED: usize = 20_000;
+/// ControllerRevisions of another team's StatefulSets (each holds a whole pod template).
+const UNRELATED_REVISIONS: usize = 1_000;
 const MAX_GROWTH: u64 = 4 << 20;
 
 /// Resident memory of a process, in bytes (`VmRSS`).
@@ -78,8 +81,25 @@ fn unrelated_pod(i: usize) -> Pod {
     .expect("a pod")
 }
 
+/// A revision of another team's StatefulSet: its pod template, about 4 KB of JSON.
+fn unrelated_revision(i: usize) -> ControllerRevision {
+    let env: Vec<_> = (0..60)
+        .map(|e| serde_json::json!({"name": format!("SETTING_{e:02}"), "value": format!("value-{i}-{e}")}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "ControllerRevision",
+        "metadata": {"name": format!("db-{i:05}-7d9f8c6b5"), "labels": {"app": "db", "controller.kubernetes.io/hash": "7d9f8c6b5"}},
+        "revision": 1,
+        "data": {"spec": {"template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{
+            "name": "db", "image": "registry.example.com/analytics/db:14", "env": env,
+        }]}}}},
+    }))
+    .expect("a revision")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_thousand_unrelated_pods_cost_the_operators_nothing_measurable() {
+async fn another_teams_pods_and_revisions_cost_the_operators_nothing_measurable() {
     ensure_binaries();
     let mut sandbox = Sandbox::start(free_base());
     sandbox.wait_ready().await;
@@ -107,6 +127,7 @@ async fn twenty_thousand_unrelated_pods_cost_the_operators_nothing_measurable() 
     let client = client(&sandbox).await;
     let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "analytics"}})).unwrap();
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+    let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), "analytics");
     let pods: Api<Pod> = Api::namespaced(client, "analytics");
     let created = futures::stream::iter(0..UNRELATED)
         .map(|i| {
@@ -118,16 +139,31 @@ async fn twenty_thousand_unrelated_pods_cost_the_operators_nothing_measurable() 
         .count()
         .await;
     assert_eq!(created, UNRELATED, "every unrelated pod was created");
+    let created = futures::stream::iter(0..UNRELATED_REVISIONS)
+        .map(|i| {
+            let revisions = revisions.clone();
+            async move { revisions.create(&PostParams::default(), &unrelated_revision(i)).await.map(|_| ()) }
+        })
+        .buffer_unordered(32)
+        .filter(|r| std::future::ready(r.is_ok()))
+        .count()
+        .await;
+    assert_eq!(created, UNRELATED_REVISIONS, "every unrelated revision was created");
 
     let after: Vec<u64> = futures::future::join_all(operators.iter().map(|(_, pid)| settled_rss(*pid))).await;
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     for (((name, _), before), after) in operators.iter().zip(&before).zip(&after) {
-        println!("{name}: {:.1} MiB -> {:.1} MiB with {UNRELATED} unrelated pods", mib(*before), mib(*after));
+        println!(
+            "{name}: {:.1} MiB -> {:.1} MiB with {UNRELATED} unrelated pods and {UNRELATED_REVISIONS} revisions",
+            mib(*before),
+            mib(*after)
+        );
     }
     for (((name, _), before), after) in operators.iter().zip(&before).zip(&after) {
         assert!(
             after.saturating_sub(*before) < MAX_GROWTH,
-            "{name} grew from {:.1} MiB to {:.1} MiB with {UNRELATED} unrelated pods (limit: +4 MiB)",
+            "{name} grew from {:.1} MiB to {:.1} MiB with {UNRELATED} unrelated pods and {UNRELATED_REVISIONS} \
+             revisions (limit: +4 MiB)",
             mib(*before),
             mib(*after)
         );
@@ -173,5 +209,65 @@ async fn a_pod_that_lost_its_instance_id_label_is_labelled_back_and_the_fleet_re
         let id = pod.metadata.labels.unwrap_or_default().get(ID).cloned();
         assert_eq!(id.as_deref(), victim.rsplit('-').next());
     }
+    cluster.shutdown().await;
+}
+
+/// Revisions written before the operator labelled its revisions (by BCS or an earlier version) carry no
+/// GameDeployment name label, so its revision watch would not show them: before its first pass the operator labels
+/// them, and a rollback to the old template then reuses the old revision (renumbered) instead of writing a new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revisions_written_without_the_name_label_are_labelled_before_the_first_pass() {
+    const NAME_LABEL: &str = "gamedeployment.tkex.tencent.com/name";
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let mut operator = cluster.operator("gamedeployment-operator", "gamedeployment-operator", &[]);
+    apply(&cluster, &manifest("game", 2, "RollingUpdate", "", "python:1")).await;
+    let revisions: Api<ControllerRevision> = Api::namespaced(cluster.client(), "default");
+    let names = || async {
+        let list = revisions.list(&ListParams::default()).await.expect("revisions listed").items;
+        list.into_iter().map(|r| r.metadata.name.unwrap_or_default()).collect::<std::collections::BTreeSet<_>>()
+    };
+    let gd_status = |field: &'static str| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .kubectl_ok(&["get", "gd", "game", "-o", &format!("jsonpath={{.status.{field}}}")])
+                .await
+                .trim()
+                .to_string()
+        }
+    };
+    let first = wait_for("the first revision, rolled out", DEADLINE, || async {
+        let rev = gd_status("updateRevision").await;
+        (gd_status("updatedReadyReplicas").await == "2" && !rev.is_empty()).then_some(rev)
+    })
+    .await;
+    apply(&cluster, &manifest("game", 2, "RollingUpdate", "", "python:2")).await;
+    wait_for("the second revision, rolled out", DEADLINE, || async {
+        let rev = gd_status("updateRevision").await;
+        (rev != first && gd_status("updatedReadyReplicas").await == "2").then_some(())
+    })
+    .await;
+    let before = names().await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // As BCS or an earlier version left them: no name label.
+    operator.kill().await;
+    for name in &before {
+        cluster.kubectl_ok(&["label", "controllerrevision", name, &format!("{NAME_LABEL}-")]).await;
+    }
+    operator.restart().await;
+    wait_for("both revisions labelled again", DEADLINE, || async {
+        let list = revisions.list(&ListParams::default().labels(&format!("{NAME_LABEL}=game"))).await.ok()?;
+        (list.items.len() == 2).then_some(())
+    })
+    .await;
+    // Back to the first template: its revision is reused, no third one is written.
+    apply(&cluster, &manifest("game", 2, "RollingUpdate", "", "python:1")).await;
+    wait_for("the rollback to the first revision, rolled out", DEADLINE, || async {
+        (gd_status("updateRevision").await == first && gd_status("updatedReadyReplicas").await == "2").then_some(())
+    })
+    .await;
+    assert_eq!(names().await, before, "the old revision was reused");
     cluster.shutdown().await;
 }
