@@ -1,5 +1,6 @@
 //! Pieces the benchmark commands (`gamedeployment-bench`, `fleet-bench`) share: an operator started as a child
-//! process with its metrics endpoint, polling with a limit, and a process's CPU and memory from /proc.
+//! process with its metrics endpoint (optionally pinned to one CPU), polling with a limit, and a process's CPU and
+//! memory from /proc.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -21,11 +22,32 @@ pub async fn start_operator_process(
     log: &Path,
     args: &[&str],
 ) -> Result<OperatorProcess, String> {
+    start_operator_process_on(binary, kubeconfig, log, args, None).await
+}
+
+/// [`start_operator_process`] with the operator (and every process and thread it starts) pinned to `cpu` when it is
+/// given: started through `taskset -c <cpu>`, which replaces itself with the operator (the child's pid is the
+/// operator's).
+pub async fn start_operator_process_on(
+    binary: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+    args: &[&str],
+    cpu: Option<usize>,
+) -> Result<OperatorProcess, String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let metrics = listener.local_addr().map_err(|e| e.to_string())?;
     drop(listener);
     let log = std::fs::File::create(log).map_err(|e| format!("log file {}: {e}", log.display()))?;
-    let child = tokio::process::Command::new(binary)
+    let mut command = match cpu {
+        Some(cpu) => {
+            let mut command = tokio::process::Command::new("taskset");
+            command.args(["-c", &cpu.to_string()]).arg(binary);
+            command
+        }
+        None => tokio::process::Command::new(binary),
+    };
+    let child = command
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
@@ -69,4 +91,17 @@ pub fn process_usage(pid: u32) -> Option<(f64, f64, f64)> {
         status.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
     };
     Some((cpu, kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+}
+
+/// Pins every thread of process `pid` (and what they start later) to `cpu`, with `taskset -a -p`.
+pub fn pin_process(pid: u32, cpu: usize) -> Result<(), String> {
+    let output = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()])
+        .output()
+        .map_err(|e| format!("taskset: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("taskset: {}", String::from_utf8_lossy(&output.stderr).trim()))
+    }
 }
