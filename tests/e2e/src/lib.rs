@@ -268,6 +268,19 @@ pub fn helm_python() -> PathBuf {
 
 /// Runs `tests/e2e/helm/chart.py` with `args`; returns stdout, failing the test with Helm's error otherwise.
 pub async fn helm(args: &[&str]) -> String {
+    let (success, stdout, stderr) = helm_outcome(args).await;
+    assert!(success, "helm {} failed:\n{stderr}{stdout}", args.join(" "));
+    stdout
+}
+
+/// Runs `tests/e2e/helm/chart.py` with `args`, expecting it to fail; returns Helm's error and output.
+pub async fn helm_fails(args: &[&str]) -> String {
+    let (success, stdout, stderr) = helm_outcome(args).await;
+    assert!(!success, "helm {} succeeded:\n{stdout}", args.join(" "));
+    format!("{stderr}{stdout}")
+}
+
+async fn helm_outcome(args: &[&str]) -> (bool, String, String) {
     let out = tokio::process::Command::new(helm_python())
         .arg(repo_root().join("tests/e2e/helm/chart.py"))
         .args(args)
@@ -275,7 +288,6 @@ pub async fn helm(args: &[&str]) -> String {
         .output()
         .await
         .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "helm {} failed:\n{}{stdout}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    stdout
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
 }

@@ -1,7 +1,7 @@
 //! The Helm chart: lint (Helm v4, strict), render with least privilege and hardened pods, and a real
 //! install / upgrade / uninstall into kube-sim.
 
-use e2e::{Cluster, DEADLINE, helm, wait_for};
+use e2e::{Cluster, DEADLINE, helm, helm_fails, wait_for};
 use serde_json::{Value, json};
 
 const CHART: &str = "charts/gamedeployment-operators";
@@ -19,6 +19,47 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 async fn chart_lints_clean() {
     helm(&["lint", CHART]).await;
     helm(&["lint", CHART, "--values", r#"{"watchNamespace":"games","hookOperator":{"enabled":false}}"#]).await;
+}
+
+/// `values.schema.json` makes Helm itself refuse what the chart would silently ignore: a misspelt key, a wrong type,
+/// a value outside its set; `helm lint` and `helm install` both fail and name the key.
+#[tokio::test]
+async fn misspelt_or_mistyped_values_fail_lint_and_install() {
+    let wrong = [
+        (json!({"gamedeploymentOperator": {"replica": 2}}), "replica"),
+        (json!({"gamedeploymentOperator": {"webhook": {"failurepolicy": "Fail"}}}), "failurepolicy"),
+        (json!({"hookOperator": {"concurrency": "eight"}}), "concurrency"),
+        (json!({"logFormat": "yaml"}), "logFormat"),
+        (json!({"gamedeploymentOperator": {"webhook": {"failurePolicy": "Sometimes"}}}), "failurePolicy"),
+        (json!({"hookOperator": {"conditions": {"isolation": "container"}}}), "isolation"),
+    ];
+    for (values, key) in &wrong {
+        let error = helm_fails(&["lint", CHART, "--values", &values.to_string()]).await;
+        assert!(error.contains(key), "lint of {values} does not name {key}:\n{error}");
+    }
+    // Every documented form is accepted: one policy for all three webhooks, or one each.
+    helm(&["lint", CHART, "--values", r#"{"gamedeploymentOperator":{"webhook":{"failurePolicy":"Fail"}}}"#]).await;
+    helm(&["lint", CHART, "--values", r#"{"gamedeploymentOperator":{"podDisruptionBudget":{"minAvailable":"50%"}}}"#])
+        .await;
+    let cluster = Cluster::start().await;
+    let kubeconfig = cluster.kubeconfig().to_str().unwrap().to_string();
+    let (values, key) = &wrong[0];
+    let error = helm_fails(&[
+        "install",
+        CHART,
+        "schema-test",
+        "--kubeconfig",
+        &kubeconfig,
+        "--namespace",
+        "default",
+        "--values",
+        &values.to_string(),
+    ])
+    .await;
+    assert!(error.contains(key), "install with {values} does not name {key}:\n{error}");
+    let releases = helm(&["list", "--kubeconfig", &kubeconfig, "--namespace", "default"]).await;
+    assert_eq!(releases.trim(), "[]", "nothing was installed");
+    cluster.shutdown().await;
 }
 
 #[tokio::test]
