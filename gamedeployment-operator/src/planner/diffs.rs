@@ -2,7 +2,7 @@
 //! (`calculateDiffsWithExpectation`). [`compute`] is the only place these counts are worked out; the scale and
 //! update steps only pick pods to match them.
 //!
-//! - surge (RollingUpdate only): `min(maxSurge, old pods − partition)` extra pods; while paused only the surge
+//! - surge (recreate and in-place updates, as CloneSet; not hot patches): `min(maxSurge, old pods − partition)` extra pods; while paused only the surge
 //!   pods that exist (a paused rollout neither adds nor removes pods);
 //! - the unavailable budget: `available pods − max(replicas − maxUnavailable, 0)` available pods may be taken
 //!   down this pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
@@ -159,8 +159,14 @@ mod tests {
             },
             Row {
                 max_surge: int(2),
+                // As CloneSet: surge pods first for an in-place update too; 20% of 4 is 0 unavailable.
+                want: Diffs { surge: 2, create: 2, update: 4, budget: 0, ..Diffs::default() },
+                ..row("surge for in-place updates", "InplaceUpdate", 4, 4, 0)
+            },
+            Row {
+                max_surge: int(2),
                 want: Diffs { update: 4, budget: 1, ..Diffs::default() },
-                ..row("surge is for RollingUpdate only", "InplaceUpdate", 4, 4, 0)
+                ..row("no surge for hot patches", "HotPatchUpdate", 4, 4, 0)
             },
             Row {
                 partition: int(2),

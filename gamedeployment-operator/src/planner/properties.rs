@@ -108,7 +108,8 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
 
     let replicas = s.replicas;
     let partition = intstr::partition(world.gd.spec.update_strategy.partition.as_ref(), replicas, "partition").unwrap();
-    let surges = s.strategy.is_multiple_of(3);
+    // Surge for RollingUpdate and InplaceUpdate, not for hot patches (`strategy_name`).
+    let surges = s.strategy % 3 != 2;
     let surge = surges.then_some(IntOrString::Int(s.max_surge));
     let (_, max_unavailable) =
         intstr::resolve_fenceposts(surge.as_ref(), Some(&IntOrString::Int(s.max_unavailable)), replicas).unwrap();

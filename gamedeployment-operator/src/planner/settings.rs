@@ -53,7 +53,8 @@ pub(crate) struct Settings<'a> {
     /// Pods kept on the old revision (already capped at `replicas`; a canary step may lower it).
     pub partition: i32,
     pub max_unavailable: i32,
-    /// Extra pods allowed during a RollingUpdate (0 for the other strategies; while paused, only those that exist).
+    /// Extra pods allowed during a recreate or in-place update (0 for hot patches and `OnDelete`; while paused, only
+    /// those that exist).
     pub max_surge: i32,
     pub create_batch: Option<i32>,
     /// `scaleStrategy.maxUnavailable` (rounded up): no pods are created while this many are unavailable.
@@ -245,8 +246,13 @@ pub(crate) fn resolve<'a>(
         scale_settings_ok = false;
     }
     let unavailable_setting = strategy.max_unavailable.as_ref();
-    // maxSurge only applies to RollingUpdate here (BCS surges every strategy, bug list §7.26).
-    let surges = strategy.type_.behaves_as() == GameDeploymentUpdateStrategyType::RollingUpdate;
+    // maxSurge applies to the updates that take pods out of service, recreate and in place, as CloneSet (whose
+    // surge ignores the update type); hot patches keep every pod serving and `OnDelete` starts nothing. BCS also
+    // surges for those (bug list §7.26).
+    let surges = matches!(
+        strategy.type_.behaves_as(),
+        GameDeploymentUpdateStrategyType::RollingUpdate | GameDeploymentUpdateStrategyType::InplaceUpdate
+    );
     let surge_for_budget = if surges { Some(IntOrString::Int(surge_setting)) } else { None };
     let max_unavailable = match intstr::resolve_fenceposts(surge_for_budget.as_ref(), unavailable_setting, replicas) {
         Ok((_, unavailable)) => unavailable,

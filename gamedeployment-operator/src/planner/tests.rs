@@ -260,9 +260,47 @@ fn rolling_update_with_surge_creates_first() {
     assert_eq!(world.revision_counts(), (4, 0));
 }
 
+/// `maxSurge` with an in-place update, as CloneSet (`calculateDiffsWithExpectation`: surge for the old pods beyond
+/// the partition, whatever the update type): a surge pod of the update revision is created first, its
+/// availability pays for one in-place update at a time, and once no old pod is left the surplus pod is scaled in.
+/// With `maxUnavailable: 0` no pass ever takes availability below `replicas`.
 #[test]
-fn surge_is_ignored_for_inplace() {
-    let mut g = gd(4, "InplaceUpdate");
+fn inplace_update_uses_surge_and_never_drops_below_replicas() {
+    for strategy in ["InplaceUpdate", "InPlaceIfPossible"] {
+        let mut g = gd(4, strategy);
+        g.spec.update_strategy.max_unavailable = Some(IntOrString::Int(0));
+        g.spec.update_strategy.max_surge = Some(IntOrString::Int(1));
+        let mut world = settled(g);
+        let originals: Vec<String> = world.active().iter().filter_map(|p| p.metadata.name.clone()).collect();
+        set_image(&mut world, "game:2");
+        let plan = world.pass();
+        assert_eq!(creates(&plan), 1, "{strategy}: the surge pod first");
+        assert!(plan.actions.iter().any(|a| matches!(a, Action::CreatePod { reason: CreateReason::Surge, .. })));
+        assert_eq!(patches(&plan, PatchReason::InPlaceUpdate), 0, "{strategy}: nothing taken down before it serves");
+        let (mut most, mut in_place) = (0, 0);
+        assert!(
+            world
+                .settle(80, |w, p| {
+                    guard(0)(w, p);
+                    most = most.max(w.active().len());
+                    in_place += patches(p, PatchReason::InPlaceUpdate);
+                })
+                .is_some(),
+            "{strategy}"
+        );
+        assert_eq!(most, 5, "{strategy}: one pod above replicas at most");
+        assert!(in_place >= 3, "{strategy}: the old pods are updated in place ({in_place})");
+        assert_eq!(world.revision_counts(), (4, 0), "{strategy}");
+        let kept =
+            world.active().iter().filter(|p| p.metadata.name.as_ref().is_some_and(|n| originals.contains(n))).count();
+        assert!(kept >= 3, "{strategy}: pods keep their names ({kept} of 4)");
+    }
+}
+
+/// Hot patches never take a pod out of service: no surge pod is made for them.
+#[test]
+fn surge_is_not_used_for_hot_patches() {
+    let mut g = gd(4, "HotPatchUpdate");
     g.spec.update_strategy.max_surge = Some(IntOrString::String("50%".into()));
     let mut world = settled(g);
     set_image(&mut world, "game:2");

@@ -30,6 +30,7 @@ mod hookrun_templates;
 mod hooks_inplace;
 mod hooks_template_missing;
 mod hostile_hooks;
+mod inplace_surge;
 mod kubectl_gd;
 mod leader_partition;
 mod lifecycle_handlers;
