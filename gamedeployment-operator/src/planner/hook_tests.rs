@@ -324,3 +324,31 @@ fn rollback_releases_pods_preparing_update_without_updating_them() {
     assert!(world.active().iter().all(|p| lifecycle::state_of(p) == LifecycleState::Normal));
     assert!(world.hook_runs.is_empty());
 }
+
+/// A release record (`releasedBy`, kept for `RELEASE_RECORD_SECONDS`) expires when it says it does: the pass that
+/// keeps it asks to run again at its expiry, and that pass drops it (before, it stayed until something else made
+/// the operator run, and `kubectl gd status` waited on it).
+#[test]
+fn a_release_record_asks_for_a_pass_at_its_expiry_and_that_pass_drops_it() {
+    use common::api::{HookCondition, HookReleaseReason};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let mut world = hooked(2, "RollingUpdate");
+    let at = |seconds: i64| Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap());
+    let record = HookCondition {
+        pod_name: "game-gone1".into(),
+        start_time: at(world.now - 250),
+        phase: HookPhase::Error,
+        hook_run: None,
+        message: Some("released by the pod annotation".into()),
+        released_by: Some(HookReleaseReason::Skipped),
+        released_at: Some(at(world.now - 200)),
+    };
+    world.gd.status.get_or_insert_default().pre_delete_hook_condition = vec![record];
+    let plan = world.plan();
+    assert_eq!(plan.status.pre_delete_hook_condition.len(), 1, "the record is kept for now");
+    let wait = plan.requeue_after.expect("a pass at the record's expiry").as_secs();
+    assert!((99..=101).contains(&wait), "asked to look again in {wait} s, the record expires in 100 s");
+    world.apply(&plan);
+    world.tick(i64::try_from(wait).unwrap());
+    assert!(world.plan().status.pre_delete_hook_condition.is_empty(), "the record is gone at its expiry");
+}

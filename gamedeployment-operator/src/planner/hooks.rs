@@ -37,6 +37,18 @@ fn release_record_kept(entry: &HookCondition, now: k8s_openapi::jiff::Timestamp)
         && entry.released_at.as_ref().is_some_and(|at| now.as_second() - at.0.as_second() < RELEASE_RECORD_SECONDS)
 }
 
+/// When the first release record of `status` expires (no longer [`release_record_kept`]): the planner asks for a pass
+/// then, so a record goes when it says it does, not when something else makes the operator run.
+pub(crate) fn records_expire_at(status: &GameDeploymentStatus) -> Option<k8s_openapi::jiff::Timestamp> {
+    [&status.pre_delete_hook_condition, &status.pre_inplace_hook_condition, &status.post_inplace_hook_condition]
+        .into_iter()
+        .flatten()
+        .filter(|c| c.released_by.is_some())
+        .filter_map(|c| c.released_at.as_ref())
+        .filter_map(|at| k8s_openapi::jiff::Timestamp::from_second(at.0.as_second() + RELEASE_RECORD_SECONDS).ok())
+        .min()
+}
+
 /// Entries released this pass (`new`) that `old` did not show yet: a Warning Event each, once.
 fn announce_releases(
     old: &[HookCondition],

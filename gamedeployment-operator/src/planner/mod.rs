@@ -185,6 +185,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     status::show_canary_pause(gd, &mut status, settings.now);
     let mut hook_events = Vec::new();
     hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
+    if let Some(at) = hooks::records_expire_at(&status) {
+        draft.requeue_at(settings.now, at);
+    }
     draft.events.extend(hook_events);
     draft.events.extend(status::transition_events(&old_status, &status));
     finish(draft, status, canary_held, gd)
