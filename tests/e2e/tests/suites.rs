@@ -11,6 +11,7 @@ mod chart;
 mod chart_observability;
 mod chart_rbac;
 mod chart_security;
+mod cloneset_update_types;
 mod delete_pod_skips_hook;
 mod events_per_pod;
 mod explain;
