@@ -136,6 +136,20 @@ fn the_schema_rejects_what_the_api_server_would() {
     for (what, doc) in bad {
         assert!(!schema_errors(&doc).is_empty(), "{what} was accepted");
     }
+    // CloneSet's update type names and partition percentages (issue 31) apply; a malformed decimal does not.
+    for (what, pointer, value) in [
+        ("InPlaceIfPossible", "/spec/updateStrategy/type", json!("InPlaceIfPossible")),
+        ("InPlaceOnly", "/spec/updateStrategy/type", json!("InPlaceOnly")),
+        ("ReCreate", "/spec/updateStrategy/type", json!("ReCreate")),
+        ("decimal partition", "/spec/updateStrategy/partition", json!("99.99%")),
+    ] {
+        let errors = schema_errors(&mutate(pointer, value));
+        assert!(errors.is_empty(), "{what} was refused: {errors:?}");
+    }
+    for bad in ["99.%", ".5%", "1e2%", "-1%"] {
+        let doc = mutate("/spec/updateStrategy/partition", json!(bad));
+        assert!(!schema_errors(&doc).is_empty(), "partition {bad:?} was accepted");
+    }
     let mut typo = base.clone();
     typo["spec"]["replica"] = json!(3);
     assert!(!schema_errors(&typo).is_empty(), "an unknown field was accepted");
