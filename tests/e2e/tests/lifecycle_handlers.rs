@@ -169,6 +169,17 @@ fn check_registered(pod: &Pod, gone: bool, sd: &Arc<Mutex<Discovery>>) {
 /// pod is deleted or updated while registered; every change also consumed its HookRun (strict gate checker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_000_service_discovery_controller_never_loses_a_registered_pod() {
+    seed_000_replayed("InplaceUpdate").await;
+}
+
+/// Seed 000's CloneSet manifest names its update type `InPlaceIfPossible`: with only `apiVersion`/`kind` changed it
+/// applies and rolls in place under the same handlers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_000_with_clonesets_in_place_if_possible_never_loses_a_registered_pod() {
+    seed_000_replayed("InPlaceIfPossible").await;
+}
+
+async fn seed_000_replayed(update_type: &str) {
     let cluster = Cluster::start().await;
     let _operators = operators(&cluster).await;
     apply(&cluster, QUICK).await;
@@ -204,7 +215,7 @@ async fn seed_000_service_discovery_controller_never_loses_a_registered_pod() {
         "    maxUnavailable: 1\n{}  lifecycle:\n    inPlaceUpdate:\n      labelsHandler:\n        {BLOCK_INPLACE}: \"true\"\n    preDelete:\n      labelsHandler:\n        {BLOCK_DELETE}: \"true\"\n",
         pre_delete("quick")
     );
-    let manifest = manifest("seed", 3, "InplaceUpdate", &strategy, "python:latest").replace(
+    let manifest = manifest("seed", 3, update_type, &strategy, "python:latest").replace(
         "      labels:\n        app: seed\n    spec:",
         &format!(
             "      labels:\n        app: seed\n        {NEWLY_CREATED}: \"true\"\n        {BLOCK_INPLACE}: \"true\"\n        {BLOCK_DELETE}: \"true\"\n    spec:"
