@@ -545,15 +545,17 @@ pub fn record_update(
             }
         }
     }
-    if let Some(changed) = changed.filter(|c| !c.is_empty() && slot.is_none()) {
-        list.push(encode_entry(&Entry {
+    if changed.as_ref().is_some_and(|c| !c.is_empty()) && slot.is_none() {
+        // The writer's new entry holds exactly the changed fields: their encoding is `changed_tree`.
+        let entry = Entry {
             manager: manager.to_string(),
             operation: "Update".into(),
             api_version: api_version.to_string(),
             time: now(),
             subresource: subresource.to_string(),
-            fields: changed,
-        }));
+            fields: FieldSet::new(),
+        };
+        list.push(encode_entry_with(&entry, changed_tree.unwrap_or_else(|| json!({}))));
     }
     let meta = crate::meta::metadata_mut(new);
     if list.is_empty() {
@@ -599,29 +601,41 @@ enum Seg<'a> {
 /// reference's lookups by encoded path can land elsewhere than the walk, and [`record_update_general`] follows them.
 fn changed_fields(old: Option<&Value>, new: &Value, schema: Option<Cursor<'_>>, scope: Scope) -> Option<FieldSet> {
     let Value::Object(map) = new else { return None };
-    let mut w = ChangeWalk { segs: Vec::new(), changed: FieldSet::new() };
+    let mut w = ChangeWalk { segs: Vec::new(), encoded: Vec::new(), changed: FieldSet::new() };
     for (k, v) in map {
         if !top_in_scope(k, scope) {
             continue;
         }
         let ov = old.and_then(|o| o.get(k.as_str()));
-        w.segs.push(Seg::Field(k));
+        w.push(Seg::Field(k));
         let (strict, _) = w.walk(v, ov, root_child(schema, k)).ok()?;
         let declared = k == "metadata" || schema.is_some_and(|c| c.node().properties.contains_key(k));
         if v.is_null() || v.as_object().is_some_and(Map::is_empty) || !declared {
             w.member(v, ov, !strict);
         }
-        w.segs.pop();
+        w.pop();
     }
     Some(w.changed)
 }
 
 struct ChangeWalk<'a> {
     segs: Vec<Seg<'a>>,
+    /// The steps of `segs` encoded so far (`None`: not yet); kept in step by [`Self::push`] and [`Self::pop`].
+    encoded: Vec<Option<PathElement>>,
     changed: FieldSet,
 }
 
 impl<'a> ChangeWalk<'a> {
+    fn push(&mut self, seg: Seg<'a>) {
+        self.encoded.truncate(self.segs.len());
+        self.segs.push(seg);
+    }
+
+    fn pop(&mut self) {
+        self.segs.pop();
+        self.encoded.truncate(self.segs.len());
+    }
+
     /// The current path is a member of the new field set with value `nv` (`ov` in the stored object): it changed
     /// when the stored object lacks it or, as a leaf, holds another value. Returns whether it counts (is tracked).
     fn member(&mut self, nv: &Value, ov: Option<&Value>, leaf: bool) -> bool {
@@ -638,15 +652,18 @@ impl<'a> ChangeWalk<'a> {
             Some(ov) => leaf && !crate::json::eq(nv, ov),
         };
         if changed {
-            let path = self
-                .segs
-                .iter()
-                .map(|s| match *s {
-                    Seg::Field(f) => PathElement::Field(f.to_string()),
-                    Seg::Key(item, keys) => PathElement::Key(key_of(item, keys)),
-                    Seg::Value(v) => PathElement::Value(serde_json::to_string(v).unwrap_or_default()),
-                })
-                .collect();
+            // Each step is encoded once however many changed members lie under it (a new list-map item's key).
+            self.encoded.resize(self.segs.len(), None);
+            for (seg, e) in self.segs.iter().zip(self.encoded.iter_mut()) {
+                if e.is_none() {
+                    *e = Some(match *seg {
+                        Seg::Field(f) => PathElement::Field(f.to_string()),
+                        Seg::Key(item, keys) => PathElement::Key(key_of(item, keys)),
+                        Seg::Value(v) => PathElement::Value(serde_json::to_string(v).unwrap_or_default()),
+                    });
+                }
+            }
+            let path = self.encoded.iter().flatten().cloned().collect();
             self.changed.insert(path);
         }
         true
@@ -670,13 +687,13 @@ impl<'a> ChangeWalk<'a> {
                     }
                     let declared = c.is_some_and(|c| c.node().properties.contains_key(k));
                     let ochild = ov.and_then(|o| o.get(k.as_str()));
-                    self.segs.push(Seg::Field(k));
+                    self.push(Seg::Field(k));
                     let (strict, at) = self.walk(val, ochild, c.and_then(|c| c.field(k)))?;
                     under |= at;
                     if val.is_null() || val.as_object().is_some_and(Map::is_empty) || !declared {
                         under |= self.member(val, ochild, !strict);
                     }
-                    self.segs.pop();
+                    self.pop();
                 }
                 let at = is_map && !map.is_empty() && self.member(v, ov, !under);
                 Ok((under, under || at))
@@ -696,9 +713,9 @@ impl<'a> ChangeWalk<'a> {
                                 return Err(Irregular);
                             }
                             let oit = old_items.and_then(|a| a.iter().find(|o| crate::json::eq(o, it)));
-                            self.segs.push(Seg::Value(it));
+                            self.push(Seg::Value(it));
                             any |= self.member(it, oit, true);
-                            self.segs.pop();
+                            self.pop();
                         }
                         Ok((any, any))
                     }
@@ -717,10 +734,10 @@ impl<'a> ChangeWalk<'a> {
                                 return Err(Irregular);
                             }
                             let oit = old_items.and_then(|a| a.iter().find(matches));
-                            self.segs.push(Seg::Key(it, keys));
+                            self.push(Seg::Key(it, keys));
                             let (strict, at) = self.walk(it, oit, ic)?;
                             let counted = self.member(it, oit, !strict);
-                            self.segs.pop();
+                            self.pop();
                             any |= at || counted;
                         }
                         Ok((any, any))
