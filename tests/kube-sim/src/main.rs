@@ -9,6 +9,9 @@ use clap::Parser;
 use kube_sim::kubelet::{KubeletConfig, parse_duration};
 use kube_sim::{FaultConfig, FaultRule, SimConfig};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A local Kubernetes API server for tests and the sandbox.
 #[derive(Debug, Parser)]
 #[command(name = "kube-sim", version)]
