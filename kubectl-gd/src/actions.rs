@@ -5,7 +5,8 @@
 //! |---|---|---|
 //! | `retry` | `spec.<gate>UpdateStrategy.retry: true` for each gate with a failed run (BCS) | gamedeployment-operator README "Retry" |
 //! | `retry --pod P` | delete P's failed HookRun (UID precondition); the gate creates a new one | same: retry *is* "delete the failed runs" |
-//! | `pause` / `resume`, `promote` | `spec.updateStrategy.paused: true` / `false` | README "Canary steps" |
+//! | `pause` / `resume` | `spec.updateStrategy.paused: true` / `false` (GitOps-clean `resume`: the `resume-step` annotation) | README "Canary steps" |
+//! | `promote` | annotation `gamedeployment.tkex.tencent.com/promote: <update revision>`: skip the remaining canary steps | README "Canary steps" |
 //! | `skip-hook P` | `spec.terminate: true` on P's running HookRun | hook-operator README (`spec.terminate`) |
 //! | `restart` | `spec.template.metadata.annotations["kubectl.kubernetes.io/restartedAt"]` | as `kubectl rollout restart` |
 //!
@@ -161,7 +162,7 @@ pub fn retry(snapshot: &Snapshot, pod: Option<&str>) -> Result<Plan, String> {
     Ok(Plan { writes: vec![Write::MergeGd { name, patch: json!({"spec": Value::Object(spec)}) }], summary })
 }
 
-/// `pause` / `resume` (and `promote`): the user's `spec.updateStrategy.paused`.
+/// `pause` / `resume`: the user's `spec.updateStrategy.paused`.
 pub fn set_paused(snapshot: &Snapshot, paused: bool) -> Plan {
     let name = gd_name(snapshot);
     let status = snapshot.gd.status.clone().unwrap_or_default();
@@ -176,7 +177,7 @@ pub fn set_paused(snapshot: &Snapshot, paused: bool) -> Plan {
     }
 }
 
-/// `resume` (and `promote`): `spec.updateStrategy.paused: false`, or — GitOps-clean — the annotation that resumes
+/// `resume`: `spec.updateStrategy.paused: false`, or — GitOps-clean — the annotation that resumes
 /// the canary step in progress (`<update revision>/<step index>`), leaving the spec alone.
 pub fn resume(snapshot: &Snapshot) -> Result<Plan, String> {
     if !gitops_clean(&snapshot.gd) {
@@ -200,6 +201,28 @@ pub fn resume(snapshot: &Snapshot) -> Result<Plan, String> {
     Ok(Plan {
         writes: vec![Write::MergeGd { name, patch: json!({"metadata": {"annotations": {keys::RESUME_STEP: value}}}) }],
         summary,
+    })
+}
+
+/// `promote`: skip every remaining canary step of the update revision — the annotation
+/// `gamedeployment.tkex.tencent.com/promote: <update revision>`, honoured in either control mode and never a spec
+/// write. It names its revision, so left in place it never promotes a later rollout.
+pub fn promote(snapshot: &Snapshot) -> Result<Plan, String> {
+    let name = gd_name(snapshot);
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    let Some(revision) = status.update_revision.clone() else {
+        return Err(format!("gamedeployment {name} has no update revision yet: nothing to promote"));
+    };
+    Ok(Plan {
+        writes: vec![Write::MergeGd {
+            name: name.clone(),
+            patch: json!({"metadata": {"annotations": {keys::PROMOTE: revision.clone()}}}),
+        }],
+        summary: vec![format!(
+            "gamedeployment {name}: annotation {}={revision} set; the remaining canary steps of {revision} are skipped \
+             (every pod still passes its own hooks)",
+            keys::PROMOTE
+        )],
     })
 }
 

@@ -19,7 +19,8 @@ Examples:
   kubectl gd retry test-gamedeployment                     # every failed hook (spec.*UpdateStrategy.retry)
   kubectl gd retry test-gamedeployment --pod test-gamedeployment-s9rbp
   kubectl gd pause test-gamedeployment
-  kubectl gd resume test-gamedeployment                    # `promote` for a canary pause step
+  kubectl gd resume test-gamedeployment                    # end a canary pause step
+  kubectl gd promote test-gamedeployment                   # skip the remaining canary steps
   kubectl gd skip-hook test-gamedeployment-s9rbp           # terminate the pod's running HookRun
   kubectl gd restart test-gamedeployment                   # roll every pod through the gates
 
@@ -134,10 +135,16 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Resume updates (`spec.updateStrategy.paused: false`): ends a canary pause step, overrides a failed step
-    /// hook.
-    #[command(visible_alias = "promote")]
+    /// Resume updates (`spec.updateStrategy.paused: false`; GitOps-clean: the `resume-step` annotation): ends the
+    /// canary step in progress (a pause, or a failed step hook).
     Resume {
+        name: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Skip every remaining canary step of the update revision (the `promote: <update revision>` annotation, in
+    /// either control mode); every pod still passes its own hooks.
+    Promote {
         name: String,
         #[command(flatten)]
         conn: Conn,
@@ -201,7 +208,7 @@ mod tests {
         let Command::Status { timeout, .. } = cli.command else { panic!("status") };
         assert_eq!(timeout, Some(Duration::from_secs(120)));
         let cli = Cli::try_parse_from(["kubectl-gd", "promote", "gd1"]).unwrap();
-        assert!(matches!(cli.command, Command::Resume { .. }));
+        assert!(matches!(cli.command, Command::Promote { .. }));
         let cli = Cli::try_parse_from(["kubectl-gd", "check", "-f", "t.yaml", "--arg", "PodIP=1.2.3.4"]).unwrap();
         let Command::Check(flags) = cli.command else { panic!("check") };
         assert_eq!(flags.args, vec![("PodIP".to_string(), "1.2.3.4".to_string())]);

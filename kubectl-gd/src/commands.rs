@@ -36,6 +36,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Retry { name, pod, conn } => act(&conn, &name, |s| actions::retry(s, pod.as_deref())).await,
         Command::Pause { name, conn } => act(&conn, &name, |s| Ok(actions::set_paused(s, true))).await,
         Command::Resume { name, conn } => act(&conn, &name, actions::resume).await,
+        Command::Promote { name, conn } => act(&conn, &name, actions::promote).await,
         Command::Restart { name, conn } => {
             let now = Timestamp::now().to_string();
             act(&conn, &name, |s| Ok(actions::restart(s, &now))).await

@@ -221,7 +221,9 @@ mod tests {
         let (offer, _) = decide(&words(""));
         let Offer::Values(subcommands) = offer else { panic!("subcommands") };
         let names: Vec<&str> = subcommands.iter().map(|(n, _)| n.as_str()).collect();
-        for name in ["get", "status", "retry", "pause", "resume", "skip-hook", "restart", "check", "completion"] {
+        for name in
+            ["get", "status", "retry", "pause", "resume", "promote", "skip-hook", "restart", "check", "completion"]
+        {
             assert!(names.contains(&name), "{names:?}");
         }
         assert_eq!(decide(&words("get")).0, Offer::GameDeployments);

@@ -4,7 +4,7 @@
 //! conditions) and adds what a CI job needs on top: a failed hook is reported as soon as either the
 //! GameDeployment's hook condition or the HookRun itself shows it, naming the pod and the HookRun.
 
-use common::api::{HookPhase, PauseReason};
+use common::api::{GameDeploymentStatus, HookCondition, HookPhase, PauseReason};
 use common::hookrun::HookKind;
 use common::keys;
 use serde::Serialize;
@@ -64,64 +64,119 @@ fn retry_requested(snapshot: &Snapshot, kind: HookKind) -> bool {
     }
 }
 
-/// Where the rollout stands.
+/// Where the rollout stands: the first step that has something to say decides.
 pub fn judge(snapshot: &Snapshot) -> Verdict {
-    let gd = &snapshot.gd;
-    let status = gd.status.clone().unwrap_or_default();
-    let generation = gd.metadata.generation.unwrap_or(0);
-    let observed = status.observed_generation.unwrap_or(0);
-    let name = gd.metadata.name.clone().unwrap_or_default();
+    let facts = Facts::of(snapshot);
+    failed_hook_in_status(snapshot, &facts)
+        .or_else(|| failed_run_not_yet_reported(snapshot, &facts))
+        .or_else(|| blocked_hook(&facts))
+        .or_else(|| failed_canary_step(snapshot, &facts))
+        .or_else(|| invalid_or_unobserved(&facts))
+        .or_else(|| paused(snapshot, &facts))
+        .unwrap_or_else(|| complete_or_progressing(snapshot, &facts))
+}
 
-    // 1. Failed hooks, as the GameDeployment reports them.
-    let lists = [
-        (&status.pre_delete_hook_condition, HookKind::PreDelete),
-        (&status.pre_inplace_hook_condition, HookKind::PreInplace),
-        (&status.post_inplace_hook_condition, HookKind::PostInplace),
-    ];
-    for (list, kind) in lists {
+/// What every step reads: the status, the generation the operator observed, the `Progressing` condition.
+struct Facts {
+    name: String,
+    status: GameDeploymentStatus,
+    generation: i64,
+    observed: i64,
+    reason: String,
+    message: String,
+}
+
+impl Facts {
+    fn of(snapshot: &Snapshot) -> Self {
+        let gd = &snapshot.gd;
+        let status = gd.status.clone().unwrap_or_default();
+        let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing");
+        let reason = progressing.and_then(|c| c.reason.clone()).unwrap_or_default();
+        let message = progressing.and_then(|c| c.message.clone()).unwrap_or_default();
+        Self {
+            name: gd.metadata.name.clone().unwrap_or_default(),
+            generation: gd.metadata.generation.unwrap_or(0),
+            observed: status.observed_generation.unwrap_or(0),
+            status,
+            reason,
+            message,
+        }
+    }
+
+    /// Each pod gate's status list with its kind.
+    fn hook_lists(&self) -> [(&[HookCondition], HookKind); 3] {
+        [
+            (&self.status.pre_delete_hook_condition, HookKind::PreDelete),
+            (&self.status.pre_inplace_hook_condition, HookKind::PreInplace),
+            (&self.status.post_inplace_hook_condition, HookKind::PostInplace),
+        ]
+    }
+
+    /// Entries that hold a pod: an entry released without its hook (`releasedBy`: a deadline, a fallback, a skip)
+    /// is a record, not a hold.
+    fn holds(&self) -> impl Iterator<Item = &HookCondition> {
+        self.status
+            .pre_delete_hook_condition
+            .iter()
+            .chain(&self.status.pre_inplace_hook_condition)
+            .filter(|c| c.released_by.is_none())
+    }
+
+    fn retry_advice(&self, kind: Option<&str>) -> String {
+        format!("run `kubectl gd retry {}` once the cause is fixed; it sets {}", self.name, retry_hint(kind))
+    }
+}
+
+/// The named HookRun, when it is in the snapshot.
+fn run_named<'a>(snapshot: &'a Snapshot, name: Option<&str>) -> Option<&'a common::api::HookRun> {
+    let name = name?;
+    snapshot.runs.iter().find(|r| r.metadata.name.as_deref() == Some(name))
+}
+
+fn run_message(run: Option<&common::api::HookRun>) -> Option<String> {
+    run.and_then(|r| r.status.as_ref().and_then(|s| s.message.clone()))
+}
+
+/// 1. A failed hook, as the GameDeployment reports it — unless its run is gone or running again (the status is
+///    stale then), or `retry: true` is about to rerun it.
+fn failed_hook_in_status(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
+    for (list, kind) in facts.hook_lists() {
         if retry_requested(snapshot, kind) {
             continue;
         }
-        // The run, when it exists, is fresher than the status: a condition naming a run that is gone (deleted for
-        // a retry) or that was recreated under the same name and is running again is stale.
-        let failed_now = |c: &&common::api::HookCondition| match c.hook_run.as_deref() {
-            Some(n) => snapshot
-                .runs
-                .iter()
-                .find(|r| r.metadata.name.as_deref() == Some(n))
-                .is_some_and(|r| failed(run_phase(r))),
+        let failed_now = |c: &&HookCondition| match c.hook_run.as_deref() {
+            Some(n) => run_named(snapshot, Some(n)).is_some_and(|r| failed(run_phase(r))),
             None => failed(c.phase),
         };
-        // An entry released without its hook (`releasedBy`: a deadline, a fallback, a skip) is a record, not a hold.
-        if let Some(c) = list.iter().filter(|c| failed(c.phase) && c.released_by.is_none()).find(failed_now) {
-            let run = c
-                .hook_run
-                .as_deref()
-                .and_then(|n| snapshot.runs.iter().find(|r| r.metadata.name.as_deref() == Some(n)));
-            let why = run
-                .and_then(|r| r.status.as_ref().and_then(|s| s.message.clone()))
-                .or_else(|| c.message.clone())
-                .unwrap_or_default();
-            return Verdict {
-                state: State::Failed,
-                message: format!(
-                    "pod {} is held: HookRun {} ended {}: {why} (run `kubectl gd retry {name}` once the cause is fixed; \
-                     it sets {})",
-                    c.pod_name,
-                    c.hook_run.as_deref().unwrap_or("<none>"),
-                    c.phase,
-                    retry_hint(Some(kind.type_label())),
-                ),
-                pod: Some(c.pod_name.clone()),
-                hook_run: c.hook_run.clone(),
-            };
-        }
-    }
-    // 2. ... or as the HookRun shows it before the GameDeployment's next status write.
-    for pod in &snapshot.pods {
-        if pod.metadata.deletion_timestamp.is_some() {
+        let Some(c) = list.iter().filter(|c| failed(c.phase) && c.released_by.is_none()).find(failed_now) else {
             continue;
-        }
+        };
+        let why = run_message(run_named(snapshot, c.hook_run.as_deref())).or_else(|| c.message.clone());
+        return Some(Verdict {
+            state: State::Failed,
+            message: format!(
+                "pod {} is held: HookRun {} ended {}: {} ({})",
+                c.pod_name,
+                c.hook_run.as_deref().unwrap_or("<none>"),
+                c.phase,
+                why.unwrap_or_default(),
+                facts.retry_advice(Some(kind.type_label())),
+            ),
+            pod: Some(c.pod_name.clone()),
+            hook_run: c.hook_run.clone(),
+        });
+    }
+    None
+}
+
+/// 2. A failed hook as the HookRun shows it, before the GameDeployment's next status write.
+fn failed_run_not_yet_reported(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
+    let released = |run: &common::api::HookRun| {
+        facts.hook_lists().iter().any(|(list, _)| {
+            list.iter().any(|c| c.released_by.is_some() && c.hook_run.as_deref() == run.metadata.name.as_deref())
+        })
+    };
+    for pod in snapshot.pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
         let state = common::pod::label(pod, keys::LIFECYCLE_STATE).unwrap_or("Normal");
         if !matches!(state, "PreparingDelete" | "PreparingUpdate" | "Updated") {
             continue;
@@ -129,14 +184,10 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
         let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
         for run in runs_of(pod, &snapshot.runs) {
             let labels = run.metadata.labels.clone().unwrap_or_default();
-            let kind = HookKind::POD_HOOKS
-                .into_iter()
-                .find(|k| labels.get(keys::HOOKRUN_TYPE).map(String::as_str) == Some(k.type_label()));
-            let released = lists.iter().any(|(list, _)| {
-                list.iter().any(|c| c.released_by.is_some() && c.hook_run.as_deref() == run.metadata.name.as_deref())
-            });
+            let type_label = labels.get(keys::HOOKRUN_TYPE).map(String::as_str);
+            let kind = HookKind::POD_HOOKS.into_iter().find(|k| type_label == Some(k.type_label()));
             if run.metadata.deletion_timestamp.is_some()
-                || released
+                || released(run)
                 || labels.get(keys::HOOKRUN_WORKLOAD_REVISION).map(String::as_str) != revision
                 || !failed(run_phase(run))
                 || kind.is_some_and(|k| retry_requested(snapshot, k))
@@ -145,101 +196,126 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
             }
             let run_name = run.metadata.name.clone().unwrap_or_default();
             let pod_name = pod.metadata.name.clone().unwrap_or_default();
-            let why = run.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
-            return Verdict {
+            return Some(Verdict {
                 state: State::Failed,
                 message: format!(
-                    "pod {pod_name} is held: HookRun {run_name} ended {}: {why} (run `kubectl gd retry {name}` once \
-                     the cause is fixed; it sets {})",
+                    "pod {pod_name} is held: HookRun {run_name} ended {}: {} ({})",
                     run_phase(run),
-                    retry_hint(labels.get(keys::HOOKRUN_TYPE).map(String::as_str)),
+                    run_message(Some(run)).unwrap_or_default(),
+                    facts.retry_advice(type_label),
                 ),
                 pod: Some(pod_name),
                 hook_run: Some(run_name),
-            };
+            });
         }
     }
-    // 3. A hook that cannot even start (missing HookTemplate, unresolved arg).
-    if let Some(c) = status.conditions.iter().find(|c| c.type_ == "HookBlocked" && c.status == "True") {
-        let held = status.pre_delete_hook_condition.iter().chain(&status.pre_inplace_hook_condition).next();
-        return Verdict {
-            state: State::Failed,
-            message: format!("a hook cannot start: {}", c.message.clone().unwrap_or_default()),
-            pod: held.map(|h| h.pod_name.clone()),
-            hook_run: held.and_then(|h| h.hook_run.clone()),
-        };
+    None
+}
+
+/// 3. A hook that cannot even start (missing HookTemplate, unresolved arg).
+fn blocked_hook(facts: &Facts) -> Option<Verdict> {
+    let c = facts.status.conditions.iter().find(|c| c.type_ == "HookBlocked" && c.status == "True")?;
+    let held = facts.holds().next();
+    Some(Verdict {
+        state: State::Failed,
+        message: format!("a hook cannot start: {}", c.message.clone().unwrap_or_default()),
+        pod: held.map(|h| h.pod_name.clone()),
+        hook_run: held.and_then(|h| h.hook_run.clone()),
+    })
+}
+
+/// The canary step in progress, counted from 1 as every view counts it, and the number of steps.
+fn canary_step(snapshot: &Snapshot, facts: &Facts) -> (i32, usize) {
+    let steps = snapshot.gd.spec.update_strategy.canary.as_ref().map_or(0, |c| c.steps.len());
+    (facts.status.current_step_index.unwrap_or(0).max(0) + 1, steps)
+}
+
+/// 4. A failed canary step hook pauses the rollout.
+fn failed_canary_step(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
+    let status = &facts.status;
+    if !status.pause_conditions.iter().any(|p| p.reason == PauseReason::PausedByStepBasedHook) {
+        return None;
     }
-    // 4. A failed canary step hook pauses the rollout.
-    if status.pause_conditions.iter().any(|p| p.reason == PauseReason::PausedByStepBasedHook) {
-        let run = status.canary.as_ref().and_then(|c| c.current_step_hook_run.clone());
-        let why = run
-            .as_deref()
-            .and_then(|n| snapshot.runs.iter().find(|r| r.metadata.name.as_deref() == Some(n)))
-            .and_then(|r| r.status.as_ref().and_then(|s| s.message.clone()))
-            .unwrap_or_default();
-        return Verdict {
-            state: State::Failed,
-            message: format!(
-                "canary step {} is paused: its HookRun {} failed: {why} (`kubectl gd promote {name}` overrides it)",
-                status.current_step_index.unwrap_or(0),
-                run.as_deref().unwrap_or("<none>")
-            ),
-            pod: None,
-            hook_run: run,
-        };
+    let run = status.canary.as_ref().and_then(|c| c.current_step_hook_run.clone());
+    let why = run_message(run_named(snapshot, run.as_deref())).unwrap_or_default();
+    let (step, steps) = canary_step(snapshot, facts);
+    Some(Verdict {
+        state: State::Failed,
+        message: format!(
+            "canary step {step} of {steps} is paused: its HookRun {} failed: {why} (`kubectl gd resume {}` goes past              it)",
+            run.as_deref().unwrap_or("<none>"),
+            facts.name,
+        ),
+        pod: None,
+        hook_run: run,
+    })
+}
+
+/// 5. An invalid spec, or a generation the operator has not observed yet.
+fn invalid_or_unobserved(facts: &Facts) -> Option<Verdict> {
+    if facts.reason == "InvalidSpec" {
+        return Some(Verdict::new(State::Failed, format!("the spec is invalid: {}", facts.message)));
     }
-    let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing");
-    let reason = progressing.and_then(|c| c.reason.as_deref()).unwrap_or("");
-    let message = progressing.and_then(|c| c.message.clone()).unwrap_or_default();
-    if reason == "InvalidSpec" {
-        return Verdict::new(State::Failed, format!("the spec is invalid: {message}"));
-    }
-    if observed < generation {
-        return Verdict::new(
+    (facts.observed < facts.generation).then(|| {
+        Verdict::new(
             State::Progressing,
-            format!("waiting for the operator to observe generation {generation} (observed {observed})"),
-        );
-    }
-    // 5. Paused with work left; a timed canary pause ends by itself, so that one is still progress.
-    let step = status.current_step_index.unwrap_or(0);
-    let canary_pause = gd.spec.update_strategy.paused
-        && status.pause_conditions.iter().any(|p| p.reason == PauseReason::PausedByCanaryPauseStep);
-    let timed = gd
-        .spec
-        .update_strategy
-        .canary
-        .as_ref()
-        .and_then(|c| c.steps.get(step.max(0) as usize))
-        .and_then(|s| s.pause.as_ref())
-        .and_then(|p| p.duration);
-    if canary_pause {
-        return match timed {
-            Some(seconds) => {
-                Verdict::new(State::Progressing, format!("canary step {step} pauses the rollout for {seconds}s"))
-            }
+            format!(
+                "waiting for the operator to observe generation {} (observed {})",
+                facts.generation, facts.observed
+            ),
+        )
+    })
+}
+
+/// 6. Paused with work left. A canary pause step is one whether the operator set `spec.updateStrategy.paused`
+///    (BCS) or recorded it in status only (GitOps-clean); a timed one ends by itself, so it is still progress.
+fn paused(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
+    let name = &facts.name;
+    if facts.status.pause_conditions.iter().any(|p| p.reason == PauseReason::PausedByCanaryPauseStep) {
+        let (step, steps) = canary_step(snapshot, facts);
+        let timed = snapshot
+            .gd
+            .spec
+            .update_strategy
+            .canary
+            .as_ref()
+            .and_then(|c| c.steps.get(usize::try_from(step - 1).unwrap_or(0)))
+            .and_then(|s| s.pause.as_ref())
+            .and_then(|p| p.duration);
+        return Some(match timed {
+            Some(seconds) => Verdict::new(
+                State::Progressing,
+                format!("canary step {step} of {steps} pauses the rollout for {seconds}s"),
+            ),
             None => Verdict::new(
                 State::Paused,
-                format!("canary step {step} pauses the rollout until resumed (`kubectl gd promote {name}`)"),
+                format!(
+                    "canary step {step} of {steps} pauses the rollout until resumed (`kubectl gd resume {name}` \
+                     ends this step; `kubectl gd promote {name}` skips every remaining step)"
+                ),
             ),
-        };
+        });
     }
-    if reason == "Paused" {
-        return Verdict::new(State::Paused, format!("{message} (`kubectl gd resume {name}` resumes it)"));
-    }
-    // 6. Complete: the operator says so, every desired pod exists, nothing waits on a gate, canary steps done.
-    let desired = gd.spec.replicas.unwrap_or(1);
-    let steps = gd.spec.update_strategy.canary.as_ref().map_or(0, |c| c.steps.len()) as i32;
+    (facts.reason == "Paused")
+        .then(|| Verdict::new(State::Paused, format!("{} (`kubectl gd resume {name}` resumes it)", facts.message)))
+}
+
+/// 7. Complete when the operator says so, every desired pod exists, nothing waits on a gate and the canary steps
+///    are done; otherwise the operator's own account of the progress.
+fn complete_or_progressing(snapshot: &Snapshot, facts: &Facts) -> Verdict {
+    let spec = &snapshot.gd.spec;
+    let status = &facts.status;
+    let steps = spec.update_strategy.canary.as_ref().map_or(0, |c| c.steps.len()) as i32;
     let steps_done = steps == 0 || status.current_step_index.is_none_or(|i| i >= steps);
-    let nothing_held = status.pre_delete_hook_condition.is_empty() && status.pre_inplace_hook_condition.is_empty();
-    if matches!(reason, "RolloutComplete" | "PartitionAvailable")
-        && status.replicas == desired
-        && nothing_held
+    if matches!(facts.reason.as_str(), "RolloutComplete" | "PartitionAvailable")
+        && status.replicas == spec.replicas.unwrap_or(1)
+        && facts.holds().next().is_none()
         && steps_done
     {
-        return Verdict::new(State::Complete, message);
+        return Verdict::new(State::Complete, facts.message.clone());
     }
-    if message.is_empty() {
+    if facts.message.is_empty() {
         return Verdict::new(State::Progressing, "waiting for the operator to report progress");
     }
-    Verdict::new(State::Progressing, message)
+    Verdict::new(State::Progressing, facts.message.clone())
 }

@@ -88,3 +88,22 @@ fn pause_resume_and_restart_patch_the_spec() {
     );
     assert!(restart.summary[0].contains("containers keep running"), "InplaceUpdate: {:?}", restart.summary);
 }
+
+#[test]
+fn promote_skips_the_remaining_steps_resume_ends_one() {
+    // One meaning per verb (issue 34, item 5): `promote` is the `promote` annotation (skip every remaining canary
+    // step of the update revision, in either control mode); `resume` ends the current step only.
+    let mut s = snapshot();
+    s.gd.status.as_mut().unwrap().update_revision = Some("test-gamedeployment-7c9f".into());
+    let plan = actions::promote(&s).unwrap();
+    assert_eq!(
+        plan.writes,
+        vec![Write::MergeGd {
+            name: "test-gamedeployment".into(),
+            patch: json!({"metadata": {"annotations": {common::keys::PROMOTE: "test-gamedeployment-7c9f"}}})
+        }]
+    );
+    assert!(plan.summary[0].contains("remaining canary steps"), "{:?}", plan.summary);
+    s.gd.status.as_mut().unwrap().update_revision = None;
+    assert!(actions::promote(&s).unwrap_err().contains("no update revision"));
+}

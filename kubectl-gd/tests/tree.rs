@@ -195,3 +195,40 @@ fn canary_pauses_and_step_hooks() {
     let text = render(&tree, Style::PLAIN);
     assert!(text.contains("Canary:    step 2 of 3: pause (until resumed) (PausedByCanaryPauseStep)"), "{text}");
 }
+
+#[test]
+fn a_released_record_left_in_the_status_does_not_hold_completion() {
+    // A skip, a deadline or `onFailure: Proceed` leaves its entry in the status as a record for a while; the rollout
+    // it released is complete all the same (issue 34, item 1: `kubectl gd status` waited for the record to expire).
+    let mut gd = finished(gd(), "RolloutComplete");
+    gd.status.as_mut().unwrap().pre_delete_hook_condition.push(yaml(
+        "{podName: test-gamedeployment-k2x7q, startTime: '2024-05-01T10:09:00Z', phase: Error, \
+         hookRun: test-gamedeployment-k2x7q-pre-delete, releasedBy: Skipped, releasedAt: '2024-05-01T10:09:30Z'}",
+    ));
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    assert_eq!(verdict.state, State::Complete, "{verdict:?}");
+}
+
+#[test]
+fn a_gitops_clean_canary_pause_is_a_pause_counted_from_one() {
+    // GitOps-clean: the operator records the pause in status only; `spec.updateStrategy.paused` stays false
+    // (issue 34, items 2 and 5: it used to time out as "progressing", and to count steps from 0).
+    let mut gd = finished(gd(), "Paused");
+    gd.metadata.annotations = Some([(common::keys::CONTROL.to_string(), "annotations".to_string())].into());
+    gd.spec.update_strategy.canary = Some(yaml("{steps: [{partition: 3}, {pause: {}}, {hook: {templateName: t}}]}"));
+    gd.spec.update_strategy.paused = false;
+    let status = gd.status.as_mut().unwrap();
+    status.current_step_index = Some(1);
+    status.pause_conditions = vec![yaml("{reason: PausedByCanaryPauseStep, startTime: '2024-05-01T10:09:00Z'}")];
+    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![]));
+    assert_eq!(verdict.state, State::Paused, "{verdict:?}");
+    assert!(verdict.message.contains("canary step 2 of 3"), "{}", verdict.message);
+    assert!(verdict.message.contains("kubectl gd resume test-gamedeployment"), "{}", verdict.message);
+    // The same step, failed hook: numbered the same way.
+    let status = gd.status.as_mut().unwrap();
+    status.current_step_index = Some(2);
+    status.pause_conditions = vec![yaml("{reason: PausedByStepBasedHook, startTime: '2024-05-01T10:09:00Z'}")];
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    assert_eq!(verdict.state, State::Failed, "{verdict:?}");
+    assert!(verdict.message.contains("canary step 3 of 3"), "{}", verdict.message);
+}
