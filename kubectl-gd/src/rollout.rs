@@ -4,7 +4,7 @@
 //! conditions) and adds what a CI job needs on top: a failed hook is reported as soon as either the
 //! GameDeployment's hook condition or the HookRun itself shows it, naming the pod and the HookRun.
 
-use common::api::{GameDeploymentStatus, HookCondition, HookPhase, PauseReason};
+use common::api::{GameDeploymentStatus, HookCondition, HookPhase, PauseReason, ScaleInMode};
 use common::hookrun::HookKind;
 use common::keys;
 use serde::Serialize;
@@ -127,6 +127,46 @@ impl Facts {
     }
 }
 
+/// A failed run that is not the last word: `hookPolicy.autoRetry` will start another one, or the pod is a
+/// race-to-empty candidate, which the operator skips (and replaces) instead of holding.
+fn not_final(snapshot: &Snapshot, facts: &Facts, kind: HookKind, pod_name: &str) -> bool {
+    auto_retry_to_come(snapshot, kind, pod_name) || (kind == HookKind::PreDelete && racing(snapshot, facts))
+}
+
+/// The gate's `hookPolicy.autoRetry` has retries left for this pod: every run of its hook at its revision failed
+/// and fewer than `limit` of them were retries.
+fn auto_retry_to_come(snapshot: &Snapshot, kind: HookKind, pod_name: &str) -> bool {
+    let spec = &snapshot.gd.spec;
+    let policy = match kind {
+        HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref()),
+        HookKind::PreInplace => spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref()),
+        HookKind::PostInplace => spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref()),
+        HookKind::CanaryStep => None,
+    };
+    let Some(limit) = policy.and_then(|p| p.auto_retry.as_ref()).map(|r| r.limit) else {
+        return false;
+    };
+    let Some(pod) = snapshot.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod_name)) else {
+        return false;
+    };
+    let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
+    let label = |r: &common::api::HookRun, key: &str| r.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+    let runs = runs_of(pod, &snapshot.runs)
+        .into_iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| label(r, keys::HOOKRUN_TYPE).as_deref() == Some(kind.type_label()))
+        .filter(|r| label(r, keys::HOOKRUN_WORKLOAD_REVISION).as_deref() == revision)
+        .count();
+    (runs as i64) <= i64::from(limit)
+}
+
+/// A race-to-empty scale-in is under way: more pods exist than the spec asks for.
+fn racing(snapshot: &Snapshot, facts: &Facts) -> bool {
+    let spec = &snapshot.gd.spec;
+    let race = spec.scale_strategy.as_ref().and_then(|s| s.scale_in_policy.as_ref()).map(|p| p.mode);
+    race == Some(ScaleInMode::RaceToEmpty) && facts.status.replicas > spec.replicas.unwrap_or(1)
+}
+
 /// The named HookRun, when it is in the snapshot.
 fn run_named<'a>(snapshot: &'a Snapshot, name: Option<&str>) -> Option<&'a common::api::HookRun> {
     let name = name?;
@@ -144,9 +184,12 @@ fn failed_hook_in_status(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> 
         if retry_requested(snapshot, kind) {
             continue;
         }
-        let failed_now = |c: &&HookCondition| match c.hook_run.as_deref() {
-            Some(n) => run_named(snapshot, Some(n)).is_some_and(|r| failed(run_phase(r))),
-            None => failed(c.phase),
+        let failed_now = |c: &&HookCondition| {
+            !not_final(snapshot, facts, kind, &c.pod_name)
+                && match c.hook_run.as_deref() {
+                    Some(n) => run_named(snapshot, Some(n)).is_some_and(|r| failed(run_phase(r))),
+                    None => failed(c.phase),
+                }
         };
         let Some(c) = list.iter().filter(|c| failed(c.phase) && c.released_by.is_none()).find(failed_now) else {
             continue;
@@ -191,6 +234,7 @@ fn failed_run_not_yet_reported(snapshot: &Snapshot, facts: &Facts) -> Option<Ver
                 || labels.get(keys::HOOKRUN_WORKLOAD_REVISION).map(String::as_str) != revision
                 || !failed(run_phase(run))
                 || kind.is_some_and(|k| retry_requested(snapshot, k))
+                || kind.is_some_and(|k| not_final(snapshot, facts, k, pod.metadata.name.as_deref().unwrap_or_default()))
             {
                 continue;
             }

@@ -232,3 +232,45 @@ fn a_gitops_clean_canary_pause_is_a_pause_counted_from_one() {
     assert_eq!(verdict.state, State::Failed, "{verdict:?}");
     assert!(verdict.message.contains("canary step 3 of 3"), "{}", verdict.message);
 }
+
+#[test]
+fn a_failed_run_with_an_automatic_retry_to_come_is_not_a_failure() {
+    // `hookPolicy.autoRetry` starts a new run after the back-off: the operator says "automatic retry 1 of 2 at …";
+    // `kubectl gd status` must not report the rollout failed meanwhile (issue 34, item 3).
+    let with_policy = |limit: i32| {
+        let mut gd = gd();
+        gd.spec.pre_delete_update_strategy =
+            Some(yaml(&format!("{{hook: {{templateName: test}}, hookPolicy: {{autoRetry: {{limit: {limit}}}}}}}")));
+        gd
+    };
+    let retried = |n: usize| {
+        let mut runs = vec![run("k2x7q", FAIL, FAILED)];
+        for i in 1..=n {
+            let mut r = run("k2x7q", FAIL, FAILED);
+            r.metadata.name = Some(format!("predelete-test-gamedeployment-67864c6f65-k2x7q-test.{i}"));
+            r.metadata.uid = Some(format!("run-k2x7q-{i}"));
+            runs.push(r);
+        }
+        runs
+    };
+    let verdict = judge(&Snapshot::owned(with_policy(2), revisions(), pods(), retried(0)));
+    assert_ne!(verdict.state, State::Failed, "retry 1 of 2 is to come: {verdict:?}");
+    let verdict = judge(&Snapshot::owned(with_policy(2), revisions(), pods(), retried(1)));
+    assert_ne!(verdict.state, State::Failed, "retry 2 of 2 is to come: {verdict:?}");
+    let verdict = judge(&Snapshot::owned(with_policy(2), revisions(), pods(), retried(2)));
+    assert_eq!(verdict.state, State::Failed, "retries used up: {verdict:?}");
+}
+
+#[test]
+fn a_race_to_empty_candidate_whose_hook_fails_is_skipped_not_held() {
+    // RaceToEmpty skips a candidate whose pre-delete hook fails and starts another (issue 34, item 3).
+    let mut gd = gd();
+    gd.spec.scale_strategy = Some(yaml("{scaleInPolicy: {mode: RaceToEmpty}}"));
+    gd.spec.replicas = Some(4);
+    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert_ne!(verdict.state, State::Failed, "{verdict:?}");
+    // Not scaling in: a failed pre-delete hook of a rolling update holds as always.
+    gd.spec.replicas = Some(5);
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert_eq!(verdict.state, State::Failed, "{verdict:?}");
+}
