@@ -226,20 +226,27 @@ pub fn promote(snapshot: &Snapshot) -> Result<Plan, String> {
     })
 }
 
+/// The change whose hook holds the pod, as the `skip-hook` annotation names it: `delete`,
+/// `inplace/<update revision>` or `postinplace/<revision>`.
+pub fn skip_change(snapshot: &Snapshot, pod: &Pod) -> Result<String, String> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let state = common::pod::label(pod, keys::LIFECYCLE_STATE).unwrap_or("Normal");
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    match state {
+        "PreparingDelete" => Ok("delete".to_string()),
+        "PreparingUpdate" => Ok(format!("inplace/{}", status.update_revision.clone().unwrap_or_default())),
+        "Updated" => {
+            Ok(format!("postinplace/{}", common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or_default()))
+        }
+        other => Err(format!("pod {pod_name} is {other}: no hook holds it")),
+    }
+}
+
 /// `skip-hook POD` on a GitOps-clean GameDeployment: the pod annotation naming the change whose hook holds it
 /// (`delete`, `inplace/<update revision>`, `postinplace/<revision>`); the gate releases it, recorded as skipped.
 pub fn skip_hook_by_annotation(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
-    let state = common::pod::label(pod, keys::LIFECYCLE_STATE).unwrap_or("Normal");
-    let status = snapshot.gd.status.clone().unwrap_or_default();
-    let change = match state {
-        "PreparingDelete" => "delete".to_string(),
-        "PreparingUpdate" => format!("inplace/{}", status.update_revision.clone().unwrap_or_default()),
-        "Updated" => {
-            format!("postinplace/{}", common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or_default())
-        }
-        other => return Err(format!("pod {pod_name} is {other}: no hook holds it")),
-    };
+    let change = skip_change(snapshot, pod)?;
     Ok(Plan {
         writes: vec![Write::MergePod {
             name: pod_name.clone(),
@@ -255,7 +262,8 @@ pub fn skip_hook_by_annotation(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, S
 /// `skip-hook POD`: terminate the pod's unfinished HookRun. The hook-operator completes a terminated run at once,
 /// `Successful` unless a metric already ended worse, so the gate then lets the pod go without the remaining
 /// measurements. A run that already completed is frozen: terminating it changes nothing, so it is refused.
-pub fn skip_hook(pod: &Pod, runs: &[common::api::HookRun]) -> Result<Plan, String> {
+pub fn skip_hook(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
+    let runs = &snapshot.runs;
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
     let mine = runs_of(pod, runs);
@@ -273,11 +281,19 @@ pub fn skip_hook(pod: &Pod, runs: &[common::api::HookRun]) -> Result<Plan, Strin
     if open.is_empty() {
         let described: Vec<String> =
             mine.iter().map(|r| format!("{} is {}", r.metadata.name.as_deref().unwrap_or(""), run_phase(r))).collect();
-        return Err(format!(
-            "pod {pod_name} has no unfinished HookRun to skip ({}); a completed run cannot be changed — for a failed \
-             one use `kubectl gd retry --pod {pod_name}`",
-            described.join(", ")
-        ));
+        let mut err = format!(
+            "pod {pod_name} has no unfinished HookRun to skip ({}); a completed run cannot be changed: `kubectl gd \
+             retry {} --pod {pod_name}` runs the hook again",
+            described.join(", "),
+            gd_name(snapshot),
+        );
+        if let Ok(change) = skip_change(snapshot, pod) {
+            err.push_str(&format!(
+                ", or `kubectl annotate pod {pod_name} {}={change}` lets the pod go without it (recorded as skipped)",
+                keys::SKIP_HOOK
+            ));
+        }
+        return Err(err);
     }
     Ok(Plan {
         writes: open

@@ -259,7 +259,7 @@ async fn skip_hook(pod_name: &str, conn: &Conn) -> ExitCode {
     let plan = if actions::gitops_clean(&snapshot.gd) {
         actions::skip_hook_by_annotation(&snapshot, &pod)
     } else {
-        actions::skip_hook(&pod, &snapshot.runs)
+        actions::skip_hook(&snapshot, &pod)
     };
     match plan {
         Ok(plan) => send(&target, plan).await,

@@ -79,6 +79,7 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
 /// What every step reads: the status, the generation the operator observed, the `Progressing` condition.
 struct Facts {
     name: String,
+    gitops_clean: bool,
     status: GameDeploymentStatus,
     generation: i64,
     observed: i64,
@@ -95,6 +96,7 @@ impl Facts {
         let message = progressing.and_then(|c| c.message.clone()).unwrap_or_default();
         Self {
             name: gd.metadata.name.clone().unwrap_or_default(),
+            gitops_clean: crate::actions::gitops_clean(gd),
             generation: gd.metadata.generation.unwrap_or(0),
             observed: status.observed_generation.unwrap_or(0),
             status,
@@ -122,8 +124,15 @@ impl Facts {
             .filter(|c| c.released_by.is_none())
     }
 
+    /// The command that starts failed runs again, and what it writes: the retry flag, or — GitOps-clean, where
+    /// the spec is Git's — the deletion of the failed runs.
     fn retry_advice(&self, kind: Option<&str>) -> String {
-        format!("run `kubectl gd retry {}` once the cause is fixed; it sets {}", self.name, retry_hint(kind))
+        let does = if self.gitops_clean {
+            "it deletes the failed HookRuns and the operator starts new ones".to_string()
+        } else {
+            format!("it sets {}", retry_hint(kind))
+        };
+        format!("run `kubectl gd retry {}` once the cause is fixed; {does}", self.name)
     }
 }
 
@@ -286,7 +295,7 @@ fn failed_canary_step(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
     Some(Verdict {
         state: State::Failed,
         message: format!(
-            "canary step {step} of {steps} is paused: its HookRun {} failed: {why} (`kubectl gd resume {}` goes past              it)",
+            "canary step {step} of {steps} is paused: its HookRun {} failed: {why} (`kubectl gd resume {}` goes past it)",
             run.as_deref().unwrap_or("<none>"),
             facts.name,
         ),

@@ -48,7 +48,7 @@ fn retry_of_one_pod_deletes_only_its_failed_run_with_a_uid_precondition() {
 fn skip_hook_terminates_only_an_unfinished_run() {
     let s = snapshot();
     let held = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-s9rbp")).unwrap();
-    let plan = actions::skip_hook(held, &s.runs).unwrap();
+    let plan = actions::skip_hook(&s, held).unwrap();
     assert_eq!(
         plan.writes,
         vec![Write::MergeRun {
@@ -57,10 +57,18 @@ fn skip_hook_terminates_only_an_unfinished_run() {
         }]
     );
     let failed = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-k2x7q")).unwrap();
-    let err = actions::skip_hook(failed, &s.runs).unwrap_err();
-    assert!(err.contains("is Failed") && err.contains("kubectl gd retry --pod"), "{err}");
+    let err = actions::skip_hook(&s, failed).unwrap_err();
+    assert!(err.contains("is Failed"), "{err}");
+    // Both ways out, as exact commands (issue 34, item 6: the hint lacked the GameDeployment's name).
+    assert!(err.contains("`kubectl gd retry test-gamedeployment --pod test-gamedeployment-k2x7q`"), "{err}");
+    assert!(
+        err.contains(
+            "`kubectl annotate pod test-gamedeployment-k2x7q gamedeployment.tkex.tencent.com/skip-hook=delete`"
+        ),
+        "{err}"
+    );
     let normal = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-a1b2c")).unwrap();
-    assert!(actions::skip_hook(normal, &s.runs).unwrap_err().contains("has no HookRun"));
+    assert!(actions::skip_hook(&s, normal).unwrap_err().contains("has no HookRun"));
 }
 
 #[test]

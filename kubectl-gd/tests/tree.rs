@@ -274,3 +274,21 @@ fn a_race_to_empty_candidate_whose_hook_fails_is_skipped_not_held() {
     let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
     assert_eq!(verdict.state, State::Failed, "{verdict:?}");
 }
+
+#[test]
+fn under_gitops_clean_the_retry_hint_deletes_runs_instead_of_setting_the_spec() {
+    // `kubectl gd retry` on a GitOps-clean GameDeployment deletes the failed HookRuns (issue 34, item 6).
+    let mut gd = gd();
+    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert!(verdict.message.contains("it sets spec.preDeleteUpdateStrategy.retry"), "{}", verdict.message);
+    gd.metadata.annotations = Some([(common::keys::CONTROL.to_string(), "annotations".to_string())].into());
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert!(!verdict.message.contains("it sets spec"), "{}", verdict.message);
+    assert!(
+        verdict.message.contains(
+            "run `kubectl gd retry test-gamedeployment` once the cause is fixed; it deletes the failed HookRuns"
+        ),
+        "{}",
+        verdict.message
+    );
+}
