@@ -111,3 +111,55 @@ fn int_or_string_fields_say_integer_or_percentage() {
         assert!(d.contains("an integer or a percentage"), "{path}: {d:?}");
     }
 }
+
+/// Every Rust type declared in the API modules, except the three kinds (users know those names).
+fn rust_type_names() -> Vec<String> {
+    let sources = [include_str!("../src/api/gamedeployment.rs"), include_str!("../src/api/hook.rs")];
+    let mut names = Vec::new();
+    for line in sources.iter().flat_map(|s| s.lines()) {
+        let line = line.trim_start();
+        for prefix in ["pub struct ", "pub enum "] {
+            if let Some(rest) = line.strip_prefix(prefix) {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !["GameDeployment", "HookRun", "HookTemplate"].contains(&name.as_str()) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn descriptions_stand_on_their_own() {
+    // `kubectl explain` is read where the README is not, by people who never saw the Rust code (issue 34, item
+    // 9): no "see the README", no Rust type names, and no two fields of one object sharing a text (onFailure and
+    // onTimeout once both showed their enum's description).
+    let types = rust_type_names();
+    assert!(types.contains(&"HookGatePolicy".to_string()), "{types:?}");
+    let mut problems = Vec::new();
+    for (_, crd) in common::crd::all() {
+        let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()).unwrap();
+        let kind = crd.spec.names.kind.clone();
+        let mut fields = vec![(kind.clone(), &schema)];
+        walk(&schema, &kind, &[format!("{kind}.spec.template").as_str()], &mut fields);
+        for (path, s) in &fields {
+            let d = s.description.as_deref().unwrap_or_default();
+            if d.contains("README") {
+                problems.push(format!("{path}: points at the README: {d:?}"));
+            }
+            for name in types.iter().filter(|n| d.contains(&format!("`{n}`"))) {
+                problems.push(format!("{path}: names the Rust type {name}: {d:?}"));
+            }
+            let mut seen = std::collections::BTreeMap::new();
+            for (name, child) in s.properties.iter().flatten() {
+                if let Some(text) = child.description.as_deref().filter(|t| !t.is_empty())
+                    && let Some(other) = seen.insert(text.to_string(), name.clone())
+                {
+                    problems.push(format!("{path}.{name} and .{other} share one description: {text:?}"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -284,7 +284,7 @@ pub struct GameDeploymentScaleStrategy {
     /// instead of giving them (and its instance id) to its replacement.
     #[serde(default, rename = "disablePVCReuse", skip_serializing_if = "std::ops::Not::not")]
     pub disable_pvc_reuse: bool,
-    /// Addition (kourse): how a scale-in chooses its victims (see `ScaleInPolicy`). Unset: the first pods in deletion
+    /// Addition (kourse): how a scale-in chooses its victims. Unset: the first pods in deletion
     /// order, as BCS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scale_in_policy: Option<ScaleInPolicy>,
@@ -546,7 +546,7 @@ pub struct CanaryStep {
     /// Run a HookRun from this template and continue when it is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
-    /// Addition (kourse): deadlines, fallbacks and automatic retries of this step's `hook` (see `HookGatePolicy`).
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this step's `hook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_policy: Option<HookGatePolicy>,
 }
@@ -599,7 +599,8 @@ pub struct HookGatePolicy {
     pub auto_retry: Option<HookAutoRetry>,
 }
 
-/// What a hook that failed or ran past its soft deadline does to its pod.
+// What a hook that failed or ran past its soft deadline does to its pod. (A comment, not a doc comment: the
+// CRD generator would put a type's description over each field's own, and `onFailure`/`onTimeout` differ.)
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum HookFallback {
     /// Keep the pod held (the BCS behaviour).
@@ -660,7 +661,7 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
-    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook (see `HookGatePolicy`). Unset: the
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook. Unset: the
     /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_policy: Option<HookGatePolicy>,
@@ -680,7 +681,7 @@ pub struct GameDeploymentPreInplaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
-    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook (see `HookGatePolicy`). Unset: the
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook. Unset: the
     /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_policy: Option<HookGatePolicy>,
@@ -700,7 +701,7 @@ pub struct GameDeploymentPostInplaceUpdateStrategy {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
     pub retry: bool,
-    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook (see `HookGatePolicy`). Unset: the
+    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook. Unset: the
     /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_policy: Option<HookGatePolicy>,

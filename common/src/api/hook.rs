@@ -232,7 +232,8 @@ pub struct Metric {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::duration_string")]
     pub initial_delay: Option<String>,
-    /// Number of measurements to take; 0 = unset (see the README for the effective count).
+    /// Number of measurements to take. 0 or unset: one measurement when `interval` is not set either; with only an
+    /// `interval`, measurements go on until a limit decides or the run is terminated.
     #[serde(default, skip_serializing_if = "is_zero")]
     #[schemars(range(min = 0))]
     pub count: i32,
