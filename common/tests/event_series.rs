@@ -147,3 +147,43 @@ async fn similar_events_about_many_pods_are_combined_and_their_writes_bounded() 
     assert!(patches <= 3, "{patches} patches: {writes:#?}");
     Ok(())
 }
+
+/// (note, series count) of every Event about `pod`, sorted.
+async fn notes_about(api: &Api<Event>, pod: &str) -> anyhow::Result<Vec<(String, i32)>> {
+    let mut seen: Vec<(String, i32)> = api
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+        .map(|e| (e.note.unwrap_or_default(), e.series.map_or(1, |s| s.count)))
+        .collect();
+    seen.sort();
+    Ok(seen)
+}
+
+#[tokio::test]
+async fn an_event_whose_text_changed_is_its_own_event_not_a_stale_series() -> anyhow::Result<()> {
+    // `kubectl describe gd` once showed `PodLifecycle (x3) pod P: held in PreparingUpdate` when P had been in
+    // PreparingDelete for 13 s: the series kept its first text (issue 34, item 4). As client-go's events library
+    // does, the note is part of what makes a series: a repeat with the same text counts, a new text is an Event.
+    let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await?;
+    let client = sim.client().await;
+    let reporter = Reporter { controller: "test-operator".into(), instance: None };
+    let settings = EventSettings { capacity: 64, flush: Duration::from_millis(200), ..EventSettings::default() };
+    let sink = EventSink::start_with(client.clone(), reporter, settings, EventCounters::default());
+    let api: Api<Event> = Api::namespaced(client, "default");
+    let (gd, p1) = (reference("GameDeployment", "gd"), Some(reference("Pod", "p1")));
+    for state in ["PreparingUpdate", "PreparingUpdate", "PreparingDelete"] {
+        sink.publish_related(&gd, p1.clone(), note("PodLifecycle", &format!("pod p1: held in {state}")));
+    }
+    let expected =
+        vec![("pod p1: held in PreparingDelete".to_string(), 1), ("pod p1: held in PreparingUpdate".to_string(), 2)];
+    let seen = eventually("one Event per text, each counting its own repeats", || async {
+        let seen = notes_about(&api, "p1").await?;
+        Ok((seen == expected).then_some(seen))
+    })
+    .await;
+    assert!(seen.is_ok(), "{:?} (last seen {:?})", seen.err(), notes_about(&api, "p1").await?);
+    Ok(())
+}

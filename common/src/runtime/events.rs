@@ -186,7 +186,9 @@ impl ObjectKey {
     }
 }
 
-/// What makes two Events one series: everything but the note and the time.
+/// What makes two Events one series: everything but the time — the note included, as in client-go's events library
+/// (kube-runtime's Recorder leaves it out, and a series then kept showing its first text: `held in PreparingUpdate`
+/// long after the pod had moved on to `PreparingDelete`). A changed text is a new Event.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Key {
     warning: bool,
@@ -194,6 +196,8 @@ struct Key {
     action: String,
     regarding: ObjectKey,
     related: Option<ObjectKey>,
+    /// The note; empty in a combining key (a combined Event shows the latest note of its similar events).
+    note: String,
     /// The Event combining similar events (see [`Similar`]); never equal to an Event published on its own.
     combined: bool,
 }
@@ -206,6 +210,7 @@ impl Key {
             action: queued.note.action.clone(),
             regarding: ObjectKey::of(&queued.regarding),
             related: queued.related.as_ref().map(ObjectKey::of),
+            note: queued.note.message.clone(),
             combined: false,
         }
     }
@@ -214,6 +219,7 @@ impl Key {
     /// key similar events are grouped under.
     fn combining(mut self) -> Self {
         self.related = None;
+        self.note = String::new();
         self.combined = true;
         self
     }
