@@ -1,4 +1,4 @@
-//! The keys that sign attempt stamps ([`crate::attempt`]). A pod HookRun opens a gate only when its stamp carries an
+//! The keys that sign attempt stamps ([`crate::gate::attempt`]). A pod HookRun opens a gate only when its stamp carries an
 //! HMAC-SHA256 over the attempt (GameDeployment UID, pod UID, change, Preparing timestamp, run name, spec hash) made
 //! with a key only this operator holds: whoever may create HookRuns can copy every label and annotation of a real
 //! run and compute its spec hash, but not this signature.

@@ -8,10 +8,7 @@
 //! protection) and [`metrics`] serve the controller.
 
 pub(crate) mod action;
-pub(crate) mod attempt;
-pub(crate) mod control;
 pub mod controller;
-pub(crate) mod deadline;
 pub(crate) mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;

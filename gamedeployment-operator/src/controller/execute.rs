@@ -807,7 +807,7 @@ impl Executor<'_> {
             get(common::keys::HOOKRUN_WORKLOAD_NAME)?,
             get(common::keys::HOOKRUN_POD_UID)?,
         );
-        if crate::attempt::controller_uid(run) != self.gd.metadata.uid.as_deref()
+        if crate::gate::attempt::controller_uid(run) != self.gd.metadata.uid.as_deref()
             || workload != common::hookrun::workload_label_value(&self.gd.name_any())
         {
             return None;

@@ -142,7 +142,7 @@ pub fn evaluate(
     let mut conditions = old.pause_conditions.clone();
     let spec_paused = gd.spec.update_strategy.paused;
     // GitOps-clean opt-in: steps pause in status only and are resumed by annotations; the spec is never written.
-    let clean = crate::control::gitops_clean(gd);
+    let clean = crate::gate::gitops_control::gitops_clean(gd);
 
     let template_changed = old.update_revision.as_deref().is_some_and(|r| r != update_revision);
     let steps_changed = old.current_step_hash.as_deref().is_some_and(|h| h != hash);
@@ -179,7 +179,7 @@ pub fn evaluate(
         Some(_) => {}
     }
 
-    if index < len && crate::control::promote_requested(gd, update_revision) {
+    if index < len && crate::gate::gitops_control::promote_requested(gd, update_revision) {
         // Promoted by the annotation: the remaining steps are skipped.
         out.events.push(PlannedEvent::normal(
             "CanaryPromoted",
@@ -200,7 +200,7 @@ pub fn evaluate(
     if index < len {
         let step = &steps[index];
         // The step is resumed: by its annotation (`<revision>/<index>`), or — the BCS way — by `paused: false`.
-        let by_annotation = crate::control::resume_requested(gd, update_revision, index);
+        let by_annotation = crate::gate::gitops_control::resume_requested(gd, update_revision, index);
         let lifted = by_annotation || (!clean && !spec_paused);
         let partition = partition_at(steps, index, counts.replicas);
         let settled = counts.updated_ready == counts.replicas - partition && counts.available == counts.ready;
@@ -234,9 +234,9 @@ pub fn evaluate(
             // `hookPolicy`: deadlines, fallbacks and automatic retries decide a step run that has not succeeded.
             let (runs, free) = step_runs(&scan);
             let policy = steps[index].hook_policy.as_ref();
-            let mut by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
+            let mut by_policy = crate::gate::deadline::Decision::AsAlways { recheck_at: None };
             if let Some(latest) = runs.last().copied().filter(|r| gate::run_phase(r) != HookPhase::Successful) {
-                let facts = crate::deadline::Facts {
+                let facts = crate::gate::deadline::Facts {
                     phase: gate::run_phase(latest),
                     run_started: gate::run_started(latest, now).0,
                     run_finished: gate::run_finished(latest),
@@ -245,31 +245,32 @@ pub fn evaluate(
                     now,
                 };
                 canary.current_step_hook_run = latest.metadata.name.clone();
-                by_policy = crate::deadline::decide(policy, &facts);
+                by_policy = crate::gate::deadline::decide(policy, &facts);
                 if has(PauseReason::PausedByStepBasedHook).is_some()
                     && matches!(
                         by_policy,
-                        crate::deadline::Decision::RetryAt { .. } | crate::deadline::Decision::RetryNow { .. }
+                        crate::gate::deadline::Decision::RetryAt { .. }
+                            | crate::gate::deadline::Decision::RetryNow { .. }
                     )
                 {
                     // Paused for the failure already (a person's resume decides now).
-                    by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
+                    by_policy = crate::gate::deadline::Decision::AsAlways { recheck_at: None };
                 }
             }
             let found = runs.last().copied().or(found);
             let name = found.and_then(|r| r.metadata.name.clone()).unwrap_or(name);
-            let released = matches!(by_policy, crate::deadline::Decision::Release { .. });
+            let released = matches!(by_policy, crate::gate::deadline::Decision::Release { .. });
             let retrying = matches!(
                 by_policy,
-                crate::deadline::Decision::RetryAt { .. } | crate::deadline::Decision::RetryNow { .. }
+                crate::gate::deadline::Decision::RetryAt { .. } | crate::gate::deadline::Decision::RetryNow { .. }
             );
             match by_policy {
-                crate::deadline::Decision::AsAlways { recheck_at } => {
+                crate::gate::deadline::Decision::AsAlways { recheck_at } => {
                     if let Some(at) = recheck_at {
                         out.requeue_at = Some(out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
                     }
                 }
-                crate::deadline::Decision::Release { reason, message } => {
+                crate::gate::deadline::Decision::Release { reason, message } => {
                     let run = found.map(gate::run_phase).unwrap_or(HookPhase::Pending);
                     let message = format!("HookRun {name}: {message}");
                     out.events.push(PlannedEvent::warning(
@@ -285,10 +286,10 @@ pub fn evaluate(
                         message,
                     });
                 }
-                crate::deadline::Decision::RetryAt { at, .. } => {
+                crate::gate::deadline::Decision::RetryAt { at, .. } => {
                     out.requeue_at = Some(out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
                 }
-                crate::deadline::Decision::RetryNow { retry } => {
+                crate::gate::deadline::Decision::RetryNow { retry } => {
                     if let Some(next) = free.clone() {
                         match build_step_run(gd, gate, update_revision, index, hook, &next, &hash) {
                             Ok(run) => {
@@ -456,14 +457,14 @@ fn scan_step_runs<'a>(
     let change = step_change(steps_hash);
     let mut ours = Vec::new();
     let mut free = None;
-    for n in 0..=crate::attempt::MAX_NAME_SUFFIX {
-        let name = crate::attempt::nth_name(base, n);
+    for n in 0..=crate::gate::attempt::MAX_NAME_SUFFIX {
+        let name = crate::gate::attempt::nth_name(base, n);
         match gate.hook_runs.iter().map(AsRef::as_ref).find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
             None => {
                 free.get_or_insert(name);
             }
             Some(run)
-                if crate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
+                if crate::gate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
                     && change_of(run) == Some(change.as_str()) =>
             {
                 ours.push((n, run));
@@ -481,7 +482,7 @@ fn step_run<'a>(
 ) -> (String, Option<&'a common::api::HookRun>) {
     let (ours, free) = scan;
     match ours.first() {
-        Some(&(n, run)) => (crate::attempt::nth_name(base, n), Some(run)),
+        Some(&(n, run)) => (crate::gate::attempt::nth_name(base, n), Some(run)),
         None => (free.clone().unwrap_or_else(|| base.to_string()), None),
     }
 }
@@ -527,7 +528,7 @@ fn build_step_run(
 }
 
 fn resume(gd: &GameDeployment) -> String {
-    if crate::control::gitops_clean(gd) {
+    if crate::gate::gitops_control::gitops_clean(gd) {
         return format!(
             "`kubectl gd resume {}` (it sets the annotation {}: <update revision>/<step index>)",
             gd.metadata.name.as_deref().unwrap_or_default(),

@@ -18,7 +18,7 @@ use super::settings::{PodInfo, Settings};
 use super::status;
 use super::update::inplace;
 use crate::action::{Action, PatchReason, PlannedEvent, PodChange, PodWrite};
-use crate::attempt::{self, Attempt, Change, Choice};
+use crate::gate::attempt::{self, Attempt, Change, Choice};
 use crate::gate::{self, GateDecision};
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
@@ -98,7 +98,7 @@ pub(crate) fn owned_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = &'
 fn retry_requested(settings: &Settings<'_>, kind: HookKind) -> bool {
     // GitOps-clean: `retry` is never reset by the operator, so it is not read either (a `true` left in Git would
     // retry every failure forever); delete the failed HookRun instead.
-    if crate::control::gitops_clean(settings.gd) {
+    if crate::gate::gitops_control::gitops_clean(settings.gd) {
         return false;
     }
     let spec = &settings.gd.spec;
@@ -327,7 +327,7 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
         Some(to_normal("post-inplace hook released without success"))
     };
     if latest.is_none_or(|r| gate::run_phase(r) != HookPhase::Successful)
-        && crate::control::skip_requested(info.pod, &attempt.change.annotation())
+        && crate::gate::gitops_control::skip_requested(info.pod, &attempt.change.annotation())
     {
         let message = format!("released by the pod annotation {}: the hook was skipped, not passed", keys::SKIP_HOOK);
         return release(common::api::HookReleaseReason::Skipped, message, latest);
@@ -336,7 +336,7 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
     if let Some(run) = latest.filter(|r| gate::run_phase(r) != HookPhase::Successful) {
         let phase = gate::run_phase(run);
         let name = run.metadata.name.clone().unwrap_or_default();
-        let facts = crate::deadline::Facts {
+        let facts = crate::gate::deadline::Facts {
             phase,
             run_started: gate::run_started(run, settings.now).0,
             run_finished: gate::run_finished(run),
@@ -347,11 +347,11 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
         let policy = gate::policy_for(settings.gd, HookKind::PostInplace);
         let limit = policy.and_then(|p| p.auto_retry.as_ref()).map_or(0, |r| r.limit);
         let manual = failed(phase) && retry_requested(settings, HookKind::PostInplace);
-        match if manual { None } else { Some(crate::deadline::decide(policy, &facts)) } {
-            Some(crate::deadline::Decision::Release { reason, message }) => {
+        match if manual { None } else { Some(crate::gate::deadline::decide(policy, &facts)) } {
+            Some(crate::gate::deadline::Decision::Release { reason, message }) => {
                 return release(reason, format!("HookRun {name}: {message}"), Some(run));
             }
-            Some(crate::deadline::Decision::RetryNow { retry }) => {
+            Some(crate::gate::deadline::Decision::RetryNow { retry }) => {
                 if let Some(next) = free.clone()
                     && let Ok(mut new) = build_post_run(settings, step, info, next.clone())
                 {
@@ -365,14 +365,16 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
                     ));
                 }
             }
-            Some(crate::deadline::Decision::RetryAt { retry, at }) => {
+            Some(crate::gate::deadline::Decision::RetryAt { retry, at }) => {
                 draft.requeue_at(settings.now, at);
                 retry_wait = Some((
                     name.clone(),
                     format!("HookRun {name} ended {phase}; automatic retry {retry} of {limit} at {at}"),
                 ));
             }
-            Some(crate::deadline::Decision::AsAlways { recheck_at: Some(at) }) => draft.requeue_at(settings.now, at),
+            Some(crate::gate::deadline::Decision::AsAlways { recheck_at: Some(at) }) => {
+                draft.requeue_at(settings.now, at)
+            }
             _ => {}
         }
     }

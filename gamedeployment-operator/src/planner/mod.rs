@@ -70,8 +70,19 @@ pub struct Plan {
     pub canary_held: i32,
 }
 
+/// Drops every action that would write the GameDeployment outside its status (`retry` reset, `paused`,
+/// `podsToDelete` pruning) when it opted in to [`crate::gate::gitops_control`] — the last guard of the promise,
+/// whatever a planner step asked for.
+fn keep_spec_untouched(gd: &common::api::GameDeployment, actions: &mut Vec<Action>) {
+    if crate::gate::gitops_control::gitops_clean(gd) {
+        actions.retain(|a| {
+            !matches!(a, Action::ResetRetry { .. } | Action::SetPaused { .. } | Action::PrunePodsToDelete { .. })
+        });
+    }
+}
+
 fn finish(mut draft: Draft, status: GameDeploymentStatus, canary_held: i32, gd: &common::api::GameDeployment) -> Plan {
-    crate::control::keep_spec_untouched(gd, &mut draft.actions);
+    keep_spec_untouched(gd, &mut draft.actions);
     let requeue_after = draft.requeue_after();
     Plan { actions: draft.actions, status, events: draft.events, held: draft.held, requeue_after, canary_held }
 }
@@ -89,7 +100,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     }
 
     // The gate looks up every held pod's runs by name.
-    let run_names = crate::attempt::RunNames::of(observed.hook_runs);
+    let run_names = crate::gate::attempt::RunNames::of(observed.hook_runs);
 
     // 1. Ownership.
     let selector = ownership::validate_selector(gd);

@@ -1,315 +1,22 @@
-//! THE gate: every pod deletion and every in-place or hot-patch update the planner wants to make is first put to
-//! [`verdict`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
-//! invariant ("no gated pod changes without a `Successful` HookRun for that pod and revision") lives here.
-//!
-//! Which hook gates what (BCS semantics, `research/bcs-gamedeployment-spec.md` §4.2/§4.3):
-//! - every deletion (scale-in, `podsToDelete`, RollingUpdate, recreate fallback): `preDeleteUpdateStrategy.hook`;
-//! - an in-place update: `preInplaceUpdateStrategy.hook`, or the pre-delete hook when that is absent;
-//! - a hot-patch update: `preInplaceUpdateStrategy.hook` only (a hot patch destroys nothing).
-//!
-//! A pod that is not Running passes without a hook. The decision is pure: it reads the observed HookRuns and
-//! HookTemplates; the HookRun to create is handed back for the planner to turn into an action.
-//!
-//! Held pods (`Wait`, `Blocked`) keep their lifecycle state (`PreparingDelete` / `PreparingUpdate`), count as
-//! unavailable for the update budget, and do not stop other pods from progressing.
+//! [`verdict`]: whether a pod change may happen now. See [`crate::gate`] for which hook gates what.
 
-use common::api::Argument;
-use common::api::{GameDeployment, HookGatePolicy, HookPhase, HookReleaseReason, HookRun, HookStep, HookTemplate};
-use common::hookrun::{self, HookKind, NewHookRun};
-use common::keys::{self, hook_args};
-use k8s_openapi::api::core::v1::Pod;
+use common::api::{HookPhase, HookReleaseReason, HookRun};
+use common::hookrun::{self, HookKind};
+use common::keys;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
-use std::sync::Arc;
 
-use crate::attempt::{self, Attempt, Change, Choice};
-use crate::deadline::{self, Decision};
-use crate::hookrun_keys::Keyring;
-use crate::lifecycle::{self, LifecycleState};
-use crate::ownership;
-
-/// Why a pod is about to be deleted. Hooks treat every cause the same (BCS gates scale-in, `podsToDelete` and
-/// the delete half of a RollingUpdate with one hook); the cause is carried for events, metrics and messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DeleteCause {
-    /// `spec.replicas` went down (or a surge pod is no longer needed).
-    ScaleIn,
-    /// The pod is named in `spec.scaleStrategy.podsToDelete`.
-    PodsToDelete,
-    /// The pod carries the label `apps.kruise.io/specified-delete: "true"` (CloneSet): deleted and replaced.
-    SpecifiedDelete,
-    /// RollingUpdate: the pod is replaced by one of the new revision.
-    RollingUpdate,
-    /// InplaceUpdate/HotPatchUpdate of a change that cannot be made in place: the pod is recreated.
-    RecreateFallback,
-}
-
-impl DeleteCause {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ScaleIn => "scale_in",
-            Self::PodsToDelete => "pods_to_delete",
-            Self::SpecifiedDelete => "specified_delete",
-            Self::RollingUpdate => "rolling_update",
-            Self::RecreateFallback => "recreate_fallback",
-        }
-    }
-}
-
-/// The pod change asking to pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GateKind {
-    Delete(DeleteCause),
-    InPlaceUpdate,
-    HotPatchUpdate,
-}
-
-/// One request: this pod, this change, towards (or away from) this revision.
-#[derive(Debug, Clone, Copy)]
-pub struct GateRequest<'a> {
-    pub kind: GateKind,
-    pub pod: &'a Pod,
-    /// The revision the pod runs (part of the BCS run name).
-    pub pod_revision: Option<&'a str>,
-    /// The revision an update moves the pod to: an in-place run is made for one target and opens no other.
-    pub target_revision: Option<&'a str>,
-}
-
-/// What the gate knows about the world besides the pod: the GameDeployment (its hook configuration), the
-/// namespace's HookRuns and HookTemplates as observed, and the clock.
-#[derive(Debug, Clone, Copy)]
-pub struct GateState<'a> {
-    pub gd: &'a GameDeployment,
-    pub hook_runs: &'a [Arc<HookRun>],
-    pub templates: &'a [HookTemplate],
-    pub now: Timestamp,
-    /// `hook_runs` by name, when the pass built the index (a state whose `hook_runs` were replaced scans them).
-    pub names: Option<&'a attempt::RunNames<'a>>,
-    /// The keys runs are signed with (only runs whose stamp verifies open a gate).
-    pub keys: &'a Keyring,
-}
-
-/// The hook side of a decision: which run decides the pod, what to create, what the status shows.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HookGate {
-    pub kind: HookKind,
-    pub run_name: String,
-    /// No run exists yet: create this one.
-    pub create: Option<Box<HookRun>>,
-    /// The run's phase (`Pending` while it is being created).
-    pub phase: HookPhase,
-    /// When the run started (its creation), for `status.*HookCondition[].startTime`.
-    pub started: Time,
-    /// A configuration problem (missing template, unresolved arg) that only a person can fix.
-    pub problem: Option<String>,
-    /// Runs found under this attempt's names that were not made for it (name, why): skipped, never trusted. When a
-    /// run of the attempt exists (`create` is None), only the forged ones: stamped for this attempt without a valid
-    /// signature.
-    pub foreign: Vec<(String, String)>,
-    /// The run that decided was terminated by a person (`spec.terminate: true`) rather than measured to success.
-    pub terminated: bool,
-    /// The gate let the pod go *without* a successful hook (`hookPolicy` deadline or fallback, a skip annotation):
-    /// why, and the message for the condition and the Event.
-    pub released: Option<(HookReleaseReason, String)>,
-    /// Ask again at this time even if nothing changes (a deadline or a retry back-off ends).
-    pub recheck_at: Option<Timestamp>,
-}
-
-/// A decision with its hook details (None when no hook is involved).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
-    pub decision: GateDecision,
-    pub hook: Option<HookGate>,
-}
-
-impl Verdict {
-    fn allow() -> Self {
-        Self { decision: GateDecision::Allow, hook: None }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GateDecision {
-    /// Go ahead now.
-    Allow,
-    /// Not yet (a hook is running); ask again on a later pass.
-    Wait(String),
-    /// Stopped until someone acts (a hook failed, its template is missing); the reason says what to do.
-    Blocked(String),
-}
-
-impl GateDecision {
-    pub fn is_allow(&self) -> bool {
-        matches!(self, Self::Allow)
-    }
-
-    /// Why the pod is held, if it is.
-    pub fn reason(&self) -> Option<&str> {
-        match self {
-            Self::Allow => None,
-            Self::Wait(reason) | Self::Blocked(reason) => Some(reason),
-        }
-    }
-}
-
-/// The hook configured for a change, and the run kind it creates (in-place falls back to the pre-delete hook).
-pub fn hook_for(gd: &GameDeployment, kind: GateKind) -> Option<(HookKind, &HookStep, bool)> {
-    let pre_delete = gd.spec.pre_delete_update_strategy.as_ref().and_then(|s| Some((s.hook.as_ref()?, s.retry)));
-    let pre_inplace = gd.spec.pre_inplace_update_strategy.as_ref().and_then(|s| Some((s.hook.as_ref()?, s.retry)));
-    match kind {
-        // A recreate is an update the user asked to drain for: without a pre-delete hook, the in-place hook gates it.
-        GateKind::Delete(DeleteCause::RecreateFallback) => pre_delete
-            .map(|(h, r)| (HookKind::PreDelete, h, r))
-            .or_else(|| pre_inplace.map(|(h, r)| (HookKind::PreInplace, h, r))),
-        GateKind::Delete(_) => pre_delete.map(|(h, r)| (HookKind::PreDelete, h, r)),
-        GateKind::InPlaceUpdate => pre_inplace
-            .map(|(h, r)| (HookKind::PreInplace, h, r))
-            .or_else(|| pre_delete.map(|(h, r)| (HookKind::PreDelete, h, r))),
-        GateKind::HotPatchUpdate => pre_inplace.map(|(h, r)| (HookKind::PreInplace, h, r)),
-    }
-}
-
-/// The `hookPolicy` (deadlines, fallbacks, automatic retries) of a hook kind's gate.
-pub fn policy_for(gd: &GameDeployment, kind: HookKind) -> Option<&HookGatePolicy> {
-    let spec = &gd.spec;
-    match kind {
-        HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref()?.hook_policy.as_ref(),
-        HookKind::PreInplace => spec.pre_inplace_update_strategy.as_ref()?.hook_policy.as_ref(),
-        HookKind::PostInplace => spec.post_inplace_update_strategy.as_ref()?.hook_policy.as_ref(),
-        HookKind::CanaryStep => None,
-    }
-}
-
-/// When a run completed: its last measurement's end (None while it runs, or without measurements).
-pub fn run_finished(run: &HookRun) -> Option<Timestamp> {
-    let status = run.status.as_ref()?;
-    status
-        .metric_results
-        .iter()
-        .flat_map(|m| m.measurements.iter())
-        .filter_map(|m| m.finished_at.as_ref())
-        .map(|t| t.0)
-        .max()
-}
-
-/// When the pod entered its current lifecycle state (its lifecycle timestamp), where the gate's hold starts.
-pub fn hold_started(pod: &Pod) -> Option<Timestamp> {
-    common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP)?.parse().ok()
-}
-
-/// The runs of an attempt found under `base` or `base.N`.
-pub struct AttemptRuns<'a> {
-    /// Ours, oldest first: an automatic retry adds one. Only these count (as the decision and as retries used).
-    pub history: Vec<&'a HookRun>,
-    /// The first name no run holds (for the next retry).
-    pub free: Option<String>,
-    /// Runs stamped for this attempt whose signature does not verify (name, why): ignored, reported.
-    pub forged: Vec<(String, String)>,
-}
-
-/// Every run of an attempt (see [`AttemptRuns`]).
-pub fn attempt_runs<'a>(state: &GateState<'a>, base: &str, attempt: &Attempt<'_>) -> AttemptRuns<'a> {
-    let mut ours = Vec::new();
-    let mut free = None;
-    let mut forged = Vec::new();
-    for (n, run) in attempt::named_in(state.hook_runs, state.names, base).into_iter().enumerate() {
-        match run {
-            None => {
-                free.get_or_insert(attempt::nth_name(base, n));
-            }
-            Some(run) => match attempt::judge(run, attempt, state.keys) {
-                attempt::Judgement::Ours => ours.push((n, run)),
-                attempt::Judgement::Forged(why) => forged.push((attempt::nth_name(base, n), why)),
-                attempt::Judgement::Foreign(_) => {}
-            },
-        }
-    }
-    ours.sort_by_key(|(n, run)| (run.metadata.creation_timestamp.as_ref().map(|t| t.0), *n));
-    AttemptRuns { history: ours.into_iter().map(|(_, run)| run).collect(), free, forged }
-}
-
-/// The pod's instance id (label, else the name's last segment as BCS derives it).
-pub fn instance_id(pod: &Pod) -> &str {
-    common::pod::label(pod, keys::INSTANCE_ID)
-        .unwrap_or_else(|| pod.metadata.name.as_deref().and_then(|n| n.rsplit('-').next()).unwrap_or(""))
-}
-
-/// Args injected into a pod's run: the hook's args, then the pod's identity (later wins, as in BCS).
-pub fn pod_args(step: &HookStep, pod: &Pod, modified: &[String]) -> Vec<Argument> {
-    let mut args = hookrun::step_args(step);
-    args.push(Argument::new(hook_args::POD_NAME, pod.metadata.name.clone().unwrap_or_default()));
-    args.push(Argument::new(hook_args::POD_NAMESPACE, pod.metadata.namespace.clone().unwrap_or_default()));
-    args.push(Argument::new(hook_args::POD_IP, common::pod::pod_ip(pod)));
-    args.push(Argument::new(hook_args::HOST_IP, common::pod::host_ip(pod)));
-    for (i, c) in pod.spec.iter().flat_map(|s| s.containers.iter()).enumerate() {
-        args.push(Argument::new(format!("{}[{i}]", hook_args::POD_CONTAINER), c.name.clone()));
-    }
-    for (i, name) in modified.iter().enumerate() {
-        args.push(Argument::new(format!("{}[{i}]", hook_args::MODIFIED_CONTAINER), name.clone()));
-    }
-    args
-}
-
-/// Builds the run a pod needs from its template, or says why it cannot be built.
-pub fn build_pod_run(
-    state: &GateState<'_>,
-    kind: HookKind,
-    step: &HookStep,
-    pod: &Pod,
-    revision: &str,
-    modified: &[String],
-    name: String,
-) -> Result<HookRun, String> {
-    let namespace = state.gd.metadata.namespace.clone().unwrap_or_default();
-    let template = state
-        .templates
-        .iter()
-        .find(|t| t.metadata.name.as_deref() == Some(step.template_name.as_str()))
-        .ok_or_else(|| format!("HookTemplate {:?} not found in namespace {namespace}", step.template_name))?;
-    let id = instance_id(pod);
-    let gd_name = state.gd.metadata.name.as_deref().unwrap_or("");
-    let new = NewHookRun {
-        name,
-        namespace,
-        labels: hookrun::pod_hook_labels(kind, revision, id, gd_name),
-        owner: Some(ownership::owner_reference(state.gd)),
-        args: pod_args(step, pod, modified),
-    };
-    hookrun::from_template(template, new).map_err(|e| e.to_string())
-}
-
-/// The Preparing state a change holds its pod in.
-pub fn preparing_state(kind: GateKind) -> LifecycleState {
-    match kind {
-        GateKind::Delete(_) => LifecycleState::PreparingDelete,
-        GateKind::InPlaceUpdate | GateKind::HotPatchUpdate => LifecycleState::PreparingUpdate,
-    }
-}
-
-pub fn run_phase(run: &HookRun) -> HookPhase {
-    run.status.as_ref().and_then(|s| s.phase).unwrap_or(HookPhase::Pending)
-}
-
-pub fn run_started(run: &HookRun, now: Timestamp) -> Time {
-    run.metadata.creation_timestamp.clone().unwrap_or(Time(now))
-}
-
-/// The strategy field a person sets to retry failed runs of this kind.
-pub fn retry_field(kind: HookKind) -> &'static str {
-    match kind {
-        HookKind::PreDelete => "preDeleteUpdateStrategy",
-        HookKind::PreInplace => "preInplaceUpdateStrategy",
-        HookKind::PostInplace => "postInplaceUpdateStrategy",
-        HookKind::CanaryStep => "updateStrategy.canary",
-    }
-}
+use super::attempt::{self, Attempt, Change, Choice};
+use super::deadline::{self, Decision};
+use super::pod_runs::*;
+use super::{GateDecision, GateKind, GateRequest, GateState, HookGate, Verdict};
+use crate::lifecycle;
 
 /// Decides whether a pod change may happen now, with the hook details. `modified` names the containers an
 /// in-place update changes.
 pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[String]) -> Verdict {
     let Some((kind, step, retry)) = hook_for(state.gd, request.kind) else { return Verdict::allow() };
     // GitOps-clean: `retry` is not read (the operator never resets it); a failed run is deleted to retry it.
-    let clean = crate::control::gitops_clean(state.gd);
+    let clean = crate::gate::gitops_control::gitops_clean(state.gd);
     let retry = retry && !clean;
     // A pod that does not run serves nobody: nothing to drain (BCS).
     if !common::pod::is_running(request.pod) {
@@ -344,7 +51,7 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
             Change::InPlace(request.target_revision.unwrap_or_default().to_string())
         }
     };
-    let skip = crate::control::skip_requested(request.pod, &change.annotation());
+    let skip = crate::gate::gitops_control::skip_requested(request.pod, &change.annotation());
     let gd_uid = state.gd.metadata.uid.as_deref().unwrap_or("");
     let attempt = Attempt::of(gd_uid, request.pod, change);
     let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
@@ -507,6 +214,12 @@ pub fn verdict(request: &GateRequest<'_>, state: &GateState<'_>, modified: &[Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gate::DeleteCause;
+    use crate::lifecycle::LifecycleState;
+    use common::api::GameDeployment;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::jiff::Timestamp;
+    use std::sync::Arc;
 
     #[test]
     fn without_hooks_everything_passes() {
