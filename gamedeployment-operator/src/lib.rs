@@ -9,7 +9,6 @@
 
 pub(crate) mod action;
 pub mod controller;
-pub(crate) mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod gate;

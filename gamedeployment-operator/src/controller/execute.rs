@@ -679,7 +679,7 @@ impl Executor<'_> {
     /// run is skipped with the next `.N` name and reported, as when the cache showed every run).
     async fn reveal_hook_run(&self, run: &HookRun) {
         match self.hook_runs().get_opt(&run.name_any()).await {
-            Ok(Some(existing)) => self.ctx.hook_overlay.created(existing),
+            Ok(Some(existing)) => self.ctx.hookrun_expectations.created(existing),
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(hookrun = %run.name_any(), error = %e, "reading a run that holds our name failed")
@@ -693,7 +693,7 @@ impl Executor<'_> {
         match result {
             Ok(created) => {
                 let uid = created.metadata.uid.clone();
-                self.ctx.hook_overlay.created(created);
+                self.ctx.hookrun_expectations.created(created);
                 outcome.succeeded.insert(Phase::Housekeeping);
                 outcome.events.push(run_event(
                     PlannedEvent::normal(
@@ -759,7 +759,7 @@ impl Executor<'_> {
                 match self.hook_runs().delete_collection(&DeleteParams::background(), &params).await {
                     Ok(_) => {
                         for (name, uid, why, _) in chunk {
-                            self.ctx.hook_overlay.deleted(uid);
+                            self.ctx.hookrun_expectations.deleted(uid);
                             outcome.events.push(
                                 PlannedEvent::normal(
                                     "SuccessfulDeleteHookRun",
@@ -825,7 +825,7 @@ impl Executor<'_> {
         };
         match self.hook_runs().delete(name, &params).await {
             Ok(_) => {
-                self.ctx.hook_overlay.deleted(uid);
+                self.ctx.hookrun_expectations.deleted(uid);
                 outcome.events.push(
                     PlannedEvent::normal("SuccessfulDeleteHookRun", format!("deleted HookRun {name}: {why}"))
                         .about(Related::hook_run(name, Some(uid))),
@@ -833,7 +833,7 @@ impl Executor<'_> {
                 true
             }
             Err(e) if matches!(code(&e), Some(404 | 409)) => {
-                self.ctx.hook_overlay.deleted(uid);
+                self.ctx.hookrun_expectations.deleted(uid);
                 true
             }
             Err(e) => {
