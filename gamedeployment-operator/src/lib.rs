@@ -20,5 +20,4 @@ pub(crate) mod patch;
 pub(crate) mod planner;
 pub(crate) mod priority;
 pub(crate) mod revision;
-pub(crate) mod volumes;
 pub mod webhook;

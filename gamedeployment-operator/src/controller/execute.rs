@@ -652,7 +652,7 @@ impl Executor<'_> {
                     preconditions: Some(Preconditions { uid: Some(claim.uid.clone()), resource_version: None }),
                     ..DeleteParams::default()
                 };
-                let message = format!("claim {} {}", claim.name, crate::volumes::describe(*pod));
+                let message = format!("claim {} {}", claim.name, crate::planner::scale::volumes::describe(*pod));
                 match api.delete(&claim.name, &params).await {
                     Ok(_) => {
                         outcome.events.push(PlannedEvent::normal("SuccessfulDeletePVC", format!("deleted {message}")))

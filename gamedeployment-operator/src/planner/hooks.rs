@@ -13,7 +13,7 @@ use common::hookrun::HookKind;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};
 use super::status;
 use super::update::inplace;

@@ -9,7 +9,7 @@ use common::keys;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};
 use crate::action::{Action, PatchReason, PodChange, PodWrite};
 use crate::lifecycle::{self, Handler, LifecycleState};

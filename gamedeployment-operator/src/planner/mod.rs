@@ -18,13 +18,13 @@
 //! 9. status ([`status`], [`hooks::status`]) — counts, revisions, conditions, hook conditions, canary fields.
 //!
 //! Every deletion and every in-place / hot-patch update is first put to the gate ([`crate::gate::verdict`], from
-//! [`draft::Draft::pass_gate_with`]). No pod is acted on twice in one pass.
+//! [`plan_draft::Draft::pass_gate_with`]). No pod is acted on twice in one pass.
 
 pub(crate) mod canary;
 pub(crate) mod diffs;
-mod draft;
 pub(crate) mod hooks;
 mod housekeeping;
+mod plan_draft;
 mod refresh;
 pub(crate) mod scale;
 pub(crate) mod settings;
@@ -38,9 +38,9 @@ mod lifecycle_tests;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
-mod tests;
+pub(crate) mod sim_cluster;
 #[cfg(test)]
-pub(crate) mod world;
+mod tests;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +50,7 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
 use crate::action::{Action, HeldPod, PlannedEvent, PodRef};
 use crate::{ownership, revision};
-use draft::Draft;
+use plan_draft::Draft;
 pub use settings::Observed;
 use status::Failure;
 
@@ -178,8 +178,8 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         }
         // Claims follow the pods created and deleted above (`spec.volumeClaimTemplates`).
         let claims =
-            crate::volumes::Claims { gd, claims: &observed.claims, namespace_pods: &observed.pods, owned: &owned };
-        crate::volumes::plan(&claims, &mut draft.actions);
+            scale::volumes::Claims { gd, claims: &observed.claims, namespace_pods: &observed.pods, owned: &owned };
+        scale::volumes::plan(&claims, &mut draft.actions);
         // 7. Refresh.
         refresh::plan(&settings, &infos, &mut draft);
         // 8. Housekeeping.

@@ -4,8 +4,8 @@
 //! `InPlaceUpdateReady=True`. Runs even while paused and in passes that scaled. Also schedules the next look at
 //! the pods for time-based work (grace periods, hot patches settling, `minReadySeconds`).
 
-use super::draft::Draft;
 use super::hooks;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};
 use super::update::inplace::{self, Progress};
 use crate::action::{Action, PatchReason, PodChange, PodWrite};

@@ -20,7 +20,7 @@ mod rolling;
 use common::api::GameDeploymentUpdateStrategyType as Strategy;
 
 use super::diffs::Diffs;
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings, count, count_where};
 use crate::action::{Action, PlannedEvent};
 use crate::gate::{DeleteCause, GateKind};
