@@ -12,7 +12,6 @@
 //!
 //! Paused GameDeployments and `OnDelete` start no update (in-place updates already started still finish).
 
-pub(crate) mod hotpatch;
 pub(crate) mod inplace;
 pub(crate) mod ondelete;
 mod rolling;
@@ -178,7 +177,7 @@ fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Cha
     let modified: Vec<String> = change.images.keys().cloned().collect();
     if draft.pass_gate_with(settings, info, kind, &modified) {
         let change = if hot_patch {
-            hotpatch::update(&step)
+            inplace::hot_patch::update(&step)
         } else {
             inplace::start_to(&step, settings.grace_seconds, ending(settings))
         };
