@@ -12,8 +12,8 @@
 //!   `inplace/<revision>`, `postinplace/<revision>`) — honoured with or without the opt-in, recorded as a release.
 //!
 //! Metadata annotations do not change `metadata.generation`; each request names what it is for (a revision and
-//! step, a change), so one left in place never acts on a later rollout. Everything here is pure and only reads; [`crate::planner`]
-//! drops the spec writes of an opted-in GameDeployment (`keep_spec_untouched`).
+//! step, a change), so one left in place never acts on a later rollout. Everything here is pure and only reads;
+//! the planner drops the spec writes of an opted-in GameDeployment (`planner::keep_spec_untouched`).
 
 use common::api::GameDeployment;
 use common::keys;

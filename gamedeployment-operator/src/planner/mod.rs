@@ -9,10 +9,13 @@
 //!    rollback); then the pass's [`settings`] and [`PodInfo`](settings::PodInfo)s are resolved;
 //! 3. canary ([`canary`]) — the current step decides the partition of this pass (and may pause);
 //! 4. diffs ([`diffs`]) — how many pods to create, delete and update, the surge and the unavailable budget;
-//! 5. scale ([`scale`]) — `podsToDelete`, then create or delete pods towards `replicas` (+ surge);
-//! 6. update ([`update`]) — only if scaling did nothing this pass: move pods to the update revision;
-//! 7. refresh ([`refresh`]) — advance in-place updates (grace periods, completion, post-inplace hooks) and the
-//!    readiness gate of new pods;
+//! 5. scale ([`scale`]) — `podsToDelete`, then create or delete pods towards `replicas` (+ surge)
+//!    ([`scale::race_to_empty`] for `RaceToEmpty`);
+//! 6. update ([`update`]) — only if scaling did nothing this pass: move pods to the update revision (the in-place
+//!    lifecycle lives in [`update::inplace`]); then the claims of the pods created and deleted above
+//!    ([`scale::volumes`]);
+//! 7. refresh ([`refresh`]) — advance in-place updates ([`update::inplace::advance`]: grace periods, completion,
+//!    post-inplace hooks) and the readiness gate of new pods;
 //! 8. housekeeping ([`housekeeping`], [`hooks`]) — release pods held for work no longer wanted, prune
 //!    `podsToDelete`, remove HookRuns nobody waits for (and retried ones), truncate the revision history;
 //! 9. status ([`status`], [`hooks::status`]) — counts, revisions, conditions, hook conditions, canary fields.
