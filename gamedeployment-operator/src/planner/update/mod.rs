@@ -165,7 +165,7 @@ fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Cha
         Err(_) if settings.in_place_only => return,
         Err(reason) => return fallback(settings, info, &reason, draft),
     };
-    crate::lifecycle::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
+    inplace::lifecycle_patches::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
     let step = inplace::Step {
         pod: info.pod,
         from_revision: from,

@@ -59,7 +59,7 @@ fn finish_grace(settings: &Settings<'_>, info: &PodInfo<'_>, annotation: &str) -
     let old = settings.templates.get(from)?;
     let new = settings.templates.get(&settings.update_revision)?;
     let mut change = step::diff(old, new).ok()?;
-    lifecycle::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
+    lifecycle_patches::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
     let step = step::Step {
         pod: info.pod,
         from_revision: from,

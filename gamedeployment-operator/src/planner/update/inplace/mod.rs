@@ -8,7 +8,8 @@
 //! 2. [`hot_patch`]: the single write of a `HotPatchUpdate` (images swapped, the pod stays in service);
 //! 3. [`advance`]: each pass's turn of a pod in the middle of an update (refresh's in-place half);
 //! 4. [`post_hook`]: the post-inplace hook of an `Updated` pod;
-//! 5. [`lifecycle_patches`]: the lifecycle writes around it (`KruisePodReady` True again, back to `Normal`).
+//! 5. [`lifecycle_patches`]: the lifecycle writes around it (the handler labels an in-place patch leaves alone,
+//!    `KruisePodReady` True again, back to `Normal`).
 //!
 //! The gate before step 1 is [`crate::gate`]; which pods start an update this pass is [`super`]'s choice.
 
