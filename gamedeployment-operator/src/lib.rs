@@ -12,7 +12,7 @@
 //! 1. [`controller`] (and `main.rs`) — may use everything below;
 //! 2. [`planner`] — never the controller;
 //! 3. [`action`] — what the planner asks for; uses only the gate's vocabulary;
-//! 4. [`gate`] — [`gate::verdict`], `gate::attempt`, `gate::deadline`, `gate::gitops_control`; never the planner,
+//! 4. [`gate`] — [`gate::verdict()`], `gate::attempt`, `gate::deadline`, `gate::gitops_control`; never the planner,
 //!    the controller or [`action`];
 //! 5. leaves, which use only each other and `common`: [`ownership`] which pods are ours, [`revision`]
 //!    ControllerRevisions, [`lifecycle`] the pod state label and lifecycle handlers, [`priority`] pod ordering,

@@ -614,7 +614,7 @@ impl Executor<'_> {
     }
 }
 
-/// Claims of `spec.volumeClaimTemplates` ([`crate::volumes`]).
+/// Claims of `spec.volumeClaimTemplates` ([`crate::planner::scale::volumes`]).
 impl Executor<'_> {
     fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
@@ -675,7 +675,7 @@ impl Executor<'_> {
 
     /// A run holds the name of one we created: the operator watches only runs labelled with a GameDeployment's name
     /// (`gamedeployment.tkex.tencent.com/name`), so a run without that label (left by BCS, or made by someone else
-    /// to take the name) is read here and shown to the next passes through the overlay, which judge it (a foreign
+    /// to take the name) is read here and shown to the next passes through the HookRun expectations, which judge it (a foreign
     /// run is skipped with the next `.N` name and reported, as when the cache showed every run).
     async fn reveal_hook_run(&self, run: &HookRun) {
         match self.hook_runs().get_opt(&run.name_any()).await {
@@ -996,7 +996,7 @@ async fn create_all<'r>(
     let url = HookRun::url_path(&(), Some(namespace));
     // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
     // lifetime inside the controller's task. The answer is decoded without its managedFields
-    // ([`common::runtime::lean::LeanHookRun`]): the overlay keeps the run, never that field.
+    // ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep the run, never that field.
     let requests: Vec<_> = runs
         .iter()
         .enumerate()

@@ -1,11 +1,11 @@
 //! The imperative shell: watches (GameDeployments, Pods, ControllerRevisions, Node deletion costs) feed
 //! reflector caches; each reconcile observes (the caches, corrected by [`stale_cache`]), asks the
-//! [`crate::planner`] what to do, sends it ([`execute`]), and writes the status only when it changed.
+//! [`crate::planner`] what to do, sends it ([`execute`](mod@execute)), and writes the status only when it changed.
 //!
 //! One pass (`reconcile` → `pass`), in order: [`pass_pacing`] may delay it; `observe` reads the caches once they
 //! show our writes ([`stale_cache::write_expectations`]), reports pods someone else deleted ([`deletions`]) and
 //! lays our own HookRun writes over the cached runs ([`stale_cache::hookrun_expectations`]); `plan` calls
-//! [`crate::planner::plan`]; `execute` sends the actions ([`execute`]); `report` writes the status. [`orphans`]
+//! [`crate::planner::plan`]; `execute` sends the actions ([`execute`](mod@execute)); `report` writes the status. [`orphans`]
 //! runs beside the passes: it labels orphan pods so that the watch brings them to the planner.
 //!
 //! Event-driven: a pod or revision event reconciles its owner (and, for an orphan pod, every GameDeployment whose

@@ -1,5 +1,5 @@
 //! THE gate: every pod deletion and every in-place or hot-patch update the planner wants to make is first put to
-//! [`verdict`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
+//! [`verdict()`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
 //! invariant ("no gated pod changes without a `Successful` HookRun for that pod and revision") lives here.
 //!
 //! Which hook gates what (BCS semantics, `research/bcs-gamedeployment-spec.md` §4.2/§4.3):
@@ -16,7 +16,7 @@
 //! The folder, in the order a request passes through it:
 //! - this module: the request ([`GateRequest`], [`GateState`]) and the answer ([`Verdict`], [`GateDecision`],
 //!   [`HookGate`]);
-//! - [`verdict`]: the decision, a table of contents of named steps;
+//! - [`verdict`](mod@verdict): the decision, a table of contents of named steps;
 //! - [`pod_runs`]: which hook gates a change, the runs of an attempt, the run a pod needs;
 //! - [`attempt`]: which run belongs to which attempt (names, signed stamps);
 //! - [`deadline`]: what `hookPolicy` (deadlines, fallbacks, automatic retries) says about a run that has not

@@ -1,5 +1,5 @@
 //! Which hook gates a change ([`hook_for`]) and under which `hookPolicy` ([`policy_for`]), the runs of an attempt
-//! ([`attempt_runs`]), and the run a pod needs ([`build_pod_run`]): what [`super::verdict`] and the planner's
+//! ([`attempt_runs`]), and the run a pod needs ([`build_pod_run`]): what [`super::verdict()`] and the planner's
 //! post-inplace step read about pod HookRuns.
 
 use common::api::Argument;

@@ -14,13 +14,13 @@
 //! 6. update ([`update`]) — only if scaling did nothing this pass: move pods to the update revision (the in-place
 //!    lifecycle lives in [`update::inplace`]); then the claims of the pods created and deleted above
 //!    ([`scale::volumes`]);
-//! 7. refresh ([`refresh`]) — advance in-place updates ([`update::inplace::advance`]: grace periods, completion,
+//! 7. refresh ([`refresh`]) — advance in-place updates ([`update::inplace::advance()`]: grace periods, completion,
 //!    post-inplace hooks) and the readiness gate of new pods;
 //! 8. housekeeping ([`housekeeping`], [`hooks`]) — release pods held for work no longer wanted, prune
 //!    `podsToDelete`, remove HookRuns nobody waits for (and retried ones), truncate the revision history;
 //! 9. status ([`status`], [`hooks::status`]) — counts, revisions, conditions, hook conditions, canary fields.
 //!
-//! Every deletion and every in-place / hot-patch update is first put to the gate ([`crate::gate::verdict`], from
+//! Every deletion and every in-place / hot-patch update is first put to the gate ([`crate::gate::verdict()`], from
 //! [`plan_draft::Draft::pass_gate_with`]). No pod is acted on twice in one pass.
 
 pub(crate) mod canary;

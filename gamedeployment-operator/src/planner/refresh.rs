@@ -1,5 +1,5 @@
 //! Refresh: a pod's own progress, whatever the rollout does — in-place updates advance
-//! ([`inplace::advance`]: grace period over → images patched; new containers running → back in service, or to
+//! ([`inplace::advance()`]: grace period over → images patched; new containers running → back in service, or to
 //! `Updated` for a post-inplace hook; a grace period towards a revision that is no longer the target is
 //! cancelled), and new pods get `InPlaceUpdateReady=True`. Runs even while paused and in passes that scaled. Also
 //! schedules the next look at the pods for time-based work (grace periods, hot patches settling,

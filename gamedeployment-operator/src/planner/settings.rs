@@ -38,7 +38,7 @@ pub struct Observed<'a> {
     pub hook_runs: &'a [Arc<HookRun>],
     /// The namespace's HookTemplates.
     pub hook_templates: &'a [HookTemplate],
-    /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::volumes`]).
+    /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::planner::scale::volumes`]).
     pub claims: Vec<&'a k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     /// The keys that sign and verify the attempt stamps of pod HookRuns ([`crate::hookrun_keys`]).
     pub keys: &'a crate::hookrun_keys::Keyring,

@@ -6,7 +6,7 @@
 //!    `Updating` and the images, or the grace period), its progress as the pod records it ([`progress`]), the end
 //!    of a grace period and the completion;
 //! 2. [`hot_patch`]: the single write of a `HotPatchUpdate` (images swapped, the pod stays in service);
-//! 3. [`advance`]: each pass's turn of a pod in the middle of an update (refresh's in-place half);
+//! 3. [`advance`](mod@advance): each pass's turn of a pod in the middle of an update (refresh's in-place half);
 //! 4. [`post_hook`]: the post-inplace hook of an `Updated` pod;
 //! 5. [`lifecycle_patches`]: the lifecycle writes around it (the handler labels an in-place patch leaves alone,
 //!    `KruisePodReady` True again, back to `Normal`).
