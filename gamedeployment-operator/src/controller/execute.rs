@@ -675,8 +675,8 @@ impl Executor<'_> {
 
     /// A run holds the name of one we created: the operator watches only runs labelled with a GameDeployment's name
     /// (`gamedeployment.tkex.tencent.com/name`), so a run without that label (left by BCS, or made by someone else
-    /// to take the name) is read here and shown to the next passes through the HookRun expectations, which judge it (a foreign
-    /// run is skipped with the next `.N` name and reported, as when the cache showed every run).
+    /// to take the name) is read here and shown to the next passes through the HookRun expectations, which judge it
+    /// (a foreign run is skipped with the next `.N` name and reported, as when the cache showed every run).
     async fn reveal_hook_run(&self, run: &HookRun) {
         match self.hook_runs().get_opt(&run.name_any()).await {
             Ok(Some(existing)) => self.ctx.hookrun_expectations.created(existing),
