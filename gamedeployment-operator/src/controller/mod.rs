@@ -5,8 +5,8 @@
 //! One pass (`reconcile` → `pass`), in order: [`pass_pacing`] may delay it; `observe` reads the caches once they
 //! show our writes ([`stale_cache::write_expectations`]), reports pods someone else deleted ([`deletions`]) and
 //! lays our own HookRun writes over the cached runs ([`stale_cache::hookrun_expectations`]); `plan` calls
-//! [`crate::planner::plan`]; `execute` sends the actions ([`execute`](mod@execute)); `report` writes the status. [`orphans`]
-//! runs beside the passes: it labels orphan pods so that the watch brings them to the planner.
+//! [`crate::planner::plan`]; `execute` sends the actions ([`execute`](mod@execute)); `report` writes the status.
+//! [`orphans`] runs beside the passes: it labels orphan pods so that the watch brings them to the planner.
 //!
 //! Event-driven: a pod or revision event reconciles its owner (and, for an orphan pod, every GameDeployment whose
 //! selector matches it); GameDeployment events reconcile only when something other than the status changed (our
