@@ -138,7 +138,7 @@ pub enum Action {
     },
     PatchPod(PodChange),
     /// The claims (`spec.volumeClaimTemplates`) of the pod `pod` that do not exist yet: created right before it,
-    /// and the pod is not created if one fails ([`crate::volumes`]).
+    /// and the pod is not created if one fails ([`crate::planner::scale::volumes`]).
     CreateClaims {
         pod: String,
         claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,

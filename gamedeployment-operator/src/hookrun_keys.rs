@@ -1,7 +1,7 @@
-//! The keys that sign attempt stamps ([`crate::attempt`]). A pod HookRun opens a gate only when its stamp carries an
-//! HMAC-SHA256 over the attempt (GameDeployment UID, pod UID, change, Preparing timestamp, run name, spec hash) made
-//! with a key only this operator holds: whoever may create HookRuns can copy every label and annotation of a real
-//! run and compute its spec hash, but not this signature.
+//! The keys that sign attempt stamps ([`crate::gate::attempt`]). A pod HookRun opens a gate only when its stamp
+//! carries an HMAC-SHA256 over the attempt (GameDeployment UID, pod UID, change, Preparing timestamp, run name,
+//! spec hash) made with a key only this operator holds: whoever may create HookRuns can copy every label and
+//! annotation of a real run and compute its spec hash, but not this signature.
 //!
 //! A keyring holds one or more keys: the first signs, every one verifies, so a new key is added in front of the old
 //! one (runs signed with the old key keep their gate) and the old one is removed once those runs are gone.

@@ -1,18 +1,29 @@
-//! The GameDeployment operator: a pure [`planner`] decides, a thin [`controller`] executes.
+//! The GameDeployment operator: a thin [`controller`] observes and executes, a pure [`planner`] decides, and every
+//! pod deletion and in-place or hot-patch update the planner wants is first put to the [`gate`].
 //!
-//! Dependencies run one way: [`controller`] → [`planner`] (which owns its steps: settings, diffs, scale, update,
-//! canary, hooks, refresh, housekeeping, status) → leaf modules that depend on nothing above them
-//! ([`ownership`] which pods are ours, [`revision`] ControllerRevisions, [`gate`] the single check before any
-//! pod deletion or update, [`lifecycle`] the pod state label, [`priority`] pod ordering, [`patch`] JSON-patch
-//! building blocks, [`action`] what the planner asks for) → `common`. [`expectations`] (stale-cache
-//! protection) and [`metrics`] serve the controller.
+//! One pass reads observe → plan → execute: [`controller`] (caches corrected by `controller::stale_cache`) →
+//! [`planner::plan`] (settings, canary, diffs, scale, update, refresh, housekeeping, status; the in-place lifecycle
+//! in `planner::update::inplace`) → [`action`]s → `controller::execute`.
+//!
+//! # Layering
+//!
+//! Dependencies run one way, and no module uses one above it:
+//!
+//! 1. [`controller`] (and `main.rs`) — may use everything below;
+//! 2. [`planner`] — never the controller;
+//! 3. [`action`] — what the planner asks for; uses only the gate's vocabulary;
+//! 4. [`gate`] — [`gate::verdict()`], `gate::attempt`, `gate::deadline`, `gate::gitops_control`; never the planner,
+//!    the controller or [`action`];
+//! 5. leaves, which use only each other and `common`: [`ownership`] which pods are ours, [`revision`]
+//!    ControllerRevisions, [`lifecycle`] the pod state label and lifecycle handlers, [`priority`] pod ordering,
+//!    [`patch`] JSON-patch building blocks, [`hookrun_keys`] the keys that sign HookRun stamps, [`metrics`],
+//!    [`webhook`] the admission webhooks (which read only [`ownership`]).
+//!
+//! `fixtures` (test builders) is compiled for tests only. Within a folder, a module's children may use their
+//! parent's items; siblings never form a circle.
 
 pub(crate) mod action;
-pub(crate) mod attempt;
-pub(crate) mod control;
 pub mod controller;
-pub(crate) mod deadline;
-pub(crate) mod expectations;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub(crate) mod gate;
@@ -24,5 +35,4 @@ pub(crate) mod patch;
 pub(crate) mod planner;
 pub(crate) mod priority;
 pub(crate) mod revision;
-pub(crate) mod volumes;
 pub mod webhook;

@@ -147,24 +147,6 @@ pub fn holds_return(gd: &GameDeployment, which: Handler, pod: &Pod) -> bool {
     handler(gd, which).is_some_and(|hook| !all_hooked(hook, pod))
 }
 
-/// Leaves the labels of the lifecycle handlers to the outside controller: an in-place update does not put back a
-/// handler label the template sets but that did not change between the revisions (the controller removed it to
-/// release the pod, and adds it again to return the pod to `Normal`).
-pub fn leave_handler_labels(
-    gd: &GameDeployment,
-    from: &mut std::collections::BTreeMap<String, String>,
-    to: &mut std::collections::BTreeMap<String, String>,
-) {
-    let Some(lifecycle) = gd.spec.lifecycle.as_ref() else { return };
-    let hooks = [&lifecycle.pre_delete, &lifecycle.in_place_update, &lifecycle.pre_normal];
-    for key in hooks.into_iter().flatten().flat_map(|h| h.labels_handler.keys()) {
-        if from.get(key) == to.get(key) {
-            from.remove(key);
-            to.remove(key);
-        }
-    }
-}
-
 /// Whether the handler of a kind asks for `KruisePodReady` False while a pod is held.
 pub fn marks_not_ready(gd: &GameDeployment, which: Handler) -> bool {
     handler(gd, which).is_some_and(|h| h.mark_pod_not_ready)

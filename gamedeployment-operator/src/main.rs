@@ -1,8 +1,8 @@
 //! `gamedeployment-operator`: parse flags, build the client, serve `/metrics` `/healthz` `/readyz`, and run the
 //! controller (while holding the Lease when `--leader-elect` is on).
 
-/// mimalloc: every pass clones and drops many small values (pods, HookRuns, patches); glibc's malloc was a fifth
-/// of the operator's CPU in a 2,000-pod roll through hooks (`scripts/bench --pods 2000`, perf).
+/// mimalloc: every pass clones and drops many small values (pods, HookRuns, patches), and glibc's malloc showed
+/// up high in the operator's CPU profile of a large roll through hooks (`scripts/bench`, perf).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

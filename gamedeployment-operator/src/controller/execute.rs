@@ -614,7 +614,7 @@ impl Executor<'_> {
     }
 }
 
-/// Claims of `spec.volumeClaimTemplates` ([`crate::volumes`]).
+/// Claims of `spec.volumeClaimTemplates` ([`crate::planner::scale::volumes`]).
 impl Executor<'_> {
     fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
@@ -652,7 +652,7 @@ impl Executor<'_> {
                     preconditions: Some(Preconditions { uid: Some(claim.uid.clone()), resource_version: None }),
                     ..DeleteParams::default()
                 };
-                let message = format!("claim {} {}", claim.name, crate::volumes::describe(*pod));
+                let message = format!("claim {} {}", claim.name, crate::planner::scale::volumes::describe(*pod));
                 match api.delete(&claim.name, &params).await {
                     Ok(_) => {
                         outcome.events.push(PlannedEvent::normal("SuccessfulDeletePVC", format!("deleted {message}")))
@@ -675,11 +675,11 @@ impl Executor<'_> {
 
     /// A run holds the name of one we created: the operator watches only runs labelled with a GameDeployment's name
     /// (`gamedeployment.tkex.tencent.com/name`), so a run without that label (left by BCS, or made by someone else
-    /// to take the name) is read here and shown to the next passes through the overlay, which judge it (a foreign
-    /// run is skipped with the next `.N` name and reported, as when the cache showed every run).
+    /// to take the name) is read here and shown to the next passes through the HookRun expectations, which judge it
+    /// (a foreign run is skipped with the next `.N` name and reported, as when the cache showed every run).
     async fn reveal_hook_run(&self, run: &HookRun) {
         match self.hook_runs().get_opt(&run.name_any()).await {
-            Ok(Some(existing)) => self.ctx.hook_overlay.created(existing),
+            Ok(Some(existing)) => self.ctx.hookrun_expectations.created(existing),
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(hookrun = %run.name_any(), error = %e, "reading a run that holds our name failed")
@@ -693,7 +693,7 @@ impl Executor<'_> {
         match result {
             Ok(created) => {
                 let uid = created.metadata.uid.clone();
-                self.ctx.hook_overlay.created(created);
+                self.ctx.hookrun_expectations.created(created);
                 outcome.succeeded.insert(Phase::Housekeeping);
                 outcome.events.push(run_event(
                     PlannedEvent::normal(
@@ -759,7 +759,7 @@ impl Executor<'_> {
                 match self.hook_runs().delete_collection(&DeleteParams::background(), &params).await {
                     Ok(_) => {
                         for (name, uid, why, _) in chunk {
-                            self.ctx.hook_overlay.deleted(uid);
+                            self.ctx.hookrun_expectations.deleted(uid);
                             outcome.events.push(
                                 PlannedEvent::normal(
                                     "SuccessfulDeleteHookRun",
@@ -807,7 +807,7 @@ impl Executor<'_> {
             get(common::keys::HOOKRUN_WORKLOAD_NAME)?,
             get(common::keys::HOOKRUN_POD_UID)?,
         );
-        if crate::attempt::controller_uid(run) != self.gd.metadata.uid.as_deref()
+        if crate::gate::attempt::controller_uid(run) != self.gd.metadata.uid.as_deref()
             || workload != common::hookrun::workload_label_value(&self.gd.name_any())
         {
             return None;
@@ -825,7 +825,7 @@ impl Executor<'_> {
         };
         match self.hook_runs().delete(name, &params).await {
             Ok(_) => {
-                self.ctx.hook_overlay.deleted(uid);
+                self.ctx.hookrun_expectations.deleted(uid);
                 outcome.events.push(
                     PlannedEvent::normal("SuccessfulDeleteHookRun", format!("deleted HookRun {name}: {why}"))
                         .about(Related::hook_run(name, Some(uid))),
@@ -833,7 +833,7 @@ impl Executor<'_> {
                 true
             }
             Err(e) if matches!(code(&e), Some(404 | 409)) => {
-                self.ctx.hook_overlay.deleted(uid);
+                self.ctx.hookrun_expectations.deleted(uid);
                 true
             }
             Err(e) => {
@@ -996,7 +996,7 @@ async fn create_all<'r>(
     let url = HookRun::url_path(&(), Some(namespace));
     // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
     // lifetime inside the controller's task. The answer is decoded without its managedFields
-    // ([`common::runtime::lean::LeanHookRun`]): the overlay keeps the run, never that field.
+    // ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep the run, never that field.
     let requests: Vec<_> = runs
         .iter()
         .enumerate()

@@ -1,6 +1,12 @@
 //! The imperative shell: watches (GameDeployments, Pods, ControllerRevisions, Node deletion costs) feed
-//! reflector caches; each reconcile checks the expectations, asks the [`crate::planner`] what to do, sends it
-//! ([`execute`]), and writes the status only when it changed.
+//! reflector caches; each reconcile observes (the caches, corrected by [`stale_cache`]), asks the
+//! [`crate::planner`] what to do, sends it ([`execute`](mod@execute)), and writes the status only when it changed.
+//!
+//! One pass (`reconcile` → `pass`), in order: [`pass_pacing`] may delay it; `observe` reads the caches once they
+//! show our writes ([`stale_cache::write_expectations`]), reports pods someone else deleted ([`deletions`]) and
+//! lays our own HookRun writes over the cached runs ([`stale_cache::hookrun_expectations`]); `plan` calls
+//! [`crate::planner::plan`]; `execute` sends the actions ([`execute`](mod@execute)); `report` writes the status.
+//! [`orphans`] runs beside the passes: it labels orphan pods so that the watch brings them to the planner.
 //!
 //! Event-driven: a pod or revision event reconciles its owner (and, for an orphan pod, every GameDeployment whose
 //! selector matches it); GameDeployment events reconcile only when something other than the status changed (our
@@ -10,8 +16,8 @@
 mod deletions;
 mod execute;
 pub mod orphans;
-mod overlay;
-mod spacing;
+mod pass_pacing;
+mod stale_cache;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -40,13 +46,14 @@ use common::runtime::lean;
 use common::runtime::watch;
 
 use crate::action::{EventType, PlannedEvent};
-use crate::expectations::{Check, Expectations};
 use crate::hookrun_keys::Keyring;
 use crate::metrics::{Metrics, RolloutClock, RolloutMark, WorkloadLabels, WorkloadView};
 use crate::ownership;
 use crate::planner::{self, Observed, Plan, status};
 use crate::priority::parse_cost;
 use crate::webhook::labeller;
+use stale_cache::hookrun_expectations::HookRunExpectations;
+use stale_cache::write_expectations::{Check, Expectations};
 
 /// Errors of one reconcile pass (the controller retries with backoff) or of the controller itself.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +98,7 @@ pub struct Config {
     /// per GameDeployment; anything else is written in the pass that computes it. Zero: every change at once.
     pub status_write_interval: Duration,
     /// The next pass of a GameDeployment starts no sooner than this many times the previous pass's planning time
-    /// after it ended ([`spacing`]); 0 (the default): back to back.
+    /// after it ended ([`pass_pacing`]); 0 (the default): back to back.
     pub pass_spacing: f64,
     /// The keys that sign pod HookRuns' attempt stamps ([`crate::hookrun_keys::load`]); None: a key of this process
     /// only, made when the controller starts.
@@ -128,7 +135,7 @@ pub struct Context {
     pub client: Client,
     /// The controller's own GameDeployment cache: a pass that waited for its spacing plans from the newest one.
     gds: Store<GameDeployment>,
-    spacing: spacing::PassSpacing,
+    spacing: pass_pacing::PassSpacing,
     pub pods: Store<Pod>,
     pub revisions: Store<ControllerRevision>,
     pub hook_runs: Store<HookRun>,
@@ -139,7 +146,7 @@ pub struct Context {
     /// for it, so a cluster where the operator may not read claims still runs every other GameDeployment.
     claims_synced: Arc<AtomicBool>,
     /// HookRuns we created or deleted that the cache does not show yet.
-    hook_overlay: overlay::HookOverlay,
+    hookrun_expectations: HookRunExpectations,
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
     pub expectations: Expectations,
     pub metrics: Metrics,
@@ -541,7 +548,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
     // Shared with the cache, not copied: a roll of thousands of pods keeps about a thousand runs alive.
     let cached_runs: Vec<Arc<HookRun>> =
         ctx.hook_runs.state().into_iter().filter(|r| in_namespace(r.namespace())).collect();
-    let hook_runs = ctx.hook_overlay.apply(&namespace, cached_runs);
+    let hook_runs = ctx.hookrun_expectations.apply(&namespace, cached_runs);
     let hook_templates: Vec<HookTemplate> =
         ctx.hook_templates.state().iter().filter(|t| in_namespace(t.namespace())).map(|t| t.as_ref().clone()).collect();
     if !gd.spec.volume_claim_templates.is_empty() && !ctx.claims_synced.load(Ordering::Acquire) {
@@ -974,14 +981,14 @@ pub async fn run(
         client,
         keys,
         gds: gd_reader.clone(),
-        spacing: spacing::PassSpacing::new(config.pass_spacing),
+        spacing: pass_pacing::PassSpacing::new(config.pass_spacing),
         pods: pod_reader.clone(),
         revisions: revision_reader.clone(),
         hook_runs: hook_run_reader.clone(),
         hook_templates: template_reader.clone(),
         claims: claim_reader.clone(),
         claims_synced: claims_synced.clone(),
-        hook_overlay: overlay::HookOverlay::new(config.expectations_timeout),
+        hookrun_expectations: HookRunExpectations::new(config.expectations_timeout),
         nodes,
         expectations: Expectations::new(config.expectations_timeout),
         metrics,

@@ -22,7 +22,8 @@
 //! false" always means a person resumed — never that our own `paused: true` was not visible yet.
 
 use common::api::{
-    CanaryStatus, CanaryStep, GameDeployment, GameDeploymentStatus, HookPhase, PauseCondition, PauseReason,
+    CanaryPause, CanaryStatus, CanaryStep, GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookStep,
+    PauseCondition, PauseReason,
 };
 use common::hookrun::{self, HookKind, NewHookRun};
 use common::intstr;
@@ -32,7 +33,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::settings::{PodInfo, Settings, count, count_where};
 use crate::action::{Action, PlannedEvent};
-use crate::gate::{self, GateState};
+use crate::gate::deadline::{self, Decision};
+use crate::gate::{self, GateState, gitops_control};
 use crate::ownership;
 use crate::revision;
 
@@ -102,7 +104,8 @@ fn partition_at(steps: &[CanaryStep], index: usize, replicas: i32) -> i32 {
         .unwrap_or(replicas)
 }
 
-/// Evaluates the steps. `update_revision` is the revision of the current template.
+/// Evaluates the steps. `update_revision` is the revision of the current template. Read top to bottom, each step
+/// a function below.
 pub fn evaluate(
     gd: &GameDeployment,
     old: &GameDeploymentStatus,
@@ -114,13 +117,54 @@ pub fn evaluate(
     let mut out = StepDecision::default();
     let steps: &[CanaryStep] = gd.spec.update_strategy.canary.as_ref().map_or(&[], |c| c.steps.as_slice());
     let hash = steps_hash(steps);
-    // Runs of other revisions, of other steps (a steps edit makes fresh runs, as BCS does) or of a canary that no
-    // longer exists are removed.
+    remove_stale_step_runs(gd, gate, steps, update_revision, &hash, &mut out);
+    if steps.is_empty() {
+        return out;
+    }
+    out.current_step_hash = Some(hash.clone());
+    let mut walk = Walk {
+        gd,
+        old,
+        update_revision,
+        steps,
+        hash,
+        counts,
+        gate,
+        now,
+        spec_paused: gd.spec.update_strategy.paused,
+        clean: gitops_control::gitops_clean(gd),
+        canary: old.canary.clone().unwrap_or_default(),
+        index: old.current_step_index.map_or(steps.len(), |i| usize::try_from(i).unwrap_or(0)).min(steps.len()),
+        conditions: old.pause_conditions.clone(),
+        out,
+    };
+    walk.restart_on_change();
+    walk.promote_if_requested();
+    if walk.index < steps.len() {
+        match walk.judge_step() {
+            Outcome::Complete => walk.complete_step(),
+            Outcome::Pause(reason) => walk.pause(reason),
+            Outcome::Wait => {}
+        }
+    }
+    walk.finish()
+}
+
+/// Runs of other revisions, of other steps (a steps edit makes fresh runs, as BCS does) or of a canary that no
+/// longer exists are removed.
+fn remove_stale_step_runs(
+    gd: &GameDeployment,
+    gate: &GateState<'_>,
+    steps: &[CanaryStep],
+    update_revision: &str,
+    hash: &str,
+    out: &mut StepDecision,
+) {
     for run in canary_runs(gd, gate) {
         let revision_label = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_WORKLOAD_REVISION));
         let why = if steps.is_empty() || revision_label.map(String::as_str) != Some(update_revision) {
             "its canary step belongs to another revision"
-        } else if change_of(run) != Some(step_change(&hash).as_str()) {
+        } else if change_of(run) != Some(step_change(hash).as_str()) {
             "it was made for other canary steps (the steps were edited)"
         } else {
             continue;
@@ -131,296 +175,393 @@ pub fn evaluate(
             why: why.into(),
         });
     }
-    if steps.is_empty() {
-        return out;
-    }
-    let len = steps.len();
-    out.current_step_hash = Some(hash.clone());
-    let stable = old.canary.as_ref().and_then(|c| c.revision.clone());
-    let mut canary = old.canary.clone().unwrap_or_default();
-    let mut index = old.current_step_index.map_or(len, |i| usize::try_from(i).unwrap_or(0)).min(len);
-    let mut conditions = old.pause_conditions.clone();
-    let spec_paused = gd.spec.update_strategy.paused;
-    // GitOps-clean opt-in: steps pause in status only and are resumed by annotations; the spec is never written.
-    let clean = crate::control::gitops_clean(gd);
+}
 
-    let template_changed = old.update_revision.as_deref().is_some_and(|r| r != update_revision);
-    let steps_changed = old.current_step_hash.as_deref().is_some_and(|h| h != hash);
-    match stable.as_deref() {
-        None => {
-            // First sight: the current template is the stable one; nothing to roll out.
-            canary.revision = Some(update_revision.to_string());
-            index = len;
-            conditions.clear();
-        }
-        Some(stable) if template_changed || steps_changed => {
-            conditions.clear();
-            canary.current_step_hook_run = None;
-            canary.pause_start_time = None;
-            canary.step_releases.clear();
-            if stable == update_revision {
-                index = len;
-                out.events.push(PlannedEvent::normal(
-                    "SetStepIndex",
-                    format!("revision {update_revision} is the stable one: all canary steps are skipped"),
-                ));
-            } else {
-                index = 0;
-                out.events.push(PlannedEvent::normal(
-                    "SetStepIndex",
-                    format!("canary of revision {update_revision} starts at step 1 of {len}"),
-                ));
-            }
-            if spec_paused && !old.pause_conditions.is_empty() && !clean {
-                // The pause was ours (a step's): lift it with the restart.
-                out.actions.push(set_paused(gd, false, "the canary restarted (new template or steps)".into()));
-            }
-        }
-        Some(_) => {}
+/// What the current step says this pass.
+enum Outcome {
+    Complete,
+    /// The step wants the rollout paused for this reason.
+    Pause(PauseReason),
+    Wait,
+}
+
+/// How the current step may have been resumed.
+#[derive(Clone, Copy)]
+struct Resume {
+    /// By its annotation (`<revision>/<index>`), or — the BCS way — by `paused: false`.
+    lifted: bool,
+    by_annotation: bool,
+}
+
+/// The canary while one pass walks its steps: what it reads, and the position it moves.
+struct Walk<'a> {
+    gd: &'a GameDeployment,
+    old: &'a GameDeploymentStatus,
+    update_revision: &'a str,
+    steps: &'a [CanaryStep],
+    hash: String,
+    counts: Counts,
+    gate: &'a GateState<'a>,
+    now: Timestamp,
+    spec_paused: bool,
+    /// GitOps-clean opt-in: steps pause in status only and are resumed by annotations; the spec is never written.
+    clean: bool,
+    canary: CanaryStatus,
+    index: usize,
+    conditions: Vec<PauseCondition>,
+    out: StepDecision,
+}
+
+impl Walk<'_> {
+    fn len(&self) -> usize {
+        self.steps.len()
     }
 
-    if index < len && crate::control::promote_requested(gd, update_revision) {
-        // Promoted by the annotation: the remaining steps are skipped.
-        out.events.push(PlannedEvent::normal(
+    fn has(&self, reason: PauseReason) -> Option<PauseCondition> {
+        self.conditions.iter().find(|c| c.reason == reason).cloned()
+    }
+
+    /// Whether the pause in the spec is a step's, to be lifted by the operator (never in GitOps-clean mode).
+    fn our_pause_in_spec(&self) -> bool {
+        self.spec_paused && !self.old.pause_conditions.is_empty() && !self.clean
+    }
+
+    /// First sight: the current template is the stable one. A template or steps change restarts at step 0, or
+    /// skips every step when it rolls back to the stable revision.
+    fn restart_on_change(&mut self) {
+        let (update_revision, len) = (self.update_revision, self.len());
+        let template_changed = self.old.update_revision.as_deref().is_some_and(|r| r != update_revision);
+        let steps_changed = self.old.current_step_hash.as_deref().is_some_and(|h| h != self.hash);
+        match self.old.canary.as_ref().and_then(|c| c.revision.clone()).as_deref() {
+            None => {
+                // First sight: the current template is the stable one; nothing to roll out.
+                self.canary.revision = Some(update_revision.to_string());
+                self.index = len;
+                self.conditions.clear();
+            }
+            Some(stable) if template_changed || steps_changed => {
+                self.conditions.clear();
+                self.canary.current_step_hook_run = None;
+                self.canary.pause_start_time = None;
+                self.canary.step_releases.clear();
+                let message = if stable == update_revision {
+                    self.index = len;
+                    format!("revision {update_revision} is the stable one: all canary steps are skipped")
+                } else {
+                    self.index = 0;
+                    format!("canary of revision {update_revision} starts at step 1 of {len}")
+                };
+                self.out.events.push(PlannedEvent::normal("SetStepIndex", message));
+                if self.our_pause_in_spec() {
+                    // The pause was ours (a step's): lift it with the restart.
+                    let lift = set_paused(self.gd, false, "the canary restarted (new template or steps)".into());
+                    self.out.actions.push(lift);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Promoted by the annotation: the remaining steps are skipped.
+    fn promote_if_requested(&mut self) {
+        let (update_revision, len) = (self.update_revision, self.len());
+        if self.index >= len || !gitops_control::promote_requested(self.gd, update_revision) {
+            return;
+        }
+        self.out.events.push(PlannedEvent::normal(
             "CanaryPromoted",
             format!(
                 "revision {update_revision} promoted by the annotation {}: canary steps {}..{len} skipped",
                 keys::PROMOTE,
-                index + 1
+                self.index + 1
             ),
         ));
-        if spec_paused && !old.pause_conditions.is_empty() && !clean {
-            out.actions.push(set_paused(gd, false, format!("revision {update_revision} was promoted")));
+        if self.our_pause_in_spec() {
+            self.out.actions.push(set_paused(self.gd, false, format!("revision {update_revision} was promoted")));
         }
-        index = len;
-        conditions.clear();
-        canary.current_step_hook_run = None;
-        canary.pause_start_time = None;
+        self.index = len;
+        self.conditions.clear();
+        self.canary.current_step_hook_run = None;
+        self.canary.pause_start_time = None;
     }
-    if index < len {
-        let step = &steps[index];
+
+    /// Whether the current step is complete, wants the rollout paused, or waits.
+    fn judge_step(&mut self) -> Outcome {
+        let steps = self.steps;
+        let step = &steps[self.index];
         // The step is resumed: by its annotation (`<revision>/<index>`), or — the BCS way — by `paused: false`.
-        let by_annotation = crate::control::resume_requested(gd, update_revision, index);
-        let lifted = by_annotation || (!clean && !spec_paused);
-        let partition = partition_at(steps, index, counts.replicas);
+        let by_annotation = gitops_control::resume_requested(self.gd, self.update_revision, self.index);
+        let resume = Resume { lifted: by_annotation || (!self.clean && !self.spec_paused), by_annotation };
+        let partition = partition_at(steps, self.index, self.counts.replicas);
+        let counts = self.counts;
         let settled = counts.updated_ready == counts.replicas - partition && counts.available == counts.ready;
-        let has = |reason: PauseReason| conditions.iter().find(|c| c.reason == reason).cloned();
-        let mut complete = false;
-        let mut wants_pause: Option<PauseReason> = None;
         if step.partition.is_some() && settled {
-            complete = true;
+            Outcome::Complete
         } else if let Some(pause) = &step.pause {
-            match has(PauseReason::PausedByCanaryPauseStep) {
-                Some(c) => {
-                    let expired = pause.duration.is_some_and(|d| {
-                        let end = c.start_time.0.checked_add(SignedDuration::from_secs(i64::from(d))).unwrap_or(now);
-                        out.requeue_at = Some(end);
-                        end <= now
-                    });
-                    if lifted || expired {
-                        complete = true;
-                    } else {
-                        wants_pause = Some(PauseReason::PausedByCanaryPauseStep);
-                    }
-                }
-                None if settled => wants_pause = Some(PauseReason::PausedByCanaryPauseStep),
-                None => {}
-            }
+            self.judge_pause(pause, resume, settled)
         } else if let Some(hook) = &step.hook {
-            let base = hookrun::canary_hook_name(update_revision, index, &hook.template_name);
-            let scan = scan_step_runs(gd, gate, &base, &hash);
-            let (name, found) = step_run(&scan, &base);
-            canary.current_step_hook_run = Some(name.clone());
-            // `hookPolicy`: deadlines, fallbacks and automatic retries decide a step run that has not succeeded.
-            let (runs, free) = step_runs(&scan);
-            let policy = steps[index].hook_policy.as_ref();
-            let mut by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
-            if let Some(latest) = runs.last().copied().filter(|r| gate::run_phase(r) != HookPhase::Successful) {
-                let facts = crate::deadline::Facts {
-                    phase: gate::run_phase(latest),
-                    run_started: gate::run_started(latest, now).0,
-                    run_finished: gate::run_finished(latest),
-                    hold_started: runs.first().map(|r| gate::run_started(r, now).0),
-                    retries_used: i32::try_from(runs.len() - 1).unwrap_or(i32::MAX),
-                    now,
-                };
-                canary.current_step_hook_run = latest.metadata.name.clone();
-                by_policy = crate::deadline::decide(policy, &facts);
-                if has(PauseReason::PausedByStepBasedHook).is_some()
-                    && matches!(
-                        by_policy,
-                        crate::deadline::Decision::RetryAt { .. } | crate::deadline::Decision::RetryNow { .. }
-                    )
-                {
-                    // Paused for the failure already (a person's resume decides now).
-                    by_policy = crate::deadline::Decision::AsAlways { recheck_at: None };
+            self.judge_hook(hook, resume)
+        } else {
+            Outcome::Wait
+        }
+    }
+
+    /// A pause step: paused once the partition settled; over when resumed or when its `duration` has passed.
+    fn judge_pause(&mut self, pause: &CanaryPause, resume: Resume, settled: bool) -> Outcome {
+        match self.has(PauseReason::PausedByCanaryPauseStep) {
+            Some(c) => {
+                let now = self.now;
+                let expired = pause.duration.is_some_and(|d| {
+                    let end = c.start_time.0.checked_add(SignedDuration::from_secs(i64::from(d))).unwrap_or(now);
+                    self.out.requeue_at = Some(end);
+                    end <= now
+                });
+                if resume.lifted || expired {
+                    Outcome::Complete
+                } else {
+                    Outcome::Pause(PauseReason::PausedByCanaryPauseStep)
                 }
             }
-            let found = runs.last().copied().or(found);
-            let name = found.and_then(|r| r.metadata.name.clone()).unwrap_or(name);
-            let released = matches!(by_policy, crate::deadline::Decision::Release { .. });
-            let retrying = matches!(
-                by_policy,
-                crate::deadline::Decision::RetryAt { .. } | crate::deadline::Decision::RetryNow { .. }
-            );
-            match by_policy {
-                crate::deadline::Decision::AsAlways { recheck_at } => {
-                    if let Some(at) = recheck_at {
-                        out.requeue_at = Some(out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
-                    }
-                }
-                crate::deadline::Decision::Release { reason, message } => {
-                    let run = found.map(gate::run_phase).unwrap_or(HookPhase::Pending);
-                    let message = format!("HookRun {name}: {message}");
-                    out.events.push(PlannedEvent::warning(
-                        "HookReleased",
-                        format!("canary step {} of {len} passed without a successful hook: {message}", index + 1),
-                    ));
-                    canary.step_releases.push(common::api::CanaryStepRelease {
-                        step: count(index),
-                        hook_run: name.clone(),
-                        phase: run,
-                        released_by: reason,
-                        released_at: Time(now),
-                        message,
-                    });
-                }
-                crate::deadline::Decision::RetryAt { at, .. } => {
-                    out.requeue_at = Some(out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
-                }
-                crate::deadline::Decision::RetryNow { retry } => {
-                    if let Some(next) = free.clone() {
-                        match build_step_run(gd, gate, update_revision, index, hook, &next, &hash) {
-                            Ok(run) => {
-                                out.actions.push(Action::CreateHookRun(Box::new(run)));
-                                out.events.push(PlannedEvent::normal(
-                                    "CanaryHookRetried",
-                                    format!("HookRun {name} of canary step {} of {len} failed: automatic retry {retry} is {next}", index + 1),
-                                ));
-                                canary.current_step_hook_run = Some(next);
-                            }
-                            Err(problem) => out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem)),
-                        }
-                    }
-                }
+            None if settled => Outcome::Pause(PauseReason::PausedByCanaryPauseStep),
+            None => Outcome::Wait,
+        }
+    }
+
+    /// A hook step: its run decides — once `hookPolicy` has had its say (release, automatic retry).
+    fn judge_hook(&mut self, hook: &HookStep, resume: Resume) -> Outcome {
+        let base = hookrun::canary_hook_name(self.update_revision, self.index, &hook.template_name);
+        let scan = scan_step_runs(self.gd, self.gate, &base, &self.hash);
+        let (name, found) = step_run(&scan, &base);
+        self.canary.current_step_hook_run = Some(name.clone());
+        let (runs, free) = step_runs(&scan);
+        let by_policy = self.step_policy(&runs);
+        let found = runs.last().copied().or(found);
+        let name = found.and_then(|r| r.metadata.name.clone()).unwrap_or(name);
+        let released = matches!(by_policy, Decision::Release { .. });
+        let retrying = matches!(by_policy, Decision::RetryAt { .. } | Decision::RetryNow { .. });
+        self.apply_step_policy(by_policy, found, &name, free, hook);
+        if released {
+            Outcome::Complete
+        } else if retrying {
+            Outcome::Wait
+        } else {
+            self.by_run_phase(found, &name, hook, resume)
+        }
+    }
+
+    /// `hookPolicy`: deadlines, fallbacks and automatic retries decide a step run that has not succeeded.
+    fn step_policy(&mut self, runs: &[&HookRun]) -> Decision {
+        let policy = self.steps[self.index].hook_policy.as_ref();
+        let Some(latest) = runs.last().copied().filter(|r| gate::run_phase(r) != HookPhase::Successful) else {
+            return Decision::AsAlways { recheck_at: None };
+        };
+        let now = self.now;
+        let facts = deadline::Facts {
+            phase: gate::run_phase(latest),
+            run_started: gate::run_started(latest, now).0,
+            run_finished: gate::run_finished(latest),
+            hold_started: runs.first().map(|r| gate::run_started(r, now).0),
+            retries_used: i32::try_from(runs.len() - 1).unwrap_or(i32::MAX),
+            now,
+        };
+        self.canary.current_step_hook_run = latest.metadata.name.clone();
+        let by_policy = deadline::decide(policy, &facts);
+        if self.has(PauseReason::PausedByStepBasedHook).is_some()
+            && matches!(by_policy, Decision::RetryAt { .. } | Decision::RetryNow { .. })
+        {
+            // Paused for the failure already (a person's resume decides now).
+            return Decision::AsAlways { recheck_at: None };
+        }
+        by_policy
+    }
+
+    /// Carries out the policy's decision: a time to look again, a release record, a retry run.
+    fn apply_step_policy(
+        &mut self,
+        by_policy: Decision,
+        found: Option<&HookRun>,
+        name: &str,
+        free: Option<String>,
+        hook: &HookStep,
+    ) {
+        let (index, len, now) = (self.index, self.len(), self.now);
+        match by_policy {
+            Decision::AsAlways { recheck_at: Some(at) } | Decision::RetryAt { at, .. } => {
+                self.out.requeue_at = Some(self.out.requeue_at.map_or(at, |r: Timestamp| r.min(at)));
             }
-            match found.map(gate::run_phase) {
-                _ if released => complete = true,
-                _ if retrying => {}
-                Some(HookPhase::Successful) => complete = true,
-                Some(phase) if phase.is_completed() => {
-                    if has(PauseReason::PausedByStepBasedHook).is_some() && lifted {
-                        complete = true;
-                        let by = if by_annotation {
-                            format!("the annotation {}", keys::RESUME_STEP)
-                        } else {
-                            "spec.updateStrategy.paused: false".to_string()
-                        };
-                        out.events.push(PlannedEvent::normal(
-                            "CanaryHookOverridden",
-                            format!("HookRun {name} ended {phase}; the rollout was resumed by {by}"),
+            Decision::AsAlways { recheck_at: None } => {}
+            Decision::Release { reason, message } => {
+                let run = found.map(gate::run_phase).unwrap_or(HookPhase::Pending);
+                let message = format!("HookRun {name}: {message}");
+                self.out.events.push(PlannedEvent::warning(
+                    "HookReleased",
+                    format!("canary step {} of {len} passed without a successful hook: {message}", index + 1),
+                ));
+                self.canary.step_releases.push(common::api::CanaryStepRelease {
+                    step: count(index),
+                    hook_run: name.to_string(),
+                    phase: run,
+                    released_by: reason,
+                    released_at: Time(now),
+                    message,
+                });
+            }
+            Decision::RetryNow { retry } => {
+                let Some(next) = free else { return };
+                match build_step_run(self.gd, self.gate, self.update_revision, index, hook, &next, &self.hash) {
+                    Ok(run) => {
+                        self.out.actions.push(Action::CreateHookRun(Box::new(run)));
+                        self.out.events.push(PlannedEvent::normal(
+                            "CanaryHookRetried",
+                            format!(
+                                "HookRun {name} of canary step {} of {len} failed: automatic retry {retry} is {next}",
+                                index + 1
+                            ),
                         ));
-                    } else {
-                        if has(PauseReason::PausedByStepBasedHook).is_none() && (spec_paused || clean) {
-                            out.events.push(PlannedEvent::warning(
-                                "CanaryHookFailed",
-                                format!(
-                                    "HookRun {name} of canary step {} of {len} ended {phase}: the rollout is paused; \
-                                     resume anyway with {}, or roll the template back to abort",
-                                    index + 1,
-                                    resume(gd)
-                                ),
-                            ));
-                        }
-                        wants_pause = Some(PauseReason::PausedByStepBasedHook);
+                        self.canary.current_step_hook_run = Some(next);
                     }
-                }
-                Some(_) => {}
-                None => match build_step_run(gd, gate, update_revision, index, hook, &name, &hash) {
-                    Ok(run) => out.actions.push(Action::CreateHookRun(Box::new(run))),
-                    // Announced once per step (the next pass sees the run name recorded); retried every pass.
-                    Err(problem) => {
-                        let recorded = old.canary.as_ref().and_then(|c| c.current_step_hook_run.as_deref());
-                        if recorded != Some(name.as_str()) {
-                            out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem));
-                        }
-                    }
-                },
-            }
-        }
-        if complete {
-            index += 1;
-            conditions.clear();
-            canary.current_step_hook_run = None;
-            canary.pause_start_time = None;
-            if spec_paused && !old.pause_conditions.is_empty() && !clean {
-                out.actions.push(set_paused(gd, false, format!("canary step {index} of {len} is complete")));
-            }
-            out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
-            out.requeue_at = Some(now);
-        } else if let Some(reason) = wants_pause {
-            // The operator records in `status.canary.pauseStartTime` that it is about to pause *before* it writes
-            // `paused: true` (one pass earlier: that status write cannot fail on the resourceVersion the spec patch
-            // changes). A pause found set without that record is a person's, which a step never takes over (or
-            // lifts when it ends).
-            let asked = canary.pause_start_time.is_some();
-            if clean {
-                // Paused in status only: the condition is the pause.
-                if has(reason).is_none() {
-                    conditions.retain(|c| c.reason == reason);
-                    conditions.push(PauseCondition { reason, start_time: Time(now) });
-                    canary.pause_start_time = Some(Time(now));
-                    if let Some(d) = step.pause.as_ref().and_then(|p| p.duration) {
-                        out.requeue_at = now.checked_add(SignedDuration::from_secs(i64::from(d))).ok();
-                    }
-                }
-            } else if !spec_paused && !asked {
-                canary.pause_start_time = Some(Time(now));
-                out.requeue_at = Some(now);
-            } else if !spec_paused {
-                // `paused: true`; the condition follows once the spec shows it.
-                let why = match (reason, step.pause.as_ref().and_then(|p| p.duration)) {
-                    (PauseReason::PausedByStepBasedHook, _) => {
-                        format!("hook {} failed", canary.current_step_hook_run.as_deref().unwrap_or_default())
-                    }
-                    (_, Some(d)) => format!("for {d}s"),
-                    (_, None) => "indefinite".to_string(),
-                };
-                out.actions.push(set_paused(
-                    gd,
-                    true,
-                    format!("canary step {} of {len} paused the rollout ({why})", index + 1),
-                ));
-            } else if has(reason).is_none() && !asked {
-                out.events.push(PlannedEvent::normal(
-                    "CanaryWaitsForResume",
-                    format!(
-                        "canary step {} of {len} waits: the rollout was paused by spec.updateStrategy.paused before \
-                         the step paused it; resume with {} to let the step run",
-                        index + 1,
-                        resume(gd)
-                    ),
-                ));
-            } else if has(reason).is_none() {
-                conditions.retain(|c| c.reason == reason);
-                conditions.push(PauseCondition { reason, start_time: Time(now) });
-                canary.pause_start_time = Some(Time(now));
-                if let Some(d) = step.pause.as_ref().and_then(|p| p.duration) {
-                    out.requeue_at = now.checked_add(SignedDuration::from_secs(i64::from(d))).ok();
+                    Err(problem) => self.out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem)),
                 }
             }
         }
     }
-    if index >= len {
-        canary.revision = Some(update_revision.to_string());
-        out.partition = None;
-    } else {
-        out.partition = Some(partition_at(steps, index, counts.replicas));
+
+    /// The step run's phase decides: success completes the step, a failure pauses the rollout (unless resumed),
+    /// no run yet makes one.
+    fn by_run_phase(&mut self, found: Option<&HookRun>, name: &str, hook: &HookStep, resume: Resume) -> Outcome {
+        match found.map(gate::run_phase) {
+            Some(HookPhase::Successful) => Outcome::Complete,
+            Some(phase) if phase.is_completed() => self.failed_run(name, phase, resume),
+            Some(_) => Outcome::Wait,
+            None => {
+                self.create_step_run(hook, name);
+                Outcome::Wait
+            }
+        }
     }
-    out.current_step_index = Some(count(index));
-    out.canary = Some(canary);
-    out.pause_conditions = conditions;
-    out
+
+    /// A failed step run: overridden by a resume, else the rollout pauses (announced once).
+    fn failed_run(&mut self, name: &str, phase: HookPhase, resume: Resume) -> Outcome {
+        let (index, len) = (self.index, self.len());
+        let paused_for_it = self.has(PauseReason::PausedByStepBasedHook).is_some();
+        if paused_for_it && resume.lifted {
+            let by = if resume.by_annotation {
+                format!("the annotation {}", keys::RESUME_STEP)
+            } else {
+                "spec.updateStrategy.paused: false".to_string()
+            };
+            self.out.events.push(PlannedEvent::normal(
+                "CanaryHookOverridden",
+                format!("HookRun {name} ended {phase}; the rollout was resumed by {by}"),
+            ));
+            return Outcome::Complete;
+        }
+        if !paused_for_it && (self.spec_paused || self.clean) {
+            self.out.events.push(PlannedEvent::warning(
+                "CanaryHookFailed",
+                format!(
+                    "HookRun {name} of canary step {} of {len} ended {phase}: the rollout is paused; resume anyway \
+                     with {}, or roll the template back to abort",
+                    index + 1,
+                    how_to_resume(self.gd)
+                ),
+            ));
+        }
+        Outcome::Pause(PauseReason::PausedByStepBasedHook)
+    }
+
+    /// The step's first run. A failure to build it is announced once per step (the next pass sees the run name
+    /// recorded) and retried every pass.
+    fn create_step_run(&mut self, hook: &HookStep, name: &str) {
+        match build_step_run(self.gd, self.gate, self.update_revision, self.index, hook, name, &self.hash) {
+            Ok(run) => self.out.actions.push(Action::CreateHookRun(Box::new(run))),
+            Err(problem) => {
+                let recorded = self.old.canary.as_ref().and_then(|c| c.current_step_hook_run.as_deref());
+                if recorded != Some(name) {
+                    self.out.events.push(PlannedEvent::warning("FailedCreateHookRun", problem));
+                }
+            }
+        }
+    }
+
+    /// The step is complete: the next one starts (at once), and a step's pause in the spec is lifted.
+    fn complete_step(&mut self) {
+        self.index += 1;
+        self.conditions.clear();
+        self.canary.current_step_hook_run = None;
+        self.canary.pause_start_time = None;
+        let (index, len) = (self.index, self.len());
+        if self.our_pause_in_spec() {
+            self.out.actions.push(set_paused(self.gd, false, format!("canary step {index} of {len} is complete")));
+        }
+        self.out.events.push(PlannedEvent::normal("SetStepIndex", format!("canary step {} of {len} complete", index)));
+        self.out.requeue_at = Some(self.now);
+    }
+
+    /// The step pauses the rollout. The operator records in `status.canary.pauseStartTime` that it is about to
+    /// pause *before* it writes `paused: true` (one pass earlier: that status write cannot fail on the
+    /// resourceVersion the spec patch changes). A pause found set without that record is a person's, which a step
+    /// never takes over (or lifts when it ends).
+    fn pause(&mut self, reason: PauseReason) {
+        let asked = self.canary.pause_start_time.is_some();
+        let (index, len) = (self.index, self.len());
+        if self.clean {
+            // Paused in status only: the condition is the pause.
+            if self.has(reason).is_none() {
+                self.record_pause(reason);
+            }
+        } else if !self.spec_paused && !asked {
+            self.canary.pause_start_time = Some(Time(self.now));
+            self.out.requeue_at = Some(self.now);
+        } else if !self.spec_paused {
+            // `paused: true`; the condition follows once the spec shows it.
+            let why = match (reason, self.steps[index].pause.as_ref().and_then(|p| p.duration)) {
+                (PauseReason::PausedByStepBasedHook, _) => {
+                    format!("hook {} failed", self.canary.current_step_hook_run.as_deref().unwrap_or_default())
+                }
+                (_, Some(d)) => format!("for {d}s"),
+                (_, None) => "indefinite".to_string(),
+            };
+            let why = format!("canary step {} of {len} paused the rollout ({why})", index + 1);
+            self.out.actions.push(set_paused(self.gd, true, why));
+        } else if self.has(reason).is_none() && !asked {
+            self.out.events.push(PlannedEvent::normal(
+                "CanaryWaitsForResume",
+                format!(
+                    "canary step {} of {len} waits: the rollout was paused by spec.updateStrategy.paused before the \
+                     step paused it; resume with {} to let the step run",
+                    index + 1,
+                    how_to_resume(self.gd)
+                ),
+            ));
+        } else if self.has(reason).is_none() {
+            self.record_pause(reason);
+        }
+    }
+
+    /// The pause condition (the pause itself in GitOps-clean mode), and when a timed pause ends.
+    fn record_pause(&mut self, reason: PauseReason) {
+        self.conditions.retain(|c| c.reason == reason);
+        self.conditions.push(PauseCondition { reason, start_time: Time(self.now) });
+        self.canary.pause_start_time = Some(Time(self.now));
+        if let Some(d) = self.steps[self.index].pause.as_ref().and_then(|p| p.duration) {
+            self.out.requeue_at = self.now.checked_add(SignedDuration::from_secs(i64::from(d))).ok();
+        }
+    }
+
+    /// The partition of this pass (the spec's once every step is done) and the canary fields of the status.
+    fn finish(mut self) -> StepDecision {
+        if self.index >= self.len() {
+            self.canary.revision = Some(self.update_revision.to_string());
+            self.out.partition = None;
+        } else {
+            self.out.partition = Some(partition_at(self.steps, self.index, self.counts.replicas));
+        }
+        self.out.current_step_index = Some(count(self.index));
+        self.out.canary = Some(self.canary);
+        self.out.pause_conditions = self.conditions;
+        self.out
+    }
 }
 
 fn canary_runs<'a>(
@@ -456,14 +597,14 @@ fn scan_step_runs<'a>(
     let change = step_change(steps_hash);
     let mut ours = Vec::new();
     let mut free = None;
-    for n in 0..=crate::attempt::MAX_NAME_SUFFIX {
-        let name = crate::attempt::nth_name(base, n);
+    for n in 0..=crate::gate::attempt::MAX_NAME_SUFFIX {
+        let name = crate::gate::attempt::nth_name(base, n);
         match gate.hook_runs.iter().map(AsRef::as_ref).find(|r| r.metadata.name.as_deref() == Some(name.as_str())) {
             None => {
                 free.get_or_insert(name);
             }
             Some(run)
-                if crate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
+                if crate::gate::attempt::controller_uid(run) == gd.metadata.uid.as_deref()
                     && change_of(run) == Some(change.as_str()) =>
             {
                 ours.push((n, run));
@@ -481,7 +622,7 @@ fn step_run<'a>(
 ) -> (String, Option<&'a common::api::HookRun>) {
     let (ours, free) = scan;
     match ours.first() {
-        Some(&(n, run)) => (crate::attempt::nth_name(base, n), Some(run)),
+        Some(&(n, run)) => (crate::gate::attempt::nth_name(base, n), Some(run)),
         None => (free.clone().unwrap_or_else(|| base.to_string()), None),
     }
 }
@@ -526,8 +667,8 @@ fn build_step_run(
     Ok(run)
 }
 
-fn resume(gd: &GameDeployment) -> String {
-    if crate::control::gitops_clean(gd) {
+fn how_to_resume(gd: &GameDeployment) -> String {
+    if gitops_control::gitops_clean(gd) {
         return format!(
             "`kubectl gd resume {}` (it sets the annotation {}: <update revision>/<step index>)",
             gd.metadata.name.as_deref().unwrap_or_default(),

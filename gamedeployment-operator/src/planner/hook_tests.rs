@@ -4,7 +4,7 @@
 use common::api::{HookPhase, HookRunStatus};
 use serde_json::json;
 
-use super::world::World;
+use super::sim_cluster::World;
 use crate::action::Action;
 use crate::fixtures::{gd, hook_template};
 use crate::lifecycle::{self, LifecycleState};

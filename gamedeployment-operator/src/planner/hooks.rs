@@ -13,17 +13,14 @@ use common::hookrun::HookKind;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};
 use super::status;
-use super::update::inplace;
-use crate::action::{Action, PatchReason, PlannedEvent, PodChange, PodWrite};
-use crate::attempt::{self, Attempt, Change, Choice};
+use crate::action::{Action, PlannedEvent};
+use crate::gate::attempt;
 use crate::gate::{self, GateDecision};
 use crate::lifecycle::{self, LifecycleState};
 use crate::ownership;
-use common::api::HookStep;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Condition type set while some pod's hook cannot even be started (missing template, unresolved arg).
 pub const HOOK_BLOCKED: &str = "HookBlocked";
@@ -95,10 +92,10 @@ pub(crate) fn owned_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = &'
     })
 }
 
-fn retry_requested(settings: &Settings<'_>, kind: HookKind) -> bool {
+pub(crate) fn retry_requested(settings: &Settings<'_>, kind: HookKind) -> bool {
     // GitOps-clean: `retry` is never reset by the operator, so it is not read either (a `true` left in Git would
     // retry every failure forever); delete the failed HookRun instead.
-    if crate::control::gitops_clean(settings.gd) {
+    if crate::gate::gitops_control::gitops_clean(settings.gd) {
         return false;
     }
     let spec = &settings.gd.spec;
@@ -110,7 +107,7 @@ fn retry_requested(settings: &Settings<'_>, kind: HookKind) -> bool {
     }
 }
 
-fn failed(phase: HookPhase) -> bool {
+pub(crate) fn failed(phase: HookPhase) -> bool {
     phase.is_completed() && phase != HookPhase::Successful
 }
 
@@ -232,208 +229,6 @@ fn orphans(settings: &Settings<'_>, draft: &mut Draft) {
             why: format!("it was left by an earlier GameDeployment named {gd_name} (no longer its owner)"),
         });
     }
-}
-
-fn post_hook<'a>(settings: &Settings<'a>) -> Option<&'a HookStep> {
-    settings.gd.spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref())
-}
-
-/// The in-place update finished (the new containers run). With a post-inplace hook the pod goes to `Updated`
-/// and its run is started now — after the update, not before the images are patched as in BCS.
-pub(crate) fn complete_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> PodChange {
-    // The inPlaceUpdate lifecycle handler not all back on the pod: `Updated` until it is (CloneSet).
-    let handler = crate::lifecycle::holds_return(settings.gd, crate::lifecycle::Handler::InPlaceUpdate, info.pod);
-    let Some(step) = post_hook(settings).filter(|_| common::pod::is_running(info.pod)) else {
-        if handler {
-            return inplace::complete_to(info.pod, settings.now, LifecycleState::Updated);
-        }
-        return inplace::complete(info.pod, settings.now);
-    };
-    // The run is bound to the pod's `Updated` visit that this very patch starts (same timestamp).
-    let updated_at = settings.now.to_string();
-    let attempt = post_attempt(settings, info, Some(&updated_at));
-    if let Choice::Create { name, .. } = attempt::choose_in(
-        settings.gate.hook_runs,
-        settings.gate.names,
-        &post_run_name(step, info),
-        &attempt,
-        settings.gate.keys,
-    ) && let Ok(mut run) = build_post_run(settings, step, info, name)
-    {
-        attempt::stamp(&mut run, &attempt, settings.gate.keys);
-        draft.actions.push(Action::CreateHookRun(Box::new(run)));
-    }
-    inplace::complete_to(info.pod, settings.now, LifecycleState::Updated)
-}
-
-fn post_run_name(step: &HookStep, info: &PodInfo<'_>) -> String {
-    common::hookrun::pod_hook_name(
-        HookKind::PostInplace,
-        info.revision.unwrap_or(""),
-        gate::instance_id(info.pod),
-        &step.template_name,
-    )
-}
-
-/// The post-inplace attempt of a pod: after its update to the revision it runs, during one `Updated` visit.
-fn post_attempt<'a>(settings: &'a Settings<'_>, info: &'a PodInfo<'_>, updated_at: Option<&'a str>) -> Attempt<'a> {
-    Attempt {
-        gd_uid: settings.gd.metadata.uid.as_deref().unwrap_or(""),
-        pod_uid: info.pod.metadata.uid.as_deref().unwrap_or(""),
-        change: Change::PostInPlace(info.revision.unwrap_or("").to_string()),
-        prepared_at: updated_at,
-    }
-}
-
-fn build_post_run(
-    settings: &Settings<'_>,
-    step: &HookStep,
-    info: &PodInfo<'_>,
-    name: String,
-) -> Result<HookRun, String> {
-    gate::build_pod_run(&settings.gate, HookKind::PostInplace, step, info.pod, info.revision.unwrap_or(""), &[], name)
-}
-
-/// A pod in `Updated`: back to `Normal` once its post-inplace run is `Successful` (or the hook was removed);
-/// otherwise it stays and is reported. Never blocks other pods.
-pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: &mut Draft) -> Option<PodChange> {
-    let to_normal = |summary: &str| PodChange {
-        pod: info.pod_ref(),
-        reason: PatchReason::Lifecycle,
-        writes: vec![PodWrite::Object(lifecycle::set_state_ops(LifecycleState::Normal, settings.now))],
-        summary: summary.to_string(),
-    };
-    let normal = || to_normal("post-inplace hook done");
-    let Some(step) = post_hook(settings) else { return Some(normal()) };
-    let attempt = post_attempt(settings, info, common::pod::annotation(info.pod, keys::LIFECYCLE_TIMESTAMP));
-    let base = post_run_name(step, info);
-    let choice = attempt::choose_in(settings.gate.hook_runs, settings.gate.names, &base, &attempt, settings.gate.keys);
-    let gate::AttemptRuns { history, free, forged } = gate::attempt_runs(&settings.gate, &base, &attempt);
-    let latest = history.last().copied().or(if let Choice::Found(run) = &choice { Some(*run) } else { None });
-    if !forged.is_empty() {
-        let decides = latest.and_then(|r| r.metadata.name.as_deref()).unwrap_or(base.as_str());
-        draft.forged_runs(info, HookKind::PostInplace, decides, &forged);
-    }
-    let mut release = |reason, message: String, run: Option<&HookRun>| {
-        draft.post_hooks.push(HookCondition {
-            pod_name: info.name.to_string(),
-            start_time: run.map_or(Time(settings.now), |r| gate::run_started(r, settings.now)),
-            phase: run.map_or(HookPhase::Pending, gate::run_phase),
-            hook_run: Some(run.and_then(|r| r.metadata.name.clone()).unwrap_or_else(|| base.clone())),
-            message: Some(message),
-            released_by: Some(reason),
-            released_at: Some(Time(settings.now)),
-        });
-        Some(to_normal("post-inplace hook released without success"))
-    };
-    if latest.is_none_or(|r| gate::run_phase(r) != HookPhase::Successful)
-        && crate::control::skip_requested(info.pod, &attempt.change.annotation())
-    {
-        let message = format!("released by the pod annotation {}: the hook was skipped, not passed", keys::SKIP_HOOK);
-        return release(common::api::HookReleaseReason::Skipped, message, latest);
-    }
-    let mut retry_wait = None;
-    if let Some(run) = latest.filter(|r| gate::run_phase(r) != HookPhase::Successful) {
-        let phase = gate::run_phase(run);
-        let name = run.metadata.name.clone().unwrap_or_default();
-        let facts = crate::deadline::Facts {
-            phase,
-            run_started: gate::run_started(run, settings.now).0,
-            run_finished: gate::run_finished(run),
-            hold_started: gate::hold_started(info.pod),
-            retries_used: i32::try_from(history.len().saturating_sub(1)).unwrap_or(i32::MAX),
-            now: settings.now,
-        };
-        let policy = gate::policy_for(settings.gd, HookKind::PostInplace);
-        let limit = policy.and_then(|p| p.auto_retry.as_ref()).map_or(0, |r| r.limit);
-        let manual = failed(phase) && retry_requested(settings, HookKind::PostInplace);
-        match if manual { None } else { Some(crate::deadline::decide(policy, &facts)) } {
-            Some(crate::deadline::Decision::Release { reason, message }) => {
-                return release(reason, format!("HookRun {name}: {message}"), Some(run));
-            }
-            Some(crate::deadline::Decision::RetryNow { retry }) => {
-                if let Some(next) = free.clone()
-                    && let Ok(mut new) = build_post_run(settings, step, info, next.clone())
-                {
-                    attempt::stamp(&mut new, &attempt, settings.gate.keys);
-                    draft.actions.push(Action::CreateHookRun(Box::new(new)));
-                    retry_wait = Some((
-                        next.clone(),
-                        format!(
-                            "HookRun {name} ended {phase}; automatic retry {retry} of {limit}: HookRun {next} is being created"
-                        ),
-                    ));
-                }
-            }
-            Some(crate::deadline::Decision::RetryAt { retry, at }) => {
-                draft.requeue_at(settings.now, at);
-                retry_wait = Some((
-                    name.clone(),
-                    format!("HookRun {name} ended {phase}; automatic retry {retry} of {limit} at {at}"),
-                ));
-            }
-            Some(crate::deadline::Decision::AsAlways { recheck_at: Some(at) }) => draft.requeue_at(settings.now, at),
-            _ => {}
-        }
-    }
-    if let (Some((name, message)), Some(run)) = (retry_wait, latest) {
-        draft.post_hooks.push(HookCondition {
-            pod_name: info.name.to_string(),
-            start_time: gate::run_started(run, settings.now),
-            phase: gate::run_phase(run),
-            hook_run: Some(name),
-            message: Some(message),
-            released_by: None,
-            released_at: None,
-        });
-        return None;
-    }
-    let choice = match (choice, latest) {
-        (Choice::Found(_), Some(run)) => Choice::Found(run),
-        (choice, _) => choice,
-    };
-    let (name, phase, started, message) = match choice {
-        Choice::Found(run) if gate::run_phase(run) == HookPhase::Successful => return Some(normal()),
-        Choice::Found(run) => {
-            let name = run.metadata.name.clone().unwrap_or_default();
-            let phase = gate::run_phase(run);
-            let message = if failed(phase) {
-                format!(
-                    "HookRun {name} ended {phase}; the pod runs its new revision but stays Updated until \
-                     spec.postInplaceUpdateStrategy.retry: true runs the hook again and it succeeds"
-                )
-            } else {
-                format!("HookRun {name} is {phase}")
-            };
-            (name, phase, gate::run_started(run, settings.now), Some(message))
-        }
-        Choice::Create { name, .. } => match build_post_run(settings, step, info, name.clone()) {
-            Ok(mut run) => {
-                attempt::stamp(&mut run, &attempt, settings.gate.keys);
-                draft.actions.push(Action::CreateHookRun(Box::new(run)));
-                let message = format!("HookRun {name} is being created");
-                (name, HookPhase::Pending, Time(settings.now), Some(message))
-            }
-            Err(problem) => (name, HookPhase::Pending, Time(settings.now), Some(problem)),
-        },
-        Choice::Exhausted { .. } => {
-            let message = format!(
-                "every name from {base} to {base}.{} is taken by runs not made for this pod",
-                attempt::MAX_NAME_SUFFIX
-            );
-            (base, HookPhase::Pending, Time(settings.now), Some(message))
-        }
-    };
-    draft.post_hooks.push(HookCondition {
-        pod_name: info.name.to_string(),
-        start_time: started,
-        phase,
-        hook_run: Some(name),
-        message,
-        released_by: None,
-        released_at: None,
-    });
-    None
 }
 
 /// The event, about the named pod too (so events of different pods are never aggregated into one).

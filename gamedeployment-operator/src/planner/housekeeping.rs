@@ -9,7 +9,7 @@ use common::keys;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};
 use crate::action::{Action, PatchReason, PodChange, PodWrite};
 use crate::lifecycle::{self, Handler, LifecycleState};
@@ -76,7 +76,7 @@ pub(super) fn back_to_normal(
 /// happens to reuse a name would be deleted, bug list §7.13).
 pub(super) fn prune_pods_to_delete(gd: &GameDeployment, owned: &[&Pod], draft: &mut Draft) {
     // GitOps-clean: the list is Git's; names of pods that are gone stay there (they match nothing).
-    if crate::control::gitops_clean(gd) {
+    if crate::gate::gitops_control::gitops_clean(gd) {
         return;
     }
     let Some(list) = gd.spec.scale_strategy.as_ref().map(|s| &s.pods_to_delete).filter(|l| !l.is_empty()) else {

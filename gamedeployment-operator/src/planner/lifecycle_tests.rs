@@ -9,7 +9,7 @@ use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
-use super::world::World;
+use super::sim_cluster::World;
 use crate::action::Action;
 use crate::fixtures::{gd, hook_template};
 use crate::lifecycle::{self, LifecycleState};

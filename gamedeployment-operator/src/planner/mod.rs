@@ -9,22 +9,25 @@
 //!    rollback); then the pass's [`settings`] and [`PodInfo`](settings::PodInfo)s are resolved;
 //! 3. canary ([`canary`]) — the current step decides the partition of this pass (and may pause);
 //! 4. diffs ([`diffs`]) — how many pods to create, delete and update, the surge and the unavailable budget;
-//! 5. scale ([`scale`]) — `podsToDelete`, then create or delete pods towards `replicas` (+ surge);
-//! 6. update ([`update`]) — only if scaling did nothing this pass: move pods to the update revision;
-//! 7. refresh ([`refresh`]) — advance in-place updates (grace periods, completion, post-inplace hooks) and the
-//!    readiness gate of new pods;
+//! 5. scale ([`scale`]) — `podsToDelete`, then create or delete pods towards `replicas` (+ surge)
+//!    ([`scale::race_to_empty`] for `RaceToEmpty`);
+//! 6. update ([`update`]) — only if scaling did nothing this pass: move pods to the update revision (the in-place
+//!    lifecycle lives in [`update::inplace`]); then the claims of the pods created and deleted above
+//!    ([`scale::volumes`]);
+//! 7. refresh ([`refresh`]) — advance in-place updates ([`update::inplace::advance()`]: grace periods, completion,
+//!    post-inplace hooks) and the readiness gate of new pods;
 //! 8. housekeeping ([`housekeeping`], [`hooks`]) — release pods held for work no longer wanted, prune
 //!    `podsToDelete`, remove HookRuns nobody waits for (and retried ones), truncate the revision history;
 //! 9. status ([`status`], [`hooks::status`]) — counts, revisions, conditions, hook conditions, canary fields.
 //!
-//! Every deletion and every in-place / hot-patch update is first put to the gate ([`crate::gate::verdict`], from
-//! [`draft::Draft::pass_gate_with`]). No pod is acted on twice in one pass.
+//! Every deletion and every in-place / hot-patch update is first put to the gate ([`crate::gate::verdict()`], from
+//! [`plan_draft::Draft::pass_gate_with`]). No pod is acted on twice in one pass.
 
 pub(crate) mod canary;
 pub(crate) mod diffs;
-mod draft;
 pub(crate) mod hooks;
 mod housekeeping;
+mod plan_draft;
 mod refresh;
 pub(crate) mod scale;
 pub(crate) mod settings;
@@ -38,9 +41,9 @@ mod lifecycle_tests;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
-mod tests;
+pub(crate) mod sim_cluster;
 #[cfg(test)]
-pub(crate) mod world;
+mod tests;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +53,7 @@ use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
 use crate::action::{Action, HeldPod, PlannedEvent, PodRef};
 use crate::{ownership, revision};
-use draft::Draft;
+use plan_draft::Draft;
 pub use settings::Observed;
 use status::Failure;
 
@@ -70,8 +73,19 @@ pub struct Plan {
     pub canary_held: i32,
 }
 
+/// Drops every action that would write the GameDeployment outside its status (`retry` reset, `paused`,
+/// `podsToDelete` pruning) when it opted in to [`crate::gate::gitops_control`] — the last guard of the promise,
+/// whatever a planner step asked for.
+fn keep_spec_untouched(gd: &common::api::GameDeployment, actions: &mut Vec<Action>) {
+    if crate::gate::gitops_control::gitops_clean(gd) {
+        actions.retain(|a| {
+            !matches!(a, Action::ResetRetry { .. } | Action::SetPaused { .. } | Action::PrunePodsToDelete { .. })
+        });
+    }
+}
+
 fn finish(mut draft: Draft, status: GameDeploymentStatus, canary_held: i32, gd: &common::api::GameDeployment) -> Plan {
-    crate::control::keep_spec_untouched(gd, &mut draft.actions);
+    keep_spec_untouched(gd, &mut draft.actions);
     let requeue_after = draft.requeue_after();
     Plan { actions: draft.actions, status, events: draft.events, held: draft.held, requeue_after, canary_held }
 }
@@ -89,7 +103,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     }
 
     // The gate looks up every held pod's runs by name.
-    let run_names = crate::attempt::RunNames::of(observed.hook_runs);
+    let run_names = crate::gate::attempt::RunNames::of(observed.hook_runs);
 
     // 1. Ownership.
     let selector = ownership::validate_selector(gd);
@@ -167,8 +181,8 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         }
         // Claims follow the pods created and deleted above (`spec.volumeClaimTemplates`).
         let claims =
-            crate::volumes::Claims { gd, claims: &observed.claims, namespace_pods: &observed.pods, owned: &owned };
-        crate::volumes::plan(&claims, &mut draft.actions);
+            scale::volumes::Claims { gd, claims: &observed.claims, namespace_pods: &observed.pods, owned: &owned };
+        scale::volumes::plan(&claims, &mut draft.actions);
         // 7. Refresh.
         refresh::plan(&settings, &infos, &mut draft);
         // 8. Housekeeping.

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
 
 use super::Plan;
-use super::world::World;
+use super::sim_cluster::World;
 use crate::action::Action;
 use crate::fixtures::gd;
 use crate::lifecycle::{self, LifecycleState};

@@ -38,7 +38,7 @@ pub struct Observed<'a> {
     pub hook_runs: &'a [Arc<HookRun>],
     /// The namespace's HookTemplates.
     pub hook_templates: &'a [HookTemplate],
-    /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::volumes`]).
+    /// The PersistentVolumeClaims this GameDeployment controls (`spec.volumeClaimTemplates`, [`crate::planner::scale::volumes`]).
     pub claims: Vec<&'a k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     /// The keys that sign and verify the attempt stamps of pod HookRuns ([`crate::hookrun_keys`]).
     pub keys: &'a crate::hookrun_keys::Keyring,
@@ -241,7 +241,7 @@ pub(crate) fn resolve<'a>(
         problems.push((Failure::Update, problem));
         update_settings_ok = false;
     }
-    if let Err(problem) = crate::volumes::validate(gd) {
+    if let Err(problem) = crate::planner::scale::volumes::validate(gd) {
         problems.push((Failure::Scale, format!("{problem}: not scaling")));
         scale_settings_ok = false;
     }

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::diffs::Diffs;
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings, count, count_where};
 use super::update::inplace::Progress;
 use super::update::ondelete;

@@ -1,4 +1,4 @@
-//! Table and scenario tests of the planner, on the simulated cluster of [`super::world`].
+//! Table and scenario tests of the planner, on the simulated cluster of [`super::sim_cluster`].
 
 use common::api::{GameDeployment, GameDeploymentScaleStrategy, GameDeploymentUpdateStrategyType as Strategy};
 use common::keys;
@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::{EnvVar, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::sim_cluster::{World, serving};
 use super::status;
-use super::world::{World, serving};
 use crate::action::{Action, CreateReason, PatchReason};
 use crate::fixtures::gd;
 use crate::gate::DeleteCause;

@@ -6,17 +6,21 @@
 //!   pods, each group in [`crate::priority::deletion_order`];
 //! - deleting an available pod costs one of the unavailable budget, so no deletion takes availability below
 //!   `replicas − maxUnavailable`; unavailable pods are deleted freely;
-//! - new pods get unique names and indices (`create`), the first `create_old` of the current revision.
+//! - new pods get unique names and indices (`create`), the first `create_old` of the current revision;
+//! - `RaceToEmpty` scale-in and its cost probes: [`race_to_empty`];
+//! - last, [`volumes`] gives created pods their PersistentVolumeClaims (reusing free ones) and deletes the claims
+//!   of deleted pods.
 
 pub(crate) mod create;
-pub(crate) mod race;
+pub(crate) mod race_to_empty;
+pub(crate) mod volumes;
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::diffs::Diffs;
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings, count};
 use crate::action::{Action, CreateReason};
 use crate::gate::{DeleteCause, GateKind};
@@ -92,11 +96,11 @@ pub(crate) fn plan(
 
     // Scale in (`scaleInPolicy.mode: RaceToEmpty`: raced among more candidates, `race`).
     let mut probes_kept = std::collections::BTreeSet::new();
-    if let Some(policy) = race::policy(settings) {
+    if let Some(policy) = race_to_empty::policy(settings) {
         for (updated, wanted) in [(false, diffs.delete_old), (true, diffs.delete_new)] {
             let group: Vec<&PodInfo<'_>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
             if let Ok(wanted @ 1..) = usize::try_from(wanted) {
-                race::plan(settings, policy, group, wanted, &mut budget, &mut probes_kept, draft);
+                race_to_empty::plan(settings, policy, group, wanted, &mut budget, &mut probes_kept, draft);
             }
         }
     } else {
@@ -105,9 +109,9 @@ pub(crate) fn plan(
         }
     }
     if diffs.delete_old == 0 && diffs.delete_new == 0 {
-        race::clear_marks(infos, draft);
+        race_to_empty::clear_marks(infos, draft);
     }
-    race::clear_probes(settings, &probes_kept, draft);
+    race_to_empty::clear_probes(settings, &probes_kept, draft);
 
     // Scale out.
     if diffs.create > 0 {

@@ -12,7 +12,6 @@
 //!
 //! Paused GameDeployments and `OnDelete` start no update (in-place updates already started still finish).
 
-pub(crate) mod hotpatch;
 pub(crate) mod inplace;
 pub(crate) mod ondelete;
 mod rolling;
@@ -20,7 +19,7 @@ mod rolling;
 use common::api::GameDeploymentUpdateStrategyType as Strategy;
 
 use super::diffs::Diffs;
-use super::draft::Draft;
+use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings, count, count_where};
 use crate::action::{Action, PlannedEvent};
 use crate::gate::{DeleteCause, GateKind};
@@ -166,7 +165,7 @@ fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Cha
         Err(_) if settings.in_place_only => return,
         Err(reason) => return fallback(settings, info, &reason, draft),
     };
-    crate::lifecycle::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
+    inplace::lifecycle_patches::leave_handler_labels(settings.gd, &mut change.labels_from, &mut change.labels_to);
     let step = inplace::Step {
         pod: info.pod,
         from_revision: from,
@@ -178,7 +177,7 @@ fn update_pod<'a>(settings: &Settings<'_>, info: &PodInfo<'a>, changes: &mut Cha
     let modified: Vec<String> = change.images.keys().cloned().collect();
     if draft.pass_gate_with(settings, info, kind, &modified) {
         let change = if hot_patch {
-            hotpatch::update(&step)
+            inplace::hot_patch::update(&step)
         } else {
             inplace::start_to(&step, settings.grace_seconds, ending(settings))
         };

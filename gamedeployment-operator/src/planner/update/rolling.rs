@@ -2,7 +2,7 @@
 //! its replacement from the update revision. With `maxSurge`, the scale step first creates up to `maxSurge`
 //! extra new pods, so old pods can go without dropping below `replicas − maxUnavailable` available pods.
 
-use super::super::draft::Draft;
+use super::super::plan_draft::Draft;
 use super::super::settings::{PodInfo, Settings};
 use crate::action::Action;
 use crate::gate::{DeleteCause, GateKind};

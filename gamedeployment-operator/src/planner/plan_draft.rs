@@ -54,7 +54,7 @@ impl Draft {
         self.requeue = Some(self.requeue.map_or(after, |r| r.min(after)));
     }
 
-    /// Reports runs stamped for the pod's attempt whose signature does not verify (see [`crate::attempt::Judgement`]):
+    /// Reports runs stamped for the pod's attempt whose signature does not verify (see [`crate::gate::attempt::Judgement`]):
     /// ignored by the gate, never a success, never counted as a retry.
     pub fn forged_runs(
         &mut self,

@@ -1,17 +1,15 @@
-//! Spacing between the passes of one GameDeployment.
+//! Pass pacing: spacing between the passes of one GameDeployment (`--pass-spacing`).
 //!
 //! Every pass plans the whole fleet, and during a roll every HookRun status write and pod change triggers the next
-//! one, so a large GameDeployment's passes would run back to back: at 2,000 pods the operator ran 289 passes
-//! (11.1 s of CPU) on an idle machine against 234 (6.6 s) on a loaded one, the same roll. The API server needs
-//! that CPU for the writes the passes send. So the next pass of a GameDeployment starts no sooner than
-//! `ratio` × the previous pass's planning time (observe + plan, the part that grows with the fleet) after the
-//! previous pass ended, and never later than [`MAX_SPACING`]. Triggers that arrive meanwhile are coalesced by the
-//! controller (an object is never reconciled twice at once), so a burst of HookRun updates becomes one pass.
+//! one, so a large GameDeployment's passes would run back to back, taking CPU the API server needs for the writes
+//! those passes send. So the next pass of a GameDeployment starts no sooner than `ratio` × the previous pass's
+//! planning time (observe + plan, the part that grows with the fleet) after the previous pass ended, and never
+//! later than [`MAX_SPACING`]. Triggers that arrive meanwhile are coalesced by the controller (an object is never
+//! reconciled twice at once), so a burst of HookRun updates becomes one pass.
 //!
-//! Off by default (`--pass-spacing 0`): in `fleet-bench`'s 2,000-pod roll a ratio of 1 ran 40–50 % fewer passes and
-//! saved 7–12 % of the operator's CPU, but the API server's load (the writes) stayed the same and the hook → pod
-//! latency rose by 50–100 ms at the median, so the roll was no faster. It is for an operator that shares its CPU
-//! among many large GameDeployments.
+//! Off by default (`--pass-spacing 0`): fewer passes and less operator CPU, but the API server's load (the writes)
+//! stays the same and the hook → pod latency rises, so a roll is no faster. It is for an operator that shares its
+//! CPU among many large GameDeployments (`docs/benchmark-history.md` has the measurements).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

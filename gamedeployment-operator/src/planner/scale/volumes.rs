@@ -114,7 +114,7 @@ pub fn validate(gd: &GameDeployment) -> Result<(), String> {
         if !seen.insert(name) {
             return Err(format!("spec.volumeClaimTemplates[{i}].metadata.name {name:?} is used twice"));
         }
-        let longest = claim_name(name, gd_name, &"x".repeat(crate::planner::scale::create::ID_LEN));
+        let longest = claim_name(name, gd_name, &"x".repeat(super::create::ID_LEN));
         if longest.len() > MAX_NAME {
             return Err(format!(
                 "spec.volumeClaimTemplates[{i}]: claim names ({name}-{gd_name}-<id>) would be longer than {MAX_NAME} characters"

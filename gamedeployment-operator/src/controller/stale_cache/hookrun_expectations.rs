@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::api::HookRun;
 
 #[derive(Debug)]
-pub struct HookOverlay {
+pub struct HookRunExpectations {
     timeout: Duration,
     inner: Mutex<Inner>,
 }
@@ -27,7 +27,7 @@ fn uid(run: &HookRun) -> &str {
     run.metadata.uid.as_deref().unwrap_or("")
 }
 
-impl HookOverlay {
+impl HookRunExpectations {
     pub fn new(timeout: Duration) -> Self {
         Self { timeout, inner: Mutex::new(Inner::default()) }
     }
@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn created_runs_show_until_the_cache_has_them_and_deleted_ones_stay_hidden() {
-        let overlay = HookOverlay::new(Duration::from_secs(30));
+        let overlay = HookRunExpectations::new(Duration::from_secs(30));
         overlay.created(HookRun::clone(&run("a", "1")));
         assert_eq!(overlay.apply("default", vec![]).len(), 1);
         assert!(overlay.apply("other", vec![]).is_empty());
@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn entries_expire() {
-        let overlay = HookOverlay::new(Duration::ZERO);
+        let overlay = HookRunExpectations::new(Duration::ZERO);
         overlay.created(HookRun::clone(&run("a", "1")));
         overlay.deleted("2");
         assert!(overlay.apply("default", vec![]).is_empty());

@@ -31,8 +31,8 @@ use common::keys;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
 
-use super::super::draft::Draft;
 use super::super::housekeeping::back_to_normal;
+use super::super::plan_draft::Draft;
 use super::super::settings::{PodInfo, Settings};
 use crate::action::{Action, PlannedEvent};
 use crate::gate::{self, DeleteCause, GateKind, GateRequest};
@@ -584,7 +584,7 @@ mod world_tests {
     use crate::action::Action;
     use crate::fixtures::{gd, hook_template};
     use crate::lifecycle::{self, LifecycleState};
-    use crate::planner::world::World;
+    use crate::planner::sim_cluster::World;
 
     fn racing(replicas: i32, extra: Option<IntOrString>) -> World {
         let mut gd = gd(replicas, "RollingUpdate");

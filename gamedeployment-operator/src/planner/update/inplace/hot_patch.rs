@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use common::keys;
 use serde_json::json;
 
-use super::inplace::{self, InPlaceUpdateState, Step};
+use super::step::{self as inplace, InPlaceUpdateState, Step};
 use crate::action::{PatchReason, PodChange, PodRef, PodWrite};
 use crate::patch;
 
@@ -68,7 +68,7 @@ fn without_own_keys(map: &BTreeMap<String, String>) -> BTreeMap<String, String> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::inplace::TemplateChange;
+    use super::super::step::TemplateChange;
     use super::*;
     use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -120,7 +120,7 @@ mod tests {
         assert!(annotations[keys::HOTPATCH_UPDATE_STATE].contains("\"revision\":\"gd-2\""));
 
         // Until the container reports the new image (or the settle time passes) the pod is being updated.
-        use super::super::inplace::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
+        use super::super::step::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
         let mut pod = pod;
         assert!(matches!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::HotPatching { .. }));
         assert_eq!(progress(&pod, Timestamp::from_second(HOT_PATCH_SETTLE_SECONDS).unwrap()), Progress::Idle);

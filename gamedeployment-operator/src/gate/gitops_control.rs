@@ -12,13 +12,12 @@
 //!   `inplace/<revision>`, `postinplace/<revision>`) — honoured with or without the opt-in, recorded as a release.
 //!
 //! Metadata annotations do not change `metadata.generation`; each request names what it is for (a revision and
-//! step, a change), so one left in place never acts on a later rollout. Everything here is pure.
+//! step, a change), so one left in place never acts on a later rollout. Everything here is pure and only reads;
+//! the planner drops the spec writes of an opted-in GameDeployment (`planner::keep_spec_untouched`).
 
 use common::api::GameDeployment;
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
-
-use crate::action::Action;
 
 fn gd_annotation<'a>(gd: &'a GameDeployment, key: &str) -> Option<&'a str> {
     gd.metadata.annotations.as_ref()?.get(key).map(|v| v.trim())
@@ -27,16 +26,6 @@ fn gd_annotation<'a>(gd: &'a GameDeployment, key: &str) -> Option<&'a str> {
 /// Whether the GameDeployment opted in to the GitOps-clean control surface: the operator writes only its status.
 pub fn gitops_clean(gd: &GameDeployment) -> bool {
     gd_annotation(gd, keys::CONTROL).is_some_and(|v| v.eq_ignore_ascii_case(keys::CONTROL_ANNOTATIONS))
-}
-
-/// Drops every action that would write the GameDeployment outside its status (`retry` reset, `paused`,
-/// `podsToDelete` pruning) when it opted in — the last guard of the promise, whatever a planner step asked for.
-pub fn keep_spec_untouched(gd: &GameDeployment, actions: &mut Vec<Action>) {
-    if gitops_clean(gd) {
-        actions.retain(|a| {
-            !matches!(a, Action::ResetRetry { .. } | Action::SetPaused { .. } | Action::PrunePodsToDelete { .. })
-        });
-    }
 }
 
 /// The value that resumes step `index` of the canary of `revision`.
@@ -54,7 +43,7 @@ pub fn promote_requested(gd: &GameDeployment, revision: &str) -> bool {
     gd_annotation(gd, keys::PROMOTE) == Some(revision)
 }
 
-/// Whether the pod asks to skip the hook of `change` (the [`crate::attempt::Change::annotation`] value).
+/// Whether the pod asks to skip the hook of `change` (the [`crate::gate::attempt::Change::annotation`] value).
 pub fn skip_requested(pod: &Pod, change: &str) -> bool {
     common::pod::annotation(pod, keys::SKIP_HOOK).is_some_and(|v| v.trim() == change)
 }
