@@ -1073,10 +1073,7 @@ fn success_event(change: &PodChange) -> Option<PlannedEvent> {
 /// The Event of a canary pause or resume: a pause says how to resume.
 fn pause_event(gd: &GameDeployment, paused: bool, why: &str) -> PlannedEvent {
     if paused {
-        let resume = crate::planner::status::resume_command(
-            gd.metadata.name.as_deref().unwrap_or_default(),
-            gd.metadata.namespace.as_deref().unwrap_or_default(),
-        );
+        let resume = crate::planner::status::resume_command(gd, None);
         PlannedEvent::normal(
             "CanaryPaused",
             format!("{why}; set spec.updateStrategy.paused: true; resume with {resume}"),

@@ -463,7 +463,7 @@ impl Walk<'_> {
                     "HookRun {name} of canary step {} of {len} ended {phase}: the rollout is paused; resume anyway \
                      with {}, or roll the template back to abort",
                     index + 1,
-                    how_to_resume(self.gd)
+                    how_to_resume(self.gd, Some((self.update_revision, index)))
                 ),
             ));
         }
@@ -531,7 +531,7 @@ impl Walk<'_> {
                     "canary step {} of {len} waits: the rollout was paused by spec.updateStrategy.paused before the \
                      step paused it; resume with {} to let the step run",
                     index + 1,
-                    how_to_resume(self.gd)
+                    how_to_resume(self.gd, Some((self.update_revision, index)))
                 ),
             ));
         } else if self.has(reason).is_none() {
@@ -667,18 +667,8 @@ fn build_step_run(
     Ok(run)
 }
 
-fn how_to_resume(gd: &GameDeployment) -> String {
-    if gitops_control::gitops_clean(gd) {
-        return format!(
-            "`kubectl gd resume {}` (it sets the annotation {}: <update revision>/<step index>)",
-            gd.metadata.name.as_deref().unwrap_or_default(),
-            keys::RESUME_STEP
-        );
-    }
-    super::status::resume_command(
-        gd.metadata.name.as_deref().unwrap_or_default(),
-        gd.metadata.namespace.as_deref().unwrap_or_default(),
-    )
+fn how_to_resume(gd: &GameDeployment, step: Option<(&str, usize)>) -> String {
+    super::status::resume_command(gd, step)
 }
 
 fn set_paused(gd: &GameDeployment, paused: bool, why: String) -> Action {

@@ -343,17 +343,34 @@ pub(crate) struct CanaryPause {
     pub why: PauseWhy,
 }
 
-/// The command that resumes a paused rollout.
-pub(crate) fn resume_command(name: &str, namespace: &str) -> String {
-    let namespace =
-        if namespace.is_empty() || namespace == "default" { String::new() } else { format!(" -n {namespace}") };
-    format!(
-        "kubectl patch gamedeployment {name}{namespace} --type=merge -p '{{\"spec\":{{\"updateStrategy\":{{\"paused\":false}}}}}}'"
-    )
+/// The command that resumes a paused rollout, exactly as a person types it: `kubectl gd resume`, and the plain
+/// kubectl write it stands for — `spec.updateStrategy.paused: false`, or on a GitOps-clean GameDeployment the
+/// annotation that resumes `step` (update revision, step index) without a spec write.
+pub(crate) fn resume_command(gd: &common::api::GameDeployment, step: Option<(&str, usize)>) -> String {
+    let name = gd.metadata.name.as_deref().unwrap_or_default();
+    let namespace = match gd.metadata.namespace.as_deref() {
+        None | Some("") | Some("default") => String::new(),
+        Some(ns) => format!(" -n {ns}"),
+    };
+    let plain = match step {
+        Some((revision, index)) if crate::gate::gitops_control::gitops_clean(gd) => format!(
+            "kubectl annotate gamedeployment {name}{namespace} --overwrite {}={}",
+            common::keys::RESUME_STEP,
+            crate::gate::gitops_control::resume_value(revision, index)
+        ),
+        _ => format!(
+            "kubectl patch gamedeployment {name}{namespace} --type=merge -p '{{\"spec\":{{\"updateStrategy\":{{\"paused\":false}}}}}}'"
+        ),
+    };
+    format!("kubectl gd resume {name}{namespace} (or: {plain})")
 }
 
-/// "paused at canary step 2 of 3 (indefinite): resume with kubectl patch …" (steps count from 1 here).
-pub(crate) fn canary_pause_message(pause: &CanaryPause, name: &str, namespace: &str) -> String {
+/// "paused at canary step 2 of 3 (indefinite): resume with kubectl gd resume …" (steps count from 1 here).
+pub(crate) fn canary_pause_message(
+    pause: &CanaryPause,
+    gd: &common::api::GameDeployment,
+    status: &GameDeploymentStatus,
+) -> String {
     let why = match &pause.why {
         PauseWhy::Indefinite => "indefinite".to_string(),
         PauseWhy::Until(t) => {
@@ -362,7 +379,7 @@ pub(crate) fn canary_pause_message(pause: &CanaryPause, name: &str, namespace: &
         }
         PauseWhy::HookFailed(run) => format!("hook {run} failed"),
     };
-    let resume = resume_command(name, namespace);
+    let resume = resume_command(gd, status.update_revision.as_deref().map(|r| (r, pause.index)));
     let (verb, rest) = match pause.why {
         PauseWhy::HookFailed(_) => ("resume anyway", "; or roll the template back to abort"),
         PauseWhy::Until(_) => ("resume early", ""),
@@ -374,7 +391,8 @@ pub(crate) fn canary_pause_message(pause: &CanaryPause, name: &str, namespace: &
 /// The canary step pausing the rollout, from the status this pass computed (None: no step pauses it).
 pub(crate) fn canary_pause(gd: &common::api::GameDeployment, status: &GameDeploymentStatus) -> Option<CanaryPause> {
     use common::api::PauseReason;
-    if !gd.spec.update_strategy.paused {
+    // BCS records a step's pause in the spec; GitOps-clean, where the spec is Git's, in status only.
+    if !gd.spec.update_strategy.paused && !crate::gate::gitops_control::gitops_clean(gd) {
         return None;
     }
     let steps = &gd.spec.update_strategy.canary.as_ref()?.steps;
@@ -408,11 +426,7 @@ pub(crate) fn show_canary_pause(gd: &common::api::GameDeployment, status: &mut G
         return;
     }
     if let Some(pause) = canary_pause(gd, status) {
-        let message = canary_pause_message(
-            &pause,
-            gd.metadata.name.as_deref().unwrap_or_default(),
-            gd.metadata.namespace.as_deref().unwrap_or_default(),
-        );
+        let message = canary_pause_message(&pause, gd, status);
         set_condition(&mut status.conditions, PROGRESSING, "Unknown", "Paused", &message, now);
     }
 }
@@ -787,8 +801,11 @@ mod progress_tests {
 
     #[test]
     fn canary_pauses_say_how_to_resume() {
-        let resume =
-            r#"kubectl patch gamedeployment web --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}'"#;
+        // One verb, `kubectl gd resume`, and the plain kubectl equivalent for each control mode (issue 34, item 5).
+        let mut gd = crate::fixtures::gd(4, "InplaceUpdate");
+        gd.metadata.name = Some("web".into());
+        let status = GameDeploymentStatus { update_revision: Some("web-7c9f".into()), ..Default::default() };
+        let resume = r#"kubectl gd resume web (or: kubectl patch gamedeployment web --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}')"#;
         let until = Timestamp::from_second(1_700_000_000).unwrap();
         let table = [
             (PauseWhy::Indefinite, format!("paused at canary step 2 of 3 (indefinite): resume with {resume}")),
@@ -805,9 +822,48 @@ mod progress_tests {
             ),
         ];
         for (why, want) in table {
-            assert_eq!(canary_pause_message(&CanaryPause { index: 1, steps: 3, why }, "web", "default"), want);
+            assert_eq!(canary_pause_message(&CanaryPause { index: 1, steps: 3, why }, &gd, &status), want);
         }
-        assert!(resume_command("web", "games").contains("gamedeployment web -n games --type=merge"));
+        gd.metadata.namespace = Some("games".into());
+        assert!(
+            resume_command(&gd, None).starts_with(
+                "kubectl gd resume web -n games (or: kubectl patch gamedeployment web -n games --type=merge"
+            )
+        );
+        // GitOps-clean: the annotation that resumes this step of this revision, never a spec write.
+        gd.metadata.annotations = Some([(common::keys::CONTROL.to_string(), "annotations".to_string())].into());
+        assert_eq!(
+            resume_command(&gd, Some(("web-7c9f", 1))),
+            "kubectl gd resume web -n games (or: kubectl annotate gamedeployment web -n games --overwrite \
+             gamedeployment.tkex.tencent.com/resume-step=web-7c9f/1)"
+        );
+    }
+
+    #[test]
+    fn a_gitops_clean_canary_pause_shows_in_progressing() {
+        // GitOps-clean: the pause lives in status only, `spec.updateStrategy.paused` stays false; `kubectl get gd -o
+        // wide` must still say the rollout is paused and how to resume it (issue 34, item 2).
+        use common::api::{PauseCondition, PauseReason};
+        let mut gd = crate::fixtures::gd(4, "InplaceUpdate");
+        gd.metadata.annotations = Some([(common::keys::CONTROL.to_string(), "annotations".to_string())].into());
+        gd.spec.update_strategy.canary =
+            Some(serde_json::from_value(serde_json::json!({"steps": [{"partition": 3}, {"pause": {}}]})).unwrap());
+        let mut status = GameDeploymentStatus {
+            current_step_index: Some(1),
+            update_revision: Some("rev-2".into()),
+            pause_conditions: vec![PauseCondition {
+                reason: PauseReason::PausedByCanaryPauseStep,
+                start_time: Time(Timestamp::from_second(1_000).unwrap()),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(canary_pause(&gd, &status).map(|p| p.why), Some(PauseWhy::Indefinite));
+        show_canary_pause(&gd, &mut status, Timestamp::from_second(1_010).unwrap());
+        let progressing = condition(&status, PROGRESSING).expect("Progressing");
+        assert_eq!(progressing.reason.as_deref(), Some("Paused"));
+        let message = progressing.message.clone().unwrap_or_default();
+        assert!(message.contains("paused at canary step 2 of 2 (indefinite)"), "{message}");
+        assert!(message.contains("resume-step=rev-2/1"), "{message}");
     }
 
     #[test]
