@@ -2,7 +2,8 @@
 //! the measurements that finished since the last round and the clock.
 //!
 //! Rules (Argo-correct, fixing BCS; see the README's semantics table):
-//! - measurement phase: from the conditions (see [`crate::evaluate::judge`]); provider problems are `Error`;
+//! - measurement phase: from the conditions (see [`crate::conditions::evaluate::judge`]); provider problems are
+//!   `Error`;
 //! - counters: errors do not consume `count` and reset the success streak;
 //! - metric phase, first match wins: `Failed` when failed > failureLimit (default 0; -1 disables);
 //!   `Successful` when successful >= successfulLimit (if set); `Inconclusive` when inconclusive >
@@ -11,6 +12,11 @@
 //! - run phase: `Running` until every metric completed; as soon as one metric is `Failed`, `Error` or
 //!   `Inconclusive` the others stop and the run takes the worst phase at once; `spec.terminate` stops it
 //!   too; `Ordered` starts metric i only once metric i-1 is `Successful`; a completed run never changes.
+//!
+//! When a metric is measured next is [`schedule`]; whether a spec can run at all is [`validate`].
+
+pub mod schedule;
+pub mod validate;
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +24,7 @@ use common::api::{HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::schedule::{self, PreciseFinish};
+use self::schedule::PreciseFinish;
 use crate::settings::{DEFAULT_CONSECUTIVE_ERROR_LIMIT, EngineSettings};
 
 /// A measurement that finished since the last round.

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use common::api::limits::*;
 use common::api::{Argument, HookRunSpec, HookTemplateSpec, Metric};
 
-use crate::{evaluate, jsonpath, template};
+use crate::conditions::{evaluate, jsonpath, template};
 
 /// Argument names the workload operators inject into every HookRun they create; templates may use them
 /// without declaring them. `PodContainer` and `ModifiedContainer` come indexed (`PodContainer[0]`).
@@ -240,7 +240,7 @@ fn excerpt_name(name: &str) -> String {
 pub fn template_warnings(spec: &HookTemplateSpec, settings: &crate::settings::EngineSettings) -> Vec<String> {
     let mut warnings = Vec::new();
     for (i, m) in spec.metrics.iter().enumerate() {
-        if let Some(interval) = crate::schedule::interval(m)
+        if let Some(interval) = crate::engine::schedule::interval(m)
             && interval < settings.min_interval
         {
             warnings.push(format!(

@@ -46,7 +46,7 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
         other => Err(format!("isInf expects a number, got {}", describe(&other)).into()),
     });
     env.add_function("isNil", |call| Ok(single("isNil", call.args)?.is_nil().into()));
-    // Bounded versions of the built-ins that can multiply the size of their input (see crate::budget).
+    // Bounded versions of the built-ins that can multiply the size of their input (see crate::conditions::budget).
     env.add_function("repeat", |call| {
         let (Some(Value::String(s)), Some(Value::Integer(n)), 2) =
             (call.args.first(), call.args.get(1), call.args.len())
@@ -91,10 +91,10 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
 static BUILTINS: LazyLock<Environment<'static>> = LazyLock::new(Environment::new);
 
 fn bounded(function: &str, bytes: usize) -> expr::Result<()> {
-    if bytes > crate::budget::MAX_STRING_BYTES {
+    if bytes > crate::conditions::budget::MAX_STRING_BYTES {
         return Err(format!(
             "{function}() would build a string of {bytes} bytes; conditions may build at most {} bytes",
-            crate::budget::MAX_STRING_BYTES
+            crate::conditions::budget::MAX_STRING_BYTES
         )
         .into());
     }
@@ -168,7 +168,7 @@ pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, Ev
         return Ok(program.clone());
     }
     let shown = crate::text::excerpt(expression, 200);
-    crate::syntax::check(expression).map_err(|reason| {
+    crate::conditions::syntax::check(expression).map_err(|reason| {
         if reason.starts_with("syntax error") {
             EvalError::Parse { which, expression: shown.clone(), reason }
         } else {
@@ -182,7 +182,7 @@ pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, Ev
         expression: shown.clone(),
         reason: format!(
             "the expression language cannot compile it ({})",
-            one_line(&crate::budget::panic_message(panic.as_ref()))
+            one_line(&crate::conditions::budget::panic_message(panic.as_ref()))
         ),
     })?;
     let program = compiled.map_err(|e| EvalError::Parse {
@@ -222,14 +222,15 @@ pub fn to_expr(value: &serde_json::Value) -> Value {
 }
 
 /// What a condition sees: `result` (and `$env`). Every lookup is a checkpoint of the budget (see
-/// [`crate::budget`]): a stopped evaluation finds nothing, and its error is reported as the budget exceeded.
+/// [`crate::conditions::budget`]): a stopped evaluation finds nothing, and its error is reported as the budget
+/// exceeded.
 struct Scope<'a> {
     result: &'a Value,
 }
 
 impl expr::ContextProvider for Scope<'_> {
     fn get(&self, key: &str) -> Option<&Value> {
-        if crate::budget::checkpoint().is_some() {
+        if crate::conditions::budget::checkpoint().is_some() {
             return None;
         }
         (key == "result").then_some(self.result)
@@ -237,26 +238,27 @@ impl expr::ContextProvider for Scope<'_> {
 
     fn to_context(&self) -> Context {
         let mut context = Context::default();
-        if crate::budget::checkpoint().is_none() {
+        if crate::conditions::budget::checkpoint().is_none() {
             context.insert("result", self.result.clone());
         }
         context
     }
 }
 
-/// Runs one condition against `result` on this thread; within [`crate::budget::metered`] the budget applies.
+/// Runs one condition against `result` on this thread; within [`crate::conditions::budget::metered`] the budget
+/// applies.
 pub fn condition(which: &'static str, expression: &str, result: &Value) -> Result<bool, EvalError> {
     let program = compile(which, expression)?;
     let shown = || show(result);
     let expression = || crate::text::excerpt(expression, 200);
     let outcome = ENVIRONMENT.run(&program, &Scope { result });
-    if let Some(exceeded) = crate::budget::exceeded() {
+    if let Some(exceeded) = crate::conditions::budget::exceeded() {
         let reason = match exceeded {
-            crate::budget::Exceeded::Memory => {
+            crate::conditions::budget::Exceeded::Memory => {
                 "it needed more memory than a condition may use, the memory bound (--condition-memory-bytes)"
                     .to_string()
             }
-            crate::budget::Exceeded::Time => {
+            crate::conditions::budget::Exceeded::Time => {
                 "it ran longer than a condition may run, the time bound (--condition-timeout)".to_string()
             }
         };
@@ -403,13 +405,16 @@ pub async fn judge_bounded(
     };
     if inline_safe(success, failure, &result) {
         let deadline = std::time::Instant::now() + limits.timeout;
-        let outcome = crate::budget::metered(limits.memory, deadline, || {
+        let outcome = crate::conditions::budget::metered(limits.memory, deadline, || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, &result)))
         });
         return match outcome {
             Ok(verdict) => verdict,
             Err(panic) => budget(
-                format!("the evaluation failed inside the operator ({})", crate::budget::panic_message(panic.as_ref())),
+                format!(
+                    "the evaluation failed inside the operator ({})",
+                    crate::conditions::budget::panic_message(panic.as_ref())
+                ),
                 show(&result),
             ),
         };
@@ -427,10 +432,10 @@ pub async fn judge_bounded(
             .await;
         return match outcome {
             Ok(verdict) => verdict,
-            Err(crate::budget::Stopped::Panicked(message)) => {
+            Err(crate::conditions::budget::Stopped::Panicked(message)) => {
                 budget(format!("the evaluation failed inside the operator ({message})"), shown)
             }
-            Err(crate::budget::Stopped::Late(_)) => {
+            Err(crate::conditions::budget::Stopped::Late(_)) => {
                 budget(format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
             }
         };
@@ -456,7 +461,7 @@ pub async fn judge_bounded(
 }
 
 /// Why an evaluation was stopped, naming the bound.
-fn stop_reason(stopped: &crate::isolation::Stopped, limits: crate::budget::Limits) -> String {
+fn stop_reason(stopped: &crate::isolation::Stopped, limits: crate::conditions::budget::Limits) -> String {
     use crate::isolation::Stopped;
     match stopped {
         Stopped::Memory => format!(
@@ -590,10 +595,13 @@ mod tests {
         assert!(matches!(err, EvalError::Run { .. }), "{err}");
     }
 
-    fn threads(timeout_ms: u64) -> std::sync::Arc<crate::budget::Pool> {
-        crate::budget::Pool::new(
+    fn threads(timeout_ms: u64) -> std::sync::Arc<crate::conditions::budget::Pool> {
+        crate::conditions::budget::Pool::new(
             1,
-            crate::budget::Limits { timeout: std::time::Duration::from_millis(timeout_ms), memory: 32 << 20 },
+            crate::conditions::budget::Limits {
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                memory: 32 << 20,
+            },
         )
     }
 

@@ -34,13 +34,13 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
+use crate::engine::schedule;
+use crate::engine::validate;
 use crate::engine::{self, Finished, Inputs, Plan, Precise};
 use crate::measure;
 use crate::metrics::{MeasurementLabels, Metrics, ProviderLabels};
 use crate::providers::Providers;
-use crate::schedule;
 use crate::settings::EngineSettings;
-use crate::validate;
 
 /// Identifies a run across rounds. The uid keeps a deleted-and-recreated run from inheriting memory. Shared texts:
 /// made once per run (kept in its slot), so a round or a measurement copies three pointers, not three strings.
@@ -813,7 +813,7 @@ impl Dispatcher {
         {
             Ok(taken) => taken,
             Err(panic) => {
-                let message = crate::budget::panic_message(panic.as_ref());
+                let message = crate::conditions::budget::panic_message(panic.as_ref());
                 tracing::error!(run = %id.name, namespace = %id.namespace, metric = %metric.name, %message, "a measurement panicked");
                 measure::failed(
                     started_at,
@@ -1054,8 +1054,11 @@ mod tests {
             if step > 0 && step % 3 != 0 {
                 id += 1;
                 let phase = if step == 38 { HookPhase::Failed } else { phases[step as usize % phases.len()] };
-                let taken =
-                    stored.status.as_ref().and_then(|s| s.metric_results.first()).map_or(0, crate::schedule::taken);
+                let taken = stored
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.metric_results.first())
+                    .map_or(0, crate::engine::schedule::taken);
                 for d in [&copying, &moving] {
                     d.slots().get_mut("uid-a").expect("tracked").finished.push(Finished {
                         id,
