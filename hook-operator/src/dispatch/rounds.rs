@@ -9,7 +9,6 @@ use tokio::time::Instant;
 
 use super::Dispatcher;
 use super::runs::{RunId, Slot, slot_of, uid_of};
-use crate::engine::validate;
 use crate::engine::{self, Inputs, Plan};
 
 /// The outcome of planning one round.
@@ -59,6 +58,8 @@ impl Dispatcher {
         self.plan_with(run, now, true)
     }
 
+    /// A round in steps: the run's memory, the object to plan on, the unwritten progress kept or dropped, the
+    /// validation verdict, stale armed measurements called off, then the engine's plan.
     fn plan_with(&self, run: Arc<HookRun>, now: Timestamp, move_status: bool) -> Round {
         let uid = uid_of(&run);
         let mut slots = self.slots();
@@ -69,50 +70,25 @@ impl Dispatcher {
                 .entry(uid.into_owned())
                 .or_insert_with(|| Slot { first_seen: Some(Instant::now()), ..Slot::default() }),
         };
-        let id = match &slot.id {
-            Some(id) if id.is_of(&run) => id.clone(),
-            _ => slot.id.insert(RunId::of(&run)).clone(),
-        };
-        // The cache caught up with our last write: its object is used and our copy released.
-        if slot.last_write.as_ref().is_some_and(|(_, w)| w.metadata.resource_version == run.metadata.resource_version) {
-            slot.last_write = None;
-        }
-        let mut run = match (&slot.last_write, &run.metadata.resource_version) {
-            (Some((based_on, written)), Some(seen)) if based_on == seen => written.clone(),
-            _ => run,
-        };
-        // Unwritten progress stays valid on top of a new version of the object as long as its status is the one the
-        // progress was planned on (someone changed the spec or metadata); status written by someone else wins.
-        let keep = match &slot.unwritten {
-            Some(u) if u.based_on.metadata.resource_version == run.metadata.resource_version => true,
-            Some(u) => u.based_on.status == run.status,
-            None => true,
-        };
-        if !keep {
-            self.drop_unwritten(slot);
-        } else if let Some(u) = &mut slot.unwritten
-            && !Arc::ptr_eq(&u.based_on, &run)
-        {
-            u.based_on = run.clone();
-        }
-        let generation = run.metadata.generation;
-        let validation = match &slot.validated {
-            Some((validated, verdict)) if *validated == generation && generation.is_some() => verdict.clone(),
-            _ => {
-                let verdict = validate::run(&run.spec);
-                slot.validated = Some((generation, verdict.clone()));
-                verdict
-            }
-        };
-        // Armed measurements planned on another generation of the spec are called off while they still sleep (the
-        // spec changed, e.g. its interval): this round plans them again. One that already started is left to finish.
-        slot.in_flight.retain(|_, f| {
-            let stale = f.generation != generation && f.due > now;
-            if stale && let Some(task) = &f.task {
-                task.abort();
-            }
-            !stale
-        });
+        let id = slot.id_for(&run);
+        let run = slot.newest(run);
+        self.rebase_unwritten(slot, &run);
+        let validation = slot.validation(&run);
+        slot.call_off_stale(run.metadata.generation, now);
+        self.plan_on_slot(slot, id, run, validation.as_ref().err().map(String::as_str), now, move_status)
+    }
+
+    /// The engine's plan for `run` on what `slot` remembers. With `move_status` (see [`Dispatcher::plan_owned`]) the
+    /// stored status is moved out of `run` into the plan when nothing is unwritten and no one else holds `run`.
+    fn plan_on_slot(
+        &self,
+        slot: &Slot,
+        id: RunId,
+        mut run: Arc<HookRun>,
+        invalid: Option<&str>,
+        now: Timestamp,
+        move_status: bool,
+    ) -> Round {
         let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
         // The stored status, moved out of the run (only when asked, nothing is unwritten and no one else holds it).
         let mut moved = match Arc::get_mut(&mut run) {
@@ -124,7 +100,7 @@ impl Dispatcher {
         let inputs = Inputs {
             spec: &run.spec,
             status: slot.unwritten.as_ref().map(|u| &u.status).or(run.status.as_ref()),
-            invalid: validation.as_ref().err().map(String::as_str),
+            invalid,
             finished: &slot.finished,
             in_flight: &in_flight,
             precise: &slot.precise,

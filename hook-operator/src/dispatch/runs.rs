@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::Dispatcher;
 use super::writes::Unwritten;
+use crate::engine::validate;
 use crate::engine::{Finished, Precise};
 
 /// Identifies a run across rounds. The uid keeps a deleted-and-recreated run from inheriting memory. Shared texts:
@@ -92,6 +93,54 @@ pub(super) struct Slot {
     /// The resourceVersion of the object the last round left stored, and when that round wants the next one
     /// (None: only when a measurement finishes). The same object again before then plans nothing new.
     pub(super) idle: Option<(String, Option<Timestamp>)>,
+}
+
+impl Slot {
+    /// The run's id: the one made by its first round while it is the same run, else a new one.
+    pub(super) fn id_for(&mut self, run: &HookRun) -> RunId {
+        match &self.id {
+            Some(id) if id.is_of(run) => id.clone(),
+            _ => self.id.insert(RunId::of(run)).clone(),
+        }
+    }
+
+    /// The object to plan on: `run` as seen, or our last write when `run` is the version that write replaced (the
+    /// cache has not caught up with it yet).
+    pub(super) fn newest(&mut self, run: Arc<HookRun>) -> Arc<HookRun> {
+        // The cache caught up with our last write: its object is used and our copy released.
+        if self.last_write.as_ref().is_some_and(|(_, w)| w.metadata.resource_version == run.metadata.resource_version) {
+            self.last_write = None;
+        }
+        match (&self.last_write, &run.metadata.resource_version) {
+            (Some((based_on, written)), Some(seen)) if based_on == seen => written.clone(),
+            _ => run,
+        }
+    }
+
+    /// The validation verdict of `run`'s spec, made once per generation.
+    pub(super) fn validation(&mut self, run: &HookRun) -> Result<(), String> {
+        let generation = run.metadata.generation;
+        match &self.validated {
+            Some((validated, verdict)) if *validated == generation && generation.is_some() => verdict.clone(),
+            _ => {
+                let verdict = validate::run(&run.spec);
+                self.validated = Some((generation, verdict.clone()));
+                verdict
+            }
+        }
+    }
+
+    /// Armed measurements planned on another generation of the spec are called off while they still sleep (the spec
+    /// changed, e.g. its interval): this round plans them again. One that already started is left to finish.
+    pub(super) fn call_off_stale(&mut self, generation: Option<i64>, now: Timestamp) {
+        self.in_flight.retain(|_, f| {
+            let stale = f.generation != generation && f.due > now;
+            if stale && let Some(task) = &f.task {
+                task.abort();
+            }
+            !stale
+        });
+    }
 }
 
 /// The slot of `uid`, made if the run is not tracked yet (looked up by reference first: the uid is copied only for a

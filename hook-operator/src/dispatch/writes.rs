@@ -240,6 +240,23 @@ impl Dispatcher {
         }
     }
 
+    /// Unwritten progress stays valid on top of a new version of the object as long as its status is the one the
+    /// progress was planned on (someone changed the spec or metadata); status written by someone else wins.
+    pub(super) fn rebase_unwritten(&self, slot: &mut Slot, run: &Arc<HookRun>) {
+        let keep = match &slot.unwritten {
+            Some(u) if u.based_on.metadata.resource_version == run.metadata.resource_version => true,
+            Some(u) => u.based_on.status == run.status,
+            None => true,
+        };
+        if !keep {
+            self.drop_unwritten(slot);
+        } else if let Some(u) = &mut slot.unwritten
+            && !Arc::ptr_eq(&u.based_on, run)
+        {
+            u.based_on = run.clone();
+        }
+    }
+
     /// Forgets unwritten progress (written, superseded, or the run is gone); its queue entry is skipped later.
     pub(super) fn drop_unwritten(&self, slot: &mut Slot) {
         if slot.unwritten.take().is_some() {
