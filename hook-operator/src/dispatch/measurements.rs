@@ -6,10 +6,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use common::api::HookRunSpec;
+use common::api::{Argument, HookRunSpec, Metric};
 use futures::FutureExt;
 use k8s_openapi::jiff::Timestamp;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::runs::{InFlight, RunId, Slot};
 use super::{Dispatcher, Fence, Round};
@@ -87,6 +87,7 @@ impl Dispatcher {
         }
     }
 
+    /// A measurement's task, in steps: armed until due, a slot, the fence, the measurement, its delivery.
     pub(super) async fn measure(self, id: RunId, start: Armed, spec: Arc<HookRunSpec>, token: u64) {
         // Armed: sleep until due (holding no slot).
         let early = schedule::until(Timestamp::now(), start.due);
@@ -94,59 +95,74 @@ impl Dispatcher {
             tokio::time::sleep(early).await;
         }
         let metric = &spec.metrics[start.index];
-        let metrics = &self.inner.metrics;
-        metrics.waiting.inc();
-        let waiting = GaugeGuard(&metrics.waiting);
-        // The namespace's share first, then a global slot: a namespace at its share waits without holding a
-        // global slot. The semaphores are never closed, so acquiring only fails if that invariant breaks.
-        let namespace_permit = self.namespace_permits(&id.namespace).acquire_owned().await.ok();
-        let permit = self.inner.permits.clone().acquire_owned().await.ok();
-        drop(waiting);
+        let (namespace_permit, permit) = self.slot_for(&id.namespace).await;
         if let Some(fence) = &self.inner.fence
             && !fence(&id)
         {
-            // Gone, or not ours any more (a shard lost or given up): the new owner takes this slot.
-            let called_off = {
-                let mut slots = self.slots();
-                match slots.get_mut(&*id.uid) {
-                    Some(slot) if slot.in_flight.get(&metric.name).is_some_and(|f| f.token == token) => {
-                        slot.in_flight.remove(&metric.name);
-                        // Not idle any more: the next round must plan (and start it again if the shard comes back).
-                        slot.idle = None;
-                        true
-                    }
-                    _ => false,
-                }
-            };
-            // The run decides in a round: a run that exists and is ours after all (a fence that was wrong for a
-            // moment) plans the measurement again instead of waiting for nothing; one that is gone or another
-            // replica's is forgotten there.
-            if called_off {
-                (self.inner.wake)(&id);
-            }
+            self.call_off(&id, &metric.name, token);
             return;
         }
-        let lag = schedule::until(start.due, Timestamp::now());
-        metrics.scheduling_lag.observe(lag.as_secs_f64());
+        self.observe_lag(start.due);
+        let taken = self.take(&id, metric, &spec.args).await;
+        drop(permit);
+        drop(namespace_permit);
+        self.count(&id, &metric.name, &taken);
+        self.deliver(&id, &metric.name, token, start.taken_before, taken);
+    }
+
+    /// Waits for the namespace's share first, then a global slot: a namespace at its share waits without holding a
+    /// global slot. The semaphores are never closed, so acquiring only fails if that invariant breaks.
+    async fn slot_for(&self, namespace: &str) -> (Option<OwnedSemaphorePermit>, Option<OwnedSemaphorePermit>) {
+        let metrics = &self.inner.metrics;
+        metrics.waiting.inc();
+        let _waiting = GaugeGuard(&metrics.waiting);
+        let namespace_permit = self.namespace_permits(namespace).acquire_owned().await.ok();
+        let permit = self.inner.permits.clone().acquire_owned().await.ok();
+        (namespace_permit, permit)
+    }
+
+    /// The fence said no: the run is gone, or not ours any more (a shard lost or given up), and the new owner takes
+    /// this slot. Nothing is recorded.
+    fn call_off(&self, id: &RunId, metric: &str, token: u64) {
+        let called_off = {
+            let mut slots = self.slots();
+            match slots.get_mut(&*id.uid) {
+                Some(slot) if slot.in_flight.get(metric).is_some_and(|f| f.token == token) => {
+                    slot.in_flight.remove(metric);
+                    // Not idle any more: the next round must plan (and start it again if the shard comes back).
+                    slot.idle = None;
+                    true
+                }
+                _ => false,
+            }
+        };
+        // The run decides in a round: a run that exists and is ours after all (a fence that was wrong for a
+        // moment) plans the measurement again instead of waiting for nothing; one that is gone or another
+        // replica's is forgotten there.
+        if called_off {
+            (self.inner.wake)(id);
+        }
+    }
+
+    fn observe_lag(&self, due: Timestamp) {
+        let lag = schedule::until(due, Timestamp::now());
+        self.inner.metrics.scheduling_lag.observe(lag.as_secs_f64());
         if let Some(observer) = &self.inner.lag_observer {
             observer(lag);
         }
+    }
+
+    /// Takes the measurement. A panic anywhere in it becomes an Error measurement, so its in-flight entry is cleared
+    /// and the run moves on (a task that panicked used to leave the run Running forever).
+    async fn take(&self, id: &RunId, metric: &Metric, args: &[Argument]) -> measure::Taken {
+        let metrics = &self.inner.metrics;
         metrics.in_flight.inc();
-        let running = GaugeGuard(&metrics.in_flight);
-        // A panic anywhere in the measurement becomes an Error measurement, so its in-flight entry is cleared and
-        // the run moves on (a task that panicked used to leave the run Running forever).
+        let _running = GaugeGuard(&metrics.in_flight);
         let started_at = Timestamp::now();
         // Boxed: the measurement's state (HTTP exchange and all) is allocated only while it runs, so an armed task
         // that sleeps until its due time stays small (and spawning it copies little).
-        let taken = match AssertUnwindSafe(Box::pin(measure::take_in(
-            &self.inner.providers,
-            &id.namespace,
-            metric,
-            &spec.args,
-        )))
-        .catch_unwind()
-        .await
-        {
+        let taking = Box::pin(measure::take_in(&self.inner.providers, &id.namespace, metric, args));
+        match AssertUnwindSafe(taking).catch_unwind().await {
             Ok(taken) => taken,
             Err(panic) => {
                 let message = crate::conditions::budget::panic_message(panic.as_ref());
@@ -158,28 +174,33 @@ impl Dispatcher {
                     ),
                 )
             }
-        };
-        drop(running);
-        drop(permit);
-        drop(namespace_permit);
+        }
+    }
+
+    fn count(&self, id: &RunId, metric: &str, taken: &measure::Taken) {
+        let metrics = &self.inner.metrics;
         let phase = taken.measurement.phase.map(|p| p.as_str()).unwrap_or("Unknown");
         metrics.measurements.get_or_create(&MeasurementLabels { provider: taken.provider, phase }).inc();
         metrics
             .measurement_duration
             .get_or_create(&ProviderLabels { provider: taken.provider })
             .observe(taken.latency.as_secs_f64());
-        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %metric.name, phase, "measurement finished");
+        tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %metric, phase, "measurement finished");
+    }
+
+    /// Hands the measurement to its run (unless the run forgot it meanwhile) and wakes the run.
+    fn deliver(&self, id: &RunId, metric: &str, token: u64, taken_before: i32, taken: measure::Taken) {
         let delivered = {
             let mut slots = self.slots();
             match slots.get_mut(&*id.uid) {
-                Some(slot) if slot.in_flight.get(&metric.name).is_some_and(|f| f.token == token) => {
-                    slot.in_flight.remove(&metric.name);
+                Some(slot) if slot.in_flight.get(metric).is_some_and(|f| f.token == token) => {
+                    slot.in_flight.remove(metric);
                     slot.finished.push(Finished {
                         id: token,
-                        metric: metric.name.clone(),
+                        metric: metric.to_string(),
                         measurement: taken.measurement,
                         finished_at: taken.finished_at,
-                        taken_before: start.taken_before,
+                        taken_before,
                     });
                     true
                 }
@@ -187,7 +208,7 @@ impl Dispatcher {
             }
         };
         if delivered {
-            (self.inner.wake)(&id);
+            (self.inner.wake)(id);
         }
     }
 }
