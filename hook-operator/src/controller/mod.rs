@@ -235,32 +235,39 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
     } else {
         ctx.dispatcher.commit(&round, written.clone());
     }
-    if !round.plan.notes.is_empty() {
-        let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
-        let notes: Vec<&Note> = round
-            .plan
-            .notes
-            .iter()
-            .filter(|note| match note {
-                Note::MeasurementError { metric, .. } => ctx.error_event_due(&round.id.uid, metric),
-                _ => true,
-            })
-            .collect();
-        let events = events_for(&notes);
-        for note in &round.plan.notes {
-            if let Note::RunCompleted { phase, message } = note {
-                tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
-            }
-        }
-        // Queued on the bounded sink (a full queue drops and counts them, never waits, never spawns a task).
-        for event in events {
-            ctx.events.queue(&reference, event);
-        }
-    }
+    publish(ctx, &round, written.as_deref());
     if round.plan.completed {
         return Ok(Action::await_change());
     }
     Ok(requeue_at(round.plan.wake_at))
+}
+
+/// The round's notes: Events on the object as written (or as planned on), a measurement error only when
+/// [`Context::error_event_due`] allows it, and a log line for a completed run.
+fn publish(ctx: &Arc<Context>, round: &Round, written: Option<&HookRun>) {
+    if round.plan.notes.is_empty() {
+        return;
+    }
+    let reference = written.unwrap_or(&round.run).object_ref(&());
+    let notes: Vec<&Note> = round
+        .plan
+        .notes
+        .iter()
+        .filter(|note| match note {
+            Note::MeasurementError { metric, .. } => ctx.error_event_due(&round.id.uid, metric),
+            _ => true,
+        })
+        .collect();
+    let events = events_for(&notes);
+    for note in &round.plan.notes {
+        if let Note::RunCompleted { phase, message } = note {
+            tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
+        }
+    }
+    // Queued on the bounded sink (a full queue drops and counts them, never waits, never spawns a task).
+    for event in events {
+        ctx.events.queue(&reference, event);
+    }
 }
 
 fn requeue_at(wake_at: Option<Timestamp>) -> Action {
