@@ -6,12 +6,12 @@
 //!
 //! One file per concept, in the order a round meets them:
 //!
-//! - [`runs`]: what is remembered per run beyond its status (exact timestamps, the validation verdict per
+//! - `runs.rs`: what is remembered per run beyond its status (exact timestamps, the validation verdict per
 //!   generation, the last status written, the measurements in flight and finished);
-//! - [`rounds`]: planning a round on that memory and committing it;
-//! - [`writes`]: the status-write budget, which decides whether a round's status is written now or waits in
+//! - `rounds.rs`: planning a round on that memory and committing it;
+//! - `writes.rs`: the status-write budget, which decides whether a round's status is written now or waits in
 //!   memory, and the task that serves its queue;
-//! - [`measurements`]: a measurement's task, from armed (sleeping until due) through its slot to the result
+//! - `measurements.rs`: a measurement's task, from armed (sleeping until due) through its slot to the result
 //!   delivered back to its run.
 
 mod measurements;
