@@ -69,6 +69,12 @@ fn verdict_moved(stored: Option<&common::api::HookRunStatus>, planned: &common::
     })
 }
 
+/// What the write queue's task does next.
+enum Next {
+    Wait(Option<Instant>),
+    Grant(u64, RunId),
+}
+
 /// The process-wide budget of progress writes and the runs waiting for it.
 pub(super) struct WriteBudget {
     /// Least time between two writes of one running run.
@@ -126,6 +132,25 @@ impl WriteBudget {
         if self.per_second > 0.0 {
             self.refill(now);
             self.tokens -= 1.0;
+        }
+    }
+
+    /// What the queue task does next: wait (until a time, or until a run is queued) or grant the oldest waiting run
+    /// its write (taken off the queue).
+    fn next(&mut self, now: Instant) -> Next {
+        match self.queue.first_key_value().map(|(key, _)| *key) {
+            None => Next::Wait(None),
+            Some((at, _)) if at > now => Next::Wait(Some(at)),
+            Some(_) => {
+                let wait = self.next_token(now);
+                if !wait.is_zero() {
+                    Next::Wait(Some(now + wait))
+                } else if let Some(((_, seq), id)) = self.queue.pop_first() {
+                    Next::Grant(seq, id)
+                } else {
+                    Next::Wait(None)
+                }
+            }
         }
     }
 
@@ -272,29 +297,8 @@ impl Dispatcher {
     pub fn start_status_writes(&self) -> JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
-            enum Next {
-                Wait(Option<Instant>),
-                Grant(u64, RunId),
-            }
             loop {
-                let next = {
-                    let mut budget = this.budget();
-                    let now = Instant::now();
-                    match budget.queue.first_key_value().map(|(key, _)| *key) {
-                        None => Next::Wait(None),
-                        Some((at, _)) if at > now => Next::Wait(Some(at)),
-                        Some(_) => {
-                            let wait = budget.next_token(now);
-                            if !wait.is_zero() {
-                                Next::Wait(Some(now + wait))
-                            } else if let Some(((_, seq), id)) = budget.queue.pop_first() {
-                                Next::Grant(seq, id)
-                            } else {
-                                Next::Wait(None)
-                            }
-                        }
-                    }
-                };
+                let next = this.budget().next(Instant::now());
                 match next {
                     Next::Wait(until) => {
                         let queued = this.inner.write_queued.notified();
@@ -309,19 +313,7 @@ impl Dispatcher {
                         }
                     }
                     Next::Grant(seq, id) => {
-                        let granted = {
-                            let mut slots = this.slots();
-                            match slots.get_mut(&*id.uid) {
-                                Some(slot) if slot.queued == Some(seq) && slot.unwritten.is_some() => {
-                                    slot.queued = None;
-                                    slot.granted = true;
-                                    true
-                                }
-                                // Written meanwhile (a phase change), superseded or gone: no token spent.
-                                _ => false,
-                            }
-                        };
-                        if granted {
+                        if this.grant(seq, &id) {
                             this.budget().take_granted(Instant::now());
                             (this.inner.wake)(&id);
                         }
@@ -329,5 +321,19 @@ impl Dispatcher {
                 }
             }
         })
+    }
+
+    /// Grants the run its progress write if it still waits for it under `seq`: written meanwhile (a phase change),
+    /// superseded or gone, it spends no token.
+    fn grant(&self, seq: u64, id: &RunId) -> bool {
+        let mut slots = self.slots();
+        match slots.get_mut(&*id.uid) {
+            Some(slot) if slot.queued == Some(seq) && slot.unwritten.is_some() => {
+                slot.queued = None;
+                slot.granted = true;
+                true
+            }
+            _ => false,
+        }
     }
 }
