@@ -397,51 +397,98 @@ pub async fn judge_bounded(
     failure: Option<&str>,
     result: Value,
 ) -> Result<HookPhase, EvalError> {
-    let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
     let limits = evaluator.limits();
-    let budget = |reason: String, shown: String| {
-        let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
-        Err(EvalError::Budget { which, expression, result: shown, reason })
-    };
     if inline_safe(success, failure, &result) {
-        let deadline = std::time::Instant::now() + limits.timeout;
-        let outcome = crate::conditions::budget::metered(limits.memory, deadline, || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, &result)))
-        });
-        return match outcome {
-            Ok(verdict) => verdict,
-            Err(panic) => budget(
-                format!(
-                    "the evaluation failed inside the operator ({})",
-                    crate::conditions::budget::panic_message(panic.as_ref())
-                ),
-                show(&result),
-            ),
-        };
+        return judge_inline(success, failure, &result, limits);
     }
-    let shown = show(&result);
     if let crate::isolation::Evaluator::Threads(pool) = evaluator {
-        let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
-        let outcome = pool
-            .run(namespace, move || {
-                let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
-                // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
-                drop(result);
-                verdict
-            })
-            .await;
-        return match outcome {
-            Ok(verdict) => verdict,
-            Err(crate::conditions::budget::Stopped::Panicked(message)) => {
-                budget(format!("the evaluation failed inside the operator ({message})"), shown)
-            }
-            Err(crate::conditions::budget::Stopped::Late(_)) => {
-                budget(format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
-            }
-        };
+        return judge_on_threads(pool, namespace, (success, failure), result, limits).await;
     }
+    judge_on_worker(evaluator, namespace, (success, failure), result, limits).await
+}
+
+/// The error of an evaluation stopped at a bound (or failed inside the operator), naming the condition it ran.
+fn stopped(
+    success: Option<&str>,
+    failure: Option<&str>,
+    reason: String,
+    shown: String,
+) -> Result<HookPhase, EvalError> {
+    let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
+    let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
+    Err(EvalError::Budget { which, expression, result: shown, reason })
+}
+
+/// On the calling thread, metered (the conditions are cheap by construction).
+fn judge_inline(
+    success: Option<&str>,
+    failure: Option<&str>,
+    result: &Value,
+    limits: crate::conditions::budget::Limits,
+) -> Result<HookPhase, EvalError> {
+    let deadline = std::time::Instant::now() + limits.timeout;
+    let outcome = crate::conditions::budget::metered(limits.memory, deadline, || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, result)))
+    });
+    match outcome {
+        Ok(verdict) => verdict,
+        Err(panic) => stopped(
+            success,
+            failure,
+            format!(
+                "the evaluation failed inside the operator ({})",
+                crate::conditions::budget::panic_message(panic.as_ref())
+            ),
+            show(result),
+        ),
+    }
+}
+
+/// On the in-process evaluation threads (checkpoints, no hard bounds).
+async fn judge_on_threads(
+    pool: &crate::conditions::budget::Pool,
+    namespace: &str,
+    (success, failure): (Option<&str>, Option<&str>),
+    result: Value,
+    limits: crate::conditions::budget::Limits,
+) -> Result<HookPhase, EvalError> {
+    let shown = show(&result);
+    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
+    let outcome = pool
+        .run(namespace, move || {
+            let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
+            // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
+            drop(result);
+            verdict
+        })
+        .await;
+    match outcome {
+        Ok(verdict) => verdict,
+        Err(crate::conditions::budget::Stopped::Panicked(message)) => {
+            stopped(success, failure, format!("the evaluation failed inside the operator ({message})"), shown)
+        }
+        Err(crate::conditions::budget::Stopped::Late(_)) => {
+            stopped(success, failure, format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
+        }
+    }
+}
+
+/// In an evaluation worker process (hard bounds), the value handed over as JSON.
+async fn judge_on_worker(
+    evaluator: &crate::isolation::Evaluator,
+    namespace: &str,
+    (success, failure): (Option<&str>, Option<&str>),
+    result: Value,
+    limits: crate::conditions::budget::Limits,
+) -> Result<HookPhase, EvalError> {
+    let shown = show(&result);
     let Some(json) = to_json(&result) else {
-        return budget("the value cannot be handed to an evaluation worker (not JSON)".into(), shown);
+        return stopped(
+            success,
+            failure,
+            "the value cannot be handed to an evaluation worker (not JSON)".into(),
+            shown,
+        );
     };
     let job = crate::isolation::Job {
         reading: crate::isolation::Reading::Value { display: shown.clone() },
@@ -456,7 +503,7 @@ pub async fn judge_bounded(
             crate::isolation::Verdict::Judged(phase) | crate::isolation::Verdict::Answered(phase, _) => Ok(phase),
             crate::isolation::Verdict::Error(message) => Err(EvalError::Reported(message)),
         },
-        Err(stopped) => budget(stop_reason(&stopped, limits), shown),
+        Err(e) => stopped(success, failure, stop_reason(&e, limits), shown),
     }
 }
 
