@@ -2,7 +2,7 @@
 //! itself: a rule on `provider` with a message that says what to use instead, in both the HookTemplate and the
 //! HookRun schema, so `kubectl apply` of such a template fails on a real API server instead of every run of it
 //! ending `Error` later. (kube-sim records but does not evaluate CEL rules other than `self == oldSelf`; the
-//! hook-operator's own validation refuses it there: `hook-operator/src/validate.rs`.)
+//! hook-operator's own validation refuses it there: `hook-operator/src/engine/validate.rs`.)
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{JSONSchemaProps, JSONSchemaPropsOrArray};
 

@@ -115,11 +115,11 @@ pub struct EngineFlags {
     /// Web and Prometheus requests to addresses in this CIDR are refused (repeatable; checked after DNS
     /// resolution, added to the built-in denials of link-local and cloud metadata addresses).
     #[arg(long = "web-deny-cidr", value_name = "CIDR")]
-    pub web_deny_cidr: Vec<crate::providers::egress::Cidr>,
+    pub web_deny_cidr: Vec<crate::providers::http::egress::Cidr>,
     /// Addresses in this CIDR are allowed even if a denial covers them (repeatable), e.g. 169.254.0.0/16 for a
     /// link-local endpoint you trust.
     #[arg(long = "web-allow-cidr", value_name = "CIDR")]
-    pub web_allow_cidr: Vec<crate::providers::egress::Cidr>,
+    pub web_allow_cidr: Vec<crate::providers::http::egress::Cidr>,
     /// Kinds the kubernetes provider may read and patch, as plural resource names with their API group
     /// (`pods`, `apps/deployments`, `tkex.tencent.com/gamedeployments`); repeatable. Always only in the HookRun's
     /// own namespace. The chart's RBAC must allow the same.
@@ -180,7 +180,7 @@ impl EngineFlags {
             kubernetes_timeout: self.kubernetes_timeout,
             idle_timeout: self.web_idle_timeout,
             max_idle_per_host: self.web_max_idle_per_host,
-            condition_limits: crate::budget::Limits {
+            condition_limits: crate::conditions::budget::Limits {
                 timeout: self.condition_timeout,
                 memory: self.condition_memory_bytes,
             },
@@ -191,7 +191,10 @@ impl EngineFlags {
                 crate::isolation::processes_or_threads(self.condition_worker_binary.clone())
             },
             condition_penalty: self.condition_penalty,
-            egress: crate::providers::egress::Policy::new(self.web_deny_cidr.clone(), self.web_allow_cidr.clone()),
+            egress: crate::providers::http::egress::Policy::new(
+                self.web_deny_cidr.clone(),
+                self.web_allow_cidr.clone(),
+            ),
             kubernetes_kinds: self.kubernetes_kinds.clone(),
             max_buffered_body_bytes: self.max_buffered_body_bytes,
             secret_args: self.secret_args,

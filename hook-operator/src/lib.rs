@@ -1,35 +1,31 @@
 //! The hook operator: runs `HookRun`s (measure, judge, decide) for `tkex.tencent.com/v1alpha1`.
 //!
-//! Pure decisions live in [`engine`] and [`schedule`]; [`dispatch`] runs measurements as bounded async
-//! tasks; [`controller`] is the Kubernetes shell, [`local`] the in-memory one used by `check` and the
-//! benchmark.
+//! The modules follow a round through the operator:
+//!
+//! - observe: [`controller`] is the Kubernetes shell, [`local`] the in-memory one used by `check` and the
+//!   benchmark;
+//! - plan: [`engine`] decides a round as a pure function (with [`engine::schedule`] and [`engine::validate`]);
+//! - execute: [`dispatch`] runs the round's measurements as bounded async tasks, [`measure`] takes one with the
+//!   [`providers`], and the answer is judged under [`isolation`] by the [`conditions`].
+//!
+//! Around them: the flags ([`cli`], [`settings`]), the [`metrics`], message helpers ([`text`]) and the hostile
+//! inputs the tests and `hook-fuzz` share ([`testing`]).
 
-pub mod budget;
-pub mod check;
 pub mod cli;
+pub mod conditions;
 pub mod controller;
 pub mod dispatch;
 pub mod engine;
-pub mod evaluate;
-pub mod fuzz;
-pub mod gc;
-pub mod hostile;
 pub mod isolation;
-pub mod jsonpath;
 pub mod local;
 pub mod measure;
 pub mod metrics;
 pub mod providers;
-pub mod redact;
-pub mod schedule;
 pub mod settings;
-pub mod shards;
-pub mod syntax;
-pub mod template;
+pub mod testing;
 pub mod text;
-pub mod validate;
 
-/// Unit tests count evaluation memory like the binaries do (see [`budget::Counting`]).
+/// Unit tests count evaluation memory like the binaries do (see [`conditions::budget::Counting`]).
 #[cfg(test)]
 #[global_allocator]
-static ALLOCATOR: budget::Counting<std::alloc::System> = budget::Counting(std::alloc::System);
+static ALLOCATOR: conditions::budget::Counting<std::alloc::System> = conditions::budget::Counting(std::alloc::System);

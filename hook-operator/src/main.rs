@@ -1,10 +1,10 @@
 //! `hook-operator`: the controller (default) and `hook-operator check`.
 
 /// mimalloc: the engine allocates many small, short-lived values per measurement. Counted while a condition
-/// is evaluated, which bounds a condition's memory (see `hook_operator::budget`).
+/// is evaluated, which bounds a condition's memory (see `hook_operator::conditions::budget`).
 #[global_allocator]
-static ALLOCATOR: hook_operator::budget::Counting<mimalloc::MiMalloc> =
-    hook_operator::budget::Counting(mimalloc::MiMalloc);
+static ALLOCATOR: hook_operator::conditions::budget::Counting<mimalloc::MiMalloc> =
+    hook_operator::conditions::budget::Counting(mimalloc::MiMalloc);
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Some(Command::Evaluator(_)) => ExitCode::FAILURE,
-        Some(Command::Check(flags)) => hook_operator::check::run(*flags).await,
+        Some(Command::Check(flags)) => hook_operator::local::check::run(*flags).await,
         None => match operate(cli.run).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -89,11 +89,11 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         max_status_writes_per_second: flags.max_status_writes_per_second,
         finished_run_ttl: flags.finished_run_ttl,
         gc_deletes_per_second: flags.gc_deletes_per_second,
-        shards: (flags.shards > 0).then(|| hook_operator::shards::Ownership::new(flags.shards)),
+        shards: (flags.shards > 0).then(|| hook_operator::controller::shards::Ownership::new(flags.shards)),
     };
     let sharding = options.shards.clone().map(|ownership| {
         let le = &flags.runtime.leader_election;
-        let settings = hook_operator::shards::Settings {
+        let settings = hook_operator::controller::shards::Settings {
             namespace: le.leader_elect_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string()),
             base: le.leader_elect_lease_name.clone().unwrap_or_else(|| controller::COMPONENT.to_string()),
             identity: election.identity().to_string(),
@@ -103,7 +103,8 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         };
         let (client, shutdown) = (client.clone(), shutdown.clone());
         tokio::spawn(async move {
-            let managed = hook_operator::shards::manage(client, settings, ownership, shutdown.clone()).await;
+            let managed =
+                hook_operator::controller::shards::manage(client, settings, ownership, shutdown.clone()).await;
             // Without its manager the controller would hold no shard: stop the process instead.
             shutdown.trigger();
             managed

@@ -7,7 +7,7 @@ use common::api::{Argument, HookPhase, Measurement, Metric};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::evaluate;
+use crate::conditions::evaluate;
 use crate::isolation::{Job, Verdict};
 use crate::providers::{Answer, Observation, Providers};
 
@@ -66,7 +66,7 @@ pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, ar
     let started_at = Timestamp::now();
     let (args, secrets) = match providers.resolve_args(namespace, args).await {
         Ok(resolved) => resolved,
-        Err(e) => return failed(started_at, crate::redact::text(&e.0, &[])),
+        Err(e) => return failed(started_at, crate::providers::redact::text(&e.0, &[])),
     };
     let mut taken = measure(providers, namespace, metric, &args, started_at).await;
     // Credentials never reach status, Events or logs: values read from Secrets, credential headers (Authorization,
@@ -74,14 +74,14 @@ pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, ar
     // token query parameters are masked in what the measurement says.
     let mut sensitive = secrets;
     if let Some(web) = &metric.provider.web {
-        for header in web.headers.iter().filter(|h| crate::redact::sensitive_header(&h.key)) {
-            if let Ok(value) = crate::template::render("header", &header.value, &args) {
+        for header in web.headers.iter().filter(|h| crate::providers::redact::sensitive_header(&h.key)) {
+            if let Ok(value) = crate::conditions::template::render("header", &header.value, &args) {
                 sensitive.push(value);
             }
         }
     }
     for text in [&mut taken.measurement.message, &mut taken.measurement.value].into_iter().flatten() {
-        *text = crate::redact::text(text, &sensitive);
+        *text = crate::providers::redact::text(text, &sensitive);
     }
     taken
 }

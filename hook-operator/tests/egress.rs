@@ -14,7 +14,7 @@ use axum::routing::{any, get};
 use common::api::{Argument, HookPhase, Metric, MetricProvider, WebMetric, WebMetricHeader};
 use futures::StreamExt;
 use hook_operator::measure;
-use hook_operator::providers::egress::Policy;
+use hook_operator::providers::http::egress::Policy;
 use hook_operator::providers::{ProviderSettings, Providers};
 
 async fn serve(router: Router) -> SocketAddr {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::Path;
 use axum::routing::get;
-use hook_operator::hostile::{self, Case, tree_rss};
+use hook_operator::testing::hostile::{self, Case, tree_rss};
 
 /// Serves each case's answer at `/<name>`.
 async fn endpoint(cases: &[Case]) -> SocketAddr {

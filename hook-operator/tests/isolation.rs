@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use common::api::HookPhase;
-use hook_operator::budget::Limits;
+use hook_operator::conditions::budget::Limits;
 use hook_operator::isolation::workers::{Settings, Workers};
 use hook_operator::isolation::{Job, Reading, Stopped, Verdict};
 

@@ -42,7 +42,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             act(&conn, &name, |s| Ok(actions::restart(s, &now))).await
         }
         Command::SkipHook { pod, conn } => skip_hook(&pod, &conn).await,
-        Command::Check(flags) => hook_operator::check::run(*flags).await,
+        Command::Check(flags) => hook_operator::local::check::run(*flags).await,
         Command::Complete { words } => crate::complete::run(words).await,
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "kubectl-gd", &mut std::io::stdout());

@@ -16,8 +16,8 @@
 /// relaxed atomic add each) so the benchmark can print allocations per measurement: an exact figure, unlike CPU time
 /// on a shared machine.
 #[global_allocator]
-static ALLOCATOR: Tally<hook_operator::budget::Counting<mimalloc::MiMalloc>> =
-    Tally(hook_operator::budget::Counting(mimalloc::MiMalloc));
+static ALLOCATOR: Tally<hook_operator::conditions::budget::Counting<mimalloc::MiMalloc>> =
+    Tally(hook_operator::conditions::budget::Counting(mimalloc::MiMalloc));
 
 /// Allocations (including reallocations) made by this process so far.
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
@@ -395,7 +395,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
         flags.max_in_flight,
         wakers.wake(),
     );
-    let hostile = hook_operator::hostile::cases()?;
+    let hostile = hook_operator::testing::hostile::cases()?;
     let worst: Vec<&str> = ["sort-of-split-in-a-loop", "map-of-repeats"]
         .iter()
         .filter_map(|name| hostile.iter().find(|c| c.name == *name).map(|c| c.success_condition.as_str()))

@@ -8,16 +8,16 @@
 
 /// Counted like the operator, so conditions get the same memory budget.
 #[global_allocator]
-static ALLOCATOR: hook_operator::budget::Counting<std::alloc::System> =
-    hook_operator::budget::Counting(std::alloc::System);
+static ALLOCATOR: hook_operator::conditions::budget::Counting<std::alloc::System> =
+    hook_operator::conditions::budget::Counting(std::alloc::System);
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use hook_operator::budget::Limits;
-use hook_operator::fuzz;
+use hook_operator::conditions::budget::Limits;
 use hook_operator::isolation::{Evaluator, workers};
+use hook_operator::testing::fuzz;
 
 #[derive(Parser)]
 #[command(name = "hook-fuzz", about = "Hostile inputs for the hook-operator's parsers, evaluators and validation")]

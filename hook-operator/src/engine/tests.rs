@@ -236,7 +236,7 @@ impl Sim {
 
     fn round(&mut self, finished: &[Finished]) -> Plan {
         let in_flight = HashSet::new();
-        let invalid = crate::validate::run(&self.spec).err();
+        let invalid = crate::engine::validate::run(&self.spec).err();
         let plan = plan(&Inputs {
             spec: &self.spec,
             status: self.status.as_ref(),

@@ -60,11 +60,14 @@ impl Job {
         if let Some((phase, message)) = observation.verdict {
             return Outcome { display, verdict: Verdict::Answered(phase, message) };
         }
-        let verdict =
-            match crate::evaluate::judge(self.success.as_deref(), self.failure.as_deref(), &observation.result) {
-                Ok(phase) => Verdict::Judged(phase),
-                Err(e) => Verdict::Error(e.to_string()),
-            };
+        let verdict = match crate::conditions::evaluate::judge(
+            self.success.as_deref(),
+            self.failure.as_deref(),
+            &observation.result,
+        ) {
+            Ok(phase) => Verdict::Judged(phase),
+            Err(e) => Verdict::Error(e.to_string()),
+        };
         // Dropping a large result is part of the evaluation's work.
         drop(observation.result);
         Outcome { display, verdict }
@@ -76,7 +79,7 @@ impl Job {
             Reading::Web { what, path } => {
                 let path = path
                     .as_deref()
-                    .map(crate::jsonpath::Path::cached)
+                    .map(crate::conditions::jsonpath::Path::cached)
                     .transpose()
                     .map_err(|e| ProviderError(e.to_string()))?;
                 crate::providers::web::interpret(what, body, path.as_deref())
@@ -85,7 +88,7 @@ impl Job {
             Reading::Value { display } => {
                 let value: serde_json::Value = serde_json::from_slice(body)
                     .map_err(|e| ProviderError(format!("the value to judge is not JSON: {e}")))?;
-                Ok(Observation::judged(crate::evaluate::to_expr(&value), display.clone()))
+                Ok(Observation::judged(crate::conditions::evaluate::to_expr(&value), display.clone()))
             }
         }
     }

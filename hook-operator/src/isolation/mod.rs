@@ -7,21 +7,20 @@
 //! ([`worker`]), where the operating system enforces the bounds while the work runs:
 //!
 //! - **memory**: the worker's allocator refuses any allocation past the budget (`--condition-memory-bytes`,
-//!   default 32 MiB, counted from the job's start) and the worker aborts: nothing past the bound is ever
-//!   allocated;
-//! - **time**: the operator kills the worker when the job's deadline (`--condition-timeout`, default 1 s) passes;
+//!   counted from the job's start) and the worker aborts: nothing past the bound is ever allocated;
+//! - **time**: the operator kills the worker when the job's deadline (`--condition-timeout`) passes;
 //! - after either, a fresh worker takes the place of the old one at once; the measurement is an `Error` whose
 //!   message names the bound; the namespace's evaluations move to the penalty lane ([`workers`]).
 //!
 //! Cheap by construction, and judged on the calling thread without a worker: an answer of at most
 //! [`INLINE_BODY_BYTES`] read without a jsonPath or with a path of member names only (`{$.age}`), or a Prometheus
-//! answer of that size, judged by conditions that [`crate::evaluate::inline_safe`] admits (no loops, no ranges, a
-//! scalar result). That is every condition of the BCS and Argo documentation on their usual answers, at the cost of
-//! microseconds.
+//! answer of that size, judged by conditions that [`crate::conditions::evaluate::inline_safe`] admits (no loops, no
+//! ranges, a scalar result). That is every condition of the BCS and Argo documentation on their usual answers, and a
+//! worker round trip would cost more than the evaluation itself.
 //!
 //! A worker is the `hook-operator` executable itself (`hook-operator evaluator`). Tests and embedders that have no
 //! such executable use [`Evaluator::Threads`]: the same jobs on in-process threads, with checkpoints instead of hard
-//! bounds (see [`crate::budget`]).
+//! bounds (see [`crate::conditions::budget`]).
 
 pub mod job;
 pub mod worker;
@@ -83,7 +82,7 @@ pub fn processes_or_threads(binary: Option<std::path::PathBuf>) -> Isolation {
 /// Evaluates jobs: on worker processes (the operator) or in-process threads.
 #[derive(Clone)]
 pub enum Evaluator {
-    Threads(Arc<crate::budget::Pool>),
+    Threads(Arc<crate::conditions::budget::Pool>),
     Processes(Arc<workers::Workers>),
 }
 
@@ -95,7 +94,7 @@ impl Evaluator {
         }
     }
 
-    pub fn limits(&self) -> crate::budget::Limits {
+    pub fn limits(&self) -> crate::conditions::budget::Limits {
         match self {
             Self::Threads(pool) => pool.limits,
             Self::Processes(workers) => workers.limits(),
@@ -114,8 +113,8 @@ impl Evaluator {
                 })
                 .await
                 .map_err(|stopped| match stopped {
-                    crate::budget::Stopped::Panicked(message) => Stopped::Crashed(message),
-                    crate::budget::Stopped::Late(_) => Stopped::Queued(limits.timeout),
+                    crate::conditions::budget::Stopped::Panicked(message) => Stopped::Crashed(message),
+                    crate::conditions::budget::Stopped::Late(_) => Stopped::Queued(limits.timeout),
                 })
             }
             Self::Processes(workers) => workers.run(namespace, job, body).await,

@@ -3,11 +3,11 @@
 //! sockets. Its bounds are the operating system's, so they hold in the middle of any step:
 //!
 //! - memory: the global allocator refuses any allocation that would take the process more than the budget above
-//!   what it held when the job arrived ([`crate::budget::cap_process`]); the refusal writes [`OVER_MEMORY`] to
-//!   stdout and the process aborts;
+//!   what it held when the job arrived ([`crate::conditions::budget::cap_process`]); the refusal writes
+//!   [`OVER_MEMORY`] to stdout and the process aborts;
 //! - time: the operator kills the process when the job's deadline passes;
 //! - the process dies with the operator (`PR_SET_PDEATHSIG`), writes no core file, and runs the job on a thread
-//!   with a large stack (evaluation recurses; [`crate::syntax`] bounds the depth).
+//!   with a large stack (evaluation recurses; [`crate::conditions::syntax`] bounds the depth).
 
 use std::io::{BufReader, BufWriter};
 use std::panic::AssertUnwindSafe;
@@ -58,7 +58,7 @@ pub fn serve(flags: WorkerFlags) -> ExitCode {
     detach_from_failures(std::os::unix::process::parent_id());
     let spawned = std::thread::Builder::new()
         .name("evaluator".into())
-        .stack_size(crate::budget::STACK_BYTES)
+        .stack_size(crate::conditions::budget::STACK_BYTES)
         .spawn(move || serve_on_this_thread(&flags));
     match spawned.map(|t| t.join()) {
         Ok(Ok(code)) => code,
@@ -71,24 +71,24 @@ fn serve_on_this_thread(flags: &WorkerFlags) -> ExitCode {
     let mut output = BufWriter::new(std::io::stdout().lock());
     // Reading a job may take its body's size; evaluating it, the budget on top.
     let reading_room = flags.max_body_bytes as usize + (job::MAX_FRAME_BYTES as usize) * 2;
-    crate::budget::cap_process(reading_room, over_memory);
+    crate::conditions::budget::cap_process(reading_room, over_memory);
     loop {
-        crate::budget::recap_process(reading_room);
+        crate::conditions::budget::recap_process(reading_room);
         let (job, body) = match job::read_job(&mut input, flags.max_body_bytes) {
             Ok(Some(job)) => job,
             Ok(None) => return ExitCode::SUCCESS,
             Err(_) => return ExitCode::from(2),
         };
-        crate::budget::recap_process(flags.memory_bytes);
+        crate::conditions::budget::recap_process(flags.memory_bytes);
         let deadline = Instant::now() + flags.timeout;
-        let outcome = crate::budget::metered(flags.memory_bytes, deadline, || {
+        let outcome = crate::conditions::budget::metered(flags.memory_bytes, deadline, || {
             std::panic::catch_unwind(AssertUnwindSafe(|| job.perform(&body)))
         });
         let outcome = outcome.unwrap_or_else(|panic| Outcome {
             display: None,
             verdict: Verdict::Error(format!(
                 "the evaluation failed inside the operator ({})",
-                crate::budget::panic_message(panic.as_ref())
+                crate::conditions::budget::panic_message(panic.as_ref())
             )),
         });
         drop((job, body));

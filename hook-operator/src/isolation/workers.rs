@@ -34,7 +34,7 @@ pub struct Settings {
     pub binary: PathBuf,
     /// Workers for namespaces in good standing (at least 1).
     pub workers: usize,
-    pub limits: crate::budget::Limits,
+    pub limits: crate::conditions::budget::Limits,
     pub max_body_bytes: usize,
     /// How long a namespace stays in the penalty lane after an evaluation of its was stopped.
     pub penalty: Duration,
@@ -161,7 +161,7 @@ impl Workers {
         Ok(workers)
     }
 
-    pub fn limits(&self) -> crate::budget::Limits {
+    pub fn limits(&self) -> crate::conditions::budget::Limits {
         self.settings.limits
     }
 

@@ -20,7 +20,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::{Answer, Observation, Provider, ProviderError, display};
-use crate::evaluate::to_expr;
+use crate::conditions::evaluate::to_expr;
 
 /// Label and annotation prefixes the operators themselves write and read (gates, lifecycle states, overrides): a
 /// template may read them but never write them, since a patch goes out with the operator's identity.

@@ -1,12 +1,10 @@
 //! Measurement providers. Each one turns a metric (and the run's args) into an [`Observation`]: the value the
 //! conditions judge, or a verdict of its own. The engine never knows which provider it runs.
 
-pub mod connections;
-pub mod egress;
-pub mod h1;
 pub mod http;
 pub mod kubernetes;
 pub mod prometheus;
+pub mod redact;
 pub mod web;
 
 use std::sync::Arc;
@@ -55,7 +53,7 @@ pub struct Raw {
 /// error message or a worker needs it).
 #[derive(Debug)]
 pub enum Source {
-    Web { method: reqwest::Method, url: String, path: Option<Arc<crate::jsonpath::Path>> },
+    Web { method: reqwest::Method, url: String, path: Option<Arc<crate::conditions::jsonpath::Path>> },
     Prometheus { query: String },
 }
 
@@ -99,8 +97,8 @@ impl Raw {
 #[error("{0}")]
 pub struct ProviderError(pub String);
 
-impl From<crate::template::TemplateError> for ProviderError {
-    fn from(e: crate::template::TemplateError) -> Self {
+impl From<crate::conditions::template::TemplateError> for ProviderError {
+    fn from(e: crate::conditions::template::TemplateError) -> Self {
         Self(e.to_string())
     }
 }
@@ -141,7 +139,7 @@ pub struct ProviderSettings {
     /// Idle connections kept per host (one host answering many runs, e.g. a shared service).
     pub max_idle_per_host: usize,
     /// Time and memory of one condition evaluation.
-    pub condition_limits: crate::budget::Limits,
+    pub condition_limits: crate::conditions::budget::Limits,
     /// Threads or worker processes evaluating conditions (0: one per CPU, at least 2).
     pub condition_threads: usize,
     /// Where evaluations that are not cheap by construction run (see [`crate::isolation`]).
@@ -149,7 +147,7 @@ pub struct ProviderSettings {
     /// How long a namespace whose evaluation hit a bound stays in the penalty lane.
     pub condition_penalty: Duration,
     /// Which addresses web and Prometheus requests may reach.
-    pub egress: egress::Policy,
+    pub egress: http::egress::Policy,
     /// Resources the kubernetes provider may touch (`pods`, `apps/deployments`).
     pub kubernetes_kinds: Vec<String>,
     /// Response bytes buffered at once across all measurements.
@@ -167,11 +165,11 @@ impl Default for ProviderSettings {
             kubernetes_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             max_idle_per_host: 1024,
-            condition_limits: crate::budget::Limits::default(),
+            condition_limits: crate::conditions::budget::Limits::default(),
             condition_threads: 0,
             isolation: crate::isolation::Isolation::Threads,
             condition_penalty: Duration::from_secs(300),
-            egress: egress::Policy::default(),
+            egress: http::egress::Policy::default(),
             kubernetes_kinds: vec!["pods".to_string()],
             max_buffered_body_bytes: 16 * 1024 * 1024,
             secret_args: false,
@@ -202,9 +200,9 @@ impl Providers {
             n => n,
         };
         let conditions = match &settings.isolation {
-            crate::isolation::Isolation::Threads => {
-                crate::isolation::Evaluator::Threads(crate::budget::Pool::new(threads, settings.condition_limits))
-            }
+            crate::isolation::Isolation::Threads => crate::isolation::Evaluator::Threads(
+                crate::conditions::budget::Pool::new(threads, settings.condition_limits),
+            ),
             crate::isolation::Isolation::Processes(binary) => {
                 let limits = settings.condition_limits;
                 crate::isolation::Evaluator::Processes(

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::http::{Http, body_excerpt};
 use super::{Answer, Observation, Provider, ProviderError, Raw, Source};
-use crate::template::render;
+use crate::conditions::template::render;
 
 pub struct Prometheus {
     http: Arc<Http>,
@@ -134,7 +134,7 @@ impl Prometheus {
             .map_err(|e| ProviderError(format!("provider.prometheus.address {:?} is not a URL: {e}", spec.address)))?;
         url.query_pairs_mut().append_pair("query", &query);
         let send = self.http.send(Method::GET, url.as_str(), &[], None, self.timeout, false);
-        let response = super::egress::in_namespace(namespace, url.as_str(), send).await?;
+        let response = super::http::egress::in_namespace(namespace, url.as_str(), send).await?;
         // Prometheus answers 400/422 with a JSON error body that says what is wrong with the query.
         if !response.status.is_success() && !matches!(response.status.as_u16(), 400 | 422 | 503) {
             return Err(ProviderError(format!(

@@ -10,9 +10,9 @@ use reqwest::Method;
 
 use super::http::{Http, body_excerpt};
 use super::{Answer, Observation, Provider, ProviderError, Raw, Source, display};
-use crate::evaluate::to_expr;
-use crate::jsonpath;
-use crate::template::render;
+use crate::conditions::evaluate::to_expr;
+use crate::conditions::jsonpath;
+use crate::conditions::template::render;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -51,7 +51,7 @@ impl Web {
             .map_err(|e| ProviderError(e.to_string()))?;
 
         let send = self.http.send(method.clone(), &url, &headers, body, self.timeout(metric), web.insecure);
-        let response = super::egress::in_namespace(namespace, &url, send).await?;
+        let response = super::http::egress::in_namespace(namespace, &url, send).await?;
         if !response.status.is_success() {
             return Err(ProviderError(format!(
                 "{method} {url} returned HTTP {}: {}",

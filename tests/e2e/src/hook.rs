@@ -134,7 +134,7 @@ pub use crate::FAST_ELECTION;
 pub const POLL: Duration = Duration::from_millis(200);
 
 /// Resident memory of process `pid` and its children (the hook-operator and its evaluation workers), in bytes.
-pub use hook_operator::hostile::tree_rss;
+pub use hook_operator::testing::hostile::tree_rss;
 
 /// The chart's memory limit of the hook-operator, in bytes (`hookOperator.resources.limits.memory`).
 pub fn chart_memory_limit() -> u64 {

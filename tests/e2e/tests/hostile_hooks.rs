@@ -149,8 +149,14 @@ async fn namespace(cluster: &Cluster, name: &str) {
 }
 
 /// A HookRun in `namespace` measuring `case`'s answer at `url` `count` times, `interval` apart.
-fn corpus_run(case: &hook_operator::hostile::Case, namespace: &str, url: &str, count: u32, interval: &str) -> String {
-    let text = hook_operator::hostile::template(case, url)
+fn corpus_run(
+    case: &hook_operator::testing::hostile::Case,
+    namespace: &str,
+    url: &str,
+    count: u32,
+    interval: &str,
+) -> String {
+    let text = hook_operator::testing::hostile::template(case, url)
         .replace("kind: HookTemplate", "kind: HookRun")
         .replace(&format!("  name: {}\n", case.name), &format!("  name: {}\n  namespace: {namespace}\n", case.name));
     let limit = if count > 1 { "consecutiveErrorLimit: 100000" } else { "consecutiveErrorLimit: 0" };
@@ -158,8 +164,8 @@ fn corpus_run(case: &hook_operator::hostile::Case, namespace: &str, url: &str, c
         .replace("  - name: hostile\n", &format!("  - name: hostile\n    count: {count}\n    interval: {interval}\n"))
 }
 
-fn answers() -> (Vec<hook_operator::hostile::Case>, std::collections::HashMap<String, Vec<u8>>) {
-    let cases = hook_operator::hostile::cases().expect("the corpus loads");
+fn answers() -> (Vec<hook_operator::testing::hostile::Case>, std::collections::HashMap<String, Vec<u8>>) {
+    let cases = hook_operator::testing::hostile::cases().expect("the corpus loads");
     let mut answers: std::collections::HashMap<String, Vec<u8>> =
         cases.iter().map(|c| (c.name.clone(), c.answer.body())).collect();
     answers.insert("polite".into(), br#"{"age": 45}"#.to_vec());

@@ -5,9 +5,9 @@
 //!   live heap ([`cap_process`]): an allocation past the cap fails and the worker aborts. That cap is the hard
 //!   memory bound of [`crate::isolation`]; the per-thread count gives the same bound a friendlier message when a
 //!   checkpoint comes first.
-//! - **Checkpoints**: expr-lang asks its context for `result` on every use of it; [`Scope::get`](crate::evaluate)
-//!   is where a marked or late evaluation is stopped early (it answers "no such variable", and the error is
-//!   reported as the bound being reached).
+//! - **Checkpoints**: expr-lang asks its context for `result` on every use of it;
+//!   [`Scope::get`](crate::conditions::evaluate) is where a marked or late evaluation is stopped early (it answers
+//!   "no such variable", and the error is reported as the bound being reached).
 //! - [`Pool`]: evaluation threads with large stacks and per-namespace round-robin queues, for
 //!   `--condition-isolation thread` and the library's tests. There the bounds are only the checkpoints: between two
 //!   of them expr-lang may still allocate or compute without limit, which is why the operator uses worker

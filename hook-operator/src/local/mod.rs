@@ -1,6 +1,8 @@
 //! Running HookRuns without a cluster: the same dispatcher, engine and providers as the controller, with the
 //! status kept in memory. Used by `hook-operator check` and by the benchmark.
 
+pub mod check;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::Notify;
 
 use crate::dispatch::{Dispatcher, Round, RunId, Wake};
-use crate::schedule;
+use crate::engine::schedule;
 
 /// Routes "a measurement finished" to the task driving that run.
 #[derive(Clone, Default)]

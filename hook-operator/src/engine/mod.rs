@@ -2,7 +2,8 @@
 //! the measurements that finished since the last round and the clock.
 //!
 //! Rules (Argo-correct, fixing BCS; see the README's semantics table):
-//! - measurement phase: from the conditions (see [`crate::evaluate::judge`]); provider problems are `Error`;
+//! - measurement phase: from the conditions (see [`crate::conditions::evaluate::judge`]); provider problems are
+//!   `Error`;
 //! - counters: errors do not consume `count` and reset the success streak;
 //! - metric phase, first match wins: `Failed` when failed > failureLimit (default 0; -1 disables);
 //!   `Successful` when successful >= successfulLimit (if set); `Inconclusive` when inconclusive >
@@ -11,6 +12,11 @@
 //! - run phase: `Running` until every metric completed; as soon as one metric is `Failed`, `Error` or
 //!   `Inconclusive` the others stop and the run takes the worst phase at once; `spec.terminate` stops it
 //!   too; `Ordered` starts metric i only once metric i-1 is `Successful`; a completed run never changes.
+//!
+//! When a metric is measured next is [`schedule`]; whether a spec can run at all is [`validate`].
+
+pub mod schedule;
+pub mod validate;
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,7 +24,7 @@ use common::api::{HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::schedule::{self, PreciseFinish};
+use self::schedule::PreciseFinish;
 use crate::settings::{DEFAULT_CONSECUTIVE_ERROR_LIMIT, EngineSettings};
 
 /// A measurement that finished since the last round.
@@ -277,27 +283,59 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
 
 /// [`plan`] on a status the caller gives up (`inputs.status` is not read): the new status is built in it, so its
 /// measurement history is not copied.
+///
+/// The steps of a round, in order; each may complete the run and end the round.
 pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
-    let mut plan = Plan {
-        status: status.unwrap_or_default(),
-        start: Vec::new(),
-        arm: Vec::new(),
-        wake_at: None,
-        notes: Vec::new(),
-        completed: false,
-        consumed: inputs.finished.iter().map(|f| f.id).collect(),
-        precise: inputs.precise.clone(),
-        recorded: Vec::new(),
-        recorded_count: 0,
-    };
+    let mut plan = Plan::on(inputs, status);
     if plan.status.phase.is_some_and(HookPhase::is_completed) {
         plan.completed = true;
         return plan;
     }
+    let started_at = mark_running(&mut plan, inputs.now);
+    if let Some(problem) = inputs.invalid {
+        complete_invalid(&mut plan, problem);
+        return plan;
+    }
+    record_finished(&mut plan, inputs);
+    let stopped_by = assess_metrics(&mut plan, inputs.spec);
+    if inputs.spec.terminate || stopped_by.is_some() {
+        stop_run(&mut plan, inputs.spec, stopped_by);
+        return plan;
+    }
+    if all_metrics_completed(inputs.spec, &plan.status) {
+        complete_run(&mut plan, None);
+        return plan;
+    }
+    // While running, the message says what is going wrong: the last error of a metric whose latest
+    // measurement errored (otherwise the run looks healthy until consecutiveErrorLimit is reached).
+    plan.status.message = running_message(inputs.spec, &plan.status);
+    schedule_due(&mut plan, inputs, started_at);
+    plan
+}
+
+impl Plan {
+    /// A plan that changes nothing yet: `status` as given, and every finished measurement consumed.
+    fn on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Self {
+        Plan {
+            status: status.unwrap_or_default(),
+            start: Vec::new(),
+            arm: Vec::new(),
+            wake_at: None,
+            notes: Vec::new(),
+            completed: false,
+            consumed: inputs.finished.iter().map(|f| f.id).collect(),
+            precise: inputs.precise.clone(),
+            recorded: Vec::new(),
+            recorded_count: 0,
+        }
+    }
+}
+
+/// The run is `Running`; returns when it started (precise when this process knows it).
+fn mark_running(plan: &mut Plan, now: Timestamp) -> Timestamp {
     let status = &mut plan.status;
-    let now = inputs.now;
     status.phase = Some(HookPhase::Running);
-    let started_at = match (&status.started_at, plan.precise.started_at) {
+    match (&status.started_at, plan.precise.started_at) {
         (None, _) => {
             status.started_at = Some(Time(now));
             plan.precise.started_at = Some(now);
@@ -306,23 +344,25 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
         (Some(_), Some(precise)) => precise,
         // Restarted: status only has whole seconds; assume the latest instant it can stand for.
         (Some(stored), None) => schedule::after(stored.0, std::time::Duration::from_secs(1)),
-    };
-
-    if let Some(problem) = inputs.invalid {
-        let message = format!("invalid HookRun: {problem}");
-        status.phase = Some(HookPhase::Error);
-        status.message = Some(message.clone());
-        plan.notes.push(Note::RunCompleted { phase: HookPhase::Error, message });
-        plan.completed = true;
-        return plan;
     }
+}
 
-    // 1. Record what finished, oldest first.
+/// An invalid spec ends the run `Error` with the problem as its message.
+fn complete_invalid(plan: &mut Plan, problem: &str) {
+    let message = format!("invalid HookRun: {problem}");
+    plan.status.phase = Some(HookPhase::Error);
+    plan.status.message = Some(message.clone());
+    plan.notes.push(Note::RunCompleted { phase: HookPhase::Error, message });
+    plan.completed = true;
+}
+
+/// Step 1: records what finished, oldest first (each measurement once: see [`Finished::taken_before`]).
+fn record_finished(plan: &mut Plan, inputs: &Inputs<'_>) {
     let mut finished: Vec<&Finished> = inputs.finished.iter().collect();
     finished.sort_by_key(|f| (f.finished_at, f.id));
     for f in finished {
         let Some(metric) = inputs.spec.metrics.iter().find(|m| m.name == f.metric) else { continue };
-        let result = result_mut(status, &f.metric);
+        let result = result_mut(&mut plan.status, &f.metric);
         if result.phase.is_some_and(HookPhase::is_completed) || schedule::taken(result) != f.taken_before {
             continue;
         }
@@ -351,11 +391,16 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
             }
         }
     }
+}
 
-    // 2. Assess each metric; the first bad one stops the others.
-    let mut stopped_by: Option<(String, HookPhase, String)> = None;
-    for metric in &inputs.spec.metrics {
-        let Some(result) = status.metric_results.iter_mut().find(|r| r.name == metric.name) else { continue };
+/// The first metric that completed badly: (its name, its phase, its message).
+type StoppedBy = (String, HookPhase, String);
+
+/// Step 2: assesses each metric from its counters; returns the first bad one, which stops the others.
+fn assess_metrics(plan: &mut Plan, spec: &HookRunSpec) -> Option<StoppedBy> {
+    let mut stopped_by: Option<StoppedBy> = None;
+    for metric in &spec.metrics {
+        let Some(result) = plan.status.metric_results.iter_mut().find(|r| r.name == metric.name) else { continue };
         if !result.phase.is_some_and(HookPhase::is_completed)
             && let Some((phase, why)) = assess(metric, result)
         {
@@ -369,50 +414,48 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
             ));
         }
     }
+    stopped_by
+}
 
-    let run_completed = |status: &mut HookRunStatus, notes: &mut Vec<Note>, message: Option<String>| {
-        let phase = worst(status.metric_results.iter().filter_map(|r| r.phase));
-        let message = message.map(|m| crate::text::excerpt(&m, MAX_STATUS_TEXT));
-        status.phase = Some(phase);
-        status.message = message.clone();
-        notes.push(Note::RunCompleted { phase, message: message.unwrap_or_else(|| "all metrics completed".into()) });
+/// Step 3, terminating: stops every other metric now; the run takes the worst phase immediately.
+fn stop_run(plan: &mut Plan, spec: &HookRunSpec, stopped_by: Option<StoppedBy>) {
+    let why = match &stopped_by {
+        Some((name, phase, _)) => format!("stopped: metric {name:?} completed {phase}"),
+        None => "stopped: the run was terminated (spec.terminate)".to_string(),
     };
-
-    // 3. Terminating: stop every other metric now; the run takes the worst phase immediately.
-    if inputs.spec.terminate || stopped_by.is_some() {
-        let why = match &stopped_by {
-            Some((name, phase, _)) => format!("stopped: metric {name:?} completed {phase}"),
-            None => "stopped: the run was terminated (spec.terminate)".to_string(),
-        };
-        for metric in &inputs.spec.metrics {
-            let result = result_mut(status, &metric.name);
-            if !result.phase.is_some_and(HookPhase::is_completed) {
-                complete_metric(result, HookPhase::Successful, why.clone(), &mut plan.notes);
-            }
+    for metric in &spec.metrics {
+        let result = result_mut(&mut plan.status, &metric.name);
+        if !result.phase.is_some_and(HookPhase::is_completed) {
+            complete_metric(result, HookPhase::Successful, why.clone(), &mut plan.notes);
         }
-        let message = match stopped_by {
-            Some((name, phase, message)) => format!("metric {name:?} completed {phase}: {message}"),
-            None => "terminated (spec.terminate)".to_string(),
-        };
-        run_completed(status, &mut plan.notes, Some(message));
-        plan.completed = true;
-        return plan;
     }
+    let message = match stopped_by {
+        Some((name, phase, message)) => format!("metric {name:?} completed {phase}: {message}"),
+        None => "terminated (spec.terminate)".to_string(),
+    };
+    complete_run(plan, Some(message));
+}
 
-    let all_done = inputs.spec.metrics.iter().all(|m| {
-        status.metric_results.iter().any(|r| r.name == m.name && r.phase.is_some_and(HookPhase::is_completed))
-    });
-    if all_done {
-        run_completed(status, &mut plan.notes, None);
-        plan.completed = true;
-        return plan;
-    }
+fn all_metrics_completed(spec: &HookRunSpec, status: &HookRunStatus) -> bool {
+    spec.metrics
+        .iter()
+        .all(|m| status.metric_results.iter().any(|r| r.name == m.name && r.phase.is_some_and(HookPhase::is_completed)))
+}
 
-    // While running, the message says what is going wrong: the last error of a metric whose latest
-    // measurement errored (otherwise the run looks healthy until consecutiveErrorLimit is reached).
-    status.message = running_message(inputs.spec, status);
+/// The run takes the worst phase of its metrics.
+fn complete_run(plan: &mut Plan, message: Option<String>) {
+    let status = &mut plan.status;
+    let phase = worst(status.metric_results.iter().filter_map(|r| r.phase));
+    let message = message.map(|m| crate::text::excerpt(&m, MAX_STATUS_TEXT));
+    status.phase = Some(phase);
+    status.message = message.clone();
+    plan.notes.push(Note::RunCompleted { phase, message: message.unwrap_or_else(|| "all metrics completed".into()) });
+    plan.completed = true;
+}
 
-    // 4. Schedule: what is due now, and when to look again.
+/// Step 4, scheduling: what is due now (started), due within `arm_ahead` (armed), and when to look again.
+fn schedule_due(plan: &mut Plan, inputs: &Inputs<'_>, started_at: Timestamp) {
+    let (status, now) = (&plan.status, inputs.now);
     let ordered = inputs.spec.policy == Some(HookPolicy::Ordered);
     for (i, metric) in inputs.spec.metrics.iter().enumerate() {
         let result = status.metric_results.iter().find(|r| r.name == metric.name);
@@ -442,7 +485,6 @@ pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
             plan.wake_at = Some(plan.wake_at.map_or(due, |w| w.min(due)));
         }
     }
-    plan
 }
 
 #[cfg(test)]

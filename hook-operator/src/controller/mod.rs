@@ -3,6 +3,11 @@
 //! a stale cache cannot overwrite newer status), publishes Events, hands due measurements to the
 //! dispatcher and requeues exactly at the next due time. Finished measurements wake their run through
 //! `reconcile_on`.
+//!
+//! Beside it: [`shards`] (which replica acts on which runs) and [`gc`] (finished runs nobody owns).
+
+pub mod gc;
+pub mod shards;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,10 +30,10 @@ use tokio::sync::mpsc;
 
 use crate::dispatch::{Dispatcher, Round, RunId};
 use crate::engine::Note;
+use crate::engine::{schedule, validate};
 use crate::metrics::{Metrics, PhaseLabels};
 use crate::providers::Providers;
 use crate::settings::EngineSettings;
-use crate::{schedule, validate};
 
 pub const COMPONENT: &str = "hook-operator";
 
@@ -68,17 +73,17 @@ pub struct Options {
     pub status_write_interval: Duration,
     /// Progress-only status writes per second for the whole process (0: unlimited); see `Dispatcher::write_now`.
     pub max_status_writes_per_second: u32,
-    /// Finished ownerless runs are deleted this long after they finished (zero: never); see [`crate::gc`].
+    /// Finished ownerless runs are deleted this long after they finished (zero: never); see [`gc`].
     pub finished_run_ttl: Duration,
     /// Deletes the collector sends per second at most.
     pub gc_deletes_per_second: u32,
     /// Automatic sharding (`--shards`): only runs of the shards held now are measured and written. None: all.
-    pub shards: Option<Arc<crate::shards::Ownership>>,
+    pub shards: Option<Arc<shards::Ownership>>,
 }
 
 pub struct Context {
     client: Client,
-    shards: Option<Arc<crate::shards::Ownership>>,
+    shards: Option<Arc<shards::Ownership>>,
     dispatcher: Dispatcher,
     metrics: Arc<Metrics>,
     events: EventSink,
@@ -230,32 +235,39 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
     } else {
         ctx.dispatcher.commit(&round, written.clone());
     }
-    if !round.plan.notes.is_empty() {
-        let reference = written.as_deref().unwrap_or(&round.run).object_ref(&());
-        let notes: Vec<&Note> = round
-            .plan
-            .notes
-            .iter()
-            .filter(|note| match note {
-                Note::MeasurementError { metric, .. } => ctx.error_event_due(&round.id.uid, metric),
-                _ => true,
-            })
-            .collect();
-        let events = events_for(&notes);
-        for note in &round.plan.notes {
-            if let Note::RunCompleted { phase, message } = note {
-                tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
-            }
-        }
-        // Queued on the bounded sink (a full queue drops and counts them, never waits, never spawns a task).
-        for event in events {
-            ctx.events.queue(&reference, event);
-        }
-    }
+    publish(ctx, &round, written.as_deref());
     if round.plan.completed {
         return Ok(Action::await_change());
     }
     Ok(requeue_at(round.plan.wake_at))
+}
+
+/// The round's notes: Events on the object as written (or as planned on), a measurement error only when
+/// [`Context::error_event_due`] allows it, and a log line for a completed run.
+fn publish(ctx: &Arc<Context>, round: &Round, written: Option<&HookRun>) {
+    if round.plan.notes.is_empty() {
+        return;
+    }
+    let reference = written.unwrap_or(&round.run).object_ref(&());
+    let notes: Vec<&Note> = round
+        .plan
+        .notes
+        .iter()
+        .filter(|note| match note {
+            Note::MeasurementError { metric, .. } => ctx.error_event_due(&round.id.uid, metric),
+            _ => true,
+        })
+        .collect();
+    let events = events_for(&notes);
+    for note in &round.plan.notes {
+        if let Note::RunCompleted { phase, message } = note {
+            tracing::info!(run = %round.id.name, namespace = %round.id.namespace, %phase, %message, "HookRun completed");
+        }
+    }
+    // Queued on the bounded sink (a full queue drops and counts them, never waits, never spawns a task).
+    for event in events {
+        ctx.events.queue(&reference, event);
+    }
 }
 
 fn requeue_at(wake_at: Option<Timestamp>) -> Action {
@@ -355,7 +367,7 @@ async fn housekeeping(store: Store<HookRun>, dispatcher: Dispatcher, metrics: Ar
     }
 }
 
-/// Deletes finished ownerless runs once their TTL has passed (see [`crate::gc`]), at most `rate` deletes a
+/// Deletes finished ownerless runs once their TTL has passed (see [`gc`]), at most `rate` deletes a
 /// second. Each delete is preconditioned on the run's uid; a run already gone (404) or replaced (409) is skipped.
 async fn collect_finished_runs(
     client: Client,
@@ -363,7 +375,7 @@ async fn collect_finished_runs(
     ttl: Duration,
     rate: u32,
     metrics: Arc<Metrics>,
-    shards: Option<Arc<crate::shards::Ownership>>,
+    shards: Option<Arc<shards::Ownership>>,
 ) {
     if ttl.is_zero() {
         return;
@@ -371,13 +383,13 @@ async fn collect_finished_runs(
     let mut pace = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::time::sleep(crate::gc::scan_period(ttl)).await;
+        tokio::time::sleep(gc::scan_period(ttl)).await;
         let runs = store.state();
         let ours = runs
             .iter()
             .map(|r| r.as_ref())
             .filter(|r| shards.as_ref().is_none_or(|s| s.owns(r.metadata.uid.as_deref().unwrap_or_default())));
-        for expired in crate::gc::expired(ours, Timestamp::now(), ttl) {
+        for expired in gc::expired(ours, Timestamp::now(), ttl) {
             pace.tick().await;
             let api: Api<HookRun> = Api::namespaced(client.clone(), &expired.namespace);
             let params = DeleteParams {
@@ -402,7 +414,7 @@ async fn collect_finished_runs(
 /// deadline) its measurements are cancelled and its runs forgotten, unwritten results included (the new owner
 /// takes them again).
 async fn follow_shards(
-    shards: Arc<crate::shards::Ownership>,
+    shards: Arc<shards::Ownership>,
     store: Store<HookRun>,
     dispatcher: Dispatcher,
     wake: crate::dispatch::Wake,
@@ -430,7 +442,7 @@ async fn follow_shards(
 
 /// Whether a measurement of a run may start now: the run still exists (the same uid in the cache: a measurement
 /// armed before the run was deleted must not probe its endpoint afterwards) and, with sharding, its shard is held.
-fn fence(store: Store<HookRun>, shards: Option<Arc<crate::shards::Ownership>>) -> crate::dispatch::Fence {
+fn fence(store: Store<HookRun>, shards: Option<Arc<shards::Ownership>>) -> crate::dispatch::Fence {
     Arc::new(move |id: &RunId| {
         let present = store
             .get(&ObjectRef::new(&id.name).within(&id.namespace))

@@ -404,7 +404,7 @@ fn case(report: &mut Report, target: &'static str, seed: u64, input: String, f: 
     let took = start.elapsed();
     report.slowest = report.slowest.max(took);
     let problem = match outcome {
-        Err(panic) => Some(format!("panicked: {}", crate::budget::panic_message(panic.as_ref()))),
+        Err(panic) => Some(format!("panicked: {}", crate::conditions::budget::panic_message(panic.as_ref()))),
         Ok(()) if took > CASE_DEADLINE => Some(format!("took {took:?}")),
         Ok(()) => None,
     };
@@ -424,9 +424,14 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         let condition = expression(&mut g);
         let value = result(&mut g);
         let started = Instant::now();
-        let verdict =
-            crate::evaluate::judge_bounded(pool, "fuzz", Some(&condition), None, crate::evaluate::to_expr(&value))
-                .await;
+        let verdict = crate::conditions::evaluate::judge_bounded(
+            pool,
+            "fuzz",
+            Some(&condition),
+            None,
+            crate::conditions::evaluate::to_expr(&value),
+        )
+        .await;
         let took = started.elapsed();
         case(&mut report, "expression", s, condition.clone(), || {
             if took > CASE_DEADLINE {
@@ -440,7 +445,7 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         let path = json_path(&mut g);
         let body = body(&mut g);
         case(&mut report, "jsonpath", s, path.clone(), || {
-            if let Ok(parsed) = crate::jsonpath::Path::parse(&path)
+            if let Ok(parsed) = crate::conditions::jsonpath::Path::parse(&path)
                 && let Ok(document) = serde_json::from_slice::<serde_json::Value>(&body)
             {
                 let _ = parsed.extract(&document);
@@ -448,8 +453,8 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         });
         let text = template_text(&mut g);
         case(&mut report, "template", s, text.clone(), || {
-            let _ = crate::template::referenced_args("url", &text);
-            let _ = crate::template::render("url", &text, &[Argument::new("PodIP", "127.0.0.1")]);
+            let _ = crate::conditions::template::referenced_args("url", &text);
+            let _ = crate::conditions::template::render("url", &text, &[Argument::new("PodIP", "127.0.0.1")]);
         });
         let d = duration(&mut g);
         case(&mut report, "duration", s, d.clone(), || {
@@ -458,15 +463,15 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         let spec = template_spec(&mut g);
         let summary = format!("{} metric(s)", spec.metrics.len());
         case(&mut report, "validation", s, summary, || {
-            let _ = crate::validate::template(&spec);
+            let _ = crate::engine::validate::template(&spec);
             let run = common::api::HookRunSpec {
                 metrics: spec.metrics.clone(),
                 args: spec.args.clone(),
                 ..Default::default()
             };
-            let _ = crate::validate::run(&run);
+            let _ = crate::engine::validate::run(&run);
         });
-        let path = (g.below(2) == 0).then(|| crate::jsonpath::Path::parse("{$.age}").ok()).flatten();
+        let path = (g.below(2) == 0).then(|| crate::conditions::jsonpath::Path::parse("{$.age}").ok()).flatten();
         let mut observation = None;
         case(&mut report, "response", s, format!("{} bytes", body.len()), || {
             let o = crate::providers::web::interpret("GET http://fuzz/", &body, path.as_ref());
@@ -483,7 +488,7 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         let head_request = g.below(8) == 0;
         let limit = [16, 1 << 20][g.below(2)];
         case(&mut report, "answer", s, format!("{} bytes", bytes.len()), || {
-            use crate::providers::h1::read_answer;
+            use crate::providers::http::h1::read_answer;
             let whole = read_answer(&bytes, &[bytes.len().max(1)], head_request, limit);
             let split = read_answer(&bytes, &pieces, head_request, limit);
             assert_eq!(whole, split, "the same answer read in pieces of {pieces:?}");
@@ -493,19 +498,20 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         });
         if let Some(Ok(o)) = observation {
             let verdict =
-                crate::evaluate::judge_bounded(pool, "fuzz", Some("asInt(result) > 30"), None, o.result).await;
+                crate::conditions::evaluate::judge_bounded(pool, "fuzz", Some("asInt(result) > 30"), None, o.result)
+                    .await;
             let _ = verdict;
         }
     }
     report
 }
 
-/// The hostile corpus ([`crate::hostile`]) through `pool`: each case must end with an error that says what its
+/// The hostile corpus ([`crate::testing::hostile`]) through `pool`: each case must end with an error that says what its
 /// `expect` says, within `deadline`, with this process and its workers under `max_rss` bytes the whole time
 /// (sampled every 10 ms). Prints one line per case.
 pub async fn corpus(pool: &crate::isolation::Evaluator, deadline: Duration, max_rss: u64) -> Report {
     let mut report = Report::default();
-    let cases = match crate::hostile::cases() {
+    let cases = match crate::testing::hostile::cases() {
         Ok(cases) => cases,
         Err(e) => {
             report.failures.push(Failure { target: "corpus", seed: 0, input: String::new(), problem: e });
@@ -523,11 +529,11 @@ pub async fn corpus(pool: &crate::isolation::Evaluator, deadline: Duration, max_
         let started = Instant::now();
         let evaluation = pool.run("corpus", job.clone(), body);
         tokio::pin!(evaluation);
-        let mut peak = crate::hostile::tree_rss(std::process::id());
+        let mut peak = crate::testing::hostile::tree_rss(std::process::id());
         let outcome = loop {
             tokio::select! {
                 outcome = &mut evaluation => break outcome,
-                () = tokio::time::sleep(Duration::from_millis(10)) => peak = peak.max(crate::hostile::tree_rss(std::process::id())),
+                () = tokio::time::sleep(Duration::from_millis(10)) => peak = peak.max(crate::testing::hostile::tree_rss(std::process::id())),
             }
         };
         let took = started.elapsed();

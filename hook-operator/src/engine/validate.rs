@@ -7,9 +7,9 @@
 use std::collections::HashSet;
 
 use common::api::limits::*;
-use common::api::{Argument, HookRunSpec, HookTemplateSpec, Metric};
+use common::api::{Argument, HookRunSpec, HookTemplateSpec, KubernetesMetric, Metric, PrometheusMetric, WebMetric};
 
-use crate::{evaluate, jsonpath, template};
+use crate::conditions::{evaluate, jsonpath, template};
 
 /// Argument names the workload operators inject into every HookRun they create; templates may use them
 /// without declaring them. `PodContainer` and `ModifiedContainer` come indexed (`PodContainer[0]`).
@@ -29,6 +29,15 @@ pub fn metric(metric: &Metric) -> Vec<String> {
         problem(oversized);
         return problems;
     }
+    count(metric, &mut problem);
+    limits(metric, &mut problem);
+    conditions(metric, &mut problem);
+    provider(metric, &mut problem);
+    problems
+}
+
+/// `count`, `interval` and `initialDelay`.
+fn count(metric: &Metric, problem: &mut impl FnMut(String)) {
     if metric.count < 0 {
         problem(format!("count must be >= 0, got {}", metric.count));
     }
@@ -54,6 +63,10 @@ pub fn metric(metric: &Metric) -> Vec<String> {
             problem(format!("{name}: {e}"));
         }
     }
+}
+
+/// The limits' own ranges.
+fn limits(metric: &Metric, problem: &mut impl FnMut(String)) {
     if metric.failure_limit < -1 {
         problem(format!("failureLimit must be >= -1 (-1 disables it), got {}", metric.failure_limit));
     }
@@ -74,6 +87,10 @@ pub fn metric(metric: &Metric) -> Vec<String> {
     {
         problem(format!("consecutiveSuccessfulLimit must be >= 1, got {limit}"));
     }
+}
+
+/// `successCondition` and `failureCondition` compile.
+fn conditions(metric: &Metric, problem: &mut impl FnMut(String)) {
     for (which, condition) in [
         ("successCondition", metric.success_condition.as_deref()),
         ("failureCondition", metric.failure_condition.as_deref()),
@@ -84,8 +101,6 @@ pub fn metric(metric: &Metric) -> Vec<String> {
             problem(e.to_string());
         }
     }
-    provider(metric, &mut problem);
-    problems
 }
 
 fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
@@ -113,65 +128,77 @@ fn provider(metric: &Metric, problem: &mut impl FnMut(String)) {
         }
     }
     if let Some(web) = &p.web {
-        if web.url.trim().is_empty() {
-            problem("provider.web.url must not be empty".into());
-        } else {
-            url("provider.web.url", &web.url, problem);
-        }
-        if let Some(path) = web.json_path.as_deref()
-            && let Err(e) = jsonpath::Path::cached(path)
-        {
-            problem(format!("provider.web.{e}"));
-        }
-        let method = web.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
-        if !METHODS.contains(&method.as_str()) {
-            problem(format!("provider.web.method {method:?} is not one of {}", METHODS.join(", ")));
-        }
-        if web.body.is_some() && (method == "GET" || method == "HEAD") {
-            problem(format!("provider.web.body needs a method that sends a body (POST, PUT, PATCH), not {method}"));
-        }
-        if let Some(timeout) = web.timeout_seconds
-            && !(0..=MAX_TIMEOUT_SECONDS).contains(&timeout)
-        {
-            problem(format!("provider.web.timeoutSeconds must be between 0 and {MAX_TIMEOUT_SECONDS}, got {timeout}"));
-        }
-        if web.headers.len() > MAX_ITEMS {
-            problem(format!("provider.web.headers has {} entries; at most {MAX_ITEMS} are allowed", web.headers.len()));
-        }
-        for header in &web.headers {
-            if reqwest::header::HeaderName::from_bytes(header.key.as_bytes()).is_err() {
-                problem(format!("provider.web.headers: {:?} is not a valid header name", header.key));
-            }
-        }
+        web_provider(web, problem);
     }
     if let Some(prometheus) = &p.prometheus {
-        if prometheus.query.trim().is_empty() {
-            problem("provider.prometheus.query must not be empty".into());
-        }
-        if prometheus.address.trim().is_empty() {
-            problem("provider.prometheus.address must not be empty".into());
-        } else {
-            url("provider.prometheus.address", &prometheus.address, problem);
-        }
+        prometheus_provider(prometheus, problem);
     }
     if let Some(kubernetes) = &p.kubernetes {
-        let function = kubernetes.function.as_str();
-        if !matches!(function, "get" | "patch") {
-            problem(format!("provider.kubernetes.function must be get or patch, got {function:?}"));
+        kubernetes_provider(kubernetes, problem);
+    }
+}
+
+fn web_provider(web: &WebMetric, problem: &mut impl FnMut(String)) {
+    if web.url.trim().is_empty() {
+        problem("provider.web.url must not be empty".into());
+    } else {
+        url("provider.web.url", &web.url, problem);
+    }
+    if let Some(path) = web.json_path.as_deref()
+        && let Err(e) = jsonpath::Path::cached(path)
+    {
+        problem(format!("provider.web.{e}"));
+    }
+    let method = web.method.as_deref().unwrap_or("GET").to_ascii_uppercase();
+    if !METHODS.contains(&method.as_str()) {
+        problem(format!("provider.web.method {method:?} is not one of {}", METHODS.join(", ")));
+    }
+    if web.body.is_some() && (method == "GET" || method == "HEAD") {
+        problem(format!("provider.web.body needs a method that sends a body (POST, PUT, PATCH), not {method}"));
+    }
+    if let Some(timeout) = web.timeout_seconds
+        && !(0..=MAX_TIMEOUT_SECONDS).contains(&timeout)
+    {
+        problem(format!("provider.web.timeoutSeconds must be between 0 and {MAX_TIMEOUT_SECONDS}, got {timeout}"));
+    }
+    if web.headers.len() > MAX_ITEMS {
+        problem(format!("provider.web.headers has {} entries; at most {MAX_ITEMS} are allowed", web.headers.len()));
+    }
+    for header in &web.headers {
+        if reqwest::header::HeaderName::from_bytes(header.key.as_bytes()).is_err() {
+            problem(format!("provider.web.headers: {:?} is not a valid header name", header.key));
         }
-        if kubernetes.fields.is_empty() {
-            problem("provider.kubernetes.fields must not be empty".into());
-        }
-        if kubernetes.fields.len() > MAX_ITEMS {
-            problem(format!(
-                "provider.kubernetes.fields has {} entries; at most {MAX_ITEMS} are allowed",
-                kubernetes.fields.len()
-            ));
-        }
-        for field in &kubernetes.fields {
-            if let Err(e) = crate::providers::kubernetes::FieldPath::parse(&field.path, function == "patch") {
-                problem(format!("provider.kubernetes.fields: {e}"));
-            }
+    }
+}
+
+fn prometheus_provider(prometheus: &PrometheusMetric, problem: &mut impl FnMut(String)) {
+    if prometheus.query.trim().is_empty() {
+        problem("provider.prometheus.query must not be empty".into());
+    }
+    if prometheus.address.trim().is_empty() {
+        problem("provider.prometheus.address must not be empty".into());
+    } else {
+        url("provider.prometheus.address", &prometheus.address, problem);
+    }
+}
+
+fn kubernetes_provider(kubernetes: &KubernetesMetric, problem: &mut impl FnMut(String)) {
+    let function = kubernetes.function.as_str();
+    if !matches!(function, "get" | "patch") {
+        problem(format!("provider.kubernetes.function must be get or patch, got {function:?}"));
+    }
+    if kubernetes.fields.is_empty() {
+        problem("provider.kubernetes.fields must not be empty".into());
+    }
+    if kubernetes.fields.len() > MAX_ITEMS {
+        problem(format!(
+            "provider.kubernetes.fields has {} entries; at most {MAX_ITEMS} are allowed",
+            kubernetes.fields.len()
+        ));
+    }
+    for field in &kubernetes.fields {
+        if let Err(e) = crate::providers::kubernetes::FieldPath::parse(&field.path, function == "patch") {
+            problem(format!("provider.kubernetes.fields: {e}"));
         }
     }
 }
@@ -240,7 +267,7 @@ fn excerpt_name(name: &str) -> String {
 pub fn template_warnings(spec: &HookTemplateSpec, settings: &crate::settings::EngineSettings) -> Vec<String> {
     let mut warnings = Vec::new();
     for (i, m) in spec.metrics.iter().enumerate() {
-        if let Some(interval) = crate::schedule::interval(m)
+        if let Some(interval) = crate::engine::schedule::interval(m)
             && interval < settings.min_interval
         {
             warnings.push(format!(

@@ -12,13 +12,13 @@
 //! - ranges (`a..b`) only with integer literal bounds, at most [`MAX_RANGE_ELEMENTS`] elements in all, and never
 //!   inside a predicate (where they would be built once per element);
 //! - no `let` statements and no `reduce` (the two ways to double a value over and over without looking
-//!   anything up, see [`crate::budget`]);
+//!   anything up, see [`crate::conditions::budget`]);
 //! - only known names: `result` (and `$env`), the language's built-in functions and the ones this operator adds;
 //!   inside a predicate `#`, `#index` and the fields of `#`;
 //! - syntax errors as a sentence with the position (`at column 16: expected a value, a name or "("`).
 //!
 //! What cannot be decided here (work and memory that depend on the measured value) is bounded while running, see
-//! [`crate::budget`].
+//! [`crate::conditions::budget`].
 
 use std::num::NonZeroUsize;
 use std::sync::Once;
@@ -28,7 +28,7 @@ use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 
 #[derive(pest_derive::Parser)]
-#[grammar = "expr.pest"]
+#[grammar = "conditions/expr.pest"]
 struct Grammar;
 
 /// Longest condition accepted, in characters.
@@ -40,7 +40,7 @@ pub const MAX_RANGE_ELEMENTS: i128 = 10_000;
 /// pest calls allowed per parse (process-wide: it bounds every pest grammar in the process, JSONPath included).
 pub const PARSE_CALL_LIMIT: usize = 2_000_000;
 
-/// Names a condition may call: expr-lang's built-ins and the functions [`crate::evaluate`] adds.
+/// Names a condition may call: expr-lang's built-ins and the functions [`crate::conditions::evaluate`] adds.
 pub const FUNCTIONS: &[&str] = &[
     // added by this operator (Argo's helpers)
     "asInt",

@@ -1,6 +1,11 @@
 //! The HTTP client shared by the web and Prometheus providers: one connection pool for the process (BCS
 //! built a client per measurement and leaked every response body), a bounded body read, and the
-//! `--web-resolve` rewrites.
+//! `--web-resolve` rewrites. The plain-HTTP path for IP addresses is [`connections`] (answers read by [`h1`]);
+//! [`egress`] decides which addresses may be reached at all.
+
+pub mod connections;
+pub mod egress;
+pub mod h1;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,9 +14,8 @@ use std::sync::Arc;
 
 use reqwest::{Method, Url};
 
-use super::connections::{Connections, Lease, ReadError};
-use super::egress::{Policy, Resolver};
-use super::h1;
+use self::connections::{Connections, Lease, ReadError};
+use self::egress::{Policy, Resolver};
 use super::{ProviderError, ProviderSettings};
 use crate::text::excerpt;
 
@@ -126,7 +130,7 @@ fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::Client
         // names and connect in the operator's stead, past the egress policy and the look-up bounds.
         .no_proxy()
         .dns_resolver(Arc::new(Resolver { policy: egress.clone() }))
-        .redirect(super::egress::redirects())
+        .redirect(egress::redirects())
         // reqwest's default retry policy copies every request (headers, URI, extensions) before sending it, in case
         // an HTTP/2 or HTTP/3 connection refuses it; this client speaks HTTP/1.1 only, where that policy never
         // retries, so the copy was pure cost.
@@ -185,7 +189,7 @@ impl Http {
         if let Some(target) = self.targets.lock().ok().and_then(|cache| cache.get(url).cloned()) {
             return Ok(target);
         }
-        let what = || format!("{method} {}", crate::redact::url(url));
+        let what = || format!("{method} {}", crate::providers::redact::url(url));
         let mut parsed = Url::parse(url).map_err(|e| ProviderError(format!("{}: invalid URL: {e}", what())))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(ProviderError(format!("{}: only http and https URLs are supported", what())));
@@ -239,7 +243,7 @@ impl Http {
     ) -> Result<Response, ProviderError> {
         let target = self.target(&method, url)?;
         let what = || {
-            let what = format!("{method} {}", crate::redact::url(url));
+            let what = format!("{method} {}", crate::providers::redact::url(url));
             match &target.sent_to {
                 Some(to) => format!("{what} (sent to {to} by --web-resolve)"),
                 None => what,

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 /// The corpus, as shipped.
-pub const CORPUS: &str = include_str!("../testdata/hostile.yaml");
+pub const CORPUS: &str = include_str!("../../testdata/hostile.yaml");
 
 /// One hostile input.
 #[derive(Debug, Clone, Deserialize)]
@@ -117,7 +117,7 @@ mod tests {
         for case in &cases {
             let text = template(case, "http://127.0.0.1:1/");
             let template: common::api::HookTemplate = serde_yaml::from_str(&text).unwrap();
-            assert_eq!(crate::validate::template(&template.spec), Vec::<String>::new(), "{}", case.name);
+            assert_eq!(crate::engine::validate::template(&template.spec), Vec::<String>::new(), "{}", case.name);
             assert!(!case.answer.body().is_empty());
         }
         let wide = Answer { numbers: Some(200_000), ..Answer::default() }.body();

@@ -46,7 +46,7 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
         other => Err(format!("isInf expects a number, got {}", describe(&other)).into()),
     });
     env.add_function("isNil", |call| Ok(single("isNil", call.args)?.is_nil().into()));
-    // Bounded versions of the built-ins that can multiply the size of their input (see crate::budget).
+    // Bounded versions of the built-ins that can multiply the size of their input (see crate::conditions::budget).
     env.add_function("repeat", |call| {
         let (Some(Value::String(s)), Some(Value::Integer(n)), 2) =
             (call.args.first(), call.args.get(1), call.args.len())
@@ -91,10 +91,10 @@ static ENVIRONMENT: LazyLock<Environment<'static>> = LazyLock::new(|| {
 static BUILTINS: LazyLock<Environment<'static>> = LazyLock::new(Environment::new);
 
 fn bounded(function: &str, bytes: usize) -> expr::Result<()> {
-    if bytes > crate::budget::MAX_STRING_BYTES {
+    if bytes > crate::conditions::budget::MAX_STRING_BYTES {
         return Err(format!(
             "{function}() would build a string of {bytes} bytes; conditions may build at most {} bytes",
-            crate::budget::MAX_STRING_BYTES
+            crate::conditions::budget::MAX_STRING_BYTES
         )
         .into());
     }
@@ -168,7 +168,7 @@ pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, Ev
         return Ok(program.clone());
     }
     let shown = crate::text::excerpt(expression, 200);
-    crate::syntax::check(expression).map_err(|reason| {
+    crate::conditions::syntax::check(expression).map_err(|reason| {
         if reason.starts_with("syntax error") {
             EvalError::Parse { which, expression: shown.clone(), reason }
         } else {
@@ -182,7 +182,7 @@ pub fn compile(which: &'static str, expression: &str) -> Result<Arc<Program>, Ev
         expression: shown.clone(),
         reason: format!(
             "the expression language cannot compile it ({})",
-            one_line(&crate::budget::panic_message(panic.as_ref()))
+            one_line(&crate::conditions::budget::panic_message(panic.as_ref()))
         ),
     })?;
     let program = compiled.map_err(|e| EvalError::Parse {
@@ -222,14 +222,15 @@ pub fn to_expr(value: &serde_json::Value) -> Value {
 }
 
 /// What a condition sees: `result` (and `$env`). Every lookup is a checkpoint of the budget (see
-/// [`crate::budget`]): a stopped evaluation finds nothing, and its error is reported as the budget exceeded.
+/// [`crate::conditions::budget`]): a stopped evaluation finds nothing, and its error is reported as the budget
+/// exceeded.
 struct Scope<'a> {
     result: &'a Value,
 }
 
 impl expr::ContextProvider for Scope<'_> {
     fn get(&self, key: &str) -> Option<&Value> {
-        if crate::budget::checkpoint().is_some() {
+        if crate::conditions::budget::checkpoint().is_some() {
             return None;
         }
         (key == "result").then_some(self.result)
@@ -237,26 +238,27 @@ impl expr::ContextProvider for Scope<'_> {
 
     fn to_context(&self) -> Context {
         let mut context = Context::default();
-        if crate::budget::checkpoint().is_none() {
+        if crate::conditions::budget::checkpoint().is_none() {
             context.insert("result", self.result.clone());
         }
         context
     }
 }
 
-/// Runs one condition against `result` on this thread; within [`crate::budget::metered`] the budget applies.
+/// Runs one condition against `result` on this thread; within [`crate::conditions::budget::metered`] the budget
+/// applies.
 pub fn condition(which: &'static str, expression: &str, result: &Value) -> Result<bool, EvalError> {
     let program = compile(which, expression)?;
     let shown = || show(result);
     let expression = || crate::text::excerpt(expression, 200);
     let outcome = ENVIRONMENT.run(&program, &Scope { result });
-    if let Some(exceeded) = crate::budget::exceeded() {
+    if let Some(exceeded) = crate::conditions::budget::exceeded() {
         let reason = match exceeded {
-            crate::budget::Exceeded::Memory => {
+            crate::conditions::budget::Exceeded::Memory => {
                 "it needed more memory than a condition may use, the memory bound (--condition-memory-bytes)"
                     .to_string()
             }
-            crate::budget::Exceeded::Time => {
+            crate::conditions::budget::Exceeded::Time => {
                 "it ran longer than a condition may run, the time bound (--condition-timeout)".to_string()
             }
         };
@@ -395,48 +397,98 @@ pub async fn judge_bounded(
     failure: Option<&str>,
     result: Value,
 ) -> Result<HookPhase, EvalError> {
-    let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
     let limits = evaluator.limits();
-    let budget = |reason: String, shown: String| {
-        let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
-        Err(EvalError::Budget { which, expression, result: shown, reason })
-    };
     if inline_safe(success, failure, &result) {
-        let deadline = std::time::Instant::now() + limits.timeout;
-        let outcome = crate::budget::metered(limits.memory, deadline, || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, &result)))
-        });
-        return match outcome {
-            Ok(verdict) => verdict,
-            Err(panic) => budget(
-                format!("the evaluation failed inside the operator ({})", crate::budget::panic_message(panic.as_ref())),
-                show(&result),
-            ),
-        };
+        return judge_inline(success, failure, &result, limits);
     }
-    let shown = show(&result);
     if let crate::isolation::Evaluator::Threads(pool) = evaluator {
-        let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
-        let outcome = pool
-            .run(namespace, move || {
-                let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
-                // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
-                drop(result);
-                verdict
-            })
-            .await;
-        return match outcome {
-            Ok(verdict) => verdict,
-            Err(crate::budget::Stopped::Panicked(message)) => {
-                budget(format!("the evaluation failed inside the operator ({message})"), shown)
-            }
-            Err(crate::budget::Stopped::Late(_)) => {
-                budget(format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
-            }
-        };
+        return judge_on_threads(pool, namespace, (success, failure), result, limits).await;
     }
+    judge_on_worker(evaluator, namespace, (success, failure), result, limits).await
+}
+
+/// The error of an evaluation stopped at a bound (or failed inside the operator), naming the condition it ran.
+fn stopped(
+    success: Option<&str>,
+    failure: Option<&str>,
+    reason: String,
+    shown: String,
+) -> Result<HookPhase, EvalError> {
+    let which = if failure.is_some_and(|f| !f.trim().is_empty()) { "failureCondition" } else { "successCondition" };
+    let expression = crate::text::excerpt(failure.or(success).unwrap_or_default(), 200);
+    Err(EvalError::Budget { which, expression, result: shown, reason })
+}
+
+/// On the calling thread, metered (the conditions are cheap by construction).
+fn judge_inline(
+    success: Option<&str>,
+    failure: Option<&str>,
+    result: &Value,
+    limits: crate::conditions::budget::Limits,
+) -> Result<HookPhase, EvalError> {
+    let deadline = std::time::Instant::now() + limits.timeout;
+    let outcome = crate::conditions::budget::metered(limits.memory, deadline, || {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| judge(success, failure, result)))
+    });
+    match outcome {
+        Ok(verdict) => verdict,
+        Err(panic) => stopped(
+            success,
+            failure,
+            format!(
+                "the evaluation failed inside the operator ({})",
+                crate::conditions::budget::panic_message(panic.as_ref())
+            ),
+            show(result),
+        ),
+    }
+}
+
+/// On the in-process evaluation threads (checkpoints, no hard bounds).
+async fn judge_on_threads(
+    pool: &crate::conditions::budget::Pool,
+    namespace: &str,
+    (success, failure): (Option<&str>, Option<&str>),
+    result: Value,
+    limits: crate::conditions::budget::Limits,
+) -> Result<HookPhase, EvalError> {
+    let shown = show(&result);
+    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
+    let outcome = pool
+        .run(namespace, move || {
+            let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
+            // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
+            drop(result);
+            verdict
+        })
+        .await;
+    match outcome {
+        Ok(verdict) => verdict,
+        Err(crate::conditions::budget::Stopped::Panicked(message)) => {
+            stopped(success, failure, format!("the evaluation failed inside the operator ({message})"), shown)
+        }
+        Err(crate::conditions::budget::Stopped::Late(_)) => {
+            stopped(success, failure, format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
+        }
+    }
+}
+
+/// In an evaluation worker process (hard bounds), the value handed over as JSON.
+async fn judge_on_worker(
+    evaluator: &crate::isolation::Evaluator,
+    namespace: &str,
+    (success, failure): (Option<&str>, Option<&str>),
+    result: Value,
+    limits: crate::conditions::budget::Limits,
+) -> Result<HookPhase, EvalError> {
+    let shown = show(&result);
     let Some(json) = to_json(&result) else {
-        return budget("the value cannot be handed to an evaluation worker (not JSON)".into(), shown);
+        return stopped(
+            success,
+            failure,
+            "the value cannot be handed to an evaluation worker (not JSON)".into(),
+            shown,
+        );
     };
     let job = crate::isolation::Job {
         reading: crate::isolation::Reading::Value { display: shown.clone() },
@@ -451,12 +503,12 @@ pub async fn judge_bounded(
             crate::isolation::Verdict::Judged(phase) | crate::isolation::Verdict::Answered(phase, _) => Ok(phase),
             crate::isolation::Verdict::Error(message) => Err(EvalError::Reported(message)),
         },
-        Err(stopped) => budget(stop_reason(&stopped, limits), shown),
+        Err(e) => stopped(success, failure, stop_reason(&e, limits), shown),
     }
 }
 
 /// Why an evaluation was stopped, naming the bound.
-fn stop_reason(stopped: &crate::isolation::Stopped, limits: crate::budget::Limits) -> String {
+fn stop_reason(stopped: &crate::isolation::Stopped, limits: crate::conditions::budget::Limits) -> String {
     use crate::isolation::Stopped;
     match stopped {
         Stopped::Memory => format!(
@@ -590,10 +642,13 @@ mod tests {
         assert!(matches!(err, EvalError::Run { .. }), "{err}");
     }
 
-    fn threads(timeout_ms: u64) -> std::sync::Arc<crate::budget::Pool> {
-        crate::budget::Pool::new(
+    fn threads(timeout_ms: u64) -> std::sync::Arc<crate::conditions::budget::Pool> {
+        crate::conditions::budget::Pool::new(
             1,
-            crate::budget::Limits { timeout: std::time::Duration::from_millis(timeout_ms), memory: 32 << 20 },
+            crate::conditions::budget::Limits {
+                timeout: std::time::Duration::from_millis(timeout_ms),
+                memory: 32 << 20,
+            },
         )
     }
 

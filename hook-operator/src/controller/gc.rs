@@ -3,7 +3,7 @@
 //! Workload operators set an ownerReference (to the pod or the GameDeployment), so their runs go with the owner
 //! through Kubernetes' own garbage collector. A run created by hand, by a script or by another tool has no owner
 //! and would stay forever: thousands of finished runs cost the API server storage and every watcher memory
-//! (Argo Rollouts' 6,600 finished AnalysisRuns cost cores, argo-rollouts#2166). This operator deletes a finished,
+//! (Argo Rollouts' finished AnalysisRuns did, argo-rollouts#2166). This operator deletes a finished,
 //! ownerless run `--finished-run-ttl` after it finished, at most `--gc-deletes-per-second` deletes per second.
 //!
 //! When a run finished is derived from what is stored (crash-safe, no extra field): the end of its latest

@@ -4,9 +4,9 @@
 //!
 //! Why not reqwest here: its client runs every connection as a task of its own (the request crosses to it through
 //! a channel, the response comes back through another), copies and converts the URL per request, and keeps a pool
-//! keyed by URL scheme and authority behind several service layers. For a 100-byte JSON answer that bookkeeping cost
+//! keyed by URL scheme and authority behind several service layers. For a small JSON answer that bookkeeping costs
 //! more CPU than the exchange. Why not hyper's `client::conn::http1` (this path's first form): its dispatcher, header
-//! maps and body channel were still a fifth of the engine's CPU per measurement at 10,000 runs. Here an exchange is
+//! maps and body channel were still a large share of the engine's CPU per measurement. Here an exchange is
 //! one write of the request as rendered and reads into the connection's own buffer, the answer's head parsed by
 //! `httparse` (the parser hyper itself uses) and the body framed by [`super::h1`]; the connection is kept idle in a
 //! per-address pool with its buffer, so one measurement is one task and, on a kept connection, allocates nothing

@@ -173,8 +173,36 @@ pub async fn manage(
     shutdown: Shutdown,
 ) -> Result<(), String> {
     let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    let mut shards = electors(&api, &settings, ownership.count())?;
+    let member = format!("{}-member-{}", settings.base, sanitize(&settings.identity));
+    tracing::info!(shards = shards.len(), identity = %settings.identity, namespace = %settings.namespace, "shard manager starting");
+    loop {
+        let tick = Instant::now() + settings.retry_period;
+        let members = observe(&api, &settings, &member, &mut shards).await;
+        let fair = fair_share(ownership.count(), members.max(1));
+        renew(&mut shards, &settings, &ownership).await;
+        let mut held = held(&shards);
+        give_back(&mut shards, &mut held, (fair, members), &ownership).await;
+        take(&mut shards, &mut held, (fair, members), &settings, &ownership, &shutdown).await;
+        if !sleep_until_next(&shards, &settings, tick, &shutdown).await {
+            break;
+        }
+        fence_expired(&mut shards, &settings, &ownership);
+    }
+    for (i, shard) in shards.iter_mut().enumerate() {
+        if shard.sent.is_some() {
+            lose(shard, u32::try_from(i).unwrap_or(u32::MAX), &ownership);
+            shard.elector.give_up().await;
+        }
+    }
+    let _ = api.delete(&member, &Default::default()).await;
+    Ok(())
+}
+
+/// One elector per shard, holding nothing yet.
+fn electors(api: &Api<Lease>, settings: &Settings, count: u32) -> Result<Vec<Shard>, String> {
     let mut shards = Vec::new();
-    for i in 0..ownership.count() {
+    for i in 0..count {
         let elector = LeaderElection::new(
             api.clone(),
             &settings.namespace,
@@ -187,114 +215,139 @@ pub async fn manage(
         .map_err(|e| e.to_string())?;
         shards.push(Shard { elector, observer: LeaseObserver::default(), sent: None });
     }
-    let member = format!("{}-member-{}", settings.base, sanitize(&settings.identity));
-    tracing::info!(shards = shards.len(), identity = %settings.identity, namespace = %settings.namespace, "shard manager starting");
-    loop {
-        let tick = Instant::now() + settings.retry_period;
-        if let Err(e) = renew_membership(&api, &settings, &member).await {
-            tracing::warn!(error = %e, "renewing the shard membership Lease failed");
-        }
-        let (members, seen) = read_group(&api, &settings).await;
-        // Watch every shard's record on each tick, so an abandoned shard's expiry counts from when its holder
-        // stopped renewing, not from when we first wanted it.
-        for (i, shard) in shards.iter_mut().enumerate() {
-            if let Some(spec) = seen.get(&format!("{}-shard-{i}", settings.base)) {
-                shard.observer.note(spec, settings.lease_duration);
-            }
-        }
-        let fair = fair_share(ownership.count(), members.max(1));
-        // Renew what we hold; a shard whose deadline passed or that someone else took is lost.
-        for (i, shard) in shards.iter_mut().enumerate() {
-            let i = u32::try_from(i).unwrap_or(u32::MAX);
-            let Some(sent) = shard.sent else { continue };
-            let deadline = sent + settings.renew_deadline;
-            let outcome = if Instant::now() < deadline {
-                shard.elector.try_hold(&mut shard.observer, deadline).await
-            } else {
-                Err(common::runtime::LeaseError::Api("renew deadline passed".into()))
-            };
-            match outcome {
-                Ok(Held::Yes { sent }) => {
-                    shard.sent = Some(sent);
-                    ownership.hold_until(i, sent + settings.renew_deadline);
-                }
-                Ok(Held::Conflict) => {}
-                Ok(Held::ByOther(holder)) => {
-                    tracing::warn!(shard = i, %holder, "lost a shard to another replica");
-                    lose(shard, i, &ownership);
-                }
-                Err(e) => {
-                    if Instant::now() >= deadline {
-                        tracing::warn!(shard = i, error = %e, "could not renew a shard's Lease in time; stopped on it");
-                        lose(shard, i, &ownership);
-                    } else {
-                        tracing::debug!(shard = i, error = %e, "renewing a shard's Lease failed; retrying");
-                    }
-                }
-            }
-        }
-        let mut held: BTreeSet<u32> = shards
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.sent.is_some())
-            .map(|(i, _)| u32::try_from(i).unwrap_or(u32::MAX))
-            .collect();
-        // Give back what is above the fair share (the highest shards), fenced first.
-        while held.len() > fair as usize {
-            let Some(i) = held.pop_last() else { break };
-            if let Some(shard) = shards.get_mut(i as usize) {
-                lose(shard, i, &ownership);
-                shard.elector.give_up().await;
-                tracing::info!(shard = i, fair, members, "gave a shard back (above the fair share)");
-            }
-        }
-        // Take free or expired shards up to the fair share, starting after our identity's hash so replicas
-        // starting together try different shards first.
-        let start = shard_of(&settings.identity, ownership.count());
-        for k in 0..ownership.count() {
-            if held.len() >= fair as usize || shutdown.is_triggered() {
-                break;
-            }
-            let i = (start + k) % ownership.count();
-            if held.contains(&i) {
-                continue;
-            }
-            let Some(shard) = shards.get_mut(i as usize) else { continue };
-            let deadline = Instant::now() + settings.renew_deadline;
-            match shard.elector.try_hold(&mut shard.observer, deadline).await {
-                Ok(Held::Yes { sent }) => {
-                    shard.sent = Some(sent);
-                    ownership.hold_until(i, sent + settings.renew_deadline);
-                    held.insert(i);
-                    tracing::info!(shard = i, fair, members, "acquired a shard");
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(shard = i, error = %e, "acquiring a shard failed"),
-            }
-        }
-        // Sleep until the next tick, waking at once for the earliest fencing deadline (a renew that keeps failing).
-        let next_fence = shards.iter().filter_map(|s| s.sent).map(|sent| sent + settings.renew_deadline).min();
-        let wake = next_fence.map_or(tick, |f| f.min(tick));
-        tokio::select! {
-            _ = tokio::time::sleep_until(wake) => {}
-            _ = shutdown.wait() => break,
-        }
-        for (i, shard) in shards.iter_mut().enumerate() {
-            if shard.sent.is_some_and(|sent| Instant::now() >= sent + settings.renew_deadline) {
-                let i = u32::try_from(i).unwrap_or(u32::MAX);
-                tracing::warn!(shard = i, "a shard's renew deadline passed; stopped on it");
-                lose(shard, i, &ownership);
-            }
-        }
+    Ok(shards)
+}
+
+/// Renews our membership and reads the group: returns the live members, and notes every shard's Lease record.
+async fn observe(api: &Api<Lease>, settings: &Settings, member: &str, shards: &mut [Shard]) -> usize {
+    if let Err(e) = renew_membership(api, settings, member).await {
+        tracing::warn!(error = %e, "renewing the shard membership Lease failed");
     }
+    let (members, seen) = read_group(api, settings).await;
+    // Watch every shard's record on each tick, so an abandoned shard's expiry counts from when its holder
+    // stopped renewing, not from when we first wanted it.
     for (i, shard) in shards.iter_mut().enumerate() {
-        if shard.sent.is_some() {
-            lose(shard, u32::try_from(i).unwrap_or(u32::MAX), &ownership);
-            shard.elector.give_up().await;
+        if let Some(spec) = seen.get(&format!("{}-shard-{i}", settings.base)) {
+            shard.observer.note(spec, settings.lease_duration);
         }
     }
-    let _ = api.delete(&member, &Default::default()).await;
-    Ok(())
+    members
+}
+
+/// Renews what we hold; a shard whose deadline passed or that someone else took is lost.
+async fn renew(shards: &mut [Shard], settings: &Settings, ownership: &Ownership) {
+    for (i, shard) in shards.iter_mut().enumerate() {
+        let i = u32::try_from(i).unwrap_or(u32::MAX);
+        let Some(sent) = shard.sent else { continue };
+        let deadline = sent + settings.renew_deadline;
+        let outcome = if Instant::now() < deadline {
+            shard.elector.try_hold(&mut shard.observer, deadline).await
+        } else {
+            Err(common::runtime::LeaseError::Api("renew deadline passed".into()))
+        };
+        match outcome {
+            Ok(Held::Yes { sent }) => {
+                shard.sent = Some(sent);
+                ownership.hold_until(i, sent + settings.renew_deadline);
+            }
+            Ok(Held::Conflict) => {}
+            Ok(Held::ByOther(holder)) => {
+                tracing::warn!(shard = i, %holder, "lost a shard to another replica");
+                lose(shard, i, ownership);
+            }
+            Err(e) => {
+                if Instant::now() >= deadline {
+                    tracing::warn!(shard = i, error = %e, "could not renew a shard's Lease in time; stopped on it");
+                    lose(shard, i, ownership);
+                } else {
+                    tracing::debug!(shard = i, error = %e, "renewing a shard's Lease failed; retrying");
+                }
+            }
+        }
+    }
+}
+
+/// The shards we hold.
+fn held(shards: &[Shard]) -> BTreeSet<u32> {
+    shards
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.sent.is_some())
+        .map(|(i, _)| u32::try_from(i).unwrap_or(u32::MAX))
+        .collect()
+}
+
+/// Gives back what is above the fair share (the highest shards), fenced first.
+async fn give_back(
+    shards: &mut [Shard],
+    held: &mut BTreeSet<u32>,
+    (fair, members): (u32, usize),
+    ownership: &Ownership,
+) {
+    while held.len() > fair as usize {
+        let Some(i) = held.pop_last() else { break };
+        if let Some(shard) = shards.get_mut(i as usize) {
+            lose(shard, i, ownership);
+            shard.elector.give_up().await;
+            tracing::info!(shard = i, fair, members, "gave a shard back (above the fair share)");
+        }
+    }
+}
+
+/// Takes free or expired shards up to the fair share, starting after our identity's hash so replicas starting
+/// together try different shards first.
+async fn take(
+    shards: &mut [Shard],
+    held: &mut BTreeSet<u32>,
+    (fair, members): (u32, usize),
+    settings: &Settings,
+    ownership: &Ownership,
+    shutdown: &Shutdown,
+) {
+    let start = shard_of(&settings.identity, ownership.count());
+    for k in 0..ownership.count() {
+        if held.len() >= fair as usize || shutdown.is_triggered() {
+            break;
+        }
+        let i = (start + k) % ownership.count();
+        if held.contains(&i) {
+            continue;
+        }
+        let Some(shard) = shards.get_mut(i as usize) else { continue };
+        let deadline = Instant::now() + settings.renew_deadline;
+        match shard.elector.try_hold(&mut shard.observer, deadline).await {
+            Ok(Held::Yes { sent }) => {
+                shard.sent = Some(sent);
+                ownership.hold_until(i, sent + settings.renew_deadline);
+                held.insert(i);
+                tracing::info!(shard = i, fair, members, "acquired a shard");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(shard = i, error = %e, "acquiring a shard failed"),
+        }
+    }
+}
+
+/// Sleeps until the next tick, waking at once for the earliest fencing deadline (a renew that keeps failing).
+/// `false`: shutdown.
+async fn sleep_until_next(shards: &[Shard], settings: &Settings, tick: Instant, shutdown: &Shutdown) -> bool {
+    let next_fence = shards.iter().filter_map(|s| s.sent).map(|sent| sent + settings.renew_deadline).min();
+    let wake = next_fence.map_or(tick, |f| f.min(tick));
+    tokio::select! {
+        _ = tokio::time::sleep_until(wake) => true,
+        _ = shutdown.wait() => false,
+    }
+}
+
+/// Stops on every shard whose renew deadline passed.
+fn fence_expired(shards: &mut [Shard], settings: &Settings, ownership: &Ownership) {
+    for (i, shard) in shards.iter_mut().enumerate() {
+        if shard.sent.is_some_and(|sent| Instant::now() >= sent + settings.renew_deadline) {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            tracing::warn!(shard = i, "a shard's renew deadline passed; stopped on it");
+            lose(shard, i, ownership);
+        }
+    }
 }
 
 fn lose(shard: &mut Shard, i: u32, ownership: &Ownership) {

@@ -1,0 +1,162 @@
+//! Planning a round on what the dispatcher remembers of its run, and committing it once its status is stored.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use common::api::HookRun;
+use k8s_openapi::jiff::Timestamp;
+use tokio::time::Instant;
+
+use super::Dispatcher;
+use super::runs::{RunId, Slot, slot_of, uid_of};
+use crate::engine::{self, Inputs, Plan};
+
+/// The outcome of planning one round.
+#[derive(Debug, Clone)]
+pub struct Round {
+    pub id: RunId,
+    /// The object the round was based on (the cached one, or our last write when the cache was stale).
+    pub run: Arc<HookRun>,
+    pub plan: Plan,
+    /// The status differs from the stored one and must be written.
+    pub changed: bool,
+}
+
+/// `f` on `status` with its measurement histories set aside (put back after).
+fn histories_aside<R>(status: &mut common::api::HookRunStatus, f: impl FnOnce(&common::api::HookRunStatus) -> R) -> R {
+    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
+    let result = f(status);
+    for (metric, history) in status.metric_results.iter_mut().zip(histories) {
+        metric.measurements = history;
+    }
+    result
+}
+
+/// A copy of `status` without the measurement histories (cheap: no measurement is copied).
+fn without_histories(status: &mut common::api::HookRunStatus) -> common::api::HookRunStatus {
+    histories_aside(status, Clone::clone)
+}
+
+/// Whether `status` equals `skeleton` (see [`without_histories`]) apart from the histories. For a status the engine
+/// planned on top of the one `skeleton` was taken from this is exactly "unchanged": the engine changes a history only
+/// when it records a measurement (which also counts it) or completes a metric (which also sets its phase).
+fn same_but_histories(skeleton: &common::api::HookRunStatus, status: &mut common::api::HookRunStatus) -> bool {
+    histories_aside(status, |status| skeleton == status)
+}
+
+impl Dispatcher {
+    /// Plans a round for `run` as last seen (usually from the informer cache).
+    pub fn plan(&self, run: Arc<HookRun>, now: Timestamp) -> Round {
+        self.plan_with(run, now, false)
+    }
+
+    /// [`Dispatcher::plan`] for a caller that keeps the run's status itself (in memory: `check`, the benchmark) and
+    /// stores the plan's status as the next one: when `run` is not shared and nothing is unwritten, its status is
+    /// moved into the plan instead of copied (the measurement history is not cloned per round). The round's `run`
+    /// then has no status: not for [`Dispatcher::write_now`] or [`Dispatcher::commit_unwritten`].
+    pub fn plan_owned(&self, run: Arc<HookRun>, now: Timestamp) -> Round {
+        self.plan_with(run, now, true)
+    }
+
+    /// A round in steps: the run's memory, the object to plan on, the unwritten progress kept or dropped, the
+    /// validation verdict, stale armed measurements called off, then the engine's plan.
+    fn plan_with(&self, run: Arc<HookRun>, now: Timestamp, move_status: bool) -> Round {
+        let uid = uid_of(&run);
+        let mut slots = self.slots();
+        // Looked up by reference: the uid is copied only for a run not tracked yet.
+        let slot = match slots.get_mut(&*uid) {
+            Some(slot) => slot,
+            None => slots
+                .entry(uid.into_owned())
+                .or_insert_with(|| Slot { first_seen: Some(Instant::now()), ..Slot::default() }),
+        };
+        let id = slot.id_for(&run);
+        let run = slot.newest(run);
+        self.rebase_unwritten(slot, &run);
+        let validation = slot.validation(&run);
+        slot.call_off_stale(run.metadata.generation, now);
+        self.plan_on_slot(slot, id, run, validation.as_ref().err().map(String::as_str), now, move_status)
+    }
+
+    /// The engine's plan for `run` on what `slot` remembers. With `move_status` (see [`Dispatcher::plan_owned`]) the
+    /// stored status is moved out of `run` into the plan when nothing is unwritten and no one else holds `run`.
+    fn plan_on_slot(
+        &self,
+        slot: &Slot,
+        id: RunId,
+        mut run: Arc<HookRun>,
+        invalid: Option<&str>,
+        now: Timestamp,
+        move_status: bool,
+    ) -> Round {
+        let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
+        // The stored status, moved out of the run (only when asked, nothing is unwritten and no one else holds it).
+        let mut moved = match Arc::get_mut(&mut run) {
+            Some(owned) if move_status && slot.unwritten.is_none() => owned.status.take(),
+            _ => None,
+        };
+        // Without its histories, to tell whether the plan changed it (see `same_but_histories`).
+        let skeleton = moved.as_mut().map(without_histories);
+        let inputs = Inputs {
+            spec: &run.spec,
+            status: slot.unwritten.as_ref().map(|u| &u.status).or(run.status.as_ref()),
+            invalid,
+            finished: &slot.finished,
+            in_flight: &in_flight,
+            precise: &slot.precise,
+            now,
+            settings: &self.inner.settings,
+        };
+        let (plan, changed) = match moved.take() {
+            Some(stored) => {
+                let mut plan = engine::plan_on(&inputs, Some(stored));
+                let changed = !skeleton.is_some_and(|skeleton| same_but_histories(&skeleton, &mut plan.status));
+                (plan, changed)
+            }
+            None => {
+                let plan = engine::plan(&inputs);
+                let changed = run.status.as_ref().is_none_or(|s| *s != plan.status);
+                (plan, changed)
+            }
+        };
+        Round { id, run, plan, changed }
+    }
+
+    /// Call once the round's status is stored (`written` is what the API server returned, if a write was
+    /// needed and the caller has one). Forgets the recorded measurements and starts the due ones.
+    pub fn commit(&self, round: &Round, written: Option<Arc<HookRun>>) {
+        if round.plan.completed {
+            self.forget(&round.id.uid);
+            return;
+        }
+        let mut slots = self.slots();
+        let Some(slot) = slot_of(&mut slots, &round.id.uid) else { return };
+        self.record(slot, round);
+        if round.changed {
+            slot.last_write_at = Some(Instant::now());
+            if let Some(unwritten) = &slot.unwritten {
+                self.inner.metrics.status_write_delay.observe(unwritten.since.elapsed().as_secs_f64());
+            }
+        }
+        // What was waiting is stored now (or it equals what is stored).
+        self.drop_unwritten(slot);
+        slot.idle = match (&written, round.changed) {
+            (Some(w), _) => w.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at)),
+            // Stored by the caller some other way (in memory): its version is unknown.
+            (None, true) => None,
+            (None, false) => round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at)),
+        };
+        if let (Some(written), Some(based_on)) = (written, round.run.metadata.resource_version.clone()) {
+            slot.last_write = Some((based_on, written));
+        }
+    }
+
+    /// The part of a commit that does not depend on the write: forget what the round recorded, remember its precise
+    /// times and start its due measurements.
+    pub(super) fn record(&self, slot: &mut Slot, round: &Round) {
+        slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
+        // Into the slot's own map and strings (no new allocation once a metric has been recorded).
+        slot.precise.clone_from(&round.plan.precise);
+        self.start_measurements(slot, round);
+    }
+}
