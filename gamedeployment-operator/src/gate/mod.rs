@@ -43,8 +43,8 @@ pub mod pod_runs;
 pub mod verdict;
 
 pub use pod_runs::{
-    AttemptRuns, attempt_runs, build_pod_run, hold_started, hook_for, instance_id, policy_for, preparing_state,
-    retry_field, run_finished, run_phase, run_started,
+    AttemptRuns, attempt_runs, build_pod_run, hold_started, hook_for, in_progress, instance_id, policy_for,
+    preparing_state, retry_field, run_finished, run_phase, run_started,
 };
 pub use verdict::verdict;
 

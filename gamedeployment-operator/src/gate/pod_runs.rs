@@ -153,6 +153,17 @@ pub fn run_phase(run: &HookRun) -> HookPhase {
     run.status.as_ref().and_then(|s| s.phase).unwrap_or(HookPhase::Pending)
 }
 
+/// Why a run in progress still holds its pod: "HookRun X is Running", and what the run itself says while it runs
+/// (the hook-operator writes a message only when measurements error, from the first one), so a hook that cannot
+/// connect does not look healthy until its error limit ends it.
+pub fn in_progress(run: &HookRun, name: &str, phase: HookPhase) -> String {
+    let says = run.status.as_ref().and_then(|s| s.message.as_deref()).map(str::trim).filter(|m| !m.is_empty());
+    match says {
+        Some(message) => format!("HookRun {name} is {phase}: {}", common::runtime::text::excerpt(message, 300)),
+        None => format!("HookRun {name} is {phase}"),
+    }
+}
+
 pub fn run_started(run: &HookRun, now: Timestamp) -> Time {
     run.metadata.creation_timestamp.clone().unwrap_or(Time(now))
 }

@@ -244,7 +244,9 @@ impl<'a> Ask<'a> {
         let (run_name, phase) = (&latest.name, latest.phase);
         let decision = match phase {
             HookPhase::Successful => GateDecision::Allow,
-            HookPhase::Pending | HookPhase::Running => GateDecision::Wait(format!("HookRun {run_name} is {phase}")),
+            HookPhase::Pending | HookPhase::Running => {
+                GateDecision::Wait(super::in_progress(latest.run, run_name, phase))
+            }
             HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive if self.retry => {
                 GateDecision::Wait(format!("HookRun {run_name} ended {phase}; retrying it"))
             }

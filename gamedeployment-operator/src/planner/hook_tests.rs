@@ -352,3 +352,27 @@ fn a_release_record_asks_for_a_pass_at_its_expiry_and_that_pass_drops_it() {
     world.tick(i64::try_from(wait).unwrap());
     assert!(world.plan().status.pre_delete_hook_condition.is_empty(), "the record is gone at its expiry");
 }
+
+#[test]
+fn a_running_hook_whose_measurements_error_says_so_where_the_pod_is_held() {
+    // A hook that cannot connect stays Running until its error limit; the hold reason (status, `kubectl get gd -o
+    // wide`) must say what the HookRun says from the first error, not "is Running" (issue 34, item 7).
+    let mut world = hooked(3, "InplaceUpdate");
+    world.gd.spec.replicas = Some(2);
+    passes(&mut world, 3);
+    let error = "metric \"web\": 2 measurement error(s) in a row (the metric errors after more than 4): \
+                 Get http://10.0.0.3:9091: connection refused";
+    for run in &mut world.hook_runs {
+        std::sync::Arc::make_mut(run).status =
+            Some(HookRunStatus { phase: Some(HookPhase::Running), message: Some(error.into()), ..Default::default() });
+    }
+    passes(&mut world, 2);
+    let status = world.gd.status.clone().unwrap_or_default();
+    let held = status.pre_delete_hook_condition[0].message.clone().unwrap_or_default();
+    assert!(
+        held.contains("is Running: metric \"web\": 2 measurement error(s)") && held.contains("connection refused"),
+        "{held}"
+    );
+    let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").and_then(|c| c.message.clone());
+    assert!(progressing.unwrap_or_default().contains("connection refused"), "{status:?}");
+}

@@ -183,7 +183,7 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
                      spec.postInplaceUpdateStrategy.retry: true runs the hook again and it succeeds"
                 )
             } else {
-                format!("HookRun {name} is {phase}")
+                gate::in_progress(run, &name, phase)
             };
             (name, phase, gate::run_started(run, settings.now), Some(message))
         }
