@@ -301,7 +301,7 @@ async fn project_crds_and_examples_apply_with_the_apply_flag() -> Result<()> {
     // What `kube-sim --apply crds/ --apply examples/` does: server-side apply with strict field
     // validation, CRDs first.
     let sim = sim().await?;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let crds = kube_sim::manifests::load(&[root.join("crds")])?;
     let applied = kube_sim::manifests::apply(&sim.registry(), &crds)?;
     assert!(
