@@ -15,34 +15,36 @@
 //! # Ok(()) }
 //! ```
 
-pub mod admission;
-pub mod audit;
-pub mod auth;
-pub mod codec;
+// The public API is this file's items and re-exports, `schema` (the CRD schema checks of common's example tests)
+// and `testing`; every other module is internal to the crate.
+mod admission;
+mod audit;
+mod auth;
+mod codec;
 mod controllers;
-pub mod discovery;
-pub mod disruption;
-pub mod faults;
-pub mod json;
-pub mod jsonpath;
-pub mod kubelet;
-pub mod managed;
-pub mod manifests;
-pub mod meta;
-pub mod openapi;
-pub mod patch;
-pub mod protobuf;
-pub mod registry;
-pub mod resources;
+mod discovery;
+mod disruption;
+mod faults;
+mod json;
+mod jsonpath;
+mod kubelet;
+mod managed;
+mod manifests;
+mod meta;
+mod openapi;
+mod patch;
+mod protobuf;
+mod registry;
+mod resources;
 pub mod schema;
-pub mod selector;
-pub mod server;
-pub mod status;
-pub mod store;
-pub mod table;
+mod selector;
+mod server;
+mod status;
+mod store;
+mod table;
 pub mod testing;
-pub mod validation;
-pub mod volumes;
+mod validation;
+mod volumes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -51,9 +53,13 @@ use std::time::Duration;
 
 use serde_json::json;
 
+pub use admission::auth::load_admission_config;
+pub use admission::{ClientAuth, ServiceAddress};
 pub use audit::{AuditEvent, AuditLog};
 pub use auth::TokenUser;
 pub use faults::{FaultConfig, FaultCounts, FaultRule};
+pub use kubelet::{KUBELET_VERSION, KubeletConfig, parse_duration};
+pub use manifests::ManifestError;
 
 /// Why kube-sim could not start.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +80,7 @@ pub struct SimConfig {
     /// Where to listen; port 0 picks a free port.
     pub addr: SocketAddr,
     /// The kubelet simulator's settings; `None` runs the API server alone.
-    pub kubelet: Option<kubelet::KubeletConfig>,
+    pub kubelet: Option<KubeletConfig>,
     /// Static bearer tokens (`token,user,uid,"group1,group2"` per line) for RBAC-checked users.
     pub token_file: Option<PathBuf>,
     /// Initial fault-injection rules (changeable at runtime through `/kube-sim/faults`).
@@ -92,17 +98,17 @@ pub struct SimConfig {
     /// Write requests kept in the audit log (oldest evicted first); 0 turns it off.
     pub audit_capacity: usize,
     /// Where Services named by admission webhooks (`clientConfig.service`) are reached.
-    pub service_addresses: Vec<admission::ServiceAddress>,
+    pub service_addresses: Vec<ServiceAddress>,
     /// The client certificates presented to admission webhooks, by webhook host
     /// (`--admission-control-config-file`, see `admission::auth`).
-    pub admission_client_auth: admission::ClientAuth,
+    pub admission_client_auth: ClientAuth,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-            kubelet: Some(kubelet::KubeletConfig::default()),
+            kubelet: Some(KubeletConfig::default()),
             token_file: None,
             faults: FaultConfig::default(),
             watch_history: 20_000,
@@ -112,7 +118,7 @@ impl Default for SimConfig {
             max_body_bytes: 3 * 1024 * 1024,
             audit_capacity: 100_000,
             service_addresses: Vec::new(),
-            admission_client_auth: admission::ClientAuth::default(),
+            admission_client_auth: ClientAuth::default(),
         }
     }
 }
@@ -140,9 +146,16 @@ impl SimHandle {
         self.addr
     }
 
-    /// The in-process registry (tests use it to inspect state without HTTP).
-    pub fn registry(&self) -> Arc<registry::Registry> {
-        self.registry.clone()
+    /// The newest resourceVersion of the store (a write changes it, a no-op write does not).
+    pub fn resource_version(&self) -> u64 {
+        self.registry.store.current_rv()
+    }
+
+    /// Reads the manifests under `paths` (files and directories of YAML or JSON, `List`s flattened) and applies them
+    /// with server-side apply and strict field validation, CustomResourceDefinitions and Namespaces first, as
+    /// `kube-sim --apply` does. Returns `resource/name` of each object applied, in order.
+    pub fn apply_manifests(&self, paths: &[PathBuf]) -> Result<Vec<String>, ManifestError> {
+        manifests::apply(&self.registry, &manifests::load(paths)?)
     }
 
     /// Replaces the fault-injection rules.
@@ -157,7 +170,7 @@ impl SimHandle {
 
     /// How many faults were injected so far (errors by code, conflicts, timeouts, cut and
     /// expired watches).
-    pub fn fault_counts(&self) -> faults::FaultCounts {
+    pub fn fault_counts(&self) -> FaultCounts {
         self.faults.counts()
     }
 
@@ -170,16 +183,12 @@ impl SimHandle {
     /// `None`) connect to `address`, e.g. a webhook server a test runs on 127.0.0.1. The Service
     /// must still exist and expose the port, as on a cluster. Replaces an earlier mapping.
     pub fn set_service_address(&self, service: &str, port: Option<u16>, address: SocketAddr) {
-        self.admission.caller.set_service_address(admission::ServiceAddress {
-            service: service.to_string(),
-            port,
-            address,
-        });
+        self.admission.caller.set_service_address(ServiceAddress { service: service.to_string(), port, address });
     }
 
     /// Replaces the client certificates kube-sim presents to admission webhooks (by webhook host,
     /// as the kubeconfig of kube-apiserver's `WebhookAdmissionConfiguration` names them).
-    pub fn set_admission_client_auth(&self, auth: admission::ClientAuth) {
+    pub fn set_admission_client_auth(&self, auth: ClientAuth) {
         self.admission.caller.set_client_auth(auth);
     }
 

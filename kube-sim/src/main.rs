@@ -6,8 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use kube_sim::kubelet::{KubeletConfig, parse_duration};
-use kube_sim::{FaultConfig, FaultRule, SimConfig};
+use kube_sim::{FaultConfig, FaultRule, KubeletConfig, SimConfig, parse_duration};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -83,7 +82,7 @@ struct Args {
     /// Where a Service named by an admission webhook is reached:
     /// `NAMESPACE/NAME[:PORT]=IP:PORT` (repeatable), e.g. `kourse-system/gdo-webhook=127.0.0.1:9443`.
     #[arg(long = "service-address")]
-    service_address: Vec<kube_sim::admission::ServiceAddress>,
+    service_address: Vec<kube_sim::ServiceAddress>,
 
     /// kube-apiserver's admission configuration (`AdmissionConfiguration`): the kubeconfig its
     /// `ValidatingAdmissionWebhook` plugin names gives the client certificate presented to each
@@ -155,7 +154,7 @@ async fn main() -> ExitCode {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
     let admission_client_auth = match &args.admission_control_config_file {
-        Some(path) => match kube_sim::admission::auth::load_admission_config(path) {
+        Some(path) => match kube_sim::load_admission_config(path) {
             Ok(auth) => auth,
             Err(e) => {
                 eprintln!("kube-sim: --admission-control-config-file: {e}");
@@ -193,9 +192,7 @@ async fn main() -> ExitCode {
         tracing::info!(path = %path.display(), "wrote kubeconfig");
     }
     if !args.apply.is_empty() {
-        let result =
-            kube_sim::manifests::load(&args.apply).and_then(|m| kube_sim::manifests::apply(&sim.registry(), &m));
-        match result {
+        match sim.apply_manifests(&args.apply) {
             Ok(applied) => {
                 for a in applied {
                     println!("{a} applied");

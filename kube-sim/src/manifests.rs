@@ -116,7 +116,7 @@ pub fn apply(registry: &Registry, manifests: &[Manifest]) -> Result<Vec<String>,
             crate::meta::metadata_mut(&mut obj).insert("namespace".into(), Value::String(ns.clone()));
         }
         let body = serde_json::to_vec(&obj).unwrap_or_default();
-        let mut ctx = WriteCtx::new("kube-sim", crate::registry::UserInfo::admin());
+        let mut ctx = WriteCtx::new("kube-sim");
         ctx.field_validation = crate::registry::FieldValidation::Strict;
         registry.patch(&rd, &ns, &name, PatchType::Apply, &body, Endpoint::Main, true, &mut ctx).map_err(|source| {
             ManifestError::Apply {

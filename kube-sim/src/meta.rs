@@ -91,14 +91,6 @@ pub fn owner_references(obj: &Value) -> &[Value] {
     metadata(obj).and_then(|m| m.get("ownerReferences")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
-pub fn api_version(obj: &Value) -> &str {
-    obj.get("apiVersion").and_then(Value::as_str).unwrap_or("")
-}
-
-pub fn kind(obj: &Value) -> &str {
-    obj.get("kind").and_then(Value::as_str).unwrap_or("")
-}
-
 /// Looks up a dotted path of object keys (`spec.replicas`).
 pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
     let mut cur = obj;
@@ -120,10 +112,6 @@ pub fn format_micro_time(ts: Timestamp) -> String {
 
 pub fn now() -> String {
     format_time(Timestamp::now())
-}
-
-pub fn now_micro() -> String {
-    format_micro_time(Timestamp::now())
 }
 
 pub fn parse_time(s: &str) -> Option<Timestamp> {

@@ -79,7 +79,6 @@ pub struct PrinterColumn {
 #[derive(Clone, Debug)]
 pub struct CustomInfo {
     pub crd_name: String,
-    pub crd_uid: String,
     pub printer_columns: Vec<PrinterColumn>,
     pub has_defaults: bool,
     /// The version's `openAPIV3Schema`, published as is in OpenAPI.
@@ -647,7 +646,6 @@ pub fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
         names.get("singular").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
     let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
     let crd_name = crate::meta::name(crd).to_string();
-    let crd_uid = crate::meta::uid(crd).to_string();
     let versions = spec.get("versions").and_then(Value::as_array).ok_or("spec.versions missing")?;
     let storage_version = versions
         .iter()
@@ -727,7 +725,6 @@ pub fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
             definition: None,
             custom: Some(CustomInfo {
                 crd_name: crd_name.clone(),
-                crd_uid: crd_uid.clone(),
                 printer_columns,
                 has_defaults,
                 openapi_schema: openapi,

@@ -633,7 +633,7 @@ async fn the_client_certificate_of_the_webhook_host_is_presented() -> Result<()>
 
     // Another host's certificate is not presented; this host's is (the URL's HOST:PORT), and so is `*`.
     let (cert_pem, key_pem) = (client_cert.pem(), client_key.serialize_pem());
-    sim.set_admission_client_auth(kube_sim::admission::ClientAuth::single(
+    sim.set_admission_client_auth(kube_sim::ClientAuth::single(
         "gate.webhooks.svc",
         cert_pem.as_bytes(),
         key_pem.as_bytes(),
@@ -646,11 +646,7 @@ async fn the_client_certificate_of_the_webhook_host_is_presented() -> Result<()>
             .contains("failed calling webhook")
     );
     for name in [server.addr.to_string(), "*".to_string()] {
-        sim.set_admission_client_auth(kube_sim::admission::ClientAuth::single(
-            &name,
-            cert_pem.as_bytes(),
-            key_pem.as_bytes(),
-        ));
+        sim.set_admission_client_auth(kube_sim::ClientAuth::single(&name, cert_pem.as_bytes(), key_pem.as_bytes()));
         let err = cms.create(&PostParams::default(), &cm("verified")).await.unwrap_err();
         let kube::Error::Api(s) = err else { bail!("unexpected error") };
         assert_eq!(s.message, "admission webhook \"cm.mtls.kourse.dev\" denied the request: seen", "user {name}");

@@ -12,7 +12,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, PodReadinessGate};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube_sim::kubelet::KubeletConfig;
+use kube_sim::KubeletConfig;
 use kubelet_support::*;
 use serde_json::json;
 
@@ -38,7 +38,7 @@ async fn nodes_register_ready_with_distinct_loopback_addresses() -> Result<()> {
         assert!(ips.insert(ip), "duplicate node IP {ip}");
         assert!(status.allocatable.as_ref().is_some_and(|a| a.contains_key("pods")));
         let info = status.node_info.as_ref().context("nodeInfo")?;
-        assert_eq!(info.kubelet_version, kube_sim::kubelet::KUBELET_VERSION);
+        assert_eq!(info.kubelet_version, kube_sim::KUBELET_VERSION);
     }
 
     // Each node's heartbeat Lease, held by the node and owned by its Node object.

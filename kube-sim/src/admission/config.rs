@@ -12,7 +12,6 @@ use crate::status::FieldError;
 
 /// The group of the webhook configurations (requests for its resources never reach webhooks).
 pub const GROUP: &str = "admissionregistration.k8s.io";
-pub const VALIDATING: &str = "validatingwebhookconfigurations";
 pub const MUTATING: &str = "mutatingwebhookconfigurations";
 
 /// Where a webhook is served.
@@ -37,7 +36,6 @@ pub struct Rule {
 /// One webhook of a configuration, defaults applied.
 #[derive(Clone, Debug)]
 pub struct Webhook {
-    pub configuration: String,
     pub name: String,
     pub target: Target,
     pub ca_bundle: Option<Vec<u8>>,
@@ -50,7 +48,6 @@ pub struct Webhook {
     pub object_selector: LabelSelector,
     pub side_effects: String,
     pub timeout: Duration,
-    pub review_versions: Vec<String>,
 }
 
 impl Webhook {
@@ -69,7 +66,6 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 /// The webhooks of a stored configuration, in their listed order. Entries that cannot be
 /// parsed (impossible after validation) are skipped.
 pub fn webhooks(config: &Value) -> Vec<Webhook> {
-    let configuration = crate::meta::name(config).to_string();
     let mut out = Vec::new();
     for w in config.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
         let mut w = w.clone();
@@ -109,7 +105,6 @@ pub fn webhooks(config: &Value) -> Vec<Webhook> {
             w.get(key).map(LabelSelector::from_label_selector_object).transpose().ok().flatten().unwrap_or_default()
         };
         out.push(Webhook {
-            configuration: configuration.clone(),
             name: w.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
             target,
             ca_bundle,
@@ -120,7 +115,6 @@ pub fn webhooks(config: &Value) -> Vec<Webhook> {
             object_selector: selector("objectSelector"),
             side_effects: w.get("sideEffects").and_then(Value::as_str).unwrap_or("Unknown").to_string(),
             timeout: Duration::from_secs(w.get("timeoutSeconds").and_then(Value::as_u64).unwrap_or(10).clamp(1, 30)),
-            review_versions: strings(w.get("admissionReviewVersions")),
         });
     }
     out

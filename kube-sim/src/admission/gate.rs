@@ -54,10 +54,6 @@ impl Gate {
         }
     }
 
-    pub fn is_probed(e: &ApiError) -> bool {
-        e.reason == PROBED
-    }
-
     pub fn is_stale(e: &ApiError) -> bool {
         e.reason == STALE
     }
@@ -109,7 +105,7 @@ mod tests {
         let mut new = json!({"metadata": {"name": "a", "uid": "u1"}, "data": {"k": "v"}});
         let probe = Gate::probe();
         let e = probe.check(Some(&old), Some(&mut new)).unwrap_err();
-        assert!(Gate::is_probed(&e));
+        assert_eq!(e.reason, PROBED);
         let seen = probe.probed().unwrap();
         assert_eq!(seen.new.as_ref().unwrap()["data"]["k"], "v");
 

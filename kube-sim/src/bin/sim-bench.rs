@@ -477,21 +477,20 @@ fn main() -> std::process::ExitCode {
             ..SimConfig::default()
         };
         let sim = sim_rt.block_on(async { tokio::spawn(kube_sim::start(config)).await })??;
-        let registry = sim.registry();
         client_rt.block_on(async {
             let client = sim.client().await;
             create_owner(&client).await?;
-            api_phases(&args, &client, || registry.store.current_rv()).await
+            api_phases(&args, &client, || sim.resource_version()).await
         })?;
         sim_rt.block_on(async { tokio::spawn(sim.shutdown()).await })?;
 
         if args.kubelet_pods > 0 {
             let per_node = 500;
-            let kubelet = kube_sim::kubelet::KubeletConfig {
+            let kubelet = kube_sim::KubeletConfig {
                 nodes: args.kubelet_pods.div_ceil(per_node).max(1) as u32,
                 max_pods_per_node: per_node as u32 + 10,
                 node_cpu: "1000".into(),
-                ..kube_sim::kubelet::KubeletConfig::fast()
+                ..kube_sim::KubeletConfig::fast()
             };
             let config = SimConfig {
                 kubelet: Some(kubelet),

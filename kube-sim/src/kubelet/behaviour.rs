@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use super::config::parse_duration;
 
-/// Prefix of every kube-sim annotation.
-pub const PREFIX: &str = "kube-sim.kourse.dev/";
 /// Duration from container start to ready (overrides `--ready-delay`).
 pub const READY_AFTER: &str = "kube-sim.kourse.dev/ready-after";
 /// `"true"` (every container) or a comma-separated list of container names that never become ready.

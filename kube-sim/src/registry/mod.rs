@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-pub use delete::{DeleteOptions, DeleteOutcome, Propagation};
+pub use delete::{DeleteOptions, Propagation};
 pub use strategy::Endpoint;
 
 use crate::managed::{self, Scope};
@@ -67,7 +67,6 @@ pub struct WriteCtx {
     pub field_manager: String,
     pub field_validation: FieldValidation,
     pub warnings: Vec<String>,
-    pub user: UserInfo,
     /// Set while a server-side apply runs: ownership was already computed.
     skip_managed: bool,
     /// Validating admission webhooks: checked right before the write is committed.
@@ -75,13 +74,12 @@ pub struct WriteCtx {
 }
 
 impl WriteCtx {
-    pub fn new(field_manager: impl Into<String>, user: UserInfo) -> Self {
+    pub fn new(field_manager: impl Into<String>) -> Self {
         Self {
             dry_run: false,
             field_manager: field_manager.into(),
             field_validation: FieldValidation::Warn,
             warnings: Vec::new(),
-            user,
             skip_managed: false,
             admission: None,
         }
@@ -89,7 +87,7 @@ impl WriteCtx {
 
     /// Context for kube-sim's own controllers.
     pub fn internal(manager: &str) -> Self {
-        let mut c = Self::new(manager, UserInfo::admin());
+        let mut c = Self::new(manager);
         c.field_validation = FieldValidation::Ignore;
         c
     }

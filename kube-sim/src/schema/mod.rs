@@ -5,11 +5,11 @@
 //! defaulting and validation (for custom resources) and strategic merge / server-side apply list
 //! semantics (for everything) walk these nodes.
 
-pub mod builtin;
+pub(crate) mod builtin;
 mod builtin_lists;
-pub mod defaulting;
+pub(crate) mod defaulting;
 pub mod pruning;
-pub mod transition;
+pub(crate) mod transition;
 pub mod validate;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,16 +28,16 @@ pub(crate) enum MergeStrategy {
 
 /// How a list merges in strategic merge patch and server-side apply.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListType {
+pub(crate) enum ListType {
     Atomic,
     Set,
     Map(Vec<String>),
 }
 
-pub type NodeId = usize;
+pub(crate) type NodeId = usize;
 
 #[derive(Clone, Debug, Default)]
-pub struct Node {
+pub(crate) struct Node {
     pub type_: Option<String>,
     pub format: Option<String>,
     pub properties: BTreeMap<String, NodeId>,
@@ -72,8 +72,6 @@ pub struct Node {
     pub any_of: Vec<NodeId>,
     pub one_of: Vec<NodeId>,
     pub not: Option<NodeId>,
-    /// The OpenAPI definition a built-in node came from (`io.k8s.api.core.v1.PodSpec`).
-    pub definition: Option<String>,
     /// Recognised `self == oldSelf` rules of `x-kubernetes-validations` (see [`transition`]).
     pub transition_rules: Vec<transition::TransitionRule>,
     /// The node declares `x-kubernetes-validations` (recognised or not).
@@ -82,21 +80,22 @@ pub struct Node {
 
 /// An arena of schema nodes; cycles (JSONSchemaProps) are fine because nodes refer by index.
 #[derive(Clone, Debug, Default)]
-pub struct SchemaSet {
+pub(crate) struct SchemaSet {
     nodes: Vec<Node>,
     /// Some node declares `x-kubernetes-validations` (the CRD then has a CEL validator).
     pub has_cel_rules: bool,
 }
 
-/// A schema and its root.
+/// A schema and its root (public for the CRD schema checks of `common/tests/examples.rs`, with
+/// [`from_crd_schema`], [`Cursor::root`], [`pruning::prune_object`] and [`validate::validate_object`]).
 #[derive(Clone, Debug)]
 pub struct Schema {
-    pub set: std::sync::Arc<SchemaSet>,
-    pub root: NodeId,
+    pub(crate) set: std::sync::Arc<SchemaSet>,
+    pub(crate) root: NodeId,
 }
 
 impl SchemaSet {
-    pub fn node(&self, id: NodeId) -> &Node {
+    pub(crate) fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id]
     }
 
@@ -106,20 +105,14 @@ impl SchemaSet {
     }
 
     /// Property lookup that also follows `additionalProperties`.
-    pub fn child(&self, id: NodeId, field: &str) -> Option<NodeId> {
+    pub(crate) fn child(&self, id: NodeId, field: &str) -> Option<NodeId> {
         let n = self.node(id);
         n.properties.get(field).copied().or(n.additional)
     }
 }
 
-impl Schema {
-    pub fn node(&self, id: NodeId) -> &Node {
-        self.set.node(id)
-    }
-}
-
 /// Builds nodes from JSON schema documents, resolving `$ref`s into a definitions map.
-pub struct Builder<'a> {
+pub(crate) struct Builder<'a> {
     pub set: SchemaSet,
     defs: &'a Map<String, Value>,
     built: HashMap<String, NodeId>,
@@ -147,7 +140,7 @@ fn list_type_of(v: &Value) -> Option<ListType> {
 }
 
 impl<'a> Builder<'a> {
-    pub fn new(defs: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(defs: &'a Map<String, Value>) -> Self {
         Self { set: SchemaSet::default(), defs, built: HashMap::new() }
     }
 
@@ -159,13 +152,13 @@ impl<'a> Builder<'a> {
         let id = self.set.alloc();
         self.built.insert(name.clone(), id);
         let def = self.defs.get(&name).cloned().unwrap_or(Value::Object(Map::new()));
-        self.fill(id, &def, Some(&name));
+        self.fill(id, &def);
         id
     }
 
     /// Builds (or reuses) the node for a schema value. A `$ref` with list/map merge metadata as
     /// siblings gets its own copy of the referenced node, so the shared definition stays intact.
-    pub fn build(&mut self, v: &Value) -> NodeId {
+    pub(crate) fn build(&mut self, v: &Value) -> NodeId {
         if let Some(r) = v.get("$ref").and_then(Value::as_str) {
             let target = self.resolve_ref(r);
             let lt = list_type_of(v);
@@ -182,12 +175,12 @@ impl<'a> Builder<'a> {
             return self.set.nodes.len() - 1;
         }
         let id = self.set.alloc();
-        self.fill(id, v, None);
+        self.fill(id, v);
         id
     }
 
-    fn fill(&mut self, id: NodeId, v: &Value, definition: Option<&str>) {
-        let mut n = Node { definition: definition.map(str::to_string), ..Node::default() };
+    fn fill(&mut self, id: NodeId, v: &Value) {
+        let mut n = Node::default();
         let get_u = |k: &str| v.get(k).and_then(Value::as_u64);
         let get_b = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
         n.type_ = match v.get("type") {
@@ -266,15 +259,15 @@ impl<'a> Builder<'a> {
     }
 
     /// The node of a named definition (built on first use).
-    pub fn definition(&mut self, name: &str) -> NodeId {
+    pub(crate) fn definition(&mut self, name: &str) -> NodeId {
         self.resolve_ref(name)
     }
 
-    pub fn finish(self, root: NodeId) -> Schema {
+    pub(crate) fn finish(self, root: NodeId) -> Schema {
         Schema { set: std::sync::Arc::new(self.set), root }
     }
 
-    pub fn into_set(self) -> SchemaSet {
+    pub(crate) fn into_set(self) -> SchemaSet {
         self.set
     }
 }
@@ -287,32 +280,27 @@ pub fn from_crd_schema(schema: &Value) -> Schema {
     b.finish(root)
 }
 
-/// The list semantics at a path, used by strategic merge patch and server-side apply.
-pub fn list_type(schema: Option<(&Schema, NodeId)>) -> ListType {
-    schema.and_then(|(s, id)| s.node(id).list_type.clone()).unwrap_or(ListType::Atomic)
-}
-
 /// A schema-walking cursor for code that walks objects and schemas in step.
 #[derive(Clone, Copy)]
 pub struct Cursor<'a> {
-    pub schema: &'a Schema,
-    pub id: NodeId,
+    pub(crate) schema: &'a Schema,
+    pub(crate) id: NodeId,
 }
 
 impl<'a> Cursor<'a> {
     pub fn root(schema: &'a Schema) -> Self {
         Self { schema, id: schema.root }
     }
-    pub fn node(&self) -> &'a Node {
+    pub(crate) fn node(&self) -> &'a Node {
         self.schema.set.node(self.id)
     }
-    pub fn field(&self, name: &str) -> Option<Cursor<'a>> {
+    pub(crate) fn field(&self, name: &str) -> Option<Cursor<'a>> {
         self.schema.set.child(self.id, name).map(|id| Cursor { schema: self.schema, id })
     }
-    pub fn items(&self) -> Option<Cursor<'a>> {
+    pub(crate) fn items(&self) -> Option<Cursor<'a>> {
         self.node().items.map(|id| Cursor { schema: self.schema, id })
     }
-    pub fn list_type(&self) -> ListType {
+    pub(crate) fn list_type(&self) -> ListType {
         self.node().list_type.clone().unwrap_or(ListType::Atomic)
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::Cursor;
 
 /// The fields of `ObjectMeta`; anything else under `metadata` is unknown.
-pub const OBJECT_META_FIELDS: &[&str] = &[
+pub(crate) const OBJECT_META_FIELDS: &[&str] = &[
     "name",
     "generateName",
     "namespace",

@@ -61,7 +61,7 @@ pub fn validate_object(root: Cursor<'_>, obj: &Value) -> Vec<FieldError> {
     errs
 }
 
-pub fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+pub(crate) fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     let node = c.node();
     if v.is_null() {
         if node.nullable || node.type_.is_none() {

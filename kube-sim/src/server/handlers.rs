@@ -321,7 +321,7 @@ fn write_ctx(c: &Ctx) -> Result<WriteCtx, ApiError> {
             if prefix.is_empty() { "unknown".to_string() } else { prefix }
         }
     };
-    let mut ctx = WriteCtx::new(manager, c.user.clone());
+    let mut ctx = WriteCtx::new(manager);
     ctx.admission = c.gate.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for d in c.query.all("dryRun") {
         match d {

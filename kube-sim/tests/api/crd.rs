@@ -302,20 +302,19 @@ async fn project_crds_and_examples_apply_with_the_apply_flag() -> Result<()> {
     // validation, CRDs first.
     let sim = sim().await?;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let crds = kube_sim::manifests::load(&[root.join("crds")])?;
-    let applied = kube_sim::manifests::apply(&sim.registry(), &crds)?;
+    let crds = [root.join("crds")];
+    let applied = sim.apply_manifests(&crds)?;
     assert!(
         applied.iter().any(|a| a == "customresourcedefinition.apiextensions.k8s.io/gamedeployments.tkex.tencent.com"),
         "{applied:?}"
     );
     // Applying the same manifests again changes nothing.
-    let rv = sim.registry().store.current_rv();
-    kube_sim::manifests::apply(&sim.registry(), &crds)?;
-    assert_eq!(sim.registry().store.current_rv(), rv, "re-applying unchanged manifests is a no-op");
+    let rv = sim.resource_version();
+    sim.apply_manifests(&crds)?;
+    assert_eq!(sim.resource_version(), rv, "re-applying unchanged manifests is a no-op");
     // The examples define the same objects in several files; each apply takes over the fields
     // the previous one set, like `kubectl apply -f examples/`.
-    let examples = kube_sim::manifests::load(&[root.join("examples")])?;
-    let applied = kube_sim::manifests::apply(&sim.registry(), &examples)?;
+    let applied = sim.apply_manifests(&[root.join("examples")])?;
     assert!(applied.iter().any(|a| a.starts_with("gamedeployment.tkex.tencent.com/")), "{applied:?}");
     sim.shutdown().await;
     Ok(())

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
-use kube_sim::kubelet::KubeletConfig;
+use kube_sim::KubeletConfig;
 use kube_sim::{SimConfig, SimHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -207,7 +207,7 @@ impl Gated {
             let ca = cluster.dir().join("webhook-client-ca.crt");
             std::fs::write(&ca, &client["ca.crt"]).unwrap();
             let host = format!("{NAME}-webhook.{NS}.svc");
-            let auth = kube_sim::admission::ClientAuth::single(&host, &client["tls.crt"], &client["tls.key"]);
+            let auth = kube_sim::ClientAuth::single(&host, &client["tls.crt"], &client["tls.key"]);
             cluster.sim().set_admission_client_auth(auth);
             client_ca = vec!["--webhook-client-ca".to_string(), ca.display().to_string()];
         }
