@@ -202,63 +202,11 @@ impl RoundReport {
 
 fn template(fail: bool) -> String {
     let condition = if fail { "asInt(result) < 30" } else { "asInt(result) > 30" };
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: gate
-spec:
-  metrics:
-    - name: webtest
-      count: 3
-      interval: 10s
-      failureLimit: 1
-      successCondition: "{condition}"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{{$.age}}"
-"#
-    )
+    crate::manifests::load!("hooktemplate-gate", condition = condition)
 }
 
 fn gamedeployment() -> String {
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: GameDeployment
-metadata:
-  name: {NAME}
-  labels:
-    app: {NAME}
-spec:
-  replicas: 6
-  selector:
-    matchLabels:
-      app: {NAME}
-  template:
-    metadata:
-      labels:
-        app: {NAME}
-    spec:
-      containers:
-        - name: python
-          image: python:latest
-          command: ["python"]
-          args: ["-m", "http.server", "8000"]
-  preDeleteUpdateStrategy:
-    hook:
-      templateName: gate
-  preInplaceUpdateStrategy:
-    hook:
-      templateName: gate
-  updateStrategy:
-    type: InplaceUpdate
-    partition: 2
-    maxUnavailable: 2
-    inPlaceUpdateStrategy:
-      gracePeriodSeconds: 1
-"#
-    )
+    crate::manifests::load!("gamedeployment-faulty", name = NAME)
 }
 
 type Shared = Arc<tokio::sync::Mutex<Operator>>;

@@ -19,35 +19,13 @@ pub fn start_operator(cluster: &Cluster) -> Operator {
 
 /// A GameDeployment manifest with the walkthrough's shape.
 pub fn manifest(name: &str, replicas: i32, strategy: &str, extra_strategy: &str, image: &str) -> String {
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: GameDeployment
-metadata:
-  name: {name}
-  labels:
-    app: {name}
-spec:
-  replicas: {replicas}
-  selector:
-    matchLabels:
-      app: {name}
-  template:
-    metadata:
-      labels:
-        app: {name}
-    spec:
-      containers:
-        - name: python
-          image: {image}
-          imagePullPolicy: IfNotPresent
-          command: ["python"]
-          args: ["-m", "http.server", "8000"]
-          ports:
-            - name: http
-              containerPort: 8000
-  updateStrategy:
-    type: {strategy}
-{extra_strategy}"#
+    crate::manifests::load!(
+        "gamedeployment",
+        name = name,
+        replicas = replicas,
+        strategy = strategy,
+        extra_strategy = extra_strategy,
+        image = image
     )
 }
 
@@ -117,6 +95,26 @@ pub async fn pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
         .await
         .map(|l| l.items)
         .unwrap_or_default()
+}
+
+/// The pods of a GameDeployment not being deleted (no `deletionTimestamp`).
+pub async fn live_pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
+    live(pods(cluster, name).await)
+}
+
+/// The pods not being deleted (no `deletionTimestamp`).
+pub fn live(pods: Vec<Pod>) -> Vec<Pod> {
+    pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+}
+
+/// The value of the pod's label `key`.
+pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The value of the pod's annotation `key`.
+pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 pub fn is_ready(pod: &Pod) -> bool {

@@ -17,6 +17,7 @@ pub mod faults;
 pub mod gamedeployment;
 pub mod gate;
 pub mod hook;
+pub mod manifests;
 pub mod sandbox;
 
 /// Deadline for conditions that normally take well under a second; generous for a loaded 2-core CI machine.

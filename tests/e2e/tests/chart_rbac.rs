@@ -26,44 +26,7 @@ const NEW_IMAGE: &str =
 const OLD_IMAGE: &str =
     r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:latest"}]"#;
 
-/// A HookRun whose `kubernetes` metric patches and reads back an annotation of pod `target`.
-const KUBE_RUN: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookRun
-metadata:
-  name: drain-flag
-spec:
-  policy: Ordered
-  args:
-    - name: PodName
-      value: target
-    - name: PodNamespace
-      value: NAMESPACE
-  metrics:
-    - name: mark
-      provider:
-        kubernetes:
-          function: patch
-          fields:
-            - path: metadata.annotations.example.com/drain-state
-              value: draining
-    - name: verify
-      provider:
-        kubernetes:
-          function: get
-          fields:
-            - path: metadata.annotations.example.com/drain-state
-              value: draining
-"#;
-
-const TARGET_POD: &str = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: target
-spec:
-  containers:
-    - name: main
-      image: nginx:test
-"#;
+const TARGET_POD: &str = e2e::manifests::load!("pod-target");
 
 /// Finished ownerless HookRuns are collected 2 s after they finish, so the hook-operator's `delete` on hookruns
 /// is exercised (the chart's default is 24 h).
@@ -188,7 +151,12 @@ async fn prepare(cluster: &Cluster, ns: &str) {
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", "examples/hook-template-success.yaml"]).await;
     let pod = write(cluster, "target.yaml", TARGET_POD).await;
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &pod]).await;
-    let run = write(cluster, &format!("kube-run-{ns}.yaml"), &KUBE_RUN.replace("NAMESPACE", ns)).await;
+    let run = write(
+        cluster,
+        &format!("kube-run-{ns}.yaml"),
+        &e2e::manifests::load!("hookrun-drain-flag", pod = "target", namespace = ns, value = "draining"),
+    )
+    .await;
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &run]).await;
     // With a claim template, so the claim verbs are used: claims created with each pod, deleted on scale-in.
     let example = std::fs::read_to_string(e2e::repo_root().join("examples/gamedeployment.yaml")).expect("example");

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use common::api::HookRun;
 use common::hookrun::HookKind;
-use e2e::gamedeployment::{Columns, apply, image, manifest, pods, revision, wait_columns};
+use e2e::gamedeployment::live_pods;
+use e2e::gamedeployment::{Columns, apply, image, manifest, revision, wait_columns};
 use e2e::gate::GateChecker;
 use e2e::{Cluster, Operator, wait_for};
 use k8s_openapi::api::core::v1::Pod;
@@ -20,27 +21,11 @@ use kube::api::{ListParams, PostParams};
 use kube_sim::{FaultConfig, FaultRule};
 use walkthrough_support::{LONG, QUICK, operators, pre_delete, pre_inplace};
 
-/// Never completes on its own (every measurement fails, failures never fail the metric, no count): a pod it gates
-/// is held until a person terminates the run.
-const NEVER: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: never
-spec:
-  metrics:
-    - name: webtest
-      interval: 60s
-      failureLimit: -1
-      successCondition: "asInt(result) > 100"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
-
 async fn templates(cluster: &Cluster) {
     apply(cluster, QUICK).await;
-    apply(cluster, NEVER).await;
+    // Never completes on its own (every measurement fails, failures never fail the metric, no count): a pod it
+    // gates is held until a person terminates the run.
+    apply(cluster, &e2e::manifests::load!("hooktemplate-never", interval = "60s")).await;
 }
 
 /// A kube-sim cluster with both operators and the `quick` / `never` templates, and a GameDeployment `name` rolled
@@ -67,10 +52,6 @@ async fn wait_rolled(cluster: &Cluster, name: &str, replicas: i64, want: &str) {
         (live.len() == replicas as usize && live.iter().all(|p| image(p) == Some(want))).then_some(())
     })
     .await;
-}
-
-async fn live_pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
-    pods(cluster, name).await.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
 }
 
 fn lifecycle(pod: &Pod) -> &str {

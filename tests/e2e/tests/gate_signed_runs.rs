@@ -20,20 +20,7 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use walkthrough_support::{LONG, operators, pre_delete};
 
 /// Fails at its first measurement (the hook server answers age 45).
-const FAILING: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: failing
-spec:
-  metrics:
-    - name: webtest
-      count: 1
-      successCondition: "asInt(result) > 100"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
+const FAILING: &str = e2e::manifests::load!("hooktemplate-failing");
 
 fn lifecycle(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
     pod.metadata.labels.as_ref().and_then(|l| l.get(keys::LIFECYCLE_STATE)).map_or("", String::as_str)

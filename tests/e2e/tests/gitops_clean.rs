@@ -10,6 +10,7 @@ use crate::walkthrough_support;
 use std::sync::{Arc, Mutex};
 
 use common::api::{GameDeployment, HookPhase, HookReleaseReason, HookRun, PauseReason};
+use e2e::gamedeployment::live;
 use e2e::gamedeployment::{apply, manifest, pods};
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
@@ -22,25 +23,7 @@ use walkthrough_support::{LONG, operators};
 const NAME: &str = "clean";
 
 fn template(name: &str, condition: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: {name}
-spec:
-  metrics:
-    - name: webtest
-      successCondition: "{condition}"
-{extra}      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{{$.age}}"
-"#
-    )
-}
-
-fn live(pods: Vec<Pod>) -> Vec<Pod> {
-    pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+    e2e::manifests::load!("hooktemplate-webtest", name = name, condition = condition, extra = extra)
 }
 
 fn state(pod: &Pod) -> Option<&str> {

@@ -17,59 +17,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::api::{GameDeployment, HookCondition, HookPhase, HookReleaseReason, HookRun};
 use e2e::gamedeployment::{apply, manifest, metrics_address, pods, scrape};
+use e2e::gamedeployment::{label, live};
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use walkthrough_support::{LONG, operators};
 
-/// Never completes (every measurement fails, failures never fail the metric, no count).
-const NEVER: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: never
-spec:
-  metrics:
-    - name: webtest
-      interval: 20s
-      failureLimit: -1
-      successCondition: "asInt(result) > 100"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
-
 /// Fails at its first measurement (the walkthrough's server answers age 45).
-const FAIL: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: fail
-spec:
-  metrics:
-    - name: webtest
-      count: 1
-      successCondition: "asInt(result) < 30"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
+const FAIL: &str = e2e::manifests::load!("hooktemplate-fail");
 
 async fn gd(cluster: &Cluster, name: &str) -> GameDeployment {
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
     api.get(name).await.expect("the GameDeployment exists")
-}
-
-fn live(pods: Vec<Pod>) -> Vec<Pod> {
-    pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
-}
-
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 async fn rolled_out(cluster: &Cluster, name: &str, replicas: usize) {
@@ -96,7 +58,8 @@ async fn a_hook_that_never_succeeds_releases_its_pod_at_the_hard_deadline() {
     const NAME: &str = "hard";
     let cluster = Cluster::start().await;
     let (_hooks, gd_operator) = operators(&cluster).await;
-    apply(&cluster, NEVER).await;
+    // Never completes (every measurement fails, failures never fail the metric, no count).
+    apply(&cluster, &e2e::manifests::load!("hooktemplate-never", interval = "20s")).await;
     let policy = "  preDeleteUpdateStrategy:\n    hook:\n      templateName: never\n    hookPolicy:\n      \
                   hardDeadlineSeconds: 6\n";
     apply(&cluster, &manifest(NAME, 2, "InplaceUpdate", policy, "python:latest")).await;
@@ -232,22 +195,7 @@ async fn auto_retry_reruns_a_failed_hook_after_its_back_off() {
     let cluster = Cluster::start().await;
     let (_hooks, _gd) = operators(&cluster).await;
     let (address, served) = flaky_server(1).await;
-    let template = format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: flaky
-spec:
-  metrics:
-    - name: webtest
-      count: 1
-      successCondition: "asInt(result) > 30"
-      provider:
-        web:
-          url: http://{address}/
-          jsonPath: "{{$.age}}"
-"#
-    );
+    let template = e2e::manifests::load!("hooktemplate-flaky", address = address);
     apply(&cluster, &template).await;
     let policy = "  preDeleteUpdateStrategy:\n    hook:\n      templateName: flaky\n    hookPolicy:\n      autoRetry:\n        \
                   limit: 2\n        backoffSeconds: 3\n";

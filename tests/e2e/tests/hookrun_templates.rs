@@ -141,19 +141,7 @@ async fn terminate_validation_events_and_the_kubernetes_provider() {
 
     // An invalid template is reported as a Warning Event when applied, not minutes later.
     // (Durations are already checked by the CRD schema; expressions, JSONPaths and args are not.)
-    let invalid = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: broken
-spec:
-  metrics:
-    - name: webtest
-      successCondition: "asInt(result) >"
-      provider:
-        web:
-          url: http://{{ args.PodIP }}:{{ args.port }}
-          jsonPath: "{.a}{.b}"
-"#;
+    let invalid = e2e::manifests::load!("hooktemplate-broken");
     let path = cluster.dir().join("broken.yaml");
     std::fs::write(&path, invalid).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
@@ -169,19 +157,7 @@ spec:
     }
 
     // terminate: a run polling forever completes at once when terminated.
-    let poll = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookRun
-metadata:
-  name: poll-forever
-spec:
-  metrics:
-    - name: wait
-      interval: 1h
-      initialDelay: 1h
-      provider:
-        web:
-          url: http://127.0.0.1:1
-"#;
+    let poll = e2e::manifests::load!("hookrun-poll-forever");
     let path = cluster.dir().join("poll.yaml");
     std::fs::write(&path, poll).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
@@ -198,35 +174,10 @@ spec:
 
     // kubernetes provider, Ordered: patch an annotation (key with a slash, value with quotes),
     // then read it back.
-    let kube_run = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookRun
-metadata:
-  name: drain-flag
-spec:
-  policy: Ordered
-  args:
-    - name: PodName
-      value: game-1
-    - name: PodNamespace
-      value: default
-  metrics:
-    - name: mark
-      provider:
-        kubernetes:
-          function: patch
-          fields:
-            - path: metadata.annotations.example.com/drain-state
-              value: 'say "bye"'
-    - name: verify
-      provider:
-        kubernetes:
-          function: get
-          fields:
-            - path: metadata.annotations.example.com/drain-state
-              value: 'say "bye"'
-"#;
+    let kube_run =
+        e2e::manifests::load!("hookrun-drain-flag", pod = "game-1", namespace = "default", value = r#"'say "bye"'"#);
     let path = cluster.dir().join("drain.yaml");
-    std::fs::write(&path, kube_run).unwrap();
+    std::fs::write(&path, &kube_run).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
     assert_completed(&cluster, "drain-flag", "Successful").await;
     let annotation = cluster

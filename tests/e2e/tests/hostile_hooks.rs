@@ -12,23 +12,7 @@ use e2e::{Cluster, DEADLINE, wait_for};
 const HOSTILE: &str = "len(0..1000000000000) > 0";
 
 fn run_manifest(name: &str, url: &str, condition: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookRun
-metadata:
-  name: {name}
-spec:
-  metrics:
-    - name: webtest
-      interval: 60s
-      count: 3
-      successCondition: "{condition}"
-{extra}      provider:
-        web:
-          url: {url}
-          jsonPath: "{{$.age}}"
-"#
-    )
+    e2e::manifests::load!("hookrun-webtest", name = name, url = url, condition = condition, extra = extra)
 }
 
 async fn apply(cluster: &Cluster, name: &str, text: &str) {
@@ -46,20 +30,7 @@ async fn a_hostile_condition_ends_its_run_and_hurts_nobody_else() {
     let url = format!("http://{ip}:9091");
 
     // A template with the condition: a Warning Event before any run exists, with the reason as a sentence.
-    let template = format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: hostile
-spec:
-  metrics:
-    - name: webtest
-      successCondition: "{HOSTILE}"
-      provider:
-        web:
-          url: {url}
-"#
-    );
+    let template = e2e::manifests::load!("hooktemplate-hostile", condition = HOSTILE, url = url);
     apply(&cluster, "hostile-template", &template).await;
     let event = wait_for("an InvalidHookTemplate Event", DEADLINE, || async {
         let out = cluster.kubectl(&["get", "events", "-o", "json"]).await;
@@ -255,24 +226,7 @@ async fn namespaces_at_their_bounds_delay_only_themselves() {
         .await;
     }
     namespace(&cluster, "polite").await;
-    let polite = format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookRun
-metadata:
-  name: polite
-  namespace: polite
-spec:
-  metrics:
-    - name: webtest
-      interval: 1s
-      count: 3
-      successCondition: "all([1, 2, 3], {{# > 0}}) && asInt(result) > 30"
-      provider:
-        web:
-          url: http://{address}/polite
-          jsonPath: "{{$.age}}"
-"#
-    );
+    let polite = e2e::manifests::load!("hookrun-polite", address = address);
     let mut took = Vec::new();
     for round in 0..3 {
         let name = format!("polite-{round}");

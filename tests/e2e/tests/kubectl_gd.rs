@@ -197,20 +197,7 @@ async fn status_fails_naming_pod_and_hookrun_and_retry_completes_the_scale_in() 
 
 /// A template whose single measurement is due only after a long initial delay, so a run stays Running until
 /// something ends it.
-const SLOW_TEMPLATE: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: test
-spec:
-  metrics:
-    - name: webtest
-      initialDelay: 1h
-      successCondition: "asInt(result) > 30"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
+const SLOW_TEMPLATE: &str = e2e::manifests::load!("hooktemplate-test-slow");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_hook_terminates_the_run_and_the_pod_goes() {

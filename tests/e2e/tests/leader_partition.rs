@@ -14,21 +14,7 @@ use kube_sim::{FaultConfig, FaultRule};
 
 /// Keeps measuring (every measurement fails the condition, failures never fail the metric): its status is written
 /// all the time, so a hook-operator that acts without the lease would show in the audit.
-const BUSY: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: busy
-spec:
-  metrics:
-    - name: webtest
-      interval: 1s
-      failureLimit: -1
-      successCondition: "asInt(result) > 100"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
+const BUSY: &str = e2e::manifests::load!("hooktemplate-busy");
 
 fn start(cluster: &Cluster, package: &str, bin: &str, user: &str, extra: &[&str]) -> Operator {
     let kubeconfig = cluster.dir().join(format!("{user}.kubeconfig"));

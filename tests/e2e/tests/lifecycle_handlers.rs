@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use e2e::gamedeployment::{Columns, apply, image, is_ready, manifest, pods, wait_columns};
+use e2e::gamedeployment::{Columns, apply, image, is_ready, manifest, wait_columns};
+use e2e::gamedeployment::{label, live_pods};
 use e2e::gate::GateChecker;
 use e2e::{Cluster, Operator, wait_for};
 use futures::StreamExt;
@@ -18,10 +19,6 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use walkthrough_support::{LONG, QUICK, operators, pre_delete};
-
-async fn live_pods(cluster: &Cluster, name: &str) -> Vec<Pod> {
-    pods(cluster, name).await.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
-}
 
 /// A kube-sim cluster with both operators and the `quick` template, and a GameDeployment `name` rolled out.
 async fn rolled_out(name: &str, replicas: i64, strategy: &str, extra: &str) -> (Cluster, (Operator, Operator)) {
@@ -70,10 +67,6 @@ async fn a_pod_labelled_specified_delete_is_deleted_through_its_hook_and_replace
 const BLOCK_INPLACE: &str = "example.com/unready-blocker-inplace";
 const BLOCK_DELETE: &str = "example.com/unready-blocker-delete";
 const NEWLY_CREATED: &str = "example.com/newly-create";
-
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
 
 fn state(pod: &Pod) -> &str {
     label(pod, "lifecycle.apps.kruise.io/state").unwrap_or("")

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::api::{GameDeployment, HookRun};
 use e2e::gamedeployment::{Columns, apply, manifest, pods, wait_columns};
+use e2e::gamedeployment::{annotation, label};
 use e2e::gate::GateChecker;
 use e2e::{Cluster, DEADLINE, Operator, helm, wait_for};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -45,42 +46,10 @@ const INTERVAL_SCALE: &str = "0.2";
 
 /// Three probes of the pod itself, 15 s apart: the hook takes 30 s (6 s at the test's interval scale) and
 /// succeeds (the pod answers age 45).
-const SLOW: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: slow
-spec:
-  args:
-    - name: PodIP
-  metrics:
-    - name: drained
-      count: 3
-      interval: 15s
-      successCondition: "asInt(result) > 30"
-      provider:
-        web:
-          url: "http://{{ args.PodIP }}:8000"
-          jsonPath: "{$.age}"
-"#;
+const SLOW: &str = e2e::manifests::load!("hooktemplate-slow");
 
 /// Fails at its first measurement.
-const FAILING: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: failing
-spec:
-  args:
-    - name: PodIP
-  metrics:
-    - name: drained
-      count: 1
-      failureLimit: 0
-      successCondition: "asInt(result) > 100"
-      provider:
-        web:
-          url: "http://{{ args.PodIP }}:8000"
-          jsonPath: "{$.age}"
-"#;
+const FAILING: &str = e2e::manifests::load!("hooktemplate-failing-pod-ip");
 
 /// A gated GameDeployment: annotation `pod-gate: "true"`, pre-delete hook `template`, pods serving the demo JSON.
 fn gated(name: &str, replicas: i32, template: &str) -> String {
@@ -207,7 +176,7 @@ impl Gated {
             let ca = cluster.dir().join("webhook-client-ca.crt");
             std::fs::write(&ca, &client["ca.crt"]).unwrap();
             let host = format!("{NAME}-webhook.{NS}.svc");
-            let auth = kube_sim::admission::ClientAuth::single(&host, &client["tls.crt"], &client["tls.key"]);
+            let auth = kube_sim::ClientAuth::single(&host, &client["tls.crt"], &client["tls.key"]);
             cluster.sim().set_admission_client_auth(auth);
             client_ca = vec!["--webhook-client-ca".to_string(), ca.display().to_string()];
         }
@@ -264,10 +233,6 @@ fn start_gamedeployment_operator(
 
 async fn pod(cluster: &Cluster, name: &str) -> Option<Pod> {
     Api::<Pod>::namespaced(cluster.client(), "default").get_opt(name).await.unwrap()
-}
-
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
 
 /// The pre-delete HookRuns made for the pod with this UID.
@@ -683,10 +648,6 @@ async fn kubectl_drain_waits_for_each_gated_pod_s_hook() {
 
 const POD_GATE_DEADLINE: &str = "gamedeployment.tkex.tencent.com/pod-gate-deadline";
 const MARKED_AT: &str = "gamedeployment.tkex.tencent.com/delete-requested-at";
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
-}
 
 /// Issue 35, "marks end with what they mark": a delete request cancelled by removing the mark (the label
 /// `specified-delete`) leaves no deadline running, so a later delete is refused and marks the pod anew instead of

@@ -23,40 +23,7 @@ const NAME: &str = "pvc";
 const ID: &str = "tkex.bkbcs.tencent.com/gamedeployment-instance-id";
 
 fn manifest(replicas: i32, strategy: &str, image: &str) -> String {
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: GameDeployment
-metadata:
-  name: {NAME}
-spec:
-  replicas: {replicas}
-  selector:
-    matchLabels:
-      app: {NAME}
-  template:
-    metadata:
-      labels:
-        app: {NAME}
-    spec:
-      containers:
-        - name: main
-          image: {image}
-          volumeMounts:
-            - name: data
-              mountPath: /data
-  updateStrategy:
-    type: {strategy}
-    maxUnavailable: 1
-  volumeClaimTemplates:
-    - metadata:
-        name: data
-      spec:
-        accessModes: ["ReadWriteOnce"]
-        resources:
-          requests:
-            storage: 1Gi
-"#
-    )
+    e2e::manifests::load!("gamedeployment-pvc", name = NAME, replicas = replicas, strategy = strategy, image = image)
 }
 
 /// Live (not terminating) pods: name → instance id.

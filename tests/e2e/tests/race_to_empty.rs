@@ -15,6 +15,7 @@ use crate::walkthrough_support;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use e2e::gamedeployment::{annotation, label, live};
 use e2e::gamedeployment::{apply, manifest, pods};
 use e2e::gate::GateChecker;
 use e2e::{Cluster, wait_for};
@@ -23,18 +24,6 @@ use walkthrough_support::{LONG, operators};
 
 const NAME: &str = "race";
 
-fn live(pods: Vec<Pod>) -> Vec<Pod> {
-    pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
-}
-
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
-}
-
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
-}
-
 fn names(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter().filter_map(|p| p.metadata.name.clone()).collect()
 }
@@ -42,22 +31,7 @@ fn names(pods: &[Pod]) -> BTreeSet<String> {
 /// The `empty` HookTemplate: one measurement of `GET http://<address>/<pod>`, Successful when it has no players
 /// (both races gate deletions on it).
 fn empty_template(address: std::net::SocketAddr) -> String {
-    format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: empty
-spec:
-  metrics:
-    - name: players
-      count: 1
-      successCondition: "asInt(result) == 0"
-      provider:
-        web:
-          url: "http://{address}/{{{{ args.PodName }}}}"
-          jsonPath: "{{$.players}}"
-"#
-    )
+    e2e::manifests::load!("hooktemplate-empty", address = address)
 }
 
 /// An HTTP server on loopback answering `GET /<pod>` with `{"players": 0}` for the pods in `empty` and
@@ -186,23 +160,7 @@ async fn with_the_cost_probe_the_three_cheapest_go_first() {
     let (_hooks, gd_operator) = operators(&cluster).await;
     let costs: Arc<Mutex<std::collections::BTreeMap<String, i64>>> = Default::default();
     let address = cost_server(costs.clone()).await;
-    let templates = empty_template(address)
-        + &format!(
-            r#"---
-apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: cost
-spec:
-  metrics:
-    - name: cost
-      count: 1
-      provider:
-        web:
-          url: "http://{address}/{{{{ args.PodName }}}}"
-          jsonPath: "{{$.cost}}"
-"#
-        );
+    let templates = empty_template(address) + "---\n" + &e2e::manifests::load!("hooktemplate-cost", address = address);
     apply(&cluster, &templates).await;
     // No extra candidate: the 3 cheapest start, and (every server being empty) go.
     let strategy = "    maxUnavailable: 50%\n  preDeleteUpdateStrategy:\n    hook:\n      templateName: empty\n  \
@@ -256,23 +214,7 @@ async fn scaling_back_up_mid_race_releases_the_candidates_without_churn() {
     let (_hooks, _gd) = operators(&cluster).await;
     // Nobody is ever empty, and a hook keeps measuring: the candidates race until the scale-in is called off.
     let (address, _asked) = players_server(Default::default()).await;
-    let template = format!(
-        r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: wait-empty
-spec:
-  metrics:
-    - name: players
-      interval: 20s
-      failureLimit: -1
-      successCondition: "asInt(result) == 0"
-      provider:
-        web:
-          url: "http://{address}/{{{{ args.PodName }}}}"
-          jsonPath: "{{$.players}}"
-"#
-    );
+    let template = e2e::manifests::load!("hooktemplate-wait-empty", address = address);
     apply(&cluster, &template).await;
     let strategy = "    maxUnavailable: 50%\n  preDeleteUpdateStrategy:\n    hook:\n      templateName: wait-empty\n  \
                     scaleStrategy:\n    scaleInPolicy:\n      mode: RaceToEmpty\n      extraCandidates: 2\n";

@@ -9,7 +9,7 @@ use e2e::repo_root;
 /// The crate directories and their one test binary's root file (Cargo.toml `[[test]]`, `autotests = false`).
 const HARNESSES: &[(&str, &str)] = &[
     ("tests/e2e", "suites.rs"),
-    ("tests/kube-sim", "cluster.rs"),
+    ("kube-sim", "cluster.rs"),
     ("common", "integration.rs"),
     ("hook-operator", "integration.rs"),
     ("kubectl-gd", "integration.rs"),

@@ -570,7 +570,7 @@ spec:
 /// image in that second, from the bench's watches.
 fn print_timeline(
     started: Instant,
-    audit: &[kube_sim::audit::AuditEvent],
+    audit: &[kube_sim::AuditEvent],
     successful: &HashMap<String, Instant>,
     changed: &HashMap<String, Instant>,
 ) {
@@ -589,7 +589,7 @@ fn print_timeline(
     let wall_start = k8s_openapi::jiff::Timestamp::now()
         - k8s_openapi::jiff::SignedDuration::try_from(started.elapsed()).unwrap_or_default();
     // Seconds since the roll started at which kube-sim answered a request.
-    let answered = |event: &kube_sim::audit::AuditEvent| event.stage_timestamp.duration_since(wall_start).as_secs_f64();
+    let answered = |event: &kube_sim::AuditEvent| event.stage_timestamp.duration_since(wall_start).as_secs_f64();
     let mut seconds: BTreeMap<i64, Second> = BTreeMap::new();
     for event in audit.iter().filter(|e| e.succeeded() && e.verb != "get" && e.verb != "list" && e.verb != "watch") {
         let second = seconds.entry(answered(event).floor() as i64).or_default();
@@ -712,7 +712,7 @@ struct Phase {
     /// Writes of each operator, Events excluded, and the Events of both.
     writes: [usize; 2],
     events: usize,
-    audit: Vec<kube_sim::audit::AuditEvent>,
+    audit: Vec<kube_sim::AuditEvent>,
     passes: f64,
     pass_seconds: f64,
 }
@@ -876,10 +876,10 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
     cluster.install_crds().await;
     // Each operator as its own user, so the audit log tells their writes apart, and a probe rule per user counts
     // their requests (reads and watches included).
-    cluster.sim().set_faults(kube_sim::faults::FaultConfig {
+    cluster.sim().set_faults(kube_sim::FaultConfig {
         rules: ["gamedeployment-operator", "hook-operator"]
             .iter()
-            .map(|user| kube_sim::faults::FaultRule { users: vec![(*user).into()], ..Default::default() })
+            .map(|user| kube_sim::FaultRule { users: vec![(*user).into()], ..Default::default() })
             .collect(),
     });
     let kubeconfig = |user: &str| -> Result<PathBuf, String> {

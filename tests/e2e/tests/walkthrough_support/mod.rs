@@ -16,20 +16,7 @@ pub const NAME: &str = "test-gamedeployment";
 pub const LONG: Duration = Duration::from_secs(240);
 
 /// Succeeds at the first measurement (the walkthrough's server answers age 45).
-pub const QUICK: &str = r#"apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata:
-  name: quick
-spec:
-  metrics:
-    - name: webtest
-      count: 1
-      successCondition: "asInt(result) > 30"
-      provider:
-        web:
-          url: http://1.1.1.1:9091
-          jsonPath: "{$.age}"
-"#;
+pub const QUICK: &str = e2e::manifests::load!("hooktemplate-quick");
 
 /// The GameDeployment spec lines that gate deletions on `template`.
 pub fn pre_delete(template: &str) -> String {
