@@ -1,6 +1,6 @@
 //! The book (`docs/src/`) and every `README.md` of the repository: links resolve, every page is in
-//! `SUMMARY.md`, the layout pages name paths that exist, the root README is a short front door into the book,
-//! and no page tells run history.
+//! `SUMMARY.md`, the repository paths and source files they name exist, the root README is a short front door into
+//! the book, and no page tells run history.
 
 use std::collections::BTreeSet;
 use std::fs;
