@@ -3,11 +3,11 @@
 //!
 //! | Action | Write | Documented in |
 //! |---|---|---|
-//! | `retry` | `spec.<gate>UpdateStrategy.retry: true` for each gate with a failed run (BCS) | gamedeployment-operator README "Retry" |
+//! | `retry` | `spec.<gate>UpdateStrategy.retry: true` for each gate with a failed run (BCS) | docs/src/concepts/hooks.md "Retry" |
 //! | `retry --pod P` | delete P's failed HookRun (UID precondition); the gate creates a new one | same: retry *is* "delete the failed runs" |
-//! | `pause` / `resume` | `spec.updateStrategy.paused: true` / `false` (GitOps-clean `resume`: the `resume-step` annotation) | README "Canary steps" |
-//! | `promote` | annotation `gamedeployment.tkex.tencent.com/promote: <update revision>`: skip the remaining canary steps | README "Canary steps" |
-//! | `skip-hook P` | `spec.terminate: true` on P's running HookRun | hook-operator README (`spec.terminate`) |
+//! | `pause` / `resume` | `spec.updateStrategy.paused: true` / `false` (GitOps-clean `resume`: the `resume-step` annotation) | docs/src/concepts/canary.md |
+//! | `promote` | annotation `gamedeployment.tkex.tencent.com/promote: <update revision>`: skip the remaining canary steps | docs/src/concepts/canary.md |
+//! | `skip-hook P` | `spec.terminate: true` on P's running HookRun | docs/src/hooks/semantics.md (`spec.terminate`) |
 //! | `restart` | `spec.template.metadata.annotations["kubectl.kubernetes.io/restartedAt"]` | as `kubectl rollout restart` |
 //!
 //! A GameDeployment annotated `gamedeployment.tkex.tencent.com/control: annotations` (GitOps-clean) is never

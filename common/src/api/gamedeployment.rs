@@ -2,7 +2,7 @@
 //!
 //! The API is the kourse superset of the BCS GameDeployment (see `research/bcs-gamedeployment-spec.md` §1):
 //! every field an existing BCS manifest uses is here under the same JSON name. Optional additions are marked
-//! "Addition" and listed in the README.
+//! "Addition" and listed in the book (docs/src/api/README.md, "API additions").
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};

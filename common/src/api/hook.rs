@@ -1,8 +1,8 @@
 //! `HookTemplate` and `HookRun`: the checks that gate pod changes.
 //!
 //! Field names follow BCS (`COMMON/bcs-hook/apis/tkex/v1alpha1/hook_types.go` and the newer kourse types)
-//! exactly, so existing manifests apply unchanged. Everything we add is optional and documented in the README
-//! ("API additions").
+//! exactly, so existing manifests apply unchanged. Everything we add is optional and documented in the book
+//! (docs/src/api/README.md, "API additions").
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;

@@ -331,6 +331,49 @@ pub fn code_span_paths(text: &str, top_dirs: &BTreeSet<String>) -> Vec<(usize, S
     out
 }
 
+/// The words in inline code spans of `text` (outside code blocks) that name a Rust source file relative to a
+/// crate or folder rather than to the repository: they end in `.rs` and do not start with one of `top_dirs`
+/// (`src/gate.rs`, `planner/world.rs`, `gate.rs`). The same cuts as [`code_span_paths`] apply: a `::item` suffix
+/// and trailing punctuation go, spans with placeholders are skipped.
+pub fn code_span_source_files(text: &str, top_dirs: &BTreeSet<String>) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (n, line) in prose_lines(text) {
+        let mut parts = line.split('`');
+        parts.next();
+        let mut inside = true;
+        for part in parts {
+            if inside {
+                for word in part.split_whitespace() {
+                    let word = word.split("::").next().unwrap_or("");
+                    let word = word.trim_end_matches([',', ';', ':', '.', ')']);
+                    let word = word.trim_start_matches("./");
+                    if word.contains(['<', '*', '{', '…', '$']) || !word.ends_with(".rs") || word.starts_with('/') {
+                        continue;
+                    }
+                    let first = word.split('/').next().unwrap_or("");
+                    if !top_dirs.contains(first) {
+                        out.push((n, word.to_string()));
+                    }
+                }
+            }
+            inside = !inside;
+        }
+    }
+    out
+}
+
+/// Whether `rel` (a `/`-separated path) is the tail of some path in `files`, whole components only:
+/// `planner/sim_cluster.rs` is the tail of `gamedeployment-operator/src/planner/sim_cluster.rs`; `ster.rs` is not.
+/// A directory (`rel` ends in `/`) matches when some file lies under it.
+pub fn is_path_tail(rel: &str, files: &[String]) -> bool {
+    let tail = format!("/{rel}");
+    if rel.ends_with('/') {
+        files.iter().any(|f| f.starts_with(rel) || f.contains(&tail))
+    } else {
+        files.iter().any(|f| f == rel || f.ends_with(&tail))
+    }
+}
+
 /// The repository's top-level directories (not hidden, not build output).
 pub fn top_level_dirs(root: &Path) -> BTreeSet<String> {
     fs::read_dir(root)
@@ -416,6 +459,28 @@ mod tests {
         assert!(is_external("mailto:a@b"));
         assert!(!is_external("../a.md#b"));
         assert!(!is_external("#x"));
+    }
+
+    #[test]
+    fn source_files_are_the_crate_relative_rs_spans() {
+        let dirs: BTreeSet<String> = ["common".to_string()].into();
+        let text = "`src/gate.rs` and `common/src/lib.rs`, `gate.rs::tests::a`, `controller::overlay`, \
+                    `planner/*.rs` `cargo test` (`world.rs`).\n```\n`fenced.rs`\n```\n";
+        let words: Vec<_> = code_span_source_files(text, &dirs).into_iter().map(|(_, p)| p).collect();
+        assert_eq!(words, ["src/gate.rs", "gate.rs", "world.rs"]);
+    }
+
+    #[test]
+    fn path_tails_match_whole_components() {
+        let files = ["gamedeployment-operator/src/planner/sim_cluster.rs".to_string(), "common/src/lib.rs".to_string()];
+        assert!(is_path_tail("planner/sim_cluster.rs", &files));
+        assert!(is_path_tail("sim_cluster.rs", &files));
+        assert!(is_path_tail("src/lib.rs", &files));
+        assert!(!is_path_tail("cluster.rs", &files));
+        assert!(!is_path_tail("planner/world.rs", &files));
+        assert!(is_path_tail("src/planner/", &files));
+        assert!(is_path_tail("common/src/", &files));
+        assert!(!is_path_tail("rc/planner/", &files));
     }
 
     #[test]

@@ -213,7 +213,7 @@ impl World {
                     }
                 }
             }
-            // Claims are not simulated here (the World has no volumeClaimTemplates); `crate::volumes` tests them.
+            // Claims are not simulated here (the World has no volumeClaimTemplates); `crate::planner::scale::volumes` tests them.
             Action::CreateClaims { .. } | Action::DeleteClaims { .. } => {}
         }
     }

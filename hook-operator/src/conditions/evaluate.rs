@@ -563,7 +563,7 @@ mod tests {
             ("asInt(result) < 30", json!(45), false),
             ("asInt(result) > 30", json!("45"), true),
             ("asInt(result) < 30", json!("45"), false),
-            // BCS canary docs and hook-operator README.
+            // BCS canary docs and the book (docs/src/hooks/).
             ("asInt(result) == 1", json!("1"), true),
             ("result == \"true\"", json!("true"), true),
             ("asFloat(result) >= 0.95", json!("0.97"), true),

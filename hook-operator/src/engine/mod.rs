@@ -1,7 +1,7 @@
 //! The decisions of one reconcile round of a HookRun, as a pure function of its spec, its stored status,
 //! the measurements that finished since the last round and the clock.
 //!
-//! Rules (Argo-correct, fixing BCS; see the README's semantics table):
+//! Rules (Argo-correct, fixing BCS; see the book's docs/src/hooks/semantics.md):
 //! - measurement phase: from the conditions (see [`crate::conditions::evaluate::judge`]); provider problems are
 //!   `Error`;
 //! - counters: errors do not consume `count` and reset the success streak;

@@ -4,7 +4,7 @@
 //!
 //! Targets: conditions (`expr`), JSONPaths, `{{ args.X }}` templates, Go durations, HookTemplate validation and
 //! web responses (huge, deeply nested, non-UTF-8 bodies through JSON parsing, the jsonPath and a condition), and
-//! HTTP/1.x answers as the plain-HTTP path reads them (`providers::h1`: the same outcome whatever the reads' sizes).
+//! HTTP/1.x answers as the plain-HTTP path reads them (`providers::http::h1`: the same outcome whatever the reads' sizes).
 
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
