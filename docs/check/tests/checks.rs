@@ -78,9 +78,6 @@ fn every_path_the_layout_pages_name_exists() {
     assert!(problems.is_empty(), "{}", report(&problems));
 }
 
-/// `tests/kube-sim` moves to `kube-sim/` in its own change, which updates the paths that name it; until then they
-/// are not checked here.
-const MOVING: &[&str] = &["tests/kube-sim"];
 
 /// The book's pages and every README, each once (the book's `README.md` pages are both).
 fn book_pages_and_readmes() -> BTreeSet<PathBuf> {
@@ -106,9 +103,6 @@ fn every_repository_path_the_book_and_the_readmes_name_exists() {
     for file in book_pages_and_readmes() {
         let text = fs::read_to_string(&file).unwrap_or_default();
         for (line, path) in code_span_paths(&text, &dirs) {
-            if MOVING.iter().any(|m| path.starts_with(m)) {
-                continue;
-            }
             if !root.join(&path).exists() && !is_path_tail(&path, &files) {
                 problems.push(format!("{}:{line}: `{path}` does not exist", file.display()));
             }
