@@ -78,7 +78,6 @@ fn every_path_the_layout_pages_name_exists() {
     assert!(problems.is_empty(), "{}", report(&problems));
 }
 
-
 /// The book's pages and every README, each once (the book's `README.md` pages are both).
 fn book_pages_and_readmes() -> BTreeSet<PathBuf> {
     book_pages().into_iter().chain(readmes()).collect()

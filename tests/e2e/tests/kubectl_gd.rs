@@ -19,10 +19,10 @@ use walkthrough_support::*;
 
 /// Output and exit code of one `kubectl gd` run.
 #[derive(Debug)]
-struct Gd {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Gd {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 /// The directory holding `kubectl-gd`, built once per test process.
@@ -32,7 +32,7 @@ fn plugin_dir() -> PathBuf {
 }
 
 /// `kubectl gd <args>`, printed to the test log.
-async fn kubectl_gd(cluster: &Cluster, args: &[&str]) -> Gd {
+pub(crate) async fn kubectl_gd(cluster: &Cluster, args: &[&str]) -> Gd {
     let out = kubectl_gd_quiet(cluster, args).await;
     println!("$ kubectl gd {}\n{}{}(exit {})", args.join(" "), out.stdout, out.stderr, out.code);
     out

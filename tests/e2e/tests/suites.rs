@@ -19,6 +19,7 @@ mod chart_security;
 mod cloneset_update_types;
 mod delete_pod_skips_hook;
 mod events_per_pod;
+mod examples_complete;
 mod explain;
 mod faults;
 mod gamedeployment_leader;
