@@ -572,17 +572,19 @@ async fn rarer_paths(cluster: &Cluster, ns: &str) {
     })
     .await;
 
-    let template = |condition: &str| {
+    // The same problem twice (the template's URL changes, its condition stays unparsable): the second Warning has
+    // the same text, so it continues the first one's series (a patch); a changed text would be an Event of its own.
+    let template = |url: &str| {
         json!({
             "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
             "metadata": {"name": "unparsable", "namespace": ns},
-            "spec": {"metrics": [{"name": "m", "successCondition": condition,
-                                  "provider": {"web": {"url": "http://127.0.0.1:1/"}}}]},
+            "spec": {"metrics": [{"name": "m", "successCondition": "result >",
+                                  "provider": {"web": {"url": url}}}]},
         })
         .to_string()
     };
-    for (i, condition) in ["result >", "result <"].into_iter().enumerate() {
-        let path = write(cluster, &format!("unparsable-{i}.json"), &template(condition)).await;
+    for (i, url) in ["http://127.0.0.1:1/", "http://127.0.0.1:2/"].into_iter().enumerate() {
+        let path = write(cluster, &format!("unparsable-{i}.json"), &template(url)).await;
         cluster.kubectl_ok(&["apply", "-f", &path]).await;
         wait_for("the Warning about the unparsable template", LONG, || async {
             let out = cluster.kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]).await;
