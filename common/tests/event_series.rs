@@ -45,14 +45,19 @@ async fn events(api: &Api<Event>) -> anyhow::Result<Vec<(String, String, i32)>> 
     Ok(seen)
 }
 
-#[tokio::test]
-async fn repeated_events_continue_their_series_through_the_api() -> anyhow::Result<()> {
+/// kube-sim without a kubelet, a sink flushing series every 200 ms, and the Events API of `default`.
+async fn small_sink() -> anyhow::Result<(kube_sim::SimHandle, EventSink, Api<Event>)> {
     let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await?;
     let client = sim.client().await;
     let reporter = Reporter { controller: "test-operator".into(), instance: None };
     let settings = EventSettings { capacity: 64, flush: Duration::from_millis(200), ..EventSettings::default() };
     let sink = EventSink::start_with(client.clone(), reporter, settings, EventCounters::default());
-    let api: Api<Event> = Api::namespaced(client, "default");
+    Ok((sim, sink, Api::namespaced(client, "default")))
+}
+
+#[tokio::test]
+async fn repeated_events_continue_their_series_through_the_api() -> anyhow::Result<()> {
+    let (_sim, sink, api) = small_sink().await?;
     let gd = reference("GameDeployment", "gd");
     let (p1, p2) = (Some(reference("Pod", "p1")), Some(reference("Pod", "p2")));
 
@@ -167,12 +172,7 @@ async fn an_event_whose_text_changed_is_its_own_event_not_a_stale_series() -> an
     // `kubectl describe gd` once showed `PodLifecycle (x3) pod P: held in PreparingUpdate` when P had been in
     // PreparingDelete for 13 s: the series kept its first text (issue 34, item 4). As client-go's events library
     // does, the note is part of what makes a series: a repeat with the same text counts, a new text is an Event.
-    let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await?;
-    let client = sim.client().await;
-    let reporter = Reporter { controller: "test-operator".into(), instance: None };
-    let settings = EventSettings { capacity: 64, flush: Duration::from_millis(200), ..EventSettings::default() };
-    let sink = EventSink::start_with(client.clone(), reporter, settings, EventCounters::default());
-    let api: Api<Event> = Api::namespaced(client, "default");
+    let (_sim, sink, api) = small_sink().await?;
     let (gd, p1) = (reference("GameDeployment", "gd"), Some(reference("Pod", "p1")));
     for state in ["PreparingUpdate", "PreparingUpdate", "PreparingDelete"] {
         sink.publish_related(&gd, p1.clone(), note("PodLifecycle", &format!("pod p1: held in {state}")));
