@@ -8,8 +8,9 @@
 //!
 //! Where the keys come from ([`load`]): `--hookrun-key-file` (the chart mounts a Secret it creates), one key per line;
 //! without it the operator keeps a key in a Secret of its own namespace, made on first start (`--hookrun-key-secret`),
-//! so a restarted operator still trusts its runs; if it can neither read nor create that Secret it signs with a key
-//! of this process only (runs made before a restart are then foreign, and their attempts get new runs: fail closed).
+//! so a restarted operator still trusts its runs (transient API errors are waited out); if it may not read or create
+//! that Secret it signs with a key of this process only (runs made before a restart are then foreign, and their
+//! attempts get new runs: fail closed).
 
 use std::path::PathBuf;
 
@@ -184,8 +185,41 @@ fn from_secret(secret: &Secret) -> Option<Result<Keyring, KeyError>> {
     Some(Keyring::parse(&String::from_utf8_lossy(&data.0)))
 }
 
+/// First and longest wait between two tries of the key Secret after a transient error.
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(200);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The Secret that keeps a newly generated key.
+fn new_secret(source: &KeySource) -> Result<Secret, KeyError> {
+    let (_, text) = Keyring::generate()?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(source.secret.clone()),
+            namespace: Some(source.namespace.clone()),
+            labels: Some([("app.kubernetes.io/name".to_string(), "gamedeployment-operator".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        data: Some([(SECRET_DATA_KEY.to_string(), ByteString(format!("{text}\n").into_bytes()))].into()),
+        type_: Some("Opaque".into()),
+        ..Secret::default()
+    })
+}
+
+/// Whether an error of the API server may go away by itself (overload, a restart, a timeout, the network), as
+/// opposed to an answer that will stay the same (the operator may not read Secrets, the request is invalid).
+fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        _ => true,
+    }
+}
+
 /// Loads the keyring (see the module's documentation). An unusable key file is an error (the operator does not
-/// start); a Secret that cannot be read or made gives a key of this process only, with a warning.
+/// start). Transient errors of the API server (429, 5xx, a connection or a timeout) are retried, with backoff, until
+/// the Secret is read or made: a key of this process would turn every run made before the restart foreign, and each
+/// held pod would get a new attempt nobody asked for (a Failed record replaced, a retry without `retry: true`). A
+/// Secret the operator may not read or make (401, 403, …) or that holds no usable key gives a key of this process
+/// only, with a warning.
 pub async fn load(client: &Client, source: &KeySource) -> Result<Keyring, KeyError> {
     if let Some(path) = &source.file {
         let text = std::fs::read_to_string(path).map_err(|e| KeyError::Read { path: path.clone(), source: e })?;
@@ -195,8 +229,9 @@ pub async fn load(client: &Client, source: &KeySource) -> Result<Keyring, KeyErr
     }
     let api: Api<Secret> = Api::namespaced(client.clone(), &source.namespace);
     let (secret, namespace) = (&source.secret, &source.namespace);
-    for _ in 0..3 {
-        match api.get_opt(secret).await {
+    let mut backoff = RETRY_FIRST;
+    loop {
+        let (what, error): (&str, kube::Error) = match api.get_opt(secret).await {
             Ok(Some(found)) => match from_secret(&found) {
                 Some(Ok(keys)) => {
                     tracing::info!(%secret, %namespace, keys = ?keys.ids(), "HookRun stamps signed with the key kept in the Secret");
@@ -211,39 +246,26 @@ pub async fn load(client: &Client, source: &KeySource) -> Result<Keyring, KeyErr
                     break;
                 }
             },
-            Ok(None) => {
-                let (keys, text) = Keyring::generate()?;
-                let new = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(secret.clone()),
-                        namespace: Some(namespace.clone()),
-                        labels: Some(
-                            [("app.kubernetes.io/name".to_string(), "gamedeployment-operator".to_string())].into(),
-                        ),
-                        ..ObjectMeta::default()
-                    },
-                    data: Some([(SECRET_DATA_KEY.to_string(), ByteString(format!("{text}\n").into_bytes()))].into()),
-                    type_: Some("Opaque".into()),
-                    ..Secret::default()
-                };
-                match api.create(&PostParams::default(), &new).await {
-                    Ok(_) => {
-                        tracing::info!(%secret, %namespace, keys = ?keys.ids(), "made a HookRun key and keeps it in a Secret");
-                        return Ok(keys);
-                    }
-                    // Another replica made it first: read theirs.
-                    Err(kube::Error::Api(status)) if status.code == 409 => continue,
-                    Err(e) => {
-                        tracing::warn!(%secret, %namespace, error = %e, "cannot keep a HookRun key in a Secret");
-                        break;
-                    }
+            Ok(None) => match api.create(&PostParams::default(), &new_secret(source)?).await {
+                // Read back what was stored: the key of whichever replica (or earlier attempt) made it.
+                Ok(_) => {
+                    tracing::info!(%secret, %namespace, "made a HookRun key and keeps it in a Secret");
+                    continue;
                 }
-            }
-            Err(e) => {
-                tracing::warn!(%secret, %namespace, error = %e, "cannot read the HookRun key Secret");
-                break;
-            }
+                // Another replica made it first: read theirs.
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(e) => ("cannot keep a HookRun key in a Secret", e),
+            },
+            Err(e) => ("cannot read the HookRun key Secret", e),
+        };
+        if !is_transient(&error) {
+            tracing::warn!(%secret, %namespace, %error, "{what}");
+            break;
         }
+        // The runs this operator made before it restarted keep their gates only with this key: wait for the API.
+        tracing::warn!(%secret, %namespace, %error, retry_in = ?backoff, "{what} (transient; trying again)");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_MAX);
     }
     let (keys, _) = Keyring::generate()?;
     tracing::warn!(

@@ -128,3 +128,69 @@ async fn a_forged_successful_dot_1_run_never_opens_the_gate() {
     assert_eq!(report.gated_deletions, 1, "{report:?}");
     cluster.shutdown().await;
 }
+
+/// A restart while the API server fails to hand out the key Secret keeps trusting the runs made before it. The
+/// operator keeps its signing key in a Secret; if a transient error (500, 429, a timeout) when reading it made the
+/// restarted operator sign with a key of its own, every run made before the restart would turn foreign and each held
+/// pod would get a new attempt: a Failed hook record replaced by a fresh run, without anyone asking for a retry
+/// (found by the fault round: a 500 on that one read at a restart). Transient errors are retried until the Secret
+/// is read; only a refusal (RBAC) falls back to a key of this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_the_key_secret_cannot_be_read_keeps_the_failed_record() {
+    const USER: &str = "system:serviceaccount:kube-system:gamedeployment-operator";
+    let cluster = e2e::Cluster::start().await;
+    cluster.install_crds().await;
+    let ip = e2e::hook::hook_pod(&cluster, "canary-hook").await;
+    let _hooks =
+        e2e::hook::start_operator_scaled(&cluster, "0.05", &["--web-resolve", &format!("1.1.1.1:9091={ip}:9091")]);
+    let kubeconfig = cluster.dir().join("gd-user.kubeconfig");
+    cluster.sim().write_kubeconfig_for_user(&kubeconfig, USER, &["system:masters"]).expect("kubeconfig");
+    let mut gd = cluster.operator_with_kubeconfig(
+        "gamedeployment-operator",
+        "gamedeployment-operator",
+        &kubeconfig,
+        &["--expectations-timeout", "20s"],
+    );
+    apply(&cluster, FAILING).await;
+    apply(&cluster, &manifest("keyed", 1, "RollingUpdate", &pre_delete("failing"), "python:latest")).await;
+    wait_columns(&cluster, "keyed", Columns::new(1, 1, 1, 1, 1)).await;
+    let pod_uid = pods(&cluster, "keyed").await.remove(0).metadata.uid.unwrap_or_default();
+    cluster.kubectl_ok(&["scale", "--replicas=0", "gamedeployment/keyed"]).await;
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let selector = format!("{}={pod_uid}", keys::HOOKRUN_POD_UID);
+    let failed = wait_for("the pod's pre-delete run to fail", LONG, || async {
+        let list = runs.list(&ListParams::default().labels(&selector)).await.ok()?.items;
+        list.into_iter().find(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Failed))
+    })
+    .await;
+
+    // The restart meets 500s (then 429s) on every read of Secrets, for a few seconds.
+    for code in [500, 429] {
+        let rule = kube_sim::FaultRule {
+            verbs: vec!["get".into()],
+            resources: vec!["secrets".into()],
+            error_rate: 1.0,
+            error_code: Some(code),
+            users: vec![USER.into()],
+            ..Default::default()
+        };
+        cluster.sim().set_faults(kube_sim::FaultConfig { rules: vec![rule] });
+        gd.restart().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.sim().set_faults(kube_sim::FaultConfig::default());
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let list = runs.list(&ListParams::default().labels(&selector)).await.expect("runs listed").items;
+        let names: Vec<_> = list.iter().filter_map(|r| r.metadata.name.clone()).collect();
+        assert_eq!(names, vec![failed.metadata.name.clone().unwrap_or_default()], "after {code}s: a new attempt");
+        let api: Api<common::api::GameDeployment> = Api::namespaced(cluster.client(), "default");
+        let status = api.get("keyed").await.expect("the GameDeployment").status.unwrap_or_default();
+        assert!(
+            status.pre_delete_hook_condition.iter().any(|c| c.phase == HookPhase::Failed),
+            "after {code}s: the Failed record is gone: {:?}",
+            status.pre_delete_hook_condition
+        );
+        assert!(gd.logs().contains("HookRun stamps signed with the key kept in the Secret"), "{}", gd.logs());
+        assert!(!gd.logs().contains("a key of this process only"), "{}", gd.logs());
+    }
+    cluster.shutdown().await;
+}
