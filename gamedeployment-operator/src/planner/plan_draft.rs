@@ -29,6 +29,9 @@ pub(crate) struct Draft {
     /// Pods a pre-delete / pre-inplace gate let go without a successful hook this pass (`hookPolicy`, a skip), as
     /// their condition entries (`releasedBy` set).
     pub released: Vec<(common::hookrun::HookKind, common::api::HookCondition)>,
+    /// Pods this pass's update batch moves, in the order chosen (for the `Progressing` message: their next state is
+    /// not observed yet).
+    pub batch: Vec<String>,
     touched: BTreeSet<String>,
     requeue: Option<Duration>,
 }

@@ -216,6 +216,8 @@ pub(crate) struct Facts {
     pub grace: Vec<String>,
     pub new_containers: Vec<String>,
     pub unavailable: Vec<String>,
+    /// Pods this pass's update batch starts to move (their next state is not observed yet).
+    pub starting: Vec<String>,
     /// Every pod runs the update revision, is idle and in `Normal`.
     pub settled: bool,
 }
@@ -261,7 +263,11 @@ pub(crate) fn progressing_message(f: &Facts) -> (&'static str, &'static str, Str
     if !f.unavailable.is_empty() {
         waiting.push(format!("{} to become available", names(f.unavailable.iter().map(String::as_str))));
     }
-    if f.to_update > 0 && waiting.is_empty() && f.existing == f.desired {
+    // The batch this pass starts is what happens next; only when nothing moves and nothing is waited on is the
+    // update budget what holds the rest.
+    if !f.starting.is_empty() && waiting.is_empty() {
+        clauses.push(format!("updating {}", names(f.starting.iter().map(String::as_str))));
+    } else if f.to_update > 0 && waiting.is_empty() && f.existing == f.desired {
         waiting.push(format!("room in the update budget (maxUnavailable {})", f.max_unavailable));
     }
     if !waiting.is_empty() || f.to_update > 0 || f.existing != f.desired {
@@ -319,6 +325,7 @@ fn progressing(
         grace: named(&|i| matches!(i.progress, Progress::Grace(_))),
         new_containers: named(&|i| matches!(i.progress, Progress::Patched(_) | Progress::Done)),
         unavailable: named(&|i| !i.available && i.progress.is_idle()),
+        starting: draft.batch.clone(),
         settled,
     };
     progressing_message(&facts)
@@ -748,6 +755,11 @@ mod progress_tests {
                     "1 of 4 pods runs revision web-2; partition 1 keeps 1 pod on older revisions; waiting for room in \
                      the update budget (maxUnavailable 1)",
                 ),
+            ),
+            (
+                "a batch starts this pass: the pods it moves are named, the budget is not blamed",
+                Facts { to_update: 3, starting: vec!["a".into(), "b".into()], ..facts(4, 4, 1) },
+                ("True", "RolloutInProgress", "1 of 4 pods runs revision web-2; updating a, b"),
             ),
             (
                 "in-place steps",

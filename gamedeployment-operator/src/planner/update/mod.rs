@@ -85,6 +85,7 @@ pub(crate) fn plan(settings: &Settings<'_>, diffs: &Diffs, infos: &[PodInfo<'_>]
     let mut changes = Changes::default();
     for info in batch(settings, diffs, infos, draft) {
         draft.touch(info.name);
+        draft.batch.push(info.name.to_string());
         update_pod(settings, info, &mut changes, draft);
     }
 }
