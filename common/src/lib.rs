@@ -4,6 +4,7 @@
 pub mod api;
 pub mod crd;
 pub mod duration;
+pub mod hint;
 pub mod hookrun;
 pub mod intstr;
 pub mod keys;

@@ -281,15 +281,17 @@ pub fn skip_hook(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
     if open.is_empty() {
         let described: Vec<String> =
             mine.iter().map(|r| format!("{} is {}", r.metadata.name.as_deref().unwrap_or(""), run_phase(r))).collect();
+        let namespace = snapshot.gd.metadata.namespace.as_deref();
         let mut err = format!(
             "pod {pod_name} has no unfinished HookRun to skip ({}); a completed run cannot be changed: `kubectl gd \
              retry {} --pod {pod_name}` runs the hook again",
             described.join(", "),
-            gd_name(snapshot),
+            common::hint::target(&gd_name(snapshot), namespace),
         );
         if let Ok(change) = skip_change(snapshot, pod) {
             err.push_str(&format!(
-                ", or `kubectl annotate pod {pod_name} {}={change}` lets the pod go without it (recorded as skipped)",
+                ", or `kubectl annotate pod {} {}={change}` lets the pod go without it (recorded as skipped)",
+                common::hint::target(&pod_name, namespace),
                 keys::SKIP_HOOK
             ));
         }

@@ -78,7 +78,8 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
 
 /// What every step reads: the status, the generation the operator observed, the `Progressing` condition.
 struct Facts {
-    name: String,
+    /// The GameDeployment as hints name it: `NAME`, or `NAME -n NAMESPACE` ([`common::hint::target`]).
+    target: String,
     gitops_clean: bool,
     status: GameDeploymentStatus,
     generation: i64,
@@ -95,7 +96,10 @@ impl Facts {
         let reason = progressing.and_then(|c| c.reason.clone()).unwrap_or_default();
         let message = progressing.and_then(|c| c.message.clone()).unwrap_or_default();
         Self {
-            name: gd.metadata.name.clone().unwrap_or_default(),
+            target: common::hint::target(
+                gd.metadata.name.as_deref().unwrap_or_default(),
+                gd.metadata.namespace.as_deref(),
+            ),
             gitops_clean: crate::actions::gitops_clean(gd),
             generation: gd.metadata.generation.unwrap_or(0),
             observed: status.observed_generation.unwrap_or(0),
@@ -132,7 +136,7 @@ impl Facts {
         } else {
             format!("it sets {}", retry_hint(kind))
         };
-        format!("run `kubectl gd retry {}` once the cause is fixed; {does}", self.name)
+        format!("run `kubectl gd retry {}` once the cause is fixed; {does}", self.target)
     }
 }
 
@@ -297,7 +301,7 @@ fn failed_canary_step(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
         message: format!(
             "canary step {step} of {steps} is paused: its HookRun {} failed: {why} (`kubectl gd resume {}` goes past it)",
             run.as_deref().unwrap_or("<none>"),
-            facts.name,
+            facts.target,
         ),
         pod: None,
         hook_run: run,
@@ -323,7 +327,7 @@ fn invalid_or_unobserved(facts: &Facts) -> Option<Verdict> {
 /// 6. Paused with work left. A canary pause step is one whether the operator set `spec.updateStrategy.paused`
 ///    (BCS) or recorded it in status only (GitOps-clean); a timed one ends by itself, so it is still progress.
 fn paused(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
-    let name = &facts.name;
+    let name = &facts.target;
     if facts.status.pause_conditions.iter().any(|p| p.reason == PauseReason::PausedByCanaryPauseStep) {
         let (step, steps) = canary_step(snapshot, facts);
         let timed = snapshot

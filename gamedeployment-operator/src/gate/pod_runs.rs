@@ -168,6 +168,24 @@ pub fn run_started(run: &HookRun, now: Timestamp) -> Time {
     run.metadata.creation_timestamp.clone().unwrap_or(Time(now))
 }
 
+/// The command that runs a failed pod hook again, exactly as a person types it: `kubectl gd retry`, and the plain
+/// kubectl write it stands for — the gate's `retry` flag, or on a GitOps-clean GameDeployment (whose spec is Git's)
+/// the deletion of the failed run, for this pod only.
+pub fn retry_command(gd: &common::api::GameDeployment, kind: HookKind, pod: &str, run: &str) -> String {
+    use common::hint::{patch_spec, target};
+    let (name, namespace) = (gd.metadata.name.as_deref().unwrap_or_default(), gd.metadata.namespace.as_deref());
+    if super::gitops_control::gitops_clean(gd) {
+        format!(
+            "kubectl gd retry {} --pod {pod} (or: kubectl delete hookrun {})",
+            target(name, namespace),
+            target(run, namespace)
+        )
+    } else {
+        let flag = patch_spec(name, namespace, &format!("{}.retry", retry_field(kind)), "true");
+        format!("kubectl gd retry {} (or: {flag})", target(name, namespace))
+    }
+}
+
 /// The strategy field a person sets to retry failed runs of this kind.
 pub fn retry_field(kind: HookKind) -> &'static str {
     match kind {

@@ -260,23 +260,14 @@ impl<'a> Ask<'a> {
         Verdict { decision, hook: Some(hook) }
     }
 
-    /// Why a failed run holds the pod, and what a person does about it.
+    /// Why a failed run holds the pod, and what a person does about it ([`super::pod_runs::retry_command`]).
     fn failed(&self, latest: &Latest<'a>) -> String {
         let (run_name, phase) = (&latest.name, latest.phase);
         let why = latest.run.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
         let why = if why.is_empty() { String::new() } else { format!(" ({why})") };
-        if self.clean {
-            format!(
-                "HookRun {run_name} ended {phase}{why}; fix the hook, then delete HookRun {run_name} to run it again \
-                 (kubectl gd retry NAME --pod {})",
-                self.request.pod.metadata.name.as_deref().unwrap_or_default()
-            )
-        } else {
-            format!(
-                "HookRun {run_name} ended {phase}{why}; fix the hook, then set spec.{}.retry: true",
-                retry_field(self.kind)
-            )
-        }
+        let pod = self.request.pod.metadata.name.as_deref().unwrap_or_default();
+        let again = super::pod_runs::retry_command(self.state.gd, self.kind, pod, run_name);
+        format!("HookRun {run_name} ended {phase}{why}; fix the hook, then run it again: {again}")
     }
 
     fn build_run(&self, name: String) -> Result<HookRun, String> {

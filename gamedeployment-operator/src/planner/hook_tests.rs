@@ -85,7 +85,14 @@ fn failure_holds_until_retry_and_retry_is_reset_after_acting() {
     assert_eq!(world.active().len(), 3, "a failed hook holds the pod");
     let status = world.gd.status.clone().unwrap_or_default();
     assert_eq!(status.pre_delete_hook_condition[0].phase, HookPhase::Failed);
-    assert!(status.pre_delete_hook_condition[0].message.as_deref().unwrap_or("").contains("retry: true"));
+    let message = status.pre_delete_hook_condition[0].message.clone().unwrap_or_default();
+    assert!(
+        message.ends_with(concat!(
+            "fix the hook, then run it again: kubectl gd retry game (or: kubectl patch gamedeployment game ",
+            r#"--type=merge -p '{"spec":{"preDeleteUpdateStrategy":{"retry":true}}}')"#
+        )),
+        "{message}"
+    );
 
     let failed_uid = world.hook_runs[0].metadata.uid.clone();
     if let Some(s) = world.gd.spec.pre_delete_update_strategy.as_mut() {

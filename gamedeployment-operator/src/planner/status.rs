@@ -354,22 +354,18 @@ pub(crate) struct CanaryPause {
 /// kubectl write it stands for — `spec.updateStrategy.paused: false`, or on a GitOps-clean GameDeployment the
 /// annotation that resumes `step` (update revision, step index) without a spec write.
 pub(crate) fn resume_command(gd: &common::api::GameDeployment, step: Option<(&str, usize)>) -> String {
-    let name = gd.metadata.name.as_deref().unwrap_or_default();
-    let namespace = match gd.metadata.namespace.as_deref() {
-        None | Some("") | Some("default") => String::new(),
-        Some(ns) => format!(" -n {ns}"),
-    };
+    use common::hint::{patch_spec, target};
+    let (name, namespace) = (gd.metadata.name.as_deref().unwrap_or_default(), gd.metadata.namespace.as_deref());
     let plain = match step {
         Some((revision, index)) if crate::gate::gitops_control::gitops_clean(gd) => format!(
-            "kubectl annotate gamedeployment {name}{namespace} --overwrite {}={}",
+            "kubectl annotate gamedeployment {} --overwrite {}={}",
+            target(name, namespace),
             common::keys::RESUME_STEP,
             crate::gate::gitops_control::resume_value(revision, index)
         ),
-        _ => format!(
-            "kubectl patch gamedeployment {name}{namespace} --type=merge -p '{{\"spec\":{{\"updateStrategy\":{{\"paused\":false}}}}}}'"
-        ),
+        _ => patch_spec(name, namespace, "updateStrategy.paused", "false"),
     };
-    format!("kubectl gd resume {name}{namespace} (or: {plain})")
+    format!("kubectl gd resume {} (or: {plain})", target(name, namespace))
 }
 
 /// "paused at canary step 2 of 3 (indefinite): resume with kubectl gd resume …" (steps count from 1 here).

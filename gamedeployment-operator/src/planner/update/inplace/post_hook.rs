@@ -178,9 +178,10 @@ pub(crate) fn post_in_place(settings: &Settings<'_>, info: &PodInfo<'_>, draft: 
             let name = run.metadata.name.clone().unwrap_or_default();
             let phase = gate::run_phase(run);
             let message = if failed(phase) {
+                let again = gate::pod_runs::retry_command(settings.gd, HookKind::PostInplace, info.name, &name);
                 format!(
-                    "HookRun {name} ended {phase}; the pod runs its new revision but stays Updated until \
-                     spec.postInplaceUpdateStrategy.retry: true runs the hook again and it succeeds"
+                    "HookRun {name} ended {phase}; the pod runs its new revision but stays Updated until the hook runs \
+                     again and succeeds: {again}"
                 )
             } else {
                 gate::in_progress(run, &name, phase)
