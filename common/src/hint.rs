@@ -1,12 +1,13 @@
 //! Commands printed as hints (in conditions, Events, webhook answers and `kubectl gd`): each is a command a person
-//! can paste as printed, so they are built in one place. An object of the `default` namespace is named without
-//! `-n` (as the operator's messages always did); any other namespace is named with `-n NAMESPACE`, so the command
-//! works whatever namespace the reader's kubeconfig context selects. `e2e::hints` runs every one of them.
+//! can paste as printed, so they are built in one place. Every command names the object's namespace (`-n
+//! NAMESPACE`, `default` too, as kubectl's own hints do), so it works whatever namespace the reader's kubeconfig
+//! context selects. the e2e suite `hints` runs every one of them.
 
-/// `NAME` or `NAME -n NAMESPACE`: what follows the verb in a hint's command.
+/// `NAME -n NAMESPACE` (`NAME` alone for an object without a namespace): what follows the verb in a hint's
+/// command.
 pub fn target(name: &str, namespace: Option<&str>) -> String {
     match namespace {
-        None | Some("") | Some("default") => name.to_string(),
+        None | Some("") => name.to_string(),
         Some(ns) => format!("{name} -n {ns}"),
     }
 }
@@ -26,9 +27,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_namespace_goes_without_dash_n_and_any_other_with_it() {
+    fn every_namespace_is_named_even_the_default_one() {
         assert_eq!(target("web", None), "web");
-        assert_eq!(target("web", Some("default")), "web");
+        assert_eq!(target("web", Some("default")), "web -n default");
         assert_eq!(target("web", Some("games")), "web -n games");
     }
 
@@ -39,8 +40,8 @@ mod tests {
             r#"kubectl patch gamedeployment web -n games --type=merge -p '{"spec":{"preDeleteUpdateStrategy":{"retry":true}}}'"#
         );
         assert_eq!(
-            patch_spec("web", None, "updateStrategy.paused", "false"),
-            r#"kubectl patch gamedeployment web --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}'"#
+            patch_spec("web", Some("default"), "updateStrategy.paused", "false"),
+            r#"kubectl patch gamedeployment web -n default --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}'"#
         );
     }
 }

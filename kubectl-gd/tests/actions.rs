@@ -60,10 +60,10 @@ fn skip_hook_terminates_only_an_unfinished_run() {
     let err = actions::skip_hook(&s, failed).unwrap_err();
     assert!(err.contains("is Failed"), "{err}");
     // Both ways out, as exact commands (issue 34, item 6: the hint lacked the GameDeployment's name).
-    assert!(err.contains("`kubectl gd retry test-gamedeployment --pod test-gamedeployment-k2x7q`"), "{err}");
+    assert!(err.contains("`kubectl gd retry test-gamedeployment -n default --pod test-gamedeployment-k2x7q`"), "{err}");
     assert!(
         err.contains(
-            "`kubectl annotate pod test-gamedeployment-k2x7q gamedeployment.tkex.tencent.com/skip-hook=delete`"
+            "`kubectl annotate pod test-gamedeployment-k2x7q -n default gamedeployment.tkex.tencent.com/skip-hook=delete`"
         ),
         "{err}"
     );

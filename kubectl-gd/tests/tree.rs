@@ -286,7 +286,7 @@ fn under_gitops_clean_the_retry_hint_deletes_runs_instead_of_setting_the_spec() 
     assert!(!verdict.message.contains("it sets spec"), "{}", verdict.message);
     assert!(
         verdict.message.contains(
-            "run `kubectl gd retry test-gamedeployment` once the cause is fixed; it deletes the failed HookRuns"
+            "run `kubectl gd retry test-gamedeployment -n default` once the cause is fixed; it deletes the failed HookRuns"
         ),
         "{}",
         verdict.message

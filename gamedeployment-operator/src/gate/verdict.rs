@@ -14,7 +14,7 @@ use super::deadline::{self, Decision};
 use super::gitops_control;
 use super::pod_runs::{
     AttemptRuns, attempt_runs, build_pod_run, hold_started, hook_for, instance_id, policy_for, preparing_state,
-    retry_field, run_finished, run_phase, run_started,
+    run_finished, run_phase, run_started,
 };
 use super::{GateDecision, GateKind, GateRequest, GateState, HookGate, Verdict};
 use crate::lifecycle;
@@ -49,10 +49,9 @@ struct Ask<'a> {
     state: &'a GateState<'a>,
     kind: HookKind,
     step: &'a HookStep,
-    /// The strategy's `retry: true`, when it is read (not GitOps-clean).
+    /// The strategy's `retry: true`, when it is read (not GitOps-clean: there `retry` is not read, the operator never
+    /// resets it, and a failed run is deleted to retry it).
     retry: bool,
-    /// GitOps-clean: `retry` is not read (the operator never resets it); a failed run is deleted to retry it.
-    clean: bool,
     /// The revision the pod runs (part of the BCS run name).
     revision: &'a str,
     /// The BCS name of the attempt's first run.
@@ -87,7 +86,7 @@ impl<'a> Ask<'a> {
         let revision = request.pod_revision.unwrap_or("");
         let base = hookrun::pod_hook_name(kind, revision, instance_id(request.pod), &step.template_name);
         let modified: &[String] = if kind == HookKind::PreInplace { modified } else { &[] };
-        Some(Self { request, state, kind, step, retry: retry && !clean, clean, revision, base, modified })
+        Some(Self { request, state, kind, step, retry: retry && !clean, revision, base, modified })
     }
 
     /// A run is made for one visit of the Preparing state, so it is created only once the pod is seen there (its

@@ -88,8 +88,8 @@ fn failure_holds_until_retry_and_retry_is_reset_after_acting() {
     let message = status.pre_delete_hook_condition[0].message.clone().unwrap_or_default();
     assert!(
         message.ends_with(concat!(
-            "fix the hook, then run it again: kubectl gd retry game (or: kubectl patch gamedeployment game ",
-            r#"--type=merge -p '{"spec":{"preDeleteUpdateStrategy":{"retry":true}}}')"#
+            "fix the hook, then run it again: kubectl gd retry game -n default (or: kubectl patch gamedeployment game ",
+            r#"-n default --type=merge -p '{"spec":{"preDeleteUpdateStrategy":{"retry":true}}}')"#
         )),
         "{message}"
     );

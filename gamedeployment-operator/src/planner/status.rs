@@ -813,7 +813,7 @@ mod progress_tests {
         let mut gd = crate::fixtures::gd(4, "InplaceUpdate");
         gd.metadata.name = Some("web".into());
         let status = GameDeploymentStatus { update_revision: Some("web-7c9f".into()), ..Default::default() };
-        let resume = r#"kubectl gd resume web (or: kubectl patch gamedeployment web --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}')"#;
+        let resume = r#"kubectl gd resume web -n default (or: kubectl patch gamedeployment web -n default --type=merge -p '{"spec":{"updateStrategy":{"paused":false}}}')"#;
         let until = Timestamp::from_second(1_700_000_000).unwrap();
         let table = [
             (PauseWhy::Indefinite, format!("paused at canary step 2 of 3 (indefinite): resume with {resume}")),

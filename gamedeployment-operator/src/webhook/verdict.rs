@@ -247,6 +247,8 @@ pub fn pod_gate(
     let mark = if withheld { Mark { label: false, marked_at: None } } else { due };
 
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    // The pod as the hints' commands name it (`-n` outside the default namespace).
+    let pod_target = common::hint::target(pod_name, pod.metadata.namespace.as_deref());
     let gd_name = gd.metadata.name.as_deref().unwrap_or_default();
     let state = common::pod::label(pod, keys::LIFECYCLE_STATE).unwrap_or("Normal");
     let what = match request.operation {
@@ -257,14 +259,15 @@ pub fn pod_gate(
         format!(
             "it is NOT marked for deletion: this request did not come with the API server's verified client \
              certificate, and unverified callers cannot mark pods. To delete it through its hook, mark it yourself \
-             (kubectl label pod {pod_name} {SPECIFIED_DELETE}=true)"
+             (kubectl label pod {pod_target} {SPECIFIED_DELETE}=true)"
         )
     } else if state == "PreparingDelete" {
         format!("it is marked for deletion ({SPECIFIED_DELETE}=true) and waits in PreparingDelete for that hook")
     } else {
         format!("it is now marked for deletion ({SPECIFIED_DELETE}=true)")
     };
-    let release = release.map_or_else(String::new, |r| {
+    // Unmarked (withheld), no deadline runs: it starts when someone marks the pod.
+    let release = release.filter(|_| !withheld).map_or_else(String::new, |r| {
         format!(
             " If the hook has not let it go by {} ({} after it was marked), it is released anyway.",
             r.round(Unit::Second).unwrap_or(r),
@@ -275,7 +278,7 @@ pub fn pod_gate(
         "pod {pod_name} is a game server of GameDeployment {gd_name}, which gates pod deletions on its pre-delete hook \
          (HookTemplate {template}): it cannot be {what} directly. Instead {waiting}: the \
          operator deletes it once a HookRun of that hook is Successful and creates its replacement.{release} To \
-         skip the hook: kubectl annotate pod {pod_name} {GATE_BYPASS}=true, then retry.",
+         skip the hook: kubectl annotate pod {pod_target} {GATE_BYPASS}=true, then retry.",
         template = template.template_name,
     );
     if request.operation == PodOperation::Evict {
@@ -598,6 +601,7 @@ mod tests {
             assert!(r.message.contains(needle), "{needle:?} in {}", r.message);
         }
         assert!(!r.message.contains("now marked"), "{}", r.message);
+        assert!(!r.message.contains("released anyway"), "no deadline runs for an unmarked pod: {}", r.message);
         // Nothing was due (already marked): nothing withheld, the usual answer.
         let marked = running_pod()
             .labels(&[(POD_GATE, "true"), (SPECIFIED_DELETE, "true")])

@@ -16,6 +16,7 @@ pub mod bench;
 pub mod faults;
 pub mod gamedeployment;
 pub mod gate;
+pub mod hint_commands;
 pub mod hook;
 pub mod manifests;
 pub mod sandbox;

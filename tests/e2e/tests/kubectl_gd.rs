@@ -174,9 +174,11 @@ async fn status_fails_naming_pod_and_hookrun_and_retry_completes_the_scale_in() 
     // Nothing to skip: the run is complete (terminate would not change it).
     let skip = kubectl_gd(&cluster, &["skip-hook", &pod]).await;
     assert_eq!(skip.code, 5, "{skip:?}");
-    assert!(skip.stderr.contains(&format!("`kubectl gd retry {NAME} --pod {pod}`")), "{}", skip.stderr);
+    assert!(skip.stderr.contains(&format!("`kubectl gd retry {NAME} -n default --pod {pod}`")), "{}", skip.stderr);
     assert!(
-        skip.stderr.contains(&format!("`kubectl annotate pod {pod} gamedeployment.tkex.tencent.com/skip-hook=delete`")),
+        skip.stderr.contains(&format!(
+            "`kubectl annotate pod {pod} -n default gamedeployment.tkex.tencent.com/skip-hook=delete`"
+        )),
         "{}",
         skip.stderr
     );

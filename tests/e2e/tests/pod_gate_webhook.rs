@@ -353,8 +353,14 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     assert!(report.gated_deletions >= 1, "the victim's deletion was checked: {report:?}");
 
     // The escape hatches (outside the gate checker: these pods leave without their hook, on purpose).
+    // The refusal names the way out as a command; it is run as printed (from a context in another namespace).
     let bypassed = pods(cluster, "slow").await.remove(0).metadata.name.unwrap();
-    cluster.kubectl_ok(&["annotate", "pod", &bypassed, "gamedeployment.tkex.tencent.com/gate-bypass=true"]).await;
+    let refused = cluster.kubectl(&["delete", "pod", &bypassed, "--wait=false"]).await;
+    assert!(!refused.success, "{}", refused.stderr);
+    let hints = e2e::hint_commands::commands(&refused.stderr);
+    let bypass = format!("kubectl annotate pod {bypassed} -n default gamedeployment.tkex.tencent.com/gate-bypass=true");
+    assert_eq!(hints, vec![bypass.clone()], "{}", refused.stderr);
+    e2e::hint_commands::run_ok(cluster, &bypass).await;
     let out = cluster.kubectl(&["delete", "pod", &bypassed, "--wait=false"]).await;
     println!("$ kubectl delete pod {bypassed}   # annotated gate-bypass=true\n{}{}", out.stdout, out.stderr);
     assert!(out.success, "{}", out.stderr);
@@ -861,7 +867,7 @@ async fn without_verification_no_caller_marks_unless_allowed() {
     assert!(!out.success, "still refused");
     assert!(
         out.stderr.contains("it is NOT marked for deletion")
-            && out.stderr.contains(&format!("kubectl label pod {name} {SPECIFIED_DELETE}=true")),
+            && out.stderr.contains(&format!("kubectl label pod {name} -n default {SPECIFIED_DELETE}=true")),
         "{}",
         out.stderr
     );
@@ -869,6 +875,12 @@ async fn without_verification_no_caller_marks_unless_allowed() {
     let now = pod(cluster, &name).await.expect("the pod is there");
     assert_eq!(label(&now, SPECIFIED_DELETE), None, "no unverified caller marks");
     assert!(unverified_count(&gated_cluster.gamedeployment, "withheld").await >= 2.0, "both counted");
+    // The refusal's own command, run as printed, marks it (a person with `patch pods` may).
+    let hints = e2e::hint_commands::commands(&out.stderr);
+    assert_eq!(hints[0], format!("kubectl label pod {name} -n default {SPECIFIED_DELETE}=true"), "{}", out.stderr);
+    e2e::hint_commands::run_ok(cluster, &hints[0]).await;
+    let now = pod(cluster, &name).await.expect("the pod is there");
+    assert_eq!(label(&now, SPECIFIED_DELETE), Some("true"), "marked by the printed command");
     gated_cluster.cluster.shutdown().await;
 }
 

@@ -30,6 +30,7 @@ mod gamedeployment_rollout;
 mod gate_integrity;
 mod gate_signed_runs;
 mod gitops_clean;
+mod hints;
 mod hook_deadlines;
 mod hook_durability;
 mod hook_shards;
