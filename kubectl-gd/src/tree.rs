@@ -480,8 +480,9 @@ fn run_node(run: &HookRun, now: Timestamp) -> Run {
     }
 }
 
-/// How the hook-operator judges a measurement of `metric`, in the manifest's own words.
-pub fn judged_by(metric: &Metric) -> Vec<String> {
+/// How the hook-operator judges a measurement of `metric`, in the manifest's own words — and, where the run shows
+/// measurements spaced otherwise than `interval` says ([`measured_spacing`]), that spacing too.
+pub fn judged_by(metric: &Metric, result: Option<&MetricResult>) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(c) = &metric.success_condition {
         out.push(format!("success: {c}"));
@@ -497,7 +498,15 @@ pub fn judged_by(metric: &Metric) -> Vec<String> {
         limits.push(format!("count {}", metric.count));
     }
     if let Some(i) = &metric.interval {
-        limits.push(format!("every {i}"));
+        let declared = common::duration::parse_flexible(i).ok();
+        match (declared, result.and_then(measured_spacing)) {
+            // A quarter off: not the rounding of whole seconds in status, a hook-operator that scales intervals.
+            (Some(declared), Some(seen)) if seen.abs_diff(declared) * 4 > declared => limits.push(format!(
+                "every {i} (~{} apart here: this hook-operator scales intervals)",
+                common::duration::format_go(seen)
+            )),
+            _ => limits.push(format!("every {i}")),
+        }
     }
     limits.push(format!("failureLimit {}", metric.failure_limit));
     if metric.successful_limit > 0 {
@@ -516,6 +525,15 @@ pub fn judged_by(metric: &Metric) -> Vec<String> {
     out
 }
 
+/// How long the hook-operator waits between two measurements of this run, as it recorded it: the last measurement's
+/// `resumeAt` after its `finishedAt`. An `Error` measurement is left out (an error is retried on its own schedule).
+fn measured_spacing(result: &MetricResult) -> Option<std::time::Duration> {
+    let last = result.measurements.iter().rev().find(|m| m.phase != Some(HookPhase::Error))?;
+    let (finished, resume) = (last.finished_at.as_ref()?.0, last.resume_at.as_ref()?.0);
+    let seconds = resume.as_second().checked_sub(finished.as_second())?;
+    Some(std::time::Duration::from_secs(u64::try_from(seconds).ok()?))
+}
+
 fn metric_node(metric: &Metric, result: Option<&MetricResult>, now: Timestamp) -> MetricNode {
     let last: Option<&Measurement> = result.and_then(|r| r.measurements.last());
     MetricNode {
@@ -527,7 +545,7 @@ fn metric_node(metric: &Metric, result: Option<&MetricResult>, now: Timestamp) -
         failed: result.map_or(0, |r| r.failed),
         inconclusive: result.map_or(0, |r| r.inconclusive),
         error: result.map_or(0, |r| r.error),
-        judged_by: judged_by(metric),
+        judged_by: judged_by(metric, result),
         message: result.and_then(|r| r.message.clone()),
         last: last.map(|m| LastMeasurement {
             value: m.value.clone(),

@@ -292,3 +292,23 @@ fn under_gitops_clean_the_retry_hint_deletes_runs_instead_of_setting_the_spec() 
         verdict.message
     );
 }
+
+/// Under a hook-operator that scales intervals (the sandbox's `--fast`), the manifest's `every 60s` is not what
+/// happens: the next measurement's `resumeAt` says when it really comes, and the view says so (issue 34, item 7).
+#[test]
+fn a_scaled_interval_is_shown_as_it_is_measured() {
+    let build_with = |status: &str| {
+        let runs = vec![run("s9rbp", SUCCESS, status)];
+        build(&Snapshot::owned(gd(), revisions(), pods(), runs), now())
+    };
+    let limits = |tree: &kubectl_gd::tree::Tree| {
+        let pod = tree.revisions.iter().flat_map(|r| &r.pods).find(|p| p.name == "test-gamedeployment-s9rbp");
+        pod.unwrap().runs[0].metrics[0].judged_by[1].clone()
+    };
+    assert_eq!(limits(&build_with(RUNNING)), "count 3, every 60s, failureLimit 2", "as written, as measured");
+    let fast = RUNNING.replace("resumeAt: \"2024-05-01T10:10:01Z\"", "resumeAt: \"2024-05-01T10:09:07Z\"");
+    assert_eq!(
+        limits(&build_with(&fast)),
+        "count 3, every 60s (~6s apart here: this hook-operator scales intervals), failureLimit 2"
+    );
+}
