@@ -223,3 +223,33 @@ async fn install_upgrade_uninstall_on_kube_sim() {
     cluster.kubectl_ok(&["get", "crd", "gamedeployments.tkex.tencent.com"]).await;
     cluster.shutdown().await;
 }
+
+/// The image is not built here (no container engine), so what ties the chart to it is checked instead: each
+/// Deployment runs a binary the `Dockerfile` copies into the image, under the user the image declares, and the
+/// binary of that name — the one the tests run — accepts every flag the chart gives it (`--help` after them: the
+/// parser rejects an unknown flag or a malformed value before it reaches `--help`).
+#[tokio::test]
+async fn the_chart_runs_the_image_s_binaries_with_flags_they_accept() {
+    let dockerfile = std::fs::read_to_string(e2e::repo_root().join("Dockerfile")).expect("the Dockerfile");
+    let docs = render(json!({})).await;
+    let deployments = of_kind(&docs, "Deployment");
+    assert_eq!(deployments.len(), 2);
+    for d in deployments {
+        let pod = &d["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let command = container["command"].as_array().expect("a command");
+        let path = command[0].as_str().expect("a path");
+        assert!(dockerfile.contains(&format!("COPY --from=build {path} {path}")), "{path} is not in the image");
+        assert!(dockerfile.contains("USER 65532:65532"));
+        assert_eq!(pod["securityContext"]["runAsUser"].as_i64().or(Some(65532)), Some(65532), "{pod}");
+        let name = path.trim_start_matches('/');
+        let binary = e2e::binary(name, name);
+        let args: Vec<&str> = container["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        let out = tokio::process::Command::new(&binary).args(&args).arg("--help").output().await.expect("runs");
+        assert!(
+            out.status.success(),
+            "{name} refuses the chart's flags {args:?}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
