@@ -68,6 +68,7 @@ fn walkthrough_gamedeployment() -> GameDeployment {
             post_inplace_update_strategy: None,
             revision_history_limit: None,
             min_ready_seconds: 30,
+            progress_deadline_seconds: None,
             disable_readiness_gate: false,
             lifecycle: None,
             volume_claim_templates: Vec::new(),

@@ -91,6 +91,7 @@ pub struct Metrics {
     pub updated_replicas: Family<WorkloadLabels, Gauge>,
     pub ready_replicas: Family<WorkloadLabels, Gauge>,
     pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge>,
+    pub progress_deadline_exceeded: Family<WorkloadLabels, Gauge>,
     pub leader: Gauge,
     pub gate_wait: Family<HookLabels, Histogram>,
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
@@ -121,6 +122,7 @@ impl Metrics {
             updated_replicas: Family::default(),
             ready_replicas: Family::default(),
             rollout_stuck_seconds: Family::default(),
+            progress_deadline_exceeded: Family::default(),
             leader: Gauge::default(),
             // 1 s … ~9 h.
             gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
@@ -165,6 +167,12 @@ impl Metrics {
             "rollout_stuck_seconds",
             "Seconds since the rollout last made progress while it is incomplete (0 when complete)",
             metrics.rollout_stuck_seconds.clone(),
+        );
+        r.register(
+            "progress_deadline_exceeded",
+            "1 while a GameDeployment's Progressing condition says ProgressDeadlineExceeded \
+             (spec.progressDeadlineSeconds), else 0",
+            metrics.progress_deadline_exceeded.clone(),
         );
         r.register("leader", "1 while this replica leads (reconciles), else 0", metrics.leader.clone());
         r.register(
@@ -245,9 +253,13 @@ impl Metrics {
     /// Removes every series of a GameDeployment (it was deleted).
     pub fn forget(&self, namespace: &str, name: &str) {
         let workload = WorkloadLabels { namespace: namespace.into(), name: name.into() };
-        for family in
-            [&self.desired_replicas, &self.updated_replicas, &self.ready_replicas, &self.rollout_stuck_seconds]
-        {
+        for family in [
+            &self.desired_replicas,
+            &self.updated_replicas,
+            &self.ready_replicas,
+            &self.rollout_stuck_seconds,
+            &self.progress_deadline_exceeded,
+        ] {
             family.remove(&workload);
         }
         for hook in HOOKS {

@@ -18,6 +18,8 @@ use crate::tree::{self, Snapshot};
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_PAUSED: u8 = 3;
 pub const EXIT_TIMEOUT: u8 = 4;
+/// `spec.progressDeadlineSeconds` passed without progress (`ProgressDeadlineExceeded`).
+pub const EXIT_STALLED: u8 = 6;
 pub const EXIT_ERROR: u8 = 5;
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -200,6 +202,10 @@ async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn)
             State::Paused => {
                 eprintln!("gamedeployment {name} is paused: {}", verdict.message);
                 return ExitCode::from(EXIT_PAUSED);
+            }
+            State::Stalled => {
+                eprintln!("error: gamedeployment {name} exceeded its progress deadline: {}", verdict.message);
+                return ExitCode::from(EXIT_STALLED);
             }
         }
     }

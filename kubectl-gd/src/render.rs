@@ -85,6 +85,7 @@ fn state_badge(style: Style, state: State) -> String {
         State::Progressing => style.badge("◌", Colour::Yellow, "Progressing"),
         State::Paused => style.badge("॥", Colour::Cyan, "Paused"),
         State::Failed => style.badge("✖", Colour::Red, "Failed"),
+        State::Stalled => style.badge("⧗", Colour::Red, "Stalled"),
     }
 }
 

@@ -20,6 +20,9 @@ pub enum State {
     Paused,
     /// A hook failed (or cannot start), or the spec is invalid: nothing moves until a person acts.
     Failed,
+    /// No progress for `spec.progressDeadlineSeconds` (the operator's `ProgressDeadlineExceeded`): nothing failed,
+    /// but the rollout waits on something that does not come.
+    Stalled,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -72,6 +75,7 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
         .or_else(|| blocked_hook(&facts))
         .or_else(|| failed_canary_step(snapshot, &facts))
         .or_else(|| invalid_or_unobserved(&facts))
+        .or_else(|| past_its_deadline(&facts))
         .or_else(|| paused(snapshot, &facts))
         .unwrap_or_else(|| complete_or_progressing(snapshot, &facts))
 }
@@ -324,7 +328,18 @@ fn invalid_or_unobserved(facts: &Facts) -> Option<Verdict> {
     })
 }
 
-/// 6. Paused with work left. A canary pause step is one whether the operator set `spec.updateStrategy.paused`
+/// 6. No progress within `spec.progressDeadlineSeconds`, as the operator reports it (its message says since when and
+///    what the rollout waits for).
+fn past_its_deadline(facts: &Facts) -> Option<Verdict> {
+    (facts.reason == "ProgressDeadlineExceeded").then(|| {
+        Verdict::new(
+            State::Stalled,
+            format!("{} (`kubectl gd get {}` shows each pod and hook)", facts.message, facts.target),
+        )
+    })
+}
+
+/// 7. Paused with work left. A canary pause step is one whether the operator set `spec.updateStrategy.paused`
 ///    (BCS) or recorded it in status only (GitOps-clean); a timed one ends by itself, so it is still progress.
 fn paused(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
     let name = &facts.target;
@@ -357,7 +372,7 @@ fn paused(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
         .then(|| Verdict::new(State::Paused, format!("{} (`kubectl gd resume {name}` resumes it)", facts.message)))
 }
 
-/// 7. Complete when the operator says so, every desired pod exists, nothing waits on a gate and the canary steps
+/// 8. Complete when the operator says so, every desired pod exists, nothing waits on a gate and the canary steps
 ///    are done; otherwise the operator's own account of the progress.
 fn complete_or_progressing(snapshot: &Snapshot, facts: &Facts) -> Verdict {
     let spec = &snapshot.gd.spec;

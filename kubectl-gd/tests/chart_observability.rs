@@ -26,6 +26,7 @@ const EXPORTED: &[&str] = &[
     "gamedeployment_updated_replicas",
     "gamedeployment_ready_replicas",
     "gamedeployment_rollout_stuck_seconds",
+    "gamedeployment_progress_deadline_exceeded",
     "gamedeployment_pods_held",
     "gamedeployment_leader",
     "gamedeployment_gate_wait_seconds",
@@ -268,6 +269,7 @@ fn rules_uses() -> BTreeMap<String, BTreeSet<String>> {
     }
     let expected = [
         "GameDeploymentRolloutStuck",
+        "GameDeploymentProgressDeadlineExceeded",
         "GameDeploymentHookFailureRate",
         "GameDeploymentPodsHeldTooLong",
         "GameDeploymentOperatorNotLeading",

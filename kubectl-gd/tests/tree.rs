@@ -312,3 +312,24 @@ fn a_scaled_interval_is_shown_as_it_is_measured() {
         "count 3, every 60s (~6s apart here: this hook-operator scales intervals), failureLimit 2"
     );
 }
+
+/// `spec.progressDeadlineSeconds` passed (the operator's `ProgressDeadlineExceeded`): its own state, `Stalled`
+/// (`kubectl gd status` exits 6), with the operator's account of what the rollout waits for; a failed hook still
+/// says `Failed` first.
+#[test]
+fn a_rollout_past_its_progress_deadline_is_stalled() {
+    let mut gd = finished(gd(), "ProgressDeadlineExceeded");
+    let status = gd.status.as_mut().unwrap();
+    status.conditions[0].status = "False".into();
+    status.conditions[0].message =
+        Some("no progress for 600s (spec.progressDeadlineSeconds), since 2024-05-01T10:00:00Z: waiting for x".into());
+    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![]));
+    assert_eq!(verdict.state, State::Stalled, "{verdict:?}");
+    assert_eq!(
+        verdict.message,
+        "no progress for 600s (spec.progressDeadlineSeconds), since 2024-05-01T10:00:00Z: waiting for x \
+         (`kubectl gd get test-gamedeployment -n default` shows each pod and hook)"
+    );
+    let failed = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
+    assert_eq!(failed.state, State::Failed, "{failed:?}");
+}

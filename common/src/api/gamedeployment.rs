@@ -172,6 +172,13 @@ pub struct GameDeploymentSpec {
     #[serde(default, skip_serializing_if = "is_zero")]
     #[schemars(range(min = 0))]
     pub min_ready_seconds: i32,
+    /// Addition (Deployment's and Argo Rollouts' meaning): seconds a rollout may make no progress before
+    /// `Progressing` turns `False` with reason `ProgressDeadlineExceeded` (and a Warning Event, a metric, `kubectl gd
+    /// status` exit 6). Progress is any change of the revision, the replica counts or the canary step; a paused or
+    /// complete rollout never exceeds it. The deadline reports; it stops nothing. Unset: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: Option<i32>,
     /// Do not inject the `InPlaceUpdateReady` readiness gate into new pods.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_readiness_gate: bool,
@@ -788,6 +795,10 @@ pub struct GameDeploymentCondition {
     /// When the status last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+    /// `Progressing` only, with `spec.progressDeadlineSeconds` set: when the rollout last made progress (as
+    /// Deployment's `lastUpdateTime`); the deadline counts from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
     /// One CamelCase word for the state, e.g. `RolloutComplete`, `RolloutInProgress`, `Paused`, `InvalidSpec`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

@@ -310,6 +310,12 @@ impl Context {
         let complete = status::condition(status, status::PROGRESSING)
             .and_then(|c| c.reason.as_deref())
             .is_some_and(|r| r == "RolloutComplete" || r == "PartitionAvailable");
+        let exceeded = status::condition(status, status::PROGRESSING)
+            .is_some_and(|c| c.reason.as_deref() == Some(crate::planner::progress_deadline::EXCEEDED));
+        self.metrics
+            .progress_deadline_exceeded
+            .get_or_create(&WorkloadLabels { namespace: namespace.into(), name: name.clone() })
+            .set(i64::from(exceeded));
         let stuck = self.rollouts.observe(namespace, &name, mark, complete, Instant::now());
         self.metrics
             .rollout_stuck_seconds

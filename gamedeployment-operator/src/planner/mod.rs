@@ -28,6 +28,7 @@ pub(crate) mod diffs;
 pub(crate) mod hooks;
 mod housekeeping;
 mod plan_draft;
+pub(crate) mod progress_deadline;
 mod refresh;
 pub(crate) mod scale;
 pub(crate) mod settings;
@@ -203,6 +204,12 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         draft.requeue_at(settings.now, at);
     }
     draft.events.extend(hook_events);
+    // 10. The progress deadline (last: it reports on the `Progressing` every step above settled).
+    if let Some(at) =
+        progress_deadline::apply(gd.spec.progress_deadline_seconds, &old_status, &mut status, settings.now)
+    {
+        draft.requeue_at(settings.now, at);
+    }
     draft.events.extend(status::transition_events(&old_status, &status));
     finish(draft, status, canary_held, gd)
 }

@@ -80,11 +80,14 @@ pub fn set_condition(
         .find(|c| c.type_ == type_ && c.status == status)
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or(Time(now));
+    // Kept as it was: only the progress deadline moves it (`super::progress_deadline`).
+    let last_update_time = conditions.iter().find(|c| c.type_ == type_).and_then(|c| c.last_update_time.clone());
     conditions.retain(|c| c.type_ != type_);
     conditions.push(GameDeploymentCondition {
         type_: type_.to_string(),
         status: status.to_string(),
         last_transition_time: Some(since),
+        last_update_time,
         reason: Some(reason.to_string()),
         message: Some(message.to_string()),
     });
@@ -463,6 +466,11 @@ pub(crate) fn transition_events(old: &GameDeploymentStatus, new: &GameDeployment
         let message = condition(new, PROGRESSING).and_then(|c| c.message.clone()).unwrap_or_default();
         events.push(PlannedEvent::normal(&now, message));
     }
+    let exceeded = super::progress_deadline::EXCEEDED;
+    if reason(new).as_deref() == Some(exceeded) && reason(old).as_deref() != Some(exceeded) {
+        let message = condition(new, PROGRESSING).and_then(|c| c.message.clone()).unwrap_or_default();
+        events.push(PlannedEvent::warning(exceeded, message));
+    }
     events
 }
 
@@ -498,6 +506,8 @@ fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
     s.updated_available_replicas = 0;
     for c in s.conditions.iter_mut().filter(|c| c.type_ == PROGRESSING) {
         c.message = None;
+        // Moves with the counts it follows (`super::progress_deadline`).
+        c.last_update_time = None;
     }
     s.pre_delete_hook_condition.retain(|c| !held(c));
     s.pre_inplace_hook_condition.retain(|c| !held(c));

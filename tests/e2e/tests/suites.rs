@@ -45,6 +45,7 @@ mod lifecycle_handlers;
 mod own_pods;
 mod pod_gate_webhook;
 mod printer_columns;
+mod progress_deadline;
 mod pvc_templates;
 mod race_to_empty;
 mod sandbox;
