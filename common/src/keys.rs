@@ -97,6 +97,10 @@ pub const PROMOTE: &str = "gamedeployment.tkex.tencent.com/promote";
 /// as a recorded release (`releasedBy: Skipped`), never as a success.
 pub const SKIP_HOOK: &str = "gamedeployment.tkex.tencent.com/skip-hook";
 
+/// Pod label (addition) a game server or its matchmaker sets on its own pod: what the server is doing
+/// (`WaitToBeDeleted`/`Draining`, `Idle`, `Allocated`); see [`crate::server_state`].
+pub const SERVER_STATE: &str = "gamedeployment.tkex.tencent.com/server-state";
+
 /// Values of [`HOOKRUN_TYPE`].
 pub mod hookrun_type {
     pub const CANARY_STEP: &str = "canary-step";

@@ -11,3 +11,4 @@ pub mod keys;
 pub mod pod;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod server_state;

@@ -2,8 +2,9 @@
 //! CloneSet's `priorityStrategy` and `scatterStrategy`, [`update_sequence`]).
 //!
 //! Both start from Kubernetes `controller.ActivePods` (pods that cost least to lose go first: unscheduled,
-//! pending, not ready, recently ready, restarting, young). Deletion adds the deletion costs between readiness and
-//! age: node cost (`io.tencent.bcs.dev/node-deletion-cost` on the node, ascending), then pod cost
+//! pending, not ready, recently ready, restarting, young). Deletion puts the state the game server declares first
+//! ([`common::server_state`]: `WaitToBeDeleted`, `Idle`, the rest, `Allocated` last), and adds the deletion costs
+//! between readiness and age: node cost (`io.tencent.bcs.dev/node-deletion-cost` on the node, ascending), then pod cost
 //! (`controller.kubernetes.io/pod-deletion-cost`, ascending, or descending when the GameDeployment annotation
 //! `io.tencent.bcs.dev/pod-deletion-cost-sort-method` is `descend`).
 //!
@@ -98,11 +99,14 @@ fn pod_cost(pod: &Pod) -> f64 {
     parse_cost(common::pod::annotation(pod, keys::POD_DELETION_COST))
 }
 
-/// Scale-in order: pods already waiting to be deleted first, then [`availability`], costs, [`seniority`].
+/// Scale-in order: pods already waiting to be deleted first, then the state the server declares
+/// ([`common::server_state`]), [`availability`], costs, [`seniority`].
 pub fn deletion_order(a: &Pod, b: &Pod, costs: &DeletionCosts<'_>) -> Ordering {
     let preparing = |p: &Pod| lifecycle::state_of(p) != LifecycleState::PreparingDelete;
+    let declared = |p: &Pod| common::server_state::ServerState::of(p).deletion_rank();
     preparing(a)
         .cmp(&preparing(b))
+        .then_with(|| declared(a).cmp(&declared(b)))
         .then_with(|| availability(a, b))
         .then_with(|| costs.node_cost(a).total_cmp(&costs.node_cost(b)))
         .then_with(|| {
@@ -415,6 +419,40 @@ mod tests {
     fn sorted(mut pods: Vec<Pod>, costs: &DeletionCosts<'_>) -> Vec<String> {
         pods.sort_by(|a, b| deletion_order(a, b, costs));
         pods.into_iter().map(|p| p.metadata.name.unwrap()).collect()
+    }
+
+    /// Server-declared state (`common::server_state`) comes before readiness, costs and age: a server that asked to
+    /// go, then an idle one, then the rest, allocated servers last; a pod already in `PreparingDelete` still first.
+    #[test]
+    fn scale_in_takes_servers_by_their_declared_state_first() {
+        let nodes = BTreeMap::new();
+        let costs = DeletionCosts::new(&nodes, None);
+        let state = |name: &str, value: Option<&str>, ready_at: Option<i64>, cost: &str| {
+            let mut pod = fixtures::pod(name).created_at(0).phase("Running").ready_at(ready_at);
+            pod = pod.annotation(keys::POD_DELETION_COST, cost);
+            if let Some(value) = value {
+                pod = pod.labels(&[(keys::SERVER_STATE, value)]);
+            }
+            pod.build()
+        };
+        let pods = vec![
+            state("allocated-not-ready", Some("Allocated"), None, "-100"),
+            state("unlabelled-cheap", None, Some(10), "-50"),
+            state("idle", Some("Idle"), Some(10), "100"),
+            state("waiting", Some("WaitToBeDeleted"), Some(10), "100"),
+            state("allocated", Some("Allocated"), Some(10), "-100"),
+            state("draining", Some("Draining"), Some(10), "200"),
+            fixtures::pod("leaving")
+                .created_at(0)
+                .phase("Running")
+                .ready_at(Some(10))
+                .labels(&[(keys::SERVER_STATE, "Allocated"), (keys::LIFECYCLE_STATE, "PreparingDelete")])
+                .build(),
+        ];
+        assert_eq!(
+            sorted(pods, &costs),
+            ["leaving", "waiting", "draining", "idle", "unlabelled-cheap", "allocated-not-ready", "allocated"]
+        );
     }
 
     #[test]

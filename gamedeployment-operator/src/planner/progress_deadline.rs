@@ -73,9 +73,7 @@ pub(crate) fn apply(
         return None;
     };
     let last_update = progress_time(old, status, now);
-    let Some(progressing) = status.conditions.iter_mut().find(|c| c.type_ == PROGRESSING) else {
-        return None;
-    };
+    let progressing = status.conditions.iter_mut().find(|c| c.type_ == PROGRESSING)?;
     progressing.last_update_time = Some(Time(last_update));
     if progressing.reason.as_deref() != Some("RolloutInProgress") {
         return None;

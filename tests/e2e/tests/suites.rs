@@ -49,6 +49,7 @@ mod progress_deadline;
 mod pvc_templates;
 mod race_to_empty;
 mod sandbox;
+mod server_state;
 mod test_layout;
 mod update_order;
 mod walkthrough_hooks;

@@ -205,11 +205,15 @@ pub(crate) fn decide(entries: &[Entry], wanted: usize, extra: usize, may_start: 
     moves
 }
 
-/// The race order of a group: in-flight pods first, pods not skipped before skipped ones, then the cost probe's
-/// answers ([`Probe::order`]: cheapest first, pods without a cost after), then [`priority::deletion_order`]
-/// (unavailable pods, node and pod deletion costs, seniority).
+/// The race order of a group: in-flight pods first, pods not skipped before skipped ones, then the state the server
+/// declares ([`common::server_state`]: a server that asked to go, an idle one, the rest, allocated ones last), then
+/// the cost probe's answers ([`Probe::order`]: cheapest first, pods without a cost after), then
+/// [`priority::deletion_order`] (unavailable pods, node and pod deletion costs, seniority).
 fn race_order(settings: &Settings<'_>, probes: &BTreeMap<String, Probe>, a: &PodInfo<'_>, b: &PodInfo<'_>) -> Ordering {
-    let key = |i: &PodInfo<'_>| (i.state != LifecycleState::PreparingDelete, skipped(i));
+    let key = |i: &PodInfo<'_>| {
+        let declared = common::server_state::ServerState::of(i.pod).deletion_rank();
+        (i.state != LifecycleState::PreparingDelete, skipped(i), declared)
+    };
     let probe = |i: &PodInfo<'_>| probes.get(i.name).copied().unwrap_or(Probe::NotAsked);
     key(a)
         .cmp(&key(b))
@@ -678,6 +682,29 @@ mod world_tests {
         assert_eq!(names(&world).len(), 7);
         assert!(winners.iter().all(|w| !names(&world).contains(w)));
         assert!(world.hook_runs.is_empty(), "the losers' runs are removed: {:?}", world.hook_runs.len());
+    }
+
+    /// The state a server declares (`common::server_state`) is the race's first key after in-flight and skipped
+    /// pods: servers that asked to go, then idle ones, race before the rest; allocated ones only when nothing else
+    /// is left.
+    #[test]
+    fn servers_that_declare_they_can_go_race_first() {
+        let mut world = racing(10, Some(IntOrString::Int(1)));
+        let label = |world: &mut World, index: usize, value: &str| {
+            let pod = &mut world.pods[index];
+            pod.metadata.labels.get_or_insert_with(Default::default).insert(keys::SERVER_STATE.into(), value.into());
+            pod.metadata.name.clone().unwrap_or_default()
+        };
+        let waiting = label(&mut world, 7, "WaitToBeDeleted");
+        let idle = label(&mut world, 3, "Idle");
+        let draining = label(&mut world, 9, "Draining");
+        for index in [0, 1, 2, 4, 5, 6, 8] {
+            label(&mut world, index, "Allocated");
+        }
+        world.gd.spec.replicas = Some(8);
+        passes(&mut world, 4);
+        let candidates: BTreeSet<String> = preparing(&world).into_iter().collect();
+        assert_eq!(candidates, [waiting, idle, draining].into_iter().collect(), "2 + 1 extra, by declared state");
     }
 
     #[test]

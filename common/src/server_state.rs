@@ -1,0 +1,66 @@
+//! Server-declared state (addition; kruise-game's `opsState`, Agones' `Allocated`): a game server — or its
+//! matchmaker — labels its own pod with what it is doing, ahead of any change, and the operator takes it into
+//! account when it chooses which servers a scale-in deletes. The label is [`crate::keys::SERVER_STATE`].
+//!
+//! | value | scale-in |
+//! |---|---|
+//! | `WaitToBeDeleted` (or `Draining`) | first: the server asked to go |
+//! | `Idle` | next: nobody plays on it |
+//! | unset or any other value | then the rest, in the usual order |
+//! | `Allocated` | last: players are on it (and it still goes through its pre-delete hook) |
+//!
+//! The state comes before readiness, deletion costs and age; a pod already on its way out (`PreparingDelete`) is
+//! still taken first.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::keys::SERVER_STATE;
+
+/// What a game server says it is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ServerState {
+    WaitToBeDeleted,
+    Idle,
+    /// No label, or a value this operator does not know.
+    Unset,
+    Allocated,
+}
+
+impl ServerState {
+    /// The state a pod declares (its [`SERVER_STATE`] label).
+    pub fn of(pod: &Pod) -> Self {
+        match crate::pod::label(pod, SERVER_STATE) {
+            Some("WaitToBeDeleted" | "Draining") => Self::WaitToBeDeleted,
+            Some("Idle") => Self::Idle,
+            Some("Allocated") => Self::Allocated,
+            _ => Self::Unset,
+        }
+    }
+
+    /// Scale-in order: the lower goes first (the enum's order).
+    pub fn deletion_rank(self) -> u8 {
+        self as u8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn labelled(value: Option<&str>) -> Pod {
+        let labels = value.map(|v| [(SERVER_STATE.to_string(), v.to_string())].into());
+        Pod { metadata: ObjectMeta { labels, ..Default::default() }, ..Default::default() }
+    }
+
+    #[test]
+    fn states_rank_wait_to_be_deleted_idle_the_rest_then_allocated() {
+        let rank = |v: Option<&str>| ServerState::of(&labelled(v)).deletion_rank();
+        let order = [Some("WaitToBeDeleted"), Some("Idle"), None, Some("Allocated")];
+        let ranks: Vec<u8> = order.iter().map(|v| rank(*v)).collect();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
+        assert_eq!(rank(Some("Draining")), rank(Some("WaitToBeDeleted")));
+        assert_eq!(rank(Some("allocated")), rank(None), "values are case-sensitive, as label values are");
+        assert_eq!(rank(Some("Maintaining")), rank(None), "an unknown value counts as unset");
+    }
+}

@@ -1,0 +1,48 @@
+//! Server-declared state steers scale-in (issue 33): game servers label their own pods
+//! (`gamedeployment.tkex.tencent.com/server-state`). Of 8 servers, 2 say `WaitToBeDeleted`, 3 `Allocated` and 3
+//! `Idle`; a scale-in of 3 deletes the 2 that asked to go and one idle server — never an allocated one — each
+//! through its pre-delete hook (the strict gate checker watches).
+
+use crate::walkthrough_support;
+
+use std::collections::BTreeSet;
+
+use common::keys;
+use e2e::gamedeployment::{Columns, apply, live_pods, manifest, wait_columns};
+use e2e::gate::GateChecker;
+use e2e::{Cluster, wait_for};
+use walkthrough_support::{LONG, QUICK, operators, pre_delete};
+
+const NAME: &str = "servers";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_in_takes_the_servers_that_asked_to_go_then_idle_ones_never_allocated_ones() {
+    let cluster = Cluster::start().await;
+    let _operators = operators(&cluster).await;
+    apply(&cluster, QUICK).await;
+    apply(&cluster, &manifest(NAME, 8, "RollingUpdate", &pre_delete("quick"), "python:latest")).await;
+    wait_columns(&cluster, NAME, Columns::new(8, 8, 8, 8, 8)).await;
+    let mut names: Vec<String> = live_pods(&cluster, NAME).await.into_iter().filter_map(|p| p.metadata.name).collect();
+    names.sort();
+    // What each server says, as it would label itself (`kubectl label pod … --overwrite`).
+    let states = ["Allocated", "WaitToBeDeleted", "Idle", "Allocated", "Idle", "WaitToBeDeleted", "Allocated", "Idle"];
+    for (pod, state) in names.iter().zip(states) {
+        cluster.kubectl_ok(&["label", "pod", pod, &format!("{}={state}", keys::SERVER_STATE), "--overwrite"]).await;
+    }
+    let said = |state: &str| -> BTreeSet<String> {
+        names.iter().zip(states).filter(|(_, s)| *s == state).map(|(n, _)| n.clone()).collect()
+    };
+    let checker = GateChecker::start(&cluster, "default").await;
+    cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
+    wait_columns(&cluster, NAME, Columns::new(5, 5, 5, 5, 5)).await;
+    let left: BTreeSet<String> = live_pods(&cluster, NAME).await.into_iter().filter_map(|p| p.metadata.name).collect();
+    wait_for("the scale-in to settle", LONG, || async { (left.len() == 5).then_some(()) }).await;
+    let gone: BTreeSet<String> = names.iter().filter(|n| !left.contains(*n)).cloned().collect();
+    assert!(said("WaitToBeDeleted").is_subset(&gone), "both servers that asked to go are gone: {gone:?}");
+    assert!(said("Allocated").is_subset(&left), "no allocated server was deleted: {gone:?}");
+    assert_eq!(gone.intersection(&said("Idle")).count(), 1, "and one idle server: {gone:?}");
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!(report.gated_deletions, 3, "each through its hook: {report:?}");
+    cluster.shutdown().await;
+}
