@@ -101,7 +101,13 @@ async fn an_opted_in_game_deployment_is_never_written_outside_status() {
     })
     .await;
     let message = failed.message.clone().unwrap_or_default();
-    assert!(message.contains("delete HookRun"), "the condition says how to retry without a spec write: {message}");
+    let run = failed.hook_run.clone().unwrap_or_default();
+    assert!(
+        message.ends_with(&format!(
+            "run it again: kubectl gd retry clean -n default --pod {victim} (or: kubectl delete hookrun {run} -n default)"
+        )),
+        "the condition says how to retry without a spec write: {message}"
+    );
     apply(&cluster, &template("gate", "asInt(result) > 30", "      count: 1\n")).await;
     let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
     runs.delete(&failed.hook_run.clone().expect("run named"), &DeleteParams::default()).await.expect("deleted");

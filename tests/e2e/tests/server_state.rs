@@ -1,16 +1,21 @@
 //! Server-declared state steers scale-in (issue 33): game servers label their own pods
 //! (`gamedeployment.tkex.tencent.com/server-state`). Of 8 servers, 2 say `WaitToBeDeleted`, 3 `Allocated` and 3
 //! `Idle`; a scale-in of 3 deletes the 2 that asked to go and one idle server — never an allocated one — each
-//! through its pre-delete hook (the strict gate checker watches).
+//! through its pre-delete hook (the strict gate checker watches). `status.serverStates` counts the states before and
+//! after, and `kubectl gd get` shows them.
 
 use crate::walkthrough_support;
 
-use std::collections::BTreeSet;
+use crate::kubectl_gd::kubectl_gd;
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::api::GameDeployment;
 use common::keys;
 use e2e::gamedeployment::{Columns, apply, live_pods, manifest, wait_columns};
 use e2e::gate::GateChecker;
 use e2e::{Cluster, wait_for};
+use kube::Api;
 use walkthrough_support::{LONG, QUICK, operators, pre_delete};
 
 const NAME: &str = "servers";
@@ -32,6 +37,18 @@ async fn scale_in_takes_the_servers_that_asked_to_go_then_idle_ones_never_alloca
     let said = |state: &str| -> BTreeSet<String> {
         names.iter().zip(states).filter(|(_, s)| *s == state).map(|(n, _)| n.clone()).collect()
     };
+    // The status counts them, and `kubectl gd get` shows them.
+    let counts =
+        |pairs: &[(&str, i32)]| -> BTreeMap<String, i32> { pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect() };
+    let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
+    let want = counts(&[("Allocated", 3), ("Idle", 3), ("WaitToBeDeleted", 2)]);
+    wait_for("status.serverStates to count the labels", LONG, || async {
+        let states = api.get(NAME).await.ok()?.status?.server_states;
+        (states == want).then_some(())
+    })
+    .await;
+    let out = kubectl_gd(&cluster, &["get", NAME]).await;
+    assert!(out.stdout.contains("Servers:   3 Allocated, 3 Idle, 2 WaitToBeDeleted"), "{}", out.stdout);
     let checker = GateChecker::start(&cluster, "default").await;
     cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
     wait_columns(&cluster, NAME, Columns::new(5, 5, 5, 5, 5)).await;
@@ -41,6 +58,12 @@ async fn scale_in_takes_the_servers_that_asked_to_go_then_idle_ones_never_alloca
     assert!(said("WaitToBeDeleted").is_subset(&gone), "both servers that asked to go are gone: {gone:?}");
     assert!(said("Allocated").is_subset(&left), "no allocated server was deleted: {gone:?}");
     assert_eq!(gone.intersection(&said("Idle")).count(), 1, "and one idle server: {gone:?}");
+    let want = counts(&[("Allocated", 3), ("Idle", 2)]);
+    wait_for("status.serverStates to follow the scale-in", LONG, || async {
+        let states = api.get(NAME).await.ok()?.status?.server_states;
+        (states == want).then_some(())
+    })
+    .await;
     let report = checker.stop().await;
     report.assert_clean();
     assert_eq!(report.gated_deletions, 3, "each through its hook: {report:?}");
