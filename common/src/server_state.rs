@@ -37,6 +37,19 @@ impl ServerState {
         }
     }
 
+    /// The label value that names the state (`None` for [`Self::Unset`]); `Draining` is counted as `WaitToBeDeleted`.
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Self::WaitToBeDeleted => Some("WaitToBeDeleted"),
+            Self::Idle => Some("Idle"),
+            Self::Allocated => Some("Allocated"),
+            Self::Unset => None,
+        }
+    }
+
+    /// Every state with a name, for metrics (a bounded label set: never a value a pod made up).
+    pub const NAMED: [Self; 3] = [Self::WaitToBeDeleted, Self::Idle, Self::Allocated];
+
     /// Scale-in order: the lower goes first (the enum's order).
     pub fn deletion_rank(self) -> u8 {
         self as u8

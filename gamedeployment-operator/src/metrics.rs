@@ -27,6 +27,16 @@ pub struct WorkloadLabels {
     pub name: String,
 }
 
+/// Pods of one GameDeployment that declare one server state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerStateLabels {
+    pub namespace: String,
+    pub name: String,
+    /// `WaitToBeDeleted`, `Idle` or `Allocated` (`common::server_state::ServerState::NAMED`: never a value a pod
+    /// made up).
+    pub state: String,
+}
+
 /// Pods of one GameDeployment held by one kind of hook.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeldLabels {
@@ -92,6 +102,7 @@ pub struct Metrics {
     pub ready_replicas: Family<WorkloadLabels, Gauge>,
     pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge>,
     pub progress_deadline_exceeded: Family<WorkloadLabels, Gauge>,
+    pub server_states: Family<ServerStateLabels, Gauge>,
     pub leader: Gauge,
     pub gate_wait: Family<HookLabels, Histogram>,
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
@@ -123,6 +134,7 @@ impl Metrics {
             ready_replicas: Family::default(),
             rollout_stuck_seconds: Family::default(),
             progress_deadline_exceeded: Family::default(),
+            server_states: Family::default(),
             leader: Gauge::default(),
             // 1 s … ~9 h.
             gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
@@ -173,6 +185,11 @@ impl Metrics {
             "1 while a GameDeployment's Progressing condition says ProgressDeadlineExceeded \
              (spec.progressDeadlineSeconds), else 0",
             metrics.progress_deadline_exceeded.clone(),
+        );
+        r.register(
+            "server_states",
+            "Pods declaring each server state (label gamedeployment.tkex.tencent.com/server-state), by GameDeployment",
+            metrics.server_states.clone(),
         );
         r.register("leader", "1 while this replica leads (reconciles), else 0", metrics.leader.clone());
         r.register(
@@ -250,6 +267,14 @@ impl Metrics {
         }
     }
 
+    /// The server states a GameDeployment's pods declare (every named state, 0 when none does).
+    pub fn show_server_states(&self, namespace: &str, name: &str, counts: &std::collections::BTreeMap<String, i32>) {
+        for state in common::server_state::ServerState::NAMED.iter().filter_map(|s| s.name()) {
+            let labels = ServerStateLabels { namespace: namespace.into(), name: name.into(), state: state.into() };
+            self.server_states.get_or_create(&labels).set(i64::from(counts.get(state).copied().unwrap_or(0)));
+        }
+    }
+
     /// Removes every series of a GameDeployment (it was deleted).
     pub fn forget(&self, namespace: &str, name: &str) {
         let workload = WorkloadLabels { namespace: namespace.into(), name: name.into() };
@@ -264,6 +289,10 @@ impl Metrics {
         }
         for hook in HOOKS {
             self.pods_held.remove(&HeldLabels { namespace: namespace.into(), name: name.into(), hook: hook.into() });
+        }
+        for state in common::server_state::ServerState::NAMED.iter().filter_map(|s| s.name()) {
+            let labels = ServerStateLabels { namespace: namespace.into(), name: name.into(), state: state.into() };
+            self.server_states.remove(&labels);
         }
     }
 
@@ -494,6 +523,11 @@ mod tests {
             .get_or_create(&WorkloadLabels { namespace: "ns".into(), name: "game".into() })
             .set(42);
         metrics.leader.set(1);
+        metrics.show_server_states("ns", "game", &[("Idle".to_string(), 2)].into());
+        metrics
+            .progress_deadline_exceeded
+            .get_or_create(&WorkloadLabels { namespace: "ns".into(), name: "game".into() })
+            .set(1);
         metrics.gate_released("predelete", 3.5);
         metrics.hook_outcome("preinplace", "failed");
         let text = encode(&registry);
@@ -506,6 +540,9 @@ mod tests {
             "gamedeployment_pods_held{namespace=\"ns\",name=\"game\",hook=\"postinplace\"} 2",
             "gamedeployment_pods_held{namespace=\"ns\",name=\"game\",hook=\"canary\"} 3",
             "gamedeployment_leader 1",
+            "gamedeployment_server_states{namespace=\"ns\",name=\"game\",state=\"Idle\"} 2",
+            "gamedeployment_server_states{namespace=\"ns\",name=\"game\",state=\"Allocated\"} 0",
+            "gamedeployment_progress_deadline_exceeded{namespace=\"ns\",name=\"game\"} 1",
             "gamedeployment_gate_wait_seconds_bucket{le=\"4.0\",hook=\"predelete\"} 1",
             "gamedeployment_hook_outcomes_total{hook=\"preinplace\",outcome=\"failed\"} 1",
         ] {

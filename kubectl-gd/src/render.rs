@@ -134,6 +134,10 @@ pub fn render(tree: &Tree, style: Style) -> String {
         progress.push_str(" (the operator has not observed the latest spec yet)");
     }
     field(&mut out, "Progress", &progress);
+    if !p.server_states.is_empty() {
+        let states: Vec<String> = p.server_states.iter().map(|(state, n)| format!("{n} {state}")).collect();
+        field(&mut out, "Servers", &states.join(", "));
+    }
     if let Some(c) = &tree.canary {
         let position = if c.step as usize >= c.steps {
             format!("all {} steps done", c.steps)

@@ -102,6 +102,9 @@ pub struct Progress {
     pub current_revision: Option<String>,
     /// `metadata.generation` not yet observed by the operator.
     pub stale: bool,
+    /// How many pods declare each server state (`status.serverStates`).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub server_states: std::collections::BTreeMap<String, i32>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -288,6 +291,7 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
         update_revision: status.update_revision.clone(),
         current_revision: status.current_revision.clone(),
         stale: status.observed_generation.unwrap_or(0) < gd.metadata.generation.unwrap_or(0),
+        server_states: status.server_states.clone(),
     };
     let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").map(|c| Condition {
         status: c.status.clone(),

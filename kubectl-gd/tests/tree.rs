@@ -333,3 +333,19 @@ fn a_rollout_past_its_progress_deadline_is_stalled() {
     let failed = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
     assert_eq!(failed.state, State::Failed, "{failed:?}");
 }
+
+/// The server states the pods declare (`status.serverStates`) are shown under Progress, and in the JSON.
+#[test]
+fn server_states_are_shown() {
+    let mut gd = gd();
+    gd.status.as_mut().unwrap().server_states =
+        [("Allocated".to_string(), 3), ("Idle".to_string(), 2), ("WaitToBeDeleted".to_string(), 1)].into();
+    let tree = build(&Snapshot::owned(gd, revisions(), pods(), vec![]), now());
+    let text = render(&tree, Style::PLAIN);
+    assert!(text.contains("Servers:   3 Allocated, 2 Idle, 1 WaitToBeDeleted\n"), "{text}");
+    let json = serde_json::to_value(&tree).unwrap();
+    assert_eq!(json["progress"]["serverStates"]["Idle"], 2, "{json:#}");
+    // None declared: no line.
+    let tree = build(&snapshot(), now());
+    assert!(!render(&tree, Style::PLAIN).contains("Servers:"));
+}

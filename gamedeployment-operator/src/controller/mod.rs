@@ -310,6 +310,7 @@ impl Context {
         let complete = status::condition(status, status::PROGRESSING)
             .and_then(|c| c.reason.as_deref())
             .is_some_and(|r| r == "RolloutComplete" || r == "PartitionAvailable");
+        self.metrics.show_server_states(namespace, &name, &status.server_states);
         let exceeded = status::condition(status, status::PROGRESSING)
             .is_some_and(|c| c.reason.as_deref() == Some(crate::planner::progress_deadline::EXCEEDED));
         self.metrics

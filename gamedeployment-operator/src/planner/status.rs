@@ -2,6 +2,7 @@
 //! are actually written — `FailedScale` / `FailedUpdate` when something fails (BCS builds them but never persists
 //! them, bug list §7.16) and `Progressing`, which says what the rollout is waiting for.
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use common::api::{GameDeploymentCondition, GameDeploymentStatus, GameDeploymentUpdateStrategyType};
@@ -114,6 +115,17 @@ fn pods(n: i32) -> String {
     if n == 1 { "1 pod".to_string() } else { format!("{n} pods") }
 }
 
+/// How many pods declare each named server state (`common::server_state`).
+fn server_states<'a>(pods: impl Iterator<Item = &'a k8s_openapi::api::core::v1::Pod>) -> BTreeMap<String, i32> {
+    let mut counts = BTreeMap::new();
+    for state in pods.map(common::server_state::ServerState::of) {
+        if let Some(name) = state.name() {
+            *counts.entry(name.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 /// The status of this pass, from what was observed.
 pub(crate) fn compute(
     settings: &Settings<'_>,
@@ -138,6 +150,7 @@ pub(crate) fn compute(
         updated_available_replicas: count_where(infos, |i| i.updated && i.available),
         // CloneSet: `replicas − partition` (the partition in force this pass: the canary step's while one runs).
         expected_updated_replicas: (settings.replicas - settings.partition).max(0),
+        server_states: server_states(infos.iter().map(|i| i.pod)),
         current_revision: Some(if settled {
             settings.update_revision.clone()
         } else {
@@ -504,6 +517,7 @@ fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
     s.updated_replicas = 0;
     s.updated_ready_replicas = 0;
     s.updated_available_replicas = 0;
+    s.server_states.clear();
     for c in s.conditions.iter_mut().filter(|c| c.type_ == PROGRESSING) {
         c.message = None;
         // Moves with the counts it follows (`super::progress_deadline`).
@@ -518,6 +532,28 @@ fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_states_count_named_states_only() {
+        let pod = |state: Option<&str>| {
+            let pod = crate::fixtures::pod("p");
+            match state {
+                Some(s) => pod.labels(&[(common::keys::SERVER_STATE, s)]).build(),
+                None => pod.build(),
+            }
+        };
+        let pods = [
+            pod(Some("Idle")),
+            pod(Some("Allocated")),
+            pod(Some("Idle")),
+            pod(Some("Draining")),
+            pod(None),
+            pod(Some("x")),
+        ];
+        let want: BTreeMap<String, i32> =
+            [("Allocated".to_string(), 1), ("Idle".to_string(), 2), ("WaitToBeDeleted".to_string(), 1)].into();
+        assert_eq!(server_states(pods.iter()), want);
+    }
 
     #[test]
     fn only_recomputable_progress_may_wait_for_the_next_status_write() {
