@@ -8,7 +8,12 @@
 //! - `gamedeployment.yaml` with `hook-template-success.yaml`: the walkthrough's scale-in, 6 → 5;
 //! - `inplace-update.yaml`: an image patch rolled in place up to its partition;
 //! - the walkthrough's scale-in with the victim's hook skipped by the pod annotation (`skip-hook=delete`): the
-//!   release record left in the status does not keep `kubectl gd status` waiting.
+//!   release record left in the status does not keep `kubectl gd status` waiting;
+//! - `hotpatch-update.yaml`, `rolling-update.yaml`, `gamedeployment-args.yaml`, `gitops-clean.yaml`: see each
+//!   scenario's function;
+//! - in a second cluster (their stories take minutes of the gamedeployment-operator's clock: grace periods, a timed
+//!   pause, retry back-offs), `canary-gamedeployment.yaml` resumed past its failing step hook and promoted, and
+//!   `hook-deadlines.yaml`.
 //!
 //! The hook-operator runs the templates' intervals 20x faster (`--interval-scale 0.05`).
 
