@@ -144,15 +144,33 @@ impl Facts {
     }
 }
 
-/// A failed run that is not the last word: `hookPolicy.autoRetry` will start another one, or the pod is a
-/// race-to-empty candidate, which the operator skips (and replaces) instead of holding.
+/// A failed run that is not the last word: a newer run of the same hook is under way (the status still names the
+/// failed one), `hookPolicy.autoRetry` will start another one, or the pod is a race-to-empty candidate, which the
+/// operator skips (and replaces) instead of holding.
 fn not_final(snapshot: &Snapshot, facts: &Facts, kind: HookKind, pod_name: &str) -> bool {
-    auto_retry_to_come(snapshot, kind, pod_name) || (kind == HookKind::PreDelete && racing(snapshot, facts))
+    let runs = hook_runs_of(snapshot, kind, pod_name);
+    runs.as_ref().is_some_and(|runs| runs.iter().any(|r| !run_phase(r).is_completed()))
+        || runs.is_some_and(|runs| auto_retry_to_come(snapshot, kind, runs.len()))
+        || (kind == HookKind::PreDelete && racing(snapshot, facts))
 }
 
-/// The gate's `hookPolicy.autoRetry` has retries left for this pod: every run of its hook at its revision failed
-/// and fewer than `limit` of them were retries.
-fn auto_retry_to_come(snapshot: &Snapshot, kind: HookKind, pod_name: &str) -> bool {
+/// The runs of the pod's `kind` hook at the pod's revision, not being deleted (`None`: the pod is not there).
+fn hook_runs_of<'a>(snapshot: &'a Snapshot, kind: HookKind, pod_name: &str) -> Option<Vec<&'a common::api::HookRun>> {
+    let pod = snapshot.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod_name))?;
+    let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
+    let label = |r: &common::api::HookRun, key: &str| r.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
+    let runs = runs_of(pod, &snapshot.runs)
+        .into_iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .filter(|r| label(r, keys::HOOKRUN_TYPE).as_deref() == Some(kind.type_label()))
+        .filter(|r| label(r, keys::HOOKRUN_WORKLOAD_REVISION).as_deref() == revision)
+        .collect();
+    Some(runs)
+}
+
+/// The gate's `hookPolicy.autoRetry` has retries left for this pod: of its `runs` (every one failed), fewer than
+/// `limit` were retries.
+fn auto_retry_to_come(snapshot: &Snapshot, kind: HookKind, runs: usize) -> bool {
     let spec = &snapshot.gd.spec;
     let policy = match kind {
         HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref()),
@@ -163,17 +181,6 @@ fn auto_retry_to_come(snapshot: &Snapshot, kind: HookKind, pod_name: &str) -> bo
     let Some(limit) = policy.and_then(|p| p.auto_retry.as_ref()).map(|r| r.limit) else {
         return false;
     };
-    let Some(pod) = snapshot.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod_name)) else {
-        return false;
-    };
-    let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
-    let label = |r: &common::api::HookRun, key: &str| r.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
-    let runs = runs_of(pod, &snapshot.runs)
-        .into_iter()
-        .filter(|r| r.metadata.deletion_timestamp.is_none())
-        .filter(|r| label(r, keys::HOOKRUN_TYPE).as_deref() == Some(kind.type_label()))
-        .filter(|r| label(r, keys::HOOKRUN_WORKLOAD_REVISION).as_deref() == revision)
-        .count();
     (runs as i64) <= i64::from(limit)
 }
 
@@ -242,7 +249,15 @@ fn failed_run_not_yet_reported(snapshot: &Snapshot, facts: &Facts) -> Option<Ver
             continue;
         }
         let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
-        for run in runs_of(pod, &snapshot.runs) {
+        // The latest run first: after automatic retries, the one to look at is the last.
+        let mut runs = runs_of(pod, &snapshot.runs);
+        runs.sort_by(|a, b| {
+            let key = |r: &common::api::HookRun| {
+                (r.metadata.creation_timestamp.as_ref().map(|t| t.0), r.metadata.name.clone())
+            };
+            key(b).cmp(&key(a))
+        });
+        for run in runs {
             let labels = run.metadata.labels.clone().unwrap_or_default();
             let type_label = labels.get(keys::HOOKRUN_TYPE).map(String::as_str);
             let kind = HookKind::POD_HOOKS.into_iter().find(|k| type_label == Some(k.type_label()));

@@ -262,6 +262,54 @@ fn a_failed_run_with_an_automatic_retry_to_come_is_not_a_failure() {
 }
 
 #[test]
+fn the_last_automatic_retry_just_created_is_progress_not_a_failure() {
+    // examples/hook-deadlines.yaml (autoRetry limit 3) on kube-sim: the operator had created the third retry
+    // (`….3`, not yet measured) while the status still named the failed `….2`; `kubectl gd status` counted 4 runs
+    // against the limit and exited 1 a whole run early (tests/e2e/tests/examples_complete.rs, hook_deadlines).
+    let mut gd = gd();
+    gd.spec.pre_delete_update_strategy =
+        Some(yaml("{hook: {templateName: test}, hookPolicy: {autoRetry: {limit: 3}}}"));
+    let mut runs = vec![run("k2x7q", FAIL, FAILED)];
+    for (i, status) in [(1, FAILED), (2, FAILED), (3, RUNNING)] {
+        let mut r = run("k2x7q", FAIL, status);
+        r.metadata.name = Some(format!("predelete-test-gamedeployment-67864c6f65-k2x7q-test.{i}"));
+        r.metadata.uid = Some(format!("run-k2x7q-{i}"));
+        runs.push(r);
+    }
+    let mut unmeasured = runs.clone();
+    unmeasured[3].status = None;
+    for runs in [runs, unmeasured] {
+        let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), runs));
+        assert_ne!(verdict.state, State::Failed, "the last retry is under way: {verdict:?}");
+    }
+}
+
+#[test]
+fn a_failure_the_status_has_not_caught_up_with_names_the_latest_run() {
+    // The same example once the third retry failed too, before the operator's next status write (its entry still
+    // says `….3` is Running): the failure is final, and the run to look at is `….3`, not the first of the four.
+    let mut gd = gd();
+    gd.spec.pre_delete_update_strategy =
+        Some(yaml("{hook: {templateName: test}, hookPolicy: {autoRetry: {limit: 3}}}"));
+    let latest = "predelete-test-gamedeployment-67864c6f65-k2x7q-test.3";
+    let entry =
+        gd.status.as_mut().unwrap().pre_delete_hook_condition.iter_mut().find(|c| c.pod_name.ends_with("k2x7q"));
+    let entry = entry.unwrap();
+    entry.phase = HookPhase::Running;
+    entry.hook_run = Some(latest.to_string());
+    let mut runs = vec![run("k2x7q", FAIL, FAILED)];
+    for i in 1..=3 {
+        let mut r = run("k2x7q", FAIL, FAILED);
+        r.metadata.name = Some(format!("predelete-test-gamedeployment-67864c6f65-k2x7q-test.{i}"));
+        r.metadata.uid = Some(format!("run-k2x7q-{i}"));
+        runs.push(r);
+    }
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), runs));
+    assert_eq!(verdict.state, State::Failed, "{verdict:?}");
+    assert_eq!(verdict.hook_run.as_deref(), Some(latest), "{verdict:?}");
+}
+
+#[test]
 fn a_race_to_empty_candidate_whose_hook_fails_is_skipped_not_held() {
     // RaceToEmpty skips a candidate whose pre-delete hook fails and starts another (issue 34, item 3).
     let mut gd = gd();
