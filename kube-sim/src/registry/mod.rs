@@ -525,7 +525,7 @@ impl Registry {
     }
 
     /// OpenAPI schema validation of a custom resource, then its CEL rules as far as kube-sim
-    /// evaluates them (transition rules on updates, given `old`), unless `earlier` or the schema
+    /// evaluates them (presence rules, and transition rules on updates, given `old`), unless `earlier` or the schema
     /// validation found a blocking error, as the customresource strategy does.
     fn schema_errors(
         &self,
@@ -544,6 +544,7 @@ impl Registry {
             match crate::schema::transition::blocking_error(&all) {
                 Some(blocked) => errs.push(blocked),
                 None => {
+                    errs.extend(crate::schema::transition::validate_presence(c, obj));
                     if let Some(old) = old {
                         errs.extend(crate::schema::transition::validate_update(c, obj, old));
                     }
