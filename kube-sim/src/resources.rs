@@ -351,6 +351,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         review::<authz::SelfSubjectRulesReview>(),
         review::<authz::LocalSubjectAccessReview>(),
         review::<authn::SelfSubjectReview>(),
+        review::<authn::TokenReview>(),
     ]
 }
 

@@ -427,6 +427,10 @@ fn list(c: &Ctx) -> Result<Response, ApiError> {
 
 fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
     let obj = parse_body(body, &c.content_type, c.rd.definition.as_deref().unwrap_or(""))?;
+    if c.rd.special == Special::Review && c.rd.kind == "TokenReview" {
+        let out = c.st.auth.review_token(&c.st.registry.store, &obj)?;
+        return Ok(object_response(c, StatusCode::CREATED, &out, &[]));
+    }
     if c.rd.special == Special::Review {
         let out = auth::review(&c.st.registry.store, &c.rd.kind, ns, &obj, &c.user)?;
         return Ok(object_response(c, StatusCode::CREATED, &out, &[]));
