@@ -329,6 +329,14 @@ fn bootstrap(registry: &registry::Registry) -> Result<(), Error> {
     registry
         .create(&classes, "", volumes::default_storage_class(), &mut ctx)
         .map_err(|source| Error::Bootstrap { what: "storage class standard".into(), source: Box::new(source) })?;
+    let apiservices = get("apiregistration.k8s.io", "v1", "apiservices")?;
+    for obj in discovery::local_api_services(&catalog) {
+        let (name, status) = (meta::name(&obj).to_string(), obj.get("status").cloned().unwrap_or_default());
+        let error = |source| Error::Bootstrap { what: format!("apiservice {name}"), source: Box::new(source) };
+        registry.create(&apiservices, "", obj.clone(), &mut ctx).map_err(error)?;
+        // Created without status (as every write of the main resource), then made Available.
+        registry.write_status_if_changed(&apiservices.storage, &name, |_| status.clone()).map_err(error)?;
+    }
     for (storage, obj) in auth::bootstrap_policy() {
         let plural = storage.split('.').next().unwrap_or(storage);
         let rd = get("rbac.authorization.k8s.io", "v1", plural)?;

@@ -277,6 +277,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
     vec![
         builtin::<core::Namespace>(Special::Namespace)
             .short(&["ns"])
@@ -344,6 +345,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<autoscaling::HorizontalPodAutoscaler>(Special::Plain).short(&["hpa"]).categories(&["all"]).status(),
         builtin::<storage::StorageClass>(Special::Plain).short(&["sc"]),
         builtin::<scheduling::PriorityClass>(Special::Plain).short(&["pc"]),
+        builtin::<apiregistration::APIService>(Special::Plain).categories(&["api-extensions"]).status(),
         builtin::<admissionregistration::ValidatingWebhookConfiguration>(Special::Plain)
             .categories(&["api-extensions"]),
         review::<authz::SelfSubjectAccessReview>(),

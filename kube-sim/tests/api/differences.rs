@@ -193,3 +193,18 @@ async fn service_addresses_are_allocated_in_order() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// Real: the aggregator proxies an APIService's group version to its `service` and marks it available or not.
+/// kube-sim stores the APIService but serves nothing for it.
+#[tokio::test]
+async fn api_aggregation_is_not_served() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let metrics = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1beta1.metrics.k8s.io"},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100,
+                 "insecureSkipTLSVerify": true, "service": {"namespace": "kube-system", "name": "metrics-server"}}});
+    assert_eq!(raw.post("/apis/apiregistration.k8s.io/v1/apiservices", &metrics).await?.status, 201);
+    assert_eq!(raw.get("/apis/metrics.k8s.io/v1beta1").await?.status, 404);
+    sim.shutdown().await;
+    Ok(())
+}
