@@ -28,6 +28,7 @@ mod faults;
 mod json;
 mod jsonpath;
 mod kubelet;
+mod logs;
 mod managed;
 mod manifests;
 mod meta;
@@ -368,6 +369,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         admission.caller.set_service_address(a.clone());
     }
     admission.caller.set_client_auth(config.admission_client_auth.clone());
+    let pod_logs = Arc::new(logs::PodLogs::default());
     let state = Arc::new(server::AppState {
         registry: registry.clone(),
         faults: faults.clone(),
@@ -378,6 +380,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         aggregated_discovery: config.aggregated_discovery,
         max_body: config.max_body_bytes,
         admission: admission.clone(),
+        logs: pod_logs.clone(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut server_shutdown = shutdown_rx.clone();
@@ -416,9 +419,10 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     let url = format!("http://{addr}");
     if let Some(kcfg) = config.kubelet.clone() {
         let client = client_for(&url, None)?;
+        let logs = pod_logs.clone();
         let stop = shutdown_rx.clone();
         background.push(tokio::spawn(async move {
-            if let Err(e) = kubelet::run(client, kcfg, stop).await {
+            if let Err(e) = kubelet::run(client, kcfg, logs, stop).await {
                 tracing::error!(error = %e, "kubelet simulator stopped");
             }
         }));

@@ -290,7 +290,8 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
             .categories(&["all"])
             .status()
             .extra("binding", &["create"])
-            .extra("eviction", &["create"]),
+            .extra("eviction", &["create"])
+            .extra("log", &["get"]),
         builtin::<core::Event>(Special::CoreEvent).short(&["ev"]),
         builtin::<core::ConfigMap>(Special::ConfigMap).short(&["cm"]),
         builtin::<core::Secret>(Special::Secret),

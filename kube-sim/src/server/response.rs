@@ -54,6 +54,11 @@ pub fn shared_json_response(status: StatusCode, body: axum::body::Bytes, warning
     r
 }
 
+/// A plain-text body (`pods/NAME/log`).
+pub fn text_response(status: StatusCode, text: String) -> Response {
+    base(status, "text/plain", text)
+}
+
 pub fn yaml_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
     let body = serde_yaml::to_string(v).unwrap_or_default().into_bytes();
     let mut r = base(status, "application/yaml", body);
