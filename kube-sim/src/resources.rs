@@ -346,7 +346,11 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<autoscaling::HorizontalPodAutoscaler>(Special::Plain).short(&["hpa"]).categories(&["all"]).status(),
         builtin::<storage::StorageClass>(Special::Plain).short(&["sc"]),
         builtin::<scheduling::PriorityClass>(Special::Plain).short(&["pc"]),
-        builtin::<apiregistration::APIService>(Special::Plain).categories(&["api-extensions"]).status(),
+        // Named `<version>.<group>` (`v1.` for the core group), which the aggregator validates itself.
+        builtin::<apiregistration::APIService>(Special::Plain)
+            .categories(&["api-extensions"])
+            .status()
+            .name_rule(NameRule::PathSegment),
         builtin::<admissionregistration::ValidatingWebhookConfiguration>(Special::Plain)
             .categories(&["api-extensions"]),
         review::<authz::SelfSubjectAccessReview>(),

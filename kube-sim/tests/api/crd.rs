@@ -482,7 +482,7 @@ async fn has_rules_refuse_the_exec_provider_of_the_project_crds() -> Result<()> 
 
     // Without exec: accepted; adding exec by a patch is refused the same way.
     templates.create(&PostParams::default(), &load("hooktemplate-web.yaml")?).await?;
-    let add_exec = json!([{"op": "add", "path": "/spec/metrics/0/provider/exec", "value": {"command": ["true"]}}]);
+    let add_exec = json!([{"op": "add", "path": "/spec/metrics/0/provider/exec", "value": {"container": "app", "command": ["true"]}}]);
     let e = api_error(
         templates
             .patch("web-only", &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(add_exec)?))

@@ -212,9 +212,7 @@ async fn apiservices_list_every_served_built_in_group_version() -> Result<()> {
     assert_eq!(list.body["kind"], "APIServiceList");
     let items = list.body["items"].as_array().context("items")?;
     let names: Vec<&str> = items.iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
-    for expected in
-        ["v1.", "v1.apps", "v1.authentication.k8s.io", "v1.autoscaling", "v2.autoscaling", "v1.apiextensions.k8s.io"]
-    {
+    for expected in ["v1.", "v1.apps", "v1.authentication.k8s.io", "v2.autoscaling", "v1.apiextensions.k8s.io"] {
         assert!(names.contains(&expected), "{expected} in {names:?}");
     }
     assert!(!names.iter().any(|n| n.ends_with(".apiregistration.k8s.io")), "{names:?}");
