@@ -918,7 +918,7 @@ mod tests {
         assert!(s.encoded_for("pods", "default/b", &b).is_none());
         let shared = s.encoded_for("pods", "default/a", &b).expect("the newest version's encoding");
         let object = shared.object("v1", || (b.clone(), true));
-        assert_eq!(object, serde_json::to_vec(&*b).unwrap());
+        assert_eq!(object, serde_json::to_vec(&crate::json::WireOrder(&b)).unwrap());
         let items: Vec<WatchItem> = std::iter::from_fn(|| reg.rx.try_recv().ok()).collect();
         let WatchItem::Event { kind: EventKind::Modified, encoded: Some(e), .. } = &items[1] else {
             panic!("{items:?}")
