@@ -136,18 +136,57 @@ impl Authenticator {
             // Basic auth and others are not supported: treated like an anonymous admin request.
             return Ok(UserInfo::admin());
         };
-        if let Some(u) = self.tokens.read().unwrap_or_else(|p| p.into_inner()).get(t) {
-            return Ok(u.clone());
+        self.user_of_token(store, t).ok_or_else(ApiError::unauthorized)
+    }
+
+    /// The user a bearer token authenticates as: a token file (or runtime) user, or the service account of a live
+    /// TokenRequest token.
+    fn user_of_token(&self, store: &Store, token: &str) -> Option<UserInfo> {
+        if let Some(u) = self.tokens.read().unwrap_or_else(|p| p.into_inner()).get(token) {
+            return Some(u.clone());
         }
-        let issued = self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).get(t).cloned();
-        let Some(issued) = issued else { return Err(ApiError::unauthorized()) };
+        let issued = self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).get(token).cloned()?;
         // The token dies with its service account (or a new one of the same name) and on expiry.
         let key = format!("{}/{}", issued.namespace, issued.name);
         let alive = store.get("serviceaccounts", &key).is_some_and(|sa| crate::meta::uid(&sa) == issued.uid);
-        if !alive || k8s_openapi::jiff::Timestamp::now().as_second() > issued.expires {
-            return Err(ApiError::unauthorized());
+        (alive && k8s_openapi::jiff::Timestamp::now().as_second() <= issued.expires)
+            .then(|| service_account_user(&issued.namespace, &issued.name, &issued.uid))
+    }
+
+    /// `TokenReview` (`authentication.k8s.io/v1`): the review with `status` filled as the tokenreview storage does
+    /// it: `authenticated` and `user` for a known token, only an empty `user` (`authenticated: false` is omitted by
+    /// Go's encoder) for any other, no `error` (the token authenticators report an unknown opaque token as not
+    /// authenticated, not as an error).
+    pub fn review_token(&self, store: &Store, body: &Value) -> Result<Value, ApiError> {
+        let token = body.pointer("/spec/token").and_then(Value::as_str).unwrap_or("");
+        if token.is_empty() {
+            return Err(ApiError::bad_request("token is required for TokenReview in authentication"));
         }
-        Ok(service_account_user(&issued.namespace, &issued.name, &issued.uid))
+        let status = match self.user_of_token(store, token) {
+            Some(u) => {
+                let mut user = serde_json::Map::new();
+                user.insert("username".into(), json!(u.name));
+                if !u.uid.is_empty() {
+                    user.insert("uid".into(), json!(u.uid));
+                }
+                user.insert("groups".into(), json!(u.groups));
+                let audiences = body
+                    .pointer("/spec/audiences")
+                    .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+                    .cloned()
+                    .unwrap_or_else(|| json!(["https://kubernetes.default.svc.cluster.local"]));
+                json!({"authenticated": true, "user": user, "audiences": audiences})
+            }
+            None => json!({"user": {}}),
+        };
+        let mut out = body.clone();
+        if let Value::Object(m) = &mut out {
+            m.insert("status".into(), status);
+            if let Value::Object(md) = m.entry("metadata").or_insert_with(|| json!({})) {
+                md.insert("creationTimestamp".into(), Value::Null);
+            }
+        }
+        Ok(out)
     }
 
     /// `serviceaccounts/token` (TokenRequest): issues an opaque bearer token for the account.
@@ -645,6 +684,11 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
             CLUSTER_ROLES,
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:basic-user"),
             "rules": [rule(&["authorization.k8s.io"], &["selfsubjectaccessreviews", "selfsubjectrulesreviews"], &["create"]), rule(&["authentication.k8s.io"], &["selfsubjectreviews"], &["create"])]}),
+        ),
+        (
+            CLUSTER_ROLES,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta("system:auth-delegator"),
+            "rules": [rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]), rule(&["authorization.k8s.io"], &["subjectaccessreviews"], &["create"])]}),
         ),
         (
             CLUSTER_ROLES,

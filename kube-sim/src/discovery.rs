@@ -50,6 +50,80 @@ pub fn api_group(catalog: &Catalog, name: &str) -> Option<Value> {
     Some(v)
 }
 
+/// The aggregator's `groupPriorityMinimum` and `versionPriority` of a built-in group version (kube-apiserver's
+/// `apiVersionPriorities`); `None` for group versions it registers no APIService for.
+fn api_service_priority(group: &str, version: &str) -> Option<(i64, i64)> {
+    Some(match (group, version) {
+        ("", "v1") => (18000, 1),
+        ("apps", "v1") => (17800, 15),
+        ("events.k8s.io", "v1") => (17750, 15),
+        ("authentication.k8s.io", "v1") => (17700, 15),
+        ("authorization.k8s.io", "v1") => (17600, 15),
+        ("autoscaling", "v1") => (17500, 15),
+        ("autoscaling", "v2") => (17500, 30),
+        ("batch", "v1") => (17400, 15),
+        ("certificates.k8s.io", "v1") => (17300, 15),
+        ("networking.k8s.io", "v1") => (17200, 15),
+        ("policy", "v1") => (17100, 15),
+        ("rbac.authorization.k8s.io", "v1") => (17000, 15),
+        ("storage.k8s.io", "v1") => (16800, 15),
+        ("apiextensions.k8s.io", "v1") | ("admissionregistration.k8s.io", "v1") => (16700, 15),
+        ("scheduling.k8s.io", "v1") => (16600, 15),
+        ("coordination.k8s.io", "v1") => (16500, 15),
+        ("node.k8s.io", "v1") => (16300, 15),
+        ("discovery.k8s.io", "v1") => (16200, 15),
+        _ => return None,
+    })
+}
+
+/// A local APIService (no `service`: served by kube-apiserver itself), `Available` as the availability controller
+/// marks local ones; `automanaged` is `onstart` for built-in group versions, `true` for CRD ones.
+fn local_api_service(group: &str, version: &str, priorities: (i64, i64), automanaged: &str) -> Value {
+    let mut spec = Map::new();
+    if !group.is_empty() {
+        spec.insert("group".into(), json!(group));
+    }
+    spec.insert("version".into(), json!(version));
+    spec.insert("groupPriorityMinimum".into(), json!(priorities.0));
+    spec.insert("versionPriority".into(), json!(priorities.1));
+    json!({
+        "apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService",
+        "metadata": {"name": format!("{version}.{group}"), "labels": {"kube-aggregator.kubernetes.io/automanaged": automanaged}},
+        "spec": spec,
+        "status": {"conditions": [{"type": "Available", "status": "True", "lastTransitionTime": crate::meta::now(),
+            "reason": "Local", "message": "Local APIServices are always available"}]},
+    })
+}
+
+/// The APIServices the aggregator registers at start for the group versions kube-apiserver serves itself
+/// (`v1.`, `v1.apps`, ...), with its priorities. The aggregator's own group is not among them.
+pub fn local_api_services(catalog: &Catalog) -> Vec<Value> {
+    let mut out = Vec::new();
+    for g in catalog.groups() {
+        for (version, _) in &g.versions {
+            if let Some(priorities) = api_service_priority(&g.name, version) {
+                out.push(local_api_service(&g.name, version, priorities, "onstart"));
+            }
+        }
+    }
+    out
+}
+
+/// The APIServices the CRD registration controller keeps for the group versions custom resources are served at
+/// (`groupPriorityMinimum` 1000, `versionPriority` 100).
+pub fn crd_api_services(catalog: &Catalog) -> Vec<Value> {
+    let mut out = Vec::new();
+    for g in catalog.groups() {
+        for (version, defs) in &g.versions {
+            if defs.iter().any(|d| d.is_custom()) {
+                out.push(local_api_service(&g.name, version, (1000, 100), "true"));
+            }
+        }
+    }
+    out
+}
+
 /// A stable hash of a resource's identity, as `storageVersionHash` (clients only compare it).
 fn storage_version_hash(rd: &ResourceDef) -> String {
     use base64::Engine;

@@ -1,5 +1,7 @@
-//! JSON value helpers for the write path.
+//! JSON value helpers for the write path, and the field order of encoded objects.
 
+use serde::Serialize;
+use serde::ser::SerializeMap;
 use serde_json::{Map, Value};
 
 /// `a == b`, computed for less. serde_json's map equality looks every key of one map up in the other (a SipHash of
@@ -42,6 +44,43 @@ pub fn opt_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
     }
 }
 
+/// Whether objects of `api_version` are Go structs on a real server, encoded `kind` first: the built-in groups (no
+/// dot, or `*.k8s.io`: a CRD's group has a dot and needs an approval annotation for `*.k8s.io`). Custom resources
+/// are unstructured maps, encoded with sorted keys.
+pub fn is_typed(api_version: &str) -> bool {
+    match api_version.rsplit_once('/') {
+        None => true,
+        Some((group, _)) => !group.contains('.') || group.ends_with(".k8s.io"),
+    }
+}
+
+/// An object in the real server's order: for built-in kinds `kind`, then `apiVersion`, for custom resources
+/// `apiVersion`, then `kind`; then the other fields in the map's order. Only the top level is reordered, while it is
+/// written: no copy.
+pub struct WireOrder<'a>(pub &'a Value);
+
+impl Serialize for WireOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Value::Object(m) = self.0 else { return self.0.serialize(s) };
+        let (Some(kind), Some(api_version)) = (m.get("kind"), m.get("apiVersion")) else { return self.0.serialize(s) };
+        let mut map = s.serialize_map(Some(m.len()))?;
+        if api_version.as_str().is_some_and(is_typed) {
+            map.serialize_entry("kind", kind)?;
+            map.serialize_entry("apiVersion", api_version)?;
+        } else {
+            // Sorted, as Go writes a map (the rest of the object keeps the map's order).
+            map.serialize_entry("apiVersion", api_version)?;
+            map.serialize_entry("kind", kind)?;
+        }
+        for (k, v) in m {
+            if k != "kind" && k != "apiVersion" {
+                map.serialize_entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,6 +92,20 @@ mod tests {
             Value::Array(a) => Value::Array(a.iter().map(reordered).collect()),
             other => other.clone(),
         }
+    }
+
+    #[test]
+    fn wire_order_puts_type_meta_first_as_go_does() {
+        let encode = |v: Value| serde_json::to_string(&WireOrder(&reordered(&v))).unwrap();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        assert!(encode(pod).starts_with(r#"{"kind":"Pod","apiVersion":"v1","#));
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment"});
+        assert_eq!(encode(deployment), r#"{"kind":"Deployment","apiVersion":"apps/v1"}"#);
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition"});
+        assert!(encode(crd).starts_with(r#"{"kind":"#));
+        let custom = json!({"kind": "GameDeployment", "apiVersion": "tkex.tencent.com/v1alpha1", "spec": {}});
+        assert!(encode(custom).starts_with(r#"{"apiVersion":"tkex.tencent.com/v1alpha1","kind":"GameDeployment","#));
+        assert_eq!(encode(json!({"a": 1})), r#"{"a":1}"#);
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod faults;
 mod json;
 mod jsonpath;
 mod kubelet;
+mod logs;
 mod managed;
 mod manifests;
 mod meta;
@@ -329,6 +330,14 @@ fn bootstrap(registry: &registry::Registry) -> Result<(), Error> {
     registry
         .create(&classes, "", volumes::default_storage_class(), &mut ctx)
         .map_err(|source| Error::Bootstrap { what: "storage class standard".into(), source: Box::new(source) })?;
+    let apiservices = get("apiregistration.k8s.io", "v1", "apiservices")?;
+    for obj in discovery::local_api_services(&catalog) {
+        let (name, status) = (meta::name(&obj).to_string(), obj.get("status").cloned().unwrap_or_default());
+        let error = |source| Error::Bootstrap { what: format!("apiservice {name}"), source: Box::new(source) };
+        registry.create(&apiservices, "", obj.clone(), &mut ctx).map_err(error)?;
+        // Created without status (as every write of the main resource), then made Available.
+        registry.write_status_if_changed(&apiservices.storage, &name, |_| status.clone()).map_err(error)?;
+    }
     for (storage, obj) in auth::bootstrap_policy() {
         let plural = storage.split('.').next().unwrap_or(storage);
         let rd = get("rbac.authorization.k8s.io", "v1", plural)?;
@@ -360,6 +369,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         admission.caller.set_service_address(a.clone());
     }
     admission.caller.set_client_auth(config.admission_client_auth.clone());
+    let pod_logs = Arc::new(logs::PodLogs::default());
     let state = Arc::new(server::AppState {
         registry: registry.clone(),
         faults: faults.clone(),
@@ -370,6 +380,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         aggregated_discovery: config.aggregated_discovery,
         max_body: config.max_body_bytes,
         admission: admission.clone(),
+        logs: pod_logs.clone(),
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut server_shutdown = shutdown_rx.clone();
@@ -408,9 +419,10 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     let url = format!("http://{addr}");
     if let Some(kcfg) = config.kubelet.clone() {
         let client = client_for(&url, None)?;
+        let logs = pod_logs.clone();
         let stop = shutdown_rx.clone();
         background.push(tokio::spawn(async move {
-            if let Err(e) = kubelet::run(client, kcfg, stop).await {
+            if let Err(e) = kubelet::run(client, kcfg, logs, stop).await {
                 tracing::error!(error = %e, "kubelet simulator stopped");
             }
         }));

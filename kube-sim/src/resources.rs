@@ -277,6 +277,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
+    use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
     vec![
         builtin::<core::Namespace>(Special::Namespace)
             .short(&["ns"])
@@ -289,7 +290,8 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
             .categories(&["all"])
             .status()
             .extra("binding", &["create"])
-            .extra("eviction", &["create"]),
+            .extra("eviction", &["create"])
+            .extra("log", &["get"]),
         builtin::<core::Event>(Special::CoreEvent).short(&["ev"]),
         builtin::<core::ConfigMap>(Special::ConfigMap).short(&["cm"]),
         builtin::<core::Secret>(Special::Secret),
@@ -344,6 +346,11 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<autoscaling::HorizontalPodAutoscaler>(Special::Plain).short(&["hpa"]).categories(&["all"]).status(),
         builtin::<storage::StorageClass>(Special::Plain).short(&["sc"]),
         builtin::<scheduling::PriorityClass>(Special::Plain).short(&["pc"]),
+        // Named `<version>.<group>` (`v1.` for the core group), which the aggregator validates itself.
+        builtin::<apiregistration::APIService>(Special::Plain)
+            .categories(&["api-extensions"])
+            .status()
+            .name_rule(NameRule::PathSegment),
         builtin::<admissionregistration::ValidatingWebhookConfiguration>(Special::Plain)
             .categories(&["api-extensions"]),
         review::<authz::SelfSubjectAccessReview>(),
@@ -351,6 +358,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         review::<authz::SelfSubjectRulesReview>(),
         review::<authz::LocalSubjectAccessReview>(),
         review::<authn::SelfSubjectReview>(),
+        review::<authn::TokenReview>(),
     ]
 }
 

@@ -4,6 +4,8 @@
 //! so every constructor reproduces the real apiserver's wording, including its quirks
 //! (`details.kind` holds the *resource* name for most errors, but the *kind* for `Invalid`).
 
+use serde::Serialize;
+use serde::ser::{SerializeMap, SerializeSeq};
 use serde_json::{Map, Value, json};
 
 /// A group-qualified resource name (`pods`, `deployments.apps`), as used in error messages.
@@ -215,22 +217,10 @@ impl ApiError {
         self
     }
 
-    /// The `Status` object sent to clients.
-    pub fn to_status(&self) -> Value {
-        let mut s = Map::new();
-        s.insert("kind".into(), json!("Status"));
-        s.insert("apiVersion".into(), json!("v1"));
-        s.insert("metadata".into(), json!({}));
-        s.insert("status".into(), json!("Failure"));
-        s.insert("message".into(), json!(self.message));
-        if !self.reason.is_empty() {
-            s.insert("reason".into(), json!(self.reason));
-        }
-        if let Some(d) = &self.details {
-            s.insert("details".into(), (**d).clone());
-        }
-        s.insert("code".into(), json!(self.code));
-        Value::Object(s)
+    /// The `Status` object sent to clients, in the real server's field order (`kind`, `apiVersion`, `metadata`, `status`, `message`, `reason`,
+    /// `details`, `code`: the Go struct's), whatever order the JSON maps keep.
+    pub fn status_doc(&self) -> StatusDoc<'_> {
+        StatusDoc(self)
     }
 
     pub fn not_found(gr: &GroupResource, name: &str) -> Self {
@@ -417,19 +407,95 @@ mod tests {
             "Pod \"p\" is invalid: [spec.containers: Required value, metadata.name: Invalid value: \"A\": bad]"
         );
         assert_eq!(many.code, 422);
-        assert_eq!(many.to_status()["details"]["causes"][0]["reason"], "FieldValueRequired");
+        assert_eq!(
+            serde_json::to_value(many.status_doc()).unwrap()["details"]["causes"][0]["reason"],
+            "FieldValueRequired"
+        );
     }
 
     #[test]
     fn not_found_uses_group_resource_and_resource_as_kind() {
         let e = ApiError::not_found(&GroupResource::new("apps", "deployments"), "web");
         assert_eq!(e.message, "deployments.apps \"web\" not found");
-        assert_eq!(e.to_status()["details"], json!({"name": "web", "group": "apps", "kind": "deployments"}));
+        assert_eq!(
+            serde_json::to_value(e.status_doc()).unwrap()["details"],
+            json!({"name": "web", "group": "apps", "kind": "deployments"})
+        );
     }
 
     #[test]
     fn not_supported_lists_quoted_values() {
         let e = FieldError::not_supported("spec.x", json!("Foo"), &["A".to_string(), "B".to_string()]);
         assert_eq!(e.to_string(), "spec.x: Unsupported value: \"Foo\": supported values: \"A\", \"B\"");
+    }
+}
+
+/// [`ApiError::status_doc`].
+pub struct StatusDoc<'a>(&'a ApiError);
+
+/// A map written with `order`'s keys first (in that order), then its other keys.
+struct Ordered<'a>(&'a Map<String, Value>, &'static [&'static str]);
+
+/// `StatusDetails`' fields in the Go struct's order.
+const DETAILS_ORDER: &[&str] = &["name", "group", "kind", "uid", "causes", "retryAfterSeconds"];
+/// `StatusCause`'s fields in the Go struct's order.
+const CAUSE_ORDER: &[&str] = &["reason", "message", "field"];
+
+struct Causes<'a>(&'a [Value]);
+
+impl Serialize for Causes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for c in self.0 {
+            match c {
+                Value::Object(m) => seq.serialize_element(&Ordered(m, CAUSE_ORDER))?,
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+impl Serialize for Ordered<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Ordered(m, order) = *self;
+        let mut map = s.serialize_map(Some(m.len()))?;
+        let mut entry = |k: &str, v: &Value| match (k, v) {
+            ("causes", Value::Array(c)) if order == DETAILS_ORDER => map.serialize_entry(k, &Causes(c)),
+            _ => map.serialize_entry(k, v),
+        };
+        for k in order {
+            if let Some(v) = m.get(*k) {
+                entry(k, v)?;
+            }
+        }
+        for (k, v) in m {
+            if !order.contains(&k.as_str()) {
+                entry(k, v)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl Serialize for StatusDoc<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("kind", "Status")?;
+        map.serialize_entry("apiVersion", "v1")?;
+        map.serialize_entry("metadata", &Map::new())?;
+        map.serialize_entry("status", "Failure")?;
+        map.serialize_entry("message", &e.message)?;
+        if !e.reason.is_empty() {
+            map.serialize_entry("reason", &e.reason)?;
+        }
+        match e.details.as_deref() {
+            Some(Value::Object(d)) => map.serialize_entry("details", &Ordered(d, DETAILS_ORDER))?,
+            Some(d) => map.serialize_entry("details", d)?,
+            None => {}
+        }
+        map.serialize_entry("code", &e.code)?;
+        map.end()
     }
 }

@@ -69,7 +69,7 @@ struct EncodedLine {
 pub fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>) {
     let mut line = line_start(kind, 512);
     let start = line.len();
-    let _ = serde_json::to_writer(&mut line, object);
+    let _ = serde_json::to_writer(&mut line, &crate::json::WireOrder(object));
     let end = line.len();
     line.extend_from_slice(b"}\n");
     (Bytes::from(line), start..end)
@@ -127,7 +127,7 @@ impl Encoded {
     pub fn object(&self, api_version: &str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Bytes {
         match self.kept(api_version, view) {
             Ok(e) => e.line.slice(e.object.clone()),
-            Err(object) => Bytes::from(serde_json::to_vec(&*object).unwrap_or_default()),
+            Err(object) => Bytes::from(serde_json::to_vec(&crate::json::WireOrder(&object)).unwrap_or_default()),
         }
     }
 
@@ -918,7 +918,7 @@ mod tests {
         assert!(s.encoded_for("pods", "default/b", &b).is_none());
         let shared = s.encoded_for("pods", "default/a", &b).expect("the newest version's encoding");
         let object = shared.object("v1", || (b.clone(), true));
-        assert_eq!(object, serde_json::to_vec(&*b).unwrap());
+        assert_eq!(object, serde_json::to_vec(&crate::json::WireOrder(&b)).unwrap());
         let items: Vec<WatchItem> = std::iter::from_fn(|| reg.rx.try_recv().ok()).collect();
         let WatchItem::Event { kind: EventKind::Modified, encoded: Some(e), .. } = &items[1] else {
             panic!("{items:?}")

@@ -322,6 +322,12 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             col("Holder", "string", "", "HolderIdentity contains the identity of the holder of a current lease.", 0),
             age_col(),
         ],
+        (_, "APIService") => vec![
+            name_col(),
+            col("Service", "string", "", "The reference to the service that hosts this API endpoint.", 0),
+            col("Available", "string", "", "Whether this service is available.", 0),
+            age_col(),
+        ],
         (_, "ValidatingWebhookConfiguration") => vec![
             name_col(),
             col(
@@ -457,6 +463,19 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
             ]
         }
         (_, "Lease") => vec![name, json!(s(obj, &["spec", "holderIdentity"])), json!(age(obj))],
+        (_, "APIService") => {
+            let service = match obj.pointer("/spec/service") {
+                Some(svc) if !svc.is_null() => format!("{}/{}", s(svc, &["namespace"]), s(svc, &["name"])),
+                _ => "Local".to_string(),
+            };
+            let conditions = obj.pointer("/status/conditions").and_then(Value::as_array);
+            let available = match conditions.and_then(|c| c.iter().find(|c| c["type"] == "Available")) {
+                Some(c) if c["status"] == "True" => "True".to_string(),
+                Some(c) => format!("{} ({})", s(c, &["status"]), s(c, &["reason"])),
+                None => "Unknown".to_string(),
+            };
+            vec![name, json!(service), json!(available), json!(age(obj))]
+        }
         (_, "ValidatingWebhookConfiguration") => {
             vec![name, json!(obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len)), json!(age(obj))]
         }

@@ -11,4 +11,5 @@ mod kubelet_endpoints;
 mod kubelet_faults;
 mod kubelet_kubectl;
 mod kubelet_lifecycle;
+mod kubelet_logs;
 mod kubelet_scale;

@@ -27,16 +27,17 @@ use tokio::time::Instant;
 use super::Error;
 use super::behaviour::PodBehaviour;
 use super::config::ValidConfig;
-use super::endpoint::{self, EndpointSpec, Endpoints};
+use super::endpoint::{self, EndpointSpec, Endpoints, LogTarget};
 use super::events;
 use super::image;
 use super::ipam::{self, PodIpPool};
 use super::lean::LeanPod;
 use super::node::FakeNode;
-use super::runtime::{PodInput, PodRuntime, State, Timings, after};
+use super::runtime::{KillReason, PodInput, PodRuntime, State, Timings, Transition, after};
 use super::scheduler::{self, Decision, NodeInfo, Request};
 use super::status::{self, StatusInput};
 use super::writes::{Outcome, PodRef, WriteError, Writer};
+use crate::logs::PodLogs;
 
 /// How often pods that did not fit anywhere are tried again even if nothing seems to have changed
 /// (the default scheduler flushes its unschedulable queue periodically too).
@@ -194,10 +195,12 @@ pub(crate) struct Agent {
     schedule_needed: bool,
     spawner: Spawner,
     outcomes_rx: mpsc::UnboundedReceiver<Outcome>,
+    /// The containers' simulated logs.
+    logs: Arc<PodLogs>,
 }
 
 impl Agent {
-    pub(crate) fn new(client: Client, config: ValidConfig) -> Self {
+    pub(crate) fn new(client: Client, config: ValidConfig, logs: Arc<PodLogs>) -> Self {
         let raw = &config.raw;
         let timings = Timings {
             start_delay: raw.start_delay,
@@ -237,6 +240,7 @@ impl Agent {
             },
             outcomes_rx,
             config,
+            logs,
         }
     }
 
@@ -349,6 +353,7 @@ impl Agent {
             return;
         };
         self.endpoints.remove_pod(uid);
+        self.logs.remove_pod(uid);
         if let Some(runtime) = &entry.runtime {
             self.ips.release(runtime.ip);
         }
@@ -661,7 +666,11 @@ impl Agent {
         };
         let timings = &self.timings;
         let mut wake = runtime.advance(&PodInput { pod: &entry.pod, behaviour: &behaviour, timings, now });
-        let happened: Vec<Event> = std::mem::take(&mut runtime.transitions)
+        let transitions = std::mem::take(&mut runtime.transitions);
+        for transition in &transitions {
+            log_transition(&self.logs, &entry.pod, uid, runtime.ip, transition, now);
+        }
+        let happened: Vec<Event> = transitions
             .iter()
             .flat_map(|transition| events::for_transition(&entry.pod, &node, transition, now))
             .collect();
@@ -674,7 +683,11 @@ impl Agent {
             ready_delay: timings.ready_delay,
             now,
         }));
-        let servers = desired_endpoints(&entry.pod, runtime, &behaviour);
+        let statuses = desired.container_statuses.iter().chain(desired.init_container_statuses.iter()).flatten();
+        for ready in statuses.filter(|c| c.ready) {
+            self.logs.ready(uid, &ready.name, now, || format!("[kube-sim] container {} is ready", ready.name));
+        }
+        let servers = desired_endpoints(&entry.pod, runtime, &behaviour, &self.logs);
         let stopped = runtime.stopped;
         let failures = self.endpoints.reconcile(uid, servers);
         if failures != entry.endpoint_failures {
@@ -820,19 +833,50 @@ fn wants_scheduling(entry: &PodEntry) -> bool {
 }
 
 /// The servers the pod's running containers provide.
-fn desired_endpoints(pod: &Pod, runtime: &PodRuntime, behaviour: &PodBehaviour) -> Vec<EndpointSpec> {
+/// What the container would print about a transition of its simulated life.
+fn log_transition(logs: &PodLogs, pod: &Pod, uid: &str, ip: Ipv4Addr, transition: &Transition, now: Timestamp) {
+    match transition {
+        Transition::Started { container, image, .. } => {
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            let line = format!(
+                "[kube-sim] container {container} started from image {image} in pod {namespace}/{name}, pod IP {ip}"
+            );
+            logs.started(uid, container, now, line);
+        }
+        Transition::Killing { container, reason, .. } => {
+            let line = match reason {
+                KillReason::SpecChanged => "[kube-sim] stopping: the container's image changed (in-place update)",
+                KillReason::PodDeleted => "[kube-sim] received SIGTERM: the pod is being deleted",
+            };
+            logs.line(uid, container, now, line.to_string());
+        }
+        Transition::BackOff { container, .. } => {
+            logs.line(uid, container, now, format!("[kube-sim] container {container} exited"));
+        }
+    }
+}
+
+fn desired_endpoints(
+    pod: &Pod,
+    runtime: &PodRuntime,
+    behaviour: &PodBehaviour,
+    logs: &Arc<PodLogs>,
+) -> Vec<EndpointSpec> {
     if runtime.stopped {
         return Vec::new();
     }
     let declared: Vec<_> =
         pod.spec.iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).collect();
     let mut servers: Vec<EndpointSpec> = Vec::new();
-    let mut any_running = false;
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let mut first_running = None;
     for container in runtime.all_containers() {
         if !matches!(container.state, State::Running { .. }) {
             continue;
         }
-        any_running = true;
+        let target = LogTarget { logs: logs.clone(), pod_uid: uid.to_owned(), container: container.name.clone() };
+        first_running.get_or_insert_with(|| target.clone());
         let Some(declared) = declared.iter().find(|c| c.name == container.name) else {
             continue;
         };
@@ -840,12 +884,23 @@ fn desired_endpoints(pod: &Pod, runtime: &PodRuntime, behaviour: &PodBehaviour) 
         let mut running = (*declared).clone();
         running.image = Some(container.image.clone());
         if let Some(server) = image::builtin_server(&running) {
-            servers.extend(endpoint::builtin_specs(runtime.ip, &server));
+            servers.extend(
+                endpoint::builtin_specs(runtime.ip, &server)
+                    .into_iter()
+                    .map(|spec| EndpointSpec { log: Some(target.clone()), ..spec }),
+            );
         }
     }
-    if any_running && let Some(http) = &behaviour.http {
+    if let Some(target) = first_running
+        && let Some(http) = &behaviour.http
+    {
+        // The annotations' servers belong to the pod; the first running container logs their requests.
         servers.retain(|server| !http.ports.contains(&server.port));
-        servers.extend(endpoint::annotation_specs(runtime.ip, http));
+        servers.extend(
+            endpoint::annotation_specs(runtime.ip, http)
+                .into_iter()
+                .map(|spec| EndpointSpec { log: Some(target.clone()), ..spec }),
+        );
     }
     let mut seen = HashSet::new();
     servers.retain(|server| seen.insert(server.port));
@@ -925,7 +980,7 @@ mod tests {
         let ip = Ipv4Addr::new(127, 3, 0, 1);
         let mut runtime = PodRuntime::start(&pod, "n", ip, Ipv4Addr::LOCALHOST, &timings, t0);
         let behaviour = PodBehaviour::default();
-        assert!(desired_endpoints(&pod, &runtime, &behaviour).is_empty(), "not started yet");
+        assert!(desired_endpoints(&pod, &runtime, &behaviour, &Arc::default()).is_empty(), "not started yet");
 
         let advance = |runtime: &PodRuntime, pod: &Pod, now| {
             let mut rt = runtime.clone();
@@ -933,14 +988,14 @@ mod tests {
             rt
         };
         runtime = advance(&runtime, &pod, t0);
-        let servers = desired_endpoints(&pod, &runtime, &behaviour);
+        let servers = desired_endpoints(&pod, &runtime, &behaviour, &Arc::default());
         assert_eq!(servers.len(), 1);
         assert_eq!((servers[0].ip, servers[0].port), (ip, 9091));
 
         // Image changes to something without a server: gone during the restart and after it.
         pod.spec.as_mut().unwrap().containers[0].image = Some("python:3.5".into());
         runtime = advance(&runtime, &pod, t0);
-        assert!(desired_endpoints(&pod, &runtime, &behaviour).is_empty());
+        assert!(desired_endpoints(&pod, &runtime, &behaviour, &Arc::default()).is_empty());
 
         let annotations = [
             (crate::kubelet::behaviour::HTTP_PORT.to_string(), "9091".to_string()),
@@ -951,7 +1006,7 @@ mod tests {
         let later = t0.saturating_add(Duration::from_secs(2)).unwrap();
         let mut rt = runtime.clone();
         rt.advance(&PodInput { pod: &pod, behaviour: &behaviour, timings: &timings, now: later });
-        let servers = desired_endpoints(&pod, &rt, &behaviour);
+        let servers = desired_endpoints(&pod, &rt, &behaviour, &Arc::default());
         assert_eq!(servers.len(), 1);
         assert!(matches!(servers[0].responder, endpoint::Responder::Fixed { status: 500, .. }));
     }

@@ -9,7 +9,8 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -20,8 +21,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use k8s_openapi::jiff::Timestamp;
+
 use super::behaviour::HttpBehaviour;
 use super::image::{BuiltinServer, CANARY_HOOK_BODY};
+use crate::logs::PodLogs;
 
 /// How a server answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +42,43 @@ pub struct EndpointSpec {
     pub ip: Ipv4Addr,
     pub port: u16,
     pub responder: Responder,
+    /// The container whose log records the server's requests.
+    pub log: Option<LogTarget>,
+}
+
+/// Where a server logs its requests: a container's log, as `python -m http.server` prints them.
+#[derive(Clone)]
+pub struct LogTarget {
+    pub logs: Arc<PodLogs>,
+    pub pod_uid: String,
+    pub container: String,
+}
+
+impl std::fmt::Debug for LogTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LogTarget({}/{})", self.pod_uid, self.container)
+    }
+}
+
+impl PartialEq for LogTarget {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.pod_uid, &self.container) == (&other.pod_uid, &other.container)
+    }
+}
+
+impl Eq for LogTarget {}
+
+impl LogTarget {
+    /// `127.0.0.1 - - [28/Nov/2026 02:18:00] "GET / HTTP/1.1" 200 -`, the access line of Python's `http.server`.
+    fn request(&self, client: IpAddr, method: &Method, path: &str, status: StatusCode) {
+        let now = Timestamp::now();
+        let line = format!(
+            "{client} - - [{}] \"{method} {path} HTTP/1.1\" {} -",
+            now.strftime("%d/%b/%Y %H:%M:%S"),
+            status.as_u16()
+        );
+        self.logs.line(&self.pod_uid, &self.container, now, line);
+    }
 }
 
 /// The servers of a container running a built-in image.
@@ -48,6 +89,7 @@ pub fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<EndpointSpec> 
             .map(|port| EndpointSpec {
                 ip,
                 port: *port,
+                log: None,
                 responder: Responder::Fixed {
                     status: 200,
                     body: CANARY_HOOK_BODY.to_owned(),
@@ -57,7 +99,7 @@ pub fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<EndpointSpec> 
             })
             .collect(),
         BuiltinServer::PythonHttpServer { port } => {
-            vec![EndpointSpec { ip, port: *port, responder: Responder::PythonDirectory }]
+            vec![EndpointSpec { ip, port: *port, responder: Responder::PythonDirectory, log: None }]
         }
     }
 }
@@ -69,6 +111,7 @@ pub fn annotation_specs(ip: Ipv4Addr, http: &HttpBehaviour) -> Vec<EndpointSpec>
         .map(|port| EndpointSpec {
             ip,
             port: *port,
+            log: None,
             responder: Responder::Fixed {
                 status: http.status,
                 body: http.body.clone(),
@@ -166,18 +209,18 @@ fn start(spec: &EndpointSpec) -> std::io::Result<Running> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     let (responder, answers) = watch::channel(spec.responder.clone());
-    let task = tokio::spawn(serve(listener, answers));
+    let task = tokio::spawn(serve(listener, answers, spec.log.clone()));
     Ok(Running { ip: spec.ip, port: spec.port, responder, task })
 }
 
-async fn serve(listener: TcpListener, answers: watch::Receiver<Responder>) {
+async fn serve(listener: TcpListener, answers: watch::Receiver<Responder>, log: Option<LogTarget>) {
     // Connections live in this set so that aborting the server aborts them too.
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, client) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         tracing::debug!(error = %e, "accept failed");
                         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -185,11 +228,20 @@ async fn serve(listener: TcpListener, answers: watch::Receiver<Responder>) {
                     }
                 };
                 let answers = answers.clone();
+                let log = log.clone();
                 connections.spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
+                    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                         // Each request gets the answer current when it arrives.
                         let responder = answers.borrow().clone();
-                        async move { Ok::<_, Infallible>(respond(&responder, request).await) }
+                        let log = log.clone();
+                        async move {
+                            let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+                            let response = respond(&responder, request).await;
+                            if let Some(log) = &log {
+                                log.request(client.ip(), &method, &path, response.status());
+                            }
+                            Ok::<_, Infallible>(response)
+                        }
                     });
                     let connection = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service);

@@ -16,7 +16,8 @@
 //! - graceful deletion over the (scaled) grace period, finalizers respected by the API server;
 //! - per-pod behaviour from `kube-sim.kourse.dev/*` annotations (see [`behaviour`]) and HTTP
 //!   servers for well-known images (see [`image`]);
-//! - the Events both components record, so `kubectl describe pod` reads as on a cluster.
+//! - the Events both components record, so `kubectl describe pod` reads as on a cluster;
+//! - container logs telling the same story (see [`crate::logs`]), for `kubectl logs`.
 
 mod agent;
 pub mod behaviour;
@@ -47,12 +48,14 @@ pub enum Error {
 /// Runs the simulated scheduler and kubelets until `shutdown` turns true (or its sender is
 /// dropped). API errors never end it: every failed call is retried with back-off, watches are
 /// re-established, so it survives API server restarts and injected faults. On return, every
-/// HTTP server it started is stopped and its pod addresses are released.
+/// HTTP server it started is stopped and its pod addresses are released. The containers' simulated logs go into
+/// `logs` (which kube-sim's API server serves as `pods/NAME/log`).
 pub async fn run(
     client: kube::Client,
     config: KubeletConfig,
+    logs: std::sync::Arc<crate::logs::PodLogs>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), Error> {
     let config = config.validate()?;
-    agent::Agent::new(client.clone(), config).run(client, shutdown).await
+    agent::Agent::new(client.clone(), config, logs).run(client, shutdown).await
 }

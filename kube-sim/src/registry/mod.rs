@@ -525,7 +525,7 @@ impl Registry {
     }
 
     /// OpenAPI schema validation of a custom resource, then its CEL rules as far as kube-sim
-    /// evaluates them (transition rules on updates, given `old`), unless `earlier` or the schema
+    /// evaluates them (presence rules, and transition rules on updates, given `old`), unless `earlier` or the schema
     /// validation found a blocking error, as the customresource strategy does.
     fn schema_errors(
         &self,
@@ -544,6 +544,7 @@ impl Registry {
             match crate::schema::transition::blocking_error(&all) {
                 Some(blocked) => errs.push(blocked),
                 None => {
+                    errs.extend(crate::schema::transition::validate_presence(c, obj));
                     if let Some(old) = old {
                         errs.extend(crate::schema::transition::validate_update(c, obj, old));
                     }
@@ -949,14 +950,41 @@ impl Registry {
                 });
                 if spec_changed {
                     self.establish_crd(crd);
+                    self.sync_crd_api_services();
                 }
             }
             (Special::Crd, None) => {
                 if let Some(o) = old {
                     self.catalog.set_crd(meta::name(o), vec![]);
+                    self.sync_crd_api_services();
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Keeps one APIService per group version custom resources are served at, as the CRD registration
+    /// controller does: creates the missing ones, deletes those (`automanaged: true`) no CRD serves any more.
+    fn sync_crd_api_services(&self) {
+        const API_SERVICES: &str = "apiservices.apiregistration.k8s.io";
+        let desired = crate::discovery::crd_api_services(&self.catalog);
+        let existing = self.store.snapshot(API_SERVICES);
+        for (key, o) in &existing {
+            let managed =
+                o.pointer("/metadata/labels/kube-aggregator.kubernetes.io~1automanaged") == Some(&json!("true"));
+            if managed && !desired.iter().any(|d| meta::name(d) == key) {
+                let _ = self.store.delete(API_SERVICES, key, None);
+            }
+        }
+        for mut d in desired {
+            let name = meta::name(&d).to_string();
+            if existing.iter().any(|(key, _)| *key == name) {
+                continue;
+            }
+            let md = meta::metadata_mut(&mut d);
+            md.insert("uid".into(), json!(meta::new_uid()));
+            md.insert("creationTimestamp".into(), json!(meta::now()));
+            let _ = self.store.create(API_SERVICES, &name, d);
         }
     }
 

@@ -74,6 +74,8 @@ pub(crate) struct Node {
     pub not: Option<NodeId>,
     /// Recognised `self == oldSelf` rules of `x-kubernetes-validations` (see [`transition`]).
     pub transition_rules: Vec<transition::TransitionRule>,
+    /// Recognised `has(self.f)` / `!has(self.f)` rules (see [`transition`]).
+    pub presence_rules: Vec<transition::PresenceRule>,
     /// The node declares `x-kubernetes-validations` (recognised or not).
     pub has_cel_rules: bool,
 }
@@ -222,7 +224,8 @@ impl<'a> Builder<'a> {
         n.min_properties = get_u("minProperties");
         n.max_properties = get_u("maxProperties");
         n.additional_any = matches!(v.get("additionalProperties"), Some(Value::Bool(true)));
-        (n.transition_rules, n.has_cel_rules) = transition::parse_rules(v);
+        let rules = transition::parse_rules(v);
+        (n.transition_rules, n.presence_rules, n.has_cel_rules) = (rules.transition, rules.presence, rules.any);
         self.set.has_cel_rules |= n.has_cel_rules;
         // Store the node before recursing so that self-references resolve to it.
         self.set.nodes[id] = n;

@@ -1,8 +1,13 @@
-//! The one CEL rule kube-sim enforces without a CEL interpreter: the transition rule
-//! `self == oldSelf` in `x-kubernetes-validations` ("this field is immutable"), evaluated as the
-//! apiextensions-apiserver's CEL validator evaluates it.
+//! The CEL rules kube-sim enforces without a CEL interpreter: the transition rule `self == oldSelf`
+//! in `x-kubernetes-validations` ("this field is immutable") and the presence rules `has(self.f)` /
+//! `!has(self.f)` ("this field is required / refused"), evaluated as the apiextensions-apiserver's
+//! CEL validator evaluates them.
 //!
 //! What the real validator does and this module reproduces:
+//! - presence rules run on creates and updates, on every value of their node (object properties,
+//!   map values, items of every kind of list). `has(self.f)` on an object with properties is false
+//!   for an absent field and for a field set to `null` (the validator treats a null nullable field
+//!   as absent); on a map (`additionalProperties`) it tests the key.
 //! - transition rules run on updates only, for a node whose old value can be *correlated*: object
 //!   properties by name, map values (`additionalProperties`) by key, items of
 //!   `x-kubernetes-list-type: map` lists by their keys; items of atomic and set lists are not
@@ -13,7 +18,7 @@
 //!   `metadata.name` and `metadata.generateName` are visible.
 //! - a failure is `field.Invalid(path, <schema type>, message)`, so the cause reads
 //!   `spec: Invalid value: "object": <message>` (`<nil>` for a rule on the root), where the
-//!   message is `message`, a string-literal `messageExpression`, or `failed rule: self == oldSelf`;
+//!   message is `message`, a string-literal `messageExpression`, or `failed rule: <rule>`;
 //!   `reason` picks the error type (`FieldValueForbidden`, `FieldValueRequired`,
 //!   `FieldValueDuplicate`, default `FieldValueInvalid`) and `fieldPath` is appended to the path.
 //! - when the OpenAPI validation already found a blocking error (wrong type, required,
@@ -26,7 +31,8 @@ use serde_json::{Map, Value, json};
 use super::{Cursor, ListType};
 use crate::status::{FieldError, FieldErrorType};
 
-/// One recognised `self == oldSelf` rule of a schema node.
+/// One recognised `self == oldSelf` rule of a schema node (also the failure description of a
+/// [`PresenceRule`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TransitionRule {
     /// The failure detail: `message`, a literal `messageExpression`, or `failed rule: <rule>`.
@@ -35,6 +41,30 @@ pub struct TransitionRule {
     pub reason: Option<String>,
     /// `fieldPath`, relative to the node (`.spec.x` or `.x`).
     pub field_path: Option<String>,
+}
+
+/// One recognised `has(self.f)` (`present`) or `!has(self.f)` rule of a schema node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PresenceRule {
+    pub field: String,
+    /// `true` for `has(self.f)`, `false` for `!has(self.f)`.
+    pub present: bool,
+    pub failure: TransitionRule,
+}
+
+/// `has(self.f)` as `(f, true)`, `!has(self.f)` as `(f, false)` (any spacing), or `None` for any
+/// other rule.
+pub fn presence_rule(rule: &str) -> Option<(String, bool)> {
+    let compact: String = rule.chars().filter(|c| !c.is_whitespace()).collect();
+    let (present, rest) = match compact.strip_prefix('!') {
+        Some(r) => (false, r),
+        None => (true, compact.as_str()),
+    };
+    let field = rest.strip_prefix("has(self.")?.strip_suffix(')')?;
+    let mut chars = field.chars();
+    let ident = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    ident.then(|| (field.to_string(), present))
 }
 
 /// Whether `rule` is the transition rule `self == oldSelf` (either operand order, any spacing).
@@ -67,14 +97,25 @@ pub fn string_literal(expr: &str) -> Option<String> {
     Some(out)
 }
 
-/// Parses a node's `x-kubernetes-validations`: the recognised transition rules, and whether the
-/// node declares any CEL rule at all.
-pub fn parse_rules(v: &Value) -> (Vec<TransitionRule>, bool) {
-    let Some(rules) = v.get("x-kubernetes-validations").and_then(Value::as_array) else { return (vec![], false) };
-    let mut out = Vec::new();
+/// The recognised rules of a node's `x-kubernetes-validations`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rules {
+    pub transition: Vec<TransitionRule>,
+    pub presence: Vec<PresenceRule>,
+    /// The node declares any CEL rule at all (recognised or not).
+    pub any: bool,
+}
+
+/// Parses a node's `x-kubernetes-validations`.
+pub fn parse_rules(v: &Value) -> Rules {
+    let Some(rules) = v.get("x-kubernetes-validations").and_then(Value::as_array) else { return Rules::default() };
+    let mut out = Rules { any: !rules.is_empty(), ..Rules::default() };
     for r in rules {
         let Some(rule) = r.get("rule").and_then(Value::as_str) else { continue };
-        if !is_self_equals_old_self(rule) || r.get("optionalOldSelf").and_then(Value::as_bool) == Some(true) {
+        let presence = presence_rule(rule);
+        let transition =
+            is_self_equals_old_self(rule) && r.get("optionalOldSelf").and_then(Value::as_bool) != Some(true);
+        if presence.is_none() && !transition {
             continue;
         }
         let message = r.get("message").and_then(Value::as_str).map(str::trim).filter(|m| !m.is_empty());
@@ -87,13 +128,17 @@ pub fn parse_rules(v: &Value) -> (Vec<TransitionRule>, bool) {
         let message = from_expression
             .or_else(|| message.map(str::to_string))
             .unwrap_or_else(|| format!("failed rule: {}", rule.trim()));
-        out.push(TransitionRule {
+        let failure = TransitionRule {
             message,
             reason: r.get("reason").and_then(Value::as_str).map(str::to_string),
             field_path: r.get("fieldPath").and_then(Value::as_str).filter(|p| !p.is_empty()).map(str::to_string),
-        });
+        };
+        match presence {
+            Some((field, present)) => out.presence.push(PresenceRule { field, present, failure }),
+            None => out.transition.push(failure),
+        }
     }
-    (out, !rules.is_empty())
+    out
 }
 
 /// The field errors that stop CEL evaluation (`hasBlockingErr` in the customresource strategy).
@@ -124,6 +169,47 @@ pub fn validate_update(root: Cursor<'_>, new: &Value, old: &Value) -> Vec<FieldE
     let mut errs = Vec::new();
     walk(root, new, old, "", true, &mut errs);
     errs
+}
+
+/// Evaluates every presence rule of the schema on `obj` (a create's or an update's new object).
+pub fn validate_presence(root: Cursor<'_>, obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    walk_presence(root, obj, "", true, &mut errs);
+    errs
+}
+
+fn walk_presence(c: Cursor<'_>, v: &Value, path: &str, root: bool, errs: &mut Vec<FieldError>) {
+    let node = c.node();
+    if let Value::Object(m) = v {
+        for rule in &node.presence_rules {
+            // A null field of an object with properties is absent to `has`; a map's key is present whatever its value.
+            let has = m.get(&rule.field).is_some_and(|f| !f.is_null() || node.properties.is_empty());
+            if has != rule.present {
+                errs.push(failure(node.type_.as_deref().unwrap_or(""), path, &rule.failure));
+            }
+        }
+    }
+    match v {
+        Value::Object(m) => {
+            for (k, fv) in m {
+                if root && k == "metadata" {
+                    continue;
+                }
+                if let Some(&id) = node.properties.get(k) {
+                    walk_presence(Cursor { schema: c.schema, id }, fv, &child(path, k), false, errs);
+                } else if let Some(id) = node.additional {
+                    walk_presence(Cursor { schema: c.schema, id }, fv, &format!("{path}[{k}]"), false, errs);
+                }
+            }
+        }
+        Value::Array(items) => {
+            let Some(ic) = c.items() else { return };
+            for (i, iv) in items.iter().enumerate() {
+                walk_presence(ic, iv, &format!("{path}[{i}]"), false, errs);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn child(path: &str, key: &str) -> String {
@@ -253,6 +339,42 @@ mod tests {
         assert_eq!(string_literal(r#""it\"s""#).as_deref(), Some("it\"s"));
         assert_eq!(string_literal("'a' + 'b'"), None);
         assert_eq!(string_literal("self.name"), None);
+    }
+
+    #[test]
+    fn recognises_presence_rules() {
+        assert_eq!(presence_rule("!has(self.exec)"), Some(("exec".to_string(), false)));
+        assert_eq!(presence_rule(" has( self.web ) "), Some(("web".to_string(), true)));
+        assert_eq!(presence_rule("has(self.a.b)"), None);
+        assert_eq!(presence_rule("!has(self.a) || has(self.b)"), None);
+        assert_eq!(presence_rule("has(oldSelf.a)"), None);
+    }
+
+    #[test]
+    fn presence_rules_apply_to_every_value_of_their_node() {
+        let s = from_crd_schema(&json!({
+            "type": "object",
+            "properties": {"spec": {"type": "object", "properties": {
+                "items": {"type": "array", "items": {"type": "object",
+                    "x-kubernetes-validations": [{"rule": "!has(self.exec)", "message": "no exec"}, {"rule": "has(self.name)"}],
+                    "properties": {"name": {"type": "string"}, "exec": {"type": "object", "nullable": true}}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "string", "nullable": true},
+                    "x-kubernetes-validations": [{"rule": "has(self.app)", "reason": "FieldValueRequired"}]}
+            }}}
+        }));
+        let c = Cursor::root(&s);
+        let ok = json!({"spec": {"items": [{"name": "a"}, {"name": "b", "exec": null}], "labels": {"app": null}}});
+        assert!(validate_presence(c, &ok).is_empty());
+        let bad = json!({"spec": {"items": [{"name": "a", "exec": {}}, {}], "labels": {}}});
+        let msgs: Vec<String> = validate_presence(c, &bad).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            msgs,
+            [
+                r#"spec.items[0]: Invalid value: "object": no exec"#,
+                r#"spec.items[1]: Invalid value: "object": failed rule: has(self.name)"#,
+                "spec.labels: Required value: failed rule: has(self.app)",
+            ]
+        );
     }
 
     #[test]

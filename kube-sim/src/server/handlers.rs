@@ -264,6 +264,10 @@ async fn resource_inner(
             }
             _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
         },
+        Some("log") if rd.special == Special::Pod => match (verb, rr.name.as_deref()) {
+            ("get", Some(name)) => pod_log(&c, &ns, name),
+            _ => Err(ApiError::method_not_supported(&rd.group_resource(), verb)),
+        },
         Some("token") if rd.special == Special::ServiceAccount => match (verb, rr.name.as_deref()) {
             ("create", Some(name)) => {
                 let request = parse_body(&body, &c.content_type, "io.k8s.api.authentication.v1.TokenRequest")?;
@@ -283,6 +287,93 @@ async fn resource_inner(
         Ok(_) if decision.timeout_after_write => Err(crate::faults::Faults::timeout_error()),
         other => other,
     }
+}
+
+/// `GET pods/NAME/log`: the container's simulated log as plain text, checked as the pod log REST and the kubelet
+/// check it. `follow=true` is accepted but returns the log as it is (the stream ends at once).
+fn pod_log(c: &Ctx, ns: &str, name: &str) -> Result<Response, ApiError> {
+    let pod = c.st.registry.get(&c.rd, ns, name)?;
+    let number = |key: &str| -> Result<Option<i64>, ApiError> {
+        c.query
+            .get(key)
+            .map(|v| v.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid {key}: {v:?}"))))
+            .transpose()
+    };
+    let flag = |key: &str| c.query.get(key).is_some_and(|v| v == "true" || v == "1");
+    let tail_lines = number("tailLines")?;
+    let since_seconds = number("sinceSeconds")?;
+    let limit_bytes = number("limitBytes")?;
+    let mut errs = Vec::new();
+    if tail_lines.is_some_and(|n| n < 0) {
+        errs.push(crate::status::FieldError::invalid(
+            "tailLines",
+            json!(tail_lines),
+            "must be greater than or equal to 0",
+        ));
+    }
+    if limit_bytes.is_some_and(|n| n < 1) {
+        errs.push(crate::status::FieldError::invalid("limitBytes", json!(limit_bytes), "must be greater than 0"));
+    }
+    if since_seconds.is_some_and(|n| n < 1) {
+        errs.push(crate::status::FieldError::invalid("sinceSeconds", json!(since_seconds), "must be greater than 0"));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("PodLogOptions", "", name, &errs));
+    }
+    let names = |list: &str| -> Vec<String> {
+        pod.pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+            .map(|cs| cs.iter().filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    let (containers, init) = (names("containers"), names("initContainers"));
+    let container = match c.query.get("container").filter(|s| !s.is_empty()) {
+        Some(wanted) => {
+            if !containers.iter().chain(&init).chain(&names("ephemeralContainers")).any(|n| n == wanted) {
+                return Err(ApiError::bad_request(format!("container {wanted} is not valid for pod {name}")));
+            }
+            wanted.to_string()
+        }
+        None => match containers.as_slice() {
+            [only] => only.clone(),
+            [] => return Err(ApiError::bad_request(format!("a container name must be specified for pod {name}"))),
+            many => {
+                let mut message =
+                    format!("a container name must be specified for pod {name}, choose one of: [{}]", many.join(" "));
+                if !init.is_empty() {
+                    message.push_str(&format!(" or one of the init containers: [{}]", init.join(" ")));
+                }
+                return Err(ApiError::bad_request(message));
+            }
+        },
+    };
+    let text = if pod.pointer("/spec/nodeName").and_then(Value::as_str).is_none_or(str::is_empty) {
+        // Not scheduled: the log location is empty, and so is the answer.
+        String::new()
+    } else {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let opts = crate::logs::LogOptions {
+            previous: flag("previous"),
+            timestamps: flag("timestamps"),
+            tail_lines: tail_lines.map(|n| n as usize),
+            since: since_seconds.and_then(|s| now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s)).ok()),
+            limit_bytes: limit_bytes.map(|n| n as usize),
+        };
+        match c.st.logs.read(crate::meta::uid(&pod), &container, &opts) {
+            Some(text) => text,
+            None if opts.previous => {
+                return Err(ApiError::bad_request(format!(
+                    "previous terminated container \"{container}\" in pod \"{name}\" not found"
+                )));
+            }
+            None => {
+                return Err(ApiError::bad_request(format!(
+                    "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+                )));
+            }
+        }
+    };
+    Ok(super::response::text_response(StatusCode::OK, text))
 }
 
 /// Decodes a request body; `definition` names the protobuf message for protobuf bodies.
@@ -427,6 +518,10 @@ fn list(c: &Ctx) -> Result<Response, ApiError> {
 
 fn create(c: &Ctx, ns: &str, body: &[u8]) -> Result<Response, ApiError> {
     let obj = parse_body(body, &c.content_type, c.rd.definition.as_deref().unwrap_or(""))?;
+    if c.rd.special == Special::Review && c.rd.kind == "TokenReview" {
+        let out = c.st.auth.review_token(&c.st.registry.store, &obj)?;
+        return Ok(object_response(c, StatusCode::CREATED, &out, &[]));
+    }
     if c.rd.special == Special::Review {
         let out = auth::review(&c.st.registry.store, &c.rd.kind, ns, &obj, &c.user)?;
         return Ok(object_response(c, StatusCode::CREATED, &out, &[]));

@@ -42,6 +42,8 @@ pub struct AppState {
     pub max_body: usize,
     /// Validating admission webhooks.
     pub admission: Arc<crate::admission::Admission>,
+    /// The simulated containers' logs (`pods/NAME/log`), written by the kubelet simulator.
+    pub logs: Arc<crate::logs::PodLogs>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

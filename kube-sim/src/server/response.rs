@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::Value;
 
+use crate::json::{WireOrder, is_typed};
 use crate::status::ApiError;
 
 fn base(status: StatusCode, content_type: &'static str, body: impl Into<Body>) -> Response {
@@ -40,7 +41,7 @@ pub fn add_warnings(r: &mut Response, warnings: &[String]) {
 }
 
 pub fn json_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    let body = serde_json::to_vec(&WireOrder(v)).unwrap_or_default();
     let mut r = base(status, "application/json", body);
     add_warnings(&mut r, warnings);
     r
@@ -51,6 +52,11 @@ pub fn shared_json_response(status: StatusCode, body: axum::body::Bytes, warning
     let mut r = base(status, "application/json", body);
     add_warnings(&mut r, warnings);
     r
+}
+
+/// A plain-text body (`pods/NAME/log`).
+pub fn text_response(status: StatusCode, text: String) -> Response {
+    base(status, "text/plain", text)
 }
 
 pub fn yaml_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
@@ -68,7 +74,7 @@ pub fn bytes_response(status: StatusCode, body: Vec<u8>, warnings: &[String]) ->
 
 pub fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = json_response(status, &e.to_status(), &[]);
+    let mut r = bytes_response(status, serde_json::to_vec(&e.status_doc()).unwrap_or_default(), &[]);
     if let Some(s) = e.retry_after
         && let Ok(v) = header::HeaderValue::from_str(&s.to_string())
     {
@@ -78,7 +84,7 @@ pub fn error_response(e: &ApiError) -> Response {
 }
 
 pub fn discovery_response(v: &Value, version: &str) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
+    let body = serde_json::to_vec(&WireOrder(v)).unwrap_or_default();
     let ct = if version == "v2beta1" {
         "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
     } else {
@@ -133,7 +139,7 @@ impl Serialize for Items<'_> {
             if self.strip_type_meta {
                 seq.serialize_element(&WithoutTypeMeta(i))?;
             } else {
-                seq.serialize_element(&**i)?;
+                seq.serialize_element(&WireOrder(i))?;
             }
         }
         seq.end()
@@ -157,11 +163,20 @@ pub fn list_body(
         metadata: &'a Value,
         items: Items<'a>,
     }
-    serde_json::to_vec(&ListDoc {
-        kind: list_kind,
-        api_version,
-        metadata: list_meta,
-        items: Items { items, strip_type_meta },
-    })
+    /// An unstructured list (custom resources): Go's encoder sorts the keys of the map.
+    #[derive(Serialize)]
+    struct UnstructuredListDoc<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        items: Items<'a>,
+        kind: &'a str,
+        metadata: &'a Value,
+    }
+    let items = Items { items, strip_type_meta };
+    if is_typed(api_version) {
+        serde_json::to_vec(&ListDoc { kind: list_kind, api_version, metadata: list_meta, items })
+    } else {
+        serde_json::to_vec(&UnstructuredListDoc { api_version, items, kind: list_kind, metadata: list_meta })
+    }
     .unwrap_or_default()
 }

@@ -74,14 +74,16 @@ fn bookmark(rd: &ResourceDef, format: &Format, rv: u64, initial_events_end: bool
         }
         Format::Json => json!({"kind": rd.kind, "apiVersion": rd.api_version(), "metadata": Value::Object(md)}),
     };
-    let mut line = serde_json::to_vec(&json!({"type": "BOOKMARK", "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    let mut line = b"{\"type\":\"BOOKMARK\",\"object\":".to_vec();
+    let _ = serde_json::to_writer(&mut line, &crate::json::WireOrder(&object));
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 
 fn error_event(e: &ApiError) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
-    line.push(b'\n');
+    let mut line = b"{\"type\":\"ERROR\",\"object\":".to_vec();
+    let _ = serde_json::to_writer(&mut line, &e.status_doc());
+    line.extend_from_slice(b"}\n");
     Bytes::from(line)
 }
 

@@ -446,3 +446,59 @@ async fn transition_rule_self_equals_old_self_is_enforced() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// The project's CRDs refuse the exec provider with `rule: '!has(self.exec)'`: a HookTemplate naming it is
+/// `422 Invalid` on create (and on update) with the CEL validator's cause at the provider's path; one without it is
+/// accepted (`testdata/cel/`).
+#[tokio::test]
+async fn has_rules_refuse_the_exec_provider_of_the_project_crds() -> Result<()> {
+    let sim = sim().await?;
+    let client = sim.client().await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    sim.apply_manifests(&[root.join("../crds/tkex.tencent.com_hooktemplates.yaml")])?;
+    let load = |file: &str| -> Result<DynamicObject> {
+        let text = std::fs::read_to_string(root.join("testdata/cel").join(file))?;
+        Ok(serde_yaml::from_str(&text)?)
+    };
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("tkex.tencent.com", "v1alpha1", "HookTemplate"));
+    let templates: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let message = "the exec provider is not supported (BCS declares it but never implemented it): use a web or kubernetes provider instead (or prometheus)";
+
+    let e = api_error(templates.create(&PostParams::default(), &load("hooktemplate-exec.yaml")?).await)?;
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        format!(
+            r#"HookTemplate.tkex.tencent.com "with-exec" is invalid: spec.metrics[1].provider: Invalid value: "object": {message}"#
+        )
+    );
+    let causes = e.details.context("details")?.causes;
+    assert_eq!(causes.len(), 1);
+    assert_eq!(
+        (causes[0].reason.as_str(), causes[0].field.as_str()),
+        ("FieldValueInvalid", "spec.metrics[1].provider")
+    );
+    assert_eq!(causes[0].message, format!(r#"Invalid value: "object": {message}"#));
+
+    // Without exec: accepted; adding exec by a patch is refused the same way.
+    templates.create(&PostParams::default(), &load("hooktemplate-web.yaml")?).await?;
+    let add_exec = json!([{"op": "add", "path": "/spec/metrics/0/provider/exec", "value": {"container": "app", "command": ["true"]}}]);
+    let e = api_error(
+        templates
+            .patch("web-only", &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(add_exec)?))
+            .await,
+    )?;
+    assert_eq!(
+        e.message,
+        format!(
+            r#"HookTemplate.tkex.tencent.com "web-only" is invalid: spec.metrics[0].provider: Invalid value: "object": {message}"#
+        )
+    );
+    // A null exec is absent for has() (a nullable field set to null).
+    let null_exec = json!([{"op": "add", "path": "/spec/metrics/0/provider/exec", "value": null}]);
+    templates
+        .patch("web-only", &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(null_exec)?))
+        .await?;
+    sim.shutdown().await;
+    Ok(())
+}

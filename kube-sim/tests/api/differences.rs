@@ -90,8 +90,8 @@ async fn rbac_escalation_is_not_prevented() -> Result<()> {
     Ok(())
 }
 
-/// Real: pods/log, pods/exec, pods/attach, pods/portforward exist. kube-sim serves status,
-/// scale, binding, eviction, serviceaccounts/token and namespaces/finalize only.
+/// Real: pods/exec, pods/attach, pods/portforward exist and `pods/log?follow=true` streams. kube-sim serves
+/// status, scale, binding, eviction, log (without streaming), serviceaccounts/token and namespaces/finalize only.
 #[tokio::test]
 async fn streaming_subresources_are_not_served() -> Result<()> {
     let sim = sim().await?;
@@ -104,9 +104,13 @@ async fn streaming_subresources_are_not_served() -> Result<()> {
     )
     .await?;
     let raw = Raw::new(&sim);
-    for sub in ["log", "exec"] {
+    for sub in ["exec", "attach", "portforward"] {
         assert_eq!(raw.get(&format!("/api/v1/namespaces/default/pods/p/{sub}")).await?.status, 404, "{sub}");
     }
+    // The log is served, but `follow` does not stream: the answer ends with what there is (nothing for a pod that
+    // is not scheduled).
+    let log = raw.get("/api/v1/namespaces/default/pods/p/log?follow=true").await?;
+    assert_eq!((log.status, log.text.as_str()), (200, ""));
     sim.shutdown().await;
     Ok(())
 }
@@ -190,6 +194,21 @@ async fn service_addresses_are_allocated_in_order() -> Result<()> {
     assert_eq!(r.body["spec"]["ports"][0]["nodePort"], 30000);
     assert_eq!(r.body["spec"]["ports"][0]["targetPort"], 80);
     assert_eq!(raw.get("/api/v1/namespaces/default/services/kubernetes").await?.body["spec"]["clusterIP"], "10.96.0.1");
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Real: the aggregator proxies an APIService's group version to its `service` and marks it available or not.
+/// kube-sim stores the APIService but serves nothing for it.
+#[tokio::test]
+async fn api_aggregation_is_not_served() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let metrics = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": "v1beta1.metrics.k8s.io"},
+        "spec": {"group": "metrics.k8s.io", "version": "v1beta1", "groupPriorityMinimum": 100, "versionPriority": 100,
+                 "insecureSkipTLSVerify": true, "service": {"namespace": "kube-system", "name": "metrics-server"}}});
+    assert_eq!(raw.post("/apis/apiregistration.k8s.io/v1/apiservices", &metrics).await?.status, 201);
+    assert_eq!(raw.get("/apis/metrics.k8s.io/v1beta1").await?.status, 404);
     sim.shutdown().await;
     Ok(())
 }

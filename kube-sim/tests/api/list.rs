@@ -178,3 +178,75 @@ async fn discovery_version_health_and_openapi() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// `apiregistration.k8s.io/v1` is served as on kube-apiserver: first in `/apis` and in aggregated discovery, with the
+/// cluster-scoped `apiservices`, which lists one `Local`, `Available` APIService per built-in group version (named
+/// `v1.`, `v1.apps`, `v2.autoscaling`, ... with the aggregator's priorities); the aggregator's own group has none.
+#[tokio::test]
+async fn apiservices_list_every_served_built_in_group_version() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    let groups = raw.get("/apis").await?.body;
+    assert_eq!(groups["groups"][0]["name"], "apiregistration.k8s.io");
+    assert_eq!(groups["groups"][0]["preferredVersion"]["groupVersion"], "apiregistration.k8s.io/v1");
+    let aggregated = raw
+        .send_with(
+            "GET",
+            "/apis",
+            None,
+            None,
+            &[("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")],
+        )
+        .await?
+        .body;
+    let group = aggregated["items"]
+        .as_array()
+        .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "apiregistration.k8s.io"))
+        .context("apiregistration.k8s.io in aggregated discovery")?;
+    let resource = &group["versions"][0]["resources"][0];
+    assert_eq!((resource["resource"].as_str(), resource["scope"].as_str()), (Some("apiservices"), Some("Cluster")));
+    assert_eq!(resource["responseKind"]["kind"], "APIService");
+
+    let list = raw.get("/apis/apiregistration.k8s.io/v1/apiservices").await?;
+    assert_eq!(list.status, 200, "{}", list.text);
+    assert_eq!(list.body["kind"], "APIServiceList");
+    let items = list.body["items"].as_array().context("items")?;
+    let names: Vec<&str> = items.iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    for expected in ["v1.", "v1.apps", "v1.authentication.k8s.io", "v2.autoscaling", "v1.apiextensions.k8s.io"] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.ends_with(".apiregistration.k8s.io")), "{names:?}");
+    let core = raw.get("/apis/apiregistration.k8s.io/v1/apiservices/v1.").await?.body;
+    assert_eq!(core["spec"], json!({"version": "v1", "groupPriorityMinimum": 18000, "versionPriority": 1}));
+    assert_eq!(core["metadata"]["labels"], json!({"kube-aggregator.kubernetes.io/automanaged": "onstart"}));
+    let apps = raw.get("/apis/apiregistration.k8s.io/v1/apiservices/v1.apps").await?.body;
+    assert_eq!(
+        apps["spec"],
+        json!({"group": "apps", "version": "v1", "groupPriorityMinimum": 17800, "versionPriority": 15})
+    );
+    let available = &apps["status"]["conditions"][0];
+    assert_eq!(
+        (available["type"].as_str(), available["status"].as_str(), available["reason"].as_str()),
+        (Some("Available"), Some("True"), Some("Local"))
+    );
+    assert_eq!(available["message"], "Local APIServices are always available");
+
+    // The CRD registration controller's APIServices: one per served custom group version, gone with the CRD.
+    let client = sim.client().await;
+    install_test_crd(&client).await?;
+    let path = "/apis/apiregistration.k8s.io/v1/apiservices/v1alpha1.sim.kube-sim.test";
+    let crd_service = raw.get(path).await?.body;
+    assert_eq!(
+        crd_service["spec"],
+        json!({"group": "sim.kube-sim.test", "version": "v1alpha1", "groupPriorityMinimum": 1000, "versionPriority": 100})
+    );
+    assert_eq!(crd_service["metadata"]["labels"], json!({"kube-aggregator.kubernetes.io/automanaged": "true"}));
+    assert_eq!(crd_service["status"]["conditions"][0]["status"], "True");
+    raw.delete("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gameservers.sim.kube-sim.test", None).await?;
+    kube_sim::testing::eventually("the CRD's APIService to go", || async {
+        Ok((raw.get(path).await?.status == 404).then_some(()))
+    })
+    .await?;
+    sim.shutdown().await;
+    Ok(())
+}

@@ -6,6 +6,7 @@ mod audit;
 mod crd;
 mod crud;
 mod differences;
+mod encoding;
 mod eviction;
 mod faults;
 mod gc;

@@ -176,3 +176,80 @@ async fn service_account_tokens_from_token_requests() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews` answers for the tokens kube-sim knows (the token file's users,
+/// TokenRequest tokens of live service accounts) with their user info, `authenticated` omitted (false) and an empty
+/// user otherwise; an empty token is `400`; it is in discovery and authorized as `create tokenreviews`.
+#[tokio::test]
+async fn token_reviews_authenticate_static_and_service_account_tokens() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("kube-sim-tokenreview-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(&tokens, "alice-token,alice,1001,\"devs,qa\"\n")?;
+    let sim = sim_with(SimConfig { kubelet: None, token_file: Some(tokens), ..SimConfig::default() }).await?;
+    let raw = Raw::new(&sim);
+    let review = |token: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+    let path = "/apis/authentication.k8s.io/v1/tokenreviews";
+
+    let r = raw.post(path, &review("alice-token")).await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.body["kind"], "TokenReview");
+    assert_eq!(r.body["status"]["authenticated"], true);
+    assert_eq!(
+        r.body["status"]["user"],
+        json!({"username": "alice", "uid": "1001", "groups": ["devs", "qa", "system:authenticated"]})
+    );
+
+    let sa = raw.post("/api/v1/namespaces/default/serviceaccounts", &json!({"metadata": {"name": "operator"}})).await?;
+    let tr = raw.post("/api/v1/namespaces/default/serviceaccounts/operator/token", &json!({"spec": {}})).await?;
+    let token = tr.body["status"]["token"].as_str().unwrap_or_default().to_string();
+    let r = raw.post(path, &review(&token)).await?;
+    assert_eq!(r.body["status"]["authenticated"], true, "{}", r.text);
+    assert_eq!(
+        r.body["status"]["user"],
+        json!({"username": "system:serviceaccount:default:operator", "uid": sa.body["metadata"]["uid"],
+               "groups": ["system:serviceaccounts", "system:serviceaccounts:default", "system:authenticated"]})
+    );
+
+    // Unknown tokens: not authenticated (the field omitted, as Go omits a false bool), an empty user, no error.
+    let r = raw.post(path, &review("nope")).await?;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body["status"], json!({"user": {}}), "{}", r.text);
+    // A deleted service account's token no longer authenticates.
+    raw.delete("/api/v1/namespaces/default/serviceaccounts/operator", None).await?;
+    assert_eq!(raw.post(path, &review(&token)).await?.body["status"], json!({"user": {}}));
+    let r = raw.post(path, &json!({"spec": {}})).await?;
+    assert_eq!(
+        (r.status, r.body["message"].as_str()),
+        (400, Some("token is required for TokenReview in authentication"))
+    );
+
+    // Discovery, and RBAC: alice may not review tokens until she is bound to system:auth-delegator.
+    let resources = raw.get("/apis/authentication.k8s.io/v1").await?;
+    let tokenreviews = resources.body["resources"]
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["name"] == "tokenreviews"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        (tokenreviews["kind"].as_str(), tokenreviews["namespaced"].as_bool()),
+        (Some("TokenReview"), Some(false))
+    );
+    assert_eq!(tokenreviews["verbs"], json!(["create"]));
+    let as_alice = [("Authorization", "Bearer alice-token")];
+    let body = review("alice-token").to_string();
+    let r = raw.send_with("POST", path, Some("application/json"), Some(body.clone()), &as_alice).await?;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        r.body["message"],
+        "tokenreviews.authentication.k8s.io is forbidden: User \"alice\" cannot create resource \"tokenreviews\" in API group \"authentication.k8s.io\" at the cluster scope"
+    );
+    let binding = json!({"metadata": {"name": "alice-delegator"}, "subjects": [{"kind": "User", "name": "alice"}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"}});
+    assert_eq!(raw.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &binding).await?.status, 201);
+    let r = raw.send_with("POST", path, Some("application/json"), Some(body), &as_alice).await?;
+    assert_eq!(r.status, 201, "{}", r.text);
+    sim.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}

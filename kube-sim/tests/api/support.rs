@@ -127,10 +127,18 @@ pub struct WatchStream {
 impl WatchStream {
     /// The next event, or `None` when the server ended the stream.
     pub async fn next(&mut self) -> Result<Option<Value>> {
+        match self.next_line().await? {
+            Some(line) => Ok(Some(serde_json::from_str(&line)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The next event's line as the server wrote it, or `None` when the server ended the stream.
+    pub async fn next_line(&mut self) -> Result<Option<String>> {
         loop {
             if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=pos).collect();
-                return Ok(Some(serde_json::from_slice(&line)?));
+                return Ok(Some(String::from_utf8(line)?));
             }
             let chunk = tokio::time::timeout(DEADLINE, self.resp.chunk()).await.context("watch stalled")??;
             match chunk {

@@ -411,3 +411,14 @@ async fn auth_can_i_for_token_users() -> Result<()> {
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
+
+#[tokio::test]
+async fn get_apiservices_prints_the_local_group_versions() -> Result<()> {
+    let k = Kubectl::new().await?;
+    let out = k.ok(&["get", "apiservices"]).await?;
+    assert_eq!(header(&out), ["NAME", "SERVICE", "AVAILABLE", "AGE"]);
+    let row = out.lines().find(|l| l.starts_with("v1.apps ")).context("v1.apps row")?;
+    assert_eq!(row.split_whitespace().take(3).collect::<Vec<_>>(), ["v1.apps", "Local", "True"], "{out}");
+    k.stop().await;
+    Ok(())
+}
