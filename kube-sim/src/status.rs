@@ -376,60 +376,6 @@ impl ApiError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn invalid_message_matches_apimachinery_for_one_and_many_errors() {
-        let one = ApiError::invalid(
-            "GameDeployment",
-            "tkex.tencent.com",
-            "web",
-            &[FieldError::invalid(
-                "spec.replicas",
-                json!(-1),
-                "spec.replicas in body should be greater than or equal to 0",
-            )],
-        );
-        assert_eq!(
-            one.message,
-            "GameDeployment.tkex.tencent.com \"web\" is invalid: spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
-        );
-        let many = ApiError::invalid(
-            "Pod",
-            "",
-            "p",
-            &[FieldError::required("spec.containers", ""), FieldError::invalid("metadata.name", json!("A"), "bad")],
-        );
-        assert_eq!(
-            many.message,
-            "Pod \"p\" is invalid: [spec.containers: Required value, metadata.name: Invalid value: \"A\": bad]"
-        );
-        assert_eq!(many.code, 422);
-        assert_eq!(
-            serde_json::to_value(many.status_doc()).unwrap()["details"]["causes"][0]["reason"],
-            "FieldValueRequired"
-        );
-    }
-
-    #[test]
-    fn not_found_uses_group_resource_and_resource_as_kind() {
-        let e = ApiError::not_found(&GroupResource::new("apps", "deployments"), "web");
-        assert_eq!(e.message, "deployments.apps \"web\" not found");
-        assert_eq!(
-            serde_json::to_value(e.status_doc()).unwrap()["details"],
-            json!({"name": "web", "group": "apps", "kind": "deployments"})
-        );
-    }
-
-    #[test]
-    fn not_supported_lists_quoted_values() {
-        let e = FieldError::not_supported("spec.x", json!("Foo"), &["A".to_string(), "B".to_string()]);
-        assert_eq!(e.to_string(), "spec.x: Unsupported value: \"Foo\": supported values: \"A\", \"B\"");
-    }
-}
-
 /// [`ApiError::status_doc`].
 pub struct StatusDoc<'a>(&'a ApiError);
 
@@ -497,5 +443,59 @@ impl Serialize for StatusDoc<'_> {
         }
         map.serialize_entry("code", &e.code)?;
         map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_message_matches_apimachinery_for_one_and_many_errors() {
+        let one = ApiError::invalid(
+            "GameDeployment",
+            "tkex.tencent.com",
+            "web",
+            &[FieldError::invalid(
+                "spec.replicas",
+                json!(-1),
+                "spec.replicas in body should be greater than or equal to 0",
+            )],
+        );
+        assert_eq!(
+            one.message,
+            "GameDeployment.tkex.tencent.com \"web\" is invalid: spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
+        );
+        let many = ApiError::invalid(
+            "Pod",
+            "",
+            "p",
+            &[FieldError::required("spec.containers", ""), FieldError::invalid("metadata.name", json!("A"), "bad")],
+        );
+        assert_eq!(
+            many.message,
+            "Pod \"p\" is invalid: [spec.containers: Required value, metadata.name: Invalid value: \"A\": bad]"
+        );
+        assert_eq!(many.code, 422);
+        assert_eq!(
+            serde_json::to_value(many.status_doc()).unwrap()["details"]["causes"][0]["reason"],
+            "FieldValueRequired"
+        );
+    }
+
+    #[test]
+    fn not_found_uses_group_resource_and_resource_as_kind() {
+        let e = ApiError::not_found(&GroupResource::new("apps", "deployments"), "web");
+        assert_eq!(e.message, "deployments.apps \"web\" not found");
+        assert_eq!(
+            serde_json::to_value(e.status_doc()).unwrap()["details"],
+            json!({"name": "web", "group": "apps", "kind": "deployments"})
+        );
+    }
+
+    #[test]
+    fn not_supported_lists_quoted_values() {
+        let e = FieldError::not_supported("spec.x", json!("Foo"), &["A".to_string(), "B".to_string()]);
+        assert_eq!(e.to_string(), "spec.x: Unsupported value: \"Foo\": supported values: \"A\", \"B\"");
     }
 }
