@@ -199,6 +199,13 @@ fn post_inplace_hook_runs_after_the_update_and_does_not_block_others() {
         world.active().into_iter().filter(|p| lifecycle::state_of(p) == LifecycleState::Updated).collect();
     assert_eq!(updated.len(), 3, "each pod is held in Updated until its post hook succeeds");
     assert_eq!(world.gd.status.clone().unwrap_or_default().post_inplace_hook_condition.len(), 3);
+    // The rollout is not done while post hooks run: `Progressing` says what it waits for (it said
+    // `PartitionAvailable`, so `kubectl gd status` reported complete with every pod still held in `Updated`).
+    let status = world.gd.status.clone().unwrap_or_default();
+    let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").expect("Progressing");
+    assert_eq!(progressing.reason.as_deref(), Some("RolloutInProgress"), "{progressing:?}");
+    let message = progressing.message.clone().unwrap_or_default();
+    assert!(message.contains("waiting for the post-inplace hook of 3 pods"), "{message}");
     set_phase(&mut world, HookPhase::Successful);
     passes(&mut world, 4);
     assert!(world.active().iter().all(|p| lifecycle::state_of(p) == LifecycleState::Normal));

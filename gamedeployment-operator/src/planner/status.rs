@@ -337,6 +337,13 @@ fn progressing(
                 by: h.hook.as_ref().map_or_else(|| "the gate".to_string(), |g| hook_name(g.kind).to_string()),
                 why: h.decision.reason().unwrap_or("held").to_string(),
             })
+            // A pod in `Updated` waits for its post-inplace hook: the rollout is not done until it passes (it holds
+            // no other pod, but the pod is not back in service).
+            .chain(draft.post_hooks.iter().filter(|c| c.released_by.is_none()).map(|c| Held {
+                name: c.pod_name.clone(),
+                by: hook_name(common::hookrun::HookKind::PostInplace).to_string(),
+                why: c.message.clone().unwrap_or_else(|| format!("HookRun is {}", c.phase)),
+            }))
             .collect(),
         grace: named(&|i| matches!(i.progress, Progress::Grace(_))),
         new_containers: named(&|i| matches!(i.progress, Progress::Patched(_) | Progress::Done)),
