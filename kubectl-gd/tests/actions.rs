@@ -115,3 +115,38 @@ fn promote_skips_the_remaining_steps_resume_ends_one() {
     s.gd.status.as_mut().unwrap().update_revision = None;
     assert!(actions::promote(&s).unwrap_err().contains("no update revision"));
 }
+
+/// GitOps-clean `skip-hook`: the pod annotation naming the change its hook holds (never a spec or run write);
+/// `delete` for a pod in `PreparingDelete`, `inplace/<update revision>` in `PreparingUpdate`, `postinplace/<its
+/// revision>` in `Updated`; a pod no hook holds is refused.
+#[test]
+fn skip_hook_by_annotation_names_the_held_change() {
+    let s = snapshot();
+    let pod = |id: &str, state: &str| {
+        let mut p = s
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&format!("test-gamedeployment-{id}")))
+            .unwrap()
+            .clone();
+        p.metadata.labels.as_mut().unwrap().insert(common::keys::LIFECYCLE_STATE.into(), state.into());
+        p
+    };
+    for (state, change) in [
+        ("PreparingDelete", "delete".to_string()),
+        ("PreparingUpdate", "inplace/test-gamedeployment-5d8f9b7c4".to_string()),
+        ("Updated", "postinplace/test-gamedeployment-67864c6f65".to_string()),
+    ] {
+        let plan = actions::skip_hook_by_annotation(&s, &pod("a1b2c", state)).unwrap();
+        assert_eq!(
+            plan.writes,
+            vec![Write::MergePod {
+                name: "test-gamedeployment-a1b2c".into(),
+                patch: json!({"metadata": {"annotations": {common::keys::SKIP_HOOK: change}}})
+            }],
+            "{state}"
+        );
+    }
+    let err = actions::skip_hook_by_annotation(&s, &pod("a1b2c", "Normal")).unwrap_err();
+    assert_eq!(err, "pod test-gamedeployment-a1b2c is Normal: no hook holds it");
+}
