@@ -194,18 +194,7 @@ async fn failed_post_inplace(cluster: &Cluster) {
     let ns = "hint-post";
     let extra = "  postInplaceUpdateStrategy:\n    hook:\n      templateName: failing\n";
     setup(cluster, ns, 1, "InplaceUpdate", extra, false).await;
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "-n",
-            ns,
-            "gamedeployment",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"python:3.6"}]"#,
-        ])
-        .await;
+    image_patch(cluster, ns).await;
     let mut seen = Vec::new();
     let failed = next_failure(cluster, ns, &mut seen, post_inplace_list).await;
     let hints = commands(failed.message.as_deref().unwrap_or_default());
