@@ -1,6 +1,7 @@
 //! Server-declared state (addition; kruise-game's `opsState`, Agones' `Allocated`): a game server — or its
 //! matchmaker — labels its own pod with what it is doing, ahead of any change, and the operator takes it into
-//! account when it chooses which servers a scale-in deletes. The label is [`crate::keys::SERVER_STATE`].
+//! account when it chooses which servers a scale-in deletes, and which it may touch at all. The label is
+//! [`crate::keys::SERVER_STATE`].
 //!
 //! | value | scale-in |
 //! |---|---|
@@ -8,6 +9,7 @@
 //! | `Idle` | next: nobody plays on it |
 //! | unset or any other value | then the rest, in the usual order |
 //! | `Allocated` | last: players are on it (and it still goes through its pre-delete hook) |
+//! | `Maintaining` | never: a quarantine (for debugging) the operator neither updates nor deletes |
 //!
 //! The state comes before readiness, deletion costs and age; a pod already on its way out (`PreparingDelete`) is
 //! still taken first.
@@ -24,6 +26,9 @@ pub enum ServerState {
     /// No label, or a value this operator does not know.
     Unset,
     Allocated,
+    /// Quarantined by a person (or the server itself): the operator never updates or deletes it, and it does not
+    /// count as available.
+    Maintaining,
 }
 
 impl ServerState {
@@ -33,6 +38,7 @@ impl ServerState {
             Some("WaitToBeDeleted" | "Draining") => Self::WaitToBeDeleted,
             Some("Idle") => Self::Idle,
             Some("Allocated") => Self::Allocated,
+            Some("Maintaining") => Self::Maintaining,
             _ => Self::Unset,
         }
     }
@@ -43,16 +49,28 @@ impl ServerState {
             Self::WaitToBeDeleted => Some("WaitToBeDeleted"),
             Self::Idle => Some("Idle"),
             Self::Allocated => Some("Allocated"),
+            Self::Maintaining => Some("Maintaining"),
             Self::Unset => None,
         }
     }
 
     /// Every state with a name, for metrics (a bounded label set: never a value a pod made up).
-    pub const NAMED: [Self; 3] = [Self::WaitToBeDeleted, Self::Idle, Self::Allocated];
+    pub const NAMED: [Self; 4] = [Self::WaitToBeDeleted, Self::Idle, Self::Allocated, Self::Maintaining];
 
-    /// Scale-in order: the lower goes first (the enum's order).
+    /// Scale-in order: the lower goes first (the enum's order; a `Maintaining` server is never a scale-in victim,
+    /// its rank only keeps the order total).
     pub fn deletion_rank(self) -> u8 {
         self as u8
+    }
+
+    /// Whether the operator must leave the pod as it is: never update it, never delete it (a person still may).
+    pub fn is_quarantine(self) -> bool {
+        self == Self::Maintaining
+    }
+
+    /// Whether `pod` declares `Maintaining`.
+    pub fn quarantined(pod: &Pod) -> bool {
+        Self::of(pod).is_quarantine()
     }
 }
 
@@ -74,6 +92,9 @@ mod tests {
         assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
         assert_eq!(rank(Some("Draining")), rank(Some("WaitToBeDeleted")));
         assert_eq!(rank(Some("allocated")), rank(None), "values are case-sensitive, as label values are");
-        assert_eq!(rank(Some("Maintaining")), rank(None), "an unknown value counts as unset");
+        assert_eq!(rank(Some("Maintained")), rank(None), "an unknown value counts as unset");
+        assert!(ServerState::quarantined(&labelled(Some("Maintaining"))));
+        assert!(!ServerState::quarantined(&labelled(Some("maintaining"))), "case-sensitive");
+        assert!(!ServerState::quarantined(&labelled(None)));
     }
 }

@@ -32,7 +32,7 @@ pub struct WorkloadLabels {
 pub struct ServerStateLabels {
     pub namespace: String,
     pub name: String,
-    /// `WaitToBeDeleted`, `Idle` or `Allocated` (`common::server_state::ServerState::NAMED`: never a value a pod
+    /// `WaitToBeDeleted`, `Idle`, `Allocated` or `Maintaining` (`common::server_state::ServerState::NAMED`: never a value a pod
     /// made up).
     pub state: String,
 }

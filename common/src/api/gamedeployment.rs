@@ -745,7 +745,7 @@ pub struct GameDeploymentStatus {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub expected_updated_replicas: i32,
     /// Addition: how many pods declare each server state (`gamedeployment.tkex.tencent.com/server-state`:
-    /// `WaitToBeDeleted`, `Idle`, `Allocated`; pods without one, or with another value, are not counted).
+    /// `WaitToBeDeleted`, `Idle`, `Allocated`, `Maintaining`; pods without one, or with another value, are not counted).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub server_states: std::collections::BTreeMap<String, i32>,
     /// Revision of the pods that are not updated (the previous stable template).

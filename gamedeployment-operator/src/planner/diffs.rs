@@ -13,6 +13,11 @@
 //!   `partition` pods old), the rest of the update revision; those beyond `replicas − pods` are surge;
 //! - update: old pods (not named in `podsToDelete`) beyond the partition.
 //!
+//! A quarantined server (`Maintaining`, [`PodInfo::quarantined`]) is never a scale-in victim nor an update: it
+//! keeps its place among the pods (and, on the old revision, counts towards the partition), and the budget's floor
+//! leaves it out (`replicas − quarantined − maxUnavailable`), so one server in maintenance does not stall a rollout
+//! whose `maxUnavailable` is 1.
+//!
 //! All arithmetic saturates: an old CRD without maxima can hand in `i32::MAX` for any of these.
 
 use super::settings::{PodInfo, Settings, count, count_where};
@@ -54,7 +59,10 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
     let old = count_where(infos, |i| !i.updated);
     let specified = count_where(infos, |i| i.specified);
     let old_kept = count_where(infos, |i| !i.updated && !i.specified);
-    let new_kept = count_where(infos, |i| i.updated && !i.specified);
+    let quarantined = count_where(infos, |i| i.quarantined && !i.specified);
+    // The pods the operator may delete or update (not quarantined).
+    let old_movable = count_where(infos, |i| !i.updated && !i.specified && !i.quarantined);
+    let new_movable = count_where(infos, |i| i.updated && !i.specified && !i.quarantined);
     let mut surge = if settings.max_surge > 0 && old > partition { settings.max_surge.min(old - partition) } else { 0 };
     if settings.paused {
         // Paused freezes the pod set: surge pods that exist stay (deleting them, or old pods in their place, would
@@ -67,15 +75,19 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
         partition,
         surge,
         // At most every available pod (maxUnavailable above replicas allows no more); saturating throughout.
-        budget: available.saturating_sub(settings.replicas.saturating_sub(settings.max_unavailable).max(0)).max(0),
-        update: (old_kept - partition).max(0),
+        budget: available
+            .saturating_sub(
+                settings.replicas.saturating_sub(quarantined).saturating_sub(settings.max_unavailable).max(0),
+            )
+            .max(0),
+        update: (old_kept - partition).max(0).min(old_movable),
         ..Diffs::default()
     };
     let down = pods.saturating_sub(specified).saturating_sub(expected);
     if down > 0 {
-        let from_old = down.min((old_kept - partition).max(0));
-        let from_new = (down - from_old).min(new_kept);
-        diffs.delete_old = (down - from_new).min(old_kept);
+        let from_old = down.min((old_kept - partition).max(0)).min(old_movable);
+        let from_new = (down - from_old).min(new_movable);
+        diffs.delete_old = (down - from_new).min(old_movable);
         diffs.delete_new = from_new;
     }
     let up = expected.saturating_sub(pods);
@@ -83,7 +95,7 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
         let not_ready = count_where(infos, |i| !i.ready);
         let window = settings.create_batch.map_or(up, |batch| batch.saturating_sub(not_ready).max(0));
         // scaleStrategy.maxUnavailable (CloneSet `scaleUpLimit`): unavailable pods use up the room for new ones.
-        let unavailable = count_where(infos, |i| !i.specified && !i.update_available());
+        let unavailable = count_where(infos, |i| !i.specified && !i.quarantined && !i.update_available());
         let limit = settings.scale_max_unavailable.map_or(up, |max| max.saturating_sub(unavailable).max(0));
         diffs.create = up.min(window).min(limit);
         diffs.create_old = diffs.create.min(partition.saturating_sub(old).max(0));

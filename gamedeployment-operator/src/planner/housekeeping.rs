@@ -33,7 +33,8 @@ pub(super) fn release_unneeded_holds(
         if !info.state.is_preparing() || draft.is_touched(info.name) || draft.is_held(info.name) {
             continue;
         }
-        let update_may_want = !info.updated && (!update_ran || settings.paused);
+        // A quarantined server (`Maintaining`) is wanted by nothing: it goes back even when the update step did not run.
+        let update_may_want = !info.updated && !info.quarantined && (!update_ran || settings.paused);
         if update_may_want {
             continue;
         }

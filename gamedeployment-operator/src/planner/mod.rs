@@ -42,6 +42,8 @@ mod lifecycle_tests;
 #[cfg(test)]
 mod properties;
 #[cfg(test)]
+mod quarantine_tests;
+#[cfg(test)]
 pub(crate) mod sim_cluster;
 #[cfg(test)]
 mod tests;

@@ -97,6 +97,10 @@ pub(crate) struct PodInfo<'a> {
     /// In `Updated` until the `inPlaceUpdate` lifecycle handler is back on it: the outside controller has not put
     /// it back in service yet, so it counts as unavailable (CloneSet).
     pub awaits_handler: bool,
+    /// The server declares `Maintaining` ([`common::server_state`]): a quarantine. The operator never updates or
+    /// deletes it (a person still may: `specified`), and it counts neither as available nor against the update
+    /// budget.
+    pub quarantined: bool,
 }
 
 impl PodInfo<'_> {
@@ -333,6 +337,7 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
         .map(|pod| {
             let name = pod.metadata.name.as_deref().unwrap_or("");
             let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
+            let quarantined = common::server_state::ServerState::quarantined(pod);
             PodInfo {
                 pod,
                 name,
@@ -340,12 +345,14 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
                 updated: revision == Some(settings.update_revision.as_str()),
                 state: lifecycle::state_of(pod),
                 ready: common::pod::is_running_and_ready(pod),
-                available: common::pod::is_running(pod)
+                available: !quarantined
+                    && common::pod::is_running(pod)
                     && common::pod::is_available(pod, settings.min_ready_seconds, settings.now),
                 progress: inplace::progress(pod, settings.now),
                 specified: specified.contains(name) || lifecycle::specified_delete(pod),
                 awaits_handler: lifecycle::state_of(pod) == LifecycleState::Updated
                     && lifecycle::holds_return(settings.gd, lifecycle::Handler::InPlaceUpdate, pod),
+                quarantined,
             }
         })
         .collect();

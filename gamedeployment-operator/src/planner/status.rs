@@ -140,6 +140,12 @@ pub(crate) fn compute(
     let settled = replicas == settings.replicas
         && updated == replicas
         && infos.iter().all(|i| i.state == LifecycleState::Normal && i.progress.is_idle());
+    // Settled but for the servers in `Maintaining`, which the rollout leaves as they are (reported by name).
+    let serving_settled = replicas == settings.replicas
+        && infos
+            .iter()
+            .filter(|i| !i.quarantined)
+            .all(|i| i.updated && i.state == LifecycleState::Normal && i.progress.is_idle());
     let mut status = GameDeploymentStatus {
         observed_generation: settings.gd.metadata.generation,
         replicas,
@@ -196,7 +202,7 @@ pub(crate) fn compute(
             remove_condition(&mut status.conditions, type_);
         }
     }
-    let (progress_status, reason, message) = progressing(settings, diffs, infos, draft, problems, settled);
+    let (progress_status, reason, message) = progressing(settings, diffs, infos, draft, problems, serving_settled);
     set_condition(&mut status.conditions, PROGRESSING, progress_status, reason, &message, now);
     status
 }
@@ -234,7 +240,9 @@ pub(crate) struct Facts {
     pub unavailable: Vec<String>,
     /// Pods this pass's update batch starts to move (their next state is not observed yet).
     pub starting: Vec<String>,
-    /// Every pod runs the update revision, is idle and in `Normal`.
+    /// Servers in `Maintaining`: left as they are, whatever the rollout wants.
+    pub quarantined: Vec<String>,
+    /// Every pod (but those in `Maintaining`) runs the update revision, is idle and in `Normal`.
     pub settled: bool,
 }
 
@@ -251,6 +259,13 @@ pub(crate) fn progressing_message(f: &Facts) -> (&'static str, &'static str, Str
     let old = f.existing - f.updated;
     if f.partition > 0 && f.to_update > 0 {
         clauses.push(format!("partition {} keeps {} on older revisions", f.partition, pods(f.partition)));
+    }
+    if !f.quarantined.is_empty() {
+        let list = names(f.quarantined.iter().map(String::as_str));
+        clauses.push(match f.quarantined.len() {
+            1 => format!("1 server in Maintaining is left as it is: {list}"),
+            n => format!("{n} servers in Maintaining are left as they are: {list}"),
+        });
     }
     if f.to_update > 0 && f.paused {
         clauses.push("updates are paused by spec.updateStrategy.paused".to_string());
@@ -289,6 +304,9 @@ pub(crate) fn progressing_message(f: &Facts) -> (&'static str, &'static str, Str
     if !waiting.is_empty() || f.to_update > 0 || f.existing != f.desired {
         clauses.extend(waiting.into_iter().map(|w| format!("waiting for {w}")));
         return ("True", "RolloutInProgress", clauses.join("; "));
+    }
+    if f.settled && !f.quarantined.is_empty() {
+        return ("True", "RolloutComplete", clauses.join("; "));
     }
     if f.settled {
         let all = if f.desired == 1 {
@@ -347,8 +365,9 @@ fn progressing(
             .collect(),
         grace: named(&|i| matches!(i.progress, Progress::Grace(_))),
         new_containers: named(&|i| matches!(i.progress, Progress::Patched(_) | Progress::Done)),
-        unavailable: named(&|i| !i.available && i.progress.is_idle()),
+        unavailable: named(&|i| !i.available && !i.quarantined && i.progress.is_idle()),
         starting: draft.batch.clone(),
+        quarantined: named(&|i| i.quarantined),
         settled,
     };
     progressing_message(&facts)
@@ -852,6 +871,25 @@ mod progress_tests {
                 "complete, several pods",
                 Facts { settled: true, ..facts(3, 3, 3) },
                 ("True", "RolloutComplete", "all 3 pods run revision web-2 and are available"),
+            ),
+            (
+                "complete but for a server in Maintaining",
+                Facts { settled: true, quarantined: vec!["a".into()], ..facts(3, 3, 2) },
+                (
+                    "True",
+                    "RolloutComplete",
+                    "2 of 3 pods run revision web-2; 1 server in Maintaining is left as it is: a",
+                ),
+            ),
+            (
+                "scale-in held by servers in Maintaining",
+                Facts { quarantined: vec!["a".into(), "b".into()], ..facts(1, 2, 2) },
+                (
+                    "True",
+                    "RolloutInProgress",
+                    "2 of 2 pods run revision web-2; scaling in to 1 pod; 2 servers in Maintaining are left as they \
+                     are: a, b",
+                ),
             ),
         ];
         for (situation, facts, (status, reason, message)) in table {

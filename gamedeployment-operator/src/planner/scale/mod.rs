@@ -3,7 +3,7 @@
 //! - `podsToDelete` pods and pods labelled `apps.kruise.io/specified-delete: "true"` are deleted first and replaced
 //!   (the list plus lower replicas is a targeted scale-in);
 //! - scale-in victims are chosen by [`victims`]: old-revision pods first, down to `partition`, then updated
-//!   pods, each group in [`crate::priority::deletion_order`];
+//!   pods, each group in [`crate::priority::deletion_order`]; a quarantined server (`Maintaining`) is never one;
 //! - deleting an available pod costs one of the unavailable budget, so no deletion takes availability below
 //!   `replicas − maxUnavailable`; unavailable pods are deleted freely;
 //! - new pods get unique names and indices (`create`), the first `create_old` of the current revision;
@@ -54,7 +54,8 @@ pub(crate) fn victims<'i, 'a>(
             // Nothing to take: no sort of every pod (most passes, e.g. each pass of a 5,000-pod roll).
             return Vec::new();
         }
-        let mut group: Vec<&'i PodInfo<'a>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
+        let mut group: Vec<&'i PodInfo<'a>> =
+            infos.iter().filter(|i| !i.specified && !i.quarantined && i.updated == updated).collect();
         group.sort_by(by_deletion);
         group.truncate(usize::try_from(n).unwrap_or(0));
         group
@@ -98,7 +99,8 @@ pub(crate) fn plan(
     let mut probes_kept = std::collections::BTreeSet::new();
     if let Some(policy) = race_to_empty::policy(settings) {
         for (updated, wanted) in [(false, diffs.delete_old), (true, diffs.delete_new)] {
-            let group: Vec<&PodInfo<'_>> = infos.iter().filter(|i| !i.specified && i.updated == updated).collect();
+            let group: Vec<&PodInfo<'_>> =
+                infos.iter().filter(|i| !i.specified && !i.quarantined && i.updated == updated).collect();
             if let Ok(wanted @ 1..) = usize::try_from(wanted) {
                 race_to_empty::plan(settings, policy, group, wanted, &mut budget, &mut probes_kept, draft);
             }

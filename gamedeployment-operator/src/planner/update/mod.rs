@@ -38,8 +38,8 @@ pub(crate) fn batch<'i, 'a>(
     draft: &Draft,
 ) -> Vec<&'i PodInfo<'a>> {
     let candidates: Vec<&'i PodInfo<'a>> =
-        infos.iter().filter(|i| !i.updated && !i.specified && !draft.is_touched(i.name)).collect();
-    let elsewhere = count_where(infos, |i| !i.updated && !i.specified) - count(candidates.len());
+        infos.iter().filter(|i| !i.updated && !i.specified && !i.quarantined && !draft.is_touched(i.name)).collect();
+    let elsewhere = count_where(infos, |i| !i.updated && !i.specified && !i.quarantined) - count(candidates.len());
     let need = diffs.update_after(elsewhere);
     let mut chosen = Vec::new();
     if need == 0 {
