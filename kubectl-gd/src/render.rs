@@ -211,9 +211,10 @@ fn pod_lines(out: &mut String, style: Style, pod: &PodNode, prefix: &str, last: 
     };
     let state = if pod.is_held() { style.paint(Colour::Yellow, &state) } else { state };
     let restarts = if pod.restarts > 0 { format!("  restarts {}", pod.restarts) } else { String::new() };
+    let server = pod.server_state.as_ref().map(|s| format!("  server {s}")).unwrap_or_default();
     let _ = writeln!(
         out,
-        "{prefix}{}pod {}  {}  {ready}  {state}  age {}{restarts}",
+        "{prefix}{}pod {}  {}  {ready}  {state}{server}  age {}{restarts}",
         style.branch(last),
         pod.name,
         pod.phase,

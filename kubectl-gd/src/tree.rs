@@ -161,6 +161,9 @@ pub struct PodNode {
     pub state_seconds: Option<i64>,
     pub age_seconds: i64,
     pub restarts: i32,
+    /// The state its game server declares (`common::server_state`: a named state only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
     /// The GameDeployment's hook condition for this pod (`status.pre*HookCondition`): why it is held.
@@ -439,6 +442,7 @@ fn pod_node(pod: &Pod, snapshot: &Snapshot, conditions: &[(&str, &HookCondition)
         state_seconds: state_since,
         age_seconds: seconds_since(now, pod.metadata.creation_timestamp.as_ref()).unwrap_or(0),
         restarts: common::pod::restart_count(pod),
+        server_state: common::server_state::ServerState::of(pod).name().map(str::to_string),
         ip: Some(common::pod::pod_ip(pod).to_string()).filter(|ip| !ip.is_empty()),
         held,
         runs: runs_of(pod, &snapshot.runs).into_iter().map(|r| run_node(r, now)).collect(),

@@ -397,3 +397,25 @@ fn server_states_are_shown() {
     let tree = build(&snapshot(), now());
     assert!(!render(&tree, Style::PLAIN).contains("Servers:"));
 }
+
+/// Each pod's declared server state is on its line (a named state only: never a value a pod made up).
+#[test]
+fn each_pod_shows_the_state_its_server_declares() {
+    let mut pods = pods();
+    let label = |pod: &mut k8s_openapi::api::core::v1::Pod, value: &str| {
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("gamedeployment.tkex.tencent.com/server-state".into(), value.into());
+    };
+    label(&mut pods[0], "Maintaining");
+    label(&mut pods[1], "made-up");
+    let (first, second) = (pods[0].metadata.name.clone().unwrap(), pods[1].metadata.name.clone().unwrap());
+    let tree = build(&Snapshot::owned(gd(), revisions(), pods, vec![]), now());
+    let text = render(&tree, Style::PLAIN);
+    let line = |name: &str| text.lines().find(|l| l.contains(&format!("pod {name} "))).unwrap_or_default().to_string();
+    assert!(line(&first).contains("  server Maintaining  "), "{text}");
+    assert!(!line(&second).contains("server"), "{text}");
+    let json = serde_json::to_value(&tree).unwrap();
+    assert!(json.to_string().contains(r#""serverState":"Maintaining""#), "{json:#}");
+}
