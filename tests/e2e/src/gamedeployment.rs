@@ -37,6 +37,15 @@ pub async fn apply(cluster: &Cluster, manifest: &str) {
     cluster.kubectl_ok(&["apply", "-f", &path]).await;
 }
 
+/// `kubectl patch` of the first container's image of GameDeployment `name` in `namespace` (a JSON patch, as the
+/// walkthrough writes it).
+pub async fn set_image(cluster: &Cluster, namespace: &str, name: &str, image: &str) {
+    let patch =
+        serde_json::json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}]);
+    let patch = patch.to_string();
+    cluster.kubectl_ok(&["patch", "-n", namespace, "gamedeployment", name, "--type=json", "-p", &patch]).await;
+}
+
 /// One row of `kubectl get gamedeployment`: DESIRED UPDATED UPDATED_READY READY TOTAL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Columns {

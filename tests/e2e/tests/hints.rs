@@ -297,18 +297,7 @@ async fn canary_pauses_gitops_clean(cluster: &Cluster) {
 }
 
 async fn image_patch(cluster: &Cluster, ns: &str) {
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "-n",
-            ns,
-            "gamedeployment",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"python:3.6"}]"#,
-        ])
-        .await;
+    e2e::gamedeployment::set_image(cluster, ns, NAME, "python:3.6").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

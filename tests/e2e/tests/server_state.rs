@@ -97,16 +97,7 @@ async fn a_maintaining_server_keeps_its_image_through_a_full_rollout_and_is_repo
     assert!(out.stdout.contains("Servers:   1 Maintaining"), "{}", out.stdout);
 
     let checker = GateChecker::start(&cluster, "default").await;
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "gamedeployment",
-            NAME,
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"python:3.6"}]"#,
-        ])
-        .await;
+    e2e::gamedeployment::set_image(&cluster, "default", NAME, "python:3.6").await;
     let out = kubectl_gd(&cluster, &["status", NAME, "--timeout", "3m"]).await;
     assert_eq!(out.code, 0, "the rollout completes around the quarantined server: {out:?}");
     let said = format!("1 server in Maintaining is left as it is: {kept}");
