@@ -28,6 +28,7 @@ const EXPORTED: &[&str] = &[
     "gamedeployment_rollout_stuck_seconds",
     "gamedeployment_progress_deadline_exceeded",
     "gamedeployment_pods_held",
+    "gamedeployment_server_states",
     "gamedeployment_leader",
     "gamedeployment_gate_wait_seconds",
     "gamedeployment_hook_outcomes_total",
@@ -272,6 +273,7 @@ fn rules_uses() -> BTreeMap<String, BTreeSet<String>> {
         "GameDeploymentProgressDeadlineExceeded",
         "GameDeploymentHookFailureRate",
         "GameDeploymentPodsHeldTooLong",
+        "GameDeploymentServersInMaintenance",
         "GameDeploymentOperatorNotLeading",
         "HookOperatorNotLeading",
         "GameDeploymentReconcileErrors",
@@ -288,6 +290,10 @@ fn rules_render_with_the_values_thresholds() {
     assert!(rendered.contains("gamedeployment_rollout_stuck_seconds) > 15 * 60"), "{rendered}");
     assert!(rendered.contains("min_over_time(gamedeployment_pods_held[15m]) > 0"), "{rendered}");
     assert!(rendered.contains("hook for over 15 minutes"), "{rendered}");
+    assert!(
+        rendered.contains(r#"min_over_time(gamedeployment_server_states{state="Maintaining"}[24h]) > 0"#),
+        "{rendered}"
+    );
     assert!(rendered.contains("{{ $labels.name }}"), "Prometheus templates pass through: {rendered}");
 }
 
