@@ -43,5 +43,8 @@ async fn dashboard_and_rules_are_optional_and_render_when_enabled() {
     assert_eq!(held["expr"], "min_over_time(gamedeployment_pods_held[30m]) > 0");
     assert!(held["annotations"]["summary"].as_str().unwrap().contains("{{ $labels.name }}"));
     assert!(held["annotations"]["summary"].as_str().unwrap().contains("for over 30 minutes"));
-    assert_eq!(rules.len(), 8);
+    let maintaining =
+        rules.iter().find(|r| r["alert"] == "GameDeploymentServersInMaintenance").expect("maintenance alert");
+    assert_eq!(maintaining["expr"], r#"min_over_time(gamedeployment_server_states{state="Maintaining"}[24h]) > 0"#);
+    assert_eq!(rules.len(), 9);
 }
