@@ -212,3 +212,41 @@ fn a_server_held_by_its_hook_that_enters_maintaining_goes_back_to_normal() {
     assert_eq!(image_of(&world, &held[0]), "game:1");
     assert_eq!(image_of(&world, &held[1]), "game:2");
 }
+
+#[test]
+fn a_scale_in_victim_that_enters_maintaining_goes_back_and_another_server_goes_instead() {
+    let mut g = gd(3, "InplaceUpdate");
+    g.spec.pre_delete_update_strategy =
+        Some(serde_json::from_value(json!({"hook": {"templateName": "drain"}})).expect("valid strategy"));
+    let mut world = settled(g);
+    world.gd.spec.replicas = Some(2);
+    for _ in 0..3 {
+        world.pass();
+        world.tick(1);
+    }
+    let preparing = |w: &World| -> Vec<String> {
+        w.active()
+            .iter()
+            .filter(|p| lifecycle::state_of(p) == LifecycleState::PreparingDelete)
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    };
+    let victim = preparing(&world);
+    assert_eq!(victim.len(), 1, "one server waits for its pre-delete hook");
+    let victim = victim[0].clone();
+    declare(&mut world, &victim, "Maintaining");
+    for _ in 0..3 {
+        world.pass();
+        world.tick(1);
+    }
+    let state =
+        lifecycle::state_of(world.pods.iter().find(|p| p.metadata.name.as_deref() == Some(&victim)).expect("kept"));
+    assert_eq!(state, LifecycleState::Normal, "the quarantined server is released");
+    let next = preparing(&world);
+    assert_eq!(next.len(), 1, "another server is taken instead: {next:?}");
+    assert_ne!(next[0], victim);
+    succeed_every_run(&mut world);
+    assert!(world.settle(40, never_touches(victim.clone())).is_some());
+    assert_eq!(world.active().len(), 2);
+    assert!(names(&world).contains(&victim));
+}
