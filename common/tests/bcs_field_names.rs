@@ -63,6 +63,7 @@ fn walkthrough_gamedeployment() -> GameDeployment {
                 hook: Some(HookStep { template_name: "test".into(), args: vec![] }),
                 retry: false,
                 hook_policy: None,
+                shadow_hook: None,
             }),
             pre_inplace_update_strategy: None,
             post_inplace_update_strategy: None,

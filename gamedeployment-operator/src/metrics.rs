@@ -56,6 +56,8 @@ pub struct OutcomeLabels {
     pub hook: String,
     /// `successful`, `failed`, `error`, `inconclusive` or `terminated`.
     pub outcome: String,
+    /// `true` for a shadow hook's run (`shadowHook`: recorded, never deciding), else `false`.
+    pub shadow: String,
 }
 
 /// A gate that let a pod (or canary step) go without a successful hook.
@@ -304,8 +306,9 @@ impl Metrics {
         self.hook_releases.get_or_create(&ReleaseLabels { hook: hook.into(), reason: reason.into() }).inc();
     }
 
-    pub fn hook_outcome(&self, hook: &str, outcome: &str) {
-        self.hook_outcomes.get_or_create(&OutcomeLabels { hook: hook.into(), outcome: outcome.into() }).inc();
+    pub fn hook_outcome(&self, hook: &str, outcome: &str, shadow: bool) {
+        let labels = OutcomeLabels { hook: hook.into(), outcome: outcome.into(), shadow: shadow.to_string() };
+        self.hook_outcomes.get_or_create(&labels).inc();
     }
 
     /// The client layer counting requests into [`Metrics::api_requests`].
@@ -529,7 +532,8 @@ mod tests {
             .get_or_create(&WorkloadLabels { namespace: "ns".into(), name: "game".into() })
             .set(1);
         metrics.gate_released("predelete", 3.5);
-        metrics.hook_outcome("preinplace", "failed");
+        metrics.hook_outcome("preinplace", "failed", false);
+        metrics.hook_outcome("predelete", "failed", true);
         let text = encode(&registry);
         for line in [
             "gamedeployment_desired_replicas{namespace=\"ns\",name=\"game\"} 6",
@@ -544,7 +548,8 @@ mod tests {
             "gamedeployment_server_states{namespace=\"ns\",name=\"game\",state=\"Allocated\"} 0",
             "gamedeployment_progress_deadline_exceeded{namespace=\"ns\",name=\"game\"} 1",
             "gamedeployment_gate_wait_seconds_bucket{le=\"4.0\",hook=\"predelete\"} 1",
-            "gamedeployment_hook_outcomes_total{hook=\"preinplace\",outcome=\"failed\"} 1",
+            "gamedeployment_hook_outcomes_total{hook=\"preinplace\",outcome=\"failed\",shadow=\"false\"} 1",
+            "gamedeployment_hook_outcomes_total{hook=\"predelete\",outcome=\"failed\",shadow=\"true\"} 1",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

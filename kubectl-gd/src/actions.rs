@@ -21,7 +21,7 @@ use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::tree::{Snapshot, instance_id, run_phase, runs_of};
+use crate::tree::{Snapshot, gate_runs_of, instance_id, run_phase};
 
 /// Annotation `kubectl rollout restart` sets on the pod template; we use the same key.
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
@@ -88,7 +88,7 @@ pub fn retry(snapshot: &Snapshot, pod: Option<&str>) -> Result<Plan, String> {
             .find(|p| p.metadata.name.as_deref() == Some(pod_name))
             .ok_or_else(|| format!("pod {pod_name} does not belong to gamedeployment {name}"))?;
         let mut plan = Plan { writes: Vec::new(), summary: Vec::new() };
-        for run in runs_of(pod, &snapshot.runs) {
+        for run in gate_runs_of(pod, &snapshot.runs) {
             let phase = run_phase(run);
             if !failed(phase) || run.metadata.deletion_timestamp.is_some() {
                 continue;
@@ -266,7 +266,7 @@ pub fn skip_hook(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
     let runs = &snapshot.runs;
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
-    let mine = runs_of(pod, runs);
+    let mine = gate_runs_of(pod, runs);
     if mine.is_empty() {
         return Err(format!("pod {pod_name} (instance id {}) has no HookRun", instance_id(pod)));
     }

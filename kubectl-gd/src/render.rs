@@ -138,6 +138,21 @@ pub fn render(tree: &Tree, style: Style) -> String {
         let states: Vec<String> = p.server_states.iter().map(|(state, n)| format!("{n} {state}")).collect();
         field(&mut out, "Servers", &states.join(", "));
     }
+    if let Some(latest) = p.shadow_results.last() {
+        let ok = p.shadow_results.iter().filter(|r| r.phase == common::api::HookPhase::Successful).count();
+        let why = latest.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        let shadow = format!(
+            "{} results, {ok} successful; latest: {} {} hook {} on pod {} ended {} (real gate: {}){why}",
+            p.shadow_results.len(),
+            latest.hook,
+            latest.template_name,
+            latest.hook_run,
+            latest.pod_name,
+            latest.phase,
+            latest.gate
+        );
+        field(&mut out, "Shadow", &shadow);
+    }
     if let Some(c) = &tree.canary {
         let position = if c.step as usize >= c.steps {
             format!("all {} steps done", c.steps)

@@ -9,7 +9,7 @@ use common::hookrun::HookKind;
 use common::keys;
 use serde::Serialize;
 
-use crate::tree::{Snapshot, run_phase, runs_of};
+use crate::tree::{Snapshot, gate_runs_of, run_phase};
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub enum State {
@@ -159,7 +159,7 @@ fn hook_runs_of<'a>(snapshot: &'a Snapshot, kind: HookKind, pod_name: &str) -> O
     let pod = snapshot.pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod_name))?;
     let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
     let label = |r: &common::api::HookRun, key: &str| r.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned();
-    let runs = runs_of(pod, &snapshot.runs)
+    let runs = gate_runs_of(pod, &snapshot.runs)
         .into_iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .filter(|r| label(r, keys::HOOKRUN_TYPE).as_deref() == Some(kind.type_label()))
@@ -250,7 +250,7 @@ fn failed_run_not_yet_reported(snapshot: &Snapshot, facts: &Facts) -> Option<Ver
         }
         let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
         // The latest run first: after automatic retries, the one to look at is the last.
-        let mut runs = runs_of(pod, &snapshot.runs);
+        let mut runs = gate_runs_of(pod, &snapshot.runs);
         runs.sort_by(|a, b| {
             let key = |r: &common::api::HookRun| {
                 (r.metadata.creation_timestamp.as_ref().map(|t| t.0), r.metadata.name.clone())

@@ -105,6 +105,9 @@ pub struct Progress {
     /// How many pods declare each server state (`status.serverStates`).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub server_states: std::collections::BTreeMap<String, i32>,
+    /// The latest shadow hook results (`status.shadowHookResults`), newest last.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shadow_results: Vec<common::api::ShadowHookResult>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -274,6 +277,15 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
             hooks.push(format!("{gate}: {}", hook.template_name));
         }
     }
+    let shadows = [
+        ("pre-delete", spec.pre_delete_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
+        ("pre-inplace", spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
+    ];
+    for (gate, hook) in shadows {
+        if let Some(hook) = hook {
+            hooks.push(format!("{gate} shadow: {}", hook.template_name));
+        }
+    }
     let strategy = Strategy {
         type_: format!("{:?}", update.type_),
         partition: int_or_string(&update.partition),
@@ -295,6 +307,7 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
         current_revision: status.current_revision.clone(),
         stale: status.observed_generation.unwrap_or(0) < gd.metadata.generation.unwrap_or(0),
         server_states: status.server_states.clone(),
+        shadow_results: status.shadow_hook_results.clone(),
     };
     let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").map(|c| Condition {
         status: c.status.clone(),
@@ -404,6 +417,18 @@ pub fn instance_id(pod: &Pod) -> &str {
 }
 
 /// The pod hook runs (not canary step runs) made for this pod: same instance id.
+/// A shadow hook's run (`shadowHook`, type label `shadow-…`): shown with its pod, but it decides nothing, so no
+/// verdict or action looks at it.
+pub fn is_shadow(run: &HookRun) -> bool {
+    label(&run.metadata.labels, keys::HOOKRUN_TYPE).is_some_and(|t| t.starts_with("shadow-"))
+}
+
+/// The runs of the pod's gates ([`runs_of`] without shadow runs).
+pub fn gate_runs_of<'a>(pod: &Pod, runs: &'a [HookRun]) -> Vec<&'a HookRun> {
+    runs_of(pod, runs).into_iter().filter(|r| !is_shadow(r)).collect()
+}
+
+/// Every run made for the pod (its gates' and its shadow hooks'), by name.
 pub fn runs_of<'a>(pod: &Pod, runs: &'a [HookRun]) -> Vec<&'a HookRun> {
     let id = instance_id(pod);
     let mut found: Vec<&HookRun> = runs

@@ -419,3 +419,38 @@ fn each_pod_shows_the_state_its_server_declares() {
     let json = serde_json::to_value(&tree).unwrap();
     assert!(json.to_string().contains(r#""serverState":"Maintaining""#), "{json:#}");
 }
+
+/// A failed shadow run (`shadowHook`) decides nothing: no verdict or action looks at it, the tree shows it with its
+/// kind, and `kubectl gd get` summarises the recorded results.
+#[test]
+fn a_failed_shadow_run_is_shown_but_never_a_failure() {
+    let mut gd = gd();
+    gd.status.as_mut().unwrap().pre_delete_hook_condition.clear();
+    gd.status.as_mut().unwrap().shadow_hook_results = vec![yaml(
+        "{hook: preDelete, podName: test-gamedeployment-k2x7q, templateName: test-fail, \
+          hookRun: shadow-predelete-test-gamedeployment-k2x7q-x-test-fail, phase: Failed, message: 'value 45', \
+          gate: Running, finishedAt: '2024-05-01T10:08:03Z'}",
+    )];
+    let mut shadow = run("k2x7q", FAIL, FAILED);
+    shadow.metadata.name = Some("shadow-predelete-test-gamedeployment-k2x7q-x-test-fail".into());
+    shadow.metadata.labels.as_mut().unwrap().insert("hookrun-type".into(), "shadow-pre-delete-step".into());
+    gd.spec.pre_delete_update_strategy.as_mut().unwrap().shadow_hook = Some(yaml("{templateName: test-fail}"));
+    let snapshot = Snapshot::owned(gd, revisions(), pods(), vec![shadow]);
+    let verdict = judge(&snapshot);
+    assert_ne!(verdict.state, State::Failed, "{verdict:?}");
+    let retry = kubectl_gd::actions::retry(&snapshot, Some("test-gamedeployment-k2x7q"));
+    assert!(retry.is_err_and(|e| e.contains("no failed HookRun to retry")), "a shadow run is never retried");
+    let text = render(&build(&snapshot, now()), Style::PLAIN);
+    assert!(text.contains("Hooks:     pre-delete: test, pre-delete shadow: test-fail\n"), "{text}");
+    assert!(
+        text.contains("hookrun shadow-predelete-test-gamedeployment-k2x7q-x-test-fail  shadow-pre-delete-step"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "Shadow:    1 results, 0 successful; latest: preDelete test-fail hook \
+             shadow-predelete-test-gamedeployment-k2x7q-x-test-fail on pod test-gamedeployment-k2x7q ended Failed (real gate: Running): value 45"
+        ),
+        "{text}"
+    );
+}

@@ -662,6 +662,11 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
     /// The HookTemplate to run for each pod before deleting it; the pod is deleted once its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
+    /// each pod exactly as the real one, and its result recorded (`status.shadowHookResults`, an Event, the
+    /// metric), but it never holds or releases a pod — the real hook alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_hook: Option<HookStep>,
     /// Set to true to delete the failed pre-delete HookRuns and run them again; the operator sets it back to
     /// false once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
@@ -682,6 +687,11 @@ pub struct GameDeploymentPreInplaceUpdateStrategy {
     /// Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
+    /// each pod exactly as the real one, and its result recorded (`status.shadowHookResults`, an Event, the
+    /// metric), but it never holds or releases a pod — the real hook alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_hook: Option<HookStep>,
     /// Set to true to delete the failed pre-inplace HookRuns and run them again; the operator sets it back to
     /// false once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
@@ -785,6 +795,38 @@ pub struct GameDeploymentStatus {
     /// Updated pods whose post-inplace HookRun has not succeeded yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_inplace_hook_condition: Vec<HookCondition>,
+    /// Addition (kourse): the latest results of shadow hooks (`shadowHook`), newest last, at most
+    /// `MAX_SHADOW_RESULTS`: what the trialled check said for each pod, beside what the real gate did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_SHADOW_RESULTS))]
+    pub shadow_hook_results: Vec<ShadowHookResult>,
+}
+
+/// Most entries of `status.shadowHookResults`.
+pub const MAX_SHADOW_RESULTS: usize = 20;
+
+/// Addition (kourse): what a shadow hook said about one pod's change.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowHookResult {
+    /// `preDelete` or `preInplace`.
+    pub hook: String,
+    /// The pod whose change the shadow run was made for.
+    pub pod_name: String,
+    /// The shadow hook's HookTemplate.
+    pub template_name: String,
+    /// The shadow HookRun (removed once its pod moved on; this entry stays).
+    pub hook_run: String,
+    /// How the shadow run ended.
+    pub phase: HookPhase,
+    /// The run's message, if any (why it failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// What the real gate of that pod said when the shadow run ended: `no hook`, or its run's phase
+    /// (`Successful`, `Running`, `Failed`, …).
+    pub gate: String,
+    /// When the shadow run ended (recorded).
+    pub finished_at: Time,
 }
 
 /// Standard Kubernetes-style condition (`FailedScale`, `FailedUpdate`, `Progressing`, ...).

@@ -358,12 +358,13 @@ impl Context {
         let seen = counted.entry(snapshot.key.clone()).or_default();
         let mut now_seen = HashSet::new();
         for run in completed {
-            let Some(hook) = hook_label(run) else { continue };
+            let shadow = crate::planner::shadow::kind_of(run);
+            let Some(hook) = shadow.map(HookKind::prefix).or_else(|| hook_label(run)) else { continue };
             let uid = run.metadata.uid.clone().unwrap_or_default();
             if !seen.contains(&uid)
                 && let Some(outcome) = outcome_label(run)
             {
-                self.metrics.hook_outcome(hook, outcome);
+                self.metrics.hook_outcome(hook, outcome, shadow.is_some());
             }
             now_seen.insert(uid);
         }

@@ -16,8 +16,9 @@
 //!    ([`scale::volumes`]);
 //! 7. refresh ([`refresh`]) — advance in-place updates ([`update::inplace::advance()`]: grace periods, completion,
 //!    post-inplace hooks) and the readiness gate of new pods;
-//! 8. housekeeping ([`housekeeping`], [`hooks`]) — release pods held for work no longer wanted, prune
-//!    `podsToDelete`, remove HookRuns nobody waits for (and retried ones), truncate the revision history;
+//! 8. housekeeping ([`housekeeping`], [`hooks`], [`shadow`]) — release pods held for work no longer wanted, prune
+//!    `podsToDelete`, remove HookRuns nobody waits for (and retried ones), make and remove shadow runs, truncate the
+//!    revision history;
 //! 9. status ([`status`], [`hooks::status`]) — counts, revisions, conditions, hook conditions, canary fields.
 //!
 //! Every deletion and every in-place / hot-patch update is first put to the gate ([`crate::gate::verdict()`], from
@@ -32,6 +33,7 @@ pub(crate) mod progress_deadline;
 mod refresh;
 pub(crate) mod scale;
 pub(crate) mod settings;
+pub(crate) mod shadow;
 pub(crate) mod status;
 pub(crate) mod update;
 
@@ -192,6 +194,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         housekeeping::release_unneeded_holds(&settings, &infos, update_ran, &mut draft);
         housekeeping::prune_pods_to_delete(gd, &owned, &mut draft);
         hooks::housekeeping(&settings, &owned, &mut draft);
+        shadow::plan(&settings, &infos, &old_status, &mut draft);
     }
     housekeeping::truncate_history(&settings, &owned, &observed.revisions, &mut draft);
     refresh::requeue(&settings, &infos, &mut draft);
@@ -202,6 +205,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     status::show_canary_pause(gd, &mut status, settings.now);
     let mut hook_events = Vec::new();
     hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
+    shadow::status(&settings, &mut status, &mut hook_events);
     if let Some(at) = hooks::records_expire_at(&status) {
         draft.requeue_at(settings.now, at);
     }

@@ -175,6 +175,7 @@ pub(crate) fn compute(
         pre_delete_hook_condition: old.pre_delete_hook_condition.clone(),
         pre_inplace_hook_condition: old.pre_inplace_hook_condition.clone(),
         post_inplace_hook_condition: old.post_inplace_hook_condition.clone(),
+        shadow_hook_results: old.shadow_hook_results.clone(),
     };
     let names: std::collections::HashSet<&str> = infos.iter().map(|i| i.name).collect();
     let exists = |name: &str| names.contains(name);

@@ -10,6 +10,9 @@
 //! - and whose spec is what the operator created: unchanged between the run's first appearance and its success
 //!   (terminate aside), and hashing to its `…/spec-hash`.
 //!
+//! Shadow runs (`shadowHook`, type label `shadow-…`) are never such a run: the checker leaves them out, so a change
+//! a shadow run alone let through is a violation; it also checks that no shadow run carries a gate's stamps.
+//!
 //! kube-sim's resourceVersions are global and increase with every commit (like etcd's), so sorting every event by
 //! resourceVersion replays the cluster's history in commit order, whatever order the watches delivered it in.
 //! Watches start before the story and must see every event (the checker reports a gap in a watch as a
@@ -42,6 +45,8 @@ pub struct GateReport {
     pub terminated_runs_used: usize,
     /// Pods that went from a Preparing state back to `Normal` without the change happening (`pod: from`).
     pub released: Vec<String>,
+    /// Shadow runs seen (names): never counted as a gate's run.
+    pub shadow_runs: BTreeSet<String>,
 }
 
 impl GateReport {
@@ -229,6 +234,16 @@ fn replay(events: Vec<(u64, Seen)>) -> GateReport {
                 gds.insert(uid, (hooks_of(&gd), gd.metadata.deletion_timestamp.is_some()));
             }
             Seen::Run(run) => {
+                if label(&run.metadata, keys::HOOKRUN_TYPE).is_some_and(|t| t.starts_with("shadow-")) {
+                    let name = run.metadata.name.clone().unwrap_or_default();
+                    let stamps = [keys::HOOKRUN_CHANGE, keys::HOOKRUN_PREPARED_AT, keys::HOOKRUN_SIGNATURE];
+                    let annotations = run.metadata.annotations.clone().unwrap_or_default();
+                    if stamps.iter().any(|k| annotations.contains_key(*k)) {
+                        report.violations.push(format!("shadow HookRun {name} carries a gate stamp: {annotations:?}"));
+                    }
+                    report.shadow_runs.insert(name);
+                    continue;
+                }
                 let uid = run.metadata.uid.clone().unwrap_or_default();
                 let entry = runs.entry(uid).or_insert_with(|| RunState {
                     name: run.metadata.name.clone().unwrap_or_default(),

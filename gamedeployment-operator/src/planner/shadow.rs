@@ -1,0 +1,394 @@
+//! Shadow hooks (addition; Argo Rollouts calls them `dryRun`): `preDeleteUpdateStrategy.shadowHook` and
+//! `preInplaceUpdateStrategy.shadowHook` name a HookTemplate a team trials on live servers before making it binding.
+//!
+//! - **Made** when a pod's change starts — the pod enters `PreparingDelete` / `PreparingUpdate`, or is deleted or
+//!   patched in place this pass when no real hook holds it — one run per pod, hook and revision
+//!   ([`run_name`]), from the template with the same injected args as a real run.
+//! - **Never consulted by a gate**: its type label is `shadow-<type>` and its name starts with `shadow-`, so the
+//!   gate's look-ups (by the names and signed stamps of its own attempts) never find it, and it carries no stamp.
+//! - **Recorded** once it ends: an entry of `status.shadowHookResults` (the newest [`MAX_SHADOW_RESULTS`], each
+//!   with what the real gate of the pod said at that moment) and an Event, once; the controller counts it in
+//!   `gamedeployment_hook_outcomes_total{shadow="true"}`.
+//! - **Removed** once its pod moved on (gone, or no longer changing towards that revision) and its result is
+//!   recorded — or an hour after it was made if it never ends.
+
+use common::api::{
+    GameDeploymentStatus, HookCondition, HookPhase, HookRun, HookStep, MAX_SHADOW_RESULTS, ShadowHookResult,
+};
+use common::hookrun::HookKind;
+use common::keys;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::plan_draft::Draft;
+use super::settings::{PodInfo, Settings};
+use crate::action::{Action, PatchReason, PlannedEvent};
+use crate::gate;
+use crate::lifecycle::LifecycleState;
+
+/// The kinds a shadow hook may be given.
+const KINDS: [HookKind; 2] = [HookKind::PreDelete, HookKind::PreInplace];
+
+/// Prefix of a shadow run's type label (`shadow-pre-delete-step`) and name.
+pub(crate) const PREFIX: &str = "shadow-";
+
+/// How long a shadow run that never ends is kept after its pod moved on, in seconds.
+const UNFINISHED_KEPT_SECONDS: i64 = 3600;
+
+/// The shadow hook configured for `kind`.
+pub(crate) fn shadow_hook(gd: &common::api::GameDeployment, kind: HookKind) -> Option<&HookStep> {
+    match kind {
+        HookKind::PreDelete => gd.spec.pre_delete_update_strategy.as_ref()?.shadow_hook.as_ref(),
+        HookKind::PreInplace => gd.spec.pre_inplace_update_strategy.as_ref()?.shadow_hook.as_ref(),
+        HookKind::PostInplace | HookKind::CanaryStep => None,
+    }
+}
+
+/// The kind of a shadow run (None for any other run).
+pub fn kind_of(run: &HookRun) -> Option<HookKind> {
+    let type_ = run.metadata.labels.as_ref()?.get(keys::HOOKRUN_TYPE)?.strip_prefix(PREFIX)?;
+    KINDS.into_iter().find(|k| k.type_label() == type_)
+}
+
+/// The spec field a shadow kind is configured in, for messages and `status.shadowHookResults[].hook`.
+fn field(kind: HookKind) -> &'static str {
+    match kind {
+        HookKind::PreDelete => "preDelete",
+        _ => "preInplace",
+    }
+}
+
+/// The one run of a pod's change towards `revision` (names are at most 253 characters: a long one is cut and ends
+/// with a hash of the whole).
+pub(crate) fn run_name(kind: HookKind, pod: &str, revision: &str, template: &str) -> String {
+    let name = format!("{PREFIX}{}-{pod}-{revision}-{template}", kind.prefix());
+    if name.len() <= 253 {
+        return name;
+    }
+    let hash = crate::revision::fnv32a(name.as_bytes());
+    let mut cut: String = name.chars().take(240).collect();
+    while cut.ends_with(['-', '.']) {
+        cut.pop();
+    }
+    format!("{cut}-{hash:08x}")
+}
+
+/// The revision a pod's change of `kind` moves it to when it is changing this pass (`None` otherwise).
+fn changing<'a>(settings: &'a Settings<'_>, kind: HookKind, info: &'a PodInfo<'_>, draft: &Draft) -> Option<&'a str> {
+    let acted = |wanted: &dyn Fn(&Action) -> bool| draft.actions.iter().any(wanted);
+    match kind {
+        HookKind::PreDelete => {
+            let deleted = acted(&|a| matches!(a, Action::DeletePod { pod, .. } if pod.name == info.name));
+            (info.state == LifecycleState::PreparingDelete || deleted).then_some(info.revision.unwrap_or(""))
+        }
+        _ => {
+            let patched = acted(&|a| {
+                matches!(a, Action::PatchPod(c) if c.pod.name == info.name
+                    && matches!(c.reason, PatchReason::InPlaceUpdate | PatchReason::InPlaceGraceEnded | PatchReason::HotPatchUpdate))
+            });
+            (info.state == LifecycleState::PreparingUpdate || patched).then_some(settings.update_revision.as_str())
+        }
+    }
+}
+
+/// The shadow runs this GameDeployment made.
+fn shadow_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = (&'a HookRun, HookKind)> + 'a {
+    super::hooks::owned_runs(settings).filter_map(|r| Some((r, kind_of(r)?)))
+}
+
+/// Plans the shadow runs to make (pods whose change starts) and to remove (recorded, and their pod moved on).
+pub(crate) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], old: &GameDeploymentStatus, draft: &mut Draft) {
+    let existing: std::collections::BTreeSet<&str> =
+        shadow_runs(settings).filter_map(|(r, _)| r.metadata.name.as_deref()).collect();
+    let recorded = |name: &str| old.shadow_hook_results.iter().any(|r| r.hook_run == name);
+    let mut wanted = std::collections::BTreeSet::new();
+    for kind in KINDS {
+        let Some(step) = shadow_hook(settings.gd, kind) else { continue };
+        for info in infos {
+            let Some(revision) = changing(settings, kind, info, draft) else { continue };
+            let name = run_name(kind, info.name, revision, &step.template_name);
+            if existing.contains(name.as_str()) || recorded(&name) {
+                wanted.insert(name);
+                continue;
+            }
+            match make(settings, kind, step, info.pod, revision, name.clone()) {
+                Ok(run) => draft.actions.push(Action::CreateHookRun(Box::new(run))),
+                // A missing template or arg: the shadow hook only reports it (nothing waits for it).
+                Err(problem) => draft.events.push(
+                    PlannedEvent::warning(
+                        "ShadowHookNotCreated",
+                        format!("shadow {} hook of pod {}: {problem}", field(kind), info.name),
+                    )
+                    .about_pod(&info.pod_ref()),
+                ),
+            }
+            wanted.insert(name);
+        }
+    }
+    let now = settings.now.as_second();
+    for (run, _) in shadow_runs(settings) {
+        let name = run.metadata.name.clone().unwrap_or_default();
+        if wanted.contains(&name) || run.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let age = run.metadata.creation_timestamp.as_ref().map_or(0, |t| now - t.0.as_second());
+        let why = if recorded(&name) {
+            "its result is recorded and its pod moved on".to_string()
+        } else if age > UNFINISHED_KEPT_SECONDS {
+            "its pod moved on and it did not end within an hour".to_string()
+        } else {
+            continue;
+        };
+        draft.actions.push(Action::DeleteHookRun { name, uid: run.metadata.uid.clone().unwrap_or_default(), why });
+    }
+}
+
+/// The shadow run of a pod: the real run's template, args and labels, with the shadow type and the pod's UID.
+fn make(
+    settings: &Settings<'_>,
+    kind: HookKind,
+    step: &HookStep,
+    pod: &Pod,
+    revision: &str,
+    name: String,
+) -> Result<HookRun, String> {
+    let mut run = gate::build_pod_run(&settings.gate, kind, step, pod, revision, &[], name)?;
+    let labels = run.metadata.labels.get_or_insert_with(Default::default);
+    labels.insert(keys::HOOKRUN_TYPE.into(), format!("{PREFIX}{}", kind.type_label()));
+    if let Some(uid) = pod.metadata.uid.as_deref() {
+        labels.insert(keys::HOOKRUN_POD_UID.into(), uid.into());
+    }
+    Ok(run)
+}
+
+/// Records the shadow runs that ended in `status.shadowHookResults` (with an Event the first time), keeping the
+/// newest [`MAX_SHADOW_RESULTS`] by the time each ended.
+pub(crate) fn status(settings: &Settings<'_>, status: &mut GameDeploymentStatus, events: &mut Vec<PlannedEvent>) {
+    let mut results = status.shadow_hook_results.clone();
+    let mut new = Vec::new();
+    for (run, kind) in shadow_runs(settings) {
+        let phase = gate::run_phase(run);
+        let name = run.metadata.name.clone().unwrap_or_default();
+        if !phase.is_completed() || results.iter().any(|r| r.hook_run == name) {
+            continue;
+        }
+        let label = |key: &str| run.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned().unwrap_or_default();
+        let pod_name = pod_of(run).unwrap_or_else(|| label(keys::HOOKRUN_INSTANCE_ID));
+        // A fixed time per run (its last measurement's end, else its creation), so a result trimmed from the list
+        // sorts the same at every pass and is never recorded (nor announced) again.
+        let finished = gate::run_finished(run)
+            .or_else(|| run.metadata.creation_timestamp.as_ref().map(|t| t.0))
+            .unwrap_or(settings.now);
+        let message = run.status.as_ref().and_then(|s| s.message.clone()).filter(|m| !m.trim().is_empty());
+        let result = ShadowHookResult {
+            hook: field(kind).to_string(),
+            template_name: shadow_hook(settings.gd, kind).map(|s| s.template_name.clone()).unwrap_or_default(),
+            gate: real_gate(settings, status, kind, &pod_name),
+            pod_name,
+            hook_run: name,
+            phase,
+            message: message.map(|m| common::runtime::text::excerpt(&m, 300)),
+            finished_at: Time(finished),
+        };
+        results.push(result.clone());
+        new.push(result);
+    }
+    results.sort_by(|a, b| a.finished_at.0.cmp(&b.finished_at.0).then_with(|| a.hook_run.cmp(&b.hook_run)));
+    let excess = results.len().saturating_sub(MAX_SHADOW_RESULTS);
+    results.drain(..excess);
+    for result in new.iter().filter(|n| results.iter().any(|r| r.hook_run == n.hook_run)) {
+        events.push(event(result));
+    }
+    status.shadow_hook_results = results;
+}
+
+/// The pod a shadow run was made for (its `PodName` arg).
+fn pod_of(run: &HookRun) -> Option<String> {
+    run.spec.args.iter().find(|a| a.name == keys::hook_args::POD_NAME).and_then(|a| a.value.clone())
+}
+
+/// What the real gate of the pod said when the shadow run ended.
+fn real_gate(settings: &Settings<'_>, status: &GameDeploymentStatus, kind: HookKind, pod: &str) -> String {
+    let configured = match kind {
+        HookKind::PreDelete => settings.gd.spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+        _ => settings.gd.spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+    };
+    if configured.is_none() {
+        return "no hook".to_string();
+    }
+    let held: &[HookCondition] = match kind {
+        HookKind::PreDelete => &status.pre_delete_hook_condition,
+        _ => &status.pre_inplace_hook_condition,
+    };
+    match held.iter().find(|c| c.pod_name == pod) {
+        Some(c) => c.phase.to_string(),
+        None => "not holding".to_string(),
+    }
+}
+
+fn event(result: &ShadowHookResult) -> PlannedEvent {
+    let (reason, verdict) = match result.phase {
+        HookPhase::Successful => ("ShadowHookSucceeded", "would have let it go"),
+        _ => ("ShadowHookFailed", "would have held it"),
+    };
+    let why = result.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+    let message = format!(
+        "shadow {} hook {} of pod {} ended {} and {verdict} (real gate: {}){why}",
+        result.hook, result.hook_run, result.pod_name, result.phase, result.gate
+    );
+    PlannedEvent::normal(reason, message).about(crate::action::Related::pod(&result.pod_name, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use common::api::{HookPhase, HookRunStatus};
+    use serde_json::json;
+
+    use super::*;
+    use crate::fixtures::{gd, hook_template};
+    use crate::planner::sim_cluster::World;
+
+    fn world(strategy: serde_json::Value, replicas: i32) -> World {
+        let mut g = gd(replicas, "InplaceUpdate");
+        g.spec.pre_delete_update_strategy = serde_json::from_value(strategy["preDelete"].clone()).expect("valid");
+        g.spec.pre_inplace_update_strategy = serde_json::from_value(strategy["preInplace"].clone()).expect("valid");
+        let mut world = World::new(g);
+        world.hook_templates.push(hook_template());
+        assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
+        world
+    }
+
+    fn shadows(world: &World) -> Vec<String> {
+        world.hook_runs.iter().filter(|r| kind_of(r).is_some()).filter_map(|r| r.metadata.name.clone()).collect()
+    }
+
+    fn real(world: &World) -> Vec<String> {
+        world.hook_runs.iter().filter(|r| kind_of(r).is_none()).filter_map(|r| r.metadata.name.clone()).collect()
+    }
+
+    fn end(world: &mut World, name: &str, phase: HookPhase) {
+        for run in world.hook_runs.iter_mut().filter(|r| r.metadata.name.as_deref() == Some(name)) {
+            std::sync::Arc::make_mut(run).status = Some(HookRunStatus { phase: Some(phase), ..Default::default() });
+        }
+    }
+
+    fn passes(world: &mut World, n: usize) -> Vec<PlannedEvent> {
+        let mut events = Vec::new();
+        for _ in 0..n {
+            world.tick(1);
+            events.extend(world.pass().events);
+        }
+        events
+    }
+
+    #[test]
+    fn a_failing_shadow_hook_alone_never_holds_a_pod_and_is_recorded_once() {
+        let mut world = world(json!({"preDelete": {"shadowHook": {"templateName": "drain"}}}), 3);
+        world.gd.spec.replicas = Some(2);
+        passes(&mut world, 2);
+        assert_eq!(world.active().len(), 2, "deleted at once: nothing holds it");
+        let made = shadows(&world);
+        assert_eq!(made.len(), 1, "{made:?}");
+        assert!(made[0].starts_with("shadow-predelete-game-"), "{made:?}");
+        let run = &world.hook_runs[0];
+        assert_eq!(run.metadata.labels.as_ref().unwrap()[keys::HOOKRUN_TYPE], "shadow-pre-delete-step");
+        assert!(run.metadata.annotations.is_none(), "no gate stamp: {:?}", run.metadata.annotations);
+        end(&mut world, &made[0], HookPhase::Failed);
+        let events = passes(&mut world, 3);
+        let results = world.gd.status.as_ref().unwrap().shadow_hook_results.clone();
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert_eq!(
+            (results[0].phase, results[0].gate.as_str(), results[0].hook.as_str()),
+            (HookPhase::Failed, "no hook", "preDelete")
+        );
+        let recorded: Vec<&PlannedEvent> = events.iter().filter(|e| e.reason == "ShadowHookFailed").collect();
+        assert_eq!(recorded.len(), 1, "one Event: {events:?}");
+        assert!(recorded[0].message.contains("would have held it (real gate: no hook)"), "{}", recorded[0].message);
+        assert!(shadows(&world).is_empty(), "removed once recorded, its pod gone");
+        assert_eq!(world.gd.status.as_ref().unwrap().shadow_hook_results.len(), 1, "the record stays");
+    }
+
+    #[test]
+    fn a_shadow_hook_beside_a_real_one_never_shortens_its_hold() {
+        let strategy =
+            json!({"preDelete": {"hook": {"templateName": "drain"}, "shadowHook": {"templateName": "drain"}}});
+        let mut world = world(strategy, 3);
+        world.gd.spec.replicas = Some(2);
+        passes(&mut world, 3);
+        let (shadow, gate) = (shadows(&world), real(&world));
+        assert_eq!((shadow.len(), gate.len()), (1, 1), "{:?}", world.hook_runs);
+        end(&mut world, &shadow[0], HookPhase::Successful);
+        let events = passes(&mut world, 5);
+        assert_eq!(world.active().len(), 3, "the real hook still holds the pod");
+        assert!(events.iter().any(|e| e.reason == "ShadowHookSucceeded"), "{events:?}");
+        let results = world.gd.status.as_ref().unwrap().shadow_hook_results.clone();
+        assert_eq!(results[0].gate, "Pending", "{results:?}");
+        assert_eq!(shadows(&world), shadow, "kept while its pod still waits");
+        end(&mut world, &gate[0], HookPhase::Successful);
+        passes(&mut world, 4);
+        assert_eq!(world.active().len(), 2, "the real hook decided");
+        assert!(shadows(&world).is_empty());
+    }
+
+    #[test]
+    fn an_in_place_update_makes_one_shadow_run_per_pod_towards_the_new_revision() {
+        let mut world = world(json!({"preInplace": {"shadowHook": {"templateName": "drain"}}}), 2);
+        world.gd.spec.update_strategy.max_unavailable =
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2));
+        world.gd.spec.template.spec.as_mut().unwrap().containers[0].image = Some("game:2".into());
+        world.gd.metadata.generation = Some(2);
+        passes(&mut world, 3);
+        let revision = world.update_revision().unwrap();
+        let made = shadows(&world);
+        assert_eq!(made.len(), 2, "{made:?}");
+        assert!(made.iter().all(|n| n.starts_with("shadow-preinplace-") && n.contains(&revision)), "{made:?}");
+        assert_eq!(world.revision_counts(), (2, 0), "updated without waiting");
+    }
+
+    #[test]
+    fn the_newest_twenty_results_are_kept_each_recorded_once() {
+        let mut world = world(json!({"preDelete": {"shadowHook": {"templateName": "drain"}}}), 25);
+        world.gd.spec.replicas = Some(0);
+        passes(&mut world, 4);
+        let made = shadows(&world);
+        assert_eq!(made.len(), 25, "{made:?}");
+        for name in &made {
+            end(&mut world, name, HookPhase::Successful);
+        }
+        let events = passes(&mut world, 4);
+        assert_eq!(world.gd.status.as_ref().unwrap().shadow_hook_results.len(), MAX_SHADOW_RESULTS);
+        assert_eq!(events.iter().filter(|e| e.reason == "ShadowHookSucceeded").count(), MAX_SHADOW_RESULTS);
+    }
+
+    #[test]
+    fn an_unfinished_shadow_run_goes_an_hour_after_its_pod() {
+        let mut world = world(json!({"preDelete": {"shadowHook": {"templateName": "drain"}}}), 2);
+        world.gd.spec.replicas = Some(1);
+        passes(&mut world, 3);
+        assert_eq!((world.active().len(), shadows(&world).len()), (1, 1), "the pod went, its run still measures");
+        world.tick(UNFINISHED_KEPT_SECONDS - 10);
+        passes(&mut world, 1);
+        assert_eq!(shadows(&world).len(), 1, "kept within the hour");
+        world.tick(20);
+        passes(&mut world, 1);
+        assert!(shadows(&world).is_empty(), "removed after it");
+    }
+
+    #[test]
+    fn a_missing_template_is_reported_and_holds_nothing() {
+        let mut world = world(json!({"preDelete": {"shadowHook": {"templateName": "nope"}}}), 2);
+        world.gd.spec.replicas = Some(1);
+        let events = passes(&mut world, 3);
+        assert_eq!(world.active().len(), 1);
+        let warning = events.iter().find(|e| e.reason == "ShadowHookNotCreated").expect("a Warning Event");
+        assert!(warning.message.contains("HookTemplate \"nope\" not found"), "{}", warning.message);
+    }
+
+    #[test]
+    fn run_names_stay_within_253_characters() {
+        let long = "t".repeat(250);
+        let name = run_name(HookKind::PreDelete, "game-abcde", "game-12345", &long);
+        assert!(name.len() <= 253 && name.starts_with("shadow-predelete-game-abcde"), "{name}");
+        assert_ne!(name, run_name(HookKind::PreDelete, "game-abcdf", "game-12345", &long));
+    }
+}
