@@ -329,6 +329,9 @@ impl Admission {
         if !req.user.groups.is_empty() {
             user.insert("groups".into(), json!(req.user.groups));
         }
+        if !req.user.extra.is_empty() {
+            user.insert("extra".into(), crate::auth::extra_json(req.user));
+        }
         r.insert("userInfo".into(), Value::Object(user));
         r.insert("object".into(), convert(&a.object));
         r.insert("oldObject".into(), convert(&a.old_object));
