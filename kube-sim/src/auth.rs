@@ -42,6 +42,54 @@ struct IssuedToken {
     name: String,
     uid: String,
     expires: i64,
+    /// The pod a `boundObjectRef` bound the token to.
+    pod: Option<BoundPod>,
+}
+
+/// The pod a token is bound to, and the node it ran on when the token was issued.
+#[derive(Clone, Debug)]
+struct BoundPod {
+    name: String,
+    uid: String,
+    node: Option<(String, String)>,
+}
+
+/// The `extra` keys of a service-account user, as the service-account authenticator fills them.
+pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+pub const EXTRA_NODE_NAME: &str = "authentication.kubernetes.io/node-name";
+pub const EXTRA_NODE_UID: &str = "authentication.kubernetes.io/node-uid";
+
+impl IssuedToken {
+    fn user(&self) -> UserInfo {
+        let mut user = service_account_user(&self.namespace, &self.name, &self.uid);
+        let mut put = |k: &str, v: &str| {
+            if !v.is_empty() {
+                user.extra.insert(k.to_string(), vec![v.to_string()]);
+            }
+        };
+        if let Some(pod) = &self.pod {
+            put(EXTRA_POD_NAME, &pod.name);
+            put(EXTRA_POD_UID, &pod.uid);
+            if let Some((node, node_uid)) = &pod.node {
+                put(EXTRA_NODE_NAME, node);
+                put(EXTRA_NODE_UID, node_uid);
+            }
+        }
+        user
+    }
+}
+
+/// `userInfo.extra` of a review's spec (`{"key": ["value", ...]}`).
+fn extra_of(v: Option<&Value>) -> std::collections::BTreeMap<String, Vec<String>> {
+    v.and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), strings(Some(v)))).collect())
+        .unwrap_or_default()
+}
+
+/// `userInfo.extra` as JSON.
+pub fn extra_json(user: &UserInfo) -> Value {
+    json!(user.extra)
 }
 
 fn service_account_user(namespace: &str, name: &str, uid: &str) -> UserInfo {
@@ -53,6 +101,7 @@ fn service_account_user(namespace: &str, name: &str, uid: &str) -> UserInfo {
             format!("system:serviceaccounts:{namespace}"),
             "system:authenticated".into(),
         ],
+        extra: Default::default(),
     }
 }
 
@@ -99,7 +148,10 @@ impl Authenticator {
                 groups.push(format!("system:serviceaccounts:{ns}"));
             }
             groups.push("system:authenticated".into());
-            tokens.insert(f[0].clone(), UserInfo { name: f[1].clone(), uid: f[2].clone(), groups });
+            tokens.insert(
+                f[0].clone(),
+                UserInfo { name: f[1].clone(), uid: f[2].clone(), groups, extra: Default::default() },
+            );
         }
         Ok(Self { tokens: std::sync::RwLock::new(tokens), service_accounts: std::sync::Mutex::new(HashMap::new()) })
     }
@@ -119,7 +171,8 @@ impl Authenticator {
         if !groups.iter().any(|g| g == "system:authenticated") {
             groups.push("system:authenticated".into());
         }
-        let info = UserInfo { uid: u.uid.unwrap_or_else(|| u.user.clone()), name: u.user, groups };
+        let info =
+            UserInfo { uid: u.uid.unwrap_or_else(|| u.user.clone()), name: u.user, groups, extra: Default::default() };
         self.tokens.write().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), info);
         token
     }
@@ -146,11 +199,22 @@ impl Authenticator {
             return Some(u.clone());
         }
         let issued = self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).get(token).cloned()?;
-        // The token dies with its service account (or a new one of the same name) and on expiry.
+        // The token dies with its service account (or a new one of the same name), with the pod it is bound to (once
+        // the pod is gone, replaced, or past its deletion timestamp) and on expiry.
         let key = format!("{}/{}", issued.namespace, issued.name);
+        let now = k8s_openapi::jiff::Timestamp::now();
         let alive = store.get("serviceaccounts", &key).is_some_and(|sa| crate::meta::uid(&sa) == issued.uid);
-        (alive && k8s_openapi::jiff::Timestamp::now().as_second() <= issued.expires)
-            .then(|| service_account_user(&issued.namespace, &issued.name, &issued.uid))
+        let pod_alive = issued.pod.as_ref().is_none_or(|bound| {
+            store.get("pods", &format!("{}/{}", issued.namespace, bound.name)).is_some_and(|pod| {
+                let deleted_before_now = pod
+                    .pointer("/metadata/deletionTimestamp")
+                    .and_then(Value::as_str)
+                    .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                    .is_some_and(|t| t < now);
+                crate::meta::uid(&pod) == bound.uid && !deleted_before_now
+            })
+        });
+        (alive && pod_alive && now.as_second() <= issued.expires).then(|| issued.user())
     }
 
     /// `TokenReview` (`authentication.k8s.io/v1`): the review with `status` filled as the tokenreview storage does
@@ -170,6 +234,9 @@ impl Authenticator {
                     user.insert("uid".into(), json!(u.uid));
                 }
                 user.insert("groups".into(), json!(u.groups));
+                if !u.extra.is_empty() {
+                    user.insert("extra".into(), extra_json(&u));
+                }
                 let audiences = body
                     .pointer("/spec/audiences")
                     .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
@@ -208,6 +275,10 @@ impl Authenticator {
                 )],
             ));
         }
+        let pod = match spec.get("boundObjectRef").filter(|r| !r.is_null()) {
+            Some(r) => Some(bound_pod(store, namespace, name, r)?),
+            None => None,
+        };
         let now = k8s_openapi::jiff::Timestamp::now();
         let expires = now.as_second() + seconds;
         let random: [u8; 24] = rand::RngExt::random(&mut rand::rng());
@@ -217,6 +288,7 @@ impl Authenticator {
             name: name.to_string(),
             uid: crate::meta::uid(&sa).to_string(),
             expires,
+            pod,
         };
         self.service_accounts.lock().unwrap_or_else(|p| p.into_inner()).insert(token.clone(), issued);
         let audiences = spec
@@ -239,6 +311,44 @@ impl Authenticator {
             "status": {"token": token, "expirationTimestamp": expiry},
         }))
     }
+}
+
+/// `boundObjectRef` of a TokenRequest, as `saTokenREST` checks it: only a Pod (kube-sim binds to nothing else), one
+/// that exists, runs as the account, and has the referenced UID when one is given.
+fn bound_pod(store: &Store, namespace: &str, account: &str, r: &Value) -> Result<BoundPod, ApiError> {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let (api_version, kind, name, uid) = (s("apiVersion"), s("kind"), s("name"), s("uid"));
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version.as_str()));
+    if !(group.is_empty() && kind == "Pod") {
+        return Err(ApiError::bad_request(format!(
+            "cannot bind token to object of type {group}/{version}, Kind={kind}"
+        )));
+    }
+    let pod = store
+        .get("pods", &format!("{namespace}/{name}"))
+        .ok_or_else(|| ApiError::not_found(&GroupResource::new("", "pods"), &name))?;
+    let runs_as = pod.pointer("/spec/serviceAccountName").and_then(Value::as_str).unwrap_or("default");
+    if runs_as != account {
+        return Err(ApiError::bad_request(format!(
+            "cannot bind token for serviceaccount {account:?} to pod running with different serviceaccount name."
+        )));
+    }
+    let pod_uid = crate::meta::uid(&pod).to_string();
+    if !uid.is_empty() && uid != pod_uid {
+        return Err(ApiError::conflict(
+            &GroupResource::new("", "Pod"),
+            &name,
+            &format!(
+                "the UID in the bound object reference ({uid}) does not match the UID in record. The object might \
+                 have been deleted and then recreated"
+            ),
+        ));
+    }
+    let node = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()).map(|n| {
+        let node_uid = store.get("nodes", n).map(|node| crate::meta::uid(&node).to_string()).unwrap_or_default();
+        (n.to_string(), node_uid)
+    });
+    Ok(BoundPod { name, uid: pod_uid, node })
 }
 
 /// Applies `Impersonate-User`/`Impersonate-Group`/`Impersonate-Uid` headers: the requester
@@ -293,7 +403,12 @@ pub fn impersonate(
     if user != "system:anonymous" && !out_groups.iter().any(|g| g == "system:authenticated") {
         out_groups.push("system:authenticated".into());
     }
-    Ok(UserInfo { name: user.to_string(), uid: uid.unwrap_or_default().to_string(), groups: out_groups })
+    Ok(UserInfo {
+        name: user.to_string(),
+        uid: uid.unwrap_or_default().to_string(),
+        groups: out_groups,
+        extra: Default::default(),
+    })
 }
 
 /// What a request does, as the authorizer sees it.
@@ -498,6 +613,7 @@ pub fn review(store: &Store, kind: &str, namespace: &str, body: &Value, user: &U
                     name: spec.get("user").and_then(Value::as_str).unwrap_or("").to_string(),
                     uid: spec.get("uid").and_then(Value::as_str).unwrap_or("").to_string(),
                     groups,
+                    extra: extra_of(spec.get("extra")),
                 }
             };
             let mut a = attrs_from_review(&spec);
@@ -525,7 +641,13 @@ pub fn review(store: &Store, kind: &str, namespace: &str, body: &Value, user: &U
                 rules.into_iter().partition(|r| r.get("nonResourceURLs").is_none());
             json!({"resourceRules": resource, "nonResourceRules": non_resource, "incomplete": false})
         }
-        "SelfSubjectReview" => json!({"userInfo": {"username": user.name, "uid": user.uid, "groups": user.groups}}),
+        "SelfSubjectReview" => {
+            let mut info = json!({"username": user.name, "uid": user.uid, "groups": user.groups});
+            if !user.extra.is_empty() {
+                info["extra"] = extra_json(user);
+            }
+            json!({"userInfo": info})
+        }
         other => return Err(ApiError::bad_request(format!("{other} is not a review kind"))),
     };
     if let Value::Object(m) = &mut out {

@@ -353,6 +353,13 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
             .name_rule(NameRule::PathSegment),
         builtin::<admissionregistration::ValidatingWebhookConfiguration>(Special::Plain)
             .categories(&["api-extensions"]),
+        builtin::<admissionregistration::ValidatingAdmissionPolicy>(Special::Plain)
+            .categories(&["api-extensions"])
+            .status()
+            .generation(),
+        builtin::<admissionregistration::ValidatingAdmissionPolicyBinding>(Special::Plain)
+            .categories(&["api-extensions"])
+            .generation(),
         review::<authz::SelfSubjectAccessReview>(),
         review::<authz::SubjectAccessReview>(),
         review::<authz::SelfSubjectRulesReview>(),

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod gate;
+pub mod policy;
 
 use std::collections::BTreeMap;
 
@@ -82,6 +83,20 @@ pub struct Attempt {
     pub old_object: Option<Value>,
     /// `CreateOptions` / `UpdateOptions` / `DeleteOptions`.
     pub options: Value,
+}
+
+/// What may admit a request: the ValidatingAdmissionPolicy bindings, then the webhooks.
+#[derive(Debug, Default)]
+pub struct Candidates {
+    pub policies: Vec<policy::Bound>,
+    pub webhooks: Vec<Webhook>,
+}
+
+impl Candidates {
+    /// Nothing to ask: the request needs no admission.
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty() && self.webhooks.is_empty()
+    }
 }
 
 /// kube-sim's admission webhook dispatcher.
@@ -164,9 +179,30 @@ impl Admission {
         configs.iter().flat_map(|(_, c)| config::webhooks(c)).collect()
     }
 
-    /// The webhooks whose rules may match a request that can turn out as one of `ops` (a patch
-    /// may create), before the object is known. Empty: the request needs no admission.
-    pub fn candidates(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Webhook> {
+    /// The policy bindings and webhooks that may apply to a request that can turn out as one of `ops` (a patch may
+    /// create), before the object is known. Empty: the request needs no admission.
+    pub fn candidates(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Candidates {
+        Candidates {
+            policies: policy::candidates(registry, req, ops),
+            webhooks: self.candidate_webhooks(registry, req, ops),
+        }
+    }
+
+    /// Admits one attempt: the ValidatingAdmissionPolicy bindings first (as kube-apiserver's plugin order has
+    /// them), then the webhooks. `Ok` carries the webhooks' warnings.
+    pub async fn admit(
+        &self,
+        registry: &Registry,
+        candidates: &Candidates,
+        req: &Request<'_>,
+        a: &Attempt,
+    ) -> Result<Vec<String>, ApiError> {
+        policy::admit(registry, &candidates.policies, req, a)?;
+        self.validate(registry, &candidates.webhooks, req, a).await
+    }
+
+    /// The webhooks whose rules may match a request that can turn out as one of `ops`, before the object is known.
+    fn candidate_webhooks(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Webhook> {
         if req.rd.group == config::GROUP || registry.store.count(VALIDATING_STORAGE, None) == 0 {
             return Vec::new();
         }
@@ -179,7 +215,11 @@ impl Admission {
 
     /// The labels `namespaceSelector` is evaluated against; `None` when it does not apply
     /// (cluster-scoped resources other than namespaces).
-    fn namespace_labels(registry: &Registry, req: &Request<'_>, a: &Attempt) -> Option<BTreeMap<String, String>> {
+    pub(crate) fn namespace_labels(
+        registry: &Registry,
+        req: &Request<'_>,
+        a: &Attempt,
+    ) -> Option<BTreeMap<String, String>> {
         let is_namespace = req.rd.group.is_empty() && req.rd.plural == "namespaces";
         if is_namespace && req.subresource.is_empty() {
             return a.object.as_ref().or(a.old_object.as_ref()).map(object_labels).or_else(|| Some(BTreeMap::new()));
@@ -328,6 +368,9 @@ impl Admission {
         }
         if !req.user.groups.is_empty() {
             user.insert("groups".into(), json!(req.user.groups));
+        }
+        if !req.user.extra.is_empty() {
+            user.insert("extra".into(), crate::auth::extra_json(req.user));
         }
         r.insert("userInfo".into(), Value::Object(user));
         r.insert("object".into(), convert(&a.object));

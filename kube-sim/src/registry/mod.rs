@@ -44,6 +44,9 @@ pub struct UserInfo {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
+    /// `userInfo.extra`: what the authenticator knows beyond name and groups (a bound service-account token's
+    /// `authentication.kubernetes.io/pod-name`, `pod-uid`, ...).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
@@ -52,6 +55,7 @@ impl UserInfo {
             name: "kube-sim-admin".into(),
             uid: "kube-sim-admin".into(),
             groups: vec!["system:masters".into(), "system:authenticated".into()],
+            extra: Default::default(),
         }
     }
 

@@ -474,7 +474,11 @@ pub fn validate_create(rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
             errs
         }
-        Special::Plain if rd.group == crate::admission::config::GROUP => crate::admission::config::validate(obj),
+        Special::Plain if rd.group == crate::admission::config::GROUP => {
+            let mut errs = crate::admission::config::validate(obj);
+            errs.extend(crate::admission::policy::validate(&rd.plural, obj));
+            errs
+        }
         _ => vec![],
     }
 }

@@ -693,7 +693,7 @@ fn admission_request<'a>(
     c: &'a Ctx,
     ns: &'a str,
     ops: &[Operation],
-) -> (crate::admission::Request<'a>, Vec<crate::admission::config::Webhook>) {
+) -> (crate::admission::Request<'a>, crate::admission::Candidates) {
     let dry_run = c.query.all("dryRun").contains(&"All");
     let req = crate::admission::Request {
         rd: &c.rd,
@@ -779,7 +779,7 @@ async fn admitted_with<T>(
             old_object,
             options: crate::admission::options(operation, req.dry_run, field_manager, delete_body.as_ref()),
         };
-        let warnings = c.st.admission.validate(&c.st.registry, &hooks, &req, &attempt).await?;
+        let warnings = c.st.admission.admit(&c.st.registry, &hooks, &req, &attempt).await?;
         set_gate(Some(Gate::commit(probed)));
         let outcome = run();
         set_gate(None);
@@ -818,7 +818,7 @@ async fn admit_request_object(
         old_object: None,
         options: crate::admission::options(Operation::Create, req.dry_run, c.query.get("fieldManager"), None),
     };
-    c.st.admission.validate(&c.st.registry, &hooks, &req, &attempt).await
+    c.st.admission.admit(&c.st.registry, &hooks, &req, &attempt).await
 }
 
 /// The request's `DeleteOptions` as sent (body and query), for the AdmissionReview.

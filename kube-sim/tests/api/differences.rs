@@ -139,15 +139,16 @@ async fn workload_controllers_do_not_run() -> Result<()> {
     Ok(())
 }
 
-/// Real: OpenAPI v2 is served (protobuf for kubectl), and mutating webhooks / admission
+/// Real: OpenAPI v2 is served (protobuf for kubectl), and mutating webhooks / mutating admission
 /// policies exist. kube-sim serves OpenAPI v3 only, and of admissionregistration only
-/// ValidatingWebhookConfiguration (tests/admission.rs).
+/// ValidatingWebhookConfiguration (tests/admission.rs) and ValidatingAdmissionPolicy with its
+/// bindings (`policy::`).
 #[tokio::test]
 async fn openapi_v2_and_admission_apis_are_absent() -> Result<()> {
     let sim = sim().await?;
     let raw = Raw::new(&sim);
     assert_eq!(raw.get("/openapi/v2").await?.status, 404);
-    for r in ["mutatingwebhookconfigurations", "validatingadmissionpolicies", "validatingadmissionpolicybindings"] {
+    for r in ["mutatingwebhookconfigurations", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings"] {
         assert_eq!(raw.get(&format!("/apis/admissionregistration.k8s.io/v1/{r}")).await?.status, 404, "{r}");
     }
     sim.shutdown().await;

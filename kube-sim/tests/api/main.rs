@@ -12,6 +12,7 @@ mod faults;
 mod gc;
 mod list;
 mod patch;
+mod policy;
 mod rbac;
 mod support;
 mod volumes;

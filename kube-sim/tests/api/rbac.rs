@@ -253,3 +253,83 @@ async fn token_reviews_authenticate_static_and_service_account_tokens() -> Resul
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
+
+/// A TokenRequest with a `boundObjectRef` of kind Pod (`kubectl create token --bound-object-kind Pod`), as
+/// `saTokenREST` checks it: the pod must exist (`404`), run as the account (`400`), have the referenced UID when one
+/// is given (`409`); kube-sim binds to nothing but pods (`400`, where a real server also binds Secrets and Nodes).
+/// The token's user carries `authentication.kubernetes.io/pod-name`, `pod-uid` and `node-name` in `extra`, which
+/// TokenReview and SelfSubjectReview return; it dies with the pod.
+#[tokio::test]
+async fn pod_bound_tokens_carry_the_pod_in_extra_and_die_with_it() -> Result<()> {
+    let sim = sim().await?;
+    let raw = Raw::new(&sim);
+    raw.post("/api/v1/namespaces/default/serviceaccounts", &json!({"metadata": {"name": "game"}})).await?;
+    let pod = |name: &str, account: &str| {
+        json!({"metadata": {"name": name}, "spec": {"serviceAccountName": account,
+        "nodeName": "node-a", "containers": [{"name": "c", "image": "game:1"}]}})
+    };
+    let gs = raw.post("/api/v1/namespaces/default/pods", &pod("gs-0", "game")).await?;
+    assert_eq!(gs.status, 201, "{}", gs.text);
+    let uid = gs.body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    raw.post("/api/v1/namespaces/default/pods", &pod("other", "default")).await?;
+    let request = |r: serde_json::Value| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"boundObjectRef": r}})
+    };
+    let path = "/api/v1/namespaces/default/serviceaccounts/game/token";
+
+    let tr = raw.post(path, &request(json!({"apiVersion": "v1", "kind": "Pod", "name": "gs-0", "uid": uid}))).await?;
+    assert_eq!(tr.status, 201, "{}", tr.text);
+    assert_eq!(tr.body["spec"]["boundObjectRef"]["name"], "gs-0");
+    let token = tr.body["status"]["token"].as_str().unwrap_or_default().to_string();
+    let extra = json!({"authentication.kubernetes.io/node-name": ["node-a"],
+        "authentication.kubernetes.io/pod-name": ["gs-0"], "authentication.kubernetes.io/pod-uid": [uid]});
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+    let r = raw.post("/apis/authentication.k8s.io/v1/tokenreviews", &review).await?;
+    assert_eq!(r.body["status"]["user"]["username"], "system:serviceaccount:default:game", "{}", r.text);
+    assert_eq!(r.body["status"]["user"]["extra"], extra, "{}", r.text);
+    let bearer = format!("Bearer {token}");
+    let me = raw
+        .send_with(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            Some("application/json"),
+            Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).to_string()),
+            &[("Authorization", &bearer)],
+        )
+        .await?;
+    assert_eq!(me.status, 201, "{}", me.text);
+    assert_eq!(me.body["status"]["userInfo"]["extra"], extra, "{}", me.text);
+
+    let refused = |r: &RawResponse| (r.status, r.body["message"].as_str().unwrap_or_default().to_string());
+    let r = raw.post(path, &request(json!({"apiVersion": "v1", "kind": "Pod", "name": "other"}))).await?;
+    assert_eq!(
+        refused(&r),
+        (
+            400,
+            "cannot bind token for serviceaccount \"game\" to pod running with different serviceaccount name.".into()
+        )
+    );
+    let r = raw.post(path, &request(json!({"apiVersion": "v1", "kind": "Pod", "name": "gone"}))).await?;
+    assert_eq!(refused(&r), (404, "pods \"gone\" not found".into()));
+    let r = raw.post(path, &request(json!({"apiVersion": "v1", "kind": "Pod", "name": "gs-0", "uid": "x"}))).await?;
+    assert_eq!(
+        refused(&r),
+        (
+            409,
+            "Operation cannot be fulfilled on Pod \"gs-0\": the UID in the bound object reference (x) does not match \
+             the UID in record. The object might have been deleted and then recreated"
+                .into()
+        )
+    );
+    let r = raw.post(path, &request(json!({"apiVersion": "v1", "kind": "Secret", "name": "s"}))).await?;
+    assert_eq!(refused(&r), (400, "cannot bind token to object of type /v1, Kind=Secret".into()));
+
+    // The token dies with its pod.
+    let d = raw.delete("/api/v1/namespaces/default/pods/gs-0?gracePeriodSeconds=0", None).await?;
+    assert_eq!(d.status, 200, "{}", d.text);
+    let r = raw.post("/apis/authentication.k8s.io/v1/tokenreviews", &review).await?;
+    assert_eq!(r.body["status"], json!({"user": {}}), "{}", r.text);
+    sim.shutdown().await;
+    Ok(())
+}

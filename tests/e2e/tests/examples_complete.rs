@@ -15,6 +15,9 @@
 //!   pause, retry back-offs), `canary-gamedeployment.yaml` resumed past its failing step hook and promoted, and
 //!   `hook-deadlines.yaml`.
 //!
+//! Not here: `server-state/` (RBAC, an admission policy and a client script, no GameDeployment to complete) is driven
+//! as shipped by `server_state_self_label.rs`.
+//!
 //! The hook-operator runs the templates' intervals 20x faster (`--interval-scale 0.05`).
 
 use crate::kubectl_gd::kubectl_gd;

@@ -50,6 +50,7 @@ mod pvc_templates;
 mod race_to_empty;
 mod sandbox;
 mod server_state;
+mod server_state_self_label;
 mod shadow_hooks;
 mod test_layout;
 mod update_order;
