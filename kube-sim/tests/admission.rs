@@ -339,7 +339,7 @@ fn requests(server: &WebhookServer) -> Vec<Value> {
 // ---------------------------------------------------------------------------------------------
 // Tests.
 
-/// Configurations are an ordinary built-in kind: discovery lists them, `kubectl apply` / `get`
+/// Configurations are an ordinary built-in kind: discovery lists them (beside the admission policies), `kubectl apply` / `get`
 /// work, the v1 scheme defaults are filled in, and invalid ones get `422` with the real causes.
 #[tokio::test]
 async fn configurations_are_served_defaulted_and_validated() -> Result<()> {
@@ -347,7 +347,16 @@ async fn configurations_are_served_defaulted_and_validated() -> Result<()> {
     let kubectl = Kubectl::new(&sim, "admission-config")?;
     let out = kubectl.run(&["api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name"]).await?;
     assert!(out.ok, "{}", out.stderr);
-    assert_eq!(out.stdout.trim(), "validatingwebhookconfigurations.admissionregistration.k8s.io");
+    let mut served: Vec<&str> = out.stdout.lines().collect();
+    served.sort_unstable();
+    assert_eq!(
+        served,
+        [
+            "validatingadmissionpolicies.admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings.admissionregistration.k8s.io",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io",
+        ]
+    );
     let manifest = kubectl.path("vwc.yaml");
     write(
         &manifest,
