@@ -10,3 +10,4 @@ mod crds_fresh;
 mod event_series;
 mod examples;
 mod exec_provider;
+mod rollback_policy;

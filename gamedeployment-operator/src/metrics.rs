@@ -109,6 +109,8 @@ pub struct Metrics {
     pub gate_wait: Family<HookLabels, Histogram>,
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
     pub hook_releases: Family<ReleaseLabels, Counter>,
+    /// Canaries rolled back by a failed hook step (`onFailure: Rollback`).
+    pub canary_rollbacks: Counter,
     pub status_writes: Counter,
     /// Passes whose status waited for the next write (`--status-write-interval`).
     pub status_writes_deferred: Counter,
@@ -142,6 +144,7 @@ impl Metrics {
             gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
             hook_outcomes: Family::default(),
             hook_releases: Family::default(),
+            canary_rollbacks: Counter::default(),
             status_writes: Counter::default(),
             status_writes_deferred: Counter::default(),
             passes_spaced: Counter::default(),
@@ -209,6 +212,11 @@ impl Metrics {
             "Pods (and canary steps) a gate let go WITHOUT a successful hook, by hook and reason (hard_deadline, \
              soft_deadline, on_failure, skipped)",
             metrics.hook_releases.clone(),
+        );
+        r.register(
+            "canary_rollbacks",
+            "Canaries rolled back to their stable revision by a failed hook step (hookPolicy.onFailure: Rollback)",
+            metrics.canary_rollbacks.clone(),
         );
         r.register("status_writes", "GameDeployment status writes", metrics.status_writes.clone());
         r.register(

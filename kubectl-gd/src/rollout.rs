@@ -74,6 +74,7 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
         .or_else(|| failed_run_not_yet_reported(snapshot, &facts))
         .or_else(|| blocked_hook(&facts))
         .or_else(|| failed_canary_step(snapshot, &facts))
+        .or_else(|| rolled_back_canary(&facts))
         .or_else(|| invalid_or_unobserved(&facts))
         .or_else(|| past_its_deadline(&facts))
         .or_else(|| paused(snapshot, &facts))
@@ -324,6 +325,29 @@ fn failed_canary_step(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
         ),
         pod: None,
         hook_run: run,
+    })
+}
+
+/// 4b. A canary step hook failed with `onFailure: Rollback`: the operator took the pods back to the stable revision
+///     (`status.canary.rollback`), and only a new template tries again. A failure for whoever waits on the rollout,
+///     wherever the pods are on their way back (the operator's `Progressing` message says).
+fn rolled_back_canary(facts: &Facts) -> Option<Verdict> {
+    let rollback = facts.status.canary.as_ref()?.rollback.as_ref()?;
+    if facts.observed < facts.generation {
+        // A new template may end it: the operator has not looked yet.
+        return None;
+    }
+    let progress = if facts.reason == "CanaryRolledBack" {
+        facts.message.strip_prefix(rollback.message.as_str()).unwrap_or_default().trim_start_matches("; ").to_string()
+    } else {
+        String::new()
+    };
+    let progress = if progress.is_empty() { String::new() } else { format!(" ({progress})") };
+    Some(Verdict {
+        state: State::Failed,
+        message: format!("canary rolled back: {}{progress}", rollback.message),
+        pod: None,
+        hook_run: Some(rollback.hook_run.clone()),
     })
 }
 

@@ -150,6 +150,28 @@ fn complete_paused_and_stale() {
 }
 
 #[test]
+fn a_rolled_back_canary_is_a_failure_naming_its_hook_run_until_a_new_template_is_observed() {
+    let mut gd = finished(gd(), "CanaryRolledBack");
+    let status = gd.status.as_mut().unwrap();
+    status.conditions[0].status = "False".into();
+    let why = "HookRun canary-x-1-check of canary step 2 of 2 ended Failed (hookPolicy.onFailure: Rollback): revision \
+               y is rolled back to the stable revision x; change the template to try again";
+    status.conditions[0].message = Some(format!("{why}; all 5 pods run revision x and are available"));
+    status.canary = Some(yaml(&format!(
+        "{{revision: x, rollback: {{failedRevision: y, stableRevision: x, step: 1, hookRun: canary-x-1-check, \
+         phase: Failed, rolledBackAt: '2026-01-01T00:00:00Z', message: '{why}'}}}}"
+    )));
+    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![]));
+    assert_eq!(verdict.state, State::Failed, "{verdict:?}");
+    assert_eq!(verdict.hook_run.as_deref(), Some("canary-x-1-check"));
+    assert!(verdict.message.starts_with("canary rolled back: HookRun canary-x-1-check"), "{}", verdict.message);
+    assert!(verdict.message.ends_with("(all 5 pods run revision x and are available)"), "{}", verdict.message);
+    // A new template, not observed yet: the operator is about to end the rollback.
+    gd.metadata.generation = Some(gd.metadata.generation.unwrap_or(0) + 1);
+    assert_eq!(judge(&Snapshot::owned(gd, revisions(), pods(), vec![])).state, State::Progressing);
+}
+
+#[test]
 fn a_missing_template_fails_naming_the_pod() {
     let mut gd = finished(gd(), "RolloutInProgress");
     let status = gd.status.as_mut().unwrap();

@@ -541,6 +541,10 @@ pub struct CanaryStrategy {
 /// One canary step. Normally one of `partition`, `pause`, `hook` is set.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.hookPolicy) || !has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'",
+    "message": "hookPolicy.onTimeout: Rollback is not accepted (only onFailure: Rollback): use Hold or Proceed"
+}]))]
 pub struct CanaryStep {
     /// Pods kept on the old revision from this step on, an integer or a percentage of replicas such as "50%"
     /// (rounded as `spec.updateStrategy.partition`).
@@ -593,7 +597,8 @@ pub struct HookGatePolicy {
     #[schemars(range(min = 1, max = MAX_HOOK_DEADLINE_SECONDS))]
     pub hard_deadline_seconds: Option<i64>,
     /// What a failed hook (`Failed`, `Error`, `Inconclusive`) does once automatic retries are used up: `Hold`
-    /// (default: the pod waits for `retry` or a person) or `Proceed` (the pod is released).
+    /// (default: the pod waits for `retry` or a person) or `Proceed` (the pod is released); on a canary step also
+    /// `Rollback` (the GameDeployment goes back to the stable revision, `status.canary.rollback`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<HookFallback>,
     /// What a run past `softDeadlineSeconds` does: `Hold` (default: keep waiting for it, up to the hard deadline)
@@ -615,6 +620,9 @@ pub enum HookFallback {
     Hold,
     /// Release the pod: delete or update it as if the hook had succeeded — recorded as a release, not a success.
     Proceed,
+    /// A canary step's `onFailure` only: roll the GameDeployment back to the stable revision (recorded in
+    /// `status.canary.rollback`, never in the spec) until the template changes again.
+    Rollback,
 }
 
 /// Automatic retries of a failed hook.
@@ -658,6 +666,10 @@ impl HookReleaseReason {
 /// The hook run before a pod is deleted.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.hookPolicy) || ((!has(self.hookPolicy.onFailure) || self.hookPolicy.onFailure != 'Rollback') && (!has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'))",
+    "message": "hookPolicy Rollback is only accepted in a canary step's hookPolicy.onFailure: use Hold or Proceed"
+}]))]
 pub struct GameDeploymentPreDeleteUpdateStrategy {
     /// The HookTemplate to run for each pod before deleting it; the pod is deleted once its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -682,6 +694,10 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
 /// The hook run before a pod is updated in place.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.hookPolicy) || ((!has(self.hookPolicy.onFailure) || self.hookPolicy.onFailure != 'Rollback') && (!has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'))",
+    "message": "hookPolicy Rollback is only accepted in a canary step's hookPolicy.onFailure: use Hold or Proceed"
+}]))]
 pub struct GameDeploymentPreInplaceUpdateStrategy {
     /// The HookTemplate to run for each pod before updating it in place; the update starts once its HookRun is
     /// Successful.
@@ -707,6 +723,10 @@ pub struct GameDeploymentPreInplaceUpdateStrategy {
 /// The hook run after a pod was updated in place.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.hookPolicy) || ((!has(self.hookPolicy.onFailure) || self.hookPolicy.onFailure != 'Rollback') && (!has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'))",
+    "message": "hookPolicy Rollback is only accepted in a canary step's hookPolicy.onFailure: use Hold or Proceed"
+}]))]
 pub struct GameDeploymentPostInplaceUpdateStrategy {
     /// The HookTemplate to run for each pod after its in-place update completed; the pod counts as updated once
     /// its HookRun is Successful.
@@ -761,7 +781,8 @@ pub struct GameDeploymentStatus {
     /// Revision of the pods that are not updated (the previous stable template).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<String>,
-    /// Revision (ControllerRevision name) of the current template.
+    /// Revision (ControllerRevision name) of the current template — the one pods are driven to; while a failed
+    /// canary is rolled back (`canary.rollback`), the stable revision instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub update_revision: Option<String>,
     /// Counts hash collisions of revision names; used to make the next revision name unique.
@@ -888,6 +909,31 @@ pub struct CanaryStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_CANARY_STEPS))]
     pub step_releases: Vec<CanaryStepRelease>,
+    /// Addition (kourse): set when a hook step with `hookPolicy.onFailure: Rollback` failed for good: the pods are
+    /// driven back to the stable revision until the template changes again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<CanaryRollback>,
+}
+
+/// Addition (kourse): a canary rolled back to its stable revision by a failed hook step (`onFailure: Rollback`).
+/// Lives in the status only (never a spec write); ended only by a new template.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryRollback {
+    /// The revision whose canary failed (the template's; `status.updateRevision` is the stable one meanwhile).
+    pub failed_revision: String,
+    /// The stable revision the pods go back to.
+    pub stable_revision: String,
+    /// Index of the hook step that failed.
+    pub step: i32,
+    /// The step's last HookRun.
+    pub hook_run: String,
+    /// Its phase when the rollback was decided.
+    pub phase: HookPhase,
+    /// When the rollback was decided.
+    pub rolled_back_at: Time,
+    /// Why, in words.
+    pub message: String,
 }
 
 /// Addition (kourse): a canary hook step passed without a successful hook.

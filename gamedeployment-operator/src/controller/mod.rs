@@ -340,6 +340,11 @@ impl Context {
                 }
             }
         }
+        // A canary rollback: counted when the status first shows it.
+        let rollback = |s: &common::api::GameDeploymentStatus| s.canary.as_ref().and_then(|c| c.rollback.clone());
+        if rollback(status).is_some_and(|r| rollback(&before).as_ref() != Some(&r)) {
+            self.metrics.canary_rollbacks.inc();
+        }
         let old_steps = before.canary.as_ref().map_or(&[][..], |c| c.step_releases.as_slice());
         for release in status.canary.as_ref().map_or(&[][..], |c| c.step_releases.as_slice()) {
             if !old_steps.contains(release) {

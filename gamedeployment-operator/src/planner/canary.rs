@@ -16,14 +16,19 @@
 //!   `duration` seconds have passed (then the operator sets `paused: false` itself). Unlike BCS, resuming a timed
 //!   pause early is honoured;
 //! - a `hook` step starts a HookRun `canary-<revision>-<step>-<template>` and moves on when it is `Successful`;
-//!   a failed run pauses the rollout with `PausedByStepBasedHook`, and `paused: false` overrides it.
+//!   a failed run pauses the rollout with `PausedByStepBasedHook`, and `paused: false` overrides it;
+//! - a hook step whose `hookPolicy.onFailure` is `Rollback` and whose run failed for good (after its automatic
+//!   retries) rolls the canary back instead: `status.canary.rollback` records it (never the spec) and, from the next
+//!   pass on, the stable revision is the one pods are driven to ([`rollback_target`]), at partition 0, through the
+//!   usual update machinery and gates. Only a new template ends it (resume and promote do not), and that template
+//!   starts its canary at step 0 — or skips every step when it is the stable one.
 //!
 //! A pause condition is only written once `spec.paused` shows `true`, so "condition present and `paused`
 //! false" always means a person resumed — never that our own `paused: true` was not visible yet.
 
 use common::api::{
-    CanaryPause, CanaryStatus, CanaryStep, GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookStep,
-    PauseCondition, PauseReason,
+    CanaryPause, CanaryRollback, CanaryStatus, CanaryStep, GameDeployment, GameDeploymentStatus, HookFallback,
+    HookPhase, HookRun, HookStep, PauseCondition, PauseReason,
 };
 use common::hookrun::{self, HookKind, NewHookRun};
 use common::intstr;
@@ -104,6 +109,17 @@ fn partition_at(steps: &[CanaryStep], index: usize, replicas: i32) -> i32 {
         .unwrap_or(replicas)
 }
 
+/// The rollback recorded for the canary of `template_revision` (the revision of the current template), if any: it
+/// holds until the template changes.
+pub fn rollback_of<'a>(old: &'a GameDeploymentStatus, template_revision: &str) -> Option<&'a CanaryRollback> {
+    old.canary.as_ref()?.rollback.as_ref().filter(|r| r.failed_revision == template_revision)
+}
+
+/// The revision pods are driven to while the canary of `template_revision` is rolled back: the stable one.
+pub fn rollback_target<'a>(old: &'a GameDeploymentStatus, template_revision: &str) -> Option<&'a str> {
+    rollback_of(old, template_revision).map(|r| r.stable_revision.as_str())
+}
+
 /// Evaluates the steps. `update_revision` is the revision of the current template. Read top to bottom, each step
 /// a function below.
 pub fn evaluate(
@@ -115,6 +131,14 @@ pub fn evaluate(
     now: Timestamp,
 ) -> StepDecision {
     let mut out = StepDecision::default();
+    if rollback_of(old, update_revision).is_some() {
+        // Rolled back: every pod goes back to the stable revision (partition 0); the steps wait for a new template.
+        out.partition = Some(0);
+        out.current_step_index = old.current_step_index;
+        out.current_step_hash = old.current_step_hash.clone();
+        out.canary = old.canary.clone();
+        return out;
+    }
     let steps: &[CanaryStep] = gd.spec.update_strategy.canary.as_ref().map_or(&[], |c| c.steps.as_slice());
     let hash = steps_hash(steps);
     remove_stale_step_runs(gd, gate, steps, update_revision, &hash, &mut out);
@@ -144,6 +168,7 @@ pub fn evaluate(
         match walk.judge_step() {
             Outcome::Complete => walk.complete_step(),
             Outcome::Pause(reason) => walk.pause(reason),
+            Outcome::RollBack(run, phase) => walk.roll_back(&run, phase),
             Outcome::Wait => {}
         }
     }
@@ -182,6 +207,8 @@ enum Outcome {
     Complete,
     /// The step wants the rollout paused for this reason.
     Pause(PauseReason),
+    /// The step's hook failed for good with `onFailure: Rollback`: this run, in this phase.
+    RollBack(String, HookPhase),
     Wait,
 }
 
@@ -230,7 +257,10 @@ impl Walk<'_> {
     /// skips every step when it rolls back to the stable revision.
     fn restart_on_change(&mut self) {
         let (update_revision, len) = (self.update_revision, self.len());
-        let template_changed = self.old.update_revision.as_deref().is_some_and(|r| r != update_revision);
+        // While rolled back, `status.updateRevision` is the stable revision: the template's is the rollback's.
+        let rolled_back = self.old.canary.as_ref().and_then(|c| c.rollback.as_ref());
+        let previous = rolled_back.map(|r| r.failed_revision.as_str()).or(self.old.update_revision.as_deref());
+        let template_changed = previous.is_some_and(|r| r != update_revision);
         let steps_changed = self.old.current_step_hash.as_deref().is_some_and(|h| h != self.hash);
         match self.old.canary.as_ref().and_then(|c| c.revision.clone()).as_deref() {
             None => {
@@ -244,12 +274,16 @@ impl Walk<'_> {
                 self.canary.current_step_hook_run = None;
                 self.canary.pause_start_time = None;
                 self.canary.step_releases.clear();
+                let ended = match self.canary.rollback.take() {
+                    Some(r) => format!(" (the rollback of revision {} ends)", r.failed_revision),
+                    None => String::new(),
+                };
                 let message = if stable == update_revision {
                     self.index = len;
-                    format!("revision {update_revision} is the stable one: all canary steps are skipped")
+                    format!("revision {update_revision} is the stable one: all canary steps are skipped{ended}")
                 } else {
                     self.index = 0;
-                    format!("canary of revision {update_revision} starts at step 1 of {len}")
+                    format!("canary of revision {update_revision} starts at step 1 of {len}{ended}")
                 };
                 self.out.events.push(PlannedEvent::normal("SetStepIndex", message));
                 if self.our_pause_in_spec() {
@@ -440,9 +474,14 @@ impl Walk<'_> {
         }
     }
 
-    /// A failed step run: overridden by a resume, else the rollout pauses (announced once).
+    /// A failed step run: rolled back with `onFailure: Rollback`; else overridden by a resume, else the rollout
+    /// pauses (announced once).
     fn failed_run(&mut self, name: &str, phase: HookPhase, resume: Resume) -> Outcome {
         let (index, len) = (self.index, self.len());
+        let policy = self.steps[index].hook_policy.as_ref();
+        if policy.and_then(|p| p.on_failure) == Some(HookFallback::Rollback) {
+            return Outcome::RollBack(name.to_string(), phase);
+        }
         let paused_for_it = self.has(PauseReason::PausedByStepBasedHook).is_some();
         if paused_for_it && resume.lifted {
             let by = if resume.by_annotation {
@@ -547,6 +586,35 @@ impl Walk<'_> {
         if let Some(d) = self.steps[self.index].pause.as_ref().and_then(|p| p.duration) {
             self.out.requeue_at = self.now.checked_add(SignedDuration::from_secs(i64::from(d))).ok();
         }
+    }
+
+    /// The step's hook failed for good with `onFailure: Rollback`: recorded in `status.canary.rollback` (the spec is
+    /// never written), announced by a Warning Event. Pods move back from the next pass on, once the record is
+    /// stored: this pass keeps the step's partition.
+    fn roll_back(&mut self, run: &str, phase: HookPhase) {
+        let (index, len, update_revision) = (self.index, self.len(), self.update_revision);
+        let Some(stable) = self.canary.revision.clone().filter(|s| s != update_revision) else {
+            // No other revision to go back to (cannot happen while steps run): hold as `Hold` does.
+            return self.pause(PauseReason::PausedByStepBasedHook);
+        };
+        let message = format!(
+            "HookRun {run} of canary step {} of {len} ended {phase} (hookPolicy.onFailure: Rollback): revision \
+             {update_revision} is rolled back to the stable revision {stable}; change the template to try again",
+            index + 1
+        );
+        self.out.events.push(PlannedEvent::warning("CanaryRolledBack", message.clone()));
+        self.conditions.clear();
+        self.canary.pause_start_time = None;
+        self.canary.rollback = Some(CanaryRollback {
+            failed_revision: update_revision.to_string(),
+            stable_revision: stable,
+            step: count(index),
+            hook_run: run.to_string(),
+            phase,
+            rolled_back_at: Time(self.now),
+            message,
+        });
+        self.out.requeue_at = Some(self.now);
     }
 
     /// The partition of this pass (the spec's once every step is done) and the canary fields of the status.
@@ -765,6 +833,108 @@ mod tests {
         let old = GameDeploymentStatus { canary: Some(marked), ..old };
         let out = evaluate(&pass.gd, &old, NEW, counts, &settings.gate, settings.now);
         assert!(matches!(out.actions.as_slice(), [Action::SetPaused { paused: true, .. }]), "{:?}", out.actions);
+    }
+
+    /// Steps: partition 3, then the `check` hook with `onFailure` (`Hold`/`Rollback`); at step 1 with a failed run.
+    fn failed_hook_step(on_failure: &str) -> (Pass, std::sync::Arc<HookRun>) {
+        let mut g = gd(4, "InplaceUpdate");
+        g.spec.update_strategy.canary = Some(
+            serde_json::from_value(serde_json::json!({"steps": [
+                {"partition": 3},
+                {"hook": {"templateName": "check"}, "hookPolicy": {"onFailure": on_failure}}
+            ]}))
+            .unwrap(),
+        );
+        let pass = Pass::new(g).old(3).updated(1);
+        let hash = steps_hash(&pass.gd.spec.update_strategy.canary.as_ref().unwrap().steps);
+        let mut run: HookRun = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookRun",
+            "metadata": {"name": hookrun::canary_hook_name(NEW, 1, "check"), "uid": "run-1",
+                "labels": {"hookrun-type": "canary-step", "workload-revision": NEW},
+                "annotations": {"gamedeployment.tkex.tencent.com/change": step_change(&hash)}},
+            "spec": {"metrics": []},
+            "status": {"phase": "Failed"}
+        }))
+        .unwrap();
+        run.metadata.owner_references = Some(vec![ownership::owner_reference(&pass.gd)]);
+        (pass, std::sync::Arc::new(run))
+    }
+
+    #[test]
+    fn a_failed_hook_step_rolls_back_or_holds_by_its_on_failure() {
+        // (onFailure, GitOps-clean) → (rollback recorded, pause condition, spec writes)
+        for (on_failure, clean, rollback, paused, writes) in [
+            ("Rollback", false, true, false, 0),
+            ("Rollback", true, true, false, 0),
+            // Hold, as before: a spec pause (first the record that it is ours), or a status pause when clean.
+            ("Hold", false, false, false, 0),
+            ("Hold", true, false, true, 0),
+        ] {
+            let (mut pass, run) = failed_hook_step(on_failure);
+            if clean {
+                pass.gd.metadata.annotations =
+                    Some([(keys::CONTROL.to_string(), "annotations".to_string())].into_iter().collect());
+            }
+            let settings = pass.settings();
+            let infos = pass.infos(&settings);
+            let runs = [run.clone()];
+            let gate = GateState { hook_runs: &runs, ..settings.gate };
+            let out = evaluate(&pass.gd, &at_step(&pass, 1), NEW, Counts::of(&infos, &settings), &gate, settings.now);
+            let case = format!("{on_failure} clean={clean}");
+            let recorded = out.canary.as_ref().and_then(|c| c.rollback.clone());
+            assert_eq!(recorded.is_some(), rollback, "{case}");
+            assert_eq!(!out.pause_conditions.is_empty(), paused, "{case}");
+            assert_eq!(out.actions.len(), writes, "{case}: {:?}", out.actions);
+            assert_eq!(out.partition, Some(3), "{case}: this pass moves nothing more");
+            assert_eq!(out.events.iter().any(|e| e.reason == "CanaryRolledBack"), rollback, "{case}");
+            if let Some(r) = recorded {
+                assert_eq!((r.failed_revision.as_str(), r.stable_revision.as_str(), r.step), (NEW, OLD, 1));
+                assert_eq!((r.hook_run.as_str(), r.phase), (run.metadata.name.as_deref().unwrap(), HookPhase::Failed));
+                assert!(r.message.contains("change the template to try again"), "{}", r.message);
+            }
+        }
+    }
+
+    #[test]
+    fn a_rollback_holds_for_its_revision_whatever_resumes_it_and_ends_with_a_new_template() {
+        let (mut pass, run) = failed_hook_step("Rollback");
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let counts = Counts::of(&infos, &settings);
+        let runs = [run];
+        let gate = GateState { hook_runs: &runs, ..settings.gate };
+        let recorded = evaluate(&pass.gd, &at_step(&pass, 1), NEW, counts, &gate, settings.now);
+        let mut old = at_step(&pass, 1);
+        recorded.apply_to(&mut old);
+        // The next pass's status shows the stable revision as the update revision.
+        old.update_revision = Some(OLD.into());
+        assert_eq!(rollback_target(&old, NEW), Some(OLD));
+        assert_eq!(rollback_target(&old, "third"), None);
+        let held = evaluate(&pass.gd, &old, NEW, counts, &gate, settings.now);
+        assert_eq!(held.partition, Some(0), "every pod goes back");
+        assert_eq!(held.canary, old.canary);
+        assert!(held.events.is_empty() && held.actions.is_empty());
+        // A resume or a promotion of the failed revision does not undo it.
+        drop(infos);
+        let annotations = pass.gd.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(keys::RESUME_STEP.into(), format!("{NEW}/1"));
+        annotations.insert(keys::PROMOTE.into(), NEW.into());
+        let settings = pass.settings();
+        let gate = GateState { hook_runs: &runs, ..settings.gate };
+        assert_eq!(evaluate(&pass.gd, &old, NEW, counts, &gate, settings.now).canary, old.canary);
+        // Removing the steps does not end it either.
+        let mut no_steps = pass.gd.clone();
+        no_steps.spec.update_strategy.canary = None;
+        let kept = evaluate(&no_steps, &old, NEW, counts, &gate, settings.now);
+        assert_eq!((kept.canary, kept.partition), (old.canary.clone(), Some(0)));
+        // A new template ends it and starts at step 0; the stable one skips every step.
+        let third = evaluate(&pass.gd, &old, "third", counts, &gate, settings.now);
+        assert_eq!(third.canary.as_ref().and_then(|c| c.rollback.as_ref()), None);
+        let restart = format!("canary of revision third starts at step 1 of 2 (the rollback of revision {NEW} ends)");
+        assert!(third.events.iter().any(|e| e.message == restart), "{:?}", third.events);
+        let back = evaluate(&pass.gd, &old, OLD, counts, &gate, settings.now);
+        assert_eq!(back.canary.as_ref().and_then(|c| c.rollback.as_ref()), None);
+        assert_eq!((back.current_step_index, back.partition), (Some(2), None));
     }
 
     #[test]

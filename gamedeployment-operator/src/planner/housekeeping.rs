@@ -102,6 +102,7 @@ pub(super) fn truncate_history(
         owned.iter().filter_map(|p| common::pod::label(p, keys::CONTROLLER_REVISION_HASH)).collect();
     let mut live: BTreeSet<String> = distinct.into_iter().map(String::from).collect();
     live.insert(settings.update_revision.clone());
+    live.insert(settings.template_revision.clone());
     live.insert(settings.current_revision.clone());
     let limit = settings.gd.spec.revision_history_limit.unwrap_or(common::api::DEFAULT_REVISION_HISTORY_LIMIT);
     for name in revision::history_to_delete(revisions, &live, limit) {

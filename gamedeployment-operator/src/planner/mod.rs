@@ -46,6 +46,8 @@ mod properties;
 #[cfg(test)]
 mod quarantine_tests;
 #[cfg(test)]
+mod rollback_tests;
+#[cfg(test)]
 pub(crate) mod sim_cluster;
 #[cfg(test)]
 mod tests;
@@ -144,6 +146,22 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     }
     let mut settings = settings::resolve(observed, &mut spec_problems, update_revision, current_revision, templates);
     settings.gate.names = Some(&run_names);
+    // A failed canary rolled back (`status.canary.rollback`, recorded by an earlier pass): pods go back to the stable
+    // revision through the usual update machinery and gates.
+    if let Some(stable) = canary::rollback_target(&old_status, &settings.template_revision) {
+        if settings.templates.contains_key(stable) {
+            settings.update_revision = stable.to_string();
+        } else {
+            spec_problems.push((
+                Failure::Update,
+                format!(
+                    "the canary was rolled back to revision {stable}, whose ControllerRevision no longer exists: not \
+                     updating (change the template)"
+                ),
+            ));
+            settings.update_settings_ok = false;
+        }
+    }
     let infos = settings::pod_infos(&settings, &active);
     let spec_partition = settings.partition;
 
@@ -151,7 +169,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let canary = canary::evaluate(
         gd,
         &old_status,
-        &settings.update_revision,
+        &settings.template_revision,
         canary::Counts::of(&infos, &settings),
         &settings.gate,
         settings.now,
@@ -203,6 +221,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let mut status = status::compute(&settings, &diffs, &old_status, &infos, &draft, &spec_problems);
     canary.apply_to(&mut status);
     status::show_canary_pause(gd, &mut status, settings.now);
+    status::show_canary_rollback(&mut status, settings.now);
     let mut hook_events = Vec::new();
     hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
     shadow::status(&settings, &mut status, &mut hook_events);

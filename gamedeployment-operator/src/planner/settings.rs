@@ -66,7 +66,11 @@ pub(crate) struct Settings<'a> {
     pub paused: bool,
     pub min_ready_seconds: i32,
     pub grace_seconds: i32,
+    /// The revision pods are driven to: the template's, or the stable one while a failed canary is rolled back
+    /// (`status.canary.rollback`).
     pub update_revision: String,
+    /// The revision of the current template (differs from `update_revision` only during a canary rollback).
+    pub template_revision: String,
     pub current_revision: String,
     /// Template of every known revision, by name (the update revision's is the GameDeployment's template).
     pub templates: BTreeMap<String, PodTemplateSpec>,
@@ -245,6 +249,10 @@ pub(crate) fn resolve<'a>(
         problems.push((Failure::Update, problem));
         update_settings_ok = false;
     }
+    if let Some(problem) = rollback_policy_problem(gd) {
+        problems.push((Failure::Update, problem));
+        update_settings_ok = false;
+    }
     if let Err(problem) = crate::planner::scale::volumes::validate(gd) {
         problems.push((Failure::Scale, format!("{problem}: not scaling")));
         scale_settings_ok = false;
@@ -282,6 +290,7 @@ pub(crate) fn resolve<'a>(
         paused: strategy.paused,
         min_ready_seconds: gd.spec.min_ready_seconds.max(0),
         grace_seconds: strategy.in_place_update_strategy.as_ref().map_or(0, |s| s.grace_period_seconds.max(0)),
+        template_revision: update_revision.clone(),
         update_revision,
         current_revision,
         templates,
@@ -319,6 +328,44 @@ fn in_place_policy_problem(gd: &GameDeployment) -> Option<String> {
         "spec.updateStrategy.inPlaceUpdateStrategy.policy {policy:?} is not supported with {containers} containers: \
          this operator updates the changed containers of a pod together (DisOrdered); set policy to DisOrdered or \
          remove it: not updating"
+    ))
+}
+
+/// `Rollback` is a canary step's `onFailure` only (a pod's hook has no revision of its own to go back to). The CRD
+/// refuses it elsewhere with a CEL rule; this is the same answer for an API server that does not run the rule.
+pub(crate) fn rollback_policy_problem(gd: &GameDeployment) -> Option<String> {
+    use common::api::{HookFallback, HookGatePolicy};
+    let rollback = |p: Option<&HookGatePolicy>, timeout_only: bool| {
+        p.is_some_and(|p| {
+            p.on_timeout == Some(HookFallback::Rollback)
+                || (!timeout_only && p.on_failure == Some(HookFallback::Rollback))
+        })
+    };
+    let spec = &gd.spec;
+    let mut fields: Vec<String> = [
+        ("spec.preDeleteUpdateStrategy", spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref())),
+        (
+            "spec.preInplaceUpdateStrategy",
+            spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref()),
+        ),
+        (
+            "spec.postInplaceUpdateStrategy",
+            spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook_policy.as_ref()),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, p)| rollback(*p, false))
+    .map(|(field, _)| format!("{field}.hookPolicy"))
+    .collect();
+    let steps = spec.update_strategy.canary.as_ref().map_or(&[][..], |c| c.steps.as_slice());
+    for (i, _) in steps.iter().enumerate().filter(|(_, s)| rollback(s.hook_policy.as_ref(), true)) {
+        fields.push(format!("spec.updateStrategy.canary.steps[{i}].hookPolicy.onTimeout"));
+    }
+    let first = fields.first()?;
+    Some(format!(
+        "{first}{}: Rollback is only accepted in a canary step's hookPolicy.onFailure (use Hold or Proceed): not \
+         updating",
+        if fields.len() > 1 { format!(" (and {} more)", fields.len() - 1) } else { String::new() }
     ))
 }
 
@@ -483,6 +530,43 @@ mod tests {
         assert!(!settings.update_settings_ok);
         // While paused the surge setting stays (existing surge pods are kept; diffs add none).
         assert_eq!((settings.partition, settings.max_surge), (0, 1));
+    }
+
+    #[test]
+    fn rollback_is_refused_outside_a_canary_steps_on_failure() {
+        fn policy<T: serde::de::DeserializeOwned>(json: serde_json::Value) -> T {
+            serde_json::from_value(json).unwrap()
+        }
+        let mut g = gd(4, "InplaceUpdate");
+        g.spec.update_strategy.canary = Some(policy(serde_json::json!({"steps": [
+            {"hook": {"templateName": "t"}, "hookPolicy": {"onFailure": "Rollback"}}
+        ]})));
+        assert_eq!(rollback_policy_problem(&g), None, "a canary step's onFailure: accepted");
+        let accepted = Pass::new(g.clone());
+        let (settings, problems) = accepted.resolve();
+        assert!(problems.is_empty() && settings.update_settings_ok, "{problems:?}");
+        g.spec.pre_inplace_update_strategy =
+            Some(policy(serde_json::json!({"hook": {"templateName": "t"}, "hookPolicy": {"onFailure": "Rollback"}})));
+        g.spec.pre_delete_update_strategy =
+            Some(policy(serde_json::json!({"hook": {"templateName": "t"}, "hookPolicy": {"onTimeout": "Rollback"}})));
+        let pass = Pass::new(g.clone());
+        let (settings, problems) = pass.resolve();
+        assert!(!settings.update_settings_ok);
+        let message = &problems.iter().find(|p| p.0 == Failure::Update).expect("an update problem").1;
+        assert!(
+            message.starts_with(
+                "spec.preDeleteUpdateStrategy.hookPolicy (and 1 more): Rollback is only accepted in a \
+                 canary step's hookPolicy.onFailure"
+            ),
+            "{message}"
+        );
+        g.spec.pre_inplace_update_strategy = None;
+        g.spec.pre_delete_update_strategy = None;
+        g.spec.update_strategy.canary = Some(policy(serde_json::json!({"steps": [
+            {"hook": {"templateName": "t"}, "hookPolicy": {"onTimeout": "Rollback"}}
+        ]})));
+        let message = rollback_policy_problem(&g).expect("onTimeout refused");
+        assert!(message.starts_with("spec.updateStrategy.canary.steps[0].hookPolicy.onTimeout:"), "{message}");
     }
 
     #[test]

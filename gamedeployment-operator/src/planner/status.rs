@@ -477,6 +477,22 @@ pub(crate) fn show_canary_pause(gd: &common::api::GameDeployment, status: &mut G
     }
 }
 
+/// The reason `Progressing` takes (status `False`) while a failed canary is rolled back, and after.
+pub const REASON_CANARY_ROLLED_BACK: &str = "CanaryRolledBack";
+
+/// Says in `Progressing` (`False`, `CanaryRolledBack`) that a failed canary was rolled back
+/// (`status.canary.rollback`), followed by where the pods are on their way back; a spec problem still wins. Not a
+/// rollout in progress, so the progress deadline never fires on it.
+pub(crate) fn show_canary_rollback(status: &mut GameDeploymentStatus, now: Timestamp) {
+    let Some(rollback) = status.canary.as_ref().and_then(|c| c.rollback.as_ref()) else { return };
+    let Some(progressing) = condition(status, PROGRESSING).filter(|c| c.reason.as_deref() != Some(REASON_INVALID_SPEC))
+    else {
+        return;
+    };
+    let message = format!("{}; {}", rollback.message, progressing.message.as_deref().unwrap_or_default());
+    set_condition(&mut status.conditions, PROGRESSING, "False", REASON_CANARY_ROLLED_BACK, &message, now);
+}
+
 /// A hook as people call it ("the pre-delete hook").
 pub(crate) fn hook_name(kind: common::hookrun::HookKind) -> &'static str {
     use common::hookrun::HookKind;
@@ -995,5 +1011,48 @@ mod progress_tests {
             canary_pause(&gd, &GameDeploymentStatus { current_step_index: Some(3), ..Default::default() }),
             None
         );
+    }
+
+    #[test]
+    fn a_rolled_back_canary_says_so_in_progressing_and_the_progress_deadline_never_fires_on_it() {
+        use common::api::{CanaryRollback, CanaryStatus, HookPhase};
+        let now = Timestamp::from_second(1_000).unwrap();
+        let why = "HookRun canary-new-1-check of canary step 2 of 2 ended Failed (hookPolicy.onFailure: Rollback): \
+                   revision new is rolled back to the stable revision old; change the template to try again";
+        let rollback = CanaryRollback {
+            failed_revision: "new".into(),
+            stable_revision: "old".into(),
+            step: 1,
+            hook_run: "canary-new-1-check".into(),
+            phase: HookPhase::Failed,
+            rolled_back_at: Time(now),
+            message: why.into(),
+        };
+        let mut status = GameDeploymentStatus {
+            canary: Some(CanaryStatus { rollback: Some(rollback), ..Default::default() }),
+            ..Default::default()
+        };
+        let moving =
+            "2 of 4 pods run revision old; waiting for the pre-inplace hook of 1 pod: a (HookRun ra is Running)";
+        set_condition(&mut status.conditions, PROGRESSING, "True", "RolloutInProgress", moving, now);
+        show_canary_rollback(&mut status, now);
+        let progressing = condition(&status, PROGRESSING).cloned().expect("Progressing");
+        assert_eq!((progressing.status.as_str(), progressing.reason.as_deref()), ("False", Some("CanaryRolledBack")));
+        assert_eq!(progressing.message.as_deref(), Some(format!("{why}; {moving}").as_str()));
+        // Not a rollout in progress: a deadline long past does not fire, during the rollback or after it.
+        let old = status.clone();
+        let later = Timestamp::from_second(1_000_000).unwrap();
+        assert_eq!(super::super::progress_deadline::apply(Some(60), &old, &mut status, later), None);
+        assert_eq!(condition(&status, PROGRESSING).and_then(|c| c.reason.clone()).as_deref(), Some("CanaryRolledBack"));
+        // A spec problem still wins; no rollback, nothing changes.
+        let mut invalid = status.clone();
+        set_condition(&mut invalid.conditions, PROGRESSING, "False", REASON_INVALID_SPEC, "bad", now);
+        show_canary_rollback(&mut invalid, now);
+        assert_eq!(condition(&invalid, PROGRESSING).and_then(|c| c.reason.clone()).as_deref(), Some("InvalidSpec"));
+        let mut plain = GameDeploymentStatus::default();
+        set_condition(&mut plain.conditions, PROGRESSING, "True", "RolloutComplete", "all", now);
+        let before = plain.clone();
+        show_canary_rollback(&mut plain, now);
+        assert_eq!(plain, before);
     }
 }
