@@ -235,16 +235,7 @@ async fn seed_000_replayed(update_type: &str) {
     registered(3, "python:latest").await;
 
     // In-place rollout: each pod is unregistered before its update and registered again after.
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "gamedeployment",
-            "seed",
-            "--type=json",
-            "-p",
-            r#"[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"python:3.12"}]"#,
-        ])
-        .await;
+    e2e::gamedeployment::set_image(&cluster, "default", "seed", "python:3.12").await;
     registered(3, "python:3.12").await;
     let out = cluster.kubectl_ok(&["get", "pods", "-L", "lifecycle.apps.kruise.io/state", "-L", BLOCK_INPLACE]).await;
     println!("$ kubectl get pods -L lifecycle.apps.kruise.io/state -L {BLOCK_INPLACE}\n{out}");

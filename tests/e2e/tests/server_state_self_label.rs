@@ -283,18 +283,7 @@ async fn the_operator_updates_and_scales_in_servers_that_label_themselves_under_
     let sa = service_account_files(&cluster, &leaving, &token);
     let run = label_self(&cluster, &sa, &leaving, "WaitToBeDeleted").await;
     assert_eq!(run.code, Some(0), "{run:?}");
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "-n",
-            NS,
-            "gamedeployment",
-            "servers",
-            "--type=json",
-            "-p",
-            r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "game:2"}]"#,
-        ])
-        .await;
+    e2e::gamedeployment::set_image(&cluster, NS, "servers", "game:2").await;
     let pods = wait_for("3 servers updated in place", DEADLINE, || running(3, "game:2")).await;
     assert!(
         pods.iter().any(|p| p.metadata.name.as_deref() == Some(leaving.as_str())),
