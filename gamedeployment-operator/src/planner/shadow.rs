@@ -73,21 +73,47 @@ pub(crate) fn run_name(kind: HookKind, pod: &str, revision: &str, template: &str
     format!("{cut}-{hash:08x}")
 }
 
+/// The pods this pass deletes and the pods it patches to another revision (read once, not per pod).
+struct Acted<'d> {
+    deleted: std::collections::BTreeSet<&'d str>,
+    patched: std::collections::BTreeSet<&'d str>,
+}
+
+impl<'d> Acted<'d> {
+    fn of(draft: &'d Draft) -> Self {
+        let mut acted = Self { deleted: Default::default(), patched: Default::default() };
+        for action in &draft.actions {
+            match action {
+                Action::DeletePod { pod, .. } => {
+                    acted.deleted.insert(pod.name.as_str());
+                }
+                Action::PatchPod(c)
+                    if matches!(
+                        c.reason,
+                        PatchReason::InPlaceUpdate | PatchReason::InPlaceGraceEnded | PatchReason::HotPatchUpdate
+                    ) =>
+                {
+                    acted.patched.insert(c.pod.name.as_str());
+                }
+                _ => {}
+            }
+        }
+        acted
+    }
+}
+
 /// The revision a pod's change of `kind` moves it to when it is changing this pass (`None` otherwise).
-fn changing<'a>(settings: &'a Settings<'_>, kind: HookKind, info: &'a PodInfo<'_>, draft: &Draft) -> Option<&'a str> {
-    let acted = |wanted: &dyn Fn(&Action) -> bool| draft.actions.iter().any(wanted);
+fn changing<'a>(
+    settings: &'a Settings<'_>,
+    kind: HookKind,
+    info: &'a PodInfo<'_>,
+    acted: &Acted<'_>,
+) -> Option<&'a str> {
     match kind {
-        HookKind::PreDelete => {
-            let deleted = acted(&|a| matches!(a, Action::DeletePod { pod, .. } if pod.name == info.name));
-            (info.state == LifecycleState::PreparingDelete || deleted).then_some(info.revision.unwrap_or(""))
-        }
-        _ => {
-            let patched = acted(&|a| {
-                matches!(a, Action::PatchPod(c) if c.pod.name == info.name
-                    && matches!(c.reason, PatchReason::InPlaceUpdate | PatchReason::InPlaceGraceEnded | PatchReason::HotPatchUpdate))
-            });
-            (info.state == LifecycleState::PreparingUpdate || patched).then_some(settings.update_revision.as_str())
-        }
+        HookKind::PreDelete => (info.state == LifecycleState::PreparingDelete || acted.deleted.contains(info.name))
+            .then_some(info.revision.unwrap_or("")),
+        _ => (info.state == LifecycleState::PreparingUpdate || acted.patched.contains(info.name))
+            .then_some(settings.update_revision.as_str()),
     }
 }
 
@@ -102,19 +128,22 @@ pub(crate) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], old: &GameDep
         shadow_runs(settings).filter_map(|(r, _)| r.metadata.name.as_deref()).collect();
     let recorded = |name: &str| old.shadow_hook_results.iter().any(|r| r.hook_run == name);
     let mut wanted = std::collections::BTreeSet::new();
+    // Made after the look at this pass's actions (which the new ones must not change).
+    let (mut creates, mut problems) = (Vec::new(), Vec::new());
+    let acted = Acted::of(draft);
     for kind in KINDS {
         let Some(step) = shadow_hook(settings.gd, kind) else { continue };
         for info in infos {
-            let Some(revision) = changing(settings, kind, info, draft) else { continue };
+            let Some(revision) = changing(settings, kind, info, &acted) else { continue };
             let name = run_name(kind, info.name, revision, &step.template_name);
             if existing.contains(name.as_str()) || recorded(&name) {
                 wanted.insert(name);
                 continue;
             }
             match make(settings, kind, step, info.pod, revision, name.clone()) {
-                Ok(run) => draft.actions.push(Action::CreateHookRun(Box::new(run))),
+                Ok(run) => creates.push(Action::CreateHookRun(Box::new(run))),
                 // A missing template or arg: the shadow hook only reports it (nothing waits for it).
-                Err(problem) => draft.events.push(
+                Err(problem) => problems.push(
                     PlannedEvent::warning(
                         "ShadowHookNotCreated",
                         format!("shadow {} hook of pod {}: {problem}", field(kind), info.name),
@@ -125,6 +154,8 @@ pub(crate) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], old: &GameDep
             wanted.insert(name);
         }
     }
+    draft.actions.extend(creates);
+    draft.events.extend(problems);
     let now = settings.now.as_second();
     for (run, _) in shadow_runs(settings) {
         let name = run.metadata.name.clone().unwrap_or_default();
