@@ -280,6 +280,7 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
     let shadows = [
         ("pre-delete", spec.pre_delete_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
         ("pre-inplace", spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
+        ("post-inplace", spec.post_inplace_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
     ];
     for (gate, hook) in shadows {
         if let Some(hook) = hook {

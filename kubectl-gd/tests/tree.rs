@@ -476,3 +476,13 @@ fn a_failed_shadow_run_is_shown_but_never_a_failure() {
         "{text}"
     );
 }
+
+/// A post-inplace shadow hook is listed under `Hooks:` beside the real ones.
+#[test]
+fn a_post_inplace_shadow_hook_is_listed_with_the_hooks() {
+    let mut gd = gd();
+    gd.spec.post_inplace_update_strategy = Some(yaml("{shadowHook: {templateName: settle-check}}"));
+    let snapshot = Snapshot::owned(gd, revisions(), pods(), Vec::new());
+    let text = render(&build(&snapshot, now()), Style::PLAIN);
+    assert!(text.contains("post-inplace shadow: settle-check\n"), "{text}");
+}

@@ -732,6 +732,12 @@ pub struct GameDeploymentPostInplaceUpdateStrategy {
     /// its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
+    /// each pod once its in-place update completed, exactly as the real one, and its result recorded
+    /// (`status.shadowHookResults`, an Event, the metric), but it never holds a pod in `Updated` or releases one —
+    /// the real hook alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_hook: Option<HookStep>,
     /// Set to true to delete the failed post-inplace HookRuns and run them again; the operator sets it back to
     /// false once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.

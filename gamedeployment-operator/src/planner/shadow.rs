@@ -1,9 +1,12 @@
-//! Shadow hooks (addition; Argo Rollouts calls them `dryRun`): `preDeleteUpdateStrategy.shadowHook` and
-//! `preInplaceUpdateStrategy.shadowHook` name a HookTemplate a team trials on live servers before making it binding.
+//! Shadow hooks (addition; Argo Rollouts calls them `dryRun`): `preDeleteUpdateStrategy.shadowHook`,
+//! `preInplaceUpdateStrategy.shadowHook` and `postInplaceUpdateStrategy.shadowHook` name a HookTemplate a team
+//! trials on live servers before making it binding.
 //!
 //! - **Made** when a pod's change starts — the pod enters `PreparingDelete` / `PreparingUpdate`, or is deleted or
-//!   patched in place this pass when no real hook holds it — one run per pod, hook and revision
-//!   ([`run_name`]), from the template with the same injected args as a real run.
+//!   patched in place this pass when no real hook holds it — or, for the post-inplace kind, when its in-place
+//!   update completes (the pod enters `Updated`, or goes straight back to `Normal` when no real hook holds it):
+//!   one run per pod, hook and revision ([`run_name`]), from the template with the same injected args as a real
+//!   run.
 //! - **Never consulted by a gate**: its type label is `shadow-<type>` and its name starts with `shadow-`, so the
 //!   gate's look-ups (by the names and signed stamps of its own attempts) never find it, and it carries no stamp.
 //! - **Recorded** once it ends: an entry of `status.shadowHookResults` (the newest [`MAX_SHADOW_RESULTS`], each
@@ -27,7 +30,7 @@ use crate::gate;
 use crate::lifecycle::LifecycleState;
 
 /// The kinds a shadow hook may be given.
-const KINDS: [HookKind; 2] = [HookKind::PreDelete, HookKind::PreInplace];
+const KINDS: [HookKind; 3] = [HookKind::PreDelete, HookKind::PreInplace, HookKind::PostInplace];
 
 /// Prefix of a shadow run's type label (`shadow-pre-delete-step`) and name.
 pub(crate) const PREFIX: &str = "shadow-";
@@ -40,7 +43,8 @@ pub(crate) fn shadow_hook(gd: &common::api::GameDeployment, kind: HookKind) -> O
     match kind {
         HookKind::PreDelete => gd.spec.pre_delete_update_strategy.as_ref()?.shadow_hook.as_ref(),
         HookKind::PreInplace => gd.spec.pre_inplace_update_strategy.as_ref()?.shadow_hook.as_ref(),
-        HookKind::PostInplace | HookKind::CanaryStep => None,
+        HookKind::PostInplace => gd.spec.post_inplace_update_strategy.as_ref()?.shadow_hook.as_ref(),
+        HookKind::CanaryStep => None,
     }
 }
 
@@ -54,6 +58,7 @@ pub fn kind_of(run: &HookRun) -> Option<HookKind> {
 fn field(kind: HookKind) -> &'static str {
     match kind {
         HookKind::PreDelete => "preDelete",
+        HookKind::PostInplace => "postInplace",
         _ => "preInplace",
     }
 }
@@ -73,15 +78,18 @@ pub(crate) fn run_name(kind: HookKind, pod: &str, revision: &str, template: &str
     format!("{cut}-{hash:08x}")
 }
 
-/// The pods this pass deletes and the pods it patches to another revision (read once, not per pod).
+/// The pods this pass deletes, the pods it patches to another revision and the pods whose in-place update it
+/// completes (read once, not per pod).
 struct Acted<'d> {
     deleted: std::collections::BTreeSet<&'d str>,
     patched: std::collections::BTreeSet<&'d str>,
+    completed: std::collections::BTreeSet<&'d str>,
 }
 
 impl<'d> Acted<'d> {
     fn of(draft: &'d Draft) -> Self {
-        let mut acted = Self { deleted: Default::default(), patched: Default::default() };
+        let mut acted =
+            Self { deleted: Default::default(), patched: Default::default(), completed: Default::default() };
         for action in &draft.actions {
             match action {
                 Action::DeletePod { pod, .. } => {
@@ -94,6 +102,9 @@ impl<'d> Acted<'d> {
                     ) =>
                 {
                     acted.patched.insert(c.pod.name.as_str());
+                }
+                Action::PatchPod(c) if c.reason == PatchReason::InPlaceUpdateCompleted => {
+                    acted.completed.insert(c.pod.name.as_str());
                 }
                 _ => {}
             }
@@ -111,6 +122,9 @@ fn changing<'a>(
 ) -> Option<&'a str> {
     match kind {
         HookKind::PreDelete => (info.state == LifecycleState::PreparingDelete || acted.deleted.contains(info.name))
+            .then_some(info.revision.unwrap_or("")),
+        // After the change: the revision the pod now runs.
+        HookKind::PostInplace => (info.state == LifecycleState::Updated || acted.completed.contains(info.name))
             .then_some(info.revision.unwrap_or("")),
         _ => (info.state == LifecycleState::PreparingUpdate || acted.patched.contains(info.name))
             .then_some(settings.update_revision.as_str()),
@@ -240,15 +254,18 @@ fn pod_of(run: &HookRun) -> Option<String> {
 
 /// What the real gate of the pod said when the shadow run ended.
 fn real_gate(settings: &Settings<'_>, status: &GameDeploymentStatus, kind: HookKind, pod: &str) -> String {
+    let spec = &settings.gd.spec;
     let configured = match kind {
-        HookKind::PreDelete => settings.gd.spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
-        _ => settings.gd.spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+        HookKind::PreDelete => spec.pre_delete_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+        HookKind::PostInplace => spec.post_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
+        _ => spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.hook.as_ref()),
     };
     if configured.is_none() {
         return "no hook".to_string();
     }
     let held: &[HookCondition] = match kind {
         HookKind::PreDelete => &status.pre_delete_hook_condition,
+        HookKind::PostInplace => &status.post_inplace_hook_condition,
         _ => &status.pre_inplace_hook_condition,
     };
     match held.iter().find(|c| c.pod_name == pod) {
@@ -283,6 +300,7 @@ mod tests {
         let mut g = gd(replicas, "InplaceUpdate");
         g.spec.pre_delete_update_strategy = serde_json::from_value(strategy["preDelete"].clone()).expect("valid");
         g.spec.pre_inplace_update_strategy = serde_json::from_value(strategy["preInplace"].clone()).expect("valid");
+        g.spec.post_inplace_update_strategy = serde_json::from_value(strategy["postInplace"].clone()).expect("valid");
         let mut world = World::new(g);
         world.hook_templates.push(hook_template());
         assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
@@ -374,6 +392,66 @@ mod tests {
         assert_eq!(made.len(), 2, "{made:?}");
         assert!(made.iter().all(|n| n.starts_with("shadow-preinplace-") && n.contains(&revision)), "{made:?}");
         assert_eq!(world.revision_counts(), (2, 0), "updated without waiting");
+    }
+
+    /// Rolls the image of `world` to `game:2` with room to update every pod at once.
+    fn roll_image(world: &mut World) {
+        world.gd.spec.update_strategy.max_unavailable =
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2));
+        world.gd.spec.template.spec.as_mut().unwrap().containers[0].image = Some("game:2".into());
+        world.gd.metadata.generation = Some(2);
+    }
+
+    #[test]
+    fn a_failing_post_inplace_shadow_hook_alone_never_holds_a_pod_and_is_recorded() {
+        let mut world = world(json!({"postInplace": {"shadowHook": {"templateName": "drain"}}}), 2);
+        roll_image(&mut world);
+        passes(&mut world, 6);
+        let revision = world.update_revision().unwrap();
+        let made = shadows(&world);
+        assert_eq!(made.len(), 2, "one per pod, once its update completed: {made:?}");
+        assert!(made.iter().all(|n| n.starts_with("shadow-postinplace-") && n.contains(&revision)), "{made:?}");
+        let run = world.hook_runs.iter().find(|r| kind_of(r).is_some()).unwrap();
+        assert_eq!(run.metadata.labels.as_ref().unwrap()[keys::HOOKRUN_TYPE], "shadow-post-inplace-step");
+        assert!(run.metadata.annotations.is_none(), "no gate stamp: {:?}", run.metadata.annotations);
+        assert_eq!(world.revision_counts(), (2, 0));
+        assert_eq!(world.serving(), 2, "back in service at once: nothing holds them in Updated");
+        for name in &made {
+            end(&mut world, name, HookPhase::Failed);
+        }
+        let events = passes(&mut world, 3);
+        let results = world.gd.status.as_ref().unwrap().shadow_hook_results.clone();
+        assert_eq!(results.len(), 2, "{results:?}");
+        assert!(results.iter().all(|r| r.hook == "postInplace" && r.gate == "no hook"), "{results:?}");
+        assert_eq!(events.iter().filter(|e| e.reason == "ShadowHookFailed").count(), 2, "{events:?}");
+        assert_eq!(world.serving(), 2, "a failed shadow run takes nothing out of service");
+        assert!(shadows(&world).is_empty(), "removed once recorded, their pods moved on");
+    }
+
+    #[test]
+    fn a_post_inplace_shadow_hook_beside_a_real_one_never_shortens_its_hold() {
+        let strategy =
+            json!({"postInplace": {"hook": {"templateName": "drain"}, "shadowHook": {"templateName": "drain"}}});
+        let mut world = world(strategy, 2);
+        roll_image(&mut world);
+        passes(&mut world, 6);
+        let (shadow, gate) = (shadows(&world), real(&world));
+        assert_eq!((shadow.len(), gate.len()), (2, 2), "{:?}", world.hook_runs);
+        for name in &shadow {
+            end(&mut world, name, HookPhase::Successful);
+        }
+        let events = passes(&mut world, 4);
+        assert_eq!(events.iter().filter(|e| e.reason == "ShadowHookSucceeded").count(), 2, "{events:?}");
+        let results = world.gd.status.as_ref().unwrap().shadow_hook_results.clone();
+        assert!(results.iter().all(|r| r.gate == "Pending" || r.gate == "Running"), "{results:?}");
+        let held = world.gd.status.as_ref().unwrap().post_inplace_hook_condition.len();
+        assert_eq!(held, 2, "the real post-inplace hook still holds both pods in Updated");
+        for name in &gate {
+            end(&mut world, name, HookPhase::Successful);
+        }
+        passes(&mut world, 4);
+        assert!(world.gd.status.as_ref().unwrap().post_inplace_hook_condition.is_empty(), "the real hook decided");
+        assert!(shadows(&world).is_empty());
     }
 
     #[test]
