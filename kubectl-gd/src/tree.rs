@@ -287,6 +287,12 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
             hooks.push(format!("{gate} shadow: {}", hook.template_name));
         }
     }
+    let steps = update.canary.as_ref().map_or(&[][..], |c| c.steps.as_slice());
+    for (index, step) in steps.iter().enumerate() {
+        if let Some(hook) = &step.shadow_hook {
+            hooks.push(format!("canary step {} shadow: {}", index + 1, hook.template_name));
+        }
+    }
     let strategy = Strategy {
         type_: format!("{:?}", update.type_),
         partition: int_or_string(&update.partition),

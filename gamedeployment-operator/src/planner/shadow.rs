@@ -6,7 +6,10 @@
 //!   patched in place this pass when no real hook holds it — or, for the post-inplace kind, when its in-place
 //!   update completes (the pod enters `Updated`, or goes straight back to `Normal` when no real hook holds it):
 //!   one run per pod, hook and revision ([`run_name`]), from the template with the same injected args as a real
-//!   run.
+//!   run. A canary step's `shadowHook` is made when the rollout reaches the step ([`StepDecision::judged_step`]):
+//!   one run per revision and step ([`canary_run_name`]), with the step's args; the step never waits for it.
+//!
+//! [`StepDecision::judged_step`]: super::canary::StepDecision::judged_step
 //! - **Never consulted by a gate**: its type label is `shadow-<type>` and its name starts with `shadow-`, so the
 //!   gate's look-ups (by the names and signed stamps of its own attempts) never find it, and it carries no stamp.
 //! - **Recorded** once it ends: an entry of `status.shadowHookResults` (the newest [`MAX_SHADOW_RESULTS`], each
@@ -18,7 +21,7 @@
 use common::api::{
     GameDeploymentStatus, HookCondition, HookPhase, HookRun, HookStep, MAX_SHADOW_RESULTS, ShadowHookResult,
 };
-use common::hookrun::HookKind;
+use common::hookrun::{self, HookKind, NewHookRun};
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,7 +33,7 @@ use crate::gate;
 use crate::lifecycle::LifecycleState;
 
 /// The kinds a shadow hook may be given.
-const KINDS: [HookKind; 3] = [HookKind::PreDelete, HookKind::PreInplace, HookKind::PostInplace];
+const KINDS: [HookKind; 4] = [HookKind::PreDelete, HookKind::PreInplace, HookKind::PostInplace, HookKind::CanaryStep];
 
 /// Prefix of a shadow run's type label (`shadow-pre-delete-step`) and name.
 pub(crate) const PREFIX: &str = "shadow-";
@@ -38,7 +41,12 @@ pub(crate) const PREFIX: &str = "shadow-";
 /// How long a shadow run that never ends is kept after its pod moved on, in seconds.
 const UNFINISHED_KEPT_SECONDS: i64 = 3600;
 
-/// The shadow hook configured for `kind`.
+/// The shadow hook of canary step `index`.
+fn canary_shadow(gd: &common::api::GameDeployment, index: usize) -> Option<&HookStep> {
+    gd.spec.update_strategy.canary.as_ref()?.steps.get(index)?.shadow_hook.as_ref()
+}
+
+/// The pod hook's shadow configured for `kind` (None for the canary kind: see [`canary_shadow`]).
 pub(crate) fn shadow_hook(gd: &common::api::GameDeployment, kind: HookKind) -> Option<&HookStep> {
     match kind {
         HookKind::PreDelete => gd.spec.pre_delete_update_strategy.as_ref()?.shadow_hook.as_ref(),
@@ -59,14 +67,24 @@ fn field(kind: HookKind) -> &'static str {
     match kind {
         HookKind::PreDelete => "preDelete",
         HookKind::PostInplace => "postInplace",
-        _ => "preInplace",
+        HookKind::CanaryStep => "canaryStep",
+        HookKind::PreInplace => "preInplace",
     }
 }
 
 /// The one run of a pod's change towards `revision` (names are at most 253 characters: a long one is cut and ends
 /// with a hash of the whole).
 pub(crate) fn run_name(kind: HookKind, pod: &str, revision: &str, template: &str) -> String {
-    let name = format!("{PREFIX}{}-{pod}-{revision}-{template}", kind.prefix());
+    bounded(format!("{PREFIX}{}-{pod}-{revision}-{template}", kind.prefix()))
+}
+
+/// The one run of canary step `index` of `revision`.
+pub(crate) fn canary_run_name(revision: &str, index: usize, template: &str) -> String {
+    bounded(format!("{PREFIX}{}-{revision}-{index}-{template}", HookKind::CanaryStep.prefix()))
+}
+
+/// `name`, or, past the 253 characters a name may hold, its first 240 and a hash of the whole.
+fn bounded(name: String) -> String {
     if name.len() <= 253 {
         return name;
     }
@@ -137,7 +155,13 @@ fn shadow_runs<'a>(settings: &Settings<'a>) -> impl Iterator<Item = (&'a HookRun
 }
 
 /// Plans the shadow runs to make (pods whose change starts) and to remove (recorded, and their pod moved on).
-pub(crate) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], old: &GameDeploymentStatus, draft: &mut Draft) {
+pub(crate) fn plan(
+    settings: &Settings<'_>,
+    infos: &[PodInfo<'_>],
+    old: &GameDeploymentStatus,
+    judged_step: Option<usize>,
+    draft: &mut Draft,
+) {
     let existing: std::collections::BTreeSet<&str> =
         shadow_runs(settings).filter_map(|(r, _)| r.metadata.name.as_deref()).collect();
     let recorded = |name: &str| old.shadow_hook_results.iter().any(|r| r.hook_run == name);
@@ -167,6 +191,20 @@ pub(crate) fn plan(settings: &Settings<'_>, infos: &[PodInfo<'_>], old: &GameDep
             }
             wanted.insert(name);
         }
+    }
+    // The canary step the rollout is at: its trial run, made once.
+    if let Some((index, step)) = judged_step.and_then(|i| Some((i, canary_shadow(settings.gd, i)?))) {
+        let name = canary_run_name(&settings.template_revision, index, &step.template_name);
+        if !existing.contains(name.as_str()) && !recorded(&name) {
+            match make_canary(settings, index, step, name.clone()) {
+                Ok(run) => creates.push(Action::CreateHookRun(Box::new(run))),
+                Err(problem) => problems.push(PlannedEvent::warning(
+                    "ShadowHookNotCreated",
+                    format!("shadow hook of canary step {}: {problem}", index + 1),
+                )),
+            }
+        }
+        wanted.insert(name);
     }
     draft.actions.extend(creates);
     draft.events.extend(problems);
@@ -206,6 +244,35 @@ fn make(
     Ok(run)
 }
 
+/// The shadow run of canary step `index`: the step run's labels (revision, step, workload) with the shadow type,
+/// and the step's args.
+fn make_canary(settings: &Settings<'_>, index: usize, step: &HookStep, name: String) -> Result<HookRun, String> {
+    let gd = settings.gd;
+    let namespace = gd.metadata.namespace.clone().unwrap_or_default();
+    let template = settings
+        .gate
+        .templates
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(step.template_name.as_str()))
+        .ok_or_else(|| format!("HookTemplate {:?} not found in namespace {namespace}", step.template_name))?;
+    let mut labels =
+        hookrun::canary_hook_labels(&settings.template_revision, index, gd.metadata.name.as_deref().unwrap_or(""));
+    labels.insert(keys::HOOKRUN_TYPE.into(), format!("{PREFIX}{}", HookKind::CanaryStep.type_label()));
+    let new = NewHookRun {
+        name,
+        namespace,
+        labels,
+        owner: Some(crate::ownership::owner_reference(gd)),
+        args: hookrun::step_args(step),
+    };
+    hookrun::from_template(template, new).map_err(|e| e.to_string())
+}
+
+/// The canary step a canary shadow run was made for (its step index label).
+fn step_of(run: &HookRun) -> Option<usize> {
+    run.metadata.labels.as_ref()?.get(keys::HOOKRUN_CANARY_STEP_INDEX)?.parse().ok()
+}
+
 /// Records the shadow runs that ended in `status.shadowHookResults` (with an Event the first time), keeping the
 /// newest [`MAX_SHADOW_RESULTS`] by the time each ended.
 pub(crate) fn status(settings: &Settings<'_>, status: &mut GameDeploymentStatus, events: &mut Vec<PlannedEvent>) {
@@ -218,7 +285,22 @@ pub(crate) fn status(settings: &Settings<'_>, status: &mut GameDeploymentStatus,
             continue;
         }
         let label = |key: &str| run.metadata.labels.as_ref().and_then(|l| l.get(key)).cloned().unwrap_or_default();
-        let pod_name = pod_of(run).unwrap_or_else(|| label(keys::HOOKRUN_INSTANCE_ID));
+        let canary_step = (kind == HookKind::CanaryStep).then(|| step_of(run)).flatten();
+        let pod_name = if kind == HookKind::CanaryStep {
+            String::new()
+        } else {
+            pod_of(run).unwrap_or_else(|| label(keys::HOOKRUN_INSTANCE_ID))
+        };
+        let template_name = match canary_step {
+            Some(index) => canary_shadow(settings.gd, index),
+            None => shadow_hook(settings.gd, kind),
+        }
+        .map(|s| s.template_name.clone())
+        .unwrap_or_default();
+        let gate = match canary_step {
+            Some(index) => real_step_gate(settings, status, index),
+            None => real_gate(settings, status, kind, &pod_name),
+        };
         // A fixed time per run (its last measurement's end, else its creation), so a result trimmed from the list
         // sorts the same at every pass and is never recorded (nor announced) again.
         let finished = gate::run_finished(run)
@@ -227,9 +309,10 @@ pub(crate) fn status(settings: &Settings<'_>, status: &mut GameDeploymentStatus,
         let message = run.status.as_ref().and_then(|s| s.message.clone()).filter(|m| !m.trim().is_empty());
         let result = ShadowHookResult {
             hook: field(kind).to_string(),
-            template_name: shadow_hook(settings.gd, kind).map(|s| s.template_name.clone()).unwrap_or_default(),
-            gate: real_gate(settings, status, kind, &pod_name),
+            template_name,
+            gate,
             pod_name,
+            canary_step: canary_step.map(|i| i32::try_from(i).unwrap_or(i32::MAX)),
             hook_run: name,
             phase,
             message: message.map(|m| common::runtime::text::excerpt(&m, 300)),
@@ -274,7 +357,41 @@ fn real_gate(settings: &Settings<'_>, status: &GameDeploymentStatus, kind: HookK
     }
 }
 
+/// What the real hook of canary step `index` said when its shadow run ended: `no hook`, the step run's phase while
+/// the rollout is at that step, else `not holding`.
+fn real_step_gate(settings: &Settings<'_>, status: &GameDeploymentStatus, index: usize) -> String {
+    let step = settings.gd.spec.update_strategy.canary.as_ref().and_then(|c| c.steps.get(index));
+    if step.is_none_or(|s| s.hook.is_none()) {
+        return "no hook".to_string();
+    }
+    if status.current_step_index.and_then(|i| usize::try_from(i).ok()) != Some(index) {
+        return "not holding".to_string();
+    }
+    let run = status.canary.as_ref().and_then(|c| c.current_step_hook_run.as_deref());
+    settings
+        .gate
+        .hook_runs
+        .iter()
+        .find(|r| run.is_some() && r.metadata.name.as_deref() == run)
+        .map_or_else(|| HookPhase::Pending.to_string(), |r| gate::run_phase(r).to_string())
+}
+
 fn event(result: &ShadowHookResult) -> PlannedEvent {
+    if let Some(index) = result.canary_step {
+        let (reason, verdict) = match result.phase {
+            HookPhase::Successful => ("ShadowHookSucceeded", "would have let the rollout go on"),
+            _ => ("ShadowHookFailed", "would have paused the rollout"),
+        };
+        let why = result.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        let message = format!(
+            "shadow hook {} of canary step {} ended {} and {verdict} (real gate: {}){why}",
+            result.hook_run,
+            index + 1,
+            result.phase,
+            result.gate
+        );
+        return PlannedEvent::normal(reason, message);
+    }
     let (reason, verdict) = match result.phase {
         HookPhase::Successful => ("ShadowHookSucceeded", "would have let it go"),
         _ => ("ShadowHookFailed", "would have held it"),
@@ -451,6 +568,72 @@ mod tests {
         }
         passes(&mut world, 4);
         assert!(world.gd.status.as_ref().unwrap().post_inplace_hook_condition.is_empty(), "the real hook decided");
+        assert!(shadows(&world).is_empty());
+    }
+
+    /// 4 pods on `game:1`, then `game:2` under the canary `steps`.
+    fn canary(steps: serde_json::Value) -> World {
+        let mut g = gd(4, "InplaceUpdate");
+        g.spec.update_strategy.canary = Some(serde_json::from_value(json!({ "steps": steps })).expect("valid canary"));
+        let mut world = World::new(g);
+        // A step's run has no pod to take args from.
+        let mut check = hook_template();
+        check.metadata.name = Some("check".into());
+        check.spec.args.clear();
+        world.hook_templates.push(check);
+        assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
+        world.gd.spec.update_strategy.max_unavailable =
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(4));
+        world.gd.spec.template.spec.as_mut().unwrap().containers[0].image = Some("game:2".into());
+        world.gd.metadata.generation = Some(2);
+        world
+    }
+
+    #[test]
+    fn a_failing_canary_shadow_hook_never_holds_its_step_and_is_recorded() {
+        let mut world = canary(json!([{"partition": 2}, {"shadowHook": {"templateName": "check"}}, {"partition": 0}]));
+        passes(&mut world, 12);
+        assert_eq!(world.revision_counts(), (4, 0), "the rollout went through the trial step");
+        let made = shadows(&world);
+        let revision = world.update_revision().unwrap();
+        assert_eq!(made, vec![format!("shadow-canary-{revision}-1-check")], "one run, for step 1");
+        let run = world.hook_runs.iter().find(|r| kind_of(r).is_some()).unwrap();
+        assert_eq!(run.metadata.labels.as_ref().unwrap()[keys::HOOKRUN_TYPE], "shadow-canary-step");
+        end(&mut world, &made[0], HookPhase::Failed);
+        let events = passes(&mut world, 3);
+        let results = world.gd.status.as_ref().unwrap().shadow_hook_results.clone();
+        assert_eq!(results.len(), 1, "{results:?}");
+        let r = &results[0];
+        assert_eq!(
+            (r.hook.as_str(), r.canary_step, r.pod_name.as_str(), r.gate.as_str(), r.phase),
+            ("canaryStep", Some(1), "", "no hook", HookPhase::Failed)
+        );
+        let failed: Vec<&PlannedEvent> = events.iter().filter(|e| e.reason == "ShadowHookFailed").collect();
+        assert_eq!(failed.len(), 1, "{events:?}");
+        assert!(
+            failed[0].message.contains("of canary step 2 ended Failed and would have paused the rollout"),
+            "{}",
+            failed[0].message
+        );
+        assert!(shadows(&world).is_empty(), "removed once recorded, the rollout past its step");
+    }
+
+    #[test]
+    fn a_canary_shadow_hook_beside_the_steps_hook_never_shortens_its_wait() {
+        let step = json!({"hook": {"templateName": "check"}, "shadowHook": {"templateName": "check"}});
+        let mut world = canary(json!([{"partition": 2}, step]));
+        passes(&mut world, 10);
+        let (shadow, gate) = (shadows(&world), real(&world));
+        assert_eq!((shadow.len(), gate.len()), (1, 1), "{:?}", world.hook_runs);
+        end(&mut world, &shadow[0], HookPhase::Successful);
+        let events = passes(&mut world, 5);
+        assert!(events.iter().any(|e| e.reason == "ShadowHookSucceeded"), "{events:?}");
+        let status = world.gd.status.clone().unwrap();
+        assert_eq!(status.shadow_hook_results[0].gate, "Pending", "{:?}", status.shadow_hook_results);
+        assert_eq!((status.current_step_index, world.revision_counts()), (Some(1), (2, 2)), "still at the hook step");
+        end(&mut world, &gate[0], HookPhase::Successful);
+        passes(&mut world, 8);
+        assert_eq!(world.revision_counts(), (4, 0), "the step's own hook decided");
         assert!(shadows(&world).is_empty());
     }
 
