@@ -104,6 +104,18 @@ impl SimCluster {
             self.apply_action(action);
         }
         self.gd.status = Some(plan.status.clone());
+        self.new_resource_versions();
+    }
+
+    /// Gives every pod a new resourceVersion, as the API server does on each write: the planner remembers what it
+    /// read from a pod by UID and resourceVersion (`planner::update::inplace::step`), so a pod changed here without
+    /// a new one would be read as it was. Unique in the process: forecasts running side by side never share one.
+    fn new_resource_versions(&mut self) {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        for pod in &mut self.pods {
+            let rv = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            pod.metadata.resource_version = Some(format!("sim-{rv}"));
+        }
     }
 
     fn pod_mut(&mut self, name: &str, uid: &str) -> Option<&mut Pod> {
@@ -239,6 +251,7 @@ impl SimCluster {
         for (i, pod) in self.pods.iter_mut().enumerate() {
             kubelet(pod, now, i);
         }
+        self.new_resource_versions();
     }
 
     pub fn update_revision(&self) -> Option<String> {

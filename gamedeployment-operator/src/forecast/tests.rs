@@ -47,13 +47,21 @@ fn settled(gd: GameDeployment) -> SimCluster {
     world
 }
 
+/// The objects as the API server would give them: with resourceVersions of their own (unique in the process, as
+/// the planner remembers what it read by UID and resourceVersion).
 fn live(world: &SimCluster, change: impl FnOnce(&mut GameDeployment)) -> Live {
+    static READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let read = READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut pods = world.pods.clone();
+    for pod in &mut pods {
+        pod.metadata.resource_version = Some(format!("live-{read}"));
+    }
     let mut gd = world.gd.clone();
     change(&mut gd);
     gd.metadata.generation = Some(gd.metadata.generation.unwrap_or(1) + 1);
     Live {
         gd,
-        pods: world.pods.clone(),
+        pods,
         revisions: world.revisions.clone(),
         hook_runs: world.hook_runs.iter().map(|r| (**r).clone()).collect(),
         hook_templates: world.hook_templates.clone(),
