@@ -1,0 +1,211 @@
+//! `kubectl gd plan` against what really happens: the forecast of a change, then the same change applied with both
+//! operators on kube-sim, the actual pod actions recorded from a watch on the pods and compared with the plan's
+//! batches (existing pods by name and batch index, created pods by count per batch), and the plan's estimated
+//! duration with the observed one.
+//!
+//! The walkthrough's image patch (seed 002, the BCS story): after the scale-in to 5, `python:3.5` goes to 3 pods in
+//! place (partition 2, maxUnavailable 2): two pods, then one, each through its pre-delete HookRun (the example
+//! template `test`, 3 measurements 60s apart, which the test hook-operator compresses 20x: `--interval-scale 0.05`,
+//! given to the plan as `--hook-interval-scale 0.05`), a 30s grace period and `minReadySeconds: 30`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::api::GameDeployment;
+use e2e::Cluster;
+use e2e::gamedeployment::Columns;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
+
+use crate::kubectl_gd::kubectl_gd;
+use crate::walkthrough_support::*;
+
+const NEW_IMAGE: &str =
+    r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
+
+/// What a pod went through, as seen on the watch (times since the change was applied).
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// Held by a gate (`PreparingUpdate` / `PreparingDelete`).
+    held: Option<Duration>,
+    /// Its image changed in place.
+    patched: Option<Duration>,
+    deleted: Option<Duration>,
+    /// It did not exist when the change was applied.
+    created: Option<Duration>,
+}
+
+impl Seen {
+    fn started(&self) -> Option<Duration> {
+        [self.held, self.patched, self.deleted, self.created].into_iter().flatten().min()
+    }
+
+    fn action(&self) -> &'static str {
+        match (self.created, self.deleted, self.patched) {
+            (Some(_), _, _) => "create",
+            (None, Some(_), _) => "delete",
+            (None, None, Some(_)) => "in-place-update",
+            _ => "none",
+        }
+    }
+}
+
+/// Records every pod of the GameDeployment from now on.
+struct PodWatch {
+    seen: Arc<Mutex<BTreeMap<String, Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodWatch {
+    async fn start(cluster: &Cluster, image: &str, since: Instant) -> Self {
+        let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+        let existing: BTreeSet<String> = pods
+            .list(&kube::api::ListParams::default().labels(&format!("app={NAME}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        let seen: Arc<Mutex<BTreeMap<String, Seen>>> = Arc::default();
+        let record = seen.clone();
+        let image = image.to_string();
+        let config = watcher::Config::default().labels(&format!("app={NAME}"));
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher::watcher(pods, config));
+            while let Some(event) = stream.next().await {
+                let pod = match event {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) | watcher::Event::Delete(pod)) => {
+                        pod
+                    }
+                    _ => continue,
+                };
+                let at = since.elapsed();
+                let Some(name) = pod.metadata.name.clone() else { continue };
+                let mut seen = record.lock().unwrap();
+                let entry = seen.entry(name.clone()).or_default();
+                if !existing.contains(&name) {
+                    entry.created.get_or_insert(at);
+                }
+                let state = pod.metadata.labels.as_ref().and_then(|l| l.get("lifecycle.apps.kruise.io/state"));
+                if state.is_some_and(|s| s == "PreparingUpdate" || s == "PreparingDelete") {
+                    entry.held.get_or_insert(at);
+                }
+                if existing.contains(&name) && e2e::gamedeployment::image(&pod) == Some(image.as_str()) {
+                    entry.patched.get_or_insert(at);
+                }
+                if pod.metadata.deletion_timestamp.is_some() {
+                    entry.deleted.get_or_insert(at);
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// The pods acted on, grouped into batches: a pod whose action started more than `gap` after the first of the
+    /// current batch opens the next batch.
+    fn batches(&self, gap: Duration) -> Vec<Vec<(String, Seen)>> {
+        let seen = self.seen.lock().unwrap();
+        let mut acted: Vec<(String, Seen)> =
+            seen.iter().filter(|(_, s)| s.started().is_some()).map(|(n, s)| (n.clone(), s.clone())).collect();
+        acted.sort_by_key(|(_, s)| s.started());
+        let mut batches: Vec<Vec<(String, Seen)>> = Vec::new();
+        for (name, s) in acted {
+            let start = s.started().unwrap_or_default();
+            match batches.last_mut() {
+                Some(batch) if start <= batch[0].1.started().unwrap_or_default() + gap => batch.push((name, s)),
+                _ => batches.push(vec![(name, s)]),
+            }
+        }
+        batches
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The plan's batches: existing pods by name, and how many pods each creates.
+fn planned(plan: &serde_json::Value) -> Vec<(BTreeSet<String>, usize, BTreeSet<String>)> {
+    plan["batches"]
+        .as_array()
+        .expect("batches")
+        .iter()
+        .map(|b| {
+            let pods = b["pods"].as_array().expect("pods");
+            let existing = pods.iter().filter(|p| p["new"] == false).map(|p| p["pod"].as_str().unwrap().to_string());
+            let actions = pods.iter().map(|p| p["action"].as_str().unwrap().to_string());
+            (existing.collect(), pods.iter().filter(|p| p["new"] == true).count(), actions.collect())
+        })
+        .collect()
+}
+
+fn observed(batches: &[Vec<(String, Seen)>]) -> Vec<(BTreeSet<String>, usize, BTreeSet<String>)> {
+    batches
+        .iter()
+        .map(|b| {
+            let existing = b.iter().filter(|(_, s)| s.created.is_none()).map(|(n, _)| n.clone()).collect();
+            let created = b.iter().filter(|(_, s)| s.created.is_some()).count();
+            let actions = b.iter().map(|(_, s)| s.action().to_string()).collect();
+            (existing, created, actions)
+        })
+        .collect()
+}
+
+async fn wait_for_condition(cluster: &Cluster, want: impl Fn(&GameDeployment) -> bool) -> GameDeployment {
+    e2e::wait_for("the GameDeployment to reach the expected state", LONG, || async {
+        let gd = get_gd(cluster).await;
+        want(&gd).then_some(gd)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walkthrough_image_patch_goes_as_planned() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    example(&cluster, "hook-template-success.yaml").await;
+    example(&cluster, "gamedeployment.yaml").await;
+    wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
+    cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
+    wait_gd(&cluster, Columns::new(5, 5, 5, 5, 5)).await;
+    wait_runs(&cluster, "the scale-in's HookRun to be removed", |rows| rows.is_empty()).await;
+    // As in the walkthrough, the pods have long been available (`minReadySeconds: 30`).
+    wait_for_condition(&cluster, |gd: &GameDeployment| gd.status.as_ref().is_some_and(|s| s.available_replicas == 5))
+        .await;
+
+    let args = ["plan", NAME, "--image", "python=python:3.5", "--hook-interval-scale", "0.05"];
+    let text = kubectl_gd(&cluster, &args).await;
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let json = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
+    let plan: serde_json::Value = serde_json::from_str(&json.stdout).expect("-o json is JSON");
+    let expected = planned(&plan);
+    assert_eq!(expected.iter().map(|(e, c, _)| (e.len(), *c)).collect::<Vec<_>>(), [(2, 0), (1, 0)], "{}", text.stdout);
+    assert_eq!(plan["stop"]["reason"], "partition");
+    let estimate = plan["totalSeconds"].as_f64().expect("totalSeconds");
+
+    let since = Instant::now();
+    let watch = PodWatch::start(&cluster, "python:3.5", since).await;
+    cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
+    wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.status.as_ref().is_some_and(|s| {
+            s.observed_generation == gd.metadata.generation
+                && s.updated_available_replicas == 3
+                && s.available_replicas == 5
+        })
+    })
+    .await;
+    let took = since.elapsed().as_secs_f64();
+    show_gd(&cluster).await;
+
+    let actual = watch.batches(Duration::from_secs(5));
+    println!("planned: {expected:?}\nobserved: {:?}\n{actual:#?}", observed(&actual));
+    assert_eq!(observed(&actual), expected, "the pods were acted on in the planned batches, with the planned actions");
+    println!("estimated {estimate}s, observed {took:.1}s");
+    assert!((estimate - took).abs() <= 0.2 * took, "the estimate {estimate}s is within 20% of the observed {took:.1}s");
+}
