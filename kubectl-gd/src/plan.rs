@@ -170,14 +170,14 @@ fn hook_line(step: &PodStep) -> String {
 fn stop_line(timeline: &Timeline) -> String {
     let stop = &timeline.stop;
     let what = match stop.reason {
-        StopReason::Complete => "The rollout completes",
-        StopReason::Partition => "The rollout stops at the partition",
-        StopReason::Paused => "The rollout pauses",
-        StopReason::HookFailed => "The rollout stops: a hook fails",
-        StopReason::Stuck => "The rollout gets stuck",
-        StopReason::TimeLimit => "The forecast gives up",
+        StopReason::Complete => "the rollout is complete",
+        StopReason::Partition => "the rollout stops at the partition",
+        StopReason::Paused => "the rollout pauses",
+        StopReason::HookFailed => "the rollout stops, a hook failed",
+        StopReason::Stuck => "the rollout is stuck",
+        StopReason::TimeLimit => "the forecast gives up",
     };
-    format!("{what} at {}: {}", duration(stop.at), stop.message)
+    format!("At {} {what}: {}", duration(stop.at), stop.message)
 }
 
 /// The forecast as text. `change` says what was changed.

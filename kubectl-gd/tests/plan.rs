@@ -131,7 +131,7 @@ async fn plan_forecasts_the_image_change_in_two_batches_through_the_hook_and_wri
         3,
         "{text}"
     );
-    assert!(text.contains("The rollout stops at the partition"), "{text}");
+    assert!(text.contains("the rollout stops at the partition: 3 of 5 pods run revision"), "{text}");
     assert!(text.contains("Estimated duration: 5m"), "two batches of 2m hook + 30s grace: {text}");
 
     let out = plan(&kubeconfig, &[NAME, "--image", "python=python:3.5", "-o", "json"]);
@@ -163,7 +163,7 @@ async fn plan_forecasts_the_image_change_in_two_batches_through_the_hook_and_wri
     println!("{text}");
     let deletes = text.lines().filter(|l| l.contains(" delete ") && l.contains("waits on preDelete hook test"));
     assert_eq!(deletes.count(), 1, "{text}");
-    assert!(text.contains("The rollout completes"), "{text}");
+    assert!(text.contains("the rollout is complete: all 4 pods run revision"), "{text}");
 
     // Bad input is refused before anything is forecast.
     let out = plan(&kubeconfig, &[NAME, "--image", "web=nginx"]);

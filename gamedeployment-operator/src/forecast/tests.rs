@@ -180,6 +180,7 @@ fn under_fail_the_rollout_stops_at_the_first_batch() {
         Some(120),
         "failed (3) > failureLimit (2) at the third measurement"
     );
+    assert_eq!(Some(timeline.total_seconds), hook.completes, "the rollout ends where its hooks fail");
 }
 
 #[test]

@@ -385,9 +385,12 @@ impl Recorder {
             .collect()
     }
 
-    /// When the last pod action is done (or was taken, for one never done).
+    /// When the last pod action is done (or was taken, for one never done; or its hook ended, for one never taken).
     pub fn last_done(&self) -> Option<i64> {
-        self.steps.values().filter_map(|(_, s)| s.done.or(s.acted)).max()
+        self.steps
+            .values()
+            .filter_map(|(_, s)| s.done.or(s.acted).or_else(|| s.hooks.iter().filter_map(|h| h.completes).max()))
+            .max()
     }
 }
 
