@@ -175,3 +175,109 @@ async fn plan_forecasts_the_image_change_in_two_batches_through_the_hook_and_wri
     assert!(writes.is_empty(), "kubectl gd plan wrote: {writes:?}");
     sim.shutdown().await;
 }
+
+/// When the hook-operator's own engine (`hook_operator::engine::plan`, rounds driven by simulated measurements
+/// that all read `success`) completes a run of `spec`: (seconds after its start, phase).
+fn engine_completion(spec: &common::api::HookRunSpec, success: bool, scale: f64) -> (f64, common::api::HookPhase) {
+    use common::api::{HookPhase, HookRunStatus, Measurement};
+    use hook_operator::engine::{self, Finished, Inputs, Precise, Start};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    let settings = hook_operator::settings::EngineSettings { interval_scale: scale, ..Default::default() };
+    let t0 = Timestamp::from_second(1_000_000).unwrap();
+    let (mut now, mut status, mut precise) = (t0, None::<HookRunStatus>, Precise::default());
+    let (mut pending, mut finished, mut id): (Vec<Start>, Vec<Finished>, u64) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..10_000 {
+        let in_flight = pending.iter().map(|s| s.metric.clone()).collect();
+        let plan = engine::plan(&Inputs {
+            spec,
+            status: status.as_ref(),
+            invalid: None,
+            finished: &finished,
+            in_flight: &in_flight,
+            precise: &precise,
+            now,
+            settings: &settings,
+        });
+        finished.clear();
+        precise = plan.precise.clone();
+        status = Some(plan.status.clone());
+        if plan.completed {
+            let elapsed = now.duration_since(t0).as_secs_f64();
+            return (elapsed, plan.status.phase.unwrap());
+        }
+        pending.extend(plan.start);
+        pending.extend(plan.arm);
+        let next = pending.iter().map(|s| s.due).chain(plan.wake_at).min().expect("something is due");
+        now = now.max(next);
+        let (due, rest): (Vec<Start>, Vec<Start>) = pending.into_iter().partition(|s| s.due <= now);
+        pending = rest;
+        for start in due {
+            id += 1;
+            let phase = if success { HookPhase::Successful } else { HookPhase::Failed };
+            finished.push(Finished {
+                id,
+                metric: start.metric,
+                measurement: Measurement {
+                    phase: Some(phase),
+                    started_at: Some(Time(now)),
+                    finished_at: Some(Time(now)),
+                    ..Measurement::default()
+                },
+                finished_at: now,
+                taken_before: start.taken_before,
+            });
+        }
+    }
+    panic!("the engine did not complete the run")
+}
+
+/// The forecast's simulated hook-operator agrees with the hook-operator's engine on when and how runs complete.
+#[test]
+fn the_forecast_times_hooks_as_the_hook_operator_runs_them() {
+    use common::api::{HookPolicy, HookRun, HookRunSpec, Metric};
+    use gamedeployment_operator::forecast::{Assume, Timing, hook_operator};
+    let metric = |name: &str, fields: serde_json::Value| -> Metric {
+        let mut value = serde_json::json!({"name": name, "provider": {"web": {"url": "http://x"}}});
+        value.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+        serde_json::from_value(value).unwrap()
+    };
+    use serde_json::json;
+    let specs = [
+        (vec![metric("webtest", json!({"count": 3, "interval": "60s", "failureLimit": 2}))], None),
+        (vec![metric("m", json!({"count": 2, "interval": "5s", "initialDelay": "10s"}))], None),
+        (vec![metric("m", json!({"count": 2, "interval": "5s", "failureLimit": -1}))], None),
+        (vec![metric("m", json!({"interval": "5s", "consecutiveSuccessfulLimit": 4, "failureLimit": 1}))], None),
+        (vec![metric("m", json!({"successfulLimit": 2, "interval": "3s", "count": 5}))], None),
+        (
+            vec![
+                metric("a", json!({"count": 2, "interval": "10s"})),
+                metric("b", json!({"count": 4, "interval": "10s", "initialDelay": "5s", "failureLimit": 1})),
+            ],
+            None,
+        ),
+        (
+            vec![
+                metric("a", json!({"count": 2, "interval": "10s"})),
+                metric("b", json!({"count": 4, "interval": "10s", "initialDelay": "5s"})),
+            ],
+            Some(HookPolicy::Ordered),
+        ),
+    ];
+    for (metrics, policy) in specs {
+        for scale in [1.0, 0.05] {
+            for (assume, success) in [(Assume::Succeed, true), (Assume::Fail, false)] {
+                let spec = HookRunSpec { metrics: metrics.clone(), policy, ..HookRunSpec::default() };
+                let (seconds, phase) = engine_completion(&spec, success, scale);
+                let run = HookRun::new("r", spec);
+                let forecast = hook_operator::outcome(&run, 1_000_000_000, assume, Timing { interval_scale: scale });
+                let forecast_seconds = forecast.at.map(|ms| (ms - 1_000_000_000) as f64 / 1000.0);
+                assert_eq!(
+                    (forecast_seconds, forecast.phase),
+                    (Some(seconds), phase),
+                    "{metrics:?} {policy:?} scale {scale} {assume:?}"
+                );
+            }
+        }
+    }
+}
