@@ -333,3 +333,72 @@ async fn a_rolling_update_with_surge_goes_as_planned() {
     let surge = seen.values().filter(|s| s.created.is_some_and(|c| c < first_deletion)).count();
     assert_eq!(surge, expected[0].1, "the surge pods come first: {seen:#?}");
 }
+
+/// `--assume-hooks as-now` on a scale-in held by a running hook whose first measurement failed (the walkthrough's
+/// fail template: 3 measurements, failureLimit 2; the hook-operator at `--interval-scale 0.25`, so the run fails at
+/// its third measurement, 30 s after it started): the plan says the held pod's hook fails and the pod stays, where
+/// `succeed` would delete it; the operators then do what `as-now` said, about when it said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_now_forecasts_a_failing_running_hook() {
+    use common::api::{HookPhase, HookRun};
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let ip = e2e::hook::hook_pod(&cluster, "canary-hook").await;
+    let resolve = format!("1.1.1.1:9091={ip}:9091");
+    let _hooks = e2e::hook::start_operator_scaled(&cluster, "0.25", &["--web-resolve", &resolve]);
+    let _gd = e2e::gamedeployment::start_operator(&cluster);
+    example(&cluster, "hook-template-fail.yaml").await;
+    example(&cluster, "gamedeployment.yaml").await;
+    wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
+    cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let run = e2e::wait_for("a running pre-delete run with one failed measurement", LONG, || async {
+        let list = runs.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.phase == Some(HookPhase::Running) && s.metric_results.first().is_some_and(|m| m.failed == 1)
+            })
+        })
+    })
+    .await;
+    let planned_at = Instant::now();
+    let held = e2e::gamedeployment::live_pods(&cluster, NAME)
+        .await
+        .into_iter()
+        .find(|p| e2e::gamedeployment::label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))
+        .and_then(|p| p.metadata.name)
+        .expect("a pod held by the run");
+
+    let args = ["plan", NAME, "--replicas", "5", "--hook-interval-scale", "0.25"];
+    kubectl_gd(&cluster, &[&args[..], &["--assume-hooks", "as-now"]].concat()).await;
+    let as_now = kubectl_gd(&cluster, &[&args[..], &["--assume-hooks", "as-now", "-o", "json"]].concat()).await;
+    let succeed = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
+    let as_now: serde_json::Value = serde_json::from_str(&as_now.stdout).expect("JSON");
+    let succeed: serde_json::Value = serde_json::from_str(&succeed.stdout).expect("JSON");
+    let step = &as_now["batches"][0]["pods"][0];
+    assert_eq!(as_now["batches"].as_array().map(Vec::len), Some(1), "{as_now}");
+    assert_eq!(step["pod"], held.as_str());
+    assert_eq!(step["hooks"][0]["run"], run.metadata.name.clone().unwrap().as_str(), "it waits on the running run");
+    assert_eq!(step["hooks"][0]["outcome"], "Failed");
+    assert!(step["acted"].is_null(), "{step}");
+    assert_eq!(as_now["stop"]["reason"], "hook-failed");
+    assert_eq!(succeed["stop"]["reason"], "complete", "assuming success the pod would go: {succeed}");
+    let fails_in = step["hooks"][0]["completes"].as_f64().expect("it completes");
+
+    // What happens: the run fails, the pod stays.
+    let gd = wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.status.as_ref().is_some_and(|s| {
+            s.pre_delete_hook_condition.iter().any(|c| c.pod_name == held && c.phase == HookPhase::Failed)
+        })
+    })
+    .await;
+    let took = planned_at.elapsed().as_secs_f64();
+    println!("forecast: fails in {fails_in}s; observed {took:.1}s");
+    assert!(gd.status.is_some());
+    assert!(
+        e2e::gamedeployment::live_pods(&cluster, NAME).await.iter().any(|p| p.metadata.name.as_deref() == Some(&held)),
+        "the held pod stays"
+    );
+    // Within 20 % of the run's 30 s, as the plan said.
+    assert!((fails_in - took).abs() <= 6.0, "forecast {fails_in}s, observed {took:.1}s");
+}
