@@ -141,13 +141,16 @@ pub fn render(tree: &Tree, style: Style) -> String {
     if let Some(latest) = p.shadow_results.last() {
         let ok = p.shadow_results.iter().filter(|r| r.phase == common::api::HookPhase::Successful).count();
         let why = latest.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        let subject = match latest.canary_step {
+            Some(index) => format!("canary step {}", index + 1),
+            None => format!("pod {}", latest.pod_name),
+        };
         let shadow = format!(
-            "{} results, {ok} successful; latest: {} {} hook {} on pod {} ended {} (real gate: {}){why}",
+            "{} results, {ok} successful; latest: {} {} hook {} on {subject} ended {} (real gate: {}){why}",
             p.shadow_results.len(),
             latest.hook,
             latest.template_name,
             latest.hook_run,
-            latest.pod_name,
             latest.phase,
             latest.gate
         );

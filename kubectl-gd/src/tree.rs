@@ -280,10 +280,17 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
     let shadows = [
         ("pre-delete", spec.pre_delete_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
         ("pre-inplace", spec.pre_inplace_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
+        ("post-inplace", spec.post_inplace_update_strategy.as_ref().and_then(|s| s.shadow_hook.as_ref())),
     ];
     for (gate, hook) in shadows {
         if let Some(hook) = hook {
             hooks.push(format!("{gate} shadow: {}", hook.template_name));
+        }
+    }
+    let steps = update.canary.as_ref().map_or(&[][..], |c| c.steps.as_slice());
+    for (index, step) in steps.iter().enumerate() {
+        if let Some(hook) = &step.shadow_hook {
+            hooks.push(format!("canary step {} shadow: {}", index + 1, hook.template_name));
         }
     }
     let strategy = Strategy {

@@ -476,3 +476,26 @@ fn a_failed_shadow_run_is_shown_but_never_a_failure() {
         "{text}"
     );
 }
+
+/// Post-inplace and canary step shadow hooks are listed under `Hooks:` beside the real ones, and a canary step's
+/// result names its step.
+#[test]
+fn post_inplace_and_canary_shadow_hooks_are_listed_with_the_hooks() {
+    let mut gd = gd();
+    gd.spec.post_inplace_update_strategy = Some(yaml("{shadowHook: {templateName: settle-check}}"));
+    gd.spec.update_strategy.canary =
+        Some(yaml("{steps: [{partition: 1}, {shadowHook: {templateName: canary-trial}}]}"));
+    gd.status.as_mut().unwrap().shadow_hook_results = vec![yaml(
+        "{hook: canaryStep, podName: '', canaryStep: 1, templateName: canary-trial, \
+          hookRun: shadow-canary-x-1-canary-trial, phase: Successful, gate: no hook, finishedAt: '2024-05-01T10:08:03Z'}",
+    )];
+    let snapshot = Snapshot::owned(gd, revisions(), pods(), Vec::new());
+    let text = render(&build(&snapshot, now()), Style::PLAIN);
+    assert!(text.contains("post-inplace shadow: settle-check, canary step 2 shadow: canary-trial\n"), "{text}");
+    assert!(
+        text.contains(
+            "latest: canaryStep canary-trial hook shadow-canary-x-1-canary-trial on canary step 2 ended Successful"
+        ),
+        "{text}"
+    );
+}

@@ -557,6 +557,11 @@ pub struct CanaryStep {
     /// Run a HookRun from this template and continue when it is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Addition (kourse): a HookTemplate trialled when the rollout reaches this step (beside `hook`, or alone):
+    /// its HookRun is made and measured as a step's run, and its result recorded (`status.shadowHookResults`, an
+    /// Event, the metric), but the step never waits for it — `hook` alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_hook: Option<HookStep>,
     /// Addition (kourse): deadlines, fallbacks and automatic retries of this step's `hook`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_policy: Option<HookGatePolicy>,
@@ -732,6 +737,12 @@ pub struct GameDeploymentPostInplaceUpdateStrategy {
     /// its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
+    /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
+    /// each pod once its in-place update completed, exactly as the real one, and its result recorded
+    /// (`status.shadowHookResults`, an Event, the metric), but it never holds a pod in `Updated` or releases one —
+    /// the real hook alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_hook: Option<HookStep>,
     /// Set to true to delete the failed post-inplace HookRuns and run them again; the operator sets it back to
     /// false once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
@@ -830,10 +841,13 @@ pub const MAX_SHADOW_RESULTS: usize = 20;
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ShadowHookResult {
-    /// `preDelete` or `preInplace`.
+    /// `preDelete`, `preInplace`, `postInplace` or `canaryStep`.
     pub hook: String,
-    /// The pod whose change the shadow run was made for.
+    /// The pod whose change the shadow run was made for (empty for a canary step's).
     pub pod_name: String,
+    /// The canary step (from 0) a `canaryStep` shadow run was made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_step: Option<i32>,
     /// The shadow hook's HookTemplate.
     pub template_name: String,
     /// The shadow HookRun (removed once its pod moved on; this entry stays).
@@ -843,8 +857,8 @@ pub struct ShadowHookResult {
     /// The run's message, if any (why it failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// What the real gate of that pod said when the shadow run ended: `no hook`, or its run's phase
-    /// (`Successful`, `Running`, `Failed`, …).
+    /// What the real gate of that pod (or canary step) said when the shadow run ended: `no hook`, its run's phase
+    /// (`Successful`, `Running`, `Failed`, …) while it holds, or `not holding` once it let go.
     pub gate: String,
     /// When the shadow run ended (recorded).
     pub finished_at: Time,

@@ -50,6 +50,9 @@ pub struct StepDecision {
     pub partition: Option<i32>,
     pub current_step_index: Option<i32>,
     pub current_step_hash: Option<String>,
+    /// The step this pass judged (the rollout reached it): its shadow hook is trialled
+    /// ([`super::shadow`]).
+    pub judged_step: Option<usize>,
     pub canary: Option<CanaryStatus>,
     pub pause_conditions: Vec<PauseCondition>,
     pub actions: Vec<Action>,
@@ -165,6 +168,7 @@ pub fn evaluate(
     walk.restart_on_change();
     walk.promote_if_requested();
     if walk.index < steps.len() {
+        walk.out.judged_step = Some(walk.index);
         match walk.judge_step() {
             Outcome::Complete => walk.complete_step(),
             Outcome::Pause(reason) => walk.pause(reason),
@@ -335,6 +339,9 @@ impl Walk<'_> {
             self.judge_pause(pause, resume, settled)
         } else if let Some(hook) = &step.hook {
             self.judge_hook(hook, resume)
+        } else if step.shadow_hook.is_some() && step.partition.is_none() {
+            // Only a trial: its run is made (`super::shadow`) and the step never waits for it.
+            Outcome::Complete
         } else {
             Outcome::Wait
         }

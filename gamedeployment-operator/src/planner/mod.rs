@@ -212,7 +212,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         housekeeping::release_unneeded_holds(&settings, &infos, update_ran, &mut draft);
         housekeeping::prune_pods_to_delete(gd, &owned, &mut draft);
         hooks::housekeeping(&settings, &owned, &mut draft);
-        shadow::plan(&settings, &infos, &old_status, &mut draft);
+        shadow::plan(&settings, &infos, &old_status, canary.judged_step, &mut draft);
     }
     housekeeping::truncate_history(&settings, &owned, &observed.revisions, &mut draft);
     refresh::requeue(&settings, &infos, &mut draft);
