@@ -9,8 +9,11 @@
 //!
 //! Dependencies run one way, and no module uses one above it:
 //!
-//! 1. [`controller`] (and `main.rs`) — may use everything below;
-//! 2. [`planner`] — never the controller;
+//! 1. [`controller`] (and `main.rs`) — may use everything below; beside it [`forecast`] (`kubectl gd plan`: the
+//!    planner run pass after pass over a simulated cluster), which may use everything below but never the
+//!    controller, and which nothing below uses;
+//! 2. [`planner`] — never the controller or the forecast (its tests run on `forecast::cluster`, the simulated
+//!    cluster);
 //! 3. [`action`] — what the planner asks for; uses only the gate's vocabulary;
 //! 4. [`gate`] — [`gate::verdict()`], `gate::attempt`, `gate::deadline`, `gate::gitops_control`; never the planner,
 //!    the controller or [`action`];
@@ -26,6 +29,7 @@ pub(crate) mod action;
 pub mod controller;
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod forecast;
 pub(crate) mod gate;
 pub mod hookrun_keys;
 pub(crate) mod lifecycle;

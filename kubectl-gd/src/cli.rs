@@ -15,6 +15,10 @@ Examples:
   # Block until the rollout completes (exit 0) or a hook fails (exit 1, naming the pod and the HookRun); for CI
   kubectl gd status test-gamedeployment --timeout 10m
 
+  # Before you apply a change: which pods it touches, in what order, through which hooks, and how long it takes
+  kubectl gd plan test-gamedeployment --image python=python:3.5
+  kubectl gd plan test-gamedeployment -f changed.yaml --assume-hooks fail -o json
+
   # Act on it
   kubectl gd retry test-gamedeployment                     # every failed hook (spec.*UpdateStrategy.retry)
   kubectl gd retry test-gamedeployment --pod test-gamedeployment-s9rbp
@@ -164,6 +168,14 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Forecast a change before applying it: the operator's own planner, run pass after pass over a simulated copy
+    /// of the GameDeployment's pods, revisions and HookRuns, prints the rollout as it would happen — batches in
+    /// order, each pod's action and the hook it waits on with its probe schedule, where the rollout stops, and the
+    /// estimated duration. Reads only (get and list); writes nothing.
+    #[command(after_help = "Examples:\n  kubectl gd plan test-gamedeployment --image python=python:3.5\n  \
+                            kubectl gd plan test-gamedeployment --replicas 3 --assume-hooks as-now\n  \
+                            kubectl gd plan test-gamedeployment -f changed.yaml -o json")]
+    Plan(Box<PlanFlags>),
     /// Run a HookTemplate (or HookRun) locally, without a cluster, and print every measurement: the
     /// hook-operator's own check. Exit 0 only when the run ends Successful.
     Check(Box<hook_operator::cli::CheckFlags>),
@@ -182,6 +194,55 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+}
+
+/// What the measurements of hooks are assumed to read in a forecast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum AssumeHooks {
+    /// Every hook succeeds after its configured measurements.
+    #[default]
+    Succeed,
+    /// Every hook fails at its first measurement beyond its failureLimit: the rollout stops there.
+    Fail,
+    /// Runs go on as they are now (a running one's next measurements read as its last one did); new runs succeed.
+    AsNow,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PlanFlags {
+    /// GameDeployment name.
+    pub name: String,
+    /// The changed GameDeployment manifest: its spec replaces the live spec (its labels and annotations are added).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// New `spec.replicas`.
+    #[arg(long, value_name = "N")]
+    pub replicas: Option<i32>,
+    /// New image of a container (repeatable).
+    #[arg(long = "image", value_name = "CONTAINER=IMAGE", value_parser = parse_image)]
+    pub images: Vec<(String, String)>,
+    /// New `spec.updateStrategy.partition` (an integer or a percentage).
+    #[arg(long, value_name = "P")]
+    pub partition: Option<String>,
+    /// What hook measurements are assumed to read.
+    #[arg(long, value_enum, default_value_t)]
+    pub assume_hooks: AssumeHooks,
+    /// The hook-operator's --interval-scale, if it runs with one (it multiplies every interval and initialDelay).
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    pub hook_interval_scale: f64,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: Output,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+fn parse_image(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((container, image)) if !container.is_empty() && !image.is_empty() => {
+            Ok((container.to_string(), image.to_string()))
+        }
+        _ => Err(format!("{s:?} is not CONTAINER=IMAGE")),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -213,5 +274,23 @@ mod tests {
         let Command::Check(flags) = cli.command else { panic!("check") };
         assert_eq!(flags.args, vec![("PodIP".to_string(), "1.2.3.4".to_string())]);
         assert!(Cli::try_parse_from(["kubectl-gd", "status", "gd1", "--timeout", "soon"]).is_err());
+        let cli = Cli::try_parse_from([
+            "kubectl-gd",
+            "plan",
+            "gd1",
+            "--image",
+            "python=python:3.5",
+            "--replicas",
+            "3",
+            "--assume-hooks",
+            "as-now",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let Command::Plan(flags) = cli.command else { panic!("plan") };
+        assert_eq!(flags.images, vec![("python".to_string(), "python:3.5".to_string())]);
+        assert_eq!((flags.replicas, flags.assume_hooks, flags.output), (Some(3), AssumeHooks::AsNow, Output::Json));
+        assert!(Cli::try_parse_from(["kubectl-gd", "plan", "gd1", "--image", "python"]).is_err());
     }
 }

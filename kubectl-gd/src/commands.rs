@@ -44,6 +44,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             act(&conn, &name, |s| Ok(actions::restart(s, &now))).await
         }
         Command::SkipHook { pod, conn } => skip_hook(&pod, &conn).await,
+        Command::Plan(flags) => plan(*flags).await,
         Command::Check(flags) => hook_operator::local::check::run(*flags).await,
         Command::Complete { words } => crate::complete::run(words).await,
         Command::Completion { shell } => {
@@ -271,4 +272,55 @@ async fn skip_hook(pod_name: &str, conn: &Conn) -> ExitCode {
         Ok(plan) => send(&target, plan).await,
         Err(why) => fail(why),
     }
+}
+
+async fn plan(flags: crate::cli::PlanFlags) -> ExitCode {
+    use gamedeployment_operator::forecast::{self, Assume, Options, Timing};
+    let manifest = match &flags.file {
+        None => None,
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => match serde_yaml::from_str(&text) {
+                Ok(gd) => Some(gd),
+                Err(e) => return fail(format!("{}: not a GameDeployment manifest: {e}", path.display())),
+            },
+            Err(e) => return fail(format!("reading {}: {e}", path.display())),
+        },
+    };
+    if !(flags.hook_interval_scale.is_finite() && flags.hook_interval_scale > 0.0) {
+        return fail(format!("--hook-interval-scale must be a positive number, got {}", flags.hook_interval_scale));
+    }
+    let change = crate::plan::Change {
+        manifest,
+        replicas: flags.replicas,
+        images: flags.images.clone(),
+        partition: flags.partition.clone(),
+    };
+    let target = match connect(&flags.conn).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    let mut live = match crate::plan::read(&target, &flags.name).await {
+        Ok(live) => live,
+        Err(e) => return fail(e),
+    };
+    let said = match crate::plan::apply(&mut live.gd, &change) {
+        Ok(said) => said,
+        Err(why) => return fail(why),
+    };
+    let assume = match flags.assume_hooks {
+        crate::cli::AssumeHooks::Succeed => Assume::Succeed,
+        crate::cli::AssumeHooks::Fail => Assume::Fail,
+        crate::cli::AssumeHooks::AsNow => Assume::AsNow,
+    };
+    let options =
+        Options { assume, timing: Timing { interval_scale: flags.hook_interval_scale }, ..Options::default() };
+    let timeline = match forecast::forecast(live, &options) {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
+    match flags.output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&timeline).unwrap_or_default()),
+        Output::Text => print!("{}", crate::plan::render(&timeline, &said)),
+    }
+    ExitCode::SUCCESS
 }

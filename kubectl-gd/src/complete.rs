@@ -221,9 +221,19 @@ mod tests {
         let (offer, _) = decide(&words(""));
         let Offer::Values(subcommands) = offer else { panic!("subcommands") };
         let names: Vec<&str> = subcommands.iter().map(|(n, _)| n.as_str()).collect();
-        for name in
-            ["get", "status", "retry", "pause", "resume", "promote", "skip-hook", "restart", "check", "completion"]
-        {
+        for name in [
+            "get",
+            "status",
+            "plan",
+            "retry",
+            "pause",
+            "resume",
+            "promote",
+            "skip-hook",
+            "restart",
+            "check",
+            "completion",
+        ] {
             assert!(names.contains(&name), "{names:?}");
         }
         assert_eq!(decide(&words("get")).0, Offer::GameDeployments);
@@ -234,6 +244,10 @@ mod tests {
         assert_eq!(decide(&words("retry gd1 --pod")).0, Offer::Pods);
         assert_eq!(decide(&words("get gd1 --namespace")).0, Offer::Namespaces);
         assert_eq!(decide(&words("check -f")).0, Offer::Files);
+        assert_eq!(decide(&words("plan")).0, Offer::GameDeployments);
+        assert_eq!(decide(&words("plan gd1 -f")).0, Offer::Files);
+        let Offer::Values(assume) = decide(&words("plan gd1 --assume-hooks")).0 else { panic!("values") };
+        assert_eq!(assume.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["succeed", "fail", "as-now"]);
         let Offer::Values(outputs) = decide(&words("get gd1 -o")).0 else { panic!("values") };
         assert_eq!(outputs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["text", "json"]);
         let Offer::Values(shells) = decide(&words("completion")).0 else { panic!("shells") };

@@ -8,5 +8,6 @@ mod fixtures;
 mod actions;
 mod chart_observability;
 mod check;
+mod plan;
 mod tree;
 mod watch_pty;

@@ -44,6 +44,7 @@ mod kubectl_gd;
 mod leader_partition;
 mod lifecycle_handlers;
 mod own_pods;
+mod plan;
 mod pod_gate_webhook;
 mod printer_columns;
 mod progress_deadline;

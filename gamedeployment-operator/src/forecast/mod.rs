@@ -1,0 +1,250 @@
+//! The forecast behind `kubectl gd plan`: what a change to a GameDeployment will do, in what order and through which
+//! hooks, before it is applied. It runs the operator's own [`crate::planner::plan`] pass after pass over a
+//! simulated copy of the live objects, so the order it shows is the order the operator follows.
+//!
+//! - [`cluster`]: the simulated cluster (API server semantics for the planner's actions, and a tiny kubelet);
+//! - [`hook_operator`]: the simulated hook-operator (a HookRun completes when its metrics' schedule says, as the
+//!   measurements are assumed to read: [`Assume`]);
+//! - [`trust`]: the forecast's own signing key (live runs are re-signed in memory, never written back);
+//! - [`timeline`]: the recorded timeline (batches, each pod's action and hooks, where the rollout stops).
+//!
+//! The clock: a pass every simulated second while anything changes (pods becoming ready as the kubelet makes them,
+//! actions taken); when a pass changes nothing the clock moves to the next moment something is due — a HookRun
+//! completing, or the planner's own `requeue_after` (grace periods, `minReadySeconds`, a timed canary pause), which
+//! is when the operator would look again too. The forecast stops when nothing changes and nothing is due (the
+//! rollout is complete, stops at its partition or a pause, a hook failed, or it is stuck: the status the planner
+//! computed says why), or at a simulated time limit.
+//!
+//! Nothing here writes to a cluster: the caller reads the objects (get and list only) and gets data back.
+
+pub(crate) mod cluster;
+pub mod hook_operator;
+pub mod timeline;
+pub mod trust;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+pub use hook_operator::{Assume, Timing};
+pub use timeline::{Batch, Counts, HookWait, Note, PodAction, PodStep, Stop, StopReason, Timeline};
+
+use crate::hookrun_keys::{KeyError, Keyring};
+use cluster::SimCluster;
+use hook_operator::SimHookOperator;
+use timeline::Recorder;
+
+/// The live objects, as read (the GameDeployment with the change already made to it).
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub gd: GameDeployment,
+    /// The namespace's pods (at least those the GameDeployment's selector matches).
+    pub pods: Vec<Pod>,
+    pub revisions: Vec<ControllerRevision>,
+    pub hook_runs: Vec<HookRun>,
+    pub hook_templates: Vec<HookTemplate>,
+    /// `io.tencent.bcs.dev/node-deletion-cost` by node.
+    pub node_costs: BTreeMap<String, f64>,
+    pub now: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub assume: Assume,
+    pub timing: Timing,
+    /// Simulated seconds after which the forecast gives up.
+    pub max_seconds: i64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { assume: Assume::default(), timing: Timing::default(), max_seconds: 24 * 3600 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForecastError {
+    #[error("cannot make the forecast's signing key: {0}")]
+    Keys(#[from] KeyError),
+}
+
+fn counts(status: Option<&GameDeploymentStatus>) -> Counts {
+    status.map_or_else(Counts::default, |s| Counts {
+        replicas: s.replicas,
+        updated: s.updated_replicas,
+        ready: s.ready_replicas,
+        available: s.available_replicas,
+    })
+}
+
+/// Everything in the spec and status that moves as the rollout moves (compared pass to pass to see whether anything
+/// changed): counts, the canary step and its pause, conditions and hook conditions (their timestamps left out).
+fn progress(gd: &GameDeployment, status: &GameDeploymentStatus) -> String {
+    let conditions: Vec<_> = status.conditions.iter().map(|c| (&c.type_, &c.status, &c.reason, &c.message)).collect();
+    let hooks: Vec<_> =
+        [&status.pre_delete_hook_condition, &status.pre_inplace_hook_condition, &status.post_inplace_hook_condition]
+            .into_iter()
+            .flatten()
+            .map(|c| (&c.pod_name, c.phase, &c.hook_run))
+            .collect();
+    format!(
+        "{:?}",
+        (
+            [
+                status.replicas,
+                status.ready_replicas,
+                status.available_replicas,
+                status.updated_replicas,
+                status.updated_ready_replicas,
+                status.updated_available_replicas,
+                status.expected_updated_replicas,
+            ],
+            (status.current_step_index, &status.current_step_hash, status.pause_conditions.len()),
+            gd.spec.update_strategy.paused,
+            conditions,
+            hooks,
+            serde_json::to_string(&status.canary).unwrap_or_default(),
+        )
+    )
+}
+
+fn progressing_message(status: &GameDeploymentStatus) -> String {
+    crate::planner::status::condition(status, "Progressing")
+        .and_then(|c| c.message.clone())
+        .unwrap_or_else(|| "no Progressing condition".into())
+}
+
+/// Where a rollout that no longer moves stands, from its spec and the status the planner computed.
+fn classify(gd: &GameDeployment, status: &GameDeploymentStatus) -> (StopReason, String) {
+    let failed =
+        [&status.pre_delete_hook_condition, &status.pre_inplace_hook_condition, &status.post_inplace_hook_condition]
+            .into_iter()
+            .flatten()
+            .find(|c| matches!(c.phase, HookPhase::Failed | HookPhase::Error | HookPhase::Inconclusive));
+    if let Some(c) = failed {
+        let message = c.message.clone().unwrap_or_else(|| format!("the hook of pod {} failed", c.pod_name));
+        return (StopReason::HookFailed, format!("pod {}: {message}", c.pod_name));
+    }
+    let replicas = gd.spec.replicas.unwrap_or(1);
+    if status.replicas == replicas && status.updated_available_replicas >= replicas {
+        return (StopReason::Complete, progressing_message(status));
+    }
+    if gd.spec.update_strategy.paused || !status.pause_conditions.is_empty() {
+        return (StopReason::Paused, progressing_message(status));
+    }
+    if status.replicas == replicas
+        && status.updated_available_replicas >= status.expected_updated_replicas
+        && status.expected_updated_replicas < replicas
+    {
+        return (StopReason::Partition, progressing_message(status));
+    }
+    (StopReason::Stuck, progressing_message(status))
+}
+
+/// Whether the kubelet still has work on a pod (scheduling, containers starting).
+fn settling(pods: &[Pod]) -> bool {
+    pods.iter().filter(|p| common::pod::is_active(p)).any(|p| {
+        let status = p.status.as_ref();
+        status.and_then(|s| s.phase.as_deref()) != Some("Running")
+            || status.and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| c.iter().any(|c| !c.ready))
+    })
+}
+
+/// Forecasts the rollout of `live.gd` (already changed) from the live objects.
+pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError> {
+    let (keys, _) = Keyring::generate()?;
+    let gd_uid = live.gd.metadata.uid.clone().unwrap_or_default();
+    let hook_runs: Vec<Arc<HookRun>> = live
+        .hook_runs
+        .into_iter()
+        .map(|mut run| {
+            trust::resign(&mut run, &gd_uid, &keys);
+            Arc::new(run)
+        })
+        .collect();
+    let before = counts(live.gd.status.as_ref());
+    let (name, namespace) =
+        (live.gd.metadata.name.clone().unwrap_or_default(), live.gd.metadata.namespace.clone().unwrap_or_default());
+    let min_ready_seconds = i64::from(live.gd.spec.min_ready_seconds.max(0));
+    let mut cluster = SimCluster::with_keys(live.gd, Arc::new(keys));
+    cluster.pods = live.pods;
+    cluster.revisions = live.revisions;
+    cluster.hook_runs = hook_runs;
+    cluster.hook_templates = live.hook_templates;
+    cluster.node_costs = live.node_costs;
+    cluster.now = live.now.as_second();
+    let start = cluster.now;
+    let mut recorder = Recorder::new(start, options.assume, options.timing);
+    let mut hooks = SimHookOperator::new(options.assume, options.timing);
+    recorder.seed(cluster.now, &cluster.pods, &cluster.hook_runs);
+    let mut last_progress = cluster.gd.status.as_ref().map(|s| progress(&cluster.gd, s));
+    let mut passes = 0;
+    let stop = loop {
+        let hooks_moved = hooks.step(&mut cluster.hook_runs, cluster.now);
+        let plan = cluster.plan();
+        recorder.record(passes, cluster.now, &cluster.pods, &plan.actions);
+        cluster.finish_pass(&plan);
+        passes += 1;
+        let now_progress = Some(progress(&cluster.gd, &plan.status));
+        let changed = !plan.actions.is_empty() || hooks_moved || now_progress != last_progress;
+        last_progress = now_progress;
+        let mut step = 1;
+        if !changed && !settling(&cluster.pods) {
+            let requeue = plan.requeue_after.map(|d| cluster.now + i64::try_from(d.as_secs()).unwrap_or(i64::MAX) + 1);
+            let due = [hooks.next_completion(&cluster.hook_runs), requeue].into_iter().flatten().min();
+            let (reason, message) = classify(&cluster.gd, &plan.status);
+            let done = matches!(reason, StopReason::Complete | StopReason::Partition | StopReason::HookFailed);
+            match due {
+                Some(at) if !(done && hooks.next_completion(&cluster.hook_runs).is_none()) => {
+                    step = (at - cluster.now).max(1);
+                }
+                _ => {
+                    let never = hooks.never_completing(&cluster.hook_runs);
+                    let message = if reason == StopReason::Stuck && !never.is_empty() {
+                        format!(
+                            "{message}; HookRun(s) {} never complete under this assumption (no count or limit ends \
+                             their metrics)",
+                            never.join(", ")
+                        )
+                    } else {
+                        message
+                    };
+                    break Stop { reason, at: cluster.now - start, message };
+                }
+            }
+        }
+        if cluster.now + step - start > options.max_seconds {
+            let message = format!(
+                "the forecast stopped after {} simulated seconds: {}",
+                options.max_seconds,
+                progressing_message(&plan.status)
+            );
+            break Stop { reason: StopReason::TimeLimit, at: cluster.now - start, message };
+        }
+        cluster.tick(step);
+        let update_revision = cluster.update_revision();
+        recorder.observe(cluster.now, &cluster.pods, update_revision.as_deref(), min_ready_seconds);
+    };
+    let batches = recorder.batches();
+    let total_seconds = recorder.last_done().unwrap_or(0);
+    Ok(Timeline {
+        name,
+        namespace,
+        assume: options.assume,
+        update_revision: cluster.update_revision(),
+        batches,
+        notes: recorder.notes,
+        stop,
+        total_seconds,
+        before,
+        after: counts(cluster.gd.status.as_ref()),
+        passes,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,441 @@
+//! The recorded timeline of a forecast: what each pass of the planner started, grouped into batches (a batch is
+//! the pod actions started in one pass), each pod's hook with its probe schedule, and when each pod is done.
+//! Times are seconds since the forecast began (the moment the change would be applied).
+
+use std::collections::BTreeMap;
+
+use common::api::{HookPhase, HookRun};
+use common::keys;
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+
+use super::hook_operator::{self, Assume, Timing};
+use crate::action::{Action, PatchReason};
+use crate::gate::DeleteCause;
+use crate::lifecycle::{self, LifecycleState};
+
+/// What happens to one pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PodAction {
+    /// Deleted and not replaced (scale-in, `podsToDelete` beyond `replicas`).
+    Delete,
+    /// Its containers restart on the new images, the pod stays.
+    InPlaceUpdate,
+    /// Its images change without a restart.
+    HotPatch,
+    /// Deleted to be replaced by a pod of the new revision.
+    Recreate,
+    /// A new pod.
+    Create,
+}
+
+impl PodAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Delete => "delete",
+            Self::InPlaceUpdate => "in-place update",
+            Self::HotPatch => "hot-patch",
+            Self::Recreate => "recreate",
+            Self::Create => "create",
+        }
+    }
+}
+
+/// A hook a pod (or a canary step) waits on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HookWait {
+    /// `preDelete`, `preInplace`, `postInplace` or `canaryStep`.
+    pub kind: String,
+    pub template: String,
+    pub run: String,
+    /// The probe schedule in words ("3 measurements 60s apart").
+    pub schedule: String,
+    /// When the run starts and completes (seconds); `completes` is `None` when it never does.
+    pub starts: i64,
+    pub completes: Option<i64>,
+    /// How it completes under the assumption (`Running`: never).
+    pub outcome: HookPhase,
+}
+
+/// One pod's part of a batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStep {
+    /// The pod's name, or "new pod N" for a pod the rollout creates (its name is chosen when it is created).
+    pub pod: String,
+    pub new: bool,
+    pub action: PodAction,
+    pub hooks: Vec<HookWait>,
+    /// When its first hook started or the action was taken, whichever came first.
+    pub started: i64,
+    /// When the action itself was taken (`None`: never, e.g. its hook fails).
+    pub acted: Option<i64>,
+    /// When the pod is available again on its new revision, or gone (`None`: not within the forecast).
+    pub done: Option<i64>,
+}
+
+/// The pod actions started in one pass.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Batch {
+    /// 1-based.
+    pub index: usize,
+    pub starts: i64,
+    /// When its last pod is done (`None`: one never is within the forecast).
+    pub ends: Option<i64>,
+    pub pods: Vec<PodStep>,
+}
+
+/// Something the rollout does beyond pods: a canary step's hook, a pause.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Note {
+    pub at: i64,
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookWait>,
+}
+
+/// Why the forecast ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StopReason {
+    /// Every pod runs the new revision and is available.
+    Complete,
+    /// Done as far as the partition lets it: the rest stay on the old revision.
+    Partition,
+    /// A canary pause step (or `paused: true`) holds the rollout.
+    Paused,
+    /// A hook fails (under `--assume-hooks fail`, or one that failed already) and holds its pod.
+    HookFailed,
+    /// Nothing changes any more and nothing is scheduled, but the rollout is not done (the status says why).
+    Stuck,
+    /// The simulated time limit was reached.
+    TimeLimit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stop {
+    pub reason: StopReason,
+    pub at: i64,
+    /// In the status' words (its `Progressing` condition, a hook condition's message).
+    pub message: String,
+}
+
+/// Pod counts at the end of the forecast (as the GameDeployment's status would show them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub replicas: i32,
+    pub updated: i32,
+    pub ready: i32,
+    pub available: i32,
+}
+
+/// The whole forecast.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeline {
+    pub name: String,
+    pub namespace: String,
+    pub assume: Assume,
+    pub update_revision: Option<String>,
+    pub batches: Vec<Batch>,
+    pub notes: Vec<Note>,
+    pub stop: Stop,
+    /// When the last pod action is done (seconds): the estimated duration of the rollout.
+    pub total_seconds: i64,
+    pub before: Counts,
+    pub after: Counts,
+    /// Planner passes simulated.
+    pub passes: usize,
+}
+
+/// The kind of a pod or canary run, as the spec names it (`None` for shadow runs and runs of other workloads).
+fn hook_kind(run: &HookRun) -> Option<&'static str> {
+    match run.metadata.labels.as_ref()?.get(keys::HOOKRUN_TYPE)?.as_str() {
+        keys::hookrun_type::PRE_DELETE => Some("preDelete"),
+        keys::hookrun_type::PRE_INPLACE => Some("preInplace"),
+        keys::hookrun_type::POST_INPLACE => Some("postInplace"),
+        keys::hookrun_type::CANARY_STEP => Some("canaryStep"),
+        _ => None,
+    }
+}
+
+/// The template a run was made from: its name is `<prefix>-<revision>-<instance id or step>-<template>`, maybe with
+/// BCS's `.N` suffix.
+fn template_of(run: &HookRun) -> String {
+    let name = run.metadata.name.as_deref().unwrap_or("");
+    let labels = run.metadata.labels.clone().unwrap_or_default();
+    let revision = labels.get(keys::HOOKRUN_WORKLOAD_REVISION).map_or("", String::as_str);
+    let middle = labels
+        .get(keys::HOOKRUN_INSTANCE_ID)
+        .or_else(|| labels.get(keys::HOOKRUN_CANARY_STEP_INDEX))
+        .map_or("", String::as_str);
+    let rest = name.split_once('-').map_or(name, |(_, rest)| rest);
+    let rest = rest.strip_prefix(&format!("{revision}-{middle}-")).unwrap_or(rest);
+    match rest.rsplit_once('.') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base.to_string(),
+        _ => rest.to_string(),
+    }
+}
+
+/// Builds the timeline pass by pass.
+pub(crate) struct Recorder {
+    start: i64,
+    assume: Assume,
+    timing: Timing,
+    /// Pod name → its step, and the pass it started in.
+    steps: BTreeMap<String, (usize, PodStep)>,
+    /// Pod UID → name, for runs (which name their pod by UID).
+    names: BTreeMap<String, String>,
+    new_pods: usize,
+    pub notes: Vec<Note>,
+}
+
+impl Recorder {
+    pub fn new(start: i64, assume: Assume, timing: Timing) -> Self {
+        Self { start, assume, timing, steps: BTreeMap::new(), names: BTreeMap::new(), new_pods: 0, notes: Vec::new() }
+    }
+
+    fn step(&mut self, name: &str, pass: usize, at: i64, action: PodAction) -> &mut PodStep {
+        &mut self
+            .steps
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                (
+                    pass,
+                    PodStep {
+                        pod: name.to_string(),
+                        new: false,
+                        action,
+                        hooks: Vec::new(),
+                        started: at,
+                        acted: None,
+                        done: None,
+                    },
+                )
+            })
+            .1
+    }
+
+    fn wait(&self, run: &HookRun, kind: &str, now: i64) -> HookWait {
+        let outcome = hook_operator::outcome(run, now * 1000, self.assume, self.timing);
+        HookWait {
+            kind: kind.to_string(),
+            template: template_of(run),
+            run: run.metadata.name.clone().unwrap_or_default(),
+            schedule: hook_operator::run_schedule_text(&run.spec.metrics, self.timing),
+            starts: now - self.start,
+            // Whole seconds, rounded up: the planner sees the run completed at the first pass after.
+            completes: outcome.at.map(|ms| (ms + 999).div_euclid(1000) - self.start),
+            outcome: outcome.phase,
+        }
+    }
+
+    /// Pods already waiting on a hook when the forecast begins: their step starts with that run (first batch).
+    pub fn seed(&mut self, now: i64, pods: &[Pod], runs: &[std::sync::Arc<HookRun>]) {
+        for pod in pods {
+            if let (Some(uid), Some(name)) = (&pod.metadata.uid, &pod.metadata.name) {
+                self.names.entry(uid.clone()).or_insert_with(|| name.clone());
+            }
+        }
+        for run in runs {
+            let Some(kind) = hook_kind(run) else { continue };
+            let Some(pod_uid) = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_POD_UID)) else {
+                continue;
+            };
+            let Some(pod) = pods.iter().find(|p| p.metadata.uid.as_ref() == Some(pod_uid)) else { continue };
+            let waiting =
+                matches!(lifecycle::state_of(pod), LifecycleState::PreparingDelete | LifecycleState::PreparingUpdate);
+            if !waiting || !common::pod::is_active(pod) {
+                continue;
+            }
+            let created = run.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0.as_second());
+            let mut wait = self.wait(run, kind, created);
+            wait.starts = created - self.start;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let action = if run
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::HOOKRUN_CHANGE))
+                .is_some_and(|c| c == "delete")
+            {
+                PodAction::Delete
+            } else {
+                PodAction::InPlaceUpdate
+            };
+            self.step(&name, 0, wait.starts, action).hooks.push(wait);
+        }
+    }
+
+    /// Records what a pass planned at `now` (before it is applied to `pods`).
+    pub fn record(&mut self, pass: usize, now: i64, pods: &[Pod], actions: &[Action]) {
+        for pod in pods {
+            if let (Some(uid), Some(name)) = (&pod.metadata.uid, &pod.metadata.name) {
+                self.names.entry(uid.clone()).or_insert_with(|| name.clone());
+            }
+        }
+        let at = now - self.start;
+        for action in actions {
+            match action {
+                Action::CreateHookRun(run) => {
+                    let Some(kind) = hook_kind(run) else { continue };
+                    let wait = self.wait(run, kind, now);
+                    let pod_uid = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_POD_UID));
+                    match pod_uid.and_then(|uid| self.names.get(uid)).cloned() {
+                        Some(name) => {
+                            let change = run.metadata.annotations.as_ref().and_then(|a| a.get(keys::HOOKRUN_CHANGE));
+                            let action = if change.is_some_and(|c| c == "delete") {
+                                PodAction::Delete
+                            } else {
+                                PodAction::InPlaceUpdate
+                            };
+                            self.step(&name, pass, at, action).hooks.push(wait);
+                        }
+                        None => self.notes.push(Note {
+                            at,
+                            text: format!("{kind} hook {} starts", wait.template),
+                            hook: Some(wait),
+                        }),
+                    }
+                }
+                Action::DeletePod { pod, cause } => {
+                    let action = match cause {
+                        DeleteCause::RollingUpdate | DeleteCause::RecreateFallback => PodAction::Recreate,
+                        DeleteCause::ScaleIn | DeleteCause::PodsToDelete | DeleteCause::SpecifiedDelete => {
+                            PodAction::Delete
+                        }
+                    };
+                    let step = self.step(&pod.name, pass, at, action);
+                    step.action = action;
+                    step.acted.get_or_insert(at);
+                    step.done.get_or_insert(at);
+                }
+                Action::PatchPod(change)
+                    if matches!(change.reason, PatchReason::InPlaceUpdate | PatchReason::HotPatchUpdate) =>
+                {
+                    let action = match change.reason {
+                        PatchReason::HotPatchUpdate => PodAction::HotPatch,
+                        _ => PodAction::InPlaceUpdate,
+                    };
+                    let step = self.step(&change.pod.name, pass, at, action);
+                    step.action = action;
+                    step.acted.get_or_insert(at);
+                }
+                Action::CreatePod { pod, .. } => {
+                    self.new_pods += 1;
+                    let label = format!("new pod {}", self.new_pods);
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let step = self.step(&name, pass, at, PodAction::Create);
+                    step.pod = label;
+                    step.new = true;
+                    step.acted.get_or_insert(at);
+                }
+                Action::SetPaused { paused, why, .. } => self.notes.push(Note {
+                    at,
+                    text: if *paused { format!("paused: {why}") } else { format!("resumed: {why}") },
+                    hook: None,
+                }),
+                _ => {}
+            }
+        }
+    }
+
+    /// Marks pods done once they are available (`min_ready_seconds` after turning ready, in state `Normal`, on
+    /// `update_revision`) after their action.
+    pub fn observe(&mut self, now: i64, pods: &[Pod], update_revision: Option<&str>, min_ready_seconds: i64) {
+        let at = now - self.start;
+        // Steps are keyed by the pod's name (the planned name for a new pod, shown as "new pod N").
+        for (name, (_, step)) in self.steps.iter_mut() {
+            if step.done.is_some() || step.acted.is_none() {
+                continue;
+            }
+            if let Some(pod) = pods.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str()))
+                && is_available(pod, update_revision, now, min_ready_seconds)
+            {
+                step.done = Some(at);
+            }
+        }
+    }
+
+    /// Batches in order of the pass that started them.
+    pub fn batches(&self) -> Vec<Batch> {
+        let mut by_pass: BTreeMap<usize, Vec<&PodStep>> = BTreeMap::new();
+        for (pass, step) in self.steps.values() {
+            by_pass.entry(*pass).or_default().push(step);
+        }
+        by_pass
+            .into_values()
+            .enumerate()
+            .map(|(i, mut steps)| {
+                steps.sort_by_key(|s| (s.new, natural(&s.pod)));
+                let ends = steps.iter().map(|s| s.done).collect::<Option<Vec<i64>>>().and_then(|d| d.into_iter().max());
+                Batch {
+                    index: i + 1,
+                    starts: steps.iter().map(|s| s.started).min().unwrap_or_default(),
+                    ends,
+                    pods: steps.into_iter().cloned().collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// When the last pod action is done (or was taken, for one never done; or its hook ended, for one never taken).
+    pub fn last_done(&self) -> Option<i64> {
+        self.steps
+            .values()
+            .filter_map(|(_, s)| s.done.or(s.acted).or_else(|| s.hooks.iter().filter_map(|h| h.completes).max()))
+            .max()
+    }
+}
+
+/// Sorts "new pod 10" after "new pod 9".
+fn natural(name: &str) -> (String, usize) {
+    match name.rsplit_once(' ') {
+        Some((head, n)) if n.bytes().all(|b| b.is_ascii_digit()) => (head.to_string(), n.parse().unwrap_or(0)),
+        _ => (name.to_string(), 0),
+    }
+}
+
+fn is_available(pod: &Pod, update_revision: Option<&str>, now: i64, min_ready_seconds: i64) -> bool {
+    if !common::pod::is_active(pod) || lifecycle::state_of(pod) != LifecycleState::Normal {
+        return false;
+    }
+    if common::pod::label(pod, keys::CONTROLLER_REVISION_HASH) != update_revision {
+        return false;
+    }
+    if common::pod::condition(pod, keys::IN_PLACE_UPDATE_READY).is_some_and(|c| c.status != "True") {
+        return false;
+    }
+    let Some(ready) = common::pod::condition(pod, "Ready").filter(|c| c.status == "True") else { return false };
+    let since = ready.last_transition_time.as_ref().map_or(now, |t| t.0.as_second());
+    now - since >= min_ready_seconds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_is_read_from_the_run_name() {
+        let run: HookRun = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "predelete-gd-67864c6f65-s9rbp-my-check.2",
+                         "labels": {"workload-revision": "gd-67864c6f65", "instance-id": "s9rbp"}},
+            "spec": {"metrics": []}
+        }))
+        .unwrap();
+        assert_eq!(template_of(&run), "my-check");
+        let canary: HookRun = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "canary-gd-5d8f-1-smoke",
+                         "labels": {"workload-revision": "gd-5d8f", "canary-step-index": "1"}},
+            "spec": {"metrics": []}
+        }))
+        .unwrap();
+        assert_eq!(template_of(&canary), "smoke");
+    }
+}

@@ -1,0 +1,291 @@
+//! `kubectl gd plan`: reads the live GameDeployment and what its planner looks at (get and list only), makes the
+//! change in memory and prints the forecast of the operator's own planner
+//! ([`gamedeployment_operator::forecast`]): batches in order, each pod's action and the hook it waits on with that
+//! hook's probe schedule, where the rollout stops, and the estimated duration.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use common::api::{GameDeployment, HookPhase, HookRun, HookTemplate};
+use gamedeployment_operator::forecast::{Live, PodStep, StopReason, Timeline};
+use k8s_openapi::api::apps::v1::ControllerRevision;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::ListParams;
+
+use crate::cluster::{Error, Target, pod_selector, run_selector};
+
+/// The change to forecast, as given on the command line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Change {
+    /// A changed manifest of the GameDeployment (`-f`): its spec replaces the live one; its labels and annotations
+    /// are added to the live ones.
+    pub manifest: Option<GameDeployment>,
+    pub replicas: Option<i32>,
+    /// (container, image).
+    pub images: Vec<(String, String)>,
+    /// An integer or a percentage.
+    pub partition: Option<String>,
+}
+
+/// Makes `change` to `gd` (in memory). Returns what changed, in words, or why the change cannot be made.
+pub fn apply(gd: &mut GameDeployment, change: &Change) -> Result<Vec<String>, String> {
+    let mut said = Vec::new();
+    let name = gd.metadata.name.clone().unwrap_or_default();
+    if let Some(manifest) = &change.manifest {
+        if let Some(other) = manifest.metadata.name.as_deref().filter(|n| *n != name) {
+            return Err(format!("the file describes gamedeployment {other}, not {name}"));
+        }
+        gd.spec = manifest.spec.clone();
+        for (mine, theirs) in [
+            (&mut gd.metadata.labels, &manifest.metadata.labels),
+            (&mut gd.metadata.annotations, &manifest.metadata.annotations),
+        ] {
+            if let Some(theirs) = theirs {
+                mine.get_or_insert_with(BTreeMap::new).extend(theirs.clone());
+            }
+        }
+        said.push("the spec of the file".to_string());
+    }
+    if let Some(replicas) = change.replicas {
+        if replicas < 0 {
+            return Err(format!("--replicas {replicas}: must not be negative"));
+        }
+        gd.spec.replicas = Some(replicas);
+        said.push(format!("replicas {replicas}"));
+    }
+    for (container, image) in &change.images {
+        let containers = gd.spec.template.spec.as_mut().map(|s| &mut s.containers);
+        let Some(found) = containers.and_then(|c| c.iter_mut().find(|c| &c.name == container)) else {
+            let names: Vec<String> =
+                gd.spec.template.spec.iter().flat_map(|s| &s.containers).map(|c| c.name.clone()).collect();
+            return Err(format!(
+                "--image {container}={image}: no container {container:?} (containers: {})",
+                names.join(", ")
+            ));
+        };
+        found.image = Some(image.clone());
+        said.push(format!("image {container}={image}"));
+    }
+    if let Some(partition) = &change.partition {
+        let value = match partition.strip_suffix('%') {
+            Some(percent) if percent.parse::<u32>().is_ok_and(|p| p <= 100) => IntOrString::String(partition.clone()),
+            None if partition.parse::<u32>().is_ok() => IntOrString::Int(partition.parse().unwrap_or(0)),
+            _ => return Err(format!("--partition {partition}: an integer or a percentage (e.g. 2, 40%)")),
+        };
+        gd.spec.update_strategy.partition = Some(value);
+        said.push(format!("partition {partition}"));
+    }
+    if said.is_empty() {
+        return Err("no change given: -f FILE, --replicas, --image or --partition".into());
+    }
+    // The API server bumps the generation on a spec change; the planner's status reports it.
+    gd.metadata.generation = Some(gd.metadata.generation.unwrap_or(1) + 1);
+    Ok(said)
+}
+
+/// Reads what the operator's planner looks at for `name`: the GameDeployment, the pods its selector matches, the
+/// ControllerRevisions it controls, its HookRuns, the namespace's HookTemplates and the nodes' deletion costs (if
+/// nodes may be listed). Only get and list.
+pub async fn read(target: &Target, name: &str) -> Result<Live, Error> {
+    let gds: Api<GameDeployment> = target.api();
+    let gd = gds
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| Error::NotFound { namespace: target.namespace.clone(), name: name.to_string() })?;
+    let selected = ListParams::default().labels(&pod_selector(&gd));
+    let runs = ListParams::default().labels(&run_selector(name));
+    let all = ListParams::default();
+    let (pod_api, revision_api, run_api, template_api) = (
+        target.api::<Pod>(),
+        target.api::<ControllerRevision>(),
+        target.api::<HookRun>(),
+        target.api::<HookTemplate>(),
+    );
+    let (pods, revisions, hook_runs, templates) = futures::try_join!(
+        pod_api.list(&selected),
+        revision_api.list(&selected),
+        run_api.list(&runs),
+        template_api.list(&all),
+    )?;
+    let uid = gd.metadata.uid.clone().unwrap_or_default();
+    let revisions = revisions
+        .items
+        .into_iter()
+        .filter(|r| r.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid))
+        .collect();
+    // Node deletion costs order scale-in; without permission to list nodes the forecast goes without them.
+    let nodes: Api<Node> = Api::all(target.client.clone());
+    let node_costs = match nodes.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter_map(|n| {
+                let cost = n.metadata.annotations.as_ref()?.get(common::keys::NODE_DELETION_COST)?;
+                Some((n.metadata.name.clone()?, cost.trim().parse::<f64>().ok()?))
+            })
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
+    Ok(Live {
+        gd,
+        pods: pods.items,
+        revisions,
+        hook_runs: hook_runs.items,
+        hook_templates: templates.items,
+        node_costs,
+        now: Timestamp::now(),
+    })
+}
+
+/// `1h2m3s`, `3m5s`, `45s`.
+pub fn duration(seconds: i64) -> String {
+    let s = seconds.max(0);
+    let (h, m, s) = (s / 3600, s % 3600 / 60, s % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+fn hook_line(step: &PodStep) -> String {
+    let hooks: Vec<String> = step
+        .hooks
+        .iter()
+        .map(|h| {
+            let ends = match (h.completes, h.outcome) {
+                (None, _) => "never completes".to_string(),
+                (Some(at), HookPhase::Successful) => format!("succeeds after {}", duration(at - h.starts)),
+                (Some(at), phase) => format!("ends {phase} after {}", duration(at - h.starts)),
+            };
+            format!("{} hook {} ({}; {ends})", h.kind, h.template, h.schedule)
+        })
+        .collect();
+    if hooks.is_empty() { "no hook".into() } else { format!("waits on {}", hooks.join(", then ")) }
+}
+
+fn stop_line(timeline: &Timeline) -> String {
+    let stop = &timeline.stop;
+    let what = match stop.reason {
+        StopReason::Complete => "the rollout is complete",
+        StopReason::Partition => "the rollout stops at the partition",
+        StopReason::Paused => "the rollout pauses",
+        StopReason::HookFailed => "the rollout stops, a hook failed",
+        StopReason::Stuck => "the rollout is stuck",
+        StopReason::TimeLimit => "the forecast gives up",
+    };
+    format!("At {} {what}: {}", duration(stop.at), stop.message)
+}
+
+/// The forecast as text. `change` says what was changed.
+pub fn render(timeline: &Timeline, change: &[String]) -> String {
+    let mut out = String::new();
+    let assume = match timeline.assume {
+        gamedeployment_operator::forecast::Assume::Succeed => "hooks assumed to succeed",
+        gamedeployment_operator::forecast::Assume::Fail => "hooks assumed to fail",
+        gamedeployment_operator::forecast::Assume::AsNow => "hooks assumed to go on as they are now",
+    };
+    let _ = writeln!(
+        out,
+        "Plan for gamedeployment {}/{}: {} (update revision {}); {assume}",
+        timeline.namespace,
+        timeline.name,
+        change.join(", "),
+        timeline.update_revision.as_deref().unwrap_or("none")
+    );
+    let mut notes = timeline.notes.iter().peekable();
+    for batch in &timeline.batches {
+        while let Some(note) = notes.next_if(|n| n.at <= batch.starts) {
+            let _ = writeln!(out, "\n  at {}: {}", duration(note.at), note_text(note));
+        }
+        let ends = batch.ends.map_or_else(|| "not done".to_string(), |e| format!("done at {}", duration(e)));
+        let _ = writeln!(out, "\nBatch {} (starts at {}, {ends})", batch.index, duration(batch.starts));
+        let width = batch.pods.iter().map(|p| p.pod.len()).max().unwrap_or(0);
+        for step in &batch.pods {
+            let acted = match step.acted {
+                Some(_) => String::new(),
+                None => " — not taken".into(),
+            };
+            let _ = writeln!(out, "  {:width$}  {:15}  {}{acted}", step.pod, step.action.as_str(), hook_line(step),);
+        }
+    }
+    for note in notes {
+        let _ = writeln!(out, "\n  at {}: {}", duration(note.at), note_text(note));
+    }
+    let pods: usize = timeline.batches.iter().map(|b| b.pods.len()).sum();
+    let _ = writeln!(out, "\n{}", stop_line(timeline));
+    let _ = writeln!(
+        out,
+        "Estimated duration: {} ({} batch{}, {pods} pod{}); pods then {}/{} updated",
+        duration(timeline.total_seconds),
+        timeline.batches.len(),
+        if timeline.batches.len() == 1 { "" } else { "es" },
+        if pods == 1 { "" } else { "s" },
+        timeline.after.updated,
+        timeline.after.replicas,
+    );
+    out
+}
+
+fn note_text(note: &gamedeployment_operator::forecast::Note) -> String {
+    match &note.hook {
+        Some(h) => format!(
+            "{} ({}; {:?} after {})",
+            note.text,
+            h.schedule,
+            h.outcome,
+            h.completes.map_or("never".into(), |c| duration(c - h.starts))
+        ),
+        None => note.text.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gd() -> GameDeployment {
+        serde_yaml::from_str(
+            "metadata: {name: g, generation: 3}\nspec: {replicas: 5, selector: {matchLabels: {app: g}}, template: \
+             {metadata: {labels: {app: g}}, spec: {containers: [{name: python, image: 'python:latest'}]}}}",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn changes_are_made_in_memory_and_bad_ones_refused() {
+        let mut g = gd();
+        let said = apply(
+            &mut g,
+            &Change {
+                replicas: Some(3),
+                images: vec![("python".into(), "python:3.5".into())],
+                partition: Some("40%".into()),
+                ..Change::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(said, ["replicas 3", "image python=python:3.5", "partition 40%"]);
+        assert_eq!(g.spec.replicas, Some(3));
+        assert_eq!(g.spec.template.spec.as_ref().unwrap().containers[0].image.as_deref(), Some("python:3.5"));
+        assert_eq!(g.spec.update_strategy.partition, Some(IntOrString::String("40%".into())));
+        assert_eq!(g.metadata.generation, Some(4));
+        let bad = |c: Change| apply(&mut gd(), &c).unwrap_err();
+        assert!(bad(Change::default()).contains("no change"));
+        assert!(bad(Change { images: vec![("web".into(), "x".into())], ..Change::default() }).contains("python"));
+        assert!(bad(Change { partition: Some("lots".into()), ..Change::default() }).contains("percentage"));
+        let mut other = gd();
+        other.metadata.name = Some("h".into());
+        assert!(bad(Change { manifest: Some(other), ..Change::default() }).contains("not g"));
+    }
+
+    #[test]
+    fn durations_read_as_kubectl_writes_them() {
+        assert_eq!(duration(45), "45s");
+        assert_eq!(duration(185), "3m5s");
+        assert_eq!(duration(3725), "1h2m5s");
+    }
+}

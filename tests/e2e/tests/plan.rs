@@ -1,0 +1,404 @@
+//! `kubectl gd plan` against what really happens: the forecast of a change, then the same change applied with both
+//! operators on kube-sim, the actual pod actions recorded from a watch on the pods and compared with the plan's
+//! batches (existing pods by name and batch index, created pods by count per batch), and the plan's estimated
+//! duration with the observed one.
+//!
+//! The walkthrough's image patch (seed 002, the BCS story): after the scale-in to 5, `python:3.5` goes to 3 pods in
+//! place (partition 2, maxUnavailable 2): two pods, then one, each through its pre-delete HookRun (the example
+//! template `test`, 3 measurements 60s apart, which the test hook-operator compresses 20x: `--interval-scale 0.05`,
+//! given to the plan as `--hook-interval-scale 0.05`), a 30s grace period and `minReadySeconds: 30`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::api::GameDeployment;
+use e2e::Cluster;
+use e2e::gamedeployment::Columns;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
+
+use crate::kubectl_gd::kubectl_gd;
+use crate::walkthrough_support::*;
+
+const NEW_IMAGE: &str =
+    r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
+
+/// What a pod went through, as seen on the watch (times since the change was applied).
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// Held by a gate (`PreparingUpdate` / `PreparingDelete`).
+    held: Option<Duration>,
+    /// Its image changed in place.
+    patched: Option<Duration>,
+    deleted: Option<Duration>,
+    /// It did not exist when the change was applied.
+    created: Option<Duration>,
+    /// Back in service after its action (ready, `Normal`, on the new image), or gone.
+    done: Option<Duration>,
+}
+
+impl Seen {
+    fn started(&self) -> Option<Duration> {
+        [self.held, self.patched, self.deleted, self.created].into_iter().flatten().min()
+    }
+
+    fn action(&self) -> &'static str {
+        match (self.created, self.deleted, self.patched) {
+            (Some(_), _, _) => "create",
+            (None, Some(_), _) => "delete",
+            (None, None, Some(_)) => "in-place-update",
+            _ => "none",
+        }
+    }
+}
+
+/// Records every pod of the GameDeployment from now on.
+struct PodWatch {
+    seen: Arc<Mutex<BTreeMap<String, Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodWatch {
+    async fn start(cluster: &Cluster, selector: &str, image: &str, since: Instant) -> Self {
+        let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+        let existing: BTreeSet<String> = pods
+            .list(&kube::api::ListParams::default().labels(selector))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        let seen: Arc<Mutex<BTreeMap<String, Seen>>> = Arc::default();
+        let record = seen.clone();
+        let image = image.to_string();
+        let config = watcher::Config::default().labels(selector);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher::watcher(pods, config));
+            while let Some(event) = stream.next().await {
+                let pod = match event {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) | watcher::Event::Delete(pod)) => {
+                        pod
+                    }
+                    _ => continue,
+                };
+                let at = since.elapsed();
+                let Some(name) = pod.metadata.name.clone() else { continue };
+                let mut seen = record.lock().unwrap();
+                let entry = seen.entry(name.clone()).or_default();
+                if !existing.contains(&name) {
+                    entry.created.get_or_insert(at);
+                }
+                let state = pod.metadata.labels.as_ref().and_then(|l| l.get("lifecycle.apps.kruise.io/state"));
+                if state.is_some_and(|s| s == "PreparingUpdate" || s == "PreparingDelete") {
+                    entry.held.get_or_insert(at);
+                }
+                if existing.contains(&name) && e2e::gamedeployment::image(&pod) == Some(image.as_str()) {
+                    entry.patched.get_or_insert(at);
+                }
+                if pod.metadata.deletion_timestamp.is_some() {
+                    entry.deleted.get_or_insert(at);
+                    entry.done.get_or_insert(at);
+                }
+                let serving = e2e::gamedeployment::is_ready(&pod)
+                    && state.is_none_or(|s| s == "Normal")
+                    && e2e::gamedeployment::image(&pod) == Some(image.as_str());
+                if serving && (entry.created.is_some() || entry.patched.is_some()) {
+                    entry.done.get_or_insert(at);
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// The pods acted on, grouped into batches: a pod whose action started more than `gap` after the first of the
+    /// current batch opens the next batch.
+    fn batches(&self, gap: Duration) -> Vec<Vec<(String, Seen)>> {
+        let seen = self.seen.lock().unwrap();
+        let mut acted: Vec<(String, Seen)> =
+            seen.iter().filter(|(_, s)| s.started().is_some()).map(|(n, s)| (n.clone(), s.clone())).collect();
+        acted.sort_by_key(|(_, s)| s.started());
+        let mut batches: Vec<Vec<(String, Seen)>> = Vec::new();
+        for (name, s) in acted {
+            let start = s.started().unwrap_or_default();
+            match batches.last_mut() {
+                Some(batch) if start <= batch[0].1.started().unwrap_or_default() + gap => batch.push((name, s)),
+                _ => batches.push(vec![(name, s)]),
+            }
+        }
+        batches
+    }
+}
+
+impl PodWatch {
+    /// The pods acted on, grouped into batches as the budget frees: a pod whose action started once a pod of the
+    /// current batch was done (back in service, or gone) opens the next batch.
+    fn batches_by_budget(&self) -> Vec<Vec<(String, Seen)>> {
+        let seen = self.seen.lock().unwrap();
+        let mut acted: Vec<(String, Seen)> =
+            seen.iter().filter(|(_, s)| s.started().is_some()).map(|(n, s)| (n.clone(), s.clone())).collect();
+        acted.sort_by_key(|(_, s)| s.started());
+        let mut batches: Vec<Vec<(String, Seen)>> = Vec::new();
+        for (name, s) in acted {
+            let start = s.started().unwrap_or_default();
+            let freed = batches.last().and_then(|b| b.iter().filter_map(|(_, s)| s.done).min());
+            match batches.last_mut() {
+                Some(batch) if freed.is_none_or(|f| start < f) => batch.push((name, s)),
+                _ => batches.push(vec![(name, s)]),
+            }
+        }
+        batches
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The plan's batches: existing pods by name, and how many pods each creates.
+fn planned(plan: &serde_json::Value) -> Vec<(BTreeSet<String>, usize, BTreeSet<String>)> {
+    plan["batches"]
+        .as_array()
+        .expect("batches")
+        .iter()
+        .map(|b| {
+            let pods = b["pods"].as_array().expect("pods");
+            let existing = pods.iter().filter(|p| p["new"] == false).map(|p| p["pod"].as_str().unwrap().to_string());
+            // On the watch a recreated pod is a deleted one (its replacement is a created pod).
+            let actions = pods.iter().map(|p| p["action"].as_str().unwrap().replace("recreate", "delete"));
+            (existing.collect(), pods.iter().filter(|p| p["new"] == true).count(), actions.collect())
+        })
+        .collect()
+}
+
+fn observed(batches: &[Vec<(String, Seen)>]) -> Vec<(BTreeSet<String>, usize, BTreeSet<String>)> {
+    batches
+        .iter()
+        .map(|b| {
+            let existing = b.iter().filter(|(_, s)| s.created.is_none()).map(|(n, _)| n.clone()).collect();
+            let created = b.iter().filter(|(_, s)| s.created.is_some()).count();
+            let actions = b.iter().map(|(_, s)| s.action().to_string()).collect();
+            (existing, created, actions)
+        })
+        .collect()
+}
+
+async fn wait_for_condition(cluster: &Cluster, want: impl Fn(&GameDeployment) -> bool) -> GameDeployment {
+    e2e::wait_for("the GameDeployment to reach the expected state", LONG, || async {
+        let gd = get_gd(cluster).await;
+        want(&gd).then_some(gd)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walkthrough_image_patch_goes_as_planned() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    example(&cluster, "hook-template-success.yaml").await;
+    example(&cluster, "gamedeployment.yaml").await;
+    wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
+    cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
+    wait_gd(&cluster, Columns::new(5, 5, 5, 5, 5)).await;
+    wait_runs(&cluster, "the scale-in's HookRun to be removed", |rows| rows.is_empty()).await;
+    // As in the walkthrough, the pods have long been available (`minReadySeconds: 30`).
+    wait_for_condition(&cluster, |gd: &GameDeployment| gd.status.as_ref().is_some_and(|s| s.available_replicas == 5))
+        .await;
+
+    let args = ["plan", NAME, "--image", "python=python:3.5", "--hook-interval-scale", "0.05"];
+    let text = kubectl_gd(&cluster, &args).await;
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    let json = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
+    let plan: serde_json::Value = serde_json::from_str(&json.stdout).expect("-o json is JSON");
+    let expected = planned(&plan);
+    assert_eq!(expected.iter().map(|(e, c, _)| (e.len(), *c)).collect::<Vec<_>>(), [(2, 0), (1, 0)], "{}", text.stdout);
+    assert_eq!(plan["stop"]["reason"], "partition");
+    let estimate = plan["totalSeconds"].as_f64().expect("totalSeconds");
+
+    let since = Instant::now();
+    let watch = PodWatch::start(&cluster, &format!("app={NAME}"), "python:3.5", since).await;
+    cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
+    wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.status.as_ref().is_some_and(|s| {
+            s.observed_generation == gd.metadata.generation
+                && s.updated_available_replicas == 3
+                && s.available_replicas == 5
+        })
+    })
+    .await;
+    let took = since.elapsed().as_secs_f64();
+    show_gd(&cluster).await;
+
+    let actual = watch.batches(Duration::from_secs(5));
+    println!("planned: {expected:?}\nobserved: {:?}\n{actual:#?}", observed(&actual));
+    assert_eq!(observed(&actual), expected, "the pods were acted on in the planned batches, with the planned actions");
+    println!("estimated {estimate}s, observed {took:.1}s");
+    assert!((estimate - took).abs() <= 0.2 * took, "the estimate {estimate}s is within 20% of the observed {took:.1}s");
+}
+
+/// A canary (`examples/canary-gamedeployment.yaml`: steps partition 3, then an indefinite pause): the plan updates
+/// the one pod the first step lets go and stops at the pause; the operators update that very pod and pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_goes_as_planned_to_its_pause() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    example(&cluster, "canary-hooktemplate.yaml").await;
+    example(&cluster, "canary-gamedeployment.yaml").await;
+    wait_gd(&cluster, Columns::new(4, 4, 4, 4, 4)).await;
+    wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.status.as_ref().is_some_and(|s| s.current_step_index == Some(5) && s.available_replicas == 4)
+    })
+    .await;
+
+    let plan = kubectl_gd(&cluster, &["plan", NAME, "--image", "python=python:3.5", "-o", "json"]).await;
+    kubectl_gd(&cluster, &["plan", NAME, "--image", "python=python:3.5"]).await;
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).expect("-o json is JSON");
+    let expected = planned(&plan);
+    assert_eq!(expected.iter().map(|(e, c, _)| (e.len(), *c)).collect::<Vec<_>>(), [(1, 0)]);
+    assert_eq!(plan["stop"]["reason"], "paused", "{plan}");
+
+    let since = Instant::now();
+    let watch = PodWatch::start(&cluster, &format!("app={NAME}"), "python:3.5", since).await;
+    cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
+    wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.spec.update_strategy.paused
+            && gd.status.as_ref().is_some_and(|s| s.current_step_index == Some(1) && s.updated_available_replicas == 1)
+    })
+    .await;
+    // Paused: nothing more happens.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let actual = watch.batches_by_budget();
+    println!("planned: {expected:?}\nobserved: {:?}\n{actual:#?}", observed(&actual));
+    assert_eq!(observed(&actual), expected, "the planned pod, and only it, was updated before the pause");
+}
+
+/// A rolling update with surge (`examples/rolling-update.yaml`: 8 pods, partition 3, maxUnavailable 2, maxSurge 2):
+/// the planned old pods recreated in the planned order, the surge first, as many pods created as planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_with_surge_goes_as_planned() {
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    example(&cluster, "rolling-update.yaml").await;
+    wait_gd(&cluster, Columns::new(8, 8, 8, 8, 8)).await;
+    wait_for_condition(&cluster, |gd: &GameDeployment| gd.status.as_ref().is_some_and(|s| s.available_replicas == 8))
+        .await;
+
+    let args = ["plan", NAME, "--image", "python=python:3.6"];
+    kubectl_gd(&cluster, &args).await;
+    let plan = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).expect("-o json is JSON");
+    let expected = planned(&plan);
+    assert_eq!(plan["stop"]["reason"], "partition", "{plan}");
+
+    let since = Instant::now();
+    let watch = PodWatch::start(&cluster, "app=test", "python:3.6", since).await;
+    let patch = r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.6"}]"#;
+    cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", patch]).await;
+    wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.status.as_ref().is_some_and(|s| {
+            s.observed_generation == gd.metadata.generation
+                && s.updated_available_replicas == 5
+                && s.available_replicas == 8
+                && s.replicas == 8
+        })
+    })
+    .await;
+    show_gd(&cluster).await;
+    let actual = watch.batches_by_budget();
+    println!("planned: {expected:?}\nobserved: {:?}\n{actual:#?}", observed(&actual));
+    let recreated = |b: &[(BTreeSet<String>, usize, BTreeSet<String>)]| -> BTreeSet<String> {
+        b.iter().flat_map(|(e, _, _)| e.iter().cloned()).collect()
+    };
+    let created = |b: &[(BTreeSet<String>, usize, BTreeSet<String>)]| b.iter().map(|(_, c, _)| c).sum::<usize>();
+    let observed = observed(&actual);
+    assert_eq!(recreated(&observed), recreated(&expected), "the planned old pods, and only they, were recreated");
+    assert_eq!(created(&observed), created(&expected), "as many pods created as planned");
+    // The operators act milliseconds apart where the forecast steps a second, so passes cannot be told apart on the
+    // watch; their order can: every old pod of a planned batch is deleted before any of a later batch, and the
+    // pods the first batch creates (the surge) are created before the first deletion.
+    let seen = watch.seen.lock().unwrap().clone();
+    let deleted_at = |name: &String| seen.get(name).and_then(|s| s.deleted).expect("deleted");
+    let old_batches: Vec<&BTreeSet<String>> = expected.iter().map(|(e, _, _)| e).filter(|e| !e.is_empty()).collect();
+    for pair in old_batches.windows(2) {
+        let last = pair[0].iter().map(deleted_at).max();
+        let first = pair[1].iter().map(deleted_at).min();
+        assert!(last <= first, "{:?} deleted before {:?}: {seen:#?}", pair[0], pair[1]);
+    }
+    let first_deletion = seen.values().filter_map(|s| s.deleted).min().expect("a deletion");
+    let surge = seen.values().filter(|s| s.created.is_some_and(|c| c < first_deletion)).count();
+    assert_eq!(surge, expected[0].1, "the surge pods come first: {seen:#?}");
+}
+
+/// `--assume-hooks as-now` on a scale-in held by a running hook whose first measurement failed (the walkthrough's
+/// fail template: 3 measurements, failureLimit 2; the hook-operator at `--interval-scale 0.25`, so the run fails at
+/// its third measurement, 30 s after it started): the plan says the held pod's hook fails and the pod stays, where
+/// `succeed` would delete it; the operators then do what `as-now` said, about when it said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_now_forecasts_a_failing_running_hook() {
+    use common::api::{HookPhase, HookRun};
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let ip = e2e::hook::hook_pod(&cluster, "canary-hook").await;
+    let resolve = format!("1.1.1.1:9091={ip}:9091");
+    let _hooks = e2e::hook::start_operator_scaled(&cluster, "0.25", &["--web-resolve", &resolve]);
+    let _gd = e2e::gamedeployment::start_operator(&cluster);
+    example(&cluster, "hook-template-fail.yaml").await;
+    example(&cluster, "gamedeployment.yaml").await;
+    wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
+    cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    let run = e2e::wait_for("a running pre-delete run with one failed measurement", LONG, || async {
+        let list = runs.list(&Default::default()).await.ok()?;
+        list.items.into_iter().find(|r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.phase == Some(HookPhase::Running) && s.metric_results.first().is_some_and(|m| m.failed == 1)
+            })
+        })
+    })
+    .await;
+    let planned_at = Instant::now();
+    let held = e2e::gamedeployment::live_pods(&cluster, NAME)
+        .await
+        .into_iter()
+        .find(|p| e2e::gamedeployment::label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))
+        .and_then(|p| p.metadata.name)
+        .expect("a pod held by the run");
+
+    let args = ["plan", NAME, "--replicas", "5", "--hook-interval-scale", "0.25"];
+    kubectl_gd(&cluster, &[&args[..], &["--assume-hooks", "as-now"]].concat()).await;
+    let as_now = kubectl_gd(&cluster, &[&args[..], &["--assume-hooks", "as-now", "-o", "json"]].concat()).await;
+    let succeed = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
+    let as_now: serde_json::Value = serde_json::from_str(&as_now.stdout).expect("JSON");
+    let succeed: serde_json::Value = serde_json::from_str(&succeed.stdout).expect("JSON");
+    let step = &as_now["batches"][0]["pods"][0];
+    assert_eq!(as_now["batches"].as_array().map(Vec::len), Some(1), "{as_now}");
+    assert_eq!(step["pod"], held.as_str());
+    assert_eq!(step["hooks"][0]["run"], run.metadata.name.clone().unwrap().as_str(), "it waits on the running run");
+    assert_eq!(step["hooks"][0]["outcome"], "Failed");
+    assert!(step["acted"].is_null(), "{step}");
+    assert_eq!(as_now["stop"]["reason"], "hook-failed");
+    assert_eq!(succeed["stop"]["reason"], "complete", "assuming success the pod would go: {succeed}");
+    let fails_in = step["hooks"][0]["completes"].as_f64().expect("it completes");
+
+    // What happens: the run fails, the pod stays.
+    let gd = wait_for_condition(&cluster, |gd: &GameDeployment| {
+        gd.status.as_ref().is_some_and(|s| {
+            s.pre_delete_hook_condition.iter().any(|c| c.pod_name == held && c.phase == HookPhase::Failed)
+        })
+    })
+    .await;
+    let took = planned_at.elapsed().as_secs_f64();
+    println!("forecast: fails in {fails_in}s; observed {took:.1}s");
+    assert!(gd.status.is_some());
+    assert!(
+        e2e::gamedeployment::live_pods(&cluster, NAME).await.iter().any(|p| p.metadata.name.as_deref() == Some(&held)),
+        "the held pod stays"
+    );
+    // Within 20 % of the run's 30 s, as the plan said.
+    assert!((fails_in - took).abs() <= 6.0, "forecast {fails_in}s, observed {took:.1}s");
+}
