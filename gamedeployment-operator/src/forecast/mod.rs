@@ -136,7 +136,11 @@ fn classify(gd: &GameDeployment, status: &GameDeploymentStatus) -> (StopReason, 
     if gd.spec.update_strategy.paused || !status.pause_conditions.is_empty() {
         return (StopReason::Paused, progressing_message(status));
     }
+    // At the partition only once every pod is available (a server in `Maintaining` never is): new pods still within
+    // `minReadySeconds` are waited for.
+    let maintaining = status.server_states.get("Maintaining").copied().unwrap_or(0);
     if status.replicas == replicas
+        && status.available_replicas + maintaining >= replicas
         && status.updated_available_replicas >= status.expected_updated_replicas
         && status.expected_updated_replicas < replicas
     {

@@ -205,3 +205,14 @@ fn a_run_the_operator_already_made_is_trusted_and_waited_on_not_made_again() {
     assert_eq!(steps[0].acted, Some(110), "deleted when the run completes: 120s after it started");
     assert_eq!(timeline.stop.reason, StopReason::Complete);
 }
+
+/// A scale-out under a partition: the new pods run the update revision and are waited for until available
+/// (`minReadySeconds`), and the rollout is then complete — not "stopped at the partition" before they are.
+#[test]
+fn a_scale_out_waits_for_the_new_pods_to_become_available() {
+    let world = settled(walkthrough_gd());
+    let timeline = run(live(&world, |gd| gd.spec.replicas = Some(7)), Assume::Succeed);
+    assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
+    assert!(timeline.stop.at >= 30, "minReadySeconds is waited for: {:?}", timeline.stop);
+    assert_eq!(timeline.after.available, 7, "{:?}", timeline.after);
+}
