@@ -77,10 +77,25 @@ pub fn payload(template: &PodTemplateSpec) -> Value {
     json!({ "spec": { "template": template } })
 }
 
+/// `value` with the keys of every object in sorted order. serde_json keeps insertion order when any crate of the
+/// build enables its `preserve_order` feature, so without this the same template would hash differently in
+/// different builds (the operator, `kubectl gd plan`).
+fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
 /// The hash part of a revision name: FNV-32a over the payload (and the collision count, when set), printed in
 /// decimal and safe-encoded, as `controller.HashControllerRevision` does.
 pub fn hash(payload: &Value, collision_count: Option<i32>) -> String {
-    let mut bytes = payload.to_string().into_bytes();
+    let mut bytes = sorted(payload).to_string().into_bytes();
     if let Some(count) = collision_count.filter(|c| *c != 0) {
         bytes.extend_from_slice(count.to_string().as_bytes());
     }
@@ -250,6 +265,22 @@ mod tests {
         let name = revision_name(&long, "67864c6f65");
         assert_eq!(name.len(), 63);
         assert!(name.ends_with("-67864c6f65"));
+    }
+
+    /// The hash is taken over the payload with its keys in sorted order, whatever order the value holds them in:
+    /// serde_json keeps insertion order when any crate of the build enables its `preserve_order` feature (the
+    /// workspace build does, through expr-lang), and `$patch` is inserted last. Without this, `kubectl gd plan`
+    /// (built with the feature) named a new revision differently from an operator built without it.
+    #[test]
+    fn the_hash_does_not_depend_on_the_order_keys_were_inserted_in() {
+        let sorted = r#"{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"game"}},"spec":{"containers":[{"image":"nginx:1","name":"main"}]}}}}"#;
+        let want = safe_encode(&fnv32a(sorted.as_bytes()).to_string());
+        let mut inserted_last = serde_json::Map::new();
+        inserted_last.insert("metadata".into(), json!({"labels": {"app": "game"}}));
+        inserted_last.insert("spec".into(), json!({"containers": [{"name": "main", "image": "nginx:1"}]}));
+        inserted_last.insert("$patch".into(), json!("replace"));
+        let payload = json!({"spec": {"template": Value::Object(inserted_last)}});
+        assert_eq!(hash(&payload, None), want);
     }
 
     #[test]
