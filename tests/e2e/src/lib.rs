@@ -33,19 +33,23 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo_root().join("target"))
 }
 
-/// Path of a workspace binary, brought up to date once per test process: `cargo build` is a no-op when the
-/// binary is current (`scripts/test` builds every binary first), and a test never runs a stale operator.
+/// Path of a workspace binary, brought up to date once per test process: `cargo build --workspace --bins` is a
+/// no-op when the binaries are current (`scripts/test` builds them first), and a test never runs a stale operator.
+/// The whole workspace, not the one package: Cargo unifies features over what it builds, so `-p <package>` alone
+/// built each binary a second time with other features (serde_json without `preserve_order`, and every crate above
+/// it) — minutes of CPU during the tests on a fresh clone, and binaries unlike the ones the sandbox and chart run.
 pub fn binary(package: &str, bin: &str) -> PathBuf {
-    static BUILT: OnceLock<Mutex<std::collections::BTreeSet<String>>> = OnceLock::new();
+    static BUILT: OnceLock<Mutex<bool>> = OnceLock::new();
     let path = target_dir().join("debug").join(bin);
     let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if built.insert(bin.to_string()) {
+    if !*built {
         let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "-q", "-p", package, "--bin", bin])
+            .args(["build", "-q", "--workspace", "--bins"])
             .current_dir(repo_root())
             .status()
             .expect("cargo runs");
-        assert!(status.success(), "building {bin} failed");
+        assert!(status.success(), "building the workspace's binaries (for {package}'s {bin}) failed");
+        *built = true;
     }
     path
 }
