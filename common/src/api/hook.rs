@@ -269,6 +269,21 @@ pub struct Metric {
     pub provider: MetricProvider,
 }
 
+impl Metric {
+    /// How many measurements count towards completion: `count` if set; 1 when neither `count` nor `interval` is
+    /// set; unbounded (`None`) with only an interval, until a limit decides or the run terminates. The
+    /// hook-operator's engine and `kubectl gd plan`'s forecast both count by this one rule.
+    pub fn effective_count(&self) -> Option<i32> {
+        if self.count > 0 {
+            Some(self.count)
+        } else if self.interval.as_deref().is_none_or(|i| i.trim().is_empty()) {
+            Some(1)
+        } else {
+            None
+        }
+    }
+}
+
 fn is_zero(v: &i32) -> bool {
     *v == 0
 }

@@ -60,17 +60,6 @@ fn parse(field: Option<&str>) -> Option<Duration> {
     field.map(str::trim).filter(|s| !s.is_empty()).and_then(|s| common::duration::parse_go(s).ok())
 }
 
-/// How many measurements count towards completion (the engine's `effective_count`).
-fn effective_count(metric: &Metric) -> Option<i32> {
-    if metric.count > 0 {
-        Some(metric.count)
-    } else if metric.interval.as_deref().is_none_or(|i| i.trim().is_empty()) {
-        Some(1)
-    } else {
-        None
-    }
-}
-
 /// Time between two measurements (before scaling, the interval is raised to the minimum).
 fn wait(metric: &Metric, timing: Timing) -> Duration {
     timing.scale(parse(metric.interval.as_deref()).unwrap_or_default().max(MIN_INTERVAL))
@@ -92,7 +81,7 @@ fn assess(metric: &Metric, result: &MetricResult) -> Option<HookPhase> {
     if metric.consecutive_successful_limit.is_some_and(|limit| result.consecutive_successful >= limit) {
         return Some(HookPhase::Successful);
     }
-    if effective_count(metric).is_some_and(|count| result.count >= count) {
+    if metric.effective_count().is_some_and(|count| result.count >= count) {
         return Some(HookPhase::Successful);
     }
     None
@@ -230,7 +219,7 @@ pub fn schedule_text(metric: &Metric, timing: Timing) -> String {
     let delay = initial_delay(metric, timing);
     let after = if delay.is_zero() { String::new() } else { format!(" after {}", seconds_text(delay)) };
     let limits = [
-        effective_count(metric),
+        metric.effective_count(),
         (metric.successful_limit > 0).then_some(metric.successful_limit),
         metric.consecutive_successful_limit,
     ];

@@ -12,16 +12,9 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::settings::EngineSettings;
 
-/// How many measurements count towards completion: `count` if set; 1 when neither `count` nor `interval` is
-/// set; unbounded (`None`) with only an interval, until a limit decides or the run terminates.
+/// How many measurements count towards completion ([`Metric::effective_count`], shared with the forecast).
 pub fn effective_count(metric: &Metric) -> Option<i32> {
-    if metric.count > 0 {
-        Some(metric.count)
-    } else if metric.interval.as_deref().is_none_or(|i| i.trim().is_empty()) {
-        Some(1)
-    } else {
-        None
-    }
+    metric.effective_count()
 }
 
 fn parse(field: Option<&str>) -> Duration {
