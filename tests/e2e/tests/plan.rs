@@ -117,26 +117,17 @@ impl PodWatch {
     /// The pods acted on, grouped into batches: a pod whose action started more than `gap` after the first of the
     /// current batch opens the next batch.
     fn batches(&self, gap: Duration) -> Vec<Vec<(String, Seen)>> {
-        let seen = self.seen.lock().unwrap();
-        let mut acted: Vec<(String, Seen)> =
-            seen.iter().filter(|(_, s)| s.started().is_some()).map(|(n, s)| (n.clone(), s.clone())).collect();
-        acted.sort_by_key(|(_, s)| s.started());
-        let mut batches: Vec<Vec<(String, Seen)>> = Vec::new();
-        for (name, s) in acted {
-            let start = s.started().unwrap_or_default();
-            match batches.last_mut() {
-                Some(batch) if start <= batch[0].1.started().unwrap_or_default() + gap => batch.push((name, s)),
-                _ => batches.push(vec![(name, s)]),
-            }
-        }
-        batches
+        self.grouped(|batch, start| start <= batch[0].1.started().unwrap_or_default() + gap)
     }
-}
 
-impl PodWatch {
     /// The pods acted on, grouped into batches as the budget frees: a pod whose action started once a pod of the
     /// current batch was done (back in service, or gone) opens the next batch.
     fn batches_by_budget(&self) -> Vec<Vec<(String, Seen)>> {
+        self.grouped(|batch, start| batch.iter().filter_map(|(_, s)| s.done).min().is_none_or(|freed| start < freed))
+    }
+
+    /// The pods acted on, in the order their actions started; a pod joins the current batch while `joins` says so.
+    fn grouped(&self, joins: impl Fn(&[(String, Seen)], Duration) -> bool) -> Vec<Vec<(String, Seen)>> {
         let seen = self.seen.lock().unwrap();
         let mut acted: Vec<(String, Seen)> =
             seen.iter().filter(|(_, s)| s.started().is_some()).map(|(n, s)| (n.clone(), s.clone())).collect();
@@ -144,9 +135,8 @@ impl PodWatch {
         let mut batches: Vec<Vec<(String, Seen)>> = Vec::new();
         for (name, s) in acted {
             let start = s.started().unwrap_or_default();
-            let freed = batches.last().and_then(|b| b.iter().filter_map(|(_, s)| s.done).min());
             match batches.last_mut() {
-                Some(batch) if freed.is_none_or(|f| start < f) => batch.push((name, s)),
+                Some(batch) if joins(batch, start) => batch.push((name, s)),
                 _ => batches.push(vec![(name, s)]),
             }
         }
