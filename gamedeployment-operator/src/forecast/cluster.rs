@@ -3,7 +3,7 @@
 //! a minimal kubelet (scheduling, containers starting, restarting on an image change, `Ready` honouring readiness
 //! gates). The planner's own tests run on it, and so does [`super::forecast`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use common::api::GameDeployment;
@@ -36,6 +36,8 @@ pub struct SimCluster {
     pub hook_templates: Vec<common::api::HookTemplate>,
     /// The keys the simulated operator signs and verifies attempt stamps with.
     pub keys: Arc<Keyring>,
+    /// Each pod as it was when it last got its resourceVersion, by name and UID ([`Self::new_resource_versions`]).
+    seen: HashMap<(String, String), Pod>,
 }
 
 pub fn ts(second: i64) -> Timestamp {
@@ -69,6 +71,7 @@ impl SimCluster {
             hook_runs: Vec::new(),
             hook_templates: Vec::new(),
             keys,
+            seen: HashMap::new(),
         }
     }
 
@@ -107,15 +110,30 @@ impl SimCluster {
         self.new_resource_versions();
     }
 
-    /// Gives every pod a new resourceVersion, as the API server does on each write: the planner remembers what it
-    /// read from a pod by UID and resourceVersion (`planner::update::inplace::step`), so a pod changed here without
-    /// a new one would be read as it was. Unique in the process: forecasts running side by side never share one.
+    /// Gives every pod that changed since the last call a new resourceVersion, as the API server does on each write
+    /// (and only then): the planner remembers what it read from a pod by UID and resourceVersion
+    /// (`planner::update::inplace::step`), so a pod changed here without a new one would be read as it was, and a
+    /// pod given a new one without a change would be read again for nothing, which no real pass does. A change is
+    /// anything that differs from the copy kept at the last call, however it was made (actions, the kubelet, a
+    /// test's own edit). Unique in the process: forecasts running side by side never share one.
     fn new_resource_versions(&mut self) {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let mut seen = std::mem::take(&mut self.seen);
+        let mut kept = HashMap::with_capacity(self.pods.len());
         for pod in &mut self.pods {
-            let rv = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            pod.metadata.resource_version = Some(format!("sim-{rv}"));
+            let key = (pod.metadata.name.clone().unwrap_or_default(), pod.metadata.uid.clone().unwrap_or_default());
+            let unchanged = pod.metadata.resource_version.is_some() && seen.get(&key).is_some_and(|last| last == pod);
+            let last = match seen.remove(&key) {
+                Some(last) if unchanged => last,
+                _ => {
+                    let rv = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    pod.metadata.resource_version = Some(format!("sim-{rv}"));
+                    pod.clone()
+                }
+            };
+            kept.insert(key, last);
         }
+        self.seen = kept;
     }
 
     fn pod_mut(&mut self, name: &str, uid: &str) -> Option<&mut Pod> {

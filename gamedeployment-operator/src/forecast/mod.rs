@@ -17,7 +17,7 @@
 //!
 //! Nothing here writes to a cluster: the caller reads the objects (get and list only) and gets data back.
 
-pub(crate) mod cluster;
+pub mod cluster;
 pub mod hook_operator;
 pub mod timeline;
 pub mod trust;
