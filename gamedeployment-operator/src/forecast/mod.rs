@@ -265,7 +265,8 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
     let race = recorder.race().filter(|_| racing);
     if let Some(race) = &race {
         let notes = recorder.race_notes(race);
-        recorder.notes.splice(0..0, notes);
+        recorder.notes.extend(notes);
+        recorder.notes.sort_by_key(|n| n.at);
     }
     let mut lifecycle_holds = timeline::lifecycle_holds(&cluster.gd, &cluster.pods, start);
     for hold in &mut lifecycle_holds {

@@ -340,8 +340,11 @@ fn as_now_names_the_race_winners_and_skipped_pods_from_each_runs_first_reading()
     for candidate in &race.candidates {
         assert_eq!(note.text.contains(&candidate.pod), !candidate.measured, "{note:?}");
     }
+    assert_eq!(note.at, race.candidates[6].joined, "said where the replacements join: {note:?}");
     assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
     assert_eq!(timeline.after.replicas, 7);
+    // The race ends with its winners: the released candidates' runs, removed then, do not count.
+    assert!((9..=12).contains(&timeline.total_seconds), "{}", timeline.total_seconds);
     // Assuming success nothing is unknown (the assumption decides).
     let succeed = run(live(&world, |_| {}), Assume::Succeed);
     assert!(unknown_note(&succeed).is_none(), "{:?}", succeed.notes);

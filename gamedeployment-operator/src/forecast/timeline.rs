@@ -594,12 +594,15 @@ impl Recorder {
     /// simulated hook-operator answers none, so those pods race as pods without a cost, in deletion order).
     pub fn race_notes(&self, race: &Race) -> Vec<Note> {
         let mut notes = Vec::new();
+        // Said where the first of the pods concerned joins the race (or where the race starts).
+        let race_start = race.candidates.iter().map(|c| c.joined).min().unwrap_or(0);
         if self.assume == Assume::AsNow {
-            let unknown: Vec<&str> =
-                race.candidates.iter().filter(|c| c.run.is_some() && !c.measured).map(|c| c.pod.as_str()).collect();
-            if !unknown.is_empty() {
+            let unknown: Vec<&RaceCandidate> =
+                race.candidates.iter().filter(|c| c.run.is_some() && !c.measured).collect();
+            if let Some(at) = unknown.iter().map(|c| c.joined).min() {
+                let unknown: Vec<&str> = unknown.iter().map(|c| c.pod.as_str()).collect();
                 notes.push(Note {
-                    at: 0,
+                    at,
                     text: format!(
                         "as-now cannot know how the pre-delete hook of {} will read: no measurement yet, assumed to \
                          succeed (the winners may differ)",
@@ -612,7 +615,7 @@ impl Recorder {
         if !self.unanswered_probes.is_empty() {
             let pods: Vec<&str> = self.unanswered_probes.iter().map(String::as_str).collect();
             notes.push(Note {
-                at: 0,
+                at: race_start,
                 text: format!(
                     "the cost probe of {} has not answered: the forecast cannot know these costs and races those pods \
                      as pods without a cost, in deletion order (the race order may differ)",
@@ -663,11 +666,20 @@ impl Recorder {
             .collect()
     }
 
-    /// When the last pod action is done (or was taken, for one never done; or its hook ended, for one never taken).
+    /// When the last pod action is done (or was taken, for one never done; or, for one never taken, when the race
+    /// to empty skipped or released the pod, else when its hook ended).
     pub fn last_done(&self) -> Option<i64> {
+        let decided = |name: &str| {
+            self.race.iter().find(|(pod, _)| pod == name).and_then(|(_, e)| e.decided.filter(|_| e.result.is_some()))
+        };
         self.steps
-            .values()
-            .filter_map(|(_, s)| s.done.or(s.acted).or_else(|| s.hooks.iter().filter_map(|h| h.completes).max()))
+            .iter()
+            .filter_map(|(name, (_, s))| {
+                s.done
+                    .or(s.acted)
+                    .or_else(|| decided(name))
+                    .or_else(|| s.hooks.iter().filter_map(|h| h.completes).max())
+            })
             .max()
     }
 }
