@@ -134,8 +134,10 @@ pub fn all_hooked(hook: &LifecycleHook, pod: &Pod) -> bool {
 pub fn what_releases(gd: &GameDeployment, which: Handler, pod: &Pod, release: bool) -> Option<String> {
     let hook = handler(gd, which)?;
     if release {
-        let on: Vec<String> = parts(hook, pod).into_iter().filter(|(_, on)| *on).map(|(p, _)| p).collect();
-        (!on.is_empty()).then(|| format!("an outside controller must remove {} from the pod", on.join(", ")))
+        hooked(hook, pod).then(|| {
+            let on: Vec<String> = parts(hook, pod).into_iter().filter(|(_, on)| *on).map(|(p, _)| p).collect();
+            format!("an outside controller must remove {} from the pod", on.join(", "))
+        })
     } else {
         let missing: Vec<String> = parts(hook, pod).into_iter().filter(|(_, on)| !*on).map(|(p, _)| p).collect();
         (!missing.is_empty()).then(|| format!("an outside controller must add {} to the pod", missing.join(", ")))

@@ -383,7 +383,7 @@ fn runs_without_a_reading_are_named_as_unknown_under_as_now() {
     first_reading(&mut world, &[(first.clone(), false)]);
     let timeline = run(live(&world, |_| {}), Assume::AsNow);
     let race = timeline.race.as_ref().expect("a race");
-    assert_eq!(race.skipped, [first.clone()]);
+    assert_eq!(race.skipped, std::slice::from_ref(&first));
     let others: Vec<String> = racing.iter().filter(|p| **p != first).cloned().collect();
     assert_eq!(sorted(race.winners.clone()), others);
     let note = unknown_note(&timeline).expect("a note");
@@ -391,6 +391,54 @@ fn runs_without_a_reading_are_named_as_unknown_under_as_now() {
         assert!(note.text.contains(pod.as_str()), "{note:?}");
     }
     assert!(!note.text.contains(&first), "{note:?}");
+}
+
+/// With a cost probe (no extra candidate), the probes of 8 pods have answered a cost and 2 have not: the forecast
+/// cannot know those 2 costs (the simulated hook-operator reads no value), races them as pods without a cost, and
+/// says so; the answered costs order the race (the 3 cheapest answered race).
+#[test]
+fn unanswered_cost_probes_are_named_as_unknown() {
+    let mut world = race_world(10, 0);
+    let mut cost = empty_thrice_template();
+    cost.metadata.name = Some("cost".into());
+    world.hook_templates.push(cost);
+    world.gd.spec.scale_strategy.as_mut().unwrap().scale_in_policy.as_mut().unwrap().cost_probe =
+        Some(serde_json::from_value(json!({"templateName": "cost", "timeoutSeconds": 600})).unwrap());
+    assert!(scale_in(&mut world, 7).is_empty(), "no candidate while the costs are awaited");
+    let pod_of = |run: &common::api::HookRun| {
+        run.spec.args.iter().find(|a| a.name == "PodName").and_then(|a| a.value.clone()).unwrap_or_default()
+    };
+    let mut pods: Vec<String> = world.hook_runs.iter().map(|r| pod_of(r)).collect();
+    pods.sort();
+    assert_eq!(pods.len(), 10, "every pod is asked");
+    let (silent, answered) = pods.split_at(2);
+    // Cheapest last in name order: the last three answered race.
+    for run in &mut world.hook_runs {
+        let pod = pod_of(run);
+        let Some(rank) = answered.iter().position(|p| *p == pod) else { continue };
+        std::sync::Arc::make_mut(run).status = Some(
+            serde_json::from_value(json!({
+                "phase": "Successful",
+                "metricResults": [{"name": "players", "phase": "Successful", "count": 1, "successful": 1,
+                                   "measurements": [{"phase": "Successful", "value": (100 - rank).to_string()}]}]
+            }))
+            .unwrap(),
+        );
+    }
+    let timeline = run(live(&world, |_| {}), Assume::Succeed);
+    let race = timeline.race.as_ref().expect("a race");
+    assert_eq!(
+        sorted(race.candidates.iter().map(|c| c.pod.clone()).collect()),
+        answered[5..].to_vec(),
+        "the 3 cheapest answered"
+    );
+    let note = timeline.notes.iter().find(|n| n.text.contains("cost probe")).expect("a note");
+    for pod in silent {
+        assert!(note.text.contains(pod.as_str()), "{note:?}");
+    }
+    for pod in answered {
+        assert!(!note.text.contains(pod.as_str()), "{note:?}");
+    }
 }
 
 /// Without a race no race is reported.

@@ -717,7 +717,7 @@ pub fn lifecycle_holds(gd: &GameDeployment, pods: &[Pod], start: i64) -> Vec<Lif
             })
         })
         .collect();
-    holds.sort_by(|a, b| natural(&a.pod).cmp(&natural(&b.pod)));
+    holds.sort_by_key(|h| natural(&h.pod));
     holds
 }
 
