@@ -128,17 +128,26 @@ pub fn all_hooked(hook: &LifecycleHook, pod: &Pod) -> bool {
     parts(hook, pod).iter().all(|(_, on)| *on)
 }
 
+/// What an outside controller must do for the `which` handler to let the pod on, if the handler holds it: remove
+/// what of the handler is still on the pod (`release`: before the change, [`holds_release`]), or add what of it is
+/// missing (`!release`: back to `Normal`, [`holds_return`]).
+pub fn what_releases(gd: &GameDeployment, which: Handler, pod: &Pod, release: bool) -> Option<String> {
+    let hook = handler(gd, which)?;
+    if release {
+        hooked(hook, pod).then(|| {
+            let on: Vec<String> = parts(hook, pod).into_iter().filter(|(_, on)| *on).map(|(p, _)| p).collect();
+            format!("an outside controller must remove {} from the pod", on.join(", "))
+        })
+    } else {
+        let missing: Vec<String> = parts(hook, pod).into_iter().filter(|(_, on)| !*on).map(|(p, _)| p).collect();
+        (!missing.is_empty()).then(|| format!("an outside controller must add {} to the pod", missing.join(", ")))
+    }
+}
+
 /// Why the `which` handler holds a pod that must be released (no part of it left on the pod): what is still on it.
 pub fn holds_release(gd: &GameDeployment, which: Handler, pod: &Pod) -> Option<String> {
-    let hook = handler(gd, which).filter(|hook| hooked(hook, pod))?;
-    let on: Vec<String> = parts(hook, pod).into_iter().filter(|(_, on)| *on).map(|(p, _)| p).collect();
-    (!on.is_empty()).then(|| {
-        format!(
-            "waiting for the {} lifecycle handler: an outside controller must remove {} from the pod",
-            which.field(),
-            on.join(", ")
-        )
-    })
+    what_releases(gd, which, pod, true)
+        .map(|what| format!("waiting for the {} lifecycle handler: {what}", which.field()))
 }
 
 /// Whether the `which` handler still holds a pod that must be all hooked (`Updated` → `Normal`, `PreparingNormal`
@@ -229,6 +238,34 @@ mod tests {
         pod.metadata.labels = None;
         assert!(hooked(&hook, &pod) && !all_hooked(&hook, &pod));
         assert!(all_hooked(&LifecycleHook::default(), &pod) && !hooked(&LifecycleHook::default(), &pod));
+    }
+
+    #[test]
+    fn what_releases_a_pod_is_what_of_the_handler_to_remove_or_to_add() {
+        let gd: GameDeployment = serde_json::from_value(json!({
+            "metadata": {"name": "g"},
+            "spec": {"selector": {}, "template": {}, "lifecycle": {"preNormal": {
+                "labelsHandler": {"a": "true"}, "finalizersHandler": ["f"]}}}
+        }))
+        .unwrap();
+        let mut pod = Pod::default();
+        assert_eq!(what_releases(&gd, Handler::PreNormal, &pod, true), None, "nothing of it on the pod");
+        assert_eq!(
+            what_releases(&gd, Handler::PreNormal, &pod, false).as_deref(),
+            Some("an outside controller must add label a=true, finalizer f to the pod")
+        );
+        pod.metadata.finalizers = Some(vec!["f".into()]);
+        assert_eq!(
+            what_releases(&gd, Handler::PreNormal, &pod, true).as_deref(),
+            Some("an outside controller must remove finalizer f from the pod")
+        );
+        assert_eq!(
+            holds_release(&gd, Handler::PreNormal, &pod).as_deref(),
+            Some(
+                "waiting for the preNormal lifecycle handler: an outside controller must remove finalizer f from the pod"
+            )
+        );
+        assert_eq!(what_releases(&gd, Handler::PreDelete, &pod, true), None, "no such handler");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use common::api::{GameDeployment, HookPhase, HookRun, HookTemplate};
-use gamedeployment_operator::forecast::{Live, PodStep, StopReason, Timeline};
+use gamedeployment_operator::forecast::{Assume, LifecycleHold, Live, PodStep, Race, StopReason, Timeline};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -174,6 +174,7 @@ fn stop_line(timeline: &Timeline) -> String {
         StopReason::Partition => "the rollout stops at the partition",
         StopReason::Paused => "the rollout pauses",
         StopReason::HookFailed => "the rollout stops, a hook failed",
+        StopReason::LifecycleHold => "the rollout waits for lifecycle handlers",
         StopReason::Stuck => "the rollout is stuck",
         StopReason::TimeLimit => "the forecast gives up",
     };
@@ -184,9 +185,9 @@ fn stop_line(timeline: &Timeline) -> String {
 pub fn render(timeline: &Timeline, change: &[String]) -> String {
     let mut out = String::new();
     let assume = match timeline.assume {
-        gamedeployment_operator::forecast::Assume::Succeed => "hooks assumed to succeed",
-        gamedeployment_operator::forecast::Assume::Fail => "hooks assumed to fail",
-        gamedeployment_operator::forecast::Assume::AsNow => "hooks assumed to go on as they are now",
+        Assume::Succeed => "hooks assumed to succeed",
+        Assume::Fail => "hooks assumed to fail",
+        Assume::AsNow => "hooks assumed to go on as they are now",
     };
     let _ = writeln!(
         out,
@@ -215,6 +216,12 @@ pub fn render(timeline: &Timeline, change: &[String]) -> String {
     for note in notes {
         let _ = writeln!(out, "\n  at {}: {}", duration(note.at), note_text(note));
     }
+    if let Some(race) = &timeline.race {
+        out.push_str(&race_lines(race, timeline.assume));
+    }
+    if !timeline.lifecycle_holds.is_empty() {
+        out.push_str(&hold_lines(&timeline.lifecycle_holds));
+    }
     let pods: usize = timeline.batches.iter().map(|b| b.pods.len()).sum();
     let _ = writeln!(out, "\n{}", stop_line(timeline));
     let _ = writeln!(
@@ -228,6 +235,67 @@ pub fn render(timeline: &Timeline, change: &[String]) -> String {
         timeline.after.replicas,
     );
     out
+}
+
+fn names(pods: &[String]) -> String {
+    if pods.is_empty() { "none".into() } else { pods.join(", ") }
+}
+
+/// The race to empty: its candidates in race order, each with how it ends and its hook, then the winners and the
+/// skipped pods.
+fn race_lines(race: &Race, assume: Assume) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\nRace to empty ({} candidate{} in race order; {} win{}):",
+        race.candidates.len(),
+        if race.candidates.len() == 1 { "" } else { "s" },
+        race.winners.len(),
+        if race.winners.len() == 1 { "s" } else { "" },
+    );
+    let width = race.candidates.iter().map(|c| c.pod.len()).max().unwrap_or(0);
+    for (i, c) in race.candidates.iter().enumerate() {
+        let result = match c.decided {
+            Some(at) => format!("{} at {}", c.result.as_str(), duration(at)),
+            None => c.result.as_str().to_string(),
+        };
+        let hook = match (&c.run, c.outcome) {
+            (Some(run), Some(outcome)) => format!("run {run}: {outcome:?}"),
+            (Some(run), None) => format!("run {run}"),
+            (None, _) => "no hook".into(),
+        };
+        let unknown = if assume == Assume::AsNow && c.run.is_some() && !c.measured {
+            "; no measurement yet, assumed to succeed"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "  {:>2}. {:width$}  {result} ({hook}{unknown}; joined at {})",
+            i + 1,
+            c.pod,
+            duration(c.joined)
+        );
+    }
+    let _ = writeln!(out, "  Winners: {}", names(&race.winners));
+    let _ = writeln!(out, "  Skipped: {}", names(&race.skipped));
+    out
+}
+
+/// The pods lifecycle handlers hold, with what would release them.
+fn hold_lines(holds: &[LifecycleHold]) -> String {
+    let mut out = String::from("\nHeld by lifecycle handlers (only an outside controller releases them):\n");
+    let width = holds.iter().map(|h| h.pod.len()).max().unwrap_or(0);
+    for h in holds {
+        let since = h.since.map_or_else(String::new, |s| format!(" (since {})", signed_duration(s)));
+        let _ = writeln!(out, "  {:width$}  {:15}  {} handler: {}{since}", h.pod, h.state, h.handler, h.release);
+    }
+    out
+}
+
+/// [`duration`], or "before the change" for a negative time.
+fn signed_duration(seconds: i64) -> String {
+    if seconds < 0 { format!("{} before the change", duration(-seconds)) } else { duration(seconds) }
 }
 
 fn note_text(note: &gamedeployment_operator::forecast::Note) -> String {
@@ -280,6 +348,112 @@ mod tests {
         let mut other = gd();
         other.metadata.name = Some("h".into());
         assert!(bad(Change { manifest: Some(other), ..Change::default() }).contains("not g"));
+    }
+
+    fn timeline(assume: Assume) -> Timeline {
+        use gamedeployment_operator::forecast::{Counts, Stop};
+        Timeline {
+            name: "race".into(),
+            namespace: "default".into(),
+            assume,
+            update_revision: Some("race-1".into()),
+            batches: Vec::new(),
+            notes: Vec::new(),
+            race: None,
+            lifecycle_holds: Vec::new(),
+            stop: Stop { reason: StopReason::Complete, at: 12, message: "done".into() },
+            total_seconds: 11,
+            before: Counts::default(),
+            after: Counts::default(),
+            passes: 3,
+        }
+    }
+
+    fn candidate(pod: &str, result: RaceResult, outcome: HookPhase, measured: bool) -> RaceCandidate {
+        RaceCandidate {
+            pod: pod.into(),
+            joined: 1,
+            result,
+            decided: Some(11),
+            run: Some(format!("predelete-race-1-{pod}-empty")),
+            outcome: Some(outcome),
+            measured,
+        }
+    }
+
+    use gamedeployment_operator::forecast::{RaceCandidate, RaceResult};
+
+    #[test]
+    fn the_race_is_shown_in_race_order_with_winners_and_skipped_pods() {
+        let mut t = timeline(Assume::AsNow);
+        t.race = Some(Race {
+            candidates: vec![
+                candidate("race-b", RaceResult::Won, HookPhase::Successful, true),
+                candidate("race-a", RaceResult::Skipped, HookPhase::Failed, true),
+                candidate("race-c", RaceResult::Released, HookPhase::Successful, false),
+            ],
+            winners: vec!["race-b".into()],
+            skipped: vec!["race-a".into()],
+        });
+        let text = render(&t, &["replicas 9".into()]);
+        println!("{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("Race to empty (3 candidates in race order; 1 wins)"))
+            .expect("header");
+        assert!(lines[at + 1].contains("1. race-b") && lines[at + 1].contains("wins (deleted) at 11s"), "{text}");
+        assert!(lines[at + 1].contains("run predelete-race-1-race-b-empty: Successful"), "{text}");
+        assert!(lines[at + 2].contains("2. race-a") && lines[at + 2].contains("skipped (its hook failed)"), "{text}");
+        assert!(lines[at + 3].contains("3. race-c") && lines[at + 3].contains("released"), "{text}");
+        assert!(lines[at + 3].contains("no measurement yet, assumed to succeed"), "as-now cannot know: {text}");
+        assert!(!lines[at + 1].contains("no measurement"), "{text}");
+        assert_eq!(lines[at + 4], "  Winners: race-b");
+        assert_eq!(lines[at + 5], "  Skipped: race-a");
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["race"]["winners"], serde_json::json!(["race-b"]));
+        assert_eq!(json["race"]["skipped"], serde_json::json!(["race-a"]));
+        assert_eq!(json["race"]["candidates"][0]["result"], "won");
+        assert_eq!(json["race"]["candidates"][2]["measured"], false);
+        // Assuming success, nothing is unknown.
+        let mut succeed = t.clone();
+        succeed.assume = Assume::Succeed;
+        assert!(!render(&succeed, &[]).contains("no measurement"));
+    }
+
+    #[test]
+    fn lifecycle_holds_are_listed_with_what_releases_them_and_the_stop_says_the_rollout_waits() {
+        let mut t = timeline(Assume::Succeed);
+        t.lifecycle_holds = vec![LifecycleHold {
+            pod: "race-a".into(),
+            state: "PreparingDelete".into(),
+            handler: "preDelete".into(),
+            release: "an outside controller must remove label example.com/hold=true from the pod".into(),
+            since: Some(1),
+        }];
+        t.stop = gamedeployment_operator::forecast::Stop {
+            reason: StopReason::LifecycleHold,
+            at: 2,
+            message: "pod race-a in PreparingDelete waits for the preDelete lifecycle handler: …".into(),
+        };
+        let text = render(&t, &[]);
+        println!("{text}");
+        assert!(text.contains("Held by lifecycle handlers"), "{text}");
+        assert!(
+            text.contains(
+                "race-a  PreparingDelete  preDelete handler: an outside controller must remove label \
+                 example.com/hold=true from the pod (since 1s)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("At 2s the rollout waits for lifecycle handlers: pod race-a in PreparingDelete"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&t).unwrap();
+        assert_eq!(json["lifecycleHolds"][0]["handler"], "preDelete");
+        assert_eq!(json["stop"]["reason"], "lifecycle-hold");
+        assert!(json.get("race").is_none());
     }
 
     #[test]

@@ -25,13 +25,16 @@ pub mod trust;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate};
+use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate, ScaleInMode};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 pub use hook_operator::{Assume, Timing};
-pub use timeline::{Batch, Counts, HookWait, Note, PodAction, PodStep, Stop, StopReason, Timeline};
+pub use timeline::{
+    Batch, Counts, HookWait, LifecycleHold, Note, PodAction, PodStep, Race, RaceCandidate, RaceResult, Stop,
+    StopReason, Timeline,
+};
 
 use crate::hookrun_keys::{KeyError, Keyring};
 use cluster::SimCluster;
@@ -149,6 +152,22 @@ fn classify(gd: &GameDeployment, status: &GameDeploymentStatus) -> (StopReason, 
     (StopReason::Stuck, progressing_message(status))
 }
 
+/// A rollout that ends (stuck, at the time limit, or complete or at its partition by the status — which counts a
+/// `PreparingNormal` pod as available) while lifecycle handlers hold pods waits for them: nothing in the simulated
+/// cluster releases a handler, only an outside controller does. A failed hook or a pause stays the reason.
+fn held_by_handlers(stop: Stop, holds: &[LifecycleHold]) -> Stop {
+    let ends =
+        matches!(stop.reason, StopReason::Stuck | StopReason::TimeLimit | StopReason::Complete | StopReason::Partition);
+    if holds.is_empty() || !ends {
+        return stop;
+    }
+    let waits: Vec<String> = holds
+        .iter()
+        .map(|h| format!("pod {} in {} waits for the {} lifecycle handler: {}", h.pod, h.state, h.handler, h.release))
+        .collect();
+    Stop { reason: StopReason::LifecycleHold, at: stop.at, message: format!("{}; {}", waits.join("; "), stop.message) }
+}
+
 /// Whether the kubelet still has work on a pod (scheduling, containers starting).
 fn settling(pods: &[Pod]) -> bool {
     pods.iter().filter(|p| common::pod::is_active(p)).any(|p| {
@@ -191,6 +210,7 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
         let hooks_moved = hooks.step(&mut cluster.hook_runs, cluster.now);
         let plan = cluster.plan();
         recorder.record(passes, cluster.now, &cluster.pods, &plan.actions);
+        recorder.record_held(passes, cluster.now, &plan.held, &plan.actions);
         cluster.finish_pass(&plan);
         passes += 1;
         let now_progress = Some(progress(&cluster.gd, &plan.status));
@@ -235,6 +255,24 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
     };
     let batches = recorder.batches();
     let total_seconds = recorder.last_done().unwrap_or(0);
+    let racing = cluster
+        .gd
+        .spec
+        .scale_strategy
+        .as_ref()
+        .and_then(|s| s.scale_in_policy.as_ref())
+        .is_some_and(|p| p.mode == ScaleInMode::RaceToEmpty);
+    let race = recorder.race().filter(|_| racing);
+    if let Some(race) = &race {
+        let notes = recorder.race_notes(race);
+        recorder.notes.extend(notes);
+        recorder.notes.sort_by_key(|n| n.at);
+    }
+    let mut lifecycle_holds = timeline::lifecycle_holds(&cluster.gd, &cluster.pods, start);
+    for hold in &mut lifecycle_holds {
+        hold.pod = recorder.shown(&hold.pod);
+    }
+    let stop = held_by_handlers(stop, &lifecycle_holds);
     Ok(Timeline {
         name,
         namespace,
@@ -242,6 +280,8 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
         update_revision: cluster.update_revision(),
         batches,
         notes: recorder.notes,
+        race,
+        lifecycle_holds,
         stop,
         total_seconds,
         before,

@@ -1,5 +1,7 @@
 //! Forecasts of changes to a settled simulated cluster: the walkthrough's image change through a pre-delete hook, a
-//! partition, a canary pause step, a scale-in, a failing hook, and a run the operator already made.
+//! partition, a canary pause step, a scale-in, a failing hook, a run the operator already made, a race to empty
+//! (its candidates, winners and skipped pods, and what `as-now` cannot know of it), and pods held by lifecycle
+//! handlers.
 
 use common::api::{GameDeployment, HookPhase, HookTemplate};
 use k8s_openapi::jiff::Timestamp;
@@ -215,4 +217,305 @@ fn a_scale_out_waits_for_the_new_pods_to_become_available() {
     assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
     assert!(timeline.stop.at >= 30, "minReadySeconds is waited for: {:?}", timeline.stop);
     assert_eq!(timeline.after.available, 7, "{:?}", timeline.after);
+}
+
+/// The race's template `empty`: 3 measurements 5s apart after 2s, failureLimit 1, so a run whose first reading
+/// failed is still `Running` (and fails at its second).
+fn empty_thrice_template() -> HookTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "tkex.tencent.com/v1alpha1",
+        "kind": "HookTemplate",
+        "metadata": {"name": "empty", "namespace": "default"},
+        "spec": {"args": [{"name": "PodName"}],
+                 "metrics": [{"name": "players", "count": 3, "interval": "5s", "initialDelay": "2s", "failureLimit": 1,
+                              "successCondition": "asInt(result) == 0",
+                              "provider": {"web": {"url": "http://players/{{ args.PodName }}", "jsonPath": "{$.players}"}}}]}
+    }))
+    .unwrap()
+}
+
+/// `replicas` pods racing to empty through the `empty` template, `extra` extra candidates, every pod allowed out of
+/// service at once (maxUnavailable 100%), settled.
+fn race_world(replicas: i32, extra: i32) -> SimCluster {
+    let mut g = gd(replicas, "InplaceUpdate");
+    g.spec.update_strategy =
+        serde_json::from_value(json!({"type": "InplaceUpdate", "maxUnavailable": "100%"})).unwrap();
+    g.spec.pre_delete_update_strategy =
+        Some(serde_json::from_value(json!({"hook": {"templateName": "empty"}})).unwrap());
+    g.spec.scale_strategy = Some(
+        serde_json::from_value(json!({"scaleInPolicy": {"mode": "RaceToEmpty", "extraCandidates": extra}})).unwrap(),
+    );
+    let mut world = SimCluster::new(g);
+    world.hook_templates.push(empty_thrice_template());
+    assert!(world.settle(100, |_, _| {}).is_some(), "did not settle");
+    world.tick(60);
+    world.pass();
+    world
+}
+
+fn names_in(world: &SimCluster, state: crate::lifecycle::LifecycleState) -> Vec<String> {
+    world
+        .active()
+        .into_iter()
+        .filter(|p| crate::lifecycle::state_of(p) == state)
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect()
+}
+
+/// Scales `world` to `replicas` as the operator would (passes until its candidates race); returns the candidates.
+fn scale_in(world: &mut SimCluster, replicas: i32) -> Vec<String> {
+    world.gd.spec.replicas = Some(replicas);
+    world.gd.metadata.generation = Some(world.gd.metadata.generation.unwrap_or(1) + 1);
+    for _ in 0..3 {
+        world.tick(1);
+        world.pass();
+    }
+    names_in(world, crate::lifecycle::LifecycleState::PreparingDelete)
+}
+
+/// The hook-operator's first reading of the run of each pod in `readings` (pod, success), a second ago.
+fn first_reading(world: &mut SimCluster, readings: &[(String, bool)]) {
+    let at = |s: i64| Timestamp::from_second(s).unwrap().to_string();
+    let (started, finished) = (at(world.now - 3), at(world.now - 1));
+    for run in &mut world.hook_runs {
+        let pod = run.spec.args.iter().find(|a| a.name == "PodName").and_then(|a| a.value.clone()).unwrap_or_default();
+        let Some((_, success)) = readings.iter().find(|(p, _)| *p == pod) else { continue };
+        let (phase, counter) = if *success { ("Successful", "successful") } else { ("Failed", "failed") };
+        std::sync::Arc::make_mut(run).status = Some(
+            serde_json::from_value(json!({
+                "phase": "Running", "startedAt": started,
+                "metricResults": [{"name": "players", "phase": "Running", "count": 1, counter: 1,
+                                   "measurements": [{"phase": phase, "startedAt": finished, "finishedAt": finished}]}]
+            }))
+            .unwrap(),
+        );
+    }
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+fn unknown_note(timeline: &Timeline) -> Option<&Note> {
+    timeline.notes.iter().find(|n| n.text.contains("cannot know"))
+}
+
+/// 10 pods to 7: 3 to delete and 3 extra candidates race; each run has read once, 3 candidates were empty and 3
+/// had players. Under as-now the 3 with players fail at their second reading and are skipped, 3 other pods race in
+/// their place (their runs have no reading: assumed to succeed, which the plan says it cannot know), and the 3
+/// empty ones win at their third reading, before the replacements could; the replacements are released.
+#[test]
+fn as_now_names_the_race_winners_and_skipped_pods_from_each_runs_first_reading() {
+    let mut world = race_world(10, 3);
+    let racing = scale_in(&mut world, 7);
+    assert_eq!(racing.len(), 6, "3 + 3 extra");
+    assert_eq!(world.hook_runs.len(), 6);
+    let empty: Vec<String> = racing.iter().skip(1).step_by(2).cloned().collect();
+    let full: Vec<String> = racing.iter().filter(|p| !empty.contains(p)).cloned().collect();
+    let readings: Vec<(String, bool)> = racing.iter().map(|p| (p.clone(), empty.contains(p))).collect();
+    first_reading(&mut world, &readings);
+    let timeline = run(live(&world, |_| {}), Assume::AsNow);
+    println!("{}", serde_json::to_string_pretty(&timeline).unwrap());
+    let race = timeline.race.as_ref().expect("a race");
+    let order: Vec<String> = race.candidates.iter().map(|c| c.pod.clone()).collect();
+    assert_eq!(order.len(), 9, "the 6 in flight, then 3 in place of the skipped: {order:?}");
+    assert_eq!(sorted(order[..6].to_vec()), sorted(racing.clone()), "the pods in flight race first");
+    assert_eq!(sorted(race.winners.clone()), sorted(empty.clone()), "the empty servers win");
+    assert_eq!(sorted(race.skipped.clone()), sorted(full.clone()), "those with players are skipped");
+    for candidate in &race.candidates {
+        let (result, outcome, decided) = if empty.contains(&candidate.pod) {
+            (RaceResult::Won, HookPhase::Successful, 9..=12)
+        } else if full.contains(&candidate.pod) {
+            (RaceResult::Skipped, HookPhase::Failed, 4..=7)
+        } else {
+            (RaceResult::Released, HookPhase::Successful, 9..=12)
+        };
+        assert_eq!((candidate.result, candidate.outcome), (result, Some(outcome)), "{candidate:?}");
+        assert!(candidate.decided.is_some_and(|d| decided.contains(&d)), "{candidate:?}");
+        assert_eq!(candidate.measured, racing.contains(&candidate.pod), "{candidate:?}");
+    }
+    // What as-now cannot know: how the replacements' runs read.
+    let note = unknown_note(&timeline).expect("a note");
+    for candidate in &race.candidates {
+        assert_eq!(note.text.contains(&candidate.pod), !candidate.measured, "{note:?}");
+    }
+    assert_eq!(note.at, race.candidates[6].joined, "said where the replacements join: {note:?}");
+    assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
+    assert_eq!(timeline.after.replicas, 7);
+    // The race ends with its winners: the released candidates' runs, removed then, do not count.
+    assert!((9..=12).contains(&timeline.total_seconds), "{}", timeline.total_seconds);
+    // Assuming success nothing is unknown (the assumption decides).
+    let succeed = run(live(&world, |_| {}), Assume::Succeed);
+    assert!(unknown_note(&succeed).is_none(), "{:?}", succeed.notes);
+}
+
+/// Every pod races at once (4 pods to 2, 2 extra candidates): a candidate whose hook fails has nobody to take its
+/// place, so it is held until the race has its winners, then released — not skipped.
+#[test]
+fn when_every_pod_races_a_failed_candidate_is_released_not_skipped() {
+    let mut world = race_world(4, 2);
+    let racing = scale_in(&mut world, 2);
+    assert_eq!(racing.len(), 4, "every pod races");
+    let empty: Vec<String> = racing[2..].to_vec();
+    let readings: Vec<(String, bool)> = racing.iter().map(|p| (p.clone(), empty.contains(p))).collect();
+    first_reading(&mut world, &readings);
+    let timeline = run(live(&world, |_| {}), Assume::AsNow);
+    let race = timeline.race.as_ref().expect("a race");
+    assert_eq!(race.candidates.len(), 4);
+    assert_eq!(sorted(race.winners.clone()), sorted(empty.clone()));
+    assert!(race.skipped.is_empty(), "{race:?}");
+    for candidate in race.candidates.iter().filter(|c| !empty.contains(&c.pod)) {
+        assert_eq!((candidate.result, candidate.outcome), (RaceResult::Released, Some(HookPhase::Failed)));
+    }
+    assert!(unknown_note(&timeline).is_none(), "every run has read: {:?}", timeline.notes);
+    assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
+}
+
+/// 10 pods to 8 with one extra candidate: 3 race. Only the first one's run has read (players); the other two have
+/// not been measured: as-now cannot know how they read, assumes they succeed, and says so.
+#[test]
+fn runs_without_a_reading_are_named_as_unknown_under_as_now() {
+    let mut world = race_world(10, 1);
+    let racing = scale_in(&mut world, 8);
+    assert_eq!(racing.len(), 3, "2 + 1 extra");
+    let first = run(live(&world, |_| {}), Assume::AsNow).race.expect("a race").candidates[0].pod.clone();
+    first_reading(&mut world, &[(first.clone(), false)]);
+    let timeline = run(live(&world, |_| {}), Assume::AsNow);
+    let race = timeline.race.as_ref().expect("a race");
+    assert_eq!(race.skipped, std::slice::from_ref(&first));
+    let others: Vec<String> = racing.iter().filter(|p| **p != first).cloned().collect();
+    assert_eq!(sorted(race.winners.clone()), others);
+    let note = unknown_note(&timeline).expect("a note");
+    for pod in &others {
+        assert!(note.text.contains(pod.as_str()), "{note:?}");
+    }
+    assert!(!note.text.contains(&first), "{note:?}");
+}
+
+/// With a cost probe (no extra candidate), the probes of 8 pods have answered a cost and 2 have not: the forecast
+/// cannot know those 2 costs (the simulated hook-operator reads no value), races them as pods without a cost, and
+/// says so; the answered costs order the race (the 3 cheapest answered race).
+#[test]
+fn unanswered_cost_probes_are_named_as_unknown() {
+    let mut world = race_world(10, 0);
+    let mut cost = empty_thrice_template();
+    cost.metadata.name = Some("cost".into());
+    world.hook_templates.push(cost);
+    world.gd.spec.scale_strategy.as_mut().unwrap().scale_in_policy.as_mut().unwrap().cost_probe =
+        Some(serde_json::from_value(json!({"templateName": "cost", "timeoutSeconds": 600})).unwrap());
+    assert!(scale_in(&mut world, 7).is_empty(), "no candidate while the costs are awaited");
+    let pod_of = |run: &common::api::HookRun| {
+        run.spec.args.iter().find(|a| a.name == "PodName").and_then(|a| a.value.clone()).unwrap_or_default()
+    };
+    let mut pods: Vec<String> = world.hook_runs.iter().map(|r| pod_of(r)).collect();
+    pods.sort();
+    assert_eq!(pods.len(), 10, "every pod is asked");
+    let (silent, answered) = pods.split_at(2);
+    // Cheapest last in name order: the last three answered race.
+    for run in &mut world.hook_runs {
+        let pod = pod_of(run);
+        let Some(rank) = answered.iter().position(|p| *p == pod) else { continue };
+        std::sync::Arc::make_mut(run).status = Some(
+            serde_json::from_value(json!({
+                "phase": "Successful",
+                "metricResults": [{"name": "players", "phase": "Successful", "count": 1, "successful": 1,
+                                   "measurements": [{"phase": "Successful", "value": (100 - rank).to_string()}]}]
+            }))
+            .unwrap(),
+        );
+    }
+    let timeline = run(live(&world, |_| {}), Assume::Succeed);
+    let race = timeline.race.as_ref().expect("a race");
+    assert_eq!(
+        sorted(race.candidates.iter().map(|c| c.pod.clone()).collect()),
+        answered[5..].to_vec(),
+        "the 3 cheapest answered"
+    );
+    let note = timeline.notes.iter().find(|n| n.text.contains("cost probe")).expect("a note");
+    for pod in silent {
+        assert!(note.text.contains(pod.as_str()), "{note:?}");
+    }
+    for pod in answered {
+        assert!(!note.text.contains(pod.as_str()), "{note:?}");
+    }
+}
+
+/// Without a race no race is reported.
+#[test]
+fn a_scale_in_without_race_to_empty_has_no_race() {
+    let world = settled(walkthrough_gd());
+    let timeline = run(live(&world, |g| g.spec.replicas = Some(3)), Assume::Succeed);
+    assert!(timeline.race.is_none());
+    assert!(serde_json::to_value(&timeline).unwrap().get("race").is_none());
+}
+
+/// The walkthrough's GameDeployment without its hook, with the lifecycle handler `handler` (`preDelete`,
+/// `inPlaceUpdate` or `preNormal`) on the label `example.com/hold: "true"`, settled; every pod carries the label when
+/// `labelled`.
+fn handled(handler: &str, labelled: bool) -> SimCluster {
+    let mut g = walkthrough_gd();
+    g.spec.pre_delete_update_strategy = None;
+    let mut world = settled(g);
+    world.gd.spec.lifecycle =
+        Some(serde_json::from_value(json!({handler: {"labelsHandler": {"example.com/hold": "true"}}})).unwrap());
+    if labelled {
+        for pod in &mut world.pods {
+            pod.metadata.labels.get_or_insert_with(Default::default).insert("example.com/hold".into(), "true".into());
+        }
+    }
+    world
+}
+
+#[test]
+fn a_pod_held_by_the_pre_delete_handler_is_named_with_what_releases_it() {
+    let world = handled("preDelete", true);
+    let timeline = run(live(&world, |g| g.spec.replicas = Some(4)), Assume::Succeed);
+    println!("{}", serde_json::to_string_pretty(&timeline).unwrap());
+    let [hold] = &timeline.lifecycle_holds[..] else { panic!("one hold: {:?}", timeline.lifecycle_holds) };
+    assert_eq!((hold.state.as_str(), hold.handler.as_str()), ("PreparingDelete", "preDelete"));
+    assert_eq!(hold.release, "an outside controller must remove label example.com/hold=true from the pod");
+    assert!(hold.since.is_some_and(|s| (0..=2).contains(&s)), "{hold:?}");
+    let step = &timeline.batches[0].pods[0];
+    assert_eq!((step.pod.as_str(), step.action, step.acted), (hold.pod.as_str(), PodAction::Delete, None));
+    assert_eq!(timeline.stop.reason, StopReason::LifecycleHold, "{:?}", timeline.stop);
+    let waits = format!("pod {} in PreparingDelete waits for the preDelete lifecycle handler", hold.pod);
+    assert!(timeline.stop.message.starts_with(&waits), "{:?}", timeline.stop);
+}
+
+#[test]
+fn a_pod_held_by_the_in_place_update_handler_is_named() {
+    let world = handled("inPlaceUpdate", true);
+    let timeline = run(live(&world, set_image), Assume::Succeed);
+    assert_eq!(timeline.lifecycle_holds.len(), 2, "partition 2 of 5, maxUnavailable 2: {:?}", timeline.lifecycle_holds);
+    for hold in &timeline.lifecycle_holds {
+        assert_eq!((hold.state.as_str(), hold.handler.as_str()), ("PreparingUpdate", "inPlaceUpdate"));
+        assert!(hold.release.contains("remove label example.com/hold=true"), "{hold:?}");
+    }
+    assert_eq!(timeline.stop.reason, StopReason::LifecycleHold, "{:?}", timeline.stop);
+}
+
+/// A new pod waits in `PreparingNormal` until an outside controller adds the handler's label: named as the
+/// batches name it ("new pod 1").
+#[test]
+fn a_new_pod_held_by_the_pre_normal_handler_is_named_with_what_it_waits_for() {
+    let world = handled("preNormal", false);
+    let timeline = run(live(&world, |g| g.spec.replicas = Some(6)), Assume::Succeed);
+    println!("{}", serde_json::to_string_pretty(&timeline).unwrap());
+    let [hold] = &timeline.lifecycle_holds[..] else { panic!("one hold: {:?}", timeline.lifecycle_holds) };
+    assert_eq!(
+        (hold.pod.as_str(), hold.state.as_str(), hold.handler.as_str()),
+        ("new pod 1", "PreparingNormal", "preNormal")
+    );
+    assert_eq!(hold.release, "an outside controller must add label example.com/hold=true to the pod");
+    assert_eq!(timeline.stop.reason, StopReason::LifecycleHold, "{:?}", timeline.stop);
+}
+
+/// A handler whose parts are not on the pod holds nothing: the scale-in completes.
+#[test]
+fn a_handler_the_pods_do_not_match_holds_nothing() {
+    let world = handled("preDelete", false);
+    let timeline = run(live(&world, |g| g.spec.replicas = Some(4)), Assume::Succeed);
+    assert!(timeline.lifecycle_holds.is_empty(), "{:?}", timeline.lifecycle_holds);
+    assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
 }

@@ -2,17 +2,19 @@
 //! the pod actions started in one pass), each pod's hook with its probe schedule, and when each pod is done.
 //! Times are seconds since the forecast began (the moment the change would be applied).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use common::api::{HookPhase, HookRun};
+use common::api::{GameDeployment, HookPhase, HookRun};
 use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::hook_operator::{self, Assume, Timing};
-use crate::action::{Action, PatchReason};
-use crate::gate::DeleteCause;
-use crate::lifecycle::{self, LifecycleState};
+use crate::action::{Action, HeldPod, PatchReason, PodChange, PodWrite};
+use crate::gate::{DeleteCause, GateKind};
+use crate::lifecycle::{self, Handler, LifecycleState};
+use crate::planner::scale::race_to_empty;
+use crate::{ownership, patch};
 
 /// What happens to one pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,6 +100,77 @@ pub struct Note {
     pub hook: Option<HookWait>,
 }
 
+/// How a race-to-empty candidate ends in the forecast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RaceResult {
+    /// Its gate opened among the first: deleted.
+    Won,
+    /// Its pre-delete hook failed while another pod could take its place: back to `Normal`, marked `race-skipped`.
+    Skipped,
+    /// The race had its winners (or no longer needed it): back to `Normal`.
+    Released,
+    /// Still in `PreparingDelete` when the forecast ends.
+    Racing,
+}
+
+impl RaceResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Won => "wins (deleted)",
+            Self::Skipped => "skipped (its hook failed)",
+            Self::Released => "released",
+            Self::Racing => "still racing",
+        }
+    }
+}
+
+/// One pod of a race to empty, as the forecast's passes moved it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RaceCandidate {
+    pub pod: String,
+    /// When it joined the race (held in `PreparingDelete`, or deleted at once).
+    pub joined: i64,
+    pub result: RaceResult,
+    /// When it was deleted, skipped or released (`None`: still racing).
+    pub decided: Option<i64>,
+    /// Its pre-delete run, and how that run ends under the assumption (`None`: no run, e.g. it needed no hook).
+    pub run: Option<String>,
+    pub outcome: Option<HookPhase>,
+    /// Whether the run had taken a measurement when the forecast began (a run the forecast starts has none): under
+    /// `as-now` only a measured run's outcome is read from the cluster, the others are assumed to succeed.
+    pub measured: bool,
+}
+
+/// A race to empty (`scaleInPolicy.mode: RaceToEmpty`) as the forecast ran it: the pods in the order they joined
+/// the race (the race order), which won, which were skipped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Race {
+    pub candidates: Vec<RaceCandidate>,
+    /// The deleted candidates, in race order.
+    pub winners: Vec<String>,
+    /// The candidates skipped because their hook failed, in race order.
+    pub skipped: Vec<String>,
+}
+
+/// A pod a CloneSet lifecycle handler (`spec.lifecycle`) holds when the forecast ends: the simulated cluster has no
+/// outside controller to change the pod's labels or finalizers, so the hold never ends there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleHold {
+    pub pod: String,
+    /// `PreparingDelete`, `PreparingUpdate`, `Updated` or `PreparingNormal`.
+    pub state: String,
+    /// `preDelete`, `inPlaceUpdate` or `preNormal`.
+    pub handler: String,
+    /// What would release it, in words.
+    pub release: String,
+    /// When it entered that state (seconds; negative: before the forecast began).
+    pub since: Option<i64>,
+}
+
 /// Why the forecast ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -110,6 +183,9 @@ pub enum StopReason {
     Paused,
     /// A hook fails (under `--assume-hooks fail`, or one that failed already) and holds its pod.
     HookFailed,
+    /// Pods wait on a CloneSet lifecycle handler that only an outside controller can release
+    /// ([`Timeline::lifecycle_holds`]).
+    LifecycleHold,
     /// Nothing changes any more and nothing is scheduled, but the rollout is not done (the status says why).
     Stuck,
     /// The simulated time limit was reached.
@@ -145,6 +221,11 @@ pub struct Timeline {
     pub update_revision: Option<String>,
     pub batches: Vec<Batch>,
     pub notes: Vec<Note>,
+    /// The race to empty, when the scale-in races (`scaleInPolicy.mode: RaceToEmpty`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub race: Option<Race>,
+    /// Pods a lifecycle handler holds when the forecast ends.
+    pub lifecycle_holds: Vec<LifecycleHold>,
     pub stop: Stop,
     /// When the last pod action is done (seconds): the estimated duration of the rollout.
     pub total_seconds: i64,
@@ -194,11 +275,69 @@ pub(crate) struct Recorder {
     names: BTreeMap<String, String>,
     new_pods: usize,
     pub notes: Vec<Note>,
+    /// Race-to-empty candidates in the order they joined the race.
+    race: Vec<(String, RaceEntry)>,
+    /// Runs that had taken a measurement when the forecast began.
+    measured: BTreeSet<String>,
+    /// Pods whose cost probe had not answered when the forecast began, or was started by the forecast.
+    unanswered_probes: BTreeSet<String>,
+}
+
+/// A race candidate while the forecast runs.
+#[derive(Debug, Clone)]
+struct RaceEntry {
+    joined: i64,
+    /// `None`: racing.
+    result: Option<RaceResult>,
+    decided: Option<i64>,
+    run: Option<String>,
+}
+
+/// The pod a run is about (cost probes and pod hooks name it by UID).
+fn run_pod_uid(run: &HookRun) -> Option<&String> {
+    run.metadata.labels.as_ref()?.get(keys::HOOKRUN_POD_UID)
+}
+
+fn is_cost_probe(run: &HookRun) -> bool {
+    run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_TYPE)).map(String::as_str)
+        == Some(race_to_empty::COST_PROBE)
+}
+
+/// The JSON-patch operations of a pod change's object writes.
+fn object_ops(change: &PodChange) -> impl Iterator<Item = &serde_json::Value> {
+    change.writes.iter().flat_map(|w| match w {
+        PodWrite::Object(ops) => ops.as_slice(),
+        PodWrite::Status(_) => &[],
+    })
+}
+
+/// A pod change that takes a pod back to serving (`Normal`, or `PreparingNormal` under a preNormal handler), and
+/// whether it marks it skipped by the race.
+fn back_to_serving(change: &PodChange) -> Option<bool> {
+    let state = patch::label_path(keys::LIFECYCLE_STATE);
+    let back = object_ops(change).any(|op| {
+        op["op"] == "add"
+            && op["path"] == state.as_str()
+            && matches!(op["value"].as_str(), Some("Normal" | "PreparingNormal"))
+    });
+    let mark = patch::annotation_path(race_to_empty::SKIPPED);
+    back.then(|| object_ops(change).any(|op| op["op"] == "add" && op["path"] == mark.as_str()))
 }
 
 impl Recorder {
     pub fn new(start: i64, assume: Assume, timing: Timing) -> Self {
-        Self { start, assume, timing, steps: BTreeMap::new(), names: BTreeMap::new(), new_pods: 0, notes: Vec::new() }
+        Self {
+            start,
+            assume,
+            timing,
+            steps: BTreeMap::new(),
+            names: BTreeMap::new(),
+            new_pods: 0,
+            notes: Vec::new(),
+            race: Vec::new(),
+            measured: BTreeSet::new(),
+            unanswered_probes: BTreeSet::new(),
+        }
     }
 
     fn step(&mut self, name: &str, pass: usize, at: i64, action: PodAction) -> &mut PodStep {
@@ -244,6 +383,16 @@ impl Recorder {
             }
         }
         for run in runs {
+            let status = run.status.as_ref();
+            if status.is_some_and(|s| s.metric_results.iter().any(|m| !m.measurements.is_empty() || m.count > 0)) {
+                self.measured.insert(run.metadata.name.clone().unwrap_or_default());
+            }
+            if is_cost_probe(run)
+                && !status.and_then(|s| s.phase).is_some_and(HookPhase::is_completed)
+                && let Some(name) = run_pod_uid(run).and_then(|uid| self.names.get(uid))
+            {
+                self.unanswered_probes.insert(name.clone());
+            }
             let Some(kind) = hook_kind(run) else { continue };
             let Some(pod_uid) = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_POD_UID)) else {
                 continue;
@@ -284,6 +433,11 @@ impl Recorder {
         for action in actions {
             match action {
                 Action::CreateHookRun(run) => {
+                    if is_cost_probe(run)
+                        && let Some(name) = run_pod_uid(run).and_then(|uid| self.names.get(uid))
+                    {
+                        self.unanswered_probes.insert(name.clone());
+                    }
                     let Some(kind) = hook_kind(run) else { continue };
                     let wait = self.wait(run, kind, now);
                     let pod_uid = run.metadata.labels.as_ref().and_then(|l| l.get(keys::HOOKRUN_POD_UID));
@@ -346,6 +500,133 @@ impl Recorder {
         }
     }
 
+    /// A pod as the batches name it ("new pod N" for a pod the rollout creates).
+    pub fn shown(&self, name: &str) -> String {
+        self.steps.get(name).map_or_else(|| name.to_string(), |(_, step)| step.pod.clone())
+    }
+
+    fn candidate(&mut self, pod: &str, at: i64) -> &mut RaceEntry {
+        let index = match self.race.iter().position(|(name, _)| name == pod) {
+            Some(index) => index,
+            None => {
+                self.race.push((pod.to_string(), RaceEntry { joined: at, result: None, decided: None, run: None }));
+                self.race.len() - 1
+            }
+        };
+        &mut self.race[index].1
+    }
+
+    /// Records the pods a pass's gates hold (after [`Self::record`]): a pod held without a hook (by a lifecycle
+    /// handler alone) starts its step here. Then what the pass did to the pods a scale-in takes from: pods deleted
+    /// by it (winners, first: the race deletes them before it moves the others), pods its gate holds (racing, in
+    /// the order the race asked the gate: the race order), and candidates taken back to serving (skipped when
+    /// marked `race-skipped`, else released).
+    pub fn record_held(&mut self, pass: usize, now: i64, held: &[HeldPod], actions: &[Action]) {
+        let at = now - self.start;
+        for pod in held {
+            let action = match pod.kind {
+                GateKind::Delete(DeleteCause::RollingUpdate | DeleteCause::RecreateFallback) => PodAction::Recreate,
+                GateKind::Delete(_) => PodAction::Delete,
+                GateKind::InPlaceUpdate => PodAction::InPlaceUpdate,
+                GateKind::HotPatchUpdate => PodAction::HotPatch,
+            };
+            self.step(&pod.name, pass, at, action);
+        }
+        for action in actions {
+            if let Action::DeletePod { pod, cause: DeleteCause::ScaleIn } = action {
+                let entry = self.candidate(&pod.name, at);
+                entry.result = Some(RaceResult::Won);
+                entry.decided = Some(at);
+            }
+        }
+        for pod in held.iter().filter(|h| h.kind == GateKind::Delete(DeleteCause::ScaleIn)) {
+            let entry = self.candidate(&pod.name, at);
+            entry.result = None;
+            entry.decided = None;
+            if let Some(hook) = &pod.hook {
+                entry.run = Some(hook.run_name.clone());
+            }
+        }
+        for action in actions {
+            let Action::PatchPod(change) = action else { continue };
+            if change.reason != PatchReason::Lifecycle || !self.race.iter().any(|(name, _)| *name == change.pod.name) {
+                continue;
+            }
+            if let Some(skipped) = back_to_serving(change) {
+                let entry = self.candidate(&change.pod.name, at);
+                entry.result = Some(if skipped { RaceResult::Skipped } else { RaceResult::Released });
+                entry.decided = Some(at);
+            }
+        }
+    }
+
+    /// The race as the passes ran it (`None` when no pod joined one).
+    pub fn race(&self) -> Option<Race> {
+        if self.race.is_empty() {
+            return None;
+        }
+        let candidates: Vec<RaceCandidate> = self
+            .race
+            .iter()
+            .map(|(pod, entry)| {
+                let hook = entry.run.as_ref().and_then(|run| {
+                    self.steps.get(pod).and_then(|(_, step)| step.hooks.iter().rev().find(|h| &h.run == run))
+                });
+                RaceCandidate {
+                    pod: pod.clone(),
+                    joined: entry.joined,
+                    result: entry.result.unwrap_or(RaceResult::Racing),
+                    decided: entry.decided,
+                    run: entry.run.clone(),
+                    outcome: hook.map(|h| h.outcome),
+                    measured: entry.run.as_ref().is_some_and(|run| self.measured.contains(run)),
+                }
+            })
+            .collect();
+        let named = |result: RaceResult| -> Vec<String> {
+            candidates.iter().filter(|c| c.result == result).map(|c| c.pod.clone()).collect()
+        };
+        Some(Race { winners: named(RaceResult::Won), skipped: named(RaceResult::Skipped), candidates })
+    }
+
+    /// What the forecast of a race cannot know, as notes: under `as-now`, how runs without a measurement will read
+    /// (they are assumed to succeed); under any assumption, the costs of cost probes that have not answered (the
+    /// simulated hook-operator answers none, so those pods race as pods without a cost, in deletion order).
+    pub fn race_notes(&self, race: &Race) -> Vec<Note> {
+        let mut notes = Vec::new();
+        // Said where the first of the pods concerned joins the race (or where the race starts).
+        let race_start = race.candidates.iter().map(|c| c.joined).min().unwrap_or(0);
+        if self.assume == Assume::AsNow {
+            let unknown: Vec<&RaceCandidate> =
+                race.candidates.iter().filter(|c| c.run.is_some() && !c.measured).collect();
+            if let Some(at) = unknown.iter().map(|c| c.joined).min() {
+                let unknown: Vec<&str> = unknown.iter().map(|c| c.pod.as_str()).collect();
+                notes.push(Note {
+                    at,
+                    text: format!(
+                        "as-now cannot know how the pre-delete hook of {} will read: no measurement yet, assumed to \
+                         succeed (the winners may differ)",
+                        unknown.join(", ")
+                    ),
+                    hook: None,
+                });
+            }
+        }
+        if !self.unanswered_probes.is_empty() {
+            let pods: Vec<&str> = self.unanswered_probes.iter().map(String::as_str).collect();
+            notes.push(Note {
+                at: race_start,
+                text: format!(
+                    "the cost probe of {} has not answered: the forecast cannot know these costs and races those pods \
+                     as pods without a cost, in deletion order (the race order may differ)",
+                    pods.join(", ")
+                ),
+                hook: None,
+            });
+        }
+        notes
+    }
+
     /// Marks pods done once they are available (`min_ready_seconds` after turning ready, in state `Normal`, on
     /// `update_revision`) after their action.
     pub fn observe(&mut self, now: i64, pods: &[Pod], update_revision: Option<&str>, min_ready_seconds: i64) {
@@ -385,13 +666,59 @@ impl Recorder {
             .collect()
     }
 
-    /// When the last pod action is done (or was taken, for one never done; or its hook ended, for one never taken).
+    /// When the last pod action is done (or was taken, for one never done; or, for one never taken, when the race
+    /// to empty skipped or released the pod, else when its hook ended).
     pub fn last_done(&self) -> Option<i64> {
+        let decided = |name: &str| {
+            self.race.iter().find(|(pod, _)| pod == name).and_then(|(_, e)| e.decided.filter(|_| e.result.is_some()))
+        };
         self.steps
-            .values()
-            .filter_map(|(_, s)| s.done.or(s.acted).or_else(|| s.hooks.iter().filter_map(|h| h.completes).max()))
+            .iter()
+            .filter_map(|(name, (_, s))| {
+                s.done
+                    .or(s.acted)
+                    .or_else(|| decided(name))
+                    .or_else(|| s.hooks.iter().filter_map(|h| h.completes).max())
+            })
             .max()
     }
+}
+
+/// The pods of `gd` a CloneSet lifecycle handler holds: in `PreparingDelete` / `PreparingUpdate` while any part of
+/// the handler is on them, in `Updated` / `PreparingNormal` while a part is missing ([`lifecycle::what_releases`]).
+/// `start` is the forecast's beginning (seconds since the epoch).
+pub fn lifecycle_holds(gd: &GameDeployment, pods: &[Pod], start: i64) -> Vec<LifecycleHold> {
+    let mut holds: Vec<LifecycleHold> = pods
+        .iter()
+        .filter(|p| common::pod::is_active(p))
+        .filter(|p| {
+            ownership::controller_of(p.metadata.owner_references.as_ref())
+                .is_some_and(|o| ownership::is_owned_by(o, gd))
+        })
+        .filter_map(|pod| {
+            let state = lifecycle::state_of(pod);
+            let (handler, release) = match state {
+                LifecycleState::PreparingDelete => (Handler::PreDelete, true),
+                LifecycleState::PreparingUpdate => (Handler::InPlaceUpdate, true),
+                LifecycleState::Updated => (Handler::InPlaceUpdate, false),
+                LifecycleState::PreparingNormal => (Handler::PreNormal, false),
+                LifecycleState::Normal | LifecycleState::Updating => return None,
+            };
+            let what = lifecycle::what_releases(gd, handler, pod, release)?;
+            let since = common::pod::annotation(pod, keys::LIFECYCLE_TIMESTAMP)
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(|t| t.as_second() - start);
+            Some(LifecycleHold {
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                state: state.as_str().to_string(),
+                handler: handler.field().to_string(),
+                release: what,
+                since,
+            })
+        })
+        .collect();
+    holds.sort_by_key(|h| natural(&h.pod));
+    holds
 }
 
 /// Sorts "new pod 10" after "new pod 9".

@@ -19,6 +19,7 @@ pub mod gate;
 pub mod hint_commands;
 pub mod hook;
 pub mod manifests;
+pub mod players;
 pub mod sandbox;
 
 /// Deadline for conditions that normally take well under a second; generous for a loaded 2-core CI machine.

@@ -7,6 +7,9 @@
 //! place (partition 2, maxUnavailable 2): two pods, then one, each through its pre-delete HookRun (the example
 //! template `test`, 3 measurements 60s apart, which the test hook-operator compresses 20x: `--interval-scale 0.05`,
 //! given to the plan as `--hook-interval-scale 0.05`), a 30s grace period and `minReadySeconds: 30`.
+//!
+//! A race to empty under `--assume-hooks as-now`: planned once every candidate's run has read once, the plan's
+//! winners are the pods deleted and its skipped pods the pods skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -23,6 +26,8 @@ use kube::runtime::watcher;
 use crate::kubectl_gd::kubectl_gd;
 use crate::walkthrough_support::*;
 
+const RACE_SKIPPED: &str = "gamedeployment.tkex.tencent.com/race-skipped";
+
 const NEW_IMAGE: &str =
     r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
 
@@ -36,6 +41,8 @@ struct Seen {
     deleted: Option<Duration>,
     /// It did not exist when the change was applied.
     created: Option<Duration>,
+    /// Marked skipped by a race to empty (`race-skipped`).
+    skipped: Option<Duration>,
     /// Back in service after its action (ready, `Normal`, on the new image), or gone.
     done: Option<Duration>,
 }
@@ -98,6 +105,9 @@ impl PodWatch {
                 }
                 if existing.contains(&name) && e2e::gamedeployment::image(&pod) == Some(image.as_str()) {
                     entry.patched.get_or_insert(at);
+                }
+                if e2e::gamedeployment::annotation(&pod, RACE_SKIPPED).is_some() {
+                    entry.skipped.get_or_insert(at);
                 }
                 if pod.metadata.deletion_timestamp.is_some() {
                     entry.deleted.get_or_insert(at);
@@ -391,4 +401,109 @@ async fn as_now_forecasts_a_failing_running_hook() {
     );
     // Within 20 % of the run's 30 s, as the plan said.
     assert!((fails_in - took).abs() <= 6.0, "forecast {fails_in}s, observed {took:.1}s");
+}
+
+/// A race to empty planned mid-race under `as-now`: 10 game servers (`e2e::players`); the scale-in to 7 races 3 pods
+/// to delete and 3 extra candidates (`extraCandidates` is capped at the pods to delete), each through
+/// `hooktemplate-empty-thrice` (3 measurements 100 s apart after 40 s, 5 s and 2 s at `--interval-scale 0.05`,
+/// failureLimit 1: a run whose first reading found players is still `Running`). Once the candidates are known, 3 of
+/// them are made empty; once every candidate's run has read once and none has completed, the plan with the same
+/// inputs names the winners and the skipped pods (the 3 with players, whose places others take: how those read
+/// as-now cannot know, and the plan says so). The race then deletes exactly the plan's winners and skips exactly the
+/// plan's skipped pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_now_forecasts_the_race_to_empty_from_the_first_readings() {
+    use common::api::{HookPhase, HookRun};
+    const RACE: &str = "race";
+    let cluster = Cluster::start().await;
+    let (_hooks, _gd) = operators(&cluster).await;
+    let empty: Arc<Mutex<BTreeSet<String>>> = Default::default();
+    let (address, _asked) = e2e::players::players_server(empty.clone()).await;
+    let template = e2e::manifests::load!("hooktemplate-empty-thrice", address = address);
+    e2e::gamedeployment::apply(&cluster, &template).await;
+    let strategy = "    maxUnavailable: 100%\n  preDeleteUpdateStrategy:\n    hook:\n      templateName: empty-thrice\n  \
+                    scaleStrategy:\n    scaleInPolicy:\n      mode: RaceToEmpty\n      extraCandidates: 3\n";
+    let manifest = e2e::gamedeployment::manifest(RACE, 10, "InplaceUpdate", strategy, "python:latest");
+    e2e::gamedeployment::apply(&cluster, &manifest).await;
+    let before: BTreeSet<String> = e2e::wait_for("10 ready pods", LONG, || async {
+        let pods = e2e::gamedeployment::live_pods(&cluster, RACE).await;
+        (pods.len() == 10 && pods.iter().all(e2e::gamedeployment::is_ready))
+            .then(|| pods.into_iter().filter_map(|p| p.metadata.name).collect())
+    })
+    .await;
+
+    let watch = PodWatch::start(&cluster, &format!("app={RACE}"), "python:latest", Instant::now()).await;
+    cluster.kubectl_ok(&["scale", "gamedeployment", RACE, "--replicas=7"]).await;
+    let racing: Vec<String> = e2e::wait_for("6 candidates in PreparingDelete", LONG, || async {
+        let pods = e2e::gamedeployment::live_pods(&cluster, RACE).await;
+        let racing: Vec<String> = pods
+            .into_iter()
+            .filter(|p| e2e::gamedeployment::label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        (racing.len() == 6).then_some(racing)
+    })
+    .await;
+    // Before the first measurement (40 s, 2 s scaled, after each run starts): every other candidate is empty.
+    let chosen: BTreeSet<String> = racing.iter().skip(1).step_by(2).cloned().collect();
+    *empty.lock().unwrap() = chosen.clone();
+    println!("candidates {racing:?}; empty servers: {chosen:?}");
+    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    e2e::wait_for("6 pre-delete runs, each with one measurement, none completed", LONG, || async {
+        let list = runs.list(&Default::default()).await.ok()?.items;
+        let read = |r: &HookRun| {
+            r.status.as_ref().is_some_and(|s| s.metric_results.first().is_some_and(|m| !m.measurements.is_empty()))
+        };
+        let completed = |r: &HookRun| r.status.as_ref().and_then(|s| s.phase).is_some_and(HookPhase::is_completed);
+        (list.len() == 6 && list.iter().all(read) && !list.iter().any(completed)).then_some(())
+    })
+    .await;
+
+    let args = ["plan", RACE, "--replicas", "7", "--assume-hooks", "as-now", "--hook-interval-scale", "0.05"];
+    let json = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
+    assert_eq!(json.code, 0, "{}", json.stderr);
+    kubectl_gd(&cluster, &args).await;
+    let plan: serde_json::Value = serde_json::from_str(&json.stdout).expect("-o json is JSON");
+    let set = |value: &serde_json::Value| -> BTreeSet<String> {
+        value.as_array().expect("a list").iter().map(|p| p.as_str().expect("a name").to_string()).collect()
+    };
+    let race = &plan["race"];
+    let candidates = race["candidates"].as_array().expect("the race's candidates");
+    let measured: BTreeSet<String> = candidates
+        .iter()
+        .filter(|c| c["measured"] == true)
+        .map(|c| c["pod"].as_str().expect("a name").to_string())
+        .collect();
+    assert_eq!(measured, racing.iter().cloned().collect(), "the candidates' runs had read once: {race}");
+    // What as-now cannot know: only the runs of the pods that join later, never those that had read.
+    let notes = plan["notes"].as_array().expect("notes");
+    for note in notes.iter().filter_map(|n| n["text"].as_str()).filter(|t| t.contains("cannot know")) {
+        assert!(measured.iter().all(|pod| !note.contains(pod.as_str())), "{note}");
+    }
+    let winners = set(&race["winners"]);
+    let planned_skipped = set(&race["skipped"]);
+    assert_eq!(plan["stop"]["reason"], "complete", "{plan}");
+
+    let after: BTreeSet<String> = e2e::wait_for("7 pods, all serving, no run left", LONG, || async {
+        let pods = e2e::gamedeployment::live_pods(&cluster, RACE).await;
+        let settled = pods.len() == 7
+            && pods.iter().all(|p| {
+                e2e::gamedeployment::label(p, "lifecycle.apps.kruise.io/state") == Some("Normal")
+                    && e2e::gamedeployment::annotation(p, RACE_SKIPPED).is_none()
+            });
+        let left = runs.list(&Default::default()).await.ok()?.items;
+        (settled && left.is_empty()).then(|| pods.into_iter().filter_map(|p| p.metadata.name).collect())
+    })
+    .await;
+    let deleted: BTreeSet<String> = before.difference(&after).cloned().collect();
+    let skipped: BTreeSet<String> = {
+        let seen = watch.seen.lock().unwrap();
+        seen.iter().filter(|(_, s)| s.skipped.is_some()).map(|(n, _)| n.clone()).collect()
+    };
+    println!("planned winners {winners:?}, skipped {planned_skipped:?}; deleted {deleted:?}, skipped {skipped:?}");
+    assert_eq!(deleted, winners, "the plan's winners, and only they, were deleted");
+    assert_eq!(deleted.len(), 3);
+    assert_eq!(deleted, chosen, "the empty servers");
+    assert_eq!(skipped, planned_skipped, "the plan's skipped pods, and only they, were skipped");
+    assert_eq!(skipped.len(), 3, "the candidates with players");
 }

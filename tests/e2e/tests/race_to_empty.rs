@@ -1,7 +1,7 @@
 //! `scaleStrategy.scaleInPolicy.mode: RaceToEmpty` (issue 15, part 2) end to end on kube-sim with both operators:
-//! 10 game servers of which only 3 report "empty" (a per-pod answer of an HTTP server in this test: the hook's URL
-//! ends in `{{ args.PodName }}`); `kubectl scale --replicas=7` deletes exactly those 3, each through a `Successful`
-//! run of its own (the strict gate checker), while candidates whose hook failed are skipped — back to `Normal`,
+//! 10 game servers of which only 3 report "empty" (a per-pod answer of the HTTP server `e2e::players`: the hook's
+//! URL ends in `{{ args.PodName }}`); `kubectl scale --replicas=7` deletes exactly those 3, each through a
+//! `Successful` run of its own (the strict gate checker), while candidates whose hook failed are skipped — back to `Normal`,
 //! marked `race-skipped`, their `game-pod-deleting` annotation removed — and replaced by others. No pod is created
 //! for the scale-in, and once it is over every survivor serves (`Normal`, no mark, no run left).
 //!
@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use e2e::gamedeployment::{annotation, label, live};
 use e2e::gamedeployment::{apply, manifest, pods};
 use e2e::gate::GateChecker;
+use e2e::players::players_server;
 use e2e::{Cluster, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use walkthrough_support::{LONG, operators};
@@ -32,38 +33,6 @@ fn names(pods: &[Pod]) -> BTreeSet<String> {
 /// (both races gate deletions on it).
 fn empty_template(address: std::net::SocketAddr) -> String {
     e2e::manifests::load!("hooktemplate-empty", address = address)
-}
-
-/// An HTTP server on loopback answering `GET /<pod>` with `{"players": 0}` for the pods in `empty` and
-/// `{"players": 5}` for every other pod; it records which pods were asked.
-async fn players_server(empty: Arc<Mutex<BTreeSet<String>>>) -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bound");
-    let address = listener.local_addr().expect("address");
-    let asked: Arc<Mutex<Vec<String>>> = Default::default();
-    let record = asked.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
-            let empty = empty.clone();
-            let record = record.clone();
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let n = stream.read(&mut buffer).await.unwrap_or(0);
-                let request = String::from_utf8_lossy(&buffer[..n]);
-                let pod = request.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
-                let players = if empty.lock().expect("not poisoned").contains(&pod) { 0 } else { 5 };
-                record.lock().expect("not poisoned").push(pod);
-                let body = format!(r#"{{"players": {players}}}"#);
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-            });
-        }
-    });
-    (address, asked)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
