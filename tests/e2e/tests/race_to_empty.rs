@@ -96,30 +96,14 @@ async fn scale_in_deletes_exactly_the_empty_servers() {
     assert!(gd_operator.logs().lines().all(|l| !l.contains("panicked")));
 }
 
-/// An HTTP server on loopback answering `GET /<pod>` with `{"players": 0, "cost": <cost of the pod>}`.
+/// An HTTP server on loopback answering `GET /<pod>` with `{"players": 0, "cost": <cost of the pod>}` (1000 for a pod
+/// without one).
 async fn cost_server(costs: Arc<Mutex<std::collections::BTreeMap<String, i64>>>) -> std::net::SocketAddr {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bound");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else { return };
-            let costs = costs.clone();
-            tokio::spawn(async move {
-                let mut buffer = [0u8; 4096];
-                let n = stream.read(&mut buffer).await.unwrap_or(0);
-                let request = String::from_utf8_lossy(&buffer[..n]);
-                let pod = request.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
-                let cost = costs.lock().expect("not poisoned").get(&pod).copied().unwrap_or(1000);
-                let body = format!(r#"{{"players": 0, "cost": {cost}}}"#);
-                let response = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-            });
-        }
-    });
+    let (address, _asked) = e2e::players::per_pod_server(move |pod| {
+        let cost = costs.lock().expect("not poisoned").get(pod).copied().unwrap_or(1000);
+        format!(r#"{{"players": 0, "cost": {cost}}}"#)
+    })
+    .await;
     address
 }
 
