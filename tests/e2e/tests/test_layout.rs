@@ -62,3 +62,40 @@ fn module_name(path: &Path) -> Option<String> {
     }
     name.strip_suffix(".rs").map(str::to_string)
 }
+
+/// The features each package of `cargo tree` is built with (`-e features`), for the packages `selection` selects:
+/// `name version` → the feature lists it appears with (more than one when a package is built for the host and the
+/// target differently).
+fn resolved_features(selection: &[&str]) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "--offline", "-q", "-e", "features", "--prefix", "none", "-f", "{p} {f}"])
+        .args(selection)
+        .current_dir(repo_root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
+    let mut features: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    for line in String::from_utf8_lossy(&output.stdout).lines().filter(|l| !l.contains(" feature \"")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let [name, version, rest @ ..] = &words[..] else { continue };
+        let list = rest.iter().find(|w| !w.starts_with('(')).copied().unwrap_or("");
+        features.entry(format!("{name} {version}")).or_default().insert(list.to_string());
+    }
+    features
+}
+
+/// `scripts/test` runs `cargo test --workspace --exclude e2e` and then `cargo test -p e2e`, which resolves features
+/// for e2e's own graph: a package the two resolve differently is built twice on a clean clone (once e2e did not name
+/// the gamedeployment-operator's kube features, so the end-to-end step rebuilt kube, common, hook-operator, kube-sim
+/// and e2e in a second configuration). Every package of e2e's graph has the features the whole workspace gives it.
+#[test]
+fn the_end_to_end_step_builds_its_packages_with_the_workspaces_features() {
+    let workspace = resolved_features(&["--workspace"]);
+    let e2e = resolved_features(&["-p", "e2e"]);
+    let differ: Vec<String> = e2e
+        .iter()
+        .filter(|(package, lists)| workspace.get(*package) != Some(lists))
+        .map(|(package, lists)| format!("{package}: e2e {lists:?}, workspace {:?}", workspace.get(package)))
+        .collect();
+    assert!(differ.is_empty(), "name these features in tests/e2e/Cargo.toml:\n{}", differ.join("\n"));
+}
