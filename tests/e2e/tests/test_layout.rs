@@ -99,3 +99,38 @@ fn the_end_to_end_step_builds_its_packages_with_the_workspaces_features() {
         .collect();
     assert!(differ.is_empty(), "name these features in tests/e2e/Cargo.toml:\n{}", differ.join("\n"));
 }
+
+/// `cargo test` builds every binary a second time as a test harness, a full compile and link of the program with
+/// its dependencies, and runs it, unless its target says `test = false`. The workspace's binaries are thin `main`s
+/// over their crate's library, where the tests live: 13 harnesses ran no test and cost a clean clone minutes of
+/// compiling and linking. Each binary has `test = false`, and none holds a test (which would then never run).
+#[test]
+fn binaries_are_not_built_as_test_harnesses_and_hold_no_tests() {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--offline", "--format-version", "1", "--no-deps"])
+        .current_dir(repo_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(output.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&output.stderr));
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let (mut harnesses, mut with_tests, mut binaries) = (Vec::new(), Vec::new(), 0);
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        for target in package["targets"].as_array().into_iter().flatten() {
+            if !target["kind"].as_array().is_some_and(|kinds| kinds.iter().any(|k| k == "bin")) {
+                continue;
+            }
+            binaries += 1;
+            let name = format!("{} {}", package["name"].as_str().unwrap_or("?"), target["name"].as_str().unwrap_or("?"));
+            if target["test"] != serde_json::Value::Bool(false) {
+                harnesses.push(name.clone());
+            }
+            let source = std::fs::read_to_string(target["src_path"].as_str().unwrap_or_default()).unwrap_or_default();
+            if source.contains("#[test]") || source.contains("#[tokio::test") || source.contains("#[cfg(test)]") {
+                with_tests.push(name);
+            }
+        }
+    }
+    assert!(binaries >= 10, "cargo metadata listed {binaries} binaries: the workspace has more");
+    assert!(harnesses.is_empty(), "give these binaries `test = false` in a [[bin]] entry: {harnesses:?}");
+    assert!(with_tests.is_empty(), "move these binaries' tests into their crate's library: {with_tests:?}");
+}
