@@ -19,7 +19,8 @@
 //!    the controller or [`action`];
 //! 5. leaves, which use only each other and `common`: [`ownership`] which pods are ours, [`revision`]
 //!    ControllerRevisions, [`lifecycle`] the pod state label and lifecycle handlers, [`priority`] pod ordering,
-//!    [`patch`] JSON-patch building blocks, [`hookrun_keys`] the keys that sign HookRun stamps, [`metrics`],
+//!    [`patch`] JSON-patch building blocks, [`hookrun_keys`] the keys that sign HookRun stamps, [`memo`] what passes
+//!    derive per UID, forgotten once unused, [`metrics`],
 //!    [`webhook`] the admission webhooks (which read only [`ownership`]).
 //!
 //! `fixtures` (test builders) is compiled for tests only. Within a folder, a module's children may use their
@@ -33,6 +34,7 @@ pub mod forecast;
 pub(crate) mod gate;
 pub mod hookrun_keys;
 pub(crate) mod lifecycle;
+pub(crate) mod memo;
 pub mod metrics;
 pub(crate) mod ownership;
 pub(crate) mod patch;

@@ -178,27 +178,20 @@ pub fn judge(run: &HookRun, attempt: &Attempt<'_>, keys: &Keyring) -> Judgement 
 /// operator's CPU in a 2,000-pod roll. The hash is a function of the spec alone, so it is reused while the run's spec
 /// compares equal to the remembered one — also across the status writes of the hook-operator, which change the
 /// run's resourceVersion (but not its spec) about three times per run. Runs without a UID (built in memory) are
-/// hashed each time.
+/// hashed each time. Entries of runs no pass asks about any more are forgotten ([`crate::memo`]).
 fn stored_spec_hash(run: &HookRun) -> String {
     use common::api::HookRunSpec;
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
+    use std::sync::LazyLock;
     // UID → (spec, hash): a lookup allocates nothing; a run whose spec changed replaces its entry.
-    static MEMO: LazyLock<Mutex<HashMap<String, (HookRunSpec, String)>>> = LazyLock::new(Default::default);
+    static MEMO: LazyLock<crate::memo::UidMemo<(HookRunSpec, String)>> = LazyLock::new(Default::default);
     let Some(uid) = run.metadata.uid.as_deref() else {
         return spec_hash(&run.spec);
     };
-    if let Some((spec, hash)) = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid)
-        && *spec == run.spec
-    {
-        return hash.clone();
+    if let Some(hash) = MEMO.get(uid, |(spec, hash)| (*spec == run.spec).then(|| hash.clone())) {
+        return hash;
     }
     let hash = spec_hash(&run.spec);
-    let mut memo = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if memo.len() >= 100_000 {
-        memo.clear();
-    }
-    memo.insert(uid.to_string(), (run.spec.clone(), hash.clone()));
+    MEMO.insert(uid, (run.spec.clone(), hash.clone()));
     hash
 }
 

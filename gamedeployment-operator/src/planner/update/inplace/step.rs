@@ -173,25 +173,19 @@ enum Recorded {
 
 /// [`read_recorded`], remembered per pod UID and resourceVersion (every change to a stored pod changes its
 /// resourceVersion): every pass reads every pod's progress, which parses its JSON annotations — a few per cent of
-/// the operator's CPU in a 2,000-pod roll. Pods without both (built in memory) are read each time.
+/// the operator's CPU in a 2,000-pod roll. Pods without both (built in memory) are read each time. Entries of pods
+/// gone are forgotten ([`crate::memo`]).
 fn recorded(pod: &Pod) -> Recorded {
-    use std::collections::HashMap;
-    use std::sync::{LazyLock, Mutex};
-    static MEMO: LazyLock<Mutex<HashMap<String, (String, Recorded)>>> = LazyLock::new(Default::default);
+    use std::sync::LazyLock;
+    static MEMO: LazyLock<crate::memo::UidMemo<(String, Recorded)>> = LazyLock::new(Default::default);
     let (Some(uid), Some(rv)) = (pod.metadata.uid.as_deref(), pod.metadata.resource_version.as_deref()) else {
         return read_recorded(pod);
     };
-    if let Some((seen_rv, recorded)) = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid)
-        && seen_rv == rv
-    {
-        return recorded.clone();
+    if let Some(recorded) = MEMO.get(uid, |(seen_rv, recorded)| (seen_rv == rv).then(|| recorded.clone())) {
+        return recorded;
     }
     let recorded = read_recorded(pod);
-    let mut memo = MEMO.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if memo.len() >= 200_000 {
-        memo.clear();
-    }
-    memo.insert(uid.to_string(), (rv.to_string(), recorded.clone()));
+    MEMO.insert(uid, (rv.to_string(), recorded.clone()));
     recorded
 }
 
