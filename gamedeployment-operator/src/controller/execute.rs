@@ -430,7 +430,7 @@ impl Executor<'_> {
             for (pod, _) in &wave {
                 self.ctx.expectations.expect_create(self.key, &pod.name_any(), now);
             }
-            let results = futures::future::join_all(wave.into_iter().map(|(pod, reason)| {
+            let sends = wave.into_iter().map(|(pod, reason)| {
                 let api = api.clone();
                 let pod_claims = claims.get(pod.name_any().as_str()).copied().unwrap_or_default();
                 async move {
@@ -441,8 +441,8 @@ impl Executor<'_> {
                     let result = api.create(&PostParams::default(), &pod).await;
                     (pod, reason, result)
                 }
-            }))
-            .await;
+            });
+            let results = at_most_in_flight(sends, self.ctx.config.write_concurrency).await;
             let mut failed = false;
             for (pod, reason, result) in results {
                 let name = pod.name_any();
@@ -985,6 +985,14 @@ impl PodWriter {
     }
 }
 
+/// The outputs of `sends`, in their order, with at most `concurrency` of them running at once. A slow-start wave of pod
+/// creations doubles up to hundreds of pods: sent all at once, a 900-pod scale-out had 512 requests in flight, each
+/// on a connection of its own (the client speaks HTTP/1.1), which the client then kept open (each with its buffers)
+/// and which a real API server refuses past `--max-mutating-requests-inflight` (200 by default) with 429.
+async fn at_most_in_flight<T>(sends: impl IntoIterator<Item = impl Future<Output = T>>, concurrency: usize) -> Vec<T> {
+    futures::stream::iter(sends).buffered(concurrency.max(1)).collect().await
+}
+
 /// Creates a pass's HookRuns, up to `concurrency` at once (one at a time, 1,000 runs of a 5,000-pod batch made a
 /// pass last seconds, and every pod whose hook succeeded meanwhile waited for the next pass). Results in any order.
 async fn create_all<'r>(
@@ -1135,6 +1143,25 @@ mod tests {
             }
         });
         kube::Client::new(service, "ns")
+    }
+
+    /// A slow-start wave of 512 pod creations: at most the write concurrency in flight, answers in the wave's order.
+    #[tokio::test]
+    async fn a_wave_of_pod_creations_sends_at_most_the_write_concurrency_at_once() {
+        let (in_flight, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let wave = (0..512).map(|i| {
+            let (in_flight, most) = (in_flight.clone(), most.clone());
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                i
+            }
+        });
+        let answers = at_most_in_flight(wave, 16).await;
+        assert_eq!(answers, (0..512).collect::<Vec<_>>(), "answers in the wave's order");
+        assert_eq!(most.load(Ordering::SeqCst), 16, "the window fills, and never more");
     }
 
     #[tokio::test]
