@@ -446,10 +446,11 @@ fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
 ///
 /// The result is [`record_update_reference`]'s (`record_update_matches_the_reference`), computed for less: the
 /// changed fields come from one walk of the new and the stored object side by side over the write's scope
-/// ([`changed_fields`]; the stored `managedFields` are not walked), and each stored entry's `fieldsV1` is walked as
-/// it is stored, against the new object and the changed fields, without parsing it into a set
-/// ([`Pruner`]): an entry that loses nothing is kept as stored, the writer's own entry keeps its stored `fieldsV1`
-/// when the write changed only fields it already owned, and only an entry that loses fields is parsed and
+/// ([`changed_fields`]; the stored `managedFields` are not walked), built as a tree and encoded from it, and each
+/// stored entry's `fieldsV1` is walked as it is stored, against the new object and the changed fields, without
+/// parsing it into a set ([`Pruner`]): an entry that loses nothing is kept as stored, the writer's own entry keeps
+/// its stored `fieldsV1` when the write changed only fields it already owned and has the changed fields merged into
+/// it ([`merge_fields_v1`]) when it gained some and lost none, and only an entry that loses fields is parsed and
 /// re-encoded.
 pub fn record_update(
     old: Option<&Value>,
@@ -464,8 +465,9 @@ pub fn record_update(
     };
     let raw = stored_entries(old);
     let subresource = if scope == Scope::Status { "status" } else { "" };
-    let changed_tree = (!changed.is_empty()).then(|| to_fields_v1(&changed));
-    let slot = if changed.is_empty() {
+    let n_changed = changed.members;
+    let changed_tree = (n_changed > 0).then(|| changed.into_fields_v1());
+    let slot = if n_changed == 0 {
         None
     } else {
         raw.iter().position(|e| {
@@ -480,8 +482,10 @@ pub fn record_update(
         Encode(FieldSet),
         /// The writer's entry, its fields as stored: a new time and apiVersion around the stored `fieldsV1`.
         Renew,
+        /// The writer's entry, which lost no field: a new time and apiVersion around its stored `fieldsV1` merged
+        /// with the changed fields.
+        Gain,
     }
-    let mut changed = Some(changed);
     let fates: Vec<Fate> = raw
         .iter()
         .enumerate()
@@ -491,13 +495,15 @@ pub fn record_update(
             if let Some(f) = fields {
                 p.visit(f, Some(&*new), changed_tree.as_ref());
             }
-            let n_changed = changed.as_ref().map_or(0, FieldSet::len);
             if slot == Some(i) {
                 if p.gone == 0 && p.changed == n_changed {
                     return Fate::Renew;
                 }
+                if p.gone == 0 {
+                    return Fate::Gain;
+                }
                 let mut set = Pruner::kept(fields, &*new, changed_tree.as_ref());
-                set.extend(changed.take().unwrap_or_default());
+                set.extend(changed_tree.as_ref().map(from_fields_v1).unwrap_or_default());
                 return Fate::Encode(set);
             }
             if p.gone == 0 && p.changed == 0 {
@@ -532,7 +538,7 @@ pub fn record_update(
                 e.fields = fields;
                 list.push(encode_entry(&e));
             }
-            Fate::Renew => {
+            fate @ (Fate::Renew | Fate::Gain) => {
                 let mut e = entry_of(stored);
                 e.time = now();
                 e.api_version = api_version.to_string();
@@ -541,11 +547,22 @@ pub fn record_update(
                     Some(copy) if crate::json::eq(copy, stored_v1) => std::mem::take(copy),
                     _ => stored_v1.clone(),
                 };
+                let v1 = match (fate, v1) {
+                    (Fate::Gain, v1) => {
+                        let stored = match v1 {
+                            Value::Object(m) => m,
+                            _ => Map::new(),
+                        };
+                        let changed = changed_tree.as_ref().and_then(Value::as_object);
+                        Value::Object(merge_fields_v1(stored, changed.unwrap_or(&Map::new())))
+                    }
+                    (_, v1) => v1,
+                };
                 list.push(encode_entry_with(&e, v1));
             }
         }
     }
-    if changed.as_ref().is_some_and(|c| !c.is_empty()) && slot.is_none() {
+    if n_changed > 0 && slot.is_none() {
         // The writer's new entry holds exactly the changed fields: their encoding is `changed_tree`.
         let entry = Entry {
             manager: manager.to_string(),
@@ -599,9 +616,9 @@ enum Seg<'a> {
 /// differs. `None` when a list-map item does not find itself by its keys (duplicate or missing keys, a non-object
 /// item) or a key or set value holds a floating-point number (its JSON form may not parse back to it): there the
 /// reference's lookups by encoded path can land elsewhere than the walk, and [`record_update_general`] follows them.
-fn changed_fields(old: Option<&Value>, new: &Value, schema: Option<Cursor<'_>>, scope: Scope) -> Option<FieldSet> {
+fn changed_fields(old: Option<&Value>, new: &Value, schema: Option<Cursor<'_>>, scope: Scope) -> Option<FieldTree> {
     let Value::Object(map) = new else { return None };
-    let mut w = ChangeWalk { segs: Vec::new(), encoded: Vec::new(), changed: FieldSet::new() };
+    let mut w = ChangeWalk { segs: Vec::new(), nodes: Vec::new(), changed: FieldTree::default() };
     for (k, v) in map {
         if !top_in_scope(k, scope) {
             continue;
@@ -618,22 +635,130 @@ fn changed_fields(old: Option<&Value>, new: &Value, schema: Option<Cursor<'_>>, 
     Some(w.changed)
 }
 
+/// A field set as a tree of encoded path elements, built member by member: each element is encoded once, however
+/// many members lie under it, and the set's `fieldsV1` is read off the tree in order, the bytes [`to_fields_v1`]
+/// gives for the same set (`field_tree_encodes_as_to_fields_v1`). The children of a node are ordered by their
+/// encoded keys, which is [`PathElement`]'s order (`f:` < `k:` < `v:`, then the rest).
+struct FieldTree {
+    /// `nodes[0]` is the root (the empty path, never a member).
+    nodes: Vec<TreeNode>,
+    /// Members in the set.
+    members: usize,
+}
+
+#[derive(Default)]
+struct TreeNode {
+    children: BTreeMap<String, usize>,
+    member: bool,
+}
+
+impl Default for FieldTree {
+    fn default() -> Self {
+        Self { nodes: vec![TreeNode::default()], members: 0 }
+    }
+}
+
+impl FieldTree {
+    /// The child of `parent` at the encoded element `key`, made if missing.
+    fn child(&mut self, parent: usize, key: String) -> usize {
+        if let Some(&id) = self.nodes[parent].children.get(&key) {
+            return id;
+        }
+        let id = self.nodes.len();
+        self.nodes.push(TreeNode::default());
+        self.nodes[parent].children.insert(key, id);
+        id
+    }
+
+    fn mark(&mut self, id: usize) {
+        if !std::mem::replace(&mut self.nodes[id].member, true) {
+            self.members += 1;
+        }
+    }
+
+    /// The set's `fieldsV1`.
+    fn into_fields_v1(mut self) -> Value {
+        fn node(nodes: &mut [TreeNode], id: usize) -> Map<String, Value> {
+            let children = std::mem::take(&mut nodes[id].children);
+            let mut out = Map::new();
+            for (k, c) in children {
+                let mut child = node(nodes, c);
+                if nodes[c].member && !child.is_empty() {
+                    child.insert(".".into(), json!({}));
+                }
+                out.insert(k, Value::Object(child));
+            }
+            out
+        }
+        Value::Object(node(&mut self.nodes, 0))
+    }
+}
+
+/// The `fieldsV1` of the union of the set `a` holds (read as [`from_fields_v1`] reads it, so any encoding) and the
+/// set `b` holds, encoded as [`to_fields_v1`] encodes it (`merge_fields_v1_encodes_the_union`): a writer's entry
+/// that gains fields and loses none, without parsing its stored fields into a set and encoding them again.
+fn merge_fields_v1(a: Map<String, Value>, b: &Map<String, Value>) -> Map<String, Value> {
+    /// A node's members as its parent's value holds them: whether the node is a member, and its children.
+    fn split(v: Option<Value>) -> (bool, Map<String, Value>) {
+        match v {
+            None => (false, Map::new()),
+            Some(Value::Object(m)) if !m.is_empty() => (m.contains_key("."), m),
+            Some(_) => (true, Map::new()),
+        }
+    }
+    fn valid(k: &str) -> bool {
+        k.split_at_checked(2).is_some_and(|(prefix, _)| matches!(prefix, "f:" | "k:" | "v:"))
+    }
+    let mut keys: BTreeMap<String, (Option<Value>, Option<&Value>)> = BTreeMap::new();
+    for (k, v) in a {
+        if valid(&k) {
+            keys.insert(k, (Some(v), None));
+        }
+    }
+    for (k, v) in b {
+        if valid(k) {
+            match keys.get_mut(k.as_str()) {
+                Some(e) => e.1 = Some(v),
+                None => {
+                    keys.insert(k.clone(), (None, Some(v)));
+                }
+            }
+        }
+    }
+    let mut out = Map::new();
+    for (k, (av, bv)) in keys {
+        let (a_member, a_children) = split(av);
+        let (b_member, b_children) = split(bv.cloned());
+        let mut children = merge_fields_v1(a_children, &b_children);
+        let member = a_member || b_member;
+        if !member && children.is_empty() {
+            continue;
+        }
+        if member && !children.is_empty() {
+            children.insert(".".into(), json!({}));
+        }
+        out.insert(k, Value::Object(children));
+    }
+    out
+}
+
 struct ChangeWalk<'a> {
     segs: Vec<Seg<'a>>,
-    /// The steps of `segs` encoded so far (`None`: not yet); kept in step by [`Self::push`] and [`Self::pop`].
-    encoded: Vec<Option<PathElement>>,
-    changed: FieldSet,
+    /// The tree nodes of the paths `segs` leads along, made so far (`None`: not yet); kept in step by
+    /// [`Self::push`] and [`Self::pop`].
+    nodes: Vec<Option<usize>>,
+    changed: FieldTree,
 }
 
 impl<'a> ChangeWalk<'a> {
     fn push(&mut self, seg: Seg<'a>) {
-        self.encoded.truncate(self.segs.len());
+        self.nodes.truncate(self.segs.len());
         self.segs.push(seg);
     }
 
     fn pop(&mut self) {
         self.segs.pop();
-        self.encoded.truncate(self.segs.len());
+        self.nodes.truncate(self.segs.len());
     }
 
     /// The current path is a member of the new field set with value `nv` (`ov` in the stored object): it changed
@@ -652,19 +777,26 @@ impl<'a> ChangeWalk<'a> {
             Some(ov) => leaf && !crate::json::eq(nv, ov),
         };
         if changed {
-            // Each step is encoded once however many changed members lie under it (a new list-map item's key).
-            self.encoded.resize(self.segs.len(), None);
-            for (seg, e) in self.segs.iter().zip(self.encoded.iter_mut()) {
-                if e.is_none() {
-                    *e = Some(match *seg {
-                        Seg::Field(f) => PathElement::Field(f.to_string()),
-                        Seg::Key(item, keys) => PathElement::Key(key_of(item, keys)),
-                        Seg::Value(v) => PathElement::Value(serde_json::to_string(v).unwrap_or_default()),
-                    });
-                }
+            // Each step is encoded (and its node made) once however many changed members lie under it (a new
+            // list-map item's key).
+            self.nodes.resize(self.segs.len(), None);
+            let mut parent = 0;
+            for (seg, node) in self.segs.iter().zip(self.nodes.iter_mut()) {
+                parent = match *node {
+                    Some(id) => id,
+                    None => {
+                        let key = match *seg {
+                            Seg::Field(f) => format!("f:{f}"),
+                            Seg::Key(item, keys) => format!("k:{}", key_of(item, keys)),
+                            Seg::Value(v) => format!("v:{}", serde_json::to_string(v).unwrap_or_default()),
+                        };
+                        let id = self.changed.child(parent, key);
+                        *node = Some(id);
+                        id
+                    }
+                };
             }
-            let path = self.encoded.iter().flatten().cloned().collect();
-            self.changed.insert(path);
+            self.changed.mark(parent);
         }
         true
     }
@@ -1315,6 +1447,111 @@ mod tests {
         }
     }
 
+    fn tree_of(set: &FieldSet) -> FieldTree {
+        let mut tree = FieldTree::default();
+        for path in set.iter().filter(|p| !p.is_empty()) {
+            let mut id = 0;
+            for e in path {
+                id = tree.child(id, e.encode());
+            }
+            tree.mark(id);
+        }
+        tree
+    }
+
+    fn sample_sets() -> Vec<FieldSet> {
+        let pods = BUILTINS_POD.as_ref().expect("pod schema");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"], "annotations": {}},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "env": [{"name": "A", "value": "1"}]}], "tolerations": [{"key": "k"}], "nodeName": "n"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}});
+        let other = json!({"metadata": {"labels": {"c": "3"}, "finalizers": ["z"]},
+            "spec": {"containers": [{"name": "c", "image": "j", "ports": [{"containerPort": 81, "protocol": "UDP"}]},
+                {"name": "d", "args": ["1"]}]},
+            "status": {"conditions": [{"type": "Scheduled", "status": "True"}]}});
+        let full = field_set(&pod, Some(Cursor::root(pods)));
+        let mut with_parents = full.clone();
+        with_parents.insert(vec![PathElement::Field("spec".into())]);
+        with_parents.insert(vec![PathElement::Field("spec".into()), PathElement::Field("containers".into())]);
+        let mut small = FieldSet::new();
+        small.insert(vec![PathElement::Field("status".into()), PathElement::Field("phase".into())]);
+        small.insert(vec![PathElement::Field("a".into()), PathElement::Value("1.5".into())]);
+        small.insert(vec![PathElement::Field("a".into()), PathElement::Key("{\"k\":1}".into())]);
+        small.insert(vec![
+            PathElement::Field("a".into()),
+            PathElement::Key("{\"k\":1}".into()),
+            PathElement::Field("x".into()),
+        ]);
+        let labels: FieldSet =
+            full.iter().filter(|p| p.len() > 1 && p[1] == PathElement::Field("labels".into())).cloned().collect();
+        vec![
+            full,
+            field_set(&pod, None),
+            FieldSet::new(),
+            with_parents,
+            small,
+            field_set(&other, Some(Cursor::root(pods))),
+            labels,
+        ]
+    }
+
+    /// The tree the side-by-side walk builds encodes as `to_fields_v1` encodes the same set, byte for byte: sets built
+    /// path by path, and a new object's whole field set (a create).
+    #[test]
+    fn field_tree_encodes_as_to_fields_v1() {
+        for set in &sample_sets() {
+            let tree = tree_of(set);
+            assert_eq!(tree.members, set.iter().filter(|p| !p.is_empty()).count());
+            let bytes = serde_json::to_string(&tree.into_fields_v1()).unwrap();
+            assert_eq!(bytes, serde_json::to_string(&to_fields_v1(set)).unwrap());
+        }
+        let pods = BUILTINS_POD.as_ref().expect("pod schema");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "labels": {"b": "2", "a": "1"}, "ownerReferences": [{"uid": "u", "name": "o"}]},
+            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 81, "protocol": "UDP"}],
+                "env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}], "resources": {}}],
+                "readinessGates": [{"conditionType": "X"}], "securityContext": {}},
+            "status": {"phase": "Pending"}});
+        for scope in
+            [Scope::Main { status_subresource: true }, Scope::Status, Scope::Main { status_subresource: false }]
+        {
+            let tree = changed_fields(None, &pod, Some(Cursor::root(pods)), scope).expect("walked");
+            let bytes = serde_json::to_string(&tree.into_fields_v1()).unwrap();
+            let set = field_set_in_scope(&pod, Some(Cursor::root(pods)), scope);
+            assert_eq!(bytes, serde_json::to_string(&to_fields_v1(&set)).unwrap(), "{scope:?}");
+        }
+    }
+
+    /// Merging two encodings gives the encoding of the union, byte for byte; the first encoding is read as
+    /// `from_fields_v1` reads it, whatever its form (keys out of order, a lone ".", keys of no path element, a
+    /// subtree holding no member, a member that is not an object).
+    #[test]
+    fn merge_fields_v1_encodes_the_union() {
+        let sets = sample_sets();
+        for a in &sets {
+            for b in &sets {
+                let Value::Object(av) = to_fields_v1(a) else { panic!() };
+                let Value::Object(bv) = to_fields_v1(b) else { panic!() };
+                let merged = Value::Object(merge_fields_v1(av, &bv));
+                let union: FieldSet = a.union(b).cloned().collect();
+                assert_eq!(
+                    serde_json::to_string(&merged).unwrap(),
+                    serde_json::to_string(&to_fields_v1(&union)).unwrap()
+                );
+            }
+        }
+        let odd = json!({"f:z": {}, "f:spec": {"f:b": {".": {}}, "f:a": {"f:x": {}, ".": {"junk": 1}}, "bad": {}},
+            "x:y": {}, "f:empty": {"nope": {}}, "f:leaf": 1, ".": {}, "f:status": {".": {}, "f:phase": {}}});
+        for b in &sets {
+            let Value::Object(av) = odd.clone() else { panic!() };
+            let Value::Object(bv) = to_fields_v1(b) else { panic!() };
+            let merged = Value::Object(merge_fields_v1(av, &bv));
+            let union: FieldSet = from_fields_v1(&odd).union(b).filter(|p| !p.is_empty()).cloned().collect();
+            assert_eq!(serde_json::to_string(&merged).unwrap(), serde_json::to_string(&to_fields_v1(&union)).unwrap());
+        }
+    }
+
     /// `record_update` against its straightforward definition, over a pod's life (built-in schema: list maps, sets,
     /// atomic lists, the status scope), custom resources' (atomic maps, string maps, sets, list maps with two keys,
     /// nulls, no schema at all), each step starting from what the previous stored: fields removed, changed back,
@@ -1402,6 +1639,24 @@ mod tests {
                 ("kubelet", status, pod(json!({"app": "a", "x": "y"}), c("v2"), json!(["f/two"]), st("True", "v2"))),
                 ("gd", main, pod(json!({"app": "a"}), two.clone(), json!(["f/two"]), st("True", "v2"))),
                 ("gd", main, pod(json!({}), c("v3"), json!([]), st("False", "v2"))),
+                // The writer gains fields and loses none: a label, then a port and an env entry (list-map items
+                // under an item it owns), then a label another manager set before it.
+                ("gd", main, pod(json!({"z": "1"}), c("v3"), json!([]), st("False", "v2"))),
+                (
+                    "gd",
+                    main,
+                    pod(
+                        json!({"z": "1"}),
+                        json!([{"name": "game", "image": "v3",
+                            "ports": [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 7777, "protocol": "UDP"}],
+                            "env": [{"name": "A", "value": "1"}, {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}]),
+                        json!(["f/three"]),
+                        st("False", "v2"),
+                    ),
+                ),
+                ("other", main, pod(json!({"z": "1", "o": "1"}), c("v3"), json!(["f/three"]), st("False", "v2"))),
+                ("gd", main, pod(json!({"z": "1", "o": "2"}), c("v3"), json!(["f/three"]), st("False", "v2"))),
+                ("kubelet", status, pod(json!({"z": "1", "o": "2"}), c("v3"), json!(["f/three"]), st("True", "v3"))),
             ],
             Some(Cursor::root(pods)),
         );

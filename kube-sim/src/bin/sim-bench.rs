@@ -25,6 +25,11 @@
 //! kube-sim with the kubelet simulator creates `--kubelet-pods` pods and the phase ends when all are Ready (CPU per
 //! pod started: the create, scheduling, the kubelet's watch decoding and its status writes).
 
+/// The allocator of the kube-sim binary, the end-to-end test process and `fleet-bench`, where kube-sim runs: the
+/// figures are kube-sim's as it runs there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -17,10 +17,52 @@ pub enum Endpoint {
     Finalize,
 }
 
-fn copy_non_metadata(v: &Value) -> Map<String, Value> {
-    v.as_object()
-        .map(|m| m.iter().filter(|(k, _)| k.as_str() != "metadata").map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default()
+/// `a == b` for two maps without the keys in `skip`, without copying them; `eq` compares the values of a key both
+/// have.
+fn eq_except(
+    a: &Map<String, Value>,
+    b: &Map<String, Value>,
+    skip: &[&str],
+    eq: impl Fn(&str, &Value, &Value) -> bool,
+) -> bool {
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+    kept(a) == kept(b)
+        && a.iter().filter(|(k, _)| !skip.contains(&k.as_str())).all(|(k, v)| b.get(k).is_some_and(|w| eq(k, v, w)))
+}
+
+/// Whether two objects differ outside `metadata` (a non-object counts as an empty one).
+fn differ_but_metadata(a: &Value, b: &Value) -> bool {
+    let empty = Map::new();
+    let (a, b) = (a.as_object().unwrap_or(&empty), b.as_object().unwrap_or(&empty));
+    !eq_except(a, b, &["metadata"], |_, v, w| crate::json::eq(v, w))
+}
+
+/// Fields of a pod's spec an update may change (the images of its containers aside).
+const POD_MUTABLE: &[&str] =
+    &["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"];
+
+/// Whether an update changes a pod's spec beyond what may change: the specs compared without the mutable fields and
+/// their containers' images, without copying them (the result of comparing copies stripped of those,
+/// `strategy::tests::pod_spec_immutability_agrees_with_stripped_copies`).
+fn pod_spec_changed(old: Option<&Value>, new: Option<&Value>) -> bool {
+    let (old, new) = (old.unwrap_or(&Value::Null), new.unwrap_or(&Value::Null));
+    let (Value::Object(o), Value::Object(n)) = (old, new) else { return old != new };
+    let containers_eq = |a: &Value, b: &Value| match (a, b) {
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| match (x, y) {
+                    (Value::Object(x), Value::Object(y)) => {
+                        eq_except(x, y, &["image"], |_, v, w| crate::json::eq(v, w))
+                    }
+                    _ => x == y,
+                })
+        }
+        _ => a == b,
+    };
+    !eq_except(o, n, POD_MUTABLE, |k, v, w| match k {
+        "containers" | "initContainers" => containers_eq(v, w),
+        _ => crate::json::eq(v, w),
+    })
 }
 
 /// Create-time mutations (everything but system metadata, which the registry sets).
@@ -243,8 +285,8 @@ pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &m
         && endpoint != Endpoint::Finalize
         && match rd.generation {
             GenerationRule::None => false,
-            GenerationRule::Spec => new.get("spec") != old.get("spec"),
-            GenerationRule::AllButMetadata => copy_non_metadata(new) != copy_non_metadata(old),
+            GenerationRule::Spec => !crate::json::opt_eq(new.get("spec"), old.get("spec")),
+            GenerationRule::AllButMetadata => differ_but_metadata(new, old),
         };
     match rd.generation {
         GenerationRule::None => {
@@ -522,40 +564,13 @@ pub fn validate_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &
     let mut errs = Vec::new();
     match rd.special {
         Special::Pod if endpoint == Endpoint::Main => {
-            let strip = |v: &Value| -> Value {
-                let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
-                if let Value::Object(m) = &mut s {
-                    for list in ["containers", "initContainers"] {
-                        if let Some(Value::Array(cs)) = m.get_mut(list) {
-                            for c in cs {
-                                if let Value::Object(c) = c {
-                                    c.remove("image");
-                                }
-                            }
-                        }
-                    }
-                    m.remove("activeDeadlineSeconds");
-                    m.remove("tolerations");
-                    m.remove("terminationGracePeriodSeconds");
-                    m.remove("schedulingGates");
-                }
-                s
-            };
-            if strip(old) != strip(new) {
+            if pod_spec_changed(old.get("spec"), new.get("spec")) {
                 errs.push(FieldError::forbidden("spec", POD_UPDATE_FORBIDDEN));
             }
-            let old_tol = old
-                .get("spec")
-                .and_then(|s| s.get("tolerations"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let new_tol = new
-                .get("spec")
-                .and_then(|s| s.get("tolerations"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+            fn tolerations(v: &Value) -> &[Value] {
+                v.get("spec").and_then(|s| s.get("tolerations")).and_then(Value::as_array).map_or(&[], Vec::as_slice)
+            }
+            let (old_tol, new_tol) = (tolerations(old), tolerations(new));
             if old_tol.iter().any(|t| !new_tol.contains(t)) {
                 errs.push(FieldError::forbidden(
                     "spec.tolerations",
@@ -655,6 +670,87 @@ fn go_string_slice(v: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The comparisons without copies against the copies they replace: a pod spec stripped of its mutable fields and
+    /// its containers' images, and an object without its metadata, over specs that differ in kept and in skipped
+    /// fields, in key order only, in non-object containers and in missing or non-object specs.
+    #[test]
+    fn pod_spec_immutability_agrees_with_stripped_copies() {
+        let strip = |v: Option<&Value>| -> Value {
+            let mut s = v.cloned().unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut s {
+                for list in ["containers", "initContainers"] {
+                    if let Some(Value::Array(cs)) = m.get_mut(list) {
+                        for c in cs {
+                            if let Value::Object(c) = c {
+                                c.remove("image");
+                            }
+                        }
+                    }
+                }
+                for k in POD_MUTABLE {
+                    m.remove(*k);
+                }
+            }
+            s
+        };
+        let base = json!({"containers": [{"name": "c", "image": "a", "ports": [{"containerPort": 1}]}],
+            "initContainers": [{"name": "i", "image": "b"}], "tolerations": [{"key": "k"}], "nodeName": "n",
+            "terminationGracePeriodSeconds": 30});
+        let edits: Vec<fn(&mut Value)> = vec![
+            |_| {},
+            |v| v["containers"][0]["image"] = json!("z"),
+            |v| v["initContainers"][0]["image"] = json!("z"),
+            |v| v["containers"][0]["name"] = json!("d"),
+            |v| v["containers"][0].as_object_mut().unwrap().remove("image").map(drop).unwrap_or(()),
+            |v| v["tolerations"] = json!([]),
+            |v| v["activeDeadlineSeconds"] = json!(5),
+            |v| v["schedulingGates"] = json!([{"name": "g"}]),
+            |v| v.as_object_mut().unwrap().remove("terminationGracePeriodSeconds").map(drop).unwrap_or(()),
+            |v| v["nodeName"] = json!("m"),
+            |v| v["hostname"] = json!("h"),
+            |v| v.as_object_mut().unwrap().remove("nodeName").map(drop).unwrap_or(()),
+            |v| v["containers"] = json!(["c"]),
+            |v| v["containers"] = json!("c"),
+            |v| v["containers"].as_array_mut().unwrap().push(json!({"name": "e", "image": "x"})),
+            |v| v["initContainers"] = json!(null),
+            |v| {
+                let m = v.as_object_mut().unwrap();
+                let n = m.remove("nodeName").unwrap();
+                m.insert("nodeName".into(), n);
+            },
+            |v| *v = json!(null),
+            |v| *v = json!([1]),
+            |v| *v = json!({}),
+        ];
+        let mut specs: Vec<Option<Value>> = vec![None];
+        for e in &edits {
+            let mut v = base.clone();
+            e(&mut v);
+            specs.push(Some(v));
+        }
+        for a in &specs {
+            for b in &specs {
+                assert_eq!(
+                    pod_spec_changed(a.as_ref(), b.as_ref()),
+                    strip(a.as_ref()) != strip(b.as_ref()),
+                    "{a:?} vs {b:?}"
+                );
+                let (x, y) = (json!({"metadata": {"name": "a"}, "spec": a}), json!({"metadata": {}, "spec": b}));
+                let copy = |v: &Value| -> Map<String, Value> {
+                    v.as_object()
+                        .unwrap()
+                        .iter()
+                        .filter(|(k, _)| *k != "metadata")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                };
+                assert_eq!(differ_but_metadata(&x, &y), copy(&x) != copy(&y));
+            }
+        }
+        assert!(!differ_but_metadata(&json!(1), &json!({"metadata": {}})));
+        assert!(differ_but_metadata(&json!(1), &json!({"spec": {}})));
+    }
 
     /// A custom resource's status write starts from a copy of the stored object without its status and
     /// managedFields: the result is byte for byte the one a full copy gives, whichever of the two the stored object
