@@ -120,7 +120,8 @@ fn binaries_are_not_built_as_test_harnesses_and_hold_no_tests() {
                 continue;
             }
             binaries += 1;
-            let name = format!("{} {}", package["name"].as_str().unwrap_or("?"), target["name"].as_str().unwrap_or("?"));
+            let name =
+                format!("{} {}", package["name"].as_str().unwrap_or("?"), target["name"].as_str().unwrap_or("?"));
             if target["test"] != serde_json::Value::Bool(false) {
                 harnesses.push(name.clone());
             }
