@@ -9,7 +9,7 @@
 //!
 //! Off by default (`--pass-spacing 0`): fewer passes and less operator CPU, but the API server's load (the writes)
 //! stays the same and the hook → pod latency rises, so a roll is no faster. It is for an operator that shares its
-//! CPU among many large GameDeployments (`docs/benchmark-history.md` has the measurements).
+//! CPU among many large GameDeployments (`docs/src/operating/flags.md`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
