@@ -1418,28 +1418,11 @@ mod tests {
     /// values, the empty path).
     #[test]
     fn to_fields_v1_matches_the_reference() {
-        let pods = BUILTINS_POD.as_ref().expect("pod schema");
-        let pod = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"], "annotations": {}},
-            "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "protocol": "TCP"}],
-                "env": [{"name": "A", "value": "1"}]}], "tolerations": [{"key": "k"}], "nodeName": "n"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}], "phase": "Running"}});
-        let mut sets = vec![field_set(&pod, Some(Cursor::root(pods))), field_set(&pod, None), FieldSet::new()];
-        let mut with_parents = sets[0].clone();
-        with_parents.insert(vec![PathElement::Field("spec".into())]);
-        with_parents.insert(vec![PathElement::Field("spec".into()), PathElement::Field("containers".into())]);
-        with_parents.insert(Vec::new());
-        sets.push(with_parents);
-        let mut small = FieldSet::new();
-        small.insert(vec![PathElement::Field("status".into()), PathElement::Field("phase".into())]);
-        small.insert(vec![PathElement::Field("a".into()), PathElement::Value("1.5".into())]);
-        small.insert(vec![PathElement::Field("a".into()), PathElement::Key("{\"k\":1}".into())]);
-        small.insert(vec![
-            PathElement::Field("a".into()),
-            PathElement::Key("{\"k\":1}".into()),
-            PathElement::Field("x".into()),
-        ]);
-        sets.push(small);
+        let mut sets = sample_sets();
+        // The empty path too, beside members with children (`sample_sets()[3]`).
+        let mut with_root = sets[3].clone();
+        with_root.insert(Vec::new());
+        sets.push(with_root);
         for set in &sets {
             let fast = to_fields_v1(set);
             let reference = to_fields_v1_reference(set);
