@@ -1123,15 +1123,20 @@ mod tests {
         assert_eq!(order, ["passed", "hot", "grace-over", "ready", "done", "held", "held-2", "cancelled"]);
     }
 
+    /// Waits `for_how_long` as one request in flight, recording in `most` the most in flight at once.
+    async fn in_flight_for(in_flight: &AtomicUsize, most: &AtomicUsize, for_how_long: Duration) {
+        let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(for_how_long).await;
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
     /// A client whose every request takes 20 ms and answers a HookRun; records the most requests in flight at once.
     fn slow_client(in_flight: Arc<AtomicUsize>, most: Arc<AtomicUsize>) -> kube::Client {
         let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
             let (in_flight, most) = (in_flight.clone(), most.clone());
             async move {
-                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                in_flight.fetch_sub(1, Ordering::SeqCst);
+                in_flight_for(&in_flight, &most, Duration::from_millis(20)).await;
                 let name = request.uri().path().rsplit('/').next().unwrap_or_default().to_string();
                 let body = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookRun",
                     "metadata": {"name": name, "namespace": "ns", "uid": "u"}, "spec": {"metrics": []}});
@@ -1152,10 +1157,7 @@ mod tests {
         let wave = (0..512).map(|i| {
             let (in_flight, most) = (in_flight.clone(), most.clone());
             async move {
-                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                in_flight.fetch_sub(1, Ordering::SeqCst);
+                in_flight_for(&in_flight, &most, Duration::from_millis(2)).await;
                 i
             }
         });

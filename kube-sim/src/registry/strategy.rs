@@ -46,7 +46,7 @@ const POD_MUTABLE: &[&str] =
 /// `strategy::tests::pod_spec_immutability_agrees_with_stripped_copies`).
 fn pod_spec_changed(old: Option<&Value>, new: Option<&Value>) -> bool {
     let (old, new) = (old.unwrap_or(&Value::Null), new.unwrap_or(&Value::Null));
-    let (Value::Object(o), Value::Object(n)) = (old, new) else { return old != new };
+    let (Value::Object(o), Value::Object(n)) = (old, new) else { return !crate::json::eq(old, new) };
     let containers_eq = |a: &Value, b: &Value| match (a, b) {
         (Value::Array(a), Value::Array(b)) => {
             a.len() == b.len()
@@ -54,10 +54,10 @@ fn pod_spec_changed(old: Option<&Value>, new: Option<&Value>) -> bool {
                     (Value::Object(x), Value::Object(y)) => {
                         eq_except(x, y, &["image"], |_, v, w| crate::json::eq(v, w))
                     }
-                    _ => x == y,
+                    _ => crate::json::eq(x, y),
                 })
         }
-        _ => a == b,
+        _ => crate::json::eq(a, b),
     };
     !eq_except(o, n, POD_MUTABLE, |k, v, w| match k {
         "containers" | "initContainers" => containers_eq(v, w),
