@@ -18,6 +18,7 @@ mod execute;
 pub mod orphans;
 mod pass_pacing;
 mod stale_cache;
+mod template_freshness;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -478,10 +479,37 @@ async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>
         Ok(Observation::NotYet(requeue)) => return (Ok(requeue), started.elapsed()),
         Err(e) => return (Err(e), started.elapsed()),
     };
-    let plan = plan(&snapshot, &ctx.keys);
+    let mut snapshot = snapshot;
+    let plan = plan_with_current_templates(ctx, &mut snapshot).await;
     let planning = started.elapsed();
     let outcome = execute(ctx, &snapshot, &plan).await;
     (report(ctx, &snapshot, &plan, outcome).await, planning)
+}
+
+/// The plan, made from the HookTemplates the API server holds whenever it creates HookRuns
+/// ([`template_freshness`]): planned again if the cache is behind; without its run creations (and a look again
+/// within a second) if the templates cannot be read.
+async fn plan_with_current_templates(ctx: &Context, snapshot: &mut Snapshot) -> Plan {
+    let first = plan(snapshot, &ctx.keys);
+    if !first.actions.iter().any(|a| matches!(a, crate::action::Action::CreateHookRun(_))) {
+        return first;
+    }
+    match template_freshness::check(&ctx.client, &snapshot.namespace, &snapshot.gd, &snapshot.hook_templates).await {
+        Ok(template_freshness::Freshness::Current) => first,
+        Ok(template_freshness::Freshness::Behind(templates)) => {
+            tracing::info!(gamedeployment = %snapshot.key, "the HookTemplate cache is behind the API server: planning with the templates as read");
+            snapshot.hook_templates = templates;
+            plan(snapshot, &ctx.keys)
+        }
+        Err(e) => {
+            tracing::warn!(gamedeployment = %snapshot.key, error = %e, "reading the HookTemplates failed: no HookRun is created in this pass");
+            let mut plan = first;
+            plan.actions.retain(|a| !matches!(a, crate::action::Action::CreateHookRun(_)));
+            let soon = Duration::from_secs(1);
+            plan.requeue_after = Some(plan.requeue_after.map_or(soon, |r| r.min(soon)));
+            plan
+        }
+    }
 }
 
 /// What a pass observed: the GameDeployment as the planner should see it and the cached objects of its

@@ -38,6 +38,7 @@ use serde_json::json;
 use crate::gamedeployment::{apply, image, is_ready};
 use crate::gate::{GateChecker, GateReport};
 use crate::{Cluster, FAST_ELECTION, Operator, wait_for};
+use kube_sim::testing::eventually_within;
 
 const NAME: &str = "faulty";
 const NS: &str = "default";
@@ -322,7 +323,8 @@ async fn live_pods(cluster: &Cluster) -> Vec<Pod> {
 }
 
 /// The GameDeployment settled: status for the current generation, `replicas` live pods all ready and `Normal`,
-/// `updated` of them on `updated_image` (when given), and `check` on the object.
+/// `updated` of them on `updated_image` (when given), and `check` on the object. On timeout it panics with what it
+/// last saw (the status and each live pod) and prints the tail of both operators' logs.
 async fn converge(
     cluster: &Cluster,
     what: &str,
@@ -331,11 +333,11 @@ async fn converge(
     check: impl Fn(&GameDeployment) -> bool,
 ) -> GameDeployment {
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), NS);
-    wait_for(what, PHASE_DEADLINE, || async {
-        let gd = api.get(NAME).await.ok()?;
-        let status = gd.status.clone()?;
-        (status.observed_generation == gd.metadata.generation).then_some(())?;
+    let settled = eventually_within(what, PHASE_DEADLINE, || async {
+        let gd = api.get(NAME).await?;
+        let status = gd.status.clone().unwrap_or_default();
         let pods = live_pods(cluster).await;
+        let current = status.observed_generation == gd.metadata.generation;
         let settled = pods.len() == replicas
             && status.replicas as usize == replicas
             && status.ready_replicas as usize == replicas
@@ -343,9 +345,76 @@ async fn converge(
         let updated_ok = updated.is_none_or(|(want, n)| {
             pods.iter().filter(|p| image(p) == Some(want)).count() == n && status.updated_replicas as usize == n
         });
-        (settled && updated_ok && check(&gd)).then_some(gd)
+        if current && settled && updated_ok && check(&gd) {
+            return Ok(Some(gd));
+        }
+        let seen: Vec<String> = pods
+            .iter()
+            .map(|p| {
+                let name = p.metadata.name.as_deref().unwrap_or("?");
+                format!("{name} ready={} lifecycle={:?} image={:?}", is_ready(p), lifecycle(p), image(p))
+            })
+            .collect();
+        anyhow::bail!(
+            "generation {:?} observed {:?}; spec {}; status {}; live pods [{}]",
+            gd.metadata.generation,
+            status.observed_generation,
+            serde_json::to_string(&gd.spec).unwrap_or_default(),
+            serde_json::to_string(&status).unwrap_or_default(),
+            seen.join("; ")
+        )
     })
-    .await
+    .await;
+    match settled {
+        Ok(gd) => gd,
+        Err(e) => {
+            print_operator_logs(cluster);
+            print_runs_and_events(cluster).await;
+            panic!("{e:#}")
+        }
+    }
+}
+
+/// Every HookRun (name, UID, phase, created) and the Events of the namespace, oldest first: what the operators did.
+async fn print_runs_and_events(cluster: &Cluster) {
+    let runs: Api<common::api::HookRun> = Api::namespaced(cluster.client(), NS);
+    for run in runs.list(&Default::default()).await.map(|l| l.items).unwrap_or_default() {
+        eprintln!(
+            "run {} uid={} phase={:?} created={:?} deleting={}",
+            run.metadata.name.as_deref().unwrap_or("?"),
+            run.metadata.uid.as_deref().unwrap_or("?"),
+            run.status.as_ref().map(|s| s.phase),
+            run.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()),
+            run.metadata.deletion_timestamp.is_some()
+        );
+    }
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client(), NS);
+    let mut events = events.list(&Default::default()).await.map(|l| l.items).unwrap_or_default();
+    events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)));
+    for e in events {
+        let at = e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0));
+        let what = e.involved_object.name.as_deref().unwrap_or("?");
+        eprintln!(
+            "event {at:?} {what} {} x{}: {}",
+            e.reason.as_deref().unwrap_or(""),
+            e.count.unwrap_or(1),
+            e.message.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// The last lines of every operator log in the cluster's directory: the operators are shared with the killer's
+/// task, so their own drop does not print them when a round panics.
+fn print_operator_logs(cluster: &Cluster) {
+    let Ok(entries) = std::fs::read_dir(cluster.dir()) else { return };
+    for path in entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "log")) {
+        let logs = std::fs::read_to_string(&path).unwrap_or_default();
+        let tail: Vec<&str> = logs.lines().rev().take(120).collect();
+        eprintln!("--- last lines of {} ---", path.display());
+        for line in tail.iter().rev() {
+            eprintln!("{line}");
+        }
+    }
 }
 
 async fn patch(cluster: &Cluster, patch: Patch<serde_json::Value>) -> u64 {

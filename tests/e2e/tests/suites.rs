@@ -35,6 +35,7 @@ mod hints;
 mod hook_deadlines;
 mod hook_durability;
 mod hook_shards;
+mod hook_template_freshness;
 mod hookrun_templates;
 mod hooks_inplace;
 mod hooks_template_missing;
