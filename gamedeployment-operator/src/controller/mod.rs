@@ -501,6 +501,10 @@ async fn plan_with_current_templates(ctx: &Context, snapshot: &mut Snapshot) -> 
             snapshot.hook_templates = templates;
             plan(snapshot, &ctx.keys)
         }
+        Err(e) if template_freshness::read_failed(&e) == template_freshness::ReadFailed::UseTheCache => {
+            tracing::warn!(gamedeployment = %snapshot.key, error = %e, "reading the HookTemplates is forbidden: HookRuns are built from the cache, which may lag a template edit (grant get on hooktemplates, as the chart does)");
+            first
+        }
         Err(e) => {
             tracing::warn!(gamedeployment = %snapshot.key, error = %e, "reading the HookTemplates failed: no HookRun is created in this pass");
             let mut plan = first;

@@ -21,6 +21,23 @@ pub(super) enum Freshness {
     Behind(Vec<HookTemplate>),
 }
 
+/// What a pass does when the templates cannot be read.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum ReadFailed {
+    /// Forbidden: RBAC from before the read (list and watch only). Runs are built from the cache, as then.
+    UseTheCache,
+    /// Anything else (the API server is failing, a timeout): no run in this pass; look again shortly.
+    CreateNoRun,
+}
+
+/// [`ReadFailed`] for the error a read returned.
+pub(super) fn read_failed(error: &kube::Error) -> ReadFailed {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => ReadFailed::UseTheCache,
+        _ => ReadFailed::CreateNoRun,
+    }
+}
+
 /// Reads the templates `gd` names from the API server and compares them with `cached`.
 pub(super) async fn check(
     client: &Client,
@@ -79,6 +96,16 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn a_forbidden_read_falls_back_to_the_cache_and_any_other_failure_creates_no_run() {
+        let api = |code: u16| kube::Error::Api(Box::new(kube::core::Status { code, ..Default::default() }));
+        assert_eq!(read_failed(&api(403)), ReadFailed::UseTheCache);
+        for code in [404, 429, 500, 503, 504] {
+            assert_eq!(read_failed(&api(code)), ReadFailed::CreateNoRun, "{code}");
+        }
+        assert_eq!(read_failed(&kube::Error::LinesCodecMaxLineLengthExceeded), ReadFailed::CreateNoRun);
     }
 
     #[test]
