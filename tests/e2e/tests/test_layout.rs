@@ -84,8 +84,8 @@ fn resolved_features(selection: &[&str]) -> std::collections::BTreeMap<String, s
     features
 }
 
-/// `scripts/test` runs `cargo test --workspace --exclude e2e` and then `cargo test -p e2e`, which resolves features
-/// for e2e's own graph: a package the two resolve differently is built twice on a clean clone (once e2e did not name
+/// `scripts/test` compiles every test with `cargo test --workspace --no-run`, then runs `cargo test --workspace
+/// --exclude e2e` beside `cargo test -p e2e`, which resolves features for e2e's own graph: a package the two resolve differently is built twice on a clean clone (once e2e did not name
 /// the gamedeployment-operator's kube features, so the end-to-end step rebuilt kube, common, hook-operator, kube-sim
 /// and e2e in a second configuration). Every package of e2e's graph has the features the whole workspace gives it.
 #[test]
@@ -98,6 +98,27 @@ fn the_end_to_end_step_builds_its_packages_with_the_workspaces_features() {
         .map(|(package, lists)| format!("{package}: e2e {lists:?}, workspace {:?}", workspace.get(package)))
         .collect();
     assert!(differ.is_empty(), "name these features in tests/e2e/Cargo.toml:\n{}", differ.join("\n"));
+}
+
+/// Every cargo command of `scripts/test` selects the whole workspace, or e2e (whose features the test above pins):
+/// Cargo resolves features for the packages a command selects, so a command on one package can build its
+/// dependencies in a second configuration. The CRD check ran `cargo run -p common --bin crdgen`, which got serde_json
+/// without the workspace's `preserve_order`, and compiled serde_json, k8s-openapi and kube a second time on a clean
+/// clone (5 minutes); it now runs after the build as `cargo run --bin crdgen`, the binary the build made.
+#[test]
+fn every_cargo_command_of_the_test_script_selects_the_workspace_or_e2e() {
+    let script = std::fs::read_to_string(repo_root().join("scripts/test")).expect("scripts/test is readable");
+    let commands: Vec<&str> =
+        script.lines().map(str::trim).filter(|l| l.starts_with("cargo ") && !l.starts_with("cargo install")).collect();
+    assert!(commands.iter().any(|c| c.contains("--bin crdgen")), "the CRD check is one of them: {commands:#?}");
+    let one_package: Vec<&&str> = commands
+        .iter()
+        .filter(|c| {
+            let words: Vec<&str> = c.split_whitespace().collect();
+            words.windows(2).any(|w| (w[0] == "-p" || w[0] == "--package") && w[1] != "e2e")
+        })
+        .collect();
+    assert!(one_package.is_empty(), "select the workspace (no -p) in scripts/test: {one_package:#?}");
 }
 
 /// `cargo test` builds every binary a second time as a test harness, a full compile and link of the program with
