@@ -117,6 +117,10 @@ pub struct Metrics {
     /// Passes that waited for their spacing (`--pass-spacing`), and how long in total.
     pub passes_spaced: Counter,
     pub pass_spacing_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Passes that create HookRuns and found the HookTemplate cache behind the API server (planned again), and
+    /// those whose template read failed (no run created in that pass).
+    pub hook_templates_behind: Counter,
+    pub hook_template_reads_failed: Counter,
     pub expectations_expired: Counter,
     pub events_dropped: Counter,
     /// Events counted into a combined Event (`(combined from similar events)`) instead of published alone.
@@ -149,6 +153,8 @@ impl Metrics {
             status_writes_deferred: Counter::default(),
             passes_spaced: Counter::default(),
             pass_spacing_seconds: Counter::default(),
+            hook_templates_behind: Counter::default(),
+            hook_template_reads_failed: Counter::default(),
             expectations_expired: Counter::default(),
             events_dropped: Counter::default(),
             events_combined: Counter::default(),
@@ -233,6 +239,16 @@ impl Metrics {
             "pass_spacing_seconds",
             "Time passes waited for their spacing (--pass-spacing)",
             metrics.pass_spacing_seconds.clone(),
+        );
+        r.register(
+            "hook_templates_behind",
+            "Passes creating HookRuns that found the HookTemplate cache behind the API server and planned again with the templates as read",
+            metrics.hook_templates_behind.clone(),
+        );
+        r.register(
+            "hook_template_reads_failed",
+            "Passes creating HookRuns whose read of the HookTemplates failed: they created no run",
+            metrics.hook_template_reads_failed.clone(),
         );
         r.register(
             "expectations_expired",

@@ -498,6 +498,7 @@ async fn plan_with_current_templates(ctx: &Context, snapshot: &mut Snapshot) -> 
         Ok(template_freshness::Freshness::Current) => first,
         Ok(template_freshness::Freshness::Behind(templates)) => {
             tracing::info!(gamedeployment = %snapshot.key, "the HookTemplate cache is behind the API server: planning with the templates as read");
+            ctx.metrics.hook_templates_behind.inc();
             snapshot.hook_templates = templates;
             plan(snapshot, &ctx.keys)
         }
@@ -507,6 +508,7 @@ async fn plan_with_current_templates(ctx: &Context, snapshot: &mut Snapshot) -> 
         }
         Err(e) => {
             tracing::warn!(gamedeployment = %snapshot.key, error = %e, "reading the HookTemplates failed: no HookRun is created in this pass");
+            ctx.metrics.hook_template_reads_failed.inc();
             let mut plan = first;
             plan.actions.retain(|a| !matches!(a, crate::action::Action::CreateHookRun(_)));
             let soon = Duration::from_secs(1);

@@ -30,7 +30,7 @@ async fn a_retry_after_a_template_fix_runs_the_fixed_template_while_the_operator
     let resolve = format!("1.1.1.1:9091={ip}:9091");
     let kubeconfig = cluster.dir().join("gd.kubeconfig");
     cluster.sim().write_kubeconfig_for_user(&kubeconfig, GD_USER, &["system:masters"]).expect("kubeconfig");
-    let _gd_op =
+    let gd_op =
         cluster.operator_with_kubeconfig("gamedeployment-operator", "gamedeployment-operator", &kubeconfig, &[]);
     let _hook_op =
         cluster.operator("hook-operator", "hook-operator", &["--interval-scale", "0.1", "--web-resolve", &resolve]);
@@ -75,4 +75,7 @@ async fn a_retry_after_a_template_fix_runs_the_fixed_template_while_the_operator
         (gone && pods.len() == 5 && status.replicas == 5 && status.pre_delete_hook_condition.is_empty()).then_some(())
     })
     .await;
+    let metrics = e2e::gamedeployment::scrape(e2e::gamedeployment::metrics_address(&gd_op).await).await;
+    let behind = metrics.get("gamedeployment_hook_templates_behind_total").copied().unwrap_or(0.0);
+    assert!(behind >= 1.0, "the pass that made the retried run found the cache behind: {behind}");
 }
