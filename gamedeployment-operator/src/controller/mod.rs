@@ -474,12 +474,11 @@ async fn reconcile(gd: Arc<GameDeployment>, ctx: Arc<Context>) -> Result<Requeue
 /// took (the pass's spacing).
 async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>, Duration) {
     let started = Instant::now();
-    let snapshot = match observe(cached, ctx) {
+    let mut snapshot = match observe(cached, ctx) {
         Ok(Observation::Ready(snapshot)) => snapshot,
         Ok(Observation::NotYet(requeue)) => return (Ok(requeue), started.elapsed()),
         Err(e) => return (Err(e), started.elapsed()),
     };
-    let mut snapshot = snapshot;
     let plan = plan_with_current_templates(ctx, &mut snapshot).await;
     let planning = started.elapsed();
     let outcome = execute(ctx, &snapshot, &plan).await;
@@ -490,8 +489,9 @@ async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>
 /// ([`template_freshness`]): planned again if the cache is behind; without its run creations (and a look again
 /// within a second) if the templates cannot be read.
 async fn plan_with_current_templates(ctx: &Context, snapshot: &mut Snapshot) -> Plan {
+    let creates_run = |a: &crate::action::Action| matches!(a, crate::action::Action::CreateHookRun(_));
     let first = plan(snapshot, &ctx.keys);
-    if !first.actions.iter().any(|a| matches!(a, crate::action::Action::CreateHookRun(_))) {
+    if !first.actions.iter().any(creates_run) {
         return first;
     }
     match template_freshness::check(&ctx.client, &snapshot.namespace, &snapshot.gd, &snapshot.hook_templates).await {
@@ -510,7 +510,7 @@ async fn plan_with_current_templates(ctx: &Context, snapshot: &mut Snapshot) -> 
             tracing::warn!(gamedeployment = %snapshot.key, error = %e, "reading the HookTemplates failed: no HookRun is created in this pass");
             ctx.metrics.hook_template_reads_failed.inc();
             let mut plan = first;
-            plan.actions.retain(|a| !matches!(a, crate::action::Action::CreateHookRun(_)));
+            plan.actions.retain(|a| !creates_run(a));
             let soon = Duration::from_secs(1);
             plan.requeue_after = Some(plan.requeue_after.map_or(soon, |r| r.min(soon)));
             plan

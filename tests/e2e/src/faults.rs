@@ -408,12 +408,7 @@ async fn print_runs_and_events(cluster: &Cluster) {
 fn print_operator_logs(cluster: &Cluster) {
     let Ok(entries) = std::fs::read_dir(cluster.dir()) else { return };
     for path in entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "log")) {
-        let logs = std::fs::read_to_string(&path).unwrap_or_default();
-        let tail: Vec<&str> = logs.lines().rev().take(120).collect();
-        eprintln!("--- last lines of {} ---", path.display());
-        for line in tail.iter().rev() {
-            eprintln!("{line}");
-        }
+        crate::print_log_tail(&path, 120);
     }
 }
 

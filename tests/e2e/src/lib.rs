@@ -245,13 +245,18 @@ impl Operator {
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let logs = self.logs();
-            let tail: Vec<&str> = logs.lines().rev().take(80).collect();
-            eprintln!("--- last lines of {} ---", self.log.display());
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
+            print_log_tail(&self.log, 80);
         }
+    }
+}
+
+/// Prints the last `lines` lines of the log file at `path` to stderr, under a header naming it.
+pub fn print_log_tail(path: &Path, lines: usize) {
+    let logs = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = logs.lines().rev().take(lines).collect();
+    eprintln!("--- last lines of {} ---", path.display());
+    for line in tail.iter().rev() {
+        eprintln!("{line}");
     }
 }
 
