@@ -39,6 +39,8 @@ async fn a_retry_after_a_template_fix_runs_the_fixed_template_while_the_operator
     apply(&cluster, &e2e::manifests::load!("gamedeployment-faulty", name = NAME)).await;
     wait_columns(&cluster, NAME, Columns::new(6, 6, 6, 6, 6)).await;
 
+    // Strict gate invariant: each pod deletion consumes one fresh Successful run for that pod and attempt.
+    let gate = e2e::gate::GateChecker::start(&cluster, NS).await;
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), NS);
     api.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 5}}))).await.expect("scaled");
     let held = wait_for("the pre-delete hook to fail and hold its pod", e2e::DEADLINE, || async {
@@ -78,4 +80,7 @@ async fn a_retry_after_a_template_fix_runs_the_fixed_template_while_the_operator
     let metrics = e2e::gamedeployment::scrape(e2e::gamedeployment::metrics_address(&gd_op).await).await;
     let behind = metrics.get("gamedeployment_hook_templates_behind_total").copied().unwrap_or(0.0);
     assert!(behind >= 1.0, "the pass that made the retried run found the cache behind: {behind}");
+    let checked = gate.stop().await;
+    assert!(checked.violations.is_empty(), "{:#?}", checked.violations);
+    assert!(checked.gated_deletions >= 1, "{checked:?}");
 }
