@@ -118,6 +118,10 @@ impl Job {
 pub const MAX_FRAME_BYTES: u32 = 1 << 20;
 /// The length a worker writes, instead of an outcome, when its memory cap refused an allocation (it then aborts).
 pub const OVER_MEMORY: u32 = u32::MAX;
+/// The length a worker writes once, before it reads its first job: it is started and its memory cap is set. The
+/// operator starts a job's clock only after this, so a slow start (exec and loading on a busy node) is never
+/// counted against a tenant's job.
+pub const READY: u32 = u32::MAX - 1;
 
 /// Writes one job: its header as JSON, then the body, each behind its length (u32, little-endian).
 pub fn write_job(out: &mut impl Write, job: &Job, body: &[u8]) -> io::Result<()> {

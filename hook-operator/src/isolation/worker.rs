@@ -5,7 +5,8 @@
 //! - memory: the global allocator refuses any allocation that would take the process more than the budget above
 //!   what it held when the job arrived ([`crate::conditions::budget::cap_process`]); the refusal writes
 //!   [`OVER_MEMORY`] to stdout and the process aborts;
-//! - time: the operator kills the process when the job's deadline passes;
+//! - time: the operator kills the process when the job's deadline passes, counted from when the job is sent (the
+//!   worker says [`READY`] once it has started, so its start is not counted against the first job);
 //! - the process dies with the operator (`PR_SET_PDEATHSIG`), writes no core file, and runs the job on a thread
 //!   with a large stack (evaluation recurses; [`crate::conditions::syntax`] bounds the depth).
 
@@ -14,7 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::job::{self, OVER_MEMORY, Outcome, Verdict};
+use super::job::{self, OVER_MEMORY, Outcome, READY, Verdict};
 
 /// Flags of the `evaluator` subcommand (set by the operator when it starts a worker).
 #[derive(clap::Args, Debug, Clone)]
@@ -72,6 +73,12 @@ fn serve_on_this_thread(flags: &WorkerFlags) -> ExitCode {
     // Reading a job may take its body's size; evaluating it, the budget on top.
     let reading_room = flags.max_body_bytes as usize + (job::MAX_FRAME_BYTES as usize) * 2;
     crate::conditions::budget::cap_process(reading_room, over_memory);
+    if std::io::Write::write_all(&mut output, &READY.to_le_bytes())
+        .and_then(|()| std::io::Write::flush(&mut output))
+        .is_err()
+    {
+        return ExitCode::from(2);
+    }
     loop {
         crate::conditions::budget::recap_process(reading_room);
         let (job, body) = match job::read_job(&mut input, flags.max_body_bytes) {

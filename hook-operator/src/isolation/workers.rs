@@ -25,7 +25,10 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{Notify, oneshot};
 
 use super::Stopped;
-use super::job::{self, Job, OVER_MEMORY, Outcome};
+use super::job::{self, Job, OVER_MEMORY, Outcome, READY};
+
+/// Longest a new worker may take to say it is ready before it is killed and the job is answered `Unavailable`.
+const WORKER_START_LIMIT: Duration = Duration::from_secs(30);
 
 /// How the workers are started and bounded.
 #[derive(Debug, Clone)]
@@ -328,6 +331,18 @@ impl Process {
         Ok(Self { child, stdin, stdout })
     }
 
+    /// Waits for the worker's [`READY`]: the start of a process (exec, loading the binary) can take seconds on a
+    /// busy node, and it is the operator's cost, not the job's.
+    async fn ready(&mut self) -> Result<(), String> {
+        let mut marker = [0u8; 4];
+        match tokio::time::timeout(WORKER_START_LIMIT, self.stdout.read_exact(&mut marker)).await {
+            Ok(Ok(_)) if u32::from_le_bytes(marker) == READY => Ok(()),
+            Ok(Ok(_)) => Err("the evaluation worker did not start with its ready mark".into()),
+            Ok(Err(e)) => Err(format!("the evaluation worker ended while starting: {e}")),
+            Err(_) => Err(format!("the evaluation worker did not start within {WORKER_START_LIMIT:?}")),
+        }
+    }
+
     async fn exchange(&mut self, job: &Job, body: &[u8], timeout: Duration) -> Result<Outcome, Failure> {
         // The header framed here, the body written as it is (no copy of a large answer).
         let mut head = Vec::with_capacity(512);
@@ -379,10 +394,13 @@ async fn serve(workers: std::sync::Weak<Workers>, lane: Lane) {
         // Started on the lane's first job, and after a job stopped the previous one: an idle lane costs no memory.
         if process.is_none() {
             match Process::spawn(&workers.settings, lane) {
-                Ok(p) => {
-                    workers.metrics.started.inc();
-                    process = Some(p);
-                }
+                Ok(mut p) => match p.ready().await {
+                    Ok(()) => {
+                        workers.metrics.started.inc();
+                        process = Some(p);
+                    }
+                    Err(e) => tracing::error!(error = %e, "cannot start an evaluation worker"),
+                },
                 Err(e) => tracing::error!(error = %e, "cannot start an evaluation worker"),
             }
         }
