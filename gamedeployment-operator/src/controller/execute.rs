@@ -1003,24 +1003,22 @@ async fn create_all<'r>(
 ) -> Vec<(&'r HookRun, Result<HookRun, kube::Error>)> {
     let url = HookRun::url_path(&(), Some(namespace));
     // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
-    // lifetime inside the controller's task. The answer is decoded without its managedFields
-    // ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep the run, never that field.
-    let requests: Vec<_> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, run)| {
-            let (client, request) = (client.clone(), create_request(&url, run));
-            async move {
-                let result = match request {
-                    Ok(request) => client.request::<common::runtime::lean::LeanHookRun>(request).await.map(|r| r.0),
-                    Err(e) => Err(e),
-                };
-                (i, result)
-            }
-        })
-        .collect();
+    // lifetime inside the controller's task. Each run is encoded when its request is about to be sent (the stream
+    // is lazy), so a pass creating thousands of runs holds `concurrency` encoded bodies, not one per run. The answer
+    // is decoded without its managedFields ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep
+    // the run, never that field.
+    let requests = futures::stream::iter(0..runs.len()).map(|i| {
+        let (client, request) = (client.clone(), create_request(&url, runs[i]));
+        async move {
+            let result = match request {
+                Ok(request) => client.request::<common::runtime::lean::LeanHookRun>(request).await.map(|r| r.0),
+                Err(e) => Err(e),
+            };
+            (i, result)
+        }
+    });
     let results: Vec<(usize, Result<HookRun, kube::Error>)> =
-        futures::stream::iter(requests).buffer_unordered(concurrency.max(1)).collect().await;
+        requests.buffer_unordered(concurrency.max(1)).collect().await;
     results.into_iter().map(|(i, result)| (runs[i], result)).collect()
 }
 

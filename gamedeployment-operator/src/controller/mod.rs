@@ -17,6 +17,7 @@ mod deletions;
 mod execute;
 pub mod orphans;
 mod pass_pacing;
+mod pod_cache;
 mod stale_cache;
 mod template_freshness;
 
@@ -841,30 +842,6 @@ fn note(event: &PlannedEvent) -> Note {
     }
 }
 
-/// Drops what the operator never reads from a cached pod, to keep less memory per own pod (a k8s-openapi `Volume`
-/// or `Container` is a struct of dozens of optional fields): the pod's volumes (a projected
-/// service-account volume on every pod), tolerations, affinity and security context, and each container's mounts,
-/// environment, resources, probes and security context. The planner reads containers' names and images, readiness
-/// gates, the node, the grace period and the status; every write names its own fields (JSON patches with `test`
-/// preconditions on metadata), so nothing dropped here is ever written back.
-fn slim_pod(pod: &mut Pod) {
-    let Some(spec) = pod.spec.as_mut() else { return };
-    spec.volumes = None;
-    spec.tolerations = None;
-    spec.affinity = None;
-    spec.security_context = None;
-    for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
-        container.volume_mounts = None;
-        container.env = None;
-        container.env_from = None;
-        container.resources = None;
-        container.liveness_probe = None;
-        container.readiness_probe = None;
-        container.startup_probe = None;
-        container.security_context = None;
-    }
-}
-
 /// [`orphans::label_revisions`], retried every 2 s until it succeeds (the controller does not plan before: a
 /// revision out of view would be created again).
 async fn label_revisions_until_done(client: &Client, namespace: Option<&str>) -> Vec<ObjectRef<ControllerRevision>> {
@@ -957,7 +934,7 @@ pub async fn run(
     )
     .default_backoff()
     .map_ok(lean::full_event)
-    .modify(slim_pod)
+    .modify(pod_cache::slim)
     .reflect(pod_writer)
     .touched_objects()
     .inspect_ok(move |pod| {

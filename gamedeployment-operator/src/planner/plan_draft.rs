@@ -101,7 +101,7 @@ impl Draft {
         let target = matches!(kind, GateKind::InPlaceUpdate | GateKind::HotPatchUpdate)
             .then_some(settings.update_revision.as_str());
         let request = GateRequest { kind, pod: info.pod, pod_revision: info.revision, target_revision: target };
-        let verdict = gate::verdict(&request, &settings.gate, modified);
+        let mut verdict = gate::verdict(&request, &settings.gate, modified);
         if let Some(hook) = verdict.hook.as_ref()
             && hook.create.is_none()
             && !hook.foreign.is_empty()
@@ -151,8 +151,10 @@ impl Draft {
             }
             return true;
         }
-        if let Some(hook) = verdict.hook.as_ref()
-            && let Some(run) = hook.create.clone()
+        let run_created = verdict.hook.as_ref().is_some_and(|h| h.create.is_some());
+        // Moved, not copied: a scale-in of thousands of hooked pods plans a run for each in one pass.
+        if let Some(hook) = verdict.hook.as_mut()
+            && let Some(run) = hook.create.take()
         {
             if !hook.foreign.is_empty() {
                 let skipped: Vec<String> = hook.foreign.iter().map(|(n, why)| format!("{n} ({why})")).collect();
@@ -197,7 +199,6 @@ impl Draft {
         }
         // BCS: game servers read this annotation to stop taking players once their pre-delete hook starts; it is
         // removed again if the pod is released (`housekeeping::release_unneeded_holds`).
-        let run_created = verdict.hook.as_ref().is_some_and(|h| h.create.is_some());
         if run_created
             && matches!(kind, GateKind::Delete(_))
             && common::pod::annotation(info.pod, keys::GAME_POD_DELETING) != Some("true")
