@@ -52,6 +52,8 @@ pub async fn start_operator_process_on(
         .arg(kubeconfig)
         .args(["--metrics-address", &metrics.to_string(), "--log-level", "warn"])
         .args(args)
+        // As the chart runs them (templates/*-operator.yaml).
+        .env("MIMALLOC_PURGE_DELAY", "0")
         .stdin(Stdio::null())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log)

@@ -115,3 +115,15 @@ async fn conditions_run_in_bounded_workers_that_fit_the_memory_limit() {
     assert!(args.contains(&"--condition-isolation=thread".to_string()), "{args:?}");
     assert!(args.contains(&"--condition-threads=4".to_string()), "{args:?}");
 }
+
+/// Both operators run with mimalloc returning freed memory at once (`MIMALLOC_PURGE_DELAY=0`), as the evaluation
+/// workers do: measured in `scripts/bench`, it lowers the operators' peak RSS at no measurable CPU cost.
+#[tokio::test]
+async fn both_operators_return_freed_memory_at_once() {
+    let docs = render(json!({})).await;
+    for name in ["ops-gamedeployment-operators-hook", "ops-gamedeployment-operators-gamedeployment"] {
+        let env = &named(&docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["env"];
+        let purge = env.as_array().and_then(|vars| vars.iter().find(|v| v["name"] == "MIMALLOC_PURGE_DELAY"));
+        assert_eq!(purge.map(|v| &v["value"]), Some(&json!("0")), "{name}: {env}");
+    }
+}
