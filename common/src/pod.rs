@@ -2,44 +2,130 @@
 //! `IsPodAvailable`, `controller.IsPodActive`).
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::cached_pod;
+
+/// What the predicates read of a pod: k8s-openapi's [`Pod`] (admission requests, `kubectl gd`) and the
+/// operator's [`cached_pod::Pod`] alike.
+pub trait PodFields {
+    fn meta(&self) -> &ObjectMeta;
+    fn phase(&self) -> Option<&str>;
+    fn conditions(&self) -> &[PodCondition];
+    fn pod_ip(&self) -> Option<&str>;
+    fn host_ip(&self) -> Option<&str>;
+    /// Sum of the container statuses' restart counts.
+    fn restarts(&self) -> i32;
+}
+
+/// Both types have the same field paths.
+macro_rules! pod_fields {
+    ($pod:ty) => {
+        impl PodFields for $pod {
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn phase(&self) -> Option<&str> {
+                self.status.as_ref()?.phase.as_deref()
+            }
+            fn conditions(&self) -> &[PodCondition] {
+                self.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default()
+            }
+            fn pod_ip(&self) -> Option<&str> {
+                self.status.as_ref()?.pod_ip.as_deref()
+            }
+            fn host_ip(&self) -> Option<&str> {
+                self.status.as_ref()?.host_ip.as_deref()
+            }
+            fn restarts(&self) -> i32 {
+                let statuses = self.status.as_ref().and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+                statuses.iter().map(|c| c.restart_count).sum()
+            }
+        }
+    };
+}
+pod_fields!(Pod);
+pod_fields!(cached_pod::Pod);
+
+impl<T: PodFields + ?Sized> PodFields for Box<T> {
+    fn meta(&self) -> &ObjectMeta {
+        (**self).meta()
+    }
+    fn phase(&self) -> Option<&str> {
+        (**self).phase()
+    }
+    fn conditions(&self) -> &[PodCondition] {
+        (**self).conditions()
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        (**self).pod_ip()
+    }
+    fn host_ip(&self) -> Option<&str> {
+        (**self).host_ip()
+    }
+    fn restarts(&self) -> i32 {
+        (**self).restarts()
+    }
+}
+
+impl<T: PodFields + ?Sized> PodFields for &T {
+    fn meta(&self) -> &ObjectMeta {
+        (**self).meta()
+    }
+    fn phase(&self) -> Option<&str> {
+        (**self).phase()
+    }
+    fn conditions(&self) -> &[PodCondition] {
+        (**self).conditions()
+    }
+    fn pod_ip(&self) -> Option<&str> {
+        (**self).pod_ip()
+    }
+    fn host_ip(&self) -> Option<&str> {
+        (**self).host_ip()
+    }
+    fn restarts(&self) -> i32 {
+        (**self).restarts()
+    }
+}
+
 /// Phase `Running` (the phase BCS requires before it runs a hook).
-pub fn is_running(pod: &Pod) -> bool {
+pub fn is_running(pod: &impl PodFields) -> bool {
     phase(pod) == Some("Running")
 }
 
-pub fn phase(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref()?.phase.as_deref()
+pub fn phase(pod: &impl PodFields) -> Option<&str> {
+    pod.phase()
 }
 
 /// The deletion has started (graceful termination); the pod is on its way out.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
+pub fn is_terminating(pod: &impl PodFields) -> bool {
+    pod.meta().deletion_timestamp.is_some()
 }
 
 /// Counts towards replicas: not terminating and not finished (`Succeeded`/`Failed`).
-pub fn is_active(pod: &Pod) -> bool {
+pub fn is_active(pod: &impl PodFields) -> bool {
     !is_terminating(pod) && !matches!(phase(pod), Some("Succeeded" | "Failed"))
 }
 
-pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
-    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+pub fn condition<'a>(pod: &'a impl PodFields, type_: &str) -> Option<&'a PodCondition> {
+    pod.conditions().iter().find(|c| c.type_ == type_)
 }
 
 /// The `Ready` condition is True (which includes every readiness gate).
-pub fn is_ready(pod: &Pod) -> bool {
+pub fn is_ready(pod: &impl PodFields) -> bool {
     condition(pod, "Ready").is_some_and(|c| c.status == "True")
 }
 
 /// Running and Ready.
-pub fn is_running_and_ready(pod: &Pod) -> bool {
+pub fn is_running_and_ready(pod: &impl PodFields) -> bool {
     is_running(pod) && is_ready(pod)
 }
 
 /// Ready for at least `min_ready_seconds` at `now`. A Ready condition without a transition time counts as
 /// available only when `min_ready_seconds` is 0, as in Kubernetes.
-pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+pub fn is_available(pod: &impl PodFields, min_ready_seconds: i32, now: Timestamp) -> bool {
     let Some(ready) = condition(pod, "Ready").filter(|c| c.status == "True") else {
         return false;
     };
@@ -54,38 +140,35 @@ pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
 
 /// When the pod will become available, if it is ready but not yet for `min_ready_seconds`: the time to
 /// requeue at.
-pub fn available_at(pod: &Pod, min_ready_seconds: i32) -> Option<Timestamp> {
+pub fn available_at(pod: &impl PodFields, min_ready_seconds: i32) -> Option<Timestamp> {
     let ready = condition(pod, "Ready").filter(|c| c.status == "True")?;
     let since = ready.last_transition_time.as_ref()?.0;
     Timestamp::from_second(since.as_second() + i64::from(min_ready_seconds)).ok()
 }
 
 /// Sum of container restart counts (used to order pods on scale-in).
-pub fn restart_count(pod: &Pod) -> i32 {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum())
+pub fn restart_count(pod: &impl PodFields) -> i32 {
+    pod.restarts()
 }
 
 /// `status.podIP`, empty when not assigned yet.
-pub fn pod_ip(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).unwrap_or("")
+pub fn pod_ip(pod: &impl PodFields) -> &str {
+    pod.pod_ip().unwrap_or("")
 }
 
 /// `status.hostIP`, empty when not assigned yet.
-pub fn host_ip(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.host_ip.as_deref()).unwrap_or("")
+pub fn host_ip(pod: &impl PodFields) -> &str {
+    pod.host_ip().unwrap_or("")
 }
 
 /// A label of the pod.
-pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.labels.as_ref()?.get(key).map(String::as_str)
+pub fn label<'a>(pod: &'a impl PodFields, key: &str) -> Option<&'a str> {
+    pod.meta().labels.as_ref()?.get(key).map(String::as_str)
 }
 
 /// An annotation of the pod.
-pub fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+pub fn annotation<'a>(pod: &'a impl PodFields, key: &str) -> Option<&'a str> {
+    pod.meta().annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 #[cfg(test)]

@@ -14,8 +14,6 @@
 //! The state comes before readiness, deletion costs and age; a pod already on its way out (`PreparingDelete`) is
 //! still taken first.
 
-use k8s_openapi::api::core::v1::Pod;
-
 use crate::keys::SERVER_STATE;
 
 /// What a game server says it is doing.
@@ -33,7 +31,7 @@ pub enum ServerState {
 
 impl ServerState {
     /// The state a pod declares (its [`SERVER_STATE`] label).
-    pub fn of(pod: &Pod) -> Self {
+    pub fn of(pod: &impl crate::pod::PodFields) -> Self {
         match crate::pod::label(pod, SERVER_STATE) {
             Some("WaitToBeDeleted" | "Draining") => Self::WaitToBeDeleted,
             Some("Idle") => Self::Idle,
@@ -69,7 +67,7 @@ impl ServerState {
     }
 
     /// Whether `pod` declares `Maintaining`.
-    pub fn quarantined(pod: &Pod) -> bool {
+    pub fn quarantined(pod: &impl crate::pod::PodFields) -> bool {
         Self::of(pod).is_quarantine()
     }
 }
@@ -77,6 +75,7 @@ impl ServerState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn labelled(value: Option<&str>) -> Pod {

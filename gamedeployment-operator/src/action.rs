@@ -2,9 +2,9 @@
 //! its preconditions — so the executor only sends it, and tests can apply it to a simulated cluster.
 
 use common::api::HookRun;
+use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use crate::gate::{DeleteCause, GateDecision, GateKind, HookGate};
@@ -129,7 +129,7 @@ pub enum Action {
     AdoptPod(PodRef),
     ReleasePod(PodRef),
     CreatePod {
-        pod: Box<Pod>,
+        pod: Box<k8s_openapi::api::core::v1::Pod>,
         reason: CreateReason,
     },
     DeletePod {

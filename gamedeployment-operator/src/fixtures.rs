@@ -3,11 +3,9 @@
 //! looks like is made once.
 
 use common::api::{GameDeployment, HookTemplate};
+use common::cached_pod::{Container, ContainerState, ContainerStatus, Pod, PodSpec, PodStatus};
 use common::keys;
-use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodReadinessGate, PodSpec,
-    PodStatus,
-};
+use k8s_openapi::api::core::v1::{ContainerStateRunning, PodCondition, PodReadinessGate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
@@ -162,7 +160,7 @@ impl PodBuilder {
         pod.metadata.annotations.get_or_insert_with(Default::default);
         pod.metadata.namespace = Some("default".into());
         let spec = pod.spec.get_or_insert_with(PodSpec::default);
-        spec.containers = vec![Container { name: "main".into(), image: Some(image.into()), ..Default::default() }];
+        spec.containers = vec![Container { name: "main".into(), image: Some(image.into()) }];
         spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: keys::IN_PLACE_UPDATE_READY.into() }]);
         let status = pod.status.get_or_insert_with(PodStatus::default);
         status.pod_ip = Some("127.0.0.1".into());
@@ -171,7 +169,7 @@ impl PodBuilder {
             image: image.into(),
             image_id: format!("id-{image}"),
             ready: true,
-            state: Some(ContainerState { running: Some(ContainerStateRunning::default()), ..Default::default() }),
+            state: Some(ContainerState { running: Some(ContainerStateRunning::default()) }),
             ..Default::default()
         }]);
         status.conditions.get_or_insert_with(Vec::new).push(PodCondition {

@@ -15,8 +15,8 @@
 //! while it carries any of its labels (with the value) or finalizers, and *all hooked* when it carries every one.
 
 use common::api::{GameDeployment, LifecycleHook};
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 

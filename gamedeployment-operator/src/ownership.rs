@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use common::api::GameDeployment;
-use k8s_openapi::api::core::v1::Pod;
+use common::cached_pod::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, OwnerReference};
 use kube::Resource;
 

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use common::cached_pod::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -105,7 +105,8 @@ pub fn condition_ops(pod: &Pod, type_: &str, status: &str, reason: Option<&str>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use common::cached_pod::PodStatus;
+    use k8s_openapi::api::core::v1::PodCondition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn apply(doc: &mut Value, ops: Vec<Value>) {

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 
 use common::api::GameDeploymentUpdateStrategy;
 use common::api::gamedeployment::{MAX_UPDATE_ORDER_TERMS, UpdateScatterTerm};
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 
@@ -476,12 +476,11 @@ mod tests {
                                     .build();
                                 if restarts > 0 {
                                     let status = pod.status.get_or_insert_with(Default::default);
-                                    status.container_statuses =
-                                        Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
-                                            name: "c".into(),
-                                            restart_count: restarts,
-                                            ..Default::default()
-                                        }]);
+                                    status.container_statuses = Some(vec![common::cached_pod::ContainerStatus {
+                                        name: "c".into(),
+                                        restart_count: restarts,
+                                        ..Default::default()
+                                    }]);
                                 }
                                 pods.push(pod);
                             }

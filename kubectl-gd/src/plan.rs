@@ -131,7 +131,7 @@ pub async fn read(target: &Target, name: &str) -> Result<Live, Error> {
     };
     Ok(Live {
         gd,
-        pods: pods.items,
+        pods: pods.items.into_iter().map(common::cached_pod::Pod::from).collect(),
         revisions,
         hook_runs: hook_runs.items,
         hook_templates: templates.items,

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use common::api::GameDeployment;
-use k8s_openapi::api::core::v1::Pod;
+use common::cached_pod::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::action::{PlannedEvent, Related};
@@ -33,7 +33,7 @@ pub(crate) fn unguarded<'a>(
             ownership::controller_of(p.metadata.owner_references.as_ref())
                 .is_some_and(|o| ownership::is_owned_by(o, gd))
         })
-        .filter(|p| common::pod::is_running(p))
+        .filter(common::pod::is_running)
         .filter(|p| !p.metadata.uid.as_ref().is_some_and(|uid| ours.contains(uid)))
         .filter(|p| {
             let Some(at) = p.metadata.deletion_timestamp.as_ref() else { return false };

@@ -10,10 +10,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use common::api::{GameDeployment, HookRun};
+use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod as ApiPod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -414,15 +415,16 @@ impl Executor<'_> {
 
     async fn create_pods(
         &self,
-        creates: Vec<(Pod, CreateReason)>,
+        creates: Vec<(ApiPod, CreateReason)>,
         claims: &HashMap<&str, &[PersistentVolumeClaim]>,
         outcome: &mut WriteOutcome,
     ) {
-        let api = self.pods();
+        // Sent as the API's type (the template's every field); the answer is not read past its status code.
+        let api: Api<ApiPod> = Api::namespaced(self.ctx.client.clone(), &self.namespace());
         let mut remaining = creates.into_iter();
         let mut batch = 1usize;
         loop {
-            let wave: Vec<(Pod, CreateReason)> = remaining.by_ref().take(batch).collect();
+            let wave: Vec<(ApiPod, CreateReason)> = remaining.by_ref().take(batch).collect();
             if wave.is_empty() {
                 return;
             }
@@ -893,7 +895,7 @@ struct Grouped<'p> {
     adopt: Vec<&'p PodRef>,
     release: Vec<&'p PodRef>,
     deletes: Vec<(PodRef, DeleteCause)>,
-    creates: Vec<(Pod, CreateReason)>,
+    creates: Vec<(ApiPod, CreateReason)>,
     patches: Vec<PodChange>,
     /// `PrunePodsToDelete` and `DeleteRevision`.
     housekeeping: Vec<&'p Action>,

@@ -17,7 +17,6 @@ mod deletions;
 mod execute;
 pub mod orphans;
 mod pass_pacing;
-mod pod_cache;
 mod stale_cache;
 mod template_freshness;
 
@@ -28,11 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate};
+use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use common::keys;
 use futures::{StreamExt, TryStreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{PartialObjectMeta, PostParams};
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig};
@@ -925,16 +925,15 @@ pub async fn run(
             let _ = orphan_tx.send(key);
         }
     });
-    // Only the operator's own pods (the instance-id label: `orphans::WATCH_SELECTOR`), decoded without their
-    // managedFields (`lean`), otherwise as `watch::cached` does. Orphans to adopt are found by `orphans`.
+    // Only the operator's own pods (the instance-id label: `orphans::WATCH_SELECTOR`), decoded straight into the
+    // fields the operator reads (`common::cached_pod`), otherwise as `watch::cached` does. Orphans to adopt are
+    // found by `orphans`.
     let (pod_reader, pod_writer) = kube::runtime::reflector::store::<Pod>();
     let pod_stream = kube::runtime::watcher(
-        api::<lean::LeanPod>(&client, namespace),
+        api::<Pod>(&client, namespace),
         kube::runtime::watcher::Config::default().labels(orphans::WATCH_SELECTOR).any_semantic(),
     )
     .default_backoff()
-    .map_ok(lean::full_event)
-    .modify(pod_cache::slim)
     .reflect(pod_writer)
     .touched_objects()
     .inspect_ok(move |pod| {

@@ -23,10 +23,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::api::GameDeployment;
+use common::cached_pod::Pod;
 use common::keys;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};

@@ -7,10 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use common::api::GameDeployment;
+use common::cached_pod::{ContainerState, ContainerStatus, Pod, PodSpec, PodStatus};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
-};
+use k8s_openapi::api::core::v1::{ContainerStateRunning, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
@@ -38,6 +37,10 @@ pub struct SimCluster {
     pub keys: Arc<Keyring>,
     /// Each pod as it was when it last got its resourceVersion, by name and UID ([`Self::new_resource_versions`]).
     seen: HashMap<(String, String), Pod>,
+    /// Every pod created, as the operator sent it (the cache keeps only what the operator reads), for assertions
+    /// on fields the operator writes but never reads, as a container's `env`.
+    #[cfg(test)]
+    pub created: Vec<k8s_openapi::api::core::v1::Pod>,
 }
 
 pub fn ts(second: i64) -> Timestamp {
@@ -72,6 +75,8 @@ impl SimCluster {
             hook_templates: Vec::new(),
             keys,
             seen: HashMap::new(),
+            #[cfg(test)]
+            created: Vec::new(),
         }
     }
 
@@ -174,7 +179,9 @@ impl SimCluster {
                     self.rejected += 1;
                     return;
                 }
-                let mut pod = (**pod).clone();
+                #[cfg(test)]
+                self.created.push((**pod).clone());
+                let mut pod = Pod::from((**pod).clone());
                 pod.metadata.uid = Some(self.uid());
                 pod.metadata.creation_timestamp = Some(Time(now));
                 self.pods.push(pod);
@@ -295,7 +302,7 @@ impl SimCluster {
     pub fn active(&self) -> Vec<&Pod> {
         self.pods
             .iter()
-            .filter(|p| common::pod::is_active(p))
+            .filter(common::pod::is_active)
             .filter(|p| {
                 ownership::controller_of(p.metadata.owner_references.as_ref())
                     .is_some_and(|o| ownership::is_owned_by(o, &self.gd))
@@ -382,11 +389,7 @@ fn kubelet(pod: &mut Pod, now: Timestamp, i: usize) {
                     image: image.clone(),
                     image_id: image_id(&image),
                     ready: !first_start,
-                    started: Some(true),
-                    state: Some(ContainerState {
-                        running: Some(ContainerStateRunning::default()),
-                        ..Default::default()
-                    }),
+                    state: Some(ContainerState { running: Some(ContainerStateRunning::default()) }),
                     ..Default::default()
                 },
             }

@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, HookTemplate, ScaleInMode};
+use common::cached_pod::Pod;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 pub use hook_operator::{Assume, Timing};
@@ -170,7 +170,7 @@ fn held_by_handlers(stop: Stop, holds: &[LifecycleHold]) -> Stop {
 
 /// Whether the kubelet still has work on a pod (scheduling, containers starting).
 fn settling(pods: &[Pod]) -> bool {
-    pods.iter().filter(|p| common::pod::is_active(p)).any(|p| {
+    pods.iter().filter(common::pod::is_active).any(|p| {
         let status = p.status.as_ref();
         status.and_then(|s| s.phase.as_deref()) != Some("Running")
             || status.and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| c.iter().any(|c| !c.ready))

@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::api::{GameDeployment, HookPhase, HookRun};
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::hook_operator::{self, Assume, Timing};
@@ -690,7 +690,7 @@ impl Recorder {
 pub fn lifecycle_holds(gd: &GameDeployment, pods: &[Pod], start: i64) -> Vec<LifecycleHold> {
     let mut holds: Vec<LifecycleHold> = pods
         .iter()
-        .filter(|p| common::pod::is_active(p))
+        .filter(common::pod::is_active)
         .filter(|p| {
             ownership::controller_of(p.metadata.owner_references.as_ref())
                 .is_some_and(|o| ownership::is_owned_by(o, gd))

@@ -19,9 +19,9 @@
 //! Everything here is pure; the gate calls it with what the planner observed.
 
 use common::api::HookRun;
+use common::cached_pod::Pod;
 use common::hookrun::spec_hash;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use std::sync::Arc;
 
 use crate::hookrun_keys::Keyring;

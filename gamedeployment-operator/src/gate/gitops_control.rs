@@ -16,8 +16,8 @@
 //! the planner drops the spec writes of an opted-in GameDeployment (`planner::keep_spec_untouched`).
 
 use common::api::GameDeployment;
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 
 fn gd_annotation<'a>(gd: &'a GameDeployment, key: &str) -> Option<&'a str> {
     gd.metadata.annotations.as_ref()?.get(key).map(|v| v.trim())

@@ -29,8 +29,8 @@
 use std::sync::Arc;
 
 use common::api::{GameDeployment, HookPhase, HookReleaseReason, HookRun, HookTemplate};
+use common::cached_pod::Pod;
 use common::hookrun::HookKind;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 

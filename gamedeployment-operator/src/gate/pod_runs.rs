@@ -4,9 +4,9 @@
 
 use common::api::Argument;
 use common::api::{GameDeployment, HookGatePolicy, HookPhase, HookRun, HookStep};
+use common::cached_pod::Pod;
 use common::hookrun::{self, HookKind, NewHookRun};
 use common::keys::{self, hook_args};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 

@@ -333,7 +333,7 @@ mod tests {
     use crate::gate::DeleteCause;
     use crate::lifecycle::LifecycleState;
     use common::api::GameDeployment;
-    use k8s_openapi::api::core::v1::Pod;
+    use common::cached_pod::Pod;
     use k8s_openapi::jiff::Timestamp;
     use std::sync::Arc;
 

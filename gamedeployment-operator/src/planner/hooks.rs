@@ -9,9 +9,9 @@
 use std::collections::BTreeSet;
 
 use common::api::{GameDeploymentStatus, HookCondition, HookPhase, HookRun};
+use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};

@@ -5,9 +5,9 @@
 use std::collections::BTreeSet;
 
 use common::api::GameDeployment;
+use common::cached_pod::Pod;
 use common::keys;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};

@@ -5,8 +5,8 @@
 //! flips `KruisePodReady`; the BCS `game-pod-deleting` annotation comes with a pre-delete run and goes on release.
 
 use common::api::{HookPhase, HookRunStatus};
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use super::sim_cluster::World;

@@ -56,7 +56,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::api::GameDeploymentStatus;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use common::cached_pod::Pod;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 
 use crate::action::{Action, HeldPod, PlannedEvent, PodRef};
 use crate::{ownership, revision};
@@ -138,7 +139,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let mut templates: BTreeMap<String, PodTemplateSpec> =
         observed.revisions.iter().filter_map(|r| Some((r.metadata.name.clone()?, revision::template_of(r)?))).collect();
     templates.insert(update_revision.clone(), gd.spec.template.clone());
-    let active: Vec<&Pod> = owned.iter().copied().filter(|p| common::pod::is_active(p)).collect();
+    let active: Vec<&Pod> = owned.iter().copied().filter(common::pod::is_active).collect();
     let current_revision = settings::current_revision(&old_status, &active, &observed.revisions, &update_revision);
     let mut spec_problems: Vec<(Failure, String)> = Vec::new();
     if let Err(problem) = &selector {

@@ -2,8 +2,8 @@
 //! them, they do not count as available nor against the update budget, and the rollout reports them.
 
 use common::api::HookPhase;
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 

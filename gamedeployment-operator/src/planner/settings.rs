@@ -8,10 +8,11 @@ use std::sync::Arc;
 use common::api::GameDeploymentStatus;
 use common::api::gamedeployment::{MAX_CANARY_STEPS, MAX_PODS_TO_DELETE, MAX_REPLICAS};
 use common::api::{GameDeployment, GameDeploymentUpdateStrategyType, HookRun, HookTemplate};
+use common::cached_pod::Pod;
 use common::intstr::{self, Rounding};
 use common::keys;
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
@@ -383,6 +384,7 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
         .iter()
         .map(|pod| {
             let name = pod.metadata.name.as_deref().unwrap_or("");
+            let pod: &'a Pod = pod;
             let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
             let quarantined = common::server_state::ServerState::quarantined(pod);
             PodInfo {
@@ -414,7 +416,8 @@ pub(crate) mod builder {
     use std::collections::BTreeMap;
 
     use common::api::{GameDeployment, HookRun, HookTemplate};
-    use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+    use common::cached_pod::Pod;
+    use k8s_openapi::api::core::v1::PodTemplateSpec;
 
     use super::Failure;
     use super::Observed;
@@ -502,7 +505,7 @@ pub(crate) mod builder {
 
         /// The pods as the planner sees them (every pod active and owned).
         pub fn infos<'a>(&'a self, settings: &Settings<'_>) -> Vec<PodInfo<'a>> {
-            let pods: Vec<&Pod> = self.pods.iter().filter(|p| common::pod::is_active(p)).collect();
+            let pods: Vec<&Pod> = self.pods.iter().filter(common::pod::is_active).collect();
             super::pod_infos(settings, &pods)
         }
     }

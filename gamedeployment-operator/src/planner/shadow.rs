@@ -21,9 +21,9 @@
 use common::api::{
     GameDeploymentStatus, HookCondition, HookPhase, HookRun, HookStep, MAX_SHADOW_RESULTS, ShadowHookResult,
 };
+use common::cached_pod::Pod;
 use common::hookrun::{self, HookKind, NewHookRun};
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::plan_draft::Draft;

@@ -116,7 +116,7 @@ fn pods(n: i32) -> String {
 }
 
 /// How many pods declare each named server state (`common::server_state`).
-fn server_states<'a>(pods: impl Iterator<Item = &'a k8s_openapi::api::core::v1::Pod>) -> BTreeMap<String, i32> {
+fn server_states<'a>(pods: impl Iterator<Item = &'a common::cached_pod::Pod>) -> BTreeMap<String, i32> {
     let mut counts = BTreeMap::new();
     for state in pods.map(common::server_state::ServerState::of) {
         if let Some(name) = state.name() {

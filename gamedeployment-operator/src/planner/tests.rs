@@ -1,8 +1,9 @@
 //! Table and scenario tests of the planner, on the simulated cluster of [`super::sim_cluster`].
 
 use common::api::{GameDeployment, GameDeploymentScaleStrategy, GameDeploymentUpdateStrategyType as Strategy};
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::{EnvVar, Pod};
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -460,7 +461,8 @@ fn non_image_change_falls_back_to_recreate() {
     );
     assert!(world.settle(40, guard(1)).is_some());
     assert_eq!(world.revision_counts(), (2, 0));
-    assert!(world.active().iter().all(|p| p.spec.as_ref().unwrap().containers[0].env.is_some()));
+    let sent = |name: &Option<String>| world.created.iter().rev().find(|c| &c.metadata.name == name).unwrap();
+    assert!(world.active().iter().all(|p| sent(&p.metadata.name).spec.as_ref().unwrap().containers[0].env.is_some()));
 }
 
 #[test]
@@ -541,7 +543,8 @@ fn index_injection_gives_unique_indices() {
     indices.sort();
     assert_eq!(indices, ["10", "11", "12", "13"]);
     for pod in &world.pods {
-        let env = pod.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap();
+        let sent = world.created.iter().find(|c| c.metadata.name == pod.metadata.name).unwrap();
+        let env = sent.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap();
         assert_eq!(
             env.iter().find(|e| e.name == "POD_INDEX").unwrap().value.as_deref(),
             common::pod::annotation(pod, keys::INDEX_ID)

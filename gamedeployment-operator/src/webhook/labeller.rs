@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::api::GameDeployment;
+use common::cached_pod::Pod;
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use common::api::GameDeployment;
+use common::cached_pod::Pod;
 use common::duration::{format_go, parse_go};
 use common::keys;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp, Unit};
 
 use super::{GATE_BYPASS, MARKED_AT, POD_GATE, POD_GATE_DEADLINE, SPECIFIED_DELETE};

@@ -120,7 +120,7 @@ pub fn index_range(gd: &GameDeployment, replicas: i32) -> Result<Option<IndexRan
 /// still exist reserve their index (a terminating pod keeps it until it is gone); finished (Succeeded/Failed)
 /// pods release it, unlike BCS, where evicted pods exhaust the range (bug list §7.11). Lazy: at most
 /// `wanted + pods` indices are looked at, whatever the size of the range.
-pub fn free_indices(range: IndexRange, pods: &[&Pod], wanted: usize) -> Vec<i64> {
+pub fn free_indices(range: IndexRange, pods: &[&common::cached_pod::Pod], wanted: usize) -> Vec<i64> {
     let used: BTreeSet<i64> = pods
         .iter()
         .filter(|p| !matches!(common::pod::phase(p), Some("Succeeded" | "Failed")))

@@ -17,7 +17,7 @@ pub(crate) mod volumes;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Pod;
+use common::cached_pod::Pod;
 
 use super::diffs::Diffs;
 use super::plan_draft::Draft;
@@ -193,7 +193,7 @@ fn create(
 
 /// The CloneSet lifecycle handlers on a new pod: with a `preNormal` handler it starts in `PreparingNormal`; with
 /// `markPodNotReady` it carries the `KruisePodReady` readiness gate (set True by the refresh step).
-fn with_lifecycle(gd: &common::api::GameDeployment, pod: &mut Pod) {
+fn with_lifecycle(gd: &common::api::GameDeployment, pod: &mut k8s_openapi::api::core::v1::Pod) {
     if lifecycle::handler(gd, lifecycle::Handler::PreNormal).is_some() {
         pod.metadata
             .labels

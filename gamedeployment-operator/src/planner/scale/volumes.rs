@@ -17,8 +17,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::api::GameDeployment;
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::action::{Action, ClaimRef, PodRef};
@@ -71,7 +72,7 @@ pub fn claims_for(gd: &GameDeployment, id: &str) -> Vec<PersistentVolumeClaim> {
 
 /// Mounts the claims of instance `id` into `pod`: one volume per template, named like the template (a template
 /// volume of the same name is replaced, as CloneSet's `UpdateStorage`).
-pub fn attach(gd: &GameDeployment, id: &str, pod: &mut Pod) {
+pub fn attach(gd: &GameDeployment, id: &str, pod: &mut k8s_openapi::api::core::v1::Pod) {
     let templates = &gd.spec.volume_claim_templates;
     if templates.is_empty() {
         return;
@@ -166,7 +167,9 @@ pub(crate) fn plan(input: &Claims<'_>, actions: &mut Vec<Action>) {
         return;
     }
     let gd_name = gd.metadata.name.as_deref().unwrap_or("");
-    let id_of_pod = |pod: &Pod| common::pod::label(pod, keys::INSTANCE_ID).map(str::to_string);
+    fn id_of_pod(pod: &impl common::pod::PodFields) -> Option<String> {
+        common::pod::label(pod, keys::INSTANCE_ID).map(str::to_string)
+    }
     // An id is in use while an active pod has it. A terminating pod (deleted out of band) frees its id, but its
     // name stays taken until it is gone: its replacement waits for that (as CloneSet's, whose create fails on
     // the name until then); a finished pod that still exists keeps its name, so its id is not reused.
@@ -175,7 +178,7 @@ pub(crate) fn plan(input: &Claims<'_>, actions: &mut Vec<Action>) {
         input.namespace_pods.iter().find(|p| p.metadata.name.as_deref() == Some(name.as_str())).copied()
     };
     let ids_in_use: BTreeSet<String> =
-        input.owned.iter().filter(|p| common::pod::is_active(p)).filter_map(|p| id_of_pod(p)).collect();
+        input.owned.iter().filter(common::pod::is_active).filter_map(id_of_pod).collect();
     let in_use =
         |id: &str| ids_in_use.contains(id) || holder(id).is_some_and(|p| p.metadata.deletion_timestamp.is_none());
     let terminating = |c: &&&PersistentVolumeClaim| c.metadata.deletion_timestamp.is_some();
@@ -207,7 +210,7 @@ pub(crate) fn plan(input: &Claims<'_>, actions: &mut Vec<Action>) {
         match action {
             Action::DeletePod { pod, cause } => {
                 let owned = input.owned.iter().find(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()));
-                let claims = owned.and_then(|p| id_of_pod(p)).map(|id| claims_of(&id)).unwrap_or_default();
+                let claims = owned.and_then(id_of_pod).map(|id| claims_of(&id)).unwrap_or_default();
                 let target = pod.clone();
                 result.push(Action::DeletePod { pod, cause });
                 if !claims.is_empty() {
@@ -215,7 +218,7 @@ pub(crate) fn plan(input: &Claims<'_>, actions: &mut Vec<Action>) {
                 }
             }
             Action::CreatePod { mut pod, reason } => {
-                let Some(mut id) = id_of_pod(&pod) else {
+                let Some(mut id) = id_of_pod(&*pod) else {
                     result.push(Action::CreatePod { pod, reason });
                     continue;
                 };
@@ -299,11 +302,14 @@ mod tests {
     }
 
     fn new_pod(gd: &GameDeployment, id: &str) -> Action {
-        let mut pod = fixtures::pod(&format!("game-{id}")).labels(&[(keys::INSTANCE_ID, id)]).build();
-        pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-            volumes: Some(vec![Volume { name: "data-vol".into(), ..Default::default() }]),
-            ..Default::default()
-        });
+        let pod = k8s_openapi::api::core::v1::Pod {
+            metadata: fixtures::pod(&format!("game-{id}")).labels(&[(keys::INSTANCE_ID, id)]).build().metadata,
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                volumes: Some(vec![Volume { name: "data-vol".into(), ..Default::default() }]),
+                ..Default::default()
+            }),
+            status: None,
+        };
         let _ = gd;
         Action::CreatePod { pod: Box::new(pod), reason: CreateReason::Replicas }
     }

@@ -46,8 +46,8 @@ pub(crate) fn batch<'i, 'a>(
         return chosen;
     }
     // Default order, then `priorityStrategy` / `scatterStrategy`, held pods first (`crate::priority`).
-    let pods: Vec<&k8s_openapi::api::core::v1::Pod> = candidates.iter().map(|i| i.pod).collect();
-    let all: Vec<&k8s_openapi::api::core::v1::Pod> = infos.iter().map(|i| i.pod).collect();
+    let pods: Vec<&common::cached_pod::Pod> = candidates.iter().map(|i| i.pod).collect();
+    let all: Vec<&common::cached_pod::Pod> = infos.iter().map(|i| i.pod).collect();
     let order = priority::update_sequence(&pods, &all, &settings.gd.spec.update_strategy);
     let candidates: Vec<&'i PodInfo<'a>> = order.into_iter().map(|i| candidates[i]).collect();
     let mut budget = diffs.budget;

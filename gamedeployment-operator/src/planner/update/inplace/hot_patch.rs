@@ -70,7 +70,7 @@ fn without_own_keys(map: &BTreeMap<String, String>) -> BTreeMap<String, String> 
 mod tests {
     use super::super::step::TemplateChange;
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use common::cached_pod::{Container, ContainerState, ContainerStatus, Pod, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use k8s_openapi::jiff::Timestamp;
     use serde_json::Value;
@@ -84,22 +84,15 @@ mod tests {
                 ..Default::default()
             },
             spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "main".into(),
-                    image: Some("main:v1".into()),
-                    ..Default::default()
-                }],
+                containers: vec![Container { name: "main".into(), image: Some("main:v1".into()) }],
                 ..Default::default()
             }),
-            status: Some(k8s_openapi::api::core::v1::PodStatus {
-                container_statuses: Some(vec![k8s_openapi::api::core::v1::ContainerStatus {
+            status: Some(PodStatus {
+                container_statuses: Some(vec![ContainerStatus {
                     name: "main".into(),
                     image: "main:v1".into(),
                     image_id: "id-v1".into(),
-                    state: Some(k8s_openapi::api::core::v1::ContainerState {
-                        running: Some(Default::default()),
-                        ..Default::default()
-                    }),
+                    state: Some(ContainerState { running: Some(Default::default()) }),
                     ..Default::default()
                 }]),
                 ..Default::default()

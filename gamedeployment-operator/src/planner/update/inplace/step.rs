@@ -26,8 +26,9 @@
 
 use std::collections::BTreeMap;
 
+use common::cached_pod::Pod;
 use common::keys;
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -518,9 +519,8 @@ pub fn mark_ready(pod: &Pod, now: Timestamp) -> Option<PodChange> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateRunning, ContainerStatus, EnvVar, PodReadinessGate, PodSpec, PodStatus,
-    };
+    use common::cached_pod::{self, ContainerState, ContainerStatus, PodStatus};
+    use k8s_openapi::api::core::v1::{Container, ContainerStateRunning, EnvVar, PodReadinessGate, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn template(image: &str, labels: &[(&str, &str)]) -> PodTemplateSpec {
@@ -550,10 +550,10 @@ mod tests {
                 annotations: Some(BTreeMap::new()),
                 ..Default::default()
             },
-            spec: Some(PodSpec {
+            spec: Some(cached_pod::PodSpec {
                 containers: vec![
-                    Container { name: "main".into(), image: Some(image.into()), ..Default::default() },
-                    Container { name: "sidecar".into(), image: Some("envoy:1".into()), ..Default::default() },
+                    cached_pod::Container { name: "main".into(), image: Some(image.into()) },
+                    cached_pod::Container { name: "sidecar".into(), image: Some("envoy:1".into()) },
                 ],
                 readiness_gates: Some(vec![PodReadinessGate { condition_type: keys::IN_PLACE_UPDATE_READY.into() }]),
                 ..Default::default()
@@ -564,10 +564,7 @@ mod tests {
                     name: "main".into(),
                     image: image.into(),
                     image_id: image_id.into(),
-                    state: Some(ContainerState {
-                        running: Some(ContainerStateRunning::default()),
-                        ..Default::default()
-                    }),
+                    state: Some(ContainerState { running: Some(ContainerStateRunning::default()) }),
                     ..Default::default()
                 }]),
                 ..Default::default()
