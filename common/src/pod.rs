@@ -48,27 +48,6 @@ macro_rules! pod_fields {
 pod_fields!(Pod);
 pod_fields!(cached_pod::Pod);
 
-impl<T: PodFields + ?Sized> PodFields for Box<T> {
-    fn meta(&self) -> &ObjectMeta {
-        (**self).meta()
-    }
-    fn phase(&self) -> Option<&str> {
-        (**self).phase()
-    }
-    fn conditions(&self) -> &[PodCondition] {
-        (**self).conditions()
-    }
-    fn pod_ip(&self) -> Option<&str> {
-        (**self).pod_ip()
-    }
-    fn host_ip(&self) -> Option<&str> {
-        (**self).host_ip()
-    }
-    fn restarts(&self) -> i32 {
-        (**self).restarts()
-    }
-}
-
 impl<T: PodFields + ?Sized> PodFields for &T {
     fn meta(&self) -> &ObjectMeta {
         (**self).meta()

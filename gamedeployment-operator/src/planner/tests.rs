@@ -607,7 +607,9 @@ fn scale_out_mid_rollout_keeps_the_partition() {
         .actions
         .iter()
         .filter_map(|a| match a {
-            Action::CreatePod { pod, .. } => common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).map(String::from),
+            Action::CreatePod { pod, .. } => {
+                common::pod::label(&**pod, keys::CONTROLLER_REVISION_HASH).map(String::from)
+            }
             _ => None,
         })
         .collect();

@@ -360,7 +360,7 @@ mod tests {
             .filter_map(|a| match a {
                 Action::CreatePod { pod, reason } => {
                     assert_eq!(*reason, CreateReason::Replicas);
-                    common::pod::label(pod, common::keys::CONTROLLER_REVISION_HASH).map(String::from)
+                    common::pod::label(&**pod, common::keys::CONTROLLER_REVISION_HASH).map(String::from)
                 }
                 _ => None,
             })

@@ -415,7 +415,7 @@ mod tests {
             ]
         );
         let Action::CreatePod { pod, .. } = &actions[0] else { unreachable!() };
-        assert_eq!(common::pod::label(pod, keys::INSTANCE_ID), Some("ccccc"));
+        assert_eq!(common::pod::label(&**pod, keys::INSTANCE_ID), Some("ccccc"));
     }
 
     #[test]

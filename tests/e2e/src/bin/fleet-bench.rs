@@ -1149,17 +1149,23 @@ async fn fleet(args: &Args, table: &mut Table) -> Result<(), String> {
         &format!("peak RSS per 1,000 own pods: gamedeployment-op / hook-op (from {low} to {top} pods)"),
         format!("{gd_slope:.1} / {hook_slope:.1} MiB"),
     );
-    let per_10000 = |grown: f64| if created > 0 { grown * 10_000.0 / created as f64 } else { f64::NAN };
-    let (gd_growth, hook_growth) = (per_10000(gd_rss1 - gd_rss0), per_10000(hook_rss1 - hook_rss0));
-    table.judged(
-        "fleet",
-        "RSS growth per 10,000 unrelated pods: gamedeployment-op / hook-op",
-        format!(
-            "{gd_growth:+.1} / {hook_growth:+.1} MiB ({created} pods in another namespace, bound to a node no kubelet runs)"
-        ),
-        "each ≤ +2 MiB",
-        met(gd_growth.max(hook_growth) <= 2.0),
-    );
+    let what = "RSS growth per 10,000 unrelated pods: gamedeployment-op / hook-op";
+    if created == 0 {
+        table.judged("fleet", what, "not measured (no unrelated pod created)".into(), "each ≤ +2 MiB", None);
+    } else {
+        let per_10000 = |grown: f64| grown * 10_000.0 / created as f64;
+        let (gd_growth, hook_growth) = (per_10000(gd_rss1 - gd_rss0), per_10000(hook_rss1 - hook_rss0));
+        table.judged(
+            "fleet",
+            what,
+            format!(
+                "{gd_growth:+.1} / {hook_growth:+.1} MiB ({created} pods in another namespace, bound to a node no \
+                 kubelet runs)"
+            ),
+            "each ≤ +2 MiB",
+            met(gd_growth.max(hook_growth) <= 2.0),
+        );
+    }
     let layout = if pinned { "kube-sim on CPU 0, operators on CPU 1" } else { "NOT pinned" };
     for (size, latencies, _) in &latency_rows {
         let p99 = percentile(latencies, 0.99);
