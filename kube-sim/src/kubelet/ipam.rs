@@ -114,7 +114,7 @@ impl PodIpPool {
     pub fn allocate(&mut self) -> Option<Ipv4Addr> {
         let mut registry = registry();
         let start = self.next.or(registry.cursor).unwrap_or_else(random_start);
-        let found = match next_free(&mut registry, start, Blocks::Respected) {
+        let found = match next_free(&mut registry, start, Claims::Respected) {
             Some(found) => Some(found),
             None if registry.addresses.len() < (LAST - FIRST) as usize => {
                 tracing::warn!(
@@ -122,7 +122,7 @@ impl PodIpPool {
                     "every pod address block is refused; \
                     pod addresses are unique in this process only"
                 );
-                next_free(&mut registry, start, Blocks::Ignored)
+                next_free(&mut registry, start, Claims::Ignored)
             }
             None => None,
         };
@@ -165,20 +165,21 @@ impl PodIpPool {
     }
 }
 
+/// Whether other processes' block claims are respected (always, unless every block is refused).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Blocks {
+enum Claims {
     Respected,
     Ignored,
 }
 
 /// The first free address from `start` on, and where the search goes on after it.
-fn next_free(registry: &mut Registry, start: u32, blocks: Blocks) -> Option<(u32, u32)> {
+fn next_free(registry: &mut Registry, start: u32, claims: Claims) -> Option<(u32, u32)> {
     let mut next = start;
     let mut addresses_tried: u32 = 0;
     let mut blocks_skipped: u32 = 0;
     while addresses_tried <= LAST - FIRST && blocks_skipped <= 255 {
         let candidate = next;
-        if blocks == Blocks::Respected && registry.hold(block_of(candidate)) == Block::Foreign {
+        if claims == Claims::Respected && registry.hold(block_of(candidate)) == Block::Foreign {
             blocks_skipped += 1;
             next = next_block(candidate);
             continue;
