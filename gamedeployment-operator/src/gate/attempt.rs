@@ -173,26 +173,34 @@ pub fn judge(run: &HookRun, attempt: &Attempt<'_>, keys: &Keyring) -> Judgement 
     }
 }
 
-/// [`spec_hash`] of a run, remembered per UID with the spec it was computed from, for runs read from the API: every
-/// pass judges every held pod's run, and hashing a spec (serialize, sort, SHA-256) for each was a tenth of the
-/// operator's CPU in a 2,000-pod roll. The hash is a function of the spec alone, so it is reused while the run's spec
-/// compares equal to the remembered one — also across the status writes of the hook-operator, which change the
-/// run's resourceVersion (but not its spec) about three times per run. Runs without a UID (built in memory) are
+/// [`spec_hash`] of a run, remembered per UID and `metadata.generation`, for runs read from the API: every pass
+/// judges every held pod's run, and hashing a spec (serialize, sort, SHA-256) for each was a tenth of the operator's
+/// CPU in a 2,000-pod roll. The API server raises a custom object's generation on every change of its spec and never
+/// lets a client set it, so a remembered hash is reused only while the run's spec is the one it was computed from —
+/// also across the hook-operator's status writes, which change the resourceVersion, not the generation. The entry is
+/// the generation and the hash, not a copy of the spec: after a roll of thousands of pods, copies of their runs'
+/// specs were a large part of the operator's peak memory. Runs without a UID or a generation (built in memory) are
 /// hashed each time. Entries of runs no pass asks about any more are forgotten ([`crate::memo`]).
 fn stored_spec_hash(run: &HookRun) -> String {
-    use common::api::HookRunSpec;
     use std::sync::LazyLock;
-    // UID → (spec, hash): a lookup allocates nothing; a run whose spec changed replaces its entry.
-    static MEMO: LazyLock<crate::memo::UidMemo<(HookRunSpec, String)>> = LazyLock::new(Default::default);
-    let Some(uid) = run.metadata.uid.as_deref() else {
+    static MEMO: LazyLock<crate::memo::UidMemo<SpecHashEntry>> = LazyLock::new(Default::default);
+    let (Some(uid), Some(generation)) = (run.metadata.uid.as_deref(), run.metadata.generation) else {
         return spec_hash(&run.spec);
     };
-    if let Some(hash) = MEMO.get(uid, |(spec, hash)| (*spec == run.spec).then(|| hash.clone())) {
+    if let Some(hash) = MEMO.get(uid, |entry| (entry.generation == generation).then(|| entry.hash.clone())) {
         return hash;
     }
     let hash = spec_hash(&run.spec);
-    MEMO.insert(uid, (run.spec.clone(), hash.clone()));
+    MEMO.insert(uid, SpecHashEntry { generation, hash: hash.clone() });
     hash
+}
+
+/// What [`stored_spec_hash`] remembers of a run.
+#[derive(Debug)]
+struct SpecHashEntry {
+    /// The run's `metadata.generation` when its spec was hashed.
+    generation: i64,
+    hash: String,
 }
 
 /// The runs named `base` (index 0) and `base.N` (index N, up to [`MAX_NAME_SUFFIX`]) in one scan of `runs` (the
@@ -501,15 +509,16 @@ mod tests {
     }
 
     #[test]
-    fn a_stored_run_edited_under_a_new_resource_version_is_foreign() {
+    fn a_stored_run_edited_under_a_new_generation_is_foreign() {
         let made = attempt(Change::Delete, "t-stored");
         let mut stored = run("pre", &made);
         stored.metadata.uid = Some("run-uid-stored".into());
-        stored.metadata.resource_version = Some("10".into());
+        stored.metadata.generation = Some(1);
         assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
         assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours, "remembered");
+        // The API server raises the generation with every spec change.
         stored.spec.metrics.clear();
-        stored.metadata.resource_version = Some("11".into());
+        stored.metadata.generation = Some(2);
         assert_eq!(
             judge(&stored, &made, test_keys()),
             Judgement::Foreign("its spec was edited after it was created".into())
@@ -517,24 +526,41 @@ mod tests {
     }
 
     #[test]
-    fn a_remembered_hash_follows_the_spec_not_the_resource_version() {
+    fn a_remembered_hash_follows_the_generation_not_the_resource_version() {
         let made = attempt(Change::Delete, "t-remembered");
         let mut stored = run("pre", &made);
         stored.metadata.uid = Some("run-uid-remembered".into());
+        stored.metadata.generation = Some(1);
         stored.metadata.resource_version = Some("10".into());
         assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
-        // A status write (new resourceVersion, same spec): still ours.
+        // A status write (new resourceVersion, same generation and spec): still ours.
         stored.metadata.resource_version = Some("11".into());
         stored.status = Some(Default::default());
         assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
-        // The spec edited, whatever the resourceVersion says (even one seen before): foreign, and back again.
+        // The spec edited (the server's next generation): foreign; edited back (a later generation): ours again.
         let original = stored.spec.clone();
         stored.spec.args.push(common::api::Argument::new("extra", "x".to_string()));
-        assert!(matches!(judge(&stored, &made, test_keys()), Judgement::Foreign(_)));
-        stored.metadata.resource_version = Some("10".into());
+        stored.metadata.generation = Some(2);
         assert!(matches!(judge(&stored, &made, test_keys()), Judgement::Foreign(_)));
         stored.spec = original;
+        stored.metadata.generation = Some(3);
         assert_eq!(judge(&stored, &made, test_keys()), Judgement::Ours);
+    }
+
+    #[test]
+    fn a_run_without_a_generation_is_hashed_each_time() {
+        let made = attempt(Change::Delete, "t-no-generation");
+        let mut built = run("pre", &made);
+        built.metadata.uid = Some("run-uid-no-generation".into());
+        assert_eq!(judge(&built, &made, test_keys()), Judgement::Ours);
+        built.spec.metrics.clear();
+        assert!(matches!(judge(&built, &made, test_keys()), Judgement::Foreign(_)));
+    }
+
+    #[test]
+    fn the_memo_keeps_a_generation_and_a_hash_not_a_spec() {
+        // A copy of each run's spec per remembered run was a large share of the peak after a big roll.
+        assert!(std::mem::size_of::<SpecHashEntry>() <= 32);
     }
 
     #[test]
