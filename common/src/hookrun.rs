@@ -65,7 +65,9 @@ pub fn merge_args(
     declared: &[Argument],
     incoming: &[Argument],
 ) -> Result<Vec<Argument>, HookRunError> {
-    let mut merged: Vec<Argument> = declared.to_vec();
+    // Room for every arg at once: a run keeps this list for its life (thousands per scale-in).
+    let mut merged: Vec<Argument> = Vec::with_capacity(declared.len() + incoming.len());
+    merged.extend_from_slice(declared);
     for arg in incoming {
         match merged.iter_mut().find(|a| a.name == arg.name) {
             Some(existing) => {
@@ -80,6 +82,7 @@ pub fn merge_args(
     if let Some(missing) = merged.iter().find(|a| !a.is_set()) {
         return Err(HookRunError::Unresolved { template: template_name.to_string(), name: missing.name.clone() });
     }
+    merged.shrink_to_fit();
     Ok(merged)
 }
 
@@ -287,6 +290,7 @@ mod tests {
                 arg("extra", Some("kept")),
             ]
         );
+        assert_eq!(merged.capacity(), merged.len(), "a run keeps its args for life: no slack");
     }
 
     #[test]

@@ -28,7 +28,24 @@ impl<'de> Deserialize<'de> for LeanHookRun {
             status: Option<HookRunStatus>,
         }
         let r = Repr::deserialize(d)?;
-        Ok(Self(HookRun { metadata: r.metadata.into(), spec: r.spec, status: r.status }))
+        let mut run = HookRun { metadata: r.metadata.into(), spec: r.spec, status: r.status };
+        fit(&mut run);
+        Ok(Self(run))
+    }
+}
+
+/// Gives the run's lists the capacity of their length. JSON does not say how long a list is, so serde grows each
+/// by doubling from four: a run's one metric took the room of four, and the runs an operator keeps as decoded
+/// (the gamedeployment-operator's own creates until its watch shows them, thousands in a large scale-in) held
+/// that slack until dropped.
+fn fit(run: &mut HookRun) {
+    run.spec.metrics.shrink_to_fit();
+    run.spec.args.shrink_to_fit();
+    if let Some(status) = &mut run.status {
+        status.metric_results.shrink_to_fit();
+        for result in &mut status.metric_results {
+            result.measurements.shrink_to_fit();
+        }
     }
 }
 
@@ -111,5 +128,20 @@ mod tests {
         full.metadata.managed_fields = None;
         let lean: LeanHookRun = serde_json::from_str(&text).unwrap();
         assert_eq!(lean.0, full);
+    }
+
+    #[test]
+    fn a_decoded_hook_run_holds_no_slack_in_its_lists() {
+        let json = serde_json::json!({
+            "metadata": {"name": "run", "namespace": "default"},
+            "spec": {"metrics": [{"name": "web", "provider": {"web": {"url": "http://127.0.0.1:8080/"}}}],
+                "args": [{"name": "PodName", "value": "p"}, {"name": "PodIP", "value": "127.0.0.1"}]},
+            "status": {"metricResults": [{"name": "web", "measurements": [{"phase": "Successful"}]}]}
+        });
+        let run = serde_json::from_str::<LeanHookRun>(&json.to_string()).unwrap().0;
+        assert_eq!((run.spec.metrics.capacity(), run.spec.args.capacity()), (1, 2));
+        let status = run.status.unwrap();
+        assert_eq!(status.metric_results.capacity(), 1);
+        assert_eq!(status.metric_results[0].measurements.capacity(), 1);
     }
 }
