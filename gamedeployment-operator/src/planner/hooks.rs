@@ -6,7 +6,8 @@
 //! that only applies if the GameDeployment is still at the resourceVersion this pass read — so a `retry: true`
 //! written after that read is seen by the next pass.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::OnceLock;
 
 use common::api::{GameDeploymentStatus, HookCondition, HookPhase, HookRun};
 use common::cached_pod::Pod;
@@ -53,9 +54,9 @@ fn announce_releases(
     infos: &[PodInfo<'_>],
     events: &mut Vec<PlannedEvent>,
 ) {
+    let old = ByPod::of(old);
     for entry in new.iter().filter(|e| e.released_by.is_some()) {
-        let known =
-            old.iter().any(|o| o.pod_name == entry.pod_name && o.released_by.is_some() && o.hook_run == entry.hook_run);
+        let known = old.of_pod(&entry.pod_name).any(|o| o.released_by.is_some() && o.hook_run == entry.hook_run);
         if !known {
             events.push(about_pod(
                 PlannedEvent::warning(
@@ -75,6 +76,60 @@ fn announce_releases(
 
 fn label<'a>(run: &'a HookRun, key: &str) -> Option<&'a str> {
     run.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// A status list's entries by pod name, in list order within a pod: each lookup of a pass is a binary search, not a
+/// scan of the list (a hooked scale-in of 5,000 pods has 2,500 entries and 2,500 held pods in one pass).
+struct ByPod<'a>(Vec<&'a HookCondition>);
+
+impl<'a> ByPod<'a> {
+    fn of(list: &'a [HookCondition]) -> Self {
+        let mut sorted: Vec<&HookCondition> = list.iter().collect();
+        // Stable: the entries of one pod keep their list order, so the first found is the one a scan finds.
+        sorted.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
+        Self(sorted)
+    }
+
+    /// The entries of `pod`, in list order.
+    fn of_pod<'s>(&'s self, pod: &'s str) -> impl Iterator<Item = &'a HookCondition> + 's {
+        let start = self.0.partition_point(|c| c.pod_name.as_str() < pod);
+        self.0[start..].iter().take_while(move |c| c.pod_name == pod).copied()
+    }
+}
+
+/// The GameDeployment's pods by UID, and by instance id when a run made before pods were bound by UID asks (each the
+/// first of the list, as a scan finds it): the housekeeping looks up the pod of every owned run.
+struct OwnedPods<'a> {
+    owned: &'a [&'a Pod],
+    by_uid: HashMap<&'a str, &'a Pod>,
+    by_instance_id: OnceLock<HashMap<&'a str, &'a Pod>>,
+}
+
+impl<'a> OwnedPods<'a> {
+    fn of(owned: &'a [&'a Pod]) -> Self {
+        let mut by_uid = HashMap::with_capacity(owned.len());
+        for pod in owned {
+            if let Some(uid) = pod.metadata.uid.as_deref() {
+                by_uid.entry(uid).or_insert(*pod);
+            }
+        }
+        Self { owned, by_uid, by_instance_id: OnceLock::new() }
+    }
+
+    fn with_uid(&self, uid: &str) -> Option<&'a Pod> {
+        self.by_uid.get(uid).copied()
+    }
+
+    fn with_instance_id(&self, id: &str) -> Option<&'a Pod> {
+        let index = self.by_instance_id.get_or_init(|| {
+            let mut index = HashMap::with_capacity(self.owned.len());
+            for pod in self.owned {
+                index.entry(gate::instance_id(pod)).or_insert(*pod);
+            }
+            index
+        });
+        index.get(id).copied()
+    }
 }
 
 fn kind_of(run: &HookRun) -> Option<HookKind> {
@@ -117,6 +172,7 @@ pub(crate) fn housekeeping(settings: &Settings<'_>, owned: &[&Pod], draft: &mut 
     let held_runs: BTreeSet<String> =
         draft.held.iter().filter_map(|h| h.hook.as_ref().map(|g| g.run_name.clone())).collect();
     let mut retried: BTreeSet<&'static str> = BTreeSet::new();
+    let pods = OwnedPods::of(owned);
     for run in owned_runs(settings) {
         let Some(kind) = kind_of(run) else { continue };
         if kind == HookKind::CanaryStep {
@@ -138,7 +194,7 @@ pub(crate) fn housekeeping(settings: &Settings<'_>, owned: &[&Pod], draft: &mut 
         if draft.passed_runs.contains(&name) || held_runs.contains(&name) {
             continue;
         }
-        if let Some(why) = stale(settings, run, kind, owned) {
+        if let Some(why) = stale(settings, run, kind, &pods) {
             draft.actions.push(Action::DeleteHookRun { name, uid: run.metadata.uid.clone().unwrap_or_default(), why });
         }
     }
@@ -161,15 +217,12 @@ fn in_flight(settings: &Settings<'_>, kind: HookKind) -> bool {
 
 /// Why a pod run is no longer wanted: its pod is gone or moved to another revision, it no longer waits, or the
 /// pod's current attempt is another one (a later visit of its Preparing state, another target revision).
-fn stale(settings: &Settings<'_>, run: &HookRun, kind: HookKind, owned: &[&Pod]) -> Option<String> {
+fn stale(settings: &Settings<'_>, run: &HookRun, kind: HookKind, owned: &OwnedPods<'_>) -> Option<String> {
     let revision = label(run, keys::HOOKRUN_WORKLOAD_REVISION).unwrap_or("");
     let pod = match label(run, keys::HOOKRUN_POD_UID) {
-        Some(uid) => owned.iter().find(|p| p.metadata.uid.as_deref() == Some(uid)),
+        Some(uid) => owned.with_uid(uid),
         // Runs made before pods were bound by UID: by instance id.
-        None => {
-            let id = label(run, keys::HOOKRUN_INSTANCE_ID).unwrap_or("");
-            owned.iter().find(|p| gate::instance_id(p) == id)
-        }
+        None => owned.with_instance_id(label(run, keys::HOOKRUN_INSTANCE_ID).unwrap_or("")),
     };
     let Some(pod) = pod else { return Some("its pod is gone".to_string()) };
     let pod_revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH).unwrap_or("");
@@ -286,19 +339,18 @@ pub(crate) fn status(
             .cloned()
             .collect();
         let released: Vec<&HookCondition> = draft.released.iter().filter(|(k, _)| *k == kind).map(|(_, c)| c).collect();
+        let released_pods: BTreeSet<&str> = released.iter().map(|r| r.pod_name.as_str()).collect();
+        let old_entries = ByPod::of(list(old, kind));
         // Records of earlier releases stay a while (the pod itself is gone or going).
         for c in list(old, kind) {
-            let superseded =
-                released.iter().any(|r| r.pod_name == c.pod_name) || held_by_kind.contains(c.pod_name.as_str());
+            let superseded = released_pods.contains(c.pod_name.as_str()) || held_by_kind.contains(c.pod_name.as_str());
             if release_record_kept(c, settings.now) && !superseded {
                 entries.push(c.clone());
             }
         }
         for r in released {
             // A pod released in an earlier pass keeps the time of its first release.
-            let before = list(old, kind)
-                .iter()
-                .find(|c| c.pod_name == r.pod_name && c.released_by.is_some() && c.hook_run == r.hook_run);
+            let before = old_entries.of_pod(&r.pod_name).find(|c| c.released_by.is_some() && c.hook_run == r.hook_run);
             entries.push(HookCondition {
                 released_at: before.map_or(r.released_at.clone(), |b| b.released_at.clone()),
                 ..r.clone()
@@ -311,9 +363,8 @@ pub(crate) fn status(
                 (None, GateDecision::Wait(m) | GateDecision::Blocked(m)) => m.clone(),
                 (None, GateDecision::Allow) => continue,
             };
-            let same_run = list(old, kind)
-                .iter()
-                .find(|c| c.pod_name == held.name && c.hook_run.as_deref() == Some(hook.run_name.as_str()));
+            let same_run =
+                old_entries.of_pod(&held.name).find(|c| c.hook_run.as_deref() == Some(hook.run_name.as_str()));
             entries.push(HookCondition {
                 pod_name: held.name.clone(),
                 // A run being created keeps the time its entry was first written.
@@ -330,7 +381,7 @@ pub(crate) fn status(
         }
         entries.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
         for entry in &entries {
-            let before = list(old, kind).iter().find(|c| c.pod_name == entry.pod_name);
+            let before = old_entries.of_pod(&entry.pod_name).next();
             if entry.released_by.is_none()
                 && failed(entry.phase)
                 && before.is_none_or(|b| b.phase != entry.phase || b.hook_run != entry.hook_run)
@@ -353,8 +404,9 @@ pub(crate) fn status(
     let mut post = draft.post_hooks.clone();
     post.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
     // A post hook that failed before keeps its start time; a failure is announced once.
+    let old_post = ByPod::of(&old.post_inplace_hook_condition);
     for entry in &mut post {
-        let before = old.post_inplace_hook_condition.iter().find(|c| c.pod_name == entry.pod_name);
+        let before = old_post.of_pod(&entry.pod_name).next();
         if let Some(b) = before.filter(|b| b.hook_run == entry.hook_run && entry.phase == HookPhase::Pending) {
             entry.start_time = b.start_time.clone();
         }
@@ -373,16 +425,17 @@ pub(crate) fn status(
         }
     }
     // Pods the refresh did not look at this pass (touched by something else) keep their entry.
+    let updated: BTreeSet<&str> = infos.iter().filter(|i| i.state == LifecycleState::Updated).map(|i| i.name).collect();
+    let mut listed: BTreeSet<String> = post.iter().map(|p| p.pod_name.clone()).collect();
     for c in &old.post_inplace_hook_condition {
-        if !post.iter().any(|p| p.pod_name == c.pod_name)
-            && draft.is_touched(&c.pod_name)
-            && infos.iter().any(|i| i.name == c.pod_name && i.state == LifecycleState::Updated)
-        {
+        if !listed.contains(&c.pod_name) && draft.is_touched(&c.pod_name) && updated.contains(c.pod_name.as_str()) {
+            listed.insert(c.pod_name.clone());
             post.push(c.clone());
         }
     }
     for c in &old.post_inplace_hook_condition {
-        if release_record_kept(c, settings.now) && !post.iter().any(|p| p.pod_name == c.pod_name) {
+        if release_record_kept(c, settings.now) && !listed.contains(&c.pod_name) {
+            listed.insert(c.pod_name.clone());
             post.push(c.clone());
         }
     }
@@ -403,6 +456,56 @@ pub(crate) fn status(
         status::set_condition(&mut new.conditions, HOOK_BLOCKED, "True", "HookRunNotCreated", &message, settings.now);
         if changed {
             events.push(PlannedEvent::warning("HookRunNotCreated", message));
+        }
+    }
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+    use crate::fixtures::pod;
+
+    fn entry(pod_name: &str, run: &str) -> HookCondition {
+        HookCondition {
+            pod_name: pod_name.into(),
+            start_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            phase: HookPhase::Running,
+            hook_run: Some(run.into()),
+            message: None,
+            released_by: None,
+            released_at: None,
+        }
+    }
+
+    #[test]
+    fn by_pod_finds_what_a_scan_finds_in_list_order() {
+        let list = vec![entry("b", "b1"), entry("a", "a1"), entry("c", "c1"), entry("a", "a2"), entry("b", "b2")];
+        let index = ByPod::of(&list);
+        for name in ["a", "b", "c", "d", ""] {
+            let scanned: Vec<&HookCondition> = list.iter().filter(|c| c.pod_name == name).collect();
+            let found: Vec<&HookCondition> = index.of_pod(name).collect();
+            assert_eq!(found.len(), scanned.len(), "{name}");
+            assert!(found.iter().zip(&scanned).all(|(f, s)| std::ptr::eq(*f, *s)), "{name}: the list's order");
+        }
+    }
+
+    #[test]
+    fn owned_pods_finds_the_first_pod_a_scan_finds() {
+        let pods = [
+            pod("game-x").uid("u1").labels(&[(keys::INSTANCE_ID, "x")]).build(),
+            pod("game-y").uid("u2").labels(&[(keys::INSTANCE_ID, "y")]).build(),
+            pod("game-x2").uid("u1").labels(&[(keys::INSTANCE_ID, "x")]).build(),
+            pod("game-z").build(),
+        ];
+        let owned: Vec<&Pod> = pods.iter().collect();
+        let index = OwnedPods::of(&owned);
+        for uid in ["u1", "u2", "u3"] {
+            let scanned = owned.iter().find(|p| p.metadata.uid.as_deref() == Some(uid)).copied();
+            assert_eq!(index.with_uid(uid).map(|p| p as *const Pod), scanned.map(|p| p as *const Pod), "{uid}");
+        }
+        for id in ["x", "y", "z", "w"] {
+            let scanned = owned.iter().find(|p| gate::instance_id(p) == id).copied();
+            assert_eq!(index.with_instance_id(id).map(|p| p as *const Pod), scanned.map(|p| p as *const Pod), "{id}");
         }
     }
 }
