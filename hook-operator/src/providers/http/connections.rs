@@ -30,6 +30,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The read buffer a connection starts with (it grows for a long head, up to [`h1::MAX_HEAD`] and a read more).
 const READ_BUFFER: usize = 4096;
 
+/// Read buffers kept for the next exchanges. A connection holds a buffer only while an exchange uses it: idle
+/// connections (one per measured pod between two measurements, thousands in a large rollout) hold none, and a
+/// buffer given back goes to the next exchange, so an exchange on a kept connection still allocates nothing while
+/// at most this many run at once.
+const MAX_SPARE_BUFFERS: usize = 64;
+
 /// A connection and what was read from it but not consumed yet.
 struct Socket {
     stream: TcpStream,
@@ -40,8 +46,8 @@ struct Socket {
 }
 
 impl Socket {
-    fn new(stream: TcpStream) -> Self {
-        Self { stream, buffer: vec![0; READ_BUFFER].into_boxed_slice(), start: 0, end: 0 }
+    fn new(stream: TcpStream, buffer: Box<[u8]>) -> Self {
+        Self { stream, buffer, start: 0, end: 0 }
     }
 
     fn unread(&self) -> &[u8] {
@@ -249,6 +255,8 @@ struct Pool {
     by_addr: HashMap<SocketAddr, Vec<Idle>>,
     idle: usize,
     last_sweep: Option<Instant>,
+    /// Read buffers of [`READ_BUFFER`] bytes no exchange uses (at most [`MAX_SPARE_BUFFERS`]).
+    spare: Vec<Box<[u8]>>,
 }
 
 /// The idle connections, per address.
@@ -272,6 +280,22 @@ impl Connections {
         self.pool().idle
     }
 
+    /// Bytes of read buffers held by idle connections.
+    #[cfg(test)]
+    fn idle_buffer_bytes(&self) -> usize {
+        self.pool().by_addr.values().flatten().map(|idle| idle.socket.buffer.len()).sum()
+    }
+
+    #[cfg(test)]
+    fn spare_buffers(&self) -> usize {
+        self.pool().spare.len()
+    }
+
+    /// A read buffer for an exchange: a spare one, else a new one.
+    fn buffer(&self) -> Box<[u8]> {
+        self.pool().spare.pop().unwrap_or_else(|| vec![0; READ_BUFFER].into_boxed_slice())
+    }
+
     /// An idle connection to `addr` that is still open, else a new one (`fresh`: always a new one).
     pub async fn lease(&self, addr: SocketAddr, fresh: bool) -> std::io::Result<Lease> {
         // Idle connections are tried newest first; those that idled too long or were closed meanwhile are dropped.
@@ -282,6 +306,7 @@ impl Connections {
             let mut lease = Lease { addr, socket: idle.socket, reusable: false, written: true, reused: true };
             // A connection the server closed while idle ends here, not mid-request.
             if lease.still_open() {
+                lease.socket.buffer = self.buffer();
                 return Ok(lease);
             }
         }
@@ -295,7 +320,7 @@ impl Connections {
             }
         };
         stream.set_nodelay(true)?;
-        Ok(Lease { addr, socket: Socket::new(stream), reusable: false, written: false, reused: false })
+        Ok(Lease { addr, socket: Socket::new(stream, self.buffer()), reusable: false, written: false, reused: false })
     }
 
     fn take(&self, addr: SocketAddr) -> Option<Idle> {
@@ -312,14 +337,20 @@ impl Connections {
     }
 
     /// Keeps the connection for the next request to its address, if it can carry one and there is room.
-    pub fn give_back(&self, lease: Lease) {
+    /// Its read buffer goes to the spares either way (a reusable connection has nothing unread).
+    pub fn give_back(&self, mut lease: Lease) {
         if !lease.reusable {
             return;
         }
+        let buffer = std::mem::take(&mut lease.socket.buffer);
+        (lease.socket.start, lease.socket.end) = (0, 0);
         let now = Instant::now();
         let mut pool = self.pool();
         self.sweep(&mut pool, now);
-        let Pool { by_addr, idle, .. } = &mut *pool;
+        let Pool { by_addr, idle, spare, .. } = &mut *pool;
+        if buffer.len() == READ_BUFFER && spare.len() < MAX_SPARE_BUFFERS {
+            spare.push(buffer);
+        }
         let list = by_addr.entry(lease.addr).or_default();
         if list.len() < self.max_idle_per_host {
             list.push(Idle { socket: lease.socket, since: now });
@@ -476,5 +507,36 @@ mod tests {
         let other = server(false).await;
         get(&connections, other).await;
         assert_eq!(connections.idle(), 1, "only the connection just given back");
+    }
+
+    #[tokio::test]
+    async fn idle_connections_hold_no_read_buffer_and_exchanges_reuse_spare_ones() {
+        // Thousands of pods measured once a second each keep a connection idle between measurements: the buffers
+        // follow the exchanges in flight, not the idle connections.
+        let connections = Connections::new(4, Duration::from_secs(30));
+        let addrs = [server(false).await, server(false).await, server(false).await];
+        for addr in addrs {
+            assert_eq!(get(&connections, addr).await.1, r#"{"connection":1}"#);
+        }
+        assert_eq!(connections.idle(), 3);
+        assert_eq!(connections.idle_buffer_bytes(), 0, "idle connections keep no buffer");
+        assert_eq!(connections.spare_buffers(), 1, "one exchange at a time: one buffer went round");
+        for addr in addrs {
+            assert_eq!(get(&connections, addr).await, (true, r#"{"connection":1}"#.into()), "kept, and reading");
+        }
+        assert_eq!(connections.spare_buffers(), 1);
+        // Spares are bounded: many exchanges at once return at most MAX_SPARE_BUFFERS.
+        let many = server(false).await;
+        let mut leases = Vec::new();
+        for _ in 0..MAX_SPARE_BUFFERS + 3 {
+            let mut lease = connections.lease(many, true).await.unwrap();
+            exchange(&mut lease).await;
+            leases.push(lease);
+        }
+        for lease in leases {
+            connections.give_back(lease);
+        }
+        assert_eq!(connections.spare_buffers(), MAX_SPARE_BUFFERS);
+        assert_eq!(connections.idle_buffer_bytes(), 0);
     }
 }
