@@ -32,6 +32,10 @@ use crate::revision;
 /// Pod UIDs per `deletecollection` of consumed HookRuns (keeps the label selector short).
 const COLLECTION_CHUNK: usize = 64;
 
+/// HookRun creates between two settlements of the expectations against the watch cache (see
+/// [`Executor::settle_created_runs`]).
+const SETTLE_EVERY: usize = 64;
+
 /// A collection of consumed runs: hook type, revision, GameDeployment name label.
 type BatchKey = (String, String, String);
 
@@ -175,15 +179,22 @@ impl Executor<'_> {
         for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
         }
-        let created =
-            create_all(&self.ctx.client, &self.namespace(), actions.create_runs, self.ctx.config.write_concurrency)
-                .await;
-        for (run, result) in created {
-            let taken = matches!(&result, Err(e) if code(e) == Some(409));
-            self.hook_run_created(run, result, &mut outcome);
-            if taken {
-                self.reveal_hook_run(run).await;
+        let mut taken = Vec::new();
+        let mut recorded = 0usize;
+        let window = self.ctx.config.write_concurrency;
+        create_all(&self.ctx.client, &self.namespace(), actions.create_runs, window, |run, result| {
+            if matches!(&result, Err(e) if code(e) == Some(409)) {
+                taken.push(run);
             }
+            self.hook_run_created(run, result, &mut outcome);
+            recorded += 1;
+            if recorded.is_multiple_of(SETTLE_EVERY) {
+                self.settle_created_runs();
+            }
+        })
+        .await;
+        for run in taken {
+            self.reveal_hook_run(run).await;
         }
         let rolling = crate::planner::status::condition(&plan.status, crate::planner::status::PROGRESSING)
             .is_some_and(|c| c.reason.as_deref() == Some("RolloutInProgress"));
@@ -689,6 +700,18 @@ impl Executor<'_> {
         }
     }
 
+    /// Forgets the created runs the watch cache shows already (same UID): see [`HookRunExpectations::settle`].
+    ///
+    /// [`HookRunExpectations::settle`]: super::stale_cache::hookrun_expectations::HookRunExpectations::settle
+    fn settle_created_runs(&self) {
+        let cache = &self.ctx.hook_runs;
+        self.ctx.hookrun_expectations.settle(|run| {
+            cache
+                .get(&kube::runtime::reflector::ObjectRef::from_obj(run))
+                .is_some_and(|cached| cached.metadata.uid == run.metadata.uid)
+        });
+    }
+
     /// Records the creation of a pass's HookRun ([`create_all`]).
     fn hook_run_created(&self, run: &HookRun, result: Result<HookRun, kube::Error>, outcome: &mut WriteOutcome) {
         let name = run.name_any();
@@ -1002,7 +1025,8 @@ async fn create_all<'r>(
     namespace: &str,
     runs: Vec<&'r HookRun>,
     concurrency: usize,
-) -> Vec<(&'r HookRun, Result<HookRun, kube::Error>)> {
+    mut answered: impl FnMut(&'r HookRun, Result<HookRun, kube::Error>),
+) {
     let url = HookRun::url_path(&(), Some(namespace));
     // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
     // lifetime inside the controller's task. Each run is encoded when its request is about to be sent (the stream
@@ -1019,9 +1043,15 @@ async fn create_all<'r>(
             (i, result)
         }
     });
-    let results: Vec<(usize, Result<HookRun, kube::Error>)> =
-        requests.buffer_unordered(concurrency.max(1)).collect().await;
-    results.into_iter().map(|(i, result)| (runs[i], result)).collect()
+    // Each answer is handed on as it comes (not collected): a pass creating thousands of runs keeps only the
+    // answers its expectations still need.
+    requests
+        .buffer_unordered(concurrency.max(1))
+        .for_each(|(i, result)| {
+            answered(runs[i], result);
+            futures::future::ready(())
+        })
+        .await;
 }
 
 /// The `POST` of a HookRun, as `Api::create` sends it.
@@ -1177,7 +1207,8 @@ mod tests {
                 run
             })
             .collect();
-        let created = create_all(&client, "ns", runs.iter().collect(), 8).await;
+        let mut created = Vec::new();
+        create_all(&client, "ns", runs.iter().collect(), 8, |run, result| created.push((run, result))).await;
         assert_eq!(created.len(), 40);
         assert!(created.iter().all(|(_, result)| result.is_ok()), "{created:?}");
         // Each answer is the run the API server made (here: named after the request's path).

@@ -48,6 +48,22 @@ impl HookRunExpectations {
         inner.deleted.insert(uid.to_string(), Instant::now());
     }
 
+    /// Forgets the created runs the cache already `shows`: a pass that creates thousands of runs calls it as the
+    /// answers come in, so the expectations hold the answers the watch has not caught up with, not the whole batch
+    /// until the next pass ([`Self::apply`] forgets them by the same rule).
+    pub fn settle(&self, shows: impl Fn(&HookRun) -> bool) {
+        let mut inner = self.lock();
+        if !inner.created.is_empty() {
+            inner.created.retain(|_, (run, _)| !shows(run));
+        }
+    }
+
+    /// Created runs not shown by the cache yet (tests, diagnostics).
+    #[cfg(test)]
+    pub fn created_count(&self) -> usize {
+        self.lock().created.len()
+    }
+
     /// The runs of `namespace` as the planner should see them.
     pub fn apply(&self, namespace: &str, cached: Vec<Arc<HookRun>>) -> Vec<Arc<HookRun>> {
         let now = Instant::now();
@@ -114,5 +130,19 @@ mod tests {
         overlay.deleted("2");
         assert!(overlay.apply("default", vec![]).is_empty());
         assert_eq!(overlay.apply("default", vec![run("b", "2")]).len(), 1);
+    }
+
+    #[test]
+    fn runs_the_cache_shows_are_forgotten_as_soon_as_a_pass_settles() {
+        let overlay = HookRunExpectations::new(Duration::from_secs(30));
+        overlay.created(HookRun::clone(&run("a", "1")));
+        overlay.created(HookRun::clone(&run("b", "2")));
+        // The cache shows `a` (same UID) and a `b` of another UID: only `a` is forgotten.
+        let cache = [run("a", "1"), run("b", "other")];
+        overlay
+            .settle(|r| cache.iter().any(|c| c.metadata.name == r.metadata.name && c.metadata.uid == r.metadata.uid));
+        assert_eq!(overlay.created_count(), 1);
+        let shown = overlay.apply("default", vec![]);
+        assert_eq!(shown.iter().map(|r| r.metadata.name.as_deref()).collect::<Vec<_>>(), vec![Some("b")]);
     }
 }
