@@ -6,7 +6,7 @@
 //! an error — the next pass, on fresher data, decides again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use common::api::{GameDeployment, HookRun};
@@ -38,6 +38,9 @@ const SETTLE_EVERY: usize = 64;
 
 /// A collection of consumed runs: hook type, revision, GameDeployment name label.
 type BatchKey = (String, String, String);
+
+/// A run to delete: name, UID, why, and the collection it belongs to with its pod's UID ([`Executor::batch_key`]).
+type RunDeletion<'p> = (&'p str, &'p str, &'p str, Option<(BatchKey, String)>);
 
 /// A run in a collection: name, UID, why, its pod's UID.
 type Batched<'a> = (&'a str, &'a str, &'a str, String);
@@ -78,24 +81,25 @@ pub(crate) struct Executor<'a> {
     pub ctx: &'a Context,
     pub gd: &'a GameDeployment,
     pub key: &'a str,
-    /// The cached pods the plan was made from by name and by UID, and the HookRuns it was made from by UID (for
-    /// grouping deletions, see [`Executor::delete_hook_runs`]): a pass looks up every pod it patches and every run it
-    /// deletes (a scan each was quadratic at 5,000 pods). Built on first use: most passes need none of them.
-    cached_pods: &'a [Arc<Pod>],
+    /// The cached pods the plan was made from, looked up by name and by UID, until the pod writes are sent
+    /// ([`CachedPods`]); and the HookRuns it was made from by UID (for grouping deletions, see
+    /// [`Executor::delete_hook_runs`]): a pass looks up every pod it patches and every run it deletes (a scan each was
+    /// quadratic at 5,000 pods). Built on first use: most passes need none of them.
+    pods: Mutex<CachedPods>,
     hook_runs: &'a [Arc<HookRun>],
-    pods_by_name: OnceLock<HashMap<&'a str, &'a Pod>>,
-    pods_by_uid: OnceLock<HashMap<&'a str, &'a Pod>>,
     runs_by_uid: OnceLock<HashMap<&'a str, &'a HookRun>>,
     /// The revision pods are being moved to (for event messages).
     pub update_revision: &'a str,
 }
 
 impl<'a> Executor<'a> {
+    /// `cached_pods` are the pass's own (taken from its snapshot): the executor lets them go once the pod writes
+    /// are sent ([`Executor::run`]).
     pub fn new(
         ctx: &'a Context,
         gd: &'a GameDeployment,
         key: &'a str,
-        cached_pods: &'a [Arc<Pod>],
+        cached_pods: Vec<Arc<Pod>>,
         hook_runs: &'a [Arc<HookRun>],
         update_revision: &'a str,
     ) -> Self {
@@ -103,27 +107,23 @@ impl<'a> Executor<'a> {
             ctx,
             gd,
             key,
-            cached_pods,
+            pods: Mutex::new(CachedPods::new(cached_pods)),
             hook_runs,
-            pods_by_name: OnceLock::new(),
-            pods_by_uid: OnceLock::new(),
             runs_by_uid: OnceLock::new(),
             update_revision,
         }
     }
 
-    fn pod_named(&self, name: &str) -> Option<&'a Pod> {
-        let index = self.pods_by_name.get_or_init(|| {
-            self.cached_pods.iter().filter_map(|p| Some((p.metadata.name.as_deref()?, p.as_ref()))).collect()
-        });
-        index.get(name).copied()
+    fn cached_pods(&self) -> std::sync::MutexGuard<'_, CachedPods> {
+        self.pods.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn pod_with_uid(&self, uid: &str) -> Option<&'a Pod> {
-        let index = self.pods_by_uid.get_or_init(|| {
-            self.cached_pods.iter().filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref()))).collect()
-        });
-        index.get(uid).copied()
+    fn pod_named(&self, name: &str) -> Option<Arc<Pod>> {
+        self.cached_pods().named(name)
+    }
+
+    fn pod_with_uid(&self, uid: &str) -> Option<Arc<Pod>> {
+        self.cached_pods().with_uid(uid)
     }
 
     fn run_with_uid(&self, uid: &str) -> Option<&'a HookRun> {
@@ -131,6 +131,52 @@ impl<'a> Executor<'a> {
             .runs_by_uid
             .get_or_init(|| self.hook_runs.iter().filter_map(|r| Some((r.metadata.uid.as_deref()?, &**r))).collect());
         index.get(uid).copied()
+    }
+}
+
+/// The pass's cached pods, with their lookups by name and UID (positions sorted by the key, built on first use).
+/// An executor holds them while it sends the pod writes and lets them go before the HookRun writes
+/// ([`CachedPods::release`]): a hooked scale-in patches thousands of pods and then creates a run for each, and
+/// while the runs are created the watch replaces every patched pod in the cache, so the pass's copies would be
+/// the pods' old versions, kept alive by nothing else.
+struct CachedPods {
+    pods: Vec<Arc<Pod>>,
+    by_name: Option<Vec<usize>>,
+    by_uid: Option<Vec<usize>>,
+}
+
+impl CachedPods {
+    fn new(pods: Vec<Arc<Pod>>) -> Self {
+        Self { pods, by_name: None, by_uid: None }
+    }
+
+    fn named(&mut self, name: &str) -> Option<Arc<Pod>> {
+        Self::find(&self.pods, &mut self.by_name, |p| p.metadata.name.as_deref(), name)
+    }
+
+    fn with_uid(&mut self, uid: &str) -> Option<Arc<Pod>> {
+        Self::find(&self.pods, &mut self.by_uid, |p| p.metadata.uid.as_deref(), uid)
+    }
+
+    fn find(
+        pods: &[Arc<Pod>],
+        index: &mut Option<Vec<usize>>,
+        key: impl Fn(&Pod) -> Option<&str>,
+        wanted: &str,
+    ) -> Option<Arc<Pod>> {
+        let index = index.get_or_insert_with(|| {
+            let mut positions: Vec<usize> = (0..pods.len()).filter(|&i| key(&pods[i]).is_some()).collect();
+            positions.sort_by(|&a, &b| key(&pods[a]).cmp(&key(&pods[b])));
+            positions
+        });
+        let at = index.partition_point(|&i| key(&pods[i]).is_some_and(|k| k < wanted));
+        let &i = index.get(at)?;
+        (key(&pods[i]) == Some(wanted)).then(|| Arc::clone(&pods[i]))
+    }
+
+    /// Lets the pods and their lookups go; lookups find nothing after.
+    fn release(&mut self) {
+        *self = Self::new(Vec::new());
     }
 }
 
@@ -151,7 +197,7 @@ impl Executor<'_> {
         Api::namespaced(self.ctx.client.clone(), &self.namespace())
     }
 
-    fn cached(&self, pod: &PodRef) -> Option<&Pod> {
+    fn cached(&self, pod: &PodRef) -> Option<Arc<Pod>> {
         self.pod_named(&pod.name).filter(|p| p.metadata.uid.as_deref() == Some(&pod.uid))
     }
 
@@ -179,6 +225,10 @@ impl Executor<'_> {
         for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
         }
+        // The HookRun writes need the pods only to group the deletions: that is looked up now, and the pods go.
+        let delete_runs: Vec<RunDeletion<'_>> =
+            actions.delete_runs.into_iter().map(|(name, uid, why)| (name, uid, why, self.batch_key(uid))).collect();
+        self.cached_pods().release();
         let mut taken = Vec::new();
         let mut recorded = 0usize;
         let window = self.ctx.config.write_concurrency;
@@ -198,7 +248,7 @@ impl Executor<'_> {
         }
         let rolling = crate::planner::status::condition(&plan.status, crate::planner::status::PROGRESSING)
             .is_some_and(|c| c.reason.as_deref() == Some("RolloutInProgress"));
-        let deletes_ok = self.delete_hook_runs(actions.delete_runs, rolling, &mut outcome).await;
+        let deletes_ok = self.delete_hook_runs(delete_runs, rolling, &mut outcome).await;
         for (paused, resource_version, why) in actions.set_paused {
             self.set_paused(paused, resource_version, why, &mut outcome).await;
         }
@@ -570,7 +620,7 @@ impl Executor<'_> {
     /// The wait is measured from the lifecycle timestamp the pod got when it entered that state.
     fn gate_released(&self, pod: &PodRef, gated: Option<GateKind>) {
         let Some(cached) = self.cached(pod) else { return };
-        let state = lifecycle::state_of(cached);
+        let state = lifecycle::state_of(&cached);
         let hook = match (state, gated) {
             (LifecycleState::PreparingDelete | LifecycleState::PreparingUpdate, Some(kind)) => {
                 gate::hook_for(self.gd, kind).map(|(hook, _, _)| hook)
@@ -584,7 +634,7 @@ impl Executor<'_> {
                 .map(|_| HookKind::PostInplace),
             _ => None,
         };
-        let since = common::pod::annotation(cached, common::keys::LIFECYCLE_TIMESTAMP)
+        let since = common::pod::annotation(&*cached, common::keys::LIFECYCLE_TIMESTAMP)
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
         if let (Some(hook), Some(since)) = (hook, since) {
             let waited = k8s_openapi::jiff::Timestamp::now().as_millisecond().saturating_sub(since.as_millisecond());
@@ -756,12 +806,12 @@ impl Executor<'_> {
     /// directly. While the rollout is in progress (`rolling`) a batch smaller than [`COLLECTION_CHUNK`] waits for a
     /// later pass (such a run can open no gate: it is bound to its pod's earlier attempt), so a rollout's consumed
     /// runs go in a few writes rather than one per pass. Returns false if a deletion failed.
-    async fn delete_hook_runs(&self, runs: Vec<(&str, &str, &str)>, rolling: bool, outcome: &mut WriteOutcome) -> bool {
+    async fn delete_hook_runs(&self, runs: Vec<RunDeletion<'_>>, rolling: bool, outcome: &mut WriteOutcome) -> bool {
         let mut ok = true;
         let mut batches: BTreeMap<BatchKey, Vec<Batched<'_>>> = BTreeMap::new();
         let collections = self.ctx.collection_deletes.load(std::sync::atomic::Ordering::Relaxed);
-        for (name, uid, why) in runs {
-            match self.batch_key(uid).filter(|_| collections) {
+        for (name, uid, why, batch) in runs {
+            match batch.filter(|_| collections) {
                 Some((key, pod_uid)) => batches.entry(key).or_default().push((name, uid, why, pod_uid)),
                 None => ok &= self.delete_hook_run(name, uid, why, outcome).await,
             }
@@ -839,7 +889,7 @@ impl Executor<'_> {
         }
         let pod = self.pod_with_uid(&pod_uid);
         let moved = pod
-            .is_none_or(|p| common::pod::label(p, common::keys::CONTROLLER_REVISION_HASH) != Some(revision.as_str()));
+            .is_none_or(|p| common::pod::label(&*p, common::keys::CONTROLLER_REVISION_HASH) != Some(revision.as_str()));
         moved.then_some(((type_, revision, workload), pod_uid))
     }
 
@@ -1217,5 +1267,26 @@ mod tests {
         );
         // Each request waits 20 ms, so the 8-wide window fills: one at a time would never exceed 1.
         assert_eq!(most.load(Ordering::SeqCst), 8);
+    }
+
+    #[test]
+    fn cached_pods_are_found_by_name_and_uid_until_released() {
+        let pods: Vec<Arc<Pod>> = ["game-c", "game-a", "game-b"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Arc::new(crate::fixtures::pod(name).uid(&format!("uid-{i}")).build()))
+            .collect();
+        let unnamed = Arc::new(Pod::default());
+        let mut cached = CachedPods::new(pods.iter().cloned().chain([unnamed]).collect());
+        for pod in &pods {
+            let (name, uid) = (pod.metadata.name.as_deref().unwrap(), pod.metadata.uid.as_deref().unwrap());
+            assert!(cached.named(name).is_some_and(|found| Arc::ptr_eq(&found, pod)), "{name}");
+            assert!(cached.with_uid(uid).is_some_and(|found| Arc::ptr_eq(&found, pod)), "{uid}");
+        }
+        assert!(cached.named("game-d").is_none() && cached.named("").is_none() && cached.with_uid("uid-9").is_none());
+        // Released: the pass's copies are gone (only the test holds the pods now), and nothing is found.
+        cached.release();
+        assert!(pods.iter().all(|p| Arc::strong_count(p) == 1));
+        assert!(cached.named("game-a").is_none() && cached.with_uid("uid-0").is_none());
     }
 }

@@ -482,7 +482,7 @@ async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>
     };
     let plan = plan_with_current_templates(ctx, &mut snapshot).await;
     let planning = started.elapsed();
-    let outcome = execute(ctx, &snapshot, &plan).await;
+    let outcome = execute(ctx, &mut snapshot, &plan).await;
     (report(ctx, &snapshot, &plan, outcome).await, planning)
 }
 
@@ -673,10 +673,13 @@ fn plan(snapshot: &Snapshot, keys: &Keyring) -> Plan {
 }
 
 /// Execute: send the plan's actions.
-async fn execute(ctx: &Context, snapshot: &Snapshot, plan: &Plan) -> execute::WriteOutcome {
+/// The executor takes the snapshot's pods (nothing after it reads them) and lets them go once the pod writes are
+/// sent.
+async fn execute(ctx: &Context, snapshot: &mut Snapshot, plan: &Plan) -> execute::WriteOutcome {
     let update_revision = plan.status.update_revision.clone().unwrap_or_default();
+    let pods = std::mem::take(&mut snapshot.pods);
     let executor =
-        execute::Executor::new(ctx, &snapshot.gd, &snapshot.key, &snapshot.pods, &snapshot.hook_runs, &update_revision);
+        execute::Executor::new(ctx, &snapshot.gd, &snapshot.key, pods, &snapshot.hook_runs, &update_revision);
     executor.run(plan).await
 }
 
