@@ -66,6 +66,18 @@ impl WriteOutcome {
     }
 }
 
+/// The hook whose gate a write released and since when its pod waited ([`Executor::gate_release`]).
+type GateRelease = Option<(HookKind, k8s_openapi::jiff::Timestamp)>;
+
+/// The gate a pod patch passes, by why it is sent (none: a lifecycle step, which may end a post-inplace wait).
+fn gated_by(reason: PatchReason) -> Option<GateKind> {
+    match reason {
+        PatchReason::InPlaceUpdate => Some(GateKind::InPlaceUpdate),
+        PatchReason::HotPatchUpdate => Some(GateKind::HotPatchUpdate),
+        _ => None,
+    }
+}
+
 fn code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(status) => Some(status.code),
@@ -141,37 +153,64 @@ impl<'a> Executor<'a> {
 /// the pods' old versions, kept alive by nothing else.
 struct CachedPods {
     pods: Vec<Arc<Pod>>,
+    /// Slots whose pod went ([`CachedPods::forget`]): they hold a stub with the pod's name and UID.
+    forgotten: Vec<bool>,
     by_name: Option<Vec<usize>>,
     by_uid: Option<Vec<usize>>,
 }
 
+fn pod_name(pod: &Pod) -> Option<&str> {
+    pod.metadata.name.as_deref()
+}
+
+fn pod_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata.uid.as_deref()
+}
+
 impl CachedPods {
     fn new(pods: Vec<Arc<Pod>>) -> Self {
-        Self { pods, by_name: None, by_uid: None }
+        Self { forgotten: vec![false; pods.len()], pods, by_name: None, by_uid: None }
     }
 
     fn named(&mut self, name: &str) -> Option<Arc<Pod>> {
-        Self::find(&self.pods, &mut self.by_name, |p| p.metadata.name.as_deref(), name)
+        let at = Self::position(&self.pods, &mut self.by_name, pod_name, name)?;
+        (!self.forgotten[at]).then(|| Arc::clone(&self.pods[at]))
     }
 
     fn with_uid(&mut self, uid: &str) -> Option<Arc<Pod>> {
-        Self::find(&self.pods, &mut self.by_uid, |p| p.metadata.uid.as_deref(), uid)
+        let at = Self::position(&self.pods, &mut self.by_uid, pod_uid, uid)?;
+        (!self.forgotten[at]).then(|| Arc::clone(&self.pods[at]))
     }
 
-    fn find(
+    /// The slot of the pod whose `key` is `wanted`, through `index` (the slots sorted by `key`, built on first use).
+    fn position(
         pods: &[Arc<Pod>],
         index: &mut Option<Vec<usize>>,
-        key: impl Fn(&Pod) -> Option<&str>,
+        key: fn(&Pod) -> Option<&str>,
         wanted: &str,
-    ) -> Option<Arc<Pod>> {
+    ) -> Option<usize> {
         let index = index.get_or_insert_with(|| {
             let mut positions: Vec<usize> = (0..pods.len()).filter(|&i| key(&pods[i]).is_some()).collect();
             positions.sort_by(|&a, &b| key(&pods[a]).cmp(&key(&pods[b])));
             positions
         });
         let at = index.partition_point(|&i| key(&pods[i]).is_some_and(|k| k < wanted));
-        let &i = index.get(at)?;
-        (key(&pods[i]) == Some(wanted)).then(|| Arc::clone(&pods[i]))
+        let &slot = index.get(at)?;
+        (key(&pods[slot]) == Some(wanted)).then_some(slot)
+    }
+
+    /// Lets the pass's copy of `pod` go once its write is on its way: the slot keeps only the name and UID (so the
+    /// lookups stay sorted) and is not found any more.
+    fn forget(&mut self, pod: &PodRef) {
+        let Some(at) = Self::position(&self.pods, &mut self.by_name, pod_name, &pod.name) else { return };
+        if self.forgotten[at] || pod_uid(&self.pods[at]) != Some(pod.uid.as_str()) {
+            return;
+        }
+        let mut stub = Pod::default();
+        stub.metadata.name = Some(pod.name.clone());
+        stub.metadata.uid = Some(pod.uid.clone());
+        self.pods[at] = Arc::new(stub);
+        self.forgotten[at] = true;
     }
 
     /// Lets the pods and their lookups go; lookups find nothing after.
@@ -204,6 +243,10 @@ impl Executor<'_> {
     pub async fn run(&self, plan: &Plan) -> WriteOutcome {
         let mut outcome = WriteOutcome::default();
         let actions = Grouped::of(&plan.actions);
+        // The run deletions are grouped by their pods' revisions in the cache, read before the pod writes let the
+        // pods go (the pass's cached pods do not change meanwhile).
+        let delete_runs: Vec<RunDeletion<'_>> =
+            actions.delete_runs.iter().map(|&(name, uid, why)| (name, uid, why, self.batch_key(uid))).collect();
 
         for action in actions.revisions {
             self.revision_change(action, &mut outcome).await;
@@ -225,9 +268,7 @@ impl Executor<'_> {
         for action in actions.housekeeping {
             self.housekeeping(action, &mut outcome).await;
         }
-        // The HookRun writes need the pods only to group the deletions: that is looked up now, and the pods go.
-        let delete_runs: Vec<RunDeletion<'_>> =
-            actions.delete_runs.into_iter().map(|(name, uid, why)| (name, uid, why, self.batch_key(uid))).collect();
+        // The pod writes are sent: the HookRun writes need no pod, and the pass's copies go.
         self.cached_pods().release();
         let mut taken = Vec::new();
         let mut recorded = 0usize;
@@ -412,29 +453,32 @@ impl Executor<'_> {
             self.ctx.expectations.expect_delete(self.key, &pod.uid, now);
             self.ctx.deleted_by_us(&pod.uid);
         }
-        let results: Vec<(PodRef, DeleteCause, Result<(), kube::Error>)> = futures::stream::iter(deletes)
+        let results: Vec<(PodRef, DeleteCause, GateRelease, Result<(), kube::Error>)> = futures::stream::iter(deletes)
             .map(|(pod, cause)| {
                 let api = api.clone();
+                // As for patches: what the delete releases is read now, and the pass's copy of the pod goes.
+                let released = self.gate_release(&pod, Some(GateKind::Delete(cause)));
+                self.cached_pods().forget(&pod);
                 async move {
                     let params = DeleteParams {
                         preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
                         ..DeleteParams::default()
                     };
                     let result = api.delete(&pod.name, &params).await.map(|_| ());
-                    (pod, cause, result)
+                    (pod, cause, released, result)
                 }
             })
             .buffer_unordered(self.ctx.config.write_concurrency.max(1))
             .collect()
             .await;
-        for (pod, cause, result) in results {
+        for (pod, cause, released, result) in results {
             let recreate = matches!(cause, DeleteCause::RollingUpdate | DeleteCause::RecreateFallback);
             let phase = if recreate { Phase::Update } else { Phase::Scale };
             match result {
                 Ok(()) => {
                     deleted.insert(pod.uid.clone());
                     self.ctx.metrics.pods_deleted.get_or_create(&ReasonLabels { reason: cause.as_str().into() }).inc();
-                    self.gate_released(&pod, Some(GateKind::Delete(cause)));
+                    self.record_gate_release(released);
                     outcome.succeeded.insert(phase);
                     let (reason, message) = match cause {
                         DeleteCause::ScaleIn => ("SuccessfulDelete", format!("deleted pod {} (scale in)", pod.name)),
@@ -549,30 +593,35 @@ impl Executor<'_> {
 
     async fn patch_pods(&self, changes: Vec<PodChange>, outcome: &mut WriteOutcome) {
         let api = PodWriter { client: self.ctx.client.clone(), url: Pod::url_path(&(), Some(&self.namespace())) };
-        let results: Vec<(PodChange, Result<Option<String>, kube::Error>)> = futures::stream::iter(changes)
-            .map(|change| {
-                let api = api.clone();
-                async move {
-                    let mut resource_version = None;
-                    for write in &change.writes {
-                        let (PodWrite::Status(ops) | PodWrite::Object(ops)) = write;
-                        let patch = match json_patch(ops) {
-                            Ok(p) => p,
-                            Err(e) => return (change, Err(kube::Error::SerdeError(e))),
-                        };
-                        let status = matches!(write, PodWrite::Status(_));
-                        match api.patch(&change.pod.name, status, &patch).await {
-                            Ok(written) => resource_version = written,
-                            Err(e) => return (change, Err(e)),
+        let results: Vec<(PodChange, GateRelease, Result<Option<String>, kube::Error>)> =
+            futures::stream::iter(changes)
+                .map(|change| {
+                    let api = api.clone();
+                    // What the write releases is read now, and the pass's copy of the pod goes: the watch is about to
+                    // replace it in the cache, and nothing later in the pass reads it.
+                    let released = self.gate_release(&change.pod, gated_by(change.reason));
+                    self.cached_pods().forget(&change.pod);
+                    async move {
+                        let mut resource_version = None;
+                        for write in &change.writes {
+                            let (PodWrite::Status(ops) | PodWrite::Object(ops)) = write;
+                            let patch = match json_patch(ops) {
+                                Ok(p) => p,
+                                Err(e) => return (change, released, Err(kube::Error::SerdeError(e))),
+                            };
+                            let status = matches!(write, PodWrite::Status(_));
+                            match api.patch(&change.pod.name, status, &patch).await {
+                                Ok(written) => resource_version = written,
+                                Err(e) => return (change, released, Err(e)),
+                            }
                         }
+                        (change, released, Ok(resource_version))
                     }
-                    (change, Ok(resource_version))
-                }
-            })
-            .buffer_unordered(self.ctx.config.write_concurrency.max(1))
-            .collect()
-            .await;
-        for (change, result) in results {
+                })
+                .buffer_unordered(self.ctx.config.write_concurrency.max(1))
+                .collect()
+                .await;
+        for (change, released, result) in results {
             let phase = Action::PatchPod(change.clone()).phase();
             match result {
                 Ok(resource_version) => {
@@ -584,12 +633,7 @@ impl Executor<'_> {
                         .pods_updated
                         .get_or_create(&ReasonLabels { reason: change.reason.as_str().into() })
                         .inc();
-                    let gated = match change.reason {
-                        PatchReason::InPlaceUpdate => Some(GateKind::InPlaceUpdate),
-                        PatchReason::HotPatchUpdate => Some(GateKind::HotPatchUpdate),
-                        _ => None,
-                    };
-                    self.gate_released(&change.pod, gated);
+                    self.record_gate_release(released);
                     outcome.succeeded.insert(phase);
                     if let Some(event) = success_event(&change) {
                         outcome.events.push(event);
@@ -615,11 +659,12 @@ impl Executor<'_> {
         }
     }
 
-    /// `gamedeployment_gate_wait_seconds`: a pod that waited in `PreparingDelete` / `PreparingUpdate` was deleted
-    /// or updated (`gated`), or a pod that waited in `Updated` for its post-inplace hook went back to `Normal`.
-    /// The wait is measured from the lifecycle timestamp the pod got when it entered that state.
-    fn gate_released(&self, pod: &PodRef, gated: Option<GateKind>) {
-        let Some(cached) = self.cached(pod) else { return };
+    /// For `gamedeployment_gate_wait_seconds` ([`Self::record_gate_release`]), read from the cached pod before its
+    /// write: the hook whose gate a write of `pod` releases — a pod that waited in `PreparingDelete` /
+    /// `PreparingUpdate` deleted or updated (`gated`), or a pod that waited in `Updated` for its post-inplace hook
+    /// going back to `Normal` — and since when it waited (the lifecycle timestamp it got when it entered that state).
+    fn gate_release(&self, pod: &PodRef, gated: Option<GateKind>) -> GateRelease {
+        let cached = self.cached(pod)?;
         let state = lifecycle::state_of(&cached);
         let hook = match (state, gated) {
             (LifecycleState::PreparingDelete | LifecycleState::PreparingUpdate, Some(kind)) => {
@@ -636,7 +681,12 @@ impl Executor<'_> {
         };
         let since = common::pod::annotation(&*cached, common::keys::LIFECYCLE_TIMESTAMP)
             .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok());
-        if let (Some(hook), Some(since)) = (hook, since) {
+        Some((hook?, since?))
+    }
+
+    /// Observes the wait of a gate a successful write released.
+    fn record_gate_release(&self, release: GateRelease) {
+        if let Some((hook, since)) = release {
             let waited = k8s_openapi::jiff::Timestamp::now().as_millisecond().saturating_sub(since.as_millisecond());
             self.ctx.metrics.gate_released(hook.prefix(), waited as f64 / 1000.0);
         }
@@ -1270,7 +1320,7 @@ mod tests {
     }
 
     #[test]
-    fn cached_pods_are_found_by_name_and_uid_until_released() {
+    fn cached_pods_are_found_by_name_and_uid_until_forgotten_or_released() {
         let pods: Vec<Arc<Pod>> = ["game-c", "game-a", "game-b"]
             .iter()
             .enumerate()
@@ -1284,6 +1334,16 @@ mod tests {
             assert!(cached.with_uid(uid).is_some_and(|found| Arc::ptr_eq(&found, pod)), "{uid}");
         }
         assert!(cached.named("game-d").is_none() && cached.named("").is_none() && cached.with_uid("uid-9").is_none());
+        // Forgotten: that pod's copy goes and it is not found; the others still are.
+        let b = PodRef { name: "game-b".into(), uid: "uid-2".into() };
+        cached.forget(&PodRef { name: "game-b".into(), uid: "another".into() });
+        assert_eq!(Arc::strong_count(&pods[2]), 2, "not forgotten under another UID");
+        cached.forget(&b);
+        assert_eq!(Arc::strong_count(&pods[2]), 1);
+        assert!(cached.named("game-b").is_none() && cached.with_uid("uid-2").is_none());
+        assert!(
+            cached.named("game-a").is_some() && cached.with_uid("uid-0").is_some() && cached.named("game-c").is_some()
+        );
         // Released: the pass's copies are gone (only the test holds the pods now), and nothing is found.
         cached.release();
         assert!(pods.iter().all(|p| Arc::strong_count(p) == 1));
