@@ -240,8 +240,10 @@ impl Executor<'_> {
         self.pod_named(&pod.name).filter(|p| p.metadata.uid.as_deref() == Some(&pod.uid))
     }
 
-    pub async fn run(&self, plan: &Plan) -> WriteOutcome {
+    /// The plan's HookRuns to create are taken out of it (each goes once its create is answered).
+    pub async fn run(&self, plan: &mut Plan) -> WriteOutcome {
         let mut outcome = WriteOutcome::default();
+        let create_runs = take_hook_run_creates(&mut plan.actions);
         let actions = Grouped::of(&plan.actions);
         // The run deletions are grouped by their pods' revisions in the cache, read before the pod writes let the
         // pods go (the pass's cached pods do not change meanwhile).
@@ -273,11 +275,12 @@ impl Executor<'_> {
         let mut taken = Vec::new();
         let mut recorded = 0usize;
         let window = self.ctx.config.write_concurrency;
-        create_all(&self.ctx.client, &self.namespace(), actions.create_runs, window, |run, result| {
-            if matches!(&result, Err(e) if code(e) == Some(409)) {
+        create_all(&self.ctx.client, &self.namespace(), create_runs, window, |run, result| {
+            let was_taken = matches!(&result, Err(e) if code(e) == Some(409));
+            self.hook_run_created(&run, result, &mut outcome);
+            if was_taken {
                 taken.push(run);
             }
-            self.hook_run_created(run, result, &mut outcome);
             recorded += 1;
             if recorded.is_multiple_of(SETTLE_EVERY) {
                 self.settle_created_runs();
@@ -285,7 +288,7 @@ impl Executor<'_> {
         })
         .await;
         for run in taken {
-            self.reveal_hook_run(run).await;
+            self.reveal_hook_run(&run).await;
         }
         let rolling = crate::planner::status::condition(&plan.status, crate::planner::status::PROGRESSING)
             .is_some_and(|c| c.reason.as_deref() == Some("RolloutInProgress"));
@@ -1025,7 +1028,6 @@ struct Grouped<'p> {
     /// The claims to create before each new pod, by pod name.
     claims: HashMap<&'p str, &'p [PersistentVolumeClaim]>,
     delete_claims: Vec<(Option<&'p PodRef>, &'p [ClaimRef])>,
-    create_runs: Vec<&'p HookRun>,
     delete_runs: Vec<(&'p str, &'p str, &'p str)>,
     set_paused: Vec<(bool, &'p str, &'p str)>,
     reset_retry: Vec<(HookKind, &'p str)>,
@@ -1043,7 +1045,8 @@ impl<'p> Grouped<'p> {
                 Action::CreatePod { pod, reason } => g.creates.push(((**pod).clone(), *reason)),
                 Action::PatchPod(change) => g.patches.push(change.clone()),
                 Action::PrunePodsToDelete { .. } | Action::DeleteRevision { .. } => g.housekeeping.push(action),
-                Action::CreateHookRun(run) => g.create_runs.push(run),
+                // Taken out of the plan before grouping (`take_hook_run_creates`).
+                Action::CreateHookRun(_) => {}
                 Action::DeleteHookRun { name, uid, why } => g.delete_runs.push((name, uid, why)),
                 Action::SetPaused { paused, resource_version, why } => {
                     g.set_paused.push((*paused, resource_version, why))
@@ -1120,38 +1123,53 @@ async fn at_most_in_flight<T>(sends: impl IntoIterator<Item = impl Future<Output
 
 /// Creates a pass's HookRuns, up to `concurrency` at once (one at a time, 1,000 runs of a 5,000-pod batch made a
 /// pass last seconds, and every pod whose hook succeeded meanwhile waited for the next pass). Results in any order.
-async fn create_all<'r>(
+async fn create_all(
     client: &kube::Client,
     namespace: &str,
-    runs: Vec<&'r HookRun>,
+    runs: Vec<HookRun>,
     concurrency: usize,
-    mut answered: impl FnMut(&'r HookRun, Result<HookRun, kube::Error>),
+    mut answered: impl FnMut(HookRun, Result<HookRun, kube::Error>),
 ) {
     let url = HookRun::url_path(&(), Some(namespace));
-    // Owned futures (an index, the encoded run): futures borrowing the runs are not provably `Send` for every
-    // lifetime inside the controller's task. Each run is encoded when its request is about to be sent (the stream
-    // is lazy), so a pass creating thousands of runs holds `concurrency` encoded bodies, not one per run. The answer
-    // is decoded without its managedFields ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep
-    // the run, never that field.
-    let requests = futures::stream::iter(0..runs.len()).map(|i| {
-        let (client, request) = (client.clone(), create_request(&url, runs[i]));
+    // Each run moves into its request's future and is encoded when that request is about to be sent (the stream is
+    // lazy), so a pass creating thousands of runs holds `concurrency` encoded bodies, not one per run, and each run
+    // goes once its answer is handed on. The answer is decoded without its managedFields
+    // ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep the run, never that field.
+    let requests = futures::stream::iter(runs).map(|run| {
+        let (client, request) = (client.clone(), create_request(&url, &run));
         async move {
             let result = match request {
                 Ok(request) => client.request::<common::runtime::lean::LeanHookRun>(request).await.map(|r| r.0),
                 Err(e) => Err(e),
             };
-            (i, result)
+            (run, result)
         }
     });
     // Each answer is handed on as it comes (not collected): a pass creating thousands of runs keeps only the
     // answers its expectations still need.
     requests
         .buffer_unordered(concurrency.max(1))
-        .for_each(|(i, result)| {
-            answered(runs[i], result);
+        .for_each(|(run, result)| {
+            answered(run, result);
             futures::future::ready(())
         })
         .await;
+}
+
+/// The plan's HookRuns to create, taken out of its actions in their order (the executor sends them and lets each go).
+fn take_hook_run_creates(actions: &mut Vec<Action>) -> Vec<HookRun> {
+    if !actions.iter().any(|a| matches!(a, Action::CreateHookRun(_))) {
+        return Vec::new();
+    }
+    let (runs, rest): (Vec<Action>, Vec<Action>) =
+        std::mem::take(actions).into_iter().partition(|a| matches!(a, Action::CreateHookRun(_)));
+    *actions = rest;
+    runs.into_iter()
+        .filter_map(|a| match a {
+            Action::CreateHookRun(run) => Some(*run),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The `POST` of a HookRun, as `Api::create` sends it.
@@ -1308,7 +1326,7 @@ mod tests {
             })
             .collect();
         let mut created = Vec::new();
-        create_all(&client, "ns", runs.iter().collect(), 8, |run, result| created.push((run, result))).await;
+        create_all(&client, "ns", runs, 8, |run, result| created.push((run, result))).await;
         assert_eq!(created.len(), 40);
         assert!(created.iter().all(|(_, result)| result.is_ok()), "{created:?}");
         // Each answer is the run the API server made (here: named after the request's path).
@@ -1348,5 +1366,18 @@ mod tests {
         cached.release();
         assert!(pods.iter().all(|p| Arc::strong_count(p) == 1));
         assert!(cached.named("game-a").is_none() && cached.with_uid("uid-0").is_none());
+    }
+
+    #[test]
+    fn the_runs_to_create_are_taken_out_of_the_plan_in_order_and_the_rest_stays() {
+        let run = |name: &str| Action::CreateHookRun(Box::new(HookRun::new(name, Default::default())));
+        let delete = |name: &str| Action::DeleteHookRun { name: name.into(), uid: "u".into(), why: "w".into() };
+        let mut actions = vec![run("a"), delete("x"), run("b"), delete("y"), run("c")];
+        let taken = take_hook_run_creates(&mut actions);
+        assert_eq!(taken.iter().map(|r| r.name_any()).collect::<Vec<_>>(), ["a", "b", "c"]);
+        assert!(
+            matches!(&actions[..], [Action::DeleteHookRun { name: x, .. }, Action::DeleteHookRun { name: y, .. }] if x == "x" && y == "y")
+        );
+        assert!(take_hook_run_creates(&mut actions).is_empty() && actions.len() == 2);
     }
 }

@@ -480,9 +480,9 @@ async fn pass(cached: &GameDeployment, ctx: &Context) -> (Result<Requeue, Error>
         Ok(Observation::NotYet(requeue)) => return (Ok(requeue), started.elapsed()),
         Err(e) => return (Err(e), started.elapsed()),
     };
-    let plan = plan_with_current_templates(ctx, &mut snapshot).await;
+    let mut plan = plan_with_current_templates(ctx, &mut snapshot).await;
     let planning = started.elapsed();
-    let outcome = execute(ctx, &mut snapshot, &plan).await;
+    let outcome = execute(ctx, &mut snapshot, &mut plan).await;
     (report(ctx, &snapshot, &plan, outcome).await, planning)
 }
 
@@ -674,8 +674,8 @@ fn plan(snapshot: &Snapshot, keys: &Keyring) -> Plan {
 
 /// Execute: send the plan's actions.
 /// The executor takes the snapshot's pods (nothing after it reads them) and lets them go once the pod writes are
-/// sent.
-async fn execute(ctx: &Context, snapshot: &mut Snapshot, plan: &Plan) -> execute::WriteOutcome {
+/// sent, and the plan's HookRuns to create (the report reads the plan's status, events and held pods, not them).
+async fn execute(ctx: &Context, snapshot: &mut Snapshot, plan: &mut Plan) -> execute::WriteOutcome {
     let update_revision = plan.status.update_revision.clone().unwrap_or_default();
     let pods = std::mem::take(&mut snapshot.pods);
     let executor =

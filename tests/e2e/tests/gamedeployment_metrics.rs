@@ -75,6 +75,7 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
     // Sample names with the label names seen on them, and the family names declared by `# TYPE`.
     let mut samples: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut families: BTreeSet<String> = BTreeSet::new();
+    let mut gate_waits = 0.0;
     for address in addresses {
         let text = wait_for("a /metrics page", DEADLINE, || async move {
             let body = reqwest_free_get(address).await?;
@@ -82,6 +83,9 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
         })
         .await;
         for line in text.lines() {
+            if let Some(count) = line.strip_prefix("gamedeployment_gate_wait_seconds_count{hook=\"predelete\"} ") {
+                gate_waits = count.trim().parse().unwrap_or(0.0);
+            }
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 families.insert(rest.split_whitespace().next().unwrap_or_default().to_string());
             } else if !line.starts_with('#') && !line.is_empty() {
@@ -116,6 +120,8 @@ async fn every_metric_the_dashboard_and_alerts_use_is_exported() {
         }
     }
     assert!(missing.is_empty(), "the dashboard or alerts use what the operators do not export: {missing:#?}");
+    // Each of the two pods the scale-ins deleted after their preDelete hook ended a wait of the gate.
+    assert_eq!(gate_waits, 2.0, "gamedeployment_gate_wait_seconds{{hook=\"predelete\"}} observations");
     cluster.shutdown().await;
 }
 
