@@ -48,13 +48,7 @@ pub(crate) fn records_expire_at(status: &GameDeploymentStatus) -> Option<k8s_ope
 }
 
 /// Entries released this pass (`new`) that `old` did not show yet: a Warning Event each, once.
-fn announce_releases(
-    old: &[HookCondition],
-    new: &[HookCondition],
-    infos: &[PodInfo<'_>],
-    events: &mut Vec<PlannedEvent>,
-) {
-    let old = ByPod::of(old);
+fn announce_releases(old: &ByPod<'_>, new: &[HookCondition], infos: &[PodInfo<'_>], events: &mut Vec<PlannedEvent>) {
     for entry in new.iter().filter(|e| e.released_by.is_some()) {
         let known = old.of_pod(&entry.pod_name).any(|o| o.released_by.is_some() && o.hook_run == entry.hook_run);
         if !known {
@@ -396,7 +390,7 @@ pub(crate) fn status(
                 ));
             }
         }
-        announce_releases(list(old, kind), &entries, infos, events);
+        announce_releases(&old_entries, &entries, infos, events);
         if let Some(target) = list_mut(new, kind) {
             *target = entries;
         }
@@ -426,21 +420,24 @@ pub(crate) fn status(
     }
     // Pods the refresh did not look at this pass (touched by something else) keep their entry.
     let updated: BTreeSet<&str> = infos.iter().filter(|i| i.state == LifecycleState::Updated).map(|i| i.name).collect();
-    let mut listed: BTreeSet<String> = post.iter().map(|p| p.pod_name.clone()).collect();
+    let mut listed: BTreeSet<&str> = draft.post_hooks.iter().map(|p| p.pod_name.as_str()).collect();
     for c in &old.post_inplace_hook_condition {
-        if !listed.contains(&c.pod_name) && draft.is_touched(&c.pod_name) && updated.contains(c.pod_name.as_str()) {
-            listed.insert(c.pod_name.clone());
+        if !listed.contains(c.pod_name.as_str())
+            && draft.is_touched(&c.pod_name)
+            && updated.contains(c.pod_name.as_str())
+        {
+            listed.insert(&c.pod_name);
             post.push(c.clone());
         }
     }
     for c in &old.post_inplace_hook_condition {
-        if release_record_kept(c, settings.now) && !listed.contains(&c.pod_name) {
-            listed.insert(c.pod_name.clone());
+        if release_record_kept(c, settings.now) && !listed.contains(c.pod_name.as_str()) {
+            listed.insert(&c.pod_name);
             post.push(c.clone());
         }
     }
     post.sort_by(|a, b| a.pod_name.cmp(&b.pod_name));
-    announce_releases(&old.post_inplace_hook_condition, &post, infos, events);
+    announce_releases(&old_post, &post, infos, events);
     new.post_inplace_hook_condition = post;
     let problems: Vec<String> = [HookKind::PreDelete, HookKind::PreInplace]
         .into_iter()

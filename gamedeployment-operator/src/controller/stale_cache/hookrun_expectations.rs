@@ -52,10 +52,7 @@ impl HookRunExpectations {
     /// answers come in, so the expectations hold the answers the watch has not caught up with, not the whole batch
     /// until the next pass ([`Self::apply`] forgets them by the same rule).
     pub fn settle(&self, shows: impl Fn(&HookRun) -> bool) {
-        let mut inner = self.lock();
-        if !inner.created.is_empty() {
-            inner.created.retain(|_, (run, _)| !shows(run));
-        }
+        self.lock().created.retain(|_, (run, _)| !shows(run));
     }
 
     /// Created runs not shown by the cache yet (tests, diagnostics).

@@ -337,7 +337,7 @@ impl Connections {
     }
 
     /// Keeps the connection for the next request to its address, if it can carry one and there is room.
-    /// Its read buffer goes to the spares either way (a reusable connection has nothing unread).
+    /// Its read buffer goes to the spares whether or not the connection is kept (a reusable one has nothing unread).
     pub fn give_back(&self, mut lease: Lease) {
         if !lease.reusable {
             return;
