@@ -273,8 +273,9 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
     use k8s_openapi::api::{
         admissionregistration::v1 as admissionregistration, apps::v1 as apps, authentication::v1 as authn,
         authorization::v1 as authz, autoscaling::v2 as autoscaling, batch::v1 as batch,
-        coordination::v1 as coordination, core::v1 as core, events::v1 as events, networking::v1 as networking,
-        policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+        coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery, events::v1 as events,
+        networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling,
+        storage::v1 as storage,
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
@@ -302,6 +303,8 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
             .status()
             .name_rule(NameRule::Dns1035Label),
         builtin::<core::Endpoints>(Special::Plain).short(&["ep"]),
+        // Written by the endpoint controllers (`crate::workloads::endpoints`), read by Service routing.
+        builtin::<discovery::EndpointSlice>(Special::Plain),
         builtin::<core::PersistentVolumeClaim>(Special::PersistentVolumeClaim).short(&["pvc"]).status(),
         builtin::<core::PersistentVolume>(Special::Plain).short(&["pv"]).status(),
         builtin::<core::Node>(Special::Node).short(&["no"]).status(),
@@ -444,6 +447,7 @@ fn group_priority(group: &str) -> usize {
         "apiextensions.k8s.io",
         "scheduling.k8s.io",
         "coordination.k8s.io",
+        "discovery.k8s.io",
     ];
     ORDER.iter().position(|g| *g == group).unwrap_or(ORDER.len())
 }

@@ -265,6 +265,39 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             col("Current", "integer", "", "Replicas is the most recently observed number of replicas.", 0),
             col("Ready", "integer", "", "The number of ready replicas for this replica set.", 0),
             age_col(),
+            col("Containers", "string", "", "Names of each container in the template.", 1),
+            col("Images", "string", "", "Images referenced by each container in the template.", 1),
+            col(
+                "Selector",
+                "string",
+                "",
+                "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+                1,
+            ),
+        ],
+        (Special::Plain, "Endpoints") => vec![
+            name_col(),
+            col("Endpoints", "string", "", "The set of all endpoints is the union of all subsets.", 0),
+            age_col(),
+        ],
+        (Special::Plain, "EndpointSlice") => vec![
+            name_col(),
+            col(
+                "AddressType",
+                "string",
+                "",
+                "addressType specifies the type of address carried by this EndpointSlice.",
+                0,
+            ),
+            col(
+                "Ports",
+                "string",
+                "",
+                "ports specifies the list of network ports exposed by each endpoint in this slice.",
+                0,
+            ),
+            col("Endpoints", "string", "", "endpoints is a list of unique endpoints in this slice.", 0),
+            age_col(),
         ],
         (Special::StatefulSet, _) => {
             vec![name_col(), col("Ready", "string", "", "Number of the pod with ready state", 0), age_col()]
@@ -392,13 +425,29 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
                 ),
             ]
         }
-        (Special::ReplicaSet, _) => vec![
-            name,
-            json!(i(obj, &["spec", "replicas"])),
-            json!(i(obj, &["status", "replicas"])),
-            json!(i(obj, &["status", "readyReplicas"])),
-            json!(age(obj)),
-        ],
+        (Special::ReplicaSet, _) => {
+            let (containers, images) = template_containers(obj);
+            vec![
+                name,
+                json!(i(obj, &["spec", "replicas"])),
+                json!(i(obj, &["status", "replicas"])),
+                json!(i(obj, &["status", "readyReplicas"])),
+                json!(age(obj)),
+                json!(containers),
+                json!(images),
+                json!(
+                    obj.get("spec")
+                        .and_then(|s| s.get("selector"))
+                        .map(crate::registry::scale::selector_string)
+                        .unwrap_or_default()
+                ),
+            ]
+        }
+        (Special::Plain, "Endpoints") => vec![name, json!(endpoints_cell(obj)), json!(age(obj))],
+        (Special::Plain, "EndpointSlice") => {
+            let (ports, endpoints) = endpoint_slice_cells(obj);
+            vec![name, json!(s(obj, &["addressType"])), json!(ports), json!(endpoints), json!(age(obj))]
+        }
         (Special::StatefulSet, _) => vec![
             name,
             json!(format!("{}/{}", i(obj, &["status", "readyReplicas"]), i(obj, &["spec", "replicas"]))),
@@ -491,6 +540,53 @@ fn access_mode_short(m: &str) -> &str {
         "ReadWriteOncePod" => "RWOP",
         other => other,
     }
+}
+
+/// At most three entries, then ` + N more...`, as kubectl's printers shorten address lists.
+fn first_three(items: &[String], empty: &str) -> String {
+    match items.len() {
+        0 => empty.to_string(),
+        n if n <= 3 => items.join(","),
+        n => format!("{} + {} more...", items[..3].join(","), n - 3),
+    }
+}
+
+/// `formatEndpoints`: every ready `ip:port` of the subsets.
+fn endpoints_cell(obj: &Value) -> String {
+    let mut out = Vec::new();
+    for subset in obj.get("subsets").and_then(Value::as_array).into_iter().flatten() {
+        let ports = subset.get("ports").and_then(Value::as_array).cloned().unwrap_or_default();
+        for a in subset.get("addresses").and_then(Value::as_array).into_iter().flatten() {
+            let ip = a.get("ip").and_then(Value::as_str).unwrap_or("");
+            if ports.is_empty() {
+                out.push(ip.to_string());
+            }
+            for p in &ports {
+                out.push(format!("{ip}:{}", p.get("port").and_then(Value::as_i64).unwrap_or(0)));
+            }
+        }
+    }
+    first_three(&out, "<none>")
+}
+
+/// `formatDiscoveryPorts` and `formatDiscoveryEndpoints`.
+fn endpoint_slice_cells(obj: &Value) -> (String, String) {
+    let ports: Vec<String> = obj
+        .get("ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|p| p.get("port").and_then(Value::as_i64).map_or_else(|| "<unset>".to_string(), |n| n.to_string()))
+        .collect();
+    let addresses: Vec<String> = obj
+        .get("endpoints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|e| e.get("addresses").and_then(Value::as_array).cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    (if ports.is_empty() { "<unset>".to_string() } else { ports.join(",") }, first_three(&addresses, "<unset>"))
 }
 
 fn template_containers(obj: &Value) -> (String, String) {
