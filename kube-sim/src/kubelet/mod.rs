@@ -28,6 +28,7 @@ pub mod image;
 mod ipam;
 mod lean;
 mod node;
+mod process;
 mod quantity;
 mod runtime;
 mod scheduler;
