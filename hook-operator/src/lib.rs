@@ -21,6 +21,7 @@ pub mod local;
 pub mod measure;
 pub mod metrics;
 pub mod providers;
+pub mod readiness;
 pub mod settings;
 pub mod testing;
 pub mod text;

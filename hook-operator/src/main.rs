@@ -15,6 +15,7 @@ use hook_operator::cli::{Cli, Command, RunFlags};
 use hook_operator::controller::{self, Options};
 use hook_operator::metrics::Metrics;
 use hook_operator::providers::Providers;
+use hook_operator::readiness::{AnsweredLeases, Readiness};
 use hook_operator::settings::EngineSettings;
 use prometheus_client::registry::Registry;
 
@@ -77,6 +78,18 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
 
     let election = LeaderElection::from_flags(client.clone(), &flags.runtime.leader_election, controller::COMPONENT)
         .map_err(|e| e.to_string())?;
+    // Ready exactly when this replica can do its job (see `hook_operator::readiness`): acting, once its HookRun cache
+    // synced; standing by (leader election without sharding), once the API server answers its Lease requests.
+    let standby = flags.runtime.leader_election.leader_elect && flags.shards == 0;
+    let readiness = Readiness::new(health.clone(), standby.then(|| election.leading()));
+    let election = election.map_store(|inner| AnsweredLeases { inner, readiness: readiness.clone() });
+    tokio::spawn({
+        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
+        async move {
+            shutdown.wait().await;
+            readiness.stopping();
+        }
+    });
     let options = Options {
         namespace: flags.runtime.kube.namespace.clone(),
         label_selector: flags.label_selector.clone(),
@@ -111,10 +124,12 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         })
     });
     let leader = metrics.clone();
-    let controller = controller::run(client, options, providers, metrics, health, shutdown.clone());
+    let controller = controller::run(client, options, providers, metrics, readiness.clone(), shutdown.clone());
     // Polled only while leading: `hook_operator_leader` is 1 exactly while the controller runs.
     let run = async move {
         let _leading = leader.leading();
+        // Acting now (the elector set `leading` before this runs): not Ready until the cache has synced.
+        readiness.update();
         controller.await
     };
     let outcome = if let Some(manager) = sharding {

@@ -10,6 +10,7 @@ use axum::Router;
 use axum::routing::get;
 use common::api::{HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
 use common::runtime::{Health, Shutdown};
+use hook_operator::readiness::Readiness;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -98,7 +99,7 @@ pub fn start(client: kube::Client, options: Options) -> Shutdown {
         options,
         providers,
         Arc::new(Metrics::default()),
-        Health::default(),
+        Readiness::acting(Health::default()),
         shutdown.clone(),
     ));
     shutdown

@@ -174,6 +174,21 @@ impl<S: LeaseStore> LeaderElection<S> {
         &self.identity
     }
 
+    /// The same elector talking to the API through `wrap(store)` (e.g. a store that reports whether each Lease
+    /// request was answered, for a standby's readiness).
+    pub fn map_store<T: LeaseStore>(self, wrap: impl FnOnce(S) -> T) -> LeaderElection<T> {
+        LeaderElection {
+            store: wrap(self.store),
+            namespace: self.namespace,
+            name: self.name,
+            identity: self.identity,
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            leading: self.leading,
+        }
+    }
+
     /// A handle that says whether this replica leads right now.
     pub fn leading(&self) -> Leading {
         self.leading.clone()

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::api::{HookPhase, HookRun, HookTemplate};
+use common::runtime::Shutdown;
 use common::runtime::events::{EventCounters, EventSettings, EventSink, Note as EventNote};
 use common::runtime::kube_api::api;
 use common::runtime::lean::{self, LeanHookRun};
-use common::runtime::{Health, Shutdown};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -33,6 +33,7 @@ use crate::engine::Note;
 use crate::engine::{schedule, validate};
 use crate::metrics::{Metrics, PhaseLabels};
 use crate::providers::Providers;
+use crate::readiness::Readiness;
 use crate::settings::EngineSettings;
 
 pub const COMPONENT: &str = "hook-operator";
@@ -457,7 +458,7 @@ pub async fn run(
     options: Options,
     providers: Arc<Providers>,
     metrics: Arc<Metrics>,
-    health: Health,
+    readiness: Readiness,
     shutdown: Shutdown,
 ) {
     let (wake_tx, wake_rx) = mpsc::unbounded_channel::<ObjectRef<HookRun>>();
@@ -480,8 +481,21 @@ pub async fn run(
     // Runs decoded without their managedFields (`lean`): the cache never holds that field, and it is never built.
     let runs = api::<LeanHookRun>(&client, options.namespace.as_deref());
     let (store, writer) = kube::runtime::reflector::store::<HookRun>();
-    let run_stream =
-        watcher(runs, watch_config).default_backoff().map_ok(lean::full_event).reflect(writer).applied_objects();
+    // Ready once the store holds the initial list: seen on the stream itself, after the reflector applied it.
+    // (`Store::wait_until_ready` cannot be used here: the Controller waits on the same one-shot channel, which wakes
+    // only its most recent waiter, so a second waiter never woke and the operator never became Ready.)
+    let synced = readiness.clone();
+    let run_stream = watcher(runs, watch_config)
+        .default_backoff()
+        .map_ok(lean::full_event)
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) && !synced.has_synced() {
+                synced.cache_synced(true);
+                tracing::info!("HookRun cache synced; ready");
+            }
+        })
+        .applied_objects();
     let controller = Controller::for_stream(run_stream, store)
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .reconcile_on(tokio_stream_from(wake_rx))
@@ -524,16 +538,6 @@ pub async fn run(
         .shards
         .clone()
         .map(|shards| tokio::spawn(follow_shards(shards, store.clone(), dispatcher.clone(), wake_all.clone())));
-    let ready = tokio::spawn({
-        let store = store.clone();
-        let health = health.clone();
-        async move {
-            if store.wait_until_ready().await.is_ok() {
-                health.set_ready(true);
-                tracing::info!("HookRun cache synced; ready");
-            }
-        }
-    });
     tracing::info!(namespace = ?options.namespace, selector = ?options.label_selector, "hook-operator controller starting");
     controller
         .run(reconcile, error_policy, context)
@@ -543,7 +547,7 @@ pub async fn run(
             }
         })
         .await;
-    health.set_ready(false);
+    readiness.cache_synced(false);
     templates.abort();
     chores.abort();
     status_writes.abort();
@@ -551,7 +555,6 @@ pub async fn run(
     if let Some(task) = shard_follower {
         task.abort();
     }
-    ready.abort();
     tracing::info!("hook-operator controller stopped");
 }
 

@@ -167,6 +167,11 @@ impl Cluster {
         Operator::spawn(binary(package, bin), self.kubeconfig.clone(), self.dir.path().join(format!("{bin}.log")), args)
     }
 
+    /// [`Cluster::operator`] with its own log file `<log>.log` (several replicas of one binary, each with its log).
+    pub fn operator_named(&self, package: &str, bin: &str, log: &str, args: &[&str]) -> Operator {
+        Operator::spawn(binary(package, bin), self.kubeconfig.clone(), self.dir.path().join(format!("{log}.log")), args)
+    }
+
     /// Starts an operator binary with another user's kubeconfig (e.g. a ServiceAccount token from
     /// [`SimHandle::write_kubeconfig_for_token`]), so its requests are authorized by RBAC.
     pub fn operator_with_kubeconfig(&self, package: &str, bin: &str, kubeconfig: &Path, args: &[&str]) -> Operator {

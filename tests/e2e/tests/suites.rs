@@ -34,6 +34,7 @@ mod gitops_clean;
 mod hints;
 mod hook_deadlines;
 mod hook_durability;
+mod hook_readiness;
 mod hook_shards;
 mod hook_template_freshness;
 mod hookrun_templates;
