@@ -46,6 +46,7 @@ mod table;
 pub mod testing;
 mod validation;
 mod volumes;
+mod workloads;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -103,6 +104,9 @@ pub struct SimConfig {
     /// The client certificates presented to admission webhooks, by webhook host
     /// (`--admission-control-config-file`, see `admission::auth`).
     pub admission_client_auth: ClientAuth,
+    /// How long after a pod's change the Endpoints and EndpointSlices of its Services follow (a
+    /// real cluster takes a moment to withdraw an endpoint; tests model it with this).
+    pub endpoint_propagation_delay: Duration,
 }
 
 impl Default for SimConfig {
@@ -120,6 +124,7 @@ impl Default for SimConfig {
             audit_capacity: 100_000,
             service_addresses: Vec::new(),
             admission_client_auth: ClientAuth::default(),
+            endpoint_propagation_delay: Duration::ZERO,
         }
     }
 }
@@ -362,6 +367,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     let catalog = Arc::new(resources::Catalog::new());
     let registry = Arc::new(registry::Registry::new(store.clone(), catalog));
     let events = store.subscribe_all();
+    let workload_events = store.subscribe_all();
     bootstrap(&registry)?;
     let faults = Arc::new(faults::Faults::new(config.faults.clone()));
     let admission = Arc::new(admission::Admission::default());
@@ -401,6 +407,12 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     });
     let mut background = Vec::new();
     background.push(tokio::spawn(controllers::run(registry.clone(), events, shutdown_rx.clone())));
+    background.push(tokio::spawn(workloads::run(
+        registry.clone(),
+        workloads::WorkloadConfig { endpoint_propagation_delay: config.endpoint_propagation_delay },
+        workload_events,
+        shutdown_rx.clone(),
+    )));
     {
         let store = store.clone();
         let mut stop = shutdown_rx.clone();

@@ -84,6 +84,11 @@ struct Args {
     #[arg(long = "service-address")]
     service_address: Vec<kube_sim::ServiceAddress>,
 
+    /// How long after a pod's change the Endpoints and EndpointSlices of its Services follow: a
+    /// real cluster takes a moment to withdraw an endpoint (informers, batching, kube-proxy).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    endpoint_propagation_delay: Duration,
+
     /// kube-apiserver's admission configuration (`AdmissionConfiguration`): the kubeconfig its
     /// `ValidatingAdmissionWebhook` plugin names gives the client certificate presented to each
     /// webhook host (`NAME.NAMESPACE.svc[:PORT]`, `*.NAMESPACE.svc`, `*`).
@@ -174,6 +179,7 @@ async fn main() -> ExitCode {
         audit_capacity: args.audit_capacity,
         service_addresses: args.service_address.clone(),
         admission_client_auth,
+        endpoint_propagation_delay: args.endpoint_propagation_delay,
         ..SimConfig::default()
     };
     let sim = match kube_sim::start(config).await {

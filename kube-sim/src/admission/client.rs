@@ -85,9 +85,11 @@ impl Caller {
         self.services.write().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// A Service's address for `port`: an explicit [`ServiceAddress`], else the first address
-    /// of its Endpoints on the matching port (kube-apiserver's endpoint routing). The Service
-    /// itself must exist and expose `port`, as for kube-apiserver.
+    /// A Service's address for `port`: an explicit [`ServiceAddress`], else one of its ready
+    /// endpoints, picked at random as kube-apiserver's `ResolveEndpoint` does: from its
+    /// EndpointSlices (the serving terminating ones when none is ready, as kube-proxy routes), or,
+    /// for a Service without slices, from its Endpoints. The Service itself must exist and expose
+    /// `port`, as for kube-apiserver.
     fn resolve(&self, store: &Store, namespace: &str, name: &str, port: u16) -> Result<SocketAddr, String> {
         let svc =
             store.get("services", &object_key(namespace, name)).ok_or_else(|| format!("service {name:?} not found"))?;
@@ -106,27 +108,29 @@ impl Caller {
         }
         let port_name = svc_port.get("name").and_then(Value::as_str).unwrap_or("");
         let none = || format!("no endpoints available for service {name:?}");
+        let pick = |addrs: Vec<SocketAddr>| addrs.get(rand::random_range(0..addrs.len().max(1))).copied();
+        if let Some(addrs) = crate::workloads::endpoints::routable(store, namespace, name, port_name) {
+            return pick(addrs).ok_or_else(none);
+        }
         let endpoints = store.get("endpoints", &object_key(namespace, name)).ok_or_else(none)?;
+        let mut addrs = Vec::new();
         for subset in endpoints.get("subsets").and_then(Value::as_array).into_iter().flatten() {
-            let ip = subset
-                .get("addresses")
-                .and_then(Value::as_array)
-                .and_then(|a| a.first())
-                .and_then(|a| a.get("ip"))
-                .and_then(Value::as_str);
             let ep_port = subset.get("ports").and_then(Value::as_array).and_then(|ps| {
                 ps.iter()
                     .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
                     .and_then(|p| p.get("port"))
                     .and_then(Value::as_u64)
             });
-            if let (Some(ip), Some(p)) = (ip, ep_port)
-                && let Ok(addr) = format!("{ip}:{p}").parse::<SocketAddr>()
-            {
-                return Ok(addr);
+            let Some(p) = ep_port else { continue };
+            for a in subset.get("addresses").and_then(Value::as_array).into_iter().flatten() {
+                if let Some(ip) = a.get("ip").and_then(Value::as_str)
+                    && let Ok(addr) = format!("{ip}:{p}").parse::<SocketAddr>()
+                {
+                    addrs.push(addr);
+                }
             }
         }
-        Err(none())
+        pick(addrs).ok_or_else(none)
     }
 
     fn client(
