@@ -1,5 +1,11 @@
-//! `gamedeployment-operator`: parse flags, build the client, serve `/metrics` `/healthz` `/readyz`, and run the
-//! controller (while holding the Lease when `--leader-elect` is on).
+//! `gamedeployment-operator`: parse flags, build the client, serve `/metrics` `/healthz` `/readyz` and the admission
+//! webhooks, and run the controller (while holding the Lease when `--leader-elect` is on).
+//!
+//! Readiness means "can do its job now": with the webhooks on, the webhook caches are synced and the webhook server
+//! answers; without them, the replica has started (keys loaded). Leading is not part of it: a standby answers the
+//! webhooks and must be Ready for a rollout to proceed. On SIGTERM the replica hands over in two steps
+//! ([`Handover`]): it reports not ready, stops its controller and releases the Lease at once, keeps answering
+//! admission for `--shutdown-drain`, then closes its servers.
 
 /// mimalloc: every pass clones and drops many small values (pods, HookRuns, patches), and glibc's malloc showed
 /// up high in the operator's CPU profile of a large roll through hooks (`scripts/bench`, perf).
@@ -14,11 +20,12 @@ use clap::Parser;
 use common::runtime::events::{EventSettings, EventSink};
 use common::runtime::flags::parse_duration;
 use common::runtime::{
-    Health, LeaderElection, LeaderError, RuntimeError, RuntimeFlags, Shutdown, client, logging, server,
+    Handover, Health, LeaderElection, LeaderError, RuntimeError, RuntimeFlags, client, logging, server,
 };
 use gamedeployment_operator::controller::{self, Config};
 use gamedeployment_operator::hookrun_keys;
 use gamedeployment_operator::metrics::Metrics;
+use gamedeployment_operator::webhook::caches::GateCaches;
 use gamedeployment_operator::webhook::server::{self as webhook_server, WebhookError, WebhookMetrics};
 use gamedeployment_operator::webhook::{IdentityError, WebhookFlags};
 use kube::client::ClientBuilder;
@@ -109,15 +116,24 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         .with_layer(&metrics.request_counter())
         .build();
 
-    let shutdown = Shutdown::default();
-    shutdown.trigger_on_signals();
+    // With webhooks, a stop drains: requests routed here before the endpoint is withdrawn are still answered.
+    let drain = if cli.webhook.webhook_address.is_some() { cli.webhook.shutdown_drain } else { Duration::ZERO };
+    let handover = Handover::on_signals(drain);
     let health = Health::default();
+    tokio::spawn({
+        let (stopping, health) = (handover.stopping.clone(), health.clone());
+        async move {
+            stopping.wait().await;
+            health.stop();
+        }
+    });
     let listener = server::bind(cli.runtime.serve.metrics_address).await?;
     // The bound address (a port 0 request gets a real port), so tools and tests can find the endpoints.
     let address = listener.local_addr().map_or(cli.runtime.serve.metrics_address, |a| a);
     tracing::info!(%address, "serving /metrics, /healthz and /readyz");
-    let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
-    // Every replica serves the webhooks, leader or not: a drain must be answered while a standby waits.
+    let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), handover.stopped.clone()));
+    // Every replica serves the webhooks, leader or not: a drain must be answered while a standby waits. They answer
+    // from watch caches every replica keeps; the replica is Ready once they are synced.
     let webhook = match cli.webhook.config(&client).await? {
         Some(webhook) => {
             let listener = webhook_server::bind(&webhook).await?;
@@ -128,14 +144,35 @@ async fn run(cli: Cli) -> Result<(), StartError> {
                 instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
             };
             let events = EventSink::start_with(client.clone(), reporter, EventSettings::default(), Default::default());
-            let router = webhook_server::router(client.clone(), &webhook, webhook_metrics, events, shutdown.clone());
-            Some(tokio::spawn(webhook_server::serve(listener, router, shutdown.clone())))
+            let caches = GateCaches::start(&client, cli.runtime.kube.namespace.as_deref());
+            let router = webhook_server::router(
+                client.clone(),
+                &webhook,
+                webhook_metrics,
+                events,
+                caches.clone(),
+                health.clone(),
+            );
+            let stopped = handover.stopped.clone();
+            let serving = tokio::spawn(webhook_server::serve(listener, router, async move { stopped.wait().await }));
+            Some((serving, caches))
         }
         None => None,
     };
 
     // Every replica loads the keys before it may lead: the one that leads signs and verifies with them.
     let keys = hookrun_keys::load(&client, &cli.hookrun_keys.source(&client)).await?;
+    match &webhook {
+        Some((_, caches)) => {
+            let (caches, health) = (caches.clone(), health.clone());
+            tokio::spawn(async move {
+                caches.wait_until_synced().await;
+                tracing::info!("webhook caches synced; ready");
+                health.set_ready(true);
+            });
+        }
+        None => health.set_ready(true),
+    }
     let config = Config {
         hookrun_keys: Some(Arc::new(keys)),
         namespace: cli.runtime.kube.namespace.clone(),
@@ -163,30 +200,33 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         .or_else(|| std::env::var("POD_NAME").ok())
         .or_else(|| std::env::var("HOSTNAME").ok());
     let reporter = Reporter { controller: "gamedeployment-operator".into(), instance };
+    let stopping = handover.stopping.clone();
     let work = {
-        let (shutdown, health) = (shutdown.clone(), health.clone());
+        let stopping = stopping.clone();
         move || async move {
-            controller::run(client, config, metrics, reporter, async move { shutdown.wait().await }, move || {
-                health.set_ready(true);
+            controller::run(client, config, metrics, reporter, async move { stopping.wait().await }, || {
+                tracing::info!("controller caches synced");
             })
             .await
         }
     };
+    // The controller stops and the Lease is released at the first step of the handover; the webhooks keep answering
+    // until the drain ends.
     let result = match election {
-        Some(election) => election.run_while_leading(&shutdown, work).await.map(|_| ()),
+        Some(election) => election.run_while_leading(&stopping, work).await.map(|_| ()),
         None => {
             work().await;
             Ok(())
         }
     };
-    health.set_ready(false);
-    shutdown.trigger();
+    stopping.trigger();
+    handover.stopped.wait().await;
     match server.await {
         Ok(Err(e)) => tracing::warn!(error = %e, "metrics server"),
         Err(e) => tracing::warn!(error = %e, "metrics server task"),
         Ok(Ok(())) => {}
     }
-    if let Some(webhook) = webhook {
+    if let Some((webhook, _)) = webhook {
         match webhook.await {
             Ok(Err(e)) => tracing::warn!(error = %e, "webhook server"),
             Err(e) => tracing::warn!(error = %e, "webhook server task"),
@@ -195,7 +235,6 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     }
     result.map_err(StartError::from)
 }
-
 /// A finite, non-negative number (`--pass-spacing`).
 fn parse_ratio(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {

@@ -33,6 +33,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - --pod-gate-deadline={{ $w.podGate.deadline }}
 - --max-pod-gate-deadline={{ $w.podGate.maxDeadline }}
 - --webhook-answer-within={{ max 1 (sub (int $w.timeoutSeconds) 1) }}s
+- --shutdown-drain={{ int .Values.gamedeploymentOperator.shutdownDrainSeconds }}s
 {{- if $w.clientAuth.enabled }}
 - --webhook-client-ca=/etc/gamedeployment-operator/webhook-client-ca/ca.crt
 {{- end }}

@@ -28,7 +28,7 @@ pub mod watch;
 pub use flags::{KubeFlags, LeaderElectionFlags, LogFlags, LogFormat, RuntimeFlags, ServeFlags};
 pub use leader::{LeaderElection, LeaderError, Leading, LeaseError, LeaseStore};
 pub use server::Health;
-pub use shutdown::Shutdown;
+pub use shutdown::{Handover, Shutdown};
 
 /// Errors of the plumbing itself (not of a controller).
 #[derive(Debug, thiserror::Error)]

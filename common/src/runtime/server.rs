@@ -1,8 +1,9 @@
 //! The HTTP server every operator runs next to its controller: Prometheus metrics, liveness and readiness.
 //!
 //! `/healthz` answers 200 while the process serves HTTP at all; `/readyz` answers 200 only once the binary
-//! declared itself ready (caches synced, and leading when leader election is on), so a Service or a rollout
-//! never counts a replica that cannot act yet.
+//! declared itself ready (it can do its job now: caches synced, its servers answering), so a Service or a rollout
+//! never counts a replica that cannot act yet, and 503 from the moment the process is told to stop
+//! ([`Health::stop`]), before any of its servers closes: a replica leaves its Services first, then stops serving.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,10 +19,11 @@ use tokio::net::TcpListener;
 
 use super::{RuntimeError, Shutdown};
 
-/// Readiness shared between the controller (which sets it) and the server (which reports it).
+/// Readiness shared between the binary (which sets it) and the servers (which report it).
 #[derive(Clone, Debug, Default)]
 pub struct Health {
     ready: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
 }
 
 impl Health {
@@ -29,8 +31,28 @@ impl Health {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// Not ready for good, whatever [`Health::set_ready`] says later: the first step of a graceful stop.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && !self.is_stopping()
+    }
+}
+
+/// The `/readyz` answer for `health` (every server of the process answers the same).
+pub fn readiness(health: &Health) -> (StatusCode, &'static str) {
+    if health.is_stopping() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+    } else if health.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
 }
 
@@ -62,7 +84,7 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.health.is_ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+    readiness(&state.health)
 }
 
 /// Binds first (so a port clash is reported at startup, not later), then serves until `shutdown`.
@@ -70,14 +92,19 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, RuntimeError> {
     TcpListener::bind(address).await.map_err(|source| RuntimeError::Bind { address, source })
 }
 
+/// Serves until `shutdown`; readiness goes to 503 first ([`Health::stop`]), then the listener closes.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     health: Health,
     shutdown: Shutdown,
 ) -> Result<(), RuntimeError> {
+    let stopping = health.clone();
     axum::serve(listener, router(registry, health))
-        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .with_graceful_shutdown(async move {
+            shutdown.wait().await;
+            stopping.stop();
+        })
         .await
         .map_err(RuntimeError::Serve)
 }
@@ -115,6 +142,12 @@ mod tests {
         assert!(get_path(address, "/readyz").await.starts_with("HTTP/1.1 200"));
         let metrics = get_path(address, "/metrics").await;
         assert!(metrics.contains("test_things_total 1"), "{metrics}");
+        // Stopping: not ready for good, while the server still answers.
+        health.stop();
+        health.set_ready(true);
+        let readyz = get_path(address, "/readyz").await;
+        assert!(readyz.starts_with("HTTP/1.1 503") && readyz.ends_with("shutting down"), "{readyz}");
+        assert!(get_path(address, "/healthz").await.starts_with("HTTP/1.1 200"));
 
         shutdown.trigger();
         server.await.unwrap().unwrap();

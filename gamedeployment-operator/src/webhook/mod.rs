@@ -8,12 +8,14 @@
 //! - **deletion protection** (`/validate-workload`, BCS's path): `DELETE` of GameDeployments and HookTemplates
 //!   honours the BCS label `io.tencent.bcs.dev/deletion-allow`.
 //!
-//! The decisions are pure ([`verdict`]); [`server`] reads the objects they need from the API at request time (no
-//! cache, so never stale), writes the mark and answers; [`tls`] serves the certificate the chart provides and
+//! The decisions are pure ([`verdict`]); [`server`] takes the objects they need from the request and from every
+//! replica's watch caches ([`caches`]), reads only what a cache cannot vouch for (within a budget), writes the mark
+//! and answers — "retry" (429) whenever it cannot judge, never "allowed"; [`tls`] serves the certificate the chart provides and
 //! reloads it when the mounted Secret changes; [`labeller`] (leader only) keeps the label [`POD_GATE`] on the pods
 //! of opted-in GameDeployments, which is what the webhook configuration's `objectSelector` matches, so no other
 //! pod deletion in the cluster ever calls the webhook.
 
+pub mod caches;
 pub mod labeller;
 pub mod server;
 pub mod tls;
@@ -94,9 +96,10 @@ pub struct WebhookFlags {
     /// `webhook.networkPolicy.enabled`).
     #[arg(long)]
     pub webhook_unverified_may_mark: bool,
-    /// What the API reads and the mark of one webhook answer may take together; past it the webhook answers HTTP 500
-    /// (the configuration's failurePolicy decides) instead of leaving the API server to time out. Keep it under the
-    /// configuration's `timeoutSeconds` (the chart passes `timeoutSeconds` − 1 s).
+    /// What the API reads and the mark of one webhook answer may take together; past it the webhook answers 429 with
+    /// a retry hint (the caller retries; nothing is let through) instead of leaving the API server to time out, which
+    /// its failurePolicy would decide. Keep it under the configuration's `timeoutSeconds` (the chart passes
+    /// `timeoutSeconds` − 1 s).
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = parse_duration)]
     pub webhook_answer_within: Duration,
     /// Deletion protection of GameDeployments and HookTemplates without the label
@@ -104,6 +107,13 @@ pub struct WebhookFlags {
     /// used by a GameDeployment) or `Deny` (BCS's behaviour).
     #[arg(long, value_name = "POLICY", default_value = "Always")]
     pub deletion_allow_default: DeletionAllow,
+    /// After SIGTERM (or SIGINT), how long the replica keeps answering admission while it reports not ready, before
+    /// it closes the webhook listener and exits: longer than the cluster takes to withdraw its endpoint from the
+    /// webhook Service (kube-proxy and the API server's endpoint view), so no call lands on a closed port. A second
+    /// signal ends it at once. The chart's `terminationGracePeriodSeconds` exceeds it. Without `--webhook-address`
+    /// there is nothing to drain and the process stops at once.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub shutdown_drain: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -1,17 +1,17 @@
 //! The HTTPS server: `POST /validate-pods` (the pod gate), `POST /validate-workload` (deletion protection, BCS's
-//! path), `GET /healthz` and `GET /readyz` (the chart's readiness probe: 200 while this replica answers webhook
-//! calls, 503 once it is shutting down).
+//! path), `GET /healthz` and `GET /readyz` (the chart's readiness probe: 200 once this replica can answer from synced
+//! caches, 503 from the moment it is told to stop, while it still answers for its drain period).
 //!
-//! Every answer is computed from the API at request time: for a pod `DELETE` the pod is the request's
-//! `oldObject` (the API server's current object), for an eviction it is read with a GET, and the pod's
-//! GameDeployment is always read with a GET. Nothing comes from a cache, so a stale cache can neither refuse a
-//! deletion the operator already allows nor allow one it should refuse. The reads and the mark of one answer share
-//! one budget ([`WebhookConfig::answer_within`], `--webhook-answer-within`, just under the configuration's
-//! `timeoutSeconds`), so the webhook answers before the API server gives up on it. When a read fails or the budget
-//! runs out before the decision, the webhook answers HTTP 500 naming what it was waiting for (a mark that fails or
-//! runs out of time still refuses, saying so), and the webhook configuration's `failurePolicy` decides (the chart's: `Fail` for the pod gate, the deletion waits; `Ignore` for evictions and
-//! deletion protection, as if the webhook were not installed). A webhook that cannot read cannot decide, and the
-//! cluster owner chose which way that goes.
+//! Every answer is judged from what the request carries and from the replica's watch caches ([`GateCaches`]): for a
+//! pod `DELETE` the pod is the request's `oldObject` (the API server's current object), for an eviction it is the
+//! cached pod, and the pod's GameDeployment is the cached one. A pod that is not the operator's, or in a namespace
+//! where no GameDeployment gates pods, is answered at once without any read. Only what a cache cannot vouch for
+//! (not listed yet, or its watch failed since its last event) is read from the API, and the reads and the mark of one
+//! answer share one budget ([`WebhookConfig::answer_within`], `--webhook-answer-within`, just under the
+//! configuration's `timeoutSeconds`). When the webhook cannot judge within it — a read failed or is slow — it never
+//! lets the request through: it answers `429 TooManyRequests` with a retry hint (`retryAfterSeconds`), which
+//! `kubectl drain`, the cluster autoscaler and every eviction client retry (a mark that fails or runs out of time still
+//! refuses, saying so). The failurePolicy therefore decides only when no replica answers at all.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,12 +26,12 @@ use axum::{Json, Router};
 use common::api::GameDeployment;
 use common::cached_pod::Pod;
 use common::keys;
-use common::runtime::Shutdown;
+use common::runtime::Health;
 use common::runtime::events::{EventSink, Note};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::core::response::StatusSummary;
+use kube::core::response::{StatusDetails, StatusSummary};
 use kube::core::{DynamicObject, ObjectList};
 use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -40,6 +40,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
+use super::caches::{GateCaches, Lookup};
 use super::tls::{Caller, CertFiles, TlsError, TlsListener, server_config};
 use super::verdict::{
     self, DeletionAllow, GateSettings, Mark, PodOperation, PodRequest, PodVerdict, Protected, deletion_protection,
@@ -79,9 +80,9 @@ pub enum WebhookError {
 pub struct WebhookLabels {
     /// `pod-gate` or `deletion-protection`.
     pub webhook: String,
-    /// `allowed`, `refused` or `error` (answered 500: the failurePolicy decided).
+    /// `allowed`, `refused` or `retry` (could not judge within the budget: answered 429 with a retry hint).
     pub verdict: String,
-    /// Why (`operator`, `bypass`, `deadline_passed`, `marked`, …; a bounded set).
+    /// Why (`operator`, `bypass`, `deadline_passed`, `marked`, `cannot_judge`, …; a bounded set).
     pub reason: String,
 }
 
@@ -138,8 +139,9 @@ struct AppState {
     unverified_may_mark: bool,
     answer_within: Duration,
     metrics: WebhookMetrics,
-    shutdown: Shutdown,
+    health: Health,
     events: EventSink,
+    caches: GateCaches,
 }
 
 /// Loads the certificate and binds, so a bad certificate or a taken port fails start-up.
@@ -151,13 +153,15 @@ pub async fn bind(config: &WebhookConfig) -> Result<TlsListener, WebhookError> {
     TlsListener::new(tcp, tls).map_err(|source| WebhookError::Bind { address: config.address, source })
 }
 
-/// The webhook routes; `events` publishes the Warning Events of deletions let through without their hook.
+/// The webhook routes; `events` publishes the Warning Events of deletions let through without their hook, `caches`
+/// are what the answers are judged from, and `health` is what `/readyz` reports (the process's readiness).
 pub fn router(
     client: Client,
     config: &WebhookConfig,
     metrics: WebhookMetrics,
     events: EventSink,
-    shutdown: Shutdown,
+    caches: GateCaches,
+    health: Health,
 ) -> Router {
     let state = AppState {
         client,
@@ -166,8 +170,9 @@ pub fn router(
         unverified_may_mark: config.unverified_may_mark,
         answer_within: config.answer_within,
         metrics,
-        shutdown,
+        health,
         events,
+        caches,
     };
     Router::new()
         .route("/validate-pods", post(validate_pods))
@@ -177,29 +182,50 @@ pub fn router(
         .with_state(state)
 }
 
-/// Serves until `shutdown`; each request knows whether its connection presented a verified client certificate.
-pub async fn serve(listener: TlsListener, router: Router, shutdown: Shutdown) -> Result<(), WebhookError> {
+/// Serves until `stop` resolves (at the end of the drain period: the listener stays open while the replica reports
+/// not ready, so requests routed to it before its endpoint is withdrawn are still judged); each request knows
+/// whether its connection presented a verified client certificate.
+pub async fn serve(
+    listener: TlsListener,
+    router: Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WebhookError> {
     axum::serve(listener, router.into_make_service_with_connect_info::<Caller>())
-        .with_graceful_shutdown(async move { shutdown.wait().await })
+        .with_graceful_shutdown(stop)
         .await
         .map_err(WebhookError::Serve)
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if state.shutdown.is_triggered() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-    } else {
-        (StatusCode::OK, "ok")
-    }
+    common::runtime::server::readiness(&state.health)
 }
 
-/// Why the webhook cannot answer (HTTP 500: the failurePolicy decides).
+/// Why the webhook cannot judge a request now (a read failed or ran out of the budget): answered with
+/// [`cannot_judge`], never let through.
 struct Unanswerable(String);
 
-impl IntoResponse for Unanswerable {
-    fn into_response(self) -> Response {
-        (StatusCode::INTERNAL_SERVER_ERROR, self.0).into_response()
-    }
+/// Seconds the "cannot judge now" answer asks the caller to wait (`details.retryAfterSeconds`; kube-apiserver turns
+/// it into a `Retry-After` header, which client-go's eviction clients honour; `kubectl drain` retries every 5 s).
+pub const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// `429 TooManyRequests` with a retry hint: the eviction API's "not now", which `kubectl drain`, the cluster
+/// autoscaler and every eviction client retry. Also the answer to a `DELETE` that cannot be judged (the garbage
+/// collector retries it; `kubectl delete` shows why).
+fn cannot_judge(request: &AdmissionRequest<DynamicObject>, what: &str, why: &str) -> AdmissionResponse {
+    let mut response = refuse(
+        request,
+        429,
+        format!("the {what} cannot judge this request now ({why}); nothing was let through: retry in a moment"),
+    );
+    response.result.details = Some(StatusDetails {
+        name: request.name.clone(),
+        group: request.resource.group.clone(),
+        kind: request.resource.resource.clone(),
+        uid: String::new(),
+        causes: Vec::new(),
+        retry_after_seconds: RETRY_AFTER_SECONDS,
+    });
+    response
 }
 
 /// The time one answer may still take: every API call it makes is cut at the same deadline.
@@ -282,9 +308,9 @@ async fn validate_pods(
     match pod_gate(&state, &request, caller, Budget::start(state.answer_within)).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {
-            tracing::warn!(pod = %request.name, namespace = ?request.namespace, %message, "pod gate cannot answer");
-            state.metrics.count("pod-gate", "error", "api");
-            Unanswerable(message).into_response()
+            tracing::warn!(pod = %request.name, namespace = ?request.namespace, %message, "pod gate cannot judge; retry");
+            state.metrics.count("pod-gate", "retry", "cannot_judge");
+            review(cannot_judge(&request, "pod gate", &message))
         }
     }
 }
@@ -317,22 +343,44 @@ async fn pod_gate(
     };
     let namespace = request.namespace.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(state.client.clone(), &namespace);
-    let pod = match request.old_object.as_ref().filter(|_| operation == PodOperation::Delete).and_then(typed::<Pod>) {
-        Some(pod) => Some(pod),
-        None => {
-            bounded(budget, &format!("reading pod {namespace}/{}", request.name), pods.get_opt(&request.name)).await?
-        }
+    // A DELETE carries the pod (the API server's current object); an eviction names it.
+    let carried = request.old_object.as_ref().filter(|_| operation == PodOperation::Delete).and_then(typed::<Pod>);
+    let pod: Option<Arc<Pod>> = match carried {
+        Some(pod) => Some(Arc::new(pod)),
+        None => match state.caches.pod(&namespace, &request.name) {
+            Lookup::Found(pod) => Some(pod),
+            Lookup::Absent => {
+                state.metrics.count("pod-gate", "allowed", verdict::Allowed::NotGameDeploymentPod.as_str());
+                return Ok(AdmissionResponse::from(request));
+            }
+            // Only a pod the operator made can be gated, and only where a GameDeployment gates pods.
+            Lookup::Unknown if !state.caches.namespace_may_gate(&namespace) => {
+                state.metrics.count("pod-gate", "allowed", "not_gated_namespace");
+                return Ok(AdmissionResponse::from(request));
+            }
+            Lookup::Unknown => {
+                bounded(budget, &format!("reading pod {namespace}/{}", request.name), pods.get_opt(&request.name))
+                    .await?
+                    .map(Arc::new)
+            }
+        },
     };
     let owner = pod
         .as_ref()
         .and_then(|p| ownership::controller_of(p.metadata.owner_references.as_ref()))
         .filter(|o| o.kind == "GameDeployment")
         .map(|o| o.name.clone());
-    let gd = match owner {
-        Some(name) => {
-            let gds: Api<GameDeployment> = Api::namespaced(state.client.clone(), &namespace);
-            bounded(budget, &format!("reading GameDeployment {namespace}/{name}"), gds.get_opt(&name)).await?
-        }
+    let gd: Option<Arc<GameDeployment>> = match owner {
+        Some(name) => match state.caches.gamedeployment(&namespace, &name) {
+            Lookup::Found(gd) => Some(gd),
+            Lookup::Absent => None,
+            Lookup::Unknown => {
+                let gds: Api<GameDeployment> = Api::namespaced(state.client.clone(), &namespace);
+                bounded(budget, &format!("reading GameDeployment {namespace}/{name}"), gds.get_opt(&name))
+                    .await?
+                    .map(Arc::new)
+            }
+        },
         None => None,
     };
     let groups = request.user_info.groups.clone().unwrap_or_default();
@@ -344,7 +392,7 @@ async fn pod_gate(
         may_mark: caller == Caller::Verified || state.unverified_may_mark,
     };
     let now = Timestamp::now();
-    match verdict::pod_gate(&pod_request, pod.as_ref(), gd.as_ref(), &state.gate, now) {
+    match verdict::pod_gate(&pod_request, pod.as_deref(), gd.as_deref(), &state.gate, now) {
         PodVerdict::Allow(why) => {
             state.metrics.count("pod-gate", "allowed", why.as_str());
             let mut response = AdmissionResponse::from(request);
@@ -455,9 +503,9 @@ async fn validate_workload(
     match protect(&state, &request, Budget::start(state.answer_within)).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {
-            tracing::warn!(name = %request.name, namespace = ?request.namespace, %message, "deletion protection cannot answer");
-            state.metrics.count("deletion-protection", "error", "api");
-            Unanswerable(message).into_response()
+            tracing::warn!(name = %request.name, namespace = ?request.namespace, %message, "deletion protection cannot judge; retry");
+            state.metrics.count("deletion-protection", "retry", "cannot_judge");
+            review(cannot_judge(&request, "deletion protection", &message))
         }
     }
 }
@@ -521,22 +569,26 @@ async fn protect(
     }
 }
 
-/// The GameDeployments of `namespace` (not being deleted) that name HookTemplate `template` in a hook.
+/// The GameDeployments of `namespace` (not being deleted) that name HookTemplate `template` in a hook: from the
+/// cache while it vouches for the list, else listed within the budget.
 async fn template_users(
     state: &AppState,
     namespace: &str,
     template: &str,
     budget: Budget,
 ) -> Result<Vec<String>, Unanswerable> {
+    let users = |gds: &mut dyn Iterator<Item = &GameDeployment>| -> Vec<String> {
+        gds.filter(|gd| gd.metadata.deletion_timestamp.is_none() && verdict::uses_template(gd, template))
+            .map(ResourceExt::name_any)
+            .collect()
+    };
+    if let Some(cached) = state.caches.gamedeployments_in(namespace) {
+        return Ok(users(&mut cached.iter().map(|gd| gd.as_ref())));
+    }
     let gds: Api<GameDeployment> = Api::namespaced(state.client.clone(), namespace);
     let list: ObjectList<GameDeployment> =
         bounded(budget, &format!("listing GameDeployments in {namespace}"), gds.list(&ListParams::default())).await?;
-    Ok(list
-        .items
-        .iter()
-        .filter(|gd| gd.metadata.deletion_timestamp.is_none() && verdict::uses_template(gd, template))
-        .map(ResourceExt::name_any)
-        .collect())
+    Ok(users(&mut list.items.iter()))
 }
 
 #[cfg(test)]
@@ -579,6 +631,20 @@ mod tests {
             "deleteOptions": {"gracePeriodSeconds": 0},
         });
         assert_eq!(grace_period(&request(evict), PodOperation::Evict), Some(0));
+    }
+
+    #[test]
+    fn what_cannot_be_judged_is_never_allowed_but_retried() {
+        let req = request(base("CREATE", Some("eviction")));
+        let response = cannot_judge(&req, "pod gate", "reading pod default/game-abcde: no answer within 4s");
+        let out = serde_json::to_value(response.into_review()).expect("serialisable");
+        assert_eq!(out["response"]["allowed"], false);
+        assert_eq!(out["response"]["status"]["code"], 429, "the eviction API's 'not now'");
+        assert_eq!(out["response"]["status"]["reason"], "TooManyRequests");
+        assert_eq!(out["response"]["status"]["details"]["retryAfterSeconds"], 1);
+        let message = out["response"]["status"]["message"].as_str().unwrap();
+        assert!(message.contains("cannot judge this request now (reading pod default/game-abcde"), "{message}");
+        assert!(message.contains("nothing was let through: retry"), "{message}");
     }
 
     #[test]

@@ -399,6 +399,9 @@ pub fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
     };
     let mut e = ApiError::new(code, &reason, message);
     if let Some(d) = status.and_then(|s| s.get("details")).filter(|d| d.is_object()) {
+        // kube-apiserver's ErrorNegotiated sends `details.retryAfterSeconds` as the `Retry-After` header too
+        // (responsewriters/writers.go), which client-go's clients wait on before they retry.
+        e.retry_after = d.get("retryAfterSeconds").and_then(Value::as_u64).filter(|s| *s > 0);
         e = e.with_details(d.clone());
     }
     e
@@ -440,6 +443,13 @@ mod tests {
         );
         assert_eq!((e.code, e.reason.as_str()), (429, "TooManyRequests"));
         assert_eq!(e.message, "admission webhook \"deny.example.com\" denied the request: players online");
+        assert_eq!(e.retry_after, None);
+        // A retry hint in the details becomes the Retry-After header, as kube-apiserver sends it.
+        let e = denied(
+            "deny.example.com",
+            Some(&json!({"code": 429, "message": "not now", "details": {"retryAfterSeconds": 2}})),
+        );
+        assert_eq!((e.code, e.retry_after), (429, Some(2)));
         let e = denied("d.example.com", Some(&json!({"code": 200})));
         assert_eq!(e.code, 400);
         assert_eq!(e.message, "admission webhook \"d.example.com\" denied the request without explanation");

@@ -39,7 +39,13 @@ fn target_dir() -> PathBuf {
 /// The whole workspace, not the one package: Cargo unifies features over what it builds, so `-p <package>` alone
 /// built each binary a second time with other features (serde_json without `preserve_order`, and every crate above
 /// it) — minutes of CPU during the tests on a fresh clone, and binaries unlike the ones the sandbox and chart run.
+///
+/// `E2E_BIN_<BIN>` (upper case, `-` as `_`: `E2E_BIN_GAMEDEPLOYMENT_OPERATOR=/path`) runs another build of that
+/// binary instead, e.g. the code before a fix, to see a new test fail on it.
 pub fn binary(package: &str, bin: &str) -> PathBuf {
+    if let Some(other) = std::env::var_os(format!("E2E_BIN_{}", bin.replace('-', "_").to_uppercase())) {
+        return PathBuf::from(other);
+    }
     static BUILT: OnceLock<Mutex<bool>> = OnceLock::new();
     let path = target_dir().join("debug").join(bin);
     let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());

@@ -28,6 +28,7 @@ mod gamedeployment_lifecycle;
 mod gamedeployment_metrics;
 mod gamedeployment_restart;
 mod gamedeployment_rollout;
+mod gate_cluster_operations;
 mod gate_integrity;
 mod gate_signed_runs;
 mod gitops_clean;
