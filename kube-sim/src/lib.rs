@@ -60,7 +60,7 @@ pub use admission::{ClientAuth, ServiceAddress};
 pub use audit::{AuditEvent, AuditLog};
 pub use auth::TokenUser;
 pub use faults::{FaultConfig, FaultCounts, FaultRule};
-pub use kubelet::{KUBELET_VERSION, KubeletConfig, parse_duration};
+pub use kubelet::{ImageRule, KUBELET_VERSION, KubeletConfig, parse_duration};
 pub use manifests::ManifestError;
 
 /// Why kube-sim could not start.
@@ -429,7 +429,9 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         }));
     }
     let url = format!("http://{addr}");
-    if let Some(kcfg) = config.kubelet.clone() {
+    if let Some(mut kcfg) = config.kubelet.clone() {
+        // Containers running as processes reach the API server here.
+        kcfg.api_server.get_or_insert(addr);
         let client = client_for(&url, None)?;
         let logs = pod_logs.clone();
         let stop = shutdown_rx.clone();

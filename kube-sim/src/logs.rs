@@ -1,8 +1,9 @@
-//! Container logs of simulated pods (`GET pods/NAME/log`).
+//! Container logs (`GET pods/NAME/log`).
 //!
-//! The kubelet simulator writes what a container would print about its simulated life (started from an image,
-//! ready, stopped for an in-place update or a deletion, crashed) into a per-container log; the API server reads it
-//! back as a kubelet's log endpoint would serve it. Each container keeps its current instance's log and the previous
+//! The kubelet simulator writes what a simulated container would print about its life (started from an image,
+//! ready, stopped for an in-place update or a deletion, crashed) into a per-container log, and the process runtime
+//! writes what a real container process prints on stdout and stderr; the API server reads it back as a kubelet's
+//! log endpoint would serve it. Each container keeps its current instance's log and the previous
 //! instance's (`previous=true`), each capped at [`MAX_LINES`] lines (the oldest go first), and a pod's logs go when
 //! the kubelet forgets the pod.
 
@@ -13,11 +14,16 @@ use k8s_openapi::jiff::Timestamp;
 
 /// Lines kept per container instance.
 pub const MAX_LINES: usize = 1000;
+/// Longest line kept (what a process prints beyond it on one line is cut): with [`MAX_LINES`], this bounds what
+/// one container instance's log can hold.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, Default)]
 struct Instance {
     lines: VecDeque<(Timestamp, String)>,
     ready_logged: bool,
+    /// The instance started (a process may start without printing anything).
+    begun: bool,
 }
 
 impl Instance {
@@ -58,22 +64,35 @@ impl PodLogs {
 
     /// A new instance of the container started: the current log becomes the previous one.
     pub fn started(&self, pod_uid: &str, container: &str, at: Timestamp, line: String) {
+        self.begin(pod_uid, container);
+        self.line(pod_uid, container, at, line);
+    }
+
+    /// A new instance of the container started, with nothing printed yet.
+    pub fn begin(&self, pod_uid: &str, container: &str) {
         self.with(|pods| {
             let log = pods.entry(pod_uid.to_string()).or_default().entry(container.to_string()).or_default();
-            let had_instance = !log.current.lines.is_empty();
             let old = std::mem::take(&mut log.current);
-            if had_instance {
+            if old.begun {
                 log.previous = Some(old);
             }
-            log.current.push(at, line);
+            log.current.begun = true;
         });
     }
 
-    /// A line of the container's current instance (ignored when it never started).
-    pub fn line(&self, pod_uid: &str, container: &str, at: Timestamp, line: String) {
+    /// A line of the container's current instance (ignored when it never started). Lines longer
+    /// than [`MAX_LINE_BYTES`] are cut there.
+    pub fn line(&self, pod_uid: &str, container: &str, at: Timestamp, mut line: String) {
+        if line.len() > MAX_LINE_BYTES {
+            let mut end = MAX_LINE_BYTES;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+        }
         self.with(|pods| {
             if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container))
-                && !log.current.lines.is_empty()
+                && log.current.begun
             {
                 log.current.push(at, line);
             }
@@ -84,7 +103,7 @@ impl PodLogs {
     pub fn ready(&self, pod_uid: &str, container: &str, at: Timestamp, line: impl FnOnce() -> String) {
         self.with(|pods| {
             if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container))
-                && !log.current.lines.is_empty()
+                && log.current.begun
                 && !log.current.ready_logged
             {
                 log.current.ready_logged = true;
@@ -103,7 +122,7 @@ impl PodLogs {
         self.with(|pods| {
             let log = pods.get(pod_uid)?.get(container)?;
             let instance = if opts.previous { log.previous.as_ref()? } else { &log.current };
-            if instance.lines.is_empty() {
+            if !instance.begun {
                 return None;
             }
             let since = |l: &&(Timestamp, String)| opts.since.is_none_or(|s| l.0 >= s);

@@ -12,4 +12,5 @@ mod kubelet_faults;
 mod kubelet_kubectl;
 mod kubelet_lifecycle;
 mod kubelet_logs;
+mod kubelet_processes;
 mod kubelet_scale;

@@ -33,6 +33,7 @@ use super::image;
 use super::ipam::{self, PodIpPool};
 use super::lean::LeanPod;
 use super::node::FakeNode;
+use super::process::{PodProcesses, ProcessRuntime, Settings};
 use super::runtime::{KillReason, PodInput, PodRuntime, State, Timings, Transition, after};
 use super::scheduler::{self, Decision, NodeInfo, Request};
 use super::status::{self, StatusInput};
@@ -74,6 +75,8 @@ struct PodEntry {
     sent_status_patch: Option<(Option<String>, serde_json::Value)>,
     /// The last status patch the server accepted, with its resourceVersion.
     last_status_patch: Option<(Option<String>, serde_json::Value)>,
+    /// The pod's containers that run as real processes (dropping it kills them).
+    processes: Option<PodProcesses>,
 }
 
 impl PodEntry {
@@ -93,6 +96,7 @@ impl PodEntry {
             endpoint_failures: Vec::new(),
             sent_status_patch: None,
             last_status_patch: None,
+            processes: None,
         }
     }
 
@@ -197,6 +201,10 @@ pub(crate) struct Agent {
     outcomes_rx: mpsc::UnboundedReceiver<Outcome>,
     /// The containers' simulated logs.
     logs: Arc<PodLogs>,
+    /// Runs the containers of mapped images as processes (`None`: no image is mapped).
+    processes: Option<ProcessRuntime>,
+    /// UIDs of pods whose processes changed.
+    process_rx: mpsc::UnboundedReceiver<String>,
 }
 
 impl Agent {
@@ -216,6 +224,25 @@ impl Agent {
             .map(|(name, index)| FakeNode { name, ip: ipam::node_ip(index) })
             .collect();
         let (outcomes_tx, outcomes_rx) = mpsc::unbounded_channel();
+        let (process_tx, process_rx) = mpsc::unbounded_channel();
+        let images = config.image_map();
+        let processes = match raw.api_server {
+            Some(api_server) if !images.is_empty() => {
+                let allocatable = (
+                    super::quantity::parse(&raw.node_cpu).unwrap_or_default(),
+                    super::quantity::parse(&raw.node_memory).unwrap_or_default(),
+                );
+                let settings = Settings { images, api_server, timings, node_allocatable: allocatable };
+                match ProcessRuntime::new(client.clone(), settings, logs.clone(), process_tx) {
+                    Ok(runtime) => Some(runtime),
+                    Err(e) => {
+                        tracing::error!("the process runtime cannot run; every container is simulated: {e}");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         Self {
             timings,
             nodes,
@@ -241,6 +268,8 @@ impl Agent {
             outcomes_rx,
             config,
             logs,
+            processes,
+            process_rx,
         }
     }
 
@@ -288,6 +317,12 @@ impl Agent {
                         self.on_outcome(outcome);
                     }
                 }
+                Some(uid) = self.process_rx.recv() => {
+                    self.dirty.insert(uid);
+                    while let Ok(uid) = self.process_rx.try_recv() {
+                        self.dirty.insert(uid);
+                    }
+                }
                 _ = sleep_until(next_timer), if next_timer.is_some() => self.fire_timers(),
                 _ = heartbeat.tick() => self.heartbeat(),
                 _ = lease_renewal.tick() => self.renew_leases(),
@@ -301,6 +336,10 @@ impl Agent {
         }
         tracing::info!("kubelet simulator stopping");
         self.spawner.tasks.abort_all();
+        // Every container process goes with the kubelet.
+        for entry in self.pods.values_mut() {
+            entry.processes = None;
+        }
         Ok(())
     }
 
@@ -653,6 +692,13 @@ impl Agent {
                     },
                 };
                 tracing::debug!(pod = entry.name(), ip = %runtime.ip, %node, "starting pod");
+                let mut runtime = runtime;
+                if let Some(processes) = &self.processes {
+                    let names = processes.process_containers(&entry.pod);
+                    if !names.is_empty() {
+                        entry.processes = Some(processes.start(&entry.pod, &mut runtime, names));
+                    }
+                }
                 entry.runtime = Some(runtime);
             }
         }
@@ -665,10 +711,27 @@ impl Agent {
             return;
         };
         let timings = &self.timings;
+        if let Some(processes) = &entry.processes {
+            let grace = entry.pod.metadata.deletion_timestamp.as_ref().map(|_| {
+                let seconds = entry
+                    .pod
+                    .metadata
+                    .deletion_grace_period_seconds
+                    .or_else(|| entry.pod.spec.as_ref()?.termination_grace_period_seconds)
+                    .unwrap_or(super::runtime::DEFAULT_GRACE_SECONDS);
+                timings.scaled_grace(seconds)
+            });
+            processes.update(&entry.pod, grace);
+            let happened = processes.apply(runtime);
+            runtime.transitions.extend(happened);
+        }
         let mut wake = runtime.advance(&PodInput { pod: &entry.pod, behaviour: &behaviour, timings, now });
         let transitions = std::mem::take(&mut runtime.transitions);
         for transition in &transitions {
-            log_transition(&self.logs, &entry.pod, uid, runtime.ip, transition, now);
+            // A process container's log is what the process prints, nothing else.
+            if !is_process(runtime, transition) {
+                log_transition(&self.logs, &entry.pod, uid, runtime.ip, transition, now);
+            }
         }
         let happened: Vec<Event> = transitions
             .iter()
@@ -684,7 +747,9 @@ impl Agent {
             now,
         }));
         let statuses = desired.container_statuses.iter().chain(desired.init_container_statuses.iter()).flatten();
-        for ready in statuses.filter(|c| c.ready) {
+        let processes: HashSet<&str> =
+            runtime.all_containers().filter(|c| c.process.is_some()).map(|c| c.name.as_str()).collect();
+        for ready in statuses.filter(|c| c.ready && !processes.contains(c.name.as_str())) {
             self.logs.ready(uid, &ready.name, now, || format!("[kube-sim] container {} is ready", ready.name));
         }
         let servers = desired_endpoints(&entry.pod, runtime, &behaviour, &self.logs);
@@ -832,7 +897,16 @@ fn wants_scheduling(entry: &PodEntry) -> bool {
         && !entry.terminal()
 }
 
-/// The servers the pod's running containers provide.
+/// Whether a transition is one of a container running as a process.
+fn is_process(runtime: &PodRuntime, transition: &Transition) -> bool {
+    let name = match transition {
+        Transition::Started { container, .. }
+        | Transition::Killing { container, .. }
+        | Transition::BackOff { container, .. } => container,
+    };
+    runtime.all_containers().any(|c| &c.name == name && c.process.is_some())
+}
+
 /// What the container would print about a transition of its simulated life.
 fn log_transition(logs: &PodLogs, pod: &Pod, uid: &str, ip: Ipv4Addr, transition: &Transition, now: Timestamp) {
     match transition {
@@ -872,7 +946,8 @@ fn desired_endpoints(
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let mut first_running = None;
     for container in runtime.all_containers() {
-        if !matches!(container.state, State::Running { .. }) {
+        // A process serves its own ports.
+        if !matches!(container.state, State::Running { .. }) || container.process.is_some() {
             continue;
         }
         let target = LogTarget { logs: logs.clone(), pod_uid: uid.to_owned(), container: container.name.clone() };

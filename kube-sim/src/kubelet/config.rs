@@ -8,6 +8,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use super::Error;
+use super::process::images::{self, ImageMap, ImageRule};
 use super::quantity;
 
 /// Flags of the kubelet simulator; the `kube-sim` binary flattens them into its own.
@@ -79,7 +80,30 @@ pub struct KubeletConfig {
     /// writes in load tests.
     #[arg(long = "kubelet-events", default_value_t = true, action = clap::ArgAction::Set)]
     pub events: bool,
+
+    /// Run containers of IMAGE as real processes (repeatable): PATH a directory holds the image's
+    /// programs (`command[0]` is looked up there by file name), PATH a file is the program the image
+    /// runs. An image without a tag matches every tag. Containers of other images stay simulated.
+    #[arg(long = "image-map", value_name = "IMAGE=PATH")]
+    pub image_map: Vec<ImageRule>,
+
+    /// Run `busybox` and `alpine` containers with this host's tools and `python` ones with its
+    /// Python 3, as real processes.
+    #[arg(long = "host-images")]
+    pub host_images: bool,
+
+    /// Run the Helm chart's image (`ghcr.io/kourse-rs/gamedeployment-operators`) as real processes
+    /// of the operator binaries built next to this kube-sim binary (`target/debug` or `target/release`).
+    #[arg(long = "chart-images")]
+    pub chart_images: bool,
+
+    /// Where containers running as processes reach the API server (kube-sim sets it to its own address).
+    #[arg(skip)]
+    pub api_server: Option<std::net::SocketAddr>,
 }
+
+/// The repository of the Helm chart's image (`charts/gamedeployment-operators/values.yaml`).
+pub const CHART_IMAGE: &str = "ghcr.io/kourse-rs/gamedeployment-operators";
 
 const DEFAULT_NODES: u32 = 3;
 const DEFAULT_NODE_NAME_PREFIX: &str = "kube-sim-node";
@@ -106,6 +130,10 @@ impl Default for KubeletConfig {
             node_lease_interval: Duration::from_secs(10),
             api_concurrency: DEFAULT_API_CONCURRENCY,
             events: true,
+            image_map: Vec::new(),
+            host_images: false,
+            chart_images: false,
+            api_server: None,
         }
     }
 }
@@ -172,10 +200,32 @@ pub(crate) struct ValidConfig {
 }
 
 impl ValidConfig {
+    /// The images that run as processes: `--image-map` rules first, then the chart's and the host's.
+    pub fn image_map(&self) -> ImageMap {
+        let mut rules = self.raw.image_map.clone();
+        if self.raw.chart_images
+            && let Some(dir) = binaries_dir()
+        {
+            rules.push(ImageRule { image: CHART_IMAGE.into(), path: dir });
+        }
+        if self.raw.host_images {
+            rules.extend(images::host_rules());
+        }
+        ImageMap::new(rules)
+    }
+
     /// Names of the fake nodes, in registration order.
     pub fn node_names(&self) -> Vec<String> {
         (1..=self.raw.nodes).map(|i| format!("{}-{i}", self.raw.node_name_prefix)).collect()
     }
+}
+
+/// The directory of the workspace's binaries: this executable's (`target/debug`), or its parent for a
+/// test binary (`target/debug/deps`).
+fn binaries_dir() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    Some(if dir.ends_with("deps") { dir.parent()?.to_path_buf() } else { dir.to_path_buf() })
 }
 
 /// Accepts Go/humantime durations (`300ms`, `1m30s`) and bare seconds (`5`, `0.5`).

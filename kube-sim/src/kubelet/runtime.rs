@@ -33,12 +33,12 @@ pub struct Timings {
 }
 
 impl Timings {
-    fn backoff_cap(&self) -> Duration {
+    pub(super) fn backoff_cap(&self) -> Duration {
         self.crash_loop_backoff.saturating_mul(30)
     }
 
     /// Kubelet back-off: the first exit restarts at once, then 1×, 2×, 4× … the base, capped.
-    fn backoff(&self, consecutive_exits: u32) -> Duration {
+    pub(super) fn backoff(&self, consecutive_exits: u32) -> Duration {
         if consecutive_exits <= 1 {
             return Duration::ZERO;
         }
@@ -46,7 +46,7 @@ impl Timings {
         self.crash_loop_backoff.saturating_mul(factor).min(self.backoff_cap())
     }
 
-    fn scaled_grace(&self, seconds: i64) -> Duration {
+    pub(super) fn scaled_grace(&self, seconds: i64) -> Duration {
         let secs = seconds.max(0) as f64 * self.grace_period_scale;
         Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
     }
@@ -128,6 +128,20 @@ pub struct ContainerRuntime {
     pub last_termination: Option<Termination>,
     /// Exits since the container last ran long enough to reset the back-off.
     pub consecutive_exits: u32,
+    /// `Some` when the container runs as a real process (see `process`): its state is then what
+    /// the process supervisor reports, not the simulation's, and its readiness is probed.
+    pub process: Option<Probed>,
+}
+
+/// What the process supervisor knows about a container besides its state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Probed {
+    /// The readiness probe's result (or started, without one).
+    pub ready: bool,
+    /// The startup probe passed (or there is none) and the container runs.
+    pub started: bool,
+    /// The supervisor ended: nothing of this container runs or will run again.
+    pub finished: bool,
 }
 
 impl ContainerRuntime {
@@ -141,6 +155,7 @@ impl ContainerRuntime {
             state: State::Creating { at: start_at },
             last_termination: None,
             consecutive_exits: 0,
+            process: None,
         }
     }
 
@@ -165,6 +180,7 @@ impl ContainerRuntime {
             },
             last_termination: None,
             consecutive_exits: 0,
+            process: None,
         }
     }
 
@@ -364,13 +380,24 @@ impl PodRuntime {
             }
         }
         if let Some(stop_at) = self.stop_at
-            && stop_at <= now
             && !self.stopped
         {
+            // Simulated containers stop when the grace period ends; real processes when their
+            // supervisor saw them exit (it sends SIGTERM, then SIGKILL at the end of the grace period).
+            let simulated_due = stop_at <= now;
+            let mut simulated = false;
             for container in self.init_containers.iter_mut().chain(self.containers.iter_mut()) {
-                stop_container(container, stop_at);
+                if container.process.is_none() {
+                    simulated = true;
+                    if simulated_due {
+                        stop_container(container, stop_at);
+                    }
+                }
             }
-            self.stopped = true;
+            let processes_done = self.all_containers().all(|c| c.process.is_none_or(|p| p.finished));
+            if (simulated_due || !simulated) && processes_done {
+                self.stopped = true;
+            }
         }
         self.next_wake(input)
     }
@@ -387,7 +414,7 @@ impl PodRuntime {
                 wake = Some(wake.map_or(at, |w| w.min(at)));
             }
         };
-        for container in self.all_containers() {
+        for container in self.all_containers().filter(|c| c.process.is_none()) {
             let behaviour = input.behaviour.container(&container.name, input.timings.ready_delay);
             match &container.state {
                 State::Creating { at } => consider(Some(*at)),
@@ -430,7 +457,7 @@ fn advance_container(
     horizon: Timestamp,
     transitions: &mut Vec<Transition>,
 ) {
-    if container.kind == Kind::Init {
+    if container.kind == Kind::Init || container.process.is_some() {
         return;
     }
     let Some(spec) = input.spec_container(container) else {

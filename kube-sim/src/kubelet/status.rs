@@ -245,9 +245,12 @@ fn container_status(container: &ContainerRuntime, input: &StatusInput<'_>) -> Co
     let (state, ready, started) = match &container.state {
         State::Creating { .. } => (waiting("ContainerCreating", None), false, false),
         State::Running { started_at } => {
-            let ready = container.ready_at(behaviour.ready_after).is_some_and(|at| at <= input.now);
+            let (ready, started) = match container.process {
+                Some(probed) => (probed.ready, probed.started),
+                None => (container.ready_at(behaviour.ready_after).is_some_and(|at| at <= input.now), true),
+            };
             let running = ContainerStateRunning { started_at: Some(Time(*started_at)) };
-            (ContainerState { running: Some(running), ..Default::default() }, ready, true)
+            (ContainerState { running: Some(running), ..Default::default() }, ready, started)
         }
         State::Exited { termination, .. } => {
             // A completed init container stays ready, as on a kubelet.

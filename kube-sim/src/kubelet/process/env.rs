@@ -5,7 +5,7 @@
 //! pod name as `HOSTNAME`, the image's `PATH` and `HOME`). `$(NAME)` in `command` and `args`
 //! expands the same way. Pure: the ConfigMaps and Secrets it reads are fetched by the caller.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
@@ -287,11 +287,6 @@ pub fn secret_data(secret: &Secret) -> BTreeMap<String, String> {
         out.insert(k.clone(), v.clone());
     }
     out
-}
-
-/// Names of the optional sources that may be missing (the rest must exist).
-pub fn required(names: &BTreeMap<String, bool>) -> BTreeSet<&str> {
-    names.iter().filter(|(_, optional)| !**optional).map(|(name, _)| name.as_str()).collect()
 }
 
 #[cfg(test)]

@@ -36,9 +36,6 @@ pub enum VolumeContent {
     Host(PathBuf),
 }
 
-/// The service-account token the kubelet requested for the pod, by volume name.
-pub type Tokens = BTreeMap<String, String>;
-
 /// What the volume contains, or why it cannot be mounted (the kubelet's `FailedMount`).
 pub fn volume_files(
     pod: &Pod,
