@@ -88,6 +88,17 @@ fn expected_scale(registry: &Registry, pods: &[Arc<Value>]) -> i64 {
     let mut seen: BTreeMap<String, i64> = BTreeMap::new();
     for pod in pods {
         let Some(owner) = meta::owner_references(pod).iter().find(|o| o["controller"] == true) else { continue };
+        // `getPodDeployment`: a ReplicaSet's pods count their Deployment's replicas.
+        let deployment = (owner["kind"] == "ReplicaSet")
+            .then(|| registry.store.get("replicasets.apps", &object_key(meta::namespace(pod), owner["name"].as_str()?)))
+            .flatten()
+            .and_then(|rs| {
+                meta::owner_references(&rs)
+                    .iter()
+                    .find(|o| o["controller"] == true && o["kind"] == "Deployment" && o["apiVersion"] == "apps/v1")
+                    .cloned()
+            });
+        let owner = deployment.as_ref().unwrap_or(owner);
         let uid = owner["uid"].as_str().unwrap_or_default().to_string();
         if seen.contains_key(&uid) {
             continue;

@@ -1109,18 +1109,25 @@ async fn certificates_and_service_resolution_are_checked() -> Result<()> {
     let admin = reqwest::Client::new();
     let resp = admin.delete(format!("{}/kube-sim/service-addresses", sim.url())).send().await?;
     assert!(resp.status().is_success());
+    // The Service selects no pod: the endpoint controllers give it no endpoints.
     let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
     assert!(m.ends_with("failed to call webhook: Post \"https://gate.webhooks.svc:443/pods?timeout=10s\": no endpoints available for service \"gate\""), "{m}");
+    // Without a selector, its Endpoints are written by hand (the controllers' empty ones replaced).
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), "webhooks");
+    svcs.patch("gate", &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": null}}))).await?;
+    let _ = eps.delete("gate", &Default::default()).await;
     eps.create(
         &PostParams::default(),
         &serde_json::from_value(json!({"metadata": {"name": "gate"}, "subsets": [{"addresses": [{"ip": "127.0.0.1"}],
             "ports": [{"name": "https", "port": server.addr.port()}]}]}))?,
     )
     .await?;
-    assert!(
-        message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err())
+    kube_sim::testing::eventually("the hand-written Endpoints to be routed to", || async {
+        Ok(message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err())
             .ends_with("denied the request: reached")
-    );
+            .then_some(()))
+    })
+    .await?;
     // The admin API sets addresses too.
     let resp = admin
         .post(format!("{}/kube-sim/service-addresses", sim.url()))

@@ -3,7 +3,8 @@
 //! pods in `addresses`, unready ones in `notReadyAddresses`, terminating ones left out) and its
 //! `EndpointSlices` (every pod with its `ready`/`serving`/`terminating` conditions, as v1.26+
 //! write them: a terminating pod is `ready: false, serving: <ready>, terminating: true`).
-//! Services without a selector are left to their owners, as on a cluster.
+//! Services without a selector are left to their owners, as on a cluster (the controller's own
+//! slices of a Service that lost its selector go, so routing follows hand-written Endpoints).
 //!
 //! The run loop ([`super`]) applies a pod's change to its Services only after the configured
 //! propagation delay, so tests can model the moment a real cluster takes to withdraw an endpoint.
@@ -225,7 +226,20 @@ pub fn sync(registry: &Registry, ns: &str, name: &str, pods: &[Arc<Value>]) {
         }
         return;
     };
-    if selector(&svc).is_none() || meta::deletion_timestamp(&svc).is_some() {
+    if meta::deletion_timestamp(&svc).is_some() {
+        return;
+    }
+    let managed = |s: &Arc<Value>| {
+        let l = meta::labels(s);
+        let label = |k: &str| l.and_then(|l| l.get(k)).and_then(Value::as_str);
+        label(SERVICE_NAME_LABEL) == Some(name) && label(MANAGED_BY_LABEL) == Some(MANAGED_BY)
+    };
+    if selector(&svc).is_none() {
+        // Its endpoints are its owner's now: the controller's slices go, so routing follows the
+        // Endpoints written by hand.
+        for slice in io::list(registry, &slice_storage, ns).iter().filter(|s| managed(s)) {
+            io::delete(registry, "discovery.k8s.io", "v1", "endpointslices", ns, meta::name(slice), SLICE_MANAGER);
+        }
         return;
     }
     let members = members(&svc, pods);
@@ -262,14 +276,7 @@ pub fn sync(registry: &Registry, ns: &str, name: &str, pods: &[Arc<Value>]) {
     }
     // EndpointSlices.
     let slice_labels = labels_for(&svc, &[(SERVICE_NAME_LABEL, name), (MANAGED_BY_LABEL, MANAGED_BY)]);
-    let mut existing: Vec<Arc<Value>> = io::list(registry, &slice_storage, ns)
-        .into_iter()
-        .filter(|s| {
-            let l = meta::labels(s);
-            let label = |k: &str| l.and_then(|l| l.get(k)).and_then(Value::as_str);
-            label(SERVICE_NAME_LABEL) == Some(name) && label(MANAGED_BY_LABEL) == Some(MANAGED_BY)
-        })
-        .collect();
+    let mut existing: Vec<Arc<Value>> = io::list(registry, &slice_storage, ns).into_iter().filter(managed).collect();
     existing.sort_by(|a, b| meta::name(a).cmp(meta::name(b)));
     let mut existing = existing.into_iter();
     for (ports, endpoints) in slices(&svc, &members) {

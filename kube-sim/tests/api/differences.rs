@@ -115,21 +115,31 @@ async fn streaming_subresources_are_not_served() -> Result<()> {
     Ok(())
 }
 
-/// Real: workload controllers (Deployment, ReplicaSet, StatefulSet, Job, endpoints) act on
-/// these objects. kube-sim runs only the garbage collector and the namespace, service account
-/// and CRD controllers; a Deployment never gets pods or status.
+/// Real: every workload controller acts on its objects. kube-sim runs the Deployment, ReplicaSet
+/// and endpoint controllers (`cluster` tests `workloads::`) beside the garbage collector and the
+/// namespace, service account and CRD controllers; a StatefulSet, DaemonSet or Job never gets pods
+/// or status.
 #[tokio::test]
-async fn workload_controllers_do_not_run() -> Result<()> {
+async fn other_workload_controllers_do_not_run() -> Result<()> {
     let sim = sim().await?;
     let raw = Raw::new(&sim);
+    let template =
+        json!({"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let s = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "selector": {"matchLabels": {"app": "db"}}, "template": template}});
+    assert_eq!(raw.post("/apis/apps/v1/namespaces/default/statefulsets", &s).await?.status, 201);
     let d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
         "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
     assert_eq!(raw.post("/apis/apps/v1/namespaces/default/deployments", &d).await?.status, 201);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The Deployment's pod appears; by then the StatefulSet's would have too.
     let pods: Api<Pod> = Api::default_namespaced(sim.client().await);
-    assert!(pods.list(&ListParams::default()).await?.items.is_empty());
+    kube_sim::testing::eventually("the Deployment's pod", || async {
+        Ok((!pods.list(&ListParams::default().labels("app=web")).await?.items.is_empty()).then_some(()))
+    })
+    .await?;
+    assert!(pods.list(&ListParams::default().labels("app=db")).await?.items.is_empty());
     assert!(
-        raw.get("/apis/apps/v1/namespaces/default/deployments/web")
+        raw.get("/apis/apps/v1/namespaces/default/statefulsets/db")
             .await?
             .body
             .get("status")
