@@ -14,3 +14,4 @@ mod kubelet_lifecycle;
 mod kubelet_logs;
 mod kubelet_processes;
 mod kubelet_scale;
+mod workloads;
