@@ -219,6 +219,15 @@ mod tests {
         );
     }
 
+    /// kube-controller-manager spreads a resize in the middle of a rollout over the ReplicaSets in
+    /// proportion to their size (`scale`); kube-sim lets the rolling steps absorb it: the new
+    /// ReplicaSet takes the added replicas.
+    #[test]
+    fn a_resize_mid_rollout_goes_to_the_new_replica_set() {
+        let step = rolling_step(8, None, &rs("new", "2", 2, 2), &[rs("old", "1", 3, 3)]);
+        assert_eq!(step, vec![Scale { name: "new".into(), from: 2, to: 7 }]);
+    }
+
     #[test]
     fn recreate_waits_for_old_pods_to_finish() {
         let old = [rs("old", "1", 2, 2)];
