@@ -60,6 +60,19 @@ impl Columns {
     pub const fn new(desired: i64, updated: i64, updated_ready: i64, ready: i64, total: i64) -> Self {
         Self { desired, updated, updated_ready, ready, total }
     }
+
+    /// The columns `kubectl get gamedeployment` prints for `gd` (the CRD's printer columns' JSONPaths), for a
+    /// GameDeployment seen on a watch ([`crate::observe::Observer`]) rather than read with `kubectl`.
+    pub fn of(gd: &common::api::GameDeployment) -> Self {
+        let status = gd.status.clone().unwrap_or_default();
+        Self {
+            desired: i64::from(gd.spec.replicas.unwrap_or(0)),
+            updated: i64::from(status.updated_replicas),
+            updated_ready: i64::from(status.updated_ready_replicas),
+            ready: i64::from(status.ready_replicas),
+            total: i64::from(status.replicas),
+        }
+    }
 }
 
 /// Reads the printer columns with the real `kubectl get gamedeployment`, checking the header is the walkthrough's.

@@ -19,6 +19,7 @@ pub mod gate;
 pub mod hint_commands;
 pub mod hook;
 pub mod manifests;
+pub mod observe;
 pub mod players;
 pub mod sandbox;
 

@@ -9,8 +9,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::api::{GameDeployment, HookPhase, HookRun};
 use e2e::gamedeployment::Columns;
+use e2e::observe::{Observed, Observer};
 use e2e::{Cluster, Operator, helm, wait_for};
+use k8s_openapi::api::events::v1::Event;
 use kube_sim::{FaultConfig, FaultRule};
 use serde_json::{Value, json};
 
@@ -20,6 +23,9 @@ const GD: &str = "test-gamedeployment";
 const LONG: Duration = Duration::from_secs(240);
 /// How long one removal case may take to show its Forbidden error (generous for a loaded 2-core machine).
 const CASE_DEADLINE: Duration = Duration::from_secs(120);
+/// How long a removal case waits for a step of the scenario to settle before driving it on regardless (the
+/// missing rule may be what stops it).
+const STEP: Duration = Duration::from_secs(15);
 const NEW_IMAGE: &str =
     r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
 
@@ -88,17 +94,56 @@ impl Harness {
         }
     }
 
-    /// Operator logs since the last start, Events and HookRun status messages in `ns`.
-    async fn evidence(&self, ns: &str) -> String {
+    /// Operator logs since the last start, and every version of the Events and HookRuns `watches` saw (a run's
+    /// status message lasts only until the finished-run TTL collects it: the watch keeps it).
+    fn evidence(&self, watches: &Watches) -> String {
         let mut all = String::new();
         for (op, mark) in self.running.iter().zip(&self.log_marks) {
             all.push_str(op.logs().get(*mark..).unwrap_or(""));
         }
-        for resource in ["events", "hookruns"] {
-            all.push_str(&self.cluster.kubectl(&["-n", ns, "get", resource, "-o", "json"]).await.stdout);
+        for event in watches.events.versions() {
+            all.push_str(&serde_json::to_string(&event.object).unwrap_or_default());
+        }
+        for run in watches.runs.versions() {
+            all.push_str(&serde_json::to_string(&run.object).unwrap_or_default());
         }
         all
     }
+}
+
+/// Watches on one scenario's namespace, started before the scenario: what the tests look for is observed, not
+/// polled for, so a state that does not last (a run's phase before it is collected) cannot be missed.
+struct Watches {
+    runs: Observer<HookRun>,
+    events: Observer<Event>,
+    gamedeployments: Observer<GameDeployment>,
+}
+
+impl Watches {
+    async fn start(cluster: &Cluster, ns: &str) -> Self {
+        Self {
+            runs: Observer::namespaced(cluster, ns).await,
+            events: Observer::namespaced(cluster, ns).await,
+            gamedeployments: Observer::namespaced(cluster, ns).await,
+        }
+    }
+
+    /// The printer columns of the GameDeployment at its last observed version.
+    fn columns(&self) -> Option<Columns> {
+        self.gamedeployments.current().iter().find(|g| g.metadata.name.as_deref() == Some(GD)).map(Columns::of)
+    }
+
+    async fn wait_gd(&self, want: Columns) {
+        self.gamedeployments
+            .wait_state(&format!("{GD} to show {want:?}"), LONG, |gds| {
+                gds.iter().any(|g| g.metadata.name.as_deref() == Some(GD) && Columns::of(g) == want).then_some(())
+            })
+            .await;
+    }
+}
+
+fn phase(run: &Observed<HookRun>) -> Option<HookPhase> {
+    run.object.status.as_ref()?.phase
 }
 
 async fn write(cluster: &Cluster, name: &str, text: &str) -> String {
@@ -112,37 +157,6 @@ async fn token_kubeconfig(cluster: &Cluster, account: &str) -> PathBuf {
     let path = cluster.dir().join(format!("kubeconfig-{account}"));
     cluster.sim().write_kubeconfig_for_token(&path, token.trim()).expect("token kubeconfig written");
     path
-}
-
-async fn columns(cluster: &Cluster, ns: &str) -> Option<Columns> {
-    let out = cluster.kubectl(&["-n", ns, "get", "gamedeployment", GD, "--no-headers"]).await;
-    let row: Vec<i64> = out.stdout.split_whitespace().skip(1).take(5).filter_map(|v| v.parse().ok()).collect();
-    (out.success && row.len() == 5).then(|| Columns::new(row[0], row[1], row[2], row[3], row[4]))
-}
-
-async fn wait_gd(cluster: &Cluster, ns: &str, want: Columns) {
-    wait_for(&format!("{ns}/{GD} to show {want:?}"), LONG, || async move {
-        (columns(cluster, ns).await == Some(want)).then_some(())
-    })
-    .await;
-}
-
-async fn run_names(cluster: &Cluster, ns: &str) -> Vec<(String, String)> {
-    let out = cluster.kubectl(&["-n", ns, "get", "hookrun", "-o", "json"]).await;
-    let list: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
-    list["items"]
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|r| {
-                    let name = r["metadata"]["name"].as_str().unwrap_or("").to_string();
-                    let phase = r["status"]["phase"].as_str().unwrap_or("").to_string();
-                    (name, phase)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Sets up namespace `ns` for a scenario: the success template, a target pod and the kubernetes-metric HookRun.
@@ -159,19 +173,37 @@ async fn prepare(cluster: &Cluster, ns: &str) {
     .await;
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &run]).await;
     // With a claim template, so the claim verbs are used: claims created with each pod, deleted on scale-in.
-    let example = std::fs::read_to_string(e2e::repo_root().join("examples/gamedeployment.yaml")).expect("example");
     let with_claims = format!(
-        "{example}  volumeClaimTemplates:\n    - metadata:\n        name: data\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources:\n          requests:\n            storage: 1Gi\n"
+        "{}  volumeClaimTemplates:\n    - metadata:\n        name: data\n      spec:\n        accessModes: [ReadWriteOnce]\n        resources:\n          requests:\n            storage: 1Gi\n",
+        quick_example()
     );
     let gd = write(cluster, &format!("gamedeployment-{ns}.yaml"), &with_claims).await;
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &gd]).await;
 }
 
-/// The compact walkthrough with the full chart RBAC, asserted to complete.
+/// `examples/gamedeployment.yaml` with its waits shortened: `minReadySeconds` 1 instead of 30 and an in-place
+/// update's `gracePeriodSeconds` 1 instead of 30. The requests the operators send are the same (the RBAC is what
+/// this suite is about); with the example's 30 s each, an in-place update of 5 pods two at a time spent minutes
+/// waiting for pods to become available.
+fn quick_example() -> String {
+    let example = std::fs::read_to_string(e2e::repo_root().join("examples/gamedeployment.yaml")).expect("example");
+    assert!(example.contains("  minReadySeconds: 30\n") && example.contains("      gracePeriodSeconds: 30\n"));
+    example.replacen("  minReadySeconds: 30\n", "  minReadySeconds: 1\n", 1).replacen(
+        "      gracePeriodSeconds: 30\n",
+        "      gracePeriodSeconds: 1\n",
+        1,
+    )
+}
+
+/// The compact walkthrough with the full chart RBAC, asserted to complete. Each result is observed on watches
+/// started before the scenario: the drain-flag run is collected 2 s after it succeeds (`--finished-run-ttl`) and a
+/// pre-delete run goes with its pod, so a poll can miss both phases on a loaded machine.
 async fn walkthrough(cluster: &Cluster, ns: &str) {
+    let watches = Watches::start(cluster, ns).await;
     prepare(cluster, ns).await;
-    wait_for("the kubernetes-metric HookRun to succeed", LONG, || async {
-        run_names(cluster, ns).await.iter().any(|(n, p)| n == "drain-flag" && p == "Successful").then_some(())
+    let runs = &watches.runs;
+    runs.wait("the kubernetes-metric HookRun to succeed", LONG, |run| {
+        (run.name() == "drain-flag" && phase(run) == Some(HookPhase::Successful)).then_some(())
     })
     .await;
     let annotation = cluster
@@ -187,27 +219,26 @@ async fn walkthrough(cluster: &Cluster, ns: &str) {
         .await;
     assert_eq!(annotation, "draining");
     // The hook-operator deletes the finished ownerless run itself (`--finished-run-ttl 2s`).
-    wait_for("the finished drain-flag HookRun to be collected", LONG, || async {
-        run_names(cluster, ns).await.iter().all(|(n, _)| n != "drain-flag").then_some(())
+    runs.wait("the finished drain-flag HookRun to be collected", LONG, |run| {
+        (run.name() == "drain-flag" && run.deleted).then_some(())
     })
     .await;
-    wait_gd(cluster, ns, Columns::new(6, 6, 6, 6, 6)).await;
+    watches.wait_gd(Columns::new(6, 6, 6, 6, 6)).await;
 
     cluster.kubectl_ok(&["-n", ns, "scale", "--replicas=5", &format!("gamedeployment/{GD}")]).await;
-    let (run, _) = wait_for("a pre-delete HookRun to succeed", LONG, || async {
-        run_names(cluster, ns).await.into_iter().find(|(n, p)| n.starts_with("predelete-") && p == "Successful")
-    })
-    .await;
-    wait_gd(cluster, ns, Columns::new(5, 5, 5, 5, 5)).await;
-    wait_for("the pre-delete HookRun to be removed", LONG, || async {
-        run_names(cluster, ns).await.iter().all(|(n, _)| n != &run).then_some(())
-    })
-    .await;
+    let run = runs
+        .wait("a pre-delete HookRun to succeed", LONG, |run| {
+            (run.name().starts_with("predelete-") && phase(run) == Some(HookPhase::Successful))
+                .then(|| run.uid().to_string())
+        })
+        .await;
+    watches.wait_gd(Columns::new(5, 5, 5, 5, 5)).await;
+    runs.wait("the pre-delete HookRun to be removed", LONG, |seen| (seen.uid() == run && seen.deleted).then_some(()))
+        .await;
 
     cluster.kubectl_ok(&["-n", ns, "patch", "gamedeployment", GD, "--type=json", "-p", NEW_IMAGE]).await;
-    wait_gd(cluster, ns, Columns::new(5, 3, 3, 5, 5)).await;
-    wait_for("every HookRun to be removed", LONG, || async { run_names(cluster, ns).await.is_empty().then_some(()) })
-        .await;
+    watches.wait_gd(Columns::new(5, 3, 3, 5, 5)).await;
+    runs.wait_state("every HookRun to be removed", LONG, |all| all.is_empty().then_some(())).await;
     let images = cluster
         .kubectl_ok(&[
             "-n",
@@ -320,8 +351,9 @@ async fn operators_need_exactly_the_chart_rbac() {
 
     // With exactly the chart's RBAC, the walkthrough completes.
     h.start().await;
+    let watches = Watches::start(&h.cluster, "walkthrough").await;
     walkthrough(&h.cluster, "walkthrough").await;
-    let logs = h.evidence("walkthrough").await;
+    let logs = h.evidence(&watches);
     assert!(!logs.contains("Forbidden") && !logs.contains("forbidden"), "no request was refused:\n{logs}");
 
     // Removing any one rule shows a Forbidden error naming it.
@@ -346,11 +378,14 @@ async fn operators_need_exactly_the_chart_rbac() {
         h.cluster.kubectl(&["-n", NS, "delete", "lease", "--all"]).await;
         let ns = format!("case-{case}");
         h.start().await;
+        let watches = Watches::start(&h.cluster, &ns).await;
         prepare(&h.cluster, &ns).await;
         let start = Instant::now();
-        let mut step = 0;
+        // Drive the scenario on as soon as each step has settled (or, when the missing rule stops it, after
+        // `STEP`): scale in once the 6 pods are ready, then update in place once the scale-in is done.
+        let mut step = (0, Instant::now());
         let found = loop {
-            let text = h.evidence(&ns).await;
+            let text = h.evidence(&watches);
             if let Some(found) = names_rule(&text, &rule) {
                 break found;
             }
@@ -358,14 +393,14 @@ async fn operators_need_exactly_the_chart_rbac() {
                 start.elapsed() < CASE_DEADLINE,
                 "without rule {rule} of {role}, no Forbidden error naming it appeared:\n{text}"
             );
-            // Drive the scenario on: scale in, then update in place, a few seconds apart.
-            let elapsed = start.elapsed();
-            if step == 0 && elapsed > Duration::from_secs(15) {
+            let columns = watches.columns();
+            let settled = |want: Columns| columns == Some(want) || step.1.elapsed() > STEP;
+            if step.0 == 0 && settled(Columns::new(6, 6, 6, 6, 6)) {
                 h.cluster.kubectl(&["-n", &ns, "scale", "--replicas=5", &format!("gamedeployment/{GD}")]).await;
-                step = 1;
-            } else if step == 1 && elapsed > Duration::from_secs(30) {
+                step = (1, Instant::now());
+            } else if step.0 == 1 && settled(Columns::new(5, 5, 5, 5, 5)) {
                 h.cluster.kubectl(&["-n", &ns, "patch", "gamedeployment", GD, "--type=json", "-p", NEW_IMAGE]).await;
-                step = 2;
+                step = (2, Instant::now());
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         };

@@ -46,6 +46,7 @@ mod inplace_surge;
 mod kubectl_gd;
 mod leader_partition;
 mod lifecycle_handlers;
+mod observe;
 mod own_pods;
 mod plan;
 mod pod_gate_webhook;
