@@ -394,10 +394,10 @@ async fn endpoints_follow_readiness_after_the_propagation_delay() -> Result<()> 
     pods.delete(&victim, &DeleteParams { grace_period_seconds: Some(600), ..DeleteParams::default() }).await?;
     let seen = tokio::time::timeout(Duration::from_secs(120), async {
         while let Some(ev) = stream.next().await {
-            if let WatchEvent::Modified(s) = ev? {
-                if let Some(e) = slice_conditions(&s).into_iter().find(|e| e.0 == victim && e.3) {
-                    return anyhow::Ok((e, tokio::time::Instant::now()));
-                }
+            if let WatchEvent::Modified(s) = ev?
+                && let Some(e) = slice_conditions(&s).into_iter().find(|e| e.0 == victim && e.3)
+            {
+                return anyhow::Ok((e, tokio::time::Instant::now()));
             }
         }
         bail!("watch ended")
