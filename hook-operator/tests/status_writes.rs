@@ -64,11 +64,11 @@ async fn progress_writes_stay_within_the_budget_and_every_run_gets_its_turn() {
     sim.shutdown().await;
 }
 
-/// `--status-write-interval` also holds a new run's first write: a run that completes within it writes its status
-/// once (the completion, carrying its measurements), and a long-running run shows `Running` with its first
-/// measurements once the interval is over — not before.
+/// A new run's first write (`Running`) goes before its first measurement, whatever `--status-write-interval` says
+/// (durability: a process that meets the run later knows it may have been measured, see `engine::lost`), so a run
+/// that completes within the interval writes its status twice: `Running`, then its completion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_completed_within_the_write_interval_writes_its_status_once() {
+async fn a_run_writes_running_before_it_measures_and_then_its_completion() {
     const INTERVAL: Duration = Duration::from_secs(4);
     let (sim, client) = cluster().await;
     let url = format!("http://{}/", endpoint().await);
@@ -80,7 +80,6 @@ async fn a_run_completed_within_the_write_interval_writes_its_status_once() {
         let run = hookrun(&format!("quick{i}"), &url, "asInt(result) > 30", Some(1), None);
         runs.create(&PostParams::default(), &run).await.unwrap();
     }
-    let created = Instant::now();
     runs.create(&PostParams::default(), &hookrun("forever", &url, "asInt(result) > 30", None, None)).await.unwrap();
     wait_for("every quick run to be Successful", DEADLINE, || async {
         let list = runs.list(&Default::default()).await.ok()?;
@@ -91,18 +90,11 @@ async fn a_run_completed_within_the_write_interval_writes_its_status_once() {
         (done.count() == RUNS).then_some(())
     })
     .await;
-    let running = wait_for("the long run to be Running", DEADLINE, || async {
+    wait_for("the long run to be Running", DEADLINE, || async {
         let run = runs.get("forever").await.ok()?;
-        let status = run.status?;
-        (status.phase == Some(HookPhase::Running)).then_some(status)
+        (run.status?.phase == Some(HookPhase::Running)).then_some(())
     })
     .await;
-    let shown_after = created.elapsed();
-    assert!(shown_after >= INTERVAL, "Running written {shown_after:?} after the run was created, within the interval");
-    assert!(
-        running.metric_results.first().is_some_and(|m| m.successful >= 1),
-        "the first write carries what was measured meanwhile: {running:?}"
-    );
     let audit = sim.audit_since(from);
     let status_writes = |name: &str| {
         audit
@@ -112,7 +104,7 @@ async fn a_run_completed_within_the_write_interval_writes_its_status_once() {
             .count()
     };
     for i in 0..RUNS {
-        assert_eq!(status_writes(&format!("quick{i}")), 1, "quick{i}: only its completion is written");
+        assert_eq!(status_writes(&format!("quick{i}")), 2, "quick{i}: Running, then its completion");
     }
     shutdown.trigger();
     sim.shutdown().await;

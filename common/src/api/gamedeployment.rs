@@ -654,6 +654,9 @@ pub enum HookReleaseReason {
     OnFailure,
     /// A person asked to skip the hook for this pod (the pod annotation `gamedeployment.tkex.tencent.com/skip-hook`).
     Skipped,
+    /// The run that opened the gate was ended by `spec.terminate` (a patch of the HookRun, e.g. `kubectl gd
+    /// skip-hook`), not measured to success; the condition's message names who set it.
+    Terminated,
 }
 
 impl HookReleaseReason {
@@ -664,6 +667,7 @@ impl HookReleaseReason {
             Self::SoftDeadline => "soft_deadline",
             Self::OnFailure => "on_failure",
             Self::Skipped => "skipped",
+            Self::Terminated => "terminated",
         }
     }
 }

@@ -128,6 +128,9 @@ pub struct HookGate {
     pub foreign: Vec<(String, String)>,
     /// The run that decided was terminated by a person (`spec.terminate: true`) rather than measured to success.
     pub terminated: bool,
+    /// The terminated run's completion message: the hook-operator names there who set `spec.terminate` (the field
+    /// manager of its `managedFields` entry), so the Event and the GameDeployment's status can say it.
+    pub terminated_by: Option<String>,
     /// The gate let the pod go *without* a successful hook (`hookPolicy` deadline or fallback, a skip annotation):
     /// why, and the message for the condition and the Event.
     pub released: Option<(HookReleaseReason, String)>,

@@ -256,6 +256,9 @@ impl<'a> Ask<'a> {
         let terminated = phase == HookPhase::Successful && latest.run.spec.terminate;
         let mut hook = self.decided_hook(&latest, None, recheck_at);
         hook.terminated = terminated;
+        if terminated {
+            hook.terminated_by = latest.run.status.as_ref().and_then(|s| s.message.clone());
+        }
         Verdict { decision, hook: Some(hook) }
     }
 
@@ -290,6 +293,7 @@ impl<'a> Ask<'a> {
             problem,
             foreign,
             terminated: false,
+            terminated_by: None,
             released: None,
             recheck_at: None,
         }
@@ -311,6 +315,7 @@ impl<'a> Ask<'a> {
             problem: None,
             foreign: latest.forged.clone(),
             terminated: false,
+            terminated_by: None,
             released,
             recheck_at,
         }

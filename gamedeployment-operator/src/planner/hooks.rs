@@ -47,9 +47,12 @@ pub(crate) fn records_expire_at(status: &GameDeploymentStatus) -> Option<k8s_ope
         .min()
 }
 
-/// Entries released this pass (`new`) that `old` did not show yet: a Warning Event each, once.
+/// Entries released this pass (`new`) that `old` did not show yet: a Warning Event each, once. A terminated run's
+/// release has its own Event (`HookRunTerminated`, planned where the gate let the pod go).
 fn announce_releases(old: &ByPod<'_>, new: &[HookCondition], infos: &[PodInfo<'_>], events: &mut Vec<PlannedEvent>) {
-    for entry in new.iter().filter(|e| e.released_by.is_some()) {
+    let announced =
+        |e: &&HookCondition| e.released_by.is_some_and(|reason| reason != common::api::HookReleaseReason::Terminated);
+    for entry in new.iter().filter(announced) {
         let known = old.of_pod(&entry.pod_name).any(|o| o.released_by.is_some() && o.hook_run == entry.hook_run);
         if !known {
             events.push(about_pod(

@@ -137,15 +137,26 @@ impl Draft {
                     ));
                 }
                 if hook.terminated {
-                    self.events.push(PlannedEvent::warning(
-                        "HookRunTerminated",
-                        format!(
-                            "pod {}: released because HookRun {} was terminated (spec.terminate: true), not because its \
-                             hook succeeded",
-                            info.name, hook.run_name
-                        ),
-                    )
-                    .about_pod(&info.pod_ref()));
+                    let by = hook.terminated_by.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
+                    let message = format!(
+                        "pod {}: released because HookRun {} was terminated (spec.terminate: true){by}, not because its \
+                         hook succeeded",
+                        info.name, hook.run_name
+                    );
+                    // Recorded in the GameDeployment's status like every release without a successful hook.
+                    self.released.push((
+                        hook.kind,
+                        common::api::HookCondition {
+                            pod_name: info.name.to_string(),
+                            start_time: hook.started.clone(),
+                            phase: hook.phase,
+                            hook_run: Some(hook.run_name.clone()),
+                            message: Some(message.clone()),
+                            released_by: Some(common::api::HookReleaseReason::Terminated),
+                            released_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(settings.now)),
+                        },
+                    ));
+                    self.events.push(PlannedEvent::warning("HookRunTerminated", message).about_pod(&info.pod_ref()));
                 }
                 self.passed_runs.insert(hook.run_name);
             }

@@ -8,6 +8,7 @@
 
 pub mod gc;
 pub mod shards;
+pub mod terminate;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -132,6 +133,10 @@ fn event_for(note: &Note) -> EventNote {
             "MeasurementError".to_string(),
             format!("metric {metric:?}: a measurement failed (the run keeps retrying): {message}"),
         ),
+        // A person (or a client) ended it: a Warning naming who (see `terminate`), whatever the phase.
+        Note::RunCompleted { phase, message } if message.starts_with("terminated (spec.terminate)") => {
+            (true, "HookRunTerminated".to_string(), format!("hook completed {phase}: {message}"))
+        }
         Note::RunCompleted { phase, message } => {
             (*phase != HookPhase::Successful, format!("HookRun{phase}"), format!("hook completed {phase}: {message}"))
         }
@@ -215,6 +220,9 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         return Ok(requeue_at(wake_at));
     }
     let mut round = ctx.dispatcher.plan(run, Timestamp::now());
+    if round.changed && round.plan.completed {
+        name_terminator(ctx, &mut round).await;
+    }
     // Coalesced writes (`Dispatcher::write_now`): phase changes, completions and measurements that were not Successful
     // (with the counters they move) at once, so they are stored before `commit` below starts the next measurement;
     // successes of a running run at most once per --status-write-interval per run and --max-status-writes-per-second
@@ -241,6 +249,31 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     Ok(requeue_at(round.plan.wake_at))
+}
+
+/// A run completing because of `spec.terminate` names who set it, in its message and its Event ([`terminate`]): one
+/// read of the run with its `managedFields`, only then. Without an answer the completion goes as planned.
+async fn name_terminator(ctx: &Arc<Context>, round: &mut Round) {
+    const TERMINATED: &str = "terminated (spec.terminate)";
+    if !round.run.spec.terminate || round.plan.status.message.as_deref() != Some(TERMINATED) {
+        return;
+    }
+    let api: Api<HookRun> = Api::namespaced(ctx.client.clone(), &round.id.namespace);
+    let by = match api.get(&round.id.name).await {
+        Ok(run) => terminate::terminated_by(run.metadata.managed_fields.as_deref().unwrap_or_default()),
+        Err(e) => {
+            tracing::warn!(run = %round.id.name, namespace = %round.id.namespace, error = %e,
+                "reading who terminated the run failed; its completion does not name them");
+            None
+        }
+    };
+    let message = terminate::name_in(TERMINATED, by.as_deref());
+    round.plan.status.message = Some(message.clone());
+    for note in &mut round.plan.notes {
+        if let Note::RunCompleted { message: note, .. } = note {
+            *note = message.clone();
+        }
+    }
 }
 
 /// The round's notes: Events on the object as written (or as planned on), a measurement error only when

@@ -23,6 +23,8 @@ pub(super) struct Armed {
     pub(super) index: usize,
     pub(super) due: Timestamp,
     pub(super) taken_before: i32,
+    /// A retake ([`crate::engine::lost`]): its outcome counts only against the run.
+    pub(super) retake: bool,
 }
 
 /// Decrements a gauge when dropped, so aborted tasks are accounted for too.
@@ -80,7 +82,12 @@ impl Dispatcher {
                 }
             };
             let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            let armed = Armed { index: start.index, due: start.due, taken_before: start.taken_before };
+            let armed = Armed {
+                index: start.index,
+                due: start.due,
+                taken_before: start.taken_before,
+                retake: slot.retakes.contains(&start.metric),
+            };
             let task = tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token));
             let entry = InFlight { token, task: Some(task.abort_handle()), generation, due: start.due };
             slot.in_flight.insert(start.metric.clone(), entry);
@@ -107,6 +114,11 @@ impl Dispatcher {
         drop(permit);
         drop(namespace_permit);
         self.count(&id, &metric.name, &taken);
+        let taken = if start.retake {
+            measure::Taken { measurement: crate::engine::lost::retake(taken.measurement), ..taken }
+        } else {
+            taken
+        };
         self.deliver(&id, &metric.name, token, start.taken_before, taken);
     }
 
@@ -195,6 +207,7 @@ impl Dispatcher {
             match slots.get_mut(&*id.uid) {
                 Some(slot) if slot.in_flight.get(metric).is_some_and(|f| f.token == token) => {
                     slot.in_flight.remove(metric);
+                    slot.retakes.retain(|m| m != metric);
                     slot.finished.push(Finished {
                         id: token,
                         metric: metric.to_string(),

@@ -66,9 +66,16 @@ impl Dispatcher {
         // Looked up by reference: the uid is copied only for a run not tracked yet.
         let slot = match slots.get_mut(&*uid) {
             Some(slot) => slot,
-            None => slots
-                .entry(uid.into_owned())
-                .or_insert_with(|| Slot { first_seen: Some(Instant::now()), ..Slot::default() }),
+            None => {
+                // Met for the first time by this process: a predecessor may have taken a measurement it never stored.
+                let retakes = engine::lost::possibly_taken(&run.spec, run.status.as_ref(), now, &self.inner.settings);
+                if !retakes.is_empty() {
+                    tracing::info!(run = ?run.metadata.name, namespace = ?run.metadata.namespace, metrics = ?retakes,
+                        "a measurement was due before this process took the run over and its outcome may be lost; \
+                         the next measurement of each metric counts only against the run");
+                }
+                slots.entry(uid.into_owned()).or_insert_with(|| Slot { retakes, ..Slot::default() })
+            }
         };
         let id = slot.id_for(&run);
         let run = slot.newest(run);

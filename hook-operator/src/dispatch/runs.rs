@@ -82,8 +82,9 @@ pub(super) struct Slot {
     pub(super) last_write: Option<(String, Arc<HookRun>)>,
     /// When the status was last written, for coalescing writes.
     pub(super) last_write_at: Option<Instant>,
-    /// When this process first planned the run: its first write (`Running`) is due `min_interval` later.
-    pub(super) first_seen: Option<Instant>,
+    /// Metrics whose next measurement is a retake ([`crate::engine::lost`]): a previous process may have taken one
+    /// and lost its outcome. Cleared when the retake is delivered.
+    pub(super) retakes: Vec<String>,
     /// Progress recorded by a round and not written yet (it waits for the write budget).
     pub(super) unwritten: Option<Unwritten>,
     /// The write budget granted this run its progress write: its next round writes.

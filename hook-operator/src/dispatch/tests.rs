@@ -131,11 +131,8 @@ fn successful(round: &Round) -> i32 {
 }
 
 /// The first round of `obj`, written: the API server returned it with resourceVersion `rv`.
-/// The run's first round is taken as long past, so its first write is due (see
-/// `a_new_run_writes_running_with_its_first_progress_or_only_its_completion` for the wait).
 fn first_write(d: &Dispatcher, obj: &HookRun, rv: &str) -> HookRun {
     let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
-    d.slots().get_mut(&*round.id.uid).expect("tracked").first_seen = None;
     assert!(round.changed && d.write_now(&round), "the first write is due");
     let mut written = obj.clone();
     written.metadata.resource_version = Some(rv.into());
@@ -236,27 +233,20 @@ async fn status_writes_of_a_running_run_are_coalesced() {
 /// A measurement that is not Successful, and the counters it moves, are written before the run measures again
 /// (the caller writes before [`Dispatcher::commit`] starts the next measurement): a restart between it and a
 /// batched write would measure again and lose it, and `count: 3, failureLimit: 1` could record S F S for F S F
-/// and end Successful. Also before a new run's first write, and without a token. A success that ends an error
-/// streak is written too (it resets `consecutiveError`); other successes still wait for the budget.
+/// and end Successful. Without a token. A success that ends an error streak is written too (it resets
+/// `consecutiveError`); other successes still wait for the budget.
 #[tokio::test]
 async fn a_measurement_that_is_not_successful_is_written_before_the_next_one() {
     let d = dispatcher().with_status_writes(std::time::Duration::from_secs(60), 1);
     let mut obj = running("a", "1");
     let metric = &mut obj.spec.metrics[0];
     (metric.failure_limit, metric.inconclusive_limit, metric.consecutive_error_limit) = (5, 5, Some(5));
-    // A new run: its first write waits, unless what it recorded is a failure.
-    let mut first = d.plan(Arc::new(obj.clone()), Timestamp::now());
-    assert!(!d.write_now(&first));
-    d.commit_unwritten(&mut first);
-    finish_as(&d, "uid-a", 100, 0, HookPhase::Failed);
-    let round = d.plan(Arc::new(obj.clone()), Timestamp::now());
-    assert_eq!(round.plan.status.phase, Some(HookPhase::Running), "still running: no phase change");
-    assert!(round.changed && d.write_now(&round), "a failure is written before the first write is due");
-    let mut stored = written(&round, "2");
-    d.commit(&round, Some(Arc::new(stored.clone())));
+    // A new run: its first write (`Running`) goes before its first measurement.
+    let mut stored = first_write(&d, &obj, "2");
     // The budget's only token is taken: durability needs none.
     assert!(d.budget().take(Instant::now()));
     let steps = [
+        (HookPhase::Failed, true, "a failure"),
         (HookPhase::Successful, false, "a success waits"),
         (HookPhase::Failed, true, "a failure"),
         (HookPhase::Inconclusive, true, "an inconclusive measurement"),
@@ -286,47 +276,53 @@ async fn a_measurement_that_is_not_successful_is_written_before_the_next_one() {
     d.forget("uid-a");
 }
 
-/// A new run's first write (`Running`, `startedAt`) waits `min_interval` from its first round, outside the
-/// budget, and carries what was measured meanwhile; a run that completes sooner writes only its completion.
+/// A new run's first write (`Running`, `startedAt`) goes at once, outside the budget, before its first
+/// measurement starts: a process that meets the run later knows it may have been measured (`engine::lost`).
 #[tokio::test(start_paused = true)]
-async fn a_new_run_writes_running_with_its_first_progress_or_only_its_completion() {
+async fn a_new_run_writes_running_before_its_first_measurement() {
     let d = dispatcher().with_status_writes(std::time::Duration::from_secs(1), 1);
     // The budget's only token is taken: the first write must not need one.
     assert!(d.budget().take(Instant::now()));
-    let obj = running("a", "1");
-    let mut first = d.plan(Arc::new(obj.clone()), Timestamp::now());
+    let mut obj = running("a", "1");
+    obj.spec.metrics[0].initial_delay = None;
+    let first = d.plan(Arc::new(obj.clone()), Timestamp::now());
     assert!(first.changed && first.plan.status.phase == Some(HookPhase::Running));
-    assert!(!d.write_now(&first), "the first write waits --status-write-interval");
-    d.commit_unwritten(&mut first);
-    assert!(d.budget().queue.is_empty(), "it waits outside the progress budget");
-    let wake = first.plan.wake_at.expect("woken for its first write");
-    let until = schedule::until(Timestamp::now(), wake);
-    assert!(until <= std::time::Duration::from_secs(1), "woken within the interval, not {until:?}");
-    // A measurement finishes meanwhile: recorded in memory, still not written.
-    finish(&d, "uid-a", 100, 0);
-    let mut progress = d.plan(Arc::new(obj.clone()), Timestamp::now());
-    assert_eq!(successful(&progress), 1);
-    assert!(!d.write_now(&progress));
-    d.commit_unwritten(&mut progress);
-    // Once the interval is over the write goes, Running with the measurement, with no token left.
-    tokio::time::advance(std::time::Duration::from_millis(1001)).await;
-    let due = d.plan(Arc::new(obj.clone()), Timestamp::now());
-    assert!(d.write_now(&due), "written {until:?} after the first round");
-    assert_eq!((due.plan.status.phase, successful(&due)), (Some(HookPhase::Running), 1));
-    assert!(due.plan.status.started_at.is_some());
-    d.commit(&due, Some(Arc::new(written(&due, "2"))));
-    // A run that completes within the interval writes once: its completion.
-    let other = running("b", "1");
-    let mut first = d.plan(Arc::new(other.clone()), Timestamp::now());
-    assert!(!d.write_now(&first));
-    d.commit_unwritten(&mut first);
-    let mut done = d.plan(Arc::new(other), Timestamp::now());
-    done.plan.completed = true;
-    done.plan.status.phase = Some(HookPhase::Successful);
-    assert!(d.write_now(&done), "a completion is written at once");
-    // Without an interval the first write goes at once, as before.
-    let d = dispatcher().with_status_writes(std::time::Duration::ZERO, 1);
-    assert!(d.write_now(&d.plan(Arc::new(running("c", "1")), Timestamp::now())));
+    assert_eq!(first.plan.start.len(), 1, "its first measurement is due");
+    assert!(d.write_now(&first), "Running is written before the first measurement starts");
+    assert!(d.budget().queue.is_empty(), "outside the progress budget");
+}
+
+/// A process that meets a running run whose next measurement was due (a restart, a takeover) takes that
+/// measurement as a retake; a run never written `Running`, or not due yet, has none.
+#[tokio::test]
+async fn a_run_met_after_its_measurement_was_due_is_retaken() {
+    let d = dispatcher();
+    let mut due = running("a", "1");
+    due.spec.metrics[0].initial_delay = None;
+    due.status = Some(common::api::HookRunStatus {
+        phase: Some(HookPhase::Running),
+        started_at: Some(Time(
+            schedule::after(Timestamp::now(), std::time::Duration::ZERO) - std::time::Duration::from_secs(5),
+        )),
+        ..Default::default()
+    });
+    let round = d.plan(Arc::new(due), Timestamp::now());
+    assert_eq!(d.slots().get("uid-a").expect("tracked").retakes, ["m"]);
+    d.commit(&round, None);
+    let armed = d.slots().get("uid-a").expect("tracked").in_flight.contains_key("m");
+    assert!(armed, "the retake starts at once");
+    // Not written Running: never measured. Written Running but the first measurement an hour away: not taken.
+    let _ = d.plan(Arc::new(running("b", "1")), Timestamp::now());
+    assert!(d.slots().get("uid-b").expect("tracked").retakes.is_empty());
+    let mut later = running("c", "1");
+    later.status = Some(common::api::HookRunStatus {
+        phase: Some(HookPhase::Running),
+        started_at: Some(Time(Timestamp::now())),
+        ..Default::default()
+    });
+    let _ = d.plan(Arc::new(later), Timestamp::now());
+    assert!(d.slots().get("uid-c").expect("tracked").retakes.is_empty());
+    d.forget("uid-a");
 }
 
 #[tokio::test]
@@ -613,7 +609,7 @@ async fn an_armed_measurement_starts_when_due_without_another_round() {
 #[tokio::test]
 async fn an_armed_measurement_is_a_small_task() {
     let (d, _) = arming();
-    let start = Armed { index: 0, due: Timestamp::now(), taken_before: 0 };
+    let start = Armed { index: 0, due: Timestamp::now(), taken_before: 0, retake: false };
     let task = d.clone().measure(RunId::of(&running("a", "1")), start, Arc::new(running("a", "1").spec), 1);
     let size = std::mem::size_of_val(&task);
     assert!(size <= 1024, "the measurement task is {size} bytes");

@@ -2,15 +2,17 @@
 //! run may keep its status in memory ([`Dispatcher::commit_unwritten`]: its measurements are recorded and the due
 //! ones started, the write waits). Such a run is queued for one process-wide budget of progress writes: at most
 //! `per_second` of them, granted oldest-waiting first (so no run starves), and each run at most once per
-//! `min_interval`. Phase changes and completions never wait; a run's first write (`Running`) waits `min_interval`
-//! from its first round but no token, so a run that completes sooner writes only its completion
+//! `min_interval`. Phase changes, completions and a run's first write (`Running`) never wait
 //! ([`Dispatcher::write_now`]).
 //!
-//! Durability: a round that records a measurement that was not Successful, or otherwise moves a counter that decides
-//! against the run (failed, inconclusive, error, consecutiveError), is written at once, before its commit starts the
-//! next measurement ([`verdict_moved`]). A restart then never measures such a measurement again: it could answer
-//! differently (F S F recorded as S F S ended Successful). Only successes wait in memory; one lost to a restart is
-//! measured again, which can only delay a success.
+//! Durability: a run's first write lands before its first measurement starts, and a round that records a
+//! measurement that was not Successful, or otherwise moves a counter that decides against the run (failed,
+//! inconclusive, error, consecutiveError), is written at once, before its commit starts the next measurement
+//! ([`verdict_moved`]). What a crash can still lose is the outcome whose write was on its way (and successes waiting
+//! in memory); the process that meets the run next sees that a measurement was due and counts its next measurement
+//! as a retake that can only count against the run ([`crate::engine::lost`]), so a lost F is never replaced by a
+//! fresh S. The cost: one write more per run (`Running` before the first measurement; a run that completed within
+//! `min_interval` used to write only its completion).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, MutexGuard};
@@ -190,8 +192,11 @@ impl Dispatcher {
             return false;
         }
         let stored_phase = round.run.status.as_ref().and_then(|s| s.phase);
+        // The first write (`Running`, `startedAt`) goes before the first measurement starts: a process that meets the
+        // run later then knows it may have been measured (see `crate::engine::lost`).
         if round.plan.completed
-            || (stored_phase.is_some() && stored_phase != round.plan.status.phase)
+            || stored_phase.is_none()
+            || stored_phase != round.plan.status.phase
             || verdict_moved(round.run.status.as_ref(), &round.plan.status)
         {
             return true;
@@ -203,11 +208,6 @@ impl Dispatcher {
         }
         let now = Instant::now();
         let mut budget = self.budget();
-        if stored_phase.is_none() {
-            // The first write (`Running`, `startedAt` and what was measured so far) waits `min_interval` from the
-            // run's first round, needs no token, and a run completed by then writes only its completion.
-            return slot.first_seen.is_none_or(|at| now.saturating_duration_since(at) >= budget.min_interval);
-        }
         if slot.last_write_at.is_some_and(|at| now.saturating_duration_since(at) < budget.min_interval)
             || completes_within(round, slot, budget.min_interval)
         {
@@ -243,14 +243,6 @@ impl Dispatcher {
                 slot.unwritten = Some(Unwritten { based_on: round.run.clone(), status, since: now });
                 self.inner.metrics.status_writes_waiting.inc();
             }
-        }
-        if round.run.status.as_ref().and_then(|s| s.phase).is_none() {
-            // The first write: due `min_interval` after the first round, outside the budget (see `write_now`).
-            let due = slot.first_seen.map_or(now, |at| at + self.budget().min_interval);
-            let at = Timestamp::now() + due.saturating_duration_since(now);
-            round.plan.wake_at = Some(round.plan.wake_at.map_or(at, |wake| wake.min(at)));
-            slot.idle = round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at));
-            return;
         }
         slot.idle = round.run.metadata.resource_version.clone().map(|rv| (rv, round.plan.wake_at));
         if slot.queued.is_none() && !slot.granted && !held {

@@ -15,6 +15,7 @@
 //!
 //! When a metric is measured next is [`schedule`]; whether a spec can run at all is [`validate`].
 
+pub mod lost;
 pub mod schedule;
 pub mod validate;
 
