@@ -128,8 +128,42 @@ async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
     let mut sandbox = Sandbox::start_with(port, &[&["--fast"][..], flags].concat());
     sandbox.wait_ready().await;
     let out = sandbox.output();
-    let webhook = format!("pod-gate webhook on https://127.0.0.1:{}", port + 4);
+    let helm = flags.contains(&"--helm");
+    // Without --helm the operator process serves the webhook on PORT+4; with it the chart's pods serve it on their
+    // IPs, behind the chart's Service (which kube-sim routes to their Ready endpoints).
+    let (webhook, webhook_address) = if helm {
+        let service = "gdo-gamedeployment-operators-gamedeployment-webhook";
+        let ip = kubectl_ok(
+            &sandbox,
+            &["-n", "kourse-system", "get", "endpoints", service, "-o", "jsonpath={.subsets[0].addresses[0].ip}"],
+        );
+        (format!("pod-gate webhook on https://{service}.kourse-system.svc"), format!("{}:9443", ip.trim()))
+    } else {
+        (format!("pod-gate webhook on https://127.0.0.1:{}", port + 4), format!("127.0.0.1:{}", port + 4))
+    };
     assert!(out.lines().any(|l| l.contains(&webhook) && l.contains("failurePolicy Ignore")), "{out}");
+    if helm {
+        // No operator process of the sandbox's own: the operators are the chart's pods, two Ready replicas each.
+        assert!(
+            !sandbox.state().join("gamedeployment-operator.pid").exists() && !out.contains("starting hook-operator")
+        );
+        for app in ["hook-operator", "gamedeployment-operator"] {
+            let ready = kubectl_ok(
+                &sandbox,
+                &[
+                    "-n",
+                    "kourse-system",
+                    "get",
+                    "pods",
+                    "-l",
+                    &format!("app.kubernetes.io/name={app}"),
+                    "-o",
+                    "jsonpath={range .items[*]}{.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+                ],
+            );
+            assert_eq!(ready.lines().filter(|l| *l == "True").count(), 2, "{app}: {ready}");
+        }
+    }
     assert!(
         out.contains(
             "kubectl annotate gamedeployment test-gamedeployment gamedeployment.tkex.tencent.com/pod-gate=true"
@@ -168,7 +202,7 @@ async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
     );
     let forged = Command::new("curl")
         .args(["-sSk", "--max-time", "10", "-H", "Content-Type: application/json", "--data-binary", &review])
-        .arg(format!("https://127.0.0.1:{}/validate-pods", port + 4))
+        .arg(format!("https://{webhook_address}/validate-pods"))
         .output()
         .expect("curl runs");
     let answer = String::from_utf8_lossy(&forged.stdout);

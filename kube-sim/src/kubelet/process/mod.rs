@@ -13,6 +13,7 @@
 
 mod env;
 pub mod images;
+mod network;
 mod probes;
 mod spawn;
 mod supervisor;

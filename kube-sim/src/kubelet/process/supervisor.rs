@@ -305,6 +305,10 @@ impl ContainerTask {
             env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
         }
         let (command, args) = env::expand_command(spec, &env);
+        // Pods share this host's network: a wildcard listen address is the pod's IP (see `network`).
+        let pod_ip = self.pod.addresses.pod_ip;
+        let bind = |list: Vec<String>| list.iter().map(|a| super::network::bind_pod_ip(a, pod_ip)).collect::<Vec<_>>();
+        let (command, args) = (bind(command), bind(args));
         let image = spec.image.as_deref().unwrap_or_default();
         let program = shared.images.program(image, &command, &args)?;
         let working_dir = spec.working_dir.as_ref().filter(|d| !d.is_empty()).map(PathBuf::from);
