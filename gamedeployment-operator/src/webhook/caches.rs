@@ -98,7 +98,13 @@ where
 {
     let (reader, writer) = kube::runtime::reflector::store::<K>();
     let state = WatchState::default();
-    let stream = watcher(api, config).default_backoff().reflect(writer);
+    // Managed fields are never read here and are most of a small object's size.
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|object| {
+            object.meta_mut().managed_fields = None;
+        })
+        .reflect(writer);
     tokio::spawn({
         let state = state.clone();
         stream.for_each(move |event| {

@@ -30,8 +30,8 @@ use kube_sim::{FaultConfig, FaultRule};
 use serde_json::json;
 
 use crate::pod_gate_webhook::{
-    Gated, NAME, NS, OPERATOR_USER, drain, gated_pods_sharing_a_node, operator_args, render_chart, rendered,
-    start_gamedeployment_operator, wait_marked, webhook_address,
+    Gated, NAME, NS, OPERATOR_USER, SPECIFIED_DELETE, drain, gated_pods_sharing_a_node, operator_args, render_chart,
+    rendered, start_gamedeployment_operator, webhook_address,
 };
 
 /// The webhook Service as kube-sim routes it.
@@ -131,6 +131,21 @@ impl Evictor {
     }
 }
 
+/// Waits until every pod of `uids` is marked for deletion or gone (a pod let through without its hook is gone too: the
+/// gate checker says so).
+async fn wait_marked_or_gone(cluster: &e2e::Cluster, uids: &[String]) {
+    wait_for("the gated pods on the node to be marked for deletion (or gone)", DEADLINE, || async {
+        let now = pods(cluster, "drained").await;
+        let open = now
+            .iter()
+            .filter(|p| uids.contains(p.metadata.uid.as_ref().unwrap()))
+            .filter(|p| e2e::gamedeployment::label(p, SPECIFIED_DELETE) != Some("true"))
+            .count();
+        (open == 0).then_some(())
+    })
+    .await;
+}
+
 /// The names of the pods of `drained` with these UIDs.
 async fn names_of(cluster: &e2e::Cluster, uids: &[String]) -> Vec<String> {
     pods(cluster, "drained")
@@ -157,7 +172,7 @@ async fn drain_under_faults(faults: FaultConfig, faulty_for: Duration) {
     let faulty_since = Instant::now();
     let drain = drain(cluster, &node, "300s");
     let evictor = Evictor::start(cluster, names);
-    wait_marked(cluster, &on_node).await;
+    wait_marked_or_gone(cluster, &on_node).await;
     tokio::time::sleep(faulty_for.saturating_sub(faulty_since.elapsed())).await;
     let counts = cluster.sim().fault_counts();
     cluster.sim().set_faults(FaultConfig::default());
@@ -252,7 +267,7 @@ async fn sigterm_of_each_replica_during_a_drain_hands_over_without_opening_the_g
     let checker = GateChecker::start(cluster, "default").await;
     let drain = drain(cluster, &node, "300s");
     let evictor = Evictor::start(cluster, names);
-    wait_marked(cluster, &on_node).await;
+    wait_marked_or_gone(cluster, &on_node).await;
 
     // SIGTERM of the leader, which the Service still routes to.
     let a_metrics = nth_metrics_address(&gated.gamedeployment, 0).await;
