@@ -8,9 +8,10 @@
 
 use crate::walkthrough_support;
 
-use common::api::HookPhase;
+use common::api::{HookPhase, HookRun};
 use e2e::Cluster;
 use e2e::gamedeployment::Columns;
+use e2e::observe::Observer;
 use walkthrough_support::*;
 
 const NEW_IMAGE: &str =
@@ -18,7 +19,15 @@ const NEW_IMAGE: &str =
 const RETRY: &str = r#"[{"op": "replace", "path": "/spec/preDeleteUpdateStrategy/retry", "value":true}]"#;
 
 fn is_predelete(row: &RunRow) -> bool {
-    row.name.starts_with(&format!("predelete-{NAME}-")) && row.name.ends_with("-test")
+    is_predelete_name(&row.name)
+}
+
+fn is_predelete_name(name: &str) -> bool {
+    name.starts_with(&format!("predelete-{NAME}-")) && name.ends_with("-test")
+}
+
+fn name_of(run: &HookRun) -> String {
+    run.metadata.name.clone().unwrap_or_default()
 }
 
 /// The instance id in a pod hook run's name (`predelete-<revision>-<id>-<template>`).
@@ -34,17 +43,19 @@ async fn success_template_scale_in_and_in_place_update() {
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
     let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
+    // Each pre-delete run lasts only until its pod goes: observed from a watch started before the action.
+    let runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
 
     // Scale in: a HookRun appears and the pod stays until it is Successful.
     let out = cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
     println!("$ kubectl scale --replicas=5 gamedeployment/{NAME}\n{out}");
-    let rows = wait_runs(&cluster, "one pre-delete HookRun", |rows| rows.len() == 1 && is_predelete(&rows[0])).await;
-    let run = rows[0].name.clone();
+    let run = name_of(&new_runs(&runs, "one pre-delete HookRun", 1, &[], is_predelete_name).await[0]);
+    hookruns(&cluster, false).await;
     let shown = show_gd(&cluster).await;
-    let phase = get_run(&cluster, &run).await.and_then(|r| r.status.and_then(|s| s.phase));
-    if phase != Some(HookPhase::Successful) {
-        // Read before the run was Successful: nothing was deleted yet.
-        assert_eq!(shown, Some(Columns::new(5, 6, 6, 6, 6)), "the pod waits for its HookRun");
+    if shown != Some(Columns::new(5, 6, 6, 6, 6)) {
+        // The pod is gone already: only once its run was Successful.
+        observed_success(&runs, &run).await;
+    } else {
         show_pods(&cluster).await;
     }
     wait_gd(&cluster, Columns::new(5, 5, 5, 5, 5)).await;
@@ -69,28 +80,29 @@ async fn success_template_scale_in_and_in_place_update() {
     // In-place update, partition 2, maxUnavailable 2: HookRuns per batch of 2, then 1.
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type='json' -p='{NEW_IMAGE}'\n{out}");
-    let first = wait_runs(&cluster, "two pre-delete HookRuns (first batch)", |rows| {
-        rows.len() == 2 && rows.iter().all(is_predelete)
-    })
-    .await;
+    let known = [run.clone()];
+    let first: Vec<String> = new_runs(&runs, "two pre-delete HookRuns (first batch)", 2, &known, is_predelete_name)
+        .await
+        .iter()
+        .map(name_of)
+        .collect();
+    hookruns(&cluster, false).await;
     let shown = show_gd(&cluster).await;
-    let mut all_done = true;
-    for row in &first {
-        let phase = get_run(&cluster, &row.name).await.and_then(|r| r.status.and_then(|s| s.phase));
-        all_done &= phase == Some(HookPhase::Successful);
-    }
-    if !all_done {
-        assert_eq!(shown.map(|c| c.updated), Some(0), "nothing is updated before its HookRun succeeds");
+    if shown.map(|c| c.updated) != Some(0) {
+        // Something is updated already: only once its run was Successful.
+        for name in &first {
+            observed_success(&runs, name).await;
+        }
     }
     wait_gd(&cluster, Columns::new(5, 2, 2, 5, 5)).await;
     wait_runs(&cluster, "the first batch's HookRuns to be removed", |rows| {
-        rows.iter().all(|r| first.iter().all(|f| f.name != r.name))
+        rows.iter().all(|r| first.iter().all(|f| *f != r.name))
     })
     .await;
-    let second =
-        wait_runs(&cluster, "one pre-delete HookRun (second batch)", |rows| rows.len() == 1 && is_predelete(&rows[0]))
-            .await;
-    assert!(first.iter().all(|f| f.name != second[0].name));
+    let known: Vec<String> = known.into_iter().chain(first.iter().cloned()).collect();
+    let second = new_runs(&runs, "one pre-delete HookRun (second batch)", 1, &known, is_predelete_name).await;
+    hookruns(&cluster, false).await;
+    assert!(first.iter().all(|f| *f != name_of(&second[0])));
     wait_gd(&cluster, Columns::new(5, 3, 3, 5, 5)).await;
     show_pods(&cluster).await;
     wait_runs(&cluster, "every HookRun to be removed", |rows| rows.is_empty()).await;
@@ -187,19 +199,20 @@ async fn args_template_passes_the_pods_identity() {
     example(&cluster, "gamedeployment-args.yaml").await;
     wait_gd(&cluster, Columns::new(4, 4, 4, 4, 4)).await;
     let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
+    // The pre-delete runs last only until their pods go: observed from a watch started before the action.
+    let runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
     let before = e2e::gamedeployment::pods(&cluster, NAME).await;
 
     let out = cluster.kubectl_ok(&["scale", "--replicas=2", &format!("gamedeployment/{NAME}")]).await;
     println!("$ kubectl scale --replicas=2 gamedeployment/{NAME}\n{out}");
-    let rows =
-        wait_runs(&cluster, "two pre-delete HookRuns", |rows| rows.len() == 2 && rows.iter().all(is_predelete)).await;
-    for row in &rows {
-        let yaml = cluster.kubectl_ok(&["get", "hookrun", &row.name, "-o", "yaml"]).await;
-        println!("$ kubectl get hookrun {} -o yaml\n{yaml}", row.name);
-        let run = get_run(&cluster, &row.name).await.expect("the run exists");
+    let observed = new_runs(&runs, "two pre-delete HookRuns", 2, &[], is_predelete_name).await;
+    hookruns(&cluster, false).await;
+    for run in &observed {
+        let name = name_of(run);
+        println!("the HookRun {name} as created:\n{}", serde_yaml::to_string(run).unwrap_or_default());
         let pod = before
             .iter()
-            .find(|p| p.metadata.name.as_deref().is_some_and(|n| n.ends_with(instance_id(&row.name))))
+            .find(|p| p.metadata.name.as_deref().is_some_and(|n| n.ends_with(instance_id(&name))))
             .expect("the run names one of the pods");
         let arg = |name: &str| run.spec.args.iter().find(|a| a.name == name).and_then(|a| a.value.clone());
         let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
@@ -215,13 +228,8 @@ async fn args_template_passes_the_pods_identity() {
         assert!(owner.iter().any(|o| o.kind == "GameDeployment" && o.name == NAME && o.controller == Some(true)));
     }
     // The probe reaches each pod's own endpoint (the bryan JSON: age 45) and the runs succeed.
-    for row in &rows {
-        let run = e2e::wait_for("the run to succeed", LONG, || async {
-            get_run(&cluster, &row.name)
-                .await
-                .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful))
-        })
-        .await;
+    for run in &observed {
+        let run = observed_success(&runs, &name_of(run)).await;
         let result = run.status.and_then(|s| s.metric_results.into_iter().next()).expect("a metric result");
         assert!(result.measurements.iter().all(|m| m.value.as_deref() == Some("45")), "{result:?}");
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::api::{GameDeployment, HookRun};
 use e2e::gamedeployment::{Columns, columns};
 use e2e::hook::hook_pod;
+use e2e::observe::Observer;
 use e2e::{Cluster, Operator, wait_for};
 use kube::Api;
 
@@ -99,6 +100,39 @@ pub async fn wait_gd(cluster: &Cluster, want: Columns) {
     })
     .await;
     show_gd(cluster).await;
+}
+
+/// Waits until `runs` (a watch started before the action) has seen `n` HookRuns whose names pass `wanted` and are
+/// not in `known`, and returns the first version seen of each, in the order they appeared. A pre-delete run lasts
+/// only until its pod goes, so it is observed rather than polled for with `kubectl get hookrun`.
+pub async fn new_runs(
+    runs: &Observer<HookRun>,
+    what: &str,
+    n: usize,
+    known: &[String],
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<HookRun> {
+    let mut found: Vec<HookRun> = Vec::new();
+    runs.wait(what, LONG, |seen| {
+        let name = seen.name();
+        if wanted(name)
+            && !known.iter().any(|k| k == name)
+            && !found.iter().any(|f| f.metadata.name.as_deref() == Some(name))
+        {
+            found.push(seen.object.clone());
+        }
+        (found.len() >= n).then(|| found.clone())
+    })
+    .await
+}
+
+/// Waits until `runs` has seen the HookRun named `name` `Successful`, and returns that version.
+pub async fn observed_success(runs: &Observer<HookRun>, name: &str) -> HookRun {
+    runs.wait(&format!("HookRun {name} to succeed"), LONG, |seen| {
+        let phase = seen.object.status.as_ref().and_then(|s| s.phase);
+        (seen.name() == name && phase == Some(common::api::HookPhase::Successful)).then(|| seen.object.clone())
+    })
+    .await
 }
 
 pub async fn get_gd(cluster: &Cluster) -> GameDeployment {
