@@ -5,11 +5,12 @@
 //! writes what a real container process prints on stdout and stderr; the API server reads it back as a kubelet's
 //! log endpoint would serve it. Each container keeps its current instance's log and the previous
 //! instance's (`previous=true`), each capped at [`MAX_LINES`] lines (the oldest go first), and a pod's logs go when
-//! the kubelet forgets the pod.
+//! the kubelet forgets the pod. A running process instance can be followed (`follow=true`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 
 /// Lines kept per container instance.
@@ -24,6 +25,10 @@ struct Instance {
     ready_logged: bool,
     /// The instance started (a process may start without printing anything).
     begun: bool,
+    /// A process instance still running: `follow=true` streams its new lines until it ends.
+    live: bool,
+    /// Lines ever pushed, so a follower knows which ones it has not sent yet.
+    pushed: u64,
 }
 
 impl Instance {
@@ -32,6 +37,7 @@ impl Instance {
             self.lines.pop_front();
         }
         self.lines.push_back((at, line));
+        self.pushed += 1;
     }
 }
 
@@ -39,12 +45,18 @@ impl Instance {
 struct ContainerLog {
     current: Instance,
     previous: Option<Instance>,
+    /// Instances begun so far: a follower stops when a new one begins.
+    generation: u64,
 }
+
+type Logs = HashMap<String, HashMap<String, ContainerLog>>;
 
 /// The logs of every container of every pod the kubelet runs, by pod UID and container name.
 #[derive(Debug, Default)]
 pub struct PodLogs {
-    pods: Mutex<HashMap<String, HashMap<String, ContainerLog>>>,
+    pods: Mutex<Logs>,
+    /// Bumped on every change, for followers.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// What a log request asks for (the `PodLogOptions` kube-sim honours).
@@ -58,8 +70,15 @@ pub struct LogOptions {
 }
 
 impl PodLogs {
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<String, HashMap<String, ContainerLog>>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Logs) -> R) -> R {
         f(&mut self.pods.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// [`PodLogs::with`] for a change, which wakes the followers.
+    fn write<R>(&self, f: impl FnOnce(&mut Logs) -> R) -> R {
+        let result = self.with(f);
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        result
     }
 
     /// A new instance of the container started: the current log becomes the previous one.
@@ -70,13 +89,34 @@ impl PodLogs {
 
     /// A new instance of the container started, with nothing printed yet.
     pub fn begin(&self, pod_uid: &str, container: &str) {
-        self.with(|pods| {
+        self.begin_instance(pod_uid, container, false);
+    }
+
+    /// A process instance of the container started: `follow=true` streams it until [`PodLogs::end`].
+    pub fn begin_live(&self, pod_uid: &str, container: &str) {
+        self.begin_instance(pod_uid, container, true);
+    }
+
+    fn begin_instance(&self, pod_uid: &str, container: &str, live: bool) {
+        self.write(|pods| {
             let log = pods.entry(pod_uid.to_string()).or_default().entry(container.to_string()).or_default();
-            let old = std::mem::take(&mut log.current);
+            let mut old = std::mem::take(&mut log.current);
+            old.live = false;
             if old.begun {
                 log.previous = Some(old);
             }
             log.current.begun = true;
+            log.current.live = live;
+            log.generation += 1;
+        });
+    }
+
+    /// The container's current process instance ended.
+    pub fn end(&self, pod_uid: &str, container: &str) {
+        self.write(|pods| {
+            if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container)) {
+                log.current.live = false;
+            }
         });
     }
 
@@ -90,7 +130,7 @@ impl PodLogs {
             }
             line.truncate(end);
         }
-        self.with(|pods| {
+        self.write(|pods| {
             if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container))
                 && log.current.begun
             {
@@ -101,7 +141,7 @@ impl PodLogs {
 
     /// The current instance's line saying it became ready, once per instance.
     pub fn ready(&self, pod_uid: &str, container: &str, at: Timestamp, line: impl FnOnce() -> String) {
-        self.with(|pods| {
+        self.write(|pods| {
             if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container))
                 && log.current.begun
                 && !log.current.ready_logged
@@ -114,7 +154,7 @@ impl PodLogs {
 
     /// Forgets a pod's logs.
     pub fn remove_pod(&self, pod_uid: &str) {
-        self.with(|pods| pods.remove(pod_uid));
+        self.write(|pods| pods.remove(pod_uid));
     }
 
     /// The log text, or `None` when the container (or its previous instance) has no log.
@@ -122,32 +162,119 @@ impl PodLogs {
         self.with(|pods| {
             let log = pods.get(pod_uid)?.get(container)?;
             let instance = if opts.previous { log.previous.as_ref()? } else { &log.current };
-            if !instance.begun {
+            instance.begun.then(|| read_instance(instance, opts))
+        })
+    }
+
+    /// `follow=true`: the log as [`PodLogs::read`] gives it, then each new line of the same instance as it comes,
+    /// until the instance ends, the container restarts or the pod goes. `None` when the current instance is not a
+    /// running process (then the log is read as it is).
+    pub fn follow(
+        self: &Arc<Self>,
+        pod_uid: &str,
+        container: &str,
+        opts: &LogOptions,
+    ) -> Option<impl futures::Stream<Item = String> + Send + 'static> {
+        // Subscribed before reading, so no line pushed after the read is missed.
+        let changes = self.changes.subscribe();
+        let (head, generation, seen) = self.with(|pods| {
+            let log = pods.get(pod_uid)?.get(container)?;
+            let head = read_instance(&log.current, opts);
+            log.current.live.then_some((head, log.generation, log.current.pushed))
+        })?;
+        let follower = Follower {
+            logs: self.clone(),
+            pod_uid: pod_uid.to_owned(),
+            container: container.to_owned(),
+            generation,
+            seen,
+            timestamps: opts.timestamps,
+            changes,
+            done: false,
+        };
+        let tail = futures::stream::unfold(follower, |mut follower| async move {
+            if follower.done {
                 return None;
             }
-            let since = |l: &&(Timestamp, String)| opts.since.is_none_or(|s| l.0 >= s);
-            let selected: Vec<&(Timestamp, String)> = instance.lines.iter().filter(since).collect();
-            let skip = opts.tail_lines.map_or(0, |n| selected.len().saturating_sub(n));
-            let mut out = String::new();
-            for (at, line) in &selected[skip..] {
-                if opts.timestamps {
-                    // The kubelet's fixed nine-digit RFC 3339 form.
-                    let seconds = at.strftime("%Y-%m-%dT%H:%M:%S");
-                    out.push_str(&format!("{seconds}.{:09}Z ", at.subsec_nanosecond()));
+            loop {
+                let (text, open) = follower.take_new();
+                if !open {
+                    follower.done = true;
+                    return Some((text, follower));
                 }
-                out.push_str(line);
-                out.push('\n');
-            }
-            if let Some(limit) = opts.limit_bytes
-                && out.len() > limit
-            {
-                let mut end = limit;
-                while !out.is_char_boundary(end) {
-                    end -= 1;
+                if !text.is_empty() {
+                    return Some((text, follower));
                 }
-                out.truncate(end);
+                if follower.changes.changed().await.is_err() {
+                    return None;
+                }
             }
-            Some(out)
+        });
+        Some(futures::stream::once(std::future::ready(head)).chain(tail))
+    }
+}
+
+/// One line as the log endpoint sends it.
+fn format_line(at: Timestamp, line: &str, timestamps: bool) -> String {
+    if timestamps {
+        // The kubelet's fixed nine-digit RFC 3339 form.
+        let seconds = at.strftime("%Y-%m-%dT%H:%M:%S");
+        format!("{seconds}.{:09}Z {line}\n", at.subsec_nanosecond())
+    } else {
+        format!("{line}\n")
+    }
+}
+
+/// An instance's lines as a log request selects them.
+fn read_instance(instance: &Instance, opts: &LogOptions) -> String {
+    let since = |l: &&(Timestamp, String)| opts.since.is_none_or(|s| l.0 >= s);
+    let selected: Vec<&(Timestamp, String)> = instance.lines.iter().filter(since).collect();
+    let skip = opts.tail_lines.map_or(0, |n| selected.len().saturating_sub(n));
+    let mut out = String::new();
+    for (at, line) in &selected[skip..] {
+        out.push_str(&format_line(*at, line, opts.timestamps));
+    }
+    if let Some(limit) = opts.limit_bytes
+        && out.len() > limit
+    {
+        let mut end = limit;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out
+}
+
+/// A `follow=true` request waiting for new lines of one container instance.
+struct Follower {
+    logs: Arc<PodLogs>,
+    pod_uid: String,
+    container: String,
+    generation: u64,
+    seen: u64,
+    timestamps: bool,
+    changes: tokio::sync::watch::Receiver<u64>,
+    done: bool,
+}
+
+impl Follower {
+    /// The lines pushed since the last call, and whether more may come.
+    fn take_new(&mut self) -> (String, bool) {
+        let (pod_uid, container, generation, timestamps) =
+            (&self.pod_uid, &self.container, self.generation, self.timestamps);
+        let seen = &mut self.seen;
+        self.logs.with(|pods| {
+            let log = pods.get(pod_uid).and_then(|p| p.get(container));
+            let Some(log) = log.filter(|log| log.generation == generation) else {
+                return (String::new(), false);
+            };
+            let instance = &log.current;
+            let new = instance.pushed.saturating_sub(*seen).min(instance.lines.len() as u64) as usize;
+            *seen = instance.pushed;
+            let skip = instance.lines.len() - new;
+            let text = instance.lines.iter().skip(skip).map(|(at, line)| format_line(*at, line, timestamps)).collect();
+            (text, instance.live)
         })
     }
 }
@@ -155,6 +282,25 @@ impl PodLogs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_live_instance_is_followed_until_it_ends() {
+        let logs = Arc::new(PodLogs::default());
+        let t = Timestamp::from_second(1_700_000_000).unwrap();
+        logs.started("u", "sim", t, "simulated".into());
+        assert!(logs.follow("u", "sim", &LogOptions::default()).is_none(), "a simulated instance is read as it is");
+        logs.begin_live("u", "c");
+        logs.line("u", "c", t, "one".into());
+        let stream = logs.follow("u", "c", &LogOptions::default()).unwrap();
+        logs.line("u", "c", t, "two".into());
+        let writer = logs.clone();
+        let collected = tokio::spawn(async move { stream.collect::<Vec<String>>().await.concat() });
+        tokio::task::yield_now().await;
+        writer.line("u", "c", t, "three".into());
+        writer.end("u", "c");
+        let text = tokio::time::timeout(std::time::Duration::from_secs(10), collected).await.unwrap().unwrap();
+        assert_eq!(text, "one\ntwo\nthree\n");
+    }
 
     #[test]
     fn instances_rotate_lines_are_capped_and_options_apply() {

@@ -275,6 +275,45 @@ async fn exits_restart_with_back_off_and_keep_the_previous_log() -> Result<()> {
 }
 
 #[tokio::test]
+async fn kubectl_logs_follow_streams_a_running_process_until_it_exits() -> Result<()> {
+    let sim = start_processes().await?;
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    let gate = std::env::temp_dir().join(format!("kube-sim-follow-{}", std::process::id()));
+    std::fs::create_dir_all(&gate)?;
+    let pod = pod_from(json!({
+        "metadata": {"name": "talker"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "main",
+                "image": "busybox",
+                "command": ["sh", "-c", "echo first; while [ ! -f /gate/go ]; do sleep 0.1; done; echo second"],
+                "volumeMounts": [{"name": "gate", "mountPath": "/gate"}]
+            }],
+            "volumes": [{"name": "gate", "hostPath": {"path": gate.display().to_string()}}]
+        }
+    }))?;
+    create(&pods, &pod).await?;
+    wait_log(&sim, "talker", &[], "first").await?;
+    let dir = std::env::temp_dir().join(format!("kubelet-processes-{}-{}", std::process::id(), sim.addr().port()));
+    let follow = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(dir.join("kubeconfig"))
+        .args(["logs", "-f", "talker"])
+        .output();
+    let follow = tokio::spawn(follow);
+    // The second line is printed only once the follower is attached: `-f` must wait for it, then end with the process.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    std::fs::write(gate.join("go"), "")?;
+    let output = tokio::time::timeout(Duration::from_secs(60), follow).await???;
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8(output.stdout)?, "first\nsecond\n");
+    std::fs::remove_dir_all(&gate)?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn processes_never_outlive_kube_sim() -> Result<()> {
     let sim = start_processes().await?;
     let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");

@@ -289,8 +289,9 @@ async fn resource_inner(
     }
 }
 
-/// `GET pods/NAME/log`: the container's simulated log as plain text, checked as the pod log REST and the kubelet
-/// check it. `follow=true` is accepted but returns the log as it is (the stream ends at once).
+/// `GET pods/NAME/log`: the container's log as plain text, checked as the pod log REST and the kubelet
+/// check it. `follow=true` streams a running process container's log until it ends; for a simulated container it
+/// returns the log as it is (the stream ends at once).
 fn pod_log(c: &Ctx, ns: &str, name: &str) -> Result<Response, ApiError> {
     let pod = c.st.registry.get(&c.rd, ns, name)?;
     let number = |key: &str| -> Result<Option<i64>, ApiError> {
@@ -359,6 +360,15 @@ fn pod_log(c: &Ctx, ns: &str, name: &str) -> Result<Response, ApiError> {
             since: since_seconds.and_then(|s| now.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(s)).ok()),
             limit_bytes: limit_bytes.map(|n| n as usize),
         };
+        if flag("follow")
+            && !opts.previous
+            && let Some(stream) = c.st.logs.follow(crate::meta::uid(&pod), &container, &opts)
+        {
+            // A running process's log streams until the instance ends, as from a kubelet.
+            use futures::StreamExt;
+            let body = Body::from_stream(stream.map(Ok::<_, std::convert::Infallible>));
+            return Ok(super::response::text_stream_response(StatusCode::OK, body));
+        }
         match c.st.logs.read(crate::meta::uid(&pod), &container, &opts) {
             Some(text) => text,
             None if opts.previous => {

@@ -59,6 +59,11 @@ pub fn text_response(status: StatusCode, text: String) -> Response {
     base(status, "text/plain", text)
 }
 
+/// A streamed plain-text body (`pods/NAME/log?follow=true`).
+pub fn text_stream_response(status: StatusCode, body: Body) -> Response {
+    base(status, "text/plain", body)
+}
+
 pub fn yaml_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
     let body = serde_yaml::to_string(v).unwrap_or_default().into_bytes();
     let mut r = base(status, "application/yaml", body);

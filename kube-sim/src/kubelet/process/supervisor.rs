@@ -334,6 +334,7 @@ impl ContainerTask {
                     tracing::warn!(container = %self.name, "{message}");
                     self.begin_instance(&image, started_at, &spec);
                     self.pod.shared.logs.line(&self.pod.uid, &self.name, started_at, message);
+                    self.pod.shared.logs.end(&self.pod.uid, &self.name);
                     (Ended::Exited, 128, "StartError".to_owned(), Timestamp::now())
                 }
                 Ok((child, launch)) => {
@@ -440,7 +441,7 @@ impl ContainerTask {
     }
 
     fn begin_instance(&self, image: &str, started_at: Timestamp, spec: &Container) {
-        self.pod.shared.logs.begin(&self.pod.uid, &self.name);
+        self.pod.shared.logs.begin_live(&self.pod.uid, &self.name);
         let uid = self.pod.uid.clone();
         let has_startup = spec.startup_probe.is_some();
         let has_readiness = spec.readiness_probe.is_some();
@@ -583,6 +584,7 @@ impl ContainerTask {
                 tracing::debug!(container = %self.name, "a log pipe stayed open after the container ended");
             }
         }
+        self.pod.shared.logs.end(&self.pod.uid, &self.name);
         outcome
     }
 
