@@ -213,6 +213,8 @@ async fn skip_hook_terminates_the_run_and_the_pod_goes() {
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
 
+    // The terminated run goes with its pod: its completion is observed from a watch started before the action.
+    let runs = e2e::observe::Observer::<common::api::HookRun>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
     let rows =
         wait_runs(&cluster, "a running pre-delete HookRun", |rows| rows.len() == 1 && rows[0].phase == "Running").await;
@@ -225,10 +227,12 @@ async fn skip_hook_terminates_the_run_and_the_pod_goes() {
     let out = kubectl_gd(&cluster, &["skip-hook", &pod]).await;
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains(&format!("hookrun {run} terminated")), "{}", out.stdout);
-    let ended = wait_for("the terminated run to complete", LONG, || async {
-        get_run(&cluster, &run).await.and_then(|r| r.status).filter(|s| s.phase.is_some_and(|p| p.is_completed()))
-    })
-    .await;
+    let ended = runs
+        .wait("the terminated run to complete", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            (seen.name() == run && status.phase.is_some_and(|p| p.is_completed())).then(|| status.clone())
+        })
+        .await;
     assert_eq!(ended.phase, Some(common::api::HookPhase::Successful));
     assert_eq!(ended.message.as_deref(), Some("terminated (spec.terminate)"));
     let out = kubectl_gd(&cluster, &["status", NAME, "--timeout", "4m"]).await;
