@@ -2,8 +2,10 @@
 //! child processes, and the real `kubectl` pointed at it. Every test replays a user story through the same
 //! interfaces a user has.
 //!
-//! Rules the harness enforces so tests never depend on timing luck: every wait is [`wait_for`] with a
-//! generous deadline, and a failing test prints the operator logs.
+//! Rules the harness enforces so tests never depend on timing luck: a wait for a settled state is [`wait_for`]
+//! with a generous deadline; a state that something later removes (a HookRun's phase before it is collected, a pod
+//! before its deletion) is observed on a watch started before the action ([`observe::Observer`]), never polled
+//! for; and a failing test prints the operator logs.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
