@@ -2,7 +2,7 @@
 //! bodies and field validation.
 
 use anyhow::Result;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -301,6 +301,13 @@ async fn status_subresource_and_generation_of_built_in_workloads() -> Result<()>
     assert_eq!(spec.replicas, Some(1), "defaulted");
     assert_eq!(spec.revision_history_limit, Some(10));
     assert_eq!(spec.strategy.and_then(|s| s.type_).as_deref(), Some("RollingUpdate"));
+    // The status rules, on a StatefulSet: a Deployment's status is its controller's to write.
+    let api: Api<StatefulSet> = Api::default_namespaced(sim.client().await);
+    let s: StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"serviceName": "web", "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}},
+    }))?;
+    api.create(&PostParams::default(), &s).await?;
     // Status through /status does not bump generation and ignores spec.
     let st = api
         .patch_status(
@@ -311,7 +318,7 @@ async fn status_subresource_and_generation_of_built_in_workloads() -> Result<()>
         .await?;
     assert_eq!(st.metadata.generation, Some(1));
     assert_eq!(st.spec.replicas, Some(1));
-    assert_eq!(st.status.and_then(|s| s.replicas), Some(3));
+    assert_eq!(st.status.map(|s| s.replicas), Some(3));
     // Spec changes through the main endpoint bump generation and ignore status.
     let sp = api
         .patch(
@@ -321,7 +328,7 @@ async fn status_subresource_and_generation_of_built_in_workloads() -> Result<()>
         )
         .await?;
     assert_eq!(sp.metadata.generation, Some(2));
-    assert_eq!(sp.status.and_then(|s| s.replicas), Some(3));
+    assert_eq!(sp.status.map(|s| s.replicas), Some(3));
     // A label change is not a spec change.
     let lb =
         api.patch("web", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))).await?;
