@@ -314,6 +314,33 @@ async fn kubectl_logs_follow_streams_a_running_process_until_it_exits() -> Resul
 }
 
 #[tokio::test]
+async fn an_image_change_restarts_the_process_from_the_new_spec() -> Result<()> {
+    let sim = start_processes().await?;
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    let pod = pod_from(json!({
+        "metadata": {"name": "updated"},
+        "spec": {"containers": [{
+            "name": "main",
+            "image": "busybox:1.35",
+            "command": ["sh", "-c", "echo running $IMAGE_TAG; exec sleep 3600"],
+            "env": [{"name": "IMAGE_TAG", "value": "old"}]
+        }]}
+    }))?;
+    create(&pods, &pod).await?;
+    wait_log(&sim, "updated", &[], "running old").await?;
+    kubectl(&sim, &["set", "image", "pod/updated", "main=busybox:1.36"]).await?;
+    let restarted = wait_pod(&pods, "updated", "restarted from the new image", |p| {
+        container_status(p, "main").is_some_and(|s| s.restart_count == 1 && s.image == "busybox:1.36" && s.ready)
+    })
+    .await?;
+    let last = container_status(&restarted, "main").and_then(|s| s.last_state.as_ref()?.terminated.clone());
+    assert_eq!(last.map(|t| t.exit_code), Some(143), "stopped with SIGTERM");
+    wait_log(&sim, "updated", &["--previous"], "running old").await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn processes_never_outlive_kube_sim() -> Result<()> {
     let sim = start_processes().await?;
     let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");

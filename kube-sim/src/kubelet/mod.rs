@@ -18,6 +18,10 @@
 //!   servers for well-known images (see [`image`]);
 //! - the Events both components record, so `kubectl describe pod` reads as on a cluster;
 //! - container logs telling the same story (see [`crate::logs`]), for `kubectl logs`.
+//!
+//! Containers whose image is mapped to a program on this host (`--image-map`, `--host-images`,
+//! `--chart-images`) run as real processes instead (see `process`), behind the same pod runtime,
+//! status and deletion flow.
 
 mod agent;
 pub mod behaviour;
