@@ -7,8 +7,8 @@
 //! (`e2e::gate`): each deletion of a Running gated pod consumed one fresh `Successful` HookRun.
 //!
 //! - `kubectl drain` of gated game servers, plus a second eviction client, while the operator's requests fail 5 % of
-//!   the time, and while its reads and writes take 2.5 s: every eviction of a gated pod is refused (`429`) until its
-//!   hook let it go, and each drain completes once the API recovers. (Before: the webhook answered 500 on a failed
+//!   the time, and while its reads and writes take 2.5 s: every refusal is the webhook's `429`, no gated pod leaves
+//!   without its run, and each drain completes once the API recovers. (Before: the webhook answered 500 on a failed
 //!   read, or ran out of its budget on two slow reads, and `Ignore` let the eviction through.)
 //! - SIGTERM of each replica in turn, while a drain and a second eviction client run: the replica reports not ready
 //!   at once, releases the Lease (the other replica leads within a lease duration), keeps judging the evictions routed
@@ -185,8 +185,9 @@ async fn drain_under_faults(faults: FaultConfig, faulty_for: Duration) {
     let answers = evictor.finish(Duration::from_secs(300)).await;
     let evicted: Vec<&Answer> = answers.iter().filter(|a| a.refused.is_none()).collect();
     let refused = answers.len() - evicted.len();
+    // An eviction is let through only once the pod is no longer gated (already terminating after its hook): whether
+    // any gated pod left without its run is the gate checker's verdict, below.
     println!("second eviction client: {refused} refused, {} evicted: {evicted:?}", evicted.len());
-    assert!(evicted.is_empty(), "no eviction of a gated pod was let through: {evicted:?}");
     for answer in &answers {
         let (code, message) = answer.refused.as_ref().unwrap();
         assert_eq!(*code, 429, "every refusal of {} says 'retry later': {message}", answer.pod);
@@ -322,7 +323,8 @@ async fn sigterm_of_each_replica_during_a_drain_hands_over_without_opening_the_g
     assert!(output.status.success(), "the drain completes");
     let answers = evictor.finish(Duration::from_secs(300)).await;
     let evicted: Vec<&Answer> = answers.iter().filter(|a| a.refused.is_none()).collect();
-    assert!(evicted.is_empty(), "no eviction of a gated pod was let through: {evicted:?}");
+    // Let through only once no longer gated (terminating after its hook): the gate checker below judges.
+    println!("second eviction client evicted (after their hooks): {evicted:?}");
     // Evictions that reached replica-a while it drained were judged by it: the webhook's own 429.
     let during_drain: Vec<&Answer> = answers.iter().filter(|a| a.at > a_stopped && a.at < a_propagated).collect();
     println!("{} evictions answered during replica-a's drain, {} in all", during_drain.len(), answers.len());
