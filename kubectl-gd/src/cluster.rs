@@ -112,7 +112,8 @@ impl Target {
 
     /// Sends one write.
     pub async fn send(&self, write: &Write) -> Result<(), Error> {
-        let params = PatchParams::default();
+        // Named, so the objects' managedFields say which client wrote (a terminated HookRun's completion names it).
+        let params = PatchParams { field_manager: Some("kubectl-gd".into()), ..PatchParams::default() };
         match write {
             Write::MergeGd { name, patch } => {
                 self.api::<GameDeployment>().patch(name, &params, &Patch::Merge(patch)).await?;
