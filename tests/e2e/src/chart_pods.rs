@@ -90,12 +90,11 @@ pub fn rolled_out(d: &Deployment) -> bool {
 /// Waits until Deployment `name` of the release [`rolled_out`].
 pub async fn wait_available(cluster: &Cluster, name: &str) -> Deployment {
     let api: Api<Deployment> = Api::namespaced(cluster.client(), NS);
-    let found = wait_for(&format!("deployment/{name} to be Available with every replica"), ROLLOUT, || {
+    wait_for(&format!("deployment/{name} to be Available with every replica"), ROLLOUT, || {
         let api = api.clone();
         async move { api.get_opt(name).await.ok().flatten().filter(rolled_out) }
     })
-    .await;
-    found
+    .await
 }
 
 /// The live (not terminating) pods of operator Deployment `name`.
