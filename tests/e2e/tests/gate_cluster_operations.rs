@@ -83,8 +83,14 @@ struct Evictor {
 }
 
 impl Evictor {
-    fn start(cluster: &e2e::Cluster, names: Vec<String>) -> Self {
-        let pods: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    async fn start(cluster: &e2e::Cluster, names: Vec<String>) -> Self {
+        // Without kube's own retries (it waits out a 429's Retry-After by itself, as client-go does), so every
+        // answer is seen.
+        let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig()).expect("the kubeconfig");
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.expect("a client config");
+        config.default_retry = false;
+        let pods: Api<Pod> = Api::namespaced(kube::Client::try_from(config).expect("a client"), "default");
         let stop = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn({
             let stop = stop.clone();
@@ -171,7 +177,7 @@ async fn drain_under_faults(faults: FaultConfig, faulty_for: Duration) {
     cluster.sim().set_faults(faults);
     let faulty_since = Instant::now();
     let drain = drain(cluster, &node, "300s");
-    let evictor = Evictor::start(cluster, names);
+    let evictor = Evictor::start(cluster, names).await;
     wait_marked_or_gone(cluster, &on_node).await;
     tokio::time::sleep(faulty_for.saturating_sub(faulty_since.elapsed())).await;
     let counts = cluster.sim().fault_counts();
@@ -267,7 +273,7 @@ async fn sigterm_of_each_replica_during_a_drain_hands_over_without_opening_the_g
     let names = names_of(cluster, &all).await;
     let checker = GateChecker::start(cluster, "default").await;
     let drain = drain(cluster, &node, "300s");
-    let evictor = Evictor::start(cluster, names);
+    let evictor = Evictor::start(cluster, names).await;
     wait_marked_or_gone(cluster, &on_node).await;
 
     // SIGTERM of the leader, which the Service still routes to.
