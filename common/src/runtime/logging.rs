@@ -1,4 +1,7 @@
-//! Logs go to stderr as text (people) or JSON (log pipelines); `RUST_LOG` wins over `--log-level`.
+//! Logs go to stderr as text (people) or JSON (log pipelines); `RUST_LOG` wins over `--log-level`. Colours only
+//! when stderr is a terminal: a container's log is a file, and `kubectl logs` would show the escapes.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -10,7 +13,10 @@ pub fn init(flags: &LogFlags) -> Result<(), RuntimeError> {
         _ => EnvFilter::try_new(&flags.log_level),
     }
     .map_err(|e| RuntimeError::Logging(format!("invalid log filter: {e}")))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let installed = match flags.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),

@@ -116,6 +116,8 @@ async fn the_chart_s_operators_run_as_its_pods_and_drains_of_their_nodes_complet
     ] {
         let logs = cluster.kubectl_ok(&["-n", NS, "logs", &format!("deploy/{deployment}")]).await;
         assert!(logs.contains(line), "kubectl logs deploy/{deployment}:\n{logs}");
+        // A container's stderr is a file, not a terminal: plain text, no colour escapes in the log.
+        assert!(!logs.contains('\u{1b}'), "kubectl logs deploy/{deployment} holds ANSI escapes:\n{logs}");
     }
 
     // A drain of each operator's node completes: the budget lets one replica go, the Deployment replaces it on
