@@ -2,6 +2,7 @@
 //! fault API) and the hook-operator is SIGKILLed at random instants and started again; the run must end as it would
 //! without restarts.
 //!
+//! The first kill comes 0.4 s after the first answer, while that outcome's write fails (so it never lands).
 //! The endpoint answers F S F S … in the order requests arrive (F: the success condition fails). Before the fix, a
 //! kill 0.4 s after the first F — its status write still on its way — lost it, the restarted operator measured
 //! S F S and the run ended **Successful**. Now the run is written `Running` before its first measurement, and the
@@ -68,14 +69,16 @@ async fn under_kills(endpoint: Endpoint, count: i32, failure_limit: i32, kills: 
     let mut rng = Rng::new(seed);
     let cluster = Cluster::start().await;
     cluster.install_crds().await;
-    cluster.sim().set_faults(FaultConfig {
+    let slow = |error_rate: f64| FaultConfig {
         rules: vec![FaultRule {
             verbs: vec!["patch".into(), "update".into()],
             resources: vec!["hookruns/status".into()],
             latency_ms: SLOW_WRITE.as_millis() as u64,
+            error_rate,
             ..FaultRule::default()
         }],
-    });
+    };
+    cluster.sim().set_faults(slow(0.0));
     let answered = Arc::new(AtomicUsize::new(0));
     let first_answer = Arc::new(tokio::sync::Notify::new());
     let addr = e2e::hook::serve_http({
@@ -101,9 +104,17 @@ async fn under_kills(endpoint: Endpoint, count: i32, failure_limit: i32, kills: 
         let run = runs.get_opt("crashy").await.ok().flatten()?;
         run.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p.is_completed()).then_some(run)
     };
+    // The case: the first outcome's write never lands (kube-sim carries out a slow write even after its
+    // client died, so the write is made to fail until the kill), and the operator dies 0.4 s after the answer.
     first_answer.notified().await;
+    cluster.sim().set_faults(slow(1.0));
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let mut killed = 0;
+    operator.restart().await;
+    cluster.sim().set_faults(slow(0.0));
+    let mut killed = 1;
+    if kills > 1 {
+        tokio::time::sleep(rng.between(Duration::from_millis(200), Duration::from_millis(3000))).await;
+    }
     while killed < kills && completed(runs.clone()).await.is_none() {
         operator.restart().await;
         killed += 1;
@@ -132,6 +143,15 @@ async fn f_s_f_ends_failed_with_kills_at_random_instants_while_status_writes_are
     let status = run.status.as_ref().unwrap();
     assert_eq!(status.phase, Some(HookPhase::Failed), "{status:#?}");
     assert_eq!(status.metric_results[0].failed, 2, "{status:#?}");
+}
+
+/// The case alone: one kill 0.4 s after the first F, whose write never lands. Before the fix the restarted
+/// operator measured S F S and the run ended Successful.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_first_failure_still_ends_f_s_f_failed() {
+    let run = under_kills(Endpoint::Alternating, 3, 1, 1).await;
+    let status = run.status.as_ref().unwrap();
+    assert_eq!(status.phase, Some(HookPhase::Failed), "{status:#?}");
 }
 
 /// Errors only (default `consecutiveErrorLimit` 4): Error with five or more in a row, as without restarts.
