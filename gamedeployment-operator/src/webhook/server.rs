@@ -241,6 +241,17 @@ impl Budget {
     }
 }
 
+/// One object by name, read as a list with a `metadata.name` field selector (as client-go's single-object informers
+/// do): the webhook's caches already need `list`, so this fallback needs no `get` grant (the chart grants none for
+/// pods and GameDeployments; `chart_rbac::every_granted_verb_is_used`).
+async fn by_name<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    let params = ListParams::default().fields(&format!("metadata.name={name}"));
+    Ok(api.list(&params).await?.items.into_iter().next())
+}
+
 async fn bounded<T>(
     budget: Budget,
     what: &str,
@@ -359,7 +370,7 @@ async fn pod_gate(
                 return Ok(AdmissionResponse::from(request));
             }
             Lookup::Unknown => {
-                bounded(budget, &format!("reading pod {namespace}/{}", request.name), pods.get_opt(&request.name))
+                bounded(budget, &format!("reading pod {namespace}/{}", request.name), by_name(&pods, &request.name))
                     .await?
                     .map(Arc::new)
             }
@@ -376,7 +387,7 @@ async fn pod_gate(
             Lookup::Absent => None,
             Lookup::Unknown => {
                 let gds: Api<GameDeployment> = Api::namespaced(state.client.clone(), &namespace);
-                bounded(budget, &format!("reading GameDeployment {namespace}/{name}"), gds.get_opt(&name))
+                bounded(budget, &format!("reading GameDeployment {namespace}/{name}"), by_name(&gds, &name))
                     .await?
                     .map(Arc::new)
             }
@@ -537,7 +548,7 @@ async fn protect(
                 &namespace,
                 &kube::core::ApiResource::from_gvk_with_plural(&gvk, resource),
             );
-            bounded(budget, &format!("reading {resource} {namespace}/{}", request.name), api.get_opt(&request.name))
+            bounded(budget, &format!("reading {resource} {namespace}/{}", request.name), by_name(&api, &request.name))
                 .await?
         }
     };
