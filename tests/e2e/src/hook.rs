@@ -205,3 +205,34 @@ pub async fn serve_answers(answers: std::collections::HashMap<String, Vec<u8>>) 
     })
     .await
 }
+
+/// A run of one web metric in `default` that probes `http://{addr}/{name}` every second for `{$.age}` and succeeds
+/// when it is above 30: the scripted endpoint decides each measurement (the durability suites).
+pub fn scripted_age_run(name: &str, addr: std::net::SocketAddr, count: i32, failure_limit: i32) -> HookRun {
+    use common::api::{HookRunSpec, Metric, MetricProvider, WebMetric};
+    let mut run = HookRun::new(
+        name,
+        HookRunSpec {
+            metrics: vec![Metric {
+                name: "m".into(),
+                count,
+                failure_limit,
+                interval: Some("1s".into()),
+                success_condition: Some("asInt(result) > 30".into()),
+                provider: MetricProvider {
+                    web: Some(WebMetric {
+                        url: format!("http://{addr}/{name}"),
+                        json_path: Some("{$.age}".into()),
+                        timeout_seconds: Some(60),
+                        ..WebMetric::default()
+                    }),
+                    ..MetricProvider::default()
+                },
+                ..Metric::default()
+            }],
+            ..HookRunSpec::default()
+        },
+    );
+    run.metadata.namespace = Some("default".into());
+    run
+}

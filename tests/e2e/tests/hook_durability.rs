@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::api::{HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
+use common::api::{HookPhase, HookRun};
 use e2e::{Cluster, Operator, wait_for};
 use kube::Api;
 use kube::api::PostParams;
@@ -117,34 +117,6 @@ async fn serve(endpoint: Arc<Endpoint>) -> std::net::SocketAddr {
     .await
 }
 
-fn hookrun(name: &str, addr: std::net::SocketAddr, count: i32, failure_limit: i32) -> HookRun {
-    let mut run = HookRun::new(
-        name,
-        HookRunSpec {
-            metrics: vec![Metric {
-                name: "m".into(),
-                count,
-                failure_limit,
-                interval: Some("1s".into()),
-                success_condition: Some("asInt(result) > 30".into()),
-                provider: MetricProvider {
-                    web: Some(WebMetric {
-                        url: format!("http://{addr}/{name}"),
-                        json_path: Some("{$.age}".into()),
-                        timeout_seconds: Some(60),
-                        ..WebMetric::default()
-                    }),
-                    ..MetricProvider::default()
-                },
-                ..Metric::default()
-            }],
-            ..HookRunSpec::default()
-        },
-    );
-    run.metadata.namespace = Some("default".into());
-    run
-}
-
 /// Runs `run` against the script with a kill after each measurement; returns the completed run and the endpoint.
 async fn scripted(answers: &[Answer], count: i32, failure_limit: i32) -> (HookRun, Arc<Endpoint>) {
     let cluster = Cluster::start().await;
@@ -165,7 +137,9 @@ async fn scripted(answers: &[Answer], count: i32, failure_limit: i32) -> (HookRu
     *endpoint.operator.lock().await =
         Some(cluster.operator("hook-operator", "hook-operator", &["--status-write-interval", "5s"]));
     let started = Instant::now();
-    runs.create(&PostParams::default(), &hookrun("scripted", addr, count, failure_limit)).await.unwrap();
+    runs.create(&PostParams::default(), &e2e::hook::scripted_age_run("scripted", addr, count, failure_limit))
+        .await
+        .unwrap();
     let done = wait_for("the scripted run to complete", Duration::from_secs(180), || async {
         let run = runs.get_opt("scripted").await.ok().flatten()?;
         run.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p.is_completed()).then_some(run)

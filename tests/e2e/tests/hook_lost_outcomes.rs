@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::api::{HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
+use common::api::{HookPhase, HookRun};
 use e2e::faults::{Rng, fresh_seed};
 use e2e::{Cluster, wait_for};
 use kube::Api;
@@ -31,34 +31,6 @@ enum Endpoint {
     Alternating,
     /// HTTP 500 every time.
     Failing,
-}
-
-fn hookrun(addr: std::net::SocketAddr, count: i32, failure_limit: i32) -> HookRun {
-    let mut run = HookRun::new(
-        "crashy",
-        HookRunSpec {
-            metrics: vec![Metric {
-                name: "m".into(),
-                count,
-                failure_limit,
-                interval: Some("1s".into()),
-                success_condition: Some("asInt(result) > 30".into()),
-                provider: MetricProvider {
-                    web: Some(WebMetric {
-                        url: format!("http://{addr}/crashy"),
-                        json_path: Some("{$.age}".into()),
-                        timeout_seconds: Some(60),
-                        ..WebMetric::default()
-                    }),
-                    ..MetricProvider::default()
-                },
-                ..Metric::default()
-            }],
-            ..HookRunSpec::default()
-        },
-    );
-    run.metadata.namespace = Some("default".into());
-    run
 }
 
 /// Runs the HookRun against `endpoint` while the operator is killed: first 0.4 s after the first answer (the
@@ -99,7 +71,9 @@ async fn under_kills(endpoint: Endpoint, count: i32, failure_limit: i32, kills: 
     .await;
     let mut operator = cluster.operator("hook-operator", "hook-operator", &[]);
     let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
-    runs.create(&PostParams::default(), &hookrun(addr, count, failure_limit)).await.unwrap();
+    runs.create(&PostParams::default(), &e2e::hook::scripted_age_run("crashy", addr, count, failure_limit))
+        .await
+        .unwrap();
     let completed = |runs: Api<HookRun>| async move {
         let run = runs.get_opt("crashy").await.ok().flatten()?;
         run.status.as_ref().and_then(|s| s.phase).is_some_and(|p| p.is_completed()).then_some(run)
