@@ -170,7 +170,11 @@ async fn terminate_validation_events_and_the_kubernetes_provider() {
         .await;
     assert_completed(&cluster, "poll-forever", "Successful").await;
     let message = get_run(&cluster, "poll-forever").await.status.and_then(|s| s.message).unwrap_or_default();
-    assert_eq!(message, "terminated (spec.terminate)");
+    // The completion names the client that set the field (its managedFields entry): kubectl patch's field manager.
+    assert!(
+        message.starts_with(r#"terminated (spec.terminate) by field manager "kubectl-patch" (Update at "#),
+        "{message}"
+    );
 
     // kubernetes provider, Ordered: patch an annotation (key with a slash, value with quotes),
     // then read it back.
