@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -111,7 +111,9 @@ where
         let record = log.clone();
         let task = tokio::spawn(async move {
             let mut listed = Some(listed_tx);
-            let mut stream = watcher(api, config).boxed();
+            // With a back-off: once the cluster is gone every retry fails at once, and a watch retried without one
+            // never yields, so neither its abort nor the test's runtime shutdown can ever stop it.
+            let mut stream = watcher(api, config).default_backoff().boxed();
             while let Some(event) = stream.next().await {
                 let mut log = record.lock().unwrap_or_else(|e| e.into_inner());
                 match event {
