@@ -249,8 +249,8 @@ impl PodMonitor {
     }
 }
 
-/// Removes terminal colour codes from a log line.
-fn strip_ansi(text: &str) -> String {
+/// Removes terminal colour codes from a log (the one copy the suites share).
+pub fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {

@@ -20,26 +20,9 @@ const READY_WITHIN: Duration = Duration::from_secs(10);
 fn metrics_address(operator: &Operator) -> Option<String> {
     let logs = operator.logs();
     let line = logs.lines().rev().find(|l| l.contains("serving /metrics"))?;
-    let plain: String = strip_ansi(line);
+    let plain: String = e2e::gamedeployment::strip_ansi(line);
     let at = plain.find("address=")? + "address=".len();
     Some(plain[at..].split_whitespace().next()?.to_string())
-}
-
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The status code `/readyz` answers with, None if the server does not answer.

@@ -104,30 +104,11 @@ async fn ca_bundles(cluster: &Cluster) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The log without terminal colour codes.
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // Skip up to and including the final letter of the escape sequence.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The address the `nth` process logging to this operator's log (0 = the first) serves the webhooks on.
 pub(crate) async fn webhook_address(operator: &Operator, nth: usize) -> SocketAddr {
     let start = Instant::now();
     loop {
-        let logs = strip_ansi(&operator.logs());
+        let logs = e2e::gamedeployment::strip_ansi(&operator.logs());
         let found: Vec<SocketAddr> = logs
             .lines()
             .filter(|l| l.contains("serving admission webhooks"))
