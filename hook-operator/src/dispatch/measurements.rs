@@ -114,12 +114,13 @@ impl Dispatcher {
         drop(permit);
         drop(namespace_permit);
         self.count(&id, &metric.name, &taken);
-        let taken = if start.retake {
-            measure::Taken { measurement: crate::engine::lost::retake(taken.measurement), ..taken }
+        let (taken, lost) = if start.retake {
+            let (measurement, lost) = crate::engine::lost::retake(taken.measurement);
+            (measure::Taken { measurement, ..taken }, lost)
         } else {
-            taken
+            (taken, false)
         };
-        self.deliver(&id, &metric.name, token, start.taken_before, taken);
+        self.deliver(&id, &metric.name, token, (start.taken_before, lost), taken);
     }
 
     /// Waits for the namespace's share first, then a global slot: a namespace at its share waits without holding a
@@ -201,7 +202,8 @@ impl Dispatcher {
     }
 
     /// Hands the measurement to its run (unless the run forgot it meanwhile) and wakes the run.
-    fn deliver(&self, id: &RunId, metric: &str, token: u64, taken_before: i32, taken: measure::Taken) {
+    /// `lost`: the measurement stands for an outcome a crash lost (see `engine::lost`).
+    fn deliver(&self, id: &RunId, metric: &str, token: u64, (taken_before, lost): (i32, bool), taken: measure::Taken) {
         let delivered = {
             let mut slots = self.slots();
             match slots.get_mut(&*id.uid) {
@@ -214,6 +216,7 @@ impl Dispatcher {
                         measurement: taken.measurement,
                         finished_at: taken.finished_at,
                         taken_before,
+                        lost,
                     });
                     true
                 }

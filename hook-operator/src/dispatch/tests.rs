@@ -123,6 +123,7 @@ fn finish_as(d: &Dispatcher, uid: &str, id: u64, taken_before: i32, phase: HookP
         },
         finished_at: now,
         taken_before,
+        lost: false,
     });
 }
 
@@ -187,6 +188,7 @@ async fn planning_on_the_moved_status_plans_what_planning_on_a_copy_does() {
                     },
                     finished_at: now,
                     taken_before: taken,
+                    lost: false,
                 });
             }
         }

@@ -12,10 +12,14 @@
 //! finds is the best knowledge of what was lost); a Successful retake counts as an Error, because a lost outcome
 //! must not be replaced by a success — F S F, with the first F lost, would otherwise be recorded S F S and pass.
 //! An Error consumes no `count`, so the run measures once more; only a restart at a due time costs that.
+//!
+//! That Error stands for the lost outcome, not for the endpoint: [`record`] counts it in `error` but leaves
+//! `consecutiveError` as it was, so restarts alone never end a run by `consecutiveErrorLimit` (the run still ends
+//! by its measurements, its deadlines or its timeout).
 
 use std::time::Duration;
 
-use common::api::{HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement};
+use common::api::{HookPhase, HookPolicy, HookRunSpec, HookRunStatus, Measurement, MetricResult};
 use k8s_openapi::jiff::Timestamp;
 
 use super::schedule;
@@ -59,8 +63,10 @@ pub fn possibly_taken(
 }
 
 /// How a retake (see the module doc) counts: a success as an Error saying why, anything else as it is, marked.
-pub fn retake(mut measurement: Measurement) -> Measurement {
-    if measurement.phase == Some(HookPhase::Successful) {
+/// The flag says whether the measurement now stands for a lost outcome (to be counted by [`record`]).
+pub fn retake(mut measurement: Measurement) -> (Measurement, bool) {
+    let lost = measurement.phase == Some(HookPhase::Successful);
+    if lost {
         measurement.phase = Some(HookPhase::Error);
         measurement.message = Some(
             "the operator restarted while this metric was due: the previous measurement's outcome may have been lost, \
@@ -74,13 +80,21 @@ pub fn retake(mut measurement: Measurement) -> Measurement {
             super::MAX_STATUS_TEXT,
         ));
     }
-    measurement
+    (measurement, lost)
+}
+
+/// Records a lost outcome (a retake's success turned Error): counted in `error` and ending any success streak, but
+/// `consecutiveError` is neither raised (the endpoint did not err) nor reset (nor did it answer well enough to count).
+pub fn record(result: &mut MetricResult, measurement: Measurement, history_limit: usize) {
+    result.error += 1;
+    result.consecutive_successful = 0;
+    super::push_history(result, measurement, history_limit);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use common::api::{Metric, MetricResult};
+    use common::api::Metric;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn at(secs: i64) -> Timestamp {
@@ -140,15 +154,38 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_outcome_counts_as_an_error_but_not_toward_consecutive_error_limit() {
+        let mut result = MetricResult {
+            name: "m".into(),
+            consecutive_error: 2,
+            consecutive_successful: 1,
+            ..MetricResult::default()
+        };
+        for _ in 0..10 {
+            let (measurement, lost) =
+                retake(Measurement { phase: Some(HookPhase::Successful), ..Measurement::default() });
+            assert!(lost);
+            record(&mut result, measurement, 3);
+        }
+        assert_eq!(
+            (result.error, result.count, result.consecutive_error, result.consecutive_successful),
+            (10, 0, 2, 0)
+        );
+        assert_eq!(result.measurements.len(), 3, "the history stays bounded");
+    }
+
+    #[test]
     fn a_retake_counts_only_against_the_run() {
-        let success = retake(Measurement { phase: Some(HookPhase::Successful), ..Measurement::default() });
+        let (success, lost) = retake(Measurement { phase: Some(HookPhase::Successful), ..Measurement::default() });
+        assert!(lost);
         assert_eq!(success.phase, Some(HookPhase::Error));
         assert!(success.message.as_deref().is_some_and(|m| m.contains("does not count")));
-        let failure = retake(Measurement {
+        let (failure, lost) = retake(Measurement {
             phase: Some(HookPhase::Failed),
             message: Some("age 10".into()),
             ..Measurement::default()
         });
+        assert!(!lost, "a failure found is the endpoint's own outcome");
         assert_eq!(failure.phase, Some(HookPhase::Failed));
         assert_eq!(
             failure.message.as_deref(),

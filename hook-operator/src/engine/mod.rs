@@ -40,6 +40,9 @@ pub struct Finished {
     /// `schedule::taken()` of the metric when the measurement was started. A measurement is recorded only if
     /// the metric still has that many, so it is never counted twice (e.g. after an unacknowledged write).
     pub taken_before: i32,
+    /// The measurement stands for an outcome a crash lost (a retake's success, see [`lost`]): recorded as an Error
+    /// that says nothing of the endpoint, so it leaves `consecutiveError` as it was.
+    pub lost: bool,
 }
 
 /// What this process remembers about a run beyond its status.
@@ -139,12 +142,7 @@ fn is_bad(phase: Option<HookPhase>) -> bool {
 pub const MAX_STATUS_TEXT: usize = 1024;
 
 /// Adds one measurement to a result: counters first, then the bounded history.
-pub fn record(result: &mut MetricResult, mut measurement: Measurement, history_limit: usize) {
-    for text in [&mut measurement.message, &mut measurement.value].into_iter().flatten() {
-        if text.chars().count() > MAX_STATUS_TEXT {
-            *text = crate::text::excerpt(text, MAX_STATUS_TEXT);
-        }
-    }
+pub fn record(result: &mut MetricResult, measurement: Measurement, history_limit: usize) {
     match measurement.phase {
         Some(HookPhase::Successful) => {
             result.successful += 1;
@@ -171,8 +169,17 @@ pub fn record(result: &mut MetricResult, mut measurement: Measurement, history_l
             result.consecutive_successful = 0;
         }
     }
-    // Trimmed before the push: a history copied at its exact length then never grows (no reallocation and copy
-    // of the whole history per measurement).
+    push_history(result, measurement, history_limit);
+}
+
+/// Appends to the bounded history. Trimmed before the push: a history copied at its exact length then never grows
+/// (no reallocation and copy of the whole history per measurement).
+fn push_history(result: &mut MetricResult, mut measurement: Measurement, history_limit: usize) {
+    for text in [&mut measurement.message, &mut measurement.value].into_iter().flatten() {
+        if text.chars().count() > MAX_STATUS_TEXT {
+            *text = crate::text::excerpt(text, MAX_STATUS_TEXT);
+        }
+    }
     let excess = (result.measurements.len() + 1).saturating_sub(history_limit.max(1));
     if excess > 0 {
         result.measurements.drain(..excess.min(result.measurements.len()));
@@ -374,9 +381,13 @@ fn record_finished(plan: &mut Plan, inputs: &Inputs<'_>) {
         if inputs.settings.keep_recorded {
             plan.recorded.push((f.metric.clone(), measurement.clone()));
         }
-        let errored = measurement.phase == Some(HookPhase::Error);
+        let errored = measurement.phase == Some(HookPhase::Error) && !f.lost;
         let message = measurement.message.clone().unwrap_or_default();
-        record(result, measurement, inputs.settings.history_limit);
+        if f.lost {
+            lost::record(result, measurement, inputs.settings.history_limit);
+        } else {
+            record(result, measurement, inputs.settings.history_limit);
+        }
         if errored && result.consecutive_error == 1 {
             plan.notes.push(Note::MeasurementError {
                 metric: f.metric.clone(),

@@ -31,7 +31,7 @@ fn measurement(phase: HookPhase) -> Measurement {
 
 /// A successful measurement of the walkthrough's `webtest` metric, finished at `finished_at`.
 fn webtest_success(id: u64, finished_at: Timestamp, taken_before: i32) -> Finished {
-    Finished { id, metric: "webtest".into(), measurement: measurement(S), finished_at, taken_before }
+    Finished { id, metric: "webtest".into(), measurement: measurement(S), finished_at, taken_before, lost: false }
 }
 
 fn result_after(metric: &Metric, phases: &[HookPhase]) -> MetricResult {
@@ -284,6 +284,7 @@ impl Sim {
                     },
                     finished_at,
                     taken_before: start.taken_before,
+                    lost: false,
                 });
             }
             let next_finish = pending.iter().map(|f| f.finished_at).min();
@@ -594,6 +595,7 @@ fn the_round_that_records_a_measurement_arms_the_next() {
         },
         finished_at: sim.now,
         taken_before: 0,
+        lost: false,
     };
     let second = sim.round(&[finished]);
     assert!(second.start.is_empty());
@@ -655,6 +657,7 @@ fn a_run_whose_measurements_error_says_so_while_running() {
         },
         finished_at: at,
         taken_before,
+        lost: false,
     };
     let plan = sim.round(&[error(1, 0, sim.now)]);
     assert_eq!(plan.status.phase, Some(R));
@@ -678,6 +681,7 @@ fn a_run_whose_measurements_error_says_so_while_running() {
         measurement: Measurement { phase: Some(S), finished_at: Some(Time(sim.now)), ..Measurement::default() },
         finished_at: sim.now,
         taken_before: 2,
+        lost: false,
     };
     assert_eq!(sim.round(&[ok]).status.message, None);
 }
@@ -693,4 +697,38 @@ fn status_text_is_bounded() {
     );
     assert!(r.measurements[0].message.as_ref().unwrap().chars().count() < MAX_STATUS_TEXT + 40);
     assert!(r.measurements[0].value.as_ref().unwrap().chars().count() < MAX_STATUS_TEXT + 40);
+}
+
+#[test]
+fn restarts_alone_never_end_a_run_by_consecutive_error_limit() {
+    let spec = HookRunSpec {
+        metrics: vec![Metric { interval: Some("5s".into()), count: 3, failure_limit: 1, ..web("probe") }],
+        ..HookRunSpec::default()
+    };
+    let mut sim = Sim::new(spec, &[]);
+    sim.round(&[]);
+    let finished = |id: u64, phase: HookPhase, taken_before: i32, at: Timestamp, lost: bool| Finished {
+        id,
+        metric: "probe".into(),
+        measurement: Measurement { phase: Some(phase), finished_at: Some(Time(at)), ..Measurement::default() },
+        finished_at: at,
+        taken_before,
+        lost,
+    };
+    // Six restarts in a row at due times, each retake meeting a success: six lost outcomes, more than the default
+    // consecutiveErrorLimit (4).
+    for i in 0..6 {
+        sim.now = sim.now.checked_add(Duration::from_secs(6)).unwrap();
+        let plan = sim.round(&[finished(i + 1, E, i as i32, sim.now, true)]);
+        assert_eq!(plan.status.phase, Some(R), "after {} lost outcomes: {:#?}", i + 1, plan.status);
+        assert!(plan.notes.is_empty(), "a lost outcome is not the endpoint's error: {:?}", plan.notes);
+    }
+    // Then the endpoint's own F S F ends the run as without restarts.
+    for (i, phase) in [F, S, F].into_iter().enumerate() {
+        sim.now = sim.now.checked_add(Duration::from_secs(6)).unwrap();
+        sim.round(&[finished(7 + i as u64, phase, 6 + i as i32, sim.now, false)]);
+    }
+    let status = sim.status.clone().unwrap();
+    assert_eq!(status.phase, Some(F), "{status:#?}");
+    assert_eq!((status.metric_results[0].error, status.metric_results[0].failed), (6, 2));
 }

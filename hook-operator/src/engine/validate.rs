@@ -366,6 +366,20 @@ fn args(args: &[Argument]) -> Vec<String> {
     problems
 }
 
+/// Why a HookTemplate is refused, as one sentence: every problem of [`template`], after the template's name. The
+/// words `hook-operator check` prints and the admission webhook answers (`kubectl apply`), so a template is judged
+/// the same wherever it is checked. `None`: valid.
+pub fn template_refusal(name: &str, spec: &HookTemplateSpec) -> Option<String> {
+    let problems = template(spec);
+    (!problems.is_empty()).then(|| format!("invalid HookTemplate {name}: {}", problems.join("; ")))
+}
+
+/// Why a HookRun is refused: the first problem of [`run`], after the run's name (as [`template_refusal`]). The
+/// controller ends such a run `Error` with the same problem.
+pub fn run_refusal(name: &str, spec: &HookRunSpec) -> Option<String> {
+    run(spec).err().map(|problem| format!("invalid HookRun {name}: {problem}"))
+}
+
 /// A run is valid when its metrics are and every referenced argument has a value.
 pub fn run(spec: &HookRunSpec) -> Result<(), String> {
     let mut problems = args(&spec.args);
@@ -660,6 +674,32 @@ mod tests {
             &crate::settings::EngineSettings::default(),
         );
         assert!(warnings[0].contains("interval 1ms is below the operator's minimum of 1s"), "{warnings:?}");
+    }
+
+    #[test]
+    fn a_refusal_names_the_object_and_lists_every_problem() {
+        let spec = HookTemplateSpec {
+            metrics: vec![
+                Metric { success_condition: Some("asInt(reslt) > 30".into()), ..web("http://x") },
+                Metric { name: "b".into(), success_condition: Some("asInt(result) >".into()), ..web("http://x") },
+            ],
+            ..HookTemplateSpec::default()
+        };
+        let refusal = template_refusal("bad", &spec).unwrap();
+        assert!(refusal.starts_with("invalid HookTemplate bad: metrics[0] (webtest): successCondition"), "{refusal}");
+        assert!(refusal.contains("unknown name `reslt`"), "{refusal}");
+        assert!(refusal.contains("; metrics[1] (b): successCondition `asInt(result) >` does not parse"), "{refusal}");
+        assert_eq!(
+            template_refusal(
+                "good",
+                &HookTemplateSpec { metrics: vec![web("http://x")], ..HookTemplateSpec::default() }
+            ),
+            None
+        );
+        let run = HookRunSpec { metrics: vec![web("http://{{ args.PodIP }}:9091")], ..HookRunSpec::default() };
+        let refusal = run_refusal("r", &run).unwrap();
+        assert!(refusal.starts_with("invalid HookRun r: metrics[0] (webtest): "), "{refusal}");
+        assert_eq!(run_refusal("r", &HookRunSpec { metrics: vec![web("http://x")], ..HookRunSpec::default() }), None);
     }
 
     #[test]
