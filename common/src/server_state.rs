@@ -55,6 +55,17 @@ impl ServerState {
     /// Every state with a name, for metrics (a bounded label set: never a value a pod made up).
     pub const NAMED: [Self; 4] = [Self::WaitToBeDeleted, Self::Idle, Self::Allocated, Self::Maintaining];
 
+    /// Every value a server may declare that the operator knows, as it is written (`Draining` is a value of its own
+    /// here, though it ranks as `WaitToBeDeleted`): what `status.serverStates` and the metrics count, a bounded set.
+    pub const DECLARED: [&'static str; 5] = ["WaitToBeDeleted", "Draining", "Idle", "Allocated", "Maintaining"];
+
+    /// The known value `pod` declares, as written (`None` without the label or for a value the operator does not
+    /// know): a server that says `Draining` is counted as `Draining`.
+    pub fn declared(pod: &impl crate::pod::PodFields) -> Option<&'static str> {
+        let value = crate::pod::label(pod, SERVER_STATE)?;
+        Self::DECLARED.into_iter().find(|known| *known == value)
+    }
+
     /// Scale-in order: the lower goes first (the enum's order; a `Maintaining` server is never a scale-in victim,
     /// its rank only keeps the order total).
     pub fn deletion_rank(self) -> u8 {
@@ -95,5 +106,21 @@ mod tests {
         assert!(ServerState::quarantined(&labelled(Some("Maintaining"))));
         assert!(!ServerState::quarantined(&labelled(Some("maintaining"))), "case-sensitive");
         assert!(!ServerState::quarantined(&labelled(None)));
+    }
+
+    #[test]
+    fn a_server_is_counted_by_the_value_it_declares() {
+        let declared = |v: Option<&str>| ServerState::declared(&labelled(v));
+        assert_eq!(declared(Some("Draining")), Some("Draining"), "not folded into WaitToBeDeleted");
+        for known in ServerState::DECLARED {
+            assert_eq!(declared(Some(known)), Some(known));
+        }
+        assert_eq!(declared(Some("draining")), None, "case-sensitive");
+        assert_eq!(declared(Some("Bogus")), None);
+        assert_eq!(declared(None), None);
+        // Every named state is a declared value (the metrics' label set covers the rank's states).
+        for state in ServerState::NAMED {
+            assert!(state.name().is_some_and(|n| ServerState::DECLARED.contains(&n)));
+        }
     }
 }

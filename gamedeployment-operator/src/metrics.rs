@@ -32,8 +32,8 @@ pub struct WorkloadLabels {
 pub struct ServerStateLabels {
     pub namespace: String,
     pub name: String,
-    /// `WaitToBeDeleted`, `Idle`, `Allocated` or `Maintaining` (`common::server_state::ServerState::NAMED`: never a value a pod
-    /// made up).
+    /// `WaitToBeDeleted`, `Draining`, `Idle`, `Allocated` or `Maintaining` (`common::server_state::ServerState::DECLARED`:
+    /// never a value a pod made up).
     pub state: String,
 }
 
@@ -295,7 +295,7 @@ impl Metrics {
 
     /// The server states a GameDeployment's pods declare (every named state, 0 when none does).
     pub fn show_server_states(&self, namespace: &str, name: &str, counts: &std::collections::BTreeMap<String, i32>) {
-        for state in common::server_state::ServerState::NAMED.iter().filter_map(|s| s.name()) {
+        for state in common::server_state::ServerState::DECLARED {
             let labels = ServerStateLabels { namespace: namespace.into(), name: name.into(), state: state.into() };
             self.server_states.get_or_create(&labels).set(i64::from(counts.get(state).copied().unwrap_or(0)));
         }
@@ -316,7 +316,7 @@ impl Metrics {
         for hook in HOOKS {
             self.pods_held.remove(&HeldLabels { namespace: namespace.into(), name: name.into(), hook: hook.into() });
         }
-        for state in common::server_state::ServerState::NAMED.iter().filter_map(|s| s.name()) {
+        for state in common::server_state::ServerState::DECLARED {
             let labels = ServerStateLabels { namespace: namespace.into(), name: name.into(), state: state.into() };
             self.server_states.remove(&labels);
         }
@@ -570,6 +570,7 @@ mod tests {
             "gamedeployment_leader 1",
             "gamedeployment_server_states{namespace=\"ns\",name=\"game\",state=\"Idle\"} 2",
             "gamedeployment_server_states{namespace=\"ns\",name=\"game\",state=\"Allocated\"} 0",
+            "gamedeployment_server_states{namespace=\"ns\",name=\"game\",state=\"Draining\"} 0",
             "gamedeployment_progress_deadline_exceeded{namespace=\"ns\",name=\"game\"} 1",
             "gamedeployment_gate_wait_seconds_bucket{le=\"4.0\",hook=\"predelete\"} 1",
             "gamedeployment_hook_outcomes_total{hook=\"preinplace\",outcome=\"failed\",shadow=\"false\"} 1",

@@ -2,8 +2,9 @@
 //! (`calculateDiffsWithExpectation`). [`compute`] is the only place these counts are worked out; the scale and
 //! update steps only pick pods to match them.
 //!
-//! - surge (recreate and in-place updates, as CloneSet; not hot patches): `min(maxSurge, old pods − partition)` extra pods; while paused only the surge
-//!   pods that exist (a paused rollout neither adds nor removes pods);
+//! - surge (recreate and in-place updates, as CloneSet; not hot patches): `min(maxSurge, old pods − partition)` extra
+//!   pods, counting only old pods the rollout can move (a quarantined server is one of the replicas, not a pod to
+//!   replace); while paused only the surge pods that exist (a paused rollout neither adds nor removes pods);
 //! - the unavailable budget: `available pods − max(replicas − maxUnavailable, 0)` available pods may be taken
 //!   down this pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
 //! - scale-in (`pods − podsToDelete − (replicas + surge)`): old-revision pods first, down to `partition`, then
@@ -63,7 +64,10 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
     // The pods the operator may delete or update (not quarantined).
     let old_movable = count_where(infos, |i| !i.updated && !i.specified && !i.quarantined);
     let new_movable = count_where(infos, |i| i.updated && !i.specified && !i.quarantined);
-    let mut surge = if settings.max_surge > 0 && old > partition { settings.max_surge.min(old - partition) } else { 0 };
+    // The old pods this rollout will still move: those beyond the partition, but never a quarantined server (it is
+    // one of the replicas and stays on its revision), so a surge pod is never asked for on its behalf.
+    let to_move = (old - partition).max(0).min(old_movable);
+    let mut surge = if settings.max_surge > 0 { settings.max_surge.min(to_move) } else { 0 };
     if settings.paused {
         // Paused freezes the pod set: surge pods that exist stay (deleting them, or old pods in their place, would
         // move the rollout), none are added.

@@ -250,3 +250,41 @@ fn a_scale_in_victim_that_enters_maintaining_goes_back_and_another_server_goes_i
     assert_eq!(world.active().len(), 2);
     assert!(names(&world).contains(&victim));
 }
+
+/// Issue 48: a rollout with `maxSurge` and a server in `Maintaining` used to settle with one pod too many for good
+/// (the quarantined server, still old, kept asking for a surge pod). The quarantined server is one of the replicas:
+/// the surge pod goes when every other server is updated, and the rollout completes naming it — for both update
+/// types, with and without an unavailable budget.
+#[test]
+fn a_rollout_with_surge_and_a_maintaining_server_ends_with_replicas_pods() {
+    for (replicas, strategy, max_unavailable) in [
+        (6, "InplaceUpdate", Some(0)),
+        (4, "InplaceUpdate", None),
+        (4, "RollingUpdate", Some(0)),
+        (6, "RollingUpdate", None),
+    ] {
+        let case = format!("{replicas} replicas, {strategy}, maxUnavailable {max_unavailable:?}");
+        let mut g = gd(replicas, strategy);
+        g.spec.update_strategy.max_surge = Some(IntOrString::Int(1));
+        g.spec.update_strategy.max_unavailable = max_unavailable.map(IntOrString::Int);
+        let mut world = settled(g);
+        let kept = names(&world)[1].clone();
+        declare(&mut world, &kept, "Maintaining");
+        set_image(&mut world, "game:2");
+        let mut most = 0;
+        let mut guard = never_touches(kept.clone());
+        let settled = world.settle(120, |w, p| {
+            guard(w, p);
+            most = most.max(w.active().len());
+        });
+        assert!(settled.is_some(), "{case}: the rollout did not finish");
+        let replicas = usize::try_from(replicas).expect("a small count");
+        assert_eq!(most, replicas + 1, "{case}: one surge pod at most");
+        assert_eq!(world.active().len(), replicas, "{case}: the surge pod is gone at the end");
+        assert_eq!(world.revision_counts(), (replicas - 1, 1), "{case}");
+        assert_eq!(image_of(&world, &kept), "game:1", "{case}");
+        let (reason, message) = progressing(&world);
+        assert_eq!(reason, "RolloutComplete", "{case}: {message}");
+        assert!(message.contains(&format!("1 server in Maintaining is left as it is: {kept}")), "{case}: {message}");
+    }
+}

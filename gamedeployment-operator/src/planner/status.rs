@@ -115,13 +115,12 @@ fn pods(n: i32) -> String {
     if n == 1 { "1 pod".to_string() } else { format!("{n} pods") }
 }
 
-/// How many pods declare each named server state (`common::server_state`).
+/// How many pods declare each known server state, by the value they declare (`common::server_state`): a server that
+/// says `Draining` is counted as `Draining`, though scale-in ranks it with `WaitToBeDeleted`.
 fn server_states<'a>(pods: impl Iterator<Item = &'a common::cached_pod::Pod>) -> BTreeMap<String, i32> {
     let mut counts = BTreeMap::new();
-    for state in pods.map(common::server_state::ServerState::of) {
-        if let Some(name) = state.name() {
-            *counts.entry(name.to_string()).or_insert(0) += 1;
-        }
+    for declared in pods.filter_map(common::server_state::ServerState::declared) {
+        *counts.entry(declared.to_string()).or_insert(0) += 1;
     }
     counts
 }
@@ -594,7 +593,7 @@ mod tests {
             pod(Some("x")),
         ];
         let want: BTreeMap<String, i32> =
-            [("Allocated".to_string(), 1), ("Idle".to_string(), 2), ("WaitToBeDeleted".to_string(), 1)].into();
+            [("Allocated".to_string(), 1), ("Draining".to_string(), 1), ("Idle".to_string(), 2)].into();
         assert_eq!(server_states(pods.iter()), want);
     }
 

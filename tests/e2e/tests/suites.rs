@@ -60,6 +60,7 @@ mod race_to_empty;
 mod sandbox;
 mod server_state;
 mod server_state_self_label;
+mod server_state_surge;
 mod shadow_hooks;
 mod test_layout;
 mod update_order;
