@@ -2,9 +2,15 @@
 //! say which template they run (`controller-revision-hash` = revision name) and old templates can be recreated
 //! (partition, in-place diffs, rollback).
 //!
-//! Equality is semantic (the stored template is compared after dropping empty and null fields), not by hash:
-//! revisions written by the Go BCS operator (whose hash is computed over Go's encoding) are recognised and
-//! reused, so switching operators does not restart a rollout.
+//! Equality is semantic, not by hash: both templates are compared in the form the API machinery stores and runs
+//! them ([`canonical`]: canonical quantities, Go's omitted zero values, API-server defaults, int-or-string ports,
+//! empty maps and lists), so any revision BCS's Go operator or Kubernetes' history library could have written for
+//! a template is recognised and reused, and switching operators restarts nothing.
+
+pub mod canonical;
+pub mod quantity;
+#[cfg(test)]
+mod styles_tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -126,17 +132,27 @@ pub fn template_of(revision: &ControllerRevision) -> Option<PodTemplateSpec> {
     serde_json::from_value(template).ok()
 }
 
-fn stored_template_value(revision: &ControllerRevision) -> Option<Value> {
-    let mut template = revision.data.0.get("spec")?.get("template")?.clone();
-    if let Value::Object(map) = &mut template {
-        map.remove("$patch");
-    }
-    Some(normalize(&template))
+/// The template a revision stores, in canonical form ([`canonical::template`]).
+pub fn stored_canonical(revision: &ControllerRevision) -> Option<Value> {
+    Some(canonical::template(revision.data.0.get("spec")?.get("template")?))
 }
 
-/// Whether a revision stores exactly this template.
+/// A template in canonical form ([`canonical::template`]).
+pub fn canonical_template(template: &PodTemplateSpec) -> Value {
+    // A PodTemplateSpec always serialises (it has no maps with non-string keys).
+    canonical::template(&serde_json::to_value(template).unwrap_or(Value::Null))
+}
+
+/// The spec of a template in canonical form, `imagePullPolicy` as written
+/// ([`canonical::template_apart_from_images`]): what an in-place update compares once the images are set aside.
+pub fn canonical_spec_apart_from_images(template: &PodTemplateSpec) -> Value {
+    let value = serde_json::to_value(template).unwrap_or(Value::Null);
+    canonical::template_apart_from_images(&value).get("spec").cloned().unwrap_or(Value::Null)
+}
+
+/// Whether a revision stores this template, as the API machinery compares templates (spelling aside).
 pub fn holds_template(revision: &ControllerRevision, template: &PodTemplateSpec) -> bool {
-    stored_template_value(revision).is_some_and(|stored| stored == template_value(template))
+    stored_canonical(revision).is_some_and(|stored| stored == canonical_template(template))
 }
 
 fn number(revision: &ControllerRevision) -> i64 {

@@ -58,7 +58,8 @@ fn meta_map(template: &PodTemplateSpec, labels: bool) -> BTreeMap<String, String
 /// The in-place change from `old` to `new`, or why there is none.
 pub fn diff(old: &PodTemplateSpec, new: &PodTemplateSpec) -> Result<TemplateChange, String> {
     let strip_images = |template: &PodTemplateSpec| {
-        let mut spec = revision::normalize(&serde_json::to_value(&template.spec).unwrap_or(Value::Null));
+        // Compared as the API machinery stores templates: a spelling difference (`1000m` and `1`) is no change.
+        let mut spec = revision::canonical_spec_apart_from_images(template);
         if let Some(containers) = spec.get_mut("containers").and_then(Value::as_array_mut) {
             for c in containers {
                 if let Some(map) = c.as_object_mut() {
@@ -596,6 +597,27 @@ mod tests {
         let mut new = template("nginx:1", &[("app", "web")]);
         new.spec.as_mut().unwrap().containers.pop();
         assert!(diff(&template("nginx:1", &[("app", "web")]), &new).is_err());
+    }
+
+    /// A revision BCS stored holds Go's spelling of the template (`cpu: "1"`, no `stdin: false`); the same
+    /// template written otherwise (`1000m`, `stdin: false`) with a new image is still an image change, in place.
+    /// A move to `:latest` is too: its default pull policy (`Always`) is set once, when a pod is created.
+    #[test]
+    fn spelling_differences_are_no_change() {
+        let quantity = |t: &mut PodTemplateSpec, cpu: &str| {
+            let c = &mut t.spec.as_mut().unwrap().containers[0];
+            c.resources = Some(serde_json::from_value(json!({"limits": {"cpu": cpu}})).unwrap());
+        };
+        let mut stored = template("nginx:1", &[("app", "web")]);
+        quantity(&mut stored, "1");
+        let mut written = template("nginx:2", &[("app", "web")]);
+        quantity(&mut written, "1000m");
+        written.spec.as_mut().unwrap().containers[0].stdin = Some(false);
+        let change = diff(&stored, &written).unwrap();
+        assert_eq!(change.images, BTreeMap::from([("main".to_string(), "nginx:2".to_string())]));
+        assert!(diff(&template("nginx:1", &[("app", "web")]), &template("nginx:latest", &[("app", "web")])).is_ok());
+        quantity(&mut written, "2");
+        assert!(diff(&stored, &written).is_err(), "a real resource change is not in place");
     }
 
     #[test]
