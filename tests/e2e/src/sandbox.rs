@@ -93,6 +93,17 @@ impl Sandbox {
         text.trim().parse().expect("a pid")
     }
 
+    /// A client of the sandbox's cluster as its admin (the kubeconfig the sandbox writes): for watches started before
+    /// an action (`crate::observe`), which a `kubectl` poll of a transient state cannot replace.
+    pub async fn client(&self) -> kube::Client {
+        let path = self.state().join("kubeconfig");
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path).expect("the sandbox's kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("a client configuration from the sandbox's kubeconfig");
+        kube::Client::try_from(config).expect("a client of the sandbox")
+    }
+
     /// Waits for the "ready" banner, failing with the output if the sandbox exits first.
     pub async fn wait_ready(&mut self) {
         let start = Instant::now();

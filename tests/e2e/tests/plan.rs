@@ -354,17 +354,16 @@ async fn as_now_forecasts_a_failing_running_hook() {
     example(&cluster, "hook-template-fail.yaml").await;
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
+    // The run is Running with one failure for one interval only: observed from a watch started before the scale-in.
+    let runs = e2e::observe::Observer::<HookRun>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
-    let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
-    let run = e2e::wait_for("a running pre-delete run with one failed measurement", LONG, || async {
-        let list = runs.list(&Default::default()).await.ok()?;
-        list.items.into_iter().find(|r| {
-            r.status.as_ref().is_some_and(|s| {
-                s.phase == Some(HookPhase::Running) && s.metric_results.first().is_some_and(|m| m.failed == 1)
-            })
+    let run = runs
+        .wait("a running pre-delete run with one failed measurement", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            let one_failed = status.metric_results.first().is_some_and(|m| m.failed == 1);
+            (status.phase == Some(HookPhase::Running) && one_failed).then(|| seen.object.clone())
         })
-    })
-    .await;
+        .await;
     let planned_at = Instant::now();
     let held = e2e::gamedeployment::live_pods(&cluster, NAME)
         .await

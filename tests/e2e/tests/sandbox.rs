@@ -9,7 +9,12 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::api::{HookPhase, HookRun};
+use e2e::observe::Observer;
 use e2e::sandbox::{READY, START, Sandbox, bindable, ensure_binaries, free_base, kubectl, kubectl_ok};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::watcher;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The body of `GET /` at `addr`, or None when nothing answers.
@@ -210,6 +215,17 @@ async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
     assert!(answer.contains("\"allowed\":false") && answer.contains("NOT marked"), "{answer}");
     let mark = "jsonpath={.metadata.labels.apps\\.kruise\\.io/specified-delete}";
     assert_eq!(kubectl_ok(&sandbox, &["get", "pod", other, "-o", mark]).trim(), "", "a forged review marks no pod");
+    // What lasts only while the hook runs (the pod's PreparingDelete, the run's Successful before its collection) is
+    // observed from watches started before the delete, never polled for.
+    let client = sandbox.client().await;
+    let pods = Observer::<Pod>::start(
+        "the refused pod",
+        Api::namespaced(client.clone(), "default"),
+        watcher::Config::default().fields(&format!("metadata.name={pod}")),
+    )
+    .await;
+    let runs =
+        Observer::<HookRun>::start("HookRuns", Api::namespaced(client, "default"), watcher::Config::default()).await;
     // Refused as soon as the pod carries the label (set at once by the labeller for pods created before opt-in).
     let refusal = e2e::wait_for("kubectl delete pod to be refused", START, || async {
         let (ok, out, err) = kubectl(&sandbox, &["delete", "pod", &pod, "--wait=false"]);
@@ -230,21 +246,19 @@ async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
     // Held in PreparingDelete while its HookRun runs, then deleted by the operator and replaced.
     let state = "jsonpath={.metadata.labels.lifecycle\\.apps\\.kruise\\.io/state} {.status.phase}";
     assert_eq!(kubectl_ok(&sandbox, &["get", "pod", &pod, "-o", state]).trim().split(' ').nth(1), Some("Running"));
-    e2e::wait_for("the refused pod to be PreparingDelete", START, || async {
-        let out = kubectl_ok(&sandbox, &["get", "pod", &pod, "-o", state]);
-        (out.trim() == "PreparingDelete Running").then_some(())
+    pods.wait("the refused pod to be PreparingDelete and Running", START, |seen| {
+        let state = seen.object.metadata.labels.as_ref()?.get("lifecycle.apps.kruise.io/state")?;
+        let phase = seen.object.status.as_ref()?.phase.as_deref()?;
+        (state == "PreparingDelete" && phase == "Running").then_some(())
     })
     .await;
     // predelete-<gd>-<revision>-<pod id>-<template>
     let id = pod.rsplit('-').next().unwrap();
     let hookrun =
         |name: &str| name.starts_with("predelete-test-gamedeployment-") && name.ends_with(&format!("-{id}-test"));
-    e2e::wait_for("the pod's HookRun to be Successful", START, || async {
-        let out = kubectl_ok(
-            &sandbox,
-            &["get", "hookrun", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.phase}{\"\\n\"}{end}"],
-        );
-        out.lines().any(|l| l.strip_suffix(" Successful").is_some_and(hookrun)).then_some(())
+    runs.wait("the pod's HookRun to be Successful", START, |seen| {
+        let phase = seen.object.status.as_ref()?.phase?;
+        (hookrun(seen.name()) && phase == HookPhase::Successful).then_some(())
     })
     .await;
     e2e::wait_for("the operator to delete the pod and replace it", START, || async {
