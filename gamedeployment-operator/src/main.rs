@@ -17,6 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use common::runtime::connections::{ConnectionLimits, ConnectionMetrics, Limiter};
+use common::runtime::descriptors;
 use common::runtime::events::{EventSettings, EventSink};
 use common::runtime::flags::parse_duration;
 use common::runtime::{
@@ -107,9 +109,12 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), StartError> {
+    // Every connection the servers hold takes a descriptor: the most the process may have sizes their caps.
+    let descriptors = descriptors::raise_to_hard_limit();
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let webhook_metrics = WebhookMetrics::register(&mut registry);
+    let connection_metrics = ConnectionMetrics::register(&mut registry, "gamedeployment");
     let kube_config = client::config(&cli.runtime.kube).await?;
     let client = ClientBuilder::try_from(kube_config)
         .map_err(StartError::Client)?
@@ -130,15 +135,35 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let listener = server::bind(cli.runtime.serve.metrics_address).await?;
     // The bound address (a port 0 request gets a real port), so tools and tests can find the endpoints.
     let address = listener.local_addr().map_or(cli.runtime.serve.metrics_address, |a| a);
-    tracing::info!(%address, "serving /metrics, /healthz and /readyz");
-    let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), handover.stopped.clone()));
+    let limits = ConnectionLimits::metrics(descriptors.count());
+    tracing::info!(
+        %address,
+        connections = limits.unverified,
+        per_client = limits.per_address,
+        "serving /metrics, /healthz and /readyz"
+    );
+    let connections = Limiter::new("metrics", limits, connection_metrics.clone());
+    let server = tokio::spawn(server::serve(
+        listener,
+        Arc::new(registry),
+        health.clone(),
+        handover.stopped.clone(),
+        connections,
+    ));
     // Every replica serves the webhooks, leader or not: a drain must be answered while a standby waits. They answer
     // from watch caches every replica keeps; the replica is Ready once they are synced.
     let webhook = match cli.webhook.config(&client).await? {
         Some(webhook) => {
             let listener = webhook_server::bind(&webhook).await?;
-            let address = axum::serve::Listener::local_addr(&listener).map_or(webhook.address, |a| a);
-            tracing::info!(%address, "serving admission webhooks over HTTPS: /validate-pods, /validate-workload");
+            let address = listener.local_addr().map_or(webhook.address, |a| a);
+            let limits = ConnectionLimits::webhook(descriptors.count());
+            tracing::info!(
+                %address,
+                unverified_connections = limits.unverified,
+                per_client = limits.per_address,
+                "serving admission webhooks over HTTPS: /validate-pods, /validate-workload"
+            );
+            let connections = Limiter::new("webhook", limits, connection_metrics);
             let reporter = Reporter {
                 controller: "gamedeployment-operator".into(),
                 instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),
@@ -154,7 +179,8 @@ async fn run(cli: Cli) -> Result<(), StartError> {
                 health.clone(),
             );
             let stopped = handover.stopped.clone();
-            let serving = tokio::spawn(webhook_server::serve(listener, router, async move { stopped.wait().await }));
+            let serving =
+                tokio::spawn(webhook_server::serve(listener, router, connections, async move { stopped.wait().await }));
             Some((serving, caches))
         }
         None => None,
@@ -221,17 +247,13 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     };
     stopping.trigger();
     handover.stopped.wait().await;
-    match server.await {
-        Ok(Err(e)) => tracing::warn!(error = %e, "metrics server"),
-        Err(e) => tracing::warn!(error = %e, "metrics server task"),
-        Ok(Ok(())) => {}
+    if let Err(e) = server.await {
+        tracing::warn!(error = %e, "metrics server task");
     }
-    if let Some((webhook, _)) = webhook {
-        match webhook.await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "webhook server"),
-            Err(e) => tracing::warn!(error = %e, "webhook server task"),
-            Ok(Ok(())) => {}
-        }
+    if let Some((webhook, _)) = webhook
+        && let Err(e) = webhook.await
+    {
+        tracing::warn!(error = %e, "webhook server task");
     }
     result.map_err(StartError::from)
 }

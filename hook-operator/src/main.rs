@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use common::runtime::{Health, LeaderElection, Shutdown, client, logging, server};
+use common::runtime::connections::{ConnectionLimits, ConnectionMetrics, Limiter};
+use common::runtime::{Health, LeaderElection, Shutdown, client, descriptors, logging, server};
 use hook_operator::cli::{Cli, Command, RunFlags};
 use hook_operator::controller::{self, Options};
 use hook_operator::metrics::Metrics;
@@ -52,6 +53,7 @@ async fn run(cli: Cli) -> ExitCode {
 
 async fn operate(flags: RunFlags) -> Result<(), String> {
     logging::init(&flags.runtime.log).map_err(|e| e.to_string())?;
+    let descriptors = descriptors::raise_to_hard_limit();
     // Nobody reads the rounds' copies of what they recorded here (`check` does).
     let engine = EngineSettings { keep_recorded: false, ..flags.engine.engine()? };
     if engine.interval_scale != 1.0 || !flags.engine.web_resolve.is_empty() {
@@ -69,12 +71,21 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
     let metrics = Metrics::register(&mut registry);
     let providers = Providers::new(&flags.engine.providers(), Some(client.clone())).map_err(|e| e.0)?;
     providers.conditions.register(&mut registry);
+    let connection_metrics = ConnectionMetrics::register(&mut registry, "hook_operator");
     let health = Health::default();
     let listener = server::bind(flags.runtime.serve.metrics_address).await.map_err(|e| e.to_string())?;
     // The bound address (the flag may say port 0).
     let address = listener.local_addr().unwrap_or(flags.runtime.serve.metrics_address);
-    tracing::info!(%address, "serving /metrics, /healthz, /readyz");
-    let server = tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
+    let limits = ConnectionLimits::metrics(descriptors.count());
+    tracing::info!(
+        %address,
+        connections = limits.unverified,
+        per_client = limits.per_address,
+        "serving /metrics, /healthz, /readyz"
+    );
+    let connections = Limiter::new("metrics", limits, connection_metrics);
+    let server =
+        tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone(), connections));
 
     let election = LeaderElection::from_flags(client.clone(), &flags.runtime.leader_election, controller::COMPONENT)
         .map_err(|e| e.to_string())?;
@@ -149,8 +160,8 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
         Ok(())
     };
     shutdown.trigger();
-    if let Ok(Err(e)) = server.await {
-        tracing::warn!(error = %e, "metrics server stopped with an error");
+    if let Err(e) = server.await {
+        tracing::warn!(error = %e, "metrics server task");
     }
     outcome
 }

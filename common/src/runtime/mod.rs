@@ -13,8 +13,11 @@
 //! ```
 
 pub mod client;
+pub mod connections;
+pub mod descriptors;
 pub mod events;
 pub mod flags;
+pub mod http_server;
 pub mod kube_api;
 pub mod leader;
 pub mod lean;
@@ -43,6 +46,4 @@ pub enum RuntimeError {
     Logging(String),
     #[error("binding the metrics/health server on {address}: {source}")]
     Bind { address: std::net::SocketAddr, source: std::io::Error },
-    #[error("serving metrics/health: {0}")]
-    Serve(#[source] std::io::Error),
 }

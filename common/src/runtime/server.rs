@@ -4,6 +4,10 @@
 //! declared itself ready (it can do its job now: caches synced, its servers answering), so a Service or a rollout
 //! never counts a replica that cannot act yet, and 503 from the moment the process is told to stop
 //! ([`Health::stop`]), before any of its servers closes: a replica leaves its Services first, then stops serving.
+//!
+//! Anyone who can reach the port can connect (Prometheus, the kubelet's probes, any pod), and the process's
+//! descriptors are shared with the webhooks: the server is bounded like them ([`http_server`]), with its own, smaller
+//! caps ([`ConnectionLimits::metrics`](super::connections::ConnectionLimits::metrics)).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,6 +21,8 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
+use super::connections::Limiter;
+use super::http_server::{self, PlainTcp, Timeouts};
 use super::{RuntimeError, Shutdown};
 
 /// Readiness shared between the binary (which sets it) and the servers (which report it).
@@ -92,26 +98,27 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, RuntimeError> {
     TcpListener::bind(address).await.map_err(|source| RuntimeError::Bind { address, source })
 }
 
-/// Serves until `shutdown`; readiness goes to 503 first ([`Health::stop`]), then the listener closes.
+/// Serves until `shutdown`, each connection admitted by `connections`; readiness goes to 503 first
+/// ([`Health::stop`]), then the listener closes.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     health: Health,
     shutdown: Shutdown,
-) -> Result<(), RuntimeError> {
+    connections: Arc<Limiter>,
+) {
     let stopping = health.clone();
-    axum::serve(listener, router(registry, health))
-        .with_graceful_shutdown(async move {
-            shutdown.wait().await;
-            stopping.stop();
-        })
-        .await
-        .map_err(RuntimeError::Serve)
+    let stop = async move {
+        shutdown.wait().await;
+        stopping.stop();
+    };
+    http_server::serve(listener, PlainTcp, router(registry, health), connections, Timeouts::DEFAULT, stop).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::connections::{ConnectionLimits, ConnectionMetrics};
     use prometheus_client::metrics::counter::Counter;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -134,7 +141,8 @@ mod tests {
         let shutdown = Shutdown::default();
         let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
         let address = listener.local_addr().unwrap();
-        let server = tokio::spawn(serve(listener, Arc::new(registry), health.clone(), shutdown.clone()));
+        let limiter = Limiter::new("metrics", ConnectionLimits::metrics(256), ConnectionMetrics::default());
+        let server = tokio::spawn(serve(listener, Arc::new(registry), health.clone(), shutdown.clone(), limiter));
 
         assert!(get_path(address, "/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get_path(address, "/readyz").await.starts_with("HTTP/1.1 503"));
@@ -150,6 +158,6 @@ mod tests {
         assert!(get_path(address, "/healthz").await.starts_with("HTTP/1.1 200"));
 
         shutdown.trigger();
-        server.await.unwrap().unwrap();
+        server.await.unwrap();
     }
 }

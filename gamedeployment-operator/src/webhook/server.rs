@@ -27,7 +27,9 @@ use common::api::GameDeployment;
 use common::cached_pod::Pod;
 use common::keys;
 use common::runtime::Health;
+use common::runtime::connections::Limiter;
 use common::runtime::events::{EventSink, Note};
+use common::runtime::http_server::{self, Timeouts};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -41,7 +43,7 @@ use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use super::caches::{GateCaches, Lookup};
-use super::tls::{Caller, CertFiles, TlsError, TlsListener, server_config};
+use super::tls::{Caller, CertFiles, TlsError, TlsHandshake, WebhookListener, server_config};
 use super::verdict::{
     self, DeletionAllow, GateSettings, Mark, PodOperation, PodRequest, PodVerdict, Protected, deletion_protection,
 };
@@ -72,8 +74,6 @@ pub enum WebhookError {
     Tls(#[from] TlsError),
     #[error("binding the webhook address {address}: {source}")]
     Bind { address: SocketAddr, source: std::io::Error },
-    #[error("serving webhooks: {0}")]
-    Serve(std::io::Error),
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -145,12 +145,12 @@ struct AppState {
 }
 
 /// Loads the certificate and binds, so a bad certificate or a taken port fails start-up.
-pub async fn bind(config: &WebhookConfig) -> Result<TlsListener, WebhookError> {
+pub async fn bind(config: &WebhookConfig) -> Result<WebhookListener, WebhookError> {
     let tls = server_config(&config.cert, config.client_ca.as_deref())?;
     let tcp = tokio::net::TcpListener::bind(config.address)
         .await
         .map_err(|source| WebhookError::Bind { address: config.address, source })?;
-    TlsListener::new(tcp, tls).map_err(|source| WebhookError::Bind { address: config.address, source })
+    Ok(WebhookListener::new(tcp, tls))
 }
 
 /// The webhook routes; `events` publishes the Warning Events of deletions let through without their hook, `caches`
@@ -184,16 +184,18 @@ pub fn router(
 
 /// Serves until `stop` resolves (at the end of the drain period: the listener stays open while the replica reports
 /// not ready, so requests routed to it before its endpoint is withdrawn are still judged); each request knows
-/// whether its connection presented a verified client certificate.
+/// whether its connection presented a verified client certificate. Every connection is admitted by `connections`
+/// (caps overall and per client address; a verified one is never refused) and each step of it is bounded in time
+/// ([`Timeouts::DEFAULT`]: 3 s for the TLS handshake, for each request's head — and so for an idle keep-alive
+/// connection — and for its body), well under the API server's `timeoutSeconds`.
 pub async fn serve(
-    listener: TlsListener,
+    listener: WebhookListener,
     router: Router,
+    connections: Arc<Limiter>,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), WebhookError> {
-    axum::serve(listener, router.into_make_service_with_connect_info::<Caller>())
-        .with_graceful_shutdown(stop)
-        .await
-        .map_err(WebhookError::Serve)
+) {
+    let handshake = TlsHandshake::new(listener.tls);
+    http_server::serve(listener.tcp, handshake, router, connections, Timeouts::DEFAULT, stop).await;
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {

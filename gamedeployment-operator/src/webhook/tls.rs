@@ -1,7 +1,9 @@
 //! The webhook's serving certificate: PEM files (the chart mounts its Secret as `tls.crt` / `tls.key`), re-read
 //! when they change, so a rotated Secret (the kubelet updates a mounted Secret in place) is served without a
-//! restart. Handshakes run concurrently, each bounded in time, so a slow or silent client never stalls accepting
-//! others.
+//! restart. Handshakes run concurrently, each bounded in time by the server ([`common::runtime::http_server`]), so a
+//! slow or silent client never stalls accepting others; a connection whose handshake proves the API server's client
+//! certificate is verified, which the server's connection caps never refuse
+//! ([`common::runtime::connections`]).
 //!
 //! With a client CA ([`server_config`]'s `client_ca`, flag `--webhook-client-ca`) the server asks every caller for a
 //! certificate: one signed by that CA makes the connection [`Caller::Verified`] (kube-apiserver presents it when its
@@ -14,19 +16,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use common::runtime::http_server::{Handshake, Handshaken};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::CryptoProvider;
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{self, ServerConfig};
 use tokio_rustls::server::TlsStream;
-
-/// How long a client may take to complete the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -51,10 +50,10 @@ pub enum Caller {
     Unverified,
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Caller {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+impl Caller {
+    fn of(tls: &TlsStream<TcpStream>) -> Self {
         // rustls only completes a handshake with a client certificate it verified against the client CA.
-        match stream.io().get_ref().1.peer_certificates() {
+        match tls.get_ref().1.peer_certificates() {
             Some(certs) if !certs.is_empty() => Caller::Verified,
             _ => Caller::Unverified,
         }
@@ -189,64 +188,47 @@ pub fn server_config(files: &CertFiles, client_ca: Option<&Path>) -> Result<Arc<
     Ok(Arc::new(config))
 }
 
-/// An [`axum::serve::Listener`] yielding TLS connections whose handshake completed.
-pub struct TlsListener {
-    connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-    accepting: tokio::task::JoinHandle<()>,
+/// The webhook's bound port and its TLS configuration (bound at start-up, so a taken port or a bad certificate fails
+/// it).
+pub struct WebhookListener {
+    pub(super) tcp: TcpListener,
+    pub(super) tls: Arc<ServerConfig>,
 }
 
-impl TlsListener {
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(config);
-        let (tx, connections) = mpsc::channel(64);
-        let accepting = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Out of file descriptors and similar: back off instead of spinning.
-                        tracing::warn!(error = %e, "webhook accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "webhook TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "webhook TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self { connections, local, accepting })
+impl WebhookListener {
+    pub fn new(tcp: TcpListener, tls: Arc<ServerConfig>) -> Self {
+        Self { tcp, tls }
+    }
+
+    /// The bound address (a port 0 request gets a real port).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
     }
 }
 
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accepting.abort();
+/// The TLS handshake of a webhook connection; handlers learn the [`Caller`].
+#[derive(Clone)]
+pub struct TlsHandshake {
+    acceptor: TlsAcceptor,
+}
+
+impl TlsHandshake {
+    pub fn new(config: Arc<ServerConfig>) -> Self {
+        Self { acceptor: TlsAcceptor::from(config) }
     }
 }
 
-impl axum::serve::Listener for TlsListener {
+impl Handshake for TlsHandshake {
     type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
+    type Peer = Caller;
 
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.connections.recv().await {
-            Some(connection) => connection,
-            // The accept loop only ends when the listener is dropped; nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+        _address: SocketAddr,
+    ) -> std::io::Result<Handshaken<TlsStream<TcpStream>, Caller>> {
+        let tls = self.acceptor.accept(tcp).await?;
+        let caller = Caller::of(&tls);
+        Ok(Handshaken { io: tls, peer: caller, verified: caller == Caller::Verified })
     }
 }

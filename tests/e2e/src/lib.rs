@@ -189,6 +189,30 @@ impl Cluster {
         Operator::spawn(binary(package, bin), kubeconfig.to_path_buf(), log, args)
     }
 
+    /// [`Cluster::operator_with_kubeconfig`] run with its descriptor limit (soft and hard `RLIMIT_NOFILE`) set to
+    /// `descriptors` (util-linux `prlimit`, which execs the binary: the process is still the operator): a scaled-down
+    /// stand-in for a process whose descriptors a client could exhaust.
+    pub fn operator_with_descriptor_limit(
+        &self,
+        package: &str,
+        bin: &str,
+        kubeconfig: &Path,
+        descriptors: u64,
+        args: &[&str],
+    ) -> Operator {
+        let log = self.dir.path().join(format!("{bin}.log"));
+        let mut op = Operator {
+            binary: binary(package, bin),
+            kubeconfig: kubeconfig.to_path_buf(),
+            log,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            descriptors: Some(descriptors),
+            child: None,
+        };
+        op.start();
+        op
+    }
+
     pub async fn shutdown(mut self) {
         if let Some(sim) = self.sim.take() {
             sim.shutdown().await;
@@ -202,19 +226,30 @@ pub struct Operator {
     kubeconfig: PathBuf,
     log: PathBuf,
     args: Vec<String>,
+    /// The descriptor limit it runs with (`prlimit --nofile`), or the test process's.
+    descriptors: Option<u64>,
     child: Option<tokio::process::Child>,
 }
 
 impl Operator {
     fn spawn(binary: PathBuf, kubeconfig: PathBuf, log: PathBuf, args: &[&str]) -> Self {
-        let mut op = Self { binary, kubeconfig, log, args: args.iter().map(|a| a.to_string()).collect(), child: None };
+        let args = args.iter().map(|a| a.to_string()).collect();
+        let mut op = Self { binary, kubeconfig, log, args, descriptors: None, child: None };
         op.start();
         op
     }
 
     fn start(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).expect("log file opens");
-        let child = tokio::process::Command::new(&self.binary)
+        let mut command = match self.descriptors {
+            Some(n) => {
+                let mut prlimit = tokio::process::Command::new("prlimit");
+                prlimit.arg(format!("--nofile={n}:{n}")).arg("--").arg(&self.binary);
+                prlimit
+            }
+            None => tokio::process::Command::new(&self.binary),
+        };
+        let child = command
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(["--metrics-address", "127.0.0.1:0"])

@@ -65,4 +65,5 @@ mod shadow_hooks;
 mod test_layout;
 mod update_order;
 mod walkthrough_hooks;
+mod webhook_connection_bounds;
 mod writes_per_pod;
