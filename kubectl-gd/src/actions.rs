@@ -168,13 +168,20 @@ pub fn set_paused(snapshot: &Snapshot, paused: bool) -> Plan {
     let status = snapshot.gd.status.clone().unwrap_or_default();
     let mut summary = vec![format!("gamedeployment {name}: spec.updateStrategy.paused set to {paused}")];
     if !paused && !status.pause_conditions.is_empty() {
-        let step = status.current_step_index.unwrap_or(0);
-        summary.push(format!("canary step {step} resumed (pause conditions: {})", status.pause_conditions.len()));
+        summary.push(format!("{} resumed", step_words(snapshot)));
     }
     Plan {
         writes: vec![Write::MergeGd { name, patch: json!({"spec": {"updateStrategy": {"paused": paused}}}) }],
         summary,
     }
+}
+
+/// The canary step in progress as every view names it: counted from 1 (`status.currentStepIndex` + 1), of the
+/// number of steps ("canary step 2 of 5").
+pub fn step_words(snapshot: &Snapshot) -> String {
+    let steps = snapshot.gd.spec.update_strategy.canary.as_ref().map_or(0, |c| c.steps.len());
+    let index = snapshot.gd.status.as_ref().and_then(|s| s.current_step_index).unwrap_or(0).max(0);
+    format!("canary step {} of {steps}", index + 1)
 }
 
 /// `resume`: `spec.updateStrategy.paused: false`, or — GitOps-clean — the annotation that resumes
@@ -190,10 +197,9 @@ pub fn resume(snapshot: &Snapshot) -> Result<Plan, String> {
     };
     let value = format!("{revision}/{step}");
     let mut summary = vec![format!(
-        "gamedeployment {name}: annotation {}={value} set (GitOps-clean: the spec is not written); canary step {} \
-         resumes",
+        "gamedeployment {name}: annotation {}={value} set (GitOps-clean: the spec is not written); {} resumes",
         keys::RESUME_STEP,
-        step + 1
+        step_words(snapshot)
     )];
     if snapshot.gd.spec.update_strategy.paused {
         summary.push("spec.updateStrategy.paused is true in the spec: that pause is Git's to lift".to_string());
@@ -261,14 +267,15 @@ pub fn skip_hook_by_annotation(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, S
 
 /// `skip-hook POD`: terminate the pod's unfinished HookRun. The hook-operator completes a terminated run at once,
 /// `Successful` unless a metric already ended worse, so the gate then lets the pod go without the remaining
-/// measurements. A run that already completed is frozen: terminating it changes nothing, so it is refused.
+/// measurements. A run that already completed is frozen: terminating it changes nothing, so it is refused with the
+/// two ways out. A pod without any HookRun (its template is missing) is skipped by annotation instead.
 pub fn skip_hook(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
     let runs = &snapshot.runs;
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
     let mine = gate_runs_of(pod, runs);
     if mine.is_empty() {
-        return Err(format!("pod {pod_name} (instance id {}) has no HookRun", instance_id(pod)));
+        return skip_hold_without_run(snapshot, pod);
     }
     let open: Vec<_> = mine
         .iter()
@@ -316,6 +323,31 @@ pub fn skip_hook(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
             })
             .collect(),
     })
+}
+
+/// `skip-hook POD` for a pod no HookRun holds — its hook cannot start (a missing HookTemplate, an unresolved arg) or
+/// has not started yet: there is no run to terminate, so the hold is skipped by the pod annotation naming the change
+/// (`delete`, `inplace/<update revision>`, `postinplace/<revision>`), which the gate honours before it makes a run,
+/// in either control mode, and records as skipped. A pod in no `Preparing` state is held by nothing to skip.
+fn skip_hold_without_run(snapshot: &Snapshot, pod: &Pod) -> Result<Plan, String> {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let status = snapshot.gd.status.clone().unwrap_or_default();
+    let held =
+        [&status.pre_delete_hook_condition, &status.pre_inplace_hook_condition, &status.post_inplace_hook_condition]
+            .into_iter()
+            .flatten()
+            .find(|c| c.pod_name == pod_name && c.released_by.is_none());
+    skip_change(snapshot, pod).map_err(|why| {
+        format!(
+            "{why} (instance id {}, no HookRun); `kubectl gd get {}` shows what the rollout waits for",
+            instance_id(pod),
+            common::hint::target(&gd_name(snapshot), snapshot.gd.metadata.namespace.as_deref())
+        )
+    })?;
+    let why = held.and_then(|c| c.message.clone()).map(|m| format!(" ({m})")).unwrap_or_default();
+    let mut plan = skip_hook_by_annotation(snapshot, pod)?;
+    plan.summary.insert(0, format!("pod {pod_name} has no HookRun to terminate{why}: its hook is skipped instead"));
+    Ok(plan)
 }
 
 /// `restart`: a new pod-template annotation makes a new revision, so every pod moves to it through the gates.

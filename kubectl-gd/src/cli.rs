@@ -36,7 +36,24 @@ Examples:
   source <(kubectl gd completion bash)
 
 Exit codes: 0 success (status: rollout complete); 1 a hook failed or cannot start (status), or the check failed;
-2 usage error; 3 the rollout is paused (status); 4 timed out (status); 5 not found or the API refused.";
+2 usage error; 3 the rollout is paused (status); 4 timed out (status); 5 not found, the API refused, or the action
+does not apply (its message says what does); 6 past spec.progressDeadlineSeconds (status); 7 a failed canary was
+rolled back (status).";
+
+const STATUS_HELP: &str = "\
+Examples:
+  kubectl gd status test-gamedeployment --timeout 10m
+
+Exit codes:
+  0  complete: every desired pod exists, runs the update revision (all of them, or those beyond the partition) and
+     is available, no pod waits on a gate, the canary steps are done
+  1  a hook failed or cannot start (naming the pod and the HookRun), a canary step hook failed, or the spec is
+     invalid
+  3  paused (spec.updateStrategy.paused, or a canary pause step without a duration)
+  4  --timeout passed first
+  5  not found, or the API refused
+  6  no progress for spec.progressDeadlineSeconds (ProgressDeadlineExceeded)
+  7  a failed canary step hook rolled the canary back (hookPolicy.onFailure: Rollback)";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -108,9 +125,11 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Wait until the rollout completes (exit 0), or a hook fails or cannot start (exit 1, naming the pod and the
-    /// HookRun), or the rollout is paused (exit 3). For CI.
-    #[command(after_help = "Examples:\n  kubectl gd status test-gamedeployment --timeout 10m")]
+    /// Wait until the rollout completes, or stops for a person: exits with the verdict. While it waits it prints
+    /// where the rollout stands with the time since it started, and what it waits for with the time that ends (a
+    /// timed pause, a grace period, the progress deadline): one line redrawn in place on a terminal, one line per
+    /// change elsewhere. For CI.
+    #[command(after_help = STATUS_HELP)]
     Status {
         name: String,
         /// Give up after this long (exit 4), e.g. `90s`, `10m`. Default: wait forever.
@@ -153,8 +172,13 @@ pub enum Command {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Terminate the pod's running HookRun (`spec.terminate: true`): the hook-operator completes it at once,
-    /// Successful unless a metric already failed, so the gate lets the pod go without the remaining measurements.
+    /// Let a held pod go without its hook: terminates the pod's running HookRun (`spec.terminate: true`; the
+    /// hook-operator completes it at once, Successful unless a metric already failed), or — when no run can be
+    /// terminated (its HookTemplate is missing, or the spec is Git's) — sets the pod's `skip-hook` annotation, which
+    /// the gate records as skipped. A failed run is refused with both ways out (exit 5).
+    #[command(after_help = "Examples:\n  kubectl gd skip-hook test-gamedeployment-s9rbp\n\nExit codes: 0 the hold is \
+                            skipped; 5 the pod is not held by a hook, its run already failed (the message names the \
+                            commands that do apply), not found, or the API refused.")]
     SkipHook {
         /// The held pod.
         pod: String,

@@ -12,15 +12,16 @@ use crate::actions::{self, Plan};
 use crate::cli::{Cli, Color, Command, Conn, Output};
 use crate::cluster::{Error, Target};
 use crate::render::{self, Style};
-use crate::rollout::State;
+use crate::rollout::{State, Verdict, exit};
 use crate::tree::{self, Snapshot};
 
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_PAUSED: u8 = 3;
-pub const EXIT_TIMEOUT: u8 = 4;
+pub const EXIT_FAILED: u8 = exit::FAILED;
+pub const EXIT_PAUSED: u8 = exit::PAUSED;
+pub const EXIT_TIMEOUT: u8 = exit::TIMEOUT;
 /// `spec.progressDeadlineSeconds` passed without progress (`ProgressDeadlineExceeded`).
-pub const EXIT_STALLED: u8 = 6;
-pub const EXIT_ERROR: u8 = 5;
+pub const EXIT_STALLED: u8 = exit::STALLED;
+pub const EXIT_ERROR: u8 = exit::ERROR;
+pub const EXIT_ROLLED_BACK: u8 = exit::ROLLED_BACK;
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
@@ -154,6 +155,10 @@ async fn watch_loop(
     }
 }
 
+/// Waits for a final verdict. While the rollout progresses it prints where it stands with the time since the
+/// command started and what ends at a known time ([`status_line`]): on a terminal one line redrawn in place every
+/// second (a new line when the verdict changes, as `kubectl rollout status` adds one); elsewhere one line per change.
+/// The verdict is judged again every second, since time alone ends some waits (a pod's `minReadySeconds`).
 async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn) -> ExitCode {
     let target = match connect(conn).await {
         Ok(t) => t,
@@ -164,52 +169,89 @@ async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn)
         Err(e) => return fail(e),
     };
     let mut stream = std::pin::pin!(stream);
+    let started = Timestamp::now();
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut last_message = String::new();
+    let in_place = !quiet && std::io::stdout().is_terminal();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut latest: Option<Snapshot> = None;
+    let mut shown: Option<String> = None;
+    let mut last_line = String::new();
+    let mut stdout = std::io::stdout();
     loop {
-        let next = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, stream.next()).await {
-                Ok(n) => n,
-                Err(_) => {
-                    eprintln!(
-                        "error: timed out after {}: {last_message}",
-                        humantime::format_duration(timeout.unwrap_or_default())
-                    );
-                    return ExitCode::from(EXIT_TIMEOUT);
+        let timed_out = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            next = stream.next() => match next {
+                None => return fail("the watch ended"),
+                Some(None) => {
+                    return fail(Error::NotFound { namespace: target.namespace.clone(), name: name.to_string() });
                 }
+                Some(Some(snapshot)) => latest = Some(snapshot),
             },
-            None => stream.next().await,
-        };
-        let Some(snapshot) = next else { return fail("the watch ended") };
-        let Some(snapshot) = snapshot else {
-            return fail(Error::NotFound { namespace: target.namespace.clone(), name: name.to_string() });
-        };
-        let verdict = crate::rollout::judge(&snapshot);
-        let line = format!("{:?}: {}", verdict.state, verdict.message);
-        if line != last_message && !quiet && verdict.state == State::Progressing {
-            println!("{line}");
+            _ = tick.tick() => {}
+            () = timed_out => {
+                if in_place && shown.is_some() {
+                    println!();
+                }
+                eprintln!(
+                    "error: timed out after {}: {last_line}",
+                    humantime::format_duration(timeout.unwrap_or_default())
+                );
+                return ExitCode::from(EXIT_TIMEOUT);
+            }
         }
-        last_message = line;
+        let Some(snapshot) = &latest else { continue };
+        let now = Timestamp::now();
+        let verdict = crate::rollout::judge(snapshot, now);
+        let line = status_line(&verdict, started, now);
+        let key = verdict_key(&verdict);
+        if verdict.state == State::Progressing && !quiet {
+            if in_place {
+                let newline = if shown.as_ref().is_some_and(|k| *k != key) { "\n" } else { "" };
+                let _ = write!(stdout, "{newline}\r{line}\x1b[K");
+                let _ = stdout.flush();
+            } else if shown.as_ref() != Some(&key) {
+                println!("{line}");
+            }
+            shown = Some(key);
+        }
+        last_line = line;
+        if in_place && shown.is_some() && verdict.state != State::Progressing {
+            println!();
+        }
+        let namespace = snapshot.gd.metadata.namespace.as_deref();
+        let next = crate::rollout::next_look(&verdict, name, namespace).map(|n| format!(" ({n})")).unwrap_or_default();
         match verdict.state {
             State::Progressing => continue,
-            State::Complete => {
-                println!("gamedeployment {name}: rollout complete: {}", verdict.message);
-                return ExitCode::SUCCESS;
-            }
-            State::Failed => {
-                eprintln!("error: gamedeployment {name}: {}", verdict.message);
-                return ExitCode::from(EXIT_FAILED);
-            }
-            State::Paused => {
-                eprintln!("gamedeployment {name} is paused: {}", verdict.message);
-                return ExitCode::from(EXIT_PAUSED);
-            }
+            State::Complete => println!("gamedeployment {name}: rollout complete: {}", verdict.message),
+            State::Failed => eprintln!("error: gamedeployment {name}: {}", verdict.message),
+            State::RolledBack => eprintln!("error: gamedeployment {name}: {}", verdict.message),
+            State::Paused => eprintln!("gamedeployment {name} is paused: {}", verdict.message),
             State::Stalled => {
-                eprintln!("error: gamedeployment {name} exceeded its progress deadline: {}", verdict.message);
-                return ExitCode::from(EXIT_STALLED);
+                eprintln!("error: gamedeployment {name} exceeded its progress deadline: {}{next}", verdict.message)
             }
         }
+        return ExitCode::from(verdict.state.exit_code().unwrap_or(EXIT_ERROR));
     }
+}
+
+/// What makes a progress line new: the verdict without the clock (elapsed and remaining times change every second).
+fn verdict_key(verdict: &Verdict) -> String {
+    let waits: Vec<String> = verdict.waits.iter().map(|w| format!("{} {}", w.what, w.until.0)).collect();
+    format!("{:?} {} {}", verdict.state, verdict.message, waits.join(", "))
+}
+
+/// One progress line of `kubectl gd status`: the time since `started`, the verdict, and what it waits for with the
+/// time that ends (`[1m05s] Progressing: …; waiting for the pause of canary step 2 of 3 (60s) until
+/// 2024-05-01T10:11:00Z (in 25s)`).
+pub fn status_line(verdict: &Verdict, started: Timestamp, now: Timestamp) -> String {
+    let elapsed = render::human(now.as_second() - started.as_second());
+    let waits: String = verdict.waits.iter().map(|w| format!("; waiting for {}", render::wait_text(w))).collect();
+    format!("[{elapsed}] {:?}: {}{waits}", verdict.state, verdict.message)
 }
 
 async fn send(target: &Target, plan: Plan) -> ExitCode {
@@ -319,7 +361,7 @@ async fn plan(flags: crate::cli::PlanFlags) -> ExitCode {
         Err(e) => return fail(e),
     };
     match flags.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&timeline).unwrap_or_default()),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&crate::plan::json(&timeline)).unwrap_or_default()),
         Output::Text => print!("{}", crate::plan::render(&timeline, &said)),
     }
     ExitCode::SUCCESS

@@ -16,6 +16,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use crate::cluster::{Error, Target, pod_selector, run_selector};
+use crate::rollout::State;
 
 /// The change to forecast, as given on the command line.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -167,6 +168,39 @@ fn hook_line(step: &PodStep) -> String {
     if hooks.is_empty() { "no hook".into() } else { format!("waits on {}", hooks.join(", then ")) }
 }
 
+/// The verdict `kubectl gd status` gives the rollout where the forecast stops ([`crate::rollout::State`], the one
+/// model every view uses): a partition reached is complete (`PartitionAvailable`); a failed canary step hook that
+/// holds is a failure, one that rolls back its own verdict; where the forecast only stops waiting (lifecycle
+/// handlers, a stuck rollout, its time limit) `status` keeps waiting.
+pub fn status_after(reason: StopReason) -> State {
+    match reason {
+        StopReason::Complete | StopReason::Partition => State::Complete,
+        StopReason::Paused => State::Paused,
+        StopReason::HookFailed => State::Failed,
+        StopReason::RolledBack => State::RolledBack,
+        StopReason::LifecycleHold | StopReason::Stuck | StopReason::TimeLimit => State::Progressing,
+    }
+}
+
+/// `kubectl gd status then: RolledBack (exit 7)`, or that it keeps waiting.
+fn status_after_line(timeline: &Timeline) -> String {
+    let state = status_after(timeline.stop.reason);
+    match state.exit_code() {
+        Some(code) => format!("`kubectl gd status` then: {state:?} (exit {code})"),
+        None => "`kubectl gd status` then keeps waiting (Progressing)".to_string(),
+    }
+}
+
+/// The forecast as JSON: the timeline, and `status`: what `kubectl gd status` then says (`state`, `exitCode`).
+pub fn json(timeline: &Timeline) -> serde_json::Value {
+    let mut value = serde_json::to_value(timeline).unwrap_or_default();
+    let state = status_after(timeline.stop.reason);
+    if let Some(object) = value.as_object_mut() {
+        object.insert("status".into(), serde_json::json!({"state": state, "exitCode": state.exit_code()}));
+    }
+    value
+}
+
 fn stop_line(timeline: &Timeline) -> String {
     let stop = &timeline.stop;
     let what = match stop.reason {
@@ -174,6 +208,7 @@ fn stop_line(timeline: &Timeline) -> String {
         StopReason::Partition => "the rollout stops at the partition",
         StopReason::Paused => "the rollout pauses",
         StopReason::HookFailed => "the rollout stops, a hook failed",
+        StopReason::RolledBack => "the canary is rolled back (not complete)",
         StopReason::LifecycleHold => "the rollout waits for lifecycle handlers",
         StopReason::Stuck => "the rollout is stuck",
         StopReason::TimeLimit => "the forecast gives up",
@@ -224,16 +259,22 @@ pub fn render(timeline: &Timeline, change: &[String]) -> String {
     }
     let pods: usize = timeline.batches.iter().map(|b| b.pods.len()).sum();
     let _ = writeln!(out, "\n{}", stop_line(timeline));
+    // Rolled back, the pods counted as updated are those back on the stable revision.
+    let then = match &timeline.rolled_back_to {
+        Some(stable) => {
+            format!("{}/{} back on the stable revision {stable}", timeline.after.updated, timeline.after.replicas)
+        }
+        None => format!("{}/{} updated", timeline.after.updated, timeline.after.replicas),
+    };
     let _ = writeln!(
         out,
-        "Estimated duration: {} ({} batch{}, {pods} pod{}); pods then {}/{} updated",
+        "Estimated duration: {} ({} batch{}, {pods} pod{}); pods then {then}",
         duration(timeline.total_seconds),
         timeline.batches.len(),
         if timeline.batches.len() == 1 { "" } else { "es" },
         if pods == 1 { "" } else { "s" },
-        timeline.after.updated,
-        timeline.after.replicas,
     );
+    let _ = writeln!(out, "{}", status_after_line(timeline));
     out
 }
 
@@ -357,6 +398,7 @@ mod tests {
             namespace: "default".into(),
             assume,
             update_revision: Some("race-1".into()),
+            rolled_back_to: None,
             batches: Vec::new(),
             notes: Vec::new(),
             race: None,
@@ -454,6 +496,39 @@ mod tests {
         assert_eq!(json["lifecycleHolds"][0]["handler"], "preDelete");
         assert_eq!(json["stop"]["reason"], "lifecycle-hold");
         assert!(json.get("race").is_none());
+    }
+
+    /// Issue 49, finding 2: a rolled-back canary is its own verdict in the plan — the stop line, the pods "back on
+    /// the stable revision" (not "4/4 updated"), the header's revision the change's, JSON `stop.reason` and `status`
+    /// — the same verdict and exit code `kubectl gd status` gives that state.
+    #[test]
+    fn a_rolled_back_canary_is_its_own_verdict_with_the_status_exit_code() {
+        let mut t = timeline(Assume::Fail);
+        t.update_revision = Some("race-2".into());
+        t.rolled_back_to = Some("race-1".into());
+        t.after = gamedeployment_operator::forecast::Counts { replicas: 4, updated: 4, ready: 4, available: 4 };
+        t.stop = gamedeployment_operator::forecast::Stop {
+            reason: StopReason::RolledBack,
+            at: 31,
+            message: "HookRun canary-race-2-1-check of canary step 2 of 2 ended Failed (hookPolicy.onFailure: \
+                      Rollback): …"
+                .into(),
+        };
+        let text = render(&t, &["image python=python:3.5".into()]);
+        println!("{text}");
+        assert!(text.contains("(update revision race-2)"), "{text}");
+        assert!(text.contains("At 31s the canary is rolled back (not complete): HookRun"), "{text}");
+        assert!(!text.contains("complete:"), "{text}");
+        assert!(text.contains("pods then 4/4 back on the stable revision race-1\n"), "{text}");
+        assert!(text.contains("`kubectl gd status` then: RolledBack (exit 7)\n"), "{text}");
+        let json = json(&t);
+        assert_eq!(json["stop"]["reason"], "rolled-back");
+        assert_eq!(json["rolledBackTo"], "race-1");
+        assert_eq!(json["status"], serde_json::json!({"state": "RolledBack", "exitCode": 7}));
+        // Every stop reason maps to the verdict `status` gives.
+        assert_eq!(status_after(StopReason::Partition).exit_code(), Some(0));
+        assert_eq!(status_after(StopReason::HookFailed).exit_code(), Some(1));
+        assert_eq!(status_after(StopReason::Stuck).exit_code(), None);
     }
 
     #[test]

@@ -86,6 +86,7 @@ fn state_badge(style: Style, state: State) -> String {
         State::Paused => style.badge("॥", Colour::Cyan, "Paused"),
         State::Failed => style.badge("✖", Colour::Red, "Failed"),
         State::Stalled => style.badge("⧗", Colour::Red, "Stalled"),
+        State::RolledBack => style.badge("↩", Colour::Red, "RolledBack"),
     }
 }
 
@@ -109,6 +110,9 @@ pub fn render(tree: &Tree, style: Style) -> String {
     field(&mut out, "Name", &style.paint(Colour::Bold, &tree.name));
     field(&mut out, "Namespace", &tree.namespace);
     field(&mut out, "Status", &format!("{}: {}", state_badge(style, tree.verdict.state), tree.verdict.message));
+    for wait in &tree.verdict.waits {
+        field(&mut out, "Waiting", &wait_text(wait));
+    }
     let s = &tree.strategy;
     let mut strategy = s.type_.clone();
     let knobs: Vec<String> =
@@ -123,12 +127,25 @@ pub fn render(tree: &Tree, style: Style) -> String {
     field(&mut out, "Paused", if s.paused { "true" } else { "false" });
     field(&mut out, "Hooks", &if s.hooks.is_empty() { "none".to_string() } else { s.hooks.join(", ") });
     let p = &tree.progress;
-    // The expectation is shown when a partition keeps pods back (it is `desired` otherwise).
-    let expected =
-        if p.expected_updated != p.desired { format!(" (expected {})", p.expected_updated) } else { String::new() };
+    // The expectation is shown when a partition keeps pods back (it is `desired` otherwise). Updated pods are
+    // counted out of the desired count while that many exist; while pods are added or removed (a surge, a scale),
+    // out of those that exist — never "6/5".
+    let mut notes = Vec::new();
+    if p.total != p.desired {
+        notes.push(format!("desired {}", p.desired));
+    }
+    if p.expected_updated != p.desired {
+        notes.push(format!("expected {}", p.expected_updated));
+    }
+    let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+    let updated = if p.total == p.desired {
+        format!("updated {}/{}{notes}", p.updated, p.desired)
+    } else {
+        format!("updated {} of {} pods{notes}", p.updated, p.total)
+    };
     let mut progress = format!(
-        "updated {}/{}{expected}, updated ready {}, updated available {}, ready {}, available {}, total {}",
-        p.updated, p.desired, p.updated_ready, p.updated_available, p.ready, p.available, p.total
+        "{updated}, updated ready {}, updated available {}, ready {}, available {}, total {}",
+        p.updated_ready, p.updated_available, p.ready, p.available, p.total
     );
     if p.stale {
         progress.push_str(" (the operator has not observed the latest spec yet)");
@@ -184,6 +201,16 @@ pub fn render(tree: &Tree, style: Style) -> String {
         revision_lines(&mut out, style, revision, "", i + 1 == tree.revisions.len());
     }
     out
+}
+
+/// "the pause of canary step 2 of 3 (60s) until 2024-05-01T10:11:00Z (in 1m)".
+pub fn wait_text(wait: &crate::rollout::Wait) -> String {
+    let when = if wait.remaining_seconds >= 0 {
+        format!("in {}", human(wait.remaining_seconds))
+    } else {
+        format!("{} ago", human(-wait.remaining_seconds))
+    };
+    format!("{} until {} ({when})", wait.what, wait.until.0)
 }
 
 fn revision_lines(out: &mut String, style: Style, revision: &Revision, prefix: &str, last: bool) {

@@ -1,12 +1,17 @@
-//! Where a rollout stands, from the same objects the tree shows: the verdict `kubectl gd status` waits for.
+//! Where a rollout stands, from the same objects the tree shows: the one verdict every view of `kubectl gd` gives —
+//! `status` waits for it (and exits with its code), `get` shows it, `plan` judges its forecast's last state with it.
 //!
 //! It trusts the operator's own judgement (`status.observedGeneration`, the `Progressing` condition, the hook
 //! conditions) and adds what a CI job needs on top: a failed hook is reported as soon as either the
-//! GameDeployment's hook condition or the HookRun itself shows it, naming the pod and the HookRun.
+//! GameDeployment's hook condition or the HookRun itself shows it, naming the pod and the HookRun; and "complete"
+//! is checked against the pods themselves, since the operator's status is written from the pass *before* its own
+//! actions (the pass that deletes a pod listed in `podsToDelete` still counts it).
 
 use common::api::{GameDeploymentStatus, HookCondition, HookPhase, PauseReason, ScaleInMode};
 use common::hookrun::HookKind;
 use common::keys;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
 use crate::tree::{Snapshot, gate_runs_of, run_phase};
@@ -23,6 +28,57 @@ pub enum State {
     /// No progress for `spec.progressDeadlineSeconds` (the operator's `ProgressDeadlineExceeded`): nothing failed,
     /// but the rollout waits on something that does not come.
     Stalled,
+    /// A canary step hook with `hookPolicy.onFailure: Rollback` failed: the pods are taken (or were taken) back to
+    /// the stable revision, and only a new template tries again. Not "complete", even once every pod is back.
+    RolledBack,
+}
+
+/// `kubectl gd status` exit codes, one per final [`State`] (and the command's own failures).
+pub mod exit {
+    pub const COMPLETE: u8 = 0;
+    /// A hook failed or cannot start, or the spec is invalid.
+    pub const FAILED: u8 = 1;
+    pub const PAUSED: u8 = 3;
+    /// `--timeout` passed first.
+    pub const TIMEOUT: u8 = 4;
+    /// Not found, or the API refused.
+    pub const ERROR: u8 = 5;
+    /// `spec.progressDeadlineSeconds` passed without progress (`ProgressDeadlineExceeded`).
+    pub const STALLED: u8 = 6;
+    /// A failed canary was rolled back (`onFailure: Rollback`).
+    pub const ROLLED_BACK: u8 = 7;
+}
+
+impl State {
+    /// The exit code `kubectl gd status` ends with in this state (`None`: it keeps waiting).
+    pub fn exit_code(self) -> Option<u8> {
+        match self {
+            Self::Progressing => None,
+            Self::Complete => Some(exit::COMPLETE),
+            Self::Failed => Some(exit::FAILED),
+            Self::Paused => Some(exit::PAUSED),
+            Self::Stalled => Some(exit::STALLED),
+            Self::RolledBack => Some(exit::ROLLED_BACK),
+        }
+    }
+}
+
+/// Something the rollout waits for that ends at a known time: a timed canary pause, an in-place grace period, or
+/// the progress deadline by which it must move.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Wait {
+    /// In words: "canary step 2 of 3 (pause 60s)", "the in-place grace period of pod p", "the progress deadline".
+    pub what: String,
+    pub until: Time,
+    /// Seconds from the verdict's `now` to `until` (negative once past).
+    pub remaining_seconds: i64,
+}
+
+impl Wait {
+    fn new(what: String, until: Timestamp) -> Self {
+        Self { what, until: Time(until), remaining_seconds: 0 }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -35,11 +91,14 @@ pub struct Verdict {
     pub pod: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook_run: Option<String>,
+    /// What ends at a known time while the rollout progresses, soonest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits: Vec<Wait>,
 }
 
 impl Verdict {
     fn new(state: State, message: impl Into<String>) -> Self {
-        Self { state, message: message.into(), pod: None, hook_run: None }
+        Self { state, message: message.into(), pod: None, hook_run: None, waits: Vec::new() }
     }
 }
 
@@ -67,10 +126,10 @@ fn retry_requested(snapshot: &Snapshot, kind: HookKind) -> bool {
     }
 }
 
-/// Where the rollout stands: the first step that has something to say decides.
-pub fn judge(snapshot: &Snapshot) -> Verdict {
+/// Where the rollout stands at `now`: the first step that has something to say decides.
+pub fn judge(snapshot: &Snapshot, now: Timestamp) -> Verdict {
     let facts = Facts::of(snapshot);
-    failed_hook_in_status(snapshot, &facts)
+    let mut verdict = failed_hook_in_status(snapshot, &facts)
         .or_else(|| failed_run_not_yet_reported(snapshot, &facts))
         .or_else(|| blocked_hook(&facts))
         .or_else(|| failed_canary_step(snapshot, &facts))
@@ -78,7 +137,16 @@ pub fn judge(snapshot: &Snapshot) -> Verdict {
         .or_else(|| invalid_or_unobserved(&facts))
         .or_else(|| past_its_deadline(&facts))
         .or_else(|| paused(snapshot, &facts))
-        .unwrap_or_else(|| complete_or_progressing(snapshot, &facts))
+        .unwrap_or_else(|| complete_or_progressing(snapshot, &facts, now));
+    if verdict.state == State::Progressing {
+        verdict.waits.extend(grace_periods(snapshot));
+        verdict.waits.extend(progress_deadline(snapshot, &facts));
+        verdict.waits.sort_by_key(|w| w.until.0);
+    }
+    for wait in &mut verdict.waits {
+        wait.remaining_seconds = wait.until.0.as_second() - now.as_second();
+    }
+    verdict
 }
 
 /// What every step reads: the status, the generation the operator observed, the `Progressing` condition.
@@ -232,6 +300,7 @@ fn failed_hook_in_status(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> 
             ),
             pod: Some(c.pod_name.clone()),
             hook_run: c.hook_run.clone(),
+            waits: Vec::new(),
         });
     }
     None
@@ -283,6 +352,7 @@ fn failed_run_not_yet_reported(snapshot: &Snapshot, facts: &Facts) -> Option<Ver
                 ),
                 pod: Some(pod_name),
                 hook_run: Some(run_name),
+                waits: Vec::new(),
             });
         }
     }
@@ -298,6 +368,7 @@ fn blocked_hook(facts: &Facts) -> Option<Verdict> {
         message: format!("a hook cannot start: {}", c.message.clone().unwrap_or_default()),
         pod: held.map(|h| h.pod_name.clone()),
         hook_run: held.and_then(|h| h.hook_run.clone()),
+        waits: Vec::new(),
     })
 }
 
@@ -325,6 +396,7 @@ fn failed_canary_step(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
         ),
         pod: None,
         hook_run: run,
+        waits: Vec::new(),
     })
 }
 
@@ -344,10 +416,11 @@ fn rolled_back_canary(facts: &Facts) -> Option<Verdict> {
     };
     let progress = if progress.is_empty() { String::new() } else { format!(" ({progress})") };
     Some(Verdict {
-        state: State::Failed,
+        state: State::RolledBack,
         message: format!("canary rolled back: {}{progress}", rollback.message),
         pod: None,
         hook_run: Some(rollback.hook_run.clone()),
+        waits: Vec::new(),
     })
 }
 
@@ -368,14 +441,16 @@ fn invalid_or_unobserved(facts: &Facts) -> Option<Verdict> {
 }
 
 /// 6. No progress within `spec.progressDeadlineSeconds`, as the operator reports it (its message says since when and
-///    what the rollout waits for).
+///    what the rollout waits for). The view that shows each pod and hook is `kubectl gd get`, which prints this
+///    verdict itself: `kubectl gd status` adds the pointer to it ([`next_look`]), not the verdict.
 fn past_its_deadline(facts: &Facts) -> Option<Verdict> {
-    (facts.reason == "ProgressDeadlineExceeded").then(|| {
-        Verdict::new(
-            State::Stalled,
-            format!("{} (`kubectl gd get {}` shows each pod and hook)", facts.message, facts.target),
-        )
-    })
+    (facts.reason == "ProgressDeadlineExceeded").then(|| Verdict::new(State::Stalled, facts.message.clone()))
+}
+
+/// Where to look next after a verdict `kubectl gd status` ends with, when its message does not say already.
+pub fn next_look(verdict: &Verdict, name: &str, namespace: Option<&str>) -> Option<String> {
+    (verdict.state == State::Stalled)
+        .then(|| format!("`kubectl gd get {}` shows each pod and hook", common::hint::target(name, namespace)))
 }
 
 /// 7. Paused with work left. A canary pause step is one whether the operator set `spec.updateStrategy.paused`
@@ -393,11 +468,27 @@ fn paused(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
             .and_then(|c| c.steps.get(usize::try_from(step - 1).unwrap_or(0)))
             .and_then(|s| s.pause.as_ref())
             .and_then(|p| p.duration);
+        let started = facts
+            .status
+            .pause_conditions
+            .iter()
+            .find(|p| p.reason == PauseReason::PausedByCanaryPauseStep)
+            .map(|p| p.start_time.0);
         return Some(match timed {
-            Some(seconds) => Verdict::new(
-                State::Progressing,
-                format!("canary step {step} of {steps} pauses the rollout for {seconds}s"),
-            ),
+            Some(seconds) => {
+                let mut verdict = Verdict::new(
+                    State::Progressing,
+                    format!("canary step {step} of {steps} pauses the rollout for {seconds}s"),
+                );
+                if let Some(until) =
+                    started.and_then(|t| t.checked_add(SignedDuration::from_secs(i64::from(seconds))).ok())
+                {
+                    verdict
+                        .waits
+                        .push(Wait::new(format!("the pause of canary step {step} of {steps} ({seconds}s)"), until));
+                }
+                verdict
+            }
             None => Verdict::new(
                 State::Paused,
                 format!(
@@ -411,9 +502,9 @@ fn paused(snapshot: &Snapshot, facts: &Facts) -> Option<Verdict> {
         .then(|| Verdict::new(State::Paused, format!("{} (`kubectl gd resume {name}` resumes it)", facts.message)))
 }
 
-/// 8. Complete when the operator says so, every desired pod exists, nothing waits on a gate and the canary steps
-///    are done; otherwise the operator's own account of the progress.
-fn complete_or_progressing(snapshot: &Snapshot, facts: &Facts) -> Verdict {
+/// 8. Complete when the operator says so, nothing waits on a gate, the canary steps are done, and the pods agree
+///    ([`unsettled_pods`]); otherwise the operator's own account of the progress.
+fn complete_or_progressing(snapshot: &Snapshot, facts: &Facts, now: Timestamp) -> Verdict {
     let spec = &snapshot.gd.spec;
     let status = &facts.status;
     let steps = spec.update_strategy.canary.as_ref().map_or(0, |c| c.steps.len()) as i32;
@@ -423,10 +514,113 @@ fn complete_or_progressing(snapshot: &Snapshot, facts: &Facts) -> Verdict {
         && facts.holds().next().is_none()
         && steps_done
     {
-        return Verdict::new(State::Complete, facts.message.clone());
+        return match unsettled_pods(snapshot, facts, now) {
+            None => Verdict::new(State::Complete, facts.message.clone()),
+            Some(waiting) => Verdict::new(
+                State::Progressing,
+                format!("waiting for {waiting} (the operator's last status: {})", facts.message),
+            ),
+        };
     }
     if facts.message.is_empty() {
         return Verdict::new(State::Progressing, "waiting for the operator to report progress");
     }
     Verdict::new(State::Progressing, facts.message.clone())
+}
+
+/// What the pods still lack before the rollout the operator reports done is done — every desired pod exists (not
+/// terminating, not listed for deletion), the update revision runs where it should (all pods, or those beyond the
+/// partition) and every pod is available (a server in `Maintaining` is left as it is, as the operator leaves it) —
+/// in words, or `None` when nothing. The status may be a pass behind: the pass that deletes a pod of
+/// `podsToDelete` writes a status that still counts it, before the replacement exists.
+fn unsettled_pods(snapshot: &Snapshot, facts: &Facts, now: Timestamp) -> Option<String> {
+    let spec = &snapshot.gd.spec;
+    let desired = spec.replicas.unwrap_or(1);
+    let listed: Vec<&str> =
+        spec.scale_strategy.iter().flat_map(|s| s.pods_to_delete.iter().map(String::as_str)).collect();
+    let name = |p: &k8s_openapi::api::core::v1::Pod| p.metadata.name.clone().unwrap_or_default();
+    let active: Vec<_> = snapshot.pods.iter().filter(|p| common::pod::is_active(*p)).collect();
+    let leaving: Vec<String> = active
+        .iter()
+        .filter(|p| {
+            listed.contains(&name(p).as_str())
+                || common::pod::label(**p, keys::SPECIFIED_DELETE).is_some_and(|v| v == "true")
+        })
+        .map(|p| name(p))
+        .collect();
+    if !leaving.is_empty() {
+        return Some(format!("{} to be deleted and replaced", pod_list(&leaving)));
+    }
+    let existing = i32::try_from(active.len()).unwrap_or(i32::MAX);
+    if existing != desired {
+        return Some(format!("{desired} pods to exist ({existing} do now)"));
+    }
+    let revision = facts.status.update_revision.as_deref();
+    let updated = active
+        .iter()
+        .filter(|p| revision.is_some() && common::pod::label(**p, keys::CONTROLLER_REVISION_HASH) == revision)
+        .count();
+    let expected = if facts.reason == "PartitionAvailable" { facts.status.expected_updated_replicas } else { desired };
+    if i32::try_from(updated).unwrap_or(i32::MAX) < expected {
+        return Some(format!("{expected} pods to run revision {} ({updated} do now)", revision.unwrap_or("<none>")));
+    }
+    let min_ready = spec.min_ready_seconds;
+    let unavailable: Vec<String> = active
+        .iter()
+        .filter(|p| !common::server_state::ServerState::quarantined(**p))
+        .filter(|p| !(common::pod::is_running(**p) && common::pod::is_available(**p, min_ready, now)))
+        .map(|p| name(p))
+        .collect();
+    if !unavailable.is_empty() {
+        return Some(format!("{} to become available", pod_list(&unavailable)));
+    }
+    let busy: Vec<String> = active
+        .iter()
+        .filter(|p| common::pod::label(**p, keys::LIFECYCLE_STATE).is_some_and(|s| s != "Normal"))
+        .map(|p| name(p))
+        .collect();
+    (!busy.is_empty()).then(|| format!("{} to return to lifecycle state Normal", pod_list(&busy)))
+}
+
+/// "pod a", "pods a, b and c", "pods a, b, c and 2 more".
+fn pod_list(names: &[String]) -> String {
+    match names {
+        [one] => format!("pod {one}"),
+        _ if names.len() <= 3 => {
+            let (last, rest) = names.split_last().map(|(l, r)| (l.as_str(), r.join(", "))).unwrap_or_default();
+            format!("pods {rest} and {last}")
+        }
+        _ => format!("pods {} and {} more", names[..3].join(", "), names.len() - 3),
+    }
+}
+
+/// Pods waiting out an in-place grace period (`inplace-update-grace`: when it started and how long it is).
+fn grace_periods(snapshot: &Snapshot) -> Vec<Wait> {
+    snapshot
+        .pods
+        .iter()
+        .filter(|p| common::pod::is_active(*p))
+        .filter_map(|pod| {
+            let grace: serde_json::Value =
+                serde_json::from_str(common::pod::annotation(pod, keys::INPLACE_UPDATE_GRACE)?).ok()?;
+            let started: Timestamp = grace.get("updateTimestamp")?.as_str()?.parse().ok()?;
+            let seconds = grace.get("graceSeconds")?.as_i64()?;
+            let until = started.checked_add(SignedDuration::from_secs(seconds)).ok()?;
+            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+            Some(Wait::new(format!("the in-place grace period of pod {pod_name} ({seconds}s)"), until))
+        })
+        .collect()
+}
+
+/// The time by which the rollout must move (`spec.progressDeadlineSeconds` after the operator's last recorded
+/// progress), while it is in progress.
+fn progress_deadline(snapshot: &Snapshot, facts: &Facts) -> Option<Wait> {
+    let seconds = snapshot.gd.spec.progress_deadline_seconds?;
+    if facts.reason != "RolloutInProgress" {
+        return None;
+    }
+    let condition = facts.status.conditions.iter().find(|c| c.type_ == "Progressing")?;
+    let since = condition.last_update_time.as_ref().or(condition.last_transition_time.as_ref())?.0;
+    let until = since.checked_add(SignedDuration::from_secs(i64::from(seconds))).ok()?;
+    Some(Wait::new(format!("the progress deadline ({seconds}s without progress)"), until))
 }

@@ -289,6 +289,11 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
     }
     let steps = update.canary.as_ref().map_or(&[][..], |c| c.steps.as_slice());
     for (index, step) in steps.iter().enumerate() {
+        if let Some(hook) = &step.hook {
+            hooks.push(format!("canary step {}: {}", index + 1, hook.template_name));
+        }
+    }
+    for (index, step) in steps.iter().enumerate() {
         if let Some(hook) = &step.shadow_hook {
             hooks.push(format!("canary step {} shadow: {}", index + 1, hook.template_name));
         }
@@ -404,7 +409,7 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
             }),
         }
     }
-    let verdict = rollout::judge(snapshot);
+    let verdict = rollout::judge(snapshot, now);
     Tree {
         name: gd.metadata.name.clone().unwrap_or_default(),
         namespace: gd.metadata.namespace.clone().unwrap_or_default(),
@@ -565,12 +570,17 @@ pub fn judged_by(metric: &Metric, result: Option<&MetricResult>) -> Vec<String> 
     out
 }
 
-/// How long the hook-operator waits between two measurements of this run, as it recorded it: the last measurement's
-/// `resumeAt` after its `finishedAt`. An `Error` measurement is left out (an error is retried on its own schedule).
+/// How far apart this run's measurements are: between the starts of its last two measurements once it has two (what
+/// a person timing them sees), before that as the hook-operator scheduled the next one (the last measurement's
+/// `resumeAt` after its `finishedAt`: whole seconds, rounded up, so up to a second more than the spacing). `Error`
+/// measurements are left out (an error is retried on its own schedule).
 fn measured_spacing(result: &MetricResult) -> Option<std::time::Duration> {
-    let last = result.measurements.iter().rev().find(|m| m.phase != Some(HookPhase::Error))?;
-    let (finished, resume) = (last.finished_at.as_ref()?.0, last.resume_at.as_ref()?.0);
-    let seconds = resume.as_second().checked_sub(finished.as_second())?;
+    let mut measured = result.measurements.iter().rev().filter(|m| m.phase != Some(HookPhase::Error));
+    let last = measured.next()?;
+    let seconds = match measured.next().and_then(|m| m.started_at.as_ref()).zip(last.started_at.as_ref()) {
+        Some((before, latest)) => latest.0.as_second().checked_sub(before.0.as_second())?,
+        None => last.resume_at.as_ref()?.0.as_second().checked_sub(last.finished_at.as_ref()?.0.as_second())?,
+    };
     Some(std::time::Duration::from_secs(u64::try_from(seconds).ok()?))
 }
 

@@ -68,7 +68,57 @@ fn skip_hook_terminates_only_an_unfinished_run() {
         "{err}"
     );
     let normal = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-a1b2c")).unwrap();
-    assert!(actions::skip_hook(&s, normal).unwrap_err().contains("has no HookRun"));
+    assert_eq!(
+        actions::skip_hook(&s, normal).unwrap_err(),
+        "pod test-gamedeployment-a1b2c is Normal: no hook holds it (instance id a1b2c, no HookRun); `kubectl gd get \
+         test-gamedeployment -n default` shows what the rollout waits for"
+    );
+}
+
+/// Issue 49, finding 5: a pod held by a hook that cannot start (its HookTemplate is missing: no HookRun exists) is
+/// skipped by the pod's `skip-hook` annotation, in either control mode — there is no run to terminate.
+#[test]
+fn skip_hook_of_a_pod_whose_hook_cannot_start_skips_it_by_annotation() {
+    let mut s = snapshot();
+    s.runs.clear();
+    let status = s.gd.status.as_mut().unwrap();
+    status.pre_delete_hook_condition = vec![yaml(
+        "{podName: test-gamedeployment-s9rbp, startTime: '2024-05-01T10:09:00Z', phase: Pending, message: 'HookTemplate \
+         \"test\" not found in namespace default'}",
+    )];
+    let held = s.pods.iter().find(|p| p.metadata.name.as_deref() == Some("test-gamedeployment-s9rbp")).unwrap();
+    let plan = actions::skip_hook(&s, held).unwrap();
+    assert_eq!(
+        plan.writes,
+        vec![Write::MergePod {
+            name: "test-gamedeployment-s9rbp".into(),
+            patch: json!({"metadata": {"annotations": {common::keys::SKIP_HOOK: "delete"}}})
+        }]
+    );
+    assert_eq!(
+        plan.summary[0],
+        "pod test-gamedeployment-s9rbp has no HookRun to terminate (HookTemplate \"test\" not found in namespace \
+         default): its hook is skipped instead"
+    );
+}
+
+/// Issue 49, finding 3: `resume` names the step it ends as every view does, counted from 1 ("canary step 2 of 5",
+/// where it said "canary step 1 resumed"), in both control modes.
+#[test]
+fn resume_counts_canary_steps_from_one() {
+    let mut s = snapshot();
+    s.gd.spec.update_strategy.canary =
+        Some(yaml("{steps: [{partition: 3}, {pause: {}}, {partition: 2}, {partition: 1}, {pause: {}}]}"));
+    let status = s.gd.status.as_mut().unwrap();
+    status.current_step_index = Some(1);
+    status.pause_conditions = vec![yaml("{reason: PausedByCanaryPauseStep, startTime: '2024-05-01T10:09:00Z'}")];
+    let plan = actions::resume(&s).unwrap();
+    assert_eq!(plan.summary[1], "canary step 2 of 5 resumed", "{:?}", plan.summary);
+    s.gd.status.as_mut().unwrap().current_step_index = Some(4);
+    assert_eq!(actions::resume(&s).unwrap().summary[1], "canary step 5 of 5 resumed");
+    s.gd.metadata.annotations = Some([(common::keys::CONTROL.to_string(), "annotations".to_string())].into());
+    let plan = actions::resume(&s).unwrap();
+    assert!(plan.summary[0].ends_with("canary step 5 of 5 resumes"), "{:?}", plan.summary);
 }
 
 #[test]

@@ -226,6 +226,7 @@ fn engine_completion(spec: &common::api::HookRunSpec, success: bool, scale: f64)
                 },
                 finished_at: now,
                 taken_before: start.taken_before,
+                lost: false,
             });
         }
     }

@@ -6,10 +6,15 @@ use crate::fixtures;
 
 use common::api::HookPhase;
 use kubectl_gd::render::{Style, render};
-use kubectl_gd::rollout::{State, judge};
+use kubectl_gd::rollout::{State, Verdict};
 use kubectl_gd::tree::{Snapshot, build};
 
 use fixtures::*;
+
+/// The verdict at the fixtures' clock.
+fn judge(snapshot: &Snapshot) -> Verdict {
+    kubectl_gd::rollout::judge(snapshot, now())
+}
 
 fn golden(name: &str, actual: &str) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
@@ -126,7 +131,7 @@ fn finished(mut gd: common::api::GameDeployment, reason: &str) -> common::api::G
 
 #[test]
 fn complete_paused_and_stale() {
-    let done = |gd| judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    let done = |gd| judge(&Snapshot::owned(gd, revisions(), settled_pods(), vec![]));
     assert_eq!(done(finished(gd(), "RolloutComplete")).state, State::Complete);
     assert_eq!(done(finished(gd(), "PartitionAvailable")).state, State::Complete);
     // Scaled, not yet observed: not complete even though the condition still says so.
@@ -150,7 +155,7 @@ fn complete_paused_and_stale() {
 }
 
 #[test]
-fn a_rolled_back_canary_is_a_failure_naming_its_hook_run_until_a_new_template_is_observed() {
+fn a_rolled_back_canary_is_its_own_verdict_naming_its_hook_run_until_a_new_template_is_observed() {
     let mut gd = finished(gd(), "CanaryRolledBack");
     let status = gd.status.as_mut().unwrap();
     status.conditions[0].status = "False".into();
@@ -161,8 +166,9 @@ fn a_rolled_back_canary_is_a_failure_naming_its_hook_run_until_a_new_template_is
         "{{revision: x, rollback: {{failedRevision: y, stableRevision: x, step: 1, hookRun: canary-x-1-check, \
          phase: Failed, rolledBackAt: '2026-01-01T00:00:00Z', message: '{why}'}}}}"
     )));
-    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![]));
-    assert_eq!(verdict.state, State::Failed, "{verdict:?}");
+    let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), settled_pods(), vec![]));
+    assert_eq!(verdict.state, State::RolledBack, "its own verdict, never complete: {verdict:?}");
+    assert_eq!(verdict.state.exit_code(), Some(7), "its own exit code");
     assert_eq!(verdict.hook_run.as_deref(), Some("canary-x-1-check"));
     assert!(verdict.message.starts_with("canary rolled back: HookRun canary-x-1-check"), "{}", verdict.message);
     assert!(verdict.message.ends_with("(all 5 pods run revision x and are available)"), "{}", verdict.message);
@@ -227,7 +233,7 @@ fn a_released_record_left_in_the_status_does_not_hold_completion() {
         "{podName: test-gamedeployment-k2x7q, startTime: '2024-05-01T10:09:00Z', phase: Error, \
          hookRun: test-gamedeployment-k2x7q-pre-delete, releasedBy: Skipped, releasedAt: '2024-05-01T10:09:30Z'}",
     ));
-    let verdict = judge(&Snapshot::owned(gd, revisions(), pods(), vec![]));
+    let verdict = judge(&Snapshot::owned(gd, revisions(), settled_pods(), vec![]));
     assert_eq!(verdict.state, State::Complete, "{verdict:?}");
 }
 
@@ -395,11 +401,18 @@ fn a_rollout_past_its_progress_deadline_is_stalled() {
         Some("no progress for 600s (spec.progressDeadlineSeconds), since 2024-05-01T10:00:00Z: waiting for x".into());
     let verdict = judge(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![]));
     assert_eq!(verdict.state, State::Stalled, "{verdict:?}");
+    // `kubectl gd get` shows this verdict: it does not tell the reader to run `kubectl gd get` (issue 49, finding
+    // 8); `kubectl gd status` adds that pointer.
     assert_eq!(
         verdict.message,
-        "no progress for 600s (spec.progressDeadlineSeconds), since 2024-05-01T10:00:00Z: waiting for x \
-         (`kubectl gd get test-gamedeployment -n default` shows each pod and hook)"
+        "no progress for 600s (spec.progressDeadlineSeconds), since 2024-05-01T10:00:00Z: waiting for x"
     );
+    assert_eq!(
+        kubectl_gd::rollout::next_look(&verdict, "test-gamedeployment", Some("default")).as_deref(),
+        Some("`kubectl gd get test-gamedeployment -n default` shows each pod and hook")
+    );
+    let text = render(&build(&Snapshot::owned(gd.clone(), revisions(), pods(), vec![]), now()), Style::PLAIN);
+    assert!(!text.contains("kubectl gd get"), "{text}");
     let failed = judge(&Snapshot::owned(gd, revisions(), pods(), vec![run("k2x7q", FAIL, FAILED)]));
     assert_eq!(failed.state, State::Failed, "{failed:?}");
 }
@@ -497,5 +510,161 @@ fn post_inplace_and_canary_shadow_hooks_are_listed_with_the_hooks() {
             "latest: canaryStep canary-trial hook shadow-canary-x-1-canary-trial on canary step 2 ended Successful"
         ),
         "{text}"
+    );
+}
+
+/// Issue 49, finding 1: "complete" means every desired pod exists, runs the update revision and is available — checked
+/// on the pods, since the operator's status is a pass behind its own actions. The pass that deletes a pod listed in
+/// `podsToDelete` writes a status that still counts it (`PartitionAvailable`, 4 of 4): `kubectl gd status` exited 0
+/// while the replacement did not exist yet.
+#[test]
+fn complete_only_when_every_desired_pod_exists_runs_the_update_revision_and_is_available() {
+    let judge_pods = |gd: &common::api::GameDeployment, pods: Vec<k8s_openapi::api::core::v1::Pod>| {
+        judge(&Snapshot::owned(gd.clone(), revisions(), pods, vec![]))
+    };
+    let mut gd = finished(gd(), "RolloutComplete");
+    gd.spec.scale_strategy = Some(yaml("{podsToDelete: [test-gamedeployment-a1b2c]}"));
+    // Listed for deletion, not deleted yet: about to be replaced.
+    let verdict = judge_pods(&gd, settled_pods());
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    assert!(
+        verdict.message.contains("pod test-gamedeployment-a1b2c to be deleted and replaced"),
+        "{}",
+        verdict.message
+    );
+    // Deleted (terminating), its replacement not created yet.
+    let mut pods = settled_pods();
+    pods[2].metadata.deletion_timestamp = Some(yaml("'2024-05-01T10:09:59Z'"));
+    gd.spec.scale_strategy = None;
+    let verdict = judge_pods(&gd, pods.clone());
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    assert!(verdict.message.starts_with("waiting for 5 pods to exist (4 do now)"), "{}", verdict.message);
+    // The replacement exists, not ready yet.
+    let mut replacement = pod("zz9yx", "test-gamedeployment-5d8f9b7c4", "Normal", "2024-05-01T10:10:00Z", false);
+    replacement.metadata.name = Some("test-gamedeployment-zz9yx".into());
+    pods.push(replacement.clone());
+    let verdict = judge_pods(&gd, pods.clone());
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    assert!(verdict.message.contains("pod test-gamedeployment-zz9yx to become available"), "{}", verdict.message);
+    // Ready, but not for minReadySeconds yet.
+    gd.spec.min_ready_seconds = 30;
+    let ready_now = |mut p: k8s_openapi::api::core::v1::Pod, since: &str| {
+        p.status.as_mut().unwrap().conditions =
+            Some(vec![yaml(&format!("{{type: Ready, status: 'True', lastTransitionTime: '{since}'}}"))]);
+        p
+    };
+    let mut pods: Vec<_> = pods.into_iter().map(|p| ready_now(p, "2024-05-01T10:00:00Z")).collect();
+    let last = pods.len() - 1;
+    pods[last] = ready_now(replacement, "2024-05-01T10:09:50Z");
+    let verdict = judge_pods(&gd, pods.clone());
+    assert_eq!(verdict.state, State::Progressing, "available 30s after ready: {verdict:?}");
+    pods[last] = ready_now(pods[last].clone(), "2024-05-01T10:09:00Z");
+    assert_eq!(judge_pods(&gd, pods.clone()).state, State::Complete);
+    // Not on the update revision: a RolloutComplete status from before the template changed cannot say so.
+    pods[0]
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("controller-revision-hash".into(), "test-gamedeployment-67864c6f65".into());
+    let verdict = judge_pods(&gd, pods);
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    assert!(
+        verdict.message.contains("5 pods to run revision test-gamedeployment-5d8f9b7c4 (4 do now)"),
+        "{}",
+        verdict.message
+    );
+}
+
+/// Issue 49, finding 6: what the rollout waits for that ends at a known time, with that time — a timed canary
+/// pause, an in-place grace period, the progress deadline — in the verdict (`kubectl gd get`'s `Waiting:` lines, its
+/// JSON) and in `kubectl gd status`'s progress line with the time since it started.
+#[test]
+fn waits_that_end_at_a_known_time_are_shown_with_that_time() {
+    let mut paused = finished(gd(), "Paused");
+    paused.spec.update_strategy.canary =
+        Some(yaml("{steps: [{partition: 3}, {pause: {duration: 60}}, {partition: 0}]}"));
+    paused.spec.update_strategy.paused = true;
+    let status = paused.status.as_mut().unwrap();
+    status.current_step_index = Some(1);
+    status.pause_conditions = vec![yaml("{reason: PausedByCanaryPauseStep, startTime: '2024-05-01T10:09:30Z'}")];
+    let snapshot = Snapshot::owned(paused, revisions(), settled_pods(), vec![]);
+    let verdict = judge(&snapshot);
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    assert_eq!(verdict.waits.len(), 1, "{verdict:?}");
+    assert_eq!(verdict.waits[0].what, "the pause of canary step 2 of 3 (60s)");
+    assert_eq!(verdict.waits[0].until.0.to_string(), "2024-05-01T10:10:30Z");
+    assert_eq!(verdict.waits[0].remaining_seconds, 30);
+    let started: k8s_openapi::jiff::Timestamp = "2024-05-01T10:08:55Z".parse().unwrap();
+    assert_eq!(
+        kubectl_gd::commands::status_line(&verdict, started, now()),
+        "[1m5s] Progressing: canary step 2 of 3 pauses the rollout for 60s; waiting for the pause of canary step 2 of \
+         3 (60s) until 2024-05-01T10:10:30Z (in 30s)"
+    );
+    let text = render(&build(&snapshot, now()), Style::PLAIN);
+    assert!(
+        text.contains("Waiting:   the pause of canary step 2 of 3 (60s) until 2024-05-01T10:10:30Z (in 30s)\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(build(&snapshot, now())).unwrap();
+    assert_eq!(json["verdict"]["waits"][0]["until"], "2024-05-01T10:10:30Z", "{json:#}");
+
+    // An in-place grace period, and the progress deadline, while the rollout is in progress.
+    let mut gd = gd();
+    gd.status.as_mut().unwrap().pre_delete_hook_condition.clear();
+    gd.spec.progress_deadline_seconds = Some(600);
+    gd.status.as_mut().unwrap().conditions[0].last_update_time = Some(yaml("'2024-05-01T10:05:00Z'"));
+    let mut pods = pods();
+    pods[2].metadata.annotations.as_mut().unwrap().insert(
+        "inplace-update-grace".into(),
+        r#"{"revision":"test-gamedeployment-5d8f9b7c4","containerImages":{"python":"python:3.5"},"graceSeconds":30,"updateTimestamp":"2024-05-01T10:09:45Z"}"#.into(),
+    );
+    let verdict = judge(&Snapshot::owned(gd, revisions(), pods, vec![]));
+    assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
+    let waits: Vec<(String, String)> = verdict.waits.iter().map(|w| (w.what.clone(), w.until.0.to_string())).collect();
+    assert_eq!(
+        waits,
+        [
+            (
+                "the in-place grace period of pod test-gamedeployment-a1b2c (30s)".to_string(),
+                "2024-05-01T10:10:15Z".to_string()
+            ),
+            ("the progress deadline (600s without progress)".to_string(), "2024-05-01T10:15:00Z".to_string()),
+        ]
+    );
+}
+
+/// Issue 49, finding 8: `Hooks:` names a canary step's hook (it said `none` when that was the only hook), and
+/// `Progress:` never says "updated 6/5": while pods are added or removed it counts out of those that exist.
+#[test]
+fn a_canary_step_hook_is_a_hook_and_progress_never_counts_past_the_desired_pods() {
+    let mut gd = gd();
+    gd.spec.pre_delete_update_strategy = None;
+    gd.spec.update_strategy.canary = Some(yaml("{steps: [{partition: 1}, {hook: {templateName: canary-check}}]}"));
+    let status = gd.status.as_mut().unwrap();
+    status.replicas = 6;
+    status.updated_replicas = 6;
+    status.expected_updated_replicas = 5;
+    let text = render(&build(&Snapshot::owned(gd, revisions(), pods(), vec![]), now()), Style::PLAIN);
+    assert!(text.contains("Hooks:     canary step 2: canary-check\n"), "{text}");
+    assert!(text.contains("Progress:  updated 6 of 6 pods (desired 5), updated ready"), "{text}");
+    assert!(!text.contains("6/5"), "{text}");
+}
+
+/// Issue 49, finding 8: the spacing of measurements is the one a person timing them sees — between the starts of the
+/// last two — once there are two (`resumeAt` is rounded up to a whole second after a truncated `finishedAt`, so it
+/// read "~7s apart" for measurements 6 s apart).
+#[test]
+fn the_spacing_of_measurements_is_measured_between_their_starts() {
+    let two = "  phase: Running\n  startedAt: \"2024-05-01T10:09:00Z\"\n  metricResults:\n  - name: webtest\n    phase: \
+               Running\n    count: 2\n    successful: 2\n    measurements:\n    - {phase: Successful, value: \"45\", \
+               startedAt: \"2024-05-01T10:09:00Z\", finishedAt: \"2024-05-01T10:09:00Z\", resumeAt: \
+               \"2024-05-01T10:09:07Z\"}\n    - {phase: Successful, value: \"45\", startedAt: \"2024-05-01T10:09:06Z\", \
+               finishedAt: \"2024-05-01T10:09:06Z\", resumeAt: \"2024-05-01T10:09:13Z\"}";
+    let tree = build(&Snapshot::owned(gd(), revisions(), pods(), vec![run("s9rbp", SUCCESS, two)]), now());
+    let pod = tree.revisions.iter().flat_map(|r| &r.pods).find(|p| p.name == "test-gamedeployment-s9rbp").unwrap();
+    assert_eq!(
+        pod.runs[0].metrics[0].judged_by[1],
+        "count 3, every 60s (~6s apart here: this hook-operator scales intervals), failureLimit 2"
     );
 }

@@ -108,9 +108,9 @@ pub const MAX_UPDATE_ORDER_TERMS: usize = 32;
     ),
     printcolumn(
         name = "STEP",
-        type_ = "integer",
-        json_path = ".status.currentStepIndex",
-        description = "Index of the canary step being run.",
+        type_ = "string",
+        json_path = ".status.currentStep",
+        description = "The canary step in progress, counted from 1 as every view counts it (`2/5`), or `done`.",
         priority = 1
     ),
     printcolumn(
@@ -816,6 +816,11 @@ pub struct GameDeploymentStatus {
     /// Index of the canary step being run (equal to the number of steps when all are done).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step_index: Option<i32>,
+    /// Addition (kourse): the canary step in progress as people count it, from 1 — `<currentStepIndex + 1>/<steps>`
+    /// — or `done` once every step is; unset without canary steps. The STEP column of `kubectl get gamedeployment -o
+    /// wide` (`currentStepIndex` counts from 0, as BCS writes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
     /// Hash of the canary steps and template the step index refers to; a change starts again at step 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_step_hash: Option<String>,

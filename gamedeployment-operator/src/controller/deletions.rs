@@ -50,12 +50,26 @@ pub(crate) fn event(gd: &GameDeployment, pod: &Pod) -> PlannedEvent {
     let template = gate::hook_for(gd, GateKind::Delete(DeleteCause::ScaleIn))
         .map(|(_, step, _)| step.template_name.clone())
         .unwrap_or_default();
+    // A pod that already carries the label was on its way out through the hook: the advice is to let the operator
+    // delete it, not to add the label it has.
+    let labelled = common::pod::label(pod, common::keys::SPECIFIED_DELETE).is_some_and(|v| v == "true");
+    let advice = if labelled {
+        format!(
+            "it was labelled {}=true, so the operator would have deleted it through the hook: leave such a pod to the \
+             operator instead of deleting it",
+            common::keys::SPECIFIED_DELETE
+        )
+    } else {
+        format!(
+            "to delete a pod through the hook, label it {}=true or list it in spec.scaleStrategy.podsToDelete",
+            common::keys::SPECIFIED_DELETE
+        )
+    };
     PlannedEvent::warning(
         REASON,
         format!(
             "pod {name} was deleted by someone other than the operator, so its pre-delete hook (HookTemplate \
-             {template}) did not run; to delete a pod through the hook, label it apps.kruise.io/specified-delete=true \
-             or list it in spec.scaleStrategy.podsToDelete"
+             {template}) did not run; {advice}"
         ),
     )
     .about(Related::pod(name, pod.metadata.uid.as_deref()))
@@ -112,6 +126,13 @@ mod tests {
             "{event:?}"
         );
         assert_eq!(event.related.map(|r| r.name), Some("theirs".to_string()));
+
+        // Issue 49, finding 8: a pod already labelled for a gated deletion is not told to get the label it has.
+        let mut labelled = pod(&g, "labelled", Some(1_100), "Running");
+        labelled.metadata.labels = Some([(common::keys::SPECIFIED_DELETE.to_string(), "true".to_string())].into());
+        let warning = super::event(&g, &labelled);
+        assert!(!warning.message.contains("label it"), "{warning:?}");
+        assert!(warning.message.contains("leave such a pod to the operator"), "{warning:?}");
 
         // Without a pre-delete hook there is nothing to warn about.
         let plain = gd(3, "InplaceUpdate");

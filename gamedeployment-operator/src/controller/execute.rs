@@ -1205,7 +1205,14 @@ fn describe_run(run: &HookRun) -> String {
         },
         _ => labels
             .get(common::keys::HOOKRUN_CANARY_STEP_INDEX)
-            .map_or_else(|| "this GameDeployment".to_string(), |step| format!("canary step {step}")),
+            // The label counts from 0 (`status.currentStepIndex`); people count steps from 1.
+            .map_or_else(
+                || "this GameDeployment".to_string(),
+                |step| {
+                    step.parse::<i64>()
+                        .map_or_else(|_| format!("canary step index {step}"), |i| format!("canary step {}", i + 1))
+                },
+            ),
     }
 }
 

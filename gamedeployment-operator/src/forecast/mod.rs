@@ -132,6 +132,15 @@ fn classify(gd: &GameDeployment, status: &GameDeploymentStatus) -> (StopReason, 
         let message = c.message.clone().unwrap_or_else(|| format!("the hook of pod {} failed", c.pod_name));
         return (StopReason::HookFailed, format!("pod {}: {message}", c.pod_name));
     }
+    // A failed canary is rolled back: never "complete", however many pods are back on the stable revision.
+    if status.canary.as_ref().is_some_and(|c| c.rollback.is_some()) {
+        return (StopReason::RolledBack, progressing_message(status));
+    }
+    // A failed canary step hook that holds (`onFailure: Hold`) pauses the rollout: a failure, as `kubectl gd
+    // status` says of it, not a pause a person ends.
+    if status.pause_conditions.iter().any(|p| p.reason == common::api::PauseReason::PausedByStepBasedHook) {
+        return (StopReason::HookFailed, progressing_message(status));
+    }
     let replicas = gd.spec.replicas.unwrap_or(1);
     if status.replicas == replicas && status.updated_available_replicas >= replicas {
         return (StopReason::Complete, progressing_message(status));
@@ -221,7 +230,10 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
             let requeue = plan.requeue_after.map(|d| cluster.now + i64::try_from(d.as_secs()).unwrap_or(i64::MAX) + 1);
             let due = [hooks.next_completion(&cluster.hook_runs), requeue].into_iter().flatten().min();
             let (reason, message) = classify(&cluster.gd, &plan.status);
-            let done = matches!(reason, StopReason::Complete | StopReason::Partition | StopReason::HookFailed);
+            let done = matches!(
+                reason,
+                StopReason::Complete | StopReason::Partition | StopReason::HookFailed | StopReason::RolledBack
+            );
             match due {
                 Some(at) if !(done && hooks.next_completion(&cluster.hook_runs).is_none()) => {
                     step = (at - cluster.now).max(1);
@@ -273,11 +285,16 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
         hold.pod = recorder.shown(&hold.pod);
     }
     let stop = held_by_handlers(stop, &lifecycle_holds);
+    // While a failed canary is rolled back, `status.updateRevision` is the stable revision: the change's revision is
+    // the one that failed.
+    let rollback = cluster.gd.status.as_ref().and_then(|s| s.canary.as_ref()).and_then(|c| c.rollback.clone());
+    let update_revision = rollback.as_ref().map(|r| r.failed_revision.clone()).or_else(|| cluster.update_revision());
     Ok(Timeline {
         name,
         namespace,
         assume: options.assume,
-        update_revision: cluster.update_revision(),
+        update_revision,
+        rolled_back_to: rollback.map(|r| r.stable_revision),
         batches,
         notes: recorder.notes,
         race,

@@ -542,3 +542,31 @@ fn a_pod_gets_a_new_resource_version_when_it_changes_and_only_then() {
     assert_ne!(after[0], before[0], "the changed pod has a new resourceVersion");
     assert_eq!(after[1..], before[1..], "the others keep theirs");
 }
+
+/// Issue 49, finding 2: a canary whose step hook fails with `onFailure: Rollback` ends rolled back — its own stop
+/// reason, never "complete" (every pod is back on the stable revision, which `status.updateRevision` names
+/// meanwhile) — and the timeline names the revision the change made, not the stable one.
+#[test]
+fn a_failed_canary_with_on_failure_rollback_ends_rolled_back_not_complete() {
+    let mut g = walkthrough_gd();
+    g.spec.pre_delete_update_strategy = None;
+    g.spec.update_strategy.partition = None;
+    g.spec.update_strategy.canary = Some(
+        serde_json::from_value(json!({"steps": [{"partition": 3},
+            {"hook": {"templateName": "test"}, "hookPolicy": {"onFailure": "Rollback"}}]}))
+        .unwrap(),
+    );
+    let world = settled(g);
+    let stable = world.update_revision().unwrap();
+    let timeline = run(live(&world, set_image), Assume::Fail);
+    println!("{}", serde_json::to_string_pretty(&timeline).unwrap());
+    assert_eq!(timeline.stop.reason, StopReason::RolledBack, "{:?}", timeline.stop);
+    assert!(timeline.stop.message.contains("Rollback"), "{:?}", timeline.stop);
+    assert_eq!(timeline.rolled_back_to.as_deref(), Some(stable.as_str()));
+    assert_ne!(timeline.update_revision.as_deref(), Some(stable.as_str()), "the change's revision, not the stable one");
+    assert_eq!(serde_json::to_value(&timeline).unwrap()["stop"]["reason"], "rolled-back");
+    // Under `succeed` the same canary completes.
+    let timeline = run(live(&world, set_image), Assume::Succeed);
+    assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
+    assert_eq!(timeline.rolled_back_to, None);
+}

@@ -181,8 +181,12 @@ pub enum StopReason {
     Partition,
     /// A canary pause step (or `paused: true`) holds the rollout.
     Paused,
-    /// A hook fails (under `--assume-hooks fail`, or one that failed already) and holds its pod.
+    /// A hook fails (under `--assume-hooks fail`, or one that failed already) and holds its pod, or a canary step's
+    /// hook fails and pauses the rollout (`hookPolicy.onFailure: Hold`).
     HookFailed,
+    /// A canary step's hook fails with `hookPolicy.onFailure: Rollback`: the pods go back to the stable revision
+    /// ([`Timeline::rolled_back_to`]) and stay there until a new template. Never "complete".
+    RolledBack,
     /// Pods wait on a CloneSet lifecycle handler that only an outside controller can release
     /// ([`Timeline::lifecycle_holds`]).
     LifecycleHold,
@@ -218,7 +222,11 @@ pub struct Timeline {
     pub name: String,
     pub namespace: String,
     pub assume: Assume,
+    /// The revision the change rolls out (a rolled-back canary's too: the one that failed).
     pub update_revision: Option<String>,
+    /// The stable revision the pods are back on when a failed canary was rolled back ([`StopReason::RolledBack`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back_to: Option<String>,
     pub batches: Vec<Batch>,
     pub notes: Vec<Note>,
     /// The race to empty, when the scale-in races (`scaleInPolicy.mode: RaceToEmpty`).

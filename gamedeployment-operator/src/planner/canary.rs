@@ -725,7 +725,10 @@ fn build_step_run(
     let namespace = gd.metadata.namespace.clone().unwrap_or_default();
     let template =
         gate.templates.iter().find(|t| t.metadata.name.as_deref() == Some(hook.template_name.as_str())).ok_or_else(
-            || format!("canary step {index}: HookTemplate {:?} not found in namespace {namespace}", hook.template_name),
+            || {
+                let step = index + 1;
+                format!("canary step {step}: HookTemplate {:?} not found in namespace {namespace}", hook.template_name)
+            },
         )?;
     let new = NewHookRun {
         name: name.to_string(),
@@ -734,7 +737,7 @@ fn build_step_run(
         owner: Some(ownership::owner_reference(gd)),
         args: hookrun::step_args(hook),
     };
-    let mut run = hookrun::from_template(template, new).map_err(|e| format!("canary step {index}: {e}"))?;
+    let mut run = hookrun::from_template(template, new).map_err(|e| format!("canary step {}: {e}", index + 1))?;
     let hash = hookrun::spec_hash(&run.spec);
     let annotations = run.metadata.annotations.get_or_insert_with(Default::default);
     annotations.insert(keys::HOOKRUN_CHANGE.into(), step_change(steps_hash));

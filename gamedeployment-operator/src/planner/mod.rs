@@ -221,6 +221,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     // 9. Status.
     let mut status = status::compute(&settings, &diffs, &old_status, &infos, &draft, &spec_problems);
     canary.apply_to(&mut status);
+    status::show_canary_step(gd, &mut status);
     status::show_canary_pause(gd, &mut status, settings.now);
     status::show_canary_rollback(&mut status, settings.now);
     let mut hook_events = Vec::new();

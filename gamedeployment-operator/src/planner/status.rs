@@ -169,6 +169,7 @@ pub(crate) fn compute(
         // pods that no longer exist.
         pause_conditions: old.pause_conditions.clone(),
         current_step_index: old.current_step_index,
+        current_step: old.current_step.clone(),
         current_step_hash: old.current_step_hash.clone(),
         canary: old.canary.clone(),
         pre_delete_hook_condition: old.pre_delete_hook_condition.clone(),
@@ -431,6 +432,18 @@ pub(crate) fn canary_pause_message(
         PauseWhy::Indefinite => ("resume", ""),
     };
     format!("paused at canary step {} of {} ({why}): {verb} with {resume}{rest}", pause.index + 1, pause.steps)
+}
+
+/// `status.currentStep`, the STEP column: the canary step in progress counted from 1 (`2/5`), `done` after the last,
+/// unset without steps — so `kubectl get gamedeployment -o wide` numbers steps as `Progressing` and `kubectl gd` do.
+pub(crate) fn show_canary_step(gd: &common::api::GameDeployment, status: &mut GameDeploymentStatus) {
+    let steps = gd.spec.update_strategy.canary.as_ref().map_or(0, |c| c.steps.len());
+    status.current_step = match status.current_step_index {
+        _ if steps == 0 => None,
+        None => None,
+        Some(index) if usize::try_from(index).is_ok_and(|i| i >= steps) => Some("done".to_string()),
+        Some(index) => Some(format!("{}/{steps}", index.max(0) + 1)),
+    };
 }
 
 /// The canary step pausing the rollout, from the status this pass computed (None: no step pauses it).
@@ -952,6 +965,30 @@ mod progress_tests {
             "kubectl gd resume web -n games (or: kubectl annotate gamedeployment web -n games --overwrite \
              gamedeployment.tkex.tencent.com/resume-step=web-7c9f/1)"
         );
+    }
+
+    /// Issue 49, finding 3: the STEP column (`status.currentStep`) counts canary steps from 1, as `Progressing`
+    /// ("paused at canary step 2 of 2") and `kubectl gd` do; it showed `currentStepIndex`, 1 beside "step 2 of 2".
+    #[test]
+    fn the_step_column_counts_canary_steps_from_one() {
+        let mut gd = crate::fixtures::gd(4, "InplaceUpdate");
+        let at = |index: Option<i32>| GameDeploymentStatus { current_step_index: index, ..Default::default() };
+        let step = |gd: &common::api::GameDeployment, index: Option<i32>| {
+            let mut status = at(index);
+            show_canary_step(gd, &mut status);
+            status.current_step
+        };
+        assert_eq!(step(&gd, Some(0)), None, "no canary steps: no column value");
+        gd.spec.update_strategy.canary =
+            Some(serde_json::from_value(serde_json::json!({"steps": [{"partition": 3}, {"pause": {}}]})).unwrap());
+        assert_eq!(step(&gd, Some(0)).as_deref(), Some("1/2"));
+        assert_eq!(step(&gd, Some(1)).as_deref(), Some("2/2"));
+        assert_eq!(step(&gd, Some(2)).as_deref(), Some("done"));
+        assert_eq!(step(&gd, None), None);
+        let crd = serde_json::to_value(<common::api::GameDeployment as kube::CustomResourceExt>::crd()).unwrap();
+        let columns = &crd["spec"]["versions"][0]["additionalPrinterColumns"];
+        let column = columns.as_array().unwrap().iter().find(|c| c["name"] == "STEP").unwrap();
+        assert_eq!(column["jsonPath"], ".status.currentStep", "{column}");
     }
 
     #[test]

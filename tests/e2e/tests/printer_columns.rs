@@ -95,7 +95,8 @@ async fn wide_view_shows_the_state_and_the_default_view_stays_bcs() {
         .await;
     wait_wide(&cluster, "healthy", "healthy: PAUSED true", |c| c["PAUSED"] == "true").await;
 
-    // A canary rollout stopped at its indefinite pause step: STEP is the step index, PAUSED true.
+    // A canary rollout stopped at its indefinite pause step: STEP counts steps from 1, as the MESSAGE beside it and
+    // every other view do (issue 49, finding 3: it showed the 0-based index, 1 beside "step 2 of 2"); PAUSED true.
     let canary = manifest(
         "canary",
         2,
@@ -105,9 +106,12 @@ async fn wide_view_shows_the_state_and_the_default_view_stays_bcs() {
     );
     apply(&cluster, &canary).await;
     wait_columns(&cluster, "canary", Columns::new(2, 2, 2, 2, 2)).await;
-    wait_wide(&cluster, "canary", "canary: all steps done", |c| c["STEP"] == "2").await;
+    wait_wide(&cluster, "canary", "canary: all steps done", |c| c["STEP"] == "done").await;
     apply(&cluster, &canary.replace("image: python:latest", "image: python:3.5")).await;
-    wait_wide(&cluster, "canary", "canary: paused at step 1", |c| c["STEP"] == "1" && c["PAUSED"] == "true").await;
+    wait_wide(&cluster, "canary", "canary: paused at step 2 of 2", |c| {
+        c["STEP"] == "2/2" && c["PAUSED"] == "true" && c["MESSAGE"].contains("paused at canary step 2 of 2")
+    })
+    .await;
 
     cluster.shutdown().await;
 }
