@@ -696,6 +696,7 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
             read,
         ),
         rule(&[""], &["namespaces"], read),
+        rule(&["discovery.k8s.io"], &["endpointslices"], read),
         rule(
             &["apps"],
             &[
@@ -726,9 +727,10 @@ pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
         rule(&[""], &["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "pods/eviction"], &all_rw),
         rule(
             &[""],
+            // No `endpoints`: kube-apiserver dropped their write from edit and admin (CVE-2021-25740), since a
+            // Service's endpoints written by hand can point it anywhere.
             &[
                 "configmaps",
-                "endpoints",
                 "persistentvolumeclaims",
                 "replicationcontrollers",
                 "replicationcontrollers/scale",

@@ -21,6 +21,7 @@ mod admission;
 mod audit;
 mod auth;
 mod codec;
+mod componentstatus;
 mod controllers;
 mod discovery;
 mod disruption;
@@ -387,6 +388,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
         max_body: config.max_body_bytes,
         admission: admission.clone(),
         logs: pod_logs.clone(),
+        components: componentstatus::Components { scheduler: config.kubelet.is_some() },
     });
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let mut server_shutdown = shutdown_rx.clone();
@@ -409,6 +411,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, Error> {
     background.push(tokio::spawn(controllers::run(registry.clone(), events, shutdown_rx.clone())));
     background.push(tokio::spawn(workloads::run(
         registry.clone(),
+        admission.clone(),
         workloads::WorkloadConfig { endpoint_propagation_delay: config.endpoint_propagation_delay },
         workload_events,
         shutdown_rx.clone(),

@@ -42,6 +42,8 @@ pub enum Special {
     Review,
     Rbac,
     PersistentVolumeClaim,
+    /// Never stored: computed on every read (`crate::componentstatus`).
+    ComponentStatus,
 }
 
 /// How `metadata.generation` moves.
@@ -308,6 +310,7 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
         builtin::<core::PersistentVolumeClaim>(Special::PersistentVolumeClaim).short(&["pvc"]).status(),
         builtin::<core::PersistentVolume>(Special::Plain).short(&["pv"]).status(),
         builtin::<core::Node>(Special::Node).short(&["no"]).status(),
+        builtin::<core::ComponentStatus>(Special::ComponentStatus).short(&["cs"]).verbs(&["get", "list"]),
         builtin::<core::LimitRange>(Special::Plain).short(&["limits"]),
         builtin::<core::ResourceQuota>(Special::Plain).short(&["quota"]).status(),
         builtin::<apps::Deployment>(Special::Deployment)

@@ -372,6 +372,12 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             ),
             age_col(),
         ],
+        (Special::ComponentStatus, _) => vec![
+            name_col(),
+            col("Status", "string", "", "Status of the component conditions", 0),
+            col("Message", "string", "", "Message of the component conditions", 0),
+            col("Error", "string", "", "Error of the component conditions", 0),
+        ],
         _ => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
     }
 }
@@ -528,8 +534,30 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
         (_, "ValidatingWebhookConfiguration") => {
             vec![name, json!(obj.get("webhooks").and_then(Value::as_array).map_or(0, Vec::len)), json!(age(obj))]
         }
+        (Special::ComponentStatus, _) => component_status_cells(obj),
         _ => vec![name, json!(meta::meta_str(obj, "creationTimestamp"))],
     }
+}
+
+/// kube-apiserver's printer: the `Healthy` conditions as Healthy/Unhealthy/Unknown, joined with their messages
+/// and errors.
+fn component_status_cells(obj: &Value) -> Vec<Value> {
+    let mut status = Vec::new();
+    let mut message = Vec::new();
+    let mut error = Vec::new();
+    for c in obj.get("conditions").and_then(Value::as_array).into_iter().flatten() {
+        if s(c, &["type"]) != "Healthy" {
+            continue;
+        }
+        status.push(match s(c, &["status"]) {
+            "True" => "Healthy",
+            "False" => "Unhealthy",
+            _ => "Unknown",
+        });
+        message.push(s(c, &["message"]));
+        error.push(s(c, &["error"]));
+    }
+    vec![json!(meta::name(obj)), json!(status.join(",")), json!(message.join(",")), json!(error.join(","))]
 }
 
 fn access_mode_short(m: &str) -> &str {

@@ -1303,6 +1303,59 @@ async fn match_conditions_are_not_evaluated() -> Result<()> {
     Ok(())
 }
 
+/// The ReplicaSet controller's pod creations and deletions are admitted as its ServiceAccount's requests, as
+/// kube-controller-manager's are: a refused creation is a `FailedCreate` Event on the ReplicaSet and is tried
+/// again, and the pods it deletes are asked about too.
+#[tokio::test]
+async fn replicaset_controller_pod_writes_are_admitted_as_its_service_account() -> Result<()> {
+    let sim = api_sim().await?;
+    let server = WebhookServer::start(deny(403, "no pods here")).await?;
+    apply(
+        &sim,
+        &configuration("rs-pods", url_webhook("rs.kourse.dev", &server, rule(&["CREATE", "DELETE"], "", &["pods"]))),
+    )
+    .await?;
+    let client = sim.client().await;
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let rs = json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    replica_sets.create(&PostParams::default(), &serde_json::from_value(rs)?).await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let refused = eventually("a FailedCreate Event on the ReplicaSet", || async {
+        Ok(events.list(&Default::default()).await?.items.into_iter().find_map(|e| {
+            (e.reason.as_deref() == Some("FailedCreate") && e.involved_object.name.as_deref() == Some("web"))
+                .then(|| e.message.unwrap_or_default())
+        }))
+    })
+    .await?;
+    assert_eq!(refused, "Error creating: admission webhook \"rs.kourse.dev\" denied the request: no pods here");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    assert!(pods.list(&Default::default()).await?.items.is_empty(), "the refused pod was not created");
+    let create = requests(&server).into_iter().find(|r| r["operation"] == "CREATE").context("a CREATE review")?;
+    assert_eq!(create["userInfo"]["username"], "system:serviceaccount:kube-system:replicaset-controller");
+    assert_eq!(create["object"]["metadata"]["ownerReferences"][0]["name"], "web");
+
+    // Allowed now: the controller's next attempt creates the pod; scaled to zero, it deletes it through the webhook.
+    server.set(allow());
+    let pod = eventually("the ReplicaSet's pod", || async {
+        Ok(pods.list(&Default::default()).await?.items.into_iter().next().and_then(|p| p.metadata.name))
+    })
+    .await?;
+    replica_sets.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await?;
+    eventually("the pod to be deleted", || async {
+        Ok(pods.get_opt(&pod).await?.is_none_or(|p| p.metadata.deletion_timestamp.is_some()).then_some(()))
+    })
+    .await?;
+    let delete = requests(&server)
+        .into_iter()
+        .find(|r| r["operation"] == "DELETE" && r["name"] == pod.as_str())
+        .context("a DELETE review of the pod")?;
+    assert_eq!(delete["userInfo"]["username"], "system:serviceaccount:kube-system:replicaset-controller");
+    server.stop();
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// Known difference: kube-sim's garbage collector deletes dependents inside the server, so a
 /// webhook never sees those deletes (on a cluster the garbage collector's DELETE requests reach
 /// it, as user `system:serviceaccount:kube-system:generic-garbage-collector`).

@@ -65,7 +65,11 @@ async fn a_mapped_container_runs_its_command_with_env_volumes_and_service_accoun
     let cm = json!({"metadata": {"name": "settings"}, "data": {"greeting": "hello from a configmap"}});
     config_maps.create(&PostParams::default(), &serde_json::from_value(cm)?).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let script = r#"echo "pod=$POD_NAME ip=$POD_IP greeting=$GREETING arg=$1"; cat /etc/settings/greeting; echo;
+    // A mount path this host lacks, two levels deep: kube-sim creates it to mount onto, and removes it after.
+    let parent = format!("/etc/kube-sim-test-{}", std::process::id());
+    let settings = format!("{parent}/settings");
+    assert!(!Path::new(&parent).exists());
+    let script = r#"echo "pod=$POD_NAME ip=$POD_IP greeting=$GREETING arg=$1"; cat greeting; echo;
         echo "namespace=$(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)";
         echo "token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)"; echo "cwd=$(pwd)"; exec sleep 3600"#;
     let pod = pod_from(json!({
@@ -76,13 +80,13 @@ async fn a_mapped_container_runs_its_command_with_env_volumes_and_service_accoun
                 "image": "busybox:1.36",
                 "command": ["sh", "-c", script, "sh"],
                 "args": ["$(POD_NAME)-arg"],
-                "workingDir": "/etc/settings",
+                "workingDir": settings,
                 "env": [
                     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                     {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                     {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "greeting"}}}
                 ],
-                "volumeMounts": [{"name": "settings", "mountPath": "/etc/settings", "readOnly": true}]
+                "volumeMounts": [{"name": "settings", "mountPath": settings, "readOnly": true}]
             }],
             "volumes": [{"name": "settings", "configMap": {"name": "settings"}}]
         }
@@ -94,9 +98,9 @@ async fn a_mapped_container_runs_its_command_with_env_volumes_and_service_accoun
     assert!(logs.contains(&format!("pod=shell ip={ip} greeting=hello from a configmap arg=shell-arg")), "{logs}");
     assert!(logs.contains("\nhello from a configmap\n"), "the ConfigMap is a file at its mountPath: {logs}");
     assert!(logs.contains("namespace=default\n"), "{logs}");
-    assert!(logs.contains("cwd=/etc/settings\n"), "{logs}");
+    assert!(logs.contains(&format!("cwd={settings}\n")), "{logs}");
     assert!(!logs.contains("[kube-sim]"), "a process container's log is its own output only: {logs}");
-    assert!(!Path::new("/etc/settings/greeting").exists(), "the volume is mounted for the container only");
+    assert!(!Path::new(&settings).join("greeting").exists(), "the volume is mounted for the container only");
 
     // The projected token authenticates as the pod's ServiceAccount.
     let token = logs.lines().find_map(|l| l.strip_prefix("token=")).context("token line")?;
@@ -106,6 +110,10 @@ async fn a_mapped_container_runs_its_command_with_env_volumes_and_service_accoun
 
     pods.delete("shell", &DeleteParams::default()).await?;
     wait_gone(&pods, "shell").await?;
+    kube_sim::testing::eventually("the mount point kube-sim created is removed with the container", || async {
+        Ok((!Path::new(&parent).exists()).then_some(()))
+    })
+    .await?;
     sim.shutdown().await;
     Ok(())
 }

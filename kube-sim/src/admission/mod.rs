@@ -15,6 +15,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod gate;
+pub mod internal;
 pub mod policy;
 
 use std::collections::BTreeMap;

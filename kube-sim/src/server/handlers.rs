@@ -175,7 +175,17 @@ async fn resource_inner(
         gate: std::sync::Mutex::new(None),
     };
     let ns = rr.namespace.clone().unwrap_or_default();
+    // A verb the resource does not serve: kube-apiserver registers no route for it (405), and a watch of a
+    // resource whose storage cannot watch is "not supported".
+    if rr.subresource.is_none() && !rd.has_verb(verb) {
+        return Err(if verb == "watch" {
+            ApiError::method_not_supported(&rd.group_resource(), verb)
+        } else {
+            ApiError::method_not_allowed()
+        });
+    }
     let result = match rr.subresource.as_deref() {
+        None if rd.special == Special::ComponentStatus => component_status(&c, verb, rr.name.as_deref()),
         None => match (verb, rr.name.as_deref()) {
             ("watch", _) => super::watch::serve(
                 &c.st,
@@ -477,6 +487,51 @@ fn written_response(c: &Ctx, status: StatusCode, obj: &Arc<Value>, warnings: &[S
         }
     }
     written(object_response(c, status, obj, warnings), obj)
+}
+
+/// `componentstatuses`: computed, never stored (`crate::componentstatus`), each answer with kube-apiserver's
+/// deprecation warning.
+fn component_status(c: &Ctx, verb: &str, name: Option<&str>) -> Result<Response, ApiError> {
+    let warnings = [crate::componentstatus::DEPRECATION_WARNING.to_string()];
+    match (verb, name) {
+        ("get", Some(name)) => Ok(object_response(c, StatusCode::OK, &c.st.components.get(name)?, &warnings)),
+        ("list", None) => {
+            let opts = parse_list_options(&c.query)?;
+            let items = c.st.components.list(&opts.label_selector, &opts.field_selector);
+            let list_meta = json!({});
+            match c.rep {
+                Representation::Table => {
+                    let include = IncludeObject::parse(c.query.get("includeObject"));
+                    let items: Vec<Arc<Value>> = items.into_iter().map(Arc::new).collect();
+                    Ok(json_response(StatusCode::OK, &table::table(&c.rd, &items, include, list_meta, true), &warnings))
+                }
+                Representation::Yaml => Ok(yaml_response(
+                    StatusCode::OK,
+                    &json!({"kind": c.rd.list_kind, "apiVersion": c.rd.api_version(), "metadata": list_meta, "items": items}),
+                    &warnings,
+                )),
+                _ => {
+                    // List items carry no kind or apiVersion, as in every built-in list.
+                    let items: Vec<Value> = items
+                        .into_iter()
+                        .map(|mut s| {
+                            if let Some(m) = s.as_object_mut() {
+                                m.remove("kind");
+                                m.remove("apiVersion");
+                            }
+                            s
+                        })
+                        .collect();
+                    Ok(json_response(
+                        StatusCode::OK,
+                        &json!({"kind": c.rd.list_kind, "apiVersion": c.rd.api_version(), "metadata": list_meta, "items": items}),
+                        &warnings,
+                    ))
+                }
+            }
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
 }
 
 fn get(c: &Ctx, ns: &str, name: &str) -> Result<Response, ApiError> {

@@ -44,6 +44,8 @@ pub struct AppState {
     pub admission: Arc<crate::admission::Admission>,
     /// The simulated containers' logs (`pods/NAME/log`), written by the kubelet simulator.
     pub logs: Arc<crate::logs::PodLogs>,
+    /// What `componentstatuses` reports.
+    pub components: crate::componentstatus::Components,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {

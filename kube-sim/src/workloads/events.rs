@@ -15,7 +15,9 @@ pub fn record(registry: &Registry, obj: &Value, type_: &str, reason: &str, messa
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
     let event = json!({
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": format!("{}.", meta::name(obj)), "namespace": ns},
+        // Named as client-go's recorder names them (`generateName: "web."` is not a valid prefix: the name would
+        // end in a dot, and kube-apiserver refuses it).
+        "metadata": {"name": format!("{}.{:x}", meta::name(obj), k8s_openapi::jiff::Timestamp::now().as_nanosecond()), "namespace": ns},
         "involvedObject": {"apiVersion": api_version, "kind": kind, "name": meta::name(obj), "namespace": ns,
                            "uid": meta::uid(obj), "resourceVersion": meta::resource_version(obj)},
         "reason": reason, "message": message, "type": type_,

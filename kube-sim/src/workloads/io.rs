@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::admission::{Admission, Operation, internal};
 use crate::meta;
 use crate::registry::{DeleteOptions, Endpoint, Registry, WriteCtx};
 use crate::resources::ResourceDef;
@@ -38,6 +39,60 @@ pub fn create(
 ) -> Result<Arc<Value>, ApiError> {
     let rd = def(registry, group, version, plural)?;
     registry.create(&rd, ns, body, &mut WriteCtx::internal(manager))
+}
+
+/// [`create`] as `controller`'s request, through validating admission (`crate::admission::internal`).
+#[allow(clippy::too_many_arguments)]
+pub async fn create_admitted(
+    registry: &Registry,
+    admission: &Admission,
+    controller: &str,
+    group: &str,
+    version: &str,
+    plural: &str,
+    ns: &str,
+    body: Value,
+) -> Result<Arc<Value>, ApiError> {
+    let rd = def(registry, group, version, plural)?;
+    let user = internal::controller_user(controller);
+    internal::admitted(admission, registry, &rd, ns, &user, &[Operation::Create], |gate| {
+        let mut ctx = WriteCtx::internal(controller);
+        ctx.admission = gate;
+        registry.create(&rd, ns, body.clone(), &mut ctx)
+    })
+    .await
+}
+
+/// [`delete`] as `controller`'s request, through validating admission; a refusal is logged (the controller
+/// tries again at its next sync) and counts as no deletion.
+#[allow(clippy::too_many_arguments)]
+pub async fn delete_admitted(
+    registry: &Registry,
+    admission: &Admission,
+    controller: &str,
+    group: &str,
+    version: &str,
+    plural: &str,
+    ns: &str,
+    name: &str,
+) -> bool {
+    let Ok(rd) = def(registry, group, version, plural) else { return false };
+    let user = internal::controller_user(controller);
+    let result = internal::admitted(admission, registry, &rd, ns, &user, &[Operation::Delete], |gate| {
+        let mut ctx = WriteCtx::internal(controller);
+        ctx.admission = gate;
+        registry.delete(&rd, ns, name, DeleteOptions::default(), &mut ctx)
+    })
+    .await;
+    match result {
+        Ok(_) => true,
+        Err(e) => {
+            if e.code != 404 && e.code != 409 {
+                tracing::warn!(resource = plural, namespace = ns, name, error = %e.message, "workload controller could not delete");
+            }
+            false
+        }
+    }
 }
 
 /// Deletes with the object's default grace period; returns whether a deletion started.

@@ -51,6 +51,8 @@ enum Work {
 
 struct Loop {
     registry: Arc<Registry>,
+    /// Validating admission, which the ReplicaSet controller's pod writes go through.
+    admission: Arc<crate::admission::Admission>,
     pods: lagged::LaggedPods,
     /// Work and when it is due.
     due: HashMap<Work, Instant>,
@@ -145,13 +147,13 @@ impl Loop {
         }
     }
 
-    fn run_due(&mut self, now: Instant) {
+    async fn run_due(&mut self, now: Instant) {
         let ready: Vec<Work> = self.due.iter().filter(|(_, at)| **at <= now).map(|(w, _)| w.clone()).collect();
         for work in ready {
             self.due.remove(&work);
             let again = match &work {
                 Work::Deployment(ns, name) => deployment::sync(&self.registry, ns, name),
-                Work::ReplicaSet(ns, name) => replicaset::sync(&self.registry, ns, name),
+                Work::ReplicaSet(ns, name) => replicaset::sync(&self.registry, &self.admission, ns, name).await,
                 Work::Service(ns, name) => {
                     endpoints::sync(&self.registry, ns, name, &self.pods.in_namespace(ns));
                     None
@@ -172,6 +174,7 @@ impl Loop {
 /// any object was created, so every pod is seen.
 pub async fn run(
     registry: Arc<Registry>,
+    admission: Arc<crate::admission::Admission>,
     config: WorkloadConfig,
     mut rx: mpsc::UnboundedReceiver<Arc<Event>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -183,6 +186,7 @@ pub async fn run(
         rs_storage: storage("apps", "replicasets"),
         deploy_storage: storage("apps", "deployments"),
         registry,
+        admission,
     };
     loop {
         let wake = l.next_wake().unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -202,6 +206,6 @@ pub async fn run(
         }
         let now = Instant::now();
         l.promote(now);
-        l.run_due(now);
+        l.run_due(now).await;
     }
 }

@@ -18,11 +18,18 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::{events, io, pods};
+use crate::admission::Admission;
 use crate::meta;
 use crate::registry::Registry;
 use crate::selector::{LabelSelector, object_labels};
 
 /// Annotation by which users rank pods for scale-down (`controller.kubernetes.io/pod-deletion-cost`).
+/// The controller's name: its field manager, Event source and ServiceAccount (`kube-system/replicaset-controller`).
+const CONTROLLER: &str = "replicaset-controller";
+
+/// How soon a sync whose pod write failed runs again.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
 const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 /// What one sync of a ReplicaSet does.
@@ -203,7 +210,7 @@ pub fn pod_from_template(rs: &Value) -> Value {
 }
 
 /// Syncs the ReplicaSet `ns/name`; returns when to look again (availability after `minReadySeconds`).
-pub fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
+pub async fn sync(registry: &Registry, admission: &Admission, ns: &str, name: &str) -> Option<Duration> {
     let rs_storage = io::storage(registry, "apps", "replicasets")?;
     let rs = registry.store.get(&rs_storage, &format!("{ns}/{name}"))?;
     let pods = io::list(registry, "pods", ns);
@@ -218,8 +225,12 @@ pub fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
         io::set_controller(registry, ns, pod, None, meta::uid(&rs));
     }
     let mut created = 0;
+    // A write that failed (refused by admission, say) is tried again at a later sync, as the controller's work
+    // queue requeues a key whose sync failed.
+    let mut failed = false;
     for _ in 0..plan.create {
-        match io::create(registry, "", "v1", "pods", ns, pod_from_template(&rs), "replicaset-controller") {
+        let pod = pod_from_template(&rs);
+        match io::create_admitted(registry, admission, CONTROLLER, "", "v1", "pods", ns, pod).await {
             Ok(pod) => {
                 created += 1;
                 events::record(
@@ -228,7 +239,7 @@ pub fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
                     "Normal",
                     "SuccessfulCreate",
                     &format!("Created pod: {}", meta::name(&pod)),
-                    "replicaset-controller",
+                    CONTROLLER,
                 );
             }
             Err(e) => {
@@ -238,22 +249,18 @@ pub fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
                     "Warning",
                     "FailedCreate",
                     &format!("Error creating: {}", e.message),
-                    "replicaset-controller",
+                    CONTROLLER,
                 );
+                failed = true;
                 break;
             }
         }
     }
     for pod in &plan.delete {
-        if io::delete(registry, "", "v1", "pods", ns, pod, "replicaset-controller") {
-            events::record(
-                registry,
-                &rs,
-                "Normal",
-                "SuccessfulDelete",
-                &format!("Deleted pod: {pod}"),
-                "replicaset-controller",
-            );
+        if io::delete_admitted(registry, admission, CONTROLLER, "", "v1", "pods", ns, pod).await {
+            events::record(registry, &rs, "Normal", "SuccessfulDelete", &format!("Deleted pod: {pod}"), CONTROLLER);
+        } else {
+            failed = true;
         }
     }
     let _ = registry.write_status_if_changed(&rs_storage, &format!("{ns}/{name}"), |cur| {
@@ -267,7 +274,12 @@ pub fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
         s
     });
     let _ = created;
-    plan.recheck_at.map(|at| Duration::from_millis(at.duration_since(now).as_millis().max(0) as u64))
+    let recheck = plan.recheck_at.map(|at| Duration::from_millis(at.duration_since(now).as_millis().max(0) as u64));
+    match (recheck, failed) {
+        (Some(at), true) => Some(at.min(RETRY_AFTER_FAILURE)),
+        (None, true) => Some(RETRY_AFTER_FAILURE),
+        (recheck, false) => recheck,
+    }
 }
 
 #[cfg(test)]

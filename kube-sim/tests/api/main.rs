@@ -3,6 +3,7 @@
 #![recursion_limit = "256"]
 
 mod audit;
+mod components;
 mod crd;
 mod crud;
 mod differences;

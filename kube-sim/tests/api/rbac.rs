@@ -333,3 +333,41 @@ async fn pod_bound_tokens_carry_the_pod_in_extra_and_die_with_it() -> Result<()>
     sim.shutdown().await;
     Ok(())
 }
+
+/// The bootstrap `view` ClusterRole reads EndpointSlices (and so, by aggregation, do `edit` and `admin`), and
+/// `edit` does not write Endpoints, as in kube-apiserver's bootstrap policy since CVE-2021-25740.
+#[tokio::test]
+async fn bootstrap_view_reads_endpointslices_and_edit_does_not_write_endpoints() -> Result<()> {
+    use k8s_openapi::api::core::v1::Endpoints;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube_sim::TokenUser;
+
+    let sim = sim_with(SimConfig { kubelet: None, ..SimConfig::default() }).await?;
+    let admin = sim.client().await;
+    let bindings: Api<RoleBinding> = Api::default_namespaced(admin.clone());
+    for (user, role) in [("viewer", "view"), ("editor", "edit"), ("owner", "admin")] {
+        bindings
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": user},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}))?,
+            )
+            .await?;
+    }
+    for user in ["viewer", "editor", "owner"] {
+        let token = sim.add_token_user(TokenUser { user: user.into(), ..TokenUser::default() });
+        let client = sim.client_for_token(&token).await?;
+        let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
+        slices.list(&ListParams::default()).await.map_err(|e| anyhow::anyhow!("{user} lists endpointslices: {e}"))?;
+        let endpoints: Api<Endpoints> = Api::default_namespaced(client);
+        endpoints.list(&ListParams::default()).await?;
+        let err = api_error(
+            endpoints
+                .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "by-hand"}}))?)
+                .await,
+        )?;
+        assert_eq!(err.code, 403, "{user} must not write Endpoints: {err:?}");
+    }
+    Ok(())
+}

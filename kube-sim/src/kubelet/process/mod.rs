@@ -9,10 +9,11 @@
 //!
 //! The pieces, each pure where it can be: [`images`] (image → program), [`env`] (environment
 //! and command line), [`volumes`] (volumes as files), [`spawn`] (process group, death signal,
-//! mount namespace), [`probes`] (probe actions and thresholds), [`supervisor`] (the loop).
+//! mount namespace), [`mount_points`] (mount points missing on the host, removed after use), [`probes`] (probe actions and thresholds), [`supervisor`] (the loop).
 
 mod env;
 pub mod images;
+mod mount_points;
 mod network;
 mod probes;
 mod spawn;

@@ -51,25 +51,6 @@ fn c_path(path: &Path) -> std::io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
 }
 
-/// Creates the mount points a container's mounts need on this host (an empty directory, or an
-/// empty file for a file mounted through `subPath`), since a bind mount needs an existing target.
-pub fn prepare_mount_points(mounts: &[Mount]) -> std::io::Result<()> {
-    for mount in mounts {
-        if mount.target.exists() {
-            continue;
-        }
-        if mount.source.is_dir() {
-            std::fs::create_dir_all(&mount.target)?;
-        } else {
-            if let Some(parent) = mount.target.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
-            std::fs::File::create(&mount.target)?;
-        }
-    }
-    Ok(())
-}
-
 /// The command for `launch`, stdout and stderr piped, stdin closed.
 pub fn command(launch: &Launch, namespace: Namespace) -> std::io::Result<tokio::process::Command> {
     let mut command = tokio::process::Command::new(&launch.program.executable);

@@ -26,6 +26,7 @@ use super::super::image;
 use super::super::runtime::{ContainerRuntime, Probed, State, Termination, Timings};
 use super::env::{self, PodAddresses, Sources};
 use super::images::ImageMap;
+use super::mount_points;
 use super::probes::{self, Action, ProbeSpec, Tracker};
 use super::spawn::{self, GroupGuard, Launch, Mount, Namespace};
 use super::volumes;
@@ -337,9 +338,10 @@ impl ContainerTask {
                     self.pod.shared.logs.end(&self.pod.uid, &self.name);
                     (Ended::Exited, 128, "StartError".to_owned(), Timestamp::now())
                 }
-                Ok((child, launch)) => {
+                Ok((child, launch, mount_points)) => {
                     self.begin_instance(&image, started_at, &spec);
                     let (ended, code) = self.supervise(child, &launch, &spec).await;
+                    drop(mount_points);
                     let reason = if code == 0 { "Completed" } else { "Error" };
                     (ended, code, reason.to_owned(), Timestamp::now())
                 }
@@ -458,14 +460,19 @@ impl ContainerTask {
         });
     }
 
-    fn start(&self, pod: &Pod, spec: &Container) -> Result<(tokio::process::Child, Launch), String> {
+    /// Starts one instance; the mount points it holds are removed when it ends (see `mount_points`).
+    fn start(
+        &self,
+        pod: &Pod,
+        spec: &Container,
+    ) -> Result<(tokio::process::Child, Launch, mount_points::MountPoints), String> {
         let launch = self.launch(pod, spec)?;
-        spawn::prepare_mount_points(&launch.mounts).map_err(|e| format!("creating mount points: {e}"))?;
+        let held = mount_points::acquire(&launch.mounts).map_err(|e| format!("creating mount points: {e}"))?;
         let mut command = spawn::command(&launch, Namespace::New).map_err(|e| format!("preparing the command: {e}"))?;
         let child = command.spawn().map_err(|e| {
             format!("failed to start container {:?} ({}): {e}", self.name, launch.program.executable.display())
         })?;
-        Ok((child, launch))
+        Ok((child, launch, held))
     }
 
     /// Runs one instance until it ends; returns why and its exit code.
