@@ -161,7 +161,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
                 %address,
                 unverified_connections = limits.unverified,
                 per_client = limits.per_address,
-                "serving admission webhooks over HTTPS: /validate-pods, /validate-workload"
+                "serving admission webhooks over HTTPS: /validate-pods, /validate-workload, /validate-hooks"
             );
             let connections = Limiter::new("webhook", limits, connection_metrics);
             let reporter = Reporter {

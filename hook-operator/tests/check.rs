@@ -70,10 +70,11 @@ async fn reproduces_the_walkthrough_outcomes() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(out.matches("Successful  value=45").count(), 3, "{out}");
 
-    // An argument nobody supplied: the run ends Error, naming it, without measuring.
+    // An argument nobody supplied: the check cannot run (exit 2), naming it and how to give it, without measuring.
     let (code, out) = check("hook-template-args.yaml", &[]).await;
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 2, "{out}");
     assert!(out.contains("argument \"PodIP\" has no value"), "{out}");
+    assert!(out.contains("--arg NAME=VALUE"), "{out}");
     assert!(!out.contains("#1"), "{out}");
 
     let (code, out) = check("does-not-exist.yaml", &[]).await;
@@ -118,4 +119,36 @@ async fn a_reader_that_stops_reading_ends_check_quietly() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(141), "exits as a command stopped by SIGPIPE would: {stderr}");
+}
+
+/// An invalid template is not run: exit 2 with the words the admission webhook refuses it with (`invalid
+/// HookTemplate NAME: ...`, every problem), never "invalid HookRun".
+#[tokio::test]
+async fn an_invalid_template_exits_2_with_the_admission_message() {
+    let dir = std::env::temp_dir().join(format!("hook-check-invalid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: tkex.tencent.com/v1alpha1\nkind: HookTemplate\nmetadata: {name: bad}\nspec:\n  metrics:\n  \
+         - name: webtest\n    successCondition: asInt(reslt) > 30\n    provider: {web: {url: 'http://127.0.0.1:1/'}}\n  \
+         - name: second\n    successCondition: 'asInt(result) >'\n    provider: {web: {url: 'http://127.0.0.1:1/'}}\n",
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_hook-operator"))
+        .args(["check", "-f", &file.display().to_string()])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let want = format!(
+        "hook-operator check: {}: invalid HookTemplate bad: metrics[0] (webtest): successCondition `asInt(reslt) > 30` is not accepted: unknown name `reslt`",
+        file.display()
+    );
+    assert!(stderr.starts_with(&want), "{stderr}");
+    assert!(stderr.contains("; metrics[1] (second): successCondition `asInt(result) >` does not parse"), "{stderr}");
+    assert!(!stderr.contains("HookRun"), "{stderr}");
+    assert!(output.stdout.is_empty(), "nothing is measured");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -110,10 +110,17 @@ subjects:
     namespace: {{ $root.Release.Namespace }}
 {{- end -}}
 
-{{/* The failurePolicy of one webhook: `webhook.failurePolicy.<which>`, or the single value set for all. */}}
+{{/* The failurePolicy of one webhook: `webhook.failurePolicy.<which>`, else the single value set for the three gate
+webhooks (podGate, podEviction, deletionProtection; hookValidation only takes its own key), else the default of
+that webhook. values.yaml leaves `failurePolicy` unset (null), so that both forms merge without a Helm warning (a
+string over a default map is "cannot overwrite table with non table"). */}}
 {{- define "gdo.failurePolicy" -}}
 {{- $policy := index . 0 }}
-{{- if kindIs "string" $policy }}{{ $policy }}{{ else }}{{ index $policy (index . 1) }}{{ end }}
+{{- $which := index . 1 }}
+{{- $defaults := dict "podGate" "Fail" "podEviction" "Ignore" "deletionProtection" "Ignore" "hookValidation" "Ignore" }}
+{{- if and (kindIs "string" $policy) (ne $which "hookValidation") }}{{ $policy }}
+{{- else if kindIs "map" $policy }}{{ get $policy $which | default (get $defaults $which) }}
+{{- else }}{{ get $defaults $which }}{{ end }}
 {{- end -}}
 
 {{/* Preferred podAntiAffinity spreading one operator's replicas over nodes. */}}

@@ -19,6 +19,7 @@ pub mod caches;
 pub mod labeller;
 pub mod server;
 pub mod tls;
+pub mod validation;
 pub mod verdict;
 
 /// GameDeployment annotation `"true"`: opt in to the pod gate. Pod label `"true"`: the pod's GameDeployment opted

@@ -78,7 +78,7 @@ pub enum WebhookError {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
-    /// `pod-gate` or `deletion-protection`.
+    /// `pod-gate`, `deletion-protection` or `hook-validation`.
     pub webhook: String,
     /// `allowed`, `refused` or `retry` (could not judge within the budget: answered 429 with a retry hint).
     pub verdict: String,
@@ -124,7 +124,7 @@ impl WebhookMetrics {
         self.unverified.get_or_create(&UnverifiedLabels { webhook: webhook.into(), write: write.into() }).inc();
     }
 
-    fn count(&self, webhook: &str, verdict: &str, reason: &str) {
+    pub(crate) fn count(&self, webhook: &str, verdict: &str, reason: &str) {
         self.requests
             .get_or_create(&WebhookLabels { webhook: webhook.into(), verdict: verdict.into(), reason: reason.into() })
             .inc();
@@ -179,7 +179,13 @@ pub fn router(
         .route("/validate-workload", post(validate_workload))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(super::validation::router(
+            state.client,
+            config.gate.operator_users.clone(),
+            state.answer_within,
+            state.metrics,
+        ))
 }
 
 /// Serves until `stop` resolves (at the end of the drain period: the listener stays open while the replica reports

@@ -28,53 +28,84 @@ use crate::local::{self, Wakers};
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 
-/// Exit codes: 0 Successful, 1 Failed/Error/Inconclusive, 2 the check itself could not run.
+/// Exit codes: 0 Successful, 1 Failed/Error/Inconclusive, 2 the check itself could not run (an unreadable file, an
+/// invalid template or run, an argument without a value, a bad flag).
 pub const EXIT_NOT_SUCCESSFUL: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
-/// Builds the run to check from a YAML file holding a HookTemplate or a HookRun.
-pub fn load(text: &str, overrides: &[(String, String)]) -> Result<HookRun, String> {
+/// The first HookTemplate or HookRun of a YAML file.
+enum Loaded {
+    Template(Box<HookTemplate>),
+    Run(Box<HookRun>),
+}
+
+fn first_object(text: &str) -> Result<Loaded, String> {
     for document in serde_yaml::Deserializer::from_str(text) {
         let value = serde_yaml::Value::deserialize_from(document)?;
-        let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default().to_string();
-        let (name, mut spec) = match kind.as_str() {
+        match value.get("kind").and_then(|k| k.as_str()).unwrap_or_default() {
             "HookTemplate" => {
-                let template: HookTemplate = serde_yaml::from_value(value)
-                    .map_err(|e| format!("the HookTemplate does not match the API: {e}"))?;
-                let spec = HookRunSpec {
-                    metrics: template.spec.metrics,
-                    args: template.spec.args,
-                    terminate: false,
-                    policy: template.spec.policy,
-                };
-                (template.metadata.name.unwrap_or_else(|| "template".into()), spec)
+                return serde_yaml::from_value(value)
+                    .map(|t| Loaded::Template(Box::new(t)))
+                    .map_err(|e| format!("the HookTemplate does not match the API: {e}"));
             }
             "HookRun" => {
-                let run: HookRun =
-                    serde_yaml::from_value(value).map_err(|e| format!("the HookRun does not match the API: {e}"))?;
-                (run.metadata.name.unwrap_or_else(|| "run".into()), run.spec)
+                return serde_yaml::from_value(value)
+                    .map(|r| Loaded::Run(Box::new(r)))
+                    .map_err(|e| format!("the HookRun does not match the API: {e}"));
             }
             _ => continue,
-        };
-        for (arg, value) in overrides {
-            match spec.args.iter_mut().find(|a| &a.name == arg) {
-                Some(existing) => existing.value = Some(value.clone()),
-                None => spec.args.push(Argument::new(arg, value)),
-            }
         }
-        return Ok(HookRun {
-            metadata: ObjectMeta {
-                name: Some(format!("{name}-check")),
-                namespace: Some("local".into()),
-                uid: Some(format!("check-{name}")),
-                generation: Some(1),
-                ..ObjectMeta::default()
-            },
-            spec,
-            status: None,
-        });
     }
     Err("the file holds no HookTemplate or HookRun".into())
+}
+
+/// Checks the file's HookTemplate or HookRun as the admission webhook does (`kubectl apply` is refused with the same
+/// words): `Err` says why it is invalid. A run is checked with the `--arg` overrides applied.
+pub fn refusal(text: &str, overrides: &[(String, String)]) -> Result<(), String> {
+    let problem = match first_object(text)? {
+        Loaded::Template(t) => {
+            crate::engine::validate::template_refusal(t.metadata.name.as_deref().unwrap_or("template"), &t.spec)
+        }
+        Loaded::Run(r) => {
+            let spec = load(text, overrides)?.spec;
+            crate::engine::validate::run_refusal(r.metadata.name.as_deref().unwrap_or("run"), &spec)
+        }
+    };
+    problem.map_or(Ok(()), Err)
+}
+
+/// Builds the run to check from a YAML file holding a HookTemplate or a HookRun.
+pub fn load(text: &str, overrides: &[(String, String)]) -> Result<HookRun, String> {
+    let (name, mut spec) = match first_object(text)? {
+        Loaded::Template(template) => {
+            let template = *template;
+            let spec = HookRunSpec {
+                metrics: template.spec.metrics,
+                args: template.spec.args,
+                terminate: false,
+                policy: template.spec.policy,
+            };
+            (template.metadata.name.unwrap_or_else(|| "template".into()), spec)
+        }
+        Loaded::Run(run) => (run.metadata.name.unwrap_or_else(|| "run".into()), run.spec),
+    };
+    for (arg, value) in overrides {
+        match spec.args.iter_mut().find(|a| &a.name == arg) {
+            Some(existing) => existing.value = Some(value.clone()),
+            None => spec.args.push(Argument::new(arg, value)),
+        }
+    }
+    Ok(HookRun {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-check")),
+            namespace: Some("local".into()),
+            uid: Some(format!("check-{name}")),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    })
 }
 
 trait DeserializeFrom {
@@ -100,10 +131,17 @@ pub async fn run(flags: CheckFlags) -> ExitCode {
         Ok(text) => text,
         Err(e) => return usage(format!("reading {}: {e}", flags.file.display())),
     };
+    if let Err(e) = refusal(&text, &flags.args) {
+        return usage(format!("{}: {e}", flags.file.display()));
+    }
     let run = match load(&text, &flags.args) {
         Ok(run) => run,
         Err(e) => return usage(format!("{}: {e}", flags.file.display())),
     };
+    // Valid, but not runnable as given: an argument the creator of a run supplies has no value here.
+    if let Err(problem) = crate::engine::validate::run(&run.spec) {
+        return usage(format!("{}: {problem}: give it a value with --arg NAME=VALUE", flags.file.display()));
+    }
     let engine = match flags.engine.engine() {
         Ok(engine) => engine,
         Err(e) => return usage(e),

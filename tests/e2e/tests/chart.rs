@@ -37,8 +37,23 @@ async fn misspelt_or_mistyped_values_fail_lint_and_install() {
         let error = helm_fails(&["lint", CHART, "--values", &values.to_string()]).await;
         assert!(error.contains(key), "lint of {values} does not name {key}:\n{error}");
     }
-    // Every documented form is accepted: one policy for all three webhooks, or one each.
+    // Every documented form is accepted: one policy for the three gate webhooks, or one each; and neither makes Helm
+    // warn (issue 49: with a map as the default, the single value printed "cannot overwrite table with non table").
     helm(&["lint", CHART, "--values", r#"{"gamedeploymentOperator":{"webhook":{"failurePolicy":"Fail"}}}"#]).await;
+    for values in [
+        r#"{"gamedeploymentOperator":{"webhook":{"failurePolicy":"Fail"}}}"#,
+        r#"{"gamedeploymentOperator":{"webhook":{"failurePolicy":{"podGate":"Ignore","hookValidation":"Fail"}}}}"#,
+    ] {
+        let out = tokio::process::Command::new(e2e::helm_python())
+            .arg(e2e::repo_root().join("tests/e2e/helm/chart.py"))
+            .args(["render", CHART, "--values", values])
+            .current_dir(e2e::repo_root())
+            .output()
+            .await
+            .expect("python runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("warning"), "{values}: {stderr}");
+    }
     helm(&["lint", CHART, "--values", r#"{"gamedeploymentOperator":{"podDisruptionBudget":{"minAvailable":"50%"}}}"#])
         .await;
     let cluster = Cluster::start().await;

@@ -554,8 +554,9 @@ async fn revisions(cluster: &Cluster, ns: &str) -> Vec<(String, i64)> {
 ///   from the spec);
 /// - in another namespace, a foreign ControllerRevision already holding the name of the GameDeployment's first
 ///   revision: the create is refused, the operator reads the revision, and moves to a new name (`collisionCount`);
-/// - a HookTemplate with an unparsable condition, edited and still unparsable: the hook-operator warns twice about
-///   the same template, and the second Warning continues the first as a series (`patch` on Events).
+/// - a HookTemplate whose interval is below the operator's minimum, edited and still too short: the hook-operator
+///   warns twice about the same template, and the second Warning continues the first as a series (`patch` on
+///   Events).
 async fn rarer_paths(cluster: &Cluster, ns: &str) {
     let first = revisions(cluster, ns).await.into_iter().find(|(_, n)| *n == 1).expect("the first revision").0;
     let pod = cluster
@@ -607,28 +608,29 @@ async fn rarer_paths(cluster: &Cluster, ns: &str) {
     })
     .await;
 
-    // The same problem twice (the template's URL changes, its condition stays unparsable): the second Warning has
-    // the same text, so it continues the first one's series (a patch); a changed text would be an Event of its own.
+    // The same problem twice (the template's URL changes, its interval stays below the operator's minimum): the
+    // second Warning has the same text, so it continues the first one's series (a patch); a changed text would be an
+    // Event of its own. (A warning, not an invalid template: the validation webhook refuses those at apply.)
     let template = |url: &str| {
         json!({
             "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
-            "metadata": {"name": "unparsable", "namespace": ns},
-            "spec": {"metrics": [{"name": "m", "successCondition": "result >",
+            "metadata": {"name": "too-often", "namespace": ns},
+            "spec": {"metrics": [{"name": "m", "count": 2, "interval": "1ms", "successCondition": "result == 'ok'",
                                   "provider": {"web": {"url": url}}}]},
         })
         .to_string()
     };
     for (i, url) in ["http://127.0.0.1:1/", "http://127.0.0.1:2/"].into_iter().enumerate() {
-        let path = write(cluster, &format!("unparsable-{i}.json"), &template(url)).await;
+        let path = write(cluster, &format!("too-often-{i}.json"), &template(url)).await;
         cluster.kubectl_ok(&["apply", "-f", &path]).await;
-        wait_for("the Warning about the unparsable template", LONG, || async {
+        wait_for("the Warning about the template's interval", LONG, || async {
             let out = cluster.kubectl_ok(&["-n", ns, "get", "events.events.k8s.io", "-o", "json"]).await;
             let list: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
             let count = list["items"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .filter(|e| e["reason"] == "InvalidHookTemplate" && e["regarding"]["name"] == "unparsable")
+                .filter(|e| e["reason"] == "HookTemplateWarning" && e["regarding"]["name"] == "too-often")
                 .map(|e| e["series"]["count"].as_i64().unwrap_or(1))
                 .max();
             (count >= Some(i as i64 + 1)).then_some(())

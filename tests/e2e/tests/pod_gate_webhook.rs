@@ -1039,13 +1039,13 @@ async fn the_chart_defaults_keep_the_webhook_answering_through_a_drain() {
     let policy = |vwc: &serde_json::Value, name: &str| {
         vwc["webhooks"].as_array().unwrap().iter().find(|w| w["name"] == name).map(|w| w["failurePolicy"].clone())
     };
-    assert_eq!(policy(&vwc, "hook-validation.gamedeployment.tkex.tencent.com"), Some(json!("Fail")));
-    assert_eq!(policy(&vwc, "pod-gate.gamedeployment.tkex.tencent.com"), Some(json!("Fail")), "default kept");
-    assert_eq!(policy(&vwc, "pod-eviction-gate.gamedeployment.tkex.tencent.com"), Some(json!("Ignore")));
+    assert_eq!(policy(vwc, "hook-validation.gamedeployment.tkex.tencent.com"), Some(json!("Fail")));
+    assert_eq!(policy(vwc, "pod-gate.gamedeployment.tkex.tencent.com"), Some(json!("Fail")), "default kept");
+    assert_eq!(policy(vwc, "pod-eviction-gate.gamedeployment.tkex.tencent.com"), Some(json!("Ignore")));
     let docs = render_chart(json!({"gamedeploymentOperator": {"webhook": {"failurePolicy": "Fail"}}})).await.unwrap();
     let vwc = rendered(&docs, "ValidatingWebhookConfiguration", NAME).unwrap();
-    assert_eq!(policy(&vwc, "pod-eviction-gate.gamedeployment.tkex.tencent.com"), Some(json!("Fail")));
-    assert_eq!(policy(&vwc, "hook-references.gamedeployment.tkex.tencent.com"), Some(json!("Ignore")));
+    assert_eq!(policy(vwc, "pod-eviction-gate.gamedeployment.tkex.tencent.com"), Some(json!("Fail")));
+    assert_eq!(policy(vwc, "hook-references.gamedeployment.tkex.tencent.com"), Some(json!("Ignore")));
     let docs = render_chart(json!({"gamedeploymentOperator": {"webhook": {"hookValidation": {"enabled": false}}}}))
         .await
         .unwrap();

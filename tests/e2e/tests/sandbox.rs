@@ -175,6 +175,11 @@ async fn kubectl_delete_pod_goes_through_the_hook_in_a_sandbox(flags: &[&str]) {
         )
     );
 
+    // Hook validation (issue 49): an invalid template is refused at apply, with `hook-operator check`'s words.
+    let (ok, _, err) = kubectl(&sandbox, &["apply", "-f", "examples/admission/hook-template-typo.yaml"]);
+    println!("$ kubectl apply -f examples/admission/hook-template-typo.yaml\n{err}");
+    assert!(!ok && err.contains("invalid HookTemplate typo: metrics[0] (webtest): successCondition"), "{err}");
+
     kubectl_ok(&sandbox, &["apply", "-f", "examples/hook-template-success.yaml", "-f", "examples/gamedeployment.yaml"]);
     let running = "jsonpath={range .items[?(@.status.phase==\"Running\")]}{.metadata.name}{\"\\n\"}{end}";
     e2e::wait_for("the 6 pods to run", START, || async {

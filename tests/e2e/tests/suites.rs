@@ -34,6 +34,7 @@ mod gate_integrity;
 mod gate_signed_runs;
 mod gitops_clean;
 mod hints;
+mod hook_admission;
 mod hook_deadlines;
 mod hook_durability;
 mod hook_lost_outcomes;
