@@ -11,6 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod walkthrough_support;
 
+mod bcs_takeover;
 mod canary_rollback;
 mod canary_steps;
 mod chart;
