@@ -243,6 +243,9 @@ pub(crate) struct Facts {
     pub starting: Vec<String>,
     /// Servers in `Maintaining`: left as they are, whatever the rollout wants.
     pub quarantined: Vec<String>,
+    /// Pods listed for deletion (`podsToDelete`, the `specified-delete` label) that no gate holds: this pass deletes
+    /// them, and their replacements do not exist yet — the rollout is not complete (issue 49, finding 1).
+    pub replacing: Vec<String>,
     /// Every pod (but those in `Maintaining`) runs the update revision, is idle and in `Normal`.
     pub settled: bool,
 }
@@ -294,6 +297,9 @@ pub(crate) fn progressing_message(f: &Facts) -> (&'static str, &'static str, Str
     }
     if !f.unavailable.is_empty() {
         waiting.push(format!("{} to become available", names(f.unavailable.iter().map(String::as_str))));
+    }
+    if !f.replacing.is_empty() {
+        waiting.push(format!("{} to be deleted and replaced", names(f.replacing.iter().map(String::as_str))));
     }
     // The batch this pass starts is what happens next; only when nothing moves and nothing is waited on is the
     // update budget what holds the rest.
@@ -369,9 +375,12 @@ fn progressing(
         unavailable: named(&|i| !i.available && !i.quarantined && i.progress.is_idle()),
         starting: draft.batch.clone(),
         quarantined: named(&|i| i.quarantined),
+        replacing: Vec::new(),
         settled,
     };
-    progressing_message(&facts)
+    let held: BTreeSet<&str> = facts.held.iter().map(|h| h.name.as_str()).collect();
+    let replacing = named(&|i| i.specified).into_iter().filter(|name| !held.contains(name.as_str())).collect();
+    progressing_message(&Facts { replacing, ..facts })
 }
 
 /// Why a canary step holds the rollout.
@@ -900,6 +909,15 @@ mod progress_tests {
                 "complete, several pods",
                 Facts { settled: true, ..facts(3, 3, 3) },
                 ("True", "RolloutComplete", "all 3 pods run revision web-2 and are available"),
+            ),
+            (
+                "a pod of podsToDelete deleted this pass: not complete before its replacement exists (issue 49)",
+                Facts { settled: true, replacing: vec!["web-a".into()], ..facts(3, 3, 3) },
+                (
+                    "True",
+                    "RolloutInProgress",
+                    "3 of 3 pods run revision web-2; waiting for web-a to be deleted and replaced",
+                ),
             ),
             (
                 "complete but for a server in Maintaining",
