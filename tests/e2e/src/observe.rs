@@ -210,6 +210,23 @@ where
         }
     }
 
+    /// Fails the test if any version observed so far makes `forbidden` true: a negative assertion over a window (from
+    /// the watch's start to this call) that every change in it is checked against, where a single look at the end
+    /// would miss a change undone before it (a pod deleted and replaced, a hold released and taken again).
+    pub fn assert_never(&self, what: &str, mut forbidden: impl FnMut(&Observed<K>) -> bool) {
+        let found = {
+            let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+            log.versions.iter().find(|v| forbidden(v)).map(|seen| {
+                let rv = seen.object.meta().resource_version.clone().unwrap_or_default();
+                let deleted = if seen.deleted { " (deleted)" } else { "" };
+                format!("{}@{rv}{deleted}: {:?}", seen.name(), seen.object)
+            })
+        };
+        if let Some(seen) = found {
+            panic!("{what}: the watch on {} saw {seen}\n{}", self.what, self.summary());
+        }
+    }
+
     /// Every version observed so far, in the order the watch delivered them.
     pub fn versions(&self) -> Vec<Observed<K>> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).versions.clone()

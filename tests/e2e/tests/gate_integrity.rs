@@ -14,6 +14,7 @@ use common::hookrun::HookKind;
 use e2e::gamedeployment::live_pods;
 use e2e::gamedeployment::{Columns, apply, image, manifest, revision, wait_columns};
 use e2e::gate::GateChecker;
+use e2e::observe::{Observed, Observer};
 use e2e::{Cluster, Operator, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -52,6 +53,22 @@ async fn wait_rolled(cluster: &Cluster, name: &str, replicas: i64, want: &str) {
         (live.len() == replicas as usize && live.iter().all(|p| image(p) == Some(want))).then_some(())
     })
     .await;
+}
+
+/// A version of a pod of GameDeployment `name` that deletes it (marked for deletion, or gone).
+fn is_deletion(seen: &Observed<Pod>, name: &str) -> bool {
+    is_of(seen, name) && (seen.deleted || seen.object.metadata.deletion_timestamp.is_some())
+}
+
+/// A version of a pod of GameDeployment `name` (`app={name}`).
+fn is_of(seen: &Observed<Pod>, name: &str) -> bool {
+    e2e::gamedeployment::label(&seen.object, "app") == Some(name)
+}
+
+/// The run `name` in a version that is `Successful`.
+fn succeeded(seen: &Observed<HookRun>, name: &str) -> Option<()> {
+    let phase = seen.object.status.as_ref()?.phase?;
+    (seen.name() == name && phase == common::api::HookPhase::Successful).then_some(())
 }
 
 fn lifecycle(pod: &Pod) -> &str {
@@ -142,6 +159,9 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
     let quick: common::api::HookTemplate =
         Api::namespaced(cluster.client(), "default").get("quick").await.expect("the quick template");
     let api: Api<HookRun> = Api::namespaced(cluster.client(), "default");
+    // The forgery claims to be the operator's but has no owner, so the operator may remove it as an orphan once it
+    // succeeds: its success is observed from a watch started before it is created.
+    let hook_runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
     let mut forged_names = Vec::new();
     for (i, pod) in gd_pods.iter().enumerate() {
         let id = pod
@@ -171,13 +191,10 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
         forged_names.push(name);
     }
     for name in &forged_names {
-        wait_for(&format!("forged run {name} to succeed"), LONG, || async {
-            let run = api.get_opt(name).await.ok().flatten()?;
-            (run.status?.phase? == common::api::HookPhase::Successful).then_some(())
-        })
-        .await;
+        hook_runs.wait(&format!("forged run {name} to succeed"), LONG, |seen| succeeded(seen, name)).await;
     }
     let checker = GateChecker::start(&cluster, "default").await;
+    let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["scale", "--replicas=0", "gamedeployment/forge"]).await;
     // Each pod gets a run of its own. The name BCS left (no label of ours) is skipped with `.1`; the forgery, which
     // claims to be ours but is controlled by nobody, is removed like any orphan and never trusted.
@@ -199,9 +216,9 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
         .then_some(())
     })
     .await;
-    // The forged Successful runs did not let anything go.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(live_pods(&cluster, "forge").await.len(), 2, "no pod deleted on a forged run");
+    // The forged Successful runs did not let anything go: the operator has seen them (it made runs of its own and
+    // removed the forgery), and no version of a pod since the scale-in began was a deletion.
+    pods.assert_never("no pod deleted on a forged run", |seen| is_deletion(seen, "forge"));
     let events = event_reasons(&cluster).await;
     assert!(events.contains("HookRunNameTaken"), "{events}");
     // Editing what a run measures is refused by the API server.
@@ -210,10 +227,15 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
     assert!(!edit.success && edit.stderr.contains("immutable"), "{edit:?}");
     // Terminating one run lets exactly that pod go.
     terminate(&cluster, &own[0]).await;
-    wait_for("one pod to be deleted", LONG, || async { (live_pods(&cluster, "forge").await.len() == 1).then_some(()) })
+    let terminated = own[0].clone();
+    let deleted = pods
+        .wait("one pod to be deleted", LONG, |seen| is_deletion(seen, "forge").then(|| seen.uid().to_string()))
         .await;
+    // A window for a wrong second deletion, every change in it checked (the checker replays the rest).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(live_pods(&cluster, "forge").await.len(), 1);
+    pods.assert_never(&format!("only the pod of {terminated} deleted"), |seen| {
+        is_deletion(seen, "forge") && seen.uid() != deleted
+    });
     let report = checker.stop().await;
     report.assert_clean();
     assert_eq!((report.gated_deletions, report.terminated_runs_used), (1, 1), "{report:?}");
@@ -237,6 +259,7 @@ async fn held_pods_stay_held_through_replacements_and_scale_out() {
         (held.len() == 2).then_some(held)
     })
     .await;
+    let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
     let first = runs_for(&cluster, &held[0], 1).await;
     terminate(&cluster, first[0].metadata.name.as_deref().unwrap_or_default()).await;
     wait_for("the first held pod to go", LONG, || async {
@@ -250,9 +273,12 @@ async fn held_pods_stay_held_through_replacements_and_scale_out() {
         (live_pods(&cluster, "held").await.len() >= 5).then_some(())
     })
     .await;
+    // A window for a wrong release, every change in it checked: the second pod never left PreparingDelete.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let second = live_pods(&cluster, "held").await.into_iter().find(|p| p.metadata.uid == held[1].metadata.uid);
-    assert_eq!(second.as_ref().map(lifecycle), Some("PreparingDelete"), "the second pod is still held");
+    let second = held[1].metadata.uid.clone().unwrap_or_default();
+    pods.assert_never("the second pod is still held", |seen| {
+        seen.uid() == second && (is_deletion(seen, "held") || lifecycle(&seen.object) != "PreparingDelete")
+    });
     let report = checker.stop().await;
     report.assert_clean();
     assert!(report.released.is_empty(), "holds released by accident: {:?}", report.released);
@@ -275,12 +301,11 @@ async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
     let pause = |paused: bool| format!(r#"{{"spec":{{"updateStrategy":{{"paused":{paused}}}}}}}"#);
     // Paused, R2's run succeeds (a person terminates it) and the template moves on to R3.
     cluster.kubectl_ok(&["patch", "gamedeployment", "target", "--type=merge", "-p", &pause(true)]).await;
-    terminate(&cluster, for_r2.metadata.name.as_deref().unwrap_or_default()).await;
-    wait_for("R2's run to succeed", LONG, || async {
-        let run = runs(&cluster).await.into_iter().find(|r| r.metadata.uid == for_r2.metadata.uid)?;
-        (run.status?.phase? == common::api::HookPhase::Successful).then_some(())
-    })
-    .await;
+    let hook_runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
+    let r2_name = for_r2.metadata.name.clone().unwrap_or_default();
+    terminate(&cluster, &r2_name).await;
+    hook_runs.wait("R2's run to succeed", LONG, |seen| succeeded(seen, &r2_name)).await;
+    let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
     set_image(&cluster, "target", "python:3.6").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", "target", "--type=merge", "-p", &pause(false)]).await;
     // A run is made for the R3 attempt; until it succeeds the pod stays where it is.
@@ -290,9 +315,11 @@ async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
         })
     })
     .await;
+    // A window for a wrong update, every change in it checked.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let now = live_pods(&cluster, "target").await;
-    assert!(now.iter().all(|p| image(p) == Some("python:latest")), "not moved to R3 on R2's run");
+    pods.assert_never("not moved to R3 on R2's run", |seen| {
+        is_of(seen, "target") && image(&seen.object) != Some("python:latest")
+    });
     terminate(&cluster, r3.metadata.name.as_deref().unwrap_or_default()).await;
     wait_rolled(&cluster, "target", 1, "python:3.6").await;
     let report = checker.stop().await;
@@ -311,8 +338,16 @@ async fn pausing_a_rolling_update_with_surge_pods_freezes_it() {
     wait_for("4 pods", LONG, || async { (live_pods(&cluster, "surge").await.len() == 4).then_some(()) }).await;
     tokio::time::sleep(Duration::from_secs(21)).await;
     wait_columns(&cluster, "surge", Columns::new(4, 4, 4, 4, 4)).await;
+    // The surge pods live beside the old ones only until they have been ready for minReadySeconds: observed.
+    let surging = Observer::<Pod>::namespaced(&cluster, "default").await;
     set_image(&cluster, "surge", "python:3.5").await;
-    wait_for("surge pods", LONG, || async { (live_pods(&cluster, "surge").await.len() == 6).then_some(()) }).await;
+    surging
+        .wait_state("surge pods", LONG, |pods| {
+            let live = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none());
+            (live.filter(|p| e2e::gamedeployment::label(p, "app") == Some("surge")).count() == 6).then_some(())
+        })
+        .await;
+    drop(surging);
     cluster
         .kubectl_ok(&[
             "patch",
@@ -324,12 +359,16 @@ async fn pausing_a_rolling_update_with_surge_pods_freezes_it() {
         ])
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let names = |pods: Vec<Pod>| pods.into_iter().filter_map(|p| p.metadata.name).collect::<Vec<_>>();
-    let before = names(live_pods(&cluster, "surge").await);
-    // Past minReadySeconds: an unpaused rollout would now delete old pods.
+    let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
+    let before: Vec<String> = live_pods(&cluster, "surge").await.into_iter().filter_map(|p| p.metadata.uid).collect();
+    // Past minReadySeconds: an unpaused rollout would now delete old pods. Every change in the window is checked:
+    // no pod marked for deletion, none created.
     tokio::time::sleep(Duration::from_secs(25)).await;
-    let after = names(live_pods(&cluster, "surge").await);
-    assert_eq!(before, after, "pods changed while paused");
+    pods.assert_never("pods changed while paused", |seen| {
+        let was_live = before.iter().any(|uid| uid == seen.uid());
+        // A live pod deleted, or a pod created (one already terminating when the pause began is neither).
+        is_of(seen, "surge") && is_deletion(seen, "surge") == was_live
+    });
     cluster
         .kubectl_ok(&[
             "patch",
@@ -370,14 +409,16 @@ async fn orphaned_runs_are_not_trusted_and_are_cleaned_up() {
     .await;
     terminate(&cluster, old[0].metadata.name.as_deref().unwrap_or_default()).await;
     let checker = GateChecker::start(&cluster, "default").await;
+    let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
     apply(&cluster, &gd.replace("replicas: 2", "replicas: 1")).await;
     wait_for("the orphaned run to be cleaned up", LONG, || async {
         (!runs(&cluster).await.iter().any(|r| r.metadata.uid == old_uid && r.metadata.deletion_timestamp.is_none()))
             .then_some(())
     })
     .await;
+    // A window for a wrong deletion, every change in it checked.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(live_pods(&cluster, "orphan").await.len(), 2, "nothing deleted on the orphaned success");
+    pods.assert_never("nothing deleted on the orphaned success", |seen| is_deletion(seen, "orphan"));
     let fresh = runs_for(&cluster, &held, 1).await;
     terminate(&cluster, fresh[0].metadata.name.as_deref().unwrap_or_default()).await;
     wait_for("one pod left", LONG, || async { (live_pods(&cluster, "orphan").await.len() == 1).then_some(()) }).await;
