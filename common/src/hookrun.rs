@@ -1,5 +1,5 @@
 //! Building a HookRun from a HookTemplate: argument merging, names and labels as BCS writes them
-//! (`research/bcs-gamedeployment-spec.md` §4.1, `bcs-hook-operator-spec.md` §1.6). Pure, so the
+//! (docs/src/concepts/keys.md). Pure, so the
 //! gamedeployment-operator and `hook-operator check` build runs the same way.
 //!
 //! One deliberate difference from BCS: an incoming argument the template does not declare is kept instead of

@@ -1,4 +1,4 @@
-//! Objects built in Rust serialise to exactly the JSON the BCS walkthrough (`seeds/002_*.txt`) shows, so
+//! Objects built in Rust serialise to exactly the JSON the BCS walkthrough (replayed in docs/src/walkthrough.md) shows, so
 //! field names, casing and nesting are the BCS contract and not an approximation of it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 

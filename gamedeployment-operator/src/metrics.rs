@@ -2,7 +2,7 @@
 //!
 //! Cardinality is bounded: the per-GameDeployment series (`{namespace,name}`: desired/updated/ready replicas,
 //! rollout stuck seconds, pods held per hook) are removed when the GameDeployment is deleted ([`Metrics::forget`];
-//! BCS never deleted its per-GameDeployment series, bug list §7.31), and no metric has a per-pod label.
+//! BCS never deleted its per-GameDeployment series, BCS-G31), and no metric has a per-pod label.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

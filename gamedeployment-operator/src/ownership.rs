@@ -2,7 +2,7 @@
 //! release of pods that stopped matching.
 //!
 //! BCS releases owned pods that are terminating, Succeeded or Failed (its claim filter treats "inactive" as "not
-//! matching"), which orphans evicted pods so they are never garbage-collected (bug list §7.11). Here only a
+//! matching"), which orphans evicted pods so they are never garbage-collected (BCS-G11). Here only a
 //! selector mismatch releases a pod; inactive pods stay owned and go away with the GameDeployment.
 
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 //! (`controller.kubernetes.io/pod-deletion-cost`, ascending, or descending when the GameDeployment annotation
 //! `io.tencent.bcs.dev/pod-deletion-cost-sort-method` is `descend`).
 //!
-//! Differences from BCS (bug list §7.29): the sort is total and stable (ties end on the name), a missing or
+//! Differences from BCS (BCS-G29): the sort is total and stable (ties end on the name), a missing or
 //! unparsable cost is 0 as in Kubernetes (BCS: "delete last"), and a not-ready pod is always deleted before a
 //! ready one whatever the costs (BCS lets a low cost override readiness).
 

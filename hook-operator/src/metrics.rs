@@ -1,5 +1,5 @@
 //! The operator's Prometheus metrics. Labels are bounded (phase, provider, reason): no per-run series, which
-//! BCS had and never deleted (§8.11).
+//! BCS had and never deleted (BCS-H11).
 
 use std::sync::Arc;
 

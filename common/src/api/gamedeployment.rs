@@ -1,6 +1,6 @@
 //! `GameDeployment`: a pod workload with in-place / hot-patch updates and hook gates.
 //!
-//! The API is the kourse superset of the BCS GameDeployment (see `research/bcs-gamedeployment-spec.md` §1):
+//! The API is the kourse superset of the BCS GameDeployment (docs/src/api/gamedeployment.md):
 //! every field an existing BCS manifest uses is here under the same JSON name. Optional additions are marked
 //! "Addition" and listed in the book (docs/src/api/README.md, "API additions").
 

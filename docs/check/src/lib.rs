@@ -4,6 +4,8 @@
 //! fenced code blocks, inline code spans, inline links `[text](target)`), which is all the checks need.
 //! The tests (`tests/checks.rs`) run them over the repository.
 
+pub mod references;
+
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::path::{Component, Path, PathBuf};

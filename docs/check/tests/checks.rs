@@ -1,11 +1,13 @@
 //! The book (`docs/src/`) and every `README.md` of the repository: links resolve, every page is in
 //! `SUMMARY.md`, the repository paths and source files they name exist, the root README is a short front door into
-//! the book, and no page tells run history.
+//! the book, no page tells run history, and no text of the repository points at what is not in it (notes, seed
+//! documents, numbered sections of other documents, issue numbers, BCS bug items or book pages that do not exist).
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use docs_check::references::{bcs_citations, bcs_items, book_paths, outside_references};
 use docs_check::{
     broken_links, code_span_paths, code_span_source_files, files_under, is_path_tail, reachable_markdown, repo_root,
     summary_pages, top_level_dirs,
@@ -168,4 +170,86 @@ fn no_page_tells_run_history() {
     }
     let unique: BTreeSet<String> = problems.into_iter().collect();
     assert!(unique.is_empty(), "{}", unique.into_iter().collect::<Vec<_>>().join("\n"));
+}
+
+/// Every text file of the repository a reader can open: sources, Markdown, manifests, the chart, the scripts. Not
+/// the checks' own source (it names the patterns it looks for), lock files or proptest's seed files.
+fn text_files(root: &Path) -> Vec<PathBuf> {
+    const TEXT: &[&str] = &["rs", "md", "yaml", "yml", "tpl", "toml", "sh", "py", "json", "txt"];
+    files_under(root, &|p: &Path| {
+        let scripts = p.parent().is_some_and(|d| d.ends_with("scripts"));
+        (scripts || p.extension().is_some_and(|e| TEXT.contains(&e.to_string_lossy().as_ref())))
+            && !p.starts_with(root.join("docs/check"))
+            && !p.components().any(|c| c.as_os_str() == "proptest-regressions")
+            && p.file_name().is_none_or(|n| n != "Cargo.lock")
+    })
+}
+
+/// Text a user reads (the book, READMEs, examples, the chart, the scripts), where an issue number is a dead end too.
+fn user_facing(root: &Path, file: &Path) -> bool {
+    file.starts_with(root.join("docs/src"))
+        || file.file_name().is_some_and(|n| n == "README.md")
+        || ["examples", "charts", "scripts"].iter().any(|d| file.starts_with(root.join(d)))
+}
+
+/// Issue 49: the sandbox's banner named `seeds/002`, a page cited `research §1.6`, code and pages cited a "bug list
+/// §7.x" and `research/bcs-*-spec.md`, an example `(kourse, issue 15)`: none of which a reader can open.
+#[test]
+fn no_text_points_outside_the_repository() {
+    let root = repo_root();
+    let mut problems = Vec::new();
+    let files = text_files(&root);
+    assert!(files.len() > 100, "the repository's text files are scanned: {}", files.len());
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        let facing = user_facing(&root, &file);
+        for (n, line) in text.lines().enumerate() {
+            for found in outside_references(line, facing) {
+                problems.push(format!("{}:{}: {found}", file.display(), n + 1));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "references to what the repository does not hold:\n{}", report(&problems));
+}
+
+/// The BCS bug list is the numbered items of the book's "Differences from BCS" page; code and pages cite an item
+/// by its name (`BCS-G11`), and each name must be an item of the list (numbered as it is named).
+#[test]
+fn every_bcs_bug_citation_names_an_item_of_the_list() {
+    let root = repo_root();
+    let page = book_src().join("compatibility/bcs-differences.md");
+    let (items, mut problems) = bcs_items(&fs::read_to_string(&page).unwrap_or_default());
+    assert!(items.len() >= 60, "the page lists the BCS bug list: {} items", items.len());
+    let mut cited = 0;
+    for file in text_files(&root) {
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            for name in bcs_citations(line) {
+                cited += 1;
+                if !items.contains(&name) {
+                    problems.push(format!("{}:{}: {name} is no item of {}", file.display(), n + 1, page.display()));
+                }
+            }
+        }
+    }
+    assert!(cited > items.len(), "code and pages cite the list: {cited} citations");
+    assert!(problems.is_empty(), "{}", report(&problems));
+}
+
+/// A book page named by its path anywhere (a code comment, an example, a chart value's comment) exists.
+#[test]
+fn every_book_page_a_text_names_exists() {
+    let root = repo_root();
+    let mut problems = Vec::new();
+    for file in text_files(&root) {
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            for path in book_paths(line) {
+                if !root.join(&path).is_file() {
+                    problems.push(format!("{}:{}: `{path}` does not exist", file.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", report(&problems));
 }

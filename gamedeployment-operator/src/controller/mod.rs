@@ -10,7 +10,7 @@
 //!
 //! Event-driven: a pod or revision event reconciles its owner (and, for an orphan pod, every GameDeployment whose
 //! selector matches it); GameDeployment events reconcile only when something other than the status changed (our
-//! own status writes do not trigger a pass, bug list §7.37). A pass asks to run again only for time-based work
+//! own status writes do not trigger a pass, BCS-G37). A pass asks to run again only for time-based work
 //! (grace periods, `minReadySeconds`, expectations).
 
 mod deletions;

@@ -2,7 +2,7 @@
 //! [`verdict()`], and happens only on [`GateDecision::Allow`]. There is no other path to a pod change, so the hook
 //! invariant ("no gated pod changes without a `Successful` HookRun for that pod and revision") lives here.
 //!
-//! Which hook gates what (BCS semantics, `research/bcs-gamedeployment-spec.md` §4.2/§4.3):
+//! Which hook gates what (BCS semantics, docs/src/concepts/gate.md):
 //! - every deletion (scale-in, `podsToDelete`, RollingUpdate, recreate fallback): `preDeleteUpdateStrategy.hook`;
 //! - an in-place update: `preInplaceUpdateStrategy.hook`, or the pre-delete hook when that is absent;
 //! - a hot-patch update: `preInplaceUpdateStrategy.hook` only (a hot patch destroys nothing).

@@ -1,6 +1,6 @@
 //! Canary steps (`spec.updateStrategy.canary.steps`): `partition`, `pause` (with or without `duration`) and
 //! `hook` steps, with `status.currentStepIndex`, `currentStepHash`, `canary` and `pauseConditions`
-//! (`research/bcs-gamedeployment-spec.md` §5).
+//! (docs/src/concepts/canary.md).
 //!
 //! Rules, evaluated once per pass before scaling and updating:
 //! - no steps: the canary fields are cleared and the plain `partition` applies;

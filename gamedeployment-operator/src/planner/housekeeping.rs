@@ -74,7 +74,7 @@ pub(super) fn back_to_normal(
 }
 
 /// `podsToDelete` entries whose pod is gone are removed, as CloneSet does (BCS never prunes: a later pod that
-/// happens to reuse a name would be deleted, bug list §7.13).
+/// happens to reuse a name would be deleted, BCS-G13).
 pub(super) fn prune_pods_to_delete(gd: &GameDeployment, owned: &[&Pod], draft: &mut Draft) {
     // GitOps-clean: the list is Git's; names of pods that are gone stay there (they match nothing).
     if crate::gate::gitops_control::gitops_clean(gd) {

@@ -261,7 +261,7 @@ pub(crate) fn resolve<'a>(
     let unavailable_setting = strategy.max_unavailable.as_ref();
     // maxSurge applies to the updates that take pods out of service, recreate and in place, as CloneSet (whose
     // surge ignores the update type); hot patches keep every pod serving and `OnDelete` starts nothing. BCS also
-    // surges for those (bug list §7.26).
+    // surges for those (BCS-G26).
     let surges = matches!(
         strategy.type_.behaves_as(),
         GameDeploymentUpdateStrategyType::RollingUpdate | GameDeploymentUpdateStrategyType::InplaceUpdate

@@ -1,6 +1,6 @@
 //! `status`: the counts BCS shows (and `kubectl get gamedeployment` prints), the revisions, and conditions that
 //! are actually written — `FailedScale` / `FailedUpdate` when something fails (BCS builds them but never persists
-//! them, bug list §7.16) and `Progressing`, which says what the rollout is waiting for.
+//! them, BCS-G16) and `Progressing`, which says what the rollout is waiting for.
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;

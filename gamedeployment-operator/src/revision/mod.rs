@@ -109,7 +109,7 @@ pub fn hash(payload: &Value, collision_count: Option<i32>) -> String {
 }
 
 /// `<gd>-<hash>`, with the GameDeployment name shortened when the result would not fit in a label value
-/// (BCS produces unusable names for GameDeployments longer than ~52 characters, bug list §7.15).
+/// (BCS produces unusable names for GameDeployments longer than ~52 characters, BCS-G15).
 pub fn revision_name(gd_name: &str, hash: &str) -> String {
     let room = MAX_LABEL_VALUE.saturating_sub(hash.len() + 1);
     let mut prefix: &str = gd_name;

@@ -553,7 +553,7 @@ mod tests {
         condition("successCondition", expression, &to_expr(&result))
     }
 
-    /// Every condition found in the BCS docs and manifests, the seeds (the walkthrough), and Argo Rollouts'
+    /// Every condition found in the BCS docs and manifests, the walkthrough, and Argo Rollouts'
     /// analysis docs, with a result of the shape each provider produces and the expected verdict.
     #[test]
     fn compatibility_corpus() {

@@ -69,7 +69,7 @@ fn history_is_bounded_but_counters_are_cumulative() {
     for _ in 0..5 {
         record(&mut r, measurement(E), 3);
     }
-    assert_eq!(r.measurements.len(), 3, "errors are trimmed too (BCS grew them without bound, §8.10)");
+    assert_eq!(r.measurements.len(), 3, "errors are trimmed too (BCS grew them without bound, BCS-H10)");
     // The oldest goes, the newest is last; a full history copied at its exact length (as each round copies the
     // status) takes the next measurement without growing.
     let mut full = MetricResult::default();
@@ -85,17 +85,18 @@ fn history_is_bounded_but_counters_are_cumulative() {
     let _ = m;
 }
 
-/// The "worked consequences" table of the BCS spec (§2.7), with the corrected (Argo) outcome, plus the
+/// How a metric's phase follows from its measurements and limits, case by case (the worked consequences of BCS's
+/// rules, with the corrected outcomes of `BCS-H1` and `BCS-H2`, docs/src/compatibility/bcs-differences.md), plus the
 /// BCS-only limits.
 #[test]
 fn metric_phase_rules() {
     let interval = |m: Metric| Metric { interval: Some("5s".into()), ..m };
     let cases: Vec<(&str, Metric, Vec<HookPhase>, Option<HookPhase>)> = vec![
-        ("§8.1 single-shot, condition false: the first failure fails", web("m"), vec![F], Some(F)),
+        ("BCS-H1 single-shot, condition false: the first failure fails", web("m"), vec![F], Some(F)),
         ("single-shot success", web("m"), vec![S], Some(S)),
-        ("§8.2 single-shot, unreachable: retried, not Successful", web("m"), vec![E], None),
+        ("BCS-H2 single-shot, unreachable: retried, not Successful", web("m"), vec![E], None),
         (
-            "§8.2 default consecutiveErrorLimit is 4: the 5th consecutive error ends Error",
+            "BCS-H2 default consecutiveErrorLimit is 4: the 5th consecutive error ends Error",
             web("m"),
             vec![E; 5],
             Some(E),
@@ -380,13 +381,13 @@ fn errors_are_retried_after_ten_seconds_without_an_interval() {
 #[test]
 fn unreachable_endpoint_ends_error_not_successful() {
     let mut sim = Sim::new(HookRunSpec { metrics: vec![web("m")], ..HookRunSpec::default() }, &[("m", &[E; 10])]);
-    assert_eq!(sim.run(), Some(E), "BCS §8.2 made this Successful");
+    assert_eq!(sim.run(), Some(E), "BCS-H2 made this Successful");
     assert_eq!(sim.result("m").error, 5);
 }
 
 #[test]
 fn a_failing_metric_stops_a_metric_still_in_its_initial_delay() {
-    // BCS §8.3 (c): the run hung in Running forever.
+    // BCS-H3 (c): the run hung in Running forever.
     let spec = HookRunSpec {
         metrics: vec![web("fast"), Metric { initial_delay: Some("10m".into()), ..web("slow") }],
         ..HookRunSpec::default()
@@ -415,7 +416,7 @@ fn ordered_starts_each_metric_after_the_previous_succeeded() {
 
 #[test]
 fn ordered_failure_completes_the_run_at_once() {
-    // BCS §8.3 (a): later metrics never got a result and the run stayed Running.
+    // BCS-H3 (a): later metrics never got a result and the run stayed Running.
     let spec =
         HookRunSpec { metrics: vec![web("a"), web("b")], policy: Some(HookPolicy::Ordered), ..HookRunSpec::default() };
     let mut sim = Sim::new(spec, &[("a", &[F])]);
@@ -426,7 +427,7 @@ fn ordered_failure_completes_the_run_at_once() {
 
 #[test]
 fn terminate_completes_the_run_without_waiting() {
-    // BCS §8.3 (b): terminate during an initialDelay hung the run.
+    // BCS-H3 (b): terminate during an initialDelay hung the run.
     let spec = HookRunSpec {
         metrics: vec![Metric { initial_delay: Some("1h".into()), ..web("m") }],
         ..HookRunSpec::default()

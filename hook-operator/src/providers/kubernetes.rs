@@ -510,7 +510,7 @@ mod tests {
         let mut partial = args;
         partial.push(Argument::new("Kind", "Deployment"));
         assert!(target(&partial).is_err());
-        // A nil value is reported, not a panic (BCS §8.5).
+        // A nil value is reported, not a panic (BCS-H5).
         assert!(
             target(&[
                 Argument { name: "PodName".into(), value: None, value_from: None },

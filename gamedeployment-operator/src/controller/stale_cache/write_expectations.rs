@@ -6,7 +6,7 @@
 //! resourceVersion the server returned, revision created by name) and a GameDeployment is not planned until its
 //! cache has caught up.
 //!
-//! Unlike BCS's (bug list §7.6) an expectation expires: if the cache has not shown it within the timeout (a lost
+//! Unlike BCS's (BCS-G6) an expectation expires: if the cache has not shown it within the timeout (a lost
 //! watch event, an object deleted behind our back), it is dropped, counted and logged, and planning resumes —
 //! a stuck expectation never freezes a GameDeployment. Expectations live in memory only; after a restart the
 //! cache is freshly listed, so there is nothing to wait for.

@@ -48,7 +48,7 @@ impl IdSource {
     }
 
     /// `count` ids whose pod names are not in `taken` and differ from each other (BCS checks neither against
-    /// pods of other owners nor within a batch, bug list §7.13). At most [`MAX_IDS`], and the draws are bounded:
+    /// pods of other owners nor within a batch, BCS-G13). At most [`MAX_IDS`], and the draws are bounded:
     /// when the name space is (nearly) used up, fewer ids come back (the caller reports it) instead of the loop
     /// never ending.
     pub fn unique_ids(&mut self, gd_name: &str, count: usize, taken: &BTreeSet<String>) -> Vec<String> {
@@ -118,7 +118,7 @@ pub fn index_range(gd: &GameDeployment, replicas: i32) -> Result<Option<IndexRan
 
 /// The first `wanted` free indices of the range, ascending (fewer when the range runs out). Indices of pods that
 /// still exist reserve their index (a terminating pod keeps it until it is gone); finished (Succeeded/Failed)
-/// pods release it, unlike BCS, where evicted pods exhaust the range (bug list §7.11). Lazy: at most
+/// pods release it, unlike BCS, where evicted pods exhaust the range (BCS-G11). Lazy: at most
 /// `wanted + pods` indices are looked at, whatever the size of the range.
 pub fn free_indices(range: IndexRange, pods: &[&common::cached_pod::Pod], wanted: usize) -> Vec<i64> {
     let used: BTreeSet<i64> = pods
@@ -160,7 +160,7 @@ pub fn build(new: &NewPod<'_>) -> Pod {
         annotations.insert(keys::INDEX_ID.into(), index.to_string());
         for container in &mut spec.containers {
             let env = container.env.get_or_insert_with(Vec::new);
-            // BCS appends a duplicate when the template already sets POD_INDEX (bug list §7.12); replace it.
+            // BCS appends a duplicate when the template already sets POD_INDEX (BCS-G12); replace it.
             env.retain(|e| e.name != keys::POD_INDEX_ENV);
             env.push(EnvVar { name: keys::POD_INDEX_ENV.into(), value: Some(index.to_string()), value_from: None });
         }

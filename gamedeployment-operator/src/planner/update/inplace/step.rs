@@ -9,7 +9,7 @@
 //!    each changed container's previous `imageID`.
 //! 2. With `gracePeriodSeconds`, the planned change waits in the `inplace-update-grace` annotation until the
 //!    grace period has passed; the pod keeps its old revision label meanwhile (BCS flips it at once, so
-//!    `updatedReplicas` counted pods still running the old image — bug list §7.9). A new target revision during
+//!    `updatedReplicas` counted pods still running the old image — BCS-G9). A new target revision during
 //!    the grace period cancels it.
 //! 3. Completion: every changed container reports a new `imageID`, or reports the new image (so a tag that
 //!    resolves to the same digest completes too, unlike BCS). Then `InPlaceUpdateReady` goes back to True and
@@ -22,7 +22,7 @@
 //! (condition False, image patch, condition True) instead of four.
 //!
 //! Only container images and template labels/annotations can change in place; anything else is recreated
-//! (with an event) instead of failing forever as BCS does (bug list §7.5).
+//! (with an event) instead of failing forever as BCS does (BCS-G5).
 
 use std::collections::BTreeMap;
 
@@ -504,7 +504,7 @@ pub fn complete_to(pod: &Pod, now: Timestamp, state: LifecycleState) -> PodChang
 
 /// A pod with the readiness gate and nothing in progress whose condition is not True (a new pod, or one whose
 /// update was interrupted before its images changed): put it in service. BCS only does this inside its update
-/// loop, so pods created while paused never became Ready (bug list §7.8); here it always happens.
+/// loop, so pods created while paused never became Ready (BCS-G8); here it always happens.
 pub fn mark_ready(pod: &Pod, now: Timestamp) -> Option<PodChange> {
     if !has_readiness_gate(pod) || gate_condition_true(pod) {
         return None;
