@@ -2,8 +2,8 @@
 //! (`calculateDiffsWithExpectation`). [`compute`] is the only place these counts are worked out; the scale and
 //! update steps only pick pods to match them.
 //!
-//! - surge (recreate and in-place updates, as CloneSet; not hot patches): `min(maxSurge, old pods − partition)` extra
-//!   pods, counting only old pods the rollout can move (a quarantined server is one of the replicas, not a pod to
+//! - surge (recreate and in-place updates, as CloneSet; not hot patches): `min(maxSurge, max(update, pods named for
+//!   deletion that the budget cannot let go))` extra pods (Kruise's `updateSurge` and `scaleSurge`), counting only old pods the rollout can move (a quarantined server is one of the replicas, not a pod to
 //!   replace); while paused only the surge pods that exist (a paused rollout neither adds nor removes pods);
 //! - the unavailable budget: `available pods − max(replicas − maxUnavailable, 0)` available pods may be taken
 //!   down this pass (by scale-in deletions and by updates alike; unavailable pods cost nothing);
@@ -12,7 +12,9 @@
 //! - scale-out (`replicas + surge − pods`), capped by `createBatch` minus the pods not yet ready (the batch):
 //!   the first `partition − old pods` new pods are of the current revision (so scaling out mid-rollout keeps
 //!   `partition` pods old), the rest of the update revision; those beyond `replicas − pods` are surge;
-//! - update: old pods (not named in `podsToDelete`) beyond the partition.
+//! - update: old pods (not named in `podsToDelete`) beyond the partition, but no more than the updated pods still
+//!   missing from `replicas − partition` (Kruise's `updateNum = min(updateOldDiff, −updateNewDiff)`): a surge pod
+//!   counts as one of those, so the last old pod is scaled in rather than updated and then deleted as surplus.
 //!
 //! A quarantined server (`Maintaining`, [`PodInfo::quarantined`]) is never a scale-in victim nor an update: it
 //! keeps its place among the pods (and, on the old revision, counts towards the partition), and the budget's floor
@@ -67,12 +69,30 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
     // The old pods this rollout will still move: those beyond the partition, but never a quarantined server (it is
     // one of the replicas and stays on its revision), so a surge pod is never asked for on its behalf.
     let to_move = (old - partition).max(0).min(old_movable);
-    let mut surge = if settings.max_surge > 0 { settings.max_surge.min(to_move) } else { 0 };
+    // Kruise's `updateNewDiff`: how many more updated pods the rollout wants — `replicas − partition`, less the old
+    // pods that stay (quarantined servers beyond the partition), less the updated pods there are. A surge pod is one
+    // of them, so it is not counted twice: with `maxSurge: 1` and 6 old pods, 5 are updated and the 6th is the one
+    // scaled in at the end (never a pod this rollout has just updated).
+    let staying_old = partition.max(old_kept - old_movable);
+    let new_kept = count_where(infos, |i| i.updated && !i.specified);
+    let new_missing = settings.replicas.saturating_sub(staying_old).saturating_sub(new_kept).max(0);
+    // Kruise's `updateNum` (and `updateSurge`): the smaller of the two sides.
+    let update = to_move.min(new_missing).min((old_kept - partition).max(0));
+    // Kruise's `scaleSurge`: pods named for deletion are replaced first by surge pods as far as the unavailable
+    // budget would not let them go (so `maxUnavailable: 0` with `podsToDelete` still moves).
+    let unavailable_kept = count_where(infos, |i| !i.specified && !i.quarantined && !i.update_available());
+    let scale_surge =
+        unavailable_kept.saturating_add(specified).saturating_sub(settings.max_unavailable).max(0).min(specified);
+    let mut surge = if settings.max_surge > 0 { settings.max_surge.min(update.max(scale_surge)) } else { 0 };
     if settings.paused {
         // Paused freezes the pod set: surge pods that exist stay (deleting them, or old pods in their place, would
         // move the rollout), none are added.
         surge = surge.min(pods.saturating_sub(specified).saturating_sub(settings.replicas).max(0));
     }
+    // Kruise's `useSurgeOldRevision`: surge pods that stand in for old pods named for deletion are of the old
+    // revision, so the partition keeps its old pods once those are gone.
+    let specified_new = count_where(infos, |i| i.specified && i.updated);
+    let surge_old = if scale_surge >= update { surge.min((scale_surge - specified_new).max(0)) } else { 0 };
     let expected = settings.replicas.saturating_add(surge);
     let available = count_where(infos, |i| i.update_available());
     let mut diffs = Diffs {
@@ -84,7 +104,7 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
                 settings.replicas.saturating_sub(quarantined).saturating_sub(settings.max_unavailable).max(0),
             )
             .max(0),
-        update: (old_kept - partition).max(0).min(old_movable),
+        update,
         ..Diffs::default()
     };
     let down = pods.saturating_sub(specified).saturating_sub(expected);
@@ -102,7 +122,7 @@ pub(crate) fn compute(settings: &Settings<'_>, infos: &[PodInfo<'_>]) -> Diffs {
         let unavailable = count_where(infos, |i| !i.specified && !i.quarantined && !i.update_available());
         let limit = settings.scale_max_unavailable.map_or(up, |max| max.saturating_sub(unavailable).max(0));
         diffs.create = up.min(window).min(limit);
-        diffs.create_old = diffs.create.min(partition.saturating_sub(old).max(0));
+        diffs.create_old = diffs.create.min(partition.saturating_add(surge_old).saturating_sub(old).max(0));
         diffs.create_for_replicas = settings.replicas.saturating_sub(pods).max(0);
     }
     diffs
@@ -180,6 +200,21 @@ mod tests {
                 ..row("surge for in-place updates", "InplaceUpdate", 4, 4, 0)
             },
             Row {
+                max_surge: int(1),
+                max_unavailable: int(0),
+                // Kruise's `calculateDiffsWithExpectation`: `updateNum = min(updateOldDiff 6, −updateNewDiff 5)`; the
+                // surge pod is one of the 6 updated pods wanted, so one old pod is left to be scaled in at the end.
+                want: Diffs { surge: 1, budget: 1, update: 5, ..Diffs::default() },
+                ..row("the surge pod counts towards replicas − partition", "InplaceUpdate", 6, 6, 1)
+            },
+            Row {
+                max_surge: int(1),
+                max_unavailable: int(0),
+                // The end of that rollout: 1 old, 6 new. Nothing left to update, no surge: the old pod is scaled in.
+                want: Diffs { budget: 1, delete_old: 1, ..Diffs::default() },
+                ..row("the last old pod is scaled in, not updated", "InplaceUpdate", 6, 1, 6)
+            },
+            Row {
                 max_surge: int(2),
                 want: Diffs { update: 4, budget: 1, ..Diffs::default() },
                 ..row("no surge for hot patches", "HotPatchUpdate", 4, 4, 0)
@@ -226,22 +261,25 @@ mod tests {
                 max_unavailable: int(0),
                 paused: true,
                 // Paused with 2 surge pods (4 old + 2 new for 4 replicas): they stay, and no old pod is deleted in
-                // their place (the rollout does not advance while paused).
-                want: Diffs { surge: 2, budget: 2, update: 4, ..Diffs::default() },
+                // their place (the rollout does not advance while paused). 2 old pods are left to update: the 2 new
+                // ones already count towards `replicas − partition`.
+                want: Diffs { surge: 2, budget: 2, update: 2, ..Diffs::default() },
                 ..row("paused with surge pods deletes nothing", "RollingUpdate", 4, 4, 2)
             },
             Row {
                 partition: int(1),
                 max_unavailable: int(2),
-                // 5 pods, 3 wanted: old pods go first, down to the partition.
-                want: Diffs { partition: 1, budget: 4, delete_old: 2, update: 2, ..Diffs::default() },
+                // 5 pods, 3 wanted: old pods go first, down to the partition. Nothing to update: the 2 new pods are
+                // all `replicas − partition` wants (Kruise's `updateNewDiff` is 0).
+                want: Diffs { partition: 1, budget: 4, delete_old: 2, update: 0, ..Diffs::default() },
                 ..row("scale-in during an update takes old pods", "InplaceUpdate", 3, 3, 2)
             },
             Row {
                 partition: int(2),
                 max_unavailable: int(2),
-                // Only one old pod is beyond the partition: the second deletion takes an updated pod.
-                want: Diffs { partition: 2, budget: 4, delete_old: 1, delete_new: 1, update: 1, ..Diffs::default() },
+                // Only one old pod is beyond the partition: the second deletion takes an updated pod (and none is
+                // updated: 2 new pods are more than `replicas − partition` already).
+                want: Diffs { partition: 2, budget: 4, delete_old: 1, delete_new: 1, update: 0, ..Diffs::default() },
                 ..row("scale-in during an update keeps the partition", "InplaceUpdate", 3, 3, 2)
             },
             Row {

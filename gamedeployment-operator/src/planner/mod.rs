@@ -38,6 +38,8 @@ pub(crate) mod status;
 pub(crate) mod update;
 
 #[cfg(test)]
+mod cloneset_tests;
+#[cfg(test)]
 mod hook_tests;
 #[cfg(test)]
 mod lifecycle_tests;
