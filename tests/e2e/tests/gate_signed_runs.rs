@@ -14,7 +14,9 @@ use common::api::{HookPhase, HookRun};
 use common::keys;
 use e2e::gamedeployment::{Columns, apply, manifest, pods, wait_columns};
 use e2e::gate::GateChecker;
+use e2e::observe::Observer;
 use e2e::wait_for;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use walkthrough_support::{LONG, operators, pre_delete};
@@ -22,7 +24,7 @@ use walkthrough_support::{LONG, operators, pre_delete};
 /// Fails at its first measurement (the hook server answers age 45).
 const FAILING: &str = e2e::manifests::load!("hooktemplate-failing");
 
-fn lifecycle(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
+fn lifecycle(pod: &Pod) -> &str {
     pod.metadata.labels.as_ref().and_then(|l| l.get(keys::LIFECYCLE_STATE)).map_or("", String::as_str)
 }
 
@@ -81,23 +83,19 @@ async fn a_forged_successful_dot_1_run_never_opens_the_gate() {
     forged.spec.metrics[0].success_condition = Some("true".into());
     let hash = common::hookrun::spec_hash(&forged.spec);
     forged.metadata.annotations.get_or_insert_with(Default::default).insert(keys::HOOKRUN_SPEC_HASH.into(), hash);
+    // The pod, and the forged run (the operator need not keep a run it does not trust), watched from before the
+    // forgery exists.
+    let pod_versions = Observer::<Pod>::namespaced(&cluster, "default").await;
+    let hook_runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
     api.create(&PostParams::default(), &forged).await.expect("the forged run is created");
-    wait_for("the forged run to succeed", LONG, || async {
-        let run = api.get_opt(&forged_name).await.ok().flatten()?;
-        (run.status?.phase? == HookPhase::Successful).then_some(())
-    })
-    .await;
+    hook_runs
+        .wait("the forged run to succeed", LONG, |seen| {
+            let phase = seen.object.status.as_ref()?.phase?;
+            (seen.name() == forged_name && phase == HookPhase::Successful).then_some(())
+        })
+        .await;
 
-    // The pod stays held.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let now = pods(&cluster, "signed").await;
-    let held = now.iter().find(|p| p.metadata.uid.as_deref() == Some(pod_uid.as_str()));
-    assert!(
-        held.is_some_and(|p| p.metadata.deletion_timestamp.is_none() && lifecycle(p) == "PreparingDelete"),
-        "the pod was let go on a forged run: {held:#?}"
-    );
-
-    // It is reported.
+    // It is reported: the operator has judged the forged run.
     wait_for("a ForgedHookRun Warning naming the forged run", LONG, || async {
         let out = cluster
             .kubectl(&[
@@ -112,6 +110,15 @@ async fn a_forged_successful_dot_1_run_never_opens_the_gate() {
         out.stdout.contains(&forged_name).then_some(out.stdout)
     })
     .await;
+    // The pod stayed held: no version of it since the forgery was created let it go (a window of 3 s more, for a
+    // decision made after the Warning).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pod_versions.assert_never("the pod was let go on a forged run", |seen| {
+        seen.uid() == pod_uid
+            && (seen.deleted
+                || seen.object.metadata.deletion_timestamp.is_some()
+                || lifecycle(&seen.object) != "PreparingDelete")
+    });
 
     // A run the operator makes still opens the gate: fix the hook and ask for a retry (the failed run is replaced).
     let fixed = FAILING.replace("asInt(result) > 100", "asInt(result) > 30");
@@ -163,6 +170,13 @@ async fn a_restart_while_the_key_secret_cannot_be_read_keeps_the_failed_record()
         list.into_iter().find(|r| r.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Failed))
     })
     .await;
+    let failed_name = failed.metadata.name.clone().unwrap_or_default();
+    let attempts = Observer::start(
+        "the pod's hook runs",
+        runs.clone(),
+        kube::runtime::watcher::Config::default().labels(&selector),
+    )
+    .await;
 
     // The restart meets 500s (then 429s) on every read of Secrets, for a few seconds.
     for code in [500, 429] {
@@ -178,10 +192,12 @@ async fn a_restart_while_the_key_secret_cannot_be_read_keeps_the_failed_record()
         gd.restart().await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         cluster.sim().set_faults(kube_sim::FaultConfig::default());
+        // A window for a wrong new attempt, every change in it checked (one made and removed again included).
         tokio::time::sleep(Duration::from_secs(6)).await;
+        attempts.assert_never(&format!("after {code}s: a new attempt"), |seen| seen.name() != failed_name);
         let list = runs.list(&ListParams::default().labels(&selector)).await.expect("runs listed").items;
         let names: Vec<_> = list.iter().filter_map(|r| r.metadata.name.clone()).collect();
-        assert_eq!(names, vec![failed.metadata.name.clone().unwrap_or_default()], "after {code}s: a new attempt");
+        assert_eq!(names, vec![failed_name.clone()], "after {code}s: the failed run is kept");
         let api: Api<common::api::GameDeployment> = Api::namespaced(cluster.client(), "default");
         let status = api.get("keyed").await.expect("the GameDeployment").status.unwrap_or_default();
         assert!(

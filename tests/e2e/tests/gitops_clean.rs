@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use common::api::{GameDeployment, HookPhase, HookReleaseReason, HookRun, PauseReason};
 use e2e::gamedeployment::live;
 use e2e::gamedeployment::{apply, manifest, pods};
+use e2e::observe::Observer;
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -148,12 +149,15 @@ async fn an_opted_in_game_deployment_is_never_written_outside_status() {
     let pods_api: Api<Pod> = Api::namespaced(cluster.client(), "default");
     let skip =
         serde_json::json!({"metadata": {"annotations": {"gamedeployment.tkex.tencent.com/skip-hook": "delete"}}});
+    // The record may be pruned once the pod is gone: observed from a watch started before the skip.
+    let statuses = Observer::<GameDeployment>::namespaced(&cluster, "default").await;
     pods_api.patch(&victim, &PatchParams::default(), &Patch::Merge(&skip)).await.expect("pod annotated");
-    let entry = wait_for("the skip to be recorded", LONG, || async {
-        let status = gd(&api).await.status?;
-        status.pre_delete_hook_condition.into_iter().find(|c| c.pod_name == victim && c.released_by.is_some())
-    })
-    .await;
+    let entry = statuses
+        .wait("the skip to be recorded", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            status.pre_delete_hook_condition.iter().find(|c| c.pod_name == victim && c.released_by.is_some()).cloned()
+        })
+        .await;
     assert_eq!(entry.released_by, Some(HookReleaseReason::Skipped), "{entry:#?}");
     scaled_to(&cluster, 2).await;
 

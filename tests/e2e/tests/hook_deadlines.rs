@@ -18,8 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use common::api::{GameDeployment, HookCondition, HookPhase, HookReleaseReason, HookRun};
 use e2e::gamedeployment::{apply, manifest, metrics_address, pods, scrape};
 use e2e::gamedeployment::{label, live};
+use e2e::observe::Observer;
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -28,11 +30,6 @@ use walkthrough_support::{LONG, operators};
 
 /// Fails at its first measurement (the walkthrough's server answers age 45).
 const FAIL: &str = e2e::manifests::load!("hooktemplate-fail");
-
-async fn gd(cluster: &Cluster, name: &str) -> GameDeployment {
-    let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
-    api.get(name).await.expect("the GameDeployment exists")
-}
 
 async fn rolled_out(cluster: &Cluster, name: &str, replicas: usize) {
     wait_for(&format!("{replicas} ready pods of {name}"), LONG, || async {
@@ -65,21 +62,30 @@ async fn a_hook_that_never_succeeds_releases_its_pod_at_the_hard_deadline() {
     apply(&cluster, &manifest(NAME, 2, "InplaceUpdate", policy, "python:latest")).await;
     rolled_out(&cluster, NAME, 2).await;
 
+    // The hold lasts the 6 s deadline, and the record may go with the pod: both observed from watches started before
+    // the scale-in.
+    let pod_versions = Observer::<Pod>::namespaced(&cluster, "default").await;
+    let statuses = Observer::<GameDeployment>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["scale", "gamedeployment", NAME, "--replicas=1"]).await;
     // The victim is held in PreparingDelete while its run keeps running.
-    let (victim, held_since) = wait_for("a pod held in PreparingDelete", LONG, || async {
-        let pod = live(pods(&cluster, NAME).await)
-            .into_iter()
-            .find(|p| label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))?;
-        let since: Timestamp = common::pod::annotation(&pod, "lifecycle.apps.kruise.io/timestamp")?.parse().ok()?;
-        Some((pod.metadata.name.clone()?, since))
-    })
-    .await;
-    let entry: HookCondition = wait_for("the condition to record the release", LONG, || async {
-        let status = gd(&cluster, NAME).await.status?;
-        status.pre_delete_hook_condition.into_iter().find(|c| c.pod_name == victim && c.released_by.is_some())
-    })
-    .await;
+    let (victim, held_since) = pod_versions
+        .wait("a pod held in PreparingDelete", LONG, |seen| {
+            let pod = &seen.object;
+            if label(pod, "app") != Some(NAME)
+                || label(pod, "lifecycle.apps.kruise.io/state") != Some("PreparingDelete")
+            {
+                return None;
+            }
+            let since: Timestamp = common::pod::annotation(pod, "lifecycle.apps.kruise.io/timestamp")?.parse().ok()?;
+            Some((seen.name().to_string(), since))
+        })
+        .await;
+    let entry: HookCondition = statuses
+        .wait("the condition to record the release", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            status.pre_delete_hook_condition.iter().find(|c| c.pod_name == victim && c.released_by.is_some()).cloned()
+        })
+        .await;
     println!("released: {entry:#?}");
     assert_eq!(entry.released_by, Some(HookReleaseReason::HardDeadline));
     assert_eq!(entry.phase, HookPhase::Running, "the hook was still running: not a success");
@@ -127,14 +133,19 @@ async fn on_failure_proceed_releases_pods_whose_post_inplace_hook_failed() {
     rolled_out(&cluster, NAME, 2).await;
 
     let patch = r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value":"python:3.5"}]"#;
+    // Each pod's release record, from a watch started before the patch (a record need not outlive its hook).
+    let statuses = Observer::<GameDeployment>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", patch]).await;
-    let entries = wait_for("both pods released by onFailure: Proceed", LONG, || async {
-        let status = gd(&cluster, NAME).await.status?;
-        let entries: Vec<HookCondition> =
-            status.post_inplace_hook_condition.into_iter().filter(|c| c.released_by.is_some()).collect();
-        (entries.len() == 2).then_some(entries)
-    })
-    .await;
+    let mut released: BTreeMap<String, HookCondition> = BTreeMap::new();
+    let entries = statuses
+        .wait("both pods released by onFailure: Proceed", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            for entry in status.post_inplace_hook_condition.iter().filter(|c| c.released_by.is_some()) {
+                released.entry(entry.pod_name.clone()).or_insert_with(|| entry.clone());
+            }
+            (released.len() == 2).then(|| released.values().cloned().collect::<Vec<_>>())
+        })
+        .await;
     for entry in &entries {
         assert_eq!(entry.released_by, Some(HookReleaseReason::OnFailure), "{entry:#?}");
         assert_eq!(entry.phase, HookPhase::Failed, "{entry:#?}");
