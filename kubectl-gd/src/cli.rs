@@ -248,6 +248,10 @@ pub struct PlanFlags {
     /// New `spec.updateStrategy.partition` (an integer or a percentage).
     #[arg(long, value_name = "P")]
     pub partition: Option<String>,
+    /// Say per pod whether the operator would change it and why (a fleet another operator ran, about to be or
+    /// just taken over); with no change given, the forecast is of the fleet as it is.
+    #[arg(long)]
+    pub takeover: bool,
     /// What hook measurements are assumed to read.
     #[arg(long, value_enum, default_value_t)]
     pub assume_hooks: AssumeHooks,

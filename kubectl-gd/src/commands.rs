@@ -347,8 +347,11 @@ async fn plan(flags: crate::cli::PlanFlags) -> ExitCode {
     };
     let said = match crate::plan::apply(&mut live.gd, &change) {
         Ok(said) => said,
+        Err(_) if flags.takeover && change == crate::plan::Change::default() => vec!["no change".to_string()],
         Err(why) => return fail(why),
     };
+    // Per pod, whether the operator would change it (with the change made, if one was given).
+    let takeover = flags.takeover.then(|| forecast::takeover::takeover(&live));
     let assume = match flags.assume_hooks {
         crate::cli::AssumeHooks::Succeed => Assume::Succeed,
         crate::cli::AssumeHooks::Fail => Assume::Fail,
@@ -360,9 +363,21 @@ async fn plan(flags: crate::cli::PlanFlags) -> ExitCode {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
+    let takeover = takeover.map(|t| t.with_forecast(&timeline));
     match flags.output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&crate::plan::json(&timeline)).unwrap_or_default()),
-        Output::Text => print!("{}", crate::plan::render(&timeline, &said)),
+        Output::Json => {
+            let mut json = crate::plan::json(&timeline);
+            if let (Some(t), Some(map)) = (&takeover, json.as_object_mut()) {
+                map.insert("takeover".into(), serde_json::to_value(t).unwrap_or_default());
+            }
+            println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+        }
+        Output::Text => {
+            print!("{}", crate::plan::render(&timeline, &said));
+            if let Some(t) = &takeover {
+                print!("{}", crate::takeover::render(t));
+            }
+        }
     }
     ExitCode::SUCCESS
 }

@@ -14,4 +14,5 @@ pub mod complete;
 pub mod plan;
 pub mod render;
 pub mod rollout;
+pub mod takeover;
 pub mod tree;

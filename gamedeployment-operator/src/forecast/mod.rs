@@ -6,6 +6,7 @@
 //! - [`hook_operator`]: the simulated hook-operator (a HookRun completes when its metrics' schedule says, as the
 //!   measurements are assumed to read: [`Assume`]);
 //! - [`trust`]: the forecast's own signing key (live runs are re-signed in memory, never written back);
+//! - [`takeover`]: per pod, whether taking the fleet over changes it and why (`kubectl gd plan --takeover`);
 //! - [`timeline`]: the recorded timeline (batches, each pod's action and hooks, where the rollout stops).
 //!
 //! The clock: a pass every simulated second while anything changes (pods becoming ready as the kubelet makes them,
@@ -19,6 +20,7 @@
 
 pub mod cluster;
 pub mod hook_operator;
+pub mod takeover;
 pub mod timeline;
 pub mod trust;
 

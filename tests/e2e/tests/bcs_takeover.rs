@@ -15,6 +15,8 @@ use common::api::GameDeployment;
 use e2e::gamedeployment::{image, is_ready, revision, set_image, start_operator};
 use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
+
+use crate::kubectl_gd::kubectl_gd;
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -258,6 +260,24 @@ async fn a_bcs_fleet_in_every_template_style_is_taken_over_with_no_pod_changed()
     let names: BTreeSet<&str> = fleets.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names.len(), fleets.len(), "one fleet per style");
 
+    // The dry run first: `kubectl gd plan --takeover` says of every pod that nothing would change, and why.
+    for fleet in &fleets {
+        let plan = kubectl_gd(&cluster, &["plan", &fleet.name, "--takeover", "-o", "json"]).await;
+        assert_eq!(plan.code, 0, "{}", plan.stderr);
+        let plan: Value = serde_json::from_str(&plan.stdout).expect("plan as JSON");
+        let takeover = &plan["takeover"];
+        assert_eq!(takeover["updateRevision"], json!(fleet.revision), "{}: {takeover:#}", fleet.name);
+        assert_eq!(takeover["revisionExists"], json!(true), "{}: {takeover:#}", fleet.name);
+        let verdicts = takeover["pods"].as_array().expect("pods");
+        assert_eq!(verdicts.len(), 3, "{takeover:#}");
+        assert!(verdicts.iter().all(|p| p["wouldChange"] == json!(false)), "{}: {takeover:#}", fleet.name);
+        assert!(plan["batches"].as_array().is_none_or(Vec::is_empty), "{}: {:#}", fleet.name, plan["batches"]);
+    }
+    let text = kubectl_gd(&cluster, &["plan", &fleets[1].name, "--takeover"]).await.stdout;
+    let summary = format!("Takeover: revision {} holds the current template; no pod would change", fleets[1].revision);
+    assert!(text.contains(&summary), "{text}");
+    assert!(text.contains("which holds the current template"), "{text}");
+
     let pods = Observer::<Pod>::namespaced(&cluster, NS).await;
     let revisions = Observer::<ControllerRevision>::namespaced(&cluster, NS).await;
     let _operator = start_operator(&cluster);
@@ -307,6 +327,25 @@ async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers(
     let name = "bcs-inplace";
     let style = styles(name).into_iter().find(|s| s.name == "quantities not in canonical form").expect("the style");
     let fleet = bcs_fleet(&cluster, name, &style, 6, 2).await;
+    // Had the user changed the resources for real, the dry run says which pods would change and why.
+    let manifest = cluster.dir().join("changed.json");
+    let mut changed = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "GameDeployment",
+        "metadata": {"name": name}, "spec": {"replicas": 6, "selector": {"matchLabels": labels(name)},
+        "template": style.written, "updateStrategy": {"type": "InplaceUpdate", "partition": 2}}});
+    changed["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("2");
+    std::fs::write(&manifest, changed.to_string()).expect("manifest written");
+    let plan = kubectl_gd(&cluster, &["plan", name, "--takeover"]).await;
+    assert!(plan.stdout.contains("no pod would change"), "{}", plan.stdout);
+    let path = manifest.display().to_string();
+    let plan = kubectl_gd(&cluster, &["plan", name, "--takeover", "-f", &path, "-o", "json"]).await;
+    let plan: Value = serde_json::from_str(&plan.stdout).expect("plan as JSON");
+    let verdicts = plan["takeover"]["pods"].as_array().cloned().unwrap_or_default();
+    let changing: Vec<&Value> = verdicts.iter().filter(|p| p["wouldChange"] == json!(true)).collect();
+    assert_eq!((verdicts.len(), changing.len()), (6, 4), "partition 2 keeps two: {plan:#}");
+    for pod in changing {
+        let why = pod["why"].as_str().unwrap_or_default();
+        assert!(why.contains("would be recreated") && why.contains("spec.containers"), "{why}");
+    }
     let pods = Observer::<Pod>::namespaced(&cluster, NS).await;
     let _operator = start_operator(&cluster);
     let status = taken_over(&cluster, std::slice::from_ref(&fleet)).await.remove(0);
