@@ -50,6 +50,7 @@ mod hooks_template_missing;
 mod hostile_hooks;
 mod inplace_surge;
 mod kubectl_gd;
+mod kubectl_gd_verdicts;
 mod leader_partition;
 mod lifecycle_handlers;
 mod observe;
