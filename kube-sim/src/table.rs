@@ -280,6 +280,19 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
             col("Endpoints", "string", "", "The set of all endpoints is the union of all subsets.", 0),
             age_col(),
         ],
+        (Special::Plain, "PodDisruptionBudget") => vec![
+            name_col(),
+            col("Min Available", "string", "", "The minimum number of pods that must be available.", 0),
+            col("Max Unavailable", "string", "", "The maximum number of pods that may be unavailable.", 0),
+            col(
+                "Allowed Disruptions",
+                "integer",
+                "",
+                "Calculated number of pods that may be disrupted at this time.",
+                0,
+            ),
+            age_col(),
+        ],
         (Special::Plain, "EndpointSlice") => vec![
             name_col(),
             col(
@@ -450,6 +463,21 @@ pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
             ]
         }
         (Special::Plain, "Endpoints") => vec![name, json!(endpoints_cell(obj)), json!(age(obj))],
+        (Special::Plain, "PodDisruptionBudget") => {
+            // An int-or-string as written (`1`, `50%`), `N/A` when unset.
+            let bound = |field: &str| match meta::lookup(obj, &["spec", field]) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) => n.to_string(),
+                _ => "N/A".to_string(),
+            };
+            vec![
+                name,
+                json!(bound("minAvailable")),
+                json!(bound("maxUnavailable")),
+                json!(i(obj, &["status", "disruptionsAllowed"])),
+                json!(age(obj)),
+            ]
+        }
         (Special::Plain, "EndpointSlice") => {
             let (ports, endpoints) = endpoint_slice_cells(obj);
             vec![name, json!(s(obj, &["addressType"])), json!(ports), json!(endpoints), json!(age(obj))]
@@ -1051,5 +1079,19 @@ mod tests {
             "status": {"phase": "Pending", "containerStatuses": [{"name": "a", "ready": false, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}});
         assert_eq!(cells(&pod_rd(), &waiting)[2], "CrashLoopBackOff");
         assert_eq!(columns(&pod_rd()).len(), 9);
+    }
+
+    #[test]
+    fn pod_disruption_budget_columns_as_kubectl_get_pdb_shows_them() {
+        let rd = crate::resources::Catalog::new().get("policy", "v1", "poddisruptionbudgets").unwrap();
+        let cols = columns(&rd);
+        let names: Vec<&str> = cols.iter().filter_map(|c| c["name"].as_str()).collect();
+        assert_eq!(names, ["Name", "Min Available", "Max Unavailable", "Allowed Disruptions", "Age"]);
+        let pdb = json!({"metadata": {"name": "web", "creationTimestamp": meta::now()},
+            "spec": {"minAvailable": 1}, "status": {"disruptionsAllowed": 2}});
+        let c = cells(&rd, &pdb);
+        assert_eq!((&c[1], &c[2], &c[3]), (&json!("1"), &json!("N/A"), &json!(2)));
+        let percent = json!({"metadata": {"name": "web"}, "spec": {"maxUnavailable": "50%"}});
+        assert_eq!(cells(&rd, &percent)[1..4], [json!("N/A"), json!("50%"), json!(0)]);
     }
 }
