@@ -164,6 +164,21 @@ mod tests {
         assert_eq!(t.changes(), 1);
     }
 
+    /// A CloneSet's pods, orphaned and adopted, name the CloneSet's revision, which the GameDeployment does not own.
+    #[test]
+    fn a_pod_naming_a_revision_the_gamedeployment_does_not_own_is_outdated() {
+        let mut live = live("1", "1");
+        live.pods =
+            vec![fixtures::pod("sample-abcde").labels(&[(keys::CONTROLLER_REVISION_HASH, "sample-5d8bf")]).build()];
+        let t = takeover(&live);
+        assert!(t.pods[0].would_change);
+        assert!(
+            t.pods[0].why.contains("its revision sample-5d8bf is not one of the GameDeployment's: outdated"),
+            "{}",
+            t.pods[0].why
+        );
+    }
+
     #[test]
     fn a_pod_on_another_template_says_how_it_would_change() {
         let t = takeover(&live("2", "1"));
