@@ -132,3 +132,50 @@ async fn a_failed_canary_rolls_back_every_updated_pod_through_its_gate() {
 async fn a_gitops_clean_canary_rolls_back_without_a_spec_write() {
     story("rollback-clean", true).await;
 }
+
+/// The canary page's sandbox scene, with the files it relies on as shipped (`examples/canary-rollback.yaml`,
+/// `examples/hook-template-fail.yaml`): 4 servers, an image patch to `python:3.6`, the two canary pods updated in
+/// place and brought back when the step hook fails; `kubectl gd status` exits 7 saying so, a `CanaryRolledBack`
+/// Warning is recorded, every pod runs the stable image again while the spec keeps `python:3.6`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canary_rollback_example_rolls_back_as_the_page_shows() {
+    let cluster = Cluster::start().await;
+    let _operators = operators(&cluster).await;
+    cluster.kubectl_ok(&["apply", "-f", "examples/hook-template-fail.yaml"]).await;
+    cluster.kubectl_ok(&["apply", "-f", "examples/canary-rollback.yaml"]).await;
+    let name = "test-gamedeployment";
+    wait_columns(&cluster, name, Columns::new(4, 4, 4, 4, 4)).await;
+    let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
+    let stable = wait_for("the first revision to be the stable one", LONG, || async {
+        let status = get(&api, name).await.status?;
+        let stable = status.canary?.revision?;
+        (status.current_step_index == Some(2)).then_some(stable)
+    })
+    .await;
+    cluster.kubectl_ok(&["patch", "gamedeployment", name, "--type=json", "-p", &patch_image("python:3.6")]).await;
+    let record = wait_for("the canary to be rolled back", LONG, || async { rollback(&get(&api, name).await) }).await;
+    assert_eq!(record.stable_revision, stable);
+    wait_for("every pod back on the stable image", LONG, || async {
+        let pods = live_pods(&cluster, name).await;
+        (pods.len() == 4 && pods.iter().all(|p| image(p) == Some(STABLE) && revision(p) == Some(stable.as_str())))
+            .then_some(())
+    })
+    .await;
+    wait_columns(&cluster, name, Columns::new(4, 4, 4, 4, 4)).await;
+    let out = kubectl_gd(&cluster, &["status", name, "--timeout", "1m"]).await;
+    println!("$ kubectl gd status {name}; echo \"exit $?\"\n{}{}exit {}", out.stdout, out.stderr, out.code);
+    assert_eq!(out.code, 7, "a rollback is its own verdict and exit code: {out:?}");
+    let want = format!(
+        "error: gamedeployment {name}: canary rolled back: HookRun {} of canary step 2 of 2 ended Failed \
+         (hookPolicy.onFailure: Rollback): revision {} is rolled back to the stable revision {stable}; change the \
+         template to try again (all 4 pods run revision {stable} and are available)",
+        record.hook_run, record.failed_revision
+    );
+    assert!(out.stderr.contains(&want), "the page's line, names aside:\n{want}\n{}", out.stderr);
+    let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "reason=CanaryRolledBack"]).await;
+    assert!(events.contains("Warning"), "{events}");
+    let spec_image =
+        get(&api, name).await.spec.template.spec.and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
+    assert_eq!(spec_image.as_deref(), Some("python:3.6"), "the spec keeps the patched image");
+    cluster.shutdown().await;
+}

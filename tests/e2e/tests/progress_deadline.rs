@@ -2,18 +2,19 @@
 //! the deadline — not before — `Progressing` turns `False` with reason `ProgressDeadlineExceeded`, saying what the
 //! rollout waits for, a Warning Event says so and `kubectl gd status` exits 6. Letting the pod go (its `skip-hook`
 //! annotation) is progress: the condition comes back and the rollout completes. Times are the API server's: the
-//! condition's `lastTransitionTime` against its `lastUpdateTime` (the last progress).
+//! condition's `lastTransitionTime` against its `lastUpdateTime` (the last progress). The manifests are the page's
+//! files, `examples/progress-deadline/`, as shipped.
 
 use crate::kubectl_gd::kubectl_gd;
 use crate::walkthrough_support;
 
 use common::api::GameDeployment;
-use e2e::gamedeployment::{Columns, apply, manifest, wait_columns};
+use e2e::gamedeployment::{Columns, wait_columns};
 use e2e::{Cluster, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
-use walkthrough_support::{LONG, operators, pre_delete};
+use walkthrough_support::{LONG, operators};
 
 const NAME: &str = "stalls";
 const DEADLINE_SECONDS: i64 = 8;
@@ -26,13 +27,15 @@ fn progressing(gd: &GameDeployment) -> Option<common::api::GameDeploymentConditi
 async fn a_stalled_rollout_is_reported_at_its_deadline_and_not_before() {
     let cluster = Cluster::start().await;
     let _operators = operators(&cluster).await;
-    apply(&cluster, &e2e::manifests::load!("hooktemplate-never", interval = "1s")).await;
-    let extra = format!("{}  progressDeadlineSeconds: {DEADLINE_SECONDS}\n", pre_delete("never"));
-    apply(&cluster, &manifest(NAME, 2, "RollingUpdate", &extra, "python:latest")).await;
+    // The files the page relies on, as shipped.
+    cluster.kubectl_ok(&["apply", "-f", "examples/progress-deadline/hook-template-never.yaml"]).await;
+    cluster.kubectl_ok(&["apply", "-f", "examples/progress-deadline/gamedeployment-stalls.yaml"]).await;
+    let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
+    let spec = api.get(NAME).await.expect("the example's GameDeployment").spec;
+    assert_eq!(spec.progress_deadline_seconds.map(i64::from), Some(DEADLINE_SECONDS), "the page's deadline");
     wait_columns(&cluster, NAME, Columns::new(2, 2, 2, 2, 2)).await;
 
     cluster.kubectl_ok(&["scale", "--replicas=1", &format!("gamedeployment/{NAME}")]).await;
-    let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
     let exceeded = wait_for("Progressing to say ProgressDeadlineExceeded", LONG, || async {
         let c = progressing(&api.get(NAME).await.ok()?)?;
         (c.reason.as_deref() == Some("ProgressDeadlineExceeded")).then_some(c)
