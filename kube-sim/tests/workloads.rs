@@ -156,6 +156,12 @@ async fn kubectl_rollout_status_set_image_undo_restart_and_scale() -> Result<()>
     assert_eq!(rs_table[1][7], format!("app=web,pod-template-hash={hash}"));
     let listed = pods.list(&ListParams::default().labels(&format!("pod-template-hash={hash}"))).await?.items;
     assert_eq!(listed.len(), 3);
+    // The controllers' Events, as `kubectl describe` shows them.
+    let described = c.ok(&["describe", "deployment", "web"]).await?;
+    assert!(described.contains("ScalingReplicaSet"), "{described}");
+    assert!(described.contains(&format!("Scaled up replica set {first_name}")), "{described}");
+    let described = c.ok(&["describe", "rs", &first_name]).await?;
+    assert!(described.contains("SuccessfulCreate"), "{described}");
 
     // A new image: a second ReplicaSet, watched from before the change: with maxUnavailable 0 the
     // ready pods never drop below 3.
