@@ -556,9 +556,14 @@ fn unsettled_pods(snapshot: &Snapshot, facts: &Facts, now: Timestamp) -> Option<
         return Some(format!("{desired} pods to exist ({existing} do now)"));
     }
     let revision = facts.status.update_revision.as_deref();
+    // A server in `Maintaining` is left on whatever revision it runs, and unavailable, as the operator leaves it.
+    let quarantined = |p: &k8s_openapi::api::core::v1::Pod| common::server_state::ServerState::quarantined(p);
     let updated = active
         .iter()
-        .filter(|p| revision.is_some() && common::pod::label(**p, keys::CONTROLLER_REVISION_HASH) == revision)
+        .filter(|p| {
+            quarantined(p)
+                || (revision.is_some() && common::pod::label(**p, keys::CONTROLLER_REVISION_HASH) == revision)
+        })
         .count();
     let expected = if facts.reason == "PartitionAvailable" { facts.status.expected_updated_replicas } else { desired };
     if i32::try_from(updated).unwrap_or(i32::MAX) < expected {
@@ -567,7 +572,7 @@ fn unsettled_pods(snapshot: &Snapshot, facts: &Facts, now: Timestamp) -> Option<
     let min_ready = spec.min_ready_seconds;
     let unavailable: Vec<String> = active
         .iter()
-        .filter(|p| !common::server_state::ServerState::quarantined(**p))
+        .filter(|p| !quarantined(p))
         .filter(|p| !(common::pod::is_running(**p) && common::pod::is_available(**p, min_ready, now)))
         .map(|p| name(p))
         .collect();

@@ -567,6 +567,11 @@ fn complete_only_when_every_desired_pod_exists_runs_the_update_revision_and_is_a
         .as_mut()
         .unwrap()
         .insert("controller-revision-hash".into(), "test-gamedeployment-67864c6f65".into());
+    // A server in `Maintaining` is left on its revision, unready: the operator's RolloutComplete holds around it.
+    let mut maintaining = pods.clone();
+    maintaining[0].metadata.labels.as_mut().unwrap().insert(common::keys::SERVER_STATE.into(), "Maintaining".into());
+    maintaining[0].status.as_mut().unwrap().conditions = Some(vec![yaml("{type: Ready, status: 'False'}")]);
+    assert_eq!(judge_pods(&gd, maintaining).state, State::Complete);
     let verdict = judge_pods(&gd, pods);
     assert_eq!(verdict.state, State::Progressing, "{verdict:?}");
     assert!(
