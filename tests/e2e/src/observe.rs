@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -44,6 +44,9 @@ pub struct Observed<K> {
     pub object: K,
     /// The watch reported this version as the object's deletion (its last state).
     pub deleted: bool,
+    /// When the watch delivered it: a time for a timed check that does not count the test's own slow calls (a
+    /// `kubectl` process, a poll's interval) between the change and the moment the test looked.
+    pub at: Instant,
 }
 
 impl<K: Resource> Observed<K> {
@@ -129,7 +132,7 @@ where
                             listing.insert(uid.clone());
                         }
                         log.current.insert(uid, object.clone());
-                        log.versions.push(Observed { object, deleted: false });
+                        log.versions.push(Observed { object, deleted: false, at: Instant::now() });
                     }
                     Ok(watcher::Event::InitDone) => {
                         if let Some(listing) = log.listing.take() {
@@ -141,11 +144,11 @@ where
                     }
                     Ok(watcher::Event::Apply(object)) => {
                         log.current.insert(object.uid().unwrap_or_default(), object.clone());
-                        log.versions.push(Observed { object, deleted: false });
+                        log.versions.push(Observed { object, deleted: false, at: Instant::now() });
                     }
                     Ok(watcher::Event::Delete(object)) => {
                         log.current.remove(&object.uid().unwrap_or_default());
-                        log.versions.push(Observed { object, deleted: true });
+                        log.versions.push(Observed { object, deleted: true, at: Instant::now() });
                     }
                     Err(e) => {
                         log.last_error = Some(e.to_string());

@@ -13,8 +13,8 @@ use crate::walkthrough_support;
 use std::path::PathBuf;
 use std::process::Stdio;
 
+use e2e::Cluster;
 use e2e::gamedeployment::Columns;
-use e2e::{Cluster, wait_for};
 use walkthrough_support::*;
 
 /// Output and exit code of one `kubectl gd` run.
@@ -101,7 +101,7 @@ fn predelete_run_of(tree: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_shows_the_held_pod_and_status_waits_for_the_scale_in() {
     let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
+    let (hooks, gd) = operators(&cluster).await;
     example(&cluster, "hook-template-success.yaml").await;
     example(&cluster, "gamedeployment.yaml").await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
@@ -115,19 +115,32 @@ async fn get_shows_the_held_pod_and_status_waits_for_the_scale_in() {
     assert!(words.contains(&NAME.to_string()), "{words:?}");
     assert_eq!(words.last().map(String::as_str), Some(":4"), "no file completion: {words:?}");
 
+    // The run completes a few seconds after its first measurement and goes with its pod: the measured run is
+    // observed from a watch started before the scale-in, and both operators are frozen while `kubectl gd get` reads.
+    let runs = e2e::observe::Observer::<common::api::HookRun>::namespaced(&cluster, "default").await;
+    let pods = e2e::observe::Observer::<k8s_openapi::api::core::v1::Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["scale", "--replicas=5", &format!("gamedeployment/{NAME}")]).await;
-    // While the pod is held: its lifecycle state, its HookRun, the phase and the last measured value.
-    let tree = wait_for("kubectl gd get to show the held pod, its HookRun and the value 45", LONG, || async {
-        let out = kubectl_gd_quiet(&cluster, &["get", NAME]).await;
-        let tree = out.stdout;
-        (out.code == 0
-            && tree.contains("PreparingDelete")
-            && predelete_run_of(&tree).is_some()
-            && tree.contains("value 45,"))
-        .then_some(tree)
+    pods.wait("a pod held in PreparingDelete", LONG, |seen| {
+        (e2e::gamedeployment::label(&seen.object, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))
+            .then_some(())
     })
     .await;
+    runs.wait("the pre-delete HookRun to measure 45 while Running", LONG, |seen| {
+        let status = seen.object.status.as_ref()?;
+        let measured = status.metric_results.first()?.measurements.iter().any(|m| m.value.as_deref() == Some("45"));
+        (status.phase == Some(common::api::HookPhase::Running) && measured).then_some(())
+    })
+    .await;
+    let frozen = Frozen::new(&[&hooks, &gd]);
+    // While the pod is held: its lifecycle state, its HookRun, the phase and the last measured value.
+    let out = kubectl_gd_quiet(&cluster, &["get", NAME]).await;
+    drop(frozen);
+    let tree = out.stdout;
     println!("$ kubectl gd get {NAME}\n{tree}");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // What the kubectl gd page shows for this moment, names and times masked (issue 49: the page had drifted).
+    e2e::book::assert_block_matches("operating/kubectl-gd.md", &format!("kubectl gd get {NAME}"), &tree);
+    assert!(tree.contains("PreparingDelete") && tree.contains("value 45,"), "{tree}");
     assert!(!tree.contains('\x1b'), "not a terminal: plain text");
     let run = predelete_run_of(&tree).expect("a pre-delete HookRun");
     let id = run.trim_end_matches("-test").rsplit('-').next().expect("instance id");

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use e2e::gamedeployment::{Columns, apply, manifest, wait_columns};
 use e2e::hook::hook_pod;
+use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, FAST_ELECTION, Operator, wait_for};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube_sim::{FaultConfig, FaultRule};
 
 /// Keeps measuring (every measurement fails the condition, failures never fail the metric): its status is written
@@ -111,7 +113,8 @@ async fn partitioned_leaders_stop_writing_before_standbys_start() {
     apply(&cluster, &manifest("work", 2, "RollingUpdate", "", "python:latest")).await;
     wait_columns(&cluster, "work", Columns::new(2, 2, 2, 2, 2)).await;
 
-    // 409s on Lease writes: re-read, keep leading.
+    // 409s on Lease writes: re-read, keep leading. Every version of the Leases in the window is checked.
+    let leases = Observer::<Lease>::namespaced(&cluster, "default").await;
     cluster.sim().set_faults(FaultConfig {
         rules: vec![FaultRule {
             users: vec!["gd-a".into(), "hk-a".into()],
@@ -122,8 +125,18 @@ async fn partitioned_leaders_stop_writing_before_standbys_start() {
         }],
     });
     tokio::time::sleep(Duration::from_secs(6)).await;
+    leases.assert_never("a 409 on renew does not end leadership", |seen| {
+        let holder = seen.object.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
+        let leader = match seen.name() {
+            "gamedeployment-operator" => "gd-a",
+            "hook-operator" => "hk-a",
+            _ => return false,
+        };
+        seen.deleted || holder != Some(leader)
+    });
     assert_eq!(holder(&cluster, "gamedeployment-operator").await, "gd-a", "a 409 on renew does not end leadership");
     assert_eq!(holder(&cluster, "hook-operator").await, "hk-a");
+    drop(leases);
 
     // The partition: every Lease request of the leaders fails; their other requests still work.
     cluster.sim().set_faults(FaultConfig {

@@ -222,16 +222,26 @@ async fn the_walkthrough_image_patch_goes_as_planned() {
 
     let since = Instant::now();
     let watch = PodWatch::start(&cluster, &format!("app={NAME}"), "python:3.5", since).await;
+    // The rollout is timed from the patch's commit to the status that says it is done, both as the watch delivered
+    // them: not by this test's clock around a kubectl process and a poll.
+    let gds = e2e::observe::Observer::<GameDeployment>::namespaced(&cluster, "default").await;
+    let generation = get_gd(&cluster).await.metadata.generation.unwrap_or_default();
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
-    wait_for_condition(&cluster, |gd: &GameDeployment| {
-        gd.status.as_ref().is_some_and(|s| {
-            s.observed_generation == gd.metadata.generation
-                && s.updated_available_replicas == 3
-                && s.available_replicas == 5
+    let patched = gds
+        .wait("the patch", LONG, |seen| (seen.object.metadata.generation > Some(generation)).then_some(seen.at))
+        .await;
+    let done = gds
+        .wait("the image patch to roll out", LONG, |seen| {
+            let gd = &seen.object;
+            let status = gd.status.as_ref()?;
+            let done = status.observed_generation == gd.metadata.generation
+                && gd.metadata.generation > Some(generation)
+                && status.updated_available_replicas == 3
+                && status.available_replicas == 5;
+            done.then_some(seen.at)
         })
-    })
-    .await;
-    let took = since.elapsed().as_secs_f64();
+        .await;
+    let took = done.duration_since(patched).as_secs_f64();
     show_gd(&cluster).await;
 
     let actual = watch.batches(Duration::from_secs(5));
@@ -364,7 +374,7 @@ async fn as_now_forecasts_a_failing_running_hook() {
             (status.phase == Some(HookPhase::Running) && one_failed).then(|| seen.object.clone())
         })
         .await;
-    let planned_at = Instant::now();
+    let run_name = run.metadata.name.clone().unwrap_or_default();
     let held = e2e::gamedeployment::live_pods(&cluster, NAME)
         .await
         .into_iter()
@@ -374,14 +384,17 @@ async fn as_now_forecasts_a_failing_running_hook() {
 
     let args = ["plan", NAME, "--replicas", "5", "--hook-interval-scale", "0.25"];
     kubectl_gd(&cluster, &[&args[..], &["--assume-hooks", "as-now"]].concat()).await;
+    // The plan's "now" falls between these two readings of the clock the operators' timestamps use.
+    let asked = k8s_openapi::jiff::Timestamp::now();
     let as_now = kubectl_gd(&cluster, &[&args[..], &["--assume-hooks", "as-now", "-o", "json"]].concat()).await;
+    let answered = k8s_openapi::jiff::Timestamp::now();
     let succeed = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
     let as_now: serde_json::Value = serde_json::from_str(&as_now.stdout).expect("JSON");
     let succeed: serde_json::Value = serde_json::from_str(&succeed.stdout).expect("JSON");
     let step = &as_now["batches"][0]["pods"][0];
     assert_eq!(as_now["batches"].as_array().map(Vec::len), Some(1), "{as_now}");
     assert_eq!(step["pod"], held.as_str());
-    assert_eq!(step["hooks"][0]["run"], run.metadata.name.clone().unwrap().as_str(), "it waits on the running run");
+    assert_eq!(step["hooks"][0]["run"], run_name.as_str(), "it waits on the running run");
     assert_eq!(step["hooks"][0]["outcome"], "Failed");
     assert!(step["acted"].is_null(), "{step}");
     assert_eq!(as_now["stop"]["reason"], "hook-failed");
@@ -389,21 +402,44 @@ async fn as_now_forecasts_a_failing_running_hook() {
     let fails_in = step["hooks"][0]["completes"].as_f64().expect("it completes");
 
     // What happens: the run fails, the pod stays.
+    let failed = runs
+        .wait("the held pod's run to fail", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            (seen.name() == run_name && status.phase == Some(HookPhase::Failed)).then(|| status.clone())
+        })
+        .await;
     let gd = wait_for_condition(&cluster, |gd: &GameDeployment| {
         gd.status.as_ref().is_some_and(|s| {
             s.pre_delete_hook_condition.iter().any(|c| c.pod_name == held && c.phase == HookPhase::Failed)
         })
     })
     .await;
-    let took = planned_at.elapsed().as_secs_f64();
-    println!("forecast: fails in {fails_in}s; observed {took:.1}s");
     assert!(gd.status.is_some());
     assert!(
         e2e::gamedeployment::live_pods(&cluster, NAME).await.iter().any(|p| p.metadata.name.as_deref() == Some(&held)),
         "the held pod stays"
     );
-    // Within 20 % of the run's 30 s, as the plan said.
-    assert!((fails_in - took).abs() <= 6.0, "forecast {fails_in}s, observed {took:.1}s");
+    // Within 20 % of the run's 30 s, as the plan said. Timed by the run's own record (its failing measurement's end,
+    // written by the hook-operator) against the plan's moment, not by this test's clock after slow kubectl calls.
+    let failed_at = failed
+        .metric_results
+        .iter()
+        .flat_map(|m| &m.measurements)
+        .filter_map(|m| m.finished_at.as_ref())
+        .max()
+        .expect("the failing measurement finished")
+        .0;
+    let seconds = |t: k8s_openapi::jiff::Timestamp| t.as_millisecond() as f64 / 1000.0;
+    let (earliest, latest) = (seconds(asked) + fails_in - 6.0, seconds(answered) + fails_in + 6.0);
+    println!(
+        "forecast: fails {fails_in}s after the plan, made {:.1}s..{:.1}s before the run failed",
+        seconds(failed_at) - seconds(answered),
+        seconds(failed_at) - seconds(asked)
+    );
+    assert!(
+        (earliest..=latest).contains(&seconds(failed_at)),
+        "forecast {fails_in}s after the plan (made between {asked} and {answered}); the run failed at {failed_at}"
+    );
 }
 
 /// A race to empty planned mid-race under `as-now`: 10 game servers (`e2e::players`); the scale-in to 7 races 3 pods
@@ -419,7 +455,7 @@ async fn as_now_forecasts_the_race_to_empty_from_the_first_readings() {
     use common::api::{HookPhase, HookRun};
     const RACE: &str = "race";
     let cluster = Cluster::start().await;
-    let (_hooks, _gd) = operators(&cluster).await;
+    let (hooks, _gd) = operators(&cluster).await;
     let empty: Arc<Mutex<BTreeSet<String>>> = Default::default();
     let (address, _asked) = e2e::players::players_server(empty.clone()).await;
     let template = e2e::manifests::load!("hooktemplate-empty-thrice", address = address);
@@ -436,36 +472,51 @@ async fn as_now_forecasts_the_race_to_empty_from_the_first_readings() {
     .await;
 
     let watch = PodWatch::start(&cluster, &format!("app={RACE}"), "python:latest", Instant::now()).await;
+    // The candidates must be known and made empty before their runs' first reading (2 s after each run starts, at
+    // this scale), and the plan made while every run has read once and none has completed (the runs with players
+    // fail at their second reading, 5 s later): the hook-operator is stopped across both, which no poll or kubectl
+    // call on a loaded machine can race.
+    let pods = e2e::observe::Observer::<Pod>::namespaced(&cluster, "default").await;
+    let hook_runs = e2e::observe::Observer::<HookRun>::namespaced(&cluster, "default").await;
+    let frozen = Frozen::new(&[&hooks]);
     cluster.kubectl_ok(&["scale", "gamedeployment", RACE, "--replicas=7"]).await;
-    let racing: Vec<String> = e2e::wait_for("6 candidates in PreparingDelete", LONG, || async {
-        let pods = e2e::gamedeployment::live_pods(&cluster, RACE).await;
-        let racing: Vec<String> = pods
-            .into_iter()
-            .filter(|p| e2e::gamedeployment::label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))
-            .filter_map(|p| p.metadata.name)
-            .collect();
-        (racing.len() == 6).then_some(racing)
-    })
-    .await;
+    let racing: Vec<String> = pods
+        .wait_state("6 candidates in PreparingDelete", LONG, |pods| {
+            let racing: Vec<String> = pods
+                .iter()
+                .filter(|p| {
+                    e2e::gamedeployment::label(p, "app") == Some(RACE) && p.metadata.deletion_timestamp.is_none()
+                })
+                .filter(|p| e2e::gamedeployment::label(p, "lifecycle.apps.kruise.io/state") == Some("PreparingDelete"))
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            (racing.len() == 6).then_some(racing)
+        })
+        .await;
     // Before the first measurement (40 s, 2 s scaled, after each run starts): every other candidate is empty.
     let chosen: BTreeSet<String> = racing.iter().skip(1).step_by(2).cloned().collect();
     *empty.lock().unwrap() = chosen.clone();
     println!("candidates {racing:?}; empty servers: {chosen:?}");
+    drop(frozen);
     let runs: Api<HookRun> = Api::namespaced(cluster.client(), "default");
-    e2e::wait_for("6 pre-delete runs, each with one measurement, none completed", LONG, || async {
-        let list = runs.list(&Default::default()).await.ok()?.items;
-        let read = |r: &HookRun| {
-            r.status.as_ref().is_some_and(|s| s.metric_results.first().is_some_and(|m| !m.measurements.is_empty()))
-        };
-        let completed = |r: &HookRun| r.status.as_ref().and_then(|s| s.phase).is_some_and(HookPhase::is_completed);
-        (list.len() == 6 && list.iter().all(read) && !list.iter().any(completed)).then_some(())
-    })
-    .await;
+    let read = |r: &HookRun| {
+        r.status.as_ref().is_some_and(|s| s.metric_results.first().is_some_and(|m| !m.measurements.is_empty()))
+    };
+    let completed = |r: &HookRun| r.status.as_ref().and_then(|s| s.phase).is_some_and(HookPhase::is_completed);
+    hook_runs
+        .wait_state("6 pre-delete runs, each with one measurement", LONG, |list| {
+            (list.len() == 6 && list.iter().all(|r| read(r))).then_some(())
+        })
+        .await;
+    let frozen = Frozen::new(&[&hooks]);
+    let now = hook_runs.current();
+    assert!(!now.iter().any(completed), "a run completed at its first reading: {now:#?}");
 
     let args = ["plan", RACE, "--replicas", "7", "--assume-hooks", "as-now", "--hook-interval-scale", "0.05"];
     let json = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
     assert_eq!(json.code, 0, "{}", json.stderr);
     kubectl_gd(&cluster, &args).await;
+    drop(frozen);
     let plan: serde_json::Value = serde_json::from_str(&json.stdout).expect("-o json is JSON");
     let set = |value: &serde_json::Value| -> BTreeSet<String> {
         value.as_array().expect("a list").iter().map(|p| p.as_str().expect("a name").to_string()).collect()

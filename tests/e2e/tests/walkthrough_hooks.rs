@@ -171,13 +171,13 @@ async fn fail_template_holds_the_pod_until_retry() {
 
     // Someone fixes the hook and asks for a retry.
     example(&cluster, "hook-template-success.yaml").await;
+    // The new run succeeds within seconds and goes with the pod: observed from a watch started before the retry.
+    let runs = e2e::observe::Observer::<common::api::HookRun>::namespaced(&cluster, "default").await;
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", RETRY]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type='json' -p='{RETRY}'\n{out}");
     wait_for_condition(&cluster, |gd| gd.spec.pre_delete_update_strategy.as_ref().is_some_and(|s| !s.retry)).await;
-    e2e::wait_for("a new HookRun for the pod", LONG, || async {
-        get_run(&cluster, &run).await.filter(|r| r.metadata.uid.as_deref() != Some(failed_uid.as_str())).map(|_| ())
-    })
-    .await;
+    runs.wait("a new HookRun for the pod", LONG, |seen| (seen.name() == run && seen.uid() != failed_uid).then_some(()))
+        .await;
     hookruns(&cluster, false).await;
     wait_gd(&cluster, Columns::new(5, 5, 5, 5, 5)).await;
     wait_runs(&cluster, "every HookRun to be removed", |rows| rows.is_empty()).await;

@@ -149,3 +149,30 @@ pub async fn show_pods(cluster: &Cluster) {
     let out = cluster.kubectl(&["get", "pod", "-l", &format!("app={NAME}")]).await;
     println!("$ kubectl get pod | grep gamedeployment\n{}", out.stdout);
 }
+
+/// Operators stopped (SIGSTOP) while a view of what they did is read, so that the view shows a state they would
+/// otherwise move on from (a run completes a few seconds after its first measurement) however long the read takes on
+/// a loaded machine; continued (SIGCONT) when dropped.
+pub struct Frozen(Vec<u32>);
+
+impl Frozen {
+    pub fn new(operators: &[&e2e::Operator]) -> Self {
+        let pids: Vec<u32> = operators.iter().map(|o| o.pid().expect("the operator runs")).collect();
+        for pid in &pids {
+            assert!(signal("STOP", *pid), "SIGSTOP {pid}");
+        }
+        Self(pids)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            signal("CONT", *pid);
+        }
+    }
+}
+
+fn signal(name: &str, pid: u32) -> bool {
+    std::process::Command::new("kill").arg(format!("-{name}")).arg(pid.to_string()).status().is_ok_and(|s| s.success())
+}
