@@ -154,3 +154,53 @@ async fn watch_redraws_in_place_on_a_terminal() {
     assert!(last.ends_with("\x1b[J"), "what the previous frame left below is cleared: {last:?}");
     sim.shutdown().await;
 }
+
+/// `kubectl gd status NAME` on a pseudo-terminal (issue 49, finding 6): one line redrawn in place every second — a
+/// carriage return, the line with the time since the command started, the rest of the line cleared — and a new line
+/// when the verdict changes, as `kubectl rollout status` adds one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_redraws_its_line_in_place_on_a_terminal() {
+    let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await.expect("kube-sim");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+    let client = sim.client().await;
+    install_crds(&client).await;
+    let gds: Api<GameDeployment> = Api::namespaced(client.clone(), "default");
+    let gd: GameDeployment = serde_yaml::from_str(GD).expect("GameDeployment");
+    gds.create(&PostParams::default(), &gd).await.expect("created");
+    set_status(&gds, 0).await;
+
+    let pty = open_pty();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-gd"))
+        .args(["status", NAME, "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdin(std::process::Stdio::null())
+        .stdout(pty.terminal.try_clone().expect("terminal handle"))
+        .stderr(pty.terminal.try_clone().expect("terminal handle"))
+        .spawn()
+        .expect("kubectl-gd starts");
+    drop(pty.terminal);
+    let out = capture(pty.master);
+
+    // The same line, drawn again as the seconds pass: no new line in between.
+    let line = "Progressing: 0 of 3 pods run revision watched-1";
+    let text = wait_output(&out, "the line redrawn a second later", |t| {
+        t.contains(&format!("\r[0s] {line}\x1b[K")) && t.contains(&format!("\r[2s] {line}\x1b[K"))
+    })
+    .await;
+    assert!(!text.contains('\n'), "redrawn in place, not appended: {text:?}");
+    // A change: the old line stays, the new one starts on the next line (the terminal writes a new line as
+    // "\r\n").
+    set_status(&gds, 2).await;
+    let text =
+        wait_output(&out, "the changed line", |t| t.contains("Progressing: 2 of 3 pods run revision watched-1")).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let changed = text.find("Progressing: 2 of 3").expect("the change");
+    assert!(
+        text[..changed].ends_with("] ") && text[..changed].contains("\x1b[K\r\n\r["),
+        "a new line for a change: {text:?}"
+    );
+    sim.shutdown().await;
+}
