@@ -15,6 +15,7 @@ use std::time::Duration;
 use kube_sim::{SimConfig, SimHandle};
 
 pub mod bench;
+pub mod book;
 pub mod chart_pods;
 pub mod faults;
 pub mod gamedeployment;
