@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use e2e::gamedeployment::{Columns, apply, image, is_ready, manifest, pods, start_operator, wait_columns};
+use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
+use k8s_openapi::api::core::v1::Pod;
 
 const NEW_IMAGE: &str =
     r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "python:3.5"}]"#;
@@ -39,6 +41,8 @@ async fn in_place_only_refuses_a_change_that_cannot_be_made_in_place() {
     wait_columns(&cluster, NAME, Columns::new(3, 3, 3, 3, 3)).await;
     let before = uids(&cluster, NAME).await;
 
+    // Every version of every pod from before the refused change on: none is deleted, none created.
+    let pod_versions = Observer::<Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_ENV]).await;
     let message = wait_for("FailedUpdate saying InPlaceOnly refused the change", DEADLINE, || async {
         let status = condition(&cluster, NAME, "FailedUpdate", "status").await;
@@ -49,9 +53,13 @@ async fn in_place_only_refuses_a_change_that_cannot_be_made_in_place() {
     assert!(message.contains("spec.containers") && message.contains("InPlaceIfPossible"), "{message}");
     let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "reason=FailedUpdate"]).await;
     assert!(events.contains("InPlaceOnly"), "a Warning Event says it too:\n{events}");
-    // Nothing is recreated, however long we look.
+    // Nothing is recreated: a window of 3 s past the refusal, every change in it checked.
     tokio::time::sleep(Duration::from_secs(3)).await;
     wait_columns(&cluster, NAME, Columns::new(3, 0, 0, 3, 3)).await;
+    pod_versions.assert_never("no pod deleted or created", |seen| {
+        seen.deleted || seen.object.metadata.deletion_timestamp.is_some() || !before.contains(seen.uid())
+    });
+    drop(pod_versions);
     assert_eq!(uids(&cluster, NAME).await, before, "no pod deleted or created");
 
     // Back to an image-only change: it rolls in place, and the condition goes.

@@ -24,15 +24,17 @@ async fn restart_mid_rollout_resumes_without_extra_pods() {
 
     let monitor = PodMonitor::start(&cluster, NAME, 6, 2, initial.clone(), 4);
     let patch = r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "python:3.5"}]"#;
+    // A grace period lasts 3 s: observed from a watch started before the patch.
+    let pod_versions = e2e::observe::Observer::<k8s_openapi::api::core::v1::Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", patch]).await;
     // Kill while the first pods wait in their grace period.
-    wait_for("a pod in its in-place grace period", DEADLINE, || async {
-        let now = pods(&cluster, NAME).await;
-        now.iter()
-            .any(|p| p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("inplace-update-grace")))
-            .then_some(())
-    })
-    .await;
+    pod_versions
+        .wait("a pod in its in-place grace period", DEADLINE, |seen| {
+            let annotations = seen.object.metadata.annotations.as_ref()?;
+            annotations.contains_key("inplace-update-grace").then_some(())
+        })
+        .await;
+    drop(pod_versions);
     operator.kill().await;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     operator.restart().await;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use e2e::gamedeployment::{
     Columns, PodMonitor, apply, image, is_ready, manifest, pods, revision, start_operator, wait_columns,
 };
+use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -42,6 +43,10 @@ async fn rollout(strategy: &str, extra: &str) -> (Vec<Pod>, Vec<Pod>) {
         (ready && new == 4).then(|| now.clone())
     })
     .await;
+    // From here every version of every pod is checked: the rollout stays where it is.
+    let pod_versions = Observer::<Pod>::namespaced(&cluster, "default").await;
+    let settled: BTreeMap<String, Option<String>> =
+        live(&after).iter().map(|p| (p.metadata.uid.clone().unwrap_or_default(), image(p).map(String::from))).collect();
     let seen = monitor.stop().await;
     assert!(seen.violations.is_empty(), "{strategy}: {:#?}", seen.violations);
     assert!(seen.moments >= 4, "{strategy}: the watcher saw the rollout ({} moments)", seen.moments);
@@ -52,9 +57,18 @@ async fn rollout(strategy: &str, extra: &str) -> (Vec<Pod>, Vec<Pod>) {
     } else {
         assert!(seen.max_unavailable >= 1, "{strategy}: the rollout took pods down (saw {})", seen.max_unavailable);
     }
-    // Stays there: nothing more is updated.
+    // Stays there: nothing more is updated, deleted or created (a window of 2 s, every change in it checked; a pod
+    // of the rollout still terminating is neither).
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     wait_columns(&cluster, NAME, Columns::new(6, 4, 4, 6, 6)).await;
+    pod_versions.assert_never(&format!("{strategy}: the rollout moved past its partition"), |seen| {
+        let going = seen.deleted || seen.object.metadata.deletion_timestamp.is_some();
+        match settled.get(seen.uid()) {
+            Some(was) => going || image(&seen.object).map(String::from) != *was,
+            None => !going,
+        }
+    });
+    drop(pod_versions);
     let live_after = live(&after);
     assert_eq!(live_after.iter().filter(|p| revision(p) == initial.as_deref()).count(), 2);
     assert!(
@@ -144,6 +158,9 @@ async fn paused_is_honoured_as_set() {
     apply(&cluster, &manifest(NAME, 4, "InplaceUpdate", "    paused: true\n", "python:latest")).await;
     // Pods created while paused still become Ready.
     wait_columns(&cluster, NAME, Columns::new(4, 4, 4, 4, 4)).await;
+    let first_four: Vec<String> = pods(&cluster, NAME).await.into_iter().filter_map(|p| p.metadata.uid).collect();
+    // Every version of every pod while paused: none of the first four is updated or deleted.
+    let pod_versions = Observer::<Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     wait_for("the Paused condition", DEADLINE, || async {
         let reason = cluster
@@ -164,6 +181,13 @@ async fn paused_is_honoured_as_set() {
     wait_columns(&cluster, NAME, Columns::new(5, 1, 1, 5, 5)).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     wait_columns(&cluster, NAME, Columns::new(5, 1, 1, 5, 5)).await;
+    pod_versions.assert_never("a pod of the old template updated or deleted while paused", |seen| {
+        first_four.iter().any(|uid| uid == seen.uid())
+            && (seen.deleted
+                || seen.object.metadata.deletion_timestamp.is_some()
+                || image(&seen.object) != Some("python:latest"))
+    });
+    drop(pod_versions);
     let paused =
         cluster.kubectl_ok(&["get", "gamedeployment", NAME, "-o", "jsonpath={.spec.updateStrategy.paused}"]).await;
     assert_eq!(paused, "true", "the operator never unpauses (BCS resets the flag)");

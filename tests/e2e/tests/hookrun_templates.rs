@@ -101,7 +101,16 @@ async fn walkthrough_templates_end_as_in_the_seed() {
         ])
         .await;
     let frozen = get_run(&cluster, "pre-delete-hook-fail").await;
+    // Every version of it over a window of 2 s: the status never moves (one look at the end would miss a change
+    // undone within the window).
+    let versions = e2e::observe::Observer::start(
+        "the frozen run",
+        kube::Api::<common::api::HookRun>::namespaced(cluster.client(), "default"),
+        kube::runtime::watcher::Config::default().fields("metadata.name=pre-delete-hook-fail"),
+    )
+    .await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    versions.assert_never("a completed run's status changed", |seen| seen.object.status != frozen.status);
     assert_eq!(get_run(&cluster, "pre-delete-hook-fail").await.status, frozen.status);
 }
 

@@ -29,14 +29,17 @@ async fn pre_and_post_inplace_hooks() {
     wait_gd(&cluster, Columns::new(4, 4, 4, 4, 4)).await;
     let watch = e2e::gate::GateChecker::start(&cluster, "default").await;
 
+    // Each run succeeds within seconds and is removed once its pod moves on: observed from a watch started before
+    // the patch.
+    let runs = e2e::observe::Observer::<common::api::HookRun>::namespaced(&cluster, "default").await;
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type='json' -p='{NEW_IMAGE}'\n{out}");
-    let rows = wait_runs(&cluster, "pre-inplace HookRuns", |rows| {
-        rows.iter().any(|r| r.name.starts_with(&format!("preinplace-{NAME}-")))
-    })
-    .await;
-    let pre = rows.iter().find(|r| r.name.starts_with("preinplace-")).expect("a pre-inplace run");
-    let run = get_run(&cluster, &pre.name).await.expect("the run exists");
+    let named = |prefix: String| {
+        move |seen: &e2e::observe::Observed<common::api::HookRun>| {
+            seen.name().starts_with(&prefix).then(|| seen.object.clone())
+        }
+    };
+    let run = runs.wait("pre-inplace HookRuns", LONG, named(format!("preinplace-{NAME}-"))).await;
     let arg = |name: &str| run.spec.args.iter().find(|a| a.name == name).and_then(|a| a.value.clone());
     assert_eq!(arg("ModifiedContainer[0]").as_deref(), Some("python"));
     assert_eq!(arg("PodContainer[0]").as_deref(), Some("python"));
@@ -44,10 +47,7 @@ async fn pre_and_post_inplace_hooks() {
         run.metadata.labels.as_ref().and_then(|l| l.get("hookrun-type")).map(String::as_str),
         Some("pre-inplace-step")
     );
-    wait_runs(&cluster, "post-inplace HookRuns", |rows| {
-        rows.iter().any(|r| r.name.starts_with(&format!("postinplace-{NAME}-")))
-    })
-    .await;
+    runs.wait("post-inplace HookRuns", LONG, named(format!("postinplace-{NAME}-"))).await;
     wait_gd(&cluster, Columns::new(4, 4, 4, 4, 4)).await;
     wait_runs(&cluster, "every HookRun to be removed", |rows| rows.is_empty()).await;
     let pods = e2e::wait_for("every pod back to Normal", LONG, || async {

@@ -50,8 +50,10 @@ async fn missing_template_blocks_only_what_needs_it_until_it_appears() {
         gd.status.as_ref()?.conditions.iter().any(|c| c.type_ == "HookBlocked").then_some(())
     })
     .await;
+    // The run succeeds within seconds and goes with its pod: observed from a watch started before the template.
+    let runs = e2e::observe::Observer::<common::api::HookRun>::namespaced(&cluster, "default").await;
     example(&cluster, "hook-template-success.yaml").await;
-    wait_runs(&cluster, "a pre-delete HookRun", |rows| rows.len() == 1).await;
+    runs.wait("a pre-delete HookRun", LONG, |seen| seen.name().starts_with("predelete-").then_some(())).await;
     wait_gd(&cluster, Columns::new(6, 6, 6, 6, 6)).await;
     wait_runs(&cluster, "every HookRun to be removed", |rows| rows.is_empty()).await;
     let gd = get_gd(&cluster).await;
