@@ -99,8 +99,10 @@ pub(crate) struct PodInfo<'a> {
     /// To be deleted and replaced: named in `spec.scaleStrategy.podsToDelete`, or labelled
     /// `apps.kruise.io/specified-delete: "true"` ([`lifecycle::specified_delete`]).
     pub specified: bool,
-    /// In `Updated` until the `inPlaceUpdate` lifecycle handler is back on it: the outside controller has not put
-    /// it back in service yet, so it counts as unavailable (CloneSet).
+    /// In `Updated` with an `inPlaceUpdate` lifecycle handler: unavailable until its return to `Normal` is written —
+    /// while the handler is missing (the outside controller has not put it back in service) and in the pass that
+    /// sees it back, as Kruise's `IsPodAvailable` rejects any state but `Normal` (so the next pod is taken only
+    /// after that write, never in the same pass).
     pub awaits_handler: bool,
     /// The server declares `Maintaining` ([`common::server_state`]): a quarantine. The operator never updates or
     /// deletes it (a person still may: `specified`), and it counts neither as available nor against the update
@@ -117,6 +119,14 @@ impl PodInfo<'_> {
             && matches!(self.state, LifecycleState::Normal | LifecycleState::Updated)
             && self.progress.is_idle()
             && !self.awaits_handler
+    }
+
+    /// Available as the status counts it (`availableReplicas`, `updatedAvailableReplicas`): Kruise's
+    /// `IsPodAvailable` — available (ready for `minReadySeconds`, not quarantined) and in lifecycle state `Normal`
+    /// or none. A pod in any other state (held by a gate or handler, being updated, waiting in `Updated`) is not.
+    pub fn status_available(&self) -> bool {
+        self.available
+            && common::pod::label(self.pod, keys::LIFECYCLE_STATE).is_none_or(|s| s == LifecycleState::Normal.as_str())
     }
 
     pub fn pod_ref(&self) -> PodRef {
@@ -400,7 +410,7 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
                 progress: inplace::progress(pod, settings.now),
                 specified: specified.contains(name) || lifecycle::specified_delete(pod),
                 awaits_handler: lifecycle::state_of(pod) == LifecycleState::Updated
-                    && lifecycle::holds_return(settings.gd, lifecycle::Handler::InPlaceUpdate, pod),
+                    && lifecycle::handler(settings.gd, lifecycle::Handler::InPlaceUpdate).is_some(),
                 quarantined,
             }
         })

@@ -149,10 +149,11 @@ pub(crate) fn compute(
         observed_generation: settings.gd.metadata.generation,
         replicas,
         ready_replicas: count_where(infos, |i| i.ready),
-        available_replicas: count_where(infos, |i| i.available),
+        // Kruise's `calculateStatus`: available = `IsPodAvailable`, which only a pod in lifecycle state `Normal` is.
+        available_replicas: count_where(infos, |i| i.status_available()),
         updated_replicas: updated,
         updated_ready_replicas: count_where(infos, |i| i.updated && i.ready),
-        updated_available_replicas: count_where(infos, |i| i.updated && i.available),
+        updated_available_replicas: count_where(infos, |i| i.updated && i.status_available()),
         // CloneSet: `replicas − partition` (the partition in force this pass: the canary step's while one runs).
         expected_updated_replicas: (settings.replicas - settings.partition).max(0),
         server_states: server_states(infos.iter().map(|i| i.pod)),

@@ -19,6 +19,7 @@ mod chart_observability;
 mod chart_pods;
 mod chart_rbac;
 mod chart_security;
+mod cloneset_availability;
 mod cloneset_surge;
 mod cloneset_update_types;
 mod delete_pod_skips_hook;
