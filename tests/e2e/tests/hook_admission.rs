@@ -15,8 +15,8 @@ use e2e::{DEADLINE, wait_for};
 
 use crate::pod_gate_webhook::Gated;
 
-/// What `hook-operator check -f FILE` says about an invalid file (its exit code must be 2), without its prefix.
-fn check_message(file: &str) -> String {
+/// What `hook-operator check -f FILE` prints on stderr for a file it cannot run (its exit code must be 2).
+fn check_stderr(file: &str) -> String {
     let out = Command::new(e2e::binary("hook-operator", "hook-operator"))
         .args(["check", "-f", file])
         .current_dir(e2e::repo_root())
@@ -24,8 +24,27 @@ fn check_message(file: &str) -> String {
         .expect("hook-operator check runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(2), "check exits 2 for an invalid file: {stderr}");
+    assert!(out.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&out.stdout));
+    stderr
+}
+
+/// What `hook-operator check -f FILE` says about an invalid file, without its prefix.
+fn check_message(file: &str) -> String {
+    let stderr = check_stderr(file);
     let prefix = format!("hook-operator check: {file}: ");
     stderr.trim().strip_prefix(&prefix).unwrap_or_else(|| panic!("{stderr}")).to_string()
+}
+
+/// The book's `hook-operator check` blocks of files it cannot run print what the pages show (no cluster needed).
+#[test]
+fn the_books_check_blocks_print_what_the_pages_show() {
+    for (page, file) in [
+        ("hooks/check.md", "examples/hook-template-args.yaml"),
+        ("hooks/check.md", "examples/admission/hook-template-unfinished.yaml"),
+        ("webhooks.md", "examples/admission/hook-template-typo.yaml"),
+    ] {
+        e2e::book::assert_block_matches(page, &format!("hook-operator check -f {file}"), &check_stderr(file));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,6 +56,9 @@ async fn invalid_hooks_are_refused_at_apply_with_the_check_message_and_missing_t
         let want = check_message(file);
         let out = cluster.kubectl(&["apply", "-f", file]).await;
         println!("$ kubectl apply -f {file}\n{}{}", out.stdout, out.stderr);
+        if file.ends_with("typo.yaml") {
+            e2e::book::assert_block_matches("webhooks.md", &format!("kubectl apply -f {file}"), &out.stderr);
+        }
         assert!(!out.success, "refused: {}", out.stdout);
         assert!(
             out.stderr
@@ -73,6 +95,12 @@ async fn invalid_hooks_are_refused_at_apply_with_the_check_message_and_missing_t
     let out = cluster.kubectl(&["apply", "-f", file]).await;
     println!("$ kubectl apply -f {file}\n{}{}", out.stdout, out.stderr);
     assert!(out.success, "admitted: {}", out.stderr);
+    // As a terminal shows it: the warning (stderr, sent while the request is answered), then the result.
+    e2e::book::assert_block_matches(
+        "webhooks.md",
+        &format!("kubectl apply -f {file}"),
+        &format!("{}{}", out.stderr, out.stdout),
+    );
     assert!(
         out.stderr.contains(
             "Warning: HookTemplate \"drain\" named by preDeleteUpdateStrategy.hook does not exist in namespace \
