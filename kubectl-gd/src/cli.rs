@@ -49,6 +49,7 @@ Exit codes:
      is available, no pod waits on a gate, the canary steps are done
   1  a hook failed or cannot start (naming the pod and the HookRun), a canary step hook failed, or the spec is
      invalid
+  2  usage error
   3  paused (spec.updateStrategy.paused, or a canary pause step without a duration)
   4  --timeout passed first
   5  not found, or the API refused
@@ -285,6 +286,18 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// `kubectl gd status --help` lists every exit code the command uses (issue 49: it listed 0, 1 and 3).
+    #[test]
+    fn status_help_lists_every_exit_code() {
+        use crate::rollout::{State, exit};
+        let states = [State::Complete, State::Failed, State::Paused, State::Stalled, State::RolledBack];
+        let codes = states.iter().filter_map(|s| s.exit_code()).chain([exit::TIMEOUT, exit::ERROR, 2]);
+        for code in codes {
+            assert!(STATUS_HELP.contains(&format!("\n  {code}  ")), "exit {code} is not in:\n{STATUS_HELP}");
+        }
+        assert_eq!(State::Progressing.exit_code(), None, "progress is waited for");
     }
 
     #[test]
