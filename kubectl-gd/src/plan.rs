@@ -111,11 +111,11 @@ pub async fn read(target: &Target, name: &str) -> Result<Live, Error> {
         run_api.list(&runs),
         template_api.list(&all),
     )?;
-    let uid = gd.metadata.uid.clone().unwrap_or_default();
+    // The GameDeployment's revisions as the operator counts them (its own, and orphans given to it by name).
     let revisions = revisions
         .items
         .into_iter()
-        .filter(|r| r.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid))
+        .filter(|r| gamedeployment_operator::forecast::takeover::is_revision_of(r, &gd))
         .collect();
     // Node deletion costs order scale-in; without permission to list nodes the forecast goes without them.
     let nodes: Api<Node> = Api::all(target.client.clone());

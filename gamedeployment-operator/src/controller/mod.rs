@@ -571,10 +571,7 @@ fn observe(cached: &GameDeployment, ctx: &Context) -> Result<Observation, Error>
         .state()
         .into_iter()
         .filter(|r| in_namespace(r.namespace()))
-        .filter(|r| {
-            ownership::controller_of(r.metadata.owner_references.as_ref())
-                .is_some_and(|o| ownership::is_owned_by(o, &gd))
-        })
+        .filter(|r| crate::revision::is_of(r, &gd))
         .collect();
     {
         let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();

@@ -66,6 +66,15 @@ impl Takeover {
     }
 }
 
+/// Whether `revision` is one of `gd`'s as the operator decides it (controlled by it, or an orphan given to it by
+/// name): what `kubectl gd plan` reads.
+pub fn is_revision_of(
+    revision: &k8s_openapi::api::apps::v1::ControllerRevision,
+    gd: &common::api::GameDeployment,
+) -> bool {
+    revision::is_of(revision, gd)
+}
+
 /// The per-pod verdicts for `live` as read (before any change is made to it).
 pub fn takeover(live: &Live) -> Takeover {
     let revisions: Vec<_> = live.revisions.iter().collect();

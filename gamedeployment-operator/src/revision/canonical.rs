@@ -62,9 +62,10 @@ pub fn template(value: &Value) -> Value {
     canonical(value, PullPolicy::Default)
 }
 
-/// [`template`] without defaulting `imagePullPolicy`, for comparing two templates with their images set aside (an
-/// in-place update): that default follows the image's tag (`:latest` pulls `Always`), and the API server set it
-/// once, when the pod was created; an image change in place does not change it.
+/// [`template`] with `imagePullPolicy` unset where it is the default for the container's image, for comparing two
+/// templates with their images set aside (an in-place update): that default follows the image's tag (`:latest`
+/// pulls `Always`), and the API server set it once, when the pod was created; an image change in place does not
+/// change it. A policy other than the default is compared.
 pub fn template_apart_from_images(value: &Value) -> Value {
     canonical(value, PullPolicy::AsWritten)
 }
@@ -212,10 +213,16 @@ fn container_defaults(container: &mut Value, host_network: bool, pull_policy: Pu
     let Some(c) = container.as_object_mut() else { return };
     set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
     set_default(c, "terminationMessagePolicy", json!("File"));
-    if pull_policy == PullPolicy::Default && c.get("imagePullPolicy").is_none_or(Value::is_null) {
-        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-        let policy = if image_tag_is_latest(image) { "Always" } else { "IfNotPresent" };
-        c.insert("imagePullPolicy".into(), json!(policy));
+    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+    let default_policy = json!(if image_tag_is_latest(image) { "Always" } else { "IfNotPresent" });
+    match pull_policy {
+        PullPolicy::Default => set_default(c, "imagePullPolicy", default_policy),
+        // The default written out is the same as unset.
+        PullPolicy::AsWritten => {
+            if c.get("imagePullPolicy") == Some(&default_policy) {
+                c.remove("imagePullPolicy");
+            }
+        }
     }
     if let Some(Value::Array(ports)) = c.get_mut("ports") {
         for p in ports.iter_mut().filter_map(Value::as_object_mut) {

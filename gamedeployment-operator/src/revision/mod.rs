@@ -155,6 +155,26 @@ pub fn holds_template(revision: &ControllerRevision, template: &PodTemplateSpec)
     stored_canonical(revision).is_some_and(|stored| stored == canonical_template(template))
 }
 
+/// Whether `revision` is one of `gd`'s: controlled by it, or controlled by nothing and given to it by name — the
+/// GameDeployment name label (`gamedeployment.tkex.tencent.com/name`) that this operator writes on its own revisions,
+/// set by hand on the revisions of a workload whose pods the GameDeployment takes over (an orphaned CloneSet's: the
+/// pods name that revision, and it holds their template) — with labels its selector matches.
+pub fn is_of(revision: &ControllerRevision, gd: &GameDeployment) -> bool {
+    let meta = &revision.metadata;
+    match crate::ownership::controller_of(meta.owner_references.as_ref()) {
+        Some(owner) => crate::ownership::is_owned_by(owner, gd),
+        None => {
+            let empty = BTreeMap::new();
+            let labels = meta.labels.as_ref().unwrap_or(&empty);
+            let named = gd.metadata.name.as_deref().map(common::hookrun::workload_label_value);
+            meta.deletion_timestamp.is_none()
+                && named.is_some_and(|n| labels.get(keys::HOOKRUN_WORKLOAD_NAME) == Some(&n))
+                && crate::ownership::validate_selector(gd).is_ok()
+                && crate::ownership::selector_matches(&gd.spec.selector, labels)
+        }
+    }
+}
+
 fn number(revision: &ControllerRevision) -> i64 {
     revision.revision.unwrap_or(0)
 }
@@ -342,6 +362,24 @@ mod tests {
         let back = resolve(&v1, &[&r1, &r2]);
         assert_eq!(Some(back.update_revision.clone()), r1.metadata.name);
         assert_eq!(back.change, Some(RevisionChange::Renumber { name: back.update_revision.clone(), revision: 3 }));
+    }
+
+    #[test]
+    fn a_revision_is_the_gamedeployments_when_it_controls_it_or_when_an_orphan_is_given_to_it_by_name() {
+        let gd = gd("nginx:1");
+        let mut owned = new_revision(&gd, None, 1);
+        assert!(is_of(&owned, &gd));
+        owned.metadata.owner_references.as_mut().unwrap()[0].uid = "another".into();
+        assert!(!is_of(&owned, &gd), "another GameDeployment's");
+        let mut orphan = new_revision(&gd, None, 1);
+        orphan.metadata.owner_references = None;
+        assert!(is_of(&orphan, &gd), "an orphan named after it, matching its selector");
+        let mut unnamed = orphan.clone();
+        unnamed.metadata.labels.as_mut().unwrap().remove(keys::HOOKRUN_WORKLOAD_NAME);
+        assert!(!is_of(&unnamed, &gd), "an orphan not given to it");
+        let mut unmatched = orphan.clone();
+        unmatched.metadata.labels.as_mut().unwrap().insert("app".into(), "other".into());
+        assert!(!is_of(&unmatched, &gd), "an orphan its selector does not match");
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod chart_rbac;
 mod chart_security;
 mod cloneset_availability;
 mod cloneset_surge;
+mod cloneset_takeover;
 mod cloneset_update_types;
 mod delete_pod_skips_hook;
 mod events_per_pod;

@@ -616,6 +616,13 @@ mod tests {
         let change = diff(&stored, &written).unwrap();
         assert_eq!(change.images, BTreeMap::from([("main".to_string(), "nginx:2".to_string())]));
         assert!(diff(&template("nginx:1", &[("app", "web")]), &template("nginx:latest", &[("app", "web")])).is_ok());
+        // A revision from a defaulted object (a CloneSet's) writes the default pull policy out.
+        let mut defaulted = template("nginx:1", &[("app", "web")]);
+        defaulted.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("IfNotPresent".into());
+        assert!(diff(&defaulted, &template("nginx:2", &[("app", "web")])).is_ok());
+        let mut always = template("nginx:2", &[("app", "web")]);
+        always.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+        assert!(diff(&defaulted, &always).is_err(), "another pull policy is not an image change");
         quantity(&mut written, "2");
         assert!(diff(&stored, &written).is_err(), "a real resource change is not in place");
     }
