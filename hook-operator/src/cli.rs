@@ -28,7 +28,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a HookTemplate (or HookRun) once, locally, without a cluster, and print every measurement.
-    /// Exits 0 only when the run ends Successful.
+    /// Exits 0 when the run ends Successful, 1 when it ends Failed, Error or Inconclusive, 2 when it cannot run (an
+    /// unreadable file, an invalid template or run, an argument without a value).
     Check(Box<CheckFlags>),
     /// Internal: serve evaluation jobs on stdin/stdout (started by the operator itself; see `isolation`).
     #[command(hide = true)]
