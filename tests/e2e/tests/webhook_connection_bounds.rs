@@ -218,13 +218,32 @@ async fn restart_with_descriptor_limit(gated: &mut Gated) -> SocketAddr {
         &args,
     );
     let address = webhook_address(&gated.gamedeployment, 1).await;
-    wait_for("the limited operator's webhook caches to sync", DEADLINE, || async {
+    let started = std::time::Instant::now();
+    loop {
+        // The first operator may have been killed before its caches synced: only lines after the limited one's start
+        // count.
         let logs = e2e::gamedeployment::strip_ansi(&gated.gamedeployment.logs());
-        (logs.matches("webhook caches synced; ready").count() >= 2).then_some(())
-    })
-    .await;
+        let limited = logs.match_indices("serving admission webhooks").nth(1).map_or(logs.len(), |(at, _)| at);
+        if logs[limited..].contains("webhook caches synced; ready") {
+            break;
+        }
+        let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the limited operator's webhook caches never synced:\n{}",
+            tail.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     gated.cluster.sim().set_service_address(&format!("{NS}/{NAME}-webhook"), Some(443), address);
+    println!("the limited operator holds {} descriptors once ready", descriptors_of(&gated.gamedeployment));
     address
+}
+
+/// How many descriptors the operator process holds now (`/proc/PID/fd`).
+fn descriptors_of(operator: &e2e::Operator) -> usize {
+    let pid = operator.pid().expect("the operator runs");
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count())
 }
 
 /// The pods of `drained` on `node`, by UID.
@@ -254,10 +273,21 @@ async fn one_client_holding_more_connections_than_the_operator_has_descriptors_s
     let (_, _) = gated_pods_sharing_a_node(cluster).await;
     let tls = tls_client(cluster).await;
     let name = ServerName::try_from(server()).unwrap();
+    let metrics = e2e::gamedeployment::nth_metrics_address(&gated.gamedeployment, 1).await;
     let checker = GateChecker::start(cluster, "default").await;
     let mut drained = 0;
 
     for pattern in [Pattern::IdleTcp, Pattern::UnfinishedHandshake, Pattern::SlowHeaders, Pattern::SlowBody] {
+        // The bound each pattern runs into.
+        let phase = match pattern {
+            Pattern::IdleTcp | Pattern::UnfinishedHandshake => "handshake",
+            Pattern::SlowHeaders => "request_head",
+            Pattern::SlowBody => "body",
+        };
+        let timed_out =
+            format!("gamedeployment_server_connections_timed_out_total{{server=\"webhook\",phase=\"{phase}\"}}");
+        let refused = r#"gamedeployment_server_connections_refused_total{server="webhook",reason="per_address"}"#;
+        let before = scrape(metrics).await;
         let attack = Attack::start(target, pattern, tls.clone(), name.clone());
         attack.wait_all_opened().await;
         // Let the pattern take hold: every connection opened, the slow ones a few bytes in.
@@ -300,9 +330,19 @@ async fn one_client_holding_more_connections_than_the_operator_has_descriptors_s
         })
         .await;
         wait_columns(cluster, "drained", Columns::new(4, 4, 4, 4, 4)).await;
+        let after = scrape(metrics).await;
+        let held = descriptors_of(&gated.gamedeployment);
         let (opened, peak) = attack.stop().await;
-        println!("{pattern:?}: the hostile client opened {opened} connections, at most {peak} at once");
+        let grew = |key: &str| after.get(key).copied().unwrap_or(0.0) - before.get(key).copied().unwrap_or(0.0);
+        println!(
+            "{pattern:?}: the hostile client opened {opened} connections, at most {peak} at once; the operator refused \
+             {} at once, closed {} at the {phase} timeout and held {held} of its {DESCRIPTORS} descriptors",
+            grew(refused),
+            grew(&timed_out)
+        );
         assert!(opened >= HELD, "{pattern:?}: the client opened more connections than the operator has descriptors");
+        assert!(grew(refused) > 0.0, "{pattern:?}: the surplus was refused: {after:?}");
+        assert!(grew(&timed_out) > 0.0, "{pattern:?}: the {phase} timeout closed connections: {after:?}");
         cluster.kubectl_ok(&["uncordon", &node]).await;
     }
 
@@ -314,13 +354,12 @@ async fn one_client_holding_more_connections_than_the_operator_has_descriptors_s
     }
     let logs = e2e::gamedeployment::strip_ansi(&gated.gamedeployment.logs());
     assert!(!logs.contains("Too many open files"), "the operator never ran out of descriptors");
-    let metrics = e2e::gamedeployment::nth_metrics_address(&gated.gamedeployment, 1).await;
     let samples = scrape(metrics).await;
-    let refused: f64 = samples
-        .iter()
-        .filter(|(k, _)| k.starts_with("gamedeployment_server_connections_refused_total{server=\"webhook\""))
-        .map(|(_, v)| v)
-        .sum();
-    assert!(refused > 0.0, "the operator refused the hostile client's surplus connections: {samples:?}");
+    let open = |caller: &str| format!("gamedeployment_server_connections{{server=\"webhook\",caller=\"{caller}\"}}");
+    println!(
+        "open webhook connections at the end: {:?} verified, {:?} unverified",
+        samples.get(&open("verified")),
+        samples.get(&open("unverified"))
+    );
     gated.cluster.shutdown().await;
 }
