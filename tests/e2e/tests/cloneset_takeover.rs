@@ -204,6 +204,11 @@ async fn a_cloneset_fleet_moves_to_a_gamedeployment_with_no_pod_changed() {
         );
     }
 
+    // Kruise's revision is used as it is: no owner reference is written on it.
+    let kruise: Api<ControllerRevision> = Api::namespaced(cluster.client(), NS);
+    let kept = kruise.get(&kruise_revision).await.expect("Kruise's revision");
+    assert!(kept.metadata.owner_references.unwrap_or_default().is_empty(), "Kruise's revision was given an owner");
+
     // The next change rolls from Kruise's revision: an image change goes in place, the same 4 pods.
     set_image(&cluster, NS, NAME, "nginx:1.27").await;
     wait_for("4 pods on nginx:1.27, in place", DEADLINE, || async {
