@@ -75,6 +75,13 @@ async fn two_sandboxes_side_by_side_never_share_a_demo_server() {
     assert!(check.status.success(), "{text}{}", String::from_utf8_lossy(&check.stderr));
     assert_eq!(text.matches("Successful  value=45").count(), 3, "{text}");
     assert!(text.lines().last().is_some_and(|l| l.starts_with("result: Successful")), "{text}");
+    // The check page shows it against the default sandbox's demo server; the output does not name the address.
+    e2e::book::assert_block_matches(
+        "hooks/check.md",
+        "hook-operator check -f examples/hook-template-success.yaml --web-resolve 1.1.1.1:9091=127.0.0.200:9091 \
+         --interval-scale 0.01",
+        &text,
+    );
 
     // A second sandbox on A's port refuses to start, leaving A's kubeconfig alone.
     let mut again = Sandbox::start(port_a);
