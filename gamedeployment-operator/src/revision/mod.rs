@@ -199,8 +199,12 @@ pub struct Resolution {
 pub fn resolve(gd: &GameDeployment, revisions: &[&ControllerRevision]) -> Resolution {
     let newest = revisions.iter().map(|r| number(r)).max().unwrap_or(0);
     let template = &gd.spec.template;
-    let equal =
-        revisions.iter().filter(|r| holds_template(r, template)).max_by_key(|r| (number(r), r.metadata.name.clone()));
+    // Canonicalised once per pass, not once per revision.
+    let wanted = canonical_template(template);
+    let equal = revisions
+        .iter()
+        .filter(|r| stored_canonical(r).as_ref() == Some(&wanted))
+        .max_by_key(|r| (number(r), r.metadata.name.clone()));
     if let Some(existing) = equal {
         let name = existing.metadata.name.clone().unwrap_or_default();
         let change =

@@ -9,9 +9,9 @@
 //! `corev1.PodTemplateSpec` writes); the same pairs are the unit table of
 //! `gamedeployment-operator/src/revision/styles_tests.rs`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use common::api::GameDeployment;
+use common::api::{GameDeployment, HookPhase, HookRun};
 use e2e::gamedeployment::{image, is_ready, revision, set_image, start_operator};
 use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
@@ -129,13 +129,23 @@ struct BcsFleet {
 /// Writes a fleet as BCS's operator leaves it: the GameDeployment (`written` template, `InplaceUpdate`), its one
 /// ControllerRevision (`stored`, Go's re-encoding), `replicas` pods made from the stored template, Running and
 /// Ready, and BCS's status.
-async fn bcs_fleet(cluster: &Cluster, name: &str, style: &Style, replicas: usize, partition: usize) -> BcsFleet {
-    let gd = json!({
+async fn bcs_fleet(
+    cluster: &Cluster,
+    name: &str,
+    style: &Style,
+    replicas: usize,
+    partition: usize,
+    hook: Option<&str>,
+) -> BcsFleet {
+    let mut gd = json!({
         "apiVersion": "tkex.tencent.com/v1alpha1", "kind": "GameDeployment",
         "metadata": {"name": name, "namespace": NS, "labels": labels(name)},
         "spec": {"replicas": replicas, "selector": {"matchLabels": labels(name)}, "template": style.written,
                  "updateStrategy": {"type": "InplaceUpdate", "partition": partition}}
     });
+    if let Some(template) = hook {
+        gd["spec"]["preDeleteUpdateStrategy"] = json!({"hook": {"templateName": template}});
+    }
     let gds: Api<GameDeployment> = Api::namespaced(cluster.client(), NS);
     let gd: GameDeployment = serde_json::from_value(gd).expect("a GameDeployment");
     let gd = gds.create(&PostParams::default(), &gd).await.unwrap_or_else(|e| panic!("{}: {e}", style.name));
@@ -254,7 +264,7 @@ async fn a_bcs_fleet_in_every_template_style_is_taken_over_with_no_pod_changed()
         let name = slug(style.name);
         // The style again, for this fleet's labels.
         let style = styles(&name).into_iter().find(|s| s.name == style.name).expect("the same style");
-        fleets.push(bcs_fleet(&cluster, &name, &style, 3, 0).await);
+        fleets.push(bcs_fleet(&cluster, &name, &style, 3, 0, None).await);
         images.insert(name, "python:3.4".to_string());
     }
     let names: BTreeSet<&str> = fleets.iter().map(|f| f.name.as_str()).collect();
@@ -318,20 +328,32 @@ async fn a_bcs_fleet_in_every_template_style_is_taken_over_with_no_pod_changed()
 /// The issue's case: an `InplaceUpdate` GameDeployment of 6 game servers with partition 2, resources written
 /// `1000m`/`0.5`/`1024Mi`, whose user changed nothing. The operator before this change minted a second revision,
 /// counted every BCS pod outdated and deleted and recreated 4 of the 6 (the resources "differed", so not in
-/// place). Now nothing changes; and the next image change is made in place on BCS's pods (the revision BCS wrote
-/// is the old side of the in-place diff).
+/// place). Now nothing changes, and no hook runs; the next image change is made in place on BCS's pods (the
+/// revision BCS wrote is the old side of the in-place diff), each through its own Successful run of the
+/// GameDeployment's pre-delete hook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers() {
     let cluster = Cluster::start().await;
     cluster.install_crds().await;
     let name = "bcs-inplace";
     let style = styles(name).into_iter().find(|s| s.name == "quantities not in canonical form").expect("the style");
-    let fleet = bcs_fleet(&cluster, name, &style, 6, 2).await;
+    // BCS's walkthrough hook: a web probe that reads an age above 30 (one measurement).
+    let answers = HashMap::from([("age".to_string(), br#"{"age": 60}"#.to_vec())]);
+    let endpoint = e2e::hook::serve_answers(answers).await;
+    let hook = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
+        "metadata": {"name": "drain", "namespace": NS},
+        "spec": {"metrics": [{"name": "webtest", "count": 1, "successCondition": "asInt(result) > 30",
+            "provider": {"web": {"url": format!("http://{endpoint}/age"), "jsonPath": "{$.age}"}}}]}});
+    let hook_file = cluster.dir().join("hook.json");
+    std::fs::write(&hook_file, hook.to_string()).expect("hook written");
+    cluster.kubectl_ok(&["apply", "-f", &hook_file.display().to_string()]).await;
+    let fleet = bcs_fleet(&cluster, name, &style, 6, 2, Some("drain")).await;
     // Had the user changed the resources for real, the dry run says which pods would change and why.
     let manifest = cluster.dir().join("changed.json");
     let mut changed = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "GameDeployment",
         "metadata": {"name": name}, "spec": {"replicas": 6, "selector": {"matchLabels": labels(name)},
-        "template": style.written, "updateStrategy": {"type": "InplaceUpdate", "partition": 2}}});
+        "template": style.written, "updateStrategy": {"type": "InplaceUpdate", "partition": 2},
+        "preDeleteUpdateStrategy": {"hook": {"templateName": "drain"}}}});
     changed["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("2");
     std::fs::write(&manifest, changed.to_string()).expect("manifest written");
     let plan = kubectl_gd(&cluster, &["plan", name, "--takeover"]).await;
@@ -347,6 +369,8 @@ async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers(
         assert!(why.contains("would be recreated") && why.contains("spec.containers"), "{why}");
     }
     let pods = Observer::<Pod>::namespaced(&cluster, NS).await;
+    let runs = Observer::<HookRun>::namespaced(&cluster, NS).await;
+    let _hook_operator = e2e::hook::start_operator(&cluster, &[]);
     let _operator = start_operator(&cluster);
     let status = taken_over(&cluster, std::slice::from_ref(&fleet)).await.remove(0);
     assert_eq!(status.update_revision.as_deref(), Some(fleet.revision.as_str()), "{status:?}");
@@ -359,7 +383,10 @@ async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers(
     let images = BTreeMap::from([(name.to_string(), "python:3.4".to_string())]);
     assert_no_pod_changed(&pods, std::slice::from_ref(&fleet), &images);
 
-    // Then a real change: 4 of BCS's pods are updated in place (same uids), 2 stay (partition).
+    assert!(runs.versions().is_empty(), "a hook ran though nothing was to change");
+
+    // Then a real change: 4 of BCS's pods are updated in place (same uids), 2 stay (partition), each through a
+    // Successful run of the hook.
     set_image(&cluster, NS, name, "python:3.5").await;
     let pods_api: Api<Pod> = Api::namespaced(cluster.client(), NS);
     let selector = ListParams::default().labels(&format!("app={name}"));
@@ -379,5 +406,12 @@ async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers(
         assert!(!seen.deleted && seen.object.metadata.deletion_timestamp.is_none(), "{} was deleted", seen.name());
         assert!(bcs_uids.contains(seen.uid()), "{} was created", seen.name());
     }
+    let successful: BTreeSet<String> = runs
+        .versions()
+        .iter()
+        .filter(|r| r.object.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful))
+        .map(|r| r.name().to_string())
+        .collect();
+    assert_eq!(successful.len(), 4, "one Successful run per updated pod: {successful:?}");
     cluster.shutdown().await;
 }
