@@ -8,9 +8,15 @@ pub fn block(page: &str, command: &str) -> Vec<String> {
     let path = crate::repo_root().join("docs/src").join(page);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let start = format!("$ {command}");
-    let mut lines = text.lines().skip_while(|l| l.trim_end() != start);
-    assert!(lines.next().is_some(), "{page} has no block starting with `{start}`");
-    lines.take_while(|l| !l.trim_start().starts_with("```") && !l.starts_with("$ ")).map(str::to_string).collect()
+    let mut lines = text.lines().skip_while(|l| l.trim() != start);
+    let first = lines.next().unwrap_or_else(|| panic!("{page} has no block starting with `{start}`"));
+    // A block inside a list item is indented; its lines are read without that indentation.
+    let indent = first.len() - first.trim_start().len();
+    lines
+        .map(|l| l.get(indent..).filter(|_| l.starts_with(&first[..indent])).unwrap_or(l.trim_start()))
+        .take_while(|l| !l.trim_start().starts_with("```") && !l.starts_with("$ "))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Names and times masked: a 5-character id after a hyphen (pod names, run names) becomes `-ID`, every number or

@@ -172,6 +172,11 @@ async fn the_canary_rollback_example_rolls_back_as_the_page_shows() {
         record.hook_run, record.failed_revision
     );
     assert!(out.stderr.contains(&want), "the page's line, names aside:\n{want}\n{}", out.stderr);
+    e2e::book::assert_block_matches(
+        "concepts/canary.md",
+        &format!("kubectl gd status {name}; echo \"exit $?\""),
+        &format!("{}exit {}\n", out.stderr, out.code),
+    );
     let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "reason=CanaryRolledBack"]).await;
     assert!(events.contains("Warning"), "{events}");
     let spec_image =
