@@ -522,9 +522,16 @@ pub async fn run_round(settings: Settings) -> RoundReport {
         Some((failed.pod_name.clone(), rv_of(&gd)))
     })
     .await;
+    // Every version of the held pod from here on is checked, not one look at the end of the window.
+    let held_pod = crate::observe::Observer::<Pod>::namespaced(&cluster, NS).await;
     crash_both(&operators, &mut extra_kills).await;
     // Long enough for the restarted operators to win the Lease (3 s) and reconcile a few times.
     tokio::time::sleep(Duration::from_secs(6)).await;
+    held_pod
+        .assert_never(&format!("seed {}: pod {held} was deleted although its hook failed", settings.seed), |seen| {
+            seen.name() == held && (seen.deleted || seen.object.metadata.deletion_timestamp.is_some())
+        });
+    drop(held_pod);
     assert!(
         live_pods(&cluster).await.iter().any(|p| p.metadata.name.as_deref() == Some(held.as_str())),
         "seed {}: pod {held} was deleted although its hook failed",

@@ -14,10 +14,12 @@
 
 use std::time::Duration;
 
+use common::api::HookRun;
 use e2e::Cluster;
 use e2e::chart_pods::{self, GAMEDEPLOYMENT, HOOK, NS, OPERATORS, ROLLOUT, operator_pods, wait_available};
 use e2e::gamedeployment::{Columns, columns, image, live_pods, wait_columns};
 use e2e::gate::GateChecker;
+use e2e::observe::Observer;
 use e2e::wait_for;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
@@ -209,14 +211,12 @@ async fn a_rollout_restart_of_each_operator_during_a_hooked_rollout_keeps_the_ga
     wait_rolled(&cluster, GAME, REPLICAS, "python:latest").await;
 
     let checker = GateChecker::start(&cluster, "default").await;
+    // A run lasts about 12 s and is deleted once its pod is updated: observed from a watch started before the apply.
+    let runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
     std::fs::write(&manifest, hooked_game(GAME, REPLICAS as i32, "python:3.5")).unwrap();
     cluster.kubectl_ok(&["apply", "-f", manifest.to_str().unwrap()]).await;
     // The rollout is under way (a pod is held by its hook) when the operators are restarted.
-    wait_for("the first pre-delete HookRun", ROLLOUT, || async {
-        let out = cluster.kubectl_ok(&["get", "hookruns", "-o", "name"]).await;
-        (!out.trim().is_empty()).then_some(())
-    })
-    .await;
+    runs.wait("the first pre-delete HookRun", ROLLOUT, |_| Some(())).await;
     let before = columns(&cluster, GAME).await;
     println!("before the restarts: {before:?}");
     assert!(before.is_some_and(|c| c.updated < REPLICAS), "the rollout was over before the restarts: {before:?}");

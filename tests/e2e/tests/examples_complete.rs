@@ -24,12 +24,14 @@ use crate::kubectl_gd::kubectl_gd;
 use crate::walkthrough_support;
 
 use common::api::{GameDeployment, HookPhase, HookRun};
+use e2e::observe::Observer;
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -267,16 +269,21 @@ async fn args_scale_in(cluster: &Cluster) {
     kubectl(cluster, ns, &["apply", "-f", "examples/gamedeployment-args.yaml"]).await;
     status_completes_promptly(cluster, ns, "args: created").await;
     let before = settled_pods(cluster, ns, "app=test-gamedeployment", 4).await;
+    // Each run succeeds at its first measurement and goes with its pod: observed from a watch started before the
+    // scale-in.
+    let runs = Observer::<HookRun>::namespaced(cluster, ns).await;
     kubectl(cluster, ns, &["scale", "gamedeployment", NAME, "--replicas=2"]).await;
     // Both runs, once each has measured its pod.
-    let measured = wait_for("two measured pre-delete HookRuns", LONG, || async {
-        let runs = runs(cluster, ns).await;
-        let measured = |r: &HookRun| {
-            r.status.as_ref().is_some_and(|s| s.metric_results.iter().any(|m| !m.measurements.is_empty()))
-        };
-        (runs.len() == 2 && runs.iter().all(measured)).then_some(runs)
-    })
-    .await;
+    let mut first_measured: BTreeMap<String, HookRun> = BTreeMap::new();
+    let measured = runs
+        .wait("two measured pre-delete HookRuns", LONG, |seen| {
+            let status = seen.object.status.as_ref()?;
+            if status.metric_results.iter().any(|m| !m.measurements.is_empty()) {
+                first_measured.entry(seen.name().to_string()).or_insert_with(|| seen.object.clone());
+            }
+            (first_measured.len() == 2).then(|| first_measured.values().cloned().collect::<Vec<_>>())
+        })
+        .await;
     for run in &measured {
         let arg = |name: &str| run.spec.args.iter().find(|a| a.name == name).and_then(|a| a.value.clone());
         let pod_name = arg("PodName").expect("PodName is passed");
@@ -416,18 +423,16 @@ async fn canary_resumed(cluster: &Cluster) {
 /// step hook never runs — and the rollout completes with every pod updated.
 async fn canary_promoted(cluster: &Cluster) {
     let ns = "ex-promote";
+    // The only hook is the step hook's: a run that is created and deleted again is caught by the watch.
+    let hook_runs = Observer::<HookRun>::namespaced(cluster, ns).await;
     canary_started(cluster, ns).await;
     let out = gd(cluster, ns, &["promote", NAME]).await;
     assert!(out.code == 0 && out.stdout.contains("gamedeployment.tkex.tencent.com/promote="), "{out:?}");
     status_completes_promptly(cluster, ns, "promote: promoted").await;
     settled_pods(cluster, ns, "app=test-gamedeployment", 4).await;
     assert_eq!(updated(cluster, ns).await, 4, "promote: every pod updated");
-    let runs = runs(cluster, ns).await;
-    assert!(
-        runs.is_empty(),
-        "promote: no step hook ran: {:?}",
-        runs.iter().map(|r| &r.metadata.name).collect::<Vec<_>>()
-    );
+    let ran: Vec<String> = hook_runs.versions().iter().map(|v| v.name().to_string()).collect();
+    assert!(ran.is_empty(), "promote: no step hook ran: {ran:?}");
 }
 
 /// `hook-deadlines.yaml`. With `hook-template-success.yaml`, an image patch passes all four hooks (pre-inplace,
