@@ -8,49 +8,15 @@
 //!    `FailedUpdate` naming the field, no pod updated).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
 use e2e::Cluster;
 use e2e::gamedeployment::{Columns, apply, manifest, pods, revision, start_operator, wait_columns};
-use futures::StreamExt;
+use e2e::observe::Observer;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::watcher;
 
 const NAME: &str = "order";
-
-/// Records, in watch order, each pod's first move away from its revision at `start`.
-struct UpdateRecorder {
-    task: tokio::task::JoinHandle<()>,
-    order: Arc<Mutex<Vec<String>>>,
-}
-
-impl UpdateRecorder {
-    fn start(cluster: &Cluster, initial: BTreeMap<String, String>) -> Self {
-        let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
-        let config = watcher::Config::default().labels(&format!("app={NAME}"));
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let record = order.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = watcher(api, config).boxed();
-            while let Some(event) = stream.next().await {
-                let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else { continue };
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                let moved = initial.get(&name).is_some_and(|r| revision(&pod) != Some(r.as_str()));
-                let mut order = record.lock().unwrap_or_else(|e| e.into_inner());
-                if moved && !order.contains(&name) {
-                    order.push(name);
-                }
-            }
-        });
-        Self { task, order }
-    }
-
-    fn stop(self) -> Vec<String> {
-        self.task.abort();
-        self.order.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
 
 /// Pod name → revision, name-sorted.
 async fn revisions(cluster: &Cluster) -> BTreeMap<String, String> {
@@ -62,23 +28,31 @@ async fn revisions(cluster: &Cluster) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Runs one rollout with `patch` (a JSON patch) and returns the pods in the order they were updated.
+/// Runs one rollout with `patch` (a JSON patch) and returns the pods in the order they were updated: each pod's first
+/// version away from its revision at the start, in the order a watch started (and listed) before the patch saw them.
 async fn rollout(cluster: &Cluster, patch: &str) -> Vec<String> {
     let initial = revisions(cluster).await;
-    let recorder = UpdateRecorder::start(cluster, initial.clone());
-    // Let the watch list before the rollout starts.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let config = watcher::Config::default().labels(&format!("app={NAME}"));
+    let pod_versions = Observer::start("the rollout's pods", api, config).await;
     let out = cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", patch]).await;
     println!("$ kubectl patch gamedeployment {NAME} --type=json -p '{patch}'\n{out}");
+    // The watch first (the status still shows the last rollout's 10 updated pods until the operator writes anew).
+    let mut order: Vec<String> = Vec::new();
+    pod_versions
+        .wait("the watch to show all 10 updates", e2e::DEADLINE, |seen| {
+            let name = seen.name();
+            let moved = initial.get(name).is_some_and(|r| revision(&seen.object) != Some(r.as_str()));
+            if moved && !order.iter().any(|n| n == name) {
+                order.push(name.to_string());
+            }
+            (order.len() == 10).then_some(())
+        })
+        .await;
     wait_columns(cluster, NAME, Columns::new(10, 10, 10, 10, 10)).await;
     let after = revisions(cluster).await;
     assert!(after.iter().all(|(name, rev)| initial.get(name).is_some_and(|r| r != rev)), "every pod updated in place");
-    e2e::wait_for("the watch to show all 10 updates", e2e::DEADLINE, || {
-        let seen = recorder.order.lock().unwrap_or_else(|e| e.into_inner()).len();
-        async move { (seen == 10).then_some(()) }
-    })
-    .await;
-    recorder.stop()
+    order
 }
 
 fn image_patch(image: &str, extra: &str) -> String {
@@ -126,6 +100,8 @@ async fn scatter_and_order_priority_decide_the_update_order() {
     println!("$ kubectl patch (weight 0)\n{}", out.stderr);
     assert!(out.stderr.contains("weight"), "{}", out.stderr);
     let both = r#"{"op": "add", "path": "/spec/updateStrategy/priorityStrategy", "value": {"orderPriority": [{"orderedKey": "order"}], "weightPriority": [{"weight": 5, "matchSelector": {}}]}},"#;
+    // Every version of every pod from before the refused change on.
+    let pod_versions = e2e::observe::Observer::<k8s_openapi::api::core::v1::Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", &image_patch("python:3.7", both)]).await;
     let message = e2e::wait_for("FailedUpdate naming priorityStrategy", e2e::DEADLINE, || async {
         let path = r#"jsonpath={.status.conditions[?(@.type=="FailedUpdate")].message}"#;
@@ -137,7 +113,11 @@ async fn scatter_and_order_priority_decide_the_update_order() {
     let events = cluster.kubectl_ok(&["get", "events", "--field-selector", "reason=FailedUpdate"]).await;
     println!("{events}");
     assert!(events.contains("only one of weightPriority and orderPriority"), "{events}");
-    // No pod moved to the refused template.
+    // No pod moved to the refused template: a window of 1 s past the refusal, every change in it checked.
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    pod_versions.assert_never("a pod moved to the refused template", |seen| {
+        e2e::gamedeployment::label(&seen.object, "app") == Some(NAME)
+            && e2e::gamedeployment::image(&seen.object) != Some("python:3.6")
+    });
     assert!(pods(&cluster, NAME).await.iter().all(|p| e2e::gamedeployment::image(p) == Some("python:3.6")));
 }
