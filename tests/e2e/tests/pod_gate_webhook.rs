@@ -824,6 +824,8 @@ async fn a_forged_review_marks_no_pod_and_the_api_server_still_does() {
     let cluster = &gated_cluster.cluster;
     let (victim, address) = forgery_target(&gated_cluster).await;
     let name = victim.metadata.name.clone().unwrap();
+    // Every version of the pod from before the forged reviews: none carries the mark.
+    let pod_versions = Observer::<Pod>::namespaced(cluster, "default").await;
 
     let (ok, answer) = forge_delete(address, &victim, None).await;
     println!("forged review without a client certificate: {answer}");
@@ -836,7 +838,11 @@ async fn a_forged_review_marks_no_pod_and_the_api_server_still_does() {
     let (ok, answer) = forge_delete(address, &victim, Some((&mallory_crt, &mallory_key))).await;
     println!("forged review with a certificate from another CA: {answer}");
     assert!(!ok, "the TLS handshake fails: {answer}");
+    // A window of 1 s past the answers, every change in it checked.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    pod_versions.assert_never("a forged review marks no pod", |seen| {
+        seen.name() == name && label(&seen.object, SPECIFIED_DELETE).is_some()
+    });
     let now = pod(cluster, &name).await.expect("the pod is there");
     assert_eq!(label(&now, SPECIFIED_DELETE), None, "a forged review marks no pod");
     assert_eq!(annotation(&now, MARKED_AT), None);
@@ -860,6 +866,8 @@ async fn without_verification_no_caller_marks_unless_allowed() {
     let cluster = &gated_cluster.cluster;
     let (victim, address) = forgery_target(&gated_cluster).await;
     let name = victim.metadata.name.clone().unwrap();
+    // Every version of the pod from before the forged review: none carries the mark until the printed command.
+    let pod_versions = Observer::<Pod>::namespaced(cluster, "default").await;
 
     let (ok, answer) = forge_delete(address, &victim, None).await;
     println!("forged review, nobody verified: {answer}");
@@ -873,7 +881,11 @@ async fn without_verification_no_caller_marks_unless_allowed() {
         "{}",
         out.stderr
     );
+    // A window of 1 s past the answers, every change in it checked.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    pod_versions.assert_never("no unverified caller marks", |seen| {
+        seen.name() == name && label(&seen.object, SPECIFIED_DELETE).is_some()
+    });
     let now = pod(cluster, &name).await.expect("the pod is there");
     assert_eq!(label(&now, SPECIFIED_DELETE), None, "no unverified caller marks");
     assert!(unverified_count(&gated_cluster.gamedeployment, "withheld").await >= 2.0, "both counted");
