@@ -415,7 +415,9 @@ async fn a_replica_is_ready_exactly_when_it_can_answer() {
         (webhook_readyz(webhook).await == Some(503)).then_some(())
     })
     .await;
-    assert!(stopped.elapsed() < Duration::from_secs(8), "503 before the drain ended");
+    // Seen while the process still drains (it exits when the drain ends): not a bound on this test's clock, which
+    // also counts its polls on a loaded machine.
+    assert!(second.is_running(), "503 before the drain ended (after {:?})", stopped.elapsed());
     assert_eq!(http_status(metrics, "/healthz").await, Some(200), "still serving while it drains");
     wait_exited(&mut second, "the second replica", Duration::from_secs(60)).await;
     assert!(stopped.elapsed() >= Duration::from_secs(8), "it drained for --shutdown-drain");
