@@ -68,7 +68,8 @@ impl State {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Wait {
-    /// In words: "canary step 2 of 3 (pause 60s)", "the in-place grace period of pod p", "the progress deadline".
+    /// In words: "the pause of canary step 2 of 3 (60s)", "the in-place grace period of pod p (30s)", "progress
+    /// before the deadline (spec.progressDeadlineSeconds 600)".
     pub what: String,
     pub until: Time,
     /// Seconds from the verdict's `now` to `until` (negative once past).
@@ -627,5 +628,5 @@ fn progress_deadline(snapshot: &Snapshot, facts: &Facts) -> Option<Wait> {
     let condition = facts.status.conditions.iter().find(|c| c.type_ == "Progressing")?;
     let since = condition.last_update_time.as_ref().or(condition.last_transition_time.as_ref())?.0;
     let until = since.checked_add(SignedDuration::from_secs(i64::from(seconds))).ok()?;
-    Some(Wait::new(format!("the progress deadline ({seconds}s without progress)"), until))
+    Some(Wait::new(format!("progress before the deadline (spec.progressDeadlineSeconds {seconds})"), until))
 }

@@ -634,7 +634,10 @@ fn waits_that_end_at_a_known_time_are_shown_with_that_time() {
                 "the in-place grace period of pod test-gamedeployment-a1b2c (30s)".to_string(),
                 "2024-05-01T10:10:15Z".to_string()
             ),
-            ("the progress deadline (600s without progress)".to_string(), "2024-05-01T10:15:00Z".to_string()),
+            (
+                "progress before the deadline (spec.progressDeadlineSeconds 600)".to_string(),
+                "2024-05-01T10:15:00Z".to_string()
+            ),
         ]
     );
 }
