@@ -186,17 +186,20 @@ async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn)
         };
         tokio::select! {
             next = stream.next() => match next {
-                None => return fail("the watch ended"),
+                // An error ends the line being redrawn first, so it is not written over it.
+                None => {
+                    end_line(in_place && shown.is_some());
+                    return fail("the watch ended");
+                }
                 Some(None) => {
+                    end_line(in_place && shown.is_some());
                     return fail(Error::NotFound { namespace: target.namespace.clone(), name: name.to_string() });
                 }
                 Some(Some(snapshot)) => latest = Some(snapshot),
             },
             _ = tick.tick() => {}
             () = timed_out => {
-                if in_place && shown.is_some() {
-                    println!();
-                }
+                end_line(in_place && shown.is_some());
                 eprintln!(
                     "error: timed out after {}: {last_line}",
                     humantime::format_duration(timeout.unwrap_or_default())
@@ -220,9 +223,7 @@ async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn)
             shown = Some(key);
         }
         last_line = line;
-        if in_place && shown.is_some() && verdict.state != State::Progressing {
-            println!();
-        }
+        end_line(in_place && shown.is_some() && verdict.state != State::Progressing);
         let namespace = snapshot.gd.metadata.namespace.as_deref();
         let next = crate::rollout::next_look(&verdict, name, namespace).map(|n| format!(" ({n})")).unwrap_or_default();
         match verdict.state {
@@ -236,6 +237,13 @@ async fn status(name: &str, timeout: Option<Duration>, quiet: bool, conn: &Conn)
             }
         }
         return ExitCode::from(verdict.state.exit_code().unwrap_or(EXIT_ERROR));
+    }
+}
+
+/// Ends the progress line redrawn in place, when there is one.
+fn end_line(redrawn: bool) {
+    if redrawn {
+        println!();
     }
 }
 
