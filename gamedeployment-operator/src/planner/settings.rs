@@ -277,7 +277,12 @@ pub(crate) fn resolve<'a>(
         GameDeploymentUpdateStrategyType::RollingUpdate | GameDeploymentUpdateStrategyType::InplaceUpdate
     );
     let surge_for_budget = if surges { Some(IntOrString::Int(surge_setting)) } else { None };
-    let max_unavailable = match intstr::resolve_fenceposts(surge_for_budget.as_ref(), unavailable_setting, replicas) {
+    let resolved = if cloneset_named(strategy.type_) {
+        kruise_max_unavailable(surge_for_budget.as_ref(), unavailable_setting, replicas)
+    } else {
+        intstr::resolve_fenceposts(surge_for_budget.as_ref(), unavailable_setting, replicas)
+    };
+    let max_unavailable = match resolved {
         Ok((_, unavailable)) => unavailable,
         Err(e) => {
             problems.push((Failure::Update, e.to_string()));
@@ -340,6 +345,33 @@ fn in_place_policy_problem(gd: &GameDeployment) -> Option<String> {
          this operator updates the changed containers of a pod together (DisOrdered); set policy to DisOrdered or \
          remove it: not updating"
     ))
+}
+
+/// An update type written with OpenKruise CloneSet's name (`ReCreate`, `InPlaceIfPossible`, `InPlaceOnly`): a CloneSet
+/// manifest with only its kind changed, whose int-or-percent fields resolve as Kruise resolves them.
+fn cloneset_named(type_: GameDeploymentUpdateStrategyType) -> bool {
+    matches!(
+        type_,
+        GameDeploymentUpdateStrategyType::ReCreate
+            | GameDeploymentUpdateStrategyType::InPlaceIfPossible
+            | GameDeploymentUpdateStrategyType::InPlaceOnly
+    )
+}
+
+/// `maxUnavailable` as Kruise's `calculateDiffsWithExpectation` (openkruise/kruise
+/// `pkg/controller/cloneset/sync/cloneset_sync_utils.go`) resolves it: `GetValueFromIntOrPercent(maxUnavailable,
+/// replicas, maxSurge == 0)` — a percentage rounds **up** when `maxSurge` resolves to 0 (20 % of 7 is 2) and down
+/// otherwise. Kruise's webhook refuses both 0; here, as for the BCS types, one pod may then be unavailable.
+fn kruise_max_unavailable(
+    max_surge: Option<&IntOrString>,
+    max_unavailable: Option<&IntOrString>,
+    replicas: i32,
+) -> Result<(i32, i32), intstr::IntStrError> {
+    let surge = intstr::scaled_value_or(max_surge, 0, replicas, Rounding::Up, "spec.updateStrategy.maxSurge")?;
+    let rounding = if surge == 0 { Rounding::Up } else { Rounding::Down };
+    let unavailable =
+        intstr::scaled_value_or(max_unavailable, 0, replicas, rounding, "spec.updateStrategy.maxUnavailable")?;
+    Ok(if surge == 0 && unavailable == 0 { (0, 1) } else { (surge, unavailable) })
 }
 
 /// `Rollback` is a canary step's `onFailure` only (a pod's hook has no revision of its own to go back to). The CRD
@@ -608,6 +640,32 @@ mod tests {
         assert_eq!(settings.replicas, MAX_REPLICAS);
         // The refused list names no pod.
         assert!(pass.infos(&settings).iter().all(|i| !i.specified));
+    }
+
+    /// Kruise rounds a percentage `maxUnavailable` up when `maxSurge` is 0 (`GetValueFromIntOrPercent(…, maxSurge ==
+    /// 0)` in `calculateDiffsWithExpectation`, openkruise/kruise `pkg/controller/cloneset/sync/
+    /// cloneset_sync_utils.go`): a CloneSet-named type resolves it so; the BCS names keep the Deployment rule (rounded
+    /// down), a difference the compatibility table lists.
+    #[test]
+    fn max_unavailable_percentages_round_as_kruise_for_cloneset_named_types() {
+        let resolved = |strategy: &str, replicas: i32, unavailable: &str, surge: i32| {
+            let mut g = gd(replicas, strategy);
+            g.spec.update_strategy.max_unavailable = Some(IntOrString::String(unavailable.into()));
+            g.spec.update_strategy.max_surge = Some(IntOrString::Int(surge));
+            Pass::new(g).settings().max_unavailable
+        };
+        for cloneset in ["InPlaceIfPossible", "ReCreate", "InPlaceOnly"] {
+            assert_eq!(resolved(cloneset, 7, "20%", 0), 2, "{cloneset}: 20% of 7 = 1.4, up without surge");
+            assert_eq!(resolved(cloneset, 6, "20%", 0), 2, "{cloneset}: 1.2, up");
+            assert_eq!(resolved(cloneset, 10, "20%", 0), 2, "{cloneset}: exact");
+            assert_eq!(resolved(cloneset, 4, "0%", 0), 1, "{cloneset}: both 0: one pod may go");
+        }
+        for cloneset in ["InPlaceIfPossible", "ReCreate"] {
+            assert_eq!(resolved(cloneset, 7, "20%", 1), 1, "{cloneset}: down with surge");
+        }
+        for bcs in ["InplaceUpdate", "RollingUpdate", "HotPatchUpdate"] {
+            assert_eq!(resolved(bcs, 7, "20%", 0), 1, "{bcs}: the Deployment rule, rounded down");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ mod chart_pods;
 mod chart_rbac;
 mod chart_security;
 mod cloneset_availability;
+mod cloneset_rounding;
 mod cloneset_surge;
 mod cloneset_takeover;
 mod cloneset_update_types;
