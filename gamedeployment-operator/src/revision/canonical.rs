@@ -62,10 +62,9 @@ pub fn template(value: &Value) -> Value {
     canonical(value, PullPolicy::Default)
 }
 
-/// [`template`] with `imagePullPolicy` unset where it is the default for the container's image, for comparing two
-/// templates with their images set aside (an in-place update): that default follows the image's tag (`:latest`
-/// pulls `Always`), and the API server set it once, when the pod was created; an image change in place does not
-/// change it. A policy other than the default is compared.
+/// [`template`] with `imagePullPolicy` as written (not defaulted), for comparing two templates with their images
+/// set aside (an in-place update): that default follows the image's tag (`:latest` pulls `Always`), so the caller
+/// compares the policies with each side's image ([`default_pull_policy`]).
 pub fn template_apart_from_images(value: &Value) -> Value {
     canonical(value, PullPolicy::AsWritten)
 }
@@ -168,6 +167,11 @@ fn set_default(map: &mut Map<String, Value>, key: &str, value: Value) {
     }
 }
 
+/// The `imagePullPolicy` the API server gives a container of `image` that sets none (`SetDefaults_Container`).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image_tag_is_latest(image) { "Always" } else { "IfNotPresent" }
+}
+
 /// `:latest` or no tag (and no digest) means `imagePullPolicy: Always` (`SetDefaults_Container`).
 fn image_tag_is_latest(image: &str) -> bool {
     if image.contains('@') {
@@ -213,16 +217,9 @@ fn container_defaults(container: &mut Value, host_network: bool, pull_policy: Pu
     let Some(c) = container.as_object_mut() else { return };
     set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
     set_default(c, "terminationMessagePolicy", json!("File"));
-    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-    let default_policy = json!(if image_tag_is_latest(image) { "Always" } else { "IfNotPresent" });
-    match pull_policy {
-        PullPolicy::Default => set_default(c, "imagePullPolicy", default_policy),
-        // The default written out is the same as unset.
-        PullPolicy::AsWritten => {
-            if c.get("imagePullPolicy") == Some(&default_policy) {
-                c.remove("imagePullPolicy");
-            }
-        }
+    if pull_policy == PullPolicy::Default {
+        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+        set_default(c, "imagePullPolicy", json!(default_pull_policy(image)));
     }
     if let Some(Value::Array(ports)) = c.get_mut("ports") {
         for p in ports.iter_mut().filter_map(Value::as_object_mut) {

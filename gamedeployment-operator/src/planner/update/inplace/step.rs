@@ -69,7 +69,8 @@ pub fn diff(old: &PodTemplateSpec, new: &PodTemplateSpec) -> Result<TemplateChan
         }
         spec
     };
-    let (old_spec, new_spec) = (strip_images(old), strip_images(new));
+    let (mut old_spec, mut new_spec) = (strip_images(old), strip_images(new));
+    set_aside_kept_pull_policies(old, new, &mut old_spec, &mut new_spec);
     if old_spec != new_spec {
         let fields = changed_fields(&old_spec, &new_spec);
         return Err(format!("the template changes more than container images and metadata ({fields})"));
@@ -88,6 +89,45 @@ pub fn diff(old: &PodTemplateSpec, new: &PodTemplateSpec) -> Result<TemplateChan
         annotations_from: meta_map(old, false),
         annotations_to: meta_map(new, false),
     })
+}
+
+/// Removes `imagePullPolicy` from both specs for each pair of containers where an in-place update keeps the pod's
+/// own policy and that is no change: the policies in effect (written, or the API server's default for each side's
+/// image, which it set when the pod was created) are equal, or the new template writes none (the default moves with
+/// the image's tag, `:latest` pulls `Always`, but an image changed in place keeps the policy the pod has). A policy
+/// the new template writes that differs from the one in effect is a change, and recreates the pod.
+fn set_aside_kept_pull_policies(
+    old: &PodTemplateSpec,
+    new: &PodTemplateSpec,
+    old_spec: &mut Value,
+    new_spec: &mut Value,
+) {
+    use k8s_openapi::api::core::v1::Container;
+    let effective = |c: &Container| {
+        c.image_pull_policy
+            .clone()
+            .unwrap_or_else(|| revision::canonical::default_pull_policy(c.image.as_deref().unwrap_or("")).to_string())
+    };
+    for list in ["containers", "initContainers"] {
+        let containers = |t: &PodTemplateSpec| -> Vec<Container> {
+            let spec = t.spec.as_ref();
+            let found = if list == "containers" {
+                spec.map(|s| s.containers.clone())
+            } else {
+                spec.and_then(|s| s.init_containers.clone())
+            };
+            found.unwrap_or_default()
+        };
+        for (i, (o, n)) in containers(old).iter().zip(containers(new).iter()).enumerate() {
+            if n.image_pull_policy.is_none() || effective(o) == effective(n) {
+                for spec in [&mut *old_spec, &mut *new_spec] {
+                    if let Some(c) = spec.get_mut(list).and_then(|l| l.get_mut(i)).and_then(Value::as_object_mut) {
+                        c.remove("imagePullPolicy");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Names the differing fields (`spec.containers`, `spec.volumes`...) so the event says what forced a recreate.
@@ -623,6 +663,13 @@ mod tests {
         let mut always = template("nginx:2", &[("app", "web")]);
         always.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
         assert!(diff(&defaulted, &always).is_err(), "another pull policy is not an image change");
+        // The manifest writes IfNotPresent for `:latest` and for a tag: the policy in effect is the same.
+        let mut latest = template("python:latest", &[("app", "web")]);
+        latest.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("IfNotPresent".into());
+        let mut tagged = template("python:3.5", &[("app", "web")]);
+        tagged.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("IfNotPresent".into());
+        assert!(diff(&latest, &tagged).is_ok());
+        assert!(diff(&tagged, &latest).is_ok());
         quantity(&mut written, "2");
         assert!(diff(&stored, &written).is_err(), "a real resource change is not in place");
     }
