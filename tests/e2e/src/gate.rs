@@ -69,16 +69,21 @@ pub struct GateChecker {
     events: Arc<Mutex<Vec<(u64, Seen)>>>,
     /// Watch restarts (a relist could hide events between two versions).
     gaps: Arc<Mutex<Vec<String>>>,
+    client: kube::Client,
+    namespace: String,
 }
 
 fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
     meta.resource_version.as_deref().and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
+/// Starts a watch recording every version; `listed` fires once its initial list is complete (from then on every
+/// change is delivered: the watch continues from the list's resourceVersion).
 fn spawn_watch<K, F>(
     api: Api<K>,
     what: &'static str,
     gaps: Arc<Mutex<Vec<String>>>,
+    listed: tokio::sync::oneshot::Sender<()>,
     mut record: F,
 ) -> tokio::task::JoinHandle<()>
 where
@@ -88,6 +93,7 @@ where
     tokio::spawn(async move {
         let mut stream = watcher(api, watcher::Config::default()).boxed();
         let mut initialised = false;
+        let mut listed = Some(listed);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::Init) => {
@@ -95,7 +101,12 @@ where
                         gaps.lock().unwrap_or_else(|e| e.into_inner()).push(format!("the {what} watch relisted"));
                     }
                 }
-                Ok(watcher::Event::InitDone) => initialised = true,
+                Ok(watcher::Event::InitDone) => {
+                    initialised = true;
+                    if let Some(listed) = listed.take() {
+                        let _ = listed.send(());
+                    }
+                }
                 Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => record(o, false),
                 Ok(watcher::Event::Delete(o)) => record(o, true),
                 Err(_) => {}
@@ -105,7 +116,9 @@ where
 }
 
 impl GateChecker {
-    /// Starts watching `namespace`. Call before the story begins.
+    /// Starts watching `namespace`; returns once every watch has listed, so everything the story does after this
+    /// returns is delivered (a fixed pause could end before a watch on a loaded machine is established, and a
+    /// change made before its list would be judged without what preceded it). Call before the story begins.
     pub async fn start(cluster: &Cluster, namespace: &str) -> Self {
         let events: Arc<Mutex<Vec<(u64, Seen)>>> = Arc::default();
         let gaps: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -114,11 +127,14 @@ impl GateChecker {
             let events = events.clone();
             move |rv: u64, seen: Seen| events.lock().unwrap_or_else(|e| e.into_inner()).push((rv, seen))
         };
+        let (pods_listed, runs_listed, gds_listed) =
+            (tokio::sync::oneshot::channel(), tokio::sync::oneshot::channel(), tokio::sync::oneshot::channel());
         let record = push(&events);
         let pods = spawn_watch(
             Api::<Pod>::namespaced(client.clone(), namespace),
             "pod",
             gaps.clone(),
+            pods_listed.0,
             move |p: Pod, deleted| record(rv(&p.metadata), Seen::Pod { pod: Box::new(p), deleted }),
         );
         let record = push(&events);
@@ -126,6 +142,7 @@ impl GateChecker {
             Api::<HookRun>::namespaced(client.clone(), namespace),
             "HookRun",
             gaps.clone(),
+            runs_listed.0,
             move |r: HookRun, deleted| {
                 if !deleted {
                     record(rv(&r.metadata), Seen::Run(Box::new(r)))
@@ -134,22 +151,29 @@ impl GateChecker {
         );
         let record = push(&events);
         let gds = spawn_watch(
-            Api::<GameDeployment>::namespaced(client, namespace),
+            Api::<GameDeployment>::namespaced(client.clone(), namespace),
             "GameDeployment",
             gaps.clone(),
+            gds_listed.0,
             move |g: GameDeployment, deleted| {
                 if !deleted {
                     record(rv(&g.metadata), Seen::Gd(Box::new(g)))
                 }
             },
         );
-        // Let the watches establish before the story starts.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Self { tasks: vec![pods, runs, gds], events, gaps }
+        for (what, listed) in [("pod", pods_listed.1), ("HookRun", runs_listed.1), ("GameDeployment", gds_listed.1)] {
+            if !matches!(tokio::time::timeout(crate::DEADLINE, listed).await, Ok(Ok(()))) {
+                panic!("the gate checker's {what} watch in {namespace} did not list within {:?}", crate::DEADLINE);
+            }
+        }
+        Self { tasks: vec![pods, runs, gds], events, gaps, client, namespace: namespace.to_string() }
     }
 
-    /// Stops watching (after letting the last events arrive) and replays everything in commit order.
+    /// Stops watching once every watch has delivered the versions a list made now shows (on a loaded machine a
+    /// fixed pause can end before the last events arrive), then replays everything in commit order.
     pub async fn stop(self) -> GateReport {
+        self.caught_up().await;
+        // Deletions are not in a list: a moment more for one still on its way.
         tokio::time::sleep(Duration::from_millis(1000)).await;
         for task in &self.tasks {
             task.abort();
@@ -160,6 +184,59 @@ impl GateChecker {
         let mut report = replay(events);
         report.violations.extend(self.gaps.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
         report
+    }
+
+    /// Waits (up to [`crate::DEADLINE`]) until every object a list shows now was recorded at least at its listed
+    /// resourceVersion.
+    async fn caught_up(&self) {
+        let listed = async {
+            let pods = Api::<Pod>::namespaced(self.client.clone(), &self.namespace).list(&Default::default()).await;
+            let runs = Api::<HookRun>::namespaced(self.client.clone(), &self.namespace).list(&Default::default()).await;
+            let gds =
+                Api::<GameDeployment>::namespaced(self.client.clone(), &self.namespace).list(&Default::default()).await;
+            let mut wanted: BTreeMap<String, u64> = BTreeMap::new();
+            for meta in pods.ok()?.items.iter().map(|o| &o.metadata) {
+                wanted.insert(meta.uid.clone()?, rv(meta));
+            }
+            for meta in runs.ok()?.items.iter().map(|o| &o.metadata) {
+                wanted.insert(meta.uid.clone()?, rv(meta));
+            }
+            for meta in gds.ok()?.items.iter().map(|o| &o.metadata) {
+                wanted.insert(meta.uid.clone()?, rv(meta));
+            }
+            Some(wanted)
+        };
+        let Some(wanted) = listed.await else { return };
+        let deadline = std::time::Instant::now() + crate::DEADLINE;
+        loop {
+            let missing: Vec<String> = {
+                let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+                let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
+                for (rv, what) in events.iter() {
+                    let uid = match what {
+                        Seen::Pod { pod, .. } => pod.metadata.uid.as_deref(),
+                        Seen::Run(run) => run.metadata.uid.as_deref(),
+                        Seen::Gd(gd) => gd.metadata.uid.as_deref(),
+                    };
+                    if let Some(uid) = uid {
+                        let at = seen.entry(uid).or_default();
+                        *at = (*at).max(*rv);
+                    }
+                }
+                wanted
+                    .iter()
+                    .filter(|(uid, rv)| seen.get(uid.as_str()).is_none_or(|at| at < *rv))
+                    .map(|(uid, rv)| format!("{uid}@{rv}"))
+                    .collect()
+            };
+            if missing.is_empty() {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!("the gate checker's watches did not deliver {} listed versions: {missing:?}", missing.len());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 }
 
