@@ -331,7 +331,7 @@ impl Kubernetes {
                 let mut last_conflict = String::new();
                 for _ in 0..3 {
                     let object = get().await?;
-                    let patch: kube_json_patch::Patch = serde_json::from_value(build_patch(&object, &fields))
+                    let patch: json_patch::Patch = serde_json::from_value(build_patch(&object, &fields))
                         .map_err(|e| ProviderError(format!("building the patch for {what}: {e}")))?;
                     match api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch)).await {
                         Ok(_) => {
@@ -446,11 +446,11 @@ mod tests {
         assert_eq!(patch[1]["path"], "/metadata/annotations/example.com~1x~0y");
         // Applying it does what it says.
         let mut applied = with_map.clone();
-        let parsed: kube_json_patch::Patch = serde_json::from_value(patch).unwrap();
-        kube_json_patch::patch(&mut applied, &parsed).unwrap();
+        let parsed: json_patch::Patch = serde_json::from_value(patch).unwrap();
+        json_patch::patch(&mut applied, &parsed).unwrap();
         assert_eq!(applied["metadata"]["annotations"]["example.com/x~y"], "1");
         let mut changed = json!({"metadata": {"resourceVersion": "8", "annotations": {}}});
-        assert!(kube_json_patch::patch(&mut changed, &parsed).is_err(), "a concurrent change makes the test fail");
+        assert!(json_patch::patch(&mut changed, &parsed).is_err(), "a concurrent change makes the test fail");
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod cloneset_surge;
 mod cloneset_takeover;
 mod cloneset_update_types;
 mod delete_pod_skips_hook;
+mod dependencies;
 mod events_per_pod;
 mod examples_complete;
 mod explain;

@@ -1,0 +1,217 @@
+//! The dependency policy (docs/src/contributing/README.md, "Dependencies"): every member names its dependencies
+//! through the root `[workspace.dependencies]` table, so one place chooses each version; `Cargo.lock` holds one
+//! major of each crate that table names (two majors are two builds, and two sets of types that do not meet); and
+//! the release build of the operators has no tokio `test-util`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use e2e::repo_root;
+
+/// The crates the workspace names that `Cargo.lock` may hold in two majors, each with the third-party crate that
+/// pulls in the major ours does not use. An entry that no longer holds (the two majors met) fails the test, so
+/// the list only shrinks.
+const SECOND_MAJORS: &[(&str, &str, &str)] = &[
+    // k8s-openapi 0.29 (kube 5's) and kube-sim use base64 0.22; hyper-util 0.1 and expr-lang 2 use 0.23.
+    ("base64", "0.23", "hyper-util"),
+    ("base64", "0.23", "expr-lang"),
+    // e2e and proptest use bit-vec 0.10; rcgen 0.14 (kube-sim's test certificates) pulls it through yasna 0.6.
+    ("bit-vec", "0.9", "yasna"),
+];
+
+/// A version's semver-compatibility class: `1.2.3` → `1`, `0.22.1` → `0.22`, `0.0.3` → `0.0.3`.
+fn major(version: &str) -> String {
+    let parts: Vec<&str> = version.split('.').collect();
+    match parts.as_slice() {
+        ["0", "0", ..] => version.to_string(),
+        ["0", minor, ..] => format!("0.{minor}"),
+        [major, ..] => major.to_string(),
+        [] => version.to_string(),
+    }
+}
+
+/// `Cargo.lock`'s packages: `(name, version, dependencies)`, each dependency as written there (`name` or
+/// `name version`).
+fn lock_packages() -> Vec<(String, String, Vec<String>)> {
+    let lock = std::fs::read_to_string(repo_root().join("Cargo.lock")).expect("Cargo.lock is readable");
+    let mut packages = Vec::new();
+    for block in lock.split("[[package]]").skip(1) {
+        let field = |key: &str| {
+            block
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key} = \"")).map(|v| v.trim_end_matches('"').to_string()))
+                .unwrap_or_default()
+        };
+        let dependencies = block
+            .split_once("dependencies = [")
+            .map(|(_, rest)| rest.split(']').next().unwrap_or_default())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.trim().trim_end_matches(',').trim_matches('"').to_string())
+            .filter(|l| !l.is_empty())
+            .collect();
+        packages.push((field("name"), field("version"), dependencies));
+    }
+    packages
+}
+
+/// A Cargo.toml's dependency sections (`[dependencies]`, `[dev-dependencies]`, `[build-dependencies]`, their
+/// `[target.….…]` forms) as `(section, line)` for each entry; a `[dependencies.name]` table is one entry, its
+/// lines joined.
+fn dependency_entries(manifest: &str) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = Vec::new();
+    let mut section = String::new();
+    let mut in_table = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.trim_matches(|c| c == '[' || c == ']').to_string();
+            let last = section.rsplit('.').next().unwrap_or_default();
+            in_table = false;
+            if last.ends_with("dependencies") {
+                continue;
+            }
+            // `[dependencies.name]`: the entry is the table.
+            if let Some((parent, name)) = section.rsplit_once('.')
+                && parent.ends_with("dependencies")
+            {
+                entries.push((parent.to_string(), format!("{name} =")));
+                in_table = true;
+            }
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let last = section.rsplit('.').next().unwrap_or_default();
+        if in_table {
+            if let Some(entry) = entries.last_mut() {
+                entry.1.push(' ');
+                entry.1.push_str(line);
+            }
+        } else if last.ends_with("dependencies") {
+            entries.push((section.clone(), line.to_string()));
+        }
+    }
+    entries
+}
+
+/// The workspace members' directories, from the root Cargo.toml's `members = [...]`.
+fn members(root_manifest: &str) -> Vec<String> {
+    let list = root_manifest.split_once("members = [").expect("the root Cargo.toml lists its members").1;
+    let list = list.split(']').next().unwrap_or_default();
+    list.split(',').map(|m| m.trim().trim_matches('"').to_string()).filter(|m| !m.is_empty()).collect()
+}
+
+/// The crate names (as published, `package = "…"` renames followed) that `[workspace.dependencies]` names.
+fn workspace_named_crates(root_manifest: &str) -> BTreeSet<String> {
+    dependency_entries(root_manifest)
+        .into_iter()
+        .filter(|(section, _)| section == "workspace.dependencies")
+        .filter(|(_, line)| !line.contains("path ="))
+        .map(|(_, line)| {
+            let key = line.split('=').next().unwrap_or_default().trim().to_string();
+            line.split_once("package = \"").and_then(|(_, rest)| rest.split('"').next()).map_or(key, str::to_string)
+        })
+        .collect()
+}
+
+#[test]
+fn members_name_every_dependency_through_the_workspace_table() {
+    let root = repo_root();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml is readable");
+    let members = members(&root_manifest);
+    assert!(members.iter().any(|m| m == "tests/e2e"), "the member list was read: {members:?}");
+    let mut outside = Vec::new();
+    let mut seen = 0;
+    for member in &members {
+        let path = root.join(member).join("Cargo.toml");
+        let manifest = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for (section, line) in dependency_entries(&manifest) {
+            seen += 1;
+            if !line.replace(' ', "").contains("workspace=true") {
+                outside.push(format!("{member}/Cargo.toml [{section}] {line}"));
+            }
+        }
+    }
+    assert!(seen > 50, "the members' dependency sections were read ({seen} entries)");
+    assert!(
+        outside.is_empty(),
+        "name these in the root [workspace.dependencies] and write `name = {{ workspace = true }}`:\n{}",
+        outside.join("\n")
+    );
+}
+
+#[test]
+fn the_lock_holds_one_major_of_each_crate_the_workspace_names() {
+    let root_manifest =
+        std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("the root Cargo.toml is readable");
+    let named = workspace_named_crates(&root_manifest);
+    assert!(named.contains("kube") && named.contains("json-patch"), "the workspace table was read: {named:?}");
+    let packages = lock_packages();
+    let mut majors: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    for (name, version, _) in &packages {
+        if named.contains(name) {
+            majors.entry(name).or_default().insert(major(version));
+        }
+    }
+    let pulls = |puller: &str, name: &str, other_major: &str| {
+        packages.iter().any(|(p, _, deps)| {
+            p == puller
+                && deps.iter().any(|d| {
+                    let mut words = d.split_whitespace();
+                    words.next() == Some(name) && words.next().is_some_and(|v| major(v) == other_major)
+                })
+        })
+    };
+    let mut unexplained = Vec::new();
+    for (name, versions) in &majors {
+        if versions.len() < 2 {
+            continue;
+        }
+        // Ours is the one major not listed; every listed one is pulled by the crate the list names.
+        let listed: Vec<_> =
+            SECOND_MAJORS.iter().filter(|(n, other, _)| n == name && versions.contains(*other)).collect();
+        let listed_majors: BTreeSet<&str> = listed.iter().map(|(_, other, _)| *other).collect();
+        let explained = versions.len() - listed_majors.len() == 1
+            && listed.iter().all(|(n, other, puller)| pulls(puller, n, other));
+        if !explained {
+            unexplained.push(format!("{name}: {versions:?}"));
+        }
+    }
+    assert!(
+        unexplained.is_empty(),
+        "crates the workspace names, in two majors in Cargo.lock (move ours to the other's major, or list the \
+         third-party crate that pulls the second in SECOND_MAJORS):\n{}",
+        unexplained.join("\n")
+    );
+    let stale: Vec<_> = SECOND_MAJORS
+        .iter()
+        .filter(|(name, other, puller)| {
+            majors.get(name).is_none_or(|m| m.len() < 2 || !m.contains(*other)) || !pulls(puller, name, other)
+        })
+        .collect();
+    assert!(stale.is_empty(), "SECOND_MAJORS entries that no longer hold; remove them: {stale:?}");
+}
+
+/// tokio's `test-util` (a clock the tests pause) is for tests: the Dockerfile's release build selects the two
+/// operators alone, and for that selection Cargo resolves tokio without it (the feature comes only from
+/// dev-dependencies and from e2e).
+#[test]
+fn the_operators_release_build_has_no_tokio_test_util() {
+    let output = std::process::Command::new(env!("CARGO"))
+        .current_dir(repo_root())
+        .args(["tree", "--offline", "-q", "-e", "normal,build", "-i", "tokio", "--depth", "0", "-f", "{p} {f}"])
+        .args(["-p", "gamedeployment-operator", "-p", "hook-operator"])
+        .output()
+        .expect("cargo tree runs");
+    assert!(output.status.success(), "cargo tree: {}", String::from_utf8_lossy(&output.stderr));
+    let line = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(line.starts_with("tokio ") && line.contains("rt-multi-thread"), "tokio's features were read: {line}");
+    assert!(!line.contains("test-util"), "tokio test-util is compiled into the operators' release build: {line}");
+}
+
+#[test]
+fn a_major_is_the_semver_compatibility_class() {
+    assert_eq!(major("1.54.1"), "1");
+    assert_eq!(major("0.22.1"), "0.22");
+    assert_eq!(major("0.0.3"), "0.0.3");
+}
