@@ -31,8 +31,7 @@ fn major(version: &str) -> String {
 
 /// `Cargo.lock`'s packages: `(name, version, dependencies)`, each dependency as written there (`name` or
 /// `name version`).
-fn lock_packages() -> Vec<(String, String, Vec<String>)> {
-    let lock = std::fs::read_to_string(repo_root().join("Cargo.lock")).expect("Cargo.lock is readable");
+fn lock_packages(lock: &str) -> Vec<(String, String, Vec<String>)> {
     let mut packages = Vec::new();
     for block in lock.split("[[package]]").skip(1) {
         let field = |key: &str| {
@@ -114,6 +113,15 @@ fn workspace_named_crates(root_manifest: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The dependencies `manifest` (of `member`) names with a version of its own instead of `workspace = true`.
+fn outside_the_table(member: &str, manifest: &str) -> Vec<String> {
+    dependency_entries(manifest)
+        .into_iter()
+        .filter(|(_, line)| !line.replace(' ', "").contains("workspace=true"))
+        .map(|(section, line)| format!("{member}/Cargo.toml [{section}] {line}"))
+        .collect()
+}
+
 #[test]
 fn members_name_every_dependency_through_the_workspace_table() {
     let root = repo_root();
@@ -125,12 +133,8 @@ fn members_name_every_dependency_through_the_workspace_table() {
     for member in &members {
         let path = root.join(member).join("Cargo.toml");
         let manifest = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for (section, line) in dependency_entries(&manifest) {
-            seen += 1;
-            if !line.replace(' ', "").contains("workspace=true") {
-                outside.push(format!("{member}/Cargo.toml [{section}] {line}"));
-            }
-        }
+        seen += dependency_entries(&manifest).len();
+        outside.extend(outside_the_table(member, &manifest));
     }
     assert!(seen > 50, "the members' dependency sections were read ({seen} entries)");
     assert!(
@@ -140,13 +144,11 @@ fn members_name_every_dependency_through_the_workspace_table() {
     );
 }
 
-#[test]
-fn the_lock_holds_one_major_of_each_crate_the_workspace_names() {
-    let root_manifest =
-        std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("the root Cargo.toml is readable");
-    let named = workspace_named_crates(&root_manifest);
-    assert!(named.contains("kube") && named.contains("json-patch"), "the workspace table was read: {named:?}");
-    let packages = lock_packages();
+/// The crates `[workspace.dependencies]` names that `lock` holds in two majors, unless each second major is listed
+/// in `allowed` with a crate that pulls it; and the `allowed` entries that no longer hold.
+fn second_majors(root_manifest: &str, lock: &str, allowed: &[(&str, &str, &str)]) -> (Vec<String>, Vec<String>) {
+    let named = workspace_named_crates(root_manifest);
+    let packages = lock_packages(lock);
     let mut majors: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
     for (name, version, _) in &packages {
         if named.contains(name) {
@@ -168,8 +170,7 @@ fn the_lock_holds_one_major_of_each_crate_the_workspace_names() {
             continue;
         }
         // Ours is the one major not listed; every listed one is pulled by the crate the list names.
-        let listed: Vec<_> =
-            SECOND_MAJORS.iter().filter(|(n, other, _)| n == name && versions.contains(*other)).collect();
+        let listed: Vec<_> = allowed.iter().filter(|(n, other, _)| n == name && versions.contains(*other)).collect();
         let listed_majors: BTreeSet<&str> = listed.iter().map(|(_, other, _)| *other).collect();
         let explained = versions.len() - listed_majors.len() == 1
             && listed.iter().all(|(n, other, puller)| pulls(puller, n, other));
@@ -177,19 +178,62 @@ fn the_lock_holds_one_major_of_each_crate_the_workspace_names() {
             unexplained.push(format!("{name}: {versions:?}"));
         }
     }
+    let stale = allowed
+        .iter()
+        .filter(|(name, other, puller)| {
+            majors.get(name).is_none_or(|m| m.len() < 2 || !m.contains(*other)) || !pulls(puller, name, other)
+        })
+        .map(|entry| format!("{entry:?}"))
+        .collect();
+    (unexplained, stale)
+}
+
+#[test]
+fn the_lock_holds_one_major_of_each_crate_the_workspace_names() {
+    let root = repo_root();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml is readable");
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).expect("Cargo.lock is readable");
+    let named = workspace_named_crates(&root_manifest);
+    assert!(named.contains("kube") && named.contains("json-patch"), "the workspace table was read: {named:?}");
+    assert!(lock_packages(&lock).len() > 100, "Cargo.lock's packages were read");
+    let (unexplained, stale) = second_majors(&root_manifest, &lock, SECOND_MAJORS);
     assert!(
         unexplained.is_empty(),
         "crates the workspace names, in two majors in Cargo.lock (move ours to the other's major, or list the \
          third-party crate that pulls the second in SECOND_MAJORS):\n{}",
         unexplained.join("\n")
     );
-    let stale: Vec<_> = SECOND_MAJORS
-        .iter()
-        .filter(|(name, other, puller)| {
-            majors.get(name).is_none_or(|m| m.len() < 2 || !m.contains(*other)) || !pulls(puller, name, other)
-        })
-        .collect();
     assert!(stale.is_empty(), "SECOND_MAJORS entries that no longer hold; remove them: {stale:?}");
+}
+
+/// What the workspace held before this policy: json-patch 5 beside kube's 4, and a member's own versions.
+#[test]
+fn a_second_major_and_a_dependency_outside_the_table_are_found() {
+    let root_manifest = "[workspace]\nmembers = []\n\n[workspace.dependencies]\nkube = \"5.0\"\njson-patch = \"5.0\"\n\
+                         kube-json-patch = { package = \"json-patch\", version = \"4.2\" }\n";
+    let lock = "[[package]]\nname = \"json-patch\"\nversion = \"4.2.0\"\n\n[[package]]\nname = \"json-patch\"\n\
+                version = \"5.0.0\"\n\n[[package]]\nname = \"kube-core\"\nversion = \"5.0.0\"\ndependencies = [\n \
+                \"json-patch 4.2.0\",\n]\n";
+    let (unexplained, stale) = second_majors(root_manifest, lock, &[]);
+    assert_eq!(unexplained, ["json-patch: {\"4\", \"5\"}"]);
+    assert!(stale.is_empty());
+    // Listed with the crate that pulls it, the second major is explained; listed with one that does not, not.
+    assert!(second_majors(root_manifest, lock, &[("json-patch", "4", "kube-core")]).0.is_empty());
+    let (unexplained, stale) = second_majors(root_manifest, lock, &[("json-patch", "4", "reqwest")]);
+    assert_eq!((unexplained.len(), stale.len()), (1, 1));
+
+    let manifest = "[package]\nname = \"m\"\n\n[dependencies]\nkube = { workspace = true }\n# a comment\n\
+                    rustix = { version = \"1.1\", features = [\"process\"] }\n\n[dev-dependencies.tempfile]\n\
+                    version = \"3\"\n\n[target.'cfg(unix)'.dependencies]\nlibc = \"0.2\"\n\n[features]\nx = []\n";
+    let outside = outside_the_table("m", manifest);
+    assert_eq!(
+        outside,
+        [
+            "m/Cargo.toml [dependencies] rustix = { version = \"1.1\", features = [\"process\"] }",
+            "m/Cargo.toml [dev-dependencies] tempfile = version = \"3\"",
+            "m/Cargo.toml [target.'cfg(unix)'.dependencies] libc = \"0.2\"",
+        ]
+    );
 }
 
 /// tokio's `test-util` (a clock the tests pause) is for tests: the Dockerfile's release build selects the two
