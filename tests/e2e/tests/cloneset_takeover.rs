@@ -5,11 +5,14 @@
 //! written as Kruise leaves them: the template defaulted by Kruise's webhook (`SetDefaultsPodSpec`) and stored by
 //! Go in a `$patch: replace` revision, the pods labelled `controller-revision-hash` (the revision's name),
 //! `apps.kruise.io/cloneset-instance-id` and `lifecycle.apps.kruise.io/state: Normal`, with the
-//! `InPlaceUpdateReady` readiness gate. A watch on the pods runs from before the CloneSet is deleted.
+//! `InPlaceUpdateReady` readiness gate. A watch on the pods runs from before the CloneSet is deleted. After the
+//! takeover the user adds a pre-delete hook, and the next image change goes in place on every pod, each through
+//! one Successful HookRun, under the strict gate checker.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use common::api::GameDeployment;
+use common::api::{GameDeployment, HookPhase, HookRun};
+use common::keys;
 use e2e::gamedeployment::{image, is_ready, revision, set_image, start_operator};
 use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
@@ -209,7 +212,28 @@ async fn a_cloneset_fleet_moves_to_a_gamedeployment_with_no_pod_changed() {
     let kept = kruise.get(&kruise_revision).await.expect("Kruise's revision");
     assert!(kept.metadata.owner_references.unwrap_or_default().is_empty(), "Kruise's revision was given an owner");
 
-    // The next change rolls from Kruise's revision: an image change goes in place, the same 4 pods.
+    // The user adds a pre-delete hook (BCS's walkthrough hook: a web probe reading an age above 30), served by the
+    // hook-operator; adding it changes no pod.
+    let answers = HashMap::from([("age".to_string(), br#"{"age": 60}"#.to_vec())]);
+    let endpoint = e2e::hook::serve_answers(answers).await;
+    let hook = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
+        "metadata": {"name": "drain", "namespace": NS},
+        "spec": {"metrics": [{"name": "webtest", "count": 1, "successCondition": "asInt(result) > 30",
+            "provider": {"web": {"url": format!("http://{endpoint}/age"), "jsonPath": "{$.age}"}}}]}});
+    apply(&cluster, "hook.json", &hook).await;
+    let runs = Observer::<HookRun>::namespaced(&cluster, NS).await;
+    let checker = e2e::gate::GateChecker::start(&cluster, NS).await;
+    let _hook_operator = e2e::hook::start_operator(&cluster, &[]);
+    let mut hooked = manifest("tkex.tencent.com/v1alpha1", "GameDeployment");
+    hooked["spec"]["preDeleteUpdateStrategy"] = json!({"hook": {"templateName": "drain"}});
+    apply(&cluster, "gamedeployment.json", &hooked).await;
+    wait_for("the hook in the GameDeployment's spec", DEADLINE, || async {
+        gds.get(NAME).await.ok()?.spec.pre_delete_update_strategy?.hook.is_some().then_some(())
+    })
+    .await;
+
+    // The next change rolls from Kruise's revision: an image change goes in place, the same 4 pods, each through
+    // one Successful run of the hook.
     set_image(&cluster, NS, NAME, "nginx:1.27").await;
     wait_for("4 pods on nginx:1.27, in place", DEADLINE, || async {
         let list = pods_api.list(&Default::default()).await.ok()?.items;
@@ -222,5 +246,19 @@ async fn a_cloneset_fleet_moves_to_a_gamedeployment_with_no_pod_changed() {
         assert_eq!(pods.get(&name).map(String::as_str), Some(seen.uid()), "{name} was created");
         assert!(!seen.deleted && seen.object.metadata.deletion_timestamp.is_none(), "{name} was deleted");
     }
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert_eq!(report.gated_updates, 4, "{report:?}");
+    let mut successful: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for run in runs.versions() {
+        if run.object.status.as_ref().and_then(|s| s.phase) == Some(HookPhase::Successful) {
+            let labels = run.object.metadata.labels.clone().unwrap_or_default();
+            let pod = labels.get(keys::HOOKRUN_POD_UID).cloned().unwrap_or_default();
+            successful.entry(pod).or_default().insert(run.name().to_string());
+        }
+    }
+    let uids: BTreeSet<String> = pods.values().cloned().collect();
+    assert_eq!(successful.keys().cloned().collect::<BTreeSet<_>>(), uids, "a Successful run per pod: {successful:?}");
+    assert!(successful.values().all(|r| r.len() == 1), "exactly one Successful run per pod: {successful:?}");
     cluster.shutdown().await;
 }
