@@ -103,8 +103,15 @@ async fn set_status(gds: &Api<GameDeployment>, updated: i32) {
     gds.patch_status(NAME, &PatchParams::default(), &Patch::Merge(&status)).await.expect("status patched");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_redraws_in_place_on_a_terminal() {
+/// kube-sim with the CRDs and the GameDeployment, its status at 0 of 3 updated, and a kubeconfig for it in `dir`.
+struct Fleet {
+    sim: kube_sim::SimHandle,
+    dir: tempfile::TempDir,
+    kubeconfig: std::path::PathBuf,
+    gds: Api<GameDeployment>,
+}
+
+async fn fleet() -> Fleet {
     let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await.expect("kube-sim");
     let dir = tempfile::tempdir().expect("temp dir");
     let kubeconfig = dir.path().join("kubeconfig");
@@ -115,19 +122,30 @@ async fn watch_redraws_in_place_on_a_terminal() {
     let gd: GameDeployment = serde_yaml::from_str(GD).expect("GameDeployment");
     gds.create(&PostParams::default(), &gd).await.expect("created");
     set_status(&gds, 0).await;
+    Fleet { sim, dir, kubeconfig, gds }
+}
 
+/// Starts `command` with a new pseudo-terminal as its stdout and stderr (stdin empty); returns the child and what
+/// it writes to the terminal.
+fn on_terminal(mut command: std::process::Command) -> (std::process::Child, Arc<Mutex<Vec<u8>>>) {
     let pty = open_pty();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-gd"))
-        .args(["get", NAME, "--watch", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .env_remove("NO_COLOR")
+    let child = command
         .stdin(std::process::Stdio::null())
         .stdout(pty.terminal.try_clone().expect("terminal handle"))
         .stderr(pty.terminal.try_clone().expect("terminal handle"))
         .spawn()
         .expect("kubectl-gd starts");
     drop(pty.terminal);
-    let out = capture(pty.master);
+    (child, capture(pty.master))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_redraws_in_place_on_a_terminal() {
+    let Fleet { sim, dir: _dir, kubeconfig, gds } = fleet().await;
+
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-gd"));
+    command.args(["get", NAME, "--watch", "--kubeconfig"]).arg(&kubeconfig).env_remove("NO_COLOR");
+    let (mut child, out) = on_terminal(command);
 
     let first = wait_output(&out, "the first frame", |t| t.contains("updated 0/3")).await;
     assert!(first.starts_with("\x1b[2J"), "the screen is cleared once: {first:?}");
@@ -160,28 +178,11 @@ async fn watch_redraws_in_place_on_a_terminal() {
 /// when the verdict changes, as `kubectl rollout status` adds one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_redraws_its_line_in_place_on_a_terminal() {
-    let sim = kube_sim::start(kube_sim::SimConfig { kubelet: None, ..Default::default() }).await.expect("kube-sim");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = dir.path().join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
-    let client = sim.client().await;
-    install_crds(&client).await;
-    let gds: Api<GameDeployment> = Api::namespaced(client.clone(), "default");
-    let gd: GameDeployment = serde_yaml::from_str(GD).expect("GameDeployment");
-    gds.create(&PostParams::default(), &gd).await.expect("created");
-    set_status(&gds, 0).await;
+    let Fleet { sim, dir: _dir, kubeconfig, gds } = fleet().await;
 
-    let pty = open_pty();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-gd"))
-        .args(["status", NAME, "--kubeconfig"])
-        .arg(&kubeconfig)
-        .stdin(std::process::Stdio::null())
-        .stdout(pty.terminal.try_clone().expect("terminal handle"))
-        .stderr(pty.terminal.try_clone().expect("terminal handle"))
-        .spawn()
-        .expect("kubectl-gd starts");
-    drop(pty.terminal);
-    let out = capture(pty.master);
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-gd"));
+    command.args(["status", NAME, "--kubeconfig"]).arg(&kubeconfig);
+    let (mut child, out) = on_terminal(command);
 
     // The same line, drawn again as the seconds pass: no new line in between.
     let line = "Progressing: 0 of 3 pods run revision watched-1";
