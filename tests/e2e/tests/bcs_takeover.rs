@@ -9,7 +9,7 @@
 //! `corev1.PodTemplateSpec` writes); the same pairs are the unit table of
 //! `gamedeployment-operator/src/revision/styles_tests.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::api::{GameDeployment, HookPhase, HookRun};
 use e2e::gamedeployment::{image, is_ready, revision, set_image, start_operator};
@@ -17,6 +17,7 @@ use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
 
 use crate::kubectl_gd::kubectl_gd;
+use crate::takeover_support::{apply_drain_hook, gate_ready, revision_hash};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -25,17 +26,6 @@ use serde_json::{Value, json};
 
 const INSTANCE_ID: &str = "tkex.bkbcs.tencent.com/gamedeployment-instance-id";
 const NS: &str = "default";
-
-/// FNV-1a 32 and `rand.SafeEncodeString`, as `controller.HashControllerRevision` names a revision.
-fn bcs_hash(payload: &Value) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut hash: u32 = 0x811c_9dc5;
-    for b in payload.to_string().bytes() {
-        hash ^= u32::from(b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash.to_string().bytes().map(|b| char::from(ALPHABET[usize::from(b) % ALPHABET.len()])).collect()
-}
 
 /// A template style: the template as the user wrote it in the GameDeployment, and as BCS's revision (and pods)
 /// hold it after Go's re-encoding.
@@ -156,7 +146,7 @@ async fn bcs_fleet(
     let mut template = style.stored.clone();
     template["$patch"] = json!("replace");
     let payload = json!({"spec": {"template": template}});
-    let hash = bcs_hash(&payload);
+    let hash = revision_hash(&payload);
     let revision_name = format!("{name}-{hash}");
     let mut revision_labels = labels(name);
     revision_labels["controller.kubernetes.io/hash"] = json!(hash);
@@ -188,20 +178,8 @@ async fn bcs_fleet(
         let pod = pods_api.create(&PostParams::default(), &pod).await.unwrap_or_else(|e| panic!("{}: {e}", style.name));
         pods.insert(pod_name, pod.metadata.uid.expect("a uid"));
     }
-    for pod in pods.keys() {
-        wait_for(&format!("{pod} running"), DEADLINE, || async {
-            let p = pods_api.get(pod).await.ok()?;
-            (p.status?.phase.as_deref() == Some("Running")).then_some(())
-        })
-        .await;
-        // BCS's update loop sets the in-place readiness gate's condition.
-        let condition = json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}});
-        pods_api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(condition)).await.expect("condition set");
-        wait_for(&format!("{pod} ready"), DEADLINE, || async {
-            is_ready(&pods_api.get(pod).await.ok()?).then_some(())
-        })
-        .await;
-    }
+    // BCS's update loop sets the in-place readiness gate's condition.
+    gate_ready(&pods_api, pods.keys()).await;
     let n = replicas;
     let status = json!({"status": {"observedGeneration": gd.metadata.generation, "replicas": n, "readyReplicas": n,
         "availableReplicas": n, "updatedReplicas": n, "updatedReadyReplicas": n, "updateRevision": revision_name,
@@ -338,15 +316,7 @@ async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers(
     let name = "bcs-inplace";
     let style = styles(name).into_iter().find(|s| s.name == "quantities not in canonical form").expect("the style");
     // BCS's walkthrough hook: a web probe that reads an age above 30 (one measurement).
-    let answers = HashMap::from([("age".to_string(), br#"{"age": 60}"#.to_vec())]);
-    let endpoint = e2e::hook::serve_answers(answers).await;
-    let hook = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
-        "metadata": {"name": "drain", "namespace": NS},
-        "spec": {"metrics": [{"name": "webtest", "count": 1, "successCondition": "asInt(result) > 30",
-            "provider": {"web": {"url": format!("http://{endpoint}/age"), "jsonPath": "{$.age}"}}}]}});
-    let hook_file = cluster.dir().join("hook.json");
-    std::fs::write(&hook_file, hook.to_string()).expect("hook written");
-    cluster.kubectl_ok(&["apply", "-f", &hook_file.display().to_string()]).await;
+    apply_drain_hook(&cluster, NS).await;
     let fleet = bcs_fleet(&cluster, name, &style, 6, 2, Some("drain")).await;
     // Had the user changed the resources for real, the dry run says which pods would change and why.
     let manifest = cluster.dir().join("changed.json");

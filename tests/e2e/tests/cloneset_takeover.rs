@@ -9,7 +9,7 @@
 //! takeover the user adds a pre-delete hook, and the next image change goes in place on every pod, each through
 //! one Successful HookRun, under the strict gate checker.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::api::{GameDeployment, HookPhase, HookRun};
 use common::keys;
@@ -19,24 +19,14 @@ use e2e::{Cluster, DEADLINE, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use crate::kubectl_gd::kubectl_gd;
+use crate::takeover_support::{apply_drain_hook, gate_ready, revision_hash};
 
 const NS: &str = "default";
 const NAME: &str = "sample";
-
-/// FNV-1a 32, safe-encoded: how the history library names a revision.
-fn hash(payload: &Value) -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut hash: u32 = 0x811c_9dc5;
-    for b in payload.to_string().bytes() {
-        hash ^= u32::from(b);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash.to_string().bytes().map(|b| char::from(ALPHABET[usize::from(b) % ALPHABET.len()])).collect()
-}
 
 /// The CloneSet's template as the user wrote it (Kruise's documentation's shape).
 fn written_template() -> Value {
@@ -89,7 +79,7 @@ async fn kruise_fleet(cluster: &Cluster) -> (String, BTreeMap<String, String>) {
     let mut template = stored_template();
     template["$patch"] = json!("replace");
     let payload = json!({"spec": {"template": template}});
-    let hash = hash(&payload);
+    let hash = revision_hash(&payload);
     let revision_name = format!("{NAME}-{hash}");
     let revision: ControllerRevision =
         serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
@@ -115,18 +105,7 @@ async fn kruise_fleet(cluster: &Cluster) -> (String, BTreeMap<String, String>) {
         let pod = pods_api.create(&PostParams::default(), &pod).await.expect("pod created");
         pods.insert(name, pod.metadata.uid.expect("a uid"));
     }
-    for pod in pods.keys() {
-        wait_for(&format!("{pod} running"), DEADLINE, || async {
-            (pods_api.get(pod).await.ok()?.status?.phase.as_deref() == Some("Running")).then_some(())
-        })
-        .await;
-        let condition = json!({"status": {"conditions": [{"type": "InPlaceUpdateReady", "status": "True"}]}});
-        pods_api.patch_status(pod, &PatchParams::default(), &Patch::Strategic(condition)).await.expect("condition");
-        wait_for(&format!("{pod} ready"), DEADLINE, || async {
-            is_ready(&pods_api.get(pod).await.ok()?).then_some(())
-        })
-        .await;
-    }
+    gate_ready(&pods_api, pods.keys()).await;
     (revision_name, pods)
 }
 
@@ -214,13 +193,7 @@ async fn a_cloneset_fleet_moves_to_a_gamedeployment_with_no_pod_changed() {
 
     // The user adds a pre-delete hook (BCS's walkthrough hook: a web probe reading an age above 30), served by the
     // hook-operator; adding it changes no pod.
-    let answers = HashMap::from([("age".to_string(), br#"{"age": 60}"#.to_vec())]);
-    let endpoint = e2e::hook::serve_answers(answers).await;
-    let hook = json!({"apiVersion": "tkex.tencent.com/v1alpha1", "kind": "HookTemplate",
-        "metadata": {"name": "drain", "namespace": NS},
-        "spec": {"metrics": [{"name": "webtest", "count": 1, "successCondition": "asInt(result) > 30",
-            "provider": {"web": {"url": format!("http://{endpoint}/age"), "jsonPath": "{$.age}"}}}]}});
-    apply(&cluster, "hook.json", &hook).await;
+    apply_drain_hook(&cluster, NS).await;
     let runs = Observer::<HookRun>::namespaced(&cluster, NS).await;
     let checker = e2e::gate::GateChecker::start(&cluster, NS).await;
     let _hook_operator = e2e::hook::start_operator(&cluster, &[]);

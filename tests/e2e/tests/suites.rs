@@ -9,6 +9,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod takeover_support;
 mod walkthrough_support;
 
 mod bcs_takeover;
