@@ -83,10 +83,7 @@ async fn a_maintaining_server_keeps_its_image_through_a_full_rollout_and_is_repo
     let strategy = format!("    maxUnavailable: 1\n{}", pre_inplace("quick"));
     apply(&cluster, &manifest(NAME, 4, "InplaceUpdate", &strategy, "python:latest")).await;
     wait_columns(&cluster, NAME, Columns::new(4, 4, 4, 4, 4)).await;
-    let mut names: Vec<String> = live_pods(&cluster, NAME).await.into_iter().filter_map(|p| p.metadata.name).collect();
-    names.sort();
-    let kept = names[1].clone();
-    cluster.kubectl_ok(&["label", "pod", &kept, &format!("{}=Maintaining", keys::SERVER_STATE), "--overwrite"]).await;
+    let kept = quarantine_second(&cluster, NAME).await;
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
     wait_for("the quarantined server to be counted, and not as available", LONG, || async {
         let status = api.get(NAME).await.ok()?.status?;
@@ -117,4 +114,14 @@ async fn a_maintaining_server_keeps_its_image_through_a_full_rollout_and_is_repo
     report.assert_clean();
     assert_eq!(report.gated_updates, 3, "each other server through its hook: {report:?}");
     cluster.shutdown().await;
+}
+
+/// Labels the second of `name`'s live pods (by name) `Maintaining`, as a server quarantining itself would, and
+/// returns its name.
+pub(crate) async fn quarantine_second(cluster: &Cluster, name: &str) -> String {
+    let mut names: Vec<String> = live_pods(cluster, name).await.into_iter().filter_map(|p| p.metadata.name).collect();
+    names.sort();
+    let kept = names[1].clone();
+    cluster.kubectl_ok(&["label", "pod", &kept, &format!("{}=Maintaining", keys::SERVER_STATE), "--overwrite"]).await;
+    kept
 }

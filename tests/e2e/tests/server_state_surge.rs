@@ -9,9 +9,9 @@
 //! `updateNewDiff`): a pod the rollout will never move asks for none here either.
 
 use crate::kubectl_gd::kubectl_gd;
+use crate::server_state::quarantine_second;
 
 use common::api::GameDeployment;
-use common::keys;
 use e2e::gamedeployment::{Columns, apply, image, live_pods, manifest, pods, set_image, start_operator, wait_columns};
 use e2e::{Cluster, DEADLINE, wait_for};
 use kube::Api;
@@ -24,10 +24,7 @@ async fn completes_around_a_maintaining_server(strategy: &str) {
     let mut operator = start_operator(&cluster);
     apply(&cluster, &manifest(NAME, 4, strategy, "    maxUnavailable: 0\n    maxSurge: 1\n", "python:latest")).await;
     wait_columns(&cluster, NAME, Columns::new(4, 4, 4, 4, 4)).await;
-    let mut names: Vec<String> = live_pods(&cluster, NAME).await.into_iter().filter_map(|p| p.metadata.name).collect();
-    names.sort();
-    let kept = names[1].clone();
-    cluster.kubectl_ok(&["label", "pod", &kept, &format!("{}=Maintaining", keys::SERVER_STATE), "--overwrite"]).await;
+    let kept = quarantine_second(&cluster, NAME).await;
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
     wait_for("the quarantined server to be counted", DEADLINE, || async {
         let status = api.get(NAME).await.ok()?.status?;
