@@ -56,12 +56,7 @@ async fn story(name: &str, gitops_clean: bool) {
         cluster.kubectl_ok(&["annotate", "gamedeployment", name, &format!("{}=annotations", keys::CONTROL)]).await;
     }
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
-    let stable = wait_for("the first revision to be the stable one", LONG, || async {
-        let status = get(&api, name).await.status?;
-        let stable = status.canary?.revision?;
-        (status.current_step_index == Some(2)).then_some(stable)
-    })
-    .await;
+    let stable = stable_revision(&api, name).await;
 
     let checker = GateChecker::start(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", name, "--type=json", "-p", &patch_image("python:3.5")]).await;
@@ -146,12 +141,7 @@ async fn the_canary_rollback_example_rolls_back_as_the_page_shows() {
     let name = "test-gamedeployment";
     wait_columns(&cluster, name, Columns::new(4, 4, 4, 4, 4)).await;
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
-    let stable = wait_for("the first revision to be the stable one", LONG, || async {
-        let status = get(&api, name).await.status?;
-        let stable = status.canary?.revision?;
-        (status.current_step_index == Some(2)).then_some(stable)
-    })
-    .await;
+    let stable = stable_revision(&api, name).await;
     cluster.kubectl_ok(&["patch", "gamedeployment", name, "--type=json", "-p", &patch_image("python:3.6")]).await;
     let record = wait_for("the canary to be rolled back", LONG, || async { rollback(&get(&api, name).await) }).await;
     assert_eq!(record.stable_revision, stable);
@@ -183,4 +173,14 @@ async fn the_canary_rollback_example_rolls_back_as_the_page_shows() {
         get(&api, name).await.spec.template.spec.and_then(|s| s.containers.first().and_then(|c| c.image.clone()));
     assert_eq!(spec_image.as_deref(), Some("python:3.6"), "the spec keeps the patched image");
     cluster.shutdown().await;
+}
+
+/// Waits for the canary to pause at step 2 with its first revision as the stable one, and returns that revision.
+async fn stable_revision(api: &Api<GameDeployment>, name: &str) -> String {
+    wait_for("the first revision to be the stable one", LONG, || async {
+        let status = get(api, name).await.status?;
+        let stable = status.canary?.revision?;
+        (status.current_step_index == Some(2)).then_some(stable)
+    })
+    .await
 }
