@@ -7,10 +7,10 @@ use common::api::GameDeployment;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use super::sim_cluster::World;
+use super::sim_cluster::{World, in_state};
 use crate::action::{Action, PatchReason};
 use crate::fixtures::gd;
-use crate::lifecycle::{self, LifecycleState};
+use crate::lifecycle::LifecycleState;
 
 /// The `inPlaceUpdate` handler label of Kruise's manual (seed 000): the outside controller removes it to release
 /// a pod for its update, and puts it back once the pod is registered again.
@@ -23,15 +23,6 @@ fn with_handler(mut gd: GameDeployment) -> World {
     let template = gd.spec.template.metadata.get_or_insert_with(Default::default);
     template.labels.get_or_insert_with(Default::default).insert(BLOCK_INPLACE.into(), "true".into());
     settled(gd)
-}
-
-fn in_state(world: &World, state: LifecycleState) -> Vec<String> {
-    world
-        .active()
-        .into_iter()
-        .filter(|p| lifecycle::state_of(p) == state)
-        .filter_map(|p| p.metadata.name.clone())
-        .collect()
 }
 
 fn set_label(world: &mut World, pod: &str, key: &str, value: &str) {

@@ -9,7 +9,7 @@ use common::cached_pod::Pod;
 use common::keys;
 use serde_json::json;
 
-use super::sim_cluster::World;
+use super::sim_cluster::{World, in_state};
 use crate::action::Action;
 use crate::fixtures::{gd, hook_template};
 use crate::lifecycle::{self, LifecycleState};
@@ -46,15 +46,6 @@ fn passes(world: &mut World, n: usize) -> Vec<Action> {
         actions.extend(world.pass().actions);
     }
     actions
-}
-
-fn in_state(world: &World, state: LifecycleState) -> Vec<String> {
-    world
-        .active()
-        .into_iter()
-        .filter(|p| lifecycle::state_of(p) == state)
-        .filter_map(|p| p.metadata.name.clone())
-        .collect()
 }
 
 fn pod_mut<'a>(world: &'a mut World, name: &str) -> &'a mut Pod {
