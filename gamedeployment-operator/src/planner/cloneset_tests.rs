@@ -7,7 +7,7 @@ use common::api::GameDeployment;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use super::sim_cluster::{World, in_state};
+use super::sim_cluster::{World, in_state, set_image, settled};
 use crate::action::{Action, PatchReason};
 use crate::fixtures::gd;
 use crate::lifecycle::LifecycleState;
@@ -59,17 +59,6 @@ fn kruise_unavailable(world: &World) -> usize {
             !(state.is_none() || state == Some("Normal")) || !common::pod::is_ready(p)
         })
         .count()
-}
-
-fn settled(gd: GameDeployment) -> World {
-    let mut world = World::new(gd);
-    assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
-    world
-}
-
-fn set_image(world: &mut World, image: &str) {
-    world.gd.spec.template.spec.as_mut().expect("a pod spec").containers[0].image = Some(image.into());
-    world.gd.metadata.generation = Some(world.gd.metadata.generation.unwrap_or(1) + 1);
 }
 
 fn names(world: &World) -> BTreeSet<String> {

@@ -14,3 +14,16 @@ pub(crate) fn in_state(world: &World, state: LifecycleState) -> Vec<String> {
         .filter_map(|p| p.metadata.name.clone())
         .collect()
 }
+
+/// A world with `replicas` ready pods of the first template.
+pub(crate) fn settled(gd: common::api::GameDeployment) -> World {
+    let mut world = World::new(gd);
+    assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
+    world
+}
+
+/// The user's image change: the first container's image, and the generation bumped as the API server would.
+pub(crate) fn set_image(world: &mut World, image: &str) {
+    world.gd.spec.template.spec.as_mut().expect("a pod spec").containers[0].image = Some(image.into());
+    world.gd.metadata.generation = Some(world.gd.metadata.generation.unwrap_or(1) + 1);
+}

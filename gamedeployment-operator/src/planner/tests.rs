@@ -1,30 +1,18 @@
 //! Table and scenario tests of the planner, on the simulated cluster of [`super::sim_cluster`].
 
-use common::api::{GameDeployment, GameDeploymentScaleStrategy, GameDeploymentUpdateStrategyType as Strategy};
+use common::api::{GameDeploymentScaleStrategy, GameDeploymentUpdateStrategyType as Strategy};
 use common::cached_pod::Pod;
 use common::keys;
 use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::sim_cluster::{World, serving};
+use super::sim_cluster::{World, serving, set_image, settled};
 use super::status;
 use crate::action::{Action, CreateReason, PatchReason};
 use crate::fixtures::gd;
 use crate::gate::DeleteCause;
 use crate::lifecycle::{self, LifecycleState};
-
-/// A world with `replicas` ready pods of the first template.
-fn settled(gd: GameDeployment) -> World {
-    let mut world = World::new(gd);
-    assert!(world.settle(50, |_, _| {}).is_some(), "did not settle");
-    world
-}
-
-fn set_image(world: &mut World, image: &str) {
-    world.gd.spec.template.spec.as_mut().unwrap().containers[0].image = Some(image.into());
-    bump(world);
-}
 
 fn bump(world: &mut World) {
     world.gd.metadata.generation = Some(world.gd.metadata.generation.unwrap_or(1) + 1);
