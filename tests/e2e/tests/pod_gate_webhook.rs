@@ -191,6 +191,21 @@ impl Gated {
     }
 }
 
+/// The gamedeployment-operator's webhook flags the chart renders (certificates from `cert_dir`), with
+/// `--deletion-allow-default deletion_default`.
+pub(crate) fn webhook_flags<'a>(cert_dir: &'a str, deletion_default: &'a str) -> Vec<&'a str> {
+    vec![
+        "--expectations-timeout",
+        "20s",
+        "--webhook-address",
+        "127.0.0.1:0",
+        "--webhook-cert-dir",
+        cert_dir,
+        "--deletion-allow-default",
+        deletion_default,
+    ]
+}
+
 /// The operator with the webhook flags the chart renders; `--webhook-operator-user` is left out on purpose: the
 /// operator asks the API who it is (SelfSubjectReview) and gets the chart's ServiceAccount user.
 pub(crate) fn start_gamedeployment_operator(
@@ -201,16 +216,7 @@ pub(crate) fn start_gamedeployment_operator(
     extra: &[&str],
 ) -> Operator {
     let cert_dir = cert_dir.display().to_string();
-    let mut args = vec![
-        "--expectations-timeout",
-        "20s",
-        "--webhook-address",
-        "127.0.0.1:0",
-        "--webhook-cert-dir",
-        &cert_dir,
-        "--deletion-allow-default",
-        deletion_default,
-    ];
+    let mut args = webhook_flags(&cert_dir, deletion_default);
     args.extend_from_slice(extra);
     cluster.operator_with_kubeconfig("gamedeployment-operator", "gamedeployment-operator", kubeconfig, &args)
 }

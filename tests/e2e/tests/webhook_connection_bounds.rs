@@ -32,7 +32,9 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
-use crate::pod_gate_webhook::{Gated, NAME, NS, SPECIFIED_DELETE, drain, gated_pods_sharing_a_node, webhook_address};
+use crate::pod_gate_webhook::{
+    Gated, NAME, NS, SPECIFIED_DELETE, drain, gated_pods_sharing_a_node, webhook_address, webhook_flags,
+};
 
 /// The operator's descriptor limit in this test.
 const DESCRIPTORS: u64 = 256;
@@ -199,16 +201,7 @@ async fn tls_client(cluster: &Cluster) -> TlsConnector {
 async fn restart_with_descriptor_limit(gated: &mut Gated) -> SocketAddr {
     gated.gamedeployment.kill().await;
     let cert_dir = gated.cert_dir.display().to_string();
-    let mut args = vec![
-        "--expectations-timeout",
-        "20s",
-        "--webhook-address",
-        "127.0.0.1:0",
-        "--webhook-cert-dir",
-        &cert_dir,
-        "--deletion-allow-default",
-        "Always",
-    ];
+    let mut args = webhook_flags(&cert_dir, "Always");
     args.extend(gated.client_ca.iter().map(String::as_str));
     gated.gamedeployment = gated.cluster.operator_with_descriptor_limit(
         "gamedeployment-operator",
