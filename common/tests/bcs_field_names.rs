@@ -59,7 +59,7 @@ fn walkthrough_gamedeployment() -> GameDeployment {
                 in_place_update_strategy: Some(InPlaceUpdateStrategy { grace_period_seconds: 30, policy: None }),
                 ..Default::default()
             },
-            pre_delete_update_strategy: Some(GameDeploymentPreDeleteUpdateStrategy {
+            pre_delete_update_strategy: Some(HookGateStrategy {
                 hook: Some(HookStep { template_name: "test".into(), args: vec![] }),
                 retry: false,
                 hook_policy: None,

@@ -151,13 +151,16 @@ pub struct GameDeploymentSpec {
     /// Hook run before a pod is deleted (scale-in, `podsToDelete`, the delete half of RollingUpdate) and before
     /// an in-place update when `preInplaceUpdateStrategy` is not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pre_delete_update_strategy: Option<GameDeploymentPreDeleteUpdateStrategy>,
+    #[schemars(transform = schema::pre_delete_gate)]
+    pub pre_delete_update_strategy: Option<HookGateStrategy>,
     /// Hook run before an in-place update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pre_inplace_update_strategy: Option<GameDeploymentPreInplaceUpdateStrategy>,
+    #[schemars(transform = schema::pre_inplace_gate)]
+    pub pre_inplace_update_strategy: Option<HookGateStrategy>,
     /// Hook run after an in-place update completed (the new containers run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub post_inplace_update_strategy: Option<GameDeploymentPostInplaceUpdateStrategy>,
+    #[schemars(transform = schema::post_inplace_gate)]
+    pub post_inplace_update_strategy: Option<HookGateStrategy>,
     /// Addition (OpenKruise CloneSet): lifecycle handlers — labels / finalizers an outside controller (service
     /// discovery, a load balancer) removes to let a pod be deleted (`preDelete`) or updated in place
     /// (`inPlaceUpdate`), and adds to let a new pod (`preNormal`) or an updated one (`inPlaceUpdate`) become
@@ -672,15 +675,20 @@ impl HookReleaseReason {
     }
 }
 
-/// The hook run before a pod is deleted.
+/// A hook gate: the HookTemplate run for each pod around one kind of change, as BCS's
+/// `preDeleteUpdateStrategy`, `preInplaceUpdateStrategy` and `postInplaceUpdateStrategy` (three Go types with the
+/// same fields; one type here). The field of [`GameDeploymentSpec`] says which change; the CRD describes `hook`,
+/// `shadowHook` and `retry` per change (`schema::pre_delete_gate` and its siblings), so `kubectl explain` tells
+/// what each one gates.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "!has(self.hookPolicy) || ((!has(self.hookPolicy.onFailure) || self.hookPolicy.onFailure != 'Rollback') && (!has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'))",
     "message": "hookPolicy Rollback is only accepted in a canary step's hookPolicy.onFailure: use Hold or Proceed"
 }]))]
-pub struct GameDeploymentPreDeleteUpdateStrategy {
-    /// The HookTemplate to run for each pod before deleting it; the pod is deleted once its HookRun is Successful.
+pub struct HookGateStrategy {
+    /// The HookTemplate to run for each pod around the change; the change proceeds (or, after an in-place
+    /// update, the pod counts as updated) once its HookRun is Successful.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookStep>,
     /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
@@ -688,67 +696,8 @@ pub struct GameDeploymentPreDeleteUpdateStrategy {
     /// metric), but it never holds or releases a pod — the real hook alone decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow_hook: Option<HookStep>,
-    /// Set to true to delete the failed pre-delete HookRuns and run them again; the operator sets it back to
-    /// false once it has acted on it.
-    // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    #[schemars(extend("default" = false))]
-    pub retry: bool,
-    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook. Unset: the
-    /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hook_policy: Option<HookGatePolicy>,
-}
-
-/// The hook run before a pod is updated in place.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!has(self.hookPolicy) || ((!has(self.hookPolicy.onFailure) || self.hookPolicy.onFailure != 'Rollback') && (!has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'))",
-    "message": "hookPolicy Rollback is only accepted in a canary step's hookPolicy.onFailure: use Hold or Proceed"
-}]))]
-pub struct GameDeploymentPreInplaceUpdateStrategy {
-    /// The HookTemplate to run for each pod before updating it in place; the update starts once its HookRun is
-    /// Successful.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hook: Option<HookStep>,
-    /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
-    /// each pod exactly as the real one, and its result recorded (`status.shadowHookResults`, an Event, the
-    /// metric), but it never holds or releases a pod — the real hook alone decides.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shadow_hook: Option<HookStep>,
-    /// Set to true to delete the failed pre-inplace HookRuns and run them again; the operator sets it back to
-    /// false once it has acted on it.
-    // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    #[schemars(extend("default" = false))]
-    pub retry: bool,
-    /// Addition (kourse): deadlines, fallbacks and automatic retries of this hook. Unset: the
-    /// BCS behaviour — the pod is held until the hook succeeds, a failed hook until `retry: true`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hook_policy: Option<HookGatePolicy>,
-}
-
-/// The hook run after a pod was updated in place.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "!has(self.hookPolicy) || ((!has(self.hookPolicy.onFailure) || self.hookPolicy.onFailure != 'Rollback') && (!has(self.hookPolicy.onTimeout) || self.hookPolicy.onTimeout != 'Rollback'))",
-    "message": "hookPolicy Rollback is only accepted in a canary step's hookPolicy.onFailure: use Hold or Proceed"
-}]))]
-pub struct GameDeploymentPostInplaceUpdateStrategy {
-    /// The HookTemplate to run for each pod after its in-place update completed; the pod counts as updated once
-    /// its HookRun is Successful.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hook: Option<HookStep>,
-    /// Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and measured for
-    /// each pod once its in-place update completed, exactly as the real one, and its result recorded
-    /// (`status.shadowHookResults`, an Event, the metric), but it never holds a pod in `Updated` or releases one —
-    /// the real hook alone decides.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shadow_hook: Option<HookStep>,
-    /// Set to true to delete the failed post-inplace HookRuns and run them again; the operator sets it back to
-    /// false once it has acted on it.
+    /// Set to true to delete this gate's failed HookRuns and run them again; the operator sets it back to false
+    /// once it has acted on it.
     // Defaulted in the schema so `kubectl patch --type=json` can `replace` it, as the BCS walkthrough does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]

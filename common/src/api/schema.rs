@@ -175,3 +175,70 @@ pub fn volume_claim_templates(generator: &mut SchemaGenerator) -> Schema {
 
 /// A DNS-1123 label (Kubernetes volume names and name segments).
 pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// The descriptions of a hook gate's fields that name its change: the rest of `HookGateStrategy`'s schema is
+/// one for the three gates, these three sentences say what each one holds.
+struct GateDescriptions {
+    hook: &'static str,
+    shadow_hook: &'static str,
+    retry: &'static str,
+}
+
+fn describe_gate(schema: &mut Schema, text: &GateDescriptions) {
+    let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) else { return };
+    for (field, description) in [("hook", text.hook), ("shadowHook", text.shadow_hook), ("retry", text.retry)] {
+        if let Some(property) = properties.get_mut(field).and_then(|p| p.as_object_mut()) {
+            property.insert("description".into(), description.into());
+        }
+    }
+}
+
+/// The shadow hook of the two gates that run before a change.
+const SHADOW_BEFORE: &str = "Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is \
+    made and measured for each pod exactly as the real one, and its result recorded (`status.shadowHookResults`, \
+    an Event, the metric), but it never holds or releases a pod — the real hook alone decides.";
+
+/// `preDeleteUpdateStrategy`'s descriptions.
+pub fn pre_delete_gate(schema: &mut Schema) {
+    describe_gate(
+        schema,
+        &GateDescriptions {
+            hook: "The HookTemplate to run for each pod before deleting it; the pod is deleted once its HookRun is \
+               Successful.",
+            shadow_hook: SHADOW_BEFORE,
+            retry: "Set to true to delete the failed pre-delete HookRuns and run them again; the operator sets it back \
+                to false once it has acted on it.",
+        },
+    );
+}
+
+/// `preInplaceUpdateStrategy`'s descriptions.
+pub fn pre_inplace_gate(schema: &mut Schema) {
+    describe_gate(
+        schema,
+        &GateDescriptions {
+            hook: "The HookTemplate to run for each pod before updating it in place; the update starts once its \
+               HookRun is Successful.",
+            shadow_hook: SHADOW_BEFORE,
+            retry: "Set to true to delete the failed pre-inplace HookRuns and run them again; the operator sets it \
+                back to false once it has acted on it.",
+        },
+    );
+}
+
+/// `postInplaceUpdateStrategy`'s descriptions.
+pub fn post_inplace_gate(schema: &mut Schema) {
+    describe_gate(
+        schema,
+        &GateDescriptions {
+            hook: "The HookTemplate to run for each pod after its in-place update completed; the pod counts as updated \
+               once its HookRun is Successful.",
+            shadow_hook: "Addition (kourse): a HookTemplate trialled beside `hook` (or alone): its HookRun is made and \
+                      measured for each pod once its in-place update completed, exactly as the real one, and its \
+                      result recorded (`status.shadowHookResults`, an Event, the metric), but it never holds a pod \
+                      in `Updated` or releases one — the real hook alone decides.",
+            retry: "Set to true to delete the failed post-inplace HookRuns and run them again; the operator sets it \
+                back to false once it has acted on it.",
+        },
+    );
+}
