@@ -29,59 +29,82 @@ use serde::{Deserialize, Serialize};
 /// A cached pod (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pod {
+    /// Decoded without `managedFields` ([`crate::lean_meta`]); everything a patch's `test` precondition names.
     #[serde(default, deserialize_with = "crate::lean_meta::deserialize")]
     pub metadata: ObjectMeta,
+    /// Containers, readiness gates and node: what in-place updates, readiness and deletion order read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<PodSpec>,
+    /// Phase, conditions, IPs and container statuses: readiness, hook arguments and in-place update progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodStatus>,
 }
 
+/// The part of a pod's spec the operator reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpec {
+    /// In API order: in-place updates patch `/spec/containers/<i>/image` by this index, after testing the name.
     #[serde(default)]
     pub containers: Vec<Container>,
+    /// Whether the pod carries the operator's in-place readiness gate (taken out of service before an update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness_gates: Option<Vec<PodReadinessGate>>,
+    /// The node the pod runs on: node deletion cost and spreading in the deletion order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
 }
 
+/// A container as an in-place update sees it: which one (name) runs what (image).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Container {
+    /// Checked by a patch's `test` before the image at this index is replaced.
     pub name: String,
+    /// The image the pod should run; differs from the status' image while an in-place update is under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 }
 
+/// The part of a pod's status the operator reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStatus {
+    /// `Pending`, `Running`, `Succeeded`, `Failed`: BCS runs a hook only for a `Running` pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// `Ready` and the in-place readiness gate's condition, patched by index when a pod is taken out of service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<PodCondition>>,
+    /// Injected into hook runs as `PodIP`.
     #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
     pub pod_ip: Option<String>,
+    /// Injected into hook runs as `HostIP`.
     #[serde(default, rename = "hostIP", skip_serializing_if = "Option::is_none")]
     pub host_ip: Option<String>,
+    /// One per container: tells when an in-place update is complete and ranks pods in the deletion order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_statuses: Option<Vec<ContainerStatus>>,
 }
 
+/// What the kubelet reports of one container: enough to tell that an in-place update has taken effect.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
+    /// The container this status is about (statuses are matched to containers by name, not index).
     pub name: String,
+    /// The image the kubelet runs, as it reports it (it may differ in form from the spec's).
     #[serde(default)]
     pub image: String,
+    /// The resolved image digest; a change of it after the patch shows the new image runs.
     #[serde(default, rename = "imageID")]
     pub image_id: String,
+    /// The container passes its readiness probe.
     #[serde(default)]
     pub ready: bool,
+    /// Summed over containers, ranks pods in the deletion order: among equals, the pod that restarted most goes first.
     #[serde(default)]
     pub restart_count: i32,
+    /// Whether the container runs now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<ContainerState>,
 }
@@ -89,6 +112,7 @@ pub struct ContainerStatus {
 /// Whether the container runs (an in-place update is complete once the new image runs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ContainerState {
+    /// Set while the container runs, with when it started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<ContainerStateRunning>,
 }

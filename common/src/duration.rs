@@ -4,10 +4,13 @@
 
 use std::time::Duration;
 
+/// A duration that does not parse; its message shows the input and how to write one, for a status or a flag error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid duration {input:?}: {reason} (write it like 30s, 1m30s, 500ms or 1h)")]
 pub struct DurationError {
+    /// The text as the user wrote it.
     pub input: String,
+    /// What is wrong with it (`missing unit`, `overflow`, ...).
     pub reason: &'static str,
 }
 

@@ -15,21 +15,35 @@ use crate::keys;
 /// Why a HookRun cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HookRunError {
+    /// A declared argument ends without a value: rendering `{{ args.X }}` would send a wrong request.
     #[error(
         "args.{name} was not resolved: HookTemplate {template:?} declares it without a value and nobody passed it \
          (add it to the hook's args, or give it a value in the template)"
     )]
-    Unresolved { template: String, name: String },
+    Unresolved {
+        /// The HookTemplate that declares the argument.
+        template: String,
+        /// The argument left without a value.
+        name: String,
+    },
+    /// A run without metrics would succeed at once and open its gate without checking anything.
     #[error("HookTemplate {template:?} has no metrics")]
-    NoMetrics { template: String },
+    NoMetrics {
+        /// The empty HookTemplate.
+        template: String,
+    },
 }
 
 /// Which gate or step a run belongs to; decides its name prefix and `hookrun-type` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HookKind {
+    /// `preDeleteUpdateStrategy`: the run must succeed before the pod is deleted.
     PreDelete,
+    /// `preInplaceUpdateStrategy`: the run must succeed before the pod's images are patched.
     PreInplace,
+    /// `postInplaceUpdateStrategy`: the run must succeed before an in-place updated pod counts as updated.
     PostInplace,
+    /// A canary step's `hook`: the run must succeed before the rollout goes past the step.
     CanaryStep,
 }
 
@@ -150,9 +164,13 @@ pub fn canary_hook_labels(revision: &str, step_index: usize, workload: &str) -> 
 /// Everything about a new run except what the template provides.
 #[derive(Debug, Clone)]
 pub struct NewHookRun {
+    /// The run's name (BCS's `<prefix>-<pod>-<revision>...` form, see [`HookKind::prefix`]).
     pub name: String,
+    /// The workload's namespace: a run only reads templates and Secrets of its own namespace.
     pub namespace: String,
+    /// The labels that find the run again (`hookrun-type`, revision, pod or step; see docs/src/concepts/keys.md).
     pub labels: BTreeMap<String, String>,
+    /// The workload (or pod) that owns the run, so the run is garbage-collected with it.
     pub owner: Option<OwnerReference>,
     /// Args in order: the step's args, then injected ones (later wins).
     pub args: Vec<Argument>,

@@ -7,18 +7,33 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+/// An int-or-percent field the operator cannot use; reported on the workload instead of being read as 0 (as BCS does).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IntStrError {
+    /// A string that is not `<digits>%`.
     #[error("invalid value {value:?} for {field}: a string must be a percentage such as \"20%\"")]
-    NotAPercentage { field: &'static str, value: String },
+    NotAPercentage {
+        /// The field's path, as the user knows it (`spec.updateStrategy.maxSurge`).
+        field: &'static str,
+        /// The string as written.
+        value: String,
+    },
+    /// A negative count or percentage.
     #[error("invalid value {value} for {field}: must not be negative")]
-    Negative { field: &'static str, value: i64 },
+    Negative {
+        /// The field's path, as the user knows it.
+        field: &'static str,
+        /// The negative value.
+        value: i64,
+    },
 }
 
 /// How a percentage of a total becomes a count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rounding {
+    /// Towards more pods (`maxSurge`, `createBatch`, `partition`): a small percentage still means one.
     Up,
+    /// Towards fewer pods (`maxUnavailable`): a budget is never exceeded by rounding.
     Down,
 }
 

@@ -103,17 +103,25 @@ pub const SERVER_STATE: &str = "gamedeployment.tkex.tencent.com/server-state";
 
 /// Values of [`HOOKRUN_TYPE`].
 pub mod hookrun_type {
+    /// A canary step's run.
     pub const CANARY_STEP: &str = "canary-step";
+    /// A pre-delete gate's run.
     pub const PRE_DELETE: &str = "pre-delete-step";
+    /// A pre-inplace gate's run.
     pub const PRE_INPLACE: &str = "pre-inplace-step";
+    /// A post-inplace gate's run.
     pub const POST_INPLACE: &str = "post-inplace-step";
 }
 
 /// Arguments the gamedeployment-operator injects into pod HookRuns (BCS names).
 pub mod hook_args {
+    /// The gated pod's name.
     pub const POD_NAME: &str = "PodName";
+    /// The gated pod's namespace.
     pub const POD_NAMESPACE: &str = "PodNamespace";
+    /// The pod's IP (`status.podIP`): what a hook usually calls to ask the game server.
     pub const POD_IP: &str = "PodIP";
+    /// The node's IP (`status.hostIP`), for servers reached through a host port.
     pub const HOST_IP: &str = "HostIP";
     /// Prefix of `PodContainer[i]` (container names).
     pub const POD_CONTAINER: &str = "PodContainer";

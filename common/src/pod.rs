@@ -10,10 +10,15 @@ use crate::cached_pod;
 /// What the predicates read of a pod: k8s-openapi's [`Pod`] (admission requests, `kubectl gd`) and the
 /// operator's [`cached_pod::Pod`] alike.
 pub trait PodFields {
+    /// The pod's metadata.
     fn meta(&self) -> &ObjectMeta;
+    /// `status.phase`.
     fn phase(&self) -> Option<&str>;
+    /// `status.conditions`, empty when the status has none.
     fn conditions(&self) -> &[PodCondition];
+    /// `status.podIP`.
     fn pod_ip(&self) -> Option<&str>;
+    /// `status.hostIP`.
     fn host_ip(&self) -> Option<&str>;
     /// Sum of the container statuses' restart counts.
     fn restarts(&self) -> i32;
@@ -74,6 +79,7 @@ pub fn is_running(pod: &impl PodFields) -> bool {
     phase(pod) == Some("Running")
 }
 
+/// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`), unset before the kubelet reports.
 pub fn phase(pod: &impl PodFields) -> Option<&str> {
     pod.phase()
 }
@@ -88,6 +94,7 @@ pub fn is_active(pod: &impl PodFields) -> bool {
     !is_terminating(pod) && !matches!(phase(pod), Some("Succeeded" | "Failed"))
 }
 
+/// The pod condition of type `type_` (`Ready`, a readiness gate's), if the kubelet or the operator set it.
 pub fn condition<'a>(pod: &'a impl PodFields, type_: &str) -> Option<&'a PodCondition> {
     pod.conditions().iter().find(|c| c.type_ == type_)
 }

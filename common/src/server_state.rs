@@ -19,10 +19,13 @@ use crate::keys::SERVER_STATE;
 /// What a game server says it is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ServerState {
+    /// `WaitToBeDeleted` or `Draining`: the server asked to go, so a scale-in takes it first.
     WaitToBeDeleted,
+    /// Nobody plays on it: taken next.
     Idle,
     /// No label, or a value this operator does not know.
     Unset,
+    /// Players are on it: taken last (and still through its pre-delete hook).
     Allocated,
     /// Quarantined by a person (or the server itself): the operator never updates or deletes it, and it does not
     /// count as available.

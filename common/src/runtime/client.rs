@@ -6,6 +6,8 @@ use kube::{Client, Config};
 
 use super::{KubeFlags, RuntimeError};
 
+/// The client configuration `flags` name (`--kubeconfig`), or the inferred one: for a binary that adds layers
+/// to its client (the gamedeployment-operator counts its API requests) before building it.
 pub async fn config(flags: &KubeFlags) -> Result<Config, RuntimeError> {
     match &flags.kubeconfig {
         Some(path) => {
@@ -19,6 +21,7 @@ pub async fn config(flags: &KubeFlags) -> Result<Config, RuntimeError> {
     }
 }
 
+/// A client for the configuration [`config`] finds; the one client a binary shares among its parts.
 pub async fn build(flags: &KubeFlags) -> Result<Client, RuntimeError> {
     let config = config(flags).await?;
     Client::try_from(config).map_err(RuntimeError::Client)

@@ -62,6 +62,7 @@ impl ConnectionLimits {
 /// What to do with a new unverified connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
+    /// There is room: admit it.
     Admit,
     /// Admit it, closing an open unverified connection to make room.
     AdmitEvicting(Victim),
@@ -130,6 +131,7 @@ pub struct ConnectionMetrics {
 }
 
 impl ConnectionMetrics {
+    /// Registers the three families under `prefix` (`gamedeployment`, `hook_operator`) and returns handles to them.
     pub fn register(registry: &mut Registry, prefix: &str) -> Self {
         let metrics = Self::default();
         let registry = registry.sub_registry_with_prefix(prefix);
@@ -223,6 +225,7 @@ impl Limiter {
         Arc::new(Self { server, limits, metrics, state: Mutex::new(State::default()) })
     }
 
+    /// The limits this limiter enforces, as sized at start from the process's descriptor limit.
     pub fn limits(&self) -> ConnectionLimits {
         self.limits
     }

@@ -88,6 +88,7 @@ pub struct EventCounters {
 /// An Event to publish about an object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
+    /// A `Warning` Event (something a person may have to act on) rather than `Normal`.
     pub warning: bool,
     /// `reason` (CamelCase, machine-readable).
     pub reason: String,

@@ -10,12 +10,16 @@ use clap::{Args, ValueEnum};
 /// Every shared flag group at once.
 #[derive(Args, Debug, Clone)]
 pub struct RuntimeFlags {
+    /// `--kubeconfig`, `--namespace`.
     #[command(flatten)]
     pub kube: KubeFlags,
+    /// `--log-format`, `--log-level`.
     #[command(flatten)]
     pub log: LogFlags,
+    /// `--metrics-address`.
     #[command(flatten)]
     pub serve: ServeFlags,
+    /// `--leader-elect` and its Lease settings.
     #[command(flatten)]
     pub leader_election: LeaderElectionFlags,
 }
@@ -31,13 +35,17 @@ pub struct KubeFlags {
     pub namespace: Option<String>,
 }
 
+/// How log lines are written.
 #[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LogFormat {
+    /// For people reading `kubectl logs`.
     #[default]
     Text,
+    /// One JSON object a line, for log pipelines.
     Json,
 }
 
+/// How and how much the binary logs.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LogFlags {
     /// Log output format.
@@ -48,6 +56,7 @@ pub struct LogFlags {
     pub log_level: String,
 }
 
+/// Where the metrics and health endpoints listen.
 #[derive(Args, Debug, Clone)]
 pub struct ServeFlags {
     /// Address of the HTTP server for /metrics, /healthz and /readyz.

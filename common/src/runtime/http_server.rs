@@ -63,6 +63,7 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What a connection is once its handshake is done.
 pub struct Handshaken<Io, Peer> {
+    /// The stream HTTP is read from (the TLS session, or the TCP stream itself).
     pub io: Io,
     /// What the handlers learn about the client (`ConnectInfo<Peer>`).
     pub peer: Peer,
@@ -72,9 +73,13 @@ pub struct Handshaken<Io, Peer> {
 
 /// The step between accepting a TCP connection and reading HTTP from it.
 pub trait Handshake: Clone + Send + Sync + 'static {
+    /// The stream after the handshake.
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// What the handlers learn about the client (its address; with TLS, its certificate too).
     type Peer: Clone + Send + Sync + 'static;
 
+    /// Turns an accepted TCP connection into a stream to read HTTP from; an error closes the connection. Bounded
+    /// by the server's handshake timeout, so a client that never finishes cannot hold a slot.
     fn handshake(
         &self,
         tcp: TcpStream,

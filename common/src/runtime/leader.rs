@@ -28,10 +28,21 @@ use tokio::time::Instant;
 
 use super::{LeaderElectionFlags, Shutdown};
 
+/// Why leading ended, or could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// The lease could not be renewed before the renew deadline: the replica stopped acting and must exit, so
+    /// that it never acts beside a new leader.
     #[error("lost the lease {namespace}/{name}: {reason}")]
-    Lost { namespace: String, name: String, reason: String },
+    Lost {
+        /// The Lease's namespace.
+        namespace: String,
+        /// The Lease's name.
+        name: String,
+        /// What the last renewals ran into.
+        reason: String,
+    },
+    /// Durations or identity that cannot give client-go's guarantee (a renew deadline not shorter than the lease).
     #[error("invalid leader election settings: {0}")]
     Settings(String),
 }
@@ -42,12 +53,14 @@ pub enum LeaseError {
     /// The Lease changed since we read it (`409`): re-read and decide again.
     #[error("the lease was changed by someone else")]
     Conflict,
+    /// Any other failure of the request (network, authorization, server error), as the client reported it.
     #[error("{0}")]
     Api(String),
 }
 
 /// The three Lease calls an elector makes. [`Api<Lease>`] implements it; tests use an in-memory store.
 pub trait LeaseStore: Send + Sync {
+    /// Reads the Lease; `None` when it does not exist yet.
     fn get(&self, name: &str) -> impl Future<Output = Result<Option<Lease>, LeaseError>> + Send;
     /// Creates the Lease; [`LeaseError::Conflict`] when it already exists.
     fn create(&self, lease: &Lease) -> impl Future<Output = Result<Lease, LeaseError>> + Send;
@@ -82,6 +95,7 @@ impl LeaseStore for Api<Lease> {
 pub struct Leading(Arc<AtomicBool>);
 
 impl Leading {
+    /// Whether this replica leads right now (false as soon as it stopped renewing, before the lease expires).
     pub fn get(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
@@ -135,6 +149,9 @@ impl LeaderElection<Api<Lease>> {
 }
 
 impl<S: LeaseStore> LeaderElection<S> {
+    /// An elector for the Lease `namespace/name` as `identity`, with client-go's three durations; refuses settings
+    /// under which a replica could still act after its lease expired (renew deadline not shorter than the lease,
+    /// retry period not shorter than the renew deadline) and an empty identity.
     pub fn new(
         store: S,
         namespace: &str,
@@ -170,6 +187,7 @@ impl<S: LeaseStore> LeaderElection<S> {
         })
     }
 
+    /// The holder identity written into the Lease (`$POD_NAME` or the hostname unless set).
     pub fn identity(&self) -> &str {
         &self.identity
     }
@@ -429,7 +447,10 @@ fn next_spec(previous: Option<&LeaseSpec>, identity: &str, now: Timestamp, durat
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Held {
     /// We hold the lease; the write that made it so was sent at `sent`.
-    Yes { sent: Instant },
+    Yes {
+        /// When the winning write was sent: the lease counts from then, never from its answer.
+        sent: Instant,
+    },
     /// Someone else holds a valid lease.
     ByOther(String),
     /// Our write raced with another one: re-read and decide again.

@@ -7,6 +7,7 @@ use tracing_subscriber::EnvFilter;
 
 use super::{LogFlags, LogFormat, RuntimeError};
 
+/// Installs the global log subscriber as `flags` ask (`RUST_LOG` winning over `--log-level`); call once, first.
 pub fn init(flags: &LogFlags) -> Result<(), RuntimeError> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.trim().is_empty() => EnvFilter::try_new(directives),

@@ -36,14 +36,29 @@ pub use shutdown::{Handover, Shutdown};
 /// Errors of the plumbing itself (not of a controller).
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The `--kubeconfig` file cannot be read or used.
     #[error("reading kubeconfig {path}: {source}")]
-    Kubeconfig { path: String, source: kube::config::KubeconfigError },
+    Kubeconfig {
+        /// The file named by `--kubeconfig`.
+        path: String,
+        /// What is wrong with it.
+        source: kube::config::KubeconfigError,
+    },
+    /// No `--kubeconfig`, and neither the in-cluster configuration nor a kubeconfig file was found.
     #[error("finding a Kubernetes configuration (in-cluster, $KUBECONFIG or ~/.kube/config): {0}")]
     InferConfig(#[from] kube::config::InferConfigError),
+    /// The configuration was found but no client could be made from it (TLS settings, proxy).
     #[error("building the Kubernetes client: {0}")]
     Client(#[source] kube::Error),
+    /// `--log-level` (or `RUST_LOG`) is not a valid filter, or a subscriber is already installed.
     #[error("installing the log subscriber: {0}")]
     Logging(String),
+    /// The metrics/health address is taken or not ours to bind.
     #[error("binding the metrics/health server on {address}: {source}")]
-    Bind { address: std::net::SocketAddr, source: std::io::Error },
+    Bind {
+        /// `--metrics-address`.
+        address: std::net::SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
 }

@@ -33,6 +33,7 @@ pub struct Health {
 }
 
 impl Health {
+    /// Set by the binary once it can do its job (caches synced, webhook answering), or back when it cannot.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }
@@ -42,10 +43,12 @@ impl Health {
         self.stopping.store(true, Ordering::Relaxed);
     }
 
+    /// Whether [`Health::stop`] was called.
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
     }
 
+    /// What `/readyz` answers: ready, and not stopping.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed) && !self.is_stopping()
     }
@@ -68,6 +71,8 @@ struct AppState {
     health: Health,
 }
 
+/// `/metrics` (the registry in Prometheus text format), `/healthz` (the process answers) and `/readyz`
+/// ([`Health::is_ready`]).
 pub fn router(registry: Arc<Registry>, health: Health) -> Router {
     Router::new()
         .route("/metrics", get(metrics))

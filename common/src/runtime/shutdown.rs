@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+/// The process-wide stop signal: cheap to clone, fires once, never resets.
 #[derive(Clone, Debug)]
 pub struct Shutdown {
     sender: Arc<watch::Sender<bool>>,
@@ -20,10 +21,12 @@ impl Default for Shutdown {
 }
 
 impl Shutdown {
+    /// Fires the signal; every [`Shutdown::wait`] resolves. Idempotent.
     pub fn trigger(&self) {
         self.sender.send_replace(true);
     }
 
+    /// Whether the signal fired, for loops that check between steps rather than await.
     pub fn is_triggered(&self) -> bool {
         *self.sender.borrow()
     }
@@ -56,7 +59,9 @@ impl Shutdown {
 /// With a zero `drain` both fire together (nothing to drain).
 #[derive(Clone, Debug)]
 pub struct Handover {
+    /// Step 1: report not ready and hand the work over, but keep serving.
     pub stopping: Shutdown,
+    /// Step 2: close the servers and exit.
     pub stopped: Shutdown,
     drain: Duration,
 }
@@ -102,6 +107,7 @@ impl Handover {
         handover
     }
 
+    /// The time between the two steps.
     pub fn drain(&self) -> Duration {
         self.drain
     }
