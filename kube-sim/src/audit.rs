@@ -74,13 +74,13 @@ pub struct AuditLog {
 
 /// What a handler learned about the object it wrote, attached to its response.
 #[derive(Clone, Debug, Default)]
-pub struct Written {
+pub(crate) struct Written {
     pub name: String,
     pub resource_version: Option<String>,
 }
 
 /// The bounded in-memory log.
-pub struct Audit {
+pub(crate) struct Audit {
     capacity: usize,
     inner: Mutex<Inner>,
 }
@@ -93,11 +93,11 @@ struct Inner {
 }
 
 impl Audit {
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self { capacity, inner: Mutex::new(Inner { next_id: 1, ..Default::default() }) }
     }
 
-    pub fn record(&self, mut event: AuditEvent) {
+    pub(crate) fn record(&self, mut event: AuditEvent) {
         if self.capacity == 0 {
             return;
         }
@@ -116,12 +116,12 @@ impl Audit {
     }
 
     /// Events with `id > since`, oldest first.
-    pub fn since(&self, since: u64) -> AuditLog {
+    pub(crate) fn since(&self, since: u64) -> AuditLog {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         AuditLog { items: inner.events.iter().filter(|e| e.id > since).cloned().collect(), dropped: inner.dropped }
     }
 
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.events.clear();
     }
@@ -132,11 +132,11 @@ mod micro_time {
     use serde::{Deserialize, Deserializer, Serializer};
 
     /// RFC 3339 with microseconds, like `metav1.MicroTime`.
-    pub fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format!("{t:.6}"))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Timestamp, D::Error> {
         let s = String::deserialize(d)?;
         s.parse().map_err(serde::de::Error::custom)
     }

@@ -15,7 +15,7 @@ use crate::store::Store;
 /// Users known by token. Requests without a token are the admin user (kube-sim is a local
 /// test server); requests with an unknown token get `401 Unauthorized`.
 #[derive(Debug, Default)]
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     tokens: std::sync::RwLock<HashMap<String, UserInfo>>,
     service_accounts: std::sync::Mutex<HashMap<String, IssuedToken>>,
 }
@@ -55,10 +55,10 @@ struct BoundPod {
 }
 
 /// The `extra` keys of a service-account user, as the service-account authenticator fills them.
-pub const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
-pub const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
-pub const EXTRA_NODE_NAME: &str = "authentication.kubernetes.io/node-name";
-pub const EXTRA_NODE_UID: &str = "authentication.kubernetes.io/node-uid";
+pub(crate) const EXTRA_POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+pub(crate) const EXTRA_POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+pub(crate) const EXTRA_NODE_NAME: &str = "authentication.kubernetes.io/node-name";
+pub(crate) const EXTRA_NODE_UID: &str = "authentication.kubernetes.io/node-uid";
 
 impl IssuedToken {
     fn user(&self) -> UserInfo {
@@ -88,7 +88,7 @@ fn extra_of(v: Option<&Value>) -> std::collections::BTreeMap<String, Vec<String>
 }
 
 /// `userInfo.extra` as JSON.
-pub fn extra_json(user: &UserInfo) -> Value {
+pub(crate) fn extra_json(user: &UserInfo) -> Value {
     json!(user.extra)
 }
 
@@ -127,7 +127,7 @@ fn csv_fields(line: &str) -> Vec<String> {
 }
 
 impl Authenticator {
-    pub fn parse(content: &str) -> Result<Self, String> {
+    pub(crate) fn parse(content: &str) -> Result<Self, String> {
         let mut tokens = HashMap::new();
         for (i, line) in content.lines().enumerate() {
             let line = line.trim();
@@ -157,7 +157,7 @@ impl Authenticator {
     }
 
     /// Adds a token user; returns the token.
-    pub fn add_token(&self, u: TokenUser) -> String {
+    pub(crate) fn add_token(&self, u: TokenUser) -> String {
         let token = u.token.filter(|t| !t.is_empty()).unwrap_or_else(|| {
             let random: [u8; 24] = rand::RngExt::random(&mut rand::rng());
             format!("kube-sim-user.{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>())
@@ -177,12 +177,12 @@ impl Authenticator {
         token
     }
 
-    pub fn from_file(path: &Path) -> Result<Self, String> {
+    pub(crate) fn from_file(path: &Path) -> Result<Self, String> {
         let content = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         Self::parse(&content)
     }
 
-    pub fn authenticate(&self, store: &Store, authorization: Option<&str>) -> Result<UserInfo, ApiError> {
+    pub(crate) fn authenticate(&self, store: &Store, authorization: Option<&str>) -> Result<UserInfo, ApiError> {
         let Some(header) = authorization else { return Ok(UserInfo::admin()) };
         let token = header.strip_prefix("Bearer ").or_else(|| header.strip_prefix("bearer ")).map(str::trim);
         let Some(t) = token else {
@@ -221,7 +221,7 @@ impl Authenticator {
     /// it: `authenticated` and `user` for a known token, only an empty `user` (`authenticated: false` is omitted by
     /// Go's encoder) for any other, no `error` (the token authenticators report an unknown opaque token as not
     /// authenticated, not as an error).
-    pub fn review_token(&self, store: &Store, body: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn review_token(&self, store: &Store, body: &Value) -> Result<Value, ApiError> {
         let token = body.pointer("/spec/token").and_then(Value::as_str).unwrap_or("");
         if token.is_empty() {
             return Err(ApiError::bad_request("token is required for TokenReview in authentication"));
@@ -257,7 +257,13 @@ impl Authenticator {
     }
 
     /// `serviceaccounts/token` (TokenRequest): issues an opaque bearer token for the account.
-    pub fn issue_token(&self, store: &Store, namespace: &str, name: &str, request: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn issue_token(
+        &self,
+        store: &Store,
+        namespace: &str,
+        name: &str,
+        request: &Value,
+    ) -> Result<Value, ApiError> {
         let sa = store
             .get("serviceaccounts", &format!("{namespace}/{name}"))
             .ok_or_else(|| ApiError::not_found(&GroupResource::new("", "serviceaccounts"), name))?;
@@ -353,7 +359,7 @@ fn bound_pod(store: &Store, namespace: &str, account: &str, r: &Value) -> Result
 
 /// Applies `Impersonate-User`/`Impersonate-Group`/`Impersonate-Uid` headers: the requester
 /// must be allowed to `impersonate` users (and groups) by RBAC, as on a real server.
-pub fn impersonate(
+pub(crate) fn impersonate(
     store: &Store,
     requester: UserInfo,
     user: Option<&str>,
@@ -413,7 +419,7 @@ pub fn impersonate(
 
 /// What a request does, as the authorizer sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attributes {
+pub(crate) struct Attributes {
     pub verb: String,
     pub resource_request: bool,
     pub api_group: String,
@@ -502,7 +508,7 @@ fn cluster_role_rules(store: &Store, name: &str) -> Vec<Value> {
 }
 
 /// Every rule that applies to the user in a namespace ("" = cluster-wide only).
-pub fn rules_for(store: &Store, user: &UserInfo, namespace: &str) -> Vec<Value> {
+pub(crate) fn rules_for(store: &Store, user: &UserInfo, namespace: &str) -> Vec<Value> {
     let mut rules = Vec::new();
     for (_, b) in store.snapshot(CLUSTER_ROLE_BINDINGS) {
         let subjects = b.get("subjects").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -537,7 +543,7 @@ pub fn rules_for(store: &Store, user: &UserInfo, namespace: &str) -> Vec<Value> 
     rules
 }
 
-pub fn allowed(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
+pub(crate) fn allowed(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
     if user.is_admin() {
         return true;
     }
@@ -545,7 +551,7 @@ pub fn allowed(store: &Store, user: &UserInfo, a: &Attributes) -> bool {
 }
 
 /// The `403 Forbidden` the real server returns for a denied request.
-pub fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
+pub(crate) fn forbidden(user: &UserInfo, a: &Attributes) -> ApiError {
     if !a.resource_request {
         let mut e = ApiError::new(
             403,
@@ -597,7 +603,13 @@ fn attrs_from_review(spec: &Value) -> Attributes {
 }
 
 /// Evaluates an access review / rules review / self subject review (create-only kinds).
-pub fn review(store: &Store, kind: &str, namespace: &str, body: &Value, user: &UserInfo) -> Result<Value, ApiError> {
+pub(crate) fn review(
+    store: &Store,
+    kind: &str,
+    namespace: &str,
+    body: &Value,
+    user: &UserInfo,
+) -> Result<Value, ApiError> {
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let mut out = body.clone();
     let status = match kind {
@@ -665,7 +677,7 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
 }
 
 /// The bootstrap ClusterRoles and ClusterRoleBindings of a new cluster (a subset).
-pub fn bootstrap_policy() -> Vec<(&'static str, Value)> {
+pub(crate) fn bootstrap_policy() -> Vec<(&'static str, Value)> {
     let read = &["get", "list", "watch"][..];
     let write = &["create", "delete", "deletecollection", "patch", "update"][..];
     let all_rw: Vec<&str> = read.iter().chain(write.iter()).copied().collect();

@@ -12,19 +12,19 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Result of a decode: the normalized object and the paths of fields the type does not know.
-pub struct Decoded {
+pub(crate) struct Decoded {
     pub object: Value,
     pub unknown_fields: Vec<String>,
 }
 
-pub trait Codec: Send + Sync {
+pub(crate) trait Codec: Send + Sync {
     fn decode(&self, v: Value) -> Result<Decoded, String>;
 }
 
-pub struct Typed<T>(PhantomData<fn() -> T>);
+pub(crate) struct Typed<T>(PhantomData<fn() -> T>);
 
 impl<T> Typed<T> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(PhantomData)
     }
 }

@@ -13,11 +13,11 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 
 /// The warning kube-apiserver attaches to every ComponentStatus response.
-pub const DEPRECATION_WARNING: &str = "v1 ComponentStatus is deprecated in v1.19+";
+pub(crate) const DEPRECATION_WARNING: &str = "v1 ComponentStatus is deprecated in v1.19+";
 
 /// What the components' probes find.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Components {
+pub(crate) struct Components {
     /// Whether a scheduler runs (kube-sim's is part of the kubelet simulator).
     pub scheduler: bool,
 }
@@ -27,7 +27,7 @@ const SCHEDULER_HEALTHZ: &str = "https://127.0.0.1:10259/healthz";
 
 impl Components {
     /// Every component's status, by name.
-    pub fn all(&self) -> Vec<Value> {
+    pub(crate) fn all(&self) -> Vec<Value> {
         let scheduler = if self.scheduler {
             Ok("ok")
         } else {
@@ -42,7 +42,7 @@ impl Components {
 
     /// One component's status. An unknown name is the plain error kube-apiserver's storage returns (a 500 with
     /// reason Unknown), not a NotFound.
-    pub fn get(&self, name: &str) -> Result<Value, ApiError> {
+    pub(crate) fn get(&self, name: &str) -> Result<Value, ApiError> {
         self.all()
             .into_iter()
             .find(|s| crate::meta::name(s) == name)
@@ -51,7 +51,7 @@ impl Components {
 
     /// The statuses a list with these selectors returns: they carry no labels, and only `metadata.name` is a
     /// field, so a label selector that requires a label matches none of them.
-    pub fn list(&self, labels: &LabelSelector, fields: &FieldSelector) -> Vec<Value> {
+    pub(crate) fn list(&self, labels: &LabelSelector, fields: &FieldSelector) -> Vec<Value> {
         self.all()
             .into_iter()
             .filter(|s| labels.matches_object(s))

@@ -560,7 +560,7 @@ impl Controllers {
 
 /// Runs the controllers until `shutdown` flips. `rx` must have been subscribed before any
 /// object was created so the ownership graph is complete.
-pub async fn run(
+pub(crate) async fn run(
     registry: Arc<Registry>,
     mut rx: mpsc::UnboundedReceiver<Arc<Event>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,

@@ -12,7 +12,7 @@ fn group_version(group: &str, version: &str) -> String {
     if group.is_empty() { version.to_string() } else { format!("{group}/{version}") }
 }
 
-pub fn api_versions(server_address: &str) -> Value {
+pub(crate) fn api_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -30,7 +30,7 @@ fn group_entry(name: &str, versions: &[String]) -> Value {
     })
 }
 
-pub fn api_group_list(catalog: &Catalog) -> Value {
+pub(crate) fn api_group_list(catalog: &Catalog) -> Value {
     let groups: Vec<Value> = catalog
         .groups()
         .into_iter()
@@ -40,7 +40,7 @@ pub fn api_group_list(catalog: &Catalog) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub fn api_group(catalog: &Catalog, name: &str) -> Option<Value> {
+pub(crate) fn api_group(catalog: &Catalog, name: &str) -> Option<Value> {
     let g = catalog.groups().into_iter().find(|g| g.name == name && !name.is_empty())?;
     let mut v = group_entry(&g.name, &g.versions.iter().map(|(v, _)| v.clone()).collect::<Vec<_>>());
     if let Value::Object(m) = &mut v {
@@ -98,7 +98,7 @@ fn local_api_service(group: &str, version: &str, priorities: (i64, i64), automan
 
 /// The APIServices the aggregator registers at start for the group versions kube-apiserver serves itself
 /// (`v1.`, `v1.apps`, ...), with its priorities. The aggregator's own group is not among them.
-pub fn local_api_services(catalog: &Catalog) -> Vec<Value> {
+pub(crate) fn local_api_services(catalog: &Catalog) -> Vec<Value> {
     let mut out = Vec::new();
     for g in catalog.groups() {
         for (version, _) in &g.versions {
@@ -112,7 +112,7 @@ pub fn local_api_services(catalog: &Catalog) -> Vec<Value> {
 
 /// The APIServices the CRD registration controller keeps for the group versions custom resources are served at
 /// (`groupPriorityMinimum` 1000, `versionPriority` 100).
-pub fn crd_api_services(catalog: &Catalog) -> Vec<Value> {
+pub(crate) fn crd_api_services(catalog: &Catalog) -> Vec<Value> {
     let mut out = Vec::new();
     for g in catalog.groups() {
         for (version, defs) in &g.versions {
@@ -159,7 +159,7 @@ fn subresources(rd: &ResourceDef) -> Vec<Subresource> {
     out
 }
 
-pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Option<Value> {
     let g = catalog.groups().into_iter().find(|g| g.name == group)?;
     let (_, defs) = g.versions.into_iter().find(|(v, _)| v == version)?;
     let mut resources = Vec::new();
@@ -207,7 +207,7 @@ pub fn api_resource_list(catalog: &Catalog, group: &str, version: &str) -> Optio
 }
 
 /// `APIGroupDiscoveryList` for `/api` (`core = true`) or `/apis`.
-pub fn aggregated(catalog: &Catalog, core: bool, api_version: &str) -> Value {
+pub(crate) fn aggregated(catalog: &Catalog, core: bool, api_version: &str) -> Value {
     let items: Vec<Value> = catalog
         .groups()
         .into_iter()

@@ -62,7 +62,7 @@ fn phase(pod: &Value) -> &str {
 }
 
 /// PDBs in the pod's namespace whose selector matches it.
-pub fn matching_pdbs(registry: &Registry, pod: &Value) -> Vec<Arc<Value>> {
+pub(crate) fn matching_pdbs(registry: &Registry, pod: &Value) -> Vec<Arc<Value>> {
     let labels = object_labels(pod);
     list(registry, &pdb_storage(registry), meta::namespace(pod))
         .into_iter()
@@ -120,7 +120,7 @@ fn expected_scale(registry: &Registry, pods: &[Arc<Value>]) -> i64 {
 }
 
 /// The status the disruption controller would write for this PDB now.
-pub fn compute_status(registry: &Registry, pdb: &Value, now: Timestamp) -> Value {
+pub(crate) fn compute_status(registry: &Registry, pdb: &Value, now: Timestamp) -> Value {
     let pods: Vec<Arc<Value>> = match selector(pdb) {
         Some(sel) => {
             list(registry, PODS, meta::namespace(pdb)).into_iter().filter(|p| sel.matches(&object_labels(p))).collect()
@@ -192,7 +192,7 @@ pub fn compute_status(registry: &Registry, pdb: &Value, now: Timestamp) -> Value
 
 /// Recomputes the status of every PDB in `ns` (the disruption controller's sync), writing
 /// only those that changed.
-pub fn sync_namespace(registry: &Registry, ns: &str) {
+pub(crate) fn sync_namespace(registry: &Registry, ns: &str) {
     let storage = pdb_storage(registry);
     let now = Timestamp::now();
     for pdb in list(registry, &storage, ns) {
@@ -225,7 +225,7 @@ fn denied_message(pdb: &Value) -> String {
 }
 
 /// `POST pods/NAME/eviction`; returns the `Status` of a successful eviction.
-pub fn evict(
+pub(crate) fn evict(
     registry: &Registry,
     ns: &str,
     name: &str,

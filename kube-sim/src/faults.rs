@@ -56,7 +56,7 @@ pub struct FaultRule {
 
 /// Who sent a request, for rules scoped to a client.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Client<'a> {
+pub(crate) struct Client<'a> {
     /// The user the request runs as (after impersonation).
     pub user: &'a str,
     /// The authenticated user that sent it (differs from `user` when impersonating).
@@ -78,7 +78,7 @@ impl FaultConfig {
 
 /// What the server must do to one request.
 #[derive(Debug, Default)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub latency: Duration,
     pub error: Option<ApiError>,
     pub watch_drop_after: Option<Duration>,
@@ -109,7 +109,7 @@ pub struct FaultCounts {
 
 /// What an open watch must do now, re-checked while it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WatchFault {
+pub(crate) enum WatchFault {
     None,
     /// Deliver nothing (blackhole) until the rule goes.
     Freeze,
@@ -118,7 +118,7 @@ pub enum WatchFault {
 }
 
 #[derive(Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     config: RwLock<FaultConfig>,
     /// Bumped on every change, so open watches re-check only when something changed.
     generation: AtomicU64,
@@ -157,12 +157,12 @@ impl FaultRule {
 }
 
 impl Faults {
-    pub fn new(config: FaultConfig) -> Self {
+    pub(crate) fn new(config: FaultConfig) -> Self {
         Self { config: RwLock::new(config), generation: AtomicU64::new(0), counts: Default::default() }
     }
 
     /// Faults injected so far.
-    pub fn counts(&self) -> FaultCounts {
+    pub(crate) fn counts(&self) -> FaultCounts {
         self.counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -170,11 +170,11 @@ impl Faults {
         f(&mut self.counts.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    pub fn get(&self) -> FaultConfig {
+    pub(crate) fn get(&self) -> FaultConfig {
         self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub fn set(&self, config: FaultConfig) {
+    pub(crate) fn set(&self, config: FaultConfig) {
         let mut cfg = self.config.write().unwrap_or_else(|p| p.into_inner());
         self.count(|c| c.matched = vec![0; config.rules.len()]);
         *cfg = config;
@@ -183,12 +183,12 @@ impl Faults {
     }
 
     /// A counter that changes whenever the rules change.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
 
     /// Decides the faults for a resource request. `resource` is `plural` or `plural.group`.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         verb: &str,
         gr: &GroupResource,
@@ -255,7 +255,7 @@ impl Faults {
 
     /// Whether a watch of `gr` by `client` starting from a resourceVersion is answered
     /// `410 Gone` now (`watchExpireRate`), so the client has to relist.
-    pub fn watch_expired(&self, gr: &GroupResource, client: &Client<'_>) -> bool {
+    pub(crate) fn watch_expired(&self, gr: &GroupResource, client: &Client<'_>) -> bool {
         let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
         let resource = gr.to_string();
         let mut rng = rand::rng();
@@ -272,7 +272,7 @@ impl Faults {
     }
 
     /// The error a write carried out under [`Decision::timeout_after_write`] is answered with.
-    pub fn timeout_error() -> ApiError {
+    pub(crate) fn timeout_error() -> ApiError {
         ApiError::timeout(
             "kube-sim injected fault: the server was unable to return a response in the time allotted, but may \
              still be processing the request",
@@ -282,7 +282,7 @@ impl Faults {
     /// Decides the faults for a non-resource request (discovery, `/version`, OpenAPI): only
     /// rules scoped to a client and not to resources apply, so a partitioned process loses
     /// those too while global rules leave kubectl's discovery alone.
-    pub fn decide_non_resource(&self, verb: &str, client: &Client<'_>) -> Decision {
+    pub(crate) fn decide_non_resource(&self, verb: &str, client: &Client<'_>) -> Decision {
         let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
         let mut d = Decision::default();
         let mut rng = rand::rng();
@@ -305,7 +305,7 @@ impl Faults {
     }
 
     /// Whether a blackhole rule still holds this request.
-    pub fn blackholed(
+    pub(crate) fn blackholed(
         &self,
         verb: &str,
         gr: Option<&GroupResource>,
@@ -330,7 +330,7 @@ impl Faults {
 
     /// What an open watch of `gr` by `client` must do under the current rules: freeze while a
     /// blackhole rule matches, close when a matching rule fails every request (`errorRate: 1`).
-    pub fn watch_fault(&self, gr: &GroupResource, client: &Client<'_>) -> WatchFault {
+    pub(crate) fn watch_fault(&self, gr: &GroupResource, client: &Client<'_>) -> WatchFault {
         let cfg = self.config.read().unwrap_or_else(|p| p.into_inner());
         let resource = gr.to_string();
         let mut out = WatchFault::None;

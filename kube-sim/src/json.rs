@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 /// keys at the same position are compared directly and only maps whose key order differs fall back to lookups.
 /// Objects are compared from their last entry back: an update's change is usually in `status` or `spec`, after the
 /// large `metadata`. The result is `a == b` for every pair (`json::tests::eq_agrees_with_partial_eq`).
-pub fn eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Object(a), Value::Object(b)) => map_eq(a, b),
         (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| eq(x, y)),
@@ -19,7 +19,7 @@ pub fn eq(a: &Value, b: &Value) -> bool {
 }
 
 /// `a == b` for two maps (see [`eq`]).
-pub fn map_eq(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
+pub(crate) fn map_eq(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -36,7 +36,7 @@ pub fn map_eq(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
 }
 
 /// `a == b` for two optional values (see [`eq`]).
-pub fn opt_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
+pub(crate) fn opt_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => eq(a, b),
         (None, None) => true,
@@ -47,7 +47,7 @@ pub fn opt_eq(a: Option<&Value>, b: Option<&Value>) -> bool {
 /// Whether objects of `api_version` are Go structs on a real server, encoded `kind` first: the built-in groups (no
 /// dot, or `*.k8s.io`: a CRD's group has a dot and needs an approval annotation for `*.k8s.io`). Custom resources
 /// are unstructured maps, encoded with sorted keys.
-pub fn is_typed(api_version: &str) -> bool {
+pub(crate) fn is_typed(api_version: &str) -> bool {
     match api_version.rsplit_once('/') {
         None => true,
         Some((group, _)) => !group.contains('.') || group.ends_with(".k8s.io"),
@@ -57,7 +57,7 @@ pub fn is_typed(api_version: &str) -> bool {
 /// An object in the real server's order: for built-in kinds `kind`, then `apiVersion`, for custom resources
 /// `apiVersion`, then `kind`; then the other fields in the map's order. Only the top level is reordered, while it is
 /// written: no copy.
-pub struct WireOrder<'a>(pub &'a Value);
+pub(crate) struct WireOrder<'a>(pub &'a Value);
 
 impl Serialize for WireOrder<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

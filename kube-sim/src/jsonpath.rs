@@ -128,7 +128,7 @@ fn compare(a: &Value, op: &str, b: &Value) -> bool {
 }
 
 /// Evaluates a path; returns every match (empty when nothing matches or the path is invalid).
-pub fn find<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
+pub(crate) fn find<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
     let Ok(steps) = parse(path) else { return vec![] };
     let mut cur: Vec<&Value> = vec![obj];
     for step in &steps {

@@ -15,6 +15,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(unreachable_pub)]
+
 // The public API is this file's items and re-exports, `schema` (the CRD schema checks of common's example tests)
 // and `testing`; every other module is internal to the crate.
 mod admission;

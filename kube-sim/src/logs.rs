@@ -14,10 +14,10 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 
 /// Lines kept per container instance.
-pub const MAX_LINES: usize = 1000;
+pub(crate) const MAX_LINES: usize = 1000;
 /// Longest line kept (what a process prints beyond it on one line is cut): with [`MAX_LINES`], this bounds what
 /// one container instance's log can hold.
-pub const MAX_LINE_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, Default)]
 struct Instance {
@@ -53,7 +53,7 @@ type Logs = HashMap<String, HashMap<String, ContainerLog>>;
 
 /// The logs of every container of every pod the kubelet runs, by pod UID and container name.
 #[derive(Debug, Default)]
-pub struct PodLogs {
+pub(crate) struct PodLogs {
     pods: Mutex<Logs>,
     /// Bumped on every change, for followers.
     changes: tokio::sync::watch::Sender<u64>,
@@ -61,7 +61,7 @@ pub struct PodLogs {
 
 /// What a log request asks for (the `PodLogOptions` kube-sim honours).
 #[derive(Clone, Debug, Default)]
-pub struct LogOptions {
+pub(crate) struct LogOptions {
     pub previous: bool,
     pub timestamps: bool,
     pub tail_lines: Option<usize>,
@@ -82,18 +82,18 @@ impl PodLogs {
     }
 
     /// A new instance of the container started: the current log becomes the previous one.
-    pub fn started(&self, pod_uid: &str, container: &str, at: Timestamp, line: String) {
+    pub(crate) fn started(&self, pod_uid: &str, container: &str, at: Timestamp, line: String) {
         self.begin(pod_uid, container);
         self.line(pod_uid, container, at, line);
     }
 
     /// A new instance of the container started, with nothing printed yet.
-    pub fn begin(&self, pod_uid: &str, container: &str) {
+    pub(crate) fn begin(&self, pod_uid: &str, container: &str) {
         self.begin_instance(pod_uid, container, false);
     }
 
     /// A process instance of the container started: `follow=true` streams it until [`PodLogs::end`].
-    pub fn begin_live(&self, pod_uid: &str, container: &str) {
+    pub(crate) fn begin_live(&self, pod_uid: &str, container: &str) {
         self.begin_instance(pod_uid, container, true);
     }
 
@@ -112,7 +112,7 @@ impl PodLogs {
     }
 
     /// The container's current process instance ended.
-    pub fn end(&self, pod_uid: &str, container: &str) {
+    pub(crate) fn end(&self, pod_uid: &str, container: &str) {
         self.write(|pods| {
             if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container)) {
                 log.current.live = false;
@@ -122,7 +122,7 @@ impl PodLogs {
 
     /// A line of the container's current instance (ignored when it never started). Lines longer
     /// than [`MAX_LINE_BYTES`] are cut there.
-    pub fn line(&self, pod_uid: &str, container: &str, at: Timestamp, mut line: String) {
+    pub(crate) fn line(&self, pod_uid: &str, container: &str, at: Timestamp, mut line: String) {
         if line.len() > MAX_LINE_BYTES {
             let mut end = MAX_LINE_BYTES;
             while !line.is_char_boundary(end) {
@@ -140,7 +140,7 @@ impl PodLogs {
     }
 
     /// The current instance's line saying it became ready, once per instance.
-    pub fn ready(&self, pod_uid: &str, container: &str, at: Timestamp, line: impl FnOnce() -> String) {
+    pub(crate) fn ready(&self, pod_uid: &str, container: &str, at: Timestamp, line: impl FnOnce() -> String) {
         self.write(|pods| {
             if let Some(log) = pods.get_mut(pod_uid).and_then(|p| p.get_mut(container))
                 && log.current.begun
@@ -153,12 +153,12 @@ impl PodLogs {
     }
 
     /// Forgets a pod's logs.
-    pub fn remove_pod(&self, pod_uid: &str) {
+    pub(crate) fn remove_pod(&self, pod_uid: &str) {
         self.write(|pods| pods.remove(pod_uid));
     }
 
     /// The log text, or `None` when the container (or its previous instance) has no log.
-    pub fn read(&self, pod_uid: &str, container: &str, opts: &LogOptions) -> Option<String> {
+    pub(crate) fn read(&self, pod_uid: &str, container: &str, opts: &LogOptions) -> Option<String> {
         self.with(|pods| {
             let log = pods.get(pod_uid)?.get(container)?;
             let instance = if opts.previous { log.previous.as_ref()? } else { &log.current };
@@ -169,7 +169,7 @@ impl PodLogs {
     /// `follow=true`: the log as [`PodLogs::read`] gives it, then each new line of the same instance as it comes,
     /// until the instance ends, the container restarts or the pod goes. `None` when the current instance is not a
     /// running process (then the log is read as it is).
-    pub fn follow(
+    pub(crate) fn follow(
         self: &Arc<Self>,
         pod_uid: &str,
         container: &str,

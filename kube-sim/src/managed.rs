@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use crate::schema::{Cursor, ListType};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PathElement {
+pub(crate) enum PathElement {
     Field(String),
     /// A list-map item, identified by its key fields (canonical JSON object).
     Key(String),
@@ -41,11 +41,11 @@ impl PathElement {
     }
 }
 
-pub type FieldPath = Vec<PathElement>;
-pub type FieldSet = BTreeSet<FieldPath>;
+pub(crate) type FieldPath = Vec<PathElement>;
+pub(crate) type FieldSet = BTreeSet<FieldPath>;
 
 /// Renders a path like the apiserver's conflict messages (`.spec.containers[name="c"].image`).
-pub fn render_path(p: &FieldPath) -> String {
+pub(crate) fn render_path(p: &FieldPath) -> String {
     let mut s = String::new();
     for e in p {
         match e {
@@ -116,7 +116,7 @@ fn root_child<'a>(c: Option<Cursor<'a>>, key: &str) -> Option<Cursor<'a>> {
 
 /// The set of fields a value sets (structured-merge-diff's `ToFieldSet`; maps are members
 /// themselves, as in the sets `Update` operations record).
-pub fn field_set(value: &Value, schema: Option<Cursor<'_>>) -> FieldSet {
+pub(crate) fn field_set(value: &Value, schema: Option<Cursor<'_>>) -> FieldSet {
     let mut set = FieldSet::new();
     if let Value::Object(map) = value {
         for (k, v) in map {
@@ -194,7 +194,7 @@ fn walk(v: &Value, c: Option<Cursor<'_>>, path: &mut FieldPath, set: &mut FieldS
 }
 
 /// The value at a field path, if present.
-pub fn value_at<'a>(v: &'a Value, path: &[PathElement]) -> Option<&'a Value> {
+pub(crate) fn value_at<'a>(v: &'a Value, path: &[PathElement]) -> Option<&'a Value> {
     let mut cur = v;
     for e in path {
         cur = match e {
@@ -257,7 +257,7 @@ fn remove_at(v: &mut Value, path: &[PathElement]) {
 /// Encodes a field set as `FieldsV1`: one pass over the sorted set, each node's key encoded once (the paths under a
 /// node are contiguous in the set); a member with children gets its `"."` after them. The result is
 /// [`to_fields_v1_reference`]'s byte for byte (`to_fields_v1_matches_the_reference`).
-pub fn to_fields_v1(set: &FieldSet) -> Value {
+pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
     /// The node of the paths in `paths` (all sharing their first `depth` elements, each longer than `depth`).
     fn node(paths: &[&FieldPath], depth: usize) -> Map<String, Value> {
         let mut out = Map::new();
@@ -324,7 +324,7 @@ fn to_fields_v1_reference(set: &FieldSet) -> Value {
     Value::Object(root)
 }
 
-pub fn from_fields_v1(v: &Value) -> FieldSet {
+pub(crate) fn from_fields_v1(v: &Value) -> FieldSet {
     fn walk(node: &Map<String, Value>, path: &mut FieldPath, set: &mut FieldSet) {
         for (k, child) in node {
             if k == "." {
@@ -350,7 +350,7 @@ pub fn from_fields_v1(v: &Value) -> FieldSet {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub manager: String,
     pub operation: String,
     pub api_version: String,
@@ -365,7 +365,7 @@ impl Entry {
     }
 }
 
-pub fn read_entries(obj: &Value) -> Vec<Entry> {
+pub(crate) fn read_entries(obj: &Value) -> Vec<Entry> {
     crate::meta::metadata(obj)
         .and_then(|m| m.get("managedFields"))
         .and_then(Value::as_array)
@@ -403,7 +403,7 @@ fn encode_entry_with(e: &Entry, fields_v1: Value) -> Value {
     Value::Object(m)
 }
 
-pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
+pub(crate) fn write_entries(obj: &mut Value, entries: &[Entry]) {
     let list: Vec<Value> = entries.iter().filter(|e| !e.fields.is_empty()).map(encode_entry).collect();
     let meta = crate::meta::metadata_mut(obj);
     if list.is_empty() {
@@ -415,7 +415,7 @@ pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
 
 /// Which part of the object a write may touch, for restricting tracked fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// The main resource: `status` is not tracked when a status subresource exists.
     Main { status_subresource: bool },
     /// The status subresource: only `status` (and metadata) is tracked.
@@ -452,7 +452,7 @@ fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
 /// its stored `fieldsV1` when the write changed only fields it already owned and has the changed fields merged into
 /// it ([`merge_fields_v1`]) when it gained some and lost none, and only an entry that loses fields is parsed and
 /// re-encoded.
-pub fn record_update(
+pub(crate) fn record_update(
     old: Option<&Value>,
     new: &mut Value,
     schema: Option<Cursor<'_>>,
@@ -1109,7 +1109,7 @@ impl Lookup {
 
 #[cfg(test)]
 /// The straightforward definition [`record_update`] must agree with.
-pub fn record_update_reference(
+pub(crate) fn record_update_reference(
     old: Option<&Value>,
     new: &mut Value,
     schema: Option<Cursor<'_>>,
@@ -1160,14 +1160,14 @@ pub fn record_update_reference(
 
 /// A field another manager owns with a different value.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Conflict {
+pub(crate) struct Conflict {
     pub manager: String,
     pub api_version: String,
     pub path: String,
 }
 
 /// Merges an applied configuration into the live object (structured-merge-diff semantics).
-pub fn merge_applied(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
+pub(crate) fn merge_applied(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
     if let (Value::Object(lm), Value::Object(am)) = (&mut *live, applied) {
         for (k, av) in am {
             if av.is_null() {
@@ -1235,7 +1235,7 @@ fn merge_value(live: &mut Value, applied: &Value, c: Option<Cursor<'_>>) {
 /// Server-side apply of `applied` by `manager`. Returns the merged object (with updated
 /// managedFields) or the conflicts that block it.
 #[allow(clippy::too_many_arguments)]
-pub fn apply(
+pub(crate) fn apply(
     live: Option<&Value>,
     applied: &Value,
     schema: Option<Cursor<'_>>,
@@ -1359,7 +1359,7 @@ pub fn apply(
 }
 
 /// The apiserver's conflict message for a failed apply.
-pub fn conflict_message(conflicts: &[Conflict]) -> String {
+pub(crate) fn conflict_message(conflicts: &[Conflict]) -> String {
     let mut by_manager: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for c in conflicts {
         by_manager.entry((c.manager.clone(), c.api_version.clone())).or_default().push(c.path.clone());

@@ -25,7 +25,7 @@ pub enum ManifestError {
 }
 
 /// A manifest object and the file it came from.
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub path: PathBuf,
     pub object: Value,
 }
@@ -68,7 +68,7 @@ fn flatten(v: Value, path: &Path, out: &mut Vec<Manifest>) {
 }
 
 /// Reads every manifest under the given files/directories.
-pub fn load(paths: &[PathBuf]) -> Result<Vec<Manifest>, ManifestError> {
+pub(crate) fn load(paths: &[PathBuf]) -> Result<Vec<Manifest>, ManifestError> {
     let mut files = Vec::new();
     for p in paths {
         collect_files(p, &mut files)?;
@@ -92,7 +92,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Manifest>, ManifestError> {
 }
 
 /// Applies manifests through the registry with server-side apply (field manager `kube-sim`).
-pub fn apply(registry: &Registry, manifests: &[Manifest]) -> Result<Vec<String>, ManifestError> {
+pub(crate) fn apply(registry: &Registry, manifests: &[Manifest]) -> Result<Vec<String>, ManifestError> {
     let mut applied = Vec::new();
     for m in manifests {
         let api_version = m.object.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();

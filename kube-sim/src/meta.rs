@@ -7,14 +7,14 @@ use serde_json::{Map, Value, json};
 
 /// Objects are kept as JSON maps: custom resources have no Rust type, and keeping built-ins the
 /// same way lets one code path implement every verb.
-pub type Object = Map<String, Value>;
+pub(crate) type Object = Map<String, Value>;
 
-pub fn metadata(obj: &Value) -> Option<&Object> {
+pub(crate) fn metadata(obj: &Value) -> Option<&Object> {
     obj.get("metadata").and_then(Value::as_object)
 }
 
 /// Returns `metadata`, creating it when missing or not an object.
-pub fn metadata_mut(obj: &mut Value) -> &mut Object {
+pub(crate) fn metadata_mut(obj: &mut Value) -> &mut Object {
     let Value::Object(map) = obj else {
         *obj = Value::Object(Map::new());
         return metadata_mut(obj);
@@ -30,35 +30,35 @@ pub fn metadata_mut(obj: &mut Value) -> &mut Object {
     }
 }
 
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     metadata(obj).and_then(|m| m.get(field)).and_then(Value::as_str)
 }
 
-pub fn name(obj: &Value) -> &str {
+pub(crate) fn name(obj: &Value) -> &str {
     meta_str(obj, "name").unwrap_or("")
 }
 
-pub fn namespace(obj: &Value) -> &str {
+pub(crate) fn namespace(obj: &Value) -> &str {
     meta_str(obj, "namespace").unwrap_or("")
 }
 
-pub fn uid(obj: &Value) -> &str {
+pub(crate) fn uid(obj: &Value) -> &str {
     meta_str(obj, "uid").unwrap_or("")
 }
 
-pub fn resource_version(obj: &Value) -> &str {
+pub(crate) fn resource_version(obj: &Value) -> &str {
     meta_str(obj, "resourceVersion").unwrap_or("")
 }
 
-pub fn labels(obj: &Value) -> Option<&Object> {
+pub(crate) fn labels(obj: &Value) -> Option<&Object> {
     metadata(obj).and_then(|m| m.get("labels")).and_then(Value::as_object)
 }
 
-pub fn annotations(obj: &Value) -> Option<&Object> {
+pub(crate) fn annotations(obj: &Value) -> Option<&Object> {
     metadata(obj).and_then(|m| m.get("annotations")).and_then(Value::as_object)
 }
 
-pub fn finalizers(obj: &Value) -> Vec<String> {
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     metadata(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
@@ -66,7 +66,7 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
+pub(crate) fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
     let m = metadata_mut(obj);
     if finalizers.is_empty() {
         m.remove("finalizers");
@@ -75,24 +75,24 @@ pub fn set_finalizers(obj: &mut Value, finalizers: &[String]) {
     }
 }
 
-pub fn deletion_timestamp(obj: &Value) -> Option<&str> {
+pub(crate) fn deletion_timestamp(obj: &Value) -> Option<&str> {
     meta_str(obj, "deletionTimestamp")
 }
 
-pub fn deletion_grace_period(obj: &Value) -> Option<i64> {
+pub(crate) fn deletion_grace_period(obj: &Value) -> Option<i64> {
     metadata(obj).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64)
 }
 
-pub fn generation(obj: &Value) -> i64 {
+pub(crate) fn generation(obj: &Value) -> i64 {
     metadata(obj).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0)
 }
 
-pub fn owner_references(obj: &Value) -> &[Value] {
+pub(crate) fn owner_references(obj: &Value) -> &[Value] {
     metadata(obj).and_then(|m| m.get("ownerReferences")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// Looks up a dotted path of object keys (`spec.replicas`).
-pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
+pub(crate) fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
     let mut cur = obj;
     for p in path {
         cur = cur.get(*p)?;
@@ -101,25 +101,25 @@ pub fn lookup<'a>(obj: &'a Value, path: &[&str]) -> Option<&'a Value> {
 }
 
 /// `metav1.Time` format: RFC 3339 in UTC with second precision.
-pub fn format_time(ts: Timestamp) -> String {
+pub(crate) fn format_time(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// `metav1.MicroTime` format: RFC 3339 in UTC with microsecond precision.
-pub fn format_micro_time(ts: Timestamp) -> String {
+pub(crate) fn format_micro_time(ts: Timestamp) -> String {
     ts.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     format_time(Timestamp::now())
 }
 
-pub fn parse_time(s: &str) -> Option<Timestamp> {
+pub(crate) fn parse_time(s: &str) -> Option<Timestamp> {
     s.parse::<Timestamp>().ok()
 }
 
 /// A random RFC 4122 version 4 UUID, the format the apiserver uses for `metadata.uid`.
-pub fn new_uid() -> String {
+pub(crate) fn new_uid() -> String {
     let mut b: [u8; 16] = rand::rng().random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
@@ -130,21 +130,21 @@ pub fn new_uid() -> String {
 }
 
 /// The alphabet and length of `names.SimpleNameGenerator` (no vowels, no confusable digits).
-pub fn generate_name_suffix() -> String {
+pub(crate) fn generate_name_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect()
 }
 
 /// `SimpleNameGenerator.GenerateName`: truncates the base to keep the name within 63 characters.
-pub fn generate_name(base: &str) -> String {
+pub(crate) fn generate_name(base: &str) -> String {
     const MAX_GENERATED_NAME_LENGTH: usize = 63 - 5;
     let base: String = base.chars().take(MAX_GENERATED_NAME_LENGTH).collect();
     format!("{base}{}", generate_name_suffix())
 }
 
 /// Human-readable age like kubectl's `duration.HumanDuration` ("5s", "3m", "2d4h").
-pub fn human_duration(secs: i64) -> String {
+pub(crate) fn human_duration(secs: i64) -> String {
     if secs < 0 {
         return "<invalid>".to_string();
     }
@@ -195,7 +195,7 @@ pub fn human_duration(secs: i64) -> String {
 }
 
 /// Age of a timestamp relative to now, as printed in tables; `<unknown>` when unparsable.
-pub fn age(ts: Option<&str>) -> String {
+pub(crate) fn age(ts: Option<&str>) -> String {
     match ts.and_then(parse_time) {
         Some(t) => human_duration(Timestamp::now().as_second() - t.as_second()),
         None => "<unknown>".to_string(),

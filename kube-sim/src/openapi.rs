@@ -463,7 +463,7 @@ fn add_resource_paths(rd: &ResourceDef, paths: &mut Map<String, Value>) {
 }
 
 /// A group-version document (`api/v1`, `apis/apps/v1`...).
-pub fn group_version_doc(catalog: &Catalog, gv_path: &str) -> Option<Value> {
+pub(crate) fn group_version_doc(catalog: &Catalog, gv_path: &str) -> Option<Value> {
     let (group, version) = match gv_path.split('/').collect::<Vec<_>>().as_slice() {
         ["api", v] => (String::new(), v.to_string()),
         ["apis", g, v] => (g.to_string(), v.to_string()),
@@ -529,7 +529,7 @@ fn hash_of(bytes: &[u8]) -> String {
 type Documents = (u64, HashMap<String, (String, Arc<Vec<u8>>)>);
 
 #[derive(Default)]
-pub struct OpenApiCache {
+pub(crate) struct OpenApiCache {
     inner: Mutex<Documents>,
 }
 
@@ -539,7 +539,7 @@ impl OpenApiCache {
     }
 
     /// The serialized document and its hash.
-    pub fn document(&self, catalog: &Catalog, gv_path: &str) -> Option<(String, Arc<Vec<u8>>)> {
+    pub(crate) fn document(&self, catalog: &Catalog, gv_path: &str) -> Option<(String, Arc<Vec<u8>>)> {
         let generation = catalog.generation();
         {
             let mut g = self.lock();
@@ -562,7 +562,7 @@ impl OpenApiCache {
     }
 
     /// `/openapi/v3`: every group-version with its content hash.
-    pub fn root(&self, catalog: &Catalog) -> Value {
+    pub(crate) fn root(&self, catalog: &Catalog) -> Value {
         let mut paths = Map::new();
         let mut gvs: BTreeSet<String> = BTreeSet::new();
         for g in catalog.groups() {

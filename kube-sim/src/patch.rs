@@ -8,7 +8,7 @@ use crate::schema::{Cursor, ListType};
 use crate::status::ApiError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatchType {
+pub(crate) enum PatchType {
     Json,
     Merge,
     Strategic,
@@ -16,7 +16,7 @@ pub enum PatchType {
 }
 
 impl PatchType {
-    pub fn from_content_type(ct: &str) -> Option<Self> {
+    pub(crate) fn from_content_type(ct: &str) -> Option<Self> {
         let base = ct.split(';').next().unwrap_or("").trim();
         match base {
             "application/json-patch+json" => Some(PatchType::Json),
@@ -27,7 +27,7 @@ impl PatchType {
         }
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             PatchType::Json => "application/json-patch+json",
             PatchType::Merge => "application/merge-patch+json",
@@ -37,23 +37,23 @@ impl PatchType {
     }
 }
 
-pub fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
     json_patch_owned(doc.clone(), patch)
 }
 
 /// [`json_patch`] onto a document the caller gives up (the write path: one copy of the stored object, not two).
-pub fn json_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn json_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
     let ops: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut out = doc;
     json_patch::patch(&mut out, &ops).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
     Ok(out)
 }
 
-pub fn merge_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn merge_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
     merge_patch_owned(doc.clone(), patch)
 }
 
-pub fn merge_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn merge_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
     let p: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
     if !p.is_object() {
         return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));
@@ -63,11 +63,15 @@ pub fn merge_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
     Ok(out)
 }
 
-pub fn strategic_merge_patch(doc: &Value, patch: &[u8], schema: Option<Cursor<'_>>) -> Result<Value, ApiError> {
+pub(crate) fn strategic_merge_patch(doc: &Value, patch: &[u8], schema: Option<Cursor<'_>>) -> Result<Value, ApiError> {
     strategic_merge_patch_owned(doc.clone(), patch, schema)
 }
 
-pub fn strategic_merge_patch_owned(doc: Value, patch: &[u8], schema: Option<Cursor<'_>>) -> Result<Value, ApiError> {
+pub(crate) fn strategic_merge_patch_owned(
+    doc: Value,
+    patch: &[u8],
+    schema: Option<Cursor<'_>>,
+) -> Result<Value, ApiError> {
     let p: Value = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let Value::Object(pm) = p else {
         return Err(ApiError::bad_request("json: cannot unmarshal into Go value of type map[string]interface {}"));

@@ -19,7 +19,7 @@ use crate::validation::NameRule;
 
 /// Kind-specific behaviour the generic registry delegates to (the apiserver's "strategies").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Special {
+pub(crate) enum Special {
     Plain,
     Pod,
     Namespace,
@@ -48,7 +48,7 @@ pub enum Special {
 
 /// How `metadata.generation` moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GenerationRule {
+pub(crate) enum GenerationRule {
     /// Never set (ConfigMaps, Pods in 1.33, ...).
     None,
     /// Starts at 1 and increments when `spec` changes.
@@ -60,7 +60,7 @@ pub enum GenerationRule {
 
 /// `spec.replicas`-style paths of the scale subresource.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ScalePaths {
+pub(crate) struct ScalePaths {
     pub spec_replicas: String,
     pub status_replicas: String,
     pub label_selector: Option<String>,
@@ -68,7 +68,7 @@ pub struct ScalePaths {
 
 /// An `additionalPrinterColumns` entry.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PrinterColumn {
+pub(crate) struct PrinterColumn {
     pub name: String,
     pub type_: String,
     pub format: String,
@@ -79,7 +79,7 @@ pub struct PrinterColumn {
 
 /// Facts about one version of a custom resource.
 #[derive(Clone, Debug)]
-pub struct CustomInfo {
+pub(crate) struct CustomInfo {
     pub crd_name: String,
     pub printer_columns: Vec<PrinterColumn>,
     pub has_defaults: bool,
@@ -93,7 +93,7 @@ pub struct CustomInfo {
 
 /// One served group/version/resource.
 #[derive(Clone)]
-pub struct ResourceDef {
+pub(crate) struct ResourceDef {
     pub group: String,
     pub version: String,
     pub kind: String,
@@ -129,23 +129,23 @@ impl std::fmt::Debug for ResourceDef {
 }
 
 impl ResourceDef {
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
-    pub fn group_resource(&self) -> GroupResource {
+    pub(crate) fn group_resource(&self) -> GroupResource {
         GroupResource::new(&self.group, &self.plural)
     }
 
-    pub fn cursor(&self) -> Option<Cursor<'_>> {
+    pub(crate) fn cursor(&self) -> Option<Cursor<'_>> {
         self.schema.as_ref().map(Cursor::root)
     }
 
-    pub fn is_custom(&self) -> bool {
+    pub(crate) fn is_custom(&self) -> bool {
         self.special == Special::CustomResource
     }
 
-    pub fn has_verb(&self, verb: &str) -> bool {
+    pub(crate) fn has_verb(&self, verb: &str) -> bool {
         self.verbs.contains(&verb)
     }
 }
@@ -376,12 +376,12 @@ fn builtin_specs() -> Vec<BuiltinSpec> {
 }
 
 /// Built-in definitions and their schemas, computed once per process.
-pub struct Builtins {
+pub(crate) struct Builtins {
     pub defs: Vec<Arc<ResourceDef>>,
     pub schemas: BuiltinSchemas,
 }
 
-pub static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
+pub(crate) static BUILTINS: LazyLock<Builtins> = LazyLock::new(|| {
     let specs = builtin_specs();
     let mut registers: Vec<fn(&mut SchemaGenerator)> = specs.iter().map(|s| s.register).collect();
     // Types referenced by paths and subresources in the published OpenAPI.
@@ -463,20 +463,20 @@ struct CatalogInner {
 }
 
 /// The mutable set of served resources.
-pub struct Catalog {
+pub(crate) struct Catalog {
     inner: RwLock<CatalogInner>,
     /// Bumped whenever the set changes (discovery and OpenAPI ETags).
     generation: std::sync::atomic::AtomicU64,
 }
 
 /// A group in discovery order with its versions (preferred first).
-pub struct GroupView {
+pub(crate) struct GroupView {
     pub name: String,
     pub versions: Vec<(String, Vec<Arc<ResourceDef>>)>,
 }
 
 impl Catalog {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut inner = CatalogInner::default();
         for d in &BUILTINS.defs {
             inner.by_gvr.insert((d.group.clone(), d.version.clone(), d.plural.clone()), d.clone());
@@ -492,16 +492,16 @@ impl Catalog {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+    pub(crate) fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
         self.read().by_gvr.get(&(group.to_string(), version.to_string(), plural.to_string())).cloned()
     }
 
     /// All served versions of a group/resource, preferred (storage or first) version first.
-    pub fn versions_of(&self, group: &str, plural: &str) -> Vec<Arc<ResourceDef>> {
+    pub(crate) fn versions_of(&self, group: &str, plural: &str) -> Vec<Arc<ResourceDef>> {
         let inner = self.read();
         let mut v: Vec<Arc<ResourceDef>> =
             inner.by_gvr.values().filter(|d| d.group == group && d.plural == plural).cloned().collect();
@@ -510,7 +510,7 @@ impl Catalog {
     }
 
     /// Resolves an owner reference / event `involvedObject` (apiVersion + kind).
-    pub fn by_api_version_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceDef>> {
+    pub(crate) fn by_api_version_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceDef>> {
         let (group, version) = match api_version.split_once('/') {
             Some((g, v)) => (g, v),
             None => ("", api_version),
@@ -521,12 +521,12 @@ impl Catalog {
     }
 
     /// Every resource definition (all versions).
-    pub fn all(&self) -> Vec<Arc<ResourceDef>> {
+    pub(crate) fn all(&self) -> Vec<Arc<ResourceDef>> {
         self.read().by_gvr.values().cloned().collect()
     }
 
     /// Distinct storage buckets with one representative definition (the preferred version).
-    pub fn storages(&self) -> Vec<Arc<ResourceDef>> {
+    pub(crate) fn storages(&self) -> Vec<Arc<ResourceDef>> {
         let inner = self.read();
         let mut by_storage: BTreeMap<String, Arc<ResourceDef>> = BTreeMap::new();
         for d in inner.by_gvr.values() {
@@ -545,7 +545,7 @@ impl Catalog {
         by_storage.into_values().collect()
     }
 
-    pub fn groups(&self) -> Vec<GroupView> {
+    pub(crate) fn groups(&self) -> Vec<GroupView> {
         let inner = self.read();
         type ByVersion = BTreeMap<String, Vec<Arc<ResourceDef>>>;
         let mut groups: BTreeMap<(usize, String), ByVersion> = BTreeMap::new();
@@ -574,16 +574,16 @@ impl Catalog {
     }
 
     /// The preferred definition serving a storage bucket.
-    pub fn by_storage(&self, storage: &str) -> Option<Arc<ResourceDef>> {
+    pub(crate) fn by_storage(&self, storage: &str) -> Option<Arc<ResourceDef>> {
         self.storages().into_iter().find(|d| d.storage == storage)
     }
 
-    pub fn crd_versions(&self, crd_name: &str) -> Vec<Arc<ResourceDef>> {
+    pub(crate) fn crd_versions(&self, crd_name: &str) -> Vec<Arc<ResourceDef>> {
         self.read().crds.get(crd_name).cloned().unwrap_or_default()
     }
 
     /// Replaces the versions served for a CRD (empty `defs` unregisters it).
-    pub fn set_crd(&self, crd_name: &str, defs: Vec<ResourceDef>) {
+    pub(crate) fn set_crd(&self, crd_name: &str, defs: Vec<ResourceDef>) {
         let mut inner = self.write();
         if let Some(old) = inner.crds.remove(crd_name) {
             for d in old {
@@ -602,7 +602,7 @@ impl Catalog {
     }
 
     /// Whether a plural or kind is taken by another CRD or a built-in of the same group.
-    pub fn name_conflict(&self, crd_name: &str, group: &str, plural: &str, kind: &str) -> Option<String> {
+    pub(crate) fn name_conflict(&self, crd_name: &str, group: &str, plural: &str, kind: &str) -> Option<String> {
         let inner = self.read();
         for d in inner.by_gvr.values() {
             if d.group != group {
@@ -630,7 +630,7 @@ impl Default for Catalog {
 }
 
 /// Kubernetes version priority (`v1` > `v1beta2` > `v1beta1` > `v1alpha1` > others).
-pub fn version_priority(v: &str) -> (u8, u32, u8, u32, String) {
+pub(crate) fn version_priority(v: &str) -> (u8, u32, u8, u32, String) {
     let Some(rest) = v.strip_prefix('v') else { return (0, 0, 0, 0, v.to_string()) };
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     let Ok(major) = digits.parse::<u32>() else { return (0, 0, 0, 0, v.to_string()) };
@@ -649,7 +649,7 @@ pub fn version_priority(v: &str) -> (u8, u32, u8, u32, String) {
 }
 
 /// Builds the served versions of a CRD (from its JSON).
-pub fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
+pub(crate) fn crd_to_defs(crd: &Value) -> Result<Vec<ResourceDef>, String> {
     let spec = crd.get("spec").ok_or("CRD has no spec")?;
     let group = spec.get("group").and_then(Value::as_str).ok_or("spec.group missing")?.to_string();
     let names = spec.get("names").ok_or("spec.names missing")?;

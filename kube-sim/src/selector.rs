@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Equals,
     NotEquals,
     In,
@@ -18,7 +18,7 @@ pub enum Op {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Requirement {
+pub(crate) struct Requirement {
     pub key: String,
     pub op: Op,
     pub values: Vec<String>,
@@ -46,20 +46,20 @@ impl Requirement {
 
 /// A parsed label selector; the empty selector matches everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     pub requirements: Vec<Requirement>,
 }
 
 impl LabelSelector {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 
-    pub fn matches_object(&self, obj: &Value) -> bool {
+    pub(crate) fn matches_object(&self, obj: &Value) -> bool {
         if self.is_empty() {
             return true;
         }
@@ -67,7 +67,7 @@ impl LabelSelector {
     }
 
     /// Parses the query-string syntax (`app=web,tier in (a,b),!legacy`).
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut p = Lexer { chars: s.chars().collect(), pos: 0 };
         let mut requirements = Vec::new();
         p.skip_ws();
@@ -88,7 +88,7 @@ impl LabelSelector {
     }
 
     /// Builds a selector from a `metav1.LabelSelector` object (`matchLabels` + `matchExpressions`).
-    pub fn from_label_selector_object(sel: &Value) -> Result<Self, String> {
+    pub(crate) fn from_label_selector_object(sel: &Value) -> Result<Self, String> {
         let mut requirements = Vec::new();
         if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in ml {
@@ -121,7 +121,7 @@ impl LabelSelector {
     }
 }
 
-pub fn object_labels(obj: &Value) -> BTreeMap<String, String> {
+pub(crate) fn object_labels(obj: &Value) -> BTreeMap<String, String> {
     crate::meta::labels(obj)
         .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
         .unwrap_or_default()
@@ -257,19 +257,19 @@ fn validate_value(v: &str) -> Result<(), String> {
 
 /// One `field=value` / `field!=value` term of a field selector.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldRequirement {
+pub(crate) struct FieldRequirement {
     pub field: String,
     pub value: String,
     pub negated: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     pub requirements: Vec<FieldRequirement>,
 }
 
 impl FieldSelector {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let mut requirements = Vec::new();
         for term in split_unescaped(s, ',') {
             let term = term.trim();
@@ -294,17 +294,17 @@ impl FieldSelector {
         Ok(Self { requirements })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
     /// The value for `metadata.name=x` when the selector pins a single name (used by watches
     /// kubectl opens with `fieldSelector=metadata.name=...`).
-    pub fn exact_name(&self) -> Option<&str> {
+    pub(crate) fn exact_name(&self) -> Option<&str> {
         self.requirements.iter().find(|r| r.field == "metadata.name" && !r.negated).map(|r| r.value.as_str())
     }
 
-    pub fn matches(&self, fields: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, fields: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| {
             let v = fields.get(&r.field).map(String::as_str).unwrap_or("");
             (v == r.value) != r.negated

@@ -149,7 +149,7 @@ impl std::fmt::Display for FieldError {
 }
 
 /// Renders a JSON value the way Go's `%v`/`%q` would render the decoded value in field errors.
-pub fn go_value(v: &Value) -> String {
+pub(crate) fn go_value(v: &Value) -> String {
     match v {
         Value::Null => "null".to_string(),
         Value::String(s) => format!("{s:?}"),

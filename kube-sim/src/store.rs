@@ -17,14 +17,14 @@ use tokio::sync::mpsc;
 use crate::meta;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     Added,
     Modified,
     Deleted,
 }
 
 impl EventKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventKind::Added => "ADDED",
             EventKind::Modified => "MODIFIED",
@@ -36,7 +36,7 @@ impl EventKind {
 /// One committed change. `object` is the new state (for deletions: the last state, stamped
 /// with the deletion's resource version, as etcd-backed watches report it).
 #[derive(Debug)]
-pub struct Event {
+pub(crate) struct Event {
     pub kind: EventKind,
     pub rv: u64,
     pub storage: Arc<str>,
@@ -51,7 +51,7 @@ pub struct Event {
 /// whether the served object is the stored one (not a conversion of it), for the history to keep the object's
 /// encoding (a slice of the line).
 #[derive(Debug)]
-pub struct Encoded {
+pub(crate) struct Encoded {
     kind: &'static str,
     line: OnceLock<EncodedLine>,
 }
@@ -66,7 +66,7 @@ struct EncodedLine {
 }
 
 /// `{"type":KIND,"object":` + the object's JSON + `}\n`, and where the object lies in it.
-pub fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>) {
+pub(crate) fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>) {
     let mut line = line_start(kind, 512);
     let start = line.len();
     let _ = serde_json::to_writer(&mut line, &crate::json::WireOrder(object));
@@ -76,7 +76,7 @@ pub fn watch_line(kind: &str, object: &Value) -> (Bytes, std::ops::Range<usize>)
 }
 
 /// [`watch_line`] around an object already encoded.
-pub fn watch_line_around(kind: &str, object: &[u8]) -> Bytes {
+pub(crate) fn watch_line_around(kind: &str, object: &[u8]) -> Bytes {
     let mut line = line_start(kind, object.len() + 32);
     line.extend_from_slice(object);
     line.extend_from_slice(b"}\n");
@@ -93,7 +93,7 @@ fn line_start(kind: &str, capacity: usize) -> Vec<u8> {
 }
 
 impl Encoded {
-    pub fn new(kind: EventKind) -> Self {
+    pub(crate) fn new(kind: EventKind) -> Self {
         Self { kind: kind.as_str(), line: OnceLock::new() }
     }
 
@@ -115,7 +115,12 @@ impl Encoded {
 
     /// The watch line for `kind` (the change's own or, for a filtered watch, the one it translates to) and
     /// `api_version` (see [`Self::kept`]); a watch of another served version of the same storage encodes its own.
-    pub fn line(&self, api_version: &str, kind: &'static str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Bytes {
+    pub(crate) fn line(
+        &self,
+        api_version: &str,
+        kind: &'static str,
+        view: impl FnOnce() -> (Arc<Value>, bool),
+    ) -> Bytes {
         match self.kept(api_version, view) {
             Ok(e) if kind == self.kind => e.line.clone(),
             Ok(e) => watch_line_around(kind, &e.line[e.object.clone()]),
@@ -124,7 +129,7 @@ impl Encoded {
     }
 
     /// The object's JSON as `api_version` serves it (a slice of the kept line when it is that version's).
-    pub fn object(&self, api_version: &str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Bytes {
+    pub(crate) fn object(&self, api_version: &str, view: impl FnOnce() -> (Arc<Value>, bool)) -> Bytes {
         match self.kept(api_version, view) {
             Ok(e) => e.line.slice(e.object.clone()),
             Err(object) => Bytes::from(serde_json::to_vec(&crate::json::WireOrder(&object)).unwrap_or_default()),
@@ -183,7 +188,7 @@ impl Past {
 
 /// What a watcher receives.
 #[derive(Clone, Debug)]
-pub enum WatchItem {
+pub(crate) enum WatchItem {
     Event {
         kind: EventKind,
         object: Arc<Value>,
@@ -195,7 +200,7 @@ pub enum WatchItem {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     NotFound,
     AlreadyExists,
     /// The object changed since the caller read it (resource version or UID precondition).
@@ -215,7 +220,7 @@ pub enum StoreError {
 }
 
 /// Selects which objects a watcher or a list is interested in.
-pub type Filter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
+pub(crate) type Filter = Arc<dyn Fn(&Value) -> bool + Send + Sync>;
 
 struct Watcher {
     id: u64,
@@ -243,7 +248,7 @@ struct Inner {
     listeners: Vec<mpsc::UnboundedSender<Arc<Event>>>,
 }
 
-pub struct Store {
+pub(crate) struct Store {
     inner: Mutex<Inner>,
     history_limit: usize,
     watcher_capacity: usize,
@@ -251,7 +256,7 @@ pub struct Store {
 
 /// Where a watch starts.
 #[derive(Clone, Copy, Debug)]
-pub enum WatchFrom {
+pub(crate) enum WatchFrom {
     /// Synthetic ADDED events for the current state, then changes (resourceVersion unset or "0").
     CurrentState { end_bookmark: bool },
     /// Changes strictly after this resource version.
@@ -259,14 +264,14 @@ pub enum WatchFrom {
 }
 
 /// A registered watch: the backlog to send first, then the live channel.
-pub struct WatchRegistration {
+pub(crate) struct WatchRegistration {
     pub backlog: Vec<WatchItem>,
     pub rx: mpsc::Receiver<WatchItem>,
     pub guard: WatcherGuard,
 }
 
 /// Unregisters the watcher when the HTTP stream ends.
-pub struct WatcherGuard {
+pub(crate) struct WatcherGuard {
     store: Arc<Store>,
     storage: Arc<str>,
     id: u64,
@@ -282,7 +287,7 @@ impl Drop for WatcherGuard {
 }
 
 /// A page of a list.
-pub struct ListPage {
+pub(crate) struct ListPage {
     pub items: Vec<Arc<Value>>,
     /// The resource version the page reflects.
     pub rv: u64,
@@ -291,7 +296,7 @@ pub struct ListPage {
     pub remaining: Option<u64>,
 }
 
-pub struct ListRequest<'a> {
+pub(crate) struct ListRequest<'a> {
     pub namespace: Option<&'a str>,
     pub filter: Option<Filter>,
     pub limit: Option<usize>,
@@ -300,7 +305,7 @@ pub struct ListRequest<'a> {
     pub at: Option<u64>,
 }
 
-pub fn object_key(namespace: &str, name: &str) -> String {
+pub(crate) fn object_key(namespace: &str, name: &str) -> String {
     if namespace.is_empty() { name.to_string() } else { format!("{namespace}/{name}") }
 }
 
@@ -314,7 +319,7 @@ fn with_rv(mut obj: Value, rv: u64) -> Value {
 }
 
 impl Store {
-    pub fn new(history_limit: usize, watcher_capacity: usize) -> Arc<Self> {
+    pub(crate) fn new(history_limit: usize, watcher_capacity: usize) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::new(Inner { rv: 1, buckets: HashMap::new(), next_watcher: 1, listeners: Vec::new() }),
             history_limit: history_limit.max(1),
@@ -328,22 +333,22 @@ impl Store {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn current_rv(&self) -> u64 {
+    pub(crate) fn current_rv(&self) -> u64 {
         self.lock().rv
     }
 
     /// Internal controllers (garbage collector, namespace lifecycle) observe every commit.
-    pub fn subscribe_all(&self) -> mpsc::UnboundedReceiver<Arc<Event>> {
+    pub(crate) fn subscribe_all(&self) -> mpsc::UnboundedReceiver<Arc<Event>> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.lock().listeners.push(tx);
         rx
     }
 
-    pub fn get(&self, storage: &str, key: &str) -> Option<Arc<Value>> {
+    pub(crate) fn get(&self, storage: &str, key: &str) -> Option<Arc<Value>> {
         self.lock().buckets.get(storage).and_then(|b| b.objects.get(key).cloned())
     }
 
-    pub fn count(&self, storage: &str, namespace: Option<&str>) -> usize {
+    pub(crate) fn count(&self, storage: &str, namespace: Option<&str>) -> usize {
         let inner = self.lock();
         let Some(b) = inner.buckets.get(storage) else { return 0 };
         match namespace {
@@ -355,7 +360,7 @@ impl Store {
         }
     }
 
-    pub fn create(&self, storage: &str, key: &str, obj: Value) -> Result<Arc<Value>, StoreError> {
+    pub(crate) fn create(&self, storage: &str, key: &str, obj: Value) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
         let storage = intern(&mut inner, storage);
         if inner.buckets.get(&storage).is_some_and(|b| b.objects.contains_key(key)) {
@@ -370,7 +375,13 @@ impl Store {
 
     /// Compare-and-swap on the resource version the caller read. A write that changes nothing
     /// is not committed and keeps the old resource version, as in the real apiserver.
-    pub fn update(&self, storage: &str, key: &str, obj: Value, expected_rv: u64) -> Result<Arc<Value>, StoreError> {
+    pub(crate) fn update(
+        &self,
+        storage: &str,
+        key: &str,
+        obj: Value,
+        expected_rv: u64,
+    ) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
         let storage = intern(&mut inner, storage);
         let current =
@@ -390,7 +401,7 @@ impl Store {
     }
 
     /// Removes an object if it still has the resource version the caller decided on.
-    pub fn delete(&self, storage: &str, key: &str, expected_rv: Option<u64>) -> Result<Arc<Value>, StoreError> {
+    pub(crate) fn delete(&self, storage: &str, key: &str, expected_rv: Option<u64>) -> Result<Arc<Value>, StoreError> {
         let mut inner = self.lock();
         let storage = intern(&mut inner, storage);
         let current =
@@ -481,7 +492,7 @@ impl Store {
 
     /// The shared encoding of `object` if it is the stored object of `key` (the newest change of the key, as
     /// committed), for a write's response to reuse what its watchers send (or to make it for them).
-    pub fn encoded_for(&self, storage: &str, key: &str, object: &Arc<Value>) -> Option<Arc<Encoded>> {
+    pub(crate) fn encoded_for(&self, storage: &str, key: &str, object: &Arc<Value>) -> Option<Arc<Encoded>> {
         let inner = self.lock();
         let bucket = inner.buckets.get(storage)?;
         let rv = *bucket.latest.get(key)?;
@@ -494,7 +505,7 @@ impl Store {
     }
 
     /// Sends a progress bookmark to every watcher that asked for bookmarks.
-    pub fn broadcast_bookmarks(&self) {
+    pub(crate) fn broadcast_bookmarks(&self) {
         let mut inner = self.lock();
         let rv = inner.rv;
         for bucket in inner.buckets.values_mut() {
@@ -508,7 +519,7 @@ impl Store {
         }
     }
 
-    pub fn watch(
+    pub(crate) fn watch(
         self: &Arc<Self>,
         storage: &str,
         namespace: Option<&str>,
@@ -563,7 +574,7 @@ impl Store {
 
     /// Lists objects in key order, optionally as of an earlier resource version (rebuilt from the
     /// event history) and a page at a time.
-    pub fn list(&self, storage: &str, req: &ListRequest<'_>) -> Result<ListPage, StoreError> {
+    pub(crate) fn list(&self, storage: &str, req: &ListRequest<'_>) -> Result<ListPage, StoreError> {
         let inner = self.lock();
         let current_rv = inner.rv;
         let empty = Bucket::default();
@@ -632,7 +643,7 @@ impl Store {
     }
 
     /// Objects of a bucket, for internal controllers (no filtering, current state).
-    pub fn snapshot(&self, storage: &str) -> Vec<(String, Arc<Value>)> {
+    pub(crate) fn snapshot(&self, storage: &str) -> Vec<(String, Arc<Value>)> {
         let inner = self.lock();
         inner
             .buckets
@@ -642,12 +653,12 @@ impl Store {
     }
 
     /// Names of the buckets that currently hold objects.
-    pub fn buckets(&self) -> Vec<String> {
+    pub(crate) fn buckets(&self) -> Vec<String> {
         self.lock().buckets.iter().filter(|(_, b)| !b.objects.is_empty()).map(|(k, _)| k.to_string()).collect()
     }
 
     /// Closes every watch on a bucket (fault injection: dropped watch connections).
-    pub fn drop_watchers(&self, storage: Option<&str>) -> usize {
+    pub(crate) fn drop_watchers(&self, storage: Option<&str>) -> usize {
         let mut inner = self.lock();
         let mut n = 0;
         for (name, b) in inner.buckets.iter_mut() {

@@ -11,14 +11,14 @@ const AGE_DESCRIPTION: &str = "CreationTimestamp is a timestamp representing the
 
 /// What each row carries besides its cells (`includeObject`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IncludeObject {
+pub(crate) enum IncludeObject {
     None,
     Metadata,
     Object,
 }
 
 impl IncludeObject {
-    pub fn parse(s: Option<&str>) -> Self {
+    pub(crate) fn parse(s: Option<&str>) -> Self {
         match s {
             Some("None") => IncludeObject::None,
             Some("Object") => IncludeObject::Object,
@@ -56,7 +56,7 @@ fn age(obj: &Value) -> String {
 }
 
 /// Column definitions for a resource.
-pub fn columns(rd: &ResourceDef) -> Vec<Value> {
+pub(crate) fn columns(rd: &ResourceDef) -> Vec<Value> {
     if let Some(c) = &rd.custom {
         let mut cols = vec![name_col()];
         if c.printer_columns.is_empty() {
@@ -396,7 +396,7 @@ pub fn columns(rd: &ResourceDef) -> Vec<Value> {
 }
 
 /// The cells of one object's row.
-pub fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
+pub(crate) fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
     let name = json!(meta::name(obj));
     if let Some(c) = &rd.custom {
         let mut out = vec![name];
@@ -1011,7 +1011,7 @@ fn partial_metadata(obj: &Value) -> Value {
 }
 
 /// A Table with one row per object.
-pub fn table(
+pub(crate) fn table(
     rd: &ResourceDef,
     objects: &[std::sync::Arc<Value>],
     include: IncludeObject,
@@ -1045,7 +1045,7 @@ pub fn table(
 }
 
 /// `PartialObjectMetadata` of one object.
-pub fn partial_object_metadata(obj: &Value) -> Value {
+pub(crate) fn partial_object_metadata(obj: &Value) -> Value {
     partial_metadata(obj)
 }
 

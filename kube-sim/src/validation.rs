@@ -37,7 +37,7 @@ fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
     s
 }
 
-pub fn dns1123_label_errors(v: &str) -> Vec<String> {
+pub(crate) fn dns1123_label_errors(v: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if v.len() > 63 {
         errs.push("must be no more than 63 characters".to_string());
@@ -52,7 +52,7 @@ pub fn dns1123_label_errors(v: &str) -> Vec<String> {
     errs
 }
 
-pub fn dns1123_subdomain_errors(v: &str) -> Vec<String> {
+pub(crate) fn dns1123_subdomain_errors(v: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if v.len() > 253 {
         errs.push("must be no more than 253 characters".to_string());
@@ -67,7 +67,7 @@ pub fn dns1123_subdomain_errors(v: &str) -> Vec<String> {
     errs
 }
 
-pub fn dns1035_label_errors(v: &str) -> Vec<String> {
+pub(crate) fn dns1035_label_errors(v: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if v.len() > 63 {
         errs.push("must be no more than 63 characters".to_string());
@@ -83,7 +83,7 @@ pub fn dns1035_label_errors(v: &str) -> Vec<String> {
 }
 
 /// `IsQualifiedName`: label keys, annotation keys, finalizers.
-pub fn qualified_name_errors(v: &str) -> Vec<String> {
+pub(crate) fn qualified_name_errors(v: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = v.split('/').collect();
     let name = match parts.as_slice() {
@@ -127,7 +127,7 @@ pub fn qualified_name_errors(v: &str) -> Vec<String> {
     errs
 }
 
-pub fn label_value_errors(v: &str) -> Vec<String> {
+pub(crate) fn label_value_errors(v: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if v.len() > 63 {
         errs.push("must be no more than 63 characters".to_string());
@@ -143,7 +143,7 @@ pub fn label_value_errors(v: &str) -> Vec<String> {
 }
 
 /// `path.IsValidPathSegmentName`: the only rule for RBAC object names.
-pub fn path_segment_errors(v: &str) -> Vec<String> {
+pub(crate) fn path_segment_errors(v: &str) -> Vec<String> {
     if v == "." || v == ".." {
         return vec![format!("may not be '{v}'")];
     }
@@ -158,7 +158,7 @@ pub fn path_segment_errors(v: &str) -> Vec<String> {
 
 /// Which rule a resource applies to `metadata.name`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NameRule {
+pub(crate) enum NameRule {
     Dns1123Subdomain,
     Dns1123Label,
     Dns1035Label,
@@ -166,7 +166,7 @@ pub enum NameRule {
 }
 
 impl NameRule {
-    pub fn errors(self, name: &str, prefix: bool) -> Vec<String> {
+    pub(crate) fn errors(self, name: &str, prefix: bool) -> Vec<String> {
         // A generateName prefix may end in '-' (`maskTrailingDash`).
         let n = if prefix && name.len() > 1 && name.ends_with('-') {
             format!("{}a", &name[..name.len() - 1])
@@ -187,7 +187,7 @@ impl NameRule {
 const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 
 /// `ValidateObjectMeta` for create (and the shared parts of update).
-pub fn validate_object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
+pub(crate) fn validate_object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let empty = serde_json::Map::new();
     let meta = crate::meta::metadata(obj).unwrap_or(&empty);
@@ -298,7 +298,7 @@ pub fn validate_object_meta(obj: &Value, namespaced: bool, rule: NameRule) -> Ve
 }
 
 /// `ValidateObjectMetaUpdate`: identity fields are immutable.
-pub fn validate_object_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_object_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for field in ["name", "namespace", "uid", "creationTimestamp"] {
         let n = crate::meta::meta_str(new, field).unwrap_or("");

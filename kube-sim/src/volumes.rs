@@ -21,15 +21,15 @@ use crate::registry::{DeleteOptions, Registry, WriteCtx};
 use crate::store::{ListRequest, object_key};
 
 /// The provisioner of kube-sim's storage classes.
-pub const PROVISIONER: &str = "kube-sim.kourse.dev/hostpath";
-pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
-pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+pub(crate) const PROVISIONER: &str = "kube-sim.kourse.dev/hostpath";
+pub(crate) const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+pub(crate) const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
 const CLAIMS: &str = "persistentvolumeclaims";
 const VOLUMES: &str = "persistentvolumes";
 const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
 
 /// The bootstrap default StorageClass.
-pub fn default_storage_class() -> Value {
+pub(crate) fn default_storage_class() -> Value {
     json!({
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
@@ -50,7 +50,7 @@ fn class(registry: &Registry, name: &str) -> Option<Arc<Value>> {
 }
 
 /// Admission for a claim being created: default class and the protection finalizer.
-pub fn admit_claim(registry: &Registry, claim: &mut Value) {
+pub(crate) fn admit_claim(registry: &Registry, claim: &mut Value) {
     let has_class = claim.get("spec").and_then(|s| s.get("storageClassName")).is_some_and(|c| !c.is_null());
     if !has_class {
         let mut defaults: Vec<Arc<Value>> = classes(registry)
@@ -93,7 +93,7 @@ fn phase(obj: &Value) -> &str {
 
 /// Provisioning, binding and claim protection for the claims of one namespace, plus the
 /// volumes whose claims are gone.
-pub fn sync_namespace(registry: &Registry, ns: &str) {
+pub(crate) fn sync_namespace(registry: &Registry, ns: &str) {
     let req = ListRequest { namespace: Some(ns), filter: None, limit: None, start_after: None, at: None };
     let claims = registry.store.list(CLAIMS, &req).map(|p| p.items).unwrap_or_default();
     if claims.is_empty() {

@@ -110,7 +110,7 @@ pub fn load_admission_config(path: &Path) -> Result<ClientAuth, String> {
 
 /// The client certificates of a kubeconfig's users (`client-certificate[-data]`,
 /// `client-key[-data]`; file paths relative to the kubeconfig).
-pub fn load_kubeconfig(path: &Path) -> Result<ClientAuth, String> {
+pub(crate) fn load_kubeconfig(path: &Path) -> Result<ClientAuth, String> {
     let doc = yaml(path)?;
     let mut auth = ClientAuth::default();
     for user in doc.get("users").and_then(Value::as_array).into_iter().flatten() {

@@ -51,7 +51,7 @@ impl std::str::FromStr for ServiceAddress {
 
 /// Why a call failed (before any admission decision): the failure policy decides.
 #[derive(Debug)]
-pub struct CallError(pub String);
+pub(crate) struct CallError(pub String);
 
 /// What an HTTPS client is built for: CA bundle, host name, address it resolves to, client
 /// certificate and key it presents.
@@ -59,7 +59,7 @@ type ClientKey = (Option<Vec<u8>>, String, Option<SocketAddr>, Option<Vec<u8>>);
 
 /// Resolves services and keeps one HTTPS client per (CA bundle, host, address, identity).
 #[derive(Default)]
-pub struct Caller {
+pub(crate) struct Caller {
     services: RwLock<Vec<ServiceAddress>>,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
     auth: RwLock<ClientAuth>,
@@ -67,21 +67,21 @@ pub struct Caller {
 
 impl Caller {
     /// Replaces the client certificates presented to webhooks (by webhook host).
-    pub fn set_client_auth(&self, auth: ClientAuth) {
+    pub(crate) fn set_client_auth(&self, auth: ClientAuth) {
         *self.auth.write().unwrap_or_else(|p| p.into_inner()) = auth;
     }
 
-    pub fn set_service_address(&self, a: ServiceAddress) {
+    pub(crate) fn set_service_address(&self, a: ServiceAddress) {
         let mut s = self.services.write().unwrap_or_else(|p| p.into_inner());
         s.retain(|x| !(x.service == a.service && x.port == a.port));
         s.push(a);
     }
 
-    pub fn service_addresses(&self) -> Vec<ServiceAddress> {
+    pub(crate) fn service_addresses(&self) -> Vec<ServiceAddress> {
         self.services.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub fn clear_service_addresses(&self) {
+    pub(crate) fn clear_service_addresses(&self) {
         self.services.write().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
@@ -168,7 +168,7 @@ impl Caller {
 
     /// POSTs `review` to the webhook and returns its `response`, checked as kube-apiserver
     /// checks it.
-    pub async fn call(&self, store: &Store, hook: &Webhook, review: &Value) -> Result<Value, CallError> {
+    pub(crate) async fn call(&self, store: &Store, hook: &Webhook, review: &Value) -> Result<Value, CallError> {
         let timeout_param = format!("timeout={}s", hook.timeout.as_secs());
         let (url, host, addr, target) = match &hook.target {
             Target::Url(u) => {

@@ -11,12 +11,12 @@ use crate::selector::LabelSelector;
 use crate::status::FieldError;
 
 /// The group of the webhook configurations (requests for its resources never reach webhooks).
-pub const GROUP: &str = "admissionregistration.k8s.io";
-pub const MUTATING: &str = "mutatingwebhookconfigurations";
+pub(crate) const GROUP: &str = "admissionregistration.k8s.io";
+pub(crate) const MUTATING: &str = "mutatingwebhookconfigurations";
 
 /// Where a webhook is served.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `clientConfig.url`.
     Url(String),
     /// `clientConfig.service`: reached at `https://NAME.NAMESPACE.svc:PORT/PATH`.
@@ -25,7 +25,7 @@ pub enum Target {
 
 /// One rule of `rules[]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub operations: Vec<String>,
     pub api_groups: Vec<String>,
     pub api_versions: Vec<String>,
@@ -35,7 +35,7 @@ pub struct Rule {
 
 /// One webhook of a configuration, defaults applied.
 #[derive(Clone, Debug)]
-pub struct Webhook {
+pub(crate) struct Webhook {
     pub name: String,
     pub target: Target,
     pub ca_bundle: Option<Vec<u8>>,
@@ -52,7 +52,7 @@ pub struct Webhook {
 
 impl Webhook {
     /// Whether a dry-run request may be sent to it (`sideEffects: None | NoneOnDryRun`).
-    pub fn dry_run_safe(&self) -> bool {
+    pub(crate) fn dry_run_safe(&self) -> bool {
         self.side_effects == "None" || self.side_effects == "NoneOnDryRun"
     }
 }
@@ -65,7 +65,7 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 
 /// The webhooks of a stored configuration, in their listed order. Entries that cannot be
 /// parsed (impossible after validation) are skipped.
-pub fn webhooks(config: &Value) -> Vec<Webhook> {
+pub(crate) fn webhooks(config: &Value) -> Vec<Webhook> {
     let mut out = Vec::new();
     for w in config.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
         let mut w = w.clone();
@@ -147,7 +147,7 @@ fn webhook_defaults(w: &mut Value) {
 
 /// Scheme defaults of both configuration kinds (`SetDefaults_ValidatingWebhook`,
 /// `SetDefaults_MutatingWebhook`, `SetDefaults_Rule`, `SetDefaults_ServiceReference`).
-pub fn defaults(obj: &mut Value, mutating: bool) {
+pub(crate) fn defaults(obj: &mut Value, mutating: bool) {
     if let Some(Value::Array(ws)) = obj.get_mut("webhooks") {
         for w in ws {
             webhook_defaults(w);
@@ -289,7 +289,7 @@ fn selector_errors(sel: Option<&Value>, path: &str, errs: &mut Vec<FieldError>) 
 }
 
 /// The v1 validation of a webhook configuration (defaults already applied).
-pub fn validate(obj: &Value) -> Vec<FieldError> {
+pub(crate) fn validate(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let mut names = std::collections::BTreeSet::new();
     let label = regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").ok();

@@ -21,7 +21,7 @@ const STALE: &str = "kube-sim:AdmissionStale";
 /// What a probe run was about to write: `old` is the stored object (None on create), `new`
 /// the object to store (None on delete), both in storage form.
 #[derive(Clone, Debug, Default)]
-pub struct Probed {
+pub(crate) struct Probed {
     pub old: Option<Value>,
     pub new: Option<Value>,
 }
@@ -34,27 +34,27 @@ enum State {
 
 /// Carried in `WriteCtx::admission`; the registry calls [`Gate::check`] at every commit point.
 #[derive(Clone, Debug)]
-pub struct Gate(Arc<Mutex<State>>);
+pub(crate) struct Gate(Arc<Mutex<State>>);
 
 impl Gate {
-    pub fn probe() -> Self {
+    pub(crate) fn probe() -> Self {
         Gate(Arc::new(Mutex::new(State::Probe(None))))
     }
 
     /// A gate that lets through the write the webhooks admitted.
-    pub fn commit(admitted: Probed) -> Self {
+    pub(crate) fn commit(admitted: Probed) -> Self {
         Gate(Arc::new(Mutex::new(State::Commit(admitted))))
     }
 
     /// What the probe run reached, if it reached a commit point.
-    pub fn probed(&self) -> Option<Probed> {
+    pub(crate) fn probed(&self) -> Option<Probed> {
         match &*self.0.lock().unwrap_or_else(|p| p.into_inner()) {
             State::Probe(p) => p.clone(),
             State::Commit(_) => None,
         }
     }
 
-    pub fn is_stale(e: &ApiError) -> bool {
+    pub(crate) fn is_stale(e: &ApiError) -> bool {
         e.reason == STALE
     }
 
@@ -62,7 +62,7 @@ impl Gate {
     /// records both and stops the write; a commit lets it through when `old` is the object
     /// the webhooks saw, and keeps what a create generated (name, uid, creation time) as the
     /// webhooks saw it.
-    pub fn check(&self, old: Option<&Value>, new: Option<&mut Value>) -> Result<(), ApiError> {
+    pub(crate) fn check(&self, old: Option<&Value>, new: Option<&mut Value>) -> Result<(), ApiError> {
         let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match &mut *state {
             State::Probe(slot) => {

@@ -19,7 +19,7 @@ use crate::status::ApiError;
 const ATTEMPTS: usize = 16;
 
 /// The identity a kube-controller-manager controller writes as (its ServiceAccount in `kube-system`).
-pub fn controller_user(controller: &str) -> UserInfo {
+pub(crate) fn controller_user(controller: &str) -> UserInfo {
     UserInfo {
         name: format!("system:serviceaccount:kube-system:{controller}"),
         uid: String::new(),
@@ -34,7 +34,7 @@ pub fn controller_user(controller: &str) -> UserInfo {
 
 /// Runs `run` (a registry write of `rd` in `ns` that can turn out as one of `ops`) through validating admission
 /// as `user`. `run` gets the gate to put in its `WriteCtx`: none when nothing matches, so the write runs once.
-pub async fn admitted<T>(
+pub(crate) async fn admitted<T>(
     admission: &Admission,
     registry: &Registry,
     rd: &ResourceDef,

@@ -11,12 +11,12 @@
 //! themselves never reach webhooks. See `gate` for how a synchronous registry write waits
 //! for them, and `client` for where a webhook is reached.
 
-pub mod auth;
-pub mod client;
-pub mod config;
-pub mod gate;
-pub mod internal;
-pub mod policy;
+pub(crate) mod auth;
+pub(crate) mod client;
+pub(crate) mod config;
+pub(crate) mod gate;
+pub(crate) mod internal;
+pub(crate) mod policy;
 
 use std::collections::BTreeMap;
 
@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 pub use auth::ClientAuth;
 pub use client::ServiceAddress;
 use config::Webhook;
-pub use gate::{Gate, Probed};
+pub(crate) use gate::{Gate, Probed};
 
 use crate::registry::{Registry, UserInfo};
 use crate::resources::ResourceDef;
@@ -34,18 +34,18 @@ use crate::status::ApiError;
 use crate::store::object_key;
 
 /// Store bucket of the validating webhook configurations.
-pub const VALIDATING_STORAGE: &str = "validatingwebhookconfigurations.admissionregistration.k8s.io";
+pub(crate) const VALIDATING_STORAGE: &str = "validatingwebhookconfigurations.admissionregistration.k8s.io";
 
 /// An admission operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
+pub(crate) enum Operation {
     Create,
     Update,
     Delete,
 }
 
 impl Operation {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
@@ -55,7 +55,7 @@ impl Operation {
 
     /// The operation a registry write performed: create (no old object), delete (no new one),
     /// otherwise update.
-    pub fn of(probed: &Probed) -> Self {
+    pub(crate) fn of(probed: &Probed) -> Self {
         match (&probed.old, &probed.new) {
             (None, _) => Operation::Create,
             (Some(_), None) => Operation::Delete,
@@ -65,7 +65,7 @@ impl Operation {
 }
 
 /// The request being admitted, as far as it is known before its object.
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub rd: &'a ResourceDef,
     /// `""`, `"status"`, `"eviction"`, `"binding"`.
     pub subresource: &'a str,
@@ -75,7 +75,7 @@ pub struct Request<'a> {
 }
 
 /// One admission decision to take.
-pub struct Attempt {
+pub(crate) struct Attempt {
     pub operation: Operation,
     /// Group, version and kind of `object` / `old_object` as the request sent them.
     pub kind: (String, String, String),
@@ -88,21 +88,21 @@ pub struct Attempt {
 
 /// What may admit a request: the ValidatingAdmissionPolicy bindings, then the webhooks.
 #[derive(Debug, Default)]
-pub struct Candidates {
+pub(crate) struct Candidates {
     pub policies: Vec<policy::Bound>,
     pub webhooks: Vec<Webhook>,
 }
 
 impl Candidates {
     /// Nothing to ask: the request needs no admission.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.policies.is_empty() && self.webhooks.is_empty()
     }
 }
 
 /// kube-sim's admission webhook dispatcher.
 #[derive(Default)]
-pub struct Admission {
+pub(crate) struct Admission {
     pub caller: client::Caller,
 }
 
@@ -182,7 +182,7 @@ impl Admission {
 
     /// The policy bindings and webhooks that may apply to a request that can turn out as one of `ops` (a patch may
     /// create), before the object is known. Empty: the request needs no admission.
-    pub fn candidates(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Candidates {
+    pub(crate) fn candidates(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Candidates {
         Candidates {
             policies: policy::candidates(registry, req, ops),
             webhooks: self.candidate_webhooks(registry, req, ops),
@@ -191,7 +191,7 @@ impl Admission {
 
     /// Admits one attempt: the ValidatingAdmissionPolicy bindings first (as kube-apiserver's plugin order has
     /// them), then the webhooks. `Ok` carries the webhooks' warnings.
-    pub async fn admit(
+    pub(crate) async fn admit(
         &self,
         registry: &Registry,
         candidates: &Candidates,
@@ -234,7 +234,7 @@ impl Admission {
 
     /// Calls the matching webhooks for one attempt. `Ok` carries the webhooks' warnings; `Err`
     /// is the refusal (or the call failure of a `Fail` webhook) the client gets.
-    pub async fn validate(
+    pub(crate) async fn validate(
         &self,
         registry: &Registry,
         hooks: &[Webhook],
@@ -384,7 +384,7 @@ impl Admission {
 
 /// `ToStatusErr`: the webhook's `status`, its message prefixed with who denied, its code kept
 /// when it is an error code (400 otherwise).
-pub fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
+pub(crate) fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
     let status = status.filter(|s| s.is_object());
     let field = |k: &str| status.and_then(|s| s.get(k)).and_then(Value::as_str).unwrap_or("").to_string();
     let code = status.and_then(|s| s.get("code")).and_then(Value::as_u64).unwrap_or(0);
@@ -409,7 +409,12 @@ pub fn denied(webhook: &str, status: Option<&Value>) -> ApiError {
 }
 
 /// The options object of an admission request.
-pub fn options(operation: Operation, dry_run: bool, field_manager: Option<&str>, delete: Option<&Value>) -> Value {
+pub(crate) fn options(
+    operation: Operation,
+    dry_run: bool,
+    field_manager: Option<&str>,
+    delete: Option<&Value>,
+) -> Value {
     let kind = match operation {
         Operation::Create => "CreateOptions",
         Operation::Update => "UpdateOptions",

@@ -29,14 +29,14 @@ use crate::status::{ApiError, FieldError};
 use crate::store::object_key;
 
 /// Store bucket of the policies.
-pub const POLICIES: &str = "validatingadmissionpolicies.admissionregistration.k8s.io";
+pub(crate) const POLICIES: &str = "validatingadmissionpolicies.admissionregistration.k8s.io";
 /// Store bucket of the bindings.
-pub const BINDINGS: &str = "validatingadmissionpolicybindings.admissionregistration.k8s.io";
-pub const POLICY_PLURAL: &str = "validatingadmissionpolicies";
+pub(crate) const BINDINGS: &str = "validatingadmissionpolicybindings.admissionregistration.k8s.io";
+pub(crate) const POLICY_PLURAL: &str = "validatingadmissionpolicies";
 
 /// A policy and one of its bindings.
 #[derive(Clone, Debug)]
-pub struct Bound {
+pub(crate) struct Bound {
     pub policy: Arc<Value>,
     pub binding: Arc<Value>,
 }
@@ -111,7 +111,7 @@ fn enforced(binding: &Value) -> bool {
 }
 
 /// The bindings that may apply to a request that can turn out as one of `ops`, before the object is known.
-pub fn candidates(registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Bound> {
+pub(crate) fn candidates(registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Bound> {
     if req.rd.group == super::config::GROUP || registry.store.count(BINDINGS, None) == 0 {
         return Vec::new();
     }
@@ -161,7 +161,7 @@ fn selectors_match(
 }
 
 /// JSON as a CEL value: integers are `int` (`uint` beyond i64), other numbers `double`.
-pub fn cel_value(v: &Value) -> cel::Value {
+pub(crate) fn cel_value(v: &Value) -> cel::Value {
     match v {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
@@ -269,7 +269,7 @@ fn code_of(reason: &str) -> u16 {
 }
 
 /// Evaluates the candidate bindings on one attempt; the first refusal (bindings in name order) is the error.
-pub fn admit(registry: &Registry, bound: &[Bound], req: &Request<'_>, a: &Attempt) -> Result<(), ApiError> {
+pub(crate) fn admit(registry: &Registry, bound: &[Bound], req: &Request<'_>, a: &Attempt) -> Result<(), ApiError> {
     if bound.is_empty() {
         return Ok(());
     }
@@ -334,7 +334,7 @@ pub fn admit(registry: &Registry, bound: &[Bound], req: &Request<'_>, a: &Attemp
 
 /// What kube-sim refuses in a policy it cannot enforce as written: `paramKind`, and expressions that do not
 /// compile (a real server stores them and reports them in `status.typeChecking`; they would fail every request).
-pub fn validate(plural: &str, obj: &Value) -> Vec<FieldError> {
+pub(crate) fn validate(plural: &str, obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if plural != POLICY_PLURAL {
         return errs;

@@ -11,30 +11,30 @@ use std::time::Duration;
 use super::config::parse_duration;
 
 /// Duration from container start to ready (overrides `--ready-delay`).
-pub const READY_AFTER: &str = "kube-sim.kourse.dev/ready-after";
+pub(crate) const READY_AFTER: &str = "kube-sim.kourse.dev/ready-after";
 /// `"true"` (every container) or a comma-separated list of container names that never become ready.
-pub const NEVER_READY: &str = "kube-sim.kourse.dev/never-ready";
+pub(crate) const NEVER_READY: &str = "kube-sim.kourse.dev/never-ready";
 /// `"true"` or container names: those containers exit with code 1 after `exit-after` (default 1 s)
 /// and are restarted with crash-loop back-off.
-pub const CRASH_LOOP: &str = "kube-sim.kourse.dev/crash-loop";
+pub(crate) const CRASH_LOOP: &str = "kube-sim.kourse.dev/crash-loop";
 /// Duration after which the containers (the crash-loop ones, or every container when
 /// `crash-loop` is absent) exit.
-pub const EXIT_AFTER: &str = "kube-sim.kourse.dev/exit-after";
+pub(crate) const EXIT_AFTER: &str = "kube-sim.kourse.dev/exit-after";
 /// Exit code used with `exit-after` (default 0, or 1 for crash-loop containers).
-pub const EXIT_CODE: &str = "kube-sim.kourse.dev/exit-code";
+pub(crate) const EXIT_CODE: &str = "kube-sim.kourse.dev/exit-code";
 /// Comma-separated ports on which the pod serves `http-body` on its pod IP.
-pub const HTTP_PORT: &str = "kube-sim.kourse.dev/http-port";
+pub(crate) const HTTP_PORT: &str = "kube-sim.kourse.dev/http-port";
 /// HTTP status code of that endpoint (default 200).
-pub const HTTP_STATUS: &str = "kube-sim.kourse.dev/http-status";
+pub(crate) const HTTP_STATUS: &str = "kube-sim.kourse.dev/http-status";
 /// Response body of that endpoint (default `{}`).
-pub const HTTP_BODY: &str = "kube-sim.kourse.dev/http-body";
+pub(crate) const HTTP_BODY: &str = "kube-sim.kourse.dev/http-body";
 /// `Content-Type` of that endpoint (default `application/json`).
-pub const HTTP_CONTENT_TYPE: &str = "kube-sim.kourse.dev/http-content-type";
+pub(crate) const HTTP_CONTENT_TYPE: &str = "kube-sim.kourse.dev/http-content-type";
 /// Delay before the endpoint answers, to stage slow or hanging hooks.
-pub const HTTP_DELAY: &str = "kube-sim.kourse.dev/http-delay";
+pub(crate) const HTTP_DELAY: &str = "kube-sim.kourse.dev/http-delay";
 /// BCS hot-patch marker: with it, an image change swaps the image without restarting the
 /// container (what BCS's patched kubelet does for `HotPatchUpdate`).
-pub const HOT_PATCH: &str = "io.kubernetes.hotpatch.container";
+pub(crate) const HOT_PATCH: &str = "io.kubernetes.hotpatch.container";
 
 const DEFAULT_CRASH_AFTER: Duration = Duration::from_secs(1);
 /// Containers exiting sooner would spin the state machine without time passing.
@@ -71,7 +71,7 @@ impl Selection {
 
 /// The behaviour a pod's annotations ask for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodBehaviour {
+pub(crate) struct PodBehaviour {
     ready_after: Option<Duration>,
     never_ready: Selection,
     crash_loop: Selection,
@@ -85,7 +85,7 @@ pub struct PodBehaviour {
 
 /// What one container does, derived from the pod's behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ContainerBehaviour {
+pub(crate) struct ContainerBehaviour {
     /// Time from start to ready; `None` = never ready.
     pub ready_after: Option<Duration>,
     /// Time from start to exit and the exit code; `None` = runs until stopped.
@@ -94,7 +94,7 @@ pub struct ContainerBehaviour {
 
 /// An HTTP endpoint served on the pod IP.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HttpBehaviour {
+pub(crate) struct HttpBehaviour {
     pub ports: Vec<u16>,
     pub status: u16,
     pub body: String,
@@ -105,7 +105,7 @@ pub struct HttpBehaviour {
 impl PodBehaviour {
     /// Reads the annotations; malformed values are ignored and reported as problems (a kubelet
     /// cannot reject a pod, so the best it can do is say what it did not understand).
-    pub fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> (Self, Vec<String>) {
+    pub(crate) fn from_annotations(annotations: Option<&BTreeMap<String, String>>) -> (Self, Vec<String>) {
         let mut behaviour = Self::default();
         let mut problems = Vec::new();
         let Some(annotations) = annotations else {
@@ -158,7 +158,7 @@ impl PodBehaviour {
     }
 
     /// What the container called `name` does, with `default_ready_after` from the configuration.
-    pub fn container(&self, name: &str, default_ready_after: Duration) -> ContainerBehaviour {
+    pub(crate) fn container(&self, name: &str, default_ready_after: Duration) -> ContainerBehaviour {
         let ready_after = (!self.never_ready.contains(name)).then(|| self.ready_after.unwrap_or(default_ready_after));
         let exit = if self.crash_loop.contains(name) {
             let after = self.exit_after.unwrap_or(DEFAULT_CRASH_AFTER);

@@ -103,7 +103,7 @@ pub struct KubeletConfig {
 }
 
 /// The repository of the Helm chart's image (`charts/gamedeployment-operators/values.yaml`).
-pub const CHART_IMAGE: &str = "ghcr.io/kourse-rs/gamedeployment-operators";
+pub(super) const CHART_IMAGE: &str = "ghcr.io/kourse-rs/gamedeployment-operators";
 
 const DEFAULT_NODES: u32 = 3;
 const DEFAULT_NODE_NAME_PREFIX: &str = "kube-sim-node";
@@ -201,7 +201,7 @@ pub(crate) struct ValidConfig {
 
 impl ValidConfig {
     /// The images that run as processes: `--image-map` rules first, then the chart's and the host's.
-    pub fn image_map(&self) -> ImageMap {
+    pub(crate) fn image_map(&self) -> ImageMap {
         let mut rules = self.raw.image_map.clone();
         if self.raw.chart_images
             && let Some(dir) = binaries_dir()
@@ -215,7 +215,7 @@ impl ValidConfig {
     }
 
     /// Names of the fake nodes, in registration order.
-    pub fn node_names(&self) -> Vec<String> {
+    pub(crate) fn node_names(&self) -> Vec<String> {
         (1..=self.raw.nodes).map(|i| format!("{}-{i}", self.raw.node_name_prefix)).collect()
     }
 }

@@ -29,7 +29,7 @@ use crate::logs::PodLogs;
 
 /// How a server answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Responder {
+pub(super) enum Responder {
     /// The same response to every request, after an optional delay.
     Fixed { status: u16, body: String, content_type: String, delay: Duration },
     /// Python's `http.server` serving `/` of a container image.
@@ -38,7 +38,7 @@ pub enum Responder {
 
 /// One server a pod should be running.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EndpointSpec {
+pub(super) struct EndpointSpec {
     pub ip: Ipv4Addr,
     pub port: u16,
     pub responder: Responder,
@@ -48,7 +48,7 @@ pub struct EndpointSpec {
 
 /// Where a server logs its requests: a container's log, as `python -m http.server` prints them.
 #[derive(Clone)]
-pub struct LogTarget {
+pub(super) struct LogTarget {
     pub logs: Arc<PodLogs>,
     pub pod_uid: String,
     pub container: String,
@@ -82,7 +82,7 @@ impl LogTarget {
 }
 
 /// The servers of a container running a built-in image.
-pub fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<EndpointSpec> {
+pub(super) fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<EndpointSpec> {
     match server {
         BuiltinServer::CanaryHook { ports } => ports
             .iter()
@@ -105,7 +105,7 @@ pub fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<EndpointSpec> 
 }
 
 /// The servers a pod's `kube-sim.kourse.dev/http-*` annotations ask for.
-pub fn annotation_specs(ip: Ipv4Addr, http: &HttpBehaviour) -> Vec<EndpointSpec> {
+pub(super) fn annotation_specs(ip: Ipv4Addr, http: &HttpBehaviour) -> Vec<EndpointSpec> {
     http.ports
         .iter()
         .map(|port| EndpointSpec {
@@ -131,14 +131,14 @@ struct Running {
 
 /// The servers running for every pod of this kubelet.
 #[derive(Default)]
-pub struct Endpoints {
+pub(super) struct Endpoints {
     by_pod: HashMap<String, Vec<Running>>,
 }
 
 impl Endpoints {
     /// Makes the pod's running servers exactly `desired`: starts missing ones, stops vanished or
     /// changed ones. Returns the servers that could not be bound, with the reason.
-    pub fn reconcile(&mut self, pod_uid: &str, desired: Vec<EndpointSpec>) -> Vec<String> {
+    pub(super) fn reconcile(&mut self, pod_uid: &str, desired: Vec<EndpointSpec>) -> Vec<String> {
         let running = self.by_pod.entry(pod_uid.to_owned()).or_default();
         running.retain(|server| {
             let wanted = desired.iter().find(|s| (s.ip, s.port) == (server.ip, server.port));
@@ -176,7 +176,7 @@ impl Endpoints {
     }
 
     /// Stops every server of a pod.
-    pub fn remove_pod(&mut self, pod_uid: &str) {
+    pub(super) fn remove_pod(&mut self, pod_uid: &str) {
         for server in self.by_pod.remove(pod_uid).into_iter().flatten() {
             server.task.abort();
         }
@@ -184,13 +184,13 @@ impl Endpoints {
 
     /// Number of servers running.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_pod.values().map(Vec::len).sum()
     }
 
     /// Whether no server runs.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -68,7 +68,7 @@ fn event(
 }
 
 /// `Scheduled`, from the scheduler, once the pod is bound.
-pub fn scheduled(pod: &Pod, node: &str, now: Timestamp) -> Event {
+pub(super) fn scheduled(pod: &Pod, node: &str, now: Timestamp) -> Event {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let message = format!("Successfully assigned {namespace}/{name} to {node}");
@@ -76,12 +76,12 @@ pub fn scheduled(pod: &Pod, node: &str, now: Timestamp) -> Event {
 }
 
 /// `FailedScheduling`, from the scheduler, with its explanation.
-pub fn failed_scheduling(pod: &Pod, message: &str, now: Timestamp) -> Event {
+pub(super) fn failed_scheduling(pod: &Pod, message: &str, now: Timestamp) -> Event {
     event(pod, Reporter::Scheduler, None, "Warning", "FailedScheduling", message.to_owned(), now)
 }
 
 /// The kubelet's events for one runtime transition.
-pub fn for_transition(pod: &Pod, node: &str, transition: &Transition, now: Timestamp) -> Vec<Event> {
+pub(super) fn for_transition(pod: &Pod, node: &str, transition: &Transition, now: Timestamp) -> Vec<Event> {
     let reporter = Reporter::Kubelet { node };
     let field_path = |kind: Kind, container: &str| {
         let list = if kind == Kind::Regular { "containers" } else { "initContainers" };

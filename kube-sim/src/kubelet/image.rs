@@ -9,19 +9,19 @@
 use sha2::{Digest, Sha256};
 
 /// The `imageID` a container running `image` reports.
-pub fn image_id(image: &str) -> String {
+pub(crate) fn image_id(image: &str) -> String {
     format!("docker-pullable://{}@sha256:{}", repository(image), sha256_hex(image))
 }
 
 /// A fresh `containerID` for one instance (identified by pod UID, container name and restart
 /// count) of a container: stable for that instance, different for the next one.
-pub fn container_id(pod_uid: &str, container: &str, restart_count: i32) -> String {
+pub(crate) fn container_id(pod_uid: &str, container: &str, restart_count: i32) -> String {
     format!("docker://{}", sha256_hex(&format!("{pod_uid}/{container}/{restart_count}")))
 }
 
 /// The repository part of an image reference: without `@digest` and without `:tag` (a colon in
 /// the last path segment; a colon before a slash is a registry port).
-pub fn repository(image: &str) -> &str {
+pub(crate) fn repository(image: &str) -> &str {
     let without_digest = image.split('@').next().unwrap_or(image);
     let last_segment_start = without_digest.rfind('/').map_or(0, |slash| slash + 1);
     match without_digest[last_segment_start..].rfind(':') {
@@ -36,7 +36,7 @@ fn sha256_hex(text: &str) -> String {
 
 /// A server a container of a well-known image runs, so the walkthrough's manifests work as-is.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BuiltinServer {
+pub(crate) enum BuiltinServer {
     /// BCS `canary-hook` image (`gamedeployment-canary`): answers every request on every declared
     /// container port with [`CANARY_HOOK_BODY`].
     CanaryHook { ports: Vec<u16> },
@@ -45,10 +45,10 @@ pub enum BuiltinServer {
 }
 
 /// What the BCS `gamedeployment-canary` binary answers.
-pub const CANARY_HOOK_BODY: &str = r#"{"name":"bryan","male":"yes","age":45}"#;
+pub(crate) const CANARY_HOOK_BODY: &str = r#"{"name":"bryan","male":"yes","age":45}"#;
 
 /// Recognises a container that runs a built-in server.
-pub fn builtin_server(container: &k8s_openapi::api::core::v1::Container) -> Option<BuiltinServer> {
+pub(crate) fn builtin_server(container: &k8s_openapi::api::core::v1::Container) -> Option<BuiltinServer> {
     let image = container.image.as_deref().unwrap_or_default();
     let name = repository(image).rsplit('/').next().unwrap_or_default();
     if name == "canary-hook" {

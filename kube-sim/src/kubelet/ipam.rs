@@ -77,7 +77,7 @@ const FIRST: u32 = u32::from_be_bytes([127, 1, 0, 0]);
 /// Highest address handed out.
 const LAST: u32 = u32::from_be_bytes([127, 255, 255, 254]);
 /// UDP port of the socket on 127.N.0.0 by which a process holds the block 127.N.0.0/16.
-pub const BLOCK_CLAIM_PORT: u16 = 40404;
+pub(super) const BLOCK_CLAIM_PORT: u16 = 40404;
 
 fn block_of(raw: u32) -> u8 {
     raw.to_be_bytes()[1]
@@ -93,7 +93,7 @@ fn next_block(raw: u32) -> u32 {
 
 /// Hands out unique pod addresses and takes them back when pods are gone.
 #[derive(Debug)]
-pub struct PodIpPool {
+pub(super) struct PodIpPool {
     /// This pool's own cursor when it was given a start; `None` uses the process's.
     next: Option<u32>,
     mine: HashSet<u32>,
@@ -102,7 +102,7 @@ pub struct PodIpPool {
 impl PodIpPool {
     /// A pool starting at `start` (or, when another process holds that block, at the next block
     /// that is free), or where the process's cursor is when `None`: a random 127.N.0.1 at first.
-    pub fn new(start: Option<Ipv4Addr>) -> Self {
+    pub(super) fn new(start: Option<Ipv4Addr>) -> Self {
         Self { next: start.map(|ip| u32::from(ip).clamp(FIRST, LAST)), mine: HashSet::new() }
     }
 
@@ -111,7 +111,7 @@ impl PodIpPool {
     /// block is refused (something else bound the claim port on every address, as a wildcard
     /// bind does), blocks are ignored: unique within the process only, as before they existed.
     /// `None` only when every address is taken.
-    pub fn allocate(&mut self) -> Option<Ipv4Addr> {
+    pub(super) fn allocate(&mut self) -> Option<Ipv4Addr> {
         let mut registry = registry();
         let start = self.next.or(registry.cursor).unwrap_or_else(random_start);
         let found = match next_free(&mut registry, start, Claims::Respected) {
@@ -139,7 +139,7 @@ impl PodIpPool {
     /// Reserves a specific address (a pod adopted with an IP already in its status). Returns
     /// false when a pool of this process holds it. The pod keeps its address even when its block
     /// is another process's (it cannot move), but the block is held when it is free.
-    pub fn claim(&mut self, ip: Ipv4Addr) -> bool {
+    pub(super) fn claim(&mut self, ip: Ipv4Addr) -> bool {
         let raw = u32::from(ip);
         if self.mine.contains(&raw) {
             return true;
@@ -157,7 +157,7 @@ impl PodIpPool {
     }
 
     /// Returns an address to the pool once its pod no longer exists.
-    pub fn release(&mut self, ip: Ipv4Addr) {
+    pub(super) fn release(&mut self, ip: Ipv4Addr) {
         let raw = u32::from(ip);
         if self.mine.remove(&raw) {
             registry().addresses.remove(&raw);
@@ -212,7 +212,7 @@ impl Drop for PodIpPool {
 /// The InternalIP of the `index`-th node (1-based): 127.0.100.1, 127.0.100.2, … then
 /// 127.0.101.1 after 250 nodes. Nothing binds these addresses; they only need to be distinct
 /// from pod addresses and 127.0.0.1.
-pub fn node_ip(index: u32) -> Ipv4Addr {
+pub(super) fn node_ip(index: u32) -> Ipv4Addr {
     let zero_based = index.saturating_sub(1);
     let third = (100 + zero_based / 250).min(255) as u8;
     let fourth = (zero_based % 250 + 1) as u8;

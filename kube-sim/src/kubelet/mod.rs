@@ -24,11 +24,11 @@
 //! status and deletion flow.
 
 mod agent;
-pub mod behaviour;
+pub(crate) mod behaviour;
 mod config;
 mod endpoint;
 mod events;
-pub mod image;
+pub(crate) mod image;
 mod ipam;
 mod lean;
 mod node;
@@ -45,7 +45,7 @@ pub use process::images::ImageRule;
 
 /// Why the kubelet simulator could not run.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A setting makes no sense (zero nodes, negative scale, unparsable quantity…).
     #[error("invalid kubelet configuration: {field}: {reason}")]
     InvalidConfig { field: &'static str, reason: String },
@@ -56,7 +56,7 @@ pub enum Error {
 /// re-established, so it survives API server restarts and injected faults. On return, every
 /// HTTP server it started is stopped and its pod addresses are released. The containers' simulated logs go into
 /// `logs` (which kube-sim's API server serves as `pods/NAME/log`).
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     config: KubeletConfig,
     logs: std::sync::Arc<crate::logs::PodLogs>,

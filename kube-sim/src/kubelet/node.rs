@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 use super::config::ValidConfig;
 
 /// Namespace of node Leases.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub(super) const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// A kubelet's default `nodeLeaseDurationSeconds`.
 const NODE_LEASE_DURATION_SECONDS: i32 = 40;
 
@@ -24,14 +24,14 @@ pub const KUBELET_VERSION: &str = "v1.37.0-kube-sim";
 
 /// One fake node: its name and InternalIP.
 #[derive(Clone, Debug)]
-pub struct FakeNode {
+pub(super) struct FakeNode {
     pub name: String,
     pub ip: Ipv4Addr,
 }
 
 impl FakeNode {
     /// The Node object to register.
-    pub fn object(&self, config: &ValidConfig, now: Timestamp) -> Node {
+    pub(super) fn object(&self, config: &ValidConfig, now: Timestamp) -> Node {
         let labels: BTreeMap<String, String> = [
             ("kubernetes.io/hostname", self.name.as_str()),
             ("kubernetes.io/os", "linux"),
@@ -61,7 +61,7 @@ impl FakeNode {
     }
 
     /// The full node status, with every condition's heartbeat and transition at `now`.
-    pub fn status(&self, config: &ValidConfig, now: Timestamp) -> NodeStatus {
+    pub(super) fn status(&self, config: &ValidConfig, now: Timestamp) -> NodeStatus {
         let raw = &config.raw;
         let resources: BTreeMap<String, Quantity> = [
             ("cpu", raw.node_cpu.clone()),
@@ -99,7 +99,7 @@ impl FakeNode {
     }
 
     /// The node's Lease in `kube-node-lease`, renewed now, owned by the Node (so it goes with it).
-    pub fn lease(&self, node: &Node, now: Timestamp) -> Lease {
+    pub(super) fn lease(&self, node: &Node, now: Timestamp) -> Lease {
         Lease {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -127,7 +127,7 @@ impl FakeNode {
     /// The heartbeat: a strategic merge patch of `nodes/status` refreshing every condition's
     /// `lastHeartbeatTime` (conditions merge by type, so transition times already stored stay
     /// unless the condition's status changed, which never happens for a simulated node).
-    pub fn heartbeat(&self, existing: Option<&Node>, now: Timestamp) -> Value {
+    pub(super) fn heartbeat(&self, existing: Option<&Node>, now: Timestamp) -> Value {
         let previous = existing.and_then(|node| node.status.as_ref()).and_then(|status| status.conditions.as_ref());
         let conditions: Vec<NodeCondition> = conditions(now)
             .into_iter()

@@ -4,7 +4,7 @@
 //! units (cores, bytes) is precise enough and keeps the arithmetic trivial.
 
 /// Parses a quantity into base units, or `None` when it is not a valid quantity.
-pub fn parse(text: &str) -> Option<f64> {
+pub(super) fn parse(text: &str) -> Option<f64> {
     let text = text.trim();
     if text.is_empty() {
         return None;

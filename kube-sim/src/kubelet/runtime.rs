@@ -17,14 +17,14 @@ use super::behaviour::PodBehaviour;
 use super::image;
 
 /// Default `terminationGracePeriodSeconds` of a pod.
-pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+pub(super) const DEFAULT_GRACE_SECONDS: i64 = 30;
 /// Upper bound of transitions replayed in one `advance` (a crash loop with tiny delays after a
 /// long pause); the rest is replayed on the next call.
 const MAX_TRANSITIONS_PER_ADVANCE: usize = 10_000;
 
 /// Timings the runtime needs from the configuration.
 #[derive(Clone, Copy, Debug)]
-pub struct Timings {
+pub(super) struct Timings {
     pub start_delay: Duration,
     pub ready_delay: Duration,
     pub restart_delay: Duration,
@@ -54,13 +54,13 @@ impl Timings {
 
 /// `ts + duration`, saturating (only a `Span` with calendar units can make jiff fail, and a
 /// `Duration` has none).
-pub fn after(ts: Timestamp, duration: Duration) -> Timestamp {
+pub(super) fn after(ts: Timestamp, duration: Duration) -> Timestamp {
     ts.saturating_add(duration).unwrap_or(Timestamp::MAX)
 }
 
 /// Something the kubelet did that it reports as an Event.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Transition {
+pub(super) enum Transition {
     /// A container instance was created and started from `image`.
     Started { container: String, kind: Kind, image: String },
     /// A running container is being stopped.
@@ -71,7 +71,7 @@ pub enum Transition {
 
 /// Why the kubelet stops a container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KillReason {
+pub(super) enum KillReason {
     /// Its image changed (in-place update).
     SpecChanged,
     /// Its pod is being deleted.
@@ -80,7 +80,7 @@ pub enum KillReason {
 
 /// How a container instance ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Termination {
+pub(super) struct Termination {
     pub exit_code: i32,
     pub reason: String,
     pub started_at: Timestamp,
@@ -90,7 +90,7 @@ pub struct Termination {
 
 /// What a container is doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum State {
+pub(super) enum State {
     /// Image pull and creation of the first instance; it starts at `at`.
     Creating { at: Timestamp },
     /// The current instance runs.
@@ -104,7 +104,7 @@ pub enum State {
 
 /// Where a container is declared, which decides how it runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(super) enum Kind {
     Regular,
     /// A classic init container: runs to completion before the regular containers (the
     /// simulator completes it instantly).
@@ -115,7 +115,7 @@ pub enum Kind {
 
 /// One container as the runtime sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerRuntime {
+pub(super) struct ContainerRuntime {
     pub name: String,
     pub kind: Kind,
     /// Image of the current instance (the spec image until the first instance exists).
@@ -135,7 +135,7 @@ pub struct ContainerRuntime {
 
 /// What the process supervisor knows about a container besides its state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Probed {
+pub(super) struct Probed {
     /// The readiness probe's result (or started, without one).
     pub ready: bool,
     /// The startup probe passed (or there is none) and the container runs.
@@ -185,7 +185,7 @@ impl ContainerRuntime {
     }
 
     /// When the container becomes ready, if it runs and ever will.
-    pub fn ready_at(&self, ready_after: Option<Duration>) -> Option<Timestamp> {
+    pub(super) fn ready_at(&self, ready_after: Option<Duration>) -> Option<Timestamp> {
         match (&self.state, ready_after) {
             (State::Running { started_at }, Some(delay)) => Some(after(*started_at, delay)),
             _ => None,
@@ -215,7 +215,7 @@ impl ContainerRuntime {
 }
 
 /// Everything the runtime needs to know about a pod for one `advance`.
-pub struct PodInput<'a> {
+pub(super) struct PodInput<'a> {
     pub pod: &'a Pod,
     pub behaviour: &'a PodBehaviour,
     pub timings: &'a Timings,
@@ -253,7 +253,7 @@ impl PodInput<'_> {
 
 /// The sandbox of one pod on one node and its containers.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PodRuntime {
+pub(super) struct PodRuntime {
     pub uid: String,
     pub node: String,
     pub ip: Ipv4Addr,
@@ -274,7 +274,14 @@ pub struct PodRuntime {
 impl PodRuntime {
     /// Creates the sandbox of a pod just bound to `node`: init containers complete at once,
     /// the others start after the configured start delay.
-    pub fn start(pod: &Pod, node: &str, ip: Ipv4Addr, host_ip: Ipv4Addr, timings: &Timings, now: Timestamp) -> Self {
+    pub(super) fn start(
+        pod: &Pod,
+        node: &str,
+        ip: Ipv4Addr,
+        host_ip: Ipv4Addr,
+        timings: &Timings,
+        now: Timestamp,
+    ) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let start_at = after(now, timings.start_delay);
         let empty = Vec::new();
@@ -323,7 +330,14 @@ impl PodRuntime {
     /// Rebuilds the sandbox of a pod that already ran on `node` before this kubelet started
     /// (its status says what ran), so a restarted kubelet neither restarts containers nor
     /// changes the pod IP.
-    pub fn adopt(pod: &Pod, node: &str, ip: Ipv4Addr, host_ip: Ipv4Addr, timings: &Timings, now: Timestamp) -> Self {
+    pub(super) fn adopt(
+        pod: &Pod,
+        node: &str,
+        ip: Ipv4Addr,
+        host_ip: Ipv4Addr,
+        timings: &Timings,
+        now: Timestamp,
+    ) -> Self {
         let mut runtime = Self::start(pod, node, ip, host_ip, timings, now);
         // What ran before this kubelet started was reported by its predecessor.
         runtime.transitions.clear();
@@ -342,13 +356,13 @@ impl PodRuntime {
     }
 
     /// All containers, init ones first.
-    pub fn all_containers(&self) -> impl Iterator<Item = &ContainerRuntime> {
+    pub(super) fn all_containers(&self) -> impl Iterator<Item = &ContainerRuntime> {
         self.init_containers.iter().chain(&self.containers)
     }
 
     /// Replays every transition due at or before `input.now` and returns when the next one is due
     /// (including readiness, which changes the status without changing the state).
-    pub fn advance(&mut self, input: &PodInput<'_>) -> Option<Timestamp> {
+    pub(super) fn advance(&mut self, input: &PodInput<'_>) -> Option<Timestamp> {
         let now = input.now;
         if let Some(grace) = input.deletion_grace()
             && self.stop_grace != Some(grace)

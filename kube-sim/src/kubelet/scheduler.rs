@@ -14,7 +14,7 @@ use super::quantity;
 
 /// A node as the scheduler sees it, including what is already placed on it.
 #[derive(Clone, Debug)]
-pub struct NodeInfo {
+pub(super) struct NodeInfo {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub unschedulable: bool,
@@ -29,7 +29,7 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     /// A node with nothing placed on it yet.
-    pub fn from_node(node: &Node) -> Self {
+    pub(super) fn from_node(node: &Node) -> Self {
         let status = node.status.as_ref();
         let allocatable = status.and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()));
         let get = |name: &str| allocatable.and_then(|a| a.get(name)).and_then(|q| quantity::parse(&q.0));
@@ -49,7 +49,7 @@ impl NodeInfo {
     }
 
     /// Accounts for a pod placed on this node.
-    pub fn add(&mut self, request: &Request) {
+    pub(super) fn add(&mut self, request: &Request) {
         self.pods += 1;
         self.requested_cpu_milli += request.cpu_milli;
         self.requested_memory += request.memory;
@@ -59,13 +59,13 @@ impl NodeInfo {
 /// The resources a pod asks for: the sum over its containers, or the largest init container's
 /// request if that is bigger (init containers run before, not beside, the others).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Request {
+pub(super) struct Request {
     pub cpu_milli: f64,
     pub memory: f64,
 }
 
 impl Request {
-    pub fn of(pod: &Pod) -> Self {
+    pub(super) fn of(pod: &Pod) -> Self {
         let Some(spec) = pod.spec.as_ref() else {
             return Self::default();
         };
@@ -97,14 +97,14 @@ impl Request {
 
 /// The scheduler's verdict.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
+pub(super) enum Decision {
     Bind(String),
     /// No node fits; the message is the one the default scheduler writes into `PodScheduled`.
     Unschedulable(String),
 }
 
 /// Picks the node for `pod`.
-pub fn schedule(pod: &Pod, nodes: &[NodeInfo]) -> Decision {
+pub(super) fn schedule(pod: &Pod, nodes: &[NodeInfo]) -> Decision {
     let request = Request::of(pod);
     let spec = pod.spec.as_ref();
     let selector = spec.and_then(|s| s.node_selector.as_ref());

@@ -24,11 +24,11 @@ use super::runtime::{ContainerRuntime, Kind, PodRuntime, State, Termination};
 /// Condition types the kubelet owns (it overwrites them; every other condition belongs to
 /// controllers and is left alone), in the order it writes them.
 #[cfg(test)]
-pub const KUBELET_CONDITIONS: [&str; 5] =
+pub(crate) const KUBELET_CONDITIONS: [&str; 5] =
     ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"];
 
 /// Everything the status depends on.
-pub struct StatusInput<'a> {
+pub(super) struct StatusInput<'a> {
     pub pod: &'a Pod,
     pub runtime: &'a PodRuntime,
     pub behaviour: &'a PodBehaviour,
@@ -37,7 +37,7 @@ pub struct StatusInput<'a> {
 }
 
 /// The part of the status the kubelet writes: every field it owns and only its own conditions.
-pub fn generate(input: &StatusInput<'_>) -> PodStatus {
+pub(super) fn generate(input: &StatusInput<'_>) -> PodStatus {
     let runtime = input.runtime;
     let init_statuses: Vec<_> = runtime.init_containers.iter().map(|c| container_status(c, input)).collect();
     let statuses: Vec<_> = runtime.containers.iter().map(|c| container_status(c, input)).collect();
@@ -96,7 +96,7 @@ pub fn generate(input: &StatusInput<'_>) -> PodStatus {
 /// statuses to JSON for it was 4–5 % of the benchmark process's CPU at 5,000 pods — and agrees with comparing the
 /// serialized statuses as long as `desired` holds whole seconds (the API's timestamps do; see [`whole_seconds`]):
 /// `tests::typed_differs_agrees_with_the_json_comparison`.
-pub fn differs(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
+pub(super) fn differs(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
     let absent = PodStatus::default();
     let have = observed.unwrap_or(&absent);
     fn set_and_unequal<T: PartialEq>(want: &Option<T>, have: &Option<T>) -> bool {
@@ -155,7 +155,7 @@ pub fn differs(observed: Option<&PodStatus>, desired: &PodStatus) -> bool {
 
 /// `status` with every timestamp cut to the whole second, as the API stores it: the kubelet's runtime keeps
 /// sub-second times, which [`differs`] would otherwise see as unequal to the stored ones.
-pub fn whole_seconds(mut status: PodStatus) -> PodStatus {
+pub(super) fn whole_seconds(mut status: PodStatus) -> PodStatus {
     fn cut(time: &mut Option<Time>) {
         if let Some(Time(at)) = time {
             *at = Timestamp::from_second(at.as_second()).unwrap_or(*at);
@@ -188,7 +188,7 @@ pub fn whole_seconds(mut status: PodStatus) -> PodStatus {
 /// by type, so controllers' conditions survive). `resourceVersion` makes it conditional on the
 /// status it was computed from, so a Ready=True computed before a controller set a readiness gate
 /// to False is rejected instead of written.
-pub fn patch(pod: &Pod, desired: &PodStatus) -> Value {
+pub(super) fn patch(pod: &Pod, desired: &PodStatus) -> Value {
     let mut status = to_value(desired);
     // Merging a condition keeps the fields the patch leaves out, so a reason or message that no
     // longer applies must be removed explicitly, as the kubelet's generated patch does.
@@ -392,7 +392,7 @@ fn pod_ready(pod: &Pod, containers_ready: &PodCondition) -> PodCondition {
 
 /// `GetPodQOS`: Guaranteed when every container has equal CPU and memory requests and limits,
 /// BestEffort when none has any, Burstable otherwise.
-pub fn qos_class(pod: &Pod) -> &'static str {
+pub(super) fn qos_class(pod: &Pod) -> &'static str {
     let Some(spec) = pod.spec.as_ref() else {
         return "BestEffort";
     };
@@ -421,7 +421,7 @@ pub fn qos_class(pod: &Pod) -> &'static str {
 
 /// Formats a duration like Go's `time.Duration.String` (`10s`, `2m40s`, `5m0s`, `300ms`), which is
 /// how kubelet messages show back-off delays.
-pub fn go_duration(duration: Duration) -> String {
+pub(super) fn go_duration(duration: Duration) -> String {
     let total_ms = duration.as_millis();
     if total_ms < 1000 {
         return format!("{total_ms}ms");

@@ -15,7 +15,7 @@ use super::lean::LeanPod;
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
-pub enum WriteError {
+pub(super) enum WriteError {
     /// The object changed (resourceVersion or UID precondition failed).
     #[error("conflict: {0}")]
     Conflict(String),
@@ -43,7 +43,7 @@ impl WriteError {
 
 /// What a finished API call reports to the loop.
 #[derive(Debug)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// A pod status patch (kubelet status or scheduler's Unschedulable condition).
     Status { uid: String, result: Result<Pod, WriteError> },
     /// A pod bound to a node.
@@ -62,14 +62,14 @@ pub enum Outcome {
 
 /// Namespace, name and UID of the pod a write targets.
 #[derive(Clone, Debug)]
-pub struct PodRef {
+pub(super) struct PodRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
 }
 
 impl PodRef {
-    pub fn of(pod: &Pod) -> Option<Self> {
+    pub(super) fn of(pod: &Pod) -> Option<Self> {
         Some(Self {
             namespace: pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: pod.metadata.name.clone()?,
@@ -80,7 +80,7 @@ impl PodRef {
 
 /// The kubelet's API client, shared by the write tasks.
 #[derive(Clone)]
-pub struct Writer {
+pub(super) struct Writer {
     client: Client,
     /// Set once the server answered a binding with 404/405 for a pod that exists: from then on
     /// pods are bound by patching `spec.nodeName`, which such a server accepts.
@@ -88,7 +88,7 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn new(client: Client) -> Self {
+    pub(super) fn new(client: Client) -> Self {
         Self { client, binding_unsupported: Arc::new(AtomicBool::new(false)) }
     }
 
@@ -97,7 +97,7 @@ impl Writer {
     }
 
     /// Strategic merge patch of `pods/status`, as the kubelet's status manager sends.
-    pub async fn patch_status(&self, pod: PodRef, patch: Value, manager: &str) -> Outcome {
+    pub(super) async fn patch_status(&self, pod: PodRef, patch: Value, manager: &str) -> Outcome {
         let params = PatchParams { field_manager: Some(manager.to_owned()), ..Default::default() };
         let result = Api::<LeanPod>::namespaced(self.client.clone(), &pod.namespace)
             .patch_status(&pod.name, &params, &Patch::Strategic(patch))
@@ -108,7 +108,7 @@ impl Writer {
     }
 
     /// Binds a pod to a node through `pods/binding`, as the scheduler does.
-    pub async fn bind(&self, pod: PodRef, node: String) -> Outcome {
+    pub(super) async fn bind(&self, pod: PodRef, node: String) -> Outcome {
         let result = self.bind_inner(&pod, &node).await;
         Outcome::Bound { uid: pod.uid, node, result }
     }
@@ -161,7 +161,7 @@ impl Writer {
 
     /// The kubelet's final delete of a pod whose containers are gone: grace period 0, guarded by
     /// the UID so a new pod with the same name is never hit.
-    pub async fn delete(&self, pod: PodRef) -> Outcome {
+    pub(super) async fn delete(&self, pod: PodRef) -> Outcome {
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
@@ -178,7 +178,7 @@ impl Writer {
 
     /// Reads a pod again after a conflict. A pod with the same name but another UID is a
     /// different pod: for this one it means "gone".
-    pub async fn fetch(&self, pod: PodRef) -> Outcome {
+    pub(super) async fn fetch(&self, pod: PodRef) -> Outcome {
         let result = self
             .pods(&pod.namespace)
             .get_opt(&pod.name)
@@ -190,7 +190,7 @@ impl Writer {
 
     /// Registers a node like the kubelet: create it, or if it exists, take it over by posting
     /// labels and a full status.
-    pub async fn register_node(&self, node: Node) -> Outcome {
+    pub(super) async fn register_node(&self, node: Node) -> Outcome {
         let name = node.metadata.name.clone().unwrap_or_default();
         let result = self.register_inner(&name, node).await;
         Outcome::Node { name, registration: true, result }
@@ -221,7 +221,7 @@ impl Writer {
     }
 
     /// Records an Event.
-    pub async fn create_event(&self, event: Event) -> Outcome {
+    pub(super) async fn create_event(&self, event: Event) -> Outcome {
         let namespace = event.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let reason = event.reason.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
@@ -235,7 +235,7 @@ impl Writer {
 
     /// Renews a node's Lease like the kubelet's lease controller: update the renew time, or create
     /// the Lease when it does not exist yet.
-    pub async fn renew_lease(&self, lease: Lease) -> Outcome {
+    pub(super) async fn renew_lease(&self, lease: Lease) -> Outcome {
         let name = lease.metadata.name.clone().unwrap_or_default();
         let result = self.renew_lease_inner(&name, lease).await;
         Outcome::Lease { name, result }
@@ -258,7 +258,7 @@ impl Writer {
     }
 
     /// Posts a node heartbeat.
-    pub async fn node_heartbeat(&self, name: String, patch: Value) -> Outcome {
+    pub(super) async fn node_heartbeat(&self, name: String, patch: Value) -> Outcome {
         let api: Api<Node> = Api::all(self.client.clone());
         let params = PatchParams { field_manager: Some("kubelet".into()), ..Default::default() };
         let result = api

@@ -306,13 +306,13 @@ fn push(out: &mut Map<String, Value>, name: &str, v: Value) {
     }
 }
 
-pub fn is_protobuf(content_type: &str) -> bool {
+pub(crate) fn is_protobuf(content_type: &str) -> bool {
     content_type.split(';').next().is_some_and(|b| b.trim() == "application/vnd.kubernetes.protobuf")
 }
 
 /// Decodes a protobuf envelope (`k8s\0` + `runtime.Unknown`) holding an object of the given
 /// OpenAPI definition (`io.k8s.api.core.v1.Secret`) into JSON.
-pub fn decode(body: &[u8], definition: &str) -> Result<Value, String> {
+pub(crate) fn decode(body: &[u8], definition: &str) -> Result<Value, String> {
     let payload = body.strip_prefix(MAGIC).ok_or("missing the k8s protobuf magic number")?;
     let mut api_version = String::new();
     let mut kind = String::new();
@@ -352,7 +352,7 @@ pub fn decode(body: &[u8], definition: &str) -> Result<Value, String> {
 }
 
 /// The definition of `DeleteOptions` bodies.
-pub const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
+pub(crate) const DELETE_OPTIONS: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions";
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
 }
 
 /// `ValidateCustomResourceDefinition` (the rules clients trip over).
-pub fn validate(crd: &Value) -> Vec<FieldError> {
+pub(crate) fn validate(crd: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let group = s(crd, &["spec", "group"]);
     let plural = s(crd, &["spec", "names", "plural"]);
@@ -151,7 +151,7 @@ fn structural_errors(node: &Value, path: &str, root: bool, errs: &mut Vec<FieldE
 }
 
 /// Validation of a CRD update beyond the create rules.
-pub fn validate_update(old: &Value, new: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errs = validate(new);
     for (path, field) in [(&["spec", "scope"][..], "spec.scope"), (&["spec", "group"][..], "spec.group")] {
         if s(old, path) != s(new, path) {
@@ -167,7 +167,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
 
 /// The status the naming and establishing controllers converge to. `conflict` is the reason
 /// names were refused, if any.
-pub fn accepted_status(crd: &Value, conflict: Option<&str>) -> Value {
+pub(crate) fn accepted_status(crd: &Value, conflict: Option<&str>) -> Value {
     let mut status = crd.get("status").cloned().unwrap_or_else(|| json!({}));
     let names = crd.get("spec").and_then(|s| s.get("names")).cloned().unwrap_or_else(|| json!({}));
     let mut accepted = names.clone();

@@ -66,7 +66,7 @@ fn image_tag_is_latest(image: &str) -> bool {
 }
 
 /// `SetDefaults_PodSpec` and its containers and volumes.
-pub fn pod_spec_defaults(spec: &mut Value) {
+pub(crate) fn pod_spec_defaults(spec: &mut Value) {
     let Some(s) = obj(spec) else { return };
     set_default(s, "dnsPolicy", json!("ClusterFirst"));
     set_default(s, "restartPolicy", json!("Always"));
@@ -96,14 +96,14 @@ pub fn pod_spec_defaults(spec: &mut Value) {
 }
 
 /// Template defaults for workload kinds (`PodTemplateSpec`).
-pub fn template_defaults(obj_: &mut Value) {
+pub(crate) fn template_defaults(obj_: &mut Value) {
     if let Some(spec) = obj_.get_mut("spec").and_then(|s| s.get_mut("template")).and_then(|t| t.get_mut("spec")) {
         pod_spec_defaults(spec);
     }
 }
 
 /// Pod-level defaults: scheme defaults plus what the default admission chain adds.
-pub fn pod_defaults(pod: &mut Value, service_account_automount: bool) {
+pub(crate) fn pod_defaults(pod: &mut Value, service_account_automount: bool) {
     let Some(spec) = pod.get_mut("spec") else { return };
     pod_spec_defaults(spec);
     let Some(s) = obj(spec) else { return };
@@ -198,7 +198,7 @@ pub fn pod_defaults(pod: &mut Value, service_account_automount: bool) {
 }
 
 /// `qos.GetPodQOS`.
-pub fn qos_class(pod: &Value) -> &'static str {
+pub(crate) fn qos_class(pod: &Value) -> &'static str {
     let containers: Vec<&Value> = ["containers", "initContainers"]
         .iter()
         .filter_map(|l| pod.get("spec").and_then(|s| s.get(*l)).and_then(Value::as_array))
@@ -245,7 +245,7 @@ fn is_zero(v: &Value) -> bool {
     }
 }
 
-pub fn deployment_defaults(d: &mut Value) {
+pub(crate) fn deployment_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "replicas", json!(1));
         set_default(spec, "revisionHistoryLimit", json!(10));
@@ -265,14 +265,14 @@ pub fn deployment_defaults(d: &mut Value) {
     template_defaults(d);
 }
 
-pub fn replicaset_defaults(d: &mut Value) {
+pub(crate) fn replicaset_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "replicas", json!(1));
     }
     template_defaults(d);
 }
 
-pub fn statefulset_defaults(d: &mut Value) {
+pub(crate) fn statefulset_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "replicas", json!(1));
         set_default(spec, "podManagementPolicy", json!("OrderedReady"));
@@ -296,7 +296,7 @@ pub fn statefulset_defaults(d: &mut Value) {
     template_defaults(d);
 }
 
-pub fn daemonset_defaults(d: &mut Value) {
+pub(crate) fn daemonset_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "revisionHistoryLimit", json!(10));
         let us = spec.entry("updateStrategy").or_insert_with(|| json!({}));
@@ -314,7 +314,7 @@ pub fn daemonset_defaults(d: &mut Value) {
     template_defaults(d);
 }
 
-pub fn job_defaults(d: &mut Value) {
+pub(crate) fn job_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "completions", json!(1));
         set_default(spec, "parallelism", json!(1));
@@ -327,7 +327,7 @@ pub fn job_defaults(d: &mut Value) {
     template_defaults(d);
 }
 
-pub fn cronjob_defaults(d: &mut Value) {
+pub(crate) fn cronjob_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "concurrencyPolicy", json!("Allow"));
         set_default(spec, "suspend", json!(false));
@@ -339,7 +339,7 @@ pub fn cronjob_defaults(d: &mut Value) {
     }
 }
 
-pub fn rbac_defaults(d: &mut Value) {
+pub(crate) fn rbac_defaults(d: &mut Value) {
     if let Some(Value::Array(subjects)) = d.get_mut("subjects") {
         for s in subjects {
             let Some(s) = obj(s) else { continue };

@@ -12,18 +12,18 @@ use crate::resources::{ResourceDef, Special};
 use crate::status::{ApiError, GroupResource};
 use crate::store::StoreError;
 
-pub const FINALIZER_ORPHAN: &str = "orphan";
-pub const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+pub(super) const FINALIZER_ORPHAN: &str = "orphan";
+pub(super) const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Propagation {
+pub(crate) enum Propagation {
     Orphan,
     Background,
     Foreground,
 }
 
 impl Propagation {
-    pub fn parse(s: &str) -> Result<Self, ApiError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, ApiError> {
         match s {
             "Orphan" => Ok(Propagation::Orphan),
             "Background" => Ok(Propagation::Background),
@@ -43,7 +43,7 @@ impl Propagation {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct DeleteOptions {
+pub(crate) struct DeleteOptions {
     pub grace_period_seconds: Option<i64>,
     pub propagation: Option<Propagation>,
     pub orphan_dependents: Option<bool>,
@@ -54,7 +54,7 @@ pub struct DeleteOptions {
 
 impl DeleteOptions {
     /// Reads a `DeleteOptions` body (query parameters are merged by the caller).
-    pub fn from_body(v: &Value) -> Result<Self, ApiError> {
+    pub(crate) fn from_body(v: &Value) -> Result<Self, ApiError> {
         let mut o = Self {
             grace_period_seconds: v.get("gracePeriodSeconds").and_then(Value::as_i64),
             orphan_dependents: v.get("orphanDependents").and_then(Value::as_bool),
@@ -87,7 +87,7 @@ impl DeleteOptions {
 }
 
 /// What a delete did.
-pub struct DeleteOutcome {
+pub(crate) struct DeleteOutcome {
     /// The object after the call: still present (graceful deletion, finalizers) or as deleted.
     pub object: Arc<Value>,
     pub deleted: bool,
@@ -126,7 +126,7 @@ fn should_delete_dependents(finalizers: &[String], o: &DeleteOptions) -> bool {
 }
 
 /// `deletionFinalizersForGarbageCollection`: the finalizer set the options ask for, if it differs.
-pub fn gc_finalizers(obj: &Value, o: &DeleteOptions) -> Option<Vec<String>> {
+pub(super) fn gc_finalizers(obj: &Value, o: &DeleteOptions) -> Option<Vec<String>> {
     let current = meta::finalizers(obj);
     let mut next: Vec<String> =
         current.iter().filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND).cloned().collect();
@@ -223,7 +223,7 @@ fn mark_as_deleting(obj: &mut Value) {
 const MAX_ATTEMPTS: usize = 64;
 
 impl Registry {
-    pub fn delete(
+    pub(crate) fn delete(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -383,7 +383,7 @@ impl Registry {
     }
 
     /// `deletecollection`: deletes every matching object with the same options.
-    pub fn delete_collection(
+    pub(crate) fn delete_collection(
         &self,
         rd: &Arc<ResourceDef>,
         ns: Option<&str>,

@@ -17,7 +17,7 @@ const SHARED: &[&str] =
     &["metadata", "eventTime", "series", "related", "action", "reason", "type", "reportingInstance"];
 
 /// events.k8s.io/v1 -> core/v1
-pub fn to_core(v: &Value) -> Value {
+pub(crate) fn to_core(v: &Value) -> Value {
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("v1"));
     out.insert("kind".into(), json!("Event"));
@@ -37,7 +37,7 @@ pub fn to_core(v: &Value) -> Value {
 }
 
 /// core/v1 -> events.k8s.io/v1
-pub fn from_core(v: &Value) -> Value {
+pub(crate) fn from_core(v: &Value) -> Value {
     let mut out = Map::new();
     out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
     out.insert("kind".into(), json!("Event"));

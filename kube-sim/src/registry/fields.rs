@@ -17,7 +17,7 @@ fn str_at(obj: &Value, path: &[&str]) -> String {
 }
 
 /// The selectable fields of a kind, beyond `metadata.name` and `metadata.namespace`.
-pub fn extra_fields(rd: &ResourceDef) -> Vec<String> {
+pub(crate) fn extra_fields(rd: &ResourceDef) -> Vec<String> {
     let fixed: &[&str] = match rd.special {
         Special::Pod => &[
             "spec.nodeName",
@@ -59,7 +59,7 @@ pub fn extra_fields(rd: &ResourceDef) -> Vec<String> {
 }
 
 /// Values of every selectable field of an object (in storage form).
-pub fn field_values(rd: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
+pub(crate) fn field_values(rd: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     m.insert("metadata.name".to_string(), crate::meta::name(obj).to_string());
     if rd.namespaced {
@@ -91,7 +91,7 @@ pub fn field_values(rd: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
 }
 
 /// Checks a selector only uses supported fields (`400 BadRequest` otherwise).
-pub fn check_supported(rd: &ResourceDef, sel: &crate::selector::FieldSelector) -> Result<(), String> {
+pub(crate) fn check_supported(rd: &ResourceDef, sel: &crate::selector::FieldSelector) -> Result<(), String> {
     let extra = extra_fields(rd);
     for r in &sel.requirements {
         let known = r.field == "metadata.name"

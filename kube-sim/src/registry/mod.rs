@@ -6,20 +6,20 @@
 //! way `GuaranteedUpdate` does). Controllers inside kube-sim (garbage collector, namespace and
 //! CRD lifecycle) use the same entry points as HTTP clients.
 
-pub mod crd;
-pub mod defaults;
+pub(crate) mod crd;
+pub(crate) mod defaults;
 mod delete;
-pub mod events;
-pub mod fields;
-pub mod scale;
-pub mod strategy;
+pub(crate) mod events;
+pub(crate) mod fields;
+pub(crate) mod scale;
+pub(crate) mod strategy;
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-pub use delete::{DeleteOptions, Propagation};
-pub use strategy::Endpoint;
+pub(crate) use delete::{DeleteOptions, Propagation};
+pub(crate) use strategy::Endpoint;
 
 use crate::managed::{self, Scope};
 use crate::meta;
@@ -32,7 +32,7 @@ use crate::store::{Filter, ListRequest, Store, StoreError, object_key};
 
 /// How a write reports fields its kind does not declare (`fieldValidation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FieldValidation {
+pub(crate) enum FieldValidation {
     Ignore,
     Warn,
     Strict,
@@ -40,7 +40,7 @@ pub enum FieldValidation {
 
 /// The authenticated user of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UserInfo {
+pub(crate) struct UserInfo {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
@@ -50,7 +50,7 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
-    pub fn admin() -> Self {
+    pub(crate) fn admin() -> Self {
         Self {
             name: "kube-sim-admin".into(),
             uid: "kube-sim-admin".into(),
@@ -59,14 +59,14 @@ impl UserInfo {
         }
     }
 
-    pub fn is_admin(&self) -> bool {
+    pub(crate) fn is_admin(&self) -> bool {
         self.groups.iter().any(|g| g == "system:masters")
     }
 }
 
 /// Per-request write settings and the warnings the request collects.
 #[derive(Clone, Debug)]
-pub struct WriteCtx {
+pub(crate) struct WriteCtx {
     pub dry_run: bool,
     pub field_manager: String,
     pub field_validation: FieldValidation,
@@ -78,7 +78,7 @@ pub struct WriteCtx {
 }
 
 impl WriteCtx {
-    pub fn new(field_manager: impl Into<String>) -> Self {
+    pub(crate) fn new(field_manager: impl Into<String>) -> Self {
         Self {
             dry_run: false,
             field_manager: field_manager.into(),
@@ -90,7 +90,7 @@ impl WriteCtx {
     }
 
     /// Context for kube-sim's own controllers.
-    pub fn internal(manager: &str) -> Self {
+    pub(crate) fn internal(manager: &str) -> Self {
         let mut c = Self::new(manager);
         c.field_validation = FieldValidation::Ignore;
         c
@@ -99,7 +99,7 @@ impl WriteCtx {
 
 /// List parameters (`ListOptions`).
 #[derive(Clone, Debug, Default)]
-pub struct ListOptions {
+pub(crate) struct ListOptions {
     pub label_selector: LabelSelector,
     pub field_selector: FieldSelector,
     pub limit: Option<usize>,
@@ -108,14 +108,14 @@ pub struct ListOptions {
     pub resource_version_match: Option<String>,
 }
 
-pub struct ListResult {
+pub(crate) struct ListResult {
     pub items: Vec<Arc<Value>>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<u64>,
 }
 
-pub struct Registry {
+pub(crate) struct Registry {
     pub store: Arc<Store>,
     pub catalog: Arc<Catalog>,
 }
@@ -134,11 +134,11 @@ fn scope_of(rd: &ResourceDef, endpoint: Endpoint) -> Scope {
 }
 
 impl Registry {
-    pub fn new(store: Arc<Store>, catalog: Arc<Catalog>) -> Self {
+    pub(crate) fn new(store: Arc<Store>, catalog: Arc<Catalog>) -> Self {
         Self { store, catalog }
     }
 
-    pub fn key(rd: &ResourceDef, ns: &str, name: &str) -> String {
+    pub(crate) fn key(rd: &ResourceDef, ns: &str, name: &str) -> String {
         if rd.namespaced { object_key(ns, name) } else { name.to_string() }
     }
 
@@ -156,7 +156,7 @@ impl Registry {
     }
 
     /// The object as the requested version shows it (conversion and read-time defaulting).
-    pub fn view(&self, rd: &ResourceDef, stored: &Arc<Value>) -> Arc<Value> {
+    pub(crate) fn view(&self, rd: &ResourceDef, stored: &Arc<Value>) -> Arc<Value> {
         match rd.special {
             Special::CustomResource => {
                 // Stored objects were defaulted when written: most reads change nothing and share the stored object.
@@ -197,7 +197,7 @@ impl Registry {
         }
     }
 
-    pub fn get(&self, rd: &ResourceDef, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
+    pub(crate) fn get(&self, rd: &ResourceDef, ns: &str, name: &str) -> Result<Arc<Value>, ApiError> {
         let stored = self
             .store
             .get(&rd.storage, &Self::key(rd, ns, name))
@@ -206,7 +206,7 @@ impl Registry {
     }
 
     /// The filter a list or watch applies (namespace is handled by the store).
-    pub fn filter(
+    pub(crate) fn filter(
         &self,
         rd: &Arc<ResourceDef>,
         label: &LabelSelector,
@@ -224,7 +224,12 @@ impl Registry {
         })))
     }
 
-    pub fn list(&self, rd: &Arc<ResourceDef>, ns: Option<&str>, opts: &ListOptions) -> Result<ListResult, ApiError> {
+    pub(crate) fn list(
+        &self,
+        rd: &Arc<ResourceDef>,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ListResult, ApiError> {
         let filter = self.filter(rd, &opts.label_selector, &opts.field_selector)?;
         let mut at = None;
         let mut start_after: Option<String> = None;
@@ -309,7 +314,7 @@ impl Registry {
 
     /// Decodes a request body into the resource's version: type checks, unknown fields
     /// (per `fieldValidation`), pruning and defaulting.
-    pub fn decode(
+    pub(crate) fn decode(
         &self,
         rd: &ResourceDef,
         body: Value,
@@ -404,7 +409,7 @@ impl Registry {
         ))
     }
 
-    pub fn create(
+    pub(crate) fn create(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -559,7 +564,7 @@ impl Registry {
     }
 
     /// Replaces an object (`PUT`), on the main resource or a subresource.
-    pub fn update(
+    pub(crate) fn update(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -586,7 +591,7 @@ impl Registry {
 
     /// Patches an object (`PATCH`); a server-side apply may create it.
     #[allow(clippy::too_many_arguments)]
-    pub fn patch(
+    pub(crate) fn patch(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -738,7 +743,7 @@ impl Registry {
 
     /// Read-modify-write with optimistic concurrency. `mutate` gets the stored object and
     /// returns the desired object in the request's version.
-    pub fn guaranteed_update(
+    pub(crate) fn guaranteed_update(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -752,7 +757,7 @@ impl Registry {
 
     /// [`Self::guaranteed_update`], returning the object as served without copying it out of the store (the
     /// response of a patch or update is encoded from it).
-    pub fn guaranteed_update_shared(
+    pub(crate) fn guaranteed_update_shared(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -920,7 +925,7 @@ impl Registry {
 
     /// Updates a stored object directly (kube-sim's own controllers and system subresources
     /// like `pods/binding`), retrying on conflicts. `f` returns `None` to leave it unchanged.
-    pub fn internal_update(
+    pub(crate) fn internal_update(
         &self,
         storage: &str,
         key: &str,
@@ -993,7 +998,7 @@ impl Registry {
     }
 
     /// Registers a CRD's versions and records the accepted names and `Established`.
-    pub fn establish_crd(&self, crd: &Value) {
+    pub(crate) fn establish_crd(&self, crd: &Value) {
         let name = meta::name(crd).to_string();
         let group = crd.get("spec").and_then(|s| s.get("group")).and_then(Value::as_str).unwrap_or("");
         let plural = crd
@@ -1022,7 +1027,7 @@ impl Registry {
 
     /// Sets `status` to what `compute` derives from the stored object, writing only if it
     /// changed (controllers' status updates).
-    pub fn write_status_if_changed(
+    pub(crate) fn write_status_if_changed(
         &self,
         storage: &str,
         key: &str,
@@ -1120,7 +1125,7 @@ impl Registry {
     }
 
     /// `pods/binding`: the scheduler's way to set `spec.nodeName`.
-    pub fn bind_pod(&self, ns: &str, name: &str, binding: &Value) -> Result<(), ApiError> {
+    pub(crate) fn bind_pod(&self, ns: &str, name: &str, binding: &Value) -> Result<(), ApiError> {
         let node = binding.get("target").and_then(|t| t.get("name")).and_then(Value::as_str).unwrap_or("").to_string();
         if node.is_empty() {
             return Err(ApiError::invalid("Binding", "", name, &[FieldError::required("target.name", "")]));
@@ -1167,7 +1172,7 @@ impl Registry {
     }
 
     /// `GET .../scale`
-    pub fn get_scale(&self, rd: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
+    pub(crate) fn get_scale(&self, rd: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
         let stored = self
             .store
             .get(&rd.storage, &Self::key(rd, ns, name))
@@ -1176,7 +1181,7 @@ impl Registry {
     }
 
     /// `PUT`/`PATCH .../scale`: `make_scale` turns the current Scale into the desired one.
-    pub fn write_scale(
+    pub(crate) fn write_scale(
         &self,
         rd: &Arc<ResourceDef>,
         ns: &str,
@@ -1210,12 +1215,12 @@ impl Registry {
     }
 
     /// The schema of Scale (strategic merge patches of the scale subresource).
-    pub fn scale_schema() -> Option<crate::schema::Schema> {
+    pub(crate) fn scale_schema() -> Option<crate::schema::Schema> {
         crate::resources::BUILTINS.schemas.schema("io.k8s.api.autoscaling.v1.Scale")
     }
 
     /// Resolves a patch of a Scale object.
-    pub fn patch_scale_object(scale_obj: &Value, patch_type: PatchType, body: &[u8]) -> Result<Value, ApiError> {
+    pub(crate) fn patch_scale_object(scale_obj: &Value, patch_type: PatchType, body: &[u8]) -> Result<Value, ApiError> {
         match patch_type {
             PatchType::Json => patch::json_patch(scale_obj, body),
             PatchType::Merge => patch::merge_patch(scale_obj, body),
@@ -1244,13 +1249,13 @@ pub(crate) fn too_large(requested: u64, current: u64) -> ApiError {
 }
 
 /// `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}` in base64, like the etcd3 store.
-pub fn encode_continue(rv: u64, last_key: &str) -> String {
+pub(crate) fn encode_continue(rv: u64, last_key: &str) -> String {
     use base64::Engine;
     let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{last_key}\u{0}")});
     base64::engine::general_purpose::STANDARD.encode(token.to_string())
 }
 
-pub fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
+pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
     use base64::Engine;
     let invalid = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
     let bytes = base64::engine::general_purpose::STANDARD

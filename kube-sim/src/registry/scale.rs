@@ -10,7 +10,7 @@ fn path_parts(p: &str) -> Vec<&str> {
 }
 
 /// `metav1.LabelSelectorAsSelector(...).String()`.
-pub fn selector_string(sel: &Value) -> String {
+pub(crate) fn selector_string(sel: &Value) -> String {
     let mut reqs: Vec<(String, String)> = Vec::new();
     if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
         for (k, v) in ml {
@@ -41,7 +41,7 @@ pub fn selector_string(sel: &Value) -> String {
 }
 
 /// Builds the Scale object for a stored object.
-pub fn to_scale(rd: &ResourceDef, obj: &Value) -> Value {
+pub(crate) fn to_scale(rd: &ResourceDef, obj: &Value) -> Value {
     let Some(paths) = &rd.scale else { return Value::Null };
     let get = |p: &str| crate::meta::lookup(obj, &path_parts(p)).cloned();
     let spec_replicas = get(&paths.spec_replicas).and_then(|v| v.as_i64()).unwrap_or(0);
@@ -72,7 +72,7 @@ pub fn to_scale(rd: &ResourceDef, obj: &Value) -> Value {
 }
 
 /// Writes a Scale's `spec.replicas` into the object at the spec replicas path.
-pub fn apply_scale(rd: &ResourceDef, obj: &mut Value, replicas: i64) {
+pub(crate) fn apply_scale(rd: &ResourceDef, obj: &mut Value, replicas: i64) {
     let Some(paths) = &rd.scale else { return };
     let parts = path_parts(&paths.spec_replicas);
     let Some((last, parents)) = parts.split_last() else { return };

@@ -10,7 +10,7 @@ use crate::status::{FieldError, go_value};
 
 /// Which endpoint a write came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     Main,
     Status,
     Scale,
@@ -66,7 +66,7 @@ fn pod_spec_changed(old: Option<&Value>, new: Option<&Value>) -> bool {
 }
 
 /// Create-time mutations (everything but system metadata, which the registry sets).
-pub fn prepare_create(rd: &ResourceDef, obj: &mut Value, sa_automount: bool) {
+pub(crate) fn prepare_create(rd: &ResourceDef, obj: &mut Value, sa_automount: bool) {
     let Value::Object(m) = obj else { return };
     if rd.status_subresource && rd.special != Special::Node {
         m.remove("status");
@@ -207,7 +207,7 @@ fn with_status_and_fields(mut next: Value, status: Option<Value>, managed: Optio
 
 /// Update-time mutations; `old` is the stored object, `new` the incoming one (storage form),
 /// with system metadata already carried over.
-pub fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &mut Value) {
+pub(crate) fn prepare_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &mut Value) {
     match endpoint {
         Endpoint::Main | Endpoint::Scale => {
             // A write that sends the stored status back (most do) keeps it without a copy.
@@ -464,7 +464,7 @@ fn container_errors(containers: Option<&Value>, path: &str) -> Vec<FieldError> {
 }
 
 /// Kind-specific validation of a new object (`Validate`).
-pub fn validate_create(rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_create(rd: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     match rd.special {
         Special::Pod => {
             let mut errs = container_errors(obj.get("spec").and_then(|s| s.get("containers")), "spec.containers");
@@ -560,7 +560,7 @@ fn service_errors(obj: &Value) -> Vec<FieldError> {
 const POD_UPDATE_FORBIDDEN: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 /// Kind-specific update validation (`ValidateUpdate`), beyond metadata immutability.
-pub fn validate_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match rd.special {
         Special::Pod if endpoint == Endpoint::Main => {
@@ -644,7 +644,7 @@ pub fn validate_update(rd: &ResourceDef, endpoint: Endpoint, old: &Value, new: &
 }
 
 /// `ValidateObjectMetaUpdate`'s finalizer rule for objects being deleted.
-pub fn finalizer_errors(old: &Value, new: &Value) -> Vec<FieldError> {
+pub(crate) fn finalizer_errors(old: &Value, new: &Value) -> Vec<FieldError> {
     if crate::meta::deletion_timestamp(old).is_none() {
         return vec![];
     }

@@ -12,7 +12,7 @@ use super::builtin_lists::BUILTIN_LIST_STRATEGIES;
 use super::{Builder, MergeStrategy, NodeId, Schema, SchemaSet};
 
 /// The definitions of every registered built-in type (keyed by OpenAPI name) and their nodes.
-pub struct BuiltinSchemas {
+pub(crate) struct BuiltinSchemas {
     /// JSON schema definitions, `$ref`s pointing at `#/$defs/<name>`.
     pub defs: Map<String, Value>,
     set: Arc<SchemaSet>,
@@ -20,7 +20,7 @@ pub struct BuiltinSchemas {
 }
 
 /// One group/version/kind a definition is served as.
-pub struct Gvk {
+pub(crate) struct Gvk {
     pub definition: String,
     pub group: String,
     pub version: String,
@@ -29,7 +29,7 @@ pub struct Gvk {
 
 impl BuiltinSchemas {
     /// `register` adds the types to the generator; `gvks` tags the top-level kinds.
-    pub fn build(register: &[fn(&mut SchemaGenerator)], gvks: &[Gvk]) -> Self {
+    pub(crate) fn build(register: &[fn(&mut SchemaGenerator)], gvks: &[Gvk]) -> Self {
         let mut generator = SchemaGenerator::default();
         for r in register {
             r(&mut generator);
@@ -91,7 +91,7 @@ impl BuiltinSchemas {
         Self { defs, set, roots }
     }
 
-    pub fn schema(&self, definition: &str) -> Option<Schema> {
+    pub(crate) fn schema(&self, definition: &str) -> Option<Schema> {
         self.roots.get(definition).map(|root| Schema { set: self.set.clone(), root: *root })
     }
 }

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::Cursor;
 
-pub fn apply_defaults(c: Cursor<'_>, v: &mut Value) {
+pub(crate) fn apply_defaults(c: Cursor<'_>, v: &mut Value) {
     let node = c.node();
     match v {
         Value::Object(map) => {
@@ -50,7 +50,7 @@ pub fn apply_defaults(c: Cursor<'_>, v: &mut Value) {
 
 /// Whether [`apply_defaults`] would change `v` (reads of stored objects, which were defaulted when written, then
 /// need no copy); `apply_defaults_changes_exactly_what_defaults_would_change` pins the two together.
-pub fn defaults_would_change(c: Cursor<'_>, v: &Value) -> bool {
+pub(crate) fn defaults_would_change(c: Cursor<'_>, v: &Value) -> bool {
     let node = c.node();
     match v {
         Value::Object(map) => {
@@ -85,7 +85,7 @@ pub fn defaults_would_change(c: Cursor<'_>, v: &Value) -> bool {
 }
 
 /// Whether any node reachable from the root declares a default (skips work on reads).
-pub fn has_defaults(c: Cursor<'_>) -> bool {
+pub(crate) fn has_defaults(c: Cursor<'_>) -> bool {
     fn walk(c: Cursor<'_>, seen: &mut Vec<usize>) -> bool {
         if seen.contains(&c.id) {
             return false;

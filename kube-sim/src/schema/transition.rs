@@ -34,7 +34,7 @@ use crate::status::{FieldError, FieldErrorType};
 /// One recognised `self == oldSelf` rule of a schema node (also the failure description of a
 /// [`PresenceRule`]).
 #[derive(Clone, Debug, PartialEq)]
-pub struct TransitionRule {
+pub(crate) struct TransitionRule {
     /// The failure detail: `message`, a literal `messageExpression`, or `failed rule: <rule>`.
     pub message: String,
     /// `reason` (`FieldValueInvalid` when absent).
@@ -45,7 +45,7 @@ pub struct TransitionRule {
 
 /// One recognised `has(self.f)` (`present`) or `!has(self.f)` rule of a schema node.
 #[derive(Clone, Debug, PartialEq)]
-pub struct PresenceRule {
+pub(crate) struct PresenceRule {
     pub field: String,
     /// `true` for `has(self.f)`, `false` for `!has(self.f)`.
     pub present: bool,
@@ -54,7 +54,7 @@ pub struct PresenceRule {
 
 /// `has(self.f)` as `(f, true)`, `!has(self.f)` as `(f, false)` (any spacing), or `None` for any
 /// other rule.
-pub fn presence_rule(rule: &str) -> Option<(String, bool)> {
+pub(crate) fn presence_rule(rule: &str) -> Option<(String, bool)> {
     let compact: String = rule.chars().filter(|c| !c.is_whitespace()).collect();
     let (present, rest) = match compact.strip_prefix('!') {
         Some(r) => (false, r),
@@ -68,13 +68,13 @@ pub fn presence_rule(rule: &str) -> Option<(String, bool)> {
 }
 
 /// Whether `rule` is the transition rule `self == oldSelf` (either operand order, any spacing).
-pub fn is_self_equals_old_self(rule: &str) -> bool {
+pub(crate) fn is_self_equals_old_self(rule: &str) -> bool {
     let compact: String = rule.chars().filter(|c| !c.is_whitespace()).collect();
     compact == "self==oldSelf" || compact == "oldSelf==self"
 }
 
 /// The content of a CEL string literal (`'text'`, `"text"`), or `None` for any other expression.
-pub fn string_literal(expr: &str) -> Option<String> {
+pub(crate) fn string_literal(expr: &str) -> Option<String> {
     let e = expr.trim();
     let quote = e.chars().next().filter(|q| *q == '\'' || *q == '"')?;
     if e.len() < 2 || !e.ends_with(quote) {
@@ -99,7 +99,7 @@ pub fn string_literal(expr: &str) -> Option<String> {
 
 /// The recognised rules of a node's `x-kubernetes-validations`.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Rules {
+pub(crate) struct Rules {
     pub transition: Vec<TransitionRule>,
     pub presence: Vec<PresenceRule>,
     /// The node declares any CEL rule at all (recognised or not).
@@ -107,7 +107,7 @@ pub struct Rules {
 }
 
 /// Parses a node's `x-kubernetes-validations`.
-pub fn parse_rules(v: &Value) -> Rules {
+pub(crate) fn parse_rules(v: &Value) -> Rules {
     let Some(rules) = v.get("x-kubernetes-validations").and_then(Value::as_array) else { return Rules::default() };
     let mut out = Rules { any: !rules.is_empty(), ..Rules::default() };
     for r in rules {
@@ -142,7 +142,7 @@ pub fn parse_rules(v: &Value) -> Rules {
 }
 
 /// The field errors that stop CEL evaluation (`hasBlockingErr` in the customresource strategy).
-pub fn blocking_error(errs: &[FieldError]) -> Option<FieldError> {
+pub(crate) fn blocking_error(errs: &[FieldError]) -> Option<FieldError> {
     errs.iter()
         .any(|e| {
             matches!(
@@ -165,14 +165,14 @@ pub fn blocking_error(errs: &[FieldError]) -> Option<FieldError> {
 }
 
 /// Evaluates every transition rule of the schema on an update from `old` to `new`.
-pub fn validate_update(root: Cursor<'_>, new: &Value, old: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_update(root: Cursor<'_>, new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     walk(root, new, old, "", true, &mut errs);
     errs
 }
 
 /// Evaluates every presence rule of the schema on `obj` (a create's or an update's new object).
-pub fn validate_presence(root: Cursor<'_>, obj: &Value) -> Vec<FieldError> {
+pub(crate) fn validate_presence(root: Cursor<'_>, obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     walk_presence(root, obj, "", true, &mut errs);
     errs

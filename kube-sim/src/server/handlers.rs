@@ -35,7 +35,7 @@ struct Ctx {
     gate: std::sync::Mutex<Option<crate::admission::Gate>>,
 }
 
-pub async fn resource(
+pub(super) async fn resource(
     st: Arc<AppState>,
     user: UserInfo,
     requester: String,

@@ -2,7 +2,7 @@
 //! and resource requests, plus authentication, authorization and fault injection around them.
 
 mod handlers;
-pub mod request;
+pub(crate) mod request;
 mod response;
 mod watch;
 
@@ -22,13 +22,13 @@ use crate::openapi::OpenApiCache;
 use crate::registry::{Registry, UserInfo};
 use crate::status::ApiError;
 use request::{Query, Representation, ResourceRequest, negotiate, parse_resource_path, verb_for};
-pub use response::{error_response, json_response};
+pub(crate) use response::{error_response, json_response};
 
 /// The Kubernetes version kube-sim reports (kubectl 1.32 is within the supported skew).
-pub const GIT_VERSION: &str = "v1.33.0";
+pub(crate) const GIT_VERSION: &str = "v1.33.0";
 
 /// Everything request handlers share.
-pub struct AppState {
+pub(crate) struct AppState {
     pub registry: Arc<Registry>,
     pub faults: Arc<Faults>,
     pub audit: Arc<Audit>,
@@ -48,7 +48,7 @@ pub struct AppState {
     pub components: crate::componentstatus::Components,
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
+pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new().fallback(handle).with_state(state)
 }
 
@@ -408,4 +408,4 @@ async fn admin(st: Arc<AppState>, method: Method, path: &str, req: Request<Body>
 }
 
 /// How often watchers that asked for bookmarks get one.
-pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);

@@ -6,7 +6,7 @@ use hyper::Method;
 
 /// A request for a resource (as opposed to discovery, health, OpenAPI...).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResourceRequest {
+pub(crate) struct ResourceRequest {
     pub group: String,
     pub version: String,
     pub namespace: Option<String>,
@@ -19,7 +19,7 @@ pub struct ResourceRequest {
 
 /// Splits a resource path, or returns `None` when the path is not under `/api/v1` or `/apis/g/v`
 /// with at least a resource segment.
-pub fn parse_resource_path(path: &str) -> Option<ResourceRequest> {
+pub(crate) fn parse_resource_path(path: &str) -> Option<ResourceRequest> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
     let (group, version, mut rest) = match parts.as_slice() {
         ["api", v, rest @ ..] => (String::new(), v.to_string(), rest.to_vec()),
@@ -58,7 +58,7 @@ pub fn parse_resource_path(path: &str) -> Option<ResourceRequest> {
 }
 
 /// Decodes `application/x-www-form-urlencoded` query strings.
-pub fn parse_query(q: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_query(q: &str) -> Vec<(String, String)> {
     q.split('&')
         .filter(|p| !p.is_empty())
         .map(|pair| {
@@ -94,28 +94,28 @@ fn percent_decode(s: &str) -> String {
 
 /// Query parameters with typed accessors.
 #[derive(Clone, Debug, Default)]
-pub struct Query {
+pub(crate) struct Query {
     pairs: Vec<(String, String)>,
 }
 
 impl Query {
-    pub fn parse(q: Option<&str>) -> Self {
+    pub(crate) fn parse(q: Option<&str>) -> Self {
         Self { pairs: q.map(parse_query).unwrap_or_default() }
     }
 
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
-    pub fn all(&self, key: &str) -> Vec<&str> {
+    pub(crate) fn all(&self, key: &str) -> Vec<&str> {
         self.pairs.iter().filter(|(k, _)| k == key).map(|(_, v)| v.as_str()).collect()
     }
 
-    pub fn flag(&self, key: &str) -> bool {
+    pub(crate) fn flag(&self, key: &str) -> bool {
         matches!(self.get(key), Some("true" | "1" | "True"))
     }
 
-    pub fn int(&self, key: &str) -> Result<Option<i64>, String> {
+    pub(crate) fn int(&self, key: &str) -> Result<Option<i64>, String> {
         match self.get(key) {
             None | Some("") => Ok(None),
             Some(v) => v.parse::<i64>().map(Some).map_err(|_| format!("invalid value {v:?} for {key}")),
@@ -125,7 +125,7 @@ impl Query {
 
 /// The representation a client asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Representation {
+pub(crate) enum Representation {
     Json,
     Yaml,
     Table,
@@ -158,7 +158,7 @@ fn parse_media_types(accept: &str) -> Vec<MediaType> {
 }
 
 /// Picks the first representation of the `Accept` header kube-sim can produce.
-pub fn negotiate(accept: Option<&str>) -> Option<Representation> {
+pub(crate) fn negotiate(accept: Option<&str>) -> Option<Representation> {
     let accept = accept.unwrap_or("application/json");
     if accept.trim().is_empty() {
         return Some(Representation::Json);
@@ -198,7 +198,7 @@ pub fn negotiate(accept: Option<&str>) -> Option<Representation> {
 }
 
 /// The verb of a resource request, as authorization and fault injection see it.
-pub fn verb_for(method: &Method, has_name: bool, watch: bool) -> &'static str {
+pub(crate) fn verb_for(method: &Method, has_name: bool, watch: bool) -> &'static str {
     match *method {
         Method::GET | Method::HEAD => {
             if watch {

@@ -26,7 +26,7 @@ fn base(status: StatusCode, content_type: &'static str, body: impl Into<Body>) -
 }
 
 /// `Warning: 299 - "<text>"` headers (RFC 7234), as the apiserver emits them.
-pub fn add_warnings(r: &mut Response, warnings: &[String]) {
+pub(super) fn add_warnings(r: &mut Response, warnings: &[String]) {
     for w in warnings {
         let escaped: String = w
             .chars()
@@ -40,7 +40,7 @@ pub fn add_warnings(r: &mut Response, warnings: &[String]) {
     }
 }
 
-pub fn json_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
+pub(crate) fn json_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
     let body = serde_json::to_vec(&WireOrder(v)).unwrap_or_default();
     let mut r = base(status, "application/json", body);
     add_warnings(&mut r, warnings);
@@ -48,36 +48,36 @@ pub fn json_response(status: StatusCode, v: &Value, warnings: &[String]) -> Resp
 }
 
 /// [`json_response`] of an object already encoded (shared bytes, not copied).
-pub fn shared_json_response(status: StatusCode, body: axum::body::Bytes, warnings: &[String]) -> Response {
+pub(super) fn shared_json_response(status: StatusCode, body: axum::body::Bytes, warnings: &[String]) -> Response {
     let mut r = base(status, "application/json", body);
     add_warnings(&mut r, warnings);
     r
 }
 
 /// A plain-text body (`pods/NAME/log`).
-pub fn text_response(status: StatusCode, text: String) -> Response {
+pub(super) fn text_response(status: StatusCode, text: String) -> Response {
     base(status, "text/plain", text)
 }
 
 /// A streamed plain-text body (`pods/NAME/log?follow=true`).
-pub fn text_stream_response(status: StatusCode, body: Body) -> Response {
+pub(super) fn text_stream_response(status: StatusCode, body: Body) -> Response {
     base(status, "text/plain", body)
 }
 
-pub fn yaml_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
+pub(super) fn yaml_response(status: StatusCode, v: &Value, warnings: &[String]) -> Response {
     let body = serde_yaml::to_string(v).unwrap_or_default().into_bytes();
     let mut r = base(status, "application/yaml", body);
     add_warnings(&mut r, warnings);
     r
 }
 
-pub fn bytes_response(status: StatusCode, body: Vec<u8>, warnings: &[String]) -> Response {
+pub(super) fn bytes_response(status: StatusCode, body: Vec<u8>, warnings: &[String]) -> Response {
     let mut r = base(status, "application/json", body);
     add_warnings(&mut r, warnings);
     r
 }
 
-pub fn error_response(e: &ApiError) -> Response {
+pub(crate) fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = bytes_response(status, serde_json::to_vec(&e.status_doc()).unwrap_or_default(), &[]);
     if let Some(s) = e.retry_after
@@ -88,7 +88,7 @@ pub fn error_response(e: &ApiError) -> Response {
     r
 }
 
-pub fn discovery_response(v: &Value, version: &str) -> Response {
+pub(super) fn discovery_response(v: &Value, version: &str) -> Response {
     let body = serde_json::to_vec(&WireOrder(v)).unwrap_or_default();
     let ct = if version == "v2beta1" {
         "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
@@ -100,7 +100,7 @@ pub fn discovery_response(v: &Value, version: &str) -> Response {
     r
 }
 
-pub fn openapi_response(hash: &str, bytes: Arc<Vec<u8>>, immutable: bool) -> Response {
+pub(super) fn openapi_response(hash: &str, bytes: Arc<Vec<u8>>, immutable: bool) -> Response {
     let mut r = base(StatusCode::OK, "application/json", bytes.as_ref().clone());
     if let Ok(v) = header::HeaderValue::from_str(&format!("\"{hash}\"")) {
         r.headers_mut().insert(header::ETAG, v);
@@ -153,7 +153,7 @@ impl Serialize for Items<'_> {
 
 /// A `<Kind>List` body. Built-in kinds omit `apiVersion`/`kind` on items like the typed
 /// encoder does; custom resources (unstructured) keep them.
-pub fn list_body(
+pub(super) fn list_body(
     list_kind: &str,
     api_version: &str,
     list_meta: &Value,

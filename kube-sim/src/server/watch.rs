@@ -99,7 +99,7 @@ fn stream_response(
 
 /// Who holds a watch, so fault rules changed while it is open apply to it (a partition freezes
 /// or closes the watches of the partitioned client).
-pub struct WatchClient {
+pub(super) struct WatchClient {
     pub faults: Arc<crate::faults::Faults>,
     pub gr: crate::status::GroupResource,
     pub user: String,
@@ -122,7 +122,7 @@ const COALESCE_BYTES: usize = 256 * 1024;
 const FAULT_RECHECK: Duration = Duration::from_millis(50);
 
 #[allow(clippy::too_many_arguments)]
-pub fn serve(
+pub(super) fn serve(
     st: &Arc<AppState>,
     rd: &Arc<ResourceDef>,
     namespace: Option<&str>,

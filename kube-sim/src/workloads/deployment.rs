@@ -91,7 +91,7 @@ fn scale(registry: &Registry, d: &Value, ns: &str, s: &Scale, desired: i64, max:
 }
 
 /// Syncs the Deployment `ns/name`; returns when to look again (a progress deadline).
-pub fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
+pub(super) fn sync(registry: &Registry, ns: &str, name: &str) -> Option<Duration> {
     let d_storage = io::storage(registry, "apps", "deployments")?;
     let rs_storage = io::storage(registry, "apps", "replicasets")?;
     let key = format!("{ns}/{name}");

@@ -22,18 +22,18 @@ use crate::meta;
 use crate::registry::Registry;
 use crate::store::{Store, object_key};
 
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(crate) const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+pub(crate) const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
 const MANAGER: &str = "endpoint-controller";
 const SLICE_MANAGER: &str = "endpointslice-controller";
 
 /// One port of an endpoint: the Service port's name, the pod's port, the protocol.
-pub type Port = (String, i64, String);
+pub(crate) type Port = (String, i64, String);
 
 /// A pod behind a Service.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Member {
+pub(crate) struct Member {
     pub ip: String,
     pub pod: String,
     pub uid: String,
@@ -46,7 +46,7 @@ pub struct Member {
 }
 
 /// The Service's selector as labels (`None`: no selector, the controllers leave it alone).
-pub fn selector(svc: &Value) -> Option<BTreeMap<String, String>> {
+pub(crate) fn selector(svc: &Value) -> Option<BTreeMap<String, String>> {
     if meta::lookup(svc, &["spec", "type"]).and_then(Value::as_str) == Some("ExternalName") {
         return None;
     }
@@ -56,7 +56,7 @@ pub fn selector(svc: &Value) -> Option<BTreeMap<String, String>> {
     (!map.is_empty()).then_some(map)
 }
 
-pub fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
+pub(crate) fn selects(selector: &BTreeMap<String, String>, pod: &Value) -> bool {
     let labels = meta::labels(pod);
     selector.iter().all(|(k, v)| labels.and_then(|l| l.get(k)).and_then(Value::as_str) == Some(v.as_str()))
 }
@@ -86,7 +86,7 @@ fn target_port(service_port: &Value, pod: &Value) -> Option<i64> {
 
 /// The pods behind the Service (`ShouldPodBeInEndpoints` with terminating pods included, and
 /// `podToEndpoint`'s conditions).
-pub fn members(svc: &Value, pods: &[Arc<Value>]) -> Vec<Member> {
+pub(crate) fn members(svc: &Value, pods: &[Arc<Value>]) -> Vec<Member> {
     let Some(sel) = selector(svc) else { return vec![] };
     let publish_not_ready =
         meta::lookup(svc, &["spec", "publishNotReadyAddresses"]).and_then(Value::as_bool) == Some(true);
@@ -144,7 +144,7 @@ fn by_ports(members: &[Member]) -> BTreeMap<Vec<Port>, Vec<&Member>> {
 
 /// The `subsets` of the Service's Endpoints: terminating pods are left out (unless the Service
 /// publishes not-ready addresses), unready ones go to `notReadyAddresses`.
-pub fn subsets(svc: &Value, members: &[Member]) -> Value {
+pub(crate) fn subsets(svc: &Value, members: &[Member]) -> Value {
     let ns = meta::namespace(svc);
     let publish_not_ready =
         meta::lookup(svc, &["spec", "publishNotReadyAddresses"]).and_then(Value::as_bool) == Some(true);
@@ -177,7 +177,7 @@ pub fn subsets(svc: &Value, members: &[Member]) -> Value {
 
 /// The `(ports, endpoints)` of each EndpointSlice the Service should have; a Service with no
 /// endpoints keeps one empty slice, as the controller's placeholder.
-pub fn slices(svc: &Value, members: &[Member]) -> Vec<(Value, Value)> {
+pub(crate) fn slices(svc: &Value, members: &[Member]) -> Vec<(Value, Value)> {
     let ns = meta::namespace(svc);
     let out: Vec<(Value, Value)> = by_ports(members)
         .into_iter()
@@ -213,7 +213,7 @@ fn labels_for(svc: &Value, extra: &[(&str, &str)]) -> Value {
 
 /// Brings the Service's Endpoints and EndpointSlices in line with its pods.
 /// `pods` are the namespace's pods as the controller sees them (after the propagation delay).
-pub fn sync(registry: &Registry, ns: &str, name: &str, pods: &[Arc<Value>]) {
+pub(crate) fn sync(registry: &Registry, ns: &str, name: &str, pods: &[Arc<Value>]) {
     let Some(slice_storage) =
         registry.catalog.get("discovery.k8s.io", "v1", "endpointslices").map(|d| d.storage.clone())
     else {
@@ -332,7 +332,7 @@ pub fn sync(registry: &Registry, ns: &str, name: &str, pods: &[Arc<Value>]) {
 /// ready endpoints of its EndpointSlices, or, when none is ready, the serving terminating ones.
 /// `None` when the Service has no EndpointSlice at all (the caller falls back to Endpoints, which a
 /// Service without a selector may have by hand).
-pub fn routable(store: &Store, ns: &str, name: &str, port_name: &str) -> Option<Vec<SocketAddr>> {
+pub(crate) fn routable(store: &Store, ns: &str, name: &str, port_name: &str) -> Option<Vec<SocketAddr>> {
     let slices: Vec<Arc<Value>> = store
         .list(
             "endpointslices.discovery.k8s.io",

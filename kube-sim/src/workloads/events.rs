@@ -8,7 +8,7 @@ use crate::meta;
 use crate::registry::Registry;
 
 /// Records a core/v1 Event about `obj` from `component`. Best effort, as client-go's recorder is.
-pub fn record(registry: &Registry, obj: &Value, type_: &str, reason: &str, message: &str, component: &str) {
+pub(super) fn record(registry: &Registry, obj: &Value, type_: &str, reason: &str, message: &str, component: &str) {
     let ns = meta::namespace(obj);
     let now = meta::now();
     let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");

@@ -14,7 +14,7 @@ use crate::status::ApiError;
 use crate::store::ListRequest;
 
 /// The storage bucket of a built-in resource.
-pub fn storage(registry: &Registry, group: &str, plural: &str) -> Option<String> {
+pub(super) fn storage(registry: &Registry, group: &str, plural: &str) -> Option<String> {
     registry.catalog.get(group, "v1", plural).map(|rd| rd.storage.clone())
 }
 
@@ -23,12 +23,12 @@ fn def(registry: &Registry, group: &str, version: &str, plural: &str) -> Result<
 }
 
 /// Every object of `storage` in namespace `ns`.
-pub fn list(registry: &Registry, storage: &str, ns: &str) -> Vec<Arc<Value>> {
+pub(super) fn list(registry: &Registry, storage: &str, ns: &str) -> Vec<Arc<Value>> {
     let req = ListRequest { namespace: Some(ns), filter: None, limit: None, start_after: None, at: None };
     registry.store.list(storage, &req).map(|p| p.items).unwrap_or_default()
 }
 
-pub fn create(
+pub(super) fn create(
     registry: &Registry,
     group: &str,
     version: &str,
@@ -43,7 +43,7 @@ pub fn create(
 
 /// [`create`] as `controller`'s request, through validating admission (`crate::admission::internal`).
 #[allow(clippy::too_many_arguments)]
-pub async fn create_admitted(
+pub(super) async fn create_admitted(
     registry: &Registry,
     admission: &Admission,
     controller: &str,
@@ -66,7 +66,7 @@ pub async fn create_admitted(
 /// [`delete`] as `controller`'s request, through validating admission; a refusal is logged (the controller
 /// tries again at its next sync) and counts as no deletion.
 #[allow(clippy::too_many_arguments)]
-pub async fn delete_admitted(
+pub(super) async fn delete_admitted(
     registry: &Registry,
     admission: &Admission,
     controller: &str,
@@ -96,7 +96,7 @@ pub async fn delete_admitted(
 }
 
 /// Deletes with the object's default grace period; returns whether a deletion started.
-pub fn delete(
+pub(super) fn delete(
     registry: &Registry,
     group: &str,
     version: &str,
@@ -119,7 +119,7 @@ pub fn delete(
 
 /// Updates `ns/name` through the main endpoint with `mutate` (retried on conflicts); `mutate`
 /// returning `None` leaves the object as it is.
-pub fn update(
+pub(super) fn update(
     registry: &Registry,
     group: &str,
     plural: &str,
@@ -142,12 +142,12 @@ pub fn update(
 
 /// Points the pod's controller reference at `owner` (adoption) or removes the reference to
 /// `owner_uid` (release). Only a pod without a controller is adopted.
-pub fn set_controller(registry: &Registry, ns: &str, pod: &str, owner: Option<&Value>, owner_uid: &str) {
+pub(super) fn set_controller(registry: &Registry, ns: &str, pod: &str, owner: Option<&Value>, owner_uid: &str) {
     set_controller_of(registry, "", "pods", ns, pod, owner, owner_uid);
 }
 
 /// [`set_controller`] for any namespaced resource (a Deployment adopting ReplicaSets).
-pub fn set_controller_of(
+pub(super) fn set_controller_of(
     registry: &Registry,
     group: &str,
     plural: &str,

@@ -11,9 +11,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 /// A pod's visible state before and after a change became visible (`None`: absent).
-pub type Change = (Option<Arc<Value>>, Option<Arc<Value>>);
+pub(super) type Change = (Option<Arc<Value>>, Option<Arc<Value>>);
 
-pub struct LaggedPods {
+pub(super) struct LaggedPods {
     delay: Duration,
     /// `namespace/name` -> the pod as last made visible.
     visible: BTreeMap<String, Arc<Value>>,
@@ -22,17 +22,17 @@ pub struct LaggedPods {
 }
 
 impl LaggedPods {
-    pub fn new(delay: Duration) -> Self {
+    pub(super) fn new(delay: Duration) -> Self {
         Self { delay, visible: BTreeMap::new(), pending: VecDeque::new() }
     }
 
     /// Records a committed change of pod `key` (`None`: deleted).
-    pub fn observe(&mut self, key: String, pod: Option<Arc<Value>>, now: Instant) {
+    pub(super) fn observe(&mut self, key: String, pod: Option<Arc<Value>>, now: Instant) {
         self.pending.push_back((now + self.delay, key, pod));
     }
 
     /// Makes the changes that are due visible and returns them.
-    pub fn promote(&mut self, now: Instant) -> Vec<Change> {
+    pub(super) fn promote(&mut self, now: Instant) -> Vec<Change> {
         let mut out = Vec::new();
         while self.pending.front().is_some_and(|(due, _, _)| *due <= now) {
             let Some((_, key, pod)) = self.pending.pop_front() else { break };
@@ -46,12 +46,12 @@ impl LaggedPods {
     }
 
     /// When the next change becomes visible.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(super) fn next_due(&self) -> Option<Instant> {
         self.pending.front().map(|(due, _, _)| *due)
     }
 
     /// The visible pods of namespace `ns`.
-    pub fn in_namespace(&self, ns: &str) -> Vec<Arc<Value>> {
+    pub(super) fn in_namespace(&self, ns: &str) -> Vec<Arc<Value>> {
         let prefix = format!("{ns}/");
         self.visible
             .range(prefix.clone()..)

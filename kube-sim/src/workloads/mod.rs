@@ -11,7 +11,7 @@
 //! `progressDeadlineSeconds`).
 
 mod deployment;
-pub mod endpoints;
+pub(crate) mod endpoints;
 mod events;
 mod io;
 mod lagged;
@@ -36,7 +36,7 @@ use crate::store::{Event, EventKind};
 
 /// Settings of the workload controllers.
 #[derive(Clone, Debug, Default)]
-pub struct WorkloadConfig {
+pub(crate) struct WorkloadConfig {
     /// How long after a pod's change its Services' endpoints follow.
     pub endpoint_propagation_delay: Duration,
 }
@@ -172,7 +172,7 @@ impl Loop {
 
 /// Runs the workload controllers until `shutdown` flips. `rx` must have been subscribed before
 /// any object was created, so every pod is seen.
-pub async fn run(
+pub(crate) async fn run(
     registry: Arc<Registry>,
     admission: Arc<crate::admission::Admission>,
     config: WorkloadConfig,

@@ -18,7 +18,7 @@ fn count(obj: &Value, path: &[&str]) -> i64 {
 }
 
 /// The deployment's conditions.
-pub fn conditions(status: &Value) -> Vec<Value> {
+pub(super) fn conditions(status: &Value) -> Vec<Value> {
     status.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default()
 }
 
@@ -36,7 +36,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str, now: &str) 
 
 /// `SetDeploymentCondition`: the same status and reason leave the condition as it is; a new one
 /// keeps `lastTransitionTime` when the status did not change.
-pub fn set_condition(conds: &mut Vec<Value>, mut new: Value) {
+pub(super) fn set_condition(conds: &mut Vec<Value>, mut new: Value) {
     let type_ = field(&new, "type").to_string();
     if let Some(i) = conds.iter().position(|c| field(c, "type") == type_) {
         let cur = &conds[i];
@@ -52,7 +52,7 @@ pub fn set_condition(conds: &mut Vec<Value>, mut new: Value) {
 }
 
 /// What the status is computed from.
-pub struct Inputs<'a> {
+pub(super) struct Inputs<'a> {
     pub deployment: &'a Value,
     /// The ReplicaSet with the current template, if there is one.
     pub new_rs: Option<&'a Value>,
@@ -68,7 +68,7 @@ pub struct Inputs<'a> {
 
 /// The status to write and, while a rollout is under way with a deadline, how long until the
 /// deadline is to be checked.
-pub fn status(i: Inputs<'_>) -> (Value, Option<std::time::Duration>) {
+pub(super) fn status(i: Inputs<'_>) -> (Value, Option<std::time::Duration>) {
     let d = i.deployment;
     let desired = count(d, &["spec", "replicas"]);
     let now = meta::format_time(i.now);

@@ -34,7 +34,7 @@ const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 /// What one sync of a ReplicaSet does.
 #[derive(Debug, Default, PartialEq)]
-pub struct Plan {
+pub(super) struct Plan {
     /// Orphans to take as this ReplicaSet's pods (by name).
     pub adopt: Vec<String>,
     /// Pods of this ReplicaSet its selector no longer matches.
@@ -54,13 +54,13 @@ fn spec_i64(rs: &Value, field: &str) -> i64 {
 }
 
 /// The selector of a ReplicaSet (or Deployment); an absent or invalid one selects nothing.
-pub fn selector(obj: &Value) -> Option<LabelSelector> {
+pub(super) fn selector(obj: &Value) -> Option<LabelSelector> {
     let sel = meta::lookup(obj, &["spec", "selector"])?;
     LabelSelector::from_label_selector_object(sel).ok().filter(|s| !s.is_empty())
 }
 
 /// Decides one sync. `pods` are the namespace's pods.
-pub fn plan(rs: &Value, pods: &[Arc<Value>], now: Timestamp) -> Plan {
+pub(super) fn plan(rs: &Value, pods: &[Arc<Value>], now: Timestamp) -> Plan {
     let mut out = Plan::default();
     let uid = meta::uid(rs);
     let Some(sel) = selector(rs) else {
@@ -191,7 +191,7 @@ fn deletion_order(pods: &[&Arc<Value>], now: Timestamp) -> Vec<String> {
 }
 
 /// The pod the ReplicaSet creates from its template (`GetPodFromTemplate`).
-pub fn pod_from_template(rs: &Value) -> Value {
+pub(super) fn pod_from_template(rs: &Value) -> Value {
     let template = meta::lookup(rs, &["spec", "template"]).cloned().unwrap_or(json!({}));
     let mut metadata = serde_json::Map::new();
     metadata.insert("generateName".into(), json!(format!("{}-", meta::name(rs))));
@@ -210,7 +210,7 @@ pub fn pod_from_template(rs: &Value) -> Value {
 }
 
 /// Syncs the ReplicaSet `ns/name`; returns when to look again (availability after `minReadySeconds`).
-pub async fn sync(registry: &Registry, admission: &Admission, ns: &str, name: &str) -> Option<Duration> {
+pub(super) async fn sync(registry: &Registry, admission: &Admission, ns: &str, name: &str) -> Option<Duration> {
     let rs_storage = io::storage(registry, "apps", "replicasets")?;
     let rs = registry.store.get(&rs_storage, &format!("{ns}/{name}"))?;
     let pods = io::list(registry, "pods", ns);

@@ -6,11 +6,11 @@ use serde_json::{Value, json};
 
 use crate::meta;
 
-pub const HASH_LABEL: &str = "pod-template-hash";
-pub const REVISION: &str = "deployment.kubernetes.io/revision";
-pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
-pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
-pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
+pub(super) const HASH_LABEL: &str = "pod-template-hash";
+pub(super) const REVISION: &str = "deployment.kubernetes.io/revision";
+pub(super) const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
+pub(super) const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
+pub(super) const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 
 /// Deployment annotations a ReplicaSet does not inherit (`skipCopyAnnotation`).
 const NOT_COPIED: &[&str] = &[
@@ -28,7 +28,7 @@ const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 /// `ComputeHash`: FNV-1a (32 bit) of the template (and the collision count), its decimal digits
 /// spelled in the safe alphabet. kube-sim hashes the template's JSON where Go hashes its
 /// printed struct, so the names differ from a real cluster's but follow the same rules.
-pub fn template_hash(template: &Value, collision_count: Option<i64>) -> String {
+pub(super) fn template_hash(template: &Value, collision_count: Option<i64>) -> String {
     let mut h: u32 = 0x811c_9dc5;
     let mut feed = |bytes: &[u8]| {
         for b in bytes {
@@ -44,7 +44,7 @@ pub fn template_hash(template: &Value, collision_count: Option<i64>) -> String {
 }
 
 /// The template without the `pod-template-hash` label (`EqualIgnoreHash`).
-pub fn without_hash(template: &Value) -> Value {
+pub(super) fn without_hash(template: &Value) -> Value {
     let mut t = template.clone();
     if let Some(labels) = t.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
         labels.remove(HASH_LABEL);
@@ -58,14 +58,14 @@ pub fn without_hash(template: &Value) -> Value {
 }
 
 /// Whether the ReplicaSet runs the Deployment's current template.
-pub fn same_template(rs: &Value, deployment: &Value) -> bool {
+pub(super) fn same_template(rs: &Value, deployment: &Value) -> bool {
     let a = meta::lookup(rs, &["spec", "template"]).map(without_hash);
     let b = meta::lookup(deployment, &["spec", "template"]).map(without_hash);
     a == b
 }
 
 /// A ReplicaSet's revision number (0 when absent or unreadable).
-pub fn revision(obj: &Value) -> i64 {
+pub(super) fn revision(obj: &Value) -> i64 {
     meta::annotations(obj)
         .and_then(|a| a.get(REVISION))
         .and_then(Value::as_str)
@@ -75,7 +75,7 @@ pub fn revision(obj: &Value) -> i64 {
 
 /// The annotations a new or current ReplicaSet carries: the Deployment's (minus the skipped
 /// ones), its revision, desired and maximum replicas.
-pub fn replica_set_annotations(
+pub(super) fn replica_set_annotations(
     deployment: &Value,
     current: Option<&Value>,
     revision: i64,
@@ -100,7 +100,7 @@ pub fn replica_set_annotations(
 
 /// Old ReplicaSets past `revisionHistoryLimit` (`cleanupDeployment`): only empty ones that are not
 /// being deleted, lowest revision first.
-pub fn history_to_delete(old: &[&Value], limit: i64) -> Vec<String> {
+pub(super) fn history_to_delete(old: &[&Value], limit: i64) -> Vec<String> {
     let mut idle: Vec<&Value> = old
         .iter()
         .copied()

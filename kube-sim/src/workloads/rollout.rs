@@ -6,7 +6,7 @@ use serde_json::Value;
 
 /// The counts of one ReplicaSet the decisions read.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplicaSetCounts {
+pub(super) struct ReplicaSetCounts {
     pub name: String,
     /// `creationTimestamp` (RFC 3339, so it sorts as text) for oldest-first scale-down.
     pub created: String,
@@ -17,7 +17,7 @@ pub struct ReplicaSetCounts {
 
 /// A ReplicaSet's next `spec.replicas`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Scale {
+pub(super) struct Scale {
     pub name: String,
     pub from: i64,
     pub to: i64,
@@ -38,14 +38,14 @@ fn scaled(v: Option<&Value>, total: i64, round_up: bool, default_percent: i64) -
 
 /// `ResolveFenceposts`: `(maxSurge, maxUnavailable)` for `desired` replicas; both zero is not
 /// allowed, so `maxUnavailable` becomes 1.
-pub fn fenceposts(rolling_update: Option<&Value>, desired: i64) -> (i64, i64) {
+pub(super) fn fenceposts(rolling_update: Option<&Value>, desired: i64) -> (i64, i64) {
     let surge = scaled(rolling_update.and_then(|r| r.get("maxSurge")), desired, true, 25);
     let unavailable = scaled(rolling_update.and_then(|r| r.get("maxUnavailable")), desired, false, 25);
     if surge == 0 && unavailable == 0 { (0, 1) } else { (surge, unavailable) }
 }
 
 /// `NewRSNewReplicas` for a rolling update: the new ReplicaSet grows as far as `maxSurge` allows.
-pub fn new_rs_replicas(desired: i64, max_surge: i64, new_rs: i64, all_spec_replicas: i64) -> i64 {
+pub(super) fn new_rs_replicas(desired: i64, max_surge: i64, new_rs: i64, all_spec_replicas: i64) -> i64 {
     let max_total = desired + max_surge;
     if all_spec_replicas >= max_total {
         return new_rs;
@@ -57,7 +57,7 @@ pub fn new_rs_replicas(desired: i64, max_surge: i64, new_rs: i64, all_spec_repli
 /// One step of a rolling update (`rolloutRolling`): scale the new ReplicaSet up (or down to
 /// `desired`); if it did not move, scale old ones down as far as `maxUnavailable` allows —
 /// unhealthy replicas first, then oldest ReplicaSets first.
-pub fn rolling_step(
+pub(super) fn rolling_step(
     desired: i64,
     rolling_update: Option<&Value>,
     new: &ReplicaSetCounts,
@@ -128,7 +128,7 @@ pub fn rolling_step(
 /// One step of a Recreate rollout: every old ReplicaSet to zero; only once no old pod runs the
 /// new one goes to `desired`. `old_pods_running` is `oldPodsRunning` (an old ReplicaSet still
 /// reports replicas, or a pod of one has not finished).
-pub fn recreate_step(
+pub(super) fn recreate_step(
     desired: i64,
     new: Option<&ReplicaSetCounts>,
     old: &[ReplicaSetCounts],

@@ -13,18 +13,18 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use super::super::quantity;
 
 /// `PATH` of the images the process runtime stands in for (Docker's default).
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(super) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The ConfigMaps and Secrets of the pod's namespace a container reads, by name.
 #[derive(Clone, Debug, Default)]
-pub struct Sources {
+pub(super) struct Sources {
     pub config_maps: HashMap<String, ConfigMap>,
     pub secrets: HashMap<String, Secret>,
 }
 
 /// What the environment depends on besides the pod and the sources.
 #[derive(Clone, Copy, Debug)]
-pub struct PodAddresses {
+pub(super) struct PodAddresses {
     pub pod_ip: Ipv4Addr,
     pub host_ip: Ipv4Addr,
     /// Where the `kubernetes` Service (the API server) is reached.
@@ -33,7 +33,7 @@ pub struct PodAddresses {
 
 /// ConfigMap and Secret names the pod refers to (env, envFrom and volumes), with whether each
 /// reference is optional everywhere (a missing optional one is no error).
-pub fn referenced(pod: &Pod) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
+pub(super) fn referenced(pod: &Pod) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
     let mut config_maps = BTreeMap::new();
     let mut secrets = BTreeMap::new();
     let note = |map: &mut BTreeMap<String, bool>, name: &str, optional: Option<bool>| {
@@ -82,7 +82,7 @@ pub fn referenced(pod: &Pod) -> (BTreeMap<String, bool>, BTreeMap<String, bool>)
 }
 
 /// The value of a `fieldRef` (the downward API fields the kubelet supports).
-pub fn field_value(pod: &Pod, path: &str, addresses: &PodAddresses) -> Result<String, String> {
+pub(super) fn field_value(pod: &Pod, path: &str, addresses: &PodAddresses) -> Result<String, String> {
     let meta = &pod.metadata;
     let spec = pod.spec.as_ref();
     let keyed = |prefix: &str, map: Option<&BTreeMap<String, String>>| -> Option<String> {
@@ -114,7 +114,7 @@ pub fn field_value(pod: &Pod, path: &str, addresses: &PodAddresses) -> Result<St
 
 /// The value of a `resourceFieldRef`: the container's limit (the node's allocatable when it has
 /// none) or request, divided by the divisor and rounded up, as the kubelet does.
-pub fn resource_value(
+pub(super) fn resource_value(
     container: &Container,
     resource: &str,
     divisor: Option<&str>,
@@ -144,7 +144,7 @@ pub fn resource_value(
 
 /// `$(NAME)` expansion of Kubernetes (`third_party/forked/golang/expansion`): a defined name is
 /// replaced, an undefined one is left as written, `$$` is a literal `$`.
-pub fn expand(text: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
+pub(super) fn expand(text: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find('$') {
@@ -172,7 +172,7 @@ pub fn expand(text: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
 }
 
 /// The container's environment in the order the kubelet builds it (later entries win).
-pub fn container_env(
+pub(super) fn container_env(
     pod: &Pod,
     container: &Container,
     sources: &Sources,
@@ -271,14 +271,14 @@ pub fn container_env(
 }
 
 /// `command` and `args` with `$(NAME)` expanded from the container's environment.
-pub fn expand_command(container: &Container, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+pub(super) fn expand_command(container: &Container, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
     let lookup = |name: &str| env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let expand_all = |list: &Option<Vec<String>>| list.iter().flatten().map(|s| expand(s, &lookup)).collect();
     (expand_all(&container.command), expand_all(&container.args))
 }
 
 /// A Secret's `data` (and `stringData`, which the API server has already merged in) as text.
-pub fn secret_data(secret: &Secret) -> BTreeMap<String, String> {
+pub(super) fn secret_data(secret: &Secret) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in secret.data.iter().flatten() {
         out.insert(k.clone(), String::from_utf8_lossy(&v.0).into_owned());

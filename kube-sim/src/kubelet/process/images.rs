@@ -37,29 +37,29 @@ impl FromStr for ImageRule {
 
 /// The image mappings, first match wins.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ImageMap {
+pub(crate) struct ImageMap {
     rules: Vec<ImageRule>,
 }
 
 /// What a container's process is: the program to execute and its `argv`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Program {
+pub(crate) struct Program {
     pub executable: PathBuf,
     /// `argv`, `argv[0]` being the name the container gave its program.
     pub argv: Vec<String>,
 }
 
 impl ImageMap {
-    pub fn new(rules: Vec<ImageRule>) -> Self {
+    pub(crate) fn new(rules: Vec<ImageRule>) -> Self {
         Self { rules }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
 
     /// The mapped path of `image`, if it runs as a process.
-    pub fn lookup(&self, image: &str) -> Option<&Path> {
+    pub(crate) fn lookup(&self, image: &str) -> Option<&Path> {
         let repo = normalize(repository(image));
         let exact = normalize(image);
         self.rules
@@ -74,7 +74,7 @@ impl ImageMap {
     /// The program a container of a mapped image runs: `command` (or the mapped file as the
     /// entrypoint) followed by `args`. `Err` says why it cannot start, as the runtime's
     /// `StartError` would.
-    pub fn program(&self, image: &str, command: &[String], args: &[String]) -> Result<Program, String> {
+    pub(crate) fn program(&self, image: &str, command: &[String], args: &[String]) -> Result<Program, String> {
         let mapped = self.lookup(image).ok_or_else(|| format!("image {image:?} is not mapped to a program"))?;
         let argv: Vec<String> = command.iter().chain(args).cloned().collect();
         if mapped.is_dir() {
@@ -113,7 +113,7 @@ fn normalize(image: &str) -> String {
 
 /// The common images mapped to what this host has (`--host-images`): `busybox` and `alpine`
 /// run the host's shell tools, `python` the host's Python 3.
-pub fn host_rules() -> Vec<ImageRule> {
+pub(crate) fn host_rules() -> Vec<ImageRule> {
     let mut rules = Vec::new();
     let bin = ["/usr/bin", "/bin"].into_iter().map(PathBuf::from).find(|dir| dir.join("sh").is_file());
     if let Some(bin) = bin {

@@ -12,7 +12,7 @@
 //! mount namespace), [`mount_points`] (mount points missing on the host, removed after use), [`probes`] (probe actions and thresholds), [`supervisor`] (the loop).
 
 mod env;
-pub mod images;
+pub(super) mod images;
 mod mount_points;
 mod network;
 mod probes;
@@ -31,11 +31,11 @@ use tokio::sync::{mpsc, watch};
 
 use super::runtime::{ContainerRuntime, Kind, PodRuntime, Probed, State, Timings, Transition};
 use crate::logs::PodLogs;
-pub use images::ImageMap;
+pub(super) use images::ImageMap;
 use supervisor::{Control, Groups, PodTask, Shared, Snapshots};
 
 /// The process runtime of one kubelet simulator.
-pub struct ProcessRuntime {
+pub(super) struct ProcessRuntime {
     shared: Arc<Shared>,
     _state_dir: StateDir,
 }
@@ -52,7 +52,7 @@ impl Drop for StateDir {
 }
 
 /// How the process runtime is set up.
-pub struct Settings {
+pub(super) struct Settings {
     pub images: ImageMap,
     pub api_server: SocketAddr,
     pub timings: Timings,
@@ -62,7 +62,7 @@ pub struct Settings {
 
 impl ProcessRuntime {
     /// Creates the runtime; `notify` receives the UID of each pod whose processes changed.
-    pub fn new(
+    pub(super) fn new(
         client: kube::Client,
         settings: Settings,
         logs: Arc<PodLogs>,
@@ -87,7 +87,7 @@ impl ProcessRuntime {
     }
 
     /// The regular containers of `pod` whose image is mapped to a program.
-    pub fn process_containers(&self, pod: &Pod) -> Vec<String> {
+    pub(super) fn process_containers(&self, pod: &Pod) -> Vec<String> {
         let containers = pod.spec.iter().flat_map(|s| &s.containers);
         containers
             .filter(|c| c.image.as_deref().is_some_and(|image| self.shared.images.lookup(image).is_some()))
@@ -97,7 +97,7 @@ impl ProcessRuntime {
 
     /// Starts supervising the process containers `names` of a pod whose sandbox (`runtime`) was
     /// just created, marking them in it as process containers.
-    pub fn start(&self, pod: &Pod, runtime: &mut PodRuntime, names: Vec<String>) -> PodProcesses {
+    pub(super) fn start(&self, pod: &Pod, runtime: &mut PodRuntime, names: Vec<String>) -> PodProcesses {
         let mut snapshots = BTreeMap::new();
         for container in runtime.containers.iter_mut().filter(|c| c.kind == Kind::Regular && names.contains(&c.name)) {
             container.process = Some(Probed::default());
@@ -123,7 +123,7 @@ impl ProcessRuntime {
 }
 
 /// The supervised processes of one pod; dropping it kills them.
-pub struct PodProcesses {
+pub(super) struct PodProcesses {
     snapshots: Snapshots,
     control: watch::Sender<Control>,
     task: tokio::task::JoinHandle<()>,
@@ -133,7 +133,7 @@ pub struct PodProcesses {
 
 impl PodProcesses {
     /// Hands the supervisor the newest pod, and the (scaled) grace period once it is being deleted.
-    pub fn update(&self, pod: &Pod, stop: Option<Duration>) {
+    pub(super) fn update(&self, pod: &Pod, stop: Option<Duration>) {
         self.control.send_if_modified(|current| {
             let changed = current.pod.metadata.resource_version != pod.metadata.resource_version
                 || (current.stop.is_none() && stop.is_some());
@@ -147,7 +147,7 @@ impl PodProcesses {
 
     /// Copies what the supervisor published into the pod's runtime, and says what happened since
     /// (new instances, back-offs) for the Events.
-    pub fn apply(&self, runtime: &mut PodRuntime) -> Vec<Transition> {
+    pub(super) fn apply(&self, runtime: &mut PodRuntime) -> Vec<Transition> {
         let snapshots = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
         let mut transitions = Vec::new();
         for container in runtime.containers.iter_mut() {

@@ -29,13 +29,13 @@ static CREATED: LazyLock<Mutex<HashMap<PathBuf, Created>>> = LazyLock::new(|| Mu
 /// instance still uses.
 #[derive(Debug, Default)]
 #[must_use = "the mount points are removed when this is dropped"]
-pub struct MountPoints {
+pub(super) struct MountPoints {
     targets: Vec<PathBuf>,
 }
 
 /// Creates the mount points `mounts` lack (an empty directory, or an empty file for a file mounted through
 /// `subPath`) and counts this instance as a user of every mount point kube-sim made for them.
-pub fn acquire(mounts: &[Mount]) -> std::io::Result<MountPoints> {
+pub(super) fn acquire(mounts: &[Mount]) -> std::io::Result<MountPoints> {
     let mut table = CREATED.lock().unwrap_or_else(|p| p.into_inner());
     let mut held = MountPoints::default();
     for mount in mounts {

@@ -12,7 +12,7 @@
 use std::net::Ipv4Addr;
 
 /// `arg` with every wildcard listen host replaced by `pod_ip`.
-pub fn bind_pod_ip(arg: &str, pod_ip: Ipv4Addr) -> String {
+pub(super) fn bind_pod_ip(arg: &str, pod_ip: Ipv4Addr) -> String {
     if arg == "0.0.0.0" || arg == "::" || arg == "[::]" {
         return pod_ip.to_string();
     }

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// What one probe attempt does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     Http { https: bool, host: String, port: u16, path: String, headers: Vec<(String, String)> },
     Tcp { host: String, port: u16 },
     Exec { command: Vec<String> },
@@ -21,7 +21,7 @@ pub enum Action {
 
 /// A probe with the kubelet's defaults filled in.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeSpec {
+pub(super) struct ProbeSpec {
     pub action: Action,
     pub initial_delay: Duration,
     pub period: Duration,
@@ -35,7 +35,7 @@ fn seconds(value: Option<i32>, default: i32, min: i32) -> Duration {
 }
 
 /// Resolves a port that may name one of the container's ports.
-pub fn resolve_port(port: &IntOrString, container: &Container) -> Result<u16, String> {
+pub(super) fn resolve_port(port: &IntOrString, container: &Container) -> Result<u16, String> {
     let number = match port {
         IntOrString::Int(n) => *n,
         IntOrString::String(name) => match name.parse::<i32>() {
@@ -54,7 +54,7 @@ pub fn resolve_port(port: &IntOrString, container: &Container) -> Result<u16, St
 
 impl ProbeSpec {
     /// The probe of a container on `pod_ip`; `Err` for a probe kube-sim cannot run (gRPC).
-    pub fn from_probe(probe: &Probe, container: &Container, pod_ip: Ipv4Addr) -> Result<Self, String> {
+    pub(super) fn from_probe(probe: &Probe, container: &Container, pod_ip: Ipv4Addr) -> Result<Self, String> {
         let action = if let Some(http) = &probe.http_get {
             Action::Http {
                 https: http.scheme.as_deref().is_some_and(|s| s.eq_ignore_ascii_case("HTTPS")),
@@ -87,7 +87,7 @@ impl ProbeSpec {
 /// The kubelet's probe worker bookkeeping: the current result changes only once the new outcome
 /// repeated its threshold's number of times in a row.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tracker {
+pub(super) struct Tracker {
     pub result: bool,
     last: Option<bool>,
     streak: u32,
@@ -95,12 +95,12 @@ pub struct Tracker {
 
 impl Tracker {
     /// Starts at `initial`: failure for readiness and startup, success for liveness.
-    pub fn new(initial: bool) -> Self {
+    pub(super) fn new(initial: bool) -> Self {
         Self { result: initial, last: None, streak: 0 }
     }
 
     /// Records one attempt; returns the result after it.
-    pub fn record(&mut self, success: bool, spec: &ProbeSpec) -> bool {
+    pub(super) fn record(&mut self, success: bool, spec: &ProbeSpec) -> bool {
         if self.last == Some(success) {
             self.streak = self.streak.saturating_add(1);
         } else {
@@ -116,7 +116,7 @@ impl Tracker {
 }
 
 /// One HTTP(S) probe attempt.
-pub async fn http(
+pub(super) async fn http(
     client: &reqwest::Client,
     https: bool,
     host: &str,
@@ -138,13 +138,13 @@ pub async fn http(
 }
 
 /// One TCP probe attempt.
-pub async fn tcp(host: &str, port: u16, timeout: Duration) -> bool {
+pub(super) async fn tcp(host: &str, port: u16, timeout: Duration) -> bool {
     matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await, Ok(Ok(_)))
 }
 
 /// The HTTP client of the prober: no certificate checks, no redirects followed (a redirect
 /// counts as success), the kubelet's user agent.
-pub fn client() -> Result<reqwest::Client, reqwest::Error> {
+pub(super) fn client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .tls_danger_accept_invalid_certs(true)
         .redirect(reqwest::redirect::Policy::none())

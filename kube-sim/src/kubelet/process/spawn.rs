@@ -25,7 +25,7 @@ use super::images::Program;
 
 /// A volume directory (or file) of the pod made visible at `target` inside the container.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mount {
+pub(super) struct Mount {
     pub source: PathBuf,
     pub target: PathBuf,
     pub read_only: bool,
@@ -33,7 +33,7 @@ pub struct Mount {
 
 /// Everything needed to start one process of a container.
 #[derive(Clone, Debug)]
-pub struct Launch {
+pub(super) struct Launch {
     pub program: Program,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<PathBuf>,
@@ -42,7 +42,7 @@ pub struct Launch {
 
 /// Where a command runs: a new container (own mount namespace when it has mounts), or inside
 /// the mount namespace of a running container's process.
-pub enum Namespace {
+pub(super) enum Namespace {
     New,
     Join(OwnedFd),
 }
@@ -52,7 +52,7 @@ fn c_path(path: &Path) -> std::io::Result<CString> {
 }
 
 /// The command for `launch`, stdout and stderr piped, stdin closed.
-pub fn command(launch: &Launch, namespace: Namespace) -> std::io::Result<tokio::process::Command> {
+pub(super) fn command(launch: &Launch, namespace: Namespace) -> std::io::Result<tokio::process::Command> {
     let mut command = tokio::process::Command::new(&launch.program.executable);
     if let Some((arg0, args)) = launch.program.argv.split_first() {
         command.arg0(arg0).args(args);
@@ -122,13 +122,13 @@ pub fn command(launch: &Launch, namespace: Namespace) -> std::io::Result<tokio::
 }
 
 /// The mount namespace of a running process, to run commands inside its container.
-pub fn mount_namespace_of(pid: u32) -> std::io::Result<OwnedFd> {
+pub(super) fn mount_namespace_of(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(std::fs::File::open(format!("/proc/{pid}/ns/mnt"))?.into())
 }
 
 /// Sends `signal` to the process group `pgid` (the container's process and its children);
 /// a group that is already gone is no error.
-pub fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) {
+pub(super) fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) {
     let Ok(pid) = i32::try_from(pgid) else { return };
     match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal) {
         Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
@@ -139,7 +139,7 @@ pub fn signal_group(pgid: u32, signal: nix::sys::signal::Signal) {
 /// Kills the process group when dropped: a container's processes never outlive its supervisor
 /// (nor kube-sim, with `PR_SET_PDEATHSIG` on the leader).
 #[derive(Debug)]
-pub struct GroupGuard(pub u32);
+pub(super) struct GroupGuard(pub u32);
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
@@ -149,7 +149,7 @@ impl Drop for GroupGuard {
 
 /// Finds an exec command's program: `command[0]` by file name in the image's program directory
 /// (when it is mapped to one), else on the container's `PATH` (absolute paths as they are).
-pub fn resolve_exec(name: &str, image_dir: Option<&Path>, path_env: &str) -> Option<PathBuf> {
+pub(super) fn resolve_exec(name: &str, image_dir: Option<&Path>, path_env: &str) -> Option<PathBuf> {
     let file = Path::new(name).file_name()?;
     if let Some(found) = image_dir.map(|dir| dir.join(file)).filter(|p| p.is_file()) {
         return Some(found);

@@ -41,7 +41,7 @@ const MINIMUM_GRACE_SECONDS: i64 = 2;
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// What every supervisor shares.
-pub struct Shared {
+pub(super) struct Shared {
     pub client: kube::Client,
     pub images: ImageMap,
     pub api_server: SocketAddr,
@@ -56,7 +56,7 @@ pub struct Shared {
 
 /// What the agent tells a pod's supervisor.
 #[derive(Clone, Debug)]
-pub struct Control {
+pub(super) struct Control {
     /// The newest pod object.
     pub pod: Pod,
     /// Stop everything with this (scaled) grace period: the pod is being deleted.
@@ -65,7 +65,7 @@ pub struct Control {
 
 /// The process groups of a pod, killed outright when the pod's supervisor is dropped.
 #[derive(Debug, Default)]
-pub struct Groups(Mutex<HashSet<u32>>);
+pub(super) struct Groups(Mutex<HashSet<u32>>);
 
 impl Groups {
     fn insert(&self, pgid: u32) {
@@ -76,7 +76,7 @@ impl Groups {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&pgid);
     }
 
-    pub fn kill_all(&self) {
+    pub(super) fn kill_all(&self) {
         for pgid in self.0.lock().unwrap_or_else(|p| p.into_inner()).drain() {
             spawn::signal_group(pgid, Signal::SIGKILL);
         }
@@ -84,10 +84,10 @@ impl Groups {
 }
 
 /// The published state of a pod's process containers, by container name.
-pub type Snapshots = Arc<Mutex<BTreeMap<String, ContainerRuntime>>>;
+pub(super) type Snapshots = Arc<Mutex<BTreeMap<String, ContainerRuntime>>>;
 
 /// Everything one pod's supervision task needs.
-pub struct PodTask {
+pub(super) struct PodTask {
     pub shared: Arc<Shared>,
     pub uid: String,
     pub addresses: PodAddresses,
@@ -129,7 +129,7 @@ impl PodTask {
     }
 
     /// Runs the pod's process containers until they are all done (deleted, or exited for good).
-    pub async fn run(mut self, names: Vec<String>) {
+    pub(super) async fn run(mut self, names: Vec<String>) {
         let prepared = loop {
             let pod = self.pod();
             match self.prepare(&pod).await {
@@ -750,6 +750,6 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// The pod's addresses as the supervisor needs them.
-pub fn addresses(pod_ip: Ipv4Addr, host_ip: Ipv4Addr, api_server: SocketAddr) -> PodAddresses {
+pub(super) fn addresses(pod_ip: Ipv4Addr, host_ip: Ipv4Addr, api_server: SocketAddr) -> PodAddresses {
     PodAddresses { pod_ip, host_ip, api_server }
 }

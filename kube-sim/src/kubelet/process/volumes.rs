@@ -15,11 +15,11 @@ use super::env::{PodAddresses, Sources, field_value, resource_value, secret_data
 
 /// The ConfigMap holding the cluster's CA, which every service-account volume projects. kube-sim
 /// serves plain HTTP and has no CA, so a missing one projects an empty `ca.crt`.
-pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+pub(super) const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 
 /// One file of a volume: its path inside the volume, content and mode.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VolumeFile {
+pub(super) struct VolumeFile {
     pub path: PathBuf,
     pub content: Vec<u8>,
     pub mode: u32,
@@ -27,7 +27,7 @@ pub struct VolumeFile {
 
 /// Where a volume's content lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VolumeContent {
+pub(super) enum VolumeContent {
     /// Files written into the pod's volume directory.
     Files(Vec<VolumeFile>),
     /// An empty, writable directory (`emptyDir`).
@@ -37,7 +37,7 @@ pub enum VolumeContent {
 }
 
 /// What the volume contains, or why it cannot be mounted (the kubelet's `FailedMount`).
-pub fn volume_files(
+pub(super) fn volume_files(
     pod: &Pod,
     volume: &Volume,
     sources: &Sources,
@@ -128,7 +128,7 @@ pub fn volume_files(
 }
 
 /// Whether the volume needs a service-account token (and its `expirationSeconds`).
-pub fn wants_token(volume: &Volume) -> Option<i64> {
+pub(super) fn wants_token(volume: &Volume) -> Option<i64> {
     volume
         .projected
         .iter()
@@ -215,7 +215,7 @@ fn safe_path(path: &str) -> Result<PathBuf, String> {
 
 /// Writes the volume into `dir` (replacing what an earlier attempt wrote) and returns the host
 /// path the container's mounts of it refer to.
-pub fn materialize(dir: &Path, content: &VolumeContent) -> std::io::Result<PathBuf> {
+pub(super) fn materialize(dir: &Path, content: &VolumeContent) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     match content {
         VolumeContent::Host(path) => Ok(path.clone()),
