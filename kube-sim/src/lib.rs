@@ -48,6 +48,7 @@ mod store;
 mod table;
 pub mod testing;
 mod validation;
+mod version;
 mod volumes;
 mod workloads;
 
@@ -63,8 +64,9 @@ pub use admission::{ClientAuth, ServiceAddress};
 pub use audit::{AuditEvent, AuditLog};
 pub use auth::TokenUser;
 pub use faults::{FaultConfig, FaultCounts, FaultRule};
-pub use kubelet::{ImageRule, KUBELET_VERSION, KubeletConfig, parse_duration};
+pub use kubelet::{ImageRule, KubeletConfig, parse_duration};
 pub use manifests::ManifestError;
+pub use version::{GIT_VERSION, KUBELET_VERSION};
 
 /// Why kube-sim could not start.
 #[derive(Debug, thiserror::Error)]

@@ -508,7 +508,7 @@ pub(crate) fn group_version_doc(catalog: &Catalog, gv_path: &str) -> Option<Valu
     components.insert(PATCH.into(), json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}));
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": crate::server::GIT_VERSION},
+        "info": {"title": "Kubernetes", "version": crate::version::GIT_VERSION},
         "paths": Value::Object(paths),
         "components": {
             "schemas": components,

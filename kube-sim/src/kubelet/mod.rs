@@ -40,7 +40,6 @@ mod status;
 mod writes;
 
 pub use config::{KubeletConfig, parse_duration};
-pub use node::KUBELET_VERSION;
 pub use process::images::ImageRule;
 
 /// Why the kubelet simulator could not run.

@@ -19,9 +19,6 @@ pub(super) const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// A kubelet's default `nodeLeaseDurationSeconds`.
 const NODE_LEASE_DURATION_SECONDS: i32 = 40;
 
-/// Version the fake kubelets report (the API version of the k8s-openapi types in use).
-pub const KUBELET_VERSION: &str = "v1.37.0-kube-sim";
-
 /// One fake node: its name and InternalIP.
 #[derive(Clone, Debug)]
 pub(super) struct FakeNode {
@@ -87,7 +84,7 @@ impl FakeNode {
                 container_runtime_version: "docker://kube-sim".into(),
                 kernel_version: "kube-sim".into(),
                 kube_proxy_version: String::new(),
-                kubelet_version: KUBELET_VERSION.into(),
+                kubelet_version: crate::version::KUBELET_VERSION.into(),
                 machine_id: format!("kube-sim-{}", self.name),
                 operating_system: "linux".into(),
                 os_image: "kube-sim simulated node".into(),
@@ -184,6 +181,18 @@ mod tests {
         assert_eq!(info.allocatable_cpu_milli, 32_000.0);
         assert!(!info.unschedulable);
         assert_eq!(info.labels["kubernetes.io/hostname"], "kube-sim-node-1");
+    }
+
+    #[test]
+    fn the_node_reports_its_api_servers_release() {
+        let config = KubeletConfig::default().validate().unwrap();
+        let node = FakeNode { name: "kube-sim-node-1".into(), ip: Ipv4Addr::new(127, 0, 100, 1) };
+        let info = node.status(&config, Timestamp::now()).node_info.unwrap();
+        let server = crate::version::info();
+        let server = server["gitVersion"].as_str().unwrap();
+        assert_eq!(info.kubelet_version, format!("{server}-kube-sim"));
+        assert_eq!(info.kubelet_version, crate::version::KUBELET_VERSION);
+        assert_eq!(info.kube_proxy_version, "", "no kube-proxy runs");
     }
 
     #[test]

@@ -24,9 +24,6 @@ use crate::status::ApiError;
 use request::{Query, Representation, ResourceRequest, negotiate, parse_resource_path, verb_for};
 pub(crate) use response::{error_response, json_response};
 
-/// The Kubernetes version kube-sim reports (kubectl 1.32 is within the supported skew).
-pub(crate) const GIT_VERSION: &str = "v1.33.0";
-
 /// Everything request handlers share.
 pub(crate) struct AppState {
     pub registry: Arc<Registry>,
@@ -59,24 +56,6 @@ async fn handle(State(st): State<Arc<AppState>>, req: Request<Body>) -> axum::re
     let resp = dispatch(st, req).await;
     tracing::debug!(%method, uri = %uri, status = resp.status().as_u16(), elapsed_ms = started.elapsed().as_millis() as u64, "request");
     resp
-}
-
-fn version_info() -> Value {
-    json!({
-        "major": "1",
-        "minor": "33",
-        "emulationMajor": "1",
-        "emulationMinor": "33",
-        "minCompatibilityMajor": "1",
-        "minCompatibilityMinor": "32",
-        "gitVersion": GIT_VERSION,
-        "gitCommit": "kube-sim",
-        "gitTreeState": "clean",
-        "buildDate": "2025-01-01T00:00:00Z",
-        "goVersion": "go1.24 (kube-sim, Rust)",
-        "compiler": "gc",
-        "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
-    })
 }
 
 fn text(status: StatusCode, body: &str) -> axum::response::Response {
@@ -260,7 +239,7 @@ async fn dispatch(st: Arc<AppState>, req: Request<Body>) -> axum::response::Resp
     let rep = negotiate(accept.as_deref());
     let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     match segments.as_slice() {
-        ["version"] => json_response(StatusCode::OK, &version_info(), &[]),
+        ["version"] => json_response(StatusCode::OK, &crate::version::info(), &[]),
         [probe @ ("healthz" | "livez" | "readyz"), rest @ ..] => {
             if query.get("verbose").is_some() {
                 let checks = [

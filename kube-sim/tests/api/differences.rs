@@ -223,3 +223,23 @@ async fn api_aggregation_is_not_served() -> Result<()> {
     sim.shutdown().await;
     Ok(())
 }
+
+/// Real: a kube-apiserver of the release kube-sim reports (1.33) does not know a Pod's `spec.hostnameOverride`
+/// (added in 1.34) and drops it. kube-sim's built-in kinds have the fields of k8s-openapi's types (the workspace's
+/// Kubernetes version, newer than the reported one), so the field is stored and served.
+#[tokio::test]
+async fn fields_newer_than_the_reported_release_are_kept() -> Result<()> {
+    let sim = sim_with(SimConfig { kubelet: None, ..SimConfig::default() }).await?;
+    let raw = Raw::new(&sim);
+    let version = raw.get("/version").await?.body;
+    let minor: u32 = version["minor"].as_str().unwrap_or_default().parse()?;
+    assert!(minor < 34, "the reported release has hostnameOverride: {version}");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "newer"},
+        "spec": {"hostnameOverride": "game-1", "containers": [{"name": "c", "image": "i"}]}});
+    let created = raw.post("/api/v1/namespaces/default/pods", &pod).await?;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let read = raw.get("/api/v1/namespaces/default/pods/newer").await?;
+    assert_eq!(read.body["spec"]["hostnameOverride"], "game-1");
+    sim.shutdown().await;
+    Ok(())
+}

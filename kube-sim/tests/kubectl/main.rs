@@ -372,6 +372,31 @@ async fn server_side_apply_and_legacy_discovery() -> Result<()> {
     Ok(())
 }
 
+/// kubectl supports one minor version of skew with its server, and the gcloud dispatcher at `/usr/bin/kubectl` runs
+/// the client matching the server's minor: `kubectl version` reports kube-sim's one release and, with a client
+/// within the skew (the dispatcher's choice when `KUBECTL` is not set), warns of nothing.
+#[tokio::test]
+async fn version_is_the_one_release_without_a_skew_warning() -> Result<()> {
+    let k = Kubectl::new().await?;
+    let o = k.run(&["version", "-o", "json"]).await?;
+    anyhow::ensure!(o.code == 0, "kubectl version failed ({}):\n{}\n{}", o.code, o.stdout, o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout)?;
+    assert_eq!(v["serverVersion"]["gitVersion"], kube_sim::GIT_VERSION, "{}", o.stdout);
+    let minor = |side: &str| -> Result<u32> {
+        let text = v[side]["minor"].as_str().with_context(|| format!("{side}.minor in {}", o.stdout))?;
+        Ok(text.trim_end_matches('+').parse()?)
+    };
+    let (client, server) = (minor("clientVersion")?, minor("serverVersion")?);
+    if std::env::var_os("KUBECTL").is_none() {
+        assert!(client.abs_diff(server) <= 1, "kubectl 1.{client} for a 1.{server} server:\n{}", o.stdout);
+    }
+    if client.abs_diff(server) <= 1 {
+        assert!(!o.stderr.contains("WARNING"), "{}", o.stderr);
+    }
+    k.stop().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn auth_can_i_for_token_users() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("kube-sim-kubectl-tokens-{}", std::process::id()));

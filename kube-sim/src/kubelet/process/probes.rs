@@ -149,7 +149,7 @@ pub(super) fn client() -> Result<reqwest::Client, reqwest::Error> {
         .tls_danger_accept_invalid_certs(true)
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(0)
-        .user_agent(format!("kube-probe/{}", super::super::KUBELET_VERSION.trim_start_matches('v')))
+        .user_agent(crate::version::PROBE_USER_AGENT)
         .build()
 }
 
@@ -184,6 +184,30 @@ mod tests {
         };
         assert!(ProbeSpec::from_probe(&bad, &container, Ipv4Addr::LOCALHOST).is_err());
         assert!(ProbeSpec::from_probe(&Probe::default(), &container, Ipv4Addr::LOCALHOST).is_err());
+    }
+
+    #[tokio::test]
+    async fn http_probes_name_the_reported_release_in_their_user_agent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the probe closed before its headers ended");
+                request.extend_from_slice(&buf[..n]);
+            }
+            stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await.unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        let ok = http(&client().unwrap(), false, "127.0.0.1", port, "/healthz", &[], Duration::from_secs(30)).await;
+        assert!(ok);
+        let request = server.await.unwrap().to_ascii_lowercase();
+        let (major, minor, _) = crate::version::tests::numbers(crate::version::GIT_VERSION);
+        assert!(request.contains(&format!("\r\nuser-agent: kube-probe/{major}.{minor}\r\n")), "{request}");
     }
 
     #[test]
