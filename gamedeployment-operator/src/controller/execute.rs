@@ -13,13 +13,12 @@ use common::api::{GameDeployment, HookRun};
 use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod as ApiPod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::{Api, Resource, ResourceExt};
+use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use super::Context;
+use super::cluster_writes::{ClusterWrites, RunCollection};
+use super::ledger::Ledger;
 use crate::action::{Action, ClaimRef, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
 use crate::action::{PlannedEvent, Related};
 use crate::gate::{self, DeleteCause, GateKind};
@@ -85,12 +84,11 @@ fn code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-fn json_patch(ops: &[Value]) -> Result<Patch<()>, serde_json::Error> {
-    Ok(Patch::Json(serde_json::from_value(Value::Array(ops.to_vec()))?))
-}
-
-pub(crate) struct Executor<'a> {
-    pub ctx: &'a Context,
+/// Sends a pass's actions through `writes` (the API server, or a simulated cluster: [`ClusterWrites`]) and records
+/// them in `ledger`.
+pub(crate) struct Executor<'a, W> {
+    pub writes: &'a W,
+    pub ledger: &'a Ledger<'a>,
     pub gd: &'a GameDeployment,
     pub key: &'a str,
     /// The cached pods the plan was made from, looked up by name and by UID, until the pod writes are sent
@@ -104,11 +102,12 @@ pub(crate) struct Executor<'a> {
     pub update_revision: &'a str,
 }
 
-impl<'a> Executor<'a> {
+impl<'a, W: ClusterWrites> Executor<'a, W> {
     /// `cached_pods` are the pass's own (taken from its snapshot): the executor lets them go once the pod writes
     /// are sent ([`Executor::run`]).
     pub fn new(
-        ctx: &'a Context,
+        writes: &'a W,
+        ledger: &'a Ledger<'a>,
         gd: &'a GameDeployment,
         key: &'a str,
         cached_pods: Vec<Arc<Pod>>,
@@ -116,7 +115,8 @@ impl<'a> Executor<'a> {
         update_revision: &'a str,
     ) -> Self {
         Self {
-            ctx,
+            writes,
+            ledger,
             gd,
             key,
             pods: Mutex::new(CachedPods::new(cached_pods)),
@@ -219,23 +219,7 @@ impl CachedPods {
     }
 }
 
-impl Executor<'_> {
-    fn namespace(&self) -> String {
-        self.gd.namespace().unwrap_or_default()
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace())
-    }
-
-    fn revisions(&self) -> Api<ControllerRevision> {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace())
-    }
-
-    fn gds(&self) -> Api<GameDeployment> {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace())
-    }
-
+impl<W: ClusterWrites> Executor<'_, W> {
     fn cached(&self, pod: &PodRef) -> Option<Arc<Pod>> {
         self.pod_named(&pod.name).filter(|p| p.metadata.uid.as_deref() == Some(&pod.uid))
     }
@@ -274,8 +258,8 @@ impl Executor<'_> {
         self.cached_pods().release();
         let mut taken = Vec::new();
         let mut recorded = 0usize;
-        let window = self.ctx.config.write_concurrency;
-        create_all(&self.ctx.client, &self.namespace(), create_runs, window, |run, result| {
+        let window = self.ledger.write_concurrency;
+        create_all(self.writes, create_runs, window, |run, result| {
             let was_taken = matches!(&result, Err(e) if code(e) == Some(409));
             self.hook_run_created(&run, result, &mut outcome);
             if was_taken {
@@ -306,13 +290,12 @@ impl Executor<'_> {
     }
 
     async fn revision_change(&self, action: &Action, outcome: &mut WriteOutcome) {
-        let api = self.revisions();
         match action {
             Action::CreateRevision(r) => {
                 let name = r.metadata.name.clone().unwrap_or_default();
-                match api.create(&PostParams::default(), r).await {
+                match self.writes.create_revision(r).await {
                     Ok(_) => {
-                        self.ctx.expectations.expect_revision(self.key, &name, Instant::now());
+                        self.ledger.expectations.expect_revision(self.key, &name, Instant::now());
                         outcome.succeeded.insert(Phase::Revisions);
                         outcome.events.push(
                             PlannedEvent::normal(
@@ -323,10 +306,10 @@ impl Executor<'_> {
                         );
                     }
                     Err(e) if code(&e) == Some(409) => {
-                        match api.get_opt(&name).await {
+                        match self.writes.get_revision(&name).await {
                             // Created by an earlier pass our cache has not shown yet.
                             Ok(Some(existing)) if revision::holds_template(&existing, &self.gd.spec.template) => {
-                                self.ctx.expectations.expect_revision(self.key, &name, Instant::now());
+                                self.ledger.expectations.expect_revision(self.key, &name, Instant::now());
                             }
                             Ok(_) => {
                                 outcome.collision = true;
@@ -348,12 +331,8 @@ impl Executor<'_> {
                 }
             }
             Action::RenumberRevision { name, revision } => {
-                let patch = json_patch(&[json!({"op": "replace", "path": "/revision", "value": revision})]);
-                let result = match patch {
-                    Ok(patch) => api.patch(name, &PatchParams::default(), &patch).await.map(|_| ()),
-                    Err(e) => Err(kube::Error::SerdeError(e)),
-                };
-                match result {
+                let ops = [json!({"op": "replace", "path": "/revision", "value": revision})];
+                match self.writes.patch_revision(name, &ops).await {
                     Ok(()) => {
                         outcome.succeeded.insert(Phase::Revisions);
                         outcome.events.push(
@@ -378,7 +357,7 @@ impl Executor<'_> {
     /// a GameDeployment being deleted must not take new pods.
     async fn adopt(&self, pods: &[&PodRef], outcome: &mut WriteOutcome) {
         let name = self.gd.name_any();
-        match self.gds().get_opt(&name).await {
+        match self.writes.get_game_deployment(&name).await {
             Ok(Some(fresh))
                 if fresh.metadata.uid == self.gd.metadata.uid && fresh.metadata.deletion_timestamp.is_none() => {}
             Ok(_) => return,
@@ -425,14 +404,10 @@ impl Executor<'_> {
     }
 
     async fn ownership_patch(&self, pod: &PodRef, ops: &[Value], ok: &str, failed: &str, outcome: &mut WriteOutcome) {
-        let result = match json_patch(ops) {
-            Ok(patch) => self.pods().patch(&pod.name, &PatchParams::default(), &patch).await,
-            Err(e) => Err(kube::Error::SerdeError(e)),
-        };
-        match result {
-            Ok(patched) => {
-                if let Some(rv) = patched.metadata.resource_version.as_deref() {
-                    self.ctx.expectations.expect_patch(self.key, &pod.name, rv, Instant::now());
+        match self.writes.patch_pod(&pod.name, false, ops).await {
+            Ok(resource_version) => {
+                if let Some(rv) = resource_version.as_deref() {
+                    self.ledger.expectations.expect_patch(self.key, &pod.name, rv, Instant::now());
                 }
                 outcome.succeeded.insert(Phase::Ownership);
                 let verb = if ok == "AdoptedPod" { "adopted" } else { "released (its labels no longer match)" };
@@ -450,28 +425,22 @@ impl Executor<'_> {
         if deletes.is_empty() {
             return deleted;
         }
-        let api = self.pods();
         let now = Instant::now();
         for (pod, _) in &deletes {
-            self.ctx.expectations.expect_delete(self.key, &pod.uid, now);
-            self.ctx.deleted_by_us(&pod.uid);
+            self.ledger.expectations.expect_delete(self.key, &pod.uid, now);
+            self.ledger.deleting.deleting(&pod.uid);
         }
         let results: Vec<(PodRef, DeleteCause, GateRelease, Result<(), kube::Error>)> = futures::stream::iter(deletes)
             .map(|(pod, cause)| {
-                let api = api.clone();
                 // As for patches: what the delete releases is read now, and the pass's copy of the pod goes.
                 let released = self.gate_release(&pod, Some(GateKind::Delete(cause)));
                 self.cached_pods().forget(&pod);
                 async move {
-                    let params = DeleteParams {
-                        preconditions: Some(Preconditions { uid: Some(pod.uid.clone()), resource_version: None }),
-                        ..DeleteParams::default()
-                    };
-                    let result = api.delete(&pod.name, &params).await.map(|_| ());
+                    let result = self.writes.delete_pod(&pod.name, &pod.uid).await;
                     (pod, cause, released, result)
                 }
             })
-            .buffer_unordered(self.ctx.config.write_concurrency.max(1))
+            .buffer_unordered(self.ledger.write_concurrency.max(1))
             .collect()
             .await;
         for (pod, cause, released, result) in results {
@@ -480,7 +449,11 @@ impl Executor<'_> {
             match result {
                 Ok(()) => {
                     deleted.insert(pod.uid.clone());
-                    self.ctx.metrics.pods_deleted.get_or_create(&ReasonLabels { reason: cause.as_str().into() }).inc();
+                    self.ledger
+                        .metrics
+                        .pods_deleted
+                        .get_or_create(&ReasonLabels { reason: cause.as_str().into() })
+                        .inc();
                     self.record_gate_release(released);
                     outcome.succeeded.insert(phase);
                     let (reason, message) = match cause {
@@ -505,11 +478,11 @@ impl Executor<'_> {
                 }
                 Err(e) if matches!(code(&e), Some(404 | 409)) => {
                     // Already gone, or a different pod now carries the name (UID precondition).
-                    self.ctx.expectations.delete_failed(self.key, &pod.uid);
+                    self.ledger.expectations.delete_failed(self.key, &pod.uid);
                     outcome.stale += 1;
                 }
                 Err(e) => {
-                    self.ctx.expectations.delete_failed(self.key, &pod.uid);
+                    self.ledger.expectations.delete_failed(self.key, &pod.uid);
                     let reason = if recreate { "FailedUpdatePodReCreate" } else { "FailedDelete" };
                     outcome.fail(
                         phase,
@@ -527,8 +500,6 @@ impl Executor<'_> {
         claims: &HashMap<&str, &[PersistentVolumeClaim]>,
         outcome: &mut WriteOutcome,
     ) {
-        // Sent as the API's type (the template's every field); the answer is not read past its status code.
-        let api: Api<ApiPod> = Api::namespaced(self.ctx.client.clone(), &self.namespace());
         let mut remaining = creates.into_iter();
         let mut batch = 1usize;
         loop {
@@ -538,21 +509,20 @@ impl Executor<'_> {
             }
             let now = Instant::now();
             for (pod, _) in &wave {
-                self.ctx.expectations.expect_create(self.key, &pod.name_any(), now);
+                self.ledger.expectations.expect_create(self.key, &pod.name_any(), now);
             }
             let sends = wave.into_iter().map(|(pod, reason)| {
-                let api = api.clone();
                 let pod_claims = claims.get(pod.name_any().as_str()).copied().unwrap_or_default();
                 async move {
                     // The pod's claims first: a pod whose claim could not be made is not created.
                     if let Err(e) = self.create_claims(pod_claims).await {
                         return (pod, reason, Err(e));
                     }
-                    let result = api.create(&PostParams::default(), &pod).await;
+                    let result = self.writes.create_pod(&pod).await;
                     (pod, reason, result)
                 }
             });
-            let results = at_most_in_flight(sends, self.ctx.config.write_concurrency).await;
+            let results = at_most_in_flight(sends, self.ledger.write_concurrency).await;
             let mut failed = false;
             for (pod, reason, result) in results {
                 let name = pod.name_any();
@@ -560,7 +530,7 @@ impl Executor<'_> {
                     common::pod::label(&pod, common::keys::CONTROLLER_REVISION_HASH).unwrap_or("").to_string();
                 match result {
                     Ok(_) => {
-                        self.ctx
+                        self.ledger
                             .metrics
                             .pods_created
                             .get_or_create(&ReasonLabels { reason: reason.as_str().into() })
@@ -577,7 +547,7 @@ impl Executor<'_> {
                     }
                     Err(e) => {
                         failed = true;
-                        self.ctx.expectations.create_failed(self.key, &name);
+                        self.ledger.expectations.create_failed(self.key, &name);
                         outcome.fail(
                             Phase::Scale,
                             PlannedEvent::warning("FailedCreate", format!("creating pod {name}: {e}"))
@@ -595,11 +565,9 @@ impl Executor<'_> {
     }
 
     async fn patch_pods(&self, changes: Vec<PodChange>, outcome: &mut WriteOutcome) {
-        let api = PodWriter { client: self.ctx.client.clone(), url: Pod::url_path(&(), Some(&self.namespace())) };
         let results: Vec<(PodChange, GateRelease, Result<Option<String>, kube::Error>)> =
             futures::stream::iter(changes)
                 .map(|change| {
-                    let api = api.clone();
                     // What the write releases is read now, and the pass's copy of the pod goes: the watch is about to
                     // replace it in the cache, and nothing later in the pass reads it.
                     let released = self.gate_release(&change.pod, gated_by(change.reason));
@@ -608,12 +576,8 @@ impl Executor<'_> {
                         let mut resource_version = None;
                         for write in &change.writes {
                             let (PodWrite::Status(ops) | PodWrite::Object(ops)) = write;
-                            let patch = match json_patch(ops) {
-                                Ok(p) => p,
-                                Err(e) => return (change, released, Err(kube::Error::SerdeError(e))),
-                            };
                             let status = matches!(write, PodWrite::Status(_));
-                            match api.patch(&change.pod.name, status, &patch).await {
+                            match self.writes.patch_pod(&change.pod.name, status, ops).await {
                                 Ok(written) => resource_version = written,
                                 Err(e) => return (change, released, Err(e)),
                             }
@@ -621,7 +585,7 @@ impl Executor<'_> {
                         (change, released, Ok(resource_version))
                     }
                 })
-                .buffer_unordered(self.ctx.config.write_concurrency.max(1))
+                .buffer_unordered(self.ledger.write_concurrency.max(1))
                 .collect()
                 .await;
         for (change, released, result) in results {
@@ -629,9 +593,9 @@ impl Executor<'_> {
             match result {
                 Ok(resource_version) => {
                     if let Some(rv) = resource_version {
-                        self.ctx.expectations.expect_patch(self.key, &change.pod.name, &rv, Instant::now());
+                        self.ledger.expectations.expect_patch(self.key, &change.pod.name, &rv, Instant::now());
                     }
-                    self.ctx
+                    self.ledger
                         .metrics
                         .pods_updated
                         .get_or_create(&ReasonLabels { reason: change.reason.as_str().into() })
@@ -691,7 +655,7 @@ impl Executor<'_> {
     fn record_gate_release(&self, release: GateRelease) {
         if let Some((hook, since)) = release {
             let waited = k8s_openapi::jiff::Timestamp::now().as_millisecond().saturating_sub(since.as_millisecond());
-            self.ctx.metrics.gate_released(hook.prefix(), waited as f64 / 1000.0);
+            self.ledger.metrics.gate_released(hook.prefix(), waited as f64 / 1000.0);
         }
     }
 
@@ -702,13 +666,7 @@ impl Executor<'_> {
                     json!({"op": "test", "path": "/spec/scaleStrategy/podsToDelete", "value": expected}),
                     json!({"op": "replace", "path": "/spec/scaleStrategy/podsToDelete", "value": remaining}),
                 ];
-                let result = match json_patch(&ops) {
-                    Ok(patch) => {
-                        self.gds().patch(&self.gd.name_any(), &PatchParams::default(), &patch).await.map(|_| ())
-                    }
-                    Err(e) => Err(kube::Error::SerdeError(e)),
-                };
-                match result {
+                match self.writes.patch_game_deployment(&self.gd.name_any(), &ops).await {
                     Ok(()) => {
                         let pruned: Vec<&String> = expected.iter().filter(|n| !remaining.contains(n)).collect();
                         outcome.events.push(PlannedEvent::normal(
@@ -720,7 +678,7 @@ impl Executor<'_> {
                     Err(e) => tracing::warn!(error = %e, "pruning podsToDelete failed"),
                 }
             }
-            Action::DeleteRevision { name } => match self.revisions().delete(name, &DeleteParams::default()).await {
+            Action::DeleteRevision { name } => match self.writes.delete_revision(name).await {
                 Ok(_) => tracing::debug!(revision = %name, "deleted old revision"),
                 Err(e) if code(&e) == Some(404) => {}
                 Err(e) => tracing::warn!(revision = %name, error = %e, "deleting an old revision failed"),
@@ -731,16 +689,11 @@ impl Executor<'_> {
 }
 
 /// Claims of `spec.volumeClaimTemplates` ([`crate::planner::scale::volumes`]).
-impl Executor<'_> {
-    fn claims(&self) -> Api<PersistentVolumeClaim> {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace())
-    }
-
+impl<W: ClusterWrites> Executor<'_, W> {
     /// Creates a new pod's claims; one that exists already (an earlier pass made it) is fine.
     async fn create_claims(&self, claims: &[PersistentVolumeClaim]) -> Result<(), kube::Error> {
-        let api = self.claims();
         for claim in claims {
-            match api.create(&PostParams::default(), claim).await {
+            match self.writes.create_claim(claim).await {
                 Ok(_) => {}
                 Err(e) if code(&e) == Some(409) => {}
                 Err(e) => return Err(e),
@@ -758,18 +711,13 @@ impl Executor<'_> {
         deleted: &BTreeSet<String>,
         outcome: &mut WriteOutcome,
     ) {
-        let api = self.claims();
         for (pod, claims) in deletes {
             if pod.is_some_and(|p| !deleted.contains(&p.uid)) {
                 continue;
             }
             for claim in claims.iter() {
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions { uid: Some(claim.uid.clone()), resource_version: None }),
-                    ..DeleteParams::default()
-                };
                 let message = format!("claim {} {}", claim.name, crate::planner::scale::volumes::describe(*pod));
-                match api.delete(&claim.name, &params).await {
+                match self.writes.delete_claim(&claim.name, &claim.uid).await {
                     Ok(_) => {
                         outcome.events.push(PlannedEvent::normal("SuccessfulDeletePVC", format!("deleted {message}")))
                     }
@@ -784,18 +732,14 @@ impl Executor<'_> {
     }
 }
 
-impl Executor<'_> {
-    fn hook_runs(&self) -> Api<HookRun> {
-        Api::namespaced(self.ctx.client.clone(), &self.namespace())
-    }
-
+impl<W: ClusterWrites> Executor<'_, W> {
     /// A run holds the name of one we created: the operator watches only runs labelled with a GameDeployment's name
     /// (`gamedeployment.tkex.tencent.com/name`), so a run without that label (left by BCS, or made by someone else
     /// to take the name) is read here and shown to the next passes through the HookRun expectations, which judge it
     /// (a foreign run is skipped with the next `.N` name and reported, as when the cache showed every run).
     async fn reveal_hook_run(&self, run: &HookRun) {
-        match self.hook_runs().get_opt(&run.name_any()).await {
-            Ok(Some(existing)) => self.ctx.hookrun_expectations.created(existing),
+        match self.writes.get_hook_run(&run.name_any()).await {
+            Ok(Some(existing)) => self.ledger.hook_runs.created(existing),
             Ok(None) => {}
             Err(e) => {
                 tracing::debug!(hookrun = %run.name_any(), error = %e, "reading a run that holds our name failed")
@@ -807,12 +751,9 @@ impl Executor<'_> {
     ///
     /// [`HookRunExpectations::settle`]: super::stale_cache::hookrun_expectations::HookRunExpectations::settle
     fn settle_created_runs(&self) {
-        let cache = &self.ctx.hook_runs;
-        self.ctx.hookrun_expectations.settle(|run| {
-            cache
-                .get(&kube::runtime::reflector::ObjectRef::from_obj(run))
-                .is_some_and(|cached| cached.metadata.uid == run.metadata.uid)
-        });
+        if let Some(cached) = self.ledger.cached_run {
+            self.ledger.hook_runs.settle(cached);
+        }
     }
 
     /// Records the creation of a pass's HookRun ([`create_all`]).
@@ -821,7 +762,7 @@ impl Executor<'_> {
         match result {
             Ok(created) => {
                 let uid = created.metadata.uid.clone();
-                self.ctx.hookrun_expectations.created(created);
+                self.ledger.hook_runs.created(created);
                 outcome.succeeded.insert(Phase::Housekeeping);
                 outcome.events.push(run_event(
                     PlannedEvent::normal(
@@ -862,7 +803,7 @@ impl Executor<'_> {
     async fn delete_hook_runs(&self, runs: Vec<RunDeletion<'_>>, rolling: bool, outcome: &mut WriteOutcome) -> bool {
         let mut ok = true;
         let mut batches: BTreeMap<BatchKey, Vec<Batched<'_>>> = BTreeMap::new();
-        let collections = self.ctx.collection_deletes.load(std::sync::atomic::Ordering::Relaxed);
+        let collections = self.ledger.collection_deletes.load(std::sync::atomic::Ordering::Relaxed);
         for (name, uid, why, batch) in runs {
             match batch.filter(|_| collections) {
                 Some((key, pod_uid)) => batches.entry(key).or_default().push((name, uid, why, pod_uid)),
@@ -874,20 +815,16 @@ impl Executor<'_> {
                 continue;
             }
             for chunk in runs.chunks(COLLECTION_CHUNK) {
-                let uids: Vec<&str> = chunk.iter().map(|(_, _, _, pod)| pod.as_str()).collect();
-                let selector = format!(
-                    "{}={type_},{}={revision},{}={workload},{} in ({})",
-                    common::keys::HOOKRUN_TYPE,
-                    common::keys::HOOKRUN_WORKLOAD_REVISION,
-                    common::keys::HOOKRUN_WORKLOAD_NAME,
-                    common::keys::HOOKRUN_POD_UID,
-                    uids.join(",")
-                );
-                let params = ListParams::default().labels(&selector);
-                match self.hook_runs().delete_collection(&DeleteParams::background(), &params).await {
+                let collection = RunCollection {
+                    type_: &type_,
+                    revision: &revision,
+                    workload: &workload,
+                    pod_uids: chunk.iter().map(|(_, _, _, pod)| pod.as_str()).collect(),
+                };
+                match self.writes.delete_hook_runs(&collection).await {
                     Ok(_) => {
                         for (name, uid, why, _) in chunk {
-                            self.ctx.hookrun_expectations.deleted(uid);
+                            self.ledger.hook_runs.deleted(uid);
                             outcome.events.push(
                                 PlannedEvent::normal(
                                     "SuccessfulDeleteHookRun",
@@ -899,7 +836,7 @@ impl Executor<'_> {
                     }
                     Err(e) if matches!(code(&e), Some(403..=405)) => {
                         tracing::warn!(error = %e, "deleting consumed HookRuns as a collection was refused; deleting them one by one from now on");
-                        self.ctx.collection_deletes.store(false, std::sync::atomic::Ordering::Relaxed);
+                        self.ledger.collection_deletes.store(false, std::sync::atomic::Ordering::Relaxed);
                         for (name, uid, why, _) in chunk {
                             ok &= self.delete_hook_run(name, uid, why, outcome).await;
                         }
@@ -910,7 +847,11 @@ impl Executor<'_> {
                             Phase::Housekeeping,
                             PlannedEvent::warning(
                                 "FailedDeleteHookRun",
-                                format!("deleting {} consumed HookRun(s) ({selector}): {e}", chunk.len()),
+                                format!(
+                                    "deleting {} consumed HookRun(s) ({}): {e}",
+                                    chunk.len(),
+                                    collection.selector()
+                                ),
                             ),
                         );
                     }
@@ -947,13 +888,9 @@ impl Executor<'_> {
     }
 
     async fn delete_hook_run(&self, name: &str, uid: &str, why: &str, outcome: &mut WriteOutcome) -> bool {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
-            ..DeleteParams::background()
-        };
-        match self.hook_runs().delete(name, &params).await {
+        match self.writes.delete_hook_run(name, uid).await {
             Ok(_) => {
-                self.ctx.hookrun_expectations.deleted(uid);
+                self.ledger.hook_runs.deleted(uid);
                 outcome.events.push(
                     PlannedEvent::normal("SuccessfulDeleteHookRun", format!("deleted HookRun {name}: {why}"))
                         .about(Related::hook_run(name, Some(uid))),
@@ -961,7 +898,7 @@ impl Executor<'_> {
                 true
             }
             Err(e) if matches!(code(&e), Some(404 | 409)) => {
-                self.ctx.hookrun_expectations.deleted(uid);
+                self.ledger.hook_runs.deleted(uid);
                 true
             }
             Err(e) => {
@@ -980,11 +917,7 @@ impl Executor<'_> {
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
             json!({"op": "add", "path": "/spec/updateStrategy/paused", "value": paused}),
         ];
-        let result = match json_patch(&ops) {
-            Ok(patch) => self.gds().patch(&self.gd.name_any(), &PatchParams::default(), &patch).await.map(|_| ()),
-            Err(e) => Err(kube::Error::SerdeError(e)),
-        };
-        match result {
+        match self.writes.patch_game_deployment(&self.gd.name_any(), &ops).await {
             Ok(()) => outcome.events.push(pause_event(self.gd, paused, why)),
             Err(e) if matches!(code(&e), Some(409 | 422)) => outcome.stale += 1,
             Err(e) => tracing::warn!(error = %e, "setting spec.updateStrategy.paused failed"),
@@ -997,11 +930,7 @@ impl Executor<'_> {
             json!({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}),
             json!({"op": "replace", "path": format!("/spec/{field}/retry"), "value": false}),
         ];
-        let result = match json_patch(&ops) {
-            Ok(patch) => self.gds().patch(&self.gd.name_any(), &PatchParams::default(), &patch).await.map(|_| ()),
-            Err(e) => Err(kube::Error::SerdeError(e)),
-        };
-        match result {
+        match self.writes.patch_game_deployment(&self.gd.name_any(), &ops).await {
             Ok(()) => outcome.events.push(PlannedEvent::normal(
                 "HookRetried",
                 format!("restarted the failed {} HookRuns; spec.{field}.retry is false again", kind.type_label()),
@@ -1075,44 +1004,6 @@ fn send_order(reason: PatchReason) -> u8 {
     }
 }
 
-/// Sends pod patches and reads only the resourceVersion of the answer (for the expectations): the executor needs
-/// nothing else, and decoding the whole pod — its managedFields into JSON values — for each of a roll's writes was a
-/// visible part of the operator's CPU at 2,000 pods.
-#[derive(Clone)]
-struct PodWriter {
-    client: kube::Client,
-    url: String,
-}
-
-/// The part of a written object the executor reads.
-#[derive(serde::Deserialize)]
-struct Written {
-    metadata: WrittenMeta,
-}
-
-#[derive(serde::Deserialize)]
-struct WrittenMeta {
-    #[serde(rename = "resourceVersion")]
-    resource_version: Option<String>,
-}
-
-impl PodWriter {
-    /// A JSON patch of the pod `name` (of its status subresource if `status`); the resourceVersion it produced.
-    async fn patch(&self, name: &str, status: bool, patch: &Patch<()>) -> Result<Option<String>, kube::Error> {
-        let request = kube::core::Request::new(&self.url);
-        let params = PatchParams::default();
-        let mut request = if status {
-            request.patch_subresource("status", name, &params, patch)
-        } else {
-            request.patch(name, &params, patch)
-        }
-        .map_err(kube::Error::BuildRequest)?;
-        request.extensions_mut().insert(if status { "patch_status" } else { "patch" });
-        let written: Written = self.client.request(request).await?;
-        Ok(written.metadata.resource_version)
-    }
-}
-
 /// The outputs of `sends`, in their order, with at most `concurrency` of them running at once. A slow-start wave of pod
 /// creations doubles up to hundreds of pods: sent all at once, a 900-pod scale-out had 512 requests in flight, each
 /// on a connection of its own (the client speaks HTTP/1.1), which the client then kept open (each with its buffers)
@@ -1123,27 +1014,18 @@ async fn at_most_in_flight<T>(sends: impl IntoIterator<Item = impl Future<Output
 
 /// Creates a pass's HookRuns, up to `concurrency` at once (one at a time, 1,000 runs of a 5,000-pod batch made a
 /// pass last seconds, and every pod whose hook succeeded meanwhile waited for the next pass). Results in any order.
-async fn create_all(
-    client: &kube::Client,
-    namespace: &str,
+async fn create_all<W: ClusterWrites>(
+    writes: &W,
     runs: Vec<HookRun>,
     concurrency: usize,
     mut answered: impl FnMut(HookRun, Result<HookRun, kube::Error>),
 ) {
-    let url = HookRun::url_path(&(), Some(namespace));
     // Each run moves into its request's future and is encoded when that request is about to be sent (the stream is
     // lazy), so a pass creating thousands of runs holds `concurrency` encoded bodies, not one per run, and each run
-    // goes once its answer is handed on. The answer is decoded without its managedFields
-    // ([`common::runtime::lean::LeanHookRun`]): the HookRun expectations keep the run, never that field.
-    let requests = futures::stream::iter(runs).map(|run| {
-        let (client, request) = (client.clone(), create_request(&url, &run));
-        async move {
-            let result = match request {
-                Ok(request) => client.request::<common::runtime::lean::LeanHookRun>(request).await.map(|r| r.0),
-                Err(e) => Err(e),
-            };
-            (run, result)
-        }
+    // goes once its answer is handed on.
+    let requests = futures::stream::iter(runs).map(|run| async move {
+        let result = writes.create_hook_run(&run).await;
+        (run, result)
     });
     // Each answer is handed on as it comes (not collected): a pass creating thousands of runs keeps only the
     // answers its expectations still need.
@@ -1170,15 +1052,6 @@ fn take_hook_run_creates(actions: &mut Vec<Action>) -> Vec<HookRun> {
             _ => None,
         })
         .collect()
-}
-
-/// The `POST` of a HookRun, as `Api::create` sends it.
-fn create_request(url: &str, run: &HookRun) -> Result<http::Request<Vec<u8>>, kube::Error> {
-    let body = serde_json::to_vec(run).map_err(kube::Error::SerdeError)?;
-    let mut request =
-        kube::core::Request::new(url).create(&PostParams::default(), body).map_err(kube::Error::BuildRequest)?;
-    request.extensions_mut().insert("create");
-    Ok(request)
 }
 
 /// The pod a pod's HookRun is for (its `PodName` arg and `pod-uid` label); None for a canary step run.
@@ -1333,7 +1206,8 @@ mod tests {
             })
             .collect();
         let mut created = Vec::new();
-        create_all(&client, "ns", runs, 8, |run, result| created.push((run, result))).await;
+        let writes = super::super::cluster_writes::ApiWrites::new(client, "ns");
+        create_all(&writes, runs, 8, |run, result| created.push((run, result))).await;
         assert_eq!(created.len(), 40);
         assert!(created.iter().all(|(_, result)| result.is_ok()), "{created:?}");
         // Each answer is the run the API server made (here: named after the request's path).

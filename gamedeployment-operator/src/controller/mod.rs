@@ -13,10 +13,14 @@
 //! own status writes do not trigger a pass, BCS-G37). A pass asks to run again only for time-based work
 //! (grace periods, `minReadySeconds`, expectations).
 
+pub(crate) mod cluster_writes;
 mod deletions;
-mod execute;
+pub(crate) mod execute;
+pub(crate) mod ledger;
 pub mod orphans;
 mod pass_pacing;
+#[cfg(test)]
+mod shell_tests;
 mod stale_cache;
 mod template_freshness;
 
@@ -204,12 +208,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Context {
-    /// Records a pod deletion this operator sends (it is not reported as someone else's).
-    fn deleted_by_us(&self, uid: &str) {
+/// Records a pod deletion this operator sends (it is not reported as someone else's).
+impl ledger::DeletionLog for Context {
+    fn deleting(&self, uid: &str) {
         lock(&self.deleted).ours.insert(uid.to_string());
     }
+}
 
+impl Context {
     fn node_costs(&self) -> BTreeMap<String, f64> {
         let Some(nodes) = &self.nodes else { return BTreeMap::new() };
         nodes
@@ -675,8 +681,28 @@ fn plan(snapshot: &Snapshot, keys: &Keyring) -> Plan {
 async fn execute(ctx: &Context, snapshot: &mut Snapshot, plan: &mut Plan) -> execute::WriteOutcome {
     let update_revision = plan.status.update_revision.clone().unwrap_or_default();
     let pods = std::mem::take(&mut snapshot.pods);
-    let executor =
-        execute::Executor::new(ctx, &snapshot.gd, &snapshot.key, pods, &snapshot.hook_runs, &update_revision);
+    let writes = cluster_writes::ApiWrites::new(ctx.client.clone(), &snapshot.namespace);
+    let cached_run = |run: &HookRun| {
+        ctx.hook_runs.get(&ObjectRef::from_obj(run)).is_some_and(|cached| cached.metadata.uid == run.metadata.uid)
+    };
+    let ledger = ledger::Ledger {
+        expectations: &ctx.expectations,
+        hook_runs: &ctx.hookrun_expectations,
+        metrics: &ctx.metrics,
+        deleting: ctx,
+        collection_deletes: &ctx.collection_deletes,
+        write_concurrency: ctx.config.write_concurrency,
+        cached_run: Some(&cached_run),
+    };
+    let executor = execute::Executor::new(
+        &writes,
+        &ledger,
+        &snapshot.gd,
+        &snapshot.key,
+        pods,
+        &snapshot.hook_runs,
+        &update_revision,
+    );
     executor.run(plan).await
 }
 

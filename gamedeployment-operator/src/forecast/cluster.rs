@@ -1,7 +1,9 @@
-//! The simulated cluster: it applies plans the way the API server would (JSON patches with their `test`
-//! preconditions, graceful deletion, `generateName`-free names the planner chose, UIDs and creation times) and runs
-//! a minimal kubelet (scheduling, containers starting, restarting on an image change, `Ready` honouring readiness
-//! gates). The planner's own tests run on it, and so does [`super::forecast`].
+//! The simulated cluster: a plan is sent to it by the operator's own executor
+//! ([`crate::controller::execute::Executor`]: its order, batches and slow start), whose requests it answers the way
+//! the API server would ([`super::sim_writes`]: JSON patches with their `test` preconditions, graceful deletion,
+//! names taken, UID preconditions, UIDs and creation times); and it runs a minimal kubelet (scheduling, containers
+//! starting, restarting on an image change, `Ready` honouring readiness gates). The planner's own tests run on it,
+//! and so does [`super::forecast`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -9,29 +11,50 @@ use std::sync::Arc;
 use common::api::GameDeployment;
 use common::cached_pod::{ContainerState, ContainerStatus, Pod, PodSpec, PodStatus};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{ContainerStateRunning, PodCondition};
+use k8s_openapi::api::core::v1::{ContainerStateRunning, PersistentVolumeClaim, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use serde_json::Value;
 
-use crate::action::{Action, PodWrite};
+use super::sim_writes::{Fault, Sent, SimWrites};
+use crate::controller::execute::{Executor, WriteOutcome};
+use crate::controller::ledger::Standalone;
 use crate::hookrun_keys::Keyring;
+#[cfg(test)]
 use crate::ownership;
 use crate::planner::{Observed, Plan, plan};
 
+/// Writes in flight at once in the simulated executor (the controller's default `--write-concurrency`).
+const WRITE_CONCURRENCY: usize = 16;
+
 /// The objects of one namespace as the API server would hold them, and the clock.
 pub struct SimCluster {
+    /// The GameDeployment, status included, as the executor last wrote it.
     pub gd: GameDeployment,
+    /// Its pods, terminating ones included until their grace period ends.
     pub pods: Vec<Pod>,
+    /// Its ControllerRevisions.
     pub revisions: Vec<ControllerRevision>,
+    /// `io.tencent.bcs.dev/node-deletion-cost` by node.
     pub node_costs: BTreeMap<String, f64>,
     /// Seconds since the epoch.
     pub now: i64,
+    /// The seed new instance ids are drawn from; moved on after every pass, as the operator draws a new one.
     pub seed: u64,
     next_uid: u64,
-    /// Patches the "server" rejected (failed `test`), for assertions.
+    /// Requests the "server" refused (a failed `test`, a name taken, a UID precondition, a missing object), for
+    /// assertions; injected [`Fault`]s are not counted.
     pub rejected: usize,
+    /// The claims of `spec.volumeClaimTemplates` the executor made.
+    pub claims: Vec<PersistentVolumeClaim>,
+    /// Requests that fail on purpose (tests).
+    pub faults: Vec<Fault>,
+    /// The requests of the last pass, in the order the executor sent them.
+    pub sent: Vec<Sent>,
+    /// The executor's expectations and metrics (a simulated pass never waits on them: it reads the cluster itself).
+    books: Option<Box<Standalone>>,
+    /// The namespace's HookRuns (the executor creates and deletes them; a simulated hook-operator sets their phase).
     pub hook_runs: Vec<std::sync::Arc<common::api::HookRun>>,
+    /// The namespace's HookTemplates, from which the executor makes runs.
     pub hook_templates: Vec<common::api::HookTemplate>,
     /// The keys the simulated operator signs and verifies attempt stamps with.
     pub keys: Arc<Keyring>,
@@ -43,6 +66,8 @@ pub struct SimCluster {
     pub created: Vec<k8s_openapi::api::core::v1::Pod>,
 }
 
+/// The instant `second` seconds after the epoch (the epoch itself for one out of range): the simulated clock's
+/// seconds as the planner's timestamps.
 pub fn ts(second: i64) -> Timestamp {
     Timestamp::from_second(second).unwrap_or(Timestamp::UNIX_EPOCH)
 }
@@ -62,6 +87,7 @@ impl SimCluster {
         gd.metadata.uid.get_or_insert_with(|| "gd-uid".into());
         gd.metadata.namespace.get_or_insert_with(|| "default".into());
         gd.metadata.generation.get_or_insert(1);
+        gd.metadata.resource_version.get_or_insert_with(|| "sim-gd-1".into());
         Self {
             gd,
             pods: Vec::new(),
@@ -71,6 +97,10 @@ impl SimCluster {
             seed: 7,
             next_uid: 0,
             rejected: 0,
+            claims: Vec::new(),
+            faults: Vec::new(),
+            sent: Vec::new(),
+            books: None,
             hook_runs: Vec::new(),
             hook_templates: Vec::new(),
             keys,
@@ -80,6 +110,7 @@ impl SimCluster {
         }
     }
 
+    /// What the planner decides for the cluster as it is now (the pass is not applied).
     pub fn plan(&self) -> Plan {
         let observed = Observed {
             gd: &self.gd,
@@ -90,7 +121,7 @@ impl SimCluster {
             seed: self.seed,
             hook_runs: &self.hook_runs,
             hook_templates: &self.hook_templates,
-            claims: Vec::new(),
+            claims: self.claims.iter().collect(),
             keys: &self.keys,
         };
         plan(&observed)
@@ -102,17 +133,60 @@ impl SimCluster {
         self.seed = self.seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
     }
 
-    fn uid(&mut self) -> String {
+    pub(super) fn uid(&mut self) -> String {
         self.next_uid += 1;
         format!("sim-uid-{}", self.next_uid)
     }
 
+    /// The GameDeployment was written: a new resourceVersion, as the API server gives (the planner's spec patches
+    /// carry it as their precondition).
+    pub(super) fn gd_written(&mut self) {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2);
+        let rv = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.gd.metadata.resource_version = Some(format!("sim-gd-{rv}"));
+    }
+
+    /// Sends a pass's plan as the controller does ([`Self::execute`]), then writes the status it computed with what
+    /// the writes did (`FailedScale` / `FailedUpdate`, a revision collision), as the controller's report does.
     pub fn apply(&mut self, plan: &Plan) {
-        for action in &plan.actions {
-            self.apply_action(action);
+        let mut plan = plan.clone();
+        let outcome = self.execute(&mut plan);
+        let mut status = plan.status;
+        if outcome.collision {
+            status.collision_count = Some(status.collision_count.unwrap_or(0) + 1);
         }
-        self.gd.status = Some(plan.status.clone());
+        crate::planner::status::apply_write_outcome(&mut status, &outcome.failures, &outcome.succeeded, ts(self.now));
+        if self.gd.status.as_ref() != Some(&status) {
+            self.gd.status = Some(status);
+            self.gd_written();
+        }
         self.new_resource_versions();
+    }
+
+    /// The operator's executor sends `plan`'s actions to this cluster ([`SimWrites`]): in its order, its batches,
+    /// with its slow start and what it does on a failure. The requests are in [`Self::sent`].
+    pub(crate) fn execute(&mut self, plan: &mut Plan) -> WriteOutcome {
+        self.sent.clear();
+        let mut books = self.books.take().unwrap_or_else(|| Box::new(Standalone::new(WRITE_CONCURRENCY)));
+        let gd = self.gd.clone();
+        let key = format!(
+            "{}/{}",
+            gd.metadata.namespace.as_deref().unwrap_or_default(),
+            gd.metadata.name.as_deref().unwrap_or_default()
+        );
+        let pods: Vec<Arc<Pod>> = self.pods.iter().cloned().map(Arc::new).collect();
+        let hook_runs = self.hook_runs.clone();
+        let update_revision = plan.status.update_revision.clone().unwrap_or_default();
+        let outcome = {
+            let writes = SimWrites::new(self);
+            let ledger = books.lend();
+            let executor = Executor::new(&writes, &ledger, &gd, &key, pods, &hook_runs, &update_revision);
+            // Every answer is ready when asked for: nothing here waits on I/O.
+            futures::executor::block_on(executor.run(plan))
+        };
+        books.forget(&key);
+        self.books = Some(books);
+        outcome
     }
 
     /// Gives every pod that changed since the last call a new resourceVersion, as the API server does on each write
@@ -141,133 +215,6 @@ impl SimCluster {
         self.seen = kept;
     }
 
-    fn pod_mut(&mut self, name: &str, uid: &str) -> Option<&mut Pod> {
-        self.pods
-            .iter_mut()
-            .find(|p| p.metadata.name.as_deref() == Some(name) && p.metadata.uid.as_deref() == Some(uid))
-    }
-
-    pub fn apply_action(&mut self, action: &Action) {
-        let now = ts(self.now);
-        match action {
-            Action::CreateRevision(r) => {
-                if !self.revisions.iter().any(|x| x.metadata.name == r.metadata.name) {
-                    self.revisions.push((**r).clone());
-                }
-            }
-            Action::RenumberRevision { name, revision } => {
-                if let Some(r) = self.revisions.iter_mut().find(|r| r.metadata.name.as_deref() == Some(name)) {
-                    r.revision = Some(*revision);
-                }
-            }
-            Action::DeleteRevision { name } => self.revisions.retain(|r| r.metadata.name.as_deref() != Some(name)),
-            Action::AdoptPod(p) => {
-                let owner = ownership::owner_reference(&self.gd);
-                if let Some(pod) = self.pod_mut(&p.name, &p.uid) {
-                    pod.metadata.owner_references.get_or_insert_with(Vec::new).push(owner);
-                }
-            }
-            Action::ReleasePod(p) => {
-                if let Some(pod) = self.pod_mut(&p.name, &p.uid)
-                    && let Some(refs) = pod.metadata.owner_references.as_mut()
-                {
-                    refs.retain(|r| r.controller != Some(true));
-                }
-            }
-            Action::CreatePod { pod, .. } => {
-                if self.pods.iter().any(|p| p.metadata.name == pod.metadata.name) {
-                    self.rejected += 1;
-                    return;
-                }
-                #[cfg(test)]
-                self.created.push((**pod).clone());
-                let mut pod = Pod::from((**pod).clone());
-                pod.metadata.uid = Some(self.uid());
-                pod.metadata.creation_timestamp = Some(Time(now));
-                self.pods.push(pod);
-            }
-            Action::DeletePod { pod, .. } => {
-                if let Some(pod) = self.pod_mut(&pod.name, &pod.uid) {
-                    pod.metadata.deletion_timestamp.get_or_insert(Time(now));
-                }
-            }
-            Action::PatchPod(change) => {
-                let Some(index) = self.pods.iter().position(|p| {
-                    p.metadata.name.as_deref() == Some(&change.pod.name)
-                        && p.metadata.uid.as_deref() == Some(&change.pod.uid)
-                }) else {
-                    self.rejected += 1;
-                    return;
-                };
-                for write in &change.writes {
-                    let (PodWrite::Status(ops) | PodWrite::Object(ops)) = write;
-                    let mut doc = serde_json::to_value(&self.pods[index]).unwrap_or(Value::Null);
-                    let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops.clone())) else {
-                        self.rejected += 1;
-                        return;
-                    };
-                    if json_patch::patch(&mut doc, &patch).is_err() {
-                        self.rejected += 1;
-                        return;
-                    }
-                    match serde_json::from_value(doc) {
-                        Ok(pod) => self.pods[index] = pod,
-                        Err(_) => {
-                            self.rejected += 1;
-                            return;
-                        }
-                    }
-                }
-            }
-            Action::CreateHookRun(run) => {
-                if self.hook_runs.iter().any(|r| r.metadata.name == run.metadata.name) {
-                    self.rejected += 1;
-                    return;
-                }
-                let mut run = (**run).clone();
-                run.metadata.uid = Some(self.uid());
-                run.metadata.creation_timestamp = Some(Time(now));
-                self.hook_runs.push(std::sync::Arc::new(run));
-            }
-            Action::DeleteHookRun { name, uid, .. } => self.hook_runs.retain(|r| {
-                r.metadata.name.as_deref() != Some(name.as_str()) || r.metadata.uid.as_deref() != Some(uid.as_str())
-            }),
-            Action::SetPaused { paused, .. } => self.gd.spec.update_strategy.paused = *paused,
-            Action::ResetRetry { kind, .. } => {
-                let spec = &mut self.gd.spec;
-                match kind {
-                    common::hookrun::HookKind::PreDelete => {
-                        if let Some(s) = spec.pre_delete_update_strategy.as_mut() {
-                            s.retry = false;
-                        }
-                    }
-                    common::hookrun::HookKind::PreInplace => {
-                        if let Some(s) = spec.pre_inplace_update_strategy.as_mut() {
-                            s.retry = false;
-                        }
-                    }
-                    common::hookrun::HookKind::PostInplace => {
-                        if let Some(s) = spec.post_inplace_update_strategy.as_mut() {
-                            s.retry = false;
-                        }
-                    }
-                    common::hookrun::HookKind::CanaryStep => {}
-                }
-            }
-            Action::PrunePodsToDelete { expected, remaining } => {
-                if let Some(strategy) = self.gd.spec.scale_strategy.as_mut() {
-                    if &strategy.pods_to_delete == expected {
-                        strategy.pods_to_delete = remaining.clone();
-                    } else {
-                        self.rejected += 1;
-                    }
-                }
-            }
-            // Claims are not simulated here (the simulated cluster has no volumeClaimTemplates); `crate::planner::scale::volumes` tests them.
-            Action::CreateClaims { .. } | Action::DeleteClaims { .. } => {}
-        }
-    }
-
     /// The kubelet and garbage collection catch up by one step, and the clock moves `seconds`.
     pub fn tick(&mut self, seconds: i64) {
         self.now += seconds;
@@ -279,6 +226,7 @@ impl SimCluster {
         self.new_resource_versions();
     }
 
+    /// `status.updateRevision` as last written: the revision the rollout moves pods to.
     pub fn update_revision(&self) -> Option<String> {
         self.gd.status.as_ref().and_then(|s| s.update_revision.clone())
     }
@@ -291,6 +239,21 @@ use common::keys;
 
 #[cfg(test)]
 impl SimCluster {
+    /// Sends `actions` alone with the executor, the status left as it is (tests that look at what a plan's actions
+    /// do, on a copy of the cluster).
+    pub fn send(&mut self, actions: &[crate::action::Action]) {
+        let mut plan = Plan {
+            actions: actions.to_vec(),
+            status: self.gd.status.clone().unwrap_or_default(),
+            events: Vec::new(),
+            held: Vec::new(),
+            requeue_after: None,
+            canary_held: 0,
+        };
+        self.execute(&mut plan);
+        self.new_resource_versions();
+    }
+
     /// One reconcile pass: plan and apply. Returns the plan.
     pub fn pass(&mut self) -> Plan {
         let plan = self.plan();

@@ -1,8 +1,11 @@
 //! The forecast behind `kubectl gd plan`: what a change to a GameDeployment will do, in what order and through which
 //! hooks, before it is applied. It runs the operator's own [`crate::planner::plan`] pass after pass over a
-//! simulated copy of the live objects, so the order it shows is the order the operator follows.
+//! simulated copy of the live objects, and sends each pass's actions with the operator's own executor
+//! ([`crate::controller::execute`]: its order, batches and slow start), so the order it shows is the order the
+//! operator follows.
 //!
-//! - [`cluster`]: the simulated cluster (API server semantics for the planner's actions, and a tiny kubelet);
+//! - [`cluster`]: the simulated cluster (a tiny kubelet, and the executor's passes);
+//! - [`sim_writes`]: the simulated cluster's answers to the executor's requests (API server semantics);
 //! - [`hook_operator`]: the simulated hook-operator (a HookRun completes when its metrics' schedule says, as the
 //!   measurements are assumed to read: [`Assume`]);
 //! - [`trust`]: the forecast's own signing key (live runs are re-signed in memory, never written back);
@@ -20,6 +23,7 @@
 
 pub mod cluster;
 pub mod hook_operator;
+pub mod sim_writes;
 pub mod takeover;
 pub mod timeline;
 pub mod trust;
@@ -46,20 +50,28 @@ use timeline::Recorder;
 /// The live objects, as read (the GameDeployment with the change already made to it).
 #[derive(Debug, Clone)]
 pub struct Live {
+    /// The GameDeployment, with the change the forecast is about already made to its spec.
     pub gd: GameDeployment,
     /// The namespace's pods (at least those the GameDeployment's selector matches).
     pub pods: Vec<Pod>,
+    /// The GameDeployment's ControllerRevisions: which revision each pod is on, and whether the update revision exists.
     pub revisions: Vec<ControllerRevision>,
+    /// The namespace's HookRuns: runs already under way are continued from their measurements, not restarted.
     pub hook_runs: Vec<HookRun>,
+    /// The namespace's HookTemplates: their metrics give each hook's probe schedule.
     pub hook_templates: Vec<HookTemplate>,
     /// `io.tencent.bcs.dev/node-deletion-cost` by node.
     pub node_costs: BTreeMap<String, f64>,
+    /// When the objects were read: the forecast's second 0.
     pub now: Timestamp,
 }
 
+/// What the forecast assumes where the cluster cannot tell it.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// How hooks end (`--assume-hooks`).
     pub assume: Assume,
+    /// The hook-operator's timing (its `--interval-scale`), which spaces the probes.
     pub timing: Timing,
     /// Simulated seconds after which the forecast gives up.
     pub max_seconds: i64,
@@ -71,8 +83,10 @@ impl Default for Options {
     }
 }
 
+/// Why no forecast could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ForecastError {
+    /// The simulated operator signs its runs' attempt stamps like the real one; its throwaway key could not be made.
     #[error("cannot make the forecast's signing key: {0}")]
     Keys(#[from] KeyError),
 }
@@ -225,7 +239,10 @@ pub fn forecast(live: Live, options: &Options) -> Result<Timeline, ForecastError
         cluster.finish_pass(&plan);
         passes += 1;
         let now_progress = Some(progress(&cluster.gd, &plan.status));
-        let changed = !plan.actions.is_empty() || hooks_moved || now_progress != last_progress;
+        // What the executor sent, not what the plan asked for: a batch of consumed runs it holds back while the
+        // rollout is in progress is no change (a rollout stopped there would otherwise be passed every second).
+        let wrote = cluster.sent.iter().any(|s| s.request.writes());
+        let changed = wrote || hooks_moved || now_progress != last_progress;
         last_progress = now_progress;
         let mut step = 1;
         if !changed && !settling(&cluster.pods) {

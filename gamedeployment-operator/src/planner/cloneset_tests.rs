@@ -170,9 +170,7 @@ fn the_next_pod_is_taken_only_once_the_previous_one_is_back_in_normal() {
             after.pods = world.pods.clone();
             after.revisions = world.revisions.clone();
             after.now = world.now;
-            for action in &plan.actions {
-                after.apply_action(action);
-            }
+            after.send(&plan.actions);
             let normal_before: BTreeSet<String> = in_state(&world, LifecycleState::Normal).into_iter().collect();
             let taken: Vec<String> = in_state(&after, LifecycleState::PreparingUpdate)
                 .into_iter()

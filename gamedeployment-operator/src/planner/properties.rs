@@ -137,9 +137,7 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
         after.revisions = w.revisions.clone();
         after.now = w.now;
         after.gd.status = Some(plan.status.clone());
-        for action in &plan.actions {
-            after.apply_action(action);
-        }
+        after.send(&plan.actions);
         let serving_after = after.serving();
         if serving_after < serving_before.min(floor) {
             failure = Some(format!("serving {serving_before} -> {serving_after}, floor {floor}: {:#?}", plan.actions));
@@ -152,11 +150,13 @@ fn run(s: &Scenario) -> Result<(), TestCaseError> {
         rollout.revisions = w.revisions.clone();
         rollout.now = w.now;
         rollout.gd.status = Some(plan.status.clone());
-        for action in &plan.actions {
-            if !matches!(action, Action::DeletePod { cause: crate::gate::DeleteCause::PodsToDelete, .. }) {
-                rollout.apply_action(action);
-            }
-        }
+        let rolled: Vec<Action> = plan
+            .actions
+            .iter()
+            .filter(|a| !matches!(a, Action::DeletePod { cause: crate::gate::DeleteCause::PodsToDelete, .. }))
+            .cloned()
+            .collect();
+        rollout.send(&rolled);
         if w.update_revision() == after.update_revision() && old_count(&rollout) < old_before.min(partition_floor) {
             failure = Some(format!("old pods {old_before} -> {}, partition {partition_floor}", old_count(&rollout)));
         }

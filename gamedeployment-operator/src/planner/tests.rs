@@ -62,9 +62,7 @@ fn guard(max_unavailable: usize) -> impl FnMut(&World, &super::Plan) {
         after.pods = world.pods.clone();
         after.revisions = world.revisions.clone();
         after.now = world.now;
-        for action in &plan.actions {
-            after.apply_action(action);
-        }
+        after.send(&plan.actions);
         let floor = before.min(replicas.saturating_sub(max_unavailable));
         assert!(
             after.serving() >= floor,
