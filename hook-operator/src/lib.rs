@@ -24,7 +24,7 @@ pub mod providers;
 pub mod readiness;
 pub mod settings;
 pub mod testing;
-pub mod text;
+pub(crate) mod text;
 
 /// Unit tests count evaluation memory like the binaries do (see [`conditions::budget::Counting`]).
 #[cfg(test)]

@@ -16,11 +16,11 @@
 //! pod deletion in the cluster ever calls the webhook.
 
 pub mod caches;
-pub mod labeller;
+pub(crate) mod labeller;
 pub mod server;
-pub mod tls;
-pub mod validation;
-pub mod verdict;
+pub(crate) mod tls;
+pub(crate) mod validation;
+pub(crate) mod verdict;
 
 /// GameDeployment annotation `"true"`: opt in to the pod gate. Pod label `"true"`: the pod's GameDeployment opted
 /// in (set by the operator; the webhook configuration's `objectSelector`).
@@ -122,6 +122,8 @@ pub struct WebhookFlags {
     "finding out which user the operator is (SelfSubjectReview): {0}; pass --webhook-operator-user (the operator's \
      ServiceAccount user) so the webhook recognises the operator's own pod deletions"
 )]
+/// The operator could not learn its own user, so the webhook could not tell its own pod deletions from others' (and
+/// would hold them at its own gate): the process does not start, and the message says which flag fixes it.
 pub struct IdentityError(String);
 
 impl WebhookFlags {

@@ -16,7 +16,7 @@
 //! When a metric is measured next is [`schedule`]; whether a spec can run at all is [`validate`].
 
 pub mod lost;
-pub mod schedule;
+pub(crate) mod schedule;
 pub mod validate;
 
 use std::collections::{HashMap, HashSet};

@@ -123,7 +123,9 @@ pub const OVER_MEMORY: u32 = u32::MAX;
 /// counted against a tenant's job.
 pub const READY: u32 = u32::MAX - 1;
 
-/// Writes one job: its header as JSON, then the body, each behind its length (u32, little-endian).
+/// Writes one job: its header as JSON, then the body, each behind its length (u32, little-endian). The operator
+/// streams the body after [`write_header`] instead; this whole-job form is the tests'.
+#[cfg(test)]
 pub fn write_job(out: &mut impl Write, job: &Job, body: &[u8]) -> io::Result<()> {
     write_header(out, job, body.len())?;
     out.write_all(body)?;

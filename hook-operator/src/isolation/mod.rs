@@ -22,7 +22,7 @@
 //! such executable use [`Evaluator::Threads`]: the same jobs on in-process threads, with checkpoints instead of hard
 //! bounds (see [`crate::conditions::budget`]).
 
-pub mod job;
+pub(crate) mod job;
 pub mod worker;
 pub mod workers;
 
