@@ -21,7 +21,7 @@ use common::keys;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use crate::tree::{Snapshot, gate_runs_of, instance_id, run_phase};
+use crate::snapshot::{Snapshot, gate_runs_of, gitops_clean, instance_id, run_phase};
 
 /// Annotation `kubectl rollout restart` sets on the pod template; we use the same key.
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
@@ -37,15 +37,6 @@ pub enum Write {
     DeleteRun { name: String, uid: String },
     /// JSON merge patch of a pod (its annotations).
     MergePod { name: String, patch: Value },
-}
-
-/// Whether the GameDeployment opted in to the GitOps-clean control surface (no spec writes by anyone but Git).
-pub fn gitops_clean(gd: &common::api::GameDeployment) -> bool {
-    gd.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::CONTROL))
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case(keys::CONTROL_ANNOTATIONS))
 }
 
 /// Writes plus what to tell the user.

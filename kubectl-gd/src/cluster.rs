@@ -14,7 +14,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::actions::Write;
-use crate::tree::Snapshot;
+use crate::snapshot::Snapshot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -13,7 +13,8 @@ use crate::cli::{Cli, Color, Command, Conn, Output};
 use crate::cluster::{Error, Target};
 use crate::render::{self, Style};
 use crate::rollout::{State, Verdict, exit};
-use crate::tree::{self, Snapshot};
+use crate::snapshot::{Snapshot, gitops_clean};
+use crate::tree;
 
 pub const EXIT_FAILED: u8 = exit::FAILED;
 pub const EXIT_PAUSED: u8 = exit::PAUSED;
@@ -313,7 +314,7 @@ async fn skip_hook(pod_name: &str, conn: &Conn) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let plan = if actions::gitops_clean(&snapshot.gd) {
+    let plan = if gitops_clean(&snapshot.gd) {
         actions::skip_hook_by_annotation(&snapshot, &pod)
     } else {
         actions::skip_hook(&snapshot, &pod)

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
-use crate::tree::{Snapshot, gate_runs_of, run_phase};
+use crate::snapshot::{Snapshot, gate_runs_of, gitops_clean, run_phase};
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub enum State {
@@ -174,7 +174,7 @@ impl Facts {
                 gd.metadata.name.as_deref().unwrap_or_default(),
                 gd.metadata.namespace.as_deref(),
             ),
-            gitops_clean: crate::actions::gitops_clean(gd),
+            gitops_clean: gitops_clean(gd),
             generation: gd.metadata.generation.unwrap_or(0),
             observed: status.observed_generation.unwrap_or(0),
             status,

@@ -4,50 +4,16 @@
 //! GameDeployment → its ControllerRevisions (newest first) → the pods running each revision → for a pod with a
 //! HookRun, the run → each metric with its last measurement and the condition it is judged by.
 
-use common::api::{GameDeployment, HookCondition, HookPhase, HookRun, Measurement, Metric, MetricResult};
-use common::hookrun::HookKind;
+use common::api::{HookCondition, HookPhase, HookRun, Measurement, Metric, MetricResult};
 use common::keys;
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 
 use crate::rollout::{self, Verdict};
-
-/// Everything observed about one GameDeployment.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    pub gd: GameDeployment,
-    pub revisions: Vec<ControllerRevision>,
-    pub pods: Vec<Pod>,
-    pub runs: Vec<HookRun>,
-}
-
-impl Snapshot {
-    /// Keeps only what this GameDeployment controls (controller ownerReference to its UID); for HookRuns also
-    /// those carrying its name label (a run whose owner is not set yet still belongs to the tree).
-    pub fn owned(gd: GameDeployment, revisions: Vec<ControllerRevision>, pods: Vec<Pod>, runs: Vec<HookRun>) -> Self {
-        let uid = gd.metadata.uid.clone().unwrap_or_default();
-        let name = gd.metadata.name.clone().unwrap_or_default();
-        let ours = |refs: &Option<Vec<OwnerReference>>| {
-            refs.iter().flatten().any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "GameDeployment")
-        };
-        let revisions = revisions.into_iter().filter(|r| ours(&r.metadata.owner_references)).collect();
-        let pods = pods.into_iter().filter(|p| ours(&p.metadata.owner_references)).collect();
-        let runs = runs
-            .into_iter()
-            .filter(|r| {
-                ours(&r.metadata.owner_references)
-                    || (r.metadata.owner_references.as_ref().is_none_or(Vec::is_empty)
-                        && label(&r.metadata.labels, keys::HOOKRUN_WORKLOAD_NAME)
-                            == Some(common::hookrun::workload_label_value(&name).as_str()))
-            })
-            .collect();
-        Self { gd, revisions, pods, runs }
-    }
-}
+use crate::snapshot::{Snapshot, label, run_phase, runs_of};
 
 /// `kubectl gd get` output, also its `-o json` document.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -245,10 +211,6 @@ pub struct LastMeasurement {
     pub ago_seconds: Option<i64>,
 }
 
-fn label<'a>(labels: &'a Option<std::collections::BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
-    labels.as_ref()?.get(key).map(String::as_str)
-}
-
 fn seconds_since(now: Timestamp, then: Option<&Time>) -> Option<i64> {
     then.map(|t| (now.as_second() - t.0.as_second()).max(0))
 }
@@ -422,38 +384,6 @@ pub fn build(snapshot: &Snapshot, now: Timestamp) -> Tree {
     }
 }
 
-/// The pod's instance id (label, else the last segment of its name, as the operator derives it).
-pub fn instance_id(pod: &Pod) -> &str {
-    common::pod::label(pod, keys::INSTANCE_ID)
-        .unwrap_or_else(|| pod.metadata.name.as_deref().and_then(|n| n.rsplit('-').next()).unwrap_or(""))
-}
-
-/// The pod hook runs (not canary step runs) made for this pod: same instance id.
-/// A shadow hook's run (`shadowHook`, type label `shadow-…`): shown with its pod, but it decides nothing, so no
-/// verdict or action looks at it.
-pub fn is_shadow(run: &HookRun) -> bool {
-    label(&run.metadata.labels, keys::HOOKRUN_TYPE).is_some_and(|t| t.starts_with("shadow-"))
-}
-
-/// The runs of the pod's gates ([`runs_of`] without shadow runs).
-pub fn gate_runs_of<'a>(pod: &Pod, runs: &'a [HookRun]) -> Vec<&'a HookRun> {
-    runs_of(pod, runs).into_iter().filter(|r| !is_shadow(r)).collect()
-}
-
-/// Every run made for the pod (its gates' and its shadow hooks'), by name.
-pub fn runs_of<'a>(pod: &Pod, runs: &'a [HookRun]) -> Vec<&'a HookRun> {
-    let id = instance_id(pod);
-    let mut found: Vec<&HookRun> = runs
-        .iter()
-        .filter(|r| {
-            label(&r.metadata.labels, keys::HOOKRUN_INSTANCE_ID) == Some(id)
-                && label(&r.metadata.labels, keys::HOOKRUN_TYPE) != Some(HookKind::CanaryStep.type_label())
-        })
-        .collect();
-    found.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    found
-}
-
 fn pod_node(pod: &Pod, snapshot: &Snapshot, conditions: &[(&str, &HookCondition)], now: Timestamp) -> PodNode {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let phase = if pod.metadata.deletion_timestamp.is_some() {
@@ -485,11 +415,6 @@ fn pod_node(pod: &Pod, snapshot: &Snapshot, conditions: &[(&str, &HookCondition)
         runs: runs_of(pod, &snapshot.runs).into_iter().map(|r| run_node(r, now)).collect(),
         name,
     }
-}
-
-/// The phase a run shows (`Pending` until the hook-operator wrote one).
-pub fn run_phase(run: &HookRun) -> HookPhase {
-    run.status.as_ref().and_then(|s| s.phase).unwrap_or(HookPhase::Pending)
 }
 
 fn run_node(run: &HookRun, now: Timestamp) -> Run {

@@ -4,7 +4,7 @@
 use crate::fixtures;
 
 use kubectl_gd::actions::{self, RESTARTED_AT, Write};
-use kubectl_gd::tree::Snapshot;
+use kubectl_gd::snapshot::Snapshot;
 use serde_json::json;
 
 use fixtures::*;

@@ -7,7 +7,8 @@ use crate::fixtures;
 use common::api::HookPhase;
 use kubectl_gd::render::{Style, render};
 use kubectl_gd::rollout::{State, Verdict};
-use kubectl_gd::tree::{Snapshot, build};
+use kubectl_gd::snapshot::Snapshot;
+use kubectl_gd::tree::build;
 
 use fixtures::*;
 
