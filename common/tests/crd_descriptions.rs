@@ -163,3 +163,32 @@ fn descriptions_stand_on_their_own() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+#[test]
+fn documented_enums_keep_a_plain_enum_schema() {
+    // The API enums' variants carry rustdoc (missing_docs). With documented variants schemars makes a `oneOf` of
+    // described constants, which drops `null` from an optional field's `enum` (unlike every other optional field)
+    // and puts the enum's own text over the field's: `hookPolicy.onFailure`'s enum and the hook conditions'
+    // `releasedBy` text were lost that way before `schema::plain_enum`. HookRun `spec.policy` is optional, and its
+    // field text says what the enum's does not.
+    let mut problems = Vec::new();
+    for (_, crd) in common::crd::all() {
+        let schema = crd.spec.versions[0].schema.as_ref().and_then(|s| s.open_api_v3_schema.clone()).unwrap();
+        let kind = crd.spec.names.kind.clone();
+        let mut fields = Vec::new();
+        walk(&schema, &kind, &[format!("{kind}.spec.template").as_str()], &mut fields);
+        for (path, s) in &fields {
+            let Some(values) = &s.enum_ else { continue };
+            if s.nullable == Some(true) && !values.iter().any(|v| v.0.is_null()) {
+                problems.push(format!("{path}: optional, but its enum has no null: {values:?}"));
+            }
+            if kind == "HookRun" && path == "HookRun.spec.policy" {
+                let d = s.description.as_deref().unwrap_or_default();
+                if !d.contains("Immutable") {
+                    problems.push(format!("{path}: the enum's description replaced the field's: {d:?}"));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -345,9 +345,14 @@ pub struct CostProbe {
 
 /// How a scale-in chooses its victims.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[schemars(transform = schema::plain_enum)]
 pub enum ScaleInMode {
+    /// BCS's behaviour: the first pods in deletion order are the victims, each held until its pre-delete hook
+    /// succeeds, however long a busy server takes.
     #[default]
     Ordered,
+    /// Start pre-delete hooks on more candidates than needed (`extraCandidates`) and delete the first whose hook
+    /// succeeds, so one busy server cannot hold a scale-in while an empty one keeps running.
     RaceToEmpty,
 }
 
@@ -526,9 +531,14 @@ pub struct InPlaceUpdateStrategy {
 
 /// Container ordering during an in-place update.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[schemars(transform = schema::plain_enum)]
 pub enum InPlaceUpdatePolicy {
+    /// The changed containers are updated together; the only ordering the operator implements.
     DisOrdered,
+    /// CloneSet's "one container after the previous is ready": refused for a template with more than one container.
     OrderedReady,
+    /// CloneSet's "one container after the previous is updated": refused for a template with more than one
+    /// container.
     OrderedUpdated,
 }
 
@@ -619,9 +629,12 @@ pub struct HookGatePolicy {
     pub auto_retry: Option<HookAutoRetry>,
 }
 
-// What a hook that failed or ran past its soft deadline does to its pod. (A comment, not a doc comment: the
-// CRD generator would put a type's description over each field's own, and `onFailure`/`onTimeout` differ.)
+/// What a hook that failed or ran past its soft deadline does to its pod.
+///
+/// The CRD carries no description of this type (`schema::without_description`): the generator would put it over
+/// each field's own, and `onFailure`/`onTimeout` describe the choice differently.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[schemars(transform = schema::plain_enum, transform = schema::without_description)]
 pub enum HookFallback {
     /// Keep the pod held (the BCS behaviour).
     #[default]
@@ -648,6 +661,7 @@ pub struct HookAutoRetry {
 
 /// Why a gate let a pod go without a successful hook.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[schemars(transform = schema::plain_enum)]
 pub enum HookReleaseReason {
     /// `hookPolicy.hardDeadlineSeconds` passed.
     HardDeadline,
@@ -848,8 +862,11 @@ pub struct GameDeploymentCondition {
 
 /// Why a rollout is paused.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[schemars(transform = schema::plain_enum)]
 pub enum PauseReason {
+    /// A `pause` step: indefinite until `paused` is set to false, or for its `duration`.
     PausedByCanaryPauseStep,
+    /// A step's hook failed: the rollout waits until a person resumes it.
     PausedByStepBasedHook,
 }
 
@@ -900,7 +917,7 @@ pub struct CanaryRollback {
     pub step: i32,
     /// The step's last HookRun.
     pub hook_run: String,
-    /// Its phase when the rollback was decided.
+    /// The HookRun's phase when the rollback was decided (`Failed`, `Error` or `Inconclusive`).
     pub phase: HookPhase,
     /// When the rollback was decided.
     pub rolled_back_at: Time,

@@ -16,7 +16,7 @@ use super::schema;
 pub mod limits {
     /// Metrics of a template or run.
     pub const MAX_METRICS: usize = 32;
-    /// Args of a template or run (runs also get the injected PodName, PodIP, PodContainer[i], ...).
+    /// Args of a template or run (runs also get the injected `PodName`, `PodIP`, `PodContainer[i]`, ...).
     pub const MAX_ARGS: usize = 128;
     /// Characters of an argument value.
     pub const MAX_ARG_VALUE: usize = 4096;
@@ -151,9 +151,12 @@ pub struct HookRunSpec {
 
 /// How the metrics of a run are sequenced.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[schemars(transform = schema::plain_enum)]
 pub enum HookPolicy {
+    /// Every metric starts at once; the run ends when all of them have.
     #[default]
     Parallel,
+    /// Metric i starts only after metric i-1 succeeded, so a later check runs only once an earlier one passed.
     Ordered,
 }
 
@@ -185,6 +188,7 @@ pub struct Argument {
 }
 
 impl Argument {
+    /// A literal argument, as the operators inject `PodName`, `PodIP` and the rest into the runs they make.
     pub fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
         Self { name: name.into(), value: Some(value.into()), value_from: None }
     }
@@ -266,6 +270,8 @@ pub struct Metric {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub consecutive_successful_limit: Option<i32>,
+    /// Where each measurement comes from. Exactly one provider must be set: `web`, `prometheus` or `kubernetes`
+    /// (`exec` is refused).
     pub provider: MetricProvider,
 }
 
@@ -297,10 +303,13 @@ fn is_zero(v: &i32) -> bool {
     "message": "the exec provider is not supported (BCS declares it but never implemented it): use a web or kubernetes provider instead (or prometheus)"
 }]))]
 pub struct MetricProvider {
+    /// An HTTP call whose JSON answer is judged by the conditions (to any endpoint the egress policy allows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web: Option<WebMetric>,
+    /// An instant query against a Prometheus server; its result is judged by the conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus: Option<PrometheusMetric>,
+    /// Reads or patches annotations of the object named by the run's args (BCS semantics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<KubernetesMetric>,
     /// Declared by the kourse API for compatibility; refused: use a web or kubernetes provider instead.
@@ -341,6 +350,7 @@ pub struct WebMetric {
     pub insecure: bool,
 }
 
+/// One request header of a web metric.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebMetricHeader {
@@ -376,6 +386,7 @@ pub struct KubernetesMetric {
     pub function: String,
 }
 
+/// One annotation a kubernetes metric compares or writes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KubernetesField {
@@ -401,6 +412,7 @@ pub struct ExecMetric {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HookRunStatus {
+    /// The run's verdict: `Successful` opens the gate that made the run; unset until the run is first reconciled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<HookPhase>,
     /// Why the run is in its phase, when that is not obvious from the metric results.
@@ -416,12 +428,20 @@ pub struct HookRunStatus {
 
 /// Phase of a run, a metric or a measurement.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+#[schemars(transform = schema::plain_enum)]
 pub enum HookPhase {
+    /// Not started: a run or metric waiting for its `initialDelay` or, with `Ordered`, for the metric before it.
     Pending,
+    /// Measurements are being taken.
     Running,
+    /// The success condition held as often as the limits ask: the only phase that opens a gate.
     Successful,
+    /// More measurements failed the condition than `failureLimit` allows.
     Failed,
+    /// Measurements could not be taken (unreachable endpoint, timeout, bad answer) more often than
+    /// `consecutiveErrorLimit` allows.
     Error,
+    /// Neither condition decided more often than `inconclusiveLimit` allows; a person has to look.
     Inconclusive,
 }
 
@@ -431,6 +451,7 @@ impl HookPhase {
         matches!(self, Self::Successful | Self::Failed | Self::Error | Self::Inconclusive)
     }
 
+    /// The name written in status and printed by kubectl (also the `Display` form).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "Pending",
@@ -455,6 +476,7 @@ impl std::fmt::Display for HookPhase {
 pub struct MetricResult {
     /// The metric's name in the spec.
     pub name: String,
+    /// The metric's verdict so far; the run's phase is derived from its metrics' phases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<HookPhase>,
     /// The most recent measurements (10 by default); the counters below are never trimmed.
@@ -490,13 +512,16 @@ pub struct MetricResult {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Measurement {
+    /// This measurement's verdict: `Successful`, `Failed`, `Inconclusive` or `Error`, or `Running` while taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<HookPhase>,
     /// What went wrong (an Error: `GET http://…: cannot connect: Connection refused`) or which condition decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the provider was called.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
+    /// When the answer (or the error) came back; unset while the measurement is in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
     /// When the next measurement of this metric is due (set when the metric keeps running).

@@ -93,6 +93,24 @@ pub fn update_strategy_with_default(generator: &mut SchemaGenerator) -> Schema {
     schema
 }
 
+/// Gives an enum of unit variants the schema it has without variant docs — `type: string` plus `enum` — instead of
+/// the `oneOf` of described constants schemars makes once its variants are documented: that shape would lose the
+/// `null` of an optional field's `enum` and put the type's description over the field's. The variant docs are for
+/// rustdoc; the fields that use the enum describe its values for `kubectl explain`.
+pub fn plain_enum(schema: &mut Schema) {
+    let Some(variants) = schema.get("oneOf").and_then(|v| v.as_array()) else { return };
+    let Some(values) = variants.iter().map(|v| v.get("const").cloned()).collect::<Option<Vec<_>>>() else { return };
+    schema.remove("oneOf");
+    schema.insert("type".into(), "string".into());
+    schema.insert("enum".into(), values.into());
+}
+
+/// Removes a type's own `description`, for a type whose fields each describe it in their own words (the CRD
+/// generator would otherwise put the type's text over theirs); the Rust doc comment stays for rustdoc.
+pub fn without_description(schema: &mut Schema) {
+    schema.remove("description");
+}
+
 /// Removes `description` from a schema subtree (as controller-gen's `maxDescLen=0`): the pod template's
 /// descriptions alone would push the CRD past the 256 KiB `last-applied-configuration` annotation limit of
 /// `kubectl apply`. `kubectl explain` still documents pod fields through the built-in Pod schema.

@@ -21,8 +21,8 @@
 //!
 //! kube-runtime's `Recorder` was used before, but it scans its whole cache on every publish, and in a fleet rollout
 //! every pod's Event is distinct, so publishing cost grew with the size of the roll (5 % of the
-//! gamedeployment-operator's CPU at 2,000 pods). [`Series`] expires in insertion order and remembers at most
-//! [`MAX_SERIES`] Events, [`Similar`] at most as many keys: constant work per publish and bounded memory.
+//! gamedeployment-operator's CPU at 2,000 pods). `Series` expires in insertion order and remembers at most
+//! [`MAX_SERIES`] Events, `Similar` at most as many keys: constant work per publish and bounded memory.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
