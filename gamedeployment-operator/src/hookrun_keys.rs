@@ -29,14 +29,29 @@ pub const SECRET_DATA_KEY: &str = "keys";
 /// Prefix of a signature: the version of the signed message's layout.
 const VERSION: &str = "v1:";
 
+/// Why no keyring could be made: the operator does not start, since without a key no gate could ever open.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
+    /// `--hookrun-key-file` cannot be read.
     #[error("reading the HookRun key file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The key file.
+        path: PathBuf,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
+    /// The file or Secret holds no key at all.
     #[error("the HookRun keys hold no key (one key per line, at least {MIN_KEY_BYTES} characters each)")]
     Empty,
+    /// A key shorter than [`MIN_KEY_BYTES`]: too easy to guess to trust a signature made with it.
     #[error("HookRun key {line} is {len} characters long; at least {MIN_KEY_BYTES} are needed")]
-    Short { line: usize, len: usize },
+    Short {
+        /// 1-based line of the short key.
+        line: usize,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The system's random source failed while making a new key.
     #[error("generating a HookRun key failed")]
     Random,
 }
@@ -147,6 +162,7 @@ pub struct KeyFlags {
 }
 
 impl KeyFlags {
+    /// Where [`load`] looks, from the flags and the operator's own namespace.
     pub fn source(&self, client: &Client) -> KeySource {
         KeySource {
             file: self.hookrun_key_file.clone(),
@@ -163,6 +179,7 @@ pub struct KeySource {
     pub file: Option<PathBuf>,
     /// Otherwise this Secret in `namespace`, made with a new key if it does not exist.
     pub secret: String,
+    /// The operator's own namespace ([`own_namespace`]): the key never lives where tenants can read it.
     pub namespace: String,
 }
 

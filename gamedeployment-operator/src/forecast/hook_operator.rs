@@ -158,6 +158,7 @@ fn metric_outcome(
 pub struct Outcome {
     /// When it completes (ms since the epoch); `None`: never (an unbounded metric).
     pub at: Option<Millis>,
+    /// The phase it completes with, as the assumption and the run's limits decide.
     pub phase: HookPhase,
 }
 
@@ -249,6 +250,7 @@ pub struct SimHookOperator {
 }
 
 impl SimHookOperator {
+    /// A hook-operator whose runs end as `assume` says, with probes timed by `timing`.
     pub fn new(assume: Assume, timing: Timing) -> Self {
         Self { assume, timing, outcomes: Default::default() }
     }

@@ -19,11 +19,14 @@ use crate::revision::{self, RevisionChange};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodVerdict {
+    /// The pod's name.
     pub pod: String,
     /// The revision the pod names, if it names one.
     pub revision: Option<String>,
     /// Whether the operator would change the pod (subject to partition and the update budget).
     pub would_change: bool,
+    /// The reason in words: the revision it is already on, the images an in-place update would patch, the fields
+    /// that force a recreate, or `OnDelete`.
     pub why: String,
 }
 
@@ -35,6 +38,7 @@ pub struct Takeover {
     pub update_revision: String,
     /// Whether that revision already exists (false: the operator would create it).
     pub revision_exists: bool,
+    /// One verdict per live pod (terminating pods are left out: nothing is decided about them).
     pub pods: Vec<PodVerdict>,
 }
 

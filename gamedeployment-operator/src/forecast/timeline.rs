@@ -33,6 +33,7 @@ pub enum PodAction {
 }
 
 impl PodAction {
+    /// The action in words, as `kubectl gd plan` prints it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Delete => "delete",
@@ -50,12 +51,16 @@ impl PodAction {
 pub struct HookWait {
     /// `preDelete`, `preInplace`, `postInplace` or `canaryStep`.
     pub kind: String,
+    /// The HookTemplate the run is made from.
     pub template: String,
+    /// The HookRun's name: the live run's, or the name the operator would give a run it makes.
     pub run: String,
     /// The probe schedule in words ("3 measurements 60s apart").
     pub schedule: String,
-    /// When the run starts and completes (seconds); `completes` is `None` when it never does.
+    /// When the run starts (seconds).
     pub starts: i64,
+    /// When the run completes (seconds); `None` when it never does (an unbounded metric under `as-now`, or the
+    /// forecast ends first).
     pub completes: Option<i64>,
     /// How it completes under the assumption (`Running`: never).
     pub outcome: HookPhase,
@@ -67,8 +72,11 @@ pub struct HookWait {
 pub struct PodStep {
     /// The pod's name, or "new pod N" for a pod the rollout creates (its name is chosen when it is created).
     pub pod: String,
+    /// The pod does not exist yet: the rollout creates it.
     pub new: bool,
+    /// What happens to the pod.
     pub action: PodAction,
+    /// The hooks the pod waits on, in order (pre-delete or pre-inplace, then post-inplace).
     pub hooks: Vec<HookWait>,
     /// When its first hook started or the action was taken, whichever came first.
     pub started: i64,
@@ -84,9 +92,11 @@ pub struct PodStep {
 pub struct Batch {
     /// 1-based.
     pub index: usize,
+    /// The pass that started it (seconds).
     pub starts: i64,
     /// When its last pod is done (`None`: one never is within the forecast).
     pub ends: Option<i64>,
+    /// The pods whose action the pass started.
     pub pods: Vec<PodStep>,
 }
 
@@ -94,8 +104,11 @@ pub struct Batch {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Note {
+    /// When it happens (seconds).
     pub at: i64,
+    /// What happens, in words (`canaryStep hook <template> starts`, `paused: <why>`).
     pub text: String,
+    /// The canary step's hook, when the note is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook: Option<HookWait>,
 }
@@ -115,6 +128,7 @@ pub enum RaceResult {
 }
 
 impl RaceResult {
+    /// The result in words, as `kubectl gd plan` prints it.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Won => "wins (deleted)",
@@ -129,14 +143,17 @@ impl RaceResult {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RaceCandidate {
+    /// The candidate pod.
     pub pod: String,
     /// When it joined the race (held in `PreparingDelete`, or deleted at once).
     pub joined: i64,
+    /// How its part in the race ends.
     pub result: RaceResult,
     /// When it was deleted, skipped or released (`None`: still racing).
     pub decided: Option<i64>,
     /// Its pre-delete run, and how that run ends under the assumption (`None`: no run, e.g. it needed no hook).
     pub run: Option<String>,
+    /// The phase that run ends with under the assumption (`None`: no run).
     pub outcome: Option<HookPhase>,
     /// Whether the run had taken a measurement when the forecast began (a run the forecast starts has none): under
     /// `as-now` only a measured run's outcome is read from the cluster, the others are assumed to succeed.
@@ -148,6 +165,7 @@ pub struct RaceCandidate {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Race {
+    /// Every pod that joined the race, in race order.
     pub candidates: Vec<RaceCandidate>,
     /// The deleted candidates, in race order.
     pub winners: Vec<String>,
@@ -160,6 +178,7 @@ pub struct Race {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LifecycleHold {
+    /// The held pod.
     pub pod: String,
     /// `PreparingDelete`, `PreparingUpdate`, `Updated` or `PreparingNormal`.
     pub state: String,
@@ -196,10 +215,13 @@ pub enum StopReason {
     TimeLimit,
 }
 
+/// How and when the forecast ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Stop {
+    /// Why it ends: done, or what holds the rollout.
     pub reason: StopReason,
+    /// When (seconds).
     pub at: i64,
     /// In the status' words (its `Progressing` condition, a hook condition's message).
     pub message: String,
@@ -209,9 +231,13 @@ pub struct Stop {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Counts {
+    /// `status.replicas`.
     pub replicas: i32,
+    /// `status.updatedReplicas`: pods on the update revision.
     pub updated: i32,
+    /// `status.readyReplicas`.
     pub ready: i32,
+    /// `status.availableReplicas`.
     pub available: i32,
 }
 
@@ -219,25 +245,33 @@ pub struct Counts {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Timeline {
+    /// The GameDeployment's name.
     pub name: String,
+    /// Its namespace.
     pub namespace: String,
+    /// How hooks were assumed to end (`--assume-hooks`).
     pub assume: Assume,
     /// The revision the change rolls out (a rolled-back canary's too: the one that failed).
     pub update_revision: Option<String>,
     /// The stable revision the pods are back on when a failed canary was rolled back ([`StopReason::RolledBack`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rolled_back_to: Option<String>,
+    /// The pod actions, grouped by the pass that started them.
     pub batches: Vec<Batch>,
+    /// What happens beyond pods (canary hooks, pauses), in time order.
     pub notes: Vec<Note>,
     /// The race to empty, when the scale-in races (`scaleInPolicy.mode: RaceToEmpty`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub race: Option<Race>,
     /// Pods a lifecycle handler holds when the forecast ends.
     pub lifecycle_holds: Vec<LifecycleHold>,
+    /// Why and when the forecast ends.
     pub stop: Stop,
     /// When the last pod action is done (seconds): the estimated duration of the rollout.
     pub total_seconds: i64,
+    /// The pod counts before the change.
     pub before: Counts,
+    /// The pod counts when the forecast ends.
     pub after: Counts,
     /// Planner passes simulated.
     pub passes: usize,

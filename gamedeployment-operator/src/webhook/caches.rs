@@ -63,6 +63,7 @@ impl WatchState {
 /// What a cache says about one object.
 #[derive(Debug, Clone)]
 pub enum Lookup<K> {
+    /// The cached object.
     Found(Arc<K>),
     /// Not there, and the watch is current: the object does not exist (or is not one of the operator's).
     Absent,
@@ -154,6 +155,7 @@ impl GateCaches {
         lookup(&self.pods, &self.pods_watch, &ObjectRef::new(name).within(namespace))
     }
 
+    /// A GameDeployment (the owner of a pod being judged).
     pub fn gamedeployment(&self, namespace: &str, name: &str) -> Lookup<GameDeployment> {
         lookup(&self.gds, &self.gds_watch, &ObjectRef::new(name).within(namespace))
     }

@@ -53,8 +53,11 @@ use crate::ownership;
 /// The webhook server's settings (flags).
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
+    /// Where the HTTPS server listens (`--webhook-address`).
     pub address: SocketAddr,
+    /// The serving certificate and key, reloaded when the files change.
     pub cert: CertFiles,
+    /// Who may delete a gated pod, and how a deletion the gate refuses is answered.
     pub gate: GateSettings,
     /// Deletion protection for GameDeployments and HookTemplates without the `deletion-allow` label.
     pub deletion_default: DeletionAllow,
@@ -68,14 +71,23 @@ pub struct WebhookConfig {
     pub answer_within: Duration,
 }
 
+/// Why the webhook server cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
+    /// The certificate, key or client CA cannot be loaded.
     #[error("webhook certificate: {0}")]
     Tls(#[from] TlsError),
+    /// The address is taken or not ours to bind.
     #[error("binding the webhook address {address}: {source}")]
-    Bind { address: SocketAddr, source: std::io::Error },
+    Bind {
+        /// `--webhook-address`.
+        address: SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
 }
 
+/// Labels of `gamedeployment_webhook_requests_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     /// `pod-gate`, `deletion-protection` or `hook-validation`.
@@ -86,6 +98,7 @@ pub struct WebhookLabels {
     pub reason: String,
 }
 
+/// Labels of `gamedeployment_webhook_unverified_requests_total`: callers without the API server's certificate.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnverifiedLabels {
     /// `pod-gate` or `deletion-protection`.
@@ -104,6 +117,7 @@ pub struct WebhookMetrics {
 }
 
 impl WebhookMetrics {
+    /// Registers both families under the `gamedeployment` prefix.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self::default();
         registry.sub_registry_with_prefix("gamedeployment").register(
