@@ -18,7 +18,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tower::{Layer, Service};
 
-pub use common::runtime::metrics::{ReasonLabels, ReconcileMetrics, ResultLabels};
+pub use common::runtime::metrics::{OperatorMetrics, ReasonLabels, ReconcileMetrics, ResultLabels};
 
 /// One GameDeployment.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -105,7 +105,8 @@ pub struct Metrics {
     pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge>,
     pub progress_deadline_exceeded: Family<WorkloadLabels, Gauge>,
     pub server_states: Family<ServerStateLabels, Gauge>,
-    pub leader: Gauge,
+    /// `leader`, `events_dropped_total`, `events_combined_total`: the metrics both operators share.
+    pub operator: OperatorMetrics,
     pub gate_wait: Family<HookLabels, Histogram>,
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
     pub hook_releases: Family<ReleaseLabels, Counter>,
@@ -122,9 +123,6 @@ pub struct Metrics {
     pub hook_templates_behind: Counter,
     pub hook_template_reads_failed: Counter,
     pub expectations_expired: Counter,
-    pub events_dropped: Counter,
-    /// Events counted into a combined Event (`(combined from similar events)`) instead of published alone.
-    pub events_combined: Counter,
     pub api_requests: Family<RequestLabels, Counter>,
 }
 
@@ -143,7 +141,7 @@ impl Metrics {
             rollout_stuck_seconds: Family::default(),
             progress_deadline_exceeded: Family::default(),
             server_states: Family::default(),
-            leader: Gauge::default(),
+            operator: OperatorMetrics::default(),
             // 1 s … ~9 h.
             gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
             hook_outcomes: Family::default(),
@@ -156,8 +154,6 @@ impl Metrics {
             hook_templates_behind: Counter::default(),
             hook_template_reads_failed: Counter::default(),
             expectations_expired: Counter::default(),
-            events_dropped: Counter::default(),
-            events_combined: Counter::default(),
             api_requests: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("gamedeployment");
@@ -202,7 +198,7 @@ impl Metrics {
             "Pods declaring each server state (label gamedeployment.tkex.tencent.com/server-state), by GameDeployment",
             metrics.server_states.clone(),
         );
-        r.register("leader", "1 while this replica leads (reconciles), else 0", metrics.leader.clone());
+        metrics.operator.register(r, "reconciles");
         r.register(
             "gate_wait_seconds",
             "Time a pod spent held by a gate, observed when it is released, by hook",
@@ -254,16 +250,6 @@ impl Metrics {
             "expectations_expired",
             "Writes the watch cache did not show within the expectations timeout",
             metrics.expectations_expired.clone(),
-        );
-        r.register(
-            "events_dropped",
-            "Kubernetes Events dropped because the event queue was full",
-            metrics.events_dropped.clone(),
-        );
-        r.register(
-            "events_combined",
-            "Kubernetes Events counted into one combining similar events (more than 10 related objects per reason)",
-            metrics.events_combined.clone(),
         );
         r.register(
             "api_requests",
@@ -549,7 +535,7 @@ mod tests {
             .rollout_stuck_seconds
             .get_or_create(&WorkloadLabels { namespace: "ns".into(), name: "game".into() })
             .set(42);
-        metrics.leader.set(1);
+        let _leading = metrics.operator.leading();
         metrics.show_server_states("ns", "game", &[("Idle".to_string(), 2)].into());
         metrics
             .progress_deadline_exceeded

@@ -27,7 +27,7 @@ pub struct ProviderLabels {
     pub provider: &'static str,
 }
 
-pub use common::runtime::metrics::{ReasonLabels, ReconcileMetrics};
+pub use common::runtime::metrics::{LeaderGuard, OperatorMetrics, ReasonLabels, ReconcileMetrics};
 
 pub struct Metrics {
     pub hookruns: Family<PhaseLabels, Gauge>,
@@ -48,11 +48,9 @@ pub struct Metrics {
     /// How long progress waited in memory before it was written (the age of what a restart re-measures).
     pub status_write_delay: Histogram,
     pub invalid_templates: Gauge,
-    pub events_dropped: Counter,
-    /// Events counted into a combined Event (`(combined from similar events)`) instead of published alone.
-    pub events_combined: Counter,
-    /// 1 while this replica runs the controller (holds the Lease, or leader election is off), else 0.
-    pub leader: Gauge,
+    /// `leader` (1 while this replica runs the controller: it holds the Lease, or leader election is off),
+    /// `events_dropped_total`, `events_combined_total`: the metrics both operators share.
+    pub operator: OperatorMetrics,
     /// Finished ownerless HookRuns deleted after `--finished-run-ttl`.
     pub runs_collected: Counter,
 }
@@ -72,9 +70,7 @@ impl Default for Metrics {
             status_writes_waiting: Gauge::default(),
             status_write_delay: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
             invalid_templates: Gauge::default(),
-            events_dropped: Counter::default(),
-            events_combined: Counter::default(),
-            leader: Gauge::default(),
+            operator: OperatorMetrics::default(),
             runs_collected: Counter::default(),
         }
     }
@@ -126,42 +122,22 @@ impl Metrics {
             metrics.invalid_templates.clone(),
         );
         r.register(
-            "events_dropped",
-            "Kubernetes Events dropped because the event queue was full",
-            metrics.events_dropped.clone(),
-        );
-        r.register(
-            "events_combined",
-            "Kubernetes Events counted into one combining similar events (more than 10 related objects per reason)",
-            metrics.events_combined.clone(),
-        );
-        r.register(
             "hookruns_collected",
             "Finished HookRuns without an owner deleted after --finished-run-ttl",
             metrics.runs_collected.clone(),
         );
-        r.register("leader", "1 while this replica leads (runs HookRuns), else 0", metrics.leader.clone());
+        metrics.operator.register(r, "runs HookRuns");
         metrics
     }
 
     /// Marks this replica as leading until the returned guard is dropped (the controller stops or the lease is
     /// lost).
     pub fn leading(&self) -> LeaderGuard {
-        self.leader.set(1);
-        LeaderGuard(self.leader.clone())
+        self.operator.leading()
     }
 
     pub fn reconcile_error(&self, reason: &str) {
         self.reconcile.failed(reason);
-    }
-}
-
-/// Resets `hook_operator_leader` to 0 when the controller stops.
-pub struct LeaderGuard(Gauge);
-
-impl Drop for LeaderGuard {
-    fn drop(&mut self) {
-        self.0.set(0);
     }
 }
 

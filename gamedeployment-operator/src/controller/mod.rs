@@ -46,7 +46,7 @@ use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use common::runtime::events::{EventCounters, EventSettings, EventSink, Note};
+use common::runtime::events::{EventSettings, EventSink, Note};
 use common::runtime::kube_api::api;
 use common::runtime::lean;
 use common::runtime::watch;
@@ -882,23 +882,6 @@ async fn label_revisions_until_done(client: &Client, namespace: Option<&str>) ->
     }
 }
 
-/// `gamedeployment_leader` is 1 from its creation until it is dropped (the controller returned, or leadership was
-/// lost and its future dropped).
-struct Leading(prometheus_client::metrics::gauge::Gauge);
-
-impl Leading {
-    fn mark(gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
-        gauge.set(1);
-        Self(gauge)
-    }
-}
-
-impl Drop for Leading {
-    fn drop(&mut self) {
-        self.0.set(0);
-    }
-}
-
 /// A background task that ends with the controller, even when the controller's future is dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -917,8 +900,9 @@ pub async fn run(
     shutdown: impl future::Future<Output = ()> + Send + Sync + 'static,
     on_ready: impl FnOnce() + Send + 'static,
 ) {
-    // This function runs only while this replica leads (or when leader election is off).
-    let _leading = Leading::mark(metrics.leader.clone());
+    // This function runs only while this replica leads (or when leader election is off): `gamedeployment_leader`
+    // is 1 until `_leading` drops.
+    let _leading = metrics.operator.leading();
     let keys = match config.hookrun_keys.clone() {
         Some(keys) => keys,
         None => match Keyring::generate() {
@@ -1014,7 +998,7 @@ pub async fn run(
         client.clone(),
         reporter,
         EventSettings { capacity: config.event_queue, ..EventSettings::default() },
-        EventCounters { dropped: metrics.events_dropped.clone(), combined: metrics.events_combined.clone() },
+        metrics.operator.events.clone(),
     );
     let synced = Arc::new(AtomicBool::new(false));
     let claims_synced = Arc::new(AtomicBool::new(false));

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::api::{HookPhase, HookRun, HookTemplate};
 use common::runtime::Shutdown;
-use common::runtime::events::{EventCounters, EventSettings, EventSink, Note as EventNote};
+use common::runtime::events::{EventSettings, EventSink, Note as EventNote};
 use common::runtime::kube_api::api;
 use common::runtime::lean::{self, LeanHookRun};
 use futures::{StreamExt, TryStreamExt};
@@ -504,7 +504,7 @@ pub async fn run(
         client.clone(),
         reporter,
         EventSettings { capacity: EVENT_QUEUE, ..EventSettings::default() },
-        EventCounters { dropped: metrics.events_dropped.clone(), combined: metrics.events_combined.clone() },
+        metrics.operator.events.clone(),
     );
 
     let mut watch_config = watcher::Config::default();
