@@ -16,6 +16,9 @@ const SECOND_MAJORS: &[(&str, &str, &str)] = &[
     ("base64", "0.23", "expr-lang"),
     // e2e and proptest use bit-vec 0.10; rcgen 0.14 (kube-sim's test certificates) pulls it through yasna 0.6.
     ("bit-vec", "0.9", "yasna"),
+    // e2e reads Rust with syn 3 (the derive macros of serde, thiserror and clap use it too); tracing's, pin-project's
+    // and async-stream's macros still use syn 2.
+    ("syn", "2", "tracing-attributes"),
 ];
 
 /// A version's semver-compatibility class: `1.2.3` → `1`, `0.22.1` → `0.22`, `0.0.3` → `0.0.3`.

@@ -27,6 +27,7 @@ mod cloneset_takeover;
 mod cloneset_update_types;
 mod delete_pod_skips_hook;
 mod dependencies;
+mod dependency_direction;
 mod events_per_pod;
 mod examples_complete;
 mod explain;
