@@ -42,3 +42,7 @@ pub(crate) mod planner;
 pub(crate) mod priority;
 pub(crate) mod revision;
 pub mod webhook;
+
+/// The planner's entry point with an explicit pod-facts cache, for `plan-bench` (a pass from scratch beside one with
+/// the facts of earlier passes).
+pub use planner::{FactsCache, Observed, Plan, plan_with_facts};

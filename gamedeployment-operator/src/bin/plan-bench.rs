@@ -10,6 +10,9 @@
 //! measurements 1 s apart), then prints, for `--passes` passes with nothing to do, and for every pass of a hooked
 //! in-place roll to a new image (the simulated hook-operator's runs succeeding as their schedule says, a simulated
 //! second between passes), for the planner alone (not the simulated cluster):
+//! It also prints, for `--passes` passes each, a full pass (no pod facts cached, as a process's first pass) and a
+//! pass with one pod changed since the pass before (the other pods' facts remembered: [`FactsCache`]).
+//! For each:
 //! - CPU time of this thread per pod and pass (the scheduler's count: other processes' load does not count);
 //! - heap allocations per pod and pass, counted by this binary's allocator (an exact figure, the same on any
 //!   machine for the same code).
@@ -24,6 +27,7 @@ use gamedeployment_operator::forecast::cluster::SimCluster;
 use gamedeployment_operator::forecast::hook_operator::SimHookOperator;
 use gamedeployment_operator::forecast::{Assume, Timing};
 use gamedeployment_operator::hookrun_keys::Keyring;
+use gamedeployment_operator::{FactsCache, Observed, Plan, plan_with_facts};
 use serde_json::json;
 
 /// mimalloc, as the operator, with every allocation counted.
@@ -116,6 +120,60 @@ fn settle(cluster: &mut SimCluster, max: usize) -> Option<usize> {
     None
 }
 
+/// A pass over the cluster as it is, with the pod facts of `facts` (an empty cache: every pod's derived again).
+fn plan_with(cluster: &SimCluster, facts: &FactsCache) -> Plan {
+    let observed = Observed {
+        gd: &cluster.gd,
+        pods: cluster.pods.iter().collect(),
+        revisions: cluster.revisions.iter().collect(),
+        node_costs: &cluster.node_costs,
+        now: gamedeployment_operator::forecast::cluster::ts(cluster.now),
+        seed: cluster.seed,
+        hook_runs: &cluster.hook_runs,
+        hook_templates: &cluster.hook_templates,
+        claims: cluster.claims.iter().collect(),
+        keys: &cluster.keys,
+    };
+    plan_with_facts(&observed, facts)
+}
+
+/// `--passes` pairs of passes over the settled fleet: one from scratch (an empty facts cache: every pod's facts
+/// derived, as the first pass of a process), then one pod changed (an annotation no decision reads, so the pod gets
+/// a new resourceVersion and nothing is planned) and a pass with the facts of the passes before (only that pod's
+/// derived again).
+fn full_and_one_pod_passes(cluster: &mut SimCluster, pods: usize, passes: usize) -> Result<(), String> {
+    let warm = FactsCache::default();
+    plan_with(cluster, &warm);
+    let (mut full, mut one) = ((Duration::ZERO, 0), (Duration::ZERO, 0));
+    for i in 0..passes {
+        cluster.tick(1);
+        let (plan, cpu, allocations) = measure(|| plan_with(cluster, &FactsCache::default()));
+        if let Some(action) = plan.actions.first() {
+            return Err(format!("a settled fleet planned an action from scratch: {action:?}"));
+        }
+        full = (full.0 + cpu, full.1 + allocations);
+        let count = cluster.pods.len().max(1);
+        if let Some(pod) = cluster.pods.get_mut(i % count) {
+            pod.metadata.annotations.get_or_insert_with(Default::default).insert("bench/touched".into(), i.to_string());
+        }
+        cluster.tick(0);
+        let (plan, cpu, allocations) = measure(|| plan_with(cluster, &warm));
+        if let Some(action) = plan.actions.first() {
+            return Err(format!("a settled fleet planned an action for one changed pod: {action:?}"));
+        }
+        one = (one.0 + cpu, one.1 + allocations);
+    }
+    for (what, (cpu, allocations)) in [("full pass (no facts cached)", full), ("pass with one pod changed", one)] {
+        println!(
+            "{what}: {:.2} µs and {:.1} allocations per pod ({passes} passes: {:.1} ms each)",
+            per(cpu.as_secs_f64() * 1e6, pods, passes),
+            per(allocations as f64, pods, passes),
+            cpu.as_secs_f64() * 1e3 / passes.max(1) as f64,
+        );
+    }
+    Ok(())
+}
+
 fn per(total: f64, pods: usize, passes: usize) -> f64 {
     total / (pods.max(1) * passes.max(1)) as f64
 }
@@ -157,6 +215,8 @@ fn main() -> Result<(), String> {
         per(allocations as f64, pods, passes),
         cpu.as_secs_f64() * 1e3 / passes.max(1) as f64,
     );
+
+    full_and_one_pod_passes(&mut cluster, pods, passes)?;
 
     if let Some(container) = cluster.gd.spec.template.spec.as_mut().and_then(|s| s.containers.first_mut()) {
         container.image = Some("game:2".into());

@@ -6,7 +6,8 @@
 //! 1. ownership ([`crate::ownership`]) — validate the selector, adopt matching orphans, release owned pods that
 //!    stopped matching;
 //! 2. revisions ([`crate::revision`]) — find or create the revision of the current template (renumbering it on
-//!    rollback); then the pass's [`settings`] and [`PodInfo`](settings::PodInfo)s are resolved;
+//!    rollback); then the pass's [`settings`] and [`PodInfo`](settings::PodInfo)s are resolved (each pod's own
+//!    facts from [`pod_facts`]: kept between passes, derived again only for the pods that changed);
 //! 3. canary ([`canary`]) — the current step decides the partition of this pass (and may pause);
 //! 4. diffs ([`diffs`]) — how many pods to create, delete and update, the surge and the unavailable budget;
 //! 5. scale ([`scale`]) — `podsToDelete`, then create or delete pods towards `replicas` (+ surge)
@@ -29,6 +30,7 @@ pub(crate) mod diffs;
 pub(crate) mod hooks;
 mod housekeeping;
 mod plan_draft;
+pub(crate) mod pod_facts;
 pub(crate) mod progress_deadline;
 mod refresh;
 pub(crate) mod scale;
@@ -41,6 +43,8 @@ pub(crate) mod update;
 mod cloneset_tests;
 #[cfg(test)]
 mod hook_tests;
+#[cfg(test)]
+mod incremental_properties;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
@@ -64,16 +68,19 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use crate::action::{Action, HeldPod, PlannedEvent, PodRef};
 use crate::{ownership, revision};
 use plan_draft::Draft;
+pub use pod_facts::FactsCache;
 pub use settings::Observed;
 use status::Failure;
 
 /// What to do, and the status the GameDeployment should show.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The writes to make, each complete data (the pod to create, the patch with its preconditions), in order.
     pub actions: Vec<Action>,
     /// The status computed from what was observed. The executor adds the outcome of the actions
     /// (`FailedScale` / `FailedUpdate`) before writing it — and writes it only if it differs.
     pub status: GameDeploymentStatus,
+    /// The Events that explain the pass's decisions, for the executor to publish.
     pub events: Vec<PlannedEvent>,
     /// Pods a gate holds, with the reason.
     pub held: Vec<HeldPod>,
@@ -100,8 +107,15 @@ fn finish(mut draft: Draft, status: GameDeploymentStatus, canary_held: i32, gd: 
     Plan { actions: draft.actions, status, events: draft.events, held: draft.held, requeue_after, canary_held }
 }
 
-/// Decides what to do.
+/// Decides what to do, with the pods' own facts from the process's shared cache ([`FactsCache::shared`]): derived
+/// again only for the pods that changed since an earlier pass.
 pub fn plan(observed: &Observed<'_>) -> Plan {
+    plan_with_facts(observed, FactsCache::shared())
+}
+
+/// Decides what to do, with the pods' own facts from `facts` ([`pod_facts`]). The plan is the same whatever
+/// `facts` remembers (an empty cache plans from scratch): the cache only saves deriving facts again.
+pub fn plan_with_facts(observed: &Observed<'_>, facts: &FactsCache) -> Plan {
     let gd = observed.gd;
     let old_status = gd.status.clone().unwrap_or_default();
     let mut draft = Draft::default();
@@ -165,7 +179,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             settings.update_settings_ok = false;
         }
     }
-    let infos = settings::pod_infos(&settings, &active);
+    let infos = settings::pod_infos(&settings, &active, facts);
     let spec_partition = settings.partition;
 
     // 3. Canary steps decide the partition of this pass.

@@ -7,7 +7,7 @@ use common::keys;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use super::sim_cluster::World;
+use super::sim_cluster::{World, store};
 use super::status;
 use crate::action::{Action, PatchReason};
 use crate::fixtures::{gd, hook_template};
@@ -34,6 +34,7 @@ fn declare(world: &mut World, name: &str, state: &str) {
         .labels
         .get_or_insert_with(Default::default)
         .insert(keys::SERVER_STATE.into(), state.into());
+    store(world);
 }
 
 fn image_of(world: &World, name: &str) -> String {

@@ -16,7 +16,8 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-use super::update::inplace::{self, Progress};
+use super::pod_facts::FactsCache;
+use super::update::inplace::Progress;
 use crate::action::{Phase, PodRef};
 use crate::gate::GateState;
 use crate::lifecycle::{self, LifecycleState};
@@ -25,6 +26,7 @@ use crate::priority::DeletionCosts;
 /// Everything a pass looks at.
 #[derive(Debug, Clone)]
 pub struct Observed<'a> {
+    /// The GameDeployment being reconciled, spec and status.
     pub gd: &'a GameDeployment,
     /// Every pod of the GameDeployment's namespace (orphans can be adopted; names must stay unique).
     pub pods: Vec<&'a Pod>,
@@ -32,6 +34,7 @@ pub struct Observed<'a> {
     pub revisions: Vec<&'a ControllerRevision>,
     /// `io.tencent.bcs.dev/node-deletion-cost` of each node that has one.
     pub node_costs: &'a BTreeMap<String, f64>,
+    /// The pass's clock: every deadline, grace period and `minReadySeconds` is judged against it, never read again.
     pub now: Timestamp,
     /// Seed for new instance ids (the caller passes a random one; tests a fixed one).
     pub seed: u64,
@@ -108,6 +111,8 @@ pub(crate) struct PodInfo<'a> {
     /// deletes it (a person still may: `specified`), and it counts neither as available nor against the update
     /// budget.
     pub quarantined: bool,
+    /// The `lifecycle-state` label is absent or `Normal` (read by [`Self::status_available`]).
+    pub state_label_normal: bool,
 }
 
 impl PodInfo<'_> {
@@ -125,8 +130,7 @@ impl PodInfo<'_> {
     /// `IsPodAvailable` — available (ready for `minReadySeconds`, not quarantined) and in lifecycle state `Normal`
     /// or none. A pod in any other state (held by a gate or handler, being updated, waiting in `Updated`) is not.
     pub fn status_available(&self) -> bool {
-        self.available
-            && common::pod::label(self.pod, keys::LIFECYCLE_STATE).is_none_or(|s| s == LifecycleState::Normal.as_str())
+        self.available && self.state_label_normal
     }
 
     pub fn pod_ref(&self) -> PodRef {
@@ -412,8 +416,10 @@ pub(crate) fn rollback_policy_problem(gd: &GameDeployment) -> Option<String> {
     ))
 }
 
-/// One [`PodInfo`] per active pod, sorted by name.
-pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<PodInfo<'a>> {
+/// One [`PodInfo`] per active pod, sorted by name: each pod's own facts from `facts` (derived again only for the
+/// pods whose resourceVersion changed since an earlier pass, [`super::pod_facts`]), with what the spec and the
+/// clock make of them worked out here, in every pass.
+pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod], facts: &FactsCache) -> Vec<PodInfo<'a>> {
     let specified: BTreeSet<&str> = settings
         .gd
         .spec
@@ -422,28 +428,27 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod]) -> Vec<
         .filter(|s| s.pods_to_delete.len() <= MAX_PODS_TO_DELETE)
         .map(|s| s.pods_to_delete.iter().map(String::as_str).collect())
         .unwrap_or_default();
+    let handler = lifecycle::handler(settings.gd, lifecycle::Handler::InPlaceUpdate).is_some();
     let mut infos: Vec<PodInfo<'a>> = active
         .iter()
         .map(|pod| {
             let name = pod.metadata.name.as_deref().unwrap_or("");
             let pod: &'a Pod = pod;
             let revision = common::pod::label(pod, keys::CONTROLLER_REVISION_HASH);
-            let quarantined = common::server_state::ServerState::quarantined(pod);
+            let own = facts.of(pod);
             PodInfo {
                 pod,
                 name,
                 revision,
                 updated: revision == Some(settings.update_revision.as_str()),
-                state: lifecycle::state_of(pod),
-                ready: common::pod::is_running_and_ready(pod),
-                available: !quarantined
-                    && common::pod::is_running(pod)
-                    && common::pod::is_available(pod, settings.min_ready_seconds, settings.now),
-                progress: inplace::progress(pod, settings.now),
-                specified: specified.contains(name) || lifecycle::specified_delete(pod),
-                awaits_handler: lifecycle::state_of(pod) == LifecycleState::Updated
-                    && lifecycle::handler(settings.gd, lifecycle::Handler::InPlaceUpdate).is_some(),
-                quarantined,
+                state: own.state,
+                ready: own.ready,
+                available: !own.quarantined && own.running && own.available(settings.min_ready_seconds, settings.now),
+                progress: own.progress(settings.now),
+                specified: own.specified_delete || specified.contains(name),
+                awaits_handler: own.state == LifecycleState::Updated && handler,
+                quarantined: own.quarantined,
+                state_label_normal: own.state_label_normal,
             }
         })
         .collect();
@@ -548,7 +553,7 @@ pub(crate) mod builder {
         /// The pods as the planner sees them (every pod active and owned).
         pub fn infos<'a>(&'a self, settings: &Settings<'_>) -> Vec<PodInfo<'a>> {
             let pods: Vec<&Pod> = self.pods.iter().filter(common::pod::is_active).collect();
-            super::pod_infos(settings, &pods)
+            super::pod_infos(settings, &pods, &super::FactsCache::default())
         }
     }
 }

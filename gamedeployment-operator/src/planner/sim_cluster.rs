@@ -27,3 +27,9 @@ pub(crate) fn set_image(world: &mut World, image: &str) {
     world.gd.spec.template.spec.as_mut().expect("a pod spec").containers[0].image = Some(image.into());
     world.gd.metadata.generation = Some(world.gd.metadata.generation.unwrap_or(1) + 1);
 }
+
+/// Pods a test changed in place get a new resourceVersion, as the API server gives every change to a stored pod:
+/// a pass derives a pod's facts again only when its resourceVersion changed ([`super::pod_facts`]).
+pub(crate) fn store(world: &mut World) {
+    world.send(&[]);
+}

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::sim_cluster::{World, serving, set_image, settled};
+use super::sim_cluster::{World, serving, set_image, settled, store};
 use super::status;
 use crate::action::{Action, CreateReason, PatchReason};
 use crate::fixtures::gd;
@@ -679,6 +679,7 @@ fn held_states_left_over_are_released() {
     for (pod, state) in world.pods.iter_mut().zip(["PreparingDelete", "PreparingUpdate"]) {
         pod.metadata.labels.as_mut().unwrap().insert(keys::LIFECYCLE_STATE.into(), state.into());
     }
+    store(&mut world);
     let plan = world.pass();
     assert_eq!(patches(&plan, PatchReason::Lifecycle), 2);
     assert!(world.pods.iter().all(|p| lifecycle::state_of(p) == LifecycleState::Normal));

@@ -20,4 +20,4 @@ pub(crate) mod post_hook;
 pub(crate) mod step;
 
 pub(crate) use advance::{Turn, advance};
-pub(crate) use step::{Ending, Progress, Step, TemplateChange, diff, grace_ends_at, mark_ready, progress, start_to};
+pub(crate) use step::{Ending, Progress, Step, TemplateChange, diff, grace_ends_at, mark_ready, start_to};

@@ -197,41 +197,34 @@ impl Progress {
 /// How long a hot-patched pod counts as "being updated" at most when its containers never report the new image.
 pub const HOT_PATCH_SETTLE_SECONDS: i64 = 60;
 
-/// Reads the pod's in-place (or hot-patch) update progress at `now`.
+/// Reads the pod's in-place (or hot-patch) update progress at `now` (each pass reads it from the pod's cached
+/// facts instead: [`crate::planner::pod_facts`]).
+#[cfg(test)]
 pub fn progress(pod: &Pod, now: Timestamp) -> Progress {
-    match recorded(pod) {
-        Recorded::Settled(progress) => progress,
-        Recorded::HotPatch { deadline } if deadline > now => Progress::HotPatching { deadline },
-        Recorded::HotPatch { .. } => Progress::Idle,
-    }
+    recorded(pod).at(now)
 }
 
 /// What the pod records of its update, before the clock is looked at (only a hot patch's settle deadline is).
 #[derive(Debug, Clone, PartialEq)]
-enum Recorded {
+pub(crate) enum Recorded {
     Settled(Progress),
     HotPatch { deadline: Timestamp },
 }
 
-/// [`read_recorded`], remembered per pod UID and resourceVersion (every change to a stored pod changes its
-/// resourceVersion): every pass reads every pod's progress, which parses its JSON annotations — a few per cent of
-/// the operator's CPU in a 2,000-pod roll. Pods without both (built in memory) are read each time. Entries of pods
-/// gone are forgotten ([`crate::memo`]).
-fn recorded(pod: &Pod) -> Recorded {
-    use std::sync::LazyLock;
-    static MEMO: LazyLock<crate::memo::UidMemo<(String, Recorded)>> = LazyLock::new(Default::default);
-    let (Some(uid), Some(rv)) = (pod.metadata.uid.as_deref(), pod.metadata.resource_version.as_deref()) else {
-        return read_recorded(pod);
-    };
-    if let Some(recorded) = MEMO.get(uid, |(seen_rv, recorded)| (seen_rv == rv).then(|| recorded.clone())) {
-        return recorded;
+impl Recorded {
+    /// The progress at `now`.
+    pub(crate) fn at(&self, now: Timestamp) -> Progress {
+        match self {
+            Self::Settled(progress) => progress.clone(),
+            Self::HotPatch { deadline } if *deadline > now => Progress::HotPatching { deadline: *deadline },
+            Self::HotPatch { .. } => Progress::Idle,
+        }
     }
-    let recorded = read_recorded(pod);
-    MEMO.insert(uid, (rv.to_string(), recorded.clone()));
-    recorded
 }
 
-fn read_recorded(pod: &Pod) -> Recorded {
+/// What the pod records of its update: parses its JSON annotations, so each pass reads it from the facts cached
+/// per pod UID and resourceVersion ([`crate::planner::pod_facts`]), derived again only for the pods that changed.
+pub(crate) fn recorded(pod: &Pod) -> Recorded {
     if let Some(grace) = common::pod::annotation(pod, keys::INPLACE_UPDATE_GRACE)
         && let Ok(spec) = serde_json::from_str::<GraceSpec>(grace)
     {
