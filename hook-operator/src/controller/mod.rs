@@ -6,9 +6,9 @@
 //!
 //! Beside it: [`shards`] (which replica acts on which runs) and [`gc`] (finished runs nobody owns).
 
-pub mod gc;
+pub(crate) mod gc;
 pub mod shards;
-pub mod terminate;
+pub(crate) mod terminate;
 
 use std::collections::HashSet;
 use std::sync::Arc;
