@@ -199,6 +199,8 @@ impl EngineFlags {
             kubernetes_kinds: self.kubernetes_kinds.clone(),
             max_buffered_body_bytes: self.max_buffered_body_bytes,
             secret_args: self.secret_args,
+            // The operator runs its own client; hyper's is `hook-bench`'s comparison only.
+            plain_client: crate::providers::http::hyper_baseline::PlainClient::Own,
         }
     }
 }

@@ -64,6 +64,7 @@ use common::runtime::flags::parse_duration;
 use hook_operator::dispatch::Dispatcher;
 use hook_operator::local::{self, Wakers};
 use hook_operator::metrics::Metrics;
+use hook_operator::providers::http::hyper_baseline::PlainClient;
 use hook_operator::providers::{ProviderSettings, Providers};
 use hook_operator::settings::EngineSettings;
 use kube::api::ObjectMeta;
@@ -118,6 +119,12 @@ struct Flags {
     /// Where conditions that are not cheap run: `process` (the operator's default) or `thread`.
     #[arg(long, default_value = "process", value_parser = ["process", "thread"])]
     condition_isolation: String,
+    /// The client of the engine's plain-HTTP requests, or several in turn, comma-separated (`own,hyper,own,hyper`):
+    /// each runs the whole engine benchmark (warm-up and window) against the same server after the same floor, and a
+    /// last line compares them. `own` is the operator's; `hyper` is hyper's `client::conn::http1` with the same
+    /// bounds (`src/providers/http/hyper_baseline.rs`).
+    #[arg(long, default_value = "own", value_delimiter = ',')]
+    plain_http: Vec<PlainClient>,
     /// Internal: run only the HTTP server on this address and print the bound address.
     #[arg(long, hide = true)]
     serve: Option<SocketAddr>,
@@ -352,6 +359,51 @@ async fn bench(flags: Flags) -> Result<(), String> {
         let warmup = flags.warmup.min(Duration::from_secs(3)).max(flags.interval + flags.latency);
         Some(floor(socket, flags.runs, flags.interval, warmup, flags.floor_duration).await)
     };
+    let mut figures: Vec<(PlainClient, f64, f64)> = Vec::new();
+    for (phase, client) in flags.plain_http.iter().enumerate() {
+        if phase > 0 {
+            // The previous phase's connections close and its worker processes end before the next one starts.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let (cpu, allocations) = engine(&flags, &url, &server_pid, *client, floor).await?;
+        figures.push((*client, cpu, allocations));
+    }
+    if figures.len() > 1 {
+        println!("plain-HTTP clients compared in this run (engine CPU / measurement; allocations / measurement):");
+        let mean = |client: PlainClient| {
+            let of: Vec<_> = figures.iter().filter(|(c, ..)| *c == client).collect();
+            let n = of.len().max(1) as f64;
+            (!of.is_empty()).then(|| (of.iter().map(|f| f.1).sum::<f64>() / n, of.iter().map(|f| f.2).sum::<f64>() / n))
+        };
+        for (client, cpu, allocations) in &figures {
+            println!("  {client:<6} {cpu:.1} µs; {allocations:.1}");
+        }
+        if let (Some(own), Some(hyper)) = (mean(PlainClient::Own), mean(PlainClient::Hyper)) {
+            println!(
+                "  mean   own {:.1} µs; {:.1}   hyper {:.1} µs; {:.1}   hyper ÷ own: CPU {:.2}×, allocations {:.2}×",
+                own.0,
+                own.1,
+                hyper.0,
+                hyper.1,
+                hyper.0 / own.0.max(f64::MIN_POSITIVE),
+                hyper.1 / own.1.max(f64::MIN_POSITIVE)
+            );
+        }
+    }
+    let _ = server.kill().await;
+    Ok(())
+}
+
+/// One run of the engine benchmark with `client` on the plain-HTTP path: prints its figures and returns (engine CPU
+/// µs per measurement, allocations per measurement).
+async fn engine(
+    flags: &Flags,
+    url: &str,
+    server_pid: &str,
+    client: PlainClient,
+    floor: Option<(f64, f64)>,
+) -> Result<(f64, f64), String> {
+    let url = url.to_string();
 
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -374,8 +426,12 @@ async fn bench(flags: Flags) -> Result<(), String> {
     } else {
         hook_operator::isolation::processes_or_threads(None)
     };
-    let settings =
-        ProviderSettings { max_idle_per_host: flags.max_idle_per_host, isolation, ..ProviderSettings::default() };
+    let settings = ProviderSettings {
+        max_idle_per_host: flags.max_idle_per_host,
+        isolation,
+        plain_client: client,
+        ..ProviderSettings::default()
+    };
     let providers = Providers::new(&settings, None).map_err(|e| e.0)?;
     let wakers = Wakers::default();
     let dispatcher = Dispatcher::with_lag_observer(
@@ -425,7 +481,7 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let durations_before = durations(&registry);
     let cpu_before = cpu_seconds("self").unwrap_or_default();
     let allocations_before = ALLOCATIONS.load(Ordering::Relaxed);
-    let server_cpu_before = cpu_seconds(&server_pid).unwrap_or_default();
+    let server_cpu_before = cpu_seconds(server_pid).unwrap_or_default();
     let window = Instant::now();
     recording.store(true, Ordering::Relaxed);
     tokio::time::sleep(flags.duration).await;
@@ -434,12 +490,15 @@ async fn bench(flags: Flags) -> Result<(), String> {
     let elapsed = window.elapsed().as_secs_f64();
     let cpu = cpu_seconds("self").unwrap_or_default() - cpu_before;
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - allocations_before;
-    let server_cpu = cpu_seconds(&server_pid).unwrap_or_default() - server_cpu_before;
+    let server_cpu = cpu_seconds(server_pid).unwrap_or_default() - server_cpu_before;
     let measurements = recorded.load(Ordering::Relaxed);
     let rss_now = rss_mib("self", "VmRSS:").unwrap_or_default();
     let open_files = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or_default();
     for task in &tasks {
         task.abort();
+    }
+    for task in tasks {
+        let _ = task.await;
     }
     let errors: u64 = ["Error", "Failed", "Inconclusive"]
         .iter()
@@ -459,6 +518,9 @@ async fn bench(flags: Flags) -> Result<(), String> {
         flags.runs, flags.interval, flags.latency, elapsed, flags.warmup
     );
     println!("  condition                {} ({} evaluation)", flags.condition, flags.condition_isolation);
+    if flags.plain_http.len() > 1 {
+        println!("  plain-HTTP client        {client}");
+    }
     if flags.noisy_namespaces > 0 {
         let stats = match &providers.conditions {
             hook_operator::isolation::Evaluator::Processes(workers) => format!("{:?}", workers.stats()),
@@ -500,8 +562,8 @@ async fn bench(flags: Flags) -> Result<(), String> {
         if measurements > 0 { allocations as f64 / measurements as f64 } else { 0.0 }
     );
     println!("  server CPU               {server_cpu:.2} s (separate process)");
+    let per_measurement = if measurements > 0 { cpu * 1e6 / measurements as f64 } else { 0.0 };
     if let Some((rate, per_request)) = floor {
-        let per_measurement = if measurements > 0 { cpu * 1e6 / measurements as f64 } else { 0.0 };
         println!(
             "  floor (raw sockets)      {per_request:.1} µs CPU per request at {rate:.0} requests/s: the engine costs {:.1}× the \
              least a client pays here for the same exchange",
@@ -512,6 +574,6 @@ async fn bench(flags: Flags) -> Result<(), String> {
         "  engine RSS               peak {:.1} MiB, at the end {rss_now:.1} MiB ({open_files} open file descriptors)",
         rss_mib("self", "VmHWM:").unwrap_or_default()
     );
-    let _ = server.kill().await;
-    Ok(())
+    let allocations = if measurements > 0 { allocations as f64 / measurements as f64 } else { 0.0 };
+    Ok((per_measurement, allocations))
 }

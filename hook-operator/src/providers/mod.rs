@@ -154,6 +154,9 @@ pub struct ProviderSettings {
     pub max_buffered_body_bytes: usize,
     /// Whether args may read their value from a Secret (`valueFrom.secretKeyRef`, `--secret-args`).
     pub secret_args: bool,
+    /// The client of plain-HTTP requests to IP addresses: the operator's own, or hyper's for `hook-bench`'s
+    /// comparison (no operator flag).
+    pub plain_client: http::hyper_baseline::PlainClient,
 }
 
 impl Default for ProviderSettings {
@@ -173,6 +176,7 @@ impl Default for ProviderSettings {
             kubernetes_kinds: vec!["pods".to_string()],
             max_buffered_body_bytes: 16 * 1024 * 1024,
             secret_args: false,
+            plain_client: http::hyper_baseline::PlainClient::Own,
         }
     }
 }

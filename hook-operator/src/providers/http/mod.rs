@@ -6,6 +6,7 @@
 pub mod connections;
 pub mod egress;
 pub mod h1;
+pub mod hyper_baseline;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use reqwest::{Method, Url};
 
 use self::connections::{Connections, Lease, ReadError};
 use self::egress::{Policy, Resolver};
+use self::hyper_baseline::PlainClient;
 use super::{ProviderError, ProviderSettings};
 use crate::text::excerpt;
 
@@ -119,6 +121,10 @@ pub struct Http {
     buffered_peak: std::sync::atomic::AtomicUsize,
     /// Keep-alive connections for plain-HTTP targets (see [`Target::plain`]).
     connections: Arc<Connections>,
+    /// Which client plain-HTTP targets go through: always [`PlainClient::Own`] in the operator (see
+    /// [`hyper_baseline`], the comparison `hook-bench` runs).
+    plain_client: PlainClient,
+    hyper_connections: hyper_baseline::HyperConnections,
     /// Rendered URL → where it goes (see [`Target`]). Only URLs the policy admits are kept; the policy and the
     /// rewrites are fixed for the life of the client, so an entry never goes stale.
     targets: std::sync::Mutex<std::collections::HashMap<String, Arc<Target>>>,
@@ -162,7 +168,18 @@ impl Http {
             buffered_peak: std::sync::atomic::AtomicUsize::new(0),
             targets: std::sync::Mutex::new(std::collections::HashMap::new()),
             connections,
+            plain_client: settings.plain_client,
+            hyper_connections: hyper_baseline::HyperConnections::new(settings.max_idle_per_host, settings.idle_timeout),
         })
+    }
+
+    /// Idle plain-HTTP connections of the client in use (tests).
+    #[cfg(test)]
+    fn idle_plain_connections(&self) -> usize {
+        match self.plain_client {
+            PlainClient::Own => self.connections.idle(),
+            PlainClient::Hyper => self.hyper_connections.idle(),
+        }
     }
 
     /// The most response bytes that were reserved at once so far.
@@ -265,7 +282,10 @@ impl Http {
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
         if let Some(plain) = &target.plain {
-            return self.exchange_plain(method, target, plain, headers, body, what).await;
+            return match self.plain_client {
+                PlainClient::Own => self.exchange_plain(method, target, plain, headers, body, what).await,
+                PlainClient::Hyper => self.exchange_hyper(method, target, plain, headers, body, what).await,
+            };
         }
         let client = if insecure { &self.insecure } else { &self.client };
         let mut request = client.request(method.clone(), target.url.clone());
