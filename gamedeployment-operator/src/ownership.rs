@@ -11,6 +11,7 @@ use common::api::GameDeployment;
 use common::cached_pod::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, OwnerReference};
 use kube::Resource;
+use kube::core::{Selector, SelectorExt};
 
 /// Kind and API version written into (and expected in) controller ownerReferences.
 pub const OWNER_KIND: &str = "GameDeployment";
@@ -60,26 +61,21 @@ fn requirement_problem(r: &LabelSelectorRequirement) -> Result<(), SelectorProbl
     Err(SelectorProblem::InvalidRequirement { key: r.key.clone(), reason: reason.to_string() })
 }
 
-/// Kubernetes label-selector semantics: every `matchLabels` pair and every expression must hold. An expression
-/// with an unknown operator matches nothing, so a broken selector never claims pods.
+/// Kubernetes label-selector semantics, by kube's [`Selector`]: every `matchLabels` pair and every expression must
+/// hold; an empty selector matches every pod (as Go's `metav1.LabelSelectorAsSelector`; a GameDeployment's own
+/// empty selector is refused earlier, [`validate_selector`]). A selector kube cannot read (an unknown operator,
+/// `In`/`NotIn` without `values`) matches nothing, as Go's conversion error does, so a broken selector never
+/// claims pods.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let pairs = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    pairs
-        && selector.match_expressions.iter().flatten().all(|r| {
-            let value = labels.get(&r.key);
-            let listed = |v: &String| r.values.iter().flatten().any(|candidate| candidate == v);
-            match r.operator.as_str() {
-                "In" => value.is_some_and(listed),
-                "NotIn" => !value.is_some_and(listed),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
+    Selector::try_from(selector.clone()).is_ok_and(|selector| selector.matches(labels))
 }
 
 /// The selector as `kubectl get -l` writes it (`metav1.FormatLabelSelector`), for `status.labelSelector`, which
 /// the scale subresource hands to HPA.
+///
+/// Not kube's `Selector` `Display`: it writes `matchLabels` first and then the expressions in manifest order,
+/// where Go sorts every requirement by key, and BCS's `status.labelSelector` is Go's string
+/// (`kube_selector_text_is_not_sorted_by_key` pins the difference).
 pub fn selector_string(selector: &LabelSelector) -> String {
     let mut parts: Vec<(String, String)> = Vec::new();
     for (k, v) in selector.match_labels.iter().flatten() {
@@ -216,6 +212,23 @@ mod tests {
         assert!(!selector_matches(&sel(vec![expr("app", "DoesNotExist", &[])]), &l));
         assert!(!selector_matches(&sel(vec![expr("app", "Bogus", &["web"])]), &l));
         assert!(!selector_matches(&by_labels(&[("app", "other")]), &l));
+        // Unreadable requirements match nothing (Go's LabelSelectorAsSelector refuses them).
+        let no_values = LabelSelectorRequirement { key: "zone".into(), operator: "NotIn".into(), values: None };
+        assert!(!selector_matches(&sel(vec![no_values]), &l));
+        // The empty selector selects everything.
+        assert!(selector_matches(&LabelSelector::default(), &l));
+        assert!(selector_matches(&sel(vec![]), &l));
+    }
+
+    #[test]
+    fn kube_selector_text_is_not_sorted_by_key() {
+        let selector = LabelSelector {
+            match_labels: Some(labels(&[("app", "web")])),
+            match_expressions: Some(vec![expr("tier", "In", &["b", "a"]), expr("canary", "DoesNotExist", &[])]),
+        };
+        let kube = Selector::try_from(selector.clone()).unwrap().to_string();
+        assert_eq!(kube, "app=web,tier in (a,b),!canary");
+        assert_ne!(kube, selector_string(&selector), "kube now sorts like Go: use its Display in selector_string");
     }
 
     #[test]

@@ -8,20 +8,21 @@
 use std::collections::BTreeMap;
 
 use common::cached_pod::Pod;
+use json_patch::jsonptr::{PointerBuf, Token};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-/// Escapes one JSON-pointer segment (`~` → `~0`, `/` → `~1`).
-pub fn escape(segment: &str) -> String {
-    segment.replace('~', "~0").replace('/', "~1")
-}
+// JSON pointers are built by `jsonptr` (re-exported by json-patch, so the version kube's patches parse with): a
+// label key holds `/` (`app.kubernetes.io/name`), which RFC 6901 escapes as `~1` (and `~` as `~0`).
 
+/// The JSON pointer to the label `key` (`/metadata/labels/app.kubernetes.io~1name`).
 pub fn label_path(key: &str) -> String {
-    format!("/metadata/labels/{}", escape(key))
+    PointerBuf::from_tokens(["metadata", "labels", key]).to_string()
 }
 
+/// The JSON pointer to the annotation `key`.
 pub fn annotation_path(key: &str) -> String {
-    format!("/metadata/annotations/{}", escape(key))
+    PointerBuf::from_tokens(["metadata", "annotations", key]).to_string()
 }
 
 /// Adds empty `labels` / `annotations` maps when the pod has none, so later `add` operations on keys apply.
@@ -53,12 +54,12 @@ pub fn map_ops(
     let mut ops = Vec::new();
     for (k, v) in to {
         if from.get(k) != Some(v) || current.and_then(|c| c.get(k)) != Some(v) {
-            ops.push(json!({"op": "add", "path": format!("{base}/{}", escape(k)), "value": v}));
+            ops.push(json!({"op": "add", "path": format!("{base}/{}", Token::new(k).encoded()), "value": v}));
         }
     }
     for k in from.keys() {
         if !to.contains_key(k) && current.is_some_and(|c| c.contains_key(k)) {
-            ops.push(json!({"op": "remove", "path": format!("{base}/{}", escape(k))}));
+            ops.push(json!({"op": "remove", "path": format!("{base}/{}", Token::new(k).encoded())}));
         }
     }
     ops
@@ -116,7 +117,7 @@ mod tests {
 
     #[test]
     fn escapes_pointer_segments() {
-        assert_eq!(escape("a/b~c"), "a~1b~0c");
+        assert_eq!(annotation_path("a/b~c"), "/metadata/annotations/a~1b~0c");
         assert_eq!(label_path("app.kubernetes.io/name"), "/metadata/labels/app.kubernetes.io~1name");
     }
 
@@ -129,6 +130,21 @@ mod tests {
         let mut doc = json!({"metadata": {"labels": current}});
         apply(&mut doc, map_ops("/metadata/labels", Some(&current), &from, &to));
         assert_eq!(doc["metadata"]["labels"], json!({"a": "2", "c": "3", "mine": "x"}));
+    }
+
+    #[test]
+    fn map_ops_escape_keys_with_slash_and_tilde() {
+        let key = "example.com/a~b";
+        let from: BTreeMap<String, String> = [(key.into(), "1".into())].into();
+        let to: BTreeMap<String, String> = [(key.into(), "2".into())].into();
+        let ops = map_ops("/metadata/labels", Some(&from), &from, &to);
+        assert_eq!(ops[0]["path"], "/metadata/labels/example.com~1a~0b");
+        let mut doc = json!({"metadata": {"labels": from}});
+        apply(&mut doc, ops);
+        assert_eq!(doc["metadata"]["labels"], json!({key: "2"}));
+        let mut doc = json!({"metadata": {"labels": to.clone()}});
+        apply(&mut doc, map_ops("/metadata/labels", Some(&to), &to, &BTreeMap::new()));
+        assert_eq!(doc["metadata"]["labels"], json!({}));
     }
 
     #[test]

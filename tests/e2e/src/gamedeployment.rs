@@ -249,22 +249,9 @@ impl PodMonitor {
     }
 }
 
-/// Removes terminal colour codes from a log (the one copy the suites share).
+/// Removes terminal colour codes from a log, by the `strip-ansi-escapes` crate (a full ANSI parser, `vte`).
 pub fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    strip_ansi_escapes::strip_str(text)
 }
 
 /// Every address the operator (or, when several share a log, each operator process in start order) logged it

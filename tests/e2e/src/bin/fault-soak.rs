@@ -27,18 +27,6 @@ struct Args {
     round: bool,
 }
 
-fn parse_duration(text: &str) -> Option<Duration> {
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().ok()?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n.checked_mul(60)?,
-        "h" => n.checked_mul(3600)?,
-        _ => return None,
-    };
-    Some(Duration::from_secs(secs))
-}
-
 fn parse() -> Result<Args, String> {
     let mut args = Args { duration: Duration::from_secs(600), seed: fresh_seed(), error_rate: 0.03, round: false };
     let mut it = std::env::args().skip(1);
@@ -47,7 +35,9 @@ fn parse() -> Result<Args, String> {
         match flag.as_str() {
             "--duration" => {
                 let v = value()?;
-                args.duration = parse_duration(&v).ok_or_else(|| format!("bad duration {v:?} (10m, 600s, 1h)"))?;
+                // humantime's forms (`10m`, `1h 30m`) and bare seconds (`600`), as kube-sim's flags.
+                args.duration =
+                    kube_sim::parse_duration(&v).map_err(|e| format!("bad duration {e} (10m, 600s, 1h)"))?;
             }
             "--seed" => args.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--error-rate" => {
