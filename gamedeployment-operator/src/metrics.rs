@@ -23,14 +23,18 @@ pub use common::runtime::metrics::{OperatorMetrics, ReasonLabels, ReconcileMetri
 /// One GameDeployment.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WorkloadLabels {
+    /// The GameDeployment's namespace.
     pub namespace: String,
+    /// The GameDeployment's name.
     pub name: String,
 }
 
 /// Pods of one GameDeployment that declare one server state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerStateLabels {
+    /// The GameDeployment's namespace.
     pub namespace: String,
+    /// The GameDeployment's name.
     pub name: String,
     /// `WaitToBeDeleted`, `Draining`, `Idle`, `Allocated` or `Maintaining` (`common::server_state::ServerState::DECLARED`:
     /// never a value a pod made up).
@@ -40,19 +44,25 @@ pub struct ServerStateLabels {
 /// Pods of one GameDeployment held by one kind of hook.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HeldLabels {
+    /// The GameDeployment's namespace.
     pub namespace: String,
+    /// The GameDeployment's name.
     pub name: String,
     /// `predelete`, `preinplace`, `postinplace` or `canary`.
     pub hook: String,
 }
 
+/// One kind of hook gate.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HookLabels {
+    /// `predelete`, `preinplace`, `postinplace` or `canary`.
     pub hook: String,
 }
 
+/// How a HookRun of one kind of gate completed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
+    /// `predelete`, `preinplace`, `postinplace` or `canary`.
     pub hook: String,
     /// `successful`, `failed`, `error`, `inconclusive` or `terminated`.
     pub outcome: String,
@@ -63,6 +73,7 @@ pub struct OutcomeLabels {
 /// A gate that let a pod (or canary step) go without a successful hook.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReleaseLabels {
+    /// `predelete`, `preinplace`, `postinplace` or `canary`.
     pub hook: String,
     /// `hard_deadline`, `soft_deadline`, `on_failure` or `skipped`.
     pub reason: String,
@@ -74,13 +85,17 @@ pub const HOOKS: [&str; 4] = ["predelete", "preinplace", "postinplace", "canary"
 /// What a pass shows about one GameDeployment on the dashboard.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WorkloadView {
+    /// `spec.replicas`.
     pub desired: i64,
+    /// Pods on the update revision.
     pub updated: i64,
+    /// Ready pods.
     pub ready: i64,
     /// Pods held, by hook (in [`HOOKS`] order).
     pub held: [i64; 4],
 }
 
+/// One kind of request to the Kubernetes API.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`.
@@ -95,34 +110,52 @@ pub struct Metrics {
     /// `reconciles_total{result}` (`success`, `error`, `waiting` for expectations, `skipped` being deleted),
     /// `reconcile_errors_total{reason}`, `reconcile_duration_seconds`.
     pub reconcile: ReconcileMetrics,
+    /// `pods_created_total{reason}`: `replicas` or `surge`.
     pub pods_created: Family<ReasonLabels, Counter>,
+    /// `pods_deleted_total{reason}`: `scale_in`, `pods_to_delete`, `rolling_update`, `recreate_fallback`.
     pub pods_deleted: Family<ReasonLabels, Counter>,
+    /// `pods_updated_total{reason}`: pod patches, by why (in-place update, hot patch, readiness gate, ...).
     pub pods_updated: Family<ReasonLabels, Counter>,
+    /// `pods_held{namespace,name,hook}`: pods a gate held in the last pass.
     pub pods_held: Family<HeldLabels, Gauge>,
+    /// `desired_replicas{namespace,name}`: `spec.replicas`.
     pub desired_replicas: Family<WorkloadLabels, Gauge>,
+    /// `updated_replicas{namespace,name}`: pods on the update revision.
     pub updated_replicas: Family<WorkloadLabels, Gauge>,
+    /// `ready_replicas{namespace,name}`.
     pub ready_replicas: Family<WorkloadLabels, Gauge>,
+    /// `rollout_stuck_seconds{namespace,name}`: since the rollout last moved while incomplete (0 when complete).
     pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge>,
+    /// `progress_deadline_exceeded{namespace,name}`: 1 while `Progressing` says `ProgressDeadlineExceeded`.
     pub progress_deadline_exceeded: Family<WorkloadLabels, Gauge>,
+    /// `server_states{namespace,name,state}`: pods declaring each server state.
     pub server_states: Family<ServerStateLabels, Gauge>,
     /// `leader`, `events_dropped_total`, `events_combined_total`: the metrics both operators share.
     pub operator: OperatorMetrics,
+    /// `gate_wait_seconds{hook}`: how long a pod was held, observed when its gate releases it.
     pub gate_wait: Family<HookLabels, Histogram>,
+    /// `hook_outcomes_total{hook,outcome,shadow}`: completed HookRuns.
     pub hook_outcomes: Family<OutcomeLabels, Counter>,
+    /// `hook_releases_total{hook,reason}`: pods a gate let go without a successful hook.
     pub hook_releases: Family<ReleaseLabels, Counter>,
     /// Canaries rolled back by a failed hook step (`onFailure: Rollback`).
     pub canary_rollbacks: Counter,
+    /// `status_writes_total`: GameDeployment status writes.
     pub status_writes: Counter,
     /// Passes whose status waited for the next write (`--status-write-interval`).
     pub status_writes_deferred: Counter,
     /// Passes that waited for their spacing (`--pass-spacing`), and how long in total.
     pub passes_spaced: Counter,
+    /// `pass_spacing_seconds_total`: the time those passes waited.
     pub pass_spacing_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
     /// Passes that create HookRuns and found the HookTemplate cache behind the API server (planned again), and
     /// those whose template read failed (no run created in that pass).
     pub hook_templates_behind: Counter,
+    /// Passes whose read of the HookTemplates failed: they created no run (see `hook_templates_behind`).
     pub hook_template_reads_failed: Counter,
+    /// `expectations_expired_total`: writes the watch cache did not show within the expectations timeout.
     pub expectations_expired: Counter,
+    /// `api_requests_total{verb,resource}`: every request to the Kubernetes API ([`Metrics::request_counter`]).
     pub api_requests: Family<RequestLabels, Counter>,
 }
 
@@ -259,10 +292,12 @@ impl Metrics {
         metrics
     }
 
+    /// Counts one pass by result (`success`, `error`, `waiting`, `skipped`).
     pub fn reconciled(&self, result: &str) {
         self.reconcile.reconciled(result);
     }
 
+    /// Counts one failed pass by reason.
     pub fn failed(&self, reason: &str) {
         self.reconcile.failed(reason);
     }
@@ -308,14 +343,17 @@ impl Metrics {
         }
     }
 
+    /// Records how long a pod was held by the `hook` gate that just released it.
     pub fn gate_released(&self, hook: &str, waited_seconds: f64) {
         self.gate_wait.get_or_create(&HookLabels { hook: hook.into() }).observe(waited_seconds.max(0.0));
     }
 
+    /// Counts a pod (or canary step) the `hook` gate let go without a successful hook, and why.
     pub fn hook_released(&self, hook: &str, reason: &str) {
         self.hook_releases.get_or_create(&ReleaseLabels { hook: hook.into(), reason: reason.into() }).inc();
     }
 
+    /// Counts a completed HookRun of the `hook` gate (a shadow hook's apart).
     pub fn hook_outcome(&self, hook: &str, outcome: &str, shadow: bool) {
         let labels = OutcomeLabels { hook: hook.into(), outcome: outcome.into(), shadow: shadow.to_string() };
         self.hook_outcomes.get_or_create(&labels).inc();
@@ -330,12 +368,19 @@ impl Metrics {
 /// What counts as progress of a rollout: any change of these numbers (or of the revision or canary step).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RolloutMark {
+    /// `status.updateRevision`: a new template is progress.
     pub revision: Option<String>,
+    /// The current canary step.
     pub step: Option<i32>,
+    /// `status.replicas`.
     pub replicas: i32,
+    /// `status.readyReplicas`.
     pub ready: i32,
+    /// `status.availableReplicas`.
     pub available: i32,
+    /// `status.updatedReplicas`.
     pub updated: i32,
+    /// `status.updatedReadyReplicas`.
     pub updated_ready: i32,
 }
 
@@ -375,6 +420,7 @@ impl RolloutClock {
             .collect()
     }
 
+    /// Drops a deleted GameDeployment's clock.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.lock().remove(&(namespace.to_string(), name.to_string()));
     }
@@ -398,6 +444,7 @@ impl<S> Layer<S> for CountRequests {
     }
 }
 
+/// A kube client's service wrapped by [`CountRequests`]: counts each request, then sends it on unchanged.
 #[derive(Clone, Debug)]
 pub struct CountedService<S> {
     inner: S,
