@@ -38,6 +38,44 @@ pub const MAX_CANARY_STEPS: usize = 100;
 /// a game server).
 pub const MAX_VOLUME_CLAIM_TEMPLATES: usize = 16;
 
+// The schema fragments of the fields whose CRD bounds and defaults are the constants above (the generic fragments
+// are in `schema`, which knows no GameDeployment).
+
+fn replicas_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "format": "int32",
+        "minimum": 0,
+        "maximum": MAX_REPLICAS,
+        "default": 1
+    })
+}
+
+fn revision_history_limit_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "integer",
+        "format": "int32",
+        "minimum": 0,
+        "default": DEFAULT_REVISION_HISTORY_LIMIT
+    })
+}
+
+fn max_unavailable_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schema::int_or_percent_with_default(serde_json::json!(DEFAULT_MAX_UNAVAILABLE))
+}
+
+/// `updateStrategy` defaults to `{}` so that the API server also applies the nested defaults (type,
+/// maxUnavailable, maxSurge) when the whole block is omitted.
+fn update_strategy_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = GameDeploymentUpdateStrategy::json_schema(generator);
+    schema.insert("default".into(), serde_json::json!({}));
+    schema
+}
+
+fn volume_claim_templates_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schema::volume_claim_templates(generator, MAX_VOLUME_CLAIM_TEMPLATES)
+}
+
 /// Most terms in `updateStrategy.priorityStrategy.weightPriority`, `.orderPriority` and in
 /// `updateStrategy.scatterStrategy` (each term is evaluated for every pod of every pass).
 pub const MAX_UPDATE_ORDER_TERMS: usize = 32;
@@ -129,7 +167,7 @@ pub struct GameDeploymentSpec {
     /// Desired number of pods, at most 100000 (Kubernetes supports at most 150,000 pods per cluster; the bound
     /// keeps one manifest from making the operator plan millions of pods).
     #[serde(default = "default_replicas", skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::replicas")]
+    #[schemars(schema_with = "replicas_schema")]
     pub replicas: Option<i32>,
     /// Selects the pods this GameDeployment owns; must match the template labels.
     pub selector: LabelSelector,
@@ -146,7 +184,7 @@ pub struct GameDeploymentSpec {
     /// How pods move to a new template: the update type, partition, maxUnavailable, maxSurge, pause and canary
     /// steps.
     #[serde(default)]
-    #[schemars(schema_with = "schema::update_strategy_with_default")]
+    #[schemars(schema_with = "update_strategy_schema")]
     pub update_strategy: GameDeploymentUpdateStrategy,
     /// Hook run before a pod is deleted (scale-in, `podsToDelete`, the delete half of RollingUpdate) and before
     /// an in-place update when `preInplaceUpdateStrategy` is not set.
@@ -169,7 +207,7 @@ pub struct GameDeploymentSpec {
     pub lifecycle: Option<Lifecycle>,
     /// Number of old ControllerRevisions kept (revisions still used by a pod are always kept).
     #[serde(default = "default_revision_history_limit", skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::revision_history_limit")]
+    #[schemars(schema_with = "revision_history_limit_schema")]
     pub revision_history_limit: Option<i32>,
     /// Seconds a pod must be Ready before it counts as available.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -191,7 +229,7 @@ pub struct GameDeploymentSpec {
     /// on a recreate update, kept by in-place updates; a pod deleted out of band is replaced by one with the same
     /// instance id and the same claims (unless `scaleStrategy.disablePVCReuse`). At most 16.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "schema::volume_claim_templates")]
+    #[schemars(schema_with = "volume_claim_templates_schema")]
     pub volume_claim_templates: Vec<PersistentVolumeClaim>,
 }
 
@@ -376,7 +414,7 @@ pub struct GameDeploymentUpdateStrategy {
     /// Most pods that may be unavailable during an update, an integer or a percentage of replicas such as "20%"
     /// (rounded down); default "20%".
     #[serde(default = "default_max_unavailable", skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "schema::max_unavailable")]
+    #[schemars(schema_with = "max_unavailable_schema")]
     pub max_unavailable: Option<IntOrString>,
     /// Extra pods allowed above replicas during a RollingUpdate, an integer or a percentage of replicas such as
     /// "25%" (rounded up); default 0.

@@ -37,37 +37,15 @@ pub fn partition(_: &mut SchemaGenerator) -> Schema {
 /// A partition percentage: digits, optionally a decimal part, then `%`.
 pub const PARTITION_PATTERN: &str = "^[0-9]+(\\.[0-9]+)?%$";
 
-fn int_or_percent_with_default(default: serde_json::Value) -> Schema {
+/// [`int_or_percent`] with a CRD default.
+pub fn int_or_percent_with_default(default: serde_json::Value) -> Schema {
     let mut schema = int_or_percent(&mut SchemaGenerator::default());
     schema.insert("default".into(), default);
     schema
 }
 
-pub fn max_unavailable(_: &mut SchemaGenerator) -> Schema {
-    int_or_percent_with_default(serde_json::json!(super::gamedeployment::DEFAULT_MAX_UNAVAILABLE))
-}
-
 pub fn max_surge(_: &mut SchemaGenerator) -> Schema {
     int_or_percent_with_default(serde_json::json!(0))
-}
-
-pub fn replicas(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "integer",
-        "format": "int32",
-        "minimum": 0,
-        "maximum": super::gamedeployment::MAX_REPLICAS,
-        "default": 1
-    })
-}
-
-pub fn revision_history_limit(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "integer",
-        "format": "int32",
-        "minimum": 0,
-        "default": super::gamedeployment::DEFAULT_REVISION_HISTORY_LIMIT
-    })
 }
 
 pub fn duration_string(_: &mut SchemaGenerator) -> Schema {
@@ -83,14 +61,6 @@ pub fn http_method(_: &mut SchemaGenerator) -> Schema {
 
 pub fn hook_policy_with_default(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "enum": ["Parallel", "Ordered"], "default": "Parallel" })
-}
-
-/// `updateStrategy` defaults to `{}` so that the API server also applies the nested defaults (type,
-/// maxUnavailable, maxSurge) when the whole block is omitted.
-pub fn update_strategy_with_default(generator: &mut SchemaGenerator) -> Schema {
-    let mut schema = super::gamedeployment::GameDeploymentUpdateStrategy::json_schema(generator);
-    schema.insert("default".into(), serde_json::json!({}));
-    schema
 }
 
 /// Gives an enum of unit variants the schema it has without variant docs — `type: string` plus `enum` — instead of
@@ -144,10 +114,9 @@ pub fn pod_template(generator: &mut SchemaGenerator) -> Schema {
 }
 
 /// `spec.volumeClaimTemplates`: PersistentVolumeClaim schemas as controller-gen emits them for CloneSet (no
-/// descriptions, embedded `metadata` kept whole), at most
-/// [`MAX_VOLUME_CLAIM_TEMPLATES`](super::gamedeployment::MAX_VOLUME_CLAIM_TEMPLATES), each named (the name is the pod
-/// volume's and the claim name's prefix: a DNS label).
-pub fn volume_claim_templates(generator: &mut SchemaGenerator) -> Schema {
+/// descriptions, embedded `metadata` kept whole), at most `max_items`, each named (the name is the pod volume's and
+/// the claim name's prefix: a DNS label).
+pub fn volume_claim_templates(generator: &mut SchemaGenerator, max_items: usize) -> Schema {
     let mut item = k8s_openapi::api::core::v1::PersistentVolumeClaim::json_schema(generator).to_value();
     strip_descriptions(&mut item);
     if let Some(props) = item.get_mut("properties").and_then(|p| p.as_object_mut()) {
@@ -185,7 +154,7 @@ pub fn volume_claim_templates(generator: &mut SchemaGenerator) -> Schema {
     }
     let value = serde_json::json!({
         "type": "array",
-        "maxItems": super::gamedeployment::MAX_VOLUME_CLAIM_TEMPLATES,
+        "maxItems": max_items,
         "items": item
     });
     Schema::try_from(value).unwrap_or_else(|_| json_schema!({ "type": "array" }))
