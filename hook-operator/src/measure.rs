@@ -15,11 +15,16 @@ use crate::providers::{Answer, Observation, Providers};
 /// reports its own (more precise) timeout message first.
 const GRACE: Duration = Duration::from_secs(2);
 
+/// A measurement as taken: the status entry plus what the metrics record about the call.
 #[derive(Debug, Clone)]
 pub struct Taken {
+    /// The entry for `status.metricResults[].measurements`, phase and message set.
     pub measurement: Measurement,
+    /// When it finished: the next measurement of the metric is scheduled from here.
     pub finished_at: Timestamp,
+    /// How long the provider call took (the measurement latency histogram).
     pub latency: Duration,
+    /// `web`, `prometheus` or `kubernetes` (the histogram's label).
     pub provider: &'static str,
 }
 

@@ -99,6 +99,7 @@ impl Readiness {
         self.update();
     }
 
+    /// What `/readyz` answers now.
     pub fn is_ready(&self) -> bool {
         self.health.is_ready()
     }
@@ -113,7 +114,9 @@ impl Readiness {
 /// (the Lease, its absence, a conflict) means the replica reaches the API and may compete; an error means it cannot.
 #[derive(Clone)]
 pub struct AnsweredLeases<S> {
+    /// The store the requests go to.
     pub inner: S,
+    /// Told after each request whether it was answered.
     pub readiness: Readiness,
 }
 

@@ -9,6 +9,7 @@ pub const DEFAULT_CONSECUTIVE_ERROR_LIMIT: i32 = 4;
 /// The documented minimum `interval` (`--min-interval`).
 pub const DEFAULT_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How the engine measures and judges runs; the same for the controller, `check` and the benchmark.
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     /// Multiplies every `interval`, `initialDelay` and the error retry delay. 1.0 in production; tests and the
@@ -47,6 +48,7 @@ impl Default for EngineSettings {
 }
 
 impl EngineSettings {
+    /// `duration` times `interval_scale` (saturating): every wait the engine schedules goes through it.
     pub fn scale(&self, duration: Duration) -> Duration {
         if self.interval_scale == 1.0 {
             return duration;

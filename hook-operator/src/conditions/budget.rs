@@ -164,7 +164,9 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
 /// Why an evaluation was stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {
+    /// It allocated more than [`Limits::memory`].
     Memory,
+    /// It ran longer than [`Limits::timeout`].
     Time,
 }
 
@@ -216,7 +218,9 @@ pub fn metered<T>(memory: usize, deadline: Instant, f: impl FnOnce() -> T) -> T 
 /// Limits of one evaluation.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// CPU time one evaluation may take (`--condition-timeout`).
     pub timeout: Duration,
+    /// Bytes one evaluation may allocate (`--condition-memory`).
     pub memory: usize,
 }
 
@@ -239,6 +243,7 @@ struct Queues {
 pub struct Pool {
     queues: Mutex<Queues>,
     ready: Condvar,
+    /// The limits every evaluation of the pool runs under.
     pub limits: Limits,
 }
 
@@ -328,7 +333,9 @@ impl Pool {
 /// Why [`Pool::run`] returned no value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stopped {
+    /// The evaluation panicked (the message), or its thread went away: the thread is replaced.
     Panicked(String),
+    /// No answer within ten times the timeout (plus 5 s): the thread is stuck where the budget cannot stop it.
     Late(Duration),
 }
 

@@ -15,16 +15,62 @@ use expr::{Context, Environment, Program, Value};
 /// Why an expression could not decide.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EvalError {
+    /// The condition does not parse: the template is invalid.
     #[error("{which} `{expression}` does not parse: {reason}")]
-    Parse { which: &'static str, expression: String, reason: String },
+    Parse {
+        /// `successCondition` or `failureCondition`.
+        which: &'static str,
+        /// The condition as written.
+        expression: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// The condition parses but breaks a rule checked before running (length, nesting, ranges, unknown names).
     #[error("{which} `{expression}` is not accepted: {reason}")]
-    Rejected { which: &'static str, expression: String, reason: String },
+    Rejected {
+        /// `successCondition` or `failureCondition`.
+        which: &'static str,
+        /// The condition as written.
+        expression: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// The evaluation hit its time or memory budget for this value: the measurement errors, the operator goes on.
     #[error("{which} `{expression}` was stopped for result {result}: {reason}")]
-    Budget { which: &'static str, expression: String, result: String, reason: String },
+    Budget {
+        /// `successCondition` or `failureCondition`.
+        which: &'static str,
+        /// The condition as written.
+        expression: String,
+        /// The measured value the condition was given, rendered.
+        result: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// The evaluation failed for this value (a type error, a function given the wrong argument).
     #[error("{which} `{expression}` failed for result {result}: {reason}")]
-    Run { which: &'static str, expression: String, result: String, reason: String },
+    Run {
+        /// `successCondition` or `failureCondition`.
+        which: &'static str,
+        /// The condition as written.
+        expression: String,
+        /// The measured value the condition was given, rendered.
+        result: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// The condition returned something other than a boolean.
     #[error("{which} `{expression}` returned {value} for result {result}; a condition must return true or false")]
-    NotBool { which: &'static str, expression: String, result: String, value: String },
+    NotBool {
+        /// `successCondition` or `failureCondition`.
+        which: &'static str,
+        /// The condition as written.
+        expression: String,
+        /// The measured value the condition was given, rendered.
+        result: String,
+        /// What the condition returned instead.
+        value: String,
+    },
     /// An error an evaluation worker reported, as it reported it.
     #[error("{0}")]
     Reported(String),

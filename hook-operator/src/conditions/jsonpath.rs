@@ -16,14 +16,35 @@ use serde_json::Value;
 static PATHS: LazyLock<Mutex<HashMap<String, Arc<Path>>>> = LazyLock::new(Default::default);
 const PATH_CACHE_LIMIT: usize = 4096;
 
+/// Why a `jsonPath` cannot be used or found nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JsonPathError {
+    /// A Kubernetes JSONPath construct with no RFC 9535 translation (`range`/`end` templates).
     #[error("jsonPath `{path}` is not supported: {reason}")]
-    Unsupported { path: String, reason: String },
+    Unsupported {
+        /// The path as written.
+        path: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// The translated path does not parse.
     #[error("jsonPath `{path}` does not parse (as `{normalized}`): {reason}")]
-    Parse { path: String, normalized: String, reason: String },
+    Parse {
+        /// The path as written.
+        path: String,
+        /// The RFC 9535 form it was translated to.
+        normalized: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+    /// The path matched nothing in the measured document.
     #[error("jsonPath `{path}` matched nothing in the response, which is {shape}")]
-    NoMatch { path: String, shape: String },
+    NoMatch {
+        /// The path as written.
+        path: String,
+        /// An outline of the document (its top-level keys or type), so the user sees where the path went wrong.
+        shape: String,
+    },
 }
 
 /// A parsed path, kept with the text the user wrote for messages.
@@ -37,6 +58,7 @@ pub struct Path {
 }
 
 impl Path {
+    /// Parses a path as Kubernetes users write it (`{$.age}`, `{.items[0].name}`, `$.age`), through the cache.
     pub fn parse(written: &str) -> Result<Self, JsonPathError> {
         let normalized = normalize(written)?;
         let query = jsonpath_rust::parser::parse_json_path(&normalized).map_err(|e| JsonPathError::Parse {
@@ -77,6 +99,7 @@ impl Path {
         self.names.is_some()
     }
 
+    /// The path as the user wrote it, for messages.
     pub fn written(&self) -> &str {
         &self.written
     }

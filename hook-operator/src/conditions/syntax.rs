@@ -27,9 +27,13 @@ use pest::Parser as _;
 use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 
-#[derive(pest_derive::Parser)]
-#[grammar = "conditions/expr.pest"]
-struct Grammar;
+/// pest generates a public `Rule` enum beside the parser; in a private module it stays out of the crate's API.
+mod grammar {
+    #[derive(pest_derive::Parser)]
+    #[grammar = "conditions/expr.pest"]
+    pub(super) struct Grammar;
+}
+use grammar::{Grammar, Rule};
 
 /// Longest condition accepted, in characters.
 pub const MAX_LENGTH: usize = 1024;

@@ -10,21 +10,56 @@
 
 use common::api::Argument;
 
+/// Why a templated field cannot be rendered; reported when the template is validated, before any request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
+    /// A placeholder names an argument the run does not declare.
     #[error("{field}: argument {name:?} is referenced but not declared in the run's args (declared: {declared})")]
-    Missing { field: String, name: String, declared: String },
+    Missing {
+        /// The templated field (`url`, `headers[0].value`, `body`, `query`).
+        field: String,
+        /// The argument's name.
+        name: String,
+        /// The arguments the run declares, listed.
+        declared: String,
+    },
+    /// A placeholder names an argument that has no value.
     #[error("{field}: argument {name:?} has no value (it is declared without one and was never supplied)")]
-    NoValue { field: String, name: String },
+    NoValue {
+        /// The templated field (`url`, `headers[0].value`, `body`, `query`).
+        field: String,
+        /// The argument's name.
+        name: String,
+    },
+    /// A `{{` without its `}}`.
     #[error("{field}: `{{{{` at byte {offset} is never closed by `}}}}`")]
-    Unterminated { field: String, offset: usize },
+    Unterminated {
+        /// The templated field (`url`, `headers[0].value`, `body`, `query`).
+        field: String,
+        /// Byte offset of the tag in the field.
+        offset: usize,
+    },
+    /// The field is longer than a template may be.
     #[error("{field}: the text is {length} bytes long; templates may have at most {MAX_TEMPLATE_BYTES}")]
-    TooLong { field: String, length: usize },
+    TooLong {
+        /// The templated field (`url`, `headers[0].value`, `body`, `query`).
+        field: String,
+        /// The field's length in bytes.
+        length: usize,
+    },
+    /// A tag that is not an argument placeholder: no template engine runs on what a tenant wrote.
     #[error(
         "{field}: `{tag}` at byte {offset} is not an argument placeholder; only {{{{ args.NAME }}}} is supported \
          (no partials, helpers, blocks or other variables; write \\{{{{ for a literal {{{{)"
     )]
-    Unsupported { field: String, tag: String, offset: usize },
+    Unsupported {
+        /// The templated field (`url`, `headers[0].value`, `body`, `query`).
+        field: String,
+        /// The tag as written.
+        tag: String,
+        /// Byte offset of the tag in the field.
+        offset: usize,
+    },
 }
 
 /// Longest text rendered or scanned (the CRD and validation bound every templated field well below this).

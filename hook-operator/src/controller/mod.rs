@@ -37,14 +37,31 @@ use crate::providers::Providers;
 use crate::readiness::Readiness;
 use crate::settings::EngineSettings;
 
+/// The component name: the default Lease name (and the shard Leases' base name) and the Events' reporting
+/// controller.
 pub const COMPONENT: &str = "hook-operator";
 
+/// Why a reconcile of one HookRun failed; the run is retried.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The run changed between the read and the status write: re-read and decide again.
     #[error("HookRun {namespace}/{name} changed since it was read (resourceVersion conflict); retrying")]
-    Conflict { namespace: String, name: String },
+    Conflict {
+        /// The HookRun's namespace.
+        namespace: String,
+        /// The HookRun's name.
+        name: String,
+    },
+    /// The status write failed for another reason.
     #[error("writing the status of HookRun {namespace}/{name}: {source}")]
-    WriteStatus { namespace: String, name: String, source: kube::Error },
+    WriteStatus {
+        /// The HookRun's namespace.
+        namespace: String,
+        /// The HookRun's name.
+        name: String,
+        /// The API's error.
+        source: kube::Error,
+    },
 }
 
 impl Error {
@@ -67,7 +84,9 @@ pub struct Options {
     pub concurrency: u16,
     /// Measurements running at once, across all runs.
     pub max_in_flight: usize,
+    /// How runs are measured and judged (interval scale, history, limits).
     pub engine: EngineSettings,
+    /// This replica's identity (the Lease holder, the shard member).
     pub identity: String,
     /// Share of the in-flight slots one namespace may hold, in percent.
     pub namespace_share_percent: u8,
@@ -83,6 +102,7 @@ pub struct Options {
     pub shards: Option<Arc<shards::Ownership>>,
 }
 
+/// What every reconcile shares: the client, the dispatcher that runs measurements, metrics and Events.
 pub struct Context {
     client: Client,
     shards: Option<Arc<shards::Ownership>>,

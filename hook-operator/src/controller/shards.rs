@@ -55,6 +55,7 @@ pub struct Ownership {
 }
 
 impl Ownership {
+    /// `count` shards (at least one), none of them held yet.
     pub fn new(count: u32) -> Arc<Self> {
         Arc::new(Self {
             count: count.max(1),
@@ -64,10 +65,12 @@ impl Ownership {
         })
     }
 
+    /// How many shards the runs are spread over.
     pub fn count(&self) -> u32 {
         self.count
     }
 
+    /// The shard of the run with this UID (a stable hash, the same in every replica).
     pub fn shard_of(&self, uid: &str) -> u32 {
         shard_of(uid, self.count)
     }
@@ -142,12 +145,17 @@ impl Ownership {
 /// Where the shard Leases live and how they are timed.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// The namespace of the shard Leases (`--leader-elect-namespace`, else the client's default).
     pub namespace: String,
     /// `<base>-shard-<i>` and `<base>-member-<identity>`.
     pub base: String,
+    /// This replica's identity, written as holder of the Leases it takes.
     pub identity: String,
+    /// How long a shard Lease is valid without renewal (`--leader-elect-lease-duration`).
     pub lease_duration: Duration,
+    /// A holder stops acting on a shard it could not renew within this, before the Lease can expire.
     pub renew_deadline: Duration,
+    /// Time between attempts to take or renew a Lease.
     pub retry_period: Duration,
 }
 

@@ -73,6 +73,8 @@ struct Inner {
 }
 
 impl Dispatcher {
+    /// A dispatcher measuring through `providers`, at most `max_in_flight` measurements at once, calling `wake` when
+    /// a run's measurement finished.
     pub fn new(
         providers: Arc<Providers>,
         metrics: Arc<Metrics>,
@@ -115,6 +117,7 @@ impl Dispatcher {
         dispatcher
     }
 
+    /// The engine settings runs are planned with.
     pub fn settings(&self) -> &EngineSettings {
         &self.inner.settings
     }

@@ -14,9 +14,11 @@ use crate::engine::{self, Inputs, Plan};
 /// The outcome of planning one round.
 #[derive(Debug, Clone)]
 pub struct Round {
+    /// The run the round is about.
     pub id: RunId,
     /// The object the round was based on (the cached one, or our last write when the cache was stale).
     pub run: Arc<HookRun>,
+    /// What the engine decided: the new status and the measurements to start.
     pub plan: Plan,
     /// The status differs from the stored one and must be written.
     pub changed: bool,

@@ -20,8 +20,11 @@ use crate::engine::{Finished, Precise};
 /// made once per run (kept in its slot), so a round or a measurement copies three pointers, not three strings.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RunId {
+    /// The run's UID: what keeps a recreated run from inheriting memory.
     pub uid: Arc<str>,
+    /// The run's namespace (the per-namespace share of measurement slots).
     pub namespace: Arc<str>,
+    /// The run's name.
     pub name: Arc<str>,
 }
 
@@ -39,6 +42,7 @@ pub(super) fn uid_of(run: &HookRun) -> std::borrow::Cow<'_, str> {
 }
 
 impl RunId {
+    /// The id of a run as read from the API.
     pub fn of(run: &HookRun) -> Self {
         let meta = &run.metadata;
         Self {
@@ -192,6 +196,7 @@ impl Dispatcher {
         }
     }
 
+    /// How many runs the dispatcher keeps memory for (a gauge: it must follow the live runs, not grow).
     pub fn tracked_runs(&self) -> usize {
         self.slots().len()
     }

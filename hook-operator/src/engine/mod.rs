@@ -33,7 +33,9 @@ use crate::settings::{DEFAULT_CONSECUTIVE_ERROR_LIMIT, EngineSettings};
 pub struct Finished {
     /// Unique within the process; used to acknowledge exactly what a round recorded.
     pub id: u64,
+    /// The metric it measured.
     pub metric: String,
+    /// The measurement as it goes into status.
     pub measurement: Measurement,
     /// `finishedAt` with full precision (status keeps whole seconds).
     pub finished_at: Timestamp,
@@ -48,19 +50,30 @@ pub struct Finished {
 /// What this process remembers about a run beyond its status.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Precise {
+    /// When the run started, to the nanosecond (`status.startedAt` keeps whole seconds): `initialDelay` counts from it.
     pub started_at: Option<Timestamp>,
+    /// Per metric, its last measurement's precise finish: the next one is due `interval` after it, not after the
+    /// rounded time in status.
     pub last_finish: HashMap<String, PreciseFinish>,
 }
 
+/// Everything one round decides from.
 pub struct Inputs<'a> {
+    /// The run's spec.
     pub spec: &'a HookRunSpec,
+    /// The stored status (`None` before the first round).
     pub status: Option<&'a HookRunStatus>,
     /// The first validation problem of the spec, if any.
     pub invalid: Option<&'a str>,
+    /// Measurements that finished since the last round, to be recorded.
     pub finished: &'a [Finished],
+    /// Metrics with a measurement under way: none is started twice.
     pub in_flight: &'a HashSet<String>,
+    /// What this process remembers beyond the status.
     pub precise: &'a Precise,
+    /// The round's clock.
     pub now: Timestamp,
+    /// The engine settings.
     pub settings: &'a EngineSettings,
 }
 
@@ -73,37 +86,51 @@ pub struct Start {
     pub metric: String,
     /// When it was due; `now - due` is the scheduling lag.
     pub due: Timestamp,
+    /// `schedule::taken()` of the metric now: the measurement is recorded only if the metric still has that many.
     pub taken_before: i32,
 }
 
 /// Something worth an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
+    /// A metric reached its final phase.
     MetricCompleted {
+        /// The metric's name.
         metric: String,
+        /// Its final phase.
         phase: HookPhase,
+        /// Why (`count (3) reached`, `failed (3) > failureLimit (2)`).
         message: String,
     },
     /// A measurement errored after one that did not (the first of a streak): worth a Warning while the run is
     /// still Running, because the run will only end after `consecutiveErrorLimit` more.
     MeasurementError {
+        /// The metric's name.
         metric: String,
+        /// The measurement's error.
         message: String,
     },
+    /// The run reached its final phase: what the gamedeployment-operator waits for.
     RunCompleted {
+        /// The run's final phase.
         phase: HookPhase,
+        /// Why.
         message: String,
     },
 }
 
+/// What one round decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// The status to store.
     pub status: HookRunStatus,
+    /// Measurements to start now.
     pub start: Vec<Start>,
     /// Measurements due later, within [`EngineSettings::arm_ahead`]: started now, each waiting until its `due`.
     pub arm: Vec<Start>,
     /// When the next round is needed, unless a measurement finishing wakes the run earlier.
     pub wake_at: Option<Timestamp>,
+    /// Events to publish about the run.
     pub notes: Vec<Note>,
     /// The run is completed (now or before); nothing will ever be measured again.
     pub completed: bool,
@@ -130,6 +157,8 @@ fn severity(phase: HookPhase) -> u8 {
     }
 }
 
+/// The phase of a run from its metrics' phases: the worst one (`Failed` over `Error` over `Inconclusive` over
+/// unfinished), `Successful` only when all are.
 pub fn worst(phases: impl IntoIterator<Item = HookPhase>) -> HookPhase {
     phases.into_iter().max_by_key(|p| severity(*p)).unwrap_or(HookPhase::Successful)
 }
@@ -285,6 +314,7 @@ fn running_message(spec: &HookRunSpec, status: &HookRunStatus) -> Option<String>
     (!errors.is_empty()).then(|| crate::text::excerpt(&errors.join("; "), MAX_STATUS_TEXT))
 }
 
+/// One round's decisions (see the module docs for the rules).
 pub fn plan(inputs: &Inputs<'_>) -> Plan {
     plan_on(inputs, inputs.status.cloned())
 }

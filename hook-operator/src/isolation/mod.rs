@@ -82,7 +82,10 @@ pub fn processes_or_threads(binary: Option<std::path::PathBuf>) -> Isolation {
 /// Evaluates jobs: on worker processes (the operator) or in-process threads.
 #[derive(Clone)]
 pub enum Evaluator {
+    /// In-process threads (`check`, tests, `--condition-isolation thread`): a budget overrun stops only the evaluation.
     Threads(Arc<crate::conditions::budget::Pool>),
+    /// Worker processes (the operator's default): a crash or an allocation past the bound ends a worker, not the
+    /// operator.
     Processes(Arc<workers::Workers>),
 }
 
@@ -94,6 +97,7 @@ impl Evaluator {
         }
     }
 
+    /// The time and memory limits one evaluation runs under.
     pub fn limits(&self) -> crate::conditions::budget::Limits {
         match self {
             Self::Threads(pool) => pool.limits,

@@ -37,7 +37,9 @@ pub struct Settings {
     pub binary: PathBuf,
     /// Workers for namespaces in good standing (at least 1).
     pub workers: usize,
+    /// The limits of one evaluation, enforced in the worker.
     pub limits: crate::conditions::budget::Limits,
+    /// The largest answer body sent to a worker (the providers' `--max-body-bytes`).
     pub max_body_bytes: usize,
     /// How long a namespace stays in the penalty lane after an evaluation of its was stopped.
     pub penalty: Duration,
@@ -114,6 +116,7 @@ pub struct Workers {
     metrics: WorkerMetrics,
 }
 
+/// How one evaluation on a worker ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndLabels {
     /// `verdict` (an outcome came back), `time`, `memory` (stopped at that bound) or `crashed`.
@@ -123,18 +126,26 @@ pub struct EndLabels {
 /// The workers' Prometheus metrics (bounded labels: how an evaluation ended).
 #[derive(Clone, Default)]
 pub struct WorkerMetrics {
+    /// `hook_operator_evaluations_total{end}`.
     pub evaluations: Family<EndLabels, Counter>,
+    /// `hook_operator_evaluation_workers_started_total`: a rising count means workers keep being replaced.
     pub started: Counter,
+    /// `hook_operator_penalised_namespaces`: namespaces in the penalty lane.
     pub penalised: Gauge,
 }
 
 /// Counters, as tests and benchmarks read them.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Stats {
+    /// Evaluations that came back with an outcome.
     pub evaluated: u64,
+    /// Evaluations stopped at the time bound.
     pub stopped_time: u64,
+    /// Evaluations stopped at the memory bound.
     pub stopped_memory: u64,
+    /// Evaluations whose worker crashed.
     pub crashed: u64,
+    /// Worker processes started.
     pub spawned: u64,
 }
 
@@ -164,10 +175,12 @@ impl Workers {
         Ok(workers)
     }
 
+    /// The limits one evaluation runs under.
     pub fn limits(&self) -> crate::conditions::budget::Limits {
         self.settings.limits
     }
 
+    /// The counters so far.
     pub fn stats(&self) -> Stats {
         let ended = |end| self.metrics.evaluations.get_or_create(&EndLabels { end }).get();
         Stats {

@@ -31,6 +31,7 @@ use crate::providers::Providers;
 /// Exit codes: 0 Successful, 1 Failed/Error/Inconclusive, 2 the check itself could not run (an unreadable file, an
 /// invalid template or run, an argument without a value, a bad flag).
 pub const EXIT_NOT_SUCCESSFUL: u8 = 1;
+/// See [`EXIT_NOT_SUCCESSFUL`]: the check could not run.
 pub const EXIT_USAGE: u8 = 2;
 
 /// The first HookTemplate or HookRun of a YAML file.
@@ -122,6 +123,8 @@ fn uses_kubernetes(run: &HookRun) -> bool {
     run.spec.metrics.iter().any(|m| m.provider.kubernetes.is_some())
 }
 
+/// `hook-operator check`: runs the template or run of `flags.file` once and prints every measurement; the exit code
+/// says how it ended.
 pub async fn run(flags: CheckFlags) -> ExitCode {
     let usage = |message: String| {
         eprintln!("hook-operator check: {message}");

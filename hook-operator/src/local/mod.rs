@@ -20,6 +20,7 @@ pub struct Wakers {
 }
 
 impl Wakers {
+    /// The [`Wake`] to give a dispatcher: wakes the task driving the finished measurement's run.
     pub fn wake(&self) -> Wake {
         let by_uid = self.by_uid.clone();
         Arc::new(move |id: &RunId| {
