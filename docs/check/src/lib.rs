@@ -4,6 +4,7 @@
 //! fenced code blocks, inline code spans, inline links `[text](target)`), which is all the checks need.
 //! The tests (`tests/checks.rs`) run them over the repository.
 
+pub mod blocks;
 pub mod references;
 
 use std::collections::{BTreeSet, HashMap};

@@ -253,3 +253,60 @@ fn every_book_page_a_text_names_exists() {
     }
     assert!(problems.is_empty(), "{}", report(&problems));
 }
+
+/// Every shell block of the book that shows output is checked by a named end-to-end test or listed, with a reason,
+/// as not checked yet (`docs_check::blocks`); a marker names a test that exists; the list names only blocks that
+/// exist and are not checked; and no `sh` block shows output as comments (output is written in console form).
+#[test]
+fn every_output_block_of_the_book_is_checked_by_a_test_or_listed() {
+    use docs_check::blocks::{UNCHECKED, book_blocks, output_as_comments};
+    let root = repo_root();
+    let blocks: Vec<_> = book_blocks(&book_src()).into_iter().filter(|b| b.shows_output()).collect();
+    assert!(blocks.len() > 10, "the book shows output in console blocks");
+    let mut problems = Vec::new();
+    for block in &blocks {
+        let at = format!("docs/src/{}:{} (`$ {}`)", block.page, block.line, block.first_command());
+        let listed =
+            UNCHECKED.iter().any(|(page, command, _)| *page == block.page && *command == block.first_command());
+        match &block.checked_by {
+            Some(test) => {
+                let found = test.split_once("::").and_then(|(module, name)| {
+                    let source = fs::read_to_string(root.join("tests/e2e/tests").join(format!("{module}.rs"))).ok()?;
+                    source.contains(&format!("fn {name}(")).then_some(())
+                });
+                if found.is_none() {
+                    problems.push(format!("{at}: `<!-- checked: {test} -->` names no test of tests/e2e/tests/"));
+                }
+                if listed {
+                    problems.push(format!("{at}: checked by {test}, so it leaves blocks::UNCHECKED"));
+                }
+            }
+            None if !listed => problems.push(format!(
+                "{at} shows output but no test checks it: mark it `<!-- checked: MODULE::TEST -->` (an end-to-end test \
+                 that runs it through e2e::book) or list it in docs_check::blocks::UNCHECKED with the reason"
+            )),
+            None => {}
+        }
+    }
+    for (page, command, reason) in UNCHECKED {
+        if reason.trim().is_empty() {
+            problems.push(format!("blocks::UNCHECKED: {page} `$ {command}` gives no reason"));
+        }
+        if !blocks.iter().any(|b| b.page == *page && b.first_command() == *command) {
+            problems.push(format!("blocks::UNCHECKED names {page} `$ {command}`, which no output block starts with"));
+        }
+    }
+    for page in book_pages() {
+        let text = fs::read_to_string(&page).unwrap_or_default();
+        for line in output_as_comments(&text) {
+            problems.push(format!(
+                "{}:{line}: output shown as a comment after a command; write the block in console form (`$ command`, then \
+                 its output) so a test can check it",
+                page.display()
+            ));
+        }
+    }
+    let checked = blocks.iter().filter(|b| b.checked_by.is_some()).count();
+    println!("{} output blocks: {checked} checked, {} listed as not checked yet", blocks.len(), UNCHECKED.len());
+    assert!(problems.is_empty(), "{}", report(&problems));
+}

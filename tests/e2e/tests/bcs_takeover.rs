@@ -328,6 +328,9 @@ async fn an_inplace_fleet_whose_user_changed_nothing_keeps_all_six_game_servers(
     std::fs::write(&manifest, changed.to_string()).expect("manifest written");
     let plan = kubectl_gd(&cluster, &["plan", name, "--takeover"]).await;
     assert!(plan.stdout.contains("no pod would change"), "{}", plan.stdout);
+    // The plan page's block, names and times masked.
+    let page = "operating/kubectl-gd-plan.md";
+    e2e::book::Book::of_this_test().assert_output(page, &format!("kubectl gd plan {name} --takeover"), &plan.stdout);
     let path = manifest.display().to_string();
     let plan = kubectl_gd(&cluster, &["plan", name, "--takeover", "-f", &path, "-o", "json"]).await;
     let plan: Value = serde_json::from_str(&plan.stdout).expect("plan as JSON");

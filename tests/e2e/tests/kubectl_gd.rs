@@ -139,7 +139,7 @@ async fn get_shows_the_held_pod_and_status_waits_for_the_scale_in() {
     println!("$ kubectl gd get {NAME}\n{tree}");
     assert_eq!(out.code, 0, "{}", out.stderr);
     // What the kubectl gd page shows for this moment, names and times masked (issue 49: the page had drifted).
-    e2e::book::assert_block_matches("operating/kubectl-gd.md", &format!("kubectl gd get {NAME}"), &tree);
+    e2e::book::Book::of_this_test().assert_output("operating/kubectl-gd.md", &format!("kubectl gd get {NAME}"), &tree);
     assert!(tree.contains("PreparingDelete") && tree.contains("value 45,"), "{tree}");
     assert!(!tree.contains('\x1b'), "not a terminal: plain text");
     let run = predelete_run_of(&tree).expect("a pre-delete HookRun");

@@ -278,6 +278,8 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     let out = cluster.kubectl(&["delete", "pod", &victim_name, "--wait=false"]).await;
     println!("$ kubectl delete pod {victim_name}\n{}{}", out.stdout, out.stderr);
     assert!(!out.success, "the delete is refused");
+    // The webhooks page's block, names and times masked.
+    e2e::book::Book::of_this_test().assert_output("webhooks.md", "kubectl delete pod slow-hw6gz", &out.stderr);
     for needle in [
         "admission webhook \"pod-gate.gamedeployment.tkex.tencent.com\" denied the request",
         "it is now marked for deletion (apps.kruise.io/specified-delete=true)",

@@ -27,15 +27,17 @@ fn progressing(gd: &GameDeployment) -> Option<common::api::GameDeploymentConditi
 async fn a_stalled_rollout_is_reported_at_its_deadline_and_not_before() {
     let cluster = Cluster::start().await;
     let _operators = operators(&cluster).await;
-    // The files the page relies on, as shipped.
-    cluster.kubectl_ok(&["apply", "-f", "examples/progress-deadline/hook-template-never.yaml"]).await;
-    cluster.kubectl_ok(&["apply", "-f", "examples/progress-deadline/gamedeployment-stalls.yaml"]).await;
+    // The page's block, command by command, compared with what it shows; the files it relies on, as shipped.
+    let book = e2e::book::Book::of_this_test();
+    let mut shell = e2e::book::Session::new(cluster.kubeconfig());
+    let page = "api/progress-deadline.md";
+    shell.run_next(&book, page, Some("kubectl scale")).await;
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
     let spec = api.get(NAME).await.expect("the example's GameDeployment").spec;
     assert_eq!(spec.progress_deadline_seconds.map(i64::from), Some(DEADLINE_SECONDS), "the page's deadline");
     wait_columns(&cluster, NAME, Columns::new(2, 2, 2, 2, 2)).await;
 
-    cluster.kubectl_ok(&["scale", "--replicas=1", &format!("gamedeployment/{NAME}")]).await;
+    shell.run_next(&book, page, Some("kubectl get")).await;
     let exceeded = wait_for("Progressing to say ProgressDeadlineExceeded", LONG, || async {
         let c = progressing(&api.get(NAME).await.ok()?)?;
         (c.reason.as_deref() == Some("ProgressDeadlineExceeded")).then_some(c)
@@ -61,6 +63,8 @@ async fn a_stalled_rollout_is_reported_at_its_deadline_and_not_before() {
             .find(|e| e.reason.as_deref() == Some("ProgressDeadlineExceeded") && e.type_.as_deref() == Some("Warning"))
     })
     .await;
+    shell.run_next(&book, page, None).await;
+    drop(book);
     let out = kubectl_gd(&cluster, &["status", NAME, "--timeout", "30s"]).await;
     assert_eq!(out.code, 6, "{out:?}");
     assert!(out.stderr.contains("exceeded its progress deadline: no progress for"), "{}", out.stderr);

@@ -76,7 +76,7 @@ async fn two_sandboxes_side_by_side_never_share_a_demo_server() {
     assert_eq!(text.matches("Successful  value=45").count(), 3, "{text}");
     assert!(text.lines().last().is_some_and(|l| l.starts_with("result: Successful")), "{text}");
     // The check page shows it against the default sandbox's demo server; the output does not name the address.
-    e2e::book::assert_block_matches(
+    e2e::book::Book::of_this_test().assert_output(
         "hooks/check.md",
         "hook-operator check -f examples/hook-template-success.yaml --web-resolve 1.1.1.1:9091=127.0.0.200:9091 \
          --interval-scale 0.01",

@@ -13,6 +13,7 @@ mod takeover_support;
 mod walkthrough_support;
 
 mod bcs_takeover;
+mod book_blocks;
 mod canary_rollback;
 mod canary_steps;
 mod chart;
