@@ -706,6 +706,40 @@ async fn execute(ctx: &Context, snapshot: &mut Snapshot, plan: &mut Plan) -> exe
     executor.run(plan).await
 }
 
+/// What the report does with the status a pass computed.
+#[derive(Debug, PartialEq, Eq)]
+enum StatusWrite {
+    /// The API holds it already: no write, and nothing waits.
+    Unchanged,
+    /// Only progress every pass recomputes changed ([`status::must_write_now`]) and a status write went out less
+    /// than `--status-write-interval` ago: the status waits this long for the next write.
+    Defer(Duration),
+    /// Written in this pass.
+    Now,
+}
+
+/// Whether `status` is written now, waits, or needs no write, given the status the API holds (`written`, our
+/// last write) and when the last write of this GameDeployment went out.
+fn status_write(
+    written: Option<&GameDeploymentStatus>,
+    status: &GameDeploymentStatus,
+    last_write: Option<Instant>,
+    interval: Duration,
+    now: Instant,
+) -> StatusWrite {
+    if written == Some(status) {
+        return StatusWrite::Unchanged;
+    }
+    let none = GameDeploymentStatus::default();
+    let wait = match last_write {
+        Some(at) if !status::must_write_now(written.unwrap_or(&none), status) => {
+            interval.checked_sub(now.saturating_duration_since(at))
+        }
+        _ => None,
+    };
+    wait.filter(|w| !w.is_zero()).map_or(StatusWrite::Now, StatusWrite::Defer)
+}
+
 /// Report: the status with what the writes did, the Events, the status write (only when it changed), and when
 /// to look again.
 async fn report(
@@ -728,56 +762,45 @@ async fn report(
     }
 
     let mut status_due: Option<Duration> = None;
-    if snapshot.written_status.as_ref() == Some(&status) {
-        // Back to what the API holds: nothing waits.
-        if let Some(pace) = lock(&ctx.paces).get_mut(&key) {
-            pace.waiting = None;
+    let now = Instant::now();
+    let last_write = lock(&ctx.paces).get(&key).and_then(|p| p.last_write);
+    match status_write(snapshot.written_status.as_ref(), &status, last_write, ctx.config.status_write_interval, now) {
+        StatusWrite::Unchanged => {
+            // Back to what the API holds: nothing waits.
+            if let Some(pace) = lock(&ctx.paces).get_mut(&key) {
+                pace.waiting = None;
+            }
         }
-    } else {
-        let now = Instant::now();
-        let interval = ctx.config.status_write_interval;
-        let wait = {
-            let paces = lock(&ctx.paces);
-            let last = paces.get(&key).and_then(|p| p.last_write);
-            let written = snapshot.written_status.clone().unwrap_or_default();
-            match last {
-                Some(at) if !status::must_write_now(&written, &status) => interval.checked_sub(now - at),
-                _ => None,
+        StatusWrite::Defer(wait) => {
+            lock(&ctx.paces).entry(key.clone()).or_default().waiting = Some(status);
+            ctx.metrics.status_writes_deferred.inc();
+            status_due = Some(wait);
+        }
+        StatusWrite::Now => {
+            let mut updated = gd.clone();
+            updated.status = Some(status.clone());
+            updated.metadata.managed_fields = None;
+            updated.metadata.resource_version = snapshot.write_rv.clone();
+            let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
+            let result = api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await;
+            {
+                let mut paces = lock(&ctx.paces);
+                let pace = paces.entry(key.clone()).or_default();
+                pace.last_write = Some(now);
+                pace.waiting = None;
             }
-        };
-        match wait.filter(|w| !w.is_zero()) {
-            Some(wait) => {
-                // Only recomputable progress changed and a status write went out less than an interval ago.
-                lock(&ctx.paces).entry(key.clone()).or_default().waiting = Some(status);
-                ctx.metrics.status_writes_deferred.inc();
-                status_due = Some(wait);
-            }
-            None => {
-                let mut updated = gd.clone();
-                updated.status = Some(status.clone());
-                updated.metadata.managed_fields = None;
-                updated.metadata.resource_version = snapshot.write_rv.clone();
-                let api: Api<GameDeployment> = Api::namespaced(ctx.client.clone(), &snapshot.namespace);
-                let result = api.replace_status(&gd.name_any(), &PostParams::default(), &updated).await;
-                {
-                    let mut paces = lock(&ctx.paces);
-                    let pace = paces.entry(key.clone()).or_default();
-                    pace.last_write = Some(now);
-                    pace.waiting = None;
+            match result {
+                Ok(written) => {
+                    ctx.metrics.status_writes.inc();
+                    ctx.record_written(&key, written.metadata.resource_version, status);
                 }
-                match result {
-                    Ok(written) => {
-                        ctx.metrics.status_writes.inc();
-                        ctx.record_written(&key, written.metadata.resource_version, status);
-                    }
-                    // Our cached GameDeployment is stale (a user edit or our previous status write is on its way):
-                    // the watch event brings the fresh one; look again shortly in case it does not trigger a pass.
-                    Err(kube::Error::Api(s)) if s.code == 409 => {
-                        ctx.metrics.reconciled("conflict");
-                        return Ok(Requeue::requeue(Duration::from_millis(500)));
-                    }
-                    Err(source) => return Err(Error::WriteStatus { key, source }),
+                // Our cached GameDeployment is stale (a user edit or our previous status write is on its way):
+                // the watch event brings the fresh one; look again shortly in case it does not trigger a pass.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    ctx.metrics.reconciled("conflict");
+                    return Ok(Requeue::requeue(Duration::from_millis(500)));
                 }
+                Err(source) => return Err(Error::WriteStatus { key, source }),
             }
         }
     }

@@ -311,3 +311,54 @@ fn hook_runs_are_created_after_the_pod_writes_and_a_taken_name_is_read_back() {
     assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
     assert!(world.hook_runs.iter().any(|r| r.metadata.name.as_deref() == Some("game-run") && r.metadata.uid.is_some()));
 }
+
+mod status_writes {
+    use std::time::{Duration, Instant};
+
+    use common::api::GameDeploymentStatus;
+
+    use super::super::{StatusWrite, status_write};
+
+    const INTERVAL: Duration = Duration::from_secs(1);
+
+    fn counted(replicas: i32) -> GameDeploymentStatus {
+        GameDeploymentStatus { replicas, observed_generation: Some(1), ..Default::default() }
+    }
+
+    /// A pass that computes the status the API holds writes nothing, however long ago the last write was.
+    #[test]
+    fn a_status_the_api_holds_is_not_written() {
+        let now = Instant::now();
+        let held = counted(3);
+        for last in [None, Some(now), Some(now - Duration::from_secs(60))] {
+            assert_eq!(status_write(Some(&held), &counted(3), last, INTERVAL, now), StatusWrite::Unchanged);
+        }
+    }
+
+    /// Progress every pass recomputes (the replica counts) waits for the rest of the interval after the last
+    /// write; with no write yet, or once the interval is over, it is written.
+    #[test]
+    fn recomputable_progress_waits_for_the_interval_after_the_last_write() {
+        let now = Instant::now();
+        let (held, new) = (counted(3), counted(4));
+        let last = now - Duration::from_millis(400);
+        assert_eq!(
+            status_write(Some(&held), &new, Some(last), INTERVAL, now),
+            StatusWrite::Defer(Duration::from_millis(600))
+        );
+        assert_eq!(status_write(Some(&held), &new, None, INTERVAL, now), StatusWrite::Now);
+        let long_ago = now - Duration::from_secs(2);
+        assert_eq!(status_write(Some(&held), &new, Some(long_ago), INTERVAL, now), StatusWrite::Now);
+        assert_eq!(status_write(Some(&held), &new, Some(last), Duration::ZERO, now), StatusWrite::Now);
+    }
+
+    /// Anything a person or the planner reads back (here the observed generation) is written in the pass that
+    /// computes it, even right after another write.
+    #[test]
+    fn a_change_that_must_be_seen_is_written_at_once() {
+        let now = Instant::now();
+        let held = counted(3);
+        let new = GameDeploymentStatus { observed_generation: Some(2), ..counted(3) };
+        assert_eq!(status_write(Some(&held), &new, Some(now), INTERVAL, now), StatusWrite::Now);
+    }
+}
