@@ -58,6 +58,7 @@ mod hostile_hooks;
 mod inplace_surge;
 mod kubectl_gd;
 mod kubectl_gd_verdicts;
+mod leader_lease_crates;
 mod leader_partition;
 mod lifecycle_handlers;
 mod observe;
