@@ -225,6 +225,24 @@ fn canary_pauses_and_step_hooks() {
     assert!(text.contains("Canary:    step 2 of 3: pause (until resumed) (PausedByCanaryPauseStep)"), "{text}");
 }
 
+/// The kubectl gd page: canary steps count from 1 in every view, and only `status.currentStepIndex` and `-o json`'s
+/// `canary.step`, which mirrors it, count from 0 (the BCS-compatible index).
+#[test]
+fn json_canary_step_mirrors_the_0_based_index_while_every_text_counts_from_1() {
+    let mut gd = finished(gd(), "Paused");
+    gd.spec.update_strategy.canary = Some(yaml("{steps: [{partition: 3}, {pause: {}}, {hook: {templateName: t}}]}"));
+    gd.spec.update_strategy.paused = true;
+    let status = gd.status.as_mut().unwrap();
+    status.current_step_index = Some(1);
+    status.pause_conditions = vec![yaml("{reason: PausedByCanaryPauseStep, startTime: '2024-05-01T10:09:00Z'}")];
+    let snapshot = Snapshot::owned(gd, revisions(), pods(), vec![]);
+    let tree = build(&snapshot, now());
+    let json = serde_json::to_value(&tree).unwrap();
+    assert_eq!(json["canary"]["step"], serde_json::json!(1), "status.currentStepIndex as it is: {json:#}");
+    assert!(render(&tree, Style::PLAIN).contains("Canary:    step 2 of 3"), "the tree counts from 1");
+    assert!(judge(&snapshot).message.contains("canary step 2 of 3"), "status counts from 1");
+}
+
 #[test]
 fn a_released_record_left_in_the_status_does_not_hold_completion() {
     // A skip, a deadline or `onFailure: Proceed` leaves its entry in the status as a record for a while; the rollout
