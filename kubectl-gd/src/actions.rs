@@ -30,19 +30,41 @@ pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
     /// JSON merge patch of a GameDeployment.
-    MergeGd { name: String, patch: Value },
+    MergeGd {
+        /// The object's name.
+        name: String,
+        /// The merge patch.
+        patch: Value,
+    },
     /// JSON merge patch of a HookRun.
-    MergeRun { name: String, patch: Value },
+    MergeRun {
+        /// The object's name.
+        name: String,
+        /// The merge patch.
+        patch: Value,
+    },
     /// Delete a HookRun, only if it is still the one observed (UID precondition).
-    DeleteRun { name: String, uid: String },
+    DeleteRun {
+        /// The object's name.
+        name: String,
+        /// The UID observed: the delete's precondition.
+        uid: String,
+    },
     /// JSON merge patch of a pod (its annotations).
-    MergePod { name: String, patch: Value },
+    MergePod {
+        /// The object's name.
+        name: String,
+        /// The merge patch.
+        patch: Value,
+    },
 }
 
 /// Writes plus what to tell the user.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
+    /// The writes, in the order they are sent.
     pub writes: Vec<Write>,
+    /// One line per thing done, printed once the writes went through.
     pub summary: Vec<String>,
 }
 

@@ -56,6 +56,7 @@ Exit codes:
   6  no progress for spec.progressDeadlineSeconds (ProgressDeadlineExceeded)
   7  a failed canary step hook rolled the canary back (hookPolicy.onFailure: Rollback)";
 
+/// The command line of `kubectl gd`.
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl-gd",
@@ -69,6 +70,7 @@ Exit codes:
     after_help = EXAMPLES,
 )]
 pub struct Cli {
+    /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
@@ -87,6 +89,7 @@ pub struct Conn {
     pub namespace: Option<String>,
 }
 
+/// How `get` and `plan` print what they found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
     /// The tree (colour and symbols on a terminal).
@@ -96,15 +99,19 @@ pub enum Output {
     Json,
 }
 
+/// When the tree uses colour and symbols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Color {
     /// Colour and symbols when stdout is a terminal and NO_COLOR is not set.
     #[default]
     Auto,
+    /// Colour and symbols even when stdout is not a terminal.
     Always,
+    /// Plain text.
     Never,
 }
 
+/// The commands of `kubectl gd`.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show a GameDeployment as a tree: revisions, pods (revision, ready, lifecycle state) and, for held pods,
@@ -119,10 +126,13 @@ pub enum Command {
         /// Keep watching and redraw on every change (in place on a terminal).
         #[arg(short, long)]
         watch: bool,
+        /// Print the tree as text or as JSON.
         #[arg(short, long, value_enum, default_value_t)]
         output: Output,
+        /// When to use colour and symbols.
         #[arg(long, value_enum, default_value_t)]
         color: Color,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
@@ -132,6 +142,7 @@ pub enum Command {
     /// change elsewhere. For CI.
     #[command(after_help = STATUS_HELP)]
     Status {
+        /// GameDeployment name.
         name: String,
         /// Give up after this long (exit 4), e.g. `90s`, `10m`. Default: wait forever.
         #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -139,6 +150,7 @@ pub enum Command {
         /// Print only the final verdict.
         #[arg(short, long)]
         quiet: bool,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
@@ -146,30 +158,38 @@ pub enum Command {
     /// (the BCS mechanism; the operator sets it back to false); with --pod, deletes only that pod's failed HookRun
     /// so the operator starts a new one.
     Retry {
+        /// GameDeployment name.
         name: String,
         /// Only this pod.
         #[arg(long, value_name = "POD")]
         pod: Option<String>,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
     /// Pause updates (`spec.updateStrategy.paused: true`); scaling goes on.
     Pause {
+        /// GameDeployment name.
         name: String,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
     /// Resume updates (`spec.updateStrategy.paused: false`; GitOps-clean: the `resume-step` annotation): ends the
     /// canary step in progress (a pause, or a failed step hook).
     Resume {
+        /// GameDeployment name.
         name: String,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
     /// Skip every remaining canary step of the update revision (the `promote: <update revision>` annotation, in
     /// either control mode); every pod still passes its own hooks.
     Promote {
+        /// GameDeployment name.
         name: String,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
@@ -183,13 +203,16 @@ pub enum Command {
     SkipHook {
         /// The held pod.
         pod: String,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
     /// Roll every pod through the gates: annotates the pod template (`kubectl.kubernetes.io/restartedAt`, as
     /// `kubectl rollout restart` does), which makes a new revision.
     Restart {
+        /// GameDeployment name.
         name: String,
+        /// Which cluster and namespace.
         #[command(flatten)]
         conn: Conn,
     },
@@ -207,6 +230,7 @@ pub enum Command {
     /// Answer kubectl's plugin completion (`kubectl_complete-gd`): the words typed after `kubectl gd`.
     #[command(name = "__complete", hide = true)]
     Complete {
+        /// The words typed after `kubectl gd`, the last one being completed.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         words: Vec<String>,
     },
@@ -216,6 +240,7 @@ pub enum Command {
         after_help = "Examples:\n  source <(kubectl gd completion bash)\n  kubectl gd completion zsh > \"${fpath[1]}/_kubectl-gd\""
     )]
     Completion {
+        /// The shell to print the script for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -233,6 +258,7 @@ pub enum AssumeHooks {
     AsNow,
 }
 
+/// The flags of `kubectl gd plan`.
 #[derive(Args, Debug, Clone)]
 pub struct PlanFlags {
     /// GameDeployment name.
@@ -259,8 +285,10 @@ pub struct PlanFlags {
     /// The hook-operator's --interval-scale, if it runs with one (it multiplies every interval and initialDelay).
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
     pub hook_interval_scale: f64,
+    /// Print the forecast as text or as JSON.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: Output,
+    /// Which cluster and namespace.
     #[command(flatten)]
     pub conn: Conn,
 }

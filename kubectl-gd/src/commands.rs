@@ -16,12 +16,17 @@ use crate::rollout::{State, Verdict, exit};
 use crate::snapshot::{Snapshot, gitops_clean};
 use crate::tree;
 
+/// A hook failed or cannot start, or the spec is invalid.
 pub const EXIT_FAILED: u8 = exit::FAILED;
+/// The rollout is paused with work left.
 pub const EXIT_PAUSED: u8 = exit::PAUSED;
+/// `--timeout` passed first.
 pub const EXIT_TIMEOUT: u8 = exit::TIMEOUT;
 /// `spec.progressDeadlineSeconds` passed without progress (`ProgressDeadlineExceeded`).
 pub const EXIT_STALLED: u8 = exit::STALLED;
+/// Not found, the API refused, or the command itself failed.
 pub const EXIT_ERROR: u8 = exit::ERROR;
+/// A failed canary was rolled back (`onFailure: Rollback`).
 pub const EXIT_ROLLED_BACK: u8 = exit::ROLLED_BACK;
 
 fn fail(message: impl std::fmt::Display) -> ExitCode {
@@ -33,6 +38,7 @@ async fn connect(conn: &Conn) -> Result<Target, Error> {
     Target::connect(conn.kubeconfig.as_deref(), conn.context.as_deref(), conn.namespace.as_deref()).await
 }
 
+/// Runs the command `cli` names; the exit code is the command's verdict (see the `EXIT_*` codes).
 pub async fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Get { name, watch, output, color, conn } => get(&name, watch, output, color, &conn).await,

@@ -21,21 +21,30 @@ const FILES: u8 = 0;
 pub enum Offer {
     /// Fixed candidates (`value`, `description`).
     Values(Vec<(String, String)>),
+    /// The GameDeployments of the namespace (read from the cluster).
     GameDeployments,
+    /// The pods a hook holds (for `skip-hook`).
     HeldPods,
+    /// The namespace's pods.
     Pods,
+    /// The cluster's namespaces (for `-n`).
     Namespaces,
+    /// File names (the shell completes them: `plan -f`, `check -f`).
     Files,
 }
 
 /// The flags of the connection that completion itself must honour (`-n`, `--kubeconfig`, `--context`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Conn {
+    /// `-n`/`--namespace`, if typed.
     pub namespace: Option<String>,
+    /// `--kubeconfig`, if typed.
     pub kubeconfig: Option<String>,
+    /// `--context`, if typed.
     pub context: Option<String>,
 }
 
+/// What to offer for the last of `words` (the words after `kubectl gd`), and the connection flags typed before it.
 pub fn decide(words: &[String]) -> (Offer, Conn) {
     let root = Cli::command();
     let mut conn = Conn::default();

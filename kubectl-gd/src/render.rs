@@ -16,7 +16,9 @@ pub struct Style {
 }
 
 impl Style {
+    /// ASCII without escape sequences: logs, pipes, `NO_COLOR`, the golden test.
     pub const PLAIN: Self = Self { terminal: false };
+    /// Colours, symbols and box drawing, for a terminal.
     pub const TERMINAL: Self = Self { terminal: true };
 
     fn paint(self, colour: Colour, text: &str) -> String {

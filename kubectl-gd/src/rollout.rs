@@ -16,10 +16,12 @@ use serde::Serialize;
 
 use crate::snapshot::{Snapshot, gate_runs_of, gitops_clean, run_phase};
 
+/// Where a rollout stands, as `kubectl gd status` reports it.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub enum State {
     /// Every pod the rollout is meant to move runs the update revision and is available.
     Complete,
+    /// Moving, or waiting on something that will come (a hook running, a timed pause, a grace period).
     Progressing,
     /// Paused by `spec.updateStrategy.paused` or a canary pause step, with work left.
     Paused,
@@ -35,9 +37,11 @@ pub enum State {
 
 /// `kubectl gd status` exit codes, one per final [`State`] (and the command's own failures).
 pub mod exit {
+    /// The rollout is complete.
     pub const COMPLETE: u8 = 0;
     /// A hook failed or cannot start, or the spec is invalid.
     pub const FAILED: u8 = 1;
+    /// Paused with work left (`paused`, or a canary pause step).
     pub const PAUSED: u8 = 3;
     /// `--timeout` passed first.
     pub const TIMEOUT: u8 = 4;
@@ -71,6 +75,7 @@ pub struct Wait {
     /// In words: "the pause of canary step 2 of 3 (60s)", "the in-place grace period of pod p (30s)", "progress
     /// before the deadline (spec.progressDeadlineSeconds 600)".
     pub what: String,
+    /// When it ends.
     pub until: Time,
     /// Seconds from the verdict's `now` to `until` (negative once past).
     pub remaining_seconds: i64,
@@ -82,14 +87,18 @@ impl Wait {
     }
 }
 
+/// What `kubectl gd status` says about a rollout at one moment.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
+    /// Where the rollout stands.
     pub state: State,
+    /// Why, in words.
     pub message: String,
     /// The pod held by the failed hook, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The failed HookRun, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook_run: Option<String>,
     /// What ends at a known time while the rollout progresses, soonest first.

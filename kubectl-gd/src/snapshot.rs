@@ -12,9 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 /// Everything observed about one GameDeployment.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// The GameDeployment.
     pub gd: GameDeployment,
+    /// The ControllerRevisions it controls.
     pub revisions: Vec<ControllerRevision>,
+    /// The pods it controls.
     pub pods: Vec<Pod>,
+    /// Its HookRuns: those it controls, and ownerless ones carrying its name label ([`Snapshot::owned`]).
     pub runs: Vec<HookRun>,
 }
 

@@ -19,10 +19,15 @@ use crate::snapshot::{Snapshot, label, run_phase, runs_of};
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Tree {
+    /// The GameDeployment's name.
     pub name: String,
+    /// Its namespace.
     pub namespace: String,
+    /// How it updates (`spec.updateStrategy` and its hooks).
     pub strategy: Strategy,
+    /// Replica counts and revisions from its status.
     pub progress: Progress,
+    /// The canary steps, when the update strategy has some.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<Canary>,
     /// The operator's own `Progressing` condition (what it says the rollout waits for).
@@ -30,40 +35,56 @@ pub struct Tree {
     pub progressing: Option<Condition>,
     /// What `kubectl gd status` concludes from the same objects.
     pub verdict: Verdict,
+    /// Its revisions, newest first, each with its pods.
     pub revisions: Vec<Revision>,
 }
 
+/// The update strategy, as the tree's header shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
+    /// `spec.updateStrategy.type`.
     #[serde(rename = "type")]
     pub type_: String,
+    /// `partition`, as written (a count or a percentage).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// `maxUnavailable`, as written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_unavailable: Option<String>,
+    /// `maxSurge`, as written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_surge: Option<String>,
+    /// `paused`: updates stop, scaling goes on.
     pub paused: bool,
     /// The HookTemplates gating pods, by gate (`pre-delete: test`).
     pub hooks: Vec<String>,
 }
 
+/// Where the rollout stands, from the GameDeployment's status.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Progress {
+    /// `spec.replicas`.
     pub desired: i32,
+    /// `status.updatedReplicas`: pods on the update revision.
     pub updated: i32,
+    /// `status.updatedReadyReplicas`.
     pub updated_ready: i32,
     /// Updated pods available for `minReadySeconds` (`status.updatedAvailableReplicas`, as CloneSet).
     pub updated_available: i32,
     /// Pods that should end on the update revision, `replicas − partition` (`status.expectedUpdatedReplicas`).
     pub expected_updated: i32,
+    /// `status.readyReplicas`.
     pub ready: i32,
+    /// `status.availableReplicas`.
     pub available: i32,
+    /// `status.replicas`: pods that exist.
     pub total: i32,
+    /// `status.updateRevision`: the current template's revision.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub update_revision: Option<String>,
+    /// `status.currentRevision`: the stable side.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current_revision: Option<String>,
     /// `metadata.generation` not yet observed by the operator.
@@ -76,68 +97,87 @@ pub struct Progress {
     pub shadow_results: Vec<common::api::ShadowHookResult>,
 }
 
+/// The canary steps of the update strategy.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Canary {
     /// 0-based index of the current step; `steps` when every step is done.
     pub step: i32,
+    /// How many steps there are.
     pub steps: usize,
     /// The current step in words (`partition 3`, `pause (indefinite)`, `hook test`, `done`).
     pub current: String,
+    /// Why the rollout is paused at this step (`PausedByCanaryPauseStep`, `PausedByStepBasedHook`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_reason: Option<String>,
+    /// The current step's HookRun, when the step is a hook.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_run: Option<Run>,
 }
 
+/// A status condition of the GameDeployment.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// One CamelCase word (`RolloutComplete`, `ProgressDeadlineExceeded`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the operator says, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
+/// One revision of the GameDeployment with its pods.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Revision {
     /// ControllerRevision name; pods whose revision has no ControllerRevision are grouped under their label.
     pub name: String,
+    /// The ControllerRevision's `revision` number.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub number: Option<i64>,
     /// This is `status.updateRevision` (the current template).
     pub update: bool,
     /// This is `status.currentRevision` (the stable side).
     pub current: bool,
+    /// The pods on this revision.
     pub pods: Vec<PodNode>,
 }
 
+/// One pod of a revision.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PodNode {
+    /// The pod's name.
     pub name: String,
+    /// The revision the pod names (`controller-revision-hash`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     /// `status.phase`, or `Terminating` once deletion started.
     pub phase: String,
+    /// The pod is Ready.
     pub ready: bool,
     /// `lifecycle.apps.kruise.io/state` (`Normal` when absent).
     pub state: String,
     /// Seconds in that state (from `lifecycle.apps.kruise.io/timestamp`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_seconds: Option<i64>,
+    /// Seconds since the pod was created.
     pub age_seconds: i64,
+    /// Container restarts, summed.
     pub restarts: i32,
     /// The state its game server declares (`common::server_state`: a named state only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_state: Option<String>,
+    /// `status.podIP`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
     /// The GameDeployment's hook condition for this pod (`status.pre*HookCondition`): why it is held.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<Held>,
+    /// The pod's HookRuns (found by its instance id, canary step runs left out), by name.
     pub runs: Vec<Run>,
 }
 
@@ -148,62 +188,87 @@ impl PodNode {
     }
 }
 
+/// Why a gate holds a pod, from the GameDeployment's hook condition.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Held {
     /// `pre-delete`, `pre-inplace` or `post-inplace`.
     pub gate: String,
+    /// The held pod's HookRun phase as the condition records it.
     pub phase: HookPhase,
+    /// The HookRun holding it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hook_run: Option<String>,
+    /// The condition's message (why the run failed, when it did).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Seconds since the hook started for this pod (the condition's `startTime`).
     pub seconds: i64,
 }
 
+/// A HookRun, with what its metrics measured so far.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Run {
+    /// The HookRun's name.
     pub name: String,
     /// `hookrun-type` label (`pre-delete-step`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Its phase (`Pending` until the hook-operator first reconciled it).
     pub phase: HookPhase,
+    /// Why it is in its phase, when the hook-operator says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Since `status.startedAt` (or creation); for a completed run, until its last measurement finished.
     pub elapsed_seconds: i64,
+    /// `spec.terminate` is set (skipped by `kubectl gd skip-hook`, or stopped).
     pub terminated: bool,
+    /// Its metrics, in spec order.
     pub metrics: Vec<MetricNode>,
 }
 
+/// One metric of a HookRun.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricNode {
+    /// The metric's name.
     pub name: String,
+    /// Its phase (`Pending` until it started).
     pub phase: HookPhase,
     /// Measurements that counted, and how many the metric takes (`None`: until a limit decides).
     pub measured: i32,
+    /// How many measurements it takes (`None`: until a limit decides).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<i32>,
+    /// Successful measurements so far.
     pub successful: i32,
+    /// Failed measurements so far.
     pub failed: i32,
+    /// Inconclusive measurements so far.
     pub inconclusive: i32,
+    /// Measurements that errored so far.
     pub error: i32,
     /// How a measurement is judged: `success: <expr>`, `failure: <expr>`, limits.
     pub judged_by: Vec<String>,
+    /// Why the metric ended in its phase.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The newest measurement.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last: Option<LastMeasurement>,
 }
 
+/// The newest measurement of a metric.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LastMeasurement {
+    /// The value measured, as text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// How it was judged.
     pub phase: HookPhase,
+    /// What went wrong, or which condition decided.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Seconds since it finished.
