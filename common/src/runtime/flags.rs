@@ -36,13 +36,28 @@ pub struct KubeFlags {
 }
 
 /// How log lines are written.
-#[derive(ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LogFormat {
     /// For people reading `kubectl logs`.
     #[default]
     Text,
     /// One JSON object a line, for log pipelines.
     Json,
+}
+
+// Written out rather than derived: the derive turns the variant docs into possible-value help, which switches both
+// operators' `--help` to clap's long layout.
+impl ValueEnum for LogFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Self::Text, Self::Json]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            Self::Text => "text",
+            Self::Json => "json",
+        }))
+    }
 }
 
 /// How and how much the binary logs.
