@@ -11,6 +11,7 @@ use crate::providers::ProviderSettings;
 use crate::providers::http::Resolve;
 use crate::settings::EngineSettings;
 
+/// The binary's command line: a subcommand, or the controller's flags.
 #[derive(Parser, Debug)]
 #[command(
     name = "hook-operator",
@@ -19,12 +20,15 @@ use crate::settings::EngineSettings;
     args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    /// `check` or the internal `evaluator`; none runs the controller.
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The controller's flags (used when no subcommand is given).
     #[command(flatten)]
     pub run: RunFlags,
 }
 
+/// The binary's subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a HookTemplate (or HookRun) once, locally, without a cluster, and print every measurement.
@@ -39,6 +43,7 @@ pub enum Command {
 /// The controller (the default command).
 #[derive(Args, Debug)]
 pub struct RunFlags {
+    /// The flags both operators share (kubeconfig, logs, metrics address, leader election).
     #[command(flatten)]
     pub runtime: RuntimeFlags,
     /// Only reconcile HookRuns matching this label selector (to shard runs between operator instances).
@@ -75,6 +80,7 @@ pub struct RunFlags {
     /// takes its fair share. Replaces --leader-elect (every replica works).
     #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub shards: u32,
+    /// How runs are measured and judged.
     #[command(flatten)]
     pub engine: EngineFlags,
 }
@@ -162,6 +168,7 @@ pub struct EngineFlags {
 }
 
 impl EngineFlags {
+    /// The engine settings the flags give, or why they are invalid.
     pub fn engine(&self) -> Result<EngineSettings, String> {
         let settings = EngineSettings {
             interval_scale: self.interval_scale,
@@ -173,6 +180,7 @@ impl EngineFlags {
         Ok(settings)
     }
 
+    /// The provider settings the flags give.
     pub fn providers(&self) -> ProviderSettings {
         ProviderSettings {
             max_body_bytes: self.max_body_bytes,
@@ -205,6 +213,7 @@ impl EngineFlags {
     }
 }
 
+/// The flags of `hook-operator check`.
 #[derive(Args, Debug)]
 pub struct CheckFlags {
     /// A YAML file holding a HookTemplate or a HookRun (the first one found).
@@ -219,6 +228,7 @@ pub struct CheckFlags {
     /// Print each measurement as one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
+    /// How the run is measured and judged, as in the controller.
     #[command(flatten)]
     pub engine: EngineFlags,
 }

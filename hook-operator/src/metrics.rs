@@ -10,35 +10,50 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// HookRuns by phase.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
+    /// The run's phase (`Pending`, `Running`, `Successful`, ...).
     pub phase: String,
 }
 
 /// Static texts (provider names and phases are fixed): counting a measurement allocates nothing.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MeasurementLabels {
+    /// `web`, `prometheus` or `kubernetes`.
     pub provider: &'static str,
+    /// The measurement's phase.
     pub phase: &'static str,
 }
 
+/// One provider.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderLabels {
+    /// `web`, `prometheus` or `kubernetes`.
     pub provider: &'static str,
 }
 
 pub use common::runtime::metrics::{LeaderGuard, OperatorMetrics, ReasonLabels, ReconcileMetrics};
 
+/// Every metric of the hook-operator, under the `hook_operator_` prefix.
 pub struct Metrics {
+    /// `hookruns{phase}`: HookRuns this operator sees.
     pub hookruns: Family<PhaseLabels, Gauge>,
+    /// `measurements_total{provider,phase}`.
     pub measurements: Family<MeasurementLabels, Counter>,
+    /// `measurement_duration_seconds{provider}`: how long a provider took to answer.
     pub measurement_duration: Family<ProviderLabels, Histogram>,
+    /// `scheduling_lag_seconds`: from when a measurement was due to when it started (a loaded operator shows here
+    /// first).
     pub scheduling_lag: Histogram,
+    /// `measurements_in_flight`.
     pub in_flight: Gauge,
+    /// `measurements_waiting`: due measurements waiting for a slot (`--max-in-flight`).
     pub waiting: Gauge,
     /// `reconciles_total{result}` (`success`, `error`), `reconcile_errors_total{reason}`,
     /// `reconcile_duration_seconds`.
     pub reconcile: ReconcileMetrics,
+    /// `status_writes_total`: HookRun status updates sent.
     pub status_writes: Counter,
     /// Rounds whose status change was kept in memory (recorded, measurements started) instead of written at once:
     /// progress of a running run waiting for `--status-write-interval` or `--max-status-writes-per-second`.
@@ -47,6 +62,7 @@ pub struct Metrics {
     pub status_writes_waiting: Gauge,
     /// How long progress waited in memory before it was written (the age of what a restart re-measures).
     pub status_write_delay: Histogram,
+    /// `invalid_hooktemplates`: HookTemplates with validation problems.
     pub invalid_templates: Gauge,
     /// `leader` (1 while this replica runs the controller: it holds the Lease, or leader election is off),
     /// `events_dropped_total`, `events_combined_total`: the metrics both operators share.
@@ -136,6 +152,7 @@ impl Metrics {
         self.operator.leading()
     }
 
+    /// Counts a failed reconcile by reason.
     pub fn reconcile_error(&self, reason: &str) {
         self.reconcile.failed(reason);
     }

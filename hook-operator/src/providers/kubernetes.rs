@@ -36,7 +36,9 @@ fn reserved(key: &str) -> Option<&'static str> {
 /// Which part of the target object a field reads or writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldPath {
+    /// `metadata.annotations.<key>`: the key.
     Annotation(String),
+    /// `metadata.labels.<key>`: the key.
     Label(String),
     /// Any other dotted path (`status.phase`); readable, not writable.
     Other(Vec<String>),
@@ -170,6 +172,7 @@ pub fn build_patch(object: &Value, fields: &[(FieldPath, String)]) -> Value {
     Value::Array(ops)
 }
 
+/// The kubernetes provider: reads and patches fields of objects in the HookRun's own namespace.
 pub struct Kubernetes {
     client: Option<Client>,
     timeout: Duration,
@@ -257,6 +260,8 @@ pub fn judge_get(
 }
 
 impl Kubernetes {
+    /// A provider using `client` (`None`: every measurement errors, as in `check` without a cluster), each call
+    /// bounded by `timeout`, limited to `kinds` (`[group/]plural`).
     pub fn new(client: Option<Client>, timeout: Duration, kinds: &[String]) -> Self {
         Self { client, timeout, kinds: parse_kinds(kinds), resources: Mutex::new(HashMap::new()) }
     }

@@ -7,6 +7,7 @@
 const SENSITIVE_PARAMS: &[&str] =
     &["token", "key", "secret", "password", "passwd", "pwd", "auth", "signature", "sig", "credential", "session"];
 
+/// What a credential is replaced with.
 pub const MASK: &str = "***";
 
 fn sensitive(name: &str) -> bool {

@@ -11,10 +11,14 @@ pub const CORPUS: &str = include_str!("../../testdata/hostile.yaml");
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Case {
+    /// The case's name, in test output.
     pub name: String,
+    /// The condition the template judges the answer with.
     pub success_condition: String,
+    /// The web metric's `jsonPath`, if any.
     #[serde(default)]
     pub json_path: Option<String>,
+    /// What the endpoint answers.
     pub answer: Answer,
     /// Text the measurement's message contains.
     pub expect: String,
@@ -38,14 +42,18 @@ pub struct Answer {
     pub deep: Option<usize>,
 }
 
+/// An object of many long keys (see [`Answer::long_keys`]).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LongKeys {
+    /// How many keys.
     pub count: usize,
+    /// Bytes of each key.
     pub bytes: usize,
 }
 
 impl Answer {
+    /// The answer's bytes, built from whichever field is set.
     pub fn body(&self) -> Vec<u8> {
         if let Some(text) = &self.text {
             return text.clone().into_bytes();

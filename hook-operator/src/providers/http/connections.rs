@@ -100,6 +100,7 @@ impl Socket {
 /// Why an exchange failed before its answer's head was read.
 #[derive(Debug)]
 pub struct SendError {
+    /// What went wrong, for the measurement's message.
     pub message: String,
     /// Not a byte of the request was written: sending it elsewhere is safe for any method.
     pub unsent: bool,
@@ -111,7 +112,9 @@ pub struct SendError {
 /// Why an answer's body could not be read.
 #[derive(Debug)]
 pub enum ReadError {
+    /// The body is larger than the limit (`--max-body-bytes`).
     TooLarge,
+    /// The connection failed or the framing was broken, with what happened.
     Failed(String),
 }
 
@@ -267,6 +270,7 @@ pub struct Connections {
 }
 
 impl Connections {
+    /// An empty pool keeping at most `max_idle_per_host` idle connections per address, each for `idle_timeout`.
     pub fn new(max_idle_per_host: usize, idle_timeout: Duration) -> Self {
         Self { pool: Mutex::new(Pool::default()), max_idle_per_host, idle_timeout }
     }

@@ -44,6 +44,7 @@ impl std::fmt::Display for Cidr {
 }
 
 impl Cidr {
+    /// Whether `ip` is in the range (an IPv4-mapped IPv6 address counts as its IPv4 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.network, canonical(ip)) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
@@ -121,6 +122,7 @@ impl Policy {
 
 /// reqwest's DNS resolver with the policy applied to every resolved address.
 pub struct Resolver {
+    /// The egress policy every resolved address is checked against.
     pub policy: Arc<Policy>,
 }
 

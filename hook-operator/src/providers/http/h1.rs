@@ -13,7 +13,9 @@ pub const MAX_HEAD: usize = 64 * 1024;
 pub enum Framing {
     /// No body (a HEAD request, 1xx, 204, 304).
     Empty,
+    /// `Content-Length` bytes.
     Length(u64),
+    /// `Transfer-Encoding: chunked`.
     Chunked,
     /// Everything until the server closes the connection.
     UntilClose,
@@ -22,9 +24,11 @@ pub enum Framing {
 /// The head of a final answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
+    /// The status code.
     pub status: u16,
     /// `Location`, kept for redirections only (3xx) and only when it is visible ASCII.
     pub location: Option<String>,
+    /// How the body ends.
     pub framing: Framing,
     /// The connection may carry another request once this answer's body was read.
     pub keep_alive: bool,
@@ -130,29 +134,38 @@ pub fn parse_head(buf: &[u8], head_request: bool) -> Result<Parsed, String> {
 pub enum BodyError {
     /// More than the limit given to [`Body::decode`].
     TooLarge,
+    /// The framing is broken (a bad chunk-size line, a missing CRLF), with what was wrong.
     Invalid(String),
 }
 
 /// Where in a chunked body the decoder is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Chunk {
+    /// Reading a chunk-size line.
     Size,
+    /// Inside a chunk's data, this many bytes left.
     Data(u64),
     /// The CRLF after a chunk's data.
     DataEnd,
+    /// After the last chunk: the trailer section, up to its empty line.
     Trailers,
 }
 
 /// A body being decoded, fed the bytes as they arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Body {
+    /// A `Content-Length` body, this many bytes left.
     Length(u64),
+    /// A chunked body, at this point.
     Chunked(Chunk),
+    /// Everything until the server closes the connection.
     UntilClose,
+    /// The body is complete.
     Done,
 }
 
 impl Body {
+    /// The decoder for a body framed as `framing` (already done for an empty one).
     pub fn new(framing: Framing) -> Self {
         match framing {
             Framing::Empty | Framing::Length(0) => Body::Done,
@@ -162,6 +175,7 @@ impl Body {
         }
     }
 
+    /// The body is complete: the connection may carry the next request (when the head allows it).
     pub fn is_done(&self) -> bool {
         *self == Body::Done
     }
