@@ -1,6 +1,6 @@
 //! The property the operators' leader election (`common::runtime::leader`) exists for, put to the maintained crate
 //! that would replace it: a leader whose Lease renewals fail stops acting before its Lease can expire, so a standby
-//! that takes the Lease over never acts beside it (client-go's rule; DESIGN §4 rule 5).
+//! that takes the Lease over never acts beside it (client-go's rule).
 //!
 //! Both tests play the same story on kube-sim: a holder and a standby, each its own user; once the holder leads,
 //! every Lease write of the holder's user fails (500) while its reads still work, and the standby's requests all go
