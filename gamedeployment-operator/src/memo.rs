@@ -41,8 +41,32 @@ impl<V> UidMemo<V> {
         self.lock().insert(uid, value, Instant::now());
     }
 
+    /// The memo locked for a run of look-ups and inserts (a pass over many objects): one lock and one look at the
+    /// clock for all of them, where [`get`](Self::get) and [`insert`](Self::insert) take both each time.
+    pub fn batch(&self) -> Batch<'_, V> {
+        Batch { generations: self.lock(), now: Instant::now() }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Generations<V>> {
         self.generations.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// [`UidMemo::batch`]: the memo, locked until this is dropped.
+pub struct Batch<'m, V> {
+    generations: std::sync::MutexGuard<'m, Generations<V>>,
+    now: Instant,
+}
+
+impl<V> Batch<'_, V> {
+    /// As [`UidMemo::get`].
+    pub fn get<R>(&mut self, uid: &str, read: impl FnOnce(&V) -> Option<R>) -> Option<R> {
+        self.generations.get(uid, self.now, read)
+    }
+
+    /// As [`UidMemo::insert`].
+    pub fn insert(&mut self, uid: &str, value: V) {
+        self.generations.insert(uid, value, self.now);
     }
 }
 

@@ -1,8 +1,8 @@
 //! Property test of incremental planning: a pass planned with the pod facts remembered from earlier passes
 //! ([`super::pod_facts::FactsCache`]) plans exactly what a pass from an empty cache plans — the same actions, in the
 //! same order, the same status, events, held pods and requeue — over random rollouts on the simulated cluster
-//! interleaved with random single-pod changes (readiness, lifecycle state, `specified-delete`, quarantine,
-//! in-place records) and spec changes (image, `minReadySeconds`, the in-place handler).
+//! interleaved with random single-pod changes (readiness, a readiness gate's condition, lifecycle state,
+//! `specified-delete`, quarantine, in-place records) and spec changes (image, `minReadySeconds`, the in-place handler).
 
 use common::keys;
 use k8s_openapi::api::core::v1::PodCondition;
@@ -47,6 +47,8 @@ enum Change {
     SpecifiedDelete,
     /// The server state label `Maintaining` set or removed.
     Quarantine(bool),
+    /// A readiness gate's condition (`InPlaceUpdateReady` or `KruisePodReady`) set False.
+    GateFalse(bool),
     /// The in-place update state annotation removed (its record lost).
     ForgetInPlaceRecord,
     /// `spec.minReadySeconds`.
@@ -66,6 +68,7 @@ fn change() -> impl Strategy<Value = Change> {
         1 => Just(Change::SpecifiedDelete),
         1 => any::<bool>().prop_map(Change::Quarantine),
         1 => Just(Change::ForgetInPlaceRecord),
+        1 => any::<bool>().prop_map(Change::GateFalse),
         1 => (0i32..4).prop_map(Change::MinReady),
         1 => Just(Change::Image),
         1 => Just(Change::Handler),
@@ -113,6 +116,17 @@ fn apply(world: &mut World, pod: usize, change: &Change, image: &mut u32) {
             } else {
                 labels.remove(keys::SERVER_STATE);
             }
+        }
+        (Change::GateFalse(in_place), Some(pod)) => {
+            let gate = if *in_place { keys::IN_PLACE_UPDATE_READY } else { crate::lifecycle::KRUISE_POD_READY };
+            let conditions = pod.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new);
+            conditions.retain(|c| c.type_ != gate);
+            conditions.push(PodCondition {
+                type_: gate.into(),
+                status: "False".into(),
+                last_transition_time: Some(Time(ts(now))),
+                ..Default::default()
+            });
         }
         (Change::ForgetInPlaceRecord, Some(pod)) => {
             if let Some(annotations) = pod.metadata.annotations.as_mut() {

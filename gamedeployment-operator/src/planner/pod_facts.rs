@@ -44,6 +44,9 @@ pub(crate) struct PodFacts {
     pub specified_delete: bool,
     /// The in-place or hot-patch update the pod records, before the clock is looked at.
     pub recorded: Recorded,
+    /// A readiness gate of the pod (`InPlaceUpdateReady`, `KruisePodReady`) has its condition not True: putting
+    /// the pod back in service may take a write ([`super::refresh`] looks closer only then).
+    pub gate_not_true: bool,
 }
 
 impl PodFacts {
@@ -77,6 +80,14 @@ pub(crate) fn derive(pod: &Pod) -> PodFacts {
         quarantined: common::server_state::ServerState::quarantined(pod),
         specified_delete: lifecycle::specified_delete(pod),
         recorded: step::recorded(pod),
+        gate_not_true: [keys::IN_PLACE_UPDATE_READY, lifecycle::KRUISE_POD_READY].into_iter().any(|gate| {
+            let gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.readiness_gates.as_ref())
+                .is_some_and(|gates| gates.iter().any(|g| g.condition_type == gate));
+            gated && common::pod::condition(pod, gate).is_none_or(|c| c.status != "True")
+        }),
     }
 }
 
@@ -95,10 +106,22 @@ impl FactsCache {
         &SHARED
     }
 
+    /// The cache locked for one pass's look-ups ([`FactsPass::of`]).
+    pub(crate) fn pass(&self) -> FactsPass<'_> {
+        FactsPass { memo: self.memo.batch() }
+    }
+}
+
+/// [`FactsCache::pass`]: the cache locked while a pass reads its pods' facts (one lock per pass, not per pod).
+pub(crate) struct FactsPass<'c> {
+    memo: crate::memo::Batch<'c, Arc<PodFacts>>,
+}
+
+impl FactsPass<'_> {
     /// The facts of `pod`: the remembered ones if they were derived from its current resourceVersion, else
     /// derived now (and remembered). A pod without a UID or resourceVersion (built in memory, never stored) is
     /// derived every time.
-    pub(crate) fn of(&self, pod: &Pod) -> Arc<PodFacts> {
+    pub(crate) fn of(&mut self, pod: &Pod) -> Arc<PodFacts> {
         let (Some(uid), Some(rv)) = (pod.metadata.uid.as_deref(), pod.metadata.resource_version.as_deref()) else {
             return Arc::new(derive(pod));
         };
@@ -127,8 +150,8 @@ mod tests {
     fn facts_are_derived_again_only_when_the_resource_version_changes() {
         let cache = FactsCache::default();
         let pod = stored("game-0", "1");
-        let first = cache.of(&pod);
-        assert!(Arc::ptr_eq(&first, &cache.of(&pod)), "same resourceVersion: the remembered facts");
+        let first = cache.pass().of(&pod);
+        assert!(Arc::ptr_eq(&first, &cache.pass().of(&pod)), "same resourceVersion: the remembered facts");
         let mut changed = pod.clone();
         changed
             .metadata
@@ -136,7 +159,7 @@ mod tests {
             .get_or_insert_with(Default::default)
             .insert(keys::SPECIFIED_DELETE.into(), "true".into());
         changed.metadata.resource_version = Some("2".into());
-        let second = cache.of(&changed);
+        let second = cache.pass().of(&changed);
         assert!(second.specified_delete && !first.specified_delete);
         assert_eq!(*second, derive(&changed));
     }

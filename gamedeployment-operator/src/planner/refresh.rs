@@ -38,8 +38,11 @@ fn ready_or_normal(settings: &Settings<'_>, info: &PodInfo<'_>) -> Option<PodCha
             (!lifecycle::holds_return(settings.gd, Handler::PreNormal, info.pod))
                 .then(|| lifecycle_patches::to_normal(info, settings.now, "the preNormal lifecycle handler matches"))
         })
-    } else {
+    } else if info.gate_not_true {
         inplace::mark_ready(info.pod, settings.now).or_else(|| lifecycle_patches::kruise_ready(settings, info))
+    } else {
+        // Every readiness gate's condition is True: nothing to put back in service.
+        None
     }
 }
 

@@ -113,6 +113,8 @@ pub(crate) struct PodInfo<'a> {
     pub quarantined: bool,
     /// The `lifecycle-state` label is absent or `Normal` (read by [`Self::status_available`]).
     pub state_label_normal: bool,
+    /// A readiness gate's condition is not True ([`super::pod_facts::PodFacts::gate_not_true`]).
+    pub gate_not_true: bool,
 }
 
 impl PodInfo<'_> {
@@ -429,6 +431,7 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod], facts: 
         .map(|s| s.pods_to_delete.iter().map(String::as_str).collect())
         .unwrap_or_default();
     let handler = lifecycle::handler(settings.gd, lifecycle::Handler::InPlaceUpdate).is_some();
+    let mut facts = facts.pass();
     let mut infos: Vec<PodInfo<'a>> = active
         .iter()
         .map(|pod| {
@@ -449,10 +452,13 @@ pub(crate) fn pod_infos<'a>(settings: &Settings<'_>, active: &[&'a Pod], facts: 
                 awaits_handler: own.state == LifecycleState::Updated && handler,
                 quarantined: own.quarantined,
                 state_label_normal: own.state_label_normal,
+                gate_not_true: own.gate_not_true,
             }
         })
         .collect();
-    infos.sort_by(|a, b| a.name.cmp(b.name));
+    drop(facts);
+    // Names are unique in a namespace: the unstable sort gives the one order, without the stable sort's buffer.
+    infos.sort_unstable_by(|a, b| a.name.cmp(b.name));
     infos
 }
 
