@@ -11,6 +11,7 @@
 //! Around them: the flags ([`cli`], [`settings`]), the [`metrics`], message helpers ([`text`]) and the hostile
 //! inputs the tests and `hook-fuzz` share ([`testing`]).
 
+pub mod answer;
 pub mod cli;
 pub mod conditions;
 pub mod controller;

@@ -49,8 +49,8 @@ proptest! {
     #[test]
     fn any_bytes_as_a_response(body in proptest::collection::vec(any::<u8>(), 0..4096)) {
         let path = hook_operator::conditions::jsonpath::Path::parse("{$.age}").ok();
-        let _ = hook_operator::providers::web::interpret("GET http://x/", &body, path.as_ref());
-        let _ = hook_operator::providers::web::interpret("GET http://x/", &body, None);
-        let _ = hook_operator::providers::prometheus::interpret(&body, "q");
+        let _ = hook_operator::answer::web::interpret("GET http://x/", &body, path.as_ref());
+        let _ = hook_operator::answer::web::interpret("GET http://x/", &body, None);
+        let _ = hook_operator::answer::prometheus::interpret(&body, "q");
     }
 }

@@ -7,25 +7,39 @@ use std::io::{self, Read, Write};
 use common::api::HookPhase;
 use serde::{Deserialize, Serialize};
 
-use crate::providers::{Observation, ProviderError};
+use crate::answer::{Observation, ProviderError};
 
 /// How the answer's bytes become `result`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reading {
     /// A web answer: JSON narrowed by `path` (without a path, a plain-text answer is the result itself). `what`
     /// (`GET <url>`) names the request in errors.
-    Web { what: String, path: Option<String> },
+    Web {
+        /// The request in words (`GET <url>`).
+        what: String,
+        /// The `jsonPath`, if any.
+        path: Option<String>,
+    },
     /// A Prometheus API answer to `query`.
-    Prometheus { query: String },
+    Prometheus {
+        /// The PromQL query, for messages.
+        query: String,
+    },
     /// Already a value (the kubernetes provider's fields): its JSON text, and the text shown in status.
-    Value { display: String },
+    Value {
+        /// The value's text as status shows it.
+        display: String,
+    },
 }
 
 /// One evaluation: read `body` as [`Reading`] says, then judge it with the conditions.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
+    /// How to read the answer.
     pub reading: Reading,
+    /// `successCondition`, if set.
     pub success: Option<String>,
+    /// `failureCondition`, if set.
     pub failure: Option<String>,
 }
 
@@ -44,7 +58,9 @@ pub enum Verdict {
 /// verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
+    /// `measurement.value`: the value read, as text (`None` when the answer could not be read).
     pub display: Option<String>,
+    /// The phase and message.
     pub verdict: Verdict,
 }
 
@@ -82,9 +98,9 @@ impl Job {
                     .map(crate::conditions::jsonpath::Path::cached)
                     .transpose()
                     .map_err(|e| ProviderError(e.to_string()))?;
-                crate::providers::web::interpret(what, body, path.as_deref())
+                crate::answer::web::interpret(what, body, path.as_deref())
             }
-            Reading::Prometheus { query } => crate::providers::prometheus::interpret(body, query),
+            Reading::Prometheus { query } => crate::answer::prometheus::interpret(body, query),
             Reading::Value { display } => {
                 let value: serde_json::Value = serde_json::from_slice(body)
                     .map_err(|e| ProviderError(format!("the value to judge is not JSON: {e}")))?;

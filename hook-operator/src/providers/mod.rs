@@ -10,26 +10,13 @@ pub mod web;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::api::{Argument, HookPhase, Metric};
+use common::api::{Argument, Metric};
 use futures::future::BoxFuture;
 
-/// What a provider saw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
-    /// `result` in the conditions.
-    pub result: expr::Value,
-    /// The value as stored in `measurement.value` (strings unquoted, everything else as JSON).
-    pub display: String,
-    /// A phase decided by the provider itself (Prometheus NaN, a kubernetes `get` without conditions), with
-    /// its message. `None`: judge `result` with the metric's conditions.
-    pub verdict: Option<(HookPhase, String)>,
-}
-
-impl Observation {
-    pub fn judged(result: expr::Value, display: String) -> Self {
-        Self { result, display, verdict: None }
-    }
-}
+// What a provider saw and its errors are the answer's vocabulary ([`crate::answer`]), which the evaluation workers
+// read too.
+pub(crate) use crate::answer::display;
+pub use crate::answer::{Observation, ProviderError};
 
 /// What a provider got back.
 #[derive(Debug)]
@@ -73,9 +60,9 @@ impl Raw {
         let body = &self.response.body;
         match &self.source {
             Source::Web { method, url, path } => {
-                web::interpret_named(|| format!("{method} {url}"), body, path.as_deref())
+                crate::answer::web::interpret_named(|| format!("{method} {url}"), body, path.as_deref())
             }
-            Source::Prometheus { query } => prometheus::interpret(body, query),
+            Source::Prometheus { query } => crate::answer::prometheus::interpret(body, query),
         }
     }
 
@@ -88,18 +75,6 @@ impl Raw {
             },
             Source::Prometheus { query } => crate::isolation::Reading::Prometheus { query: query.clone() },
         }
-    }
-}
-
-/// Why a measurement could not be taken; the text becomes the measurement's message, so it says exactly
-/// what went wrong.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProviderError(pub String);
-
-impl From<crate::conditions::template::TemplateError> for ProviderError {
-    fn from(e: crate::conditions::template::TemplateError) -> Self {
-        Self(e.to_string())
     }
 }
 
@@ -310,14 +285,4 @@ impl Providers {
             _ => Err(ProviderError(format!("metric {:?} sets several providers", metric.name))),
         }
     }
-}
-
-/// The text stored in `measurement.value`: strings as they are, other JSON compactly, capped so a large
-/// response cannot bloat the HookRun (BCS stored whatever came back).
-pub fn display(value: &serde_json::Value) -> String {
-    let text = match value {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    crate::text::excerpt(&text, 1024)
 }

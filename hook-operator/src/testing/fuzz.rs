@@ -18,10 +18,12 @@ pub const CASE_DEADLINE: Duration = Duration::from_secs(5);
 pub struct Gen(u64);
 
 impl Gen {
+    /// A generator for `seed` (any value, zero included).
     pub fn new(seed: u64) -> Self {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -29,10 +31,12 @@ impl Gen {
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
+    /// A number in `0..n` (0 when `n` is 0).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
+    /// One of `items` (which must not be empty).
     pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len())]
     }
@@ -208,6 +212,7 @@ const PATH_TOKENS: &[&str] = &[
     "\\",
 ];
 
+/// A JSONPath: deeply bracketed, very long, or a random string of path tokens.
 pub fn json_path(g: &mut Gen) -> String {
     match g.below(4) {
         0 => format!("{{{}}}", "[".repeat(g.size())),
@@ -241,6 +246,7 @@ const TEMPLATE_TOKENS: &[&str] = &[
     "\u{0}",
 ];
 
+/// A templated text: many partials, many placeholders, or a random string of template tokens.
 pub fn template_text(g: &mut Gen) -> String {
     match g.below(4) {
         0 => "{{> p}}".repeat(g.size()),
@@ -252,6 +258,7 @@ pub fn template_text(g: &mut Gen) -> String {
     }
 }
 
+/// A Go duration string: overflowing, very long, random characters, or huge numbers.
 pub fn duration(g: &mut Gen) -> String {
     match g.below(4) {
         0 => format!("{}h", "9".repeat(g.below(40))),
@@ -338,6 +345,8 @@ pub fn answer(g: &mut Gen) -> Vec<u8> {
     bytes
 }
 
+/// A HookTemplate spec with hostile metrics (sometimes very many, with hostile names, durations, conditions,
+/// templates and limits).
 pub fn template_spec(g: &mut Gen) -> HookTemplateSpec {
     let n = match g.below(10) {
         0 => 40 + g.below(100),
@@ -383,17 +392,24 @@ pub fn template_spec(g: &mut Gen) -> HookTemplateSpec {
 /// One failed case.
 #[derive(Debug, Clone)]
 pub struct Failure {
+    /// Which target (one of [`TARGETS`]).
     pub target: &'static str,
+    /// The seed that reproduces it.
     pub seed: u64,
+    /// The input, as text.
     pub input: String,
+    /// What went wrong: a panic, or a case past [`CASE_DEADLINE`].
     pub problem: String,
 }
 
 /// Cases run and failures, per target.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// Cases run.
     pub cases: usize,
+    /// The cases that failed.
     pub failures: Vec<Failure>,
+    /// The longest a case took.
     pub slowest: Duration,
 }
 
@@ -474,7 +490,7 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         let path = (g.below(2) == 0).then(|| crate::conditions::jsonpath::Path::parse("{$.age}").ok()).flatten();
         let mut observation = None;
         case(&mut report, "response", s, format!("{} bytes", body.len()), || {
-            let o = crate::providers::web::interpret("GET http://fuzz/", &body, path.as_ref());
+            let o = crate::answer::web::interpret("GET http://fuzz/", &body, path.as_ref());
             if let Ok(o) = &o {
                 assert!(o.display.chars().count() <= 1100, "display of {} characters", o.display.chars().count());
             }

@@ -19,7 +19,6 @@ use self::connections::{Connections, Lease, ReadError};
 use self::egress::{Policy, Resolver};
 use self::hyper_baseline::PlainClient;
 use super::{ProviderError, ProviderSettings};
-use crate::text::excerpt;
 
 /// `host:port=addr:port`: requests to `host:port` go to `addr:port` instead, with the original `Host`
 /// header. A test and sandbox aid (the BCS walkthrough's templates call `http://1.1.1.1:9091`); off unless
@@ -603,13 +602,6 @@ fn describe(error: &reqwest::Error) -> String {
         "request failed"
     };
     format!("{kind}: {innermost}")
-}
-
-/// The start of a body for error messages.
-pub fn body_excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.is_empty() { "(empty body)".to_string() } else { excerpt(text, 200) }
 }
 
 #[cfg(test)]
