@@ -16,6 +16,11 @@ use kube::core::{Selector, SelectorExt};
 /// Kind and API version written into (and expected in) controller ownerReferences.
 pub const OWNER_KIND: &str = "GameDeployment";
 
+/// The label selector of the operator's pod watch, and of every replica's webhook cache: pods with an instance id
+/// (every pod the operator creates, adopts, or that BCS created). Removing this label from a pod takes it out of the
+/// operator's view until the next adoption scan (`controller::orphans`) labels it back.
+pub const WATCH_SELECTOR: &str = common::keys::INSTANCE_ID;
+
 /// Why a selector cannot be used to claim pods. Each one would make BCS create pods forever or claim every pod
 /// of the namespace, so the GameDeployment is stopped with a condition instead.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

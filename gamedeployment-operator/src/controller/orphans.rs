@@ -34,11 +34,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::ownership;
-
-/// The label selector of the operator's pod watch: pods with an instance id (every pod the operator creates,
-/// adopts, or that BCS created). Removing this label from a pod takes it out of the operator's view until the next
-/// adoption scan labels it back.
-pub const WATCH_SELECTOR: &str = keys::INSTANCE_ID;
+/// Named here too, where the watch is explained (the controller's pod watch uses it).
+pub(crate) use crate::ownership::WATCH_SELECTOR;
 
 /// The label selector of the operator's ControllerRevision watch: revisions labelled with a GameDeployment's name
 /// (StatefulSets' and DaemonSets' revisions, each a whole pod template, are not cached).

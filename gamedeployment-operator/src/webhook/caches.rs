@@ -23,7 +23,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::verdict;
-use crate::controller::orphans::WATCH_SELECTOR;
+use crate::ownership::WATCH_SELECTOR;
 
 /// Where one watch stands: listed at least once (`synced`), and nothing failed since its last event (`current`).
 #[derive(Clone, Debug, Default)]

@@ -17,6 +17,7 @@
 
 pub mod caches;
 pub(crate) mod labeller;
+pub mod metrics;
 pub mod server;
 pub(crate) mod tls;
 pub(crate) mod validation;

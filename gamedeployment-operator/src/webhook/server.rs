@@ -36,13 +36,10 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::core::response::{StatusDetails, StatusSummary};
 use kube::core::{DynamicObject, ObjectList};
 use kube::{Api, Client, Resource, ResourceExt};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use super::caches::{GateCaches, Lookup};
+use super::metrics::WebhookMetrics;
 use super::tls::{Caller, CertFiles, TlsError, TlsHandshake, WebhookListener, server_config};
 use super::verdict::{
     self, DeletionAllow, GateSettings, Mark, PodOperation, PodRequest, PodVerdict, Protected, deletion_protection,
@@ -85,64 +82,6 @@ pub enum WebhookError {
         /// Why binding failed.
         source: std::io::Error,
     },
-}
-
-/// Labels of `gamedeployment_webhook_requests_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WebhookLabels {
-    /// `pod-gate`, `deletion-protection` or `hook-validation`.
-    pub webhook: String,
-    /// `allowed`, `refused` or `retry` (could not judge within the budget: answered 429 with a retry hint).
-    pub verdict: String,
-    /// Why (`operator`, `bypass`, `deadline_passed`, `marked`, `cannot_judge`, …; a bounded set).
-    pub reason: String,
-}
-
-/// Labels of `gamedeployment_webhook_unverified_requests_total`: callers without the API server's certificate.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UnverifiedLabels {
-    /// `pod-gate` or `deletion-protection`.
-    pub webhook: String,
-    /// What became of the write the answer asked for: `none` (nothing to write), `withheld` (not written: unverified
-    /// callers may not cause writes) or `written` (`--webhook-unverified-may-mark`).
-    pub write: String,
-}
-
-/// `gamedeployment_webhook_requests_total{webhook,verdict,reason}` and
-/// `gamedeployment_webhook_unverified_requests_total{webhook,write}`.
-#[derive(Clone, Debug, Default)]
-pub struct WebhookMetrics {
-    requests: Family<WebhookLabels, Counter>,
-    unverified: Family<UnverifiedLabels, Counter>,
-}
-
-impl WebhookMetrics {
-    /// Registers both families under the `gamedeployment` prefix.
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.sub_registry_with_prefix("gamedeployment").register(
-            "webhook_requests",
-            "Admission webhook calls answered, by webhook, verdict and reason",
-            metrics.requests.clone(),
-        );
-        registry.sub_registry_with_prefix("gamedeployment").register(
-            "webhook_unverified_requests",
-            "Admission webhook calls from callers without a verified client certificate (not the API server, or an API \
-             server not configured to present one), by webhook and what became of the write the answer asked for",
-            metrics.unverified.clone(),
-        );
-        metrics
-    }
-
-    fn count_unverified(&self, webhook: &str, write: &str) {
-        self.unverified.get_or_create(&UnverifiedLabels { webhook: webhook.into(), write: write.into() }).inc();
-    }
-
-    pub(crate) fn count(&self, webhook: &str, verdict: &str, reason: &str) {
-        self.requests
-            .get_or_create(&WebhookLabels { webhook: webhook.into(), verdict: verdict.into(), reason: reason.into() })
-            .inc();
-    }
 }
 
 #[derive(Clone)]

@@ -27,7 +27,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::{Api, Client};
 
 use self::verdict::SpecVerdict;
-use super::server::WebhookMetrics;
+use super::metrics::WebhookMetrics;
 
 /// The metric label of this webhook's answers.
 const WEBHOOK: &str = "hook-validation";
