@@ -22,12 +22,6 @@ pub const UNCHECKED: &[(&str, &str, &str)] = &[
          suite's budget; server_state.rs and server_state_surge.rs assert the same outcome on kube-sim",
     ),
     (
-        "api/shadow-hooks.md",
-        "kubectl patch gamedeployment test-gamedeployment --type=merge \\",
-        "its shadow template (`trial`, the fail template renamed) is not a file under examples/; shadow_hooks.rs \
-         asserts the same outcome",
-    ),
-    (
         "operating/kubectl-gd-plan.md",
         "kubectl gd plan race --replicas 7 --assume-hooks as-now --hook-interval-scale 0.05",
         "which candidates find players is random per run, so the race order shown cannot recur line by line; \

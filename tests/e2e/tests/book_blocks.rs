@@ -2,7 +2,7 @@
 //! `<!-- checked: book_blocks::TEST -->` runs in a shell against a `scripts/sandbox --fast` (the sandbox the pages
 //! start), in page order, and prints what the page shows, names and times masked (`e2e::book`). One sandbox serves
 //! the walkthrough and the pages that start where it starts (the sandbox page's and the hooks page's `check`
-//! commands, the plan page's forecasts of the walkthrough's GameDeployment).
+//! commands, the plan page's forecasts of the walkthrough's GameDeployment); the shadow hooks page has its own.
 
 use e2e::book::{Book, Session};
 use e2e::sandbox::{Sandbox, ensure_binaries, free_base};
@@ -44,5 +44,18 @@ async fn walkthrough() {
     })
     .await;
     shell.run_next(&book, page, None).await;
+    drop(book);
+}
+
+/// The shadow hooks page's scene on its own sandbox: the walkthrough's GameDeployment, the fail template renamed
+/// `trial` as its shadow pre-delete hook, a scale-in from 6 to 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_hooks() {
+    ensure_binaries();
+    let mut sandbox = Sandbox::start_with(free_base(), &["--fast"]);
+    sandbox.wait_ready().await;
+    let book = Book::of_this_test();
+    let mut shell = Session::new(&sandbox.state().join("kubeconfig"));
+    shell.run_next(&book, "api/shadow-hooks.md", None).await;
     drop(book);
 }
