@@ -19,9 +19,50 @@ pub fn start_operator(cluster: &Cluster) -> Operator {
 
 /// A GameDeployment manifest with the walkthrough's shape.
 pub fn manifest(name: &str, replicas: i32, strategy: &str, extra_strategy: &str, image: &str) -> String {
+    manifest_shaped(name, replicas, strategy, extra_strategy, image, Shape::default())
+}
+
+/// What a test changes in [`manifest`]'s GameDeployment beyond its arguments, each through a placeholder of
+/// `manifests/gamedeployment.yaml` (never by editing the text).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shape<'a> {
+    /// The `app` label of the GameDeployment, its selector and its pods (default: the name).
+    pub app: Option<&'a str>,
+    /// The selector's `app` when it differs from the pods' (a selector that does not match its template).
+    pub selector_app: Option<&'a str>,
+    /// More labels of the pod template (`key: "value"`).
+    pub template_labels: &'a [(&'a str, &'a str)],
+    /// The pods' `serviceAccountName`.
+    pub service_account: Option<&'a str>,
+    /// Annotations of the GameDeployment (`key: "value"`).
+    pub annotations: &'a [(&'a str, &'a str)],
+}
+
+/// [`manifest`] with the changes of `shape`.
+pub fn manifest_shaped(
+    name: &str,
+    replicas: i32,
+    strategy: &str,
+    extra_strategy: &str,
+    image: &str,
+    shape: Shape<'_>,
+) -> String {
+    let app = shape.app.unwrap_or(name);
+    let template_labels: Vec<String> =
+        shape.template_labels.iter().map(|(key, value)| format!("        {key}: \"{value}\"")).collect();
+    let pod_spec = shape.service_account.map(|account| format!("      serviceAccountName: {account}"));
+    let annotations: Vec<String> =
+        shape.annotations.iter().map(|(key, value)| format!("\n    {key}: \"{value}\"")).collect();
+    let annotations =
+        if annotations.is_empty() { String::new() } else { format!("  annotations:{}", annotations.concat()) };
     crate::manifests::load!(
         "gamedeployment",
         name = name,
+        annotations = annotations,
+        app = app,
+        selector_app = shape.selector_app.unwrap_or(app),
+        template_labels = template_labels.join("\n"),
+        pod_spec = pod_spec.unwrap_or_default(),
         replicas = replicas,
         strategy = strategy,
         extra_strategy = extra_strategy,

@@ -168,7 +168,14 @@ async fn prepare(cluster: &Cluster, ns: &str) {
     let run = write(
         cluster,
         &format!("kube-run-{ns}.yaml"),
-        &e2e::manifests::load!("hookrun-drain-flag", pod = "target", namespace = ns, value = "draining"),
+        &e2e::manifests::load!(
+            "hookrun-drain-flag",
+            name = "drain-flag",
+            key = "example.com/drain-state",
+            pod = "target",
+            namespace = ns,
+            value = "draining"
+        ),
     )
     .await;
     cluster.kubectl_ok(&["-n", ns, "apply", "-f", &run]).await;

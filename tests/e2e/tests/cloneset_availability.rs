@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::api::GameDeployment;
-use e2e::gamedeployment::{Columns, apply, image, is_ready, label, live_pods, manifest, start_operator, wait_columns};
+use e2e::gamedeployment::{Columns, Shape, apply, image, is_ready, label, live_pods, manifest_shaped};
+use e2e::gamedeployment::{start_operator, wait_columns};
 use e2e::{Cluster, DEADLINE, wait_for};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -34,10 +35,8 @@ fn cloneset(name: &str, replicas: i32, strategy: &str) -> String {
     let strategy = format!(
         "{strategy}  lifecycle:\n    inPlaceUpdate:\n      labelsHandler:\n        {BLOCK_INPLACE}: \"true\"\n"
     );
-    manifest(name, replicas, "InPlaceIfPossible", &strategy, "python:latest").replace(
-        &format!("      labels:\n        app: {name}\n    spec:"),
-        &format!("      labels:\n        app: {name}\n        {BLOCK_INPLACE}: \"true\"\n    spec:"),
-    )
+    let shape = Shape { template_labels: &[(BLOCK_INPLACE, "true")], ..Shape::default() };
+    manifest_shaped(name, replicas, "InPlaceIfPossible", &strategy, "python:latest", shape)
 }
 
 async fn set_block(cluster: &Cluster, pod: &str, value: &str) {

@@ -6,7 +6,7 @@
 //! releases it) takes 2 pods at once. The BCS type names keep the Deployment rule (rounded down): the compatibility
 //! page lists it, `settings::tests::max_unavailable_percentages_round_as_kruise_for_cloneset_named_types`.
 
-use e2e::gamedeployment::{Columns, apply, label, live_pods, manifest, start_operator, wait_columns};
+use e2e::gamedeployment::{Columns, Shape, apply, label, live_pods, manifest_shaped, start_operator, wait_columns};
 use e2e::{Cluster, DEADLINE, wait_for};
 
 const NAME: &str = "rounding";
@@ -20,10 +20,8 @@ async fn twenty_percent_of_seven_without_surge_takes_two_pods_as_kruise() {
     let strategy = format!(
         "    maxUnavailable: \"20%\"\n    maxSurge: 0\n  lifecycle:\n    inPlaceUpdate:\n      labelsHandler:\n        {BLOCK_INPLACE}: \"true\"\n"
     );
-    let manifest = manifest(NAME, 7, "InPlaceIfPossible", &strategy, "python:3.5").replace(
-        &format!("      labels:\n        app: {NAME}\n    spec:"),
-        &format!("      labels:\n        app: {NAME}\n        {BLOCK_INPLACE}: \"true\"\n    spec:"),
-    );
+    let shape = Shape { template_labels: &[(BLOCK_INPLACE, "true")], ..Shape::default() };
+    let manifest = manifest_shaped(NAME, 7, "InPlaceIfPossible", &strategy, "python:3.5", shape);
     apply(&cluster, &manifest).await;
     wait_columns(&cluster, NAME, Columns::new(7, 7, 7, 7, 7)).await;
     e2e::gamedeployment::set_image(&cluster, "default", NAME, "python:3.6").await;

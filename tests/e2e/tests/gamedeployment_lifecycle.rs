@@ -105,11 +105,8 @@ async fn selector_that_does_not_match_the_template_is_refused() {
     let cluster = Cluster::start().await;
     cluster.install_crds().await;
     let _operator = start_operator(&cluster);
-    let bad = manifest("mismatch", 2, "RollingUpdate", "", "python:latest").replacen(
-        "    matchLabels:\n      app: mismatch",
-        "    matchLabels:\n      app: somebody-else",
-        1,
-    );
+    let shape = e2e::gamedeployment::Shape { selector_app: Some("somebody-else"), ..Default::default() };
+    let bad = e2e::gamedeployment::manifest_shaped("mismatch", 2, "RollingUpdate", "", "python:latest", shape);
     apply(&cluster, &bad).await;
     let message = wait_for("the FailedScale condition", DEADLINE, || async {
         let out = cluster

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::api::HookRun;
 use common::hookrun::HookKind;
 use e2e::gamedeployment::live_pods;
-use e2e::gamedeployment::{Columns, apply, image, manifest, revision, wait_columns};
+use e2e::gamedeployment::{Columns, Shape, apply, image, manifest, manifest_shaped, revision, wait_columns};
 use e2e::gate::GateChecker;
 use e2e::observe::{Observed, Observer};
 use e2e::{Cluster, Operator, wait_for};
@@ -410,7 +410,7 @@ async fn orphaned_runs_are_not_trusted_and_are_cleaned_up() {
     terminate(&cluster, old[0].metadata.name.as_deref().unwrap_or_default()).await;
     let checker = GateChecker::start(&cluster, "default").await;
     let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
-    apply(&cluster, &gd.replace("replicas: 2", "replicas: 1")).await;
+    apply(&cluster, &manifest("orphan", 1, "RollingUpdate", &pre_delete("never"), "python:latest")).await;
     wait_for("the orphaned run to be cleaned up", LONG, || async {
         (!runs(&cluster).await.iter().any(|r| r.metadata.uid == old_uid && r.metadata.deletion_timestamp.is_none()))
             .then_some(())
@@ -441,8 +441,8 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
     apply(&cluster, bare).await;
     let checker = GateChecker::start(&cluster, "default").await;
     // The workload's own label must fit in 63 characters, so it selects `app: long`, not its name.
-    let gd = manifest(&name, 2, "RollingUpdate", &pre_delete("quick"), "python:latest")
-        .replace(&format!("app: {name}"), "app: long");
+    let shape = Shape { app: Some("long"), ..Shape::default() };
+    let gd = manifest_shaped(&name, 2, "RollingUpdate", &pre_delete("quick"), "python:latest", shape);
     apply(&cluster, &gd).await;
     let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
     wait_for("the bare pod to be adopted", LONG, || async {

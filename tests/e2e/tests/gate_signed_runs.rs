@@ -21,8 +21,13 @@ use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use walkthrough_support::{LONG, operators, pre_delete};
 
-/// Fails at its first measurement (the hook server answers age 45).
-const FAILING: &str = e2e::manifests::load!("hooktemplate-failing");
+/// The HookTemplate `failing` with `condition`: with [`FAILS`] it fails at its first measurement (the hook server
+/// answers age 45).
+fn failing(condition: &str) -> String {
+    e2e::manifests::load!("hooktemplate-failing", condition = condition)
+}
+
+const FAILS: &str = "asInt(result) > 100";
 
 fn lifecycle(pod: &Pod) -> &str {
     pod.metadata.labels.as_ref().and_then(|l| l.get(keys::LIFECYCLE_STATE)).map_or("", String::as_str)
@@ -32,7 +37,7 @@ fn lifecycle(pod: &Pod) -> &str {
 async fn a_forged_successful_dot_1_run_never_opens_the_gate() {
     let cluster = e2e::Cluster::start().await;
     let _operators = operators(&cluster).await;
-    apply(&cluster, FAILING).await;
+    apply(&cluster, &failing(FAILS)).await;
     apply(&cluster, &manifest("signed", 1, "RollingUpdate", &pre_delete("failing"), "python:latest")).await;
     wait_columns(&cluster, "signed", Columns::new(1, 1, 1, 1, 1)).await;
     let pod = pods(&cluster, "signed").await.remove(0);
@@ -121,8 +126,7 @@ async fn a_forged_successful_dot_1_run_never_opens_the_gate() {
     });
 
     // A run the operator makes still opens the gate: fix the hook and ask for a retry (the failed run is replaced).
-    let fixed = FAILING.replace("asInt(result) > 100", "asInt(result) > 30");
-    apply(&cluster, &fixed).await;
+    apply(&cluster, &failing("asInt(result) > 30")).await;
     let retry = r#"{"spec":{"preDeleteUpdateStrategy":{"retry":true}}}"#;
     cluster.kubectl_ok(&["patch", "gamedeployment", "signed", "--type=merge", "-p", retry]).await;
     wait_for("the held pod to be deleted after its own run succeeded", LONG, || async {
@@ -158,7 +162,7 @@ async fn a_restart_while_the_key_secret_cannot_be_read_keeps_the_failed_record()
         &kubeconfig,
         &["--expectations-timeout", "20s"],
     );
-    apply(&cluster, FAILING).await;
+    apply(&cluster, &failing(FAILS)).await;
     apply(&cluster, &manifest("keyed", 1, "RollingUpdate", &pre_delete("failing"), "python:latest")).await;
     wait_columns(&cluster, "keyed", Columns::new(1, 1, 1, 1, 1)).await;
     let pod_uid = pods(&cluster, "keyed").await.remove(0).metadata.uid.unwrap_or_default();

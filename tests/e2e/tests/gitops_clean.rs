@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use common::api::{GameDeployment, HookPhase, HookReleaseReason, HookRun, PauseReason};
 use e2e::gamedeployment::live;
-use e2e::gamedeployment::{apply, manifest, pods};
+use e2e::gamedeployment::{apply, pods};
 use e2e::observe::Observer;
 use e2e::{Cluster, wait_for};
 use futures::StreamExt;
@@ -67,12 +67,11 @@ async fn an_opted_in_game_deployment_is_never_written_outside_status() {
     let extra = "    maxUnavailable: 1\n    canary:\n      steps:\n        - partition: 2\n        - pause: {}\n  \
                  preDeleteUpdateStrategy:\n    hook:\n      templateName: gate\n  preInplaceUpdateStrategy:\n    hook:\n      \
                  templateName: quick\n";
-    let mut manifest = manifest(NAME, 4, "InplaceUpdate", extra, "python:latest");
-    manifest = manifest.replacen(
-        "metadata:\n  name: clean\n",
-        "metadata:\n  name: clean\n  annotations:\n    gamedeployment.tkex.tencent.com/control: annotations\n",
-        1,
-    );
+    let shape = e2e::gamedeployment::Shape {
+        annotations: &[("gamedeployment.tkex.tencent.com/control", "annotations")],
+        ..Default::default()
+    };
+    let manifest = e2e::gamedeployment::manifest_shaped(NAME, 4, "InplaceUpdate", extra, "python:latest", shape);
     apply(&cluster, &manifest).await;
     scaled_to(&cluster, 4).await;
 

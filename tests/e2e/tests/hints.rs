@@ -30,7 +30,9 @@ use walkthrough_support::{LONG, operators, pre_delete};
 const NAME: &str = "web";
 
 /// Fails at its first measurement (the hook server answers age 45).
-const FAILING: &str = e2e::manifests::load!("hooktemplate-failing");
+fn failing() -> String {
+    e2e::manifests::load!("hooktemplate-failing", condition = "asInt(result) > 100")
+}
 
 async fn apply(cluster: &Cluster, ns: &str, manifest: &str) {
     let path = cluster.dir().join(format!("hints-{ns}-{}.yaml", manifest.len()));
@@ -41,15 +43,11 @@ async fn apply(cluster: &Cluster, ns: &str, manifest: &str) {
 /// A namespace with the failing template and a GameDeployment `web` of `replicas` available pods.
 async fn setup(cluster: &Cluster, ns: &str, replicas: i32, strategy: &str, extra: &str, clean: bool) {
     cluster.kubectl_ok(&["create", "namespace", ns]).await;
-    apply(cluster, ns, FAILING).await;
-    let mut gd = e2e::gamedeployment::manifest(NAME, replicas, strategy, extra, "python:latest");
-    if clean {
-        gd = gd.replacen(
-            "  labels:\n",
-            &format!("  annotations:\n    {}: {}\n  labels:\n", keys::CONTROL, keys::CONTROL_ANNOTATIONS),
-            1,
-        );
-    }
+    apply(cluster, ns, &failing()).await;
+    let control = [(keys::CONTROL, keys::CONTROL_ANNOTATIONS)];
+    let annotations: &[(&str, &str)] = if clean { &control } else { &[] };
+    let shape = e2e::gamedeployment::Shape { annotations, ..Default::default() };
+    let gd = e2e::gamedeployment::manifest_shaped(NAME, replicas, strategy, extra, "python:latest", shape);
     apply(cluster, ns, &gd).await;
     wait_for(&format!("{ns}: {replicas} available pods"), LONG, || async {
         let gd = gd_in(cluster, ns).await?;

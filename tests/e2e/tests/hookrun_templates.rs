@@ -187,8 +187,17 @@ async fn terminate_validation_events_and_the_kubernetes_provider() {
 
     // kubernetes provider, Ordered: patch an annotation (key with a slash, value with quotes),
     // then read it back.
-    let kube_run =
-        e2e::manifests::load!("hookrun-drain-flag", pod = "game-1", namespace = "default", value = r#"'say "bye"'"#);
+    let drain_run = |name: &str, key: &str| {
+        e2e::manifests::load!(
+            "hookrun-drain-flag",
+            name = name,
+            key = key,
+            pod = "game-1",
+            namespace = "default",
+            value = r#"'say "bye"'"#
+        )
+    };
+    let kube_run = drain_run("drain-flag", "example.com/drain-state");
     let path = cluster.dir().join("drain.yaml");
     std::fs::write(&path, &kube_run).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;
@@ -205,8 +214,7 @@ async fn terminate_validation_events_and_the_kubernetes_provider() {
     );
 
     // A patch the API server rejects is an Error whose message is the server's reason, not a retry loop.
-    let rejected =
-        kube_run.replace("drain-flag", "bad-key").replace("example.com/drain-state", "example.com/drain~state");
+    let rejected = drain_run("bad-key", "example.com/drain~state");
     let path = cluster.dir().join("bad-key.yaml");
     std::fs::write(&path, rejected).unwrap();
     cluster.kubectl_ok(&["apply", "-f", &path.display().to_string()]).await;

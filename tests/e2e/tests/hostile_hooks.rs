@@ -237,12 +237,11 @@ async fn namespaces_at_their_bounds_delay_only_themselves() {
         .await;
     }
     namespace(&cluster, "polite").await;
-    let polite = e2e::manifests::load!("hookrun-polite", address = address);
     let mut took: Vec<Duration> = Vec::new();
     let polite_runs: kube::Api<common::api::HookRun> = kube::Api::namespaced(cluster.client(), "polite");
     for round in 0..3 {
         let name = format!("polite-{round}");
-        apply(&cluster, &name, &polite.replace("name: polite\n", &format!("name: {name}\n"))).await;
+        apply(&cluster, &name, &e2e::manifests::load!("hookrun-polite", name = name, address = address)).await;
         let phase = wait_for(&format!("{name} to end"), DEADLINE, || async {
             let out =
                 cluster.kubectl(&["get", "hookrun", &name, "-n", "polite", "-o", "jsonpath={.status.phase}"]).await;

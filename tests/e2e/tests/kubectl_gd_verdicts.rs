@@ -63,7 +63,7 @@ async fn status_shows_a_timed_pause_with_its_end_and_resume_counts_steps_from_on
     let canary = manifest("waits", 2, "InplaceUpdate", steps, "python:latest");
     apply(&cluster, &canary).await;
     wait_columns(&cluster, "waits", Columns::new(2, 2, 2, 2, 2)).await;
-    apply(&cluster, &canary.replace("image: python:latest", "image: python:3.5")).await;
+    apply(&cluster, &manifest("waits", 2, "InplaceUpdate", steps, "python:3.5")).await;
 
     let out = kubectl_gd(&cluster, &["status", "waits", "--timeout", "3m"]).await;
     assert_eq!(out.code, 3, "paused at the indefinite step: {out:?}");

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use e2e::gamedeployment::{Columns, apply, image, is_ready, manifest, wait_columns};
+use e2e::gamedeployment::{Columns, Shape, apply, image, is_ready, manifest, manifest_shaped, wait_columns};
 use e2e::gamedeployment::{label, live_pods};
 use e2e::gate::GateChecker;
 use e2e::{Cluster, Operator, wait_for};
@@ -208,12 +208,9 @@ async fn seed_000_replayed(update_type: &str) {
         "    maxUnavailable: 1\n{}  lifecycle:\n    inPlaceUpdate:\n      labelsHandler:\n        {BLOCK_INPLACE}: \"true\"\n    preDelete:\n      labelsHandler:\n        {BLOCK_DELETE}: \"true\"\n",
         pre_delete("quick")
     );
-    let manifest = manifest("seed", 3, update_type, &strategy, "python:latest").replace(
-        "      labels:\n        app: seed\n    spec:",
-        &format!(
-            "      labels:\n        app: seed\n        {NEWLY_CREATED}: \"true\"\n        {BLOCK_INPLACE}: \"true\"\n        {BLOCK_DELETE}: \"true\"\n    spec:"
-        ),
-    );
+    let labels = [(NEWLY_CREATED, "true"), (BLOCK_INPLACE, "true"), (BLOCK_DELETE, "true")];
+    let shape = Shape { template_labels: &labels, ..Shape::default() };
+    let manifest = manifest_shaped("seed", 3, update_type, &strategy, "python:latest", shape);
     apply(&cluster, &manifest).await;
     let registered = |n: usize, image: &'static str| {
         let sd = sd.clone();

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::api::{GameDeployment, HookRun};
-use e2e::gamedeployment::{Columns, apply, manifest, pods, wait_columns};
+use e2e::gamedeployment::{Columns, Shape, apply, manifest_shaped, pods, wait_columns};
 use e2e::gamedeployment::{annotation, label};
 use e2e::gate::GateChecker;
 use e2e::observe::Observer;
@@ -56,12 +56,15 @@ const FAILING: &str = e2e::manifests::load!("hooktemplate-failing-pod-ip");
 
 /// A gated GameDeployment: annotation `pod-gate: "true"`, pre-delete hook `template`, pods serving the demo JSON.
 pub(crate) fn gated(name: &str, replicas: i32, template: &str) -> String {
+    gated_with(name, replicas, template, &[])
+}
+
+/// [`gated`] with more annotations.
+fn gated_with(name: &str, replicas: i32, template: &str, more: &[(&str, &str)]) -> String {
     let extra = format!("  preDeleteUpdateStrategy:\n    hook:\n      templateName: {template}\n");
-    manifest(name, replicas, "RollingUpdate", &extra, "canary-hook:1").replacen(
-        "  labels:\n",
-        &format!("  annotations:\n    {POD_GATE}: \"true\"\n  labels:\n"),
-        1,
-    )
+    let annotations = [&[(POD_GATE, "true")], more].concat();
+    let shape = Shape { annotations: &annotations, ..Shape::default() };
+    manifest_shaped(name, replicas, "RollingUpdate", &extra, "canary-hook:1", shape)
 }
 
 /// The cluster with the chart installed and the operators running.
@@ -676,11 +679,7 @@ async fn a_cancelled_mark_does_not_ungate_and_the_deadline_cap_is_named() {
     let cluster = &gated_cluster.cluster;
     apply(cluster, FAILING).await;
     // The GameDeployment asks for an hour; the operator allows 4 s.
-    let manifest = gated("cancel", 1, "failing").replacen(
-        &format!("    {POD_GATE}: \"true\"\n"),
-        &format!("    {POD_GATE}: \"true\"\n    {POD_GATE_DEADLINE}: 1h\n"),
-        1,
-    );
+    let manifest = gated_with("cancel", 1, "failing", &[(POD_GATE_DEADLINE, "1h")]);
     apply(cluster, &manifest).await;
     wait_columns(cluster, "cancel", Columns::new(1, 1, 1, 1, 1)).await;
     wait_labelled(cluster, "cancel", 1).await;

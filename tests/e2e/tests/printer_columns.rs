@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use e2e::gamedeployment::{Columns, apply, manifest, wait_columns};
+use e2e::gamedeployment::{Columns, Shape, apply, manifest, manifest_shaped, wait_columns};
 use e2e::{Cluster, DEADLINE, wait_for};
 
 const DEFAULT: [&str; 7] = ["NAME", "DESIRED", "UPDATED", "UPDATED_READY", "READY", "TOTAL", "AGE"];
@@ -69,10 +69,8 @@ async fn wide_view_shows_the_state_and_the_default_view_stays_bcs() {
 
     // The issue's mistake: a selector that does not match the template. The default view only shows zeros;
     // the wide view says why.
-    let mismatch = manifest("mismatch", 2, "InplaceUpdate", "", "python:latest").replace(
-        "  selector:\n    matchLabels:\n      app: mismatch",
-        "  selector:\n    matchLabels:\n      app: other",
-    );
+    let shape = Shape { selector_app: Some("other"), ..Shape::default() };
+    let mismatch = manifest_shaped("mismatch", 2, "InplaceUpdate", "", "python:latest", shape);
     assert!(mismatch.contains("app: other"));
     apply(&cluster, &mismatch).await;
     wait_wide(&cluster, "mismatch", "mismatch: InvalidSpec", |c| {
@@ -97,17 +95,12 @@ async fn wide_view_shows_the_state_and_the_default_view_stays_bcs() {
 
     // A canary rollout stopped at its indefinite pause step: STEP counts steps from 1, as the MESSAGE beside it and
     // every other view do (issue 49, finding 3: it showed the 0-based index, 1 beside "step 2 of 2"); PAUSED true.
-    let canary = manifest(
-        "canary",
-        2,
-        "InplaceUpdate",
-        "    canary:\n      steps:\n        - partition: 1\n        - pause: {}\n",
-        "python:latest",
-    );
+    let steps = "    canary:\n      steps:\n        - partition: 1\n        - pause: {}\n";
+    let canary = manifest("canary", 2, "InplaceUpdate", steps, "python:latest");
     apply(&cluster, &canary).await;
     wait_columns(&cluster, "canary", Columns::new(2, 2, 2, 2, 2)).await;
     wait_wide(&cluster, "canary", "canary: all steps done", |c| c["STEP"] == "done").await;
-    apply(&cluster, &canary.replace("image: python:latest", "image: python:3.5")).await;
+    apply(&cluster, &manifest("canary", 2, "InplaceUpdate", steps, "python:3.5")).await;
     wait_wide(&cluster, "canary", "canary: paused at step 2 of 2", |c| {
         c["STEP"] == "2/2" && c["PAUSED"] == "true" && c["MESSAGE"].contains("paused at canary step 2 of 2")
     })

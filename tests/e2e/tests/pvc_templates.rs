@@ -23,7 +23,19 @@ const NAME: &str = "pvc";
 const ID: &str = "tkex.bkbcs.tencent.com/gamedeployment-instance-id";
 
 fn manifest(replicas: i32, strategy: &str, image: &str) -> String {
-    e2e::manifests::load!("gamedeployment-pvc", name = NAME, replicas = replicas, strategy = strategy, image = image)
+    gamedeployment(NAME, "data", replicas, strategy, image)
+}
+
+/// The GameDeployment `name` with one claim template named `claim`.
+fn gamedeployment(name: &str, claim: &str, replicas: i32, strategy: &str, image: &str) -> String {
+    e2e::manifests::load!(
+        "gamedeployment-pvc",
+        name = name,
+        claim = claim,
+        replicas = replicas,
+        strategy = strategy,
+        image = image
+    )
 }
 
 /// Live (not terminating) pods: name → instance id.
@@ -156,9 +168,9 @@ async fn claims_follow_their_pods() {
     assert!(!after.contains_key(&format!("data-{victim}")), "the old claim is deleted: {after:?}");
 
     // 7. Validation and garbage collection.
-    let bad = manifest(1, "RollingUpdate", "nginx:1").replace("name: data\n      spec", "name: Data_Vol\n      spec");
+    let bad = gamedeployment("bad", "Data_Vol", 1, "RollingUpdate", "nginx:1");
     let path = cluster.dir().join("bad.yaml");
-    std::fs::write(&path, bad.replace(&format!("name: {NAME}\n"), "name: bad\n")).expect("written");
+    std::fs::write(&path, bad).expect("written");
     let out = cluster.kubectl(&["apply", "-f", &path.display().to_string()]).await;
     println!("$ kubectl apply -f bad.yaml (template name Data_Vol)\n{}{}", out.stdout, out.stderr);
     assert!(!out.success && out.stderr.contains("volumeClaimTemplates"), "{}", out.stderr);

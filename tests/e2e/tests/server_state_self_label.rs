@@ -251,8 +251,8 @@ async fn the_operator_updates_and_scales_in_servers_that_label_themselves_under_
     cluster.kubectl_ok(&["apply", "-f", "examples/server-state/policy.yaml"]).await;
     cluster.install_crds().await;
     let _operator = e2e::gamedeployment::start_operator(&cluster);
-    let gd = e2e::gamedeployment::manifest("servers", 3, "InplaceUpdate", "", "game:1")
-        .replace("    spec:\n      containers:", "    spec:\n      serviceAccountName: game-server\n      containers:");
+    let shape = e2e::gamedeployment::Shape { service_account: Some("game-server"), ..Default::default() };
+    let gd = e2e::gamedeployment::manifest_shaped("servers", 3, "InplaceUpdate", "", "game:1", shape);
     let path = cluster.dir().join("servers.yaml");
     std::fs::write(&path, gd).unwrap();
     cluster.kubectl_ok(&["apply", "-n", NS, "-f", path.to_str().unwrap()]).await;
