@@ -244,6 +244,8 @@ pub(crate) async fn wait_labelled(cluster: &Cluster, gd: &str, replicas: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follows_bcs() {
+    // One chart install and one pair of operators for every story below (each a step of its own): the stories run
+    // in this order on the state the previous ones left.
     let began = Instant::now();
     let mut gated_cluster = Gated::start("Deny", &[]).await;
     println!("[{:?}] chart installed, operators running", began.elapsed());
@@ -259,7 +261,40 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     wait_labelled(cluster, "held", 1).await;
     let checker = GateChecker::start(cluster, "default").await;
     println!("[{:?}] GameDeployments ready and labelled", began.elapsed());
+    a_deleted_pod_is_marked_and_leaves_after_its_hook(cluster).await;
+    println!("[{:?}] A failing hook holds the pod", began.elapsed());
+    let held_name = a_failing_hook_holds_the_pod(cluster).await;
+    let report = checker.stop().await;
+    report.assert_clean();
+    assert!(report.gated_deletions >= 1, "the victim's deletion was checked: {report:?}");
 
+    // Outside the gate checker: these pods leave without their hook, on purpose.
+    the_escape_hatches_let_a_pod_go_without_its_hook(cluster).await;
+    println!("[{:?}] Opting out removes", began.elapsed());
+    opting_out_removes_the_gate(cluster).await;
+    println!("[{:?}] Deletion protection", began.elapsed());
+    deletion_protection_follows_bcs(cluster).await;
+    println!("[{:?}] helm upgrade keeps", began.elapsed());
+    let before = helm_upgrade_keeps_the_certificate_and_the_ca_bundle(cluster).await;
+    println!("[{:?}] With the operator stopped", began.elapsed());
+    a_rotated_certificate_is_served_without_a_restart(&gated_cluster, &before).await;
+    every_answer_is_counted(&gated_cluster).await;
+    // With the operator stopped the webhooks cannot be called.
+    gated_cluster.gamedeployment.kill().await;
+    with_the_operator_stopped_gated_pods_wait_and_game_deployments_go(&gated_cluster.cluster, &held_name).await;
+    println!("[{:?}] Started again", began.elapsed());
+    // Started again with the default Always: an unlabelled GameDeployment may be deleted.
+    gated_cluster.restart_gamedeployment_operator("Always").await;
+    let cluster = &gated_cluster.cluster;
+    apply(cluster, &gated("again", 1, "failing")).await;
+    wait_columns(cluster, "again", Columns::new(1, 1, 1, 1, 1)).await;
+    cluster.kubectl_ok(&["delete", "gamedeployment", "again", "--wait=false"]).await;
+    gated_cluster.cluster.shutdown().await;
+}
+
+/// `kubectl delete pod` of a gated pod: refused with what happens instead; the pod is marked, keeps running while
+/// its pre-delete hook runs, and is deleted by the operator after the run succeeded, then replaced.
+async fn a_deleted_pod_is_marked_and_leaves_after_its_hook(cluster: &Cluster) {
     // `kubectl delete pod`: refused with what happens instead; the pod is marked and keeps running.
     let victim = pods(cluster, "slow").await.remove(0);
     let victim_name = victim.metadata.name.clone().unwrap();
@@ -329,9 +364,10 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     assert!(waited >= Duration::from_secs(6), "the pod left after {waited:?}, before its 30 s (scaled: 6 s) hook");
     println!("the pod left {waited:?} after kubectl delete (HookRun {})", run.metadata.name.clone().unwrap());
     wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+}
 
-    println!("[{:?}] A failing hook holds the pod", began.elapsed());
-    // A failing hook holds the pod: status and Events say so, the pod stays.
+/// A failing hook holds the pod: status and Events say so, the pod stays. Returns the held pod's name.
+async fn a_failing_hook_holds_the_pod(cluster: &Cluster) -> String {
     let held = pods(cluster, "held").await.remove(0);
     let held_name = held.metadata.name.clone().unwrap();
     let out = cluster.kubectl(&["delete", "pod", &held_name, "--wait=false"]).await;
@@ -356,12 +392,11 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     println!("Event HookFailed: {}", event.note.unwrap_or_default());
     let still = pod(cluster, &held_name).await.expect("the held pod is still there");
     assert!(still.metadata.deletion_timestamp.is_none(), "a failed hook holds the pod");
+    held_name
+}
 
-    let report = checker.stop().await;
-    report.assert_clean();
-    assert!(report.gated_deletions >= 1, "the victim's deletion was checked: {report:?}");
-
-    // The escape hatches (outside the gate checker: these pods leave without their hook, on purpose).
+/// The refusal names the way out as a command, which works as printed; a forced deletion by a privileged user goes.
+async fn the_escape_hatches_let_a_pod_go_without_its_hook(cluster: &Cluster) {
     // The refusal names the way out as a command; it is run as printed (from a context in another namespace).
     let bypassed = pods(cluster, "slow").await.remove(0).metadata.name.unwrap();
     let refused = cluster.kubectl(&["delete", "pod", &bypassed, "--wait=false"]).await;
@@ -389,9 +424,10 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     assert!(out.success, "{}", out.stderr);
     assert!(out.stderr.contains("allowed by a forced deletion by a privileged user"), "{}", out.stderr);
     wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+}
 
-    println!("[{:?}] Opting out removes", began.elapsed());
-    // Opting out removes the label, so the webhook is no longer even called for those pods.
+/// Opting out removes the label, so the webhook is no longer even called for those pods.
+async fn opting_out_removes_the_gate(cluster: &Cluster) {
     cluster.kubectl_ok(&["annotate", "gamedeployment", "slow", &format!("{POD_GATE}-")]).await;
     wait_for("the pod-gate label to leave the pods of slow", DEADLINE, || async {
         pods(cluster, "slow").await.iter().all(|p| label(p, POD_GATE).is_none()).then_some(())
@@ -400,9 +436,10 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     let ungated = pods(cluster, "slow").await.remove(0).metadata.name.unwrap();
     cluster.kubectl_ok(&["delete", "pod", &ungated, "--wait=false"]).await;
     wait_columns(cluster, "slow", Columns::new(2, 2, 2, 2, 2)).await;
+}
 
-    println!("[{:?}] Deletion protection", began.elapsed());
-    // Deletion protection, BCS's wording. The chart's default here is Deny (BCS's behaviour).
+/// Deletion protection, BCS's wording. The chart's default here is Deny (BCS's behaviour).
+async fn deletion_protection_follows_bcs(cluster: &Cluster) {
     let out = cluster.kubectl(&["delete", "gamedeployment", "slow", "--wait=false"]).await;
     println!("$ kubectl delete gamedeployment slow\n{}", out.stderr);
     assert!(!out.success);
@@ -437,9 +474,13 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
         cluster.kubectl(&["delete", "hooktemplate", "slow", "--wait=false"]).await.success.then_some(())
     })
     .await;
+}
 
-    println!("[{:?}] helm upgrade keeps", began.elapsed());
-    // helm upgrade keeps the certificate and the caBundle, and the webhooks keep answering.
+/// helm upgrade keeps the certificate and the caBundle, and the webhooks keep answering. Returns the certificate
+/// Secret's data and the caBundles.
+async fn helm_upgrade_keeps_the_certificate_and_the_ca_bundle(
+    cluster: &Cluster,
+) -> (std::collections::BTreeMap<String, Vec<u8>>, Vec<Vec<u8>>) {
     let before = (secret_data(cluster).await, ca_bundles(cluster).await);
     assert_eq!(
         before.1.len(),
@@ -456,11 +497,17 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     assert_eq!(ca_bundles(cluster).await, before.1, "helm upgrade keeps the caBundle");
     let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
     assert!(!out.success && out.stderr.contains("forbidden by ResourceDeletionAllow"), "{}", out.stderr);
+    before
+}
 
-    println!("[{:?}] With the operator stopped", began.elapsed());
-    // A new certificate (a rotation: another render of the chart generates a new CA) is picked up from the files
-    // without a restart once the caBundle names the new CA. Checked with server-side dry runs: while kube-sim cannot
-    // verify the server, failurePolicy Ignore lets the dry run through, so only a refusal proves the call went through.
+/// A new certificate (a rotation: another render of the chart generates a new CA) is picked up from the files
+/// without a restart once the caBundle names the new CA. Checked with server-side dry runs: while kube-sim cannot
+/// verify the server, failurePolicy Ignore lets the dry run through, so only a refusal proves the call went through.
+async fn a_rotated_certificate_is_served_without_a_restart(
+    gated_cluster: &Gated,
+    before: &(std::collections::BTreeMap<String, Vec<u8>>, Vec<Vec<u8>>),
+) {
+    let cluster = &gated_cluster.cluster;
     let rendered = helm(&["render", CHART, "--release", RELEASE, "--namespace", NS]).await;
     let docs: Vec<serde_json::Value> = serde_json::from_str(&rendered).unwrap();
     let secret =
@@ -502,8 +549,10 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
     })
     .await;
     assert!(gated_cluster.gamedeployment.logs().contains("webhook certificate reloaded"), "reloaded without a restart");
+}
 
-    // Every answer is counted.
+/// Every answer of the webhooks is counted.
+async fn every_answer_is_counted(gated_cluster: &Gated) {
     let metrics =
         e2e::gamedeployment::scrape(e2e::gamedeployment::metrics_address(&gated_cluster.gamedeployment).await).await;
     let count = |series: &str| metrics.get(series).copied().unwrap_or(0.0);
@@ -521,13 +570,12 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
         ) >= 2.0,
         "{metrics:?}"
     );
+}
 
-    // With the operator stopped the webhooks cannot be called: the pod gate's failurePolicy Fail refuses the delete
-    // of a gated pod (it waits for the operator, not for nobody), deletion protection's Ignore lets the
-    // GameDeployment go.
-    gated_cluster.gamedeployment.kill().await;
-    let cluster = &gated_cluster.cluster;
-    let out = cluster.kubectl(&["delete", "pod", &held_name, "--wait=false"]).await;
+/// The pod gate's failurePolicy Fail refuses the delete of a gated pod (it waits for the operator, not for nobody),
+/// deletion protection's Ignore lets the GameDeployment go.
+async fn with_the_operator_stopped_gated_pods_wait_and_game_deployments_go(cluster: &Cluster, held_name: &str) {
+    let out = cluster.kubectl(&["delete", "pod", held_name, "--wait=false"]).await;
     println!("operator stopped: $ kubectl delete pod {held_name}\n{}{}", out.stdout, out.stderr);
     assert!(!out.success, "failurePolicy Fail: {}", out.stdout);
     assert!(
@@ -535,18 +583,9 @@ async fn kubectl_delete_pod_goes_through_the_hook_and_deletion_protection_follow
         "{}",
         out.stderr
     );
-    assert!(pod(cluster, &held_name).await.is_some_and(|p| p.metadata.deletion_timestamp.is_none()), "still there");
+    assert!(pod(cluster, held_name).await.is_some_and(|p| p.metadata.deletion_timestamp.is_none()), "still there");
     let out = cluster.kubectl(&["delete", "gamedeployment", "held", "--wait=false"]).await;
     assert!(out.success, "failurePolicy Ignore: {}", out.stderr);
-
-    println!("[{:?}] Started again", began.elapsed());
-    // Started again with the default Always: an unlabelled GameDeployment may be deleted.
-    gated_cluster.restart_gamedeployment_operator("Always").await;
-    let cluster = &gated_cluster.cluster;
-    apply(cluster, &gated("again", 1, "failing")).await;
-    wait_columns(cluster, "again", Columns::new(1, 1, 1, 1, 1)).await;
-    cluster.kubectl_ok(&["delete", "gamedeployment", "again", "--wait=false"]).await;
-    gated_cluster.cluster.shutdown().await;
 }
 
 /// Two gamedeployment-operator replicas with leader election (the chart's default): `replica-a` leads, `replica-b`
