@@ -66,14 +66,6 @@ impl ReconcileMetrics {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn both_operators_get_the_same_three_metrics_under_their_prefix() {
-        let mut registry = Registry::default();
-        let metrics = ReconcileMetrics::default();
 /// The metrics both operators have for the runtime they share: leadership (`leader`, a gauge) and the Event
 /// publisher's counters (`events_dropped_total`, `events_combined_total`, [`EventCounters`]). Defined and
 /// registered once, under each operator's prefix, so `gamedeployment_leader` and `hook_operator_leader` mean
@@ -121,6 +113,14 @@ impl Drop for LeaderGuard {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_operators_get_the_same_three_metrics_under_their_prefix() {
+        let mut registry = Registry::default();
+        let metrics = ReconcileMetrics::default();
         metrics.register(registry.sub_registry_with_prefix("op"), "passes");
         metrics.reconciled("success");
         metrics.failed("conflict");
@@ -131,7 +131,6 @@ impl Drop for LeaderGuard {
         assert!(text.contains("op_reconcile_errors_total{reason=\"conflict\"} 1"), "{text}");
         assert!(text.contains("op_reconcile_duration_seconds_count 1"), "{text}");
     }
-}
 
     #[test]
     fn the_shared_operator_metrics_appear_under_the_prefix_and_the_leader_gauge_follows_its_guard() {
@@ -154,3 +153,4 @@ impl Drop for LeaderGuard {
         drop(guard);
         assert!(text(&registry).contains("op_leader 0"));
     }
+}
