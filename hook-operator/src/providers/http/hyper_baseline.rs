@@ -9,7 +9,7 @@
 //! most that plus a read (`max_buf_size`), the body appended frame by frame up to `--max-body-bytes`, an announced
 //! `Content-Length` over it refused before reading, and the one timer of [`super::Http::send`] around it all. The
 //! same request head (the template's fields without framing ones, `Host`, `User-Agent`, `Accept`, JSON
-//! `Content-Type`), redirect rule and stale-connection retry as [`super::Http::exchange_plain`]. The connection is
+//! `Content-Type`), redirect rule and stale-connection retry as `Http::exchange_plain`. The connection is
 //! driven by the measuring task itself (no task per connection) and kept idle per address, as ours is.
 
 use std::collections::HashMap;
@@ -254,7 +254,7 @@ impl Http {
             }
         }
         if !fields.contains_key(header::HOST) {
-            let host = HeaderValue::from_str(&plain.host).map_err(|e| failed("invalid header name", &e))?;
+            let host = HeaderValue::from_str(&plain.host).map_err(|e| failed("invalid value of header host", &e))?;
             fields.insert(header::HOST, host);
         }
         fields.entry(header::USER_AGENT).or_insert(HeaderValue::from_static(USER_AGENT));
