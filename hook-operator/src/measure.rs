@@ -195,7 +195,7 @@ async fn judge(
     if let Some((phase, message)) = observation.verdict {
         return (phase, Some(message), value);
     }
-    match evaluate::judge_bounded(
+    match crate::isolation::judge::judge_bounded(
         &providers.conditions,
         namespace,
         metric.success_condition.as_deref(),

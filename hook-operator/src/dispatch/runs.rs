@@ -12,9 +12,17 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use super::Dispatcher;
-use super::writes::Unwritten;
 use crate::engine::validate;
 use crate::engine::{Finished, Precise};
+
+/// A status planned and recorded in memory, not written yet.
+pub(super) struct Unwritten {
+    /// The stored object it was planned on (its status is what the API server has).
+    pub(super) based_on: Arc<HookRun>,
+    pub(super) status: common::api::HookRunStatus,
+    /// When the first progress not written was recorded.
+    pub(super) since: Instant,
+}
 
 /// Identifies a run across rounds. The uid keeps a deleted-and-recreated run from inheriting memory. Shared texts:
 /// made once per run (kept in its slot), so a round or a measurement copies three pointers, not three strings.

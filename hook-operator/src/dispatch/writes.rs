@@ -22,18 +22,9 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::runs::{RunId, Slot, slot_of};
+use super::runs::{RunId, Slot, Unwritten, slot_of};
 use super::{Dispatcher, Round};
 use crate::engine::schedule;
-
-/// A status planned and recorded in memory, not written yet.
-pub(super) struct Unwritten {
-    /// The stored object it was planned on (its status is what the API server has).
-    pub(super) based_on: Arc<HookRun>,
-    pub(super) status: common::api::HookRunStatus,
-    /// When the first progress not written was recorded.
-    pub(super) since: Instant,
-}
 
 /// Whether the run completes with measurements due within `within`: every metric still running has one counted
 /// measurement left, started or armed (by this round or before) and due by then, and its last measurement was not an

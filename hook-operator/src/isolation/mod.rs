@@ -23,6 +23,7 @@
 //! bounds (see [`crate::conditions::budget`]).
 
 pub(crate) mod job;
+pub(crate) mod judge;
 pub mod worker;
 pub mod workers;
 

@@ -440,7 +440,7 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         let condition = expression(&mut g);
         let value = result(&mut g);
         let started = Instant::now();
-        let verdict = crate::conditions::evaluate::judge_bounded(
+        let verdict = crate::isolation::judge::judge_bounded(
             pool,
             "fuzz",
             Some(&condition),
@@ -514,8 +514,7 @@ pub async fn run(pool: &crate::isolation::Evaluator, cases: u64, seed: u64) -> R
         });
         if let Some(Ok(o)) = observation {
             let verdict =
-                crate::conditions::evaluate::judge_bounded(pool, "fuzz", Some("asInt(result) > 30"), None, o.result)
-                    .await;
+                crate::isolation::judge::judge_bounded(pool, "fuzz", Some("asInt(result) > 30"), None, o.result).await;
             let _ = verdict;
         }
     }

@@ -22,7 +22,7 @@ use e2e::repo_root;
 use syn::visit::Visit;
 
 /// The crates whose `lib.rs` states a layering.
-const CRATES: &[&str] = &["common", "kubectl-gd"];
+const CRATES: &[&str] = &["common", "hook-operator", "kubectl-gd"];
 
 /// A module's path from its crate root: `["planner", "status"]`; the root is `[]`.
 type ModPath = Vec<String>;
