@@ -144,9 +144,11 @@ pub struct Claim<'a> {
 pub fn claim<'a>(gd: &GameDeployment, pods: &[&'a Pod], may_adopt: bool) -> Claim<'a> {
     let mut claim = Claim::default();
     let empty = BTreeMap::new();
+    // [`selector_matches`], with the selector converted once for every pod of the pass (each conversion clones it).
+    let selector = if may_adopt { Selector::try_from(gd.spec.selector.clone()).ok() } else { None };
     for pod in pods {
         let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-        let matches = may_adopt && selector_matches(&gd.spec.selector, labels);
+        let matches = selector.as_ref().is_some_and(|selector| selector.matches(labels));
         match controller_of(pod.metadata.owner_references.as_ref()) {
             Some(owner) if is_owned_by(owner, gd) => {
                 if matches || !may_adopt {
