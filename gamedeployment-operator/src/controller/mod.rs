@@ -23,6 +23,7 @@ mod pass_pacing;
 mod shell_tests;
 mod stale_cache;
 mod template_freshness;
+mod watches;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -34,22 +35,19 @@ use common::api::{GameDeployment, GameDeploymentStatus, HookPhase, HookRun, Hook
 use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use common::keys;
-use futures::{StreamExt, TryStreamExt, future};
+use futures::{StreamExt, future};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{PartialObjectMeta, PostParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::{Action as Requeue, Config as ControllerConfig};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use common::runtime::events::{EventSettings, EventSink, Note};
-use common::runtime::kube_api::api;
-use common::runtime::lean;
-use common::runtime::watch;
 
 use crate::action::{EventType, PlannedEvent};
 use crate::hookrun_keys::Keyring;
@@ -914,6 +912,51 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Marks the caches synced and calls `on_ready` once the pod, revision, HookRun and HookTemplate caches hold their
+/// first full list and every revision labelled for the watch shows in it. The only waiter on these stores (the
+/// controller itself waits on the GameDeployment store).
+fn caches_synced(
+    ctx: &Context,
+    namespace: Option<String>,
+    on_ready: impl FnOnce() + Send + 'static,
+) -> impl future::Future<Output = ()> + Send + 'static {
+    let (pods, revisions) = (ctx.pods.clone(), ctx.revisions.clone());
+    let (runs, templates) = (ctx.hook_runs.clone(), ctx.hook_templates.clone());
+    let (client, synced) = (ctx.client.clone(), ctx.synced.clone());
+    async move {
+        let (p, r) = future::join(pods.wait_until_ready(), revisions.wait_until_ready()).await;
+        let (h, t) = future::join(runs.wait_until_ready(), templates.wait_until_ready()).await;
+        let labelled = label_revisions_until_done(&client, namespace.as_deref()).await;
+        // The watch shows a revision once it carries the label: plan only when every one labelled is there.
+        let shown = || labelled.iter().all(|r| revisions.get(r).is_some());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !shown() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() {
+            tracing::info!("caches synced");
+            synced.store(true, Ordering::Release);
+            on_ready();
+        }
+    }
+}
+
+/// Keeps `gamedeployment_rollout_stuck_seconds` growing between passes, and drops the series of GameDeployments
+/// that are gone (a deleted object gets no pass).
+async fn refresh_rollout_metrics(ctx: Arc<Context>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        for (namespace, name, stuck) in ctx.rollouts.stuck(Instant::now()) {
+            if ctx.gds.get(&ObjectRef::new(&name).within(&namespace)).is_none() {
+                ctx.forget(&namespace, &name);
+                continue;
+            }
+            ctx.metrics.rollout_stuck_seconds.get_or_create(&WorkloadLabels { namespace, name }).set(stuck);
+        }
+    }
+}
+
 /// Runs the controller until `shutdown` resolves. `on_ready` is called once the caches are filled.
 pub async fn run(
     client: Client,
@@ -947,75 +990,14 @@ pub async fn run(
         }
         false => (None, None),
     };
-    let (gd_reader, gd_events) = watch::cached(api::<GameDeployment>(&client, namespace));
-    let gd_stream = gd_events.applied_objects().predicate_filter(spec_fingerprint, Default::default()).inspect_ok({
-        let label_tx = label_tx.clone();
-        move |gd| {
-            let key = ObjectRef::from_obj(gd);
-            if let Some(tx) = &label_tx {
-                let _ = tx.send(labeller::Trigger::Gd(key.clone()));
-            }
-            let _ = orphan_tx.send(key);
-        }
-    });
-    // Only the operator's own pods (the instance-id label: `orphans::WATCH_SELECTOR`), decoded straight into the
-    // fields the operator reads (`common::cached_pod`), otherwise as `watch::cached` does. Orphans to adopt are
-    // found by `orphans`.
-    let (pod_reader, pod_writer) = kube::runtime::reflector::store::<Pod>();
-    let pod_stream = kube::runtime::watcher(
-        api::<Pod>(&client, namespace),
-        kube::runtime::watcher::Config::default().labels(orphans::WATCH_SELECTOR).any_semantic(),
-    )
-    .default_backoff()
-    .reflect(pod_writer)
-    .touched_objects()
-    .inspect_ok(move |pod| {
-        if let Some(tx) = &label_tx {
-            let _ = tx.send(labeller::Trigger::Pod(ObjectRef::from_obj(pod)));
-        }
-    });
-    // Only revisions labelled with a GameDeployment's name (`orphans::REVISION_WATCH_SELECTOR`); those written
-    // without it are labelled before the first pass (`orphans::label_revisions`, below).
-    let (revision_reader, revision_events) =
-        watch::cached_selected(api::<ControllerRevision>(&client, namespace), Some(orphans::REVISION_WATCH_SELECTOR));
-    let revision_stream = revision_events.touched_objects();
-    let (hook_run_reader, hook_run_writer) = kube::runtime::reflector::store::<HookRun>();
-    // Only runs a GameDeployment made (labelled with its name): HookRuns of other tools (BCS GameStatefulSets) are
-    // not cached. A run without the label that holds one of our names is read when creating ours fails with 409
-    // (`execute::reveal_hook_run`).
-    let hook_run_stream = kube::runtime::watcher(
-        api::<lean::LeanHookRun>(&client, namespace),
-        kube::runtime::watcher::Config::default().labels(keys::HOOKRUN_WORKLOAD_NAME).any_semantic(),
-    )
-    .default_backoff()
-    .map_ok(lean::full_event)
-    .reflect(hook_run_writer)
-    .touched_objects();
-    let (template_reader, template_events) = watch::cached(api::<HookTemplate>(&client, namespace));
-    let template_stream = template_events.touched_objects();
-    // Only claims with an instance-id label: those the operator makes from `spec.volumeClaimTemplates`.
-    let (claim_reader, claim_writer) = kube::runtime::reflector::store::<PersistentVolumeClaim>();
-    let claim_config = kube::runtime::watcher::Config::default().labels(keys::INSTANCE_ID).any_semantic();
-    let claim_stream = kube::runtime::watcher(api::<PersistentVolumeClaim>(&client, namespace), claim_config)
-        .default_backoff()
-        .modify(|claim| claim.metadata.managed_fields = None)
-        .reflect(claim_writer)
-        .touched_objects()
-        .inspect_err(|e| tracing::warn!(error = %e, "PersistentVolumeClaim watch failed (GameDeployments with volumeClaimTemplates wait until it recovers)"));
-
-    let nodes = if config.node_costs {
-        let (node_reader, node_events) = watch::cached(Api::<PartialObjectMeta<Node>>::all(client.clone()));
-        let stream = node_events.touched_objects();
-        tokio::spawn(stream.for_each(|event| {
-            if let Err(e) = event {
-                tracing::warn!(error = %e, "node watch failed (node deletion costs unavailable until it recovers)");
-            }
-            future::ready(())
-        }));
-        Some(node_reader)
-    } else {
-        None
-    };
+    let listeners = watches::GdListeners { orphans: orphan_tx, labeller: label_tx.clone() };
+    let (gd_reader, gd_stream) = watches::game_deployments(&client, namespace, listeners);
+    let (pod_reader, pod_stream) = watches::pods(&client, namespace, label_tx);
+    let (revision_reader, revision_stream) = watches::revisions(&client, namespace);
+    let (hook_run_reader, hook_run_stream) = watches::hook_runs(&client, namespace);
+    let (template_reader, template_stream) = watches::hook_templates(&client, namespace);
+    let (claim_reader, claim_stream) = watches::claims(&client, namespace);
+    let nodes = watches::node_costs(&client, config.node_costs);
 
     let events = EventSink::start_with(
         client.clone(),
@@ -1061,47 +1043,9 @@ pub async fn run(
         synced: synced.clone(),
     });
 
-    // The only waiter on these stores (the controller itself waits on the GameDeployment store).
-    tokio::spawn({
-        let (pods, revisions) = (pod_reader.clone(), revision_reader.clone());
-        let (runs, templates) = (hook_run_reader.clone(), template_reader.clone());
-        let (client, namespace) = (ctx.client.clone(), config.namespace.clone());
-        async move {
-            let (p, r) = future::join(pods.wait_until_ready(), revisions.wait_until_ready()).await;
-            let (h, t) = future::join(runs.wait_until_ready(), templates.wait_until_ready()).await;
-            let labelled = label_revisions_until_done(&client, namespace.as_deref()).await;
-            // The watch shows a revision once it carries the label: plan only when every one labelled is there.
-            let shown = || labelled.iter().all(|r| revisions.get(r).is_some());
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !shown() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            if p.is_ok() && r.is_ok() && h.is_ok() && t.is_ok() {
-                tracing::info!("caches synced");
-                synced.store(true, Ordering::Release);
-                on_ready();
-            }
-        }
-    });
+    tokio::spawn(caches_synced(&ctx, config.namespace.clone(), on_ready));
 
-    // Keeps `gamedeployment_rollout_stuck_seconds` growing between passes, and drops the series of
-    // GameDeployments that are gone (a deleted object gets no pass).
-    let _refresher = AbortOnDrop(tokio::spawn({
-        let (ctx, gds) = (ctx.clone(), gd_reader.clone());
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tick.tick().await;
-                for (namespace, name, stuck) in ctx.rollouts.stuck(Instant::now()) {
-                    if gds.get(&ObjectRef::new(&name).within(&namespace)).is_none() {
-                        ctx.forget(&namespace, &name);
-                        continue;
-                    }
-                    ctx.metrics.rollout_stuck_seconds.get_or_create(&WorkloadLabels { namespace, name }).set(stuck);
-                }
-            }
-        }
-    }));
+    let _refresher = AbortOnDrop(tokio::spawn(refresh_rollout_metrics(ctx.clone())));
     let _orphans = AbortOnDrop(tokio::spawn(orphans::run(
         ctx.client.clone(),
         gd_reader.clone(),
