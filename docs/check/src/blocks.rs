@@ -14,20 +14,12 @@ use std::path::Path;
 
 /// The blocks that show output and are not checked yet: (page, first command, why). Kept short; an entry that no
 /// longer names a block, or names a checked one, fails the inventory test.
-pub const UNCHECKED: &[(&str, &str, &str)] = &[
-    (
-        "api/server-state.md",
-        "kubectl label pod test-gamedeployment-896tf gamedeployment.tkex.tencent.com/server-state=Maintaining",
-        "an in-place rollout of 8 servers through grace periods and minReadySeconds: minutes of sandbox time, over the \
-         suite's budget; server_state.rs and server_state_surge.rs assert the same outcome on kube-sim",
-    ),
-    (
-        "operating/kubectl-gd-plan.md",
-        "kubectl gd plan race --replicas 7 --assume-hooks as-now --hook-interval-scale 0.05",
-        "which candidates find players is random per run, so the race order shown cannot recur line by line; \
+pub const UNCHECKED: &[(&str, &str, &str)] = &[(
+    "operating/kubectl-gd-plan.md",
+    "kubectl gd plan race --replicas 7 --assume-hooks as-now --hook-interval-scale 0.05",
+    "which candidates find players is random per run, so the race order shown cannot recur line by line; \
          plan.rs (as_now_forecasts_the_race_to_empty_from_the_first_readings) asserts winners and skipped pods by name",
-    ),
-];
+)];
 
 /// A command of a block and the output the block shows for it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! `<!-- checked: book_blocks::TEST -->` runs in a shell against a `scripts/sandbox --fast` (the sandbox the pages
 //! start), in page order, and prints what the page shows, names and times masked (`e2e::book`). One sandbox serves
 //! the walkthrough and the pages that start where it starts (the sandbox page's and the hooks page's `check`
-//! commands, the plan page's forecasts of the walkthrough's GameDeployment); the shadow hooks page has its own.
+//! commands, the plan page's forecasts of the walkthrough's GameDeployment); the shadow hooks and server-state pages
+//! have their own.
 
 use e2e::book::{Book, Session};
 use e2e::sandbox::{Sandbox, ensure_binaries, free_base};
@@ -57,5 +58,18 @@ async fn shadow_hooks() {
     let book = Book::of_this_test();
     let mut shell = Session::new(&sandbox.state().join("kubeconfig"));
     shell.run_next(&book, "api/shadow-hooks.md", None).await;
+    drop(book);
+}
+
+/// The server-declared state page's scene on its own sandbox: `examples/inplace-update.yaml`, one server labelled
+/// `Maintaining`, an image change rolled in place around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_state() {
+    ensure_binaries();
+    let mut sandbox = Sandbox::start_with(free_base(), &["--fast"]);
+    sandbox.wait_ready().await;
+    let book = Book::of_this_test();
+    let mut shell = Session::new(&sandbox.state().join("kubeconfig"));
+    shell.run_next(&book, "api/server-state.md", None).await;
     drop(book);
 }
