@@ -362,3 +362,57 @@ mod status_writes {
         assert_eq!(status_write(Some(&held), &new, Some(now), INTERVAL, now), StatusWrite::Now);
     }
 }
+
+/// Consumed pre-delete runs (their pods are gone) go in one `deletecollection` per hook type and revision; while a
+/// rollout is in progress a batch smaller than a collection chunk waits for a later pass (such a run can open no
+/// gate), so a rollout's consumed runs go in a few writes rather than one per pass.
+#[test]
+fn consumed_runs_wait_for_a_full_collection_while_the_rollout_is_in_progress() {
+    let mut world = SimCluster::new(crate::fixtures::gd(1, "RollingUpdate"));
+    let owner = crate::ownership::owner_reference(&world.gd);
+    let consumed = |i: usize| {
+        let mut run = common::api::HookRun::new(&format!("game-consumed-{i}"), Default::default());
+        run.metadata.uid = Some(format!("run-{i}"));
+        run.metadata.owner_references = Some(vec![owner.clone()]);
+        run.metadata.labels = Some(
+            [
+                (common::keys::HOOKRUN_TYPE, HookKind::PreDelete.type_label().to_string()),
+                (common::keys::HOOKRUN_WORKLOAD_REVISION, "game-old".to_string()),
+                (common::keys::HOOKRUN_WORKLOAD_NAME, common::hookrun::workload_label_value("game")),
+                (common::keys::HOOKRUN_POD_UID, format!("gone-pod-{i}")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        );
+        std::sync::Arc::new(run)
+    };
+    world.hook_runs = (0..3).map(consumed).collect();
+    let deletions: Vec<Action> = (0..3)
+        .map(|i| Action::DeleteHookRun {
+            name: format!("game-consumed-{i}"),
+            uid: format!("run-{i}"),
+            why: "consumed".into(),
+        })
+        .collect();
+    let mut rolling = plan_of(&world, deletions.clone());
+    crate::planner::status::set_condition(
+        &mut rolling.status.conditions,
+        crate::planner::status::PROGRESSING,
+        "True",
+        "RolloutInProgress",
+        "rolling",
+        crate::forecast::cluster::ts(world.now),
+    );
+    let outcome = world.execute(&mut rolling);
+    assert!(world.sent.is_empty(), "{:?}", world.sent);
+    assert_eq!(world.hook_runs.len(), 3);
+    assert!(outcome.failures.is_empty());
+    // The rollout is over: the batch goes, as one collection.
+    let mut settled = plan_of(&world, deletions);
+    settled.status.conditions.clear();
+    let outcome = world.execute(&mut settled);
+    assert_eq!(world.sent.iter().map(|s| s.request).collect::<Vec<_>>(), [Request::DeleteHookRuns]);
+    assert!(world.hook_runs.is_empty());
+    assert_eq!(outcome.events.iter().filter(|e| e.reason == "SuccessfulDeleteHookRun").count(), 3);
+}
