@@ -119,10 +119,16 @@ async fn kube_lease_manager_keeps_a_holder_whose_renewals_fail_leading_past_its_
     let log = log.lock().await.clone();
     let (_, _, stopped) = log.iter().rev().find(|(who, leads, _)| *who == "first" && !*leads).copied().unwrap();
     let (_, _, second) = log.iter().find(|(who, leads, _)| *who == "second" && *leads).copied().unwrap();
+    eprintln!(
+        "kube-lease-manager's first holder said leader for {:?} past its Lease's expiry",
+        stopped.duration_since(expiry)
+    );
+    // (The second may have logged its takeover a moment after the first read it: the overlap is between the expiry
+    // and the first's drop, whoever logged first.)
     assert!(
-        stopped > expiry && second < stopped,
-        "the first manager said leader until {stopped}, past its Lease's expiry at {expiry} and beside the second \
-         (leading since {second}): {log:?}"
+        stopped > expiry,
+        "the first manager said leader until {stopped}, past its Lease's expiry at {expiry}, while the second led \
+         from {second}: {log:?}"
     );
 }
 
