@@ -5,8 +5,8 @@
 //! Both tests play the same story on kube-sim: a holder and a standby, each its own user; once the holder leads,
 //! every Lease write of the holder's user fails (500) while its reads still work, and the standby's requests all go
 //! through. The standby takes the Lease once it expired. kube-lease-manager's holder keeps saying "leader" (its
-//! `watch()` channel never changes) after its Lease expired and while the standby leads; ours stops its work at the
-//! renew deadline, before the standby starts. kube-leader-election (0.44) is built on kube 4, a major the workspace
+//! `watch()` channel) past its Lease's expiry, until it reads the Lease after the standby released or took it; ours
+//! stops its work at the renew deadline, before the expiry and before the standby starts. kube-leader-election (0.44) is built on kube 4, a major the workspace
 //! does not use, and leaves renewing and stopping to its caller.
 
 use std::sync::Arc;
