@@ -21,6 +21,7 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// A value for the metric's conditions to judge (no verdict of the provider's own).
     pub fn judged(result: expr::Value, display: String) -> Self {
         Self { result, display, verdict: None }
     }

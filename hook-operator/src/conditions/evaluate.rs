@@ -380,7 +380,7 @@ const INLINE_STRING_BYTES: usize = 4096;
 /// evaluation pool (two thread hand-offs, which cost more than the evaluation itself): `result` is a scalar (a
 /// string of at most 4 KiB), and the condition has no closure or predicate (`{`, `#`), no range (`..`), no
 /// pipe, no indexing or array literal (`[`), no `matches` (a regex built from the text) and calls only
-/// [`INLINE_FUNCTIONS`]. Its cost is then bounded by its length (≤ 1024 characters) times the size of `result`:
+/// `INLINE_FUNCTIONS`. Its cost is then bounded by its length (≤ 1024 characters) times the size of `result`:
 /// microseconds. It still runs under the same memory budget and deadline (`metered`), and a panic is caught.
 pub fn inline_safe(success: Option<&str>, failure: Option<&str>, result: &Value) -> bool {
     let scalar = match result {

@@ -4,7 +4,7 @@
 //! dispatcher and requeues exactly at the next due time. Finished measurements wake their run through
 //! `reconcile_on`.
 //!
-//! Beside it: [`shards`] (which replica acts on which runs) and [`gc`] (finished runs nobody owns).
+//! Beside it: [`shards`] (which replica acts on which runs) and `gc` (finished runs nobody owns).
 
 pub(crate) mod gc;
 pub mod shards;
@@ -94,7 +94,7 @@ pub struct Options {
     pub status_write_interval: Duration,
     /// Progress-only status writes per second for the whole process (0: unlimited); see `Dispatcher::write_now`.
     pub max_status_writes_per_second: u32,
-    /// Finished ownerless runs are deleted this long after they finished (zero: never); see [`gc`].
+    /// Finished ownerless runs are deleted this long after they finished (zero: never); see `gc`.
     pub finished_run_ttl: Duration,
     /// Deletes the collector sends per second at most.
     pub gc_deletes_per_second: u32,

@@ -17,7 +17,7 @@ use crate::engine::{Finished, schedule};
 use crate::measure;
 use crate::metrics::{MeasurementLabels, ProviderLabels};
 
-/// What a measurement task needs of its [`engine::Start`] (the metric's name is in its spec, at `index`).
+/// What a measurement task needs of its [`crate::engine::Start`] (the metric's name is in its spec, at `index`).
 #[derive(Clone, Copy)]
 pub(super) struct Armed {
     pub(super) index: usize,

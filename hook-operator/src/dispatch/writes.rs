@@ -172,7 +172,7 @@ impl Dispatcher {
     }
 
     /// Whether the status a round planned must be written now. Never for an unchanged status; always for a phase
-    /// change, a completion, a measurement that was not Successful and the counters it moves ([`verdict_moved`]:
+    /// change, a completion, a measurement that was not Successful and the counters it moves (`verdict_moved`:
     /// durable before the next measurement, on the first write too and without a token) and a run the budget
     /// granted its write; for a run without stored status once its first
     /// round is `min_interval` old (no token: a phase change, only later). Otherwise (progress

@@ -13,7 +13,7 @@
 //!   `Inconclusive` the others stop and the run takes the worst phase at once; `spec.terminate` stops it
 //!   too; `Ordered` starts metric i only once metric i-1 is `Successful`; a completed run never changes.
 //!
-//! When a metric is measured next is [`schedule`]; whether a spec can run at all is [`validate`].
+//! When a metric is measured next is `schedule`; whether a spec can run at all is [`validate`].
 
 pub mod lost;
 pub(crate) mod schedule;

@@ -366,7 +366,7 @@ fn args(args: &[Argument]) -> Vec<String> {
     problems
 }
 
-/// Why a HookTemplate is refused, as one sentence: every problem of [`template`], after the template's name. The
+/// Why a HookTemplate is refused, as one sentence: every problem of [`template()`], after the template's name. The
 /// words `hook-operator check` prints and the admission webhook answers (`kubectl apply`), so a template is judged
 /// the same wherever it is checked. `None`: valid.
 pub fn template_refusal(name: &str, spec: &HookTemplateSpec) -> Option<String> {

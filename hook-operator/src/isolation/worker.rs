@@ -4,9 +4,9 @@
 //!
 //! - memory: the global allocator refuses any allocation that would take the process more than the budget above
 //!   what it held when the job arrived ([`crate::conditions::budget::cap_process`]); the refusal writes
-//!   [`OVER_MEMORY`] to stdout and the process aborts;
+//!   `OVER_MEMORY` to stdout and the process aborts;
 //! - time: the operator kills the process when the job's deadline passes, counted from when the job is sent (the
-//!   worker says [`READY`] once it has started, so its start is not counted against the first job);
+//!   worker says `READY` once it has started, so its start is not counted against the first job);
 //! - the process dies with the operator (`PR_SET_PDEATHSIG`), writes no core file, and runs the job on a thread
 //!   with a large stack (evaluation recurses; [`crate::conditions::syntax`] bounds the depth).
 

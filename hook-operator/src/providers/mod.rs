@@ -33,6 +33,7 @@ pub enum Answer {
 pub struct Raw {
     /// Holds its share of the buffered-bytes budget until the answer is judged.
     pub response: http::Response,
+    /// What was asked: how the answer is read.
     pub source: Source,
 }
 
@@ -40,8 +41,20 @@ pub struct Raw {
 /// error message or a worker needs it).
 #[derive(Debug)]
 pub enum Source {
-    Web { method: reqwest::Method, url: String, path: Option<Arc<crate::conditions::jsonpath::Path>> },
-    Prometheus { query: String },
+    /// A web metric's request.
+    Web {
+        /// The HTTP method.
+        method: reqwest::Method,
+        /// The URL, rendered (credentials are redacted in messages).
+        url: String,
+        /// The parsed `jsonPath`, if any.
+        path: Option<Arc<crate::conditions::jsonpath::Path>>,
+    },
+    /// A Prometheus query.
+    Prometheus {
+        /// The PromQL query, rendered.
+        query: String,
+    },
 }
 
 impl Raw {
@@ -105,7 +118,9 @@ pub struct ProviderSettings {
     pub max_body_bytes: usize,
     /// `host:port` → `addr:port` rewrites for web and Prometheus URLs (test and sandbox aid, like `curl --resolve`).
     pub resolve: Vec<http::Resolve>,
+    /// Timeout of a Prometheus query (`--prometheus-timeout`).
     pub prometheus_timeout: Duration,
+    /// Timeout of a kubernetes provider call (`--kubernetes-timeout`).
     pub kubernetes_timeout: Duration,
     /// Idle keep-alive connections are closed after this long. Hook endpoints are usually one pod each,
     /// measured every `interval`: keeping a connection only pays off for short intervals, and every idle
@@ -272,6 +287,7 @@ impl Providers {
         self.http.peak_buffered_bytes()
     }
 
+    /// The provider the metric names; an error when it names none, several, or the refused `exec`.
     pub fn for_metric(&self, metric: &Metric) -> Result<&dyn Provider, ProviderError> {
         let p = &metric.provider;
         match (&p.web, &p.prometheus, &p.kubernetes, &p.exec) {

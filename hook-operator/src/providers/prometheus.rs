@@ -16,12 +16,14 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use reqwest::{Method, Url};
 
+/// The prometheus provider: one instant query per measurement, through the shared HTTP client.
 pub struct Prometheus {
     http: Arc<Http>,
     timeout: Duration,
 }
 
 impl Prometheus {
+    /// A provider sending its queries through `http`, each bounded by `timeout`.
     pub fn new(http: Arc<Http>, timeout: Duration) -> Self {
         Self { http, timeout }
     }

@@ -53,7 +53,7 @@ pub fn url(text: &str) -> String {
     if changed { parsed.to_string().replace("%2A%2A%2A", MASK) } else { text.to_string() }
 }
 
-/// Every URL inside `text` (a message) redacted with [`url`], and every string of `secrets` (at least 3
+/// Every URL inside `text` (a message) redacted with [`url()`], and every string of `secrets` (at least 3
 /// characters long) replaced by `***`.
 pub fn text(text: &str, secrets: &[String]) -> String {
     let mut out = String::with_capacity(text.len());

@@ -14,13 +14,16 @@ use crate::answer::body_excerpt;
 use crate::conditions::jsonpath;
 use crate::conditions::template::render;
 
+/// A web metric's timeout when `timeoutSeconds` is 0 or unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The web provider: one HTTP call per measurement, through the shared HTTP client.
 pub struct Web {
     http: Arc<Http>,
 }
 
 impl Web {
+    /// A provider sending its requests through `http`.
     pub fn new(http: Arc<Http>) -> Self {
         Self { http }
     }

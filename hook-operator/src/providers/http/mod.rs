@@ -25,8 +25,11 @@ use super::{ProviderError, ProviderSettings};
 /// given on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolve {
+    /// The URL's host, as written.
     pub host: String,
+    /// The URL's port.
     pub port: u16,
+    /// Where requests for `host:port` go instead.
     pub to: SocketAddr,
 }
 
@@ -51,8 +54,11 @@ impl std::str::FromStr for Resolve {
 /// until dropped.
 #[derive(Debug)]
 pub struct Response {
+    /// The status code.
     pub status: reqwest::StatusCode,
+    /// The whole body (at most the size cap).
     pub body: Vec<u8>,
+    /// From sending the request to the last byte of the body.
     pub elapsed: Duration,
     _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -107,6 +113,8 @@ impl Plain {
 /// entries as live pods).
 const TARGET_CACHE_LIMIT: usize = 16 * 1024;
 
+/// The HTTP client of the web and prometheus providers: egress policy, size caps and the buffered-bytes budget
+/// applied to every request.
 pub struct Http {
     client: reqwest::Client,
     insecure: reqwest::Client,
@@ -148,6 +156,7 @@ fn builder(settings: &ProviderSettings, egress: &Arc<Policy>) -> reqwest::Client
 }
 
 impl Http {
+    /// The client the settings describe (egress policy, `--web-resolve`, pools, caps).
     pub fn new(settings: &ProviderSettings) -> Result<Self, ProviderError> {
         let build = |b: reqwest::ClientBuilder| {
             b.build().map_err(|e| ProviderError(format!("building the HTTP client: {}", chain(&e))))
