@@ -256,7 +256,7 @@ fn remove_at(v: &mut Value, path: &[PathElement]) {
 
 /// Encodes a field set as `FieldsV1`: one pass over the sorted set, each node's key encoded once (the paths under a
 /// node are contiguous in the set); a member with children gets its `"."` after them. The result is
-/// [`to_fields_v1_reference`]'s byte for byte (`to_fields_v1_matches_the_reference`).
+/// `to_fields_v1_reference`'s byte for byte (`to_fields_v1_matches_the_reference`).
 pub(crate) fn to_fields_v1(set: &FieldSet) -> Value {
     /// The node of the paths in `paths` (all sharing their first `depth` elements, each longer than `depth`).
     fn node(paths: &[&FieldPath], depth: usize) -> Map<String, Value> {
@@ -444,7 +444,7 @@ fn is_leaf(p: &FieldPath, set: &FieldSet) -> bool {
 
 /// Records an `Update` by `manager`: it takes ownership of what it changed.
 ///
-/// The result is [`record_update_reference`]'s (`record_update_matches_the_reference`), computed for less: the
+/// The result is `record_update_reference`'s (`record_update_matches_the_reference`), computed for less: the
 /// changed fields come from one walk of the new and the stored object side by side over the write's scope
 /// ([`changed_fields`]; the stored `managedFields` are not walked), built as a tree and encoded from it, and each
 /// stored entry's `fieldsV1` is walked as it is stored, against the new object and the changed fields, without
@@ -977,7 +977,7 @@ fn stored_entries(old: Option<&Value>) -> &[Value] {
 }
 
 /// [`record_update`] for objects [`changed_fields`] cannot walk side by side (a list-map whose items do not each
-/// find themselves by their keys, floating-point set values or keys): the result is [`record_update_reference`]'s,
+/// find themselves by their keys, floating-point set values or keys): the result is `record_update_reference`'s,
 /// computed with the new object's whole field set and per-path lookups.
 fn record_update_general(
     old: Option<&Value>,

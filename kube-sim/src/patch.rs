@@ -41,7 +41,7 @@ pub(crate) fn json_patch(doc: &Value, patch: &[u8]) -> Result<Value, ApiError> {
     json_patch_owned(doc.clone(), patch)
 }
 
-/// [`json_patch`] onto a document the caller gives up (the write path: one copy of the stored object, not two).
+/// [`json_patch()`] onto a document the caller gives up (the write path: one copy of the stored object, not two).
 pub(crate) fn json_patch_owned(doc: Value, patch: &[u8]) -> Result<Value, ApiError> {
     let ops: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let mut out = doc;

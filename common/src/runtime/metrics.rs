@@ -16,20 +16,25 @@ use super::events::EventCounters;
 /// A bounded cause (an error kind, a create reason), never an object name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
+    /// The cause, from a fixed set chosen by the caller.
     pub reason: String,
 }
 
 /// How a pass ended (`success`, `error`, and whatever bounded set an operator adds).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// The outcome, from a fixed set chosen by the caller.
     pub result: String,
 }
 
 /// `reconciles_total{result}`, `reconcile_errors_total{reason}`, `reconcile_duration_seconds`.
 #[derive(Clone, Debug)]
 pub struct ReconcileMetrics {
+    /// `reconciles_total{result}`: every pass, by how it ended.
     pub reconciles: Family<ResultLabels, Counter>,
+    /// `reconcile_errors_total{reason}`: the passes that failed, by why.
     pub errors: Family<ReasonLabels, Counter>,
+    /// `reconcile_duration_seconds`: how long each pass took.
     pub duration: Histogram,
 }
 
@@ -53,14 +58,17 @@ impl ReconcileMetrics {
         registry.register("reconcile_duration_seconds", format!("Duration of {what}"), self.duration.clone());
     }
 
+    /// Counts one pass that ended with `result`.
     pub fn reconciled(&self, result: &str) {
         self.reconciles.get_or_create(&ResultLabels { result: result.into() }).inc();
     }
 
+    /// Counts one failed pass, by `reason` (a bounded error kind, never an object name).
     pub fn failed(&self, reason: &str) {
         self.errors.get_or_create(&ReasonLabels { reason: reason.into() }).inc();
     }
 
+    /// Records how long one pass took.
     pub fn observe(&self, took: Duration) {
         self.duration.observe(took.as_secs_f64());
     }

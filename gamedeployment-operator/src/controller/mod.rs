@@ -62,12 +62,29 @@ use stale_cache::write_expectations::{Check, Expectations};
 /// Errors of one reconcile pass (the controller retries with backoff) or of the controller itself.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The GameDeployment came without a namespace: refused rather than guessed (its pods would be looked for in
+    /// the wrong place).
     #[error("GameDeployment {0} has no namespace")]
     NoNamespace(String),
+    /// The status write failed; the pass is retried with backoff.
     #[error("writing the status of {key}: {source}")]
-    WriteStatus { key: String, source: kube::Error },
+    WriteStatus {
+        /// `namespace/name` of the GameDeployment.
+        key: String,
+        /// The API's error.
+        source: kube::Error,
+    },
+    /// Some of the pass's writes failed (the status' `FailedScale`/`FailedUpdate` conditions say so too); the pass is
+    /// retried with backoff.
     #[error("{count} write(s) for {key} failed, first: {first}")]
-    Writes { key: String, count: usize, first: String },
+    Writes {
+        /// `namespace/name` of the GameDeployment.
+        key: String,
+        /// How many writes failed.
+        count: usize,
+        /// The first failure, in words.
+        first: String,
+    },
 }
 
 impl Error {
@@ -136,13 +153,18 @@ impl Default for Config {
 
 /// Shared by every reconcile.
 pub struct Context {
+    /// The client every write and fresh read goes through (with the request-counting layer).
     pub client: Client,
     /// The controller's own GameDeployment cache: a pass that waited for its spacing plans from the newest one.
     gds: Store<GameDeployment>,
     spacing: pass_pacing::PassSpacing,
+    /// The pods the operator watches, decoded lean ([`common::cached_pod`]).
     pub pods: Store<Pod>,
+    /// The ControllerRevisions the operator watches.
     pub revisions: Store<ControllerRevision>,
+    /// The HookRuns the operator watches: a run turning `Successful` wakes its GameDeployment's pass.
     pub hook_runs: Store<HookRun>,
+    /// The HookTemplates runs are made from (checked against a fresh read before a run is created).
     pub hook_templates: Store<HookTemplate>,
     /// PersistentVolumeClaims carrying an instance-id label (those of `spec.volumeClaimTemplates`).
     pub claims: Store<PersistentVolumeClaim>,
@@ -151,10 +173,16 @@ pub struct Context {
     claims_synced: Arc<AtomicBool>,
     /// HookRuns we created or deleted that the cache does not show yet.
     hookrun_expectations: HookRunExpectations,
+    /// Node metadata, for node deletion costs; `None` when they are off (`--node-costs`).
     pub nodes: Option<Store<PartialObjectMeta<Node>>>,
+    /// Writes this process made that the caches do not show yet: a pass waits for them instead of planning from
+    /// a stale cache and acting twice.
     pub expectations: Expectations,
+    /// The operator's metrics.
     pub metrics: Metrics,
+    /// Publishes the Events that explain each decision.
     pub events: EventSink,
+    /// The controller's settings (flags).
     pub config: Config,
     /// Signs the attempt stamps of the runs this operator creates and verifies those of the runs it finds.
     keys: Arc<Keyring>,

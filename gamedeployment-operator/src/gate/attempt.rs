@@ -13,7 +13,7 @@
 //!   *forged* (reported with a Warning Event);
 //! - a later attempt (the pod left Preparing and came back, or the target revision changed) never matches an
 //!   older run, whether or not that run was deleted — a consumed run cannot be reused;
-//! - names stay BCS's, with BCS's `.N` suffix when the name is taken by a foreign run ([`choose`]), so a
+//! - names stay BCS's, with BCS's `.N` suffix when the name is taken by a foreign run ([`choose_in`]), so a
 //!   pre-created or left-over object never makes a pass loop.
 //!
 //! Everything here is pure; the gate calls it with what the planner observed.
@@ -296,7 +296,8 @@ pub fn choose<'a>(runs: &'a [Arc<HookRun>], base: &str, attempt: &Attempt<'_>, k
     choose_in(runs, None, base, attempt, keys)
 }
 
-/// [`choose`] with the pass's index of the runs by name ([`named_in`]).
+/// Finds the attempt's run among the runs named `base` or `base.N`, or chooses the name of a new one, with the
+/// pass's index of the runs by name ([`named_in`]); the tests' `choose` is this without the index.
 pub fn choose_in<'a>(
     runs: &'a [Arc<HookRun>],
     names: Option<&RunNames<'a>>,

@@ -2,7 +2,7 @@
 //! quarantine and its `specified-delete` label — kept between passes ([`FactsCache`]) and derived again only for
 //! the pods whose resourceVersion changed, that is, for the pods whose watch events arrived.
 //!
-//! [`derive`] is a pure function of the pod; the cache only remembers its result under the pod's UID and
+//! [`derive()`] is a pure function of the pod; the cache only remembers its result under the pod's UID and
 //! resourceVersion (every change to a stored pod gives it a new resourceVersion). Nothing here reads the
 //! GameDeployment's spec or the clock: what depends on them (whether the pod runs the update revision, is
 //! available after `minReadySeconds`, is named in `podsToDelete`, waits for an in-place handler, has a hot patch
@@ -59,7 +59,7 @@ impl PodFacts {
         }
     }
 
-    /// The pod's in-place progress at `now` ([`step::progress`] on these facts).
+    /// The pod's in-place progress at `now` (`step::progress`, read from these facts).
     pub fn progress(&self, now: Timestamp) -> step::Progress {
         self.recorded.at(now)
     }

@@ -7,7 +7,7 @@
 //! ([`supervisor`]) last published, copied in by [`PodProcesses::apply`] before the status is
 //! generated. The status, Events and deletion flow are then the same for both.
 //!
-//! The pieces, each pure where it can be: [`images`] (image → program), [`env`] (environment
+//! The pieces, each pure where it can be: [`images`] (image → program), [`env`](mod@env) (environment
 //! and command line), [`volumes`] (volumes as files), [`spawn`] (process group, death signal,
 //! mount namespace), [`mount_points`] (mount points missing on the host, removed after use), [`probes`] (probe actions and thresholds), [`supervisor`] (the loop).
 

@@ -3,7 +3,7 @@
 //!
 //! In the order a pod goes through it:
 //! 1. [`step`]: what may change in place ([`diff`]), the update's writes ([`start_to`]: readiness False, then
-//!    `Updating` and the images, or the grace period), its progress as the pod records it ([`progress`]), the end
+//!    `Updating` and the images, or the grace period), its progress as the pod records it (`step::progress`), the end
 //!    of a grace period and the completion;
 //! 2. [`hot_patch`]: the single write of a `HotPatchUpdate` (images swapped, the pod stays in service);
 //! 3. [`advance`](mod@advance): each pass's turn of a pod in the middle of an update (refresh's in-place half);

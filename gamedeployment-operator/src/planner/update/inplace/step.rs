@@ -242,7 +242,7 @@ pub(crate) fn recorded(pod: &Pod) -> Recorded {
     Recorded::Settled(if is_complete(pod, &state) { Progress::Done } else { Progress::Patched(state) })
 }
 
-/// An update [`start`]ed straight to `Normal` ([`Ending::Normal`]): in progress while the pod is `Normal`, its
+/// An update started straight to `Normal` ([`Ending::Normal`]): in progress while the pod is `Normal`, its
 /// `InPlaceUpdateReady` condition is False with reason `StartInPlaceUpdate` and its `inplace-update-state` names the
 /// revision the pod is labelled with. Completing it is one write: the condition back to True.
 fn direct_progress(pod: &Pod) -> Option<Progress> {
@@ -422,7 +422,7 @@ pub fn start(step: &Step<'_>, grace_seconds: i32) -> PodChange {
     start_to(step, grace_seconds, Ending::Updating)
 }
 
-/// [`start`], putting the pod in the state `ending` asks for ([`Ending::Normal`] only applies to a pod with the
+/// Starts the in-place update (as the tests' `start`), putting the pod in the state `ending` asks for ([`Ending::Normal`] only applies to a pod with the
 /// readiness gate and no grace period; otherwise it is `Updating`).
 pub fn start_to(step: &Step<'_>, grace_seconds: i32, ending: Ending) -> PodChange {
     let pod = step.pod;
