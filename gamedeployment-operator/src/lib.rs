@@ -7,24 +7,24 @@
 //!
 //! # Layering
 //!
-//! Dependencies run one way, and no module uses one above it:
+//! Dependencies run one way. Top to bottom; a module uses only modules on lines below its own, never one on its own
+//! line or above (`tests/e2e/tests/dependency_direction.rs` reads this list and checks it against the code; `main.rs`
+//! sits above it all):
 //!
-//! 1. [`controller`] (and `main.rs`) — may use everything below; beside it [`forecast`] (`kubectl gd plan`: the
-//!    planner run pass after pass over a simulated cluster), which may use everything below but never the
-//!    controller, and which nothing below uses;
-//! 2. [`planner`] — never the controller or the forecast (its tests run on `forecast::cluster`, the simulated
-//!    cluster);
-//! 3. [`action`] — what the planner asks for; uses only the gate's vocabulary;
-//! 4. [`gate`] — [`gate::verdict()`], `gate::attempt`, `gate::deadline`, `gate::gitops_control`; never the planner,
-//!    the controller or [`action`];
-//! 5. leaves, which use only each other and `common`: [`ownership`] which pods are ours, [`revision`]
-//!    ControllerRevisions, [`lifecycle`] the pod state label and lifecycle handlers, [`priority`] pod ordering,
-//!    [`patch`] JSON-patch building blocks, [`hookrun_keys`] the keys that sign HookRun stamps, [`memo`] what passes
-//!    derive per UID, forgotten once unused, [`metrics`],
-//!    [`webhook`] the admission webhooks (which read only [`ownership`]).
+//! 1. [`forecast`] — `kubectl gd plan`: the planner and the controller's executor run pass after pass over a
+//!    simulated cluster; nothing below uses it (the planner's tests run on `forecast::cluster`, test code is not
+//!    counted);
+//! 2. [`controller`] — observes, and executes what the planner decided;
+//! 3. `planner` — decides;
+//! 4. `action` — what the planner asks for, in the gate's vocabulary;
+//! 5. `gate`, `priority`, `revision`, [`webhook`] — [`gate::verdict()`], `gate::attempt`, `gate::deadline`,
+//!    `gate::gitops_control`; pod ordering; ControllerRevisions; the admission webhooks;
+//! 6. `lifecycle` — the pod state label and lifecycle handlers;
+//! 7. [`hookrun_keys`], `memo`, [`metrics`], `ownership`, `patch` — leaves: the keys that sign HookRun stamps, what
+//!    passes derive per UID (forgotten once unused), the metrics, which pods are ours, JSON-patch building blocks.
 //!
 //! `fixtures` (test builders) is compiled for tests only. Within a folder, a module's children may use their
-//! parent's items; siblings never form a circle.
+//! parent's items, and siblings never form a circle (the same test).
 
 pub(crate) mod action;
 pub mod controller;

@@ -746,7 +746,7 @@ fn build_step_run(
 }
 
 fn how_to_resume(gd: &GameDeployment, step: Option<(&str, usize)>) -> String {
-    super::status::resume_command(gd, step)
+    super::conditions::resume_command(gd, step)
 }
 
 fn set_paused(gd: &GameDeployment, paused: bool, why: String) -> Action {

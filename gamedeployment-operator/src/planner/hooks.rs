@@ -14,9 +14,9 @@ use common::cached_pod::Pod;
 use common::hookrun::HookKind;
 use common::keys;
 
+use super::conditions;
 use super::plan_draft::Draft;
 use super::settings::{PodInfo, Settings};
-use super::status;
 use crate::action::{Action, PlannedEvent};
 use crate::gate::attempt;
 use crate::gate::{self, GateDecision};
@@ -449,11 +449,19 @@ pub(crate) fn status(
         .map(|c| format!("pod {}: {}", c.pod_name, c.message.as_deref().unwrap_or_default()))
         .collect();
     if problems.is_empty() {
-        status::remove_condition(&mut new.conditions, HOOK_BLOCKED);
+        conditions::remove_condition(&mut new.conditions, HOOK_BLOCKED);
     } else {
         let message = problems.join("; ");
-        let changed = status::condition(old, HOOK_BLOCKED).and_then(|c| c.message.as_deref()) != Some(message.as_str());
-        status::set_condition(&mut new.conditions, HOOK_BLOCKED, "True", "HookRunNotCreated", &message, settings.now);
+        let changed =
+            conditions::condition(old, HOOK_BLOCKED).and_then(|c| c.message.as_deref()) != Some(message.as_str());
+        conditions::set_condition(
+            &mut new.conditions,
+            HOOK_BLOCKED,
+            "True",
+            "HookRunNotCreated",
+            &message,
+            settings.now,
+        );
         if changed {
             events.push(PlannedEvent::warning("HookRunNotCreated", message));
         }

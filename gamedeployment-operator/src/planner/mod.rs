@@ -26,6 +26,8 @@
 //! [`plan_draft::Draft::pass_gate_with`]). No pod is acted on twice in one pass.
 
 pub(crate) mod canary;
+pub(crate) mod claim_names;
+pub(crate) mod conditions;
 pub(crate) mod diffs;
 pub(crate) mod hooks;
 mod housekeeping;

@@ -15,7 +15,7 @@ use common::api::GameDeploymentStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::status::{PROGRESSING, condition, set_condition};
+use super::conditions::{PROGRESSING, condition, set_condition};
 
 /// The reason `Progressing` takes when the deadline passed.
 pub(crate) const EXCEEDED: &str = "ProgressDeadlineExceeded";

@@ -270,7 +270,7 @@ pub(crate) fn resolve<'a>(
         problems.push((Failure::Update, problem));
         update_settings_ok = false;
     }
-    if let Err(problem) = crate::planner::scale::volumes::validate(gd) {
+    if let Err(problem) = crate::planner::claim_names::validate(gd) {
         problems.push((Failure::Scale, format!("{problem}: not scaling")));
         scale_settings_ok = false;
     }

@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
-use common::api::{GameDeploymentCondition, GameDeploymentStatus, GameDeploymentUpdateStrategyType};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use common::api::{GameDeploymentStatus, GameDeploymentUpdateStrategyType};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::diffs::Diffs;
@@ -20,12 +19,15 @@ use crate::ownership;
 
 pub const FAILED_SCALE: &str = "FailedScale";
 pub const FAILED_UPDATE: &str = "FailedUpdate";
-pub const PROGRESSING: &str = "Progressing";
 
 /// Reason of a failure condition caused by the spec itself (not by an API call).
 pub const REASON_INVALID_SPEC: &str = "InvalidSpec";
 
 pub(crate) use super::settings::Failure;
+// The conditions' vocabulary is below every step that reads or writes a condition ([`super::conditions`]); named
+// here too, where the status is computed.
+pub(crate) use super::conditions::resume_command;
+pub use super::conditions::{PROGRESSING, condition, remove_condition, set_condition};
 
 /// The condition type a failure is reported under.
 pub fn condition_type(failure: Failure) -> &'static str {
@@ -65,42 +67,6 @@ pub(crate) fn apply_write_outcome(
             remove_condition(&mut status.conditions, type_);
         }
     }
-}
-
-/// Sets (or replaces) a condition; the transition time only moves when the status does.
-pub fn set_condition(
-    conditions: &mut Vec<GameDeploymentCondition>,
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    now: Timestamp,
-) {
-    let since = conditions
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .and_then(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(now));
-    // Kept as it was: only the progress deadline moves it (`super::progress_deadline`).
-    let last_update_time = conditions.iter().find(|c| c.type_ == type_).and_then(|c| c.last_update_time.clone());
-    conditions.retain(|c| c.type_ != type_);
-    conditions.push(GameDeploymentCondition {
-        type_: type_.to_string(),
-        status: status.to_string(),
-        last_transition_time: Some(since),
-        last_update_time,
-        reason: Some(reason.to_string()),
-        message: Some(message.to_string()),
-    });
-    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-}
-
-pub fn remove_condition(conditions: &mut Vec<GameDeploymentCondition>, type_: &str) {
-    conditions.retain(|c| c.type_ != type_);
-}
-
-pub fn condition<'a>(status: &'a GameDeploymentStatus, type_: &str) -> Option<&'a GameDeploymentCondition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
 }
 
 /// A short list for messages ("a, b, c and 4 more").
@@ -403,24 +369,6 @@ pub(crate) struct CanaryPause {
     pub why: PauseWhy,
 }
 
-/// The command that resumes a paused rollout, exactly as a person types it: `kubectl gd resume`, and the plain
-/// kubectl write it stands for — `spec.updateStrategy.paused: false`, or on a GitOps-clean GameDeployment the
-/// annotation that resumes `step` (update revision, step index) without a spec write.
-pub(crate) fn resume_command(gd: &common::api::GameDeployment, step: Option<(&str, usize)>) -> String {
-    use common::hint::{patch_spec, target};
-    let (name, namespace) = (gd.metadata.name.as_deref().unwrap_or_default(), gd.metadata.namespace.as_deref());
-    let plain = match step {
-        Some((revision, index)) if crate::gate::gitops_control::gitops_clean(gd) => format!(
-            "kubectl annotate gamedeployment {} --overwrite {}={}",
-            target(name, namespace),
-            common::keys::RESUME_STEP,
-            crate::gate::gitops_control::resume_value(revision, index)
-        ),
-        _ => patch_spec(name, namespace, "updateStrategy.paused", "false"),
-    };
-    format!("kubectl gd resume {} (or: {plain})", target(name, namespace))
-}
-
 /// "paused at canary step 2 of 3 (indefinite): resume with kubectl gd resume …" (steps count from 1 here).
 pub(crate) fn canary_pause_message(
     pause: &CanaryPause,
@@ -596,6 +544,8 @@ fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
 
     #[test]
@@ -804,6 +754,8 @@ mod step_tests {
 
 #[cfg(test)]
 mod progress_tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
 
     fn facts(desired: i32, existing: i32, updated: i32) -> Facts {

@@ -12,10 +12,8 @@ use serde::Deserialize;
 
 use crate::lifecycle::LifecycleState;
 use crate::ownership;
+pub(crate) use crate::planner::claim_names::ID_LEN;
 use crate::revision::SAFE_ALPHABET;
-
-/// Length of the instance id (and pod-name suffix), as BCS and ReplicaSets.
-pub const ID_LEN: usize = 5;
 
 /// Ids one call hands out at most (a pass creates at most [`super::CREATE_BURST`] pods).
 pub const MAX_IDS: usize = 10 * super::CREATE_BURST;

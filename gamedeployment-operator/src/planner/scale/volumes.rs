@@ -22,24 +22,13 @@ use common::keys;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::super::claim_names::{claim_name, template_name};
 use crate::action::{Action, ClaimRef, PodRef};
 use crate::ownership;
-
-/// Longest Kubernetes object name (DNS subdomain).
-const MAX_NAME: usize = 253;
-
-/// The claim of template `template` for the pod with instance id `id`.
-pub fn claim_name(template: &str, gd_name: &str, id: &str) -> String {
-    format!("{template}-{gd_name}-{id}")
-}
 
 /// The instance id a claim belongs to.
 pub fn instance_id(claim: &PersistentVolumeClaim) -> Option<&str> {
     claim.metadata.labels.as_ref()?.get(keys::INSTANCE_ID).map(String::as_str)
-}
-
-fn template_name(template: &PersistentVolumeClaim) -> &str {
-    template.metadata.name.as_deref().unwrap_or("")
 }
 
 /// The claims of the pod with instance id `id`, as they are created.
@@ -93,45 +82,6 @@ pub fn attach(gd: &GameDeployment, id: &str, pod: &mut k8s_openapi::api::core::v
         .collect();
     volumes.extend(spec.volumes.take().unwrap_or_default().into_iter().filter(|v| !names.contains(v.name.as_str())));
     spec.volumes = Some(volumes);
-}
-
-/// Checks `spec.volumeClaimTemplates` (the CRD checks the same; this covers a CRD installed before the field
-/// existed). A problem stops scaling: pods without their claims must not be created.
-pub fn validate(gd: &GameDeployment) -> Result<(), String> {
-    let templates = &gd.spec.volume_claim_templates;
-    let max = common::api::gamedeployment::MAX_VOLUME_CLAIM_TEMPLATES;
-    if templates.len() > max {
-        return Err(format!("spec.volumeClaimTemplates has {} templates, above the maximum {max}", templates.len()));
-    }
-    let gd_name = gd.metadata.name.as_deref().unwrap_or("");
-    let mut seen = BTreeSet::new();
-    for (i, template) in templates.iter().enumerate() {
-        let name = template_name(template);
-        if !is_dns_label(name) {
-            return Err(format!(
-                "spec.volumeClaimTemplates[{i}].metadata.name {name:?} must be a DNS label (lower-case letters, digits and '-', at most 63)"
-            ));
-        }
-        if !seen.insert(name) {
-            return Err(format!("spec.volumeClaimTemplates[{i}].metadata.name {name:?} is used twice"));
-        }
-        let longest = claim_name(name, gd_name, &"x".repeat(super::create::ID_LEN));
-        if longest.len() > MAX_NAME {
-            return Err(format!(
-                "spec.volumeClaimTemplates[{i}]: claim names ({name}-{gd_name}-<id>) would be longer than {MAX_NAME} characters"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn is_dns_label(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 /// What [`plan`] looks at.
@@ -274,6 +224,7 @@ mod tests {
     use crate::action::CreateReason;
     use crate::fixtures;
     use crate::gate::DeleteCause;
+    use crate::planner::claim_names::validate;
     use serde_json::json;
 
     fn gd(reuse: bool) -> GameDeployment {
