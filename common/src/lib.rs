@@ -12,6 +12,10 @@
 //! 3. [`cached_pod`], [`duration`], [`hint`], [`intstr`], [`keys`], [`lean_meta`] — leaves: the cached pod, Go
 //!    durations, hints, int-or-percent arithmetic, label and annotation keys, the lean object metadata.
 
+// Every public item says what it is for: warned here, denied by CI (clippy and `cargo doc` run with `-D warnings` in
+// scripts/test).
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod cached_pod;
 pub mod crd;

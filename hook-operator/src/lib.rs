@@ -26,6 +26,10 @@
 //! 7. [`conditions`] — the expressions, their budget, JSONPath and templates;
 //! 8. [`metrics`], [`readiness`], [`settings`], `text` — leaves.
 
+// Every public item says what it is for: warned here, denied by CI (clippy and `cargo doc` run with `-D warnings` in
+// scripts/test).
+#![warn(missing_docs)]
+
 pub mod answer;
 pub mod cli;
 pub mod conditions;

@@ -19,6 +19,10 @@
 //! 5. [`rollout`] — the verdict, which both the view and the actions show;
 //! 6. [`snapshot`] — the observed objects, which every view reads.
 
+// Every public item says what it is for: warned here, denied by CI (clippy and `cargo doc` run with `-D warnings` in
+// scripts/test).
+#![warn(missing_docs)]
+
 pub mod actions;
 pub mod cli;
 pub(crate) mod cluster;
