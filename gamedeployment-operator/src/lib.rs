@@ -26,6 +26,10 @@
 //! `fixtures` (test builders) is compiled for tests only. Within a folder, a module's children may use their
 //! parent's items, and siblings never form a circle (the same test).
 
+// Every public item says what it is for: warned here, denied by CI (clippy and `cargo doc` run with `-D warnings` in
+// scripts/test).
+#![warn(missing_docs)]
+
 pub(crate) mod action;
 pub mod controller;
 #[cfg(test)]
