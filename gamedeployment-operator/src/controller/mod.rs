@@ -17,7 +17,7 @@ pub(crate) mod cluster_writes;
 mod deletions;
 pub(crate) mod execute;
 pub(crate) mod ledger;
-pub mod orphans;
+pub(crate) mod orphans;
 mod pass_pacing;
 #[cfg(test)]
 mod shell_tests;

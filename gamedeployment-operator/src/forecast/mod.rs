@@ -23,10 +23,10 @@
 
 pub mod cluster;
 pub mod hook_operator;
-pub mod sim_writes;
+pub(crate) mod sim_writes;
 pub mod takeover;
-pub mod timeline;
-pub mod trust;
+pub(crate) mod timeline;
+pub(crate) mod trust;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

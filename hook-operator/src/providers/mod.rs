@@ -2,9 +2,9 @@
 //! conditions judge, or a verdict of its own. The engine never knows which provider it runs.
 
 pub mod http;
-pub mod kubernetes;
+pub(crate) mod kubernetes;
 pub mod prometheus;
-pub mod redact;
+pub(crate) mod redact;
 pub mod web;
 
 use std::sync::Arc;
