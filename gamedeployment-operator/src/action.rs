@@ -13,11 +13,14 @@ use crate::gate::{DeleteCause, GateDecision, GateKind, HookGate};
 /// name is never hit by a decision taken about its predecessor.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PodRef {
+    /// The pod's name.
     pub name: String,
+    /// The pod's UID: the precondition of its delete and the `test` of its patches.
     pub uid: String,
 }
 
 impl PodRef {
+    /// The reference to a cached pod.
     pub fn of(pod: &Pod) -> Self {
         Self { name: pod.metadata.name.clone().unwrap_or_default(), uid: pod.metadata.uid.clone().unwrap_or_default() }
     }
@@ -26,7 +29,9 @@ impl PodRef {
 /// A PersistentVolumeClaim an action is about; the UID is the delete precondition.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClaimRef {
+    /// The claim's name.
     pub name: String,
+    /// The claim's UID.
     pub uid: String,
 }
 
@@ -108,68 +113,76 @@ pub struct PodChange {
 /// condition accordingly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
+    /// ControllerRevisions created or renumbered.
     Revisions,
+    /// Pods adopted or released.
     Ownership,
+    /// Pods (and their claims) created or deleted for `replicas` or `podsToDelete` (`FailedScale`).
     Scale,
+    /// Pods deleted or patched to move them to the update revision (`FailedUpdate`).
     Update,
+    /// Everything else: old revisions, HookRuns, `podsToDelete` entries, the `retry` and `paused` flags, readiness
+    /// gate and lifecycle patches.
     Housekeeping,
 }
 
+/// One write the planner asks for, complete with everything the executor needs to send it (and its preconditions),
+/// so the executor decides nothing and tests can apply a plan to a simulated cluster. Actions are sent in groups
+/// (revisions, ownership, deletes, creates, patches, housekeeping); a failure is reported in the status' `FailedScale`
+/// or `FailedUpdate` condition, by [`Phase`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
+    /// Create the ControllerRevision of a new template.
     CreateRevision(Box<ControllerRevision>),
     /// Rollback to an older revision: give it the next revision number.
     RenumberRevision {
+        /// The ControllerRevision's name.
         name: String,
+        /// Its new `revision` number.
         revision: i64,
     },
+    /// Delete a ControllerRevision beyond `revisionHistoryLimit` that no pod uses.
     DeleteRevision {
+        /// The ControllerRevision's name.
         name: String,
     },
+    /// Take an orphan that matches the selector: add this GameDeployment as its controller owner.
     AdoptPod(PodRef),
+    /// Let go of an owned pod that no longer matches the selector: remove the controller ownerReference.
     ReleasePod(PodRef),
+    /// Create a pod.
     CreatePod {
+        /// The pod as sent (name, labels, ownerReference, the revision's template).
         pod: Box<k8s_openapi::api::core::v1::Pod>,
+        /// Why (replicas or surge): the metric label and the Event.
         reason: CreateReason,
     },
+    /// Delete a pod, with its UID as precondition (a gated pod only once its gate opened).
     DeletePod {
+        /// The pod.
         pod: PodRef,
+        /// Why (scale-in, `podsToDelete`, a rolling update, ...): the metric label and the Event.
         cause: DeleteCause,
     },
+    /// Change one pod: state labels, images, readiness condition, marks; its writes are sent in order.
     PatchPod(PodChange),
     /// The claims (`spec.volumeClaimTemplates`) of the pod `pod` that do not exist yet: created right before it,
     /// and the pod is not created if one fails ([`crate::planner::scale::volumes`]).
-    CreateClaims {
-        pod: String,
-        claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
-    },
+    CreateClaims { pod: String, claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim> },
     /// Delete these claims: those of `pod` once its deletion succeeded (not if it was already gone: a pod that
     /// disappeared out of band leaves its claims to its replacement), or free claims (`pod: None`,
     /// `disablePVCReuse`).
-    DeleteClaims {
-        pod: Option<PodRef>,
-        claims: Vec<ClaimRef>,
-    },
+    DeleteClaims { pod: Option<PodRef>, claims: Vec<ClaimRef> },
     /// Remove from `spec.scaleStrategy.podsToDelete` the names of pods that are gone (the patch tests the list
     /// is still `expected`, so a concurrent user edit wins).
-    PrunePodsToDelete {
-        expected: Vec<String>,
-        remaining: Vec<String>,
-    },
+    PrunePodsToDelete { expected: Vec<String>, remaining: Vec<String> },
     /// Start a hook for a pod (or a canary step). Its name is deterministic, so a second create only finds it.
     CreateHookRun(Box<HookRun>),
     /// Remove a run: its pod is gone or moved on, or a retry starts it again. The UID makes it precise.
-    DeleteHookRun {
-        name: String,
-        uid: String,
-        why: String,
-    },
+    DeleteHookRun { name: String, uid: String, why: String },
     /// Set `spec.<kind strategy>.retry` back to false, only if the GameDeployment is still at
     /// `resource_version` (a newer request is never lost) and only after this plan's deletions succeeded.
-    ResetRetry {
-        kind: HookKind,
-        resource_version: String,
-    },
+    ResetRetry { kind: HookKind, resource_version: String },
     /// Set `spec.updateStrategy.paused` (a canary pause step or failed step hook pauses the rollout; the end of a
     /// timed pause resumes it), only if the GameDeployment is still at `resource_version`.
     SetPaused {
