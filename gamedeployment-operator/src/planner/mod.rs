@@ -33,6 +33,7 @@ pub(crate) mod hooks;
 mod housekeeping;
 mod plan_draft;
 pub(crate) mod pod_facts;
+pub(crate) mod pod_progress;
 pub(crate) mod progress_deadline;
 mod refresh;
 pub(crate) mod scale;

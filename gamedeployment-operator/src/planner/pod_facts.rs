@@ -18,7 +18,7 @@ use common::cached_pod::Pod;
 use common::keys;
 use k8s_openapi::jiff::Timestamp;
 
-use super::update::inplace::step::{self, Recorded};
+use super::pod_progress::{self, Recorded};
 use crate::lifecycle::{self, LifecycleState};
 use crate::memo::UidMemo;
 
@@ -59,8 +59,8 @@ impl PodFacts {
         }
     }
 
-    /// The pod's in-place progress at `now` (`step::progress`, read from these facts).
-    pub fn progress(&self, now: Timestamp) -> step::Progress {
+    /// The pod's in-place progress at `now` (`pod_progress::progress`, read from these facts).
+    pub fn progress(&self, now: Timestamp) -> pod_progress::Progress {
         self.recorded.at(now)
     }
 }
@@ -79,7 +79,7 @@ pub(crate) fn derive(pod: &Pod) -> PodFacts {
         ready_since: ready_condition.map(|c| c.last_transition_time.as_ref().map(|t| t.0.as_second())),
         quarantined: common::server_state::ServerState::quarantined(pod),
         specified_delete: lifecycle::specified_delete(pod),
-        recorded: step::recorded(pod),
+        recorded: pod_progress::recorded(pod),
         gate_not_true: [keys::IN_PLACE_UPDATE_READY, lifecycle::KRUISE_POD_READY].into_iter().any(|gate| {
             let gated = pod
                 .spec

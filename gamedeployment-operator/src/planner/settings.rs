@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 use super::pod_facts::FactsCache;
-use super::update::inplace::Progress;
+use super::pod_progress::Progress;
 use crate::action::{Phase, PodRef};
 use crate::gate::GateState;
 use crate::lifecycle::{self, LifecycleState};

@@ -28,11 +28,6 @@ const CRATES: &[&str] = &["common", "gamedeployment-operator", "hook-operator", 
 /// out before circles are looked for, so any other edge that closes a circle fails; an entry whose edge is gone
 /// fails too ("remove it"), so the list only shrinks.
 const KNOWN_BACK_EDGES: &[(&str, &str, &str, &str, &str)] = &[
-    // A pod's in-place update progress (`update::inplace::step::Progress`, read from the pod by `recorded()`) is a
-    // field of every `PodInfo` (settings) and of the per-UID facts (pod_facts), while the update steps read
-    // `PodInfo`: the progress and its reading belong below the settings, in a file of their own.
-    ("gamedeployment-operator", "planner", "settings", "update", "Progress lives in update::inplace::step"),
-    ("gamedeployment-operator", "planner", "pod_facts", "update", "Progress lives in update::inplace::step"),
     // `SimCluster` records the requests it was sent and holds the faults to inject (`Sent`, `Fault`) and its
     // `apply` drives the executor through `SimWrites`, which writes into the `SimCluster`: the request records
     // belong in a file of their own below both, and `apply` beside `SimWrites`.

@@ -113,7 +113,7 @@ mod tests {
         assert!(annotations[keys::HOTPATCH_UPDATE_STATE].contains("\"revision\":\"gd-2\""));
 
         // Until the container reports the new image (or the settle time passes) the pod is being updated.
-        use super::super::step::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
+        use crate::planner::pod_progress::{HOT_PATCH_SETTLE_SECONDS, Progress, progress};
         let mut pod = pod;
         assert!(matches!(progress(&pod, Timestamp::UNIX_EPOCH), Progress::HotPatching { .. }));
         assert_eq!(progress(&pod, Timestamp::from_second(HOT_PATCH_SETTLE_SECONDS).unwrap()), Progress::Idle);
