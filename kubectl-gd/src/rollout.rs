@@ -82,7 +82,10 @@ pub struct Wait {
 }
 
 impl Wait {
+    /// `until` is kept to the second, as Kubernetes writes times: an end worked out from a clock reading would
+    /// otherwise print nanoseconds ("until 2026-12-02T06:34:28.554856364Z").
     fn new(what: String, until: Timestamp) -> Self {
+        let until = Timestamp::from_second(until.as_second()).unwrap_or(until);
         Self { what, until: Time(until), remaining_seconds: 0 }
     }
 }
@@ -638,4 +641,21 @@ fn progress_deadline(snapshot: &Snapshot, facts: &Facts) -> Option<Wait> {
     let since = condition.last_update_time.as_ref().or(condition.last_transition_time.as_ref())?.0;
     let until = since.checked_add(SignedDuration::from_secs(i64::from(seconds))).ok()?;
     Some(Wait::new(format!("progress before the deadline (spec.progressDeadlineSeconds {seconds})"), until))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_ends_at_a_whole_second_as_kubernetes_writes_times() {
+        let until: Timestamp = "2026-12-02T06:34:28.554856364Z".parse().expect("a timestamp");
+        let wait = Wait::new("the pause of canary step 1 of 2 (60s)".to_string(), until);
+        assert_eq!(wait.until.0.to_string(), "2026-12-02T06:34:28Z");
+        assert!(
+            crate::render::wait_text(&wait).contains("until 2026-12-02T06:34:28Z ("),
+            "{}",
+            crate::render::wait_text(&wait)
+        );
+    }
 }
