@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::action::{Action, CreateReason, PatchReason, Phase, PodChange, PodRef, PodWrite};
 use crate::forecast::cluster::SimCluster;
-use crate::forecast::sim_writes::{Fault, Request};
+use crate::forecast::requests::{Fault, Request};
 use crate::gate::DeleteCause;
 use crate::planner::Plan;
 

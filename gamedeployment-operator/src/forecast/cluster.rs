@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::{ContainerStateRunning, PersistentVolumeClaim, P
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::sim_writes::{Fault, Sent, SimWrites};
-use crate::controller::execute::{Executor, WriteOutcome};
+use super::requests::{Fault, Sent};
 use crate::controller::ledger::Standalone;
 use crate::hookrun_keys::Keyring;
 #[cfg(test)]
@@ -24,7 +23,7 @@ use crate::ownership;
 use crate::planner::{Observed, Plan, plan};
 
 /// Writes in flight at once in the simulated executor (the controller's default `--write-concurrency`).
-const WRITE_CONCURRENCY: usize = 16;
+pub(super) const WRITE_CONCURRENCY: usize = 16;
 
 /// The objects of one namespace as the API server would hold them, and the clock.
 pub struct SimCluster {
@@ -51,7 +50,7 @@ pub struct SimCluster {
     /// The requests of the last pass, in the order the executor sent them.
     pub sent: Vec<Sent>,
     /// The executor's expectations and metrics (a simulated pass never waits on them: it reads the cluster itself).
-    books: Option<Box<Standalone>>,
+    pub(super) books: Option<Box<Standalone>>,
     /// The namespace's HookRuns (the executor creates and deletes them; a simulated hook-operator sets their phase).
     pub hook_runs: Vec<std::sync::Arc<common::api::HookRun>>,
     /// The namespace's HookTemplates, from which the executor makes runs.
@@ -161,32 +160,6 @@ impl SimCluster {
             self.gd_written();
         }
         self.new_resource_versions();
-    }
-
-    /// The operator's executor sends `plan`'s actions to this cluster ([`SimWrites`]): in its order, its batches,
-    /// with its slow start and what it does on a failure. The requests are in [`Self::sent`].
-    pub(crate) fn execute(&mut self, plan: &mut Plan) -> WriteOutcome {
-        self.sent.clear();
-        let mut books = self.books.take().unwrap_or_else(|| Box::new(Standalone::new(WRITE_CONCURRENCY)));
-        let gd = self.gd.clone();
-        let key = format!(
-            "{}/{}",
-            gd.metadata.namespace.as_deref().unwrap_or_default(),
-            gd.metadata.name.as_deref().unwrap_or_default()
-        );
-        let pods: Vec<Arc<Pod>> = self.pods.iter().cloned().map(Arc::new).collect();
-        let hook_runs = self.hook_runs.clone();
-        let update_revision = plan.status.update_revision.clone().unwrap_or_default();
-        let outcome = {
-            let writes = SimWrites::new(self);
-            let ledger = books.lend();
-            let executor = Executor::new(&writes, &ledger, &gd, &key, pods, &hook_runs, &update_revision);
-            // Every answer is ready when asked for: nothing here waits on I/O.
-            futures::executor::block_on(executor.run(plan))
-        };
-        books.forget(&key);
-        self.books = Some(books);
-        outcome
     }
 
     /// Gives every pod that changed since the last call a new resourceVersion, as the API server does on each write

@@ -23,6 +23,7 @@
 
 pub mod cluster;
 pub mod hook_operator;
+pub(crate) mod requests;
 pub(crate) mod sim_writes;
 pub mod takeover;
 pub(crate) mod timeline;

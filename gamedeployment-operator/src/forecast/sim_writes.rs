@@ -2,8 +2,8 @@
 //! answer it — JSON patches applied all or nothing with their `test` preconditions (422), names taken (409), UID
 //! preconditions (409), objects missing (404), graceful deletion of pods, a `deletecollection` by labels — so the
 //! operator's own [`Executor`](crate::controller::execute::Executor) drives the forecast and the shell's unit tests
-//! with its ordering, batches and slow start. A [`Fault`] makes chosen requests fail (the tests' failing writes and
-//! reads).
+//! with its ordering, batches and slow start. A [`Fault`](super::requests::Fault) makes chosen requests fail (the
+//! tests' failing writes and reads).
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -16,74 +16,12 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::cluster::{SimCluster, ts};
+use super::cluster::{SimCluster, WRITE_CONCURRENCY, ts};
+use super::requests::{Request, Sent};
 use crate::controller::cluster_writes::{ClusterWrites, RunCollection};
-
-/// A request the executor sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Request {
-    /// Create a ControllerRevision (a new template).
-    CreateRevision,
-    /// Read a ControllerRevision (after a create found the name taken).
-    GetRevision,
-    /// Patch a ControllerRevision (its revision number, on a rollback).
-    PatchRevision,
-    /// Delete a ControllerRevision beyond `revisionHistoryLimit`.
-    DeleteRevision,
-    /// Read the GameDeployment fresh (before adopting pods: one being deleted must not take new pods).
-    GetGameDeployment,
-    /// Patch the GameDeployment.
-    PatchGameDeployment,
-    /// Create a pod.
-    CreatePod,
-    /// Patch a pod (state label, images, readiness condition, marks).
-    PatchPod,
-    /// Delete a pod, with its UID as precondition.
-    DeletePod,
-    /// Create a PersistentVolumeClaim of `volumeClaimTemplates`.
-    CreateClaim,
-    /// Delete a PersistentVolumeClaim of a pod scaled away.
-    DeleteClaim,
-    /// Create a HookRun for a gate or a canary step.
-    CreateHookRun,
-    /// Read a HookRun whose create found the name taken, to judge the run that holds it.
-    GetHookRun,
-    /// Delete one HookRun (a stale or retried run).
-    DeleteHookRun,
-    /// Delete a collection of HookRuns by label selector.
-    DeleteHookRuns,
-}
-
-impl Request {
-    /// Whether it changes something (a read changes nothing).
-    pub fn writes(self) -> bool {
-        !matches!(self, Self::GetRevision | Self::GetGameDeployment | Self::GetHookRun)
-    }
-}
-
-/// Requests of this kind (for the object `name`, or any) fail with `code`, as long as the fault stays in
-/// [`SimCluster::faults`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault {
-    /// The kind of request that fails.
-    pub request: Request,
-    /// Only for this object (`None`: every object).
-    pub name: Option<String>,
-    /// The HTTP status it fails with (409 conflict, 500, 429, ...).
-    pub code: u16,
-}
-
-/// A request as answered: its kind, the object's name (the selector for a collection), and the error code (None:
-/// it succeeded).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sent {
-    /// The kind of request.
-    pub request: Request,
-    /// The object's name, or the label selector of a collection delete.
-    pub name: String,
-    /// The error status it was answered with (`None`: it succeeded).
-    pub code: Option<u16>,
-}
+use crate::controller::execute::{Executor, WriteOutcome};
+use crate::controller::ledger::Standalone;
+use crate::planner::Plan;
 
 /// The writes of one executor run, answered by the cluster it borrows.
 pub(crate) struct SimWrites<'c> {
@@ -164,6 +102,32 @@ fn uid_mismatch(kind: &str, name: &str) -> kube::Error {
 }
 
 impl SimCluster {
+    /// The operator's executor sends `plan`'s actions to this cluster ([`SimWrites`], here rather than beside the cluster: the cluster knows nothing of the writes' side): in its order, its batches,
+    /// with its slow start and what it does on a failure. The requests are in [`Self::sent`].
+    pub(crate) fn execute(&mut self, plan: &mut Plan) -> WriteOutcome {
+        self.sent.clear();
+        let mut books = self.books.take().unwrap_or_else(|| Box::new(Standalone::new(WRITE_CONCURRENCY)));
+        let gd = self.gd.clone();
+        let key = format!(
+            "{}/{}",
+            gd.metadata.namespace.as_deref().unwrap_or_default(),
+            gd.metadata.name.as_deref().unwrap_or_default()
+        );
+        let pods: Vec<Arc<Pod>> = self.pods.iter().cloned().map(Arc::new).collect();
+        let hook_runs = self.hook_runs.clone();
+        let update_revision = plan.status.update_revision.clone().unwrap_or_default();
+        let outcome = {
+            let writes = SimWrites::new(self);
+            let ledger = books.lend();
+            let executor = Executor::new(&writes, &ledger, &gd, &key, pods, &hook_runs, &update_revision);
+            // Every answer is ready when asked for: nothing here waits on I/O.
+            futures::executor::block_on(executor.run(plan))
+        };
+        books.forget(&key);
+        self.books = Some(books);
+        outcome
+    }
+
     /// The GameDeployment's spec changed: a new generation and resourceVersion, as the API server gives.
     fn spec_written(&mut self) {
         self.gd.metadata.generation = Some(self.gd.metadata.generation.unwrap_or(1) + 1);

@@ -24,16 +24,6 @@ use syn::visit::Visit;
 /// The crates whose `lib.rs` states a layering.
 const CRATES: &[&str] = &["common", "gamedeployment-operator", "hook-operator", "kubectl-gd"];
 
-/// Edges that still close a circle, each with why it is left: (crate, parent module, from, to, why). They are taken
-/// out before circles are looked for, so any other edge that closes a circle fails; an entry whose edge is gone
-/// fails too ("remove it"), so the list only shrinks.
-const KNOWN_BACK_EDGES: &[(&str, &str, &str, &str, &str)] = &[
-    // `SimCluster` records the requests it was sent and holds the faults to inject (`Sent`, `Fault`) and its
-    // `apply` drives the executor through `SimWrites`, which writes into the `SimCluster`: the request records
-    // belong in a file of their own below both, and `apply` beside `SimWrites`.
-    ("gamedeployment-operator", "forecast", "cluster", "sim_writes", "Sent, Fault and apply live on the cluster side"),
-];
-
 /// A module's path from its crate root: `["planner", "status"]`; the root is `[]`.
 type ModPath = Vec<String>;
 
@@ -65,7 +55,7 @@ struct Crate {
 }
 
 /// An edge between two sibling modules, children of `parent`, with the paths that make it.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 struct Graph {
     edges: BTreeMap<(String, String), BTreeSet<String>>,
 }
@@ -493,13 +483,6 @@ fn violations(root: &Path, krate: &Crate) -> Vec<String> {
     let mut problems = Vec::new();
     let graphs = krate.graphs();
     for (parent, graph) in &graphs {
-        let mut graph_without_known = Graph { edges: graph.edges.clone() };
-        for (name, at, from, to, _) in KNOWN_BACK_EDGES {
-            if *name == krate.name && parent.join("::") == *at {
-                graph_without_known.edges.remove(&(from.to_string(), to.to_string()));
-            }
-        }
-        let graph = &graph_without_known;
         for (walk, component) in circles(graph) {
             let mut text = format!(
                 "{}: circle among the modules of `{}`: {} (all of {} reach each other)",
@@ -514,13 +497,6 @@ fn violations(root: &Path, krate: &Crate) -> Vec<String> {
                 text.push_str(&format!("\n    {} → {}: {first:?}", step[0], step[1]));
             }
             problems.push(text);
-        }
-    }
-    for (name, at, from, to, why) in KNOWN_BACK_EDGES {
-        let parent: ModPath = at.split("::").map(str::to_string).collect();
-        let holds = graphs.get(&parent).is_some_and(|g| g.edges.contains_key(&(from.to_string(), to.to_string())));
-        if *name == krate.name && !holds {
-            problems.push(format!("{name}: KNOWN_BACK_EDGES `{at}`: {from} → {to} ({why}) no longer holds; remove it"));
         }
     }
     let lib_rs = std::fs::read_to_string(root.join(&krate.name).join("src/lib.rs")).expect("lib.rs is readable");
