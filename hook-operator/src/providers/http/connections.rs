@@ -314,16 +314,7 @@ impl Connections {
                 return Ok(lease);
             }
         }
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(connected) => connected?,
-            Err(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within {}", crate::text::seconds(CONNECT_TIMEOUT)),
-                ));
-            }
-        };
-        stream.set_nodelay(true)?;
+        let stream = connect(addr).await?;
         Ok(Lease { addr, socket: Socket::new(stream, self.buffer()), reusable: false, written: false, reused: false })
     }
 
@@ -395,6 +386,22 @@ impl Connections {
         });
         pool.idle = kept;
     }
+}
+
+/// A TCP connection to `addr` within [`CONNECT_TIMEOUT`], with Nagle off (requests are written whole). Shared by
+/// both plain-HTTP clients.
+pub(crate) async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(connected) => connected?,
+        Err(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {}", crate::text::seconds(CONNECT_TIMEOUT)),
+            ));
+        }
+    };
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 #[cfg(test)]

@@ -28,7 +28,6 @@ use hyper_util::rt::TokioIo;
 use reqwest::{Method, Url};
 use tokio::net::TcpStream;
 
-use super::connections::CONNECT_TIMEOUT;
 use super::{Http, Plain, Response, Target, USER_AGENT, h1, innermost, origin_form};
 use crate::providers::ProviderError;
 
@@ -166,16 +165,7 @@ impl HyperConnections {
                 return Ok(lease);
             }
         }
-        let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(connected) => connected?,
-            Err(_) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within {}", crate::text::seconds(CONNECT_TIMEOUT)),
-                ));
-            }
-        };
-        stream.set_nodelay(true)?;
+        let stream = super::connections::connect(addr).await?;
         let (sender, conn) =
             self.builder.handshake(TokioIo::new(stream)).await.map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Lease { addr, sender, conn, ended: false, reused: false })
@@ -269,19 +259,8 @@ impl Http {
             let status = response.status();
             let location = response.headers().get(header::LOCATION).and_then(|l| l.to_str().ok());
             let (true, Some(location)) = (status.is_redirection(), location) else { break (lease, response) };
-            let from = current.as_ref().unwrap_or(&target.url);
-            let next = from.join(location).map_err(|e| failed("redirect failed", &format!("invalid Location: {e}")))?;
-            if redirects >= 5 {
-                return Err(failed("redirect failed", &"more than 5 redirects"));
-            }
-            if next.origin() != target.url.origin() {
-                let refused = format!(
-                    "redirect from {} to another origin ({}) refused",
-                    target.url.origin().ascii_serialization(),
-                    next.origin().ascii_serialization()
-                );
-                return Err(failed("redirect failed", &refused));
-            }
+            let next = super::redirect_target(&target.url, current.as_ref(), location, redirects)
+                .map_err(|cause| failed("redirect failed", &cause))?;
             let status = status.as_u16();
             if status == 303 && method != Method::HEAD || matches!(status, 301 | 302) && method == Method::POST {
                 method = Method::GET;

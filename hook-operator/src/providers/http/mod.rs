@@ -364,19 +364,8 @@ impl Http {
             let (true, Some(location)) = ((300..400).contains(&head.status), &head.location) else {
                 break (lease, head);
             };
-            let from = current.as_ref().unwrap_or(&target.url);
-            let next = from.join(location).map_err(|e| failed("redirect failed", &format!("invalid Location: {e}")))?;
-            if redirects >= 5 {
-                return Err(failed("redirect failed", &"more than 5 redirects"));
-            }
-            if next.origin() != target.url.origin() {
-                let refused = format!(
-                    "redirect from {} to another origin ({}) refused",
-                    target.url.origin().ascii_serialization(),
-                    next.origin().ascii_serialization()
-                );
-                return Err(failed("redirect failed", &refused));
-            }
+            let next = redirect_target(&target.url, current.as_ref(), location, redirects)
+                .map_err(|cause| failed("redirect failed", &cause))?;
             // As browsers and reqwest: 303 (and 301/302 after a POST) continue with a GET without the body.
             let status = head.status;
             if status == 303 && method != Method::HEAD || matches!(status, 301 | 302) && method == Method::POST {
@@ -611,6 +600,29 @@ fn describe(error: &reqwest::Error) -> String {
         "request failed"
     };
     format!("{kind}: {innermost}")
+}
+
+/// Where a redirect leads, or why it is refused: at most 5 redirects, and never to another origin (a template's
+/// URL names the one origin its measurements may reach). Shared by both plain-HTTP clients.
+pub(crate) fn redirect_target(
+    url: &Url,
+    current: Option<&Url>,
+    location: &str,
+    redirects: usize,
+) -> Result<Url, String> {
+    let from = current.unwrap_or(url);
+    let next = from.join(location).map_err(|e| format!("invalid Location: {e}"))?;
+    if redirects >= 5 {
+        return Err("more than 5 redirects".to_string());
+    }
+    if next.origin() != url.origin() {
+        return Err(format!(
+            "redirect from {} to another origin ({}) refused",
+            url.origin().ascii_serialization(),
+            next.origin().ascii_serialization()
+        ));
+    }
+    Ok(next)
 }
 
 #[cfg(test)]
