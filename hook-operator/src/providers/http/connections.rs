@@ -320,15 +320,8 @@ impl Connections {
 
     fn take(&self, addr: SocketAddr) -> Option<Idle> {
         let mut pool = self.pool();
-        let list = pool.by_addr.get_mut(&addr)?;
-        let idle = list.pop();
-        if list.is_empty() {
-            pool.by_addr.remove(&addr);
-        }
-        if idle.is_some() {
-            pool.idle -= 1;
-        }
-        idle
+        let pool = &mut *pool;
+        take_idle(&mut pool.by_addr, &mut pool.idle, addr)
     }
 
     /// Keeps the connection for the next request to its address, if it can carry one and there is room.
@@ -373,18 +366,7 @@ impl Connections {
     /// Closes connections idle for longer than the idle timeout (their pods may be gone: nobody would ever take
     /// them again), at most twice per timeout.
     fn sweep(&self, pool: &mut Pool, now: Instant) {
-        if pool.last_sweep.is_some_and(|last| now.duration_since(last) < self.idle_timeout / 2) {
-            return;
-        }
-        pool.last_sweep = Some(now);
-        let timeout = self.idle_timeout;
-        let mut kept = 0;
-        pool.by_addr.retain(|_, list| {
-            list.retain(|idle| now.duration_since(idle.since) < timeout);
-            kept += list.len();
-            !list.is_empty()
-        });
-        pool.idle = kept;
+        sweep_idle(&mut pool.by_addr, &mut pool.idle, &mut pool.last_sweep, now, self.idle_timeout, |idle| idle.since);
     }
 }
 
@@ -402,6 +384,43 @@ pub(crate) async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     };
     stream.set_nodelay(true)?;
     Ok(stream)
+}
+
+/// The most recently parked connection to `addr`, taken out of a pool that keeps its idle connections per address
+/// and counts them in `idle`. Shared by both plain-HTTP clients' pools.
+pub(crate) fn take_idle<I>(by_addr: &mut HashMap<SocketAddr, Vec<I>>, idle: &mut usize, addr: SocketAddr) -> Option<I> {
+    let list = by_addr.get_mut(&addr)?;
+    let taken = list.pop();
+    if list.is_empty() {
+        by_addr.remove(&addr);
+    }
+    if taken.is_some() {
+        *idle -= 1;
+    }
+    taken
+}
+
+/// Drops the connections parked for `timeout` or longer and recounts `idle`, at most twice per `timeout` (tracked in
+/// `last_sweep`). Shared by both plain-HTTP clients' pools; `since` reads when a connection was parked.
+pub(crate) fn sweep_idle<I>(
+    by_addr: &mut HashMap<SocketAddr, Vec<I>>,
+    idle: &mut usize,
+    last_sweep: &mut Option<Instant>,
+    now: Instant,
+    timeout: Duration,
+    since: impl Fn(&I) -> Instant,
+) {
+    if last_sweep.is_some_and(|last| now.duration_since(last) < timeout / 2) {
+        return;
+    }
+    *last_sweep = Some(now);
+    let mut kept = 0;
+    by_addr.retain(|_, list| {
+        list.retain(|parked| now.duration_since(since(parked)) < timeout);
+        kept += list.len();
+        !list.is_empty()
+    });
+    *idle = kept;
 }
 
 #[cfg(test)]

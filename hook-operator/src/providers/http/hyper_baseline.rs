@@ -173,15 +173,8 @@ impl HyperConnections {
 
     fn take(&self, addr: SocketAddr) -> Option<Idle> {
         let mut pool = self.pool();
-        let list = pool.by_addr.get_mut(&addr)?;
-        let idle = list.pop();
-        if list.is_empty() {
-            pool.by_addr.remove(&addr);
-        }
-        if idle.is_some() {
-            pool.idle -= 1;
-        }
-        idle
+        let pool = &mut *pool;
+        super::connections::take_idle(&mut pool.by_addr, &mut pool.idle, addr)
     }
 
     /// Keeps the connection for the next request to its address, if it can carry one and there is room.
@@ -191,16 +184,16 @@ impl HyperConnections {
         }
         let now = Instant::now();
         let mut pool = self.pool();
-        if pool.last_sweep.is_none_or(|last| now.duration_since(last) >= self.idle_timeout / 2) {
-            pool.last_sweep = Some(now);
-            let timeout = self.idle_timeout;
-            let mut kept = 0;
-            pool.by_addr.retain(|_, list| {
-                list.retain(|idle| now.duration_since(idle.since) < timeout);
-                kept += list.len();
-                !list.is_empty()
-            });
-            pool.idle = kept;
+        {
+            let pool = &mut *pool;
+            super::connections::sweep_idle(
+                &mut pool.by_addr,
+                &mut pool.idle,
+                &mut pool.last_sweep,
+                now,
+                self.idle_timeout,
+                |idle| idle.since,
+            );
         }
         let Pool { by_addr, idle, .. } = &mut *pool;
         let list = by_addr.entry(lease.addr).or_default();
@@ -276,15 +269,7 @@ impl Http {
 
         let status = response.status();
         let announced = hyper::body::Body::size_hint(response.body()).exact();
-        if let Some(length) = announced
-            && length > self.max_body as u64
-        {
-            return Err(ProviderError(format!(
-                "{}: the response body ({length} bytes) exceeds the {} byte limit",
-                what(),
-                self.max_body
-            )));
-        }
+        super::refuse_announced_body(announced, self.max_body, what)?;
         let reserved = self.reserve(announced).await;
         let mut incoming = response.into_body();
         let mut received = Vec::with_capacity(announced.map_or(0, |l| l as usize));

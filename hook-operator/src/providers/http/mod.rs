@@ -386,15 +386,7 @@ impl Http {
             h1::Framing::Length(length) => Some(length),
             h1::Framing::Chunked | h1::Framing::UntilClose => None,
         };
-        if let Some(length) = announced
-            && length > self.max_body as u64
-        {
-            return Err(ProviderError(format!(
-                "{}: the response body ({length} bytes) exceeds the {} byte limit",
-                what(),
-                self.max_body
-            )));
-        }
+        refuse_announced_body(announced, self.max_body, what)?;
         let reserved = self.reserve(announced).await;
         let mut received = Vec::with_capacity(announced.map_or(0, |l| l as usize));
         lease.read_body(&head, &mut received, self.max_body).await.map_err(|e| match e {
@@ -623,6 +615,22 @@ pub(crate) fn redirect_target(
         ));
     }
     Ok(next)
+}
+
+/// Refuses an answer whose announced length is over the body limit before a byte of it is read. Shared by both
+/// plain-HTTP clients.
+pub(crate) fn refuse_announced_body(
+    announced: Option<u64>,
+    max_body: usize,
+    what: &(dyn Fn() -> String + Sync),
+) -> Result<(), ProviderError> {
+    match announced {
+        Some(length) if length > max_body as u64 => Err(ProviderError(format!(
+            "{}: the response body ({length} bytes) exceeds the {max_body} byte limit",
+            what()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
