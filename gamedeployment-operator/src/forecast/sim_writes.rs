@@ -1,7 +1,7 @@
 //! The simulated cluster's side of [`ClusterWrites`]: each request answered in memory as the API server would
 //! answer it — JSON patches applied all or nothing with their `test` preconditions (422), names taken (409), UID
 //! preconditions (409), objects missing (404), graceful deletion of pods, a `deletecollection` by labels — so the
-//! operator's own [`Executor`](crate::controller::execute::Executor) drives the forecast and the shell's unit tests
+//! operator's own [`Executor`] drives the forecast and the shell's unit tests
 //! with its ordering, batches and slow start. A [`Fault`](super::requests::Fault) makes chosen requests fail (the
 //! tests' failing writes and reads).
 
