@@ -14,13 +14,7 @@ use std::path::Path;
 
 /// The blocks that show output and are not checked yet: (page, first command, why). Kept short; an entry that no
 /// longer names a block, or names a checked one, fails the inventory test.
-pub const UNCHECKED: &[(&str, &str, &str)] = &[(
-    "operating/kubectl-gd-plan.md",
-    "kubectl gd plan race --replicas 7 --assume-hooks as-now --hook-interval-scale 0.05",
-    "which candidates read empty first differs from run to run (the scene's test makes every other candidate empty \
-     as its watch lists them, and the race order does not always agree), so the lines cannot recur in order; \
-     plan.rs (as_now_forecasts_the_race_to_empty_from_the_first_readings) asserts the winners and skipped pods by name",
-)];
+pub const UNCHECKED: &[(&str, &str, &str)] = &[];
 
 /// A command of a block and the output the block shows for it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -493,6 +493,9 @@ async fn as_now_forecasts_the_race_to_empty_from_the_first_readings() {
             (racing.len() == 6).then_some(racing)
         })
         .await;
+    // In name order, as the plan lists them: the page's block shows every other candidate, from the second, empty.
+    let mut racing = racing;
+    racing.sort();
     // Before the first measurement (40 s, 2 s scaled, after each run starts): every other candidate is empty.
     let chosen: BTreeSet<String> = racing.iter().skip(1).step_by(2).cloned().collect();
     *empty.lock().unwrap() = chosen.clone();
@@ -515,8 +518,14 @@ async fn as_now_forecasts_the_race_to_empty_from_the_first_readings() {
     let args = ["plan", RACE, "--replicas", "7", "--assume-hooks", "as-now", "--hook-interval-scale", "0.05"];
     let json = kubectl_gd(&cluster, &[&args[..], &["-o", "json"]].concat()).await;
     assert_eq!(json.code, 0, "{}", json.stderr);
-    kubectl_gd(&cluster, &args).await;
+    let text = kubectl_gd(&cluster, &args).await;
     drop(frozen);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    e2e::book::Book::of_this_test().assert_output(
+        "operating/kubectl-gd-plan.md",
+        &format!("kubectl gd {}", args.join(" ")),
+        &text.stdout,
+    );
     let plan: serde_json::Value = serde_json::from_str(&json.stdout).expect("-o json is JSON");
     let set = |value: &serde_json::Value| -> BTreeSet<String> {
         value.as_array().expect("a list").iter().map(|p| p.as_str().expect("a name").to_string()).collect()
