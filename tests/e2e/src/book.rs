@@ -1,7 +1,7 @@
 //! The book's shell blocks checked against what the commands print, in the manner of `trycmd`: a page cannot drift
 //! from the tools. A block in console form (`$ COMMAND`, then its output; `docs_check::blocks`) whose fence is
 //! preceded by `<!-- checked: MODULE::TEST -->` is checked by that end-to-end test: [`Book::of_this_test`] collects
-//! the blocks marked with the running test's name, the test runs them ([`Session::run`], every command in a shell
+//! the blocks marked with the running test's name, the test runs them ([`Reader::run`], every command in a shell
 //! against the test's cluster) or compares output it produced itself ([`Book::assert_output`]), and the [`Book`]
 //! fails the test when it ends with a marked command left unchecked. `cargo test -p docs-check` fails on a block
 //! that shows output and is neither marked nor listed as not checked yet, and on a marker naming no test.
@@ -63,7 +63,7 @@ pub fn mask(line: &str) -> String {
 }
 
 /// As [`mask`], but counts are kept: only durations (`31s`, `1m5s`), timestamps (`2026-11-28T03:03:33Z` is `TIME`)
-/// and IPv4 addresses (`IP`) become placeholders, so `6 6 6` is not `6 0 0`. How [`Session`] compares.
+/// and IPv4 addresses (`IP`) become placeholders, so `6 6 6` is not `6 0 0`. How [`Reader`] compares.
 pub fn mask_times(line: &str) -> String {
     masked(line, true)
 }
@@ -417,7 +417,7 @@ fn is_look(command: &str) -> bool {
 /// A reader following pages in a shell: each command runs in `bash` in the repository root, with the cluster's
 /// kubeconfig and the workspace's binaries (`kubectl-gd`, `hook-operator`) first on the PATH, its output (stdout and
 /// stderr, as a terminal shows them) compared with the page's, the names the page shows bound to the real ones.
-pub struct Session {
+pub struct Reader {
     kubeconfig: PathBuf,
     cache: tempfile::TempDir,
     /// The page's text → this run's (an address the page names that differs here).
@@ -427,7 +427,7 @@ pub struct Session {
     last_exit: i32,
 }
 
-impl Session {
+impl Reader {
     pub fn new(kubeconfig: &Path) -> Self {
         crate::binary("kubectl-gd", "kubectl-gd");
         Self {

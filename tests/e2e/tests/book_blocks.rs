@@ -5,7 +5,7 @@
 //! commands, the plan page's forecasts of the walkthrough's GameDeployment); the shadow hooks and server-state pages
 //! have their own.
 
-use e2e::book::{Book, Session};
+use e2e::book::{Book, Reader};
 use e2e::sandbox::{Sandbox, ensure_binaries, free_base};
 
 /// The walkthrough, top to bottom, on the sandbox it tells the reader to start; before its scale-in, the plan page's
@@ -20,7 +20,7 @@ async fn walkthrough() {
     let book = Book::of_this_test();
     // The pages name the default sandbox's demo web server; this one has its own port.
     let mut shell =
-        Session::new(&sandbox.state().join("kubeconfig")).replace("127.0.0.200:9091", &sandbox.demo_address());
+        Reader::new(&sandbox.state().join("kubeconfig")).replace("127.0.0.200:9091", &sandbox.demo_address());
 
     shell.run_next(&book, "sandbox.md", None).await;
     shell.run_next(&book, "concepts/behaviour.md", None).await;
@@ -56,7 +56,7 @@ async fn server_state() {
     let mut sandbox = Sandbox::start_with(free_base(), &["--fast"]);
     sandbox.wait_ready().await;
     let book = Book::of_this_test();
-    let mut shell = Session::new(&sandbox.state().join("kubeconfig"));
+    let mut shell = Reader::new(&sandbox.state().join("kubeconfig"));
     shell.run_next(&book, "api/server-state.md", None).await;
     drop(book);
 }

@@ -137,7 +137,7 @@ async fn the_canary_rollback_example_rolls_back_as_the_page_shows() {
     let cluster = Cluster::start().await;
     let _operators = operators(&cluster).await;
     let book = e2e::book::Book::of_this_test();
-    let mut shell = e2e::book::Session::new(cluster.kubeconfig());
+    let mut shell = e2e::book::Reader::new(cluster.kubeconfig());
     let page = "concepts/canary.md";
     shell.run_next(&book, page, Some("kubectl patch")).await;
     let name = "test-gamedeployment";

@@ -29,7 +29,7 @@ async fn a_stalled_rollout_is_reported_at_its_deadline_and_not_before() {
     let _operators = operators(&cluster).await;
     // The page's block, command by command, compared with what it shows; the files it relies on, as shipped.
     let book = e2e::book::Book::of_this_test();
-    let mut shell = e2e::book::Session::new(cluster.kubeconfig());
+    let mut shell = e2e::book::Reader::new(cluster.kubeconfig());
     let page = "api/progress-deadline.md";
     shell.run_next(&book, page, Some("kubectl scale")).await;
     let api: Api<GameDeployment> = Api::namespaced(cluster.client(), "default");
