@@ -1,8 +1,9 @@
-//! Dependencies between a crate's modules run one way. Each product crate's `lib.rs` lists its top-level modules in
-//! layers under a `# Layering` heading, top to bottom, and a module uses only modules on lines below its own; inside
+//! Dependencies between a crate's modules run one way. A crate's `lib.rs` lists its top-level modules in layers under
+//! a `# Layering` heading, top to bottom, and a module uses only modules on lines below its own; inside
 //! a folder module (`planner/`, `providers/http/`) the sibling modules never form a circle. This reads every module
 //! of each crate with `syn`, finds the modules each one names, and fails on a circle (printing it, with the path
-//! that makes each step) and on an edge the layering does not allow.
+//! that makes each step) and on an edge the layering does not allow. Every workspace member whose `lib.rs` has the
+//! heading is checked, and the product crates (common, the two operators, kubectl-gd) must have it.
 //!
 //! What counts as an edge from module `a` to module `b`: `use` items and paths in code (macro arguments included)
 //! that start with `crate::`, `self::`, `super::`, a child module's name or a name a `use` brought in, resolved
@@ -21,8 +22,33 @@ use std::path::{Path, PathBuf};
 use e2e::repo_root;
 use syn::visit::Visit;
 
-/// The crates whose `lib.rs` states a layering.
-const CRATES: &[&str] = &["common", "gamedeployment-operator", "hook-operator", "kubectl-gd"];
+/// The product crates: each states its layering, so each is among the crates checked.
+const PRODUCT_CRATES: &[&str] = &["common", "gamedeployment-operator", "hook-operator", "kubectl-gd"];
+
+/// The workspace members (directories, from the root Cargo.toml's `members = [...]`) whose `src/lib.rs` has a
+/// `# Layering` doc heading: the crates whose module dependencies are checked.
+fn layered_crates(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml is readable");
+    let list = manifest.split_once("members = [").expect("the root Cargo.toml lists its members").1;
+    let list = list.split(']').next().unwrap_or_default();
+    list.split(',')
+        .map(|m| m.trim().trim_matches('"').to_string())
+        .filter(|m| !m.is_empty())
+        .filter(|m| {
+            std::fs::read_to_string(root.join(m).join("src/lib.rs")).is_ok_and(|lib| layering_heading(&lib).is_some())
+        })
+        .collect()
+}
+
+/// The inner doc lines of a `lib.rs`, without `//!` and one space after it.
+fn inner_doc(lib_rs: &str) -> Vec<&str> {
+    lib_rs.lines().filter_map(|l| l.strip_prefix("//!")).map(|l| l.strip_prefix(' ').unwrap_or(l)).collect()
+}
+
+/// Where in `inner_doc` the `# Layering` heading is.
+fn layering_heading(lib_rs: &str) -> Option<usize> {
+    inner_doc(lib_rs).iter().position(|l| l.trim() == "# Layering")
+}
 
 /// A module's path from its crate root: `["planner", "status"]`; the root is `[]`.
 type ModPath = Vec<String>;
@@ -460,9 +486,8 @@ fn circles(graph: &Graph) -> Vec<(Vec<String>, Vec<String>)> {
 /// The layers a crate's `lib.rs` states: the items of the numbered list under its `# Layering` doc heading, top to
 /// bottom, each the backquoted module names before its first ` — `.
 fn stated_layers(lib_rs: &str) -> Vec<Vec<String>> {
-    let doc: Vec<&str> =
-        lib_rs.lines().filter_map(|l| l.strip_prefix("//!")).map(|l| l.strip_prefix(' ').unwrap_or(l)).collect();
-    let Some(start) = doc.iter().position(|l| l.trim() == "# Layering") else { return Vec::new() };
+    let doc = inner_doc(lib_rs);
+    let Some(start) = layering_heading(lib_rs) else { return Vec::new() };
     let mut layers = Vec::new();
     for line in &doc[start + 1..] {
         if line.starts_with('#') {
@@ -545,8 +570,12 @@ fn violations(root: &Path, krate: &Crate) -> Vec<String> {
 #[test]
 fn module_dependencies_follow_each_crates_stated_layering_without_circles() {
     let root = repo_root();
+    let crates = layered_crates(&root);
+    for product in PRODUCT_CRATES {
+        assert!(crates.iter().any(|c| c == product), "{product}'s src/lib.rs states a `# Layering`: {crates:?}");
+    }
     let mut problems = Vec::new();
-    for name in CRATES {
+    for name in &crates {
         let krate = load_crate(&root, name);
         assert!(krate.modules.len() > 3, "{name}: the modules were read ({} found)", krate.modules.len());
         problems.extend(violations(&root, &krate));
