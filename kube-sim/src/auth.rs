@@ -7,10 +7,10 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::registry::UserInfo;
 use crate::selector::LabelSelector;
 use crate::status::{ApiError, GroupResource};
 use crate::store::Store;
+use crate::user::{UserInfo, extra_json};
 
 /// Users known by token. Requests without a token are the admin user (kube-sim is a local
 /// test server); requests with an unknown token get `401 Unauthorized`.
@@ -85,11 +85,6 @@ fn extra_of(v: Option<&Value>) -> std::collections::BTreeMap<String, Vec<String>
     v.and_then(Value::as_object)
         .map(|m| m.iter().map(|(k, v)| (k.clone(), strings(Some(v)))).collect())
         .unwrap_or_default()
-}
-
-/// `userInfo.extra` as JSON.
-pub(crate) fn extra_json(user: &UserInfo) -> Value {
-    json!(user.extra)
 }
 
 fn service_account_user(namespace: &str, name: &str, uid: &str) -> UserInfo {

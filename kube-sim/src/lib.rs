@@ -47,6 +47,7 @@ mod status;
 mod store;
 mod table;
 pub mod testing;
+mod user;
 mod validation;
 mod version;
 mod volumes;

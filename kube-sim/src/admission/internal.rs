@@ -11,9 +11,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Admission, Attempt, Gate, Operation, Request};
-use crate::registry::{Registry, UserInfo};
+use crate::registry::Registry;
 use crate::resources::ResourceDef;
 use crate::status::ApiError;
+use crate::user::UserInfo;
 
 /// How many times a write is admitted again when the object changed between the probe and the commit.
 const ATTEMPTS: usize = 16;

@@ -27,11 +27,12 @@ pub use client::ServiceAddress;
 use config::Webhook;
 pub(crate) use gate::{Gate, Probed};
 
-use crate::registry::{Registry, UserInfo};
+use crate::registry::Registry;
 use crate::resources::ResourceDef;
 use crate::selector::object_labels;
 use crate::status::ApiError;
 use crate::store::object_key;
+use crate::user::UserInfo;
 
 /// Store bucket of the validating webhook configurations.
 pub(crate) const VALIDATING_STORAGE: &str = "validatingwebhookconfigurations.admissionregistration.k8s.io";
@@ -371,7 +372,7 @@ impl Admission {
             user.insert("groups".into(), json!(req.user.groups));
         }
         if !req.user.extra.is_empty() {
-            user.insert("extra".into(), crate::auth::extra_json(req.user));
+            user.insert("extra".into(), crate::user::extra_json(req.user));
         }
         r.insert("userInfo".into(), Value::Object(user));
         r.insert("object".into(), convert(&a.object));

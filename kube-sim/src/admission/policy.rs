@@ -195,7 +195,7 @@ fn evaluate_bool(expression: &str, ctx: &cel::Context<'_, '_>) -> Result<bool, S
 /// The `request` variable (an `admission.k8s.io/v1` AdmissionRequest's fields).
 fn request_value(req: &Request<'_>, a: &Attempt) -> Value {
     let mut user = json!({"username": req.user.name, "uid": req.user.uid, "groups": req.user.groups});
-    user["extra"] = crate::auth::extra_json(req.user);
+    user["extra"] = crate::user::extra_json(req.user);
     json!({
         "kind": {"group": a.kind.0, "version": a.kind.1, "kind": a.kind.2},
         "resource": {"group": req.rd.group, "version": req.rd.version, "resource": req.rd.plural},

@@ -14,13 +14,12 @@ use super::response::{bytes_response, error_response, json_response, list_body, 
 use crate::admission::Operation;
 use crate::auth::{self, Attributes};
 use crate::patch::PatchType;
-use crate::registry::{
-    DeleteOptions, Endpoint, FieldValidation, ListOptions, Propagation, Registry, UserInfo, WriteCtx,
-};
+use crate::registry::{DeleteOptions, Endpoint, FieldValidation, ListOptions, Propagation, Registry, WriteCtx};
 use crate::resources::{ResourceDef, Special};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::table::{self, IncludeObject};
+use crate::user::UserInfo;
 
 struct Ctx {
     st: Arc<AppState>,

@@ -19,8 +19,9 @@ use crate::audit::{Audit, AuditEvent, Written};
 use crate::auth::{self, Attributes, Authenticator};
 use crate::faults::{self, FaultConfig, Faults};
 use crate::openapi::OpenApiCache;
-use crate::registry::{Registry, UserInfo};
+use crate::registry::Registry;
 use crate::status::ApiError;
+use crate::user::UserInfo;
 use request::{Query, Representation, ResourceRequest, negotiate, parse_resource_path, verb_for};
 pub(crate) use response::{error_response, json_response};
 
