@@ -1,9 +1,9 @@
 //! Dependencies between a crate's modules run one way. A crate's `lib.rs` lists its top-level modules in layers under
 //! a `# Layering` heading, top to bottom, and a module uses only modules on lines below its own; inside
 //! a folder module (`planner/`, `providers/http/`) the sibling modules never form a circle. This reads every module
-//! of each crate with `syn`, finds the modules each one names, and fails on a circle (printing it, with the path
-//! that makes each step) and on an edge the layering does not allow. Every workspace member whose `lib.rs` has the
-//! heading is checked, and the product crates (common, the two operators, kubectl-gd) must have it.
+//! of each crate as `proc-macro2` tokens, finds the modules each one names, and fails on a circle (printing it, with
+//! the path that makes each step) and on an edge the layering does not allow. Every workspace member whose `lib.rs`
+//! has the heading is checked, and the product crates (common, the two operators, kubectl-gd) must have it.
 //!
 //! What counts as an edge from module `a` to module `b`: `use` items and paths in code (macro arguments included)
 //! that start with `crate::`, `self::`, `super::`, a child module's name or a name a `use` brought in, resolved
@@ -15,12 +15,17 @@
 //!
 //! Test code is left out: `#[cfg(test)]` modules and items (which is where `*_tests.rs` files are declared). Tests
 //! may reach anywhere, e.g. the planner's tests run on `forecast::cluster`, above the planner.
+//!
+//! Reading tokens rather than a syntax tree is enough for this: a module's items are split at their `;` or body,
+//! a path is an identifier followed by `::`-joined identifiers wherever it stands (a type, an expression, a macro's
+//! arguments), and a single identifier (a field, a local) can only name an import or a child module, which the
+//! module's `use` or `mod` item already makes an edge of, or none.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use e2e::repo_root;
-use syn::visit::Visit;
+use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 
 /// The product crates: each states its layering, so each is among the crates checked.
 const PRODUCT_CRATES: &[&str] = &["common", "gamedeployment-operator", "hook-operator", "kubectl-gd"];
@@ -86,24 +91,257 @@ struct Graph {
     edges: BTreeMap<(String, String), BTreeSet<String>>,
 }
 
-fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
-    attrs
-        .iter()
-        .any(|a| a.path().is_ident("cfg") && a.meta.require_list().is_ok_and(|l| l.tokens.to_string().trim() == "test"))
+/// One item of a token stream read as a list of items (a file, a module's or an impl's body, a block): its outer
+/// attributes (each the tokens inside `#[…]`) and its tokens up to and including its `;` or its body.
+struct Item {
+    attrs: Vec<TokenStream>,
+    tokens: Vec<TokenTree>,
+}
+
+/// What an item is, from the words before its name: `pub(crate) const fn f` is a `fn`, `const X` a `const`.
+struct Head {
+    /// `fn`, `struct`, `use`, `mod`, `impl`, `const`, `extern crate`, `macro_rules`, …; `""` for an expression or
+    /// a macro call (`name!(…)`).
+    keyword: String,
+    /// The index in the item's tokens just after the keyword.
+    after: usize,
+}
+
+fn is_punct(token: Option<&TokenTree>, c: char) -> bool {
+    matches!(token, Some(TokenTree::Punct(p)) if p.as_char() == c)
+}
+
+fn is_ident(token: Option<&TokenTree>, name: &str) -> bool {
+    matches!(token, Some(TokenTree::Ident(i)) if i == name)
+}
+
+fn ident(token: Option<&TokenTree>) -> Option<String> {
+    match token {
+        Some(TokenTree::Ident(i)) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// `tokens[i..]` starts with `::`.
+fn is_path_sep(tokens: &[TokenTree], i: usize) -> bool {
+    matches!((tokens.get(i), tokens.get(i + 1)), (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)))
+        if a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':')
+}
+
+fn is_brace(token: Option<&TokenTree>) -> bool {
+    matches!(token, Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace)
+}
+
+/// `#[…]` or `#![…]` at `tokens[i..]`: the attribute's tokens and the index after it.
+fn attribute_at(tokens: &[TokenTree], i: usize) -> Option<(TokenStream, usize)> {
+    if !is_punct(tokens.get(i), '#') {
+        return None;
+    }
+    let bang = usize::from(is_punct(tokens.get(i + 1), '!'));
+    match tokens.get(i + 1 + bang) {
+        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Bracket => Some((g.stream(), i + 2 + bang)),
+        _ => None,
+    }
+}
+
+fn head(tokens: &[TokenTree]) -> Head {
+    let mut i = 0;
+    if is_ident(tokens.first(), "pub") {
+        i = 1;
+        if matches!(tokens.get(1), Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis) {
+            i = 2;
+        }
+    }
+    loop {
+        let keyword = match tokens.get(i) {
+            Some(TokenTree::Literal(_)) => {
+                i += 1; // an ABI: `extern "C"`
+                continue;
+            }
+            Some(TokenTree::Ident(word)) => word.to_string(),
+            _ => return Head { keyword: String::new(), after: i },
+        };
+        let next = ident(tokens.get(i + 1));
+        match keyword.as_str() {
+            "const" if !matches!(next.as_deref(), Some("fn" | "async" | "unsafe" | "extern")) => {}
+            "extern" if next.as_deref() == Some("crate") => {
+                return Head { keyword: "extern crate".into(), after: i + 2 };
+            }
+            "extern" if is_brace(tokens.get(i + 1)) => {}
+            "const" | "async" | "unsafe" | "extern" | "default" | "auto" | "safe" => {
+                i += 1;
+                continue;
+            }
+            _ if is_punct(tokens.get(i + 1), '!') || is_path_sep(tokens, i + 1) => {
+                let macro_rules = keyword == "macro_rules";
+                return Head { keyword: if macro_rules { keyword } else { String::new() }, after: i + 1 };
+            }
+            _ => {}
+        }
+        return Head { keyword, after: i + 1 };
+    }
+}
+
+/// Splits `stream` into its items: each ends at its `;`, or at its first `{…}` (a body) unless it is a `use`,
+/// `const`, `static`, `type` or `let`, which end at their `;` only.
+fn split_items(stream: TokenStream) -> Vec<Item> {
+    let tokens: Vec<TokenTree> = stream.into_iter().collect();
+    let mut items = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let mut attrs = Vec::new();
+        while let Some((attr, next)) = attribute_at(&tokens, i) {
+            // Inner attributes (`#![…]`) belong to the enclosing module, not to the next item.
+            if !is_punct(tokens.get(i + 1), '!') {
+                attrs.push(attr);
+            }
+            i = next;
+        }
+        let start = i;
+        let keyword = head(&tokens[start..]).keyword;
+        let semicolon_only = matches!(keyword.as_str(), "use" | "const" | "static" | "type" | "let" | "extern crate");
+        while i < tokens.len() {
+            let token = &tokens[i];
+            i += 1;
+            if is_punct(Some(token), ';') || (!semicolon_only && is_brace(Some(token))) {
+                break;
+            }
+        }
+        if start < i || !attrs.is_empty() {
+            items.push(Item { attrs, tokens: tokens[start..i].to_vec() });
+        }
+    }
+    items
+}
+
+/// The attribute is `#[cfg(test)]`.
+fn is_cfg_test(attr: &TokenStream) -> bool {
+    let tokens: Vec<TokenTree> = attr.clone().into_iter().collect();
+    matches!(tokens.as_slice(), [TokenTree::Ident(cfg), TokenTree::Group(g)]
+        if cfg == "cfg" && g.delimiter() == Delimiter::Parenthesis && g.stream().to_string().trim() == "test")
+}
+
+impl Item {
+    fn is_test(&self) -> bool {
+        self.attrs.iter().any(is_cfg_test)
+    }
+
+    /// The name the item defines in its module (a type, function, constant, trait or `macro_rules!` macro).
+    fn name(&self) -> Option<String> {
+        let head = head(&self.tokens);
+        match head.keyword.as_str() {
+            "static" if is_ident(self.tokens.get(head.after), "mut") => ident(self.tokens.get(head.after + 1)),
+            "const" | "enum" | "fn" | "static" | "struct" | "trait" | "type" | "union" => {
+                ident(self.tokens.get(head.after))
+            }
+            "macro_rules" => ident(self.tokens.get(head.after + 1)),
+            _ => None,
+        }
+    }
+
+    /// The paths the item writes, its test-only parts left out.
+    fn collect_paths(&self, paths: &mut Vec<Written>) {
+        for attr in &self.attrs {
+            attribute_path(attr, paths);
+        }
+        let head = head(&self.tokens);
+        match head.keyword.as_str() {
+            "use" => flatten_use(use_tree(&self.tokens[head.after..]), Vec::new(), &mut |prefix, leaf| match leaf {
+                UseLeaf::Name(_, written) => paths.push(written),
+                UseLeaf::Glob => paths.push(prefix),
+            }),
+            // Fields, variants and macro bodies hold no items whose `#[cfg(test)]` would leave them out.
+            "struct" | "enum" | "union" | "macro_rules" => scan(&self.tokens, paths, false),
+            _ => scan(&self.tokens, paths, true),
+        }
+    }
+}
+
+/// The path an attribute starts with (`cfg`, `derive`, `serde`): its arguments are not Rust code.
+fn attribute_path(attr: &TokenStream, paths: &mut Vec<Written>) {
+    let tokens: Vec<TokenTree> = attr.clone().into_iter().collect();
+    if let Some((written, _)) = path_at(&tokens, 0) {
+        paths.push(written);
+    }
+}
+
+/// The path written at `tokens[i..]` (`a::b::c`, `::a::b`), and the index after it.
+fn path_at(tokens: &[TokenTree], i: usize) -> Option<(Written, usize)> {
+    let mut written = Vec::new();
+    let mut j = i;
+    if is_path_sep(tokens, j) {
+        written.push(String::new());
+        j += 2;
+    }
+    written.push(ident(tokens.get(j))?);
+    j += 1;
+    while is_path_sep(tokens, j)
+        && let Some(next) = ident(tokens.get(j + 2))
+    {
+        written.push(next);
+        j += 3;
+    }
+    Some((written, j))
+}
+
+/// The paths in `tokens`; with `blocks_hold_items`, a `{…}` not after a macro's `!` is read as a list of items
+/// (a body or a block), whose `#[cfg(test)]` items are left out.
+fn scan(tokens: &[TokenTree], paths: &mut Vec<Written>, blocks_hold_items: bool) {
+    let mut i = 0;
+    while i < tokens.len() {
+        if let Some((attr, next)) = attribute_at(tokens, i) {
+            attribute_path(&attr, paths);
+            i = next;
+            continue;
+        }
+        match &tokens[i] {
+            TokenTree::Punct(p) if p.as_char() == '\'' => i += 2, // a lifetime or a label
+            TokenTree::Group(g) => {
+                // `name!{…}` and `macro_rules! name {…}`: a macro's tokens.
+                let after_bang = i >= 1 && is_punct(tokens.get(i - 1), '!')
+                    || i >= 2 && is_punct(tokens.get(i - 2), '!') && ident(tokens.get(i - 1)).is_some();
+                if blocks_hold_items && g.delimiter() == Delimiter::Brace && !after_bang {
+                    scan_items(g.stream(), paths);
+                } else {
+                    let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+                    scan(&inner, paths, blocks_hold_items && !after_bang);
+                }
+                i += 1;
+            }
+            _ => match path_at(tokens, i) {
+                Some((written, next)) => {
+                    paths.push(written);
+                    i = next;
+                }
+                None => i += 1,
+            },
+        }
+    }
+}
+
+/// The paths of a body's or a block's items; its `#[cfg(test)]` items are left out, and its `use` items (which
+/// bring names into the block only) count as the paths they write.
+fn scan_items(stream: TokenStream, paths: &mut Vec<Written>) {
+    for item in split_items(stream) {
+        if !item.is_test() {
+            item.collect_paths(paths);
+        }
+    }
 }
 
 fn load_crate(root: &Path, name: &str) -> Crate {
     let mut krate = Crate { name: name.to_string(), modules: BTreeMap::new() };
     let lib = root.join(name).join("src/lib.rs");
-    let file = parse(&lib);
+    let items = parse(&lib);
     let dir = lib.parent().expect("src/").to_path_buf();
-    load_items(root, &mut krate, &lib, Vec::new(), dir, false, &file.items);
+    load_items(root, &mut krate, &lib, Vec::new(), dir, false, items);
     krate
 }
 
-fn parse(path: &Path) -> syn::File {
+fn parse(path: &Path) -> Vec<Item> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let tokens: TokenStream = text.parse().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    split_items(tokens)
 }
 
 /// Records the module `path` made of `items` (read from `file`), whose child modules' files are under `dir`.
@@ -114,22 +352,27 @@ fn load_items(
     path: ModPath,
     dir: PathBuf,
     test_only: bool,
-    items: &[syn::Item],
+    items: Vec<Item>,
 ) {
     let mut module =
         Module { file: file.strip_prefix(root).unwrap_or(file).display().to_string(), test_only, ..Module::default() };
     let mut children = Vec::new();
     for item in items {
-        let test = test_only || is_cfg_test(item_attrs(item));
-        match item {
-            syn::Item::Mod(m) => {
-                let name = m.ident.to_string();
+        let test = test_only || item.is_test();
+        let head = head(&item.tokens);
+        match head.keyword.as_str() {
+            "mod" => {
+                let Some(name) = ident(item.tokens.get(head.after)) else { continue };
                 module.children.insert(name.clone());
-                children.push((m, test));
+                let content = match item.tokens.get(head.after + 1) {
+                    Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => Some(g.stream()),
+                    _ => None,
+                };
+                children.push((name, content, test));
             }
-            syn::Item::Use(u) => {
+            "use" => {
                 if !test {
-                    flatten_use(&u.tree, Vec::new(), &mut |prefix, leaf| match leaf {
+                    flatten_use(use_tree(&item.tokens[head.after..]), Vec::new(), &mut |prefix, leaf| match leaf {
                         UseLeaf::Name(name, written) => {
                             module.imports.insert(name, written.clone());
                             module.paths.push(written);
@@ -141,24 +384,22 @@ fn load_items(
                     });
                 }
             }
-            other => {
-                if let Some(name) = item_name(other) {
+            _ => {
+                if let Some(name) = item.name() {
                     module.items.insert(name);
                 }
                 if !test {
-                    let mut collector = PathCollector { paths: &mut module.paths };
-                    collector.visit_item(other);
+                    item.collect_paths(&mut module.paths);
                 }
             }
         }
     }
     krate.modules.insert(path.clone(), module);
-    for (m, test) in children {
-        let name = m.ident.to_string();
+    for (name, content, test) in children {
         let mut child_path = path.clone();
         child_path.push(name.clone());
-        match &m.content {
-            Some((_, items)) => load_items(root, krate, file, child_path, dir.join(&name), test, items),
+        match content {
+            Some(stream) => load_items(root, krate, file, child_path, dir.join(&name), test, split_items(stream)),
             None => {
                 let flat = dir.join(format!("{name}.rs"));
                 let (child_file, child_dir) = if flat.is_file() {
@@ -166,48 +407,11 @@ fn load_items(
                 } else {
                     (dir.join(&name).join("mod.rs"), dir.join(&name))
                 };
-                let parsed = parse(&child_file);
-                load_items(root, krate, &child_file, child_path, child_dir, test, &parsed.items);
+                let items = parse(&child_file);
+                load_items(root, krate, &child_file, child_path, child_dir, test, items);
             }
         }
     }
-}
-
-fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
-    match item {
-        syn::Item::Const(i) => &i.attrs,
-        syn::Item::Enum(i) => &i.attrs,
-        syn::Item::ExternCrate(i) => &i.attrs,
-        syn::Item::Fn(i) => &i.attrs,
-        syn::Item::ForeignMod(i) => &i.attrs,
-        syn::Item::Impl(i) => &i.attrs,
-        syn::Item::Macro(i) => &i.attrs,
-        syn::Item::Mod(i) => &i.attrs,
-        syn::Item::Static(i) => &i.attrs,
-        syn::Item::Struct(i) => &i.attrs,
-        syn::Item::Trait(i) => &i.attrs,
-        syn::Item::TraitAlias(i) => &i.attrs,
-        syn::Item::Type(i) => &i.attrs,
-        syn::Item::Union(i) => &i.attrs,
-        syn::Item::Use(i) => &i.attrs,
-        _ => &[],
-    }
-}
-
-fn item_name(item: &syn::Item) -> Option<String> {
-    Some(match item {
-        syn::Item::Const(i) => i.ident.to_string(),
-        syn::Item::Enum(i) => i.ident.to_string(),
-        syn::Item::Fn(i) => i.sig.ident.to_string(),
-        syn::Item::Macro(i) => i.ident.as_ref()?.to_string(),
-        syn::Item::Static(i) => i.ident.to_string(),
-        syn::Item::Struct(i) => i.ident.to_string(),
-        syn::Item::Trait(i) => i.ident.to_string(),
-        syn::Item::TraitAlias(i) => i.ident.to_string(),
-        syn::Item::Type(i) => i.ident.to_string(),
-        syn::Item::Union(i) => i.ident.to_string(),
-        _ => return None,
-    })
 }
 
 enum UseLeaf {
@@ -217,17 +421,32 @@ enum UseLeaf {
     Glob,
 }
 
-/// Calls `leaf` for each name a `use` tree brings in, with the path before it.
-fn flatten_use(tree: &syn::UseTree, prefix: Written, leaf: &mut dyn FnMut(Written, UseLeaf)) {
-    match tree {
-        syn::UseTree::Path(p) => {
-            let mut prefix = prefix;
-            prefix.push(p.ident.to_string());
-            flatten_use(&p.tree, prefix, leaf);
-        }
-        syn::UseTree::Name(n) => {
-            let name = n.ident.to_string();
-            if name == "self" {
+/// A `use` item's tree: its tokens after `use`, without the `;` and a leading `::`.
+fn use_tree(tokens: &[TokenTree]) -> &[TokenTree] {
+    let tokens = match tokens.split_last() {
+        Some((last, rest)) if is_punct(Some(last), ';') => rest,
+        _ => tokens,
+    };
+    if is_path_sep(tokens, 0) { &tokens[2..] } else { tokens }
+}
+
+/// Calls `leaf` for each name a `use` tree (`a::b::{c, d as e, f::*, self}`) brings in, with the path before it.
+fn flatten_use(tree: &[TokenTree], prefix: Written, leaf: &mut dyn FnMut(Written, UseLeaf)) {
+    match tree.first() {
+        Some(TokenTree::Ident(first)) => {
+            let name = first.to_string();
+            if is_path_sep(tree, 1) {
+                let mut prefix = prefix;
+                prefix.push(name);
+                flatten_use(&tree[3..], prefix, leaf);
+            } else if is_ident(tree.get(1), "as") {
+                let Some(rename) = ident(tree.get(2)) else { return };
+                let mut written = prefix.clone();
+                if name != "self" {
+                    written.push(name);
+                }
+                leaf(prefix, UseLeaf::Name(rename, written));
+            } else if name == "self" {
                 if let Some(last) = prefix.last().cloned() {
                     leaf(prefix.clone(), UseLeaf::Name(last, prefix));
                 }
@@ -237,102 +456,16 @@ fn flatten_use(tree: &syn::UseTree, prefix: Written, leaf: &mut dyn FnMut(Writte
                 leaf(prefix, UseLeaf::Name(name, written));
             }
         }
-        syn::UseTree::Rename(r) => {
-            let mut written = prefix.clone();
-            written.push(r.ident.to_string());
-            if r.ident == "self" {
-                written.pop();
-            }
-            leaf(prefix, UseLeaf::Name(r.rename.to_string(), written));
-        }
-        syn::UseTree::Glob(_) => leaf(prefix, UseLeaf::Glob),
-        syn::UseTree::Group(g) => {
-            for tree in &g.items {
-                flatten_use(tree, prefix.clone(), leaf);
-            }
-        }
-    }
-}
-
-/// Collects the paths of a module's code, skipping `#[cfg(test)]` items and the `use` items inside function bodies
-/// are taken as the paths they write.
-struct PathCollector<'a> {
-    paths: &'a mut Vec<Written>,
-}
-
-impl<'ast> Visit<'ast> for PathCollector<'_> {
-    fn visit_item(&mut self, item: &'ast syn::Item) {
-        if is_cfg_test(item_attrs(item)) {
-            return;
-        }
-        syn::visit::visit_item(self, item);
-    }
-
-    fn visit_impl_item(&mut self, item: &'ast syn::ImplItem) {
-        let attrs = match item {
-            syn::ImplItem::Const(i) => &i.attrs,
-            syn::ImplItem::Fn(i) => &i.attrs,
-            syn::ImplItem::Type(i) => &i.attrs,
-            syn::ImplItem::Macro(i) => &i.attrs,
-            _ => return syn::visit::visit_impl_item(self, item),
-        };
-        if !is_cfg_test(attrs) {
-            syn::visit::visit_impl_item(self, item);
-        }
-    }
-
-    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
-        flatten_use(&item.tree, Vec::new(), &mut |prefix, leaf| match leaf {
-            UseLeaf::Name(_, written) => self.paths.push(written),
-            UseLeaf::Glob => self.paths.push(prefix),
-        });
-    }
-
-    fn visit_path(&mut self, path: &'ast syn::Path) {
-        let mut written: Written = Vec::new();
-        if path.leading_colon.is_some() {
-            written.push(String::new());
-        }
-        written.extend(path.segments.iter().map(|s| s.ident.to_string()));
-        self.paths.push(written);
-        syn::visit::visit_path(self, path);
-    }
-
-    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
-        self.visit_path(&mac.path);
-        macro_paths(mac.tokens.clone(), self.paths);
-    }
-}
-
-/// The `a::b::c` paths in a macro's tokens (a macro's arguments are not parsed as Rust by `syn`).
-fn macro_paths(tokens: proc_macro2::TokenStream, paths: &mut Vec<Written>) {
-    let tokens: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
-    let mut i = 0;
-    while i < tokens.len() {
-        match &tokens[i] {
-            proc_macro2::TokenTree::Group(g) => macro_paths(g.stream(), paths),
-            proc_macro2::TokenTree::Ident(ident) => {
-                let mut written = vec![ident.to_string()];
-                let mut j = i + 1;
-                while let (Some(proc_macro2::TokenTree::Punct(a)), Some(proc_macro2::TokenTree::Punct(b))) =
-                    (tokens.get(j), tokens.get(j + 1))
-                {
-                    let Some(proc_macro2::TokenTree::Ident(next)) = tokens.get(j + 2) else { break };
-                    if a.as_char() != ':' || b.as_char() != ':' {
-                        break;
-                    }
-                    written.push(next.to_string());
-                    j += 3;
-                }
-                if written.len() > 1 {
-                    paths.push(written);
-                    i = j;
-                    continue;
+        Some(TokenTree::Punct(p)) if p.as_char() == '*' => leaf(prefix, UseLeaf::Glob),
+        Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => {
+            let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+            for tree in inner.split(|t| is_punct(Some(t), ',')) {
+                if !tree.is_empty() {
+                    flatten_use(tree, prefix.clone(), leaf);
                 }
             }
-            _ => {}
         }
-        i += 1;
+        _ => {}
     }
 }
 
