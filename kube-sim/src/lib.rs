@@ -14,6 +14,35 @@
 //! sim.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! # Layering
+//!
+//! Top to bottom; a module uses only modules on lines below its own, never one on its own line or above
+//! (`tests/e2e/tests/dependency_direction.rs` reads this list and checks it against the code; this file's own items
+//! sit above it all):
+//!
+//! 1. `server`, `kubelet` — the HTTP API server (routes, handlers, watches) and the kubelet and scheduler
+//!    simulator, which reaches the server only as a client;
+//! 2. `controllers` — the control loops next to the API server (garbage collector, namespace lifecycle…), which
+//!    also drive PodDisruptionBudget status and volume provisioning;
+//! 3. `disruption`, `manifests`, `table`, `volumes`, `workloads` — built on the registry: PodDisruptionBudgets and
+//!    eviction, `--apply`, Table output, the volume provisioner, the workload and endpoint controllers (whose own
+//!    writes go through admission as a controller's requests do);
+//! 4. `registry` — every verb's semantics; a write calls admission through `admission::Gate` right before it
+//!    commits;
+//! 5. `admission`, `auth`, `componentstatus`, `discovery`, `managed`, `openapi` — webhooks and
+//!    ValidatingAdmissionPolicies (they read the store, never write), authentication and RBAC, component statuses,
+//!    discovery documents, managed fields, the OpenAPI documents;
+//! 6. `patch`, `resources`, `routing`, `selector` — patch types, the resource catalog, where a Service's traffic
+//!    goes, label and field selectors;
+//! 7. `faults`, `protobuf`, [`schema`], `store`, `validation` — fault injection, protobuf request bodies, structural
+//!    schemas, the versioned object store, name and metadata validation;
+//! 8. `audit`, `codec`, `json`, `jsonpath`, `logs`, `meta`, `status`, [`testing`], `user`, `version` — leaves: the
+//!    audit log, decoding through k8s-openapi types, JSON helpers, JSONPath, pod logs, metadata accessors, API errors,
+//!    test polling, the authenticated user, the reported Kubernetes release.
+//!
+//! Within a folder, a module's children may use their parent's items, and siblings never form a circle (the same
+//! test).
 
 #![warn(unreachable_pub)]
 
@@ -40,6 +69,7 @@ mod patch;
 mod protobuf;
 mod registry;
 mod resources;
+mod routing;
 pub mod schema;
 mod selector;
 mod server;

@@ -1,7 +1,7 @@
 //! PersistentVolumeClaims as a cluster with a dynamic provisioner treats them.
 //!
-//! - Admission on create: `DefaultStorageClass` fills `spec.storageClassName` (absent, not `""`)
-//!   with the default class, `StorageObjectInUseProtection` adds the `kubernetes.io/pvc-protection`
+//! - Admission on create (`crate::registry::claims`): `DefaultStorageClass` fills `spec.storageClassName` (absent,
+//!   not `""`) with the default class, `StorageObjectInUseProtection` adds the `kubernetes.io/pvc-protection`
 //!   finalizer.
 //! - A simulated provisioner (`kube-sim.kourse.dev/hostpath`, the provisioner of the bootstrap
 //!   default class `standard`) provisions a PersistentVolume `pvc-<claim uid>` for each pending
@@ -17,16 +17,15 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::meta;
+use crate::registry::claims::{DEFAULT_CLASS_ANNOTATION, PVC_PROTECTION, class};
 use crate::registry::{DeleteOptions, Registry, WriteCtx};
 use crate::store::{ListRequest, object_key};
 
 /// The provisioner of kube-sim's storage classes.
 pub(crate) const PROVISIONER: &str = "kube-sim.kourse.dev/hostpath";
-pub(crate) const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
 pub(crate) const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
 const CLAIMS: &str = "persistentvolumeclaims";
 const VOLUMES: &str = "persistentvolumes";
-const DEFAULT_CLASS_ANNOTATION: &str = "storageclass.kubernetes.io/is-default-class";
 
 /// The bootstrap default StorageClass.
 pub(crate) fn default_storage_class() -> Value {
@@ -38,45 +37,6 @@ pub(crate) fn default_storage_class() -> Value {
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",
     })
-}
-
-fn classes(registry: &Registry) -> Vec<Arc<Value>> {
-    let Some(rd) = registry.catalog.get("storage.k8s.io", "v1", "storageclasses") else { return vec![] };
-    registry.store.snapshot(&rd.storage).into_iter().map(|(_, v)| v).collect()
-}
-
-fn class(registry: &Registry, name: &str) -> Option<Arc<Value>> {
-    classes(registry).into_iter().find(|c| meta::name(c) == name)
-}
-
-/// Admission for a claim being created: default class and the protection finalizer.
-pub(crate) fn admit_claim(registry: &Registry, claim: &mut Value) {
-    let has_class = claim.get("spec").and_then(|s| s.get("storageClassName")).is_some_and(|c| !c.is_null());
-    if !has_class {
-        let mut defaults: Vec<Arc<Value>> = classes(registry)
-            .into_iter()
-            .filter(|c| {
-                meta::annotations(c).and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION)).and_then(Value::as_str)
-                    == Some("true")
-            })
-            .collect();
-        // Several defaults: the newest wins (as since Kubernetes 1.26).
-        defaults.sort_by(|a, b| {
-            meta::meta_str(a, "creationTimestamp")
-                .cmp(&meta::meta_str(b, "creationTimestamp"))
-                .then(meta::name(a).cmp(meta::name(b)))
-        });
-        if let Some(c) = defaults.last()
-            && let Some(spec) = claim.get_mut("spec").and_then(Value::as_object_mut)
-        {
-            spec.insert("storageClassName".into(), json!(meta::name(c)));
-        }
-    }
-    let mut fins = meta::finalizers(claim);
-    if !fins.iter().any(|f| f == PVC_PROTECTION) {
-        fins.push(PVC_PROTECTION.to_string());
-        meta::set_finalizers(claim, &fins);
-    }
 }
 
 fn claim_names_of(pod: &Value) -> Vec<&str> {

@@ -109,7 +109,7 @@ impl Caller {
         let port_name = svc_port.get("name").and_then(Value::as_str).unwrap_or("");
         let none = || format!("no endpoints available for service {name:?}");
         let pick = |addrs: Vec<SocketAddr>| addrs.get(rand::random_range(0..addrs.len().max(1))).copied();
-        if let Some(addrs) = crate::workloads::endpoints::routable(store, namespace, name, port_name) {
+        if let Some(addrs) = crate::routing::routable(store, namespace, name, port_name) {
             return pick(addrs).ok_or_else(none);
         }
         let endpoints = store.get("endpoints", &object_key(namespace, name)).ok_or_else(none)?;

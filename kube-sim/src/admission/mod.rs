@@ -15,7 +15,6 @@ pub(crate) mod auth;
 pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod gate;
-pub(crate) mod internal;
 pub(crate) mod policy;
 
 use std::collections::BTreeMap;
@@ -27,11 +26,10 @@ pub use client::ServiceAddress;
 use config::Webhook;
 pub(crate) use gate::{Gate, Probed};
 
-use crate::registry::Registry;
-use crate::resources::ResourceDef;
+use crate::resources::{Catalog, ResourceDef};
 use crate::selector::object_labels;
 use crate::status::ApiError;
-use crate::store::object_key;
+use crate::store::{Store, object_key};
 use crate::user::UserInfo;
 
 /// Store bucket of the validating webhook configurations.
@@ -101,6 +99,15 @@ impl Candidates {
     }
 }
 
+/// What admission reads of the cluster: the stored webhook configurations, policies, namespaces, Services and
+/// endpoints, and the served versions of each resource. Admission never writes; the registry's writes call it
+/// through [`Gate`], which is why it sits below the registry and reads the store directly.
+#[derive(Clone, Copy)]
+pub(crate) struct Cluster<'a> {
+    pub store: &'a Store,
+    pub catalog: &'a Catalog,
+}
+
 /// kube-sim's admission webhook dispatcher.
 #[derive(Default)]
 pub(crate) struct Admission {
@@ -147,7 +154,7 @@ impl Admission {
     /// `matchPolicy: Equivalent` another served version of the same resource may match).
     fn invocation<'h>(
         &self,
-        registry: &Registry,
+        cluster: Cluster<'_>,
         hook: &'h Webhook,
         op: Operation,
         kind: &(String, String, String),
@@ -160,33 +167,29 @@ impl Admission {
         if !hook.equivalent || !(req.subresource.is_empty() || req.subresource == "status") {
             return None;
         }
-        registry
-            .catalog
-            .versions_of(group, &req.rd.plural)
-            .into_iter()
-            .filter(|d| d.version != req.rd.version)
-            .find_map(|d| {
-                hook.rules.iter().any(|r| rule_matches(r, op, group, &d.version, req)).then(|| Invocation {
-                    hook,
-                    version: d.version.clone(),
-                    kind: d.kind.clone(),
-                })
+        let versions = cluster.catalog.versions_of(group, &req.rd.plural);
+        versions.into_iter().filter(|d| d.version != req.rd.version).find_map(|d| {
+            hook.rules.iter().any(|r| rule_matches(r, op, group, &d.version, req)).then(|| Invocation {
+                hook,
+                version: d.version.clone(),
+                kind: d.kind.clone(),
             })
+        })
     }
 
     /// Every validating webhook, configurations in name order, webhooks in listed order.
-    fn webhooks(registry: &Registry) -> Vec<Webhook> {
-        let mut configs = registry.store.snapshot(VALIDATING_STORAGE);
+    fn webhooks(cluster: Cluster<'_>) -> Vec<Webhook> {
+        let mut configs = cluster.store.snapshot(VALIDATING_STORAGE);
         configs.sort_by(|a, b| crate::meta::name(&a.1).cmp(crate::meta::name(&b.1)));
         configs.iter().flat_map(|(_, c)| config::webhooks(c)).collect()
     }
 
     /// The policy bindings and webhooks that may apply to a request that can turn out as one of `ops` (a patch may
     /// create), before the object is known. Empty: the request needs no admission.
-    pub(crate) fn candidates(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Candidates {
+    pub(crate) fn candidates(&self, cluster: Cluster<'_>, req: &Request<'_>, ops: &[Operation]) -> Candidates {
         Candidates {
-            policies: policy::candidates(registry, req, ops),
-            webhooks: self.candidate_webhooks(registry, req, ops),
+            policies: policy::candidates(cluster, req, ops),
+            webhooks: self.candidate_webhooks(cluster, req, ops),
         }
     }
 
@@ -194,31 +197,31 @@ impl Admission {
     /// them), then the webhooks. `Ok` carries the webhooks' warnings.
     pub(crate) async fn admit(
         &self,
-        registry: &Registry,
+        cluster: Cluster<'_>,
         candidates: &Candidates,
         req: &Request<'_>,
         a: &Attempt,
     ) -> Result<Vec<String>, ApiError> {
-        policy::admit(registry, &candidates.policies, req, a)?;
-        self.validate(registry, &candidates.webhooks, req, a).await
+        policy::admit(cluster, &candidates.policies, req, a)?;
+        self.validate(cluster, &candidates.webhooks, req, a).await
     }
 
     /// The webhooks whose rules may match a request that can turn out as one of `ops`, before the object is known.
-    fn candidate_webhooks(&self, registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Webhook> {
-        if req.rd.group == config::GROUP || registry.store.count(VALIDATING_STORAGE, None) == 0 {
+    fn candidate_webhooks(&self, cluster: Cluster<'_>, req: &Request<'_>, ops: &[Operation]) -> Vec<Webhook> {
+        if req.rd.group == config::GROUP || cluster.store.count(VALIDATING_STORAGE, None) == 0 {
             return Vec::new();
         }
         let kind = (req.rd.group.clone(), req.rd.version.clone(), req.rd.kind.clone());
-        Self::webhooks(registry)
+        Self::webhooks(cluster)
             .into_iter()
-            .filter(|h| ops.iter().any(|op| self.invocation(registry, h, *op, &kind, req).is_some()))
+            .filter(|h| ops.iter().any(|op| self.invocation(cluster, h, *op, &kind, req).is_some()))
             .collect()
     }
 
     /// The labels `namespaceSelector` is evaluated against; `None` when it does not apply
     /// (cluster-scoped resources other than namespaces).
     pub(crate) fn namespace_labels(
-        registry: &Registry,
+        cluster: Cluster<'_>,
         req: &Request<'_>,
         a: &Attempt,
     ) -> Option<BTreeMap<String, String>> {
@@ -230,22 +233,22 @@ impl Admission {
         if ns.is_empty() {
             return None;
         }
-        Some(registry.store.get("namespaces", &object_key("", ns)).map(|n| object_labels(&n)).unwrap_or_default())
+        Some(cluster.store.get("namespaces", &object_key("", ns)).map(|n| object_labels(&n)).unwrap_or_default())
     }
 
     /// Calls the matching webhooks for one attempt. `Ok` carries the webhooks' warnings; `Err`
     /// is the refusal (or the call failure of a `Fail` webhook) the client gets.
     pub(crate) async fn validate(
         &self,
-        registry: &Registry,
+        cluster: Cluster<'_>,
         hooks: &[Webhook],
         req: &Request<'_>,
         a: &Attempt,
     ) -> Result<Vec<String>, ApiError> {
-        let ns_labels = Self::namespace_labels(registry, req, a);
+        let ns_labels = Self::namespace_labels(cluster, req, a);
         let mut calls = Vec::new();
         for hook in hooks {
-            let Some(inv) = self.invocation(registry, hook, a.operation, &a.kind, req) else { continue };
+            let Some(inv) = self.invocation(cluster, hook, a.operation, &a.kind, req) else { continue };
             if let Some(labels) = &ns_labels
                 && !hook.namespace_selector.matches(labels)
             {
@@ -271,7 +274,7 @@ impl Admission {
         let futures = calls.iter().map(|inv| {
             let review = self.review(req, a, inv);
             async move {
-                let result = self.caller.call(&registry.store, inv.hook, &review).await;
+                let result = self.caller.call(cluster.store, inv.hook, &review).await;
                 (inv.hook, result)
             }
         });
@@ -465,8 +468,12 @@ mod tests {
         assert_eq!(e.message, "admission webhook \"d.example.com\" denied the request: Because");
     }
 
-    fn registry() -> Registry {
-        Registry::new(crate::store::Store::new(100, 100), std::sync::Arc::new(crate::resources::Catalog::new()))
+    fn registry() -> crate::registry::Registry {
+        crate::registry::Registry::new(Store::new(100, 100), std::sync::Arc::new(Catalog::new()))
+    }
+
+    fn cluster(reg: &crate::registry::Registry) -> Cluster<'_> {
+        Cluster { store: &reg.store, catalog: &reg.catalog }
     }
 
     fn webhook(side_effects: &str, rules: Value) -> Webhook {
@@ -485,7 +492,7 @@ mod tests {
         let matches = |rule: Value, op: Operation, r: &Request<'_>| {
             let h = webhook("None", json!([rule]));
             let kind = (r.rd.group.clone(), r.rd.version.clone(), r.rd.kind.clone());
-            Admission::default().invocation(&reg, &h, op, &kind, r).is_some()
+            Admission::default().invocation(cluster(&reg), &h, op, &kind, r).is_some()
         };
         let rule = |ops: &[&str], res: &[&str], scope: &str| json!({"operations": ops, "apiGroups": [""], "apiVersions": ["v1"], "resources": res, "scope": scope});
         let pod = req(&pods, "");
@@ -525,7 +532,7 @@ mod tests {
             options: options(Operation::Create, true, None, None),
         };
         let dry = Request { rd: &cms, subresource: "", namespace: "default", user: &user, dry_run: true };
-        let e = Admission::default().validate(&reg, &hooks, &dry, &attempt).await.unwrap_err();
+        let e = Admission::default().validate(cluster(&reg), &hooks, &dry, &attempt).await.unwrap_err();
         assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
         assert_eq!(e.message, "admission webhook \"w.example.com\" does not support dry run");
     }

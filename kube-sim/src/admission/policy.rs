@@ -22,8 +22,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Attempt, Operation, Request};
-use crate::registry::Registry;
+use super::{Attempt, Cluster, Operation, Request};
 use crate::selector::LabelSelector;
 use crate::status::{ApiError, FieldError};
 use crate::store::object_key;
@@ -111,18 +110,18 @@ fn enforced(binding: &Value) -> bool {
 }
 
 /// The bindings that may apply to a request that can turn out as one of `ops`, before the object is known.
-pub(crate) fn candidates(registry: &Registry, req: &Request<'_>, ops: &[Operation]) -> Vec<Bound> {
-    if req.rd.group == super::config::GROUP || registry.store.count(BINDINGS, None) == 0 {
+pub(crate) fn candidates(cluster: Cluster<'_>, req: &Request<'_>, ops: &[Operation]) -> Vec<Bound> {
+    if req.rd.group == super::config::GROUP || cluster.store.count(BINDINGS, None) == 0 {
         return Vec::new();
     }
-    let mut bindings = registry.store.snapshot(BINDINGS);
+    let mut bindings = cluster.store.snapshot(BINDINGS);
     bindings.sort_by(|a, b| crate::meta::name(&a.1).cmp(crate::meta::name(&b.1)));
     bindings
         .into_iter()
         .filter(|(_, b)| enforced(b))
         .filter_map(|(_, binding)| {
             let policy_name = binding.pointer("/spec/policyName").and_then(Value::as_str)?;
-            let policy = registry.store.get(POLICIES, policy_name)?;
+            let policy = cluster.store.get(POLICIES, policy_name)?;
             let bound = Bound { policy, binding };
             let constraints = bound.spec().get("matchConstraints");
             let any = ops.iter().any(|op| {
@@ -269,16 +268,16 @@ fn code_of(reason: &str) -> u16 {
 }
 
 /// Evaluates the candidate bindings on one attempt; the first refusal (bindings in name order) is the error.
-pub(crate) fn admit(registry: &Registry, bound: &[Bound], req: &Request<'_>, a: &Attempt) -> Result<(), ApiError> {
+pub(crate) fn admit(cluster: Cluster<'_>, bound: &[Bound], req: &Request<'_>, a: &Attempt) -> Result<(), ApiError> {
     if bound.is_empty() {
         return Ok(());
     }
-    let ns_labels = super::Admission::namespace_labels(registry, req, a);
+    let ns_labels = super::Admission::namespace_labels(cluster, req, a);
     let name = (!a.name.is_empty()).then_some(a.name.as_str());
     let namespace_object = if req.namespace.is_empty() {
         Value::Null
     } else {
-        registry.store.get("namespaces", &object_key("", req.namespace)).map(|n| (*n).clone()).unwrap_or(Value::Null)
+        cluster.store.get("namespaces", &object_key("", req.namespace)).map(|n| (*n).clone()).unwrap_or(Value::Null)
     };
     let request = request_value(req, a);
     for b in bound {

@@ -6,6 +6,7 @@
 //! way `GuaranteedUpdate` does). Controllers inside kube-sim (garbage collector, namespace and
 //! CRD lifecycle) use the same entry points as HTTP clients.
 
+pub(crate) mod claims;
 pub(crate) mod crd;
 pub(crate) mod defaults;
 mod delete;
@@ -461,7 +462,7 @@ impl Registry {
         }
         let mut obj = self.to_storage(rd, obj);
         if rd.special == Special::PersistentVolumeClaim {
-            crate::volumes::admit_claim(self, &mut obj);
+            claims::admit_claim(self, &mut obj);
         }
         strategy::prepare_create(rd, &mut obj, sa_automount);
         if rd.special == Special::Service {

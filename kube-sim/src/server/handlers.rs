@@ -752,6 +752,11 @@ async fn delete_collection(c: &Ctx, body: &[u8]) -> Result<Response, ApiError> {
     ))
 }
 
+/// What admission reads of the cluster: the registry's store and catalog.
+fn admission_cluster(c: &Ctx) -> crate::admission::Cluster<'_> {
+    crate::admission::Cluster { store: &c.st.registry.store, catalog: &c.st.registry.catalog }
+}
+
 /// The admission view of this request and the webhooks that may apply to it.
 fn admission_request<'a>(
     c: &'a Ctx,
@@ -766,7 +771,7 @@ fn admission_request<'a>(
         user: &c.user,
         dry_run,
     };
-    let hooks = c.st.admission.candidates(&c.st.registry, &req, ops);
+    let hooks = c.st.admission.candidates(admission_cluster(c), &req, ops);
     (req, hooks)
 }
 
@@ -843,7 +848,7 @@ async fn admitted_with<T>(
             old_object,
             options: crate::admission::options(operation, req.dry_run, field_manager, delete_body.as_ref()),
         };
-        let warnings = c.st.admission.admit(&c.st.registry, &hooks, &req, &attempt).await?;
+        let warnings = c.st.admission.admit(admission_cluster(c), &hooks, &req, &attempt).await?;
         set_gate(Some(Gate::commit(probed)));
         let outcome = run();
         set_gate(None);
@@ -882,7 +887,7 @@ async fn admit_request_object(
         old_object: None,
         options: crate::admission::options(Operation::Create, req.dry_run, c.query.get("fieldManager"), None),
     };
-    c.st.admission.admit(&c.st.registry, &hooks, &req, &attempt).await
+    c.st.admission.admit(admission_cluster(c), &hooks, &req, &attempt).await
 }
 
 /// The request's `DeleteOptions` as sent (body and query), for the AdmissionReview.

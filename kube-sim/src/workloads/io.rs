@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::admission::{Admission, Operation, internal};
+use super::admitted;
+use crate::admission::{Admission, Operation};
 use crate::meta;
 use crate::registry::{DeleteOptions, Endpoint, Registry, WriteCtx};
 use crate::resources::ResourceDef;
@@ -41,7 +42,7 @@ pub(super) fn create(
     registry.create(&rd, ns, body, &mut WriteCtx::internal(manager))
 }
 
-/// [`create`] as `controller`'s request, through validating admission (`crate::admission::internal`).
+/// [`create`] as `controller`'s request, through validating admission ([`admitted`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn create_admitted(
     registry: &Registry,
@@ -54,8 +55,8 @@ pub(super) async fn create_admitted(
     body: Value,
 ) -> Result<Arc<Value>, ApiError> {
     let rd = def(registry, group, version, plural)?;
-    let user = internal::controller_user(controller);
-    internal::admitted(admission, registry, &rd, ns, &user, &[Operation::Create], |gate| {
+    let user = admitted::controller_user(controller);
+    admitted::run(admission, registry, &rd, ns, &user, &[Operation::Create], |gate| {
         let mut ctx = WriteCtx::internal(controller);
         ctx.admission = gate;
         registry.create(&rd, ns, body.clone(), &mut ctx)
@@ -77,8 +78,8 @@ pub(super) async fn delete_admitted(
     name: &str,
 ) -> bool {
     let Ok(rd) = def(registry, group, version, plural) else { return false };
-    let user = internal::controller_user(controller);
-    let result = internal::admitted(admission, registry, &rd, ns, &user, &[Operation::Delete], |gate| {
+    let user = admitted::controller_user(controller);
+    let result = admitted::run(admission, registry, &rd, ns, &user, &[Operation::Delete], |gate| {
         let mut ctx = WriteCtx::internal(controller);
         ctx.admission = gate;
         registry.delete(&rd, ns, name, DeleteOptions::default(), &mut ctx)

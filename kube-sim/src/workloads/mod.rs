@@ -10,6 +10,7 @@
 //! controllers' work queues do (a sync may ask to run again later: `minReadySeconds`,
 //! `progressDeadlineSeconds`).
 
+mod admitted;
 mod deployment;
 pub(crate) mod endpoints;
 mod events;

@@ -3,14 +3,15 @@
 //! ValidatingAdmissionPolicies) that match them, as the controller's ServiceAccount, and a refusal fails the
 //! write (the controller records it and tries again later, as the real one does).
 //!
-//! The write runs as `gate` describes for an API request: a probe run stops at the commit point, the matching
-//! webhooks are called with the objects it was about to write, and a commit run writes only what they saw.
+//! The write runs as `crate::admission::gate` describes for an API request: a probe run stops at the commit point,
+//! the matching webhooks are called with the objects it was about to write, and a commit run writes only what they
+//! saw.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Admission, Attempt, Gate, Operation, Request};
+use crate::admission::{Admission, Attempt, Cluster, Gate, Operation, Request};
 use crate::registry::Registry;
 use crate::resources::ResourceDef;
 use crate::status::ApiError;
@@ -20,7 +21,7 @@ use crate::user::UserInfo;
 const ATTEMPTS: usize = 16;
 
 /// The identity a kube-controller-manager controller writes as (its ServiceAccount in `kube-system`).
-pub(crate) fn controller_user(controller: &str) -> UserInfo {
+pub(super) fn controller_user(controller: &str) -> UserInfo {
     UserInfo {
         name: format!("system:serviceaccount:kube-system:{controller}"),
         uid: String::new(),
@@ -33,26 +34,27 @@ pub(crate) fn controller_user(controller: &str) -> UserInfo {
     }
 }
 
-/// Runs `run` (a registry write of `rd` in `ns` that can turn out as one of `ops`) through validating admission
-/// as `user`. `run` gets the gate to put in its `WriteCtx`: none when nothing matches, so the write runs once.
-pub(crate) async fn admitted<T>(
+/// Runs `write` (a registry write of `rd` in `ns` that can turn out as one of `ops`) through validating admission
+/// as `user`. `write` gets the gate to put in its `WriteCtx`: none when nothing matches, so the write runs once.
+pub(super) async fn run<T>(
     admission: &Admission,
     registry: &Registry,
     rd: &ResourceDef,
     ns: &str,
     user: &UserInfo,
     ops: &[Operation],
-    run: impl Fn(Option<Gate>) -> Result<T, ApiError>,
+    write: impl Fn(Option<Gate>) -> Result<T, ApiError>,
 ) -> Result<T, ApiError> {
+    let cluster = Cluster { store: &registry.store, catalog: &registry.catalog };
     let req = Request { rd, subresource: "", namespace: ns, user, dry_run: false };
-    let candidates = admission.candidates(registry, &req, ops);
+    let candidates = admission.candidates(cluster, &req, ops);
     if candidates.is_empty() {
-        return run(None);
+        return write(None);
     }
     let mut name = String::new();
     for _ in 0..ATTEMPTS {
         let probe = Gate::probe();
-        let outcome = run(Some(probe.clone()));
+        let outcome = write(Some(probe.clone()));
         let Some(probed) = probe.probed() else {
             // No write reached its commit point (an error, or nothing to write).
             return outcome;
@@ -68,10 +70,10 @@ pub(crate) async fn admitted<T>(
             object,
             old_object,
             // client-go's controllers send empty options.
-            options: super::options(operation, false, None, None),
+            options: crate::admission::options(operation, false, None, None),
         };
-        admission.admit(registry, &candidates, &req, &attempt).await?;
-        match run(Some(Gate::commit(probed))) {
+        admission.admit(cluster, &candidates, &req, &attempt).await?;
+        match write(Some(Gate::commit(probed))) {
             Err(e) if Gate::is_stale(&e) => continue,
             other => return other,
         }
