@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::config::parse_duration;
+use super::duration::parse_duration;
 
 /// Duration from container start to ready (overrides `--ready-delay`).
 pub(crate) const READY_AFTER: &str = "kube-sim.kourse.dev/ready-after";

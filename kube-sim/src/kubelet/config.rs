@@ -8,6 +8,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use super::Error;
+use super::duration::parse_duration;
 use super::process::images::{self, ImageMap, ImageRule};
 use super::quantity;
 
@@ -228,15 +229,6 @@ fn binaries_dir() -> Option<std::path::PathBuf> {
     Some(if dir.ends_with("deps") { dir.parent()?.to_path_buf() } else { dir.to_path_buf() })
 }
 
-/// Accepts Go/humantime durations (`300ms`, `1m30s`) and bare seconds (`5`, `0.5`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if let Ok(secs) = text.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs).map_err(|e| format!("{text:?}: {e}"));
-    }
-    humantime::parse_duration(text).map_err(|e| format!("{text:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,15 +286,5 @@ mod tests {
         }
         let valid = KubeletConfig::default().validate().unwrap();
         assert_eq!(valid.node_names(), ["kube-sim-node-1", "kube-sim-node-2", "kube-sim-node-3"]);
-    }
-
-    #[test]
-    fn durations_parse_both_styles() {
-        assert_eq!(parse_duration("300ms"), Ok(Duration::from_millis(300)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("0.5"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1").is_err());
     }
 }

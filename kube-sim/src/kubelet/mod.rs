@@ -26,6 +26,7 @@
 mod agent;
 pub(crate) mod behaviour;
 mod config;
+mod duration;
 mod endpoint;
 mod events;
 pub(crate) mod image;
@@ -39,7 +40,8 @@ mod scheduler;
 mod status;
 mod writes;
 
-pub use config::{KubeletConfig, parse_duration};
+pub use config::KubeletConfig;
+pub use duration::parse_duration;
 pub use process::images::ImageRule;
 
 /// Why the kubelet simulator could not run.
