@@ -48,6 +48,19 @@ async fn walkthrough() {
     drop(book);
 }
 
+/// The shadow hooks page's scene on its own sandbox: the walkthrough's GameDeployment, the fail template renamed
+/// `trial` (measuring every 180s, so the real hook ends first) as its shadow pre-delete hook, a scale-in from 6 to 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_hooks() {
+    ensure_binaries();
+    let mut sandbox = Sandbox::start_with(free_base(), &["--fast"]);
+    sandbox.wait_ready().await;
+    let book = Book::of_this_test();
+    let mut shell = Reader::new(&sandbox.state().join("kubeconfig"));
+    shell.run_next(&book, "api/shadow-hooks.md", None).await;
+    drop(book);
+}
+
 /// The server-declared state page's scene on its own sandbox: `examples/inplace-update.yaml`, one server labelled
 /// `Maintaining`, an image change rolled in place around it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
