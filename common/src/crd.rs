@@ -22,23 +22,20 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     for (_, crd) in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
-                restore_int_or_string(schema);
-                unwrap_descriptions(schema);
+                for_each_schema(schema, &mut |schema| {
+                    restore_int_or_string(schema);
+                    unwrap_descriptions(schema);
+                });
             }
         }
     }
     crds
 }
 
-/// kube's structural rewriter strips `type` from `anyOf` branches, which leaves int-or-string fields
-/// accepting any JSON type; put back the `anyOf: [{type: integer}, {type: string}]` the API server expects.
-fn restore_int_or_string(schema: &mut JSONSchemaProps) {
-    if schema.x_kubernetes_int_or_string == Some(true) {
-        schema.any_of = Some(vec![
-            JSONSchemaProps { type_: Some("integer".into()), ..Default::default() },
-            JSONSchemaProps { type_: Some("string".into()), ..Default::default() },
-        ]);
-    }
+/// Calls `visit` on `schema` and then on every schema nested in it (properties, array items, additional
+/// properties), depth first.
+fn for_each_schema(schema: &mut JSONSchemaProps, visit: &mut impl FnMut(&mut JSONSchemaProps)) {
+    visit(schema);
     let children = schema
         .properties
         .iter_mut()
@@ -52,7 +49,18 @@ fn restore_int_or_string(schema: &mut JSONSchemaProps) {
             JSONSchemaPropsOrBool::Bool(_) => None,
         }));
     for child in children {
-        restore_int_or_string(child);
+        for_each_schema(child, visit);
+    }
+}
+
+/// kube's structural rewriter strips `type` from `anyOf` branches, which leaves int-or-string fields
+/// accepting any JSON type; put back the `anyOf: [{type: integer}, {type: string}]` the API server expects.
+fn restore_int_or_string(schema: &mut JSONSchemaProps) {
+    if schema.x_kubernetes_int_or_string == Some(true) {
+        schema.any_of = Some(vec![
+            JSONSchemaProps { type_: Some("integer".into()), ..Default::default() },
+            JSONSchemaProps { type_: Some("string".into()), ..Default::default() },
+        ]);
     }
 }
 
@@ -65,21 +73,6 @@ fn unwrap_descriptions(schema: &mut JSONSchemaProps) {
             .map(|paragraph| paragraph.split('\n').map(str::trim).collect::<Vec<_>>().join(" "))
             .collect::<Vec<_>>()
             .join("\n\n");
-    }
-    let children = schema
-        .properties
-        .iter_mut()
-        .flat_map(|props| props.values_mut())
-        .chain(schema.items.iter_mut().filter_map(|items| match items {
-            JSONSchemaPropsOrArray::Schema(item) => Some(item.as_mut()),
-            JSONSchemaPropsOrArray::Schemas(_) => None,
-        }))
-        .chain(schema.additional_properties.iter_mut().filter_map(|extra| match extra {
-            JSONSchemaPropsOrBool::Schema(extra) => Some(extra.as_mut()),
-            JSONSchemaPropsOrBool::Bool(_) => None,
-        }));
-    for child in children {
-        unwrap_descriptions(child);
     }
 }
 
