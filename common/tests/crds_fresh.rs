@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinitionVersion;
+
 #[test]
 fn checked_in_crds_match_the_rust_types() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -34,6 +36,18 @@ fn crds_fit_in_kubectl_apply_annotation() {
     }
 }
 
+/// The printer columns of the default view, as (name, JSONPath): priority 0 is BCS's view; `-o wide` columns
+/// (priority 1) are additions.
+fn default_columns(version: &CustomResourceDefinitionVersion) -> Vec<(&str, &str)> {
+    version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .filter(|c| c.priority.unwrap_or(0) == 0)
+        .map(|c| (c.name.as_str(), c.json_path.as_str()))
+        .collect()
+}
+
 #[test]
 fn crd_metadata_matches_bcs() {
     let crds = common::crd::all();
@@ -42,14 +56,7 @@ fn crd_metadata_matches_bcs() {
     };
     let gd = by_name("gamedeployments.tkex.tencent.com");
     let version = &gd.spec.versions[0];
-    // The default view (priority 0) is BCS's; `-o wide` columns (priority 1) are additions.
-    let columns: Vec<_> = version
-        .additional_printer_columns
-        .iter()
-        .flatten()
-        .filter(|c| c.priority.unwrap_or(0) == 0)
-        .map(|c| (c.name.as_str(), c.json_path.as_str()))
-        .collect();
+    let columns = default_columns(version);
     assert_eq!(
         columns,
         [
@@ -71,14 +78,7 @@ fn crd_metadata_matches_bcs() {
 
     let hr = by_name("hookruns.tkex.tencent.com");
     let version = &hr.spec.versions[0];
-    // The default view (priority 0) is BCS's; `-o wide` columns (priority 1) are additions.
-    let columns: Vec<_> = version
-        .additional_printer_columns
-        .iter()
-        .flatten()
-        .filter(|c| c.priority.unwrap_or(0) == 0)
-        .map(|c| (c.name.as_str(), c.json_path.as_str()))
-        .collect();
+    let columns = default_columns(version);
     assert_eq!(columns, [("PHASE", ".status.phase"), ("AGE", ".metadata.creationTimestamp")]);
     assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
     let ht = by_name("hooktemplates.tkex.tencent.com");
