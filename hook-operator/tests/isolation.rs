@@ -223,3 +223,78 @@ async fn a_worker_dies_with_its_operator() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// An HTTP server on loopback answering every request on a connection with `body` (keep-alive).
+async fn answering(body: &'static str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 1024];
+                while let Ok(n @ 1..) = socket.read(&mut buffer).await {
+                    request.extend_from_slice(&buffer[..n]);
+                    // Requests without a body: each ends at its blank line.
+                    while let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        request.drain(..end + 4);
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The common case stays off the workers' path: with worker processes configured (the operator's default), a small
+/// answer read by member names (`{$.age}`) and judged by a loop-free condition on a scalar is read and judged on the
+/// measuring task, and no worker process is started for it; a condition with a predicate on the same answer goes to
+/// a worker (which shows the counters count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walkthroughs_measurement_starts_no_worker() {
+    use common::api::{Metric, MetricProvider, WebMetric};
+    use hook_operator::isolation::{Evaluator, Isolation};
+    use hook_operator::providers::{ProviderSettings, Providers};
+
+    let addr = answering(r#"{"name":"bryan","male":"yes","age":45}"#).await;
+    let settings = ProviderSettings {
+        isolation: Isolation::Processes(env!("CARGO_BIN_EXE_hook-operator").into()),
+        ..ProviderSettings::default()
+    };
+    let providers = Providers::new(&settings, None).unwrap();
+    let Evaluator::Processes(workers) = &providers.conditions else { panic!("worker processes were configured") };
+    let metric = |condition: &str| Metric {
+        name: "webtest".into(),
+        success_condition: Some(condition.into()),
+        provider: MetricProvider {
+            web: Some(WebMetric {
+                url: format!("http://{addr}/"),
+                json_path: Some("{$.age}".into()),
+                ..WebMetric::default()
+            }),
+            ..MetricProvider::default()
+        },
+        ..Metric::default()
+    };
+    let cheap = metric("asInt(result) > 30");
+    for _ in 0..3 {
+        let taken = hook_operator::measure::take_in(&providers, "tenant", &cheap, &[]).await;
+        assert_eq!(taken.measurement.phase, Some(HookPhase::Successful), "{:?}", taken.measurement);
+    }
+    let stats = workers.stats();
+    assert_eq!((stats.spawned, stats.evaluated), (0, 0), "{stats:?}");
+
+    let predicate = metric("all([1, 2, 3], {# > 0}) && asInt(result) > 30");
+    let taken = hook_operator::measure::take_in(&providers, "tenant", &predicate, &[]).await;
+    assert_eq!(taken.measurement.phase, Some(HookPhase::Successful), "{:?}", taken.measurement);
+    let stats = workers.stats();
+    assert_eq!((stats.spawned, stats.evaluated), (1, 1), "{stats:?}");
+}
