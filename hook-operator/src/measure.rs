@@ -86,7 +86,7 @@ pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, ar
         }
     }
     for text in [&mut taken.measurement.message, &mut taken.measurement.value].into_iter().flatten() {
-        *text = crate::providers::redact::text(text, &sensitive);
+        crate::providers::redact::text_in_place(text, &sensitive);
     }
     taken
 }

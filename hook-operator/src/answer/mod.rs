@@ -43,10 +43,11 @@ impl From<crate::conditions::template::TemplateError> for ProviderError {
 /// response cannot bloat the HookRun (BCS stored whatever came back).
 pub fn display(value: &serde_json::Value) -> String {
     let text = match value {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
+        serde_json::Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+        other => std::borrow::Cow::Owned(other.to_string()),
     };
-    crate::text::excerpt(&text, 1024)
+    // Copied once: a short value (the usual case) is kept as made, only a long one is cut.
+    if text.chars().count() <= 1024 { text.into_owned() } else { crate::text::excerpt(&text, 1024) }
 }
 
 /// The start of a body for error messages.

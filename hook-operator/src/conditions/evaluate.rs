@@ -391,10 +391,15 @@ pub fn inline_safe(success: Option<&str>, failure: Option<&str>, result: &Value)
     scalar && [success, failure].into_iter().flatten().all(loop_free)
 }
 
+/// Whether `expression` has a `|` that is not half of `||` (a pipe), without copying it.
+fn lone_pipe(expression: &str) -> bool {
+    expression.split("||").any(|part| part.contains('|'))
+}
+
 fn loop_free(expression: &str) -> bool {
     if expression.len() > common::api::limits::MAX_CONDITION
         || expression.contains(['{', '}', '#', '[', '\\'])
-        || expression.replace("||", "").contains('|')
+        || lone_pipe(expression)
         || expression.contains("..")
     {
         return false;

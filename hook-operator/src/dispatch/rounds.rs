@@ -24,26 +24,87 @@ pub struct Round {
     pub changed: bool,
 }
 
-/// `f` on `status` with its measurement histories set aside (put back after).
-fn histories_aside<R>(status: &mut common::api::HookRunStatus, f: impl FnOnce(&common::api::HookRunStatus) -> R) -> R {
-    let histories: Vec<_> = status.metric_results.iter_mut().map(|r| std::mem::take(&mut r.measurements)).collect();
-    let result = f(status);
-    for (metric, history) in status.metric_results.iter_mut().zip(histories) {
-        metric.measurements = history;
+/// A status apart from its measurement histories, to tell whether a plan changed it without copying the histories.
+/// Kept per run and overwritten in place: after a run's first rounds, taking it allocates nothing.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Outline {
+    phase: Option<common::api::HookPhase>,
+    message: Option<String>,
+    started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    metrics: Vec<MetricOutline>,
+}
+
+/// A metric result apart from its history.
+#[derive(Debug, Default, PartialEq)]
+struct MetricOutline {
+    name: String,
+    phase: Option<common::api::HookPhase>,
+    message: Option<String>,
+    /// count, successful, failed, inconclusive, error, consecutiveError, consecutiveSuccessful.
+    counters: [i32; 7],
+}
+
+impl MetricOutline {
+    /// Every field of `result` but its history (destructured: a new field must be placed here or ignored here).
+    fn parts(result: &common::api::MetricResult) -> (&str, Option<common::api::HookPhase>, &Option<String>, [i32; 7]) {
+        let common::api::MetricResult {
+            name,
+            phase,
+            measurements: _,
+            message,
+            count,
+            successful,
+            failed,
+            inconclusive,
+            error,
+            consecutive_error,
+            consecutive_successful,
+        } = result;
+        let counters =
+            [*count, *successful, *failed, *inconclusive, *error, *consecutive_error, *consecutive_successful];
+        (name, *phase, message, counters)
     }
-    result
 }
 
-/// A copy of `status` without the measurement histories (cheap: no measurement is copied).
-fn without_histories(status: &mut common::api::HookRunStatus) -> common::api::HookRunStatus {
-    histories_aside(status, Clone::clone)
-}
+impl Outline {
+    /// Becomes the outline of `status`, reusing its own strings and list.
+    fn take(&mut self, status: &common::api::HookRunStatus) {
+        let common::api::HookRunStatus { phase, message, started_at, metric_results } = status;
+        self.phase = *phase;
+        self.message.clone_from(message);
+        self.started_at.clone_from(started_at);
+        self.metrics.truncate(metric_results.len());
+        for (i, result) in metric_results.iter().enumerate() {
+            let (name, phase, message, counters) = MetricOutline::parts(result);
+            if i == self.metrics.len() {
+                self.metrics.push(MetricOutline::default());
+            }
+            let outline = &mut self.metrics[i];
+            outline.name.clear();
+            outline.name.push_str(name);
+            outline.phase = phase;
+            outline.message.clone_from(message);
+            outline.counters = counters;
+        }
+    }
 
-/// Whether `status` equals `skeleton` (see [`without_histories`]) apart from the histories. For a status the engine
-/// planned on top of the one `skeleton` was taken from this is exactly "unchanged": the engine changes a history only
-/// when it records a measurement (which also counts it) or completes a metric (which also sets its phase).
-fn same_but_histories(skeleton: &common::api::HookRunStatus, status: &mut common::api::HookRunStatus) -> bool {
-    histories_aside(status, |status| skeleton == status)
+    /// Whether `status` equals the status this outline was taken of, apart from the histories. For a status the
+    /// engine planned on top of that one this is exactly "unchanged": the engine changes a history only when it
+    /// records a measurement (which also counts it) or completes a metric (which also sets its phase).
+    fn is_of(&self, status: &common::api::HookRunStatus) -> bool {
+        let common::api::HookRunStatus { phase, message, started_at, metric_results } = status;
+        self.phase == *phase
+            && self.message == *message
+            && self.started_at == *started_at
+            && self.metrics.len() == metric_results.len()
+            && self.metrics.iter().zip(metric_results).all(|(outline, result)| {
+                let (name, phase, message, counters) = MetricOutline::parts(result);
+                outline.name == name
+                    && outline.phase == phase
+                    && outline.message == *message
+                    && outline.counters == counters
+            })
+    }
 }
 
 impl Dispatcher {
@@ -84,11 +145,17 @@ impl Dispatcher {
         self.rebase_unwritten(slot, &run);
         let validation = slot.validation(&run);
         slot.call_off_stale(run.metadata.generation, now);
-        self.plan_on_slot(slot, id, run, validation.as_ref().err().map(String::as_str), now, move_status)
+        // The slot's outline is lent to the round (see `Outline`).
+        let mut outline = std::mem::take(&mut slot.outline);
+        let invalid = validation.as_ref().err().map(String::as_str);
+        let round = self.plan_on_slot(slot, id, run, invalid, now, move_status, &mut outline);
+        slot.outline = outline;
+        round
     }
 
     /// The engine's plan for `run` on what `slot` remembers. With `move_status` (see [`Dispatcher::plan_owned`]) the
     /// stored status is moved out of `run` into the plan when nothing is unwritten and no one else holds `run`.
+    #[allow(clippy::too_many_arguments)]
     fn plan_on_slot(
         &self,
         slot: &Slot,
@@ -97,6 +164,7 @@ impl Dispatcher {
         invalid: Option<&str>,
         now: Timestamp,
         move_status: bool,
+        outline: &mut Outline,
     ) -> Round {
         let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
         // The stored status, moved out of the run (only when asked, nothing is unwritten and no one else holds it).
@@ -104,8 +172,10 @@ impl Dispatcher {
             Some(owned) if move_status && slot.unwritten.is_none() => owned.status.take(),
             _ => None,
         };
-        // Without its histories, to tell whether the plan changed it (see `same_but_histories`).
-        let skeleton = moved.as_mut().map(without_histories);
+        // Its outline, to tell whether the plan changed it.
+        if let Some(stored) = &moved {
+            outline.take(stored);
+        }
         let inputs = Inputs {
             spec: &run.spec,
             status: slot.unwritten.as_ref().map(|u| &u.status).or(run.status.as_ref()),
@@ -118,8 +188,8 @@ impl Dispatcher {
         };
         let (plan, changed) = match moved.take() {
             Some(stored) => {
-                let mut plan = engine::plan_on(&inputs, Some(stored));
-                let changed = !skeleton.is_some_and(|skeleton| same_but_histories(&skeleton, &mut plan.status));
+                let plan = engine::plan_on(&inputs, Some(stored));
+                let changed = !outline.is_of(&plan.status);
                 (plan, changed)
             }
             None => {
@@ -167,5 +237,44 @@ impl Dispatcher {
         // Into the slot's own map and strings (no new allocation once a metric has been recorded).
         slot.precise.clone_from(&round.plan.precise);
         self.start_measurements(slot, round);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use common::api::{HookPhase, HookRunStatus, MetricResult};
+
+    use super::Outline;
+
+    /// The outline tells every change of a status but its histories, and taking it again reuses its buffers.
+    #[test]
+    fn an_outline_sees_every_change_but_the_histories() {
+        let status = HookRunStatus {
+            phase: Some(HookPhase::Running),
+            metric_results: vec![MetricResult { name: "m".into(), count: 1, ..MetricResult::default() }],
+            ..HookRunStatus::default()
+        };
+        let mut outline = Outline::default();
+        outline.take(&status);
+        assert!(outline.is_of(&status));
+        let mut longer = status.clone();
+        longer.metric_results[0].measurements.push(common::api::Measurement::default());
+        assert!(outline.is_of(&longer), "histories are not compared");
+        let changes: [fn(&mut HookRunStatus); 6] = [
+            |s| s.phase = Some(HookPhase::Successful),
+            |s| s.message = Some("m".into()),
+            |s| s.metric_results[0].consecutive_successful = 1,
+            |s| s.metric_results[0].message = Some("done".into()),
+            |s| s.metric_results[0].name = "n".into(),
+            |s| s.metric_results.push(MetricResult::default()),
+        ];
+        for change in changes {
+            let mut changed = status.clone();
+            change(&mut changed);
+            assert!(!outline.is_of(&changed), "{changed:?}");
+        }
+        let name = outline.metrics[0].name.as_ptr();
+        outline.take(&status);
+        assert_eq!(outline.metrics[0].name.as_ptr(), name, "the metric's name is reused, not copied again");
     }
 }

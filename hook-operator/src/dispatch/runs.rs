@@ -106,6 +106,8 @@ pub(super) struct Slot {
     /// The resourceVersion of the object the last round left stored, and when that round wants the next one
     /// (None: only when a measurement finishes). The same object again before then plans nothing new.
     pub(super) idle: Option<(String, Option<Timestamp>)>,
+    /// The outline of the status the last round planned on, lent to each round (its strings and list reused).
+    pub(super) outline: super::rounds::Outline,
 }
 
 impl Slot {

@@ -396,41 +396,54 @@ fn complete_invalid(plan: &mut Plan, problem: &str) {
 
 /// Step 1: records what finished, oldest first (each measurement once: see [`Finished::taken_before`]).
 fn record_finished(plan: &mut Plan, inputs: &Inputs<'_>) {
-    let mut finished: Vec<&Finished> = inputs.finished.iter().collect();
-    finished.sort_by_key(|f| (f.finished_at, f.id));
-    for f in finished {
-        let Some(metric) = inputs.spec.metrics.iter().find(|m| m.name == f.metric) else { continue };
-        let result = result_mut(&mut plan.status, &f.metric);
-        if result.phase.is_some_and(HookPhase::is_completed) || schedule::taken(result) != f.taken_before {
-            continue;
+    // Usually one measurement, in order already: sorted (into a list of its own) only when it is not.
+    if inputs.finished.is_sorted_by_key(|f| (f.finished_at, f.id)) {
+        for f in inputs.finished {
+            record_one(plan, inputs, f);
         }
-        let mut measurement = f.measurement.clone();
-        let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
-        measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
-        plan.recorded_count += 1;
-        if inputs.settings.keep_recorded {
-            plan.recorded.push((f.metric.clone(), measurement.clone()));
+    } else {
+        let mut sorted: Vec<&Finished> = inputs.finished.iter().collect();
+        sorted.sort_by_key(|f| (f.finished_at, f.id));
+        for f in sorted {
+            record_one(plan, inputs, f);
         }
-        let errored = measurement.phase == Some(HookPhase::Error) && !f.lost;
-        let message = measurement.message.clone().unwrap_or_default();
-        if f.lost {
-            lost::record(result, measurement, inputs.settings.history_limit);
-        } else {
-            record(result, measurement, inputs.settings.history_limit);
-        }
-        if errored && result.consecutive_error == 1 {
-            plan.notes.push(Note::MeasurementError {
-                metric: f.metric.clone(),
-                message: crate::text::excerpt(&message, MAX_STATUS_TEXT),
-            });
-        }
-        let finish = PreciseFinish { taken: schedule::taken(result), at: f.finished_at };
-        // The metric's entry is there after its first measurement: replaced in place, its name not copied again.
-        match plan.precise.last_finish.get_mut(&f.metric) {
-            Some(last) => *last = finish,
-            None => {
-                plan.precise.last_finish.insert(f.metric.clone(), finish);
-            }
+    }
+}
+
+/// Records one finished measurement unless its metric completed or it was recorded already.
+fn record_one(plan: &mut Plan, inputs: &Inputs<'_>, f: &Finished) {
+    let Some(metric) = inputs.spec.metrics.iter().find(|m| m.name == f.metric) else { return };
+    let result = result_mut(&mut plan.status, &f.metric);
+    if result.phase.is_some_and(HookPhase::is_completed) || schedule::taken(result) != f.taken_before {
+        return;
+    }
+    let mut measurement = f.measurement.clone();
+    let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
+    measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
+    plan.recorded_count += 1;
+    if inputs.settings.keep_recorded {
+        plan.recorded.push((f.metric.clone(), measurement.clone()));
+    }
+    let errored = measurement.phase == Some(HookPhase::Error) && !f.lost;
+    // Only an error's message goes into a note.
+    let message = if errored { measurement.message.clone().unwrap_or_default() } else { String::new() };
+    if f.lost {
+        lost::record(result, measurement, inputs.settings.history_limit);
+    } else {
+        record(result, measurement, inputs.settings.history_limit);
+    }
+    if errored && result.consecutive_error == 1 {
+        plan.notes.push(Note::MeasurementError {
+            metric: f.metric.clone(),
+            message: crate::text::excerpt(&message, MAX_STATUS_TEXT),
+        });
+    }
+    let finish = PreciseFinish { taken: schedule::taken(result), at: f.finished_at };
+    // The metric's entry is there after its first measurement: replaced in place, its name not copied again.
+    match plan.precise.last_finish.get_mut(&f.metric) {
+        Some(last) => *last = finish,
+        None => {
+            plan.precise.last_finish.insert(f.metric.clone(), finish);
         }
     }
 }

@@ -73,10 +73,18 @@ pub async fn drive_with(
         let Round { run: base, plan, changed, .. } = round;
         // Unchanged, the status may still be in the plan (moved there): put back in that case too.
         run = if changed || base.status.is_none() {
-            // Measurement tasks may still hold the previous object; clone only in that case.
-            let mut updated = Arc::unwrap_or_clone(base);
-            updated.status = Some(plan.status);
-            Arc::new(updated)
+            let mut base = base;
+            match Arc::get_mut(&mut base) {
+                // Held only here: the status goes back into the same object (no new one per round).
+                Some(owned) => owned.status = Some(plan.status),
+                // Measurement tasks may still hold the previous object; clone only in that case.
+                None => {
+                    let mut updated = Arc::unwrap_or_clone(base);
+                    updated.status = Some(plan.status);
+                    base = Arc::new(updated);
+                }
+            }
+            base
         } else {
             base
         };
