@@ -66,10 +66,12 @@ impl Dispatcher {
         map.entry(namespace.to_string()).or_insert_with(|| Arc::new(Semaphore::new(self.inner.namespace_cap))).clone()
     }
 
-    /// Starts a task for each measurement the round started or armed that is not in flight yet.
+    /// Starts a task for each measurement the round started, and queues each it armed for its tick (see
+    /// [`super::ticks`]), unless one is in flight for the metric already.
     pub(super) fn start_measurements(&self, slot: &mut Slot, round: &Round) {
         let generation = round.run.metadata.generation;
-        for start in round.plan.start.iter().chain(&round.plan.arm) {
+        let armed_from = round.plan.start.len();
+        for (i, start) in round.plan.start.iter().chain(&round.plan.arm).enumerate() {
             if slot.in_flight.contains_key(&start.metric) || start.index >= round.run.spec.metrics.len() {
                 continue;
             }
@@ -88,15 +90,22 @@ impl Dispatcher {
                 taken_before: start.taken_before,
                 retake: slot.retakes.contains(&start.metric),
             };
-            let task = tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token));
-            let entry = InFlight { token, task: Some(task.abort_handle()), generation, due: start.due };
+            let task = if i < armed_from {
+                Some(tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token)).abort_handle())
+            } else {
+                // Armed: its task is made when its tick comes.
+                self.arm(token, super::ticks::Waiting { id: round.id.clone(), armed, spec });
+                None
+            };
+            let entry = InFlight { token, task, generation, due: start.due };
             slot.in_flight.insert(start.metric.clone(), entry);
         }
     }
 
-    /// A measurement's task, in steps: armed until due, a slot, the fence, the measurement, its delivery.
+    /// A measurement's task, in steps: a slot, the fence, the measurement, its delivery.
     pub(super) async fn measure(self, id: RunId, start: Armed, spec: Arc<HookRunSpec>, token: u64) {
-        // Armed: sleep until due (holding no slot).
+        // Started at its tick, never before its due time; the wall clock may still be short of it by a hair (the
+        // shard sleeps on the monotonic clock): the rest is waited here (holding no slot).
         let early = schedule::until(Timestamp::now(), start.due);
         if !early.is_zero() {
             tokio::time::sleep(early).await;

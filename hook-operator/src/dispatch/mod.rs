@@ -11,14 +11,16 @@
 //! - `rounds.rs`: planning a round on that memory and committing it;
 //! - `writes.rs`: the status-write budget, which decides whether a round's status is written now or waits in
 //!   memory, and the task that serves its queue;
-//! - `measurements.rs`: a measurement's task, from armed (sleeping until due) through its slot to the result
-//!   delivered back to its run.
+//! - `ticks.rs`: armed measurements waiting for their tick, per shard, started in batches by one task per shard;
+//! - `measurements.rs`: a measurement's task, from started through its slot to the result delivered back to its
+//!   run.
 
 mod measurements;
 mod rounds;
 mod runs;
 #[cfg(test)]
 mod tests;
+mod ticks;
 mod writes;
 
 use std::collections::HashMap;
@@ -70,6 +72,8 @@ struct Inner {
     writes: Mutex<WriteBudget>,
     /// Told when a run joins the write queue.
     write_queued: Notify,
+    /// Armed measurements by shard and tick (see [`ticks`]).
+    ticks: ticks::Ticks,
 }
 
 impl Dispatcher {
@@ -97,6 +101,7 @@ impl Dispatcher {
                 fence: None,
                 writes: Mutex::new(WriteBudget::new(std::time::Duration::ZERO, 0)),
                 write_queued: Notify::new(),
+                ticks: ticks::Ticks::per_core(),
             }),
         }
     }

@@ -673,3 +673,65 @@ async fn an_armed_measurement_is_called_off_when_the_spec_changes() {
     assert_eq!(woken.load(Ordering::SeqCst), 0, "the called-off measurement was never taken");
     assert!(d.slots()["uid-a"].in_flight.values().all(|f| f.token != armed));
 }
+
+/// `n` runs that each recorded a measurement finished at `at` (interval 1 s): each round arms the next measurement,
+/// due at `at + 1 s` for all of them.
+fn armed_together(d: &Dispatcher, n: usize, at: Timestamp) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let name = format!("t{i}");
+            let uid = format!("uid-{name}");
+            let stored = first_write(d, &running(&name, "1"), "2");
+            d.slots().get_mut(&uid).expect("tracked").finished.push(Finished {
+                id: 1000 + i as u64,
+                metric: "m".into(),
+                measurement: common::api::Measurement {
+                    phase: Some(HookPhase::Successful),
+                    started_at: Some(Time(at)),
+                    finished_at: Some(Time(at)),
+                    ..Default::default()
+                },
+                finished_at: at,
+                taken_before: 0,
+                lost: false,
+            });
+            let round = d.plan(Arc::new(stored), Timestamp::now());
+            assert_eq!(round.plan.arm.len(), 1, "{name}: the next measurement is armed");
+            d.commit(&round, Some(Arc::new(written(&round, "3"))));
+            uid
+        })
+        .collect()
+}
+
+/// Measurements armed for one tick are started together: one wake-up of their shard's task starts all of them (one
+/// timer for the shard, not one task and one timer per measurement), and until then an armed measurement has no
+/// task.
+#[tokio::test(start_paused = true)]
+async fn a_ticks_due_measurements_start_from_one_wake_up_of_their_shard() {
+    let (d, _) = arming();
+    // Ticks of a second: the wall clock runs on while the test arms, the paused tokio clock does not, and every due
+    // time (1 s after `at`, less the wall time spent arming) falls into the same tick.
+    let d = d.with_ticks(1, std::time::Duration::from_secs(1));
+    let uids = armed_together(&d, 20, Timestamp::now());
+    for uid in &uids {
+        let slots = d.slots();
+        let armed = &slots[uid].in_flight["m"];
+        assert!(armed.task.is_none(), "{uid}: armed, no task yet");
+    }
+    assert_eq!(d.tick_counts(), (0, 0));
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(d.tick_counts(), (1, 20), "one batch started all 20");
+}
+
+/// A measurement called off while armed (its run forgotten) is dropped at its tick, not started.
+#[tokio::test(start_paused = true)]
+async fn an_armed_measurement_of_a_forgotten_run_is_not_started_at_its_tick() {
+    let (d, woken) = arming();
+    let d = d.with_ticks(1, std::time::Duration::from_secs(1));
+    let uids = armed_together(&d, 3, Timestamp::now());
+    d.forget(&uids[1]);
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(d.tick_counts(), (1, 2), "the forgotten run's measurement was dropped");
+    assert!(d.slots().get(&uids[1]).is_none());
+    let _ = woken;
+}
