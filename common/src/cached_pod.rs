@@ -14,6 +14,11 @@
 //!   arguments), each container status' name, image, image ID, readiness and restart count (in-place update
 //!   progress, deletion order).
 //!
+//! The strings that repeat from pod to pod in a fleet (container names and images, image IDs, the phase, the node and
+//! its IP, condition types, statuses and reasons) are [`Interned`]: one shared copy per distinct value, not one per
+//! pod (`pod-heap` prints the heap a store holds per pod). The metadata stays k8s-openapi's `ObjectMeta`, which
+//! `kube::Resource` and the watcher require, so its label and annotation keys are still one copy per pod.
+//!
 //! The names and shapes are k8s-openapi's, so code reads `pod.spec.as_ref()?.containers` either way, and every
 //! write names its own fields (JSON patches): nothing left out here is ever written back. A field a new step
 //! reads must be added here (the planner does not compile otherwise), to the conversion from k8s-openapi's type,
@@ -22,9 +27,11 @@
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1 as k8s;
-use k8s_openapi::api::core::v1::{ContainerStateRunning, PodCondition, PodReadinessGate};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{ContainerStateRunning, PodReadinessGate};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
+
+use crate::interned::Interned;
 
 /// A cached pod (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -52,17 +59,17 @@ pub struct PodSpec {
     pub readiness_gates: Option<Vec<PodReadinessGate>>,
     /// The node the pod runs on: node deletion cost and spreading in the deletion order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_name: Option<String>,
+    pub node_name: Option<Interned>,
 }
 
 /// A container as an in-place update sees it: which one (name) runs what (image).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Container {
     /// Checked by a patch's `test` before the image at this index is replaced.
-    pub name: String,
+    pub name: Interned,
     /// The image the pod should run; differs from the status' image while an in-place update is under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
+    pub image: Option<Interned>,
 }
 
 /// The part of a pod's status the operator reads.
@@ -71,7 +78,7 @@ pub struct Container {
 pub struct PodStatus {
     /// `Pending`, `Running`, `Succeeded`, `Failed`: BCS runs a hook only for a `Running` pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<Interned>,
     /// `Ready` and the in-place readiness gate's condition, patched by index when a pod is taken out of service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<PodCondition>>,
@@ -80,7 +87,7 @@ pub struct PodStatus {
     pub pod_ip: Option<String>,
     /// Injected into hook runs as `HostIP`.
     #[serde(default, rename = "hostIP", skip_serializing_if = "Option::is_none")]
-    pub host_ip: Option<String>,
+    pub host_ip: Option<Interned>,
     /// One per container: tells when an in-place update is complete and ranks pods in the deletion order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_statuses: Option<Vec<ContainerStatus>>,
@@ -91,13 +98,13 @@ pub struct PodStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ContainerStatus {
     /// The container this status is about (statuses are matched to containers by name, not index).
-    pub name: String,
+    pub name: Interned,
     /// The image the kubelet runs, as it reports it (it may differ in form from the spec's).
     #[serde(default)]
-    pub image: String,
+    pub image: Interned,
     /// The resolved image digest; a change of it after the patch shows the new image runs.
     #[serde(default, rename = "imageID")]
-    pub image_id: String,
+    pub image_id: Interned,
     /// The container passes its readiness probe.
     #[serde(default)]
     pub ready: bool,
@@ -107,6 +114,47 @@ pub struct ContainerStatus {
     /// Whether the container runs now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<ContainerState>,
+}
+
+/// A condition of the pod (`Ready`, a readiness gate's): k8s-openapi's fields, with the type, status and reason
+/// shared between pods.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    /// `Ready`, `ContainersReady`, a readiness gate's condition type.
+    #[serde(rename = "type")]
+    pub type_: Interned,
+    /// `True`, `False` or `Unknown`.
+    pub status: Interned,
+    /// Why the condition last changed, one word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Interned>,
+    /// Why the condition last changed, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the status last changed: availability counts `minReadySeconds` from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// When the condition was last probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+    /// The pod's `metadata.generation` the condition was set for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl From<k8s::PodCondition> for PodCondition {
+    fn from(c: k8s::PodCondition) -> Self {
+        Self {
+            type_: c.type_.into(),
+            status: c.status.into(),
+            reason: c.reason.map(Into::into),
+            message: c.message,
+            last_transition_time: c.last_transition_time,
+            last_probe_time: c.last_probe_time,
+            observed_generation: c.observed_generation,
+        }
+    }
 }
 
 /// Whether the container runs (an in-place update is complete once the new image runs).
@@ -126,22 +174,26 @@ impl From<k8s::Pod> for Pod {
         Self {
             metadata,
             spec: pod.spec.map(|spec| PodSpec {
-                containers: spec.containers.into_iter().map(|c| Container { name: c.name, image: c.image }).collect(),
+                containers: spec
+                    .containers
+                    .into_iter()
+                    .map(|c| Container { name: c.name.into(), image: c.image.map(Into::into) })
+                    .collect(),
                 readiness_gates: spec.readiness_gates,
-                node_name: spec.node_name,
+                node_name: spec.node_name.map(Into::into),
             }),
             status: pod.status.map(|status| PodStatus {
-                phase: status.phase,
-                conditions: status.conditions,
+                phase: status.phase.map(Into::into),
+                conditions: status.conditions.map(|c| c.into_iter().map(Into::into).collect()),
                 pod_ip: status.pod_ip,
-                host_ip: status.host_ip,
+                host_ip: status.host_ip.map(Into::into),
                 container_statuses: status.container_statuses.map(|statuses| {
                     statuses
                         .into_iter()
                         .map(|s| ContainerStatus {
-                            name: s.name,
-                            image: s.image,
-                            image_id: s.image_id,
+                            name: s.name.into(),
+                            image: s.image.into(),
+                            image_id: s.image_id.into(),
                             ready: s.ready,
                             restart_count: s.restart_count,
                             state: s.state.map(|state| ContainerState { running: state.running }),
@@ -275,6 +327,31 @@ mod tests {
         assert_eq!(again, decoded);
         let as_k8s: k8s::Pod = serde_json::from_value(serde_json::to_value(&decoded).unwrap()).unwrap();
         assert_eq!(Pod::from(as_k8s), decoded);
+    }
+
+    #[test]
+    fn the_strings_that_repeat_between_pods_are_one_shared_copy() {
+        let mut other = served();
+        other["metadata"]["name"] = "web-2".into();
+        other["status"]["podIP"] = "127.1.0.6".into();
+        let (a, b): (Pod, Pod) = (serde_json::from_value(served()).unwrap(), serde_json::from_value(other).unwrap());
+        let (a_spec, b_spec) = (a.spec.as_ref().unwrap(), b.spec.as_ref().unwrap());
+        assert!(a_spec.containers[0].name.ptr_eq(&b_spec.containers[0].name));
+        assert!(a_spec.containers[0].image.as_ref().unwrap().ptr_eq(b_spec.containers[0].image.as_ref().unwrap()));
+        assert!(a_spec.node_name.as_ref().unwrap().ptr_eq(b_spec.node_name.as_ref().unwrap()));
+        let (a_status, b_status) = (a.status.as_ref().unwrap(), b.status.as_ref().unwrap());
+        assert!(a_status.phase.as_ref().unwrap().ptr_eq(b_status.phase.as_ref().unwrap()));
+        assert!(a_status.host_ip.as_ref().unwrap().ptr_eq(b_status.host_ip.as_ref().unwrap()));
+        let (a_cond, b_cond) = (&a_status.conditions.as_ref().unwrap()[0], &b_status.conditions.as_ref().unwrap()[0]);
+        assert!(a_cond.type_.ptr_eq(&b_cond.type_) && a_cond.status.ptr_eq(&b_cond.status));
+        let (a_c, b_c) =
+            (&a_status.container_statuses.as_ref().unwrap()[0], &b_status.container_statuses.as_ref().unwrap()[0]);
+        assert!(a_c.name.ptr_eq(&b_c.name) && a_c.image.ptr_eq(&b_c.image) && a_c.image_id.ptr_eq(&b_c.image_id));
+        // The conversion from k8s-openapi's type shares them too.
+        let converted = Pod::from(serde_json::from_value::<k8s::Pod>(served()).unwrap());
+        assert!(converted.spec.as_ref().unwrap().containers[0].name.ptr_eq(&a_spec.containers[0].name));
+        // Values unique to a pod are its own.
+        assert_ne!(a_status.pod_ip, b_status.pod_ip);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod crd;
 pub mod duration;
 pub mod hint;
 pub mod hookrun;
+pub mod interned;
 pub mod intstr;
 pub mod keys;
 pub mod lean_meta;

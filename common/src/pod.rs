@@ -2,7 +2,7 @@
 //! `IsPodAvailable`, `controller.IsPodActive`).
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::cached_pod;
@@ -10,12 +10,14 @@ use crate::cached_pod;
 /// What the predicates read of a pod: k8s-openapi's [`Pod`] (admission requests, `kubectl gd`) and the
 /// operator's [`cached_pod::Pod`] alike.
 pub trait PodFields {
+    /// A condition as the type holds it (k8s-openapi's, or the cached pod's with shared strings).
+    type Condition: ConditionFields;
     /// The pod's metadata.
     fn meta(&self) -> &ObjectMeta;
     /// `status.phase`.
     fn phase(&self) -> Option<&str>;
     /// `status.conditions`, empty when the status has none.
-    fn conditions(&self) -> &[PodCondition];
+    fn conditions(&self) -> &[Self::Condition];
     /// `status.podIP`.
     fn pod_ip(&self) -> Option<&str>;
     /// `status.hostIP`.
@@ -24,17 +26,47 @@ pub trait PodFields {
     fn restarts(&self) -> i32;
 }
 
+/// What the predicates read of a pod condition.
+pub trait ConditionFields {
+    /// `type`.
+    fn type_(&self) -> &str;
+    /// `status`: `True`, `False`, `Unknown`.
+    fn status(&self) -> &str;
+    /// `lastTransitionTime`.
+    fn last_transition_time(&self) -> Option<&Time>;
+}
+
+/// Both condition types have the same field paths.
+macro_rules! condition_fields {
+    ($condition:ty) => {
+        impl ConditionFields for $condition {
+            fn type_(&self) -> &str {
+                &self.type_
+            }
+            fn status(&self) -> &str {
+                &self.status
+            }
+            fn last_transition_time(&self) -> Option<&Time> {
+                self.last_transition_time.as_ref()
+            }
+        }
+    };
+}
+condition_fields!(PodCondition);
+condition_fields!(cached_pod::PodCondition);
+
 /// Both types have the same field paths.
 macro_rules! pod_fields {
-    ($pod:ty) => {
+    ($pod:ty, $condition:ty) => {
         impl PodFields for $pod {
+            type Condition = $condition;
             fn meta(&self) -> &ObjectMeta {
                 &self.metadata
             }
             fn phase(&self) -> Option<&str> {
                 self.status.as_ref()?.phase.as_deref()
             }
-            fn conditions(&self) -> &[PodCondition] {
+            fn conditions(&self) -> &[$condition] {
                 self.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default()
             }
             fn pod_ip(&self) -> Option<&str> {
@@ -50,17 +82,18 @@ macro_rules! pod_fields {
         }
     };
 }
-pod_fields!(Pod);
-pod_fields!(cached_pod::Pod);
+pod_fields!(Pod, PodCondition);
+pod_fields!(cached_pod::Pod, cached_pod::PodCondition);
 
 impl<T: PodFields + ?Sized> PodFields for &T {
+    type Condition = T::Condition;
     fn meta(&self) -> &ObjectMeta {
         (**self).meta()
     }
     fn phase(&self) -> Option<&str> {
         (**self).phase()
     }
-    fn conditions(&self) -> &[PodCondition] {
+    fn conditions(&self) -> &[T::Condition] {
         (**self).conditions()
     }
     fn pod_ip(&self) -> Option<&str> {
@@ -95,13 +128,13 @@ pub fn is_active(pod: &impl PodFields) -> bool {
 }
 
 /// The pod condition of type `type_` (`Ready`, a readiness gate's), if the kubelet or the operator set it.
-pub fn condition<'a>(pod: &'a impl PodFields, type_: &str) -> Option<&'a PodCondition> {
-    pod.conditions().iter().find(|c| c.type_ == type_)
+pub fn condition<'a, P: PodFields>(pod: &'a P, type_: &str) -> Option<&'a P::Condition> {
+    pod.conditions().iter().find(|c| c.type_() == type_)
 }
 
 /// The `Ready` condition is True (which includes every readiness gate).
 pub fn is_ready(pod: &impl PodFields) -> bool {
-    condition(pod, "Ready").is_some_and(|c| c.status == "True")
+    condition(pod, "Ready").is_some_and(|c| c.status() == "True")
 }
 
 /// Running and Ready.
@@ -112,23 +145,20 @@ pub fn is_running_and_ready(pod: &impl PodFields) -> bool {
 /// Ready for at least `min_ready_seconds` at `now`. A Ready condition without a transition time counts as
 /// available only when `min_ready_seconds` is 0, as in Kubernetes.
 pub fn is_available(pod: &impl PodFields, min_ready_seconds: i32, now: Timestamp) -> bool {
-    let Some(ready) = condition(pod, "Ready").filter(|c| c.status == "True") else {
+    let Some(ready) = condition(pod, "Ready").filter(|c| c.status() == "True") else {
         return false;
     };
     if min_ready_seconds <= 0 {
         return true;
     }
-    ready
-        .last_transition_time
-        .as_ref()
-        .is_some_and(|t| t.0.as_second() + i64::from(min_ready_seconds) <= now.as_second())
+    ready.last_transition_time().is_some_and(|t| t.0.as_second() + i64::from(min_ready_seconds) <= now.as_second())
 }
 
 /// When the pod will become available, if it is ready but not yet for `min_ready_seconds`: the time to
 /// requeue at.
 pub fn available_at(pod: &impl PodFields, min_ready_seconds: i32) -> Option<Timestamp> {
-    let ready = condition(pod, "Ready").filter(|c| c.status == "True")?;
-    let since = ready.last_transition_time.as_ref()?.0;
+    let ready = condition(pod, "Ready").filter(|c| c.status() == "True")?;
+    let since = ready.last_transition_time()?.0;
     Timestamp::from_second(since.as_second() + i64::from(min_ready_seconds)).ok()
 }
 

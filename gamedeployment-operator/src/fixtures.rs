@@ -3,9 +3,10 @@
 //! looks like is made once.
 
 use common::api::{GameDeployment, HookTemplate};
+use common::cached_pod::PodCondition;
 use common::cached_pod::{Container, ContainerState, ContainerStatus, Pod, PodSpec, PodStatus};
 use common::keys;
-use k8s_openapi::api::core::v1::{ContainerStateRunning, PodCondition, PodReadinessGate};
+use k8s_openapi::api::core::v1::{ContainerStateRunning, PodReadinessGate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::json;
@@ -167,7 +168,7 @@ impl PodBuilder {
         status.container_statuses = Some(vec![ContainerStatus {
             name: "main".into(),
             image: image.into(),
-            image_id: format!("id-{image}"),
+            image_id: format!("id-{image}").into(),
             ready: true,
             state: Some(ContainerState { running: Some(ContainerStateRunning::default()) }),
             ..Default::default()

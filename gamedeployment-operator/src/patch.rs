@@ -106,8 +106,8 @@ pub fn condition_ops(pod: &Pod, type_: &str, status: &str, reason: Option<&str>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::cached_pod::PodCondition;
     use common::cached_pod::PodStatus;
-    use k8s_openapi::api::core::v1::PodCondition;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn apply(doc: &mut Value, ops: Vec<Value>) {

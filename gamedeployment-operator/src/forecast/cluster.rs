@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use common::api::GameDeployment;
-use common::cached_pod::{ContainerState, ContainerStatus, Pod, PodSpec, PodStatus};
+use common::cached_pod::{ContainerState, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::api::apps::v1::ControllerRevision;
-use k8s_openapi::api::core::v1::{ContainerStateRunning, PersistentVolumeClaim, PodCondition};
+use k8s_openapi::api::core::v1::{ContainerStateRunning, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -298,7 +298,7 @@ fn kubelet(pod: &mut Pod, now: Timestamp, i: usize) {
     let status = pod.status.get_or_insert_with(PodStatus::default);
     if spec.node_name.is_none() {
         if let Some(s) = pod.spec.as_mut() {
-            s.node_name = Some(format!("node-{}", i % 3));
+            s.node_name = Some(format!("node-{}", i % 3).into());
         }
         status.phase = Some("Pending".into());
         return;
@@ -315,7 +315,7 @@ fn kubelet(pod: &mut Pod, now: Timestamp, i: usize) {
                 Some(s) if s.image == image => ContainerStatus { ready: true, ..s.clone() },
                 Some(s) => ContainerStatus {
                     image: image.clone(),
-                    image_id: image_id(&image),
+                    image_id: image_id(&image).into(),
                     restart_count: s.restart_count + 1,
                     ready: false,
                     ..s.clone()
@@ -323,7 +323,7 @@ fn kubelet(pod: &mut Pod, now: Timestamp, i: usize) {
                 None => ContainerStatus {
                     name: c.name.clone(),
                     image: image.clone(),
-                    image_id: image_id(&image),
+                    image_id: image_id(&image).into(),
                     ready: !first_start,
                     state: Some(ContainerState { running: Some(ContainerStateRunning::default()) }),
                     ..Default::default()

@@ -4,8 +4,8 @@
 //! interleaved with random single-pod changes (readiness, a readiness gate's condition, lifecycle state,
 //! `specified-delete`, quarantine, in-place records) and spec changes (image, `minReadySeconds`, the in-place handler).
 
+use common::cached_pod::PodCondition;
 use common::keys;
-use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
 

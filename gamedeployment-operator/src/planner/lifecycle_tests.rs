@@ -68,7 +68,7 @@ fn deleted(actions: &[Action]) -> Vec<String> {
 }
 
 fn images(world: &World) -> Vec<String> {
-    world.active().iter().filter_map(|p| p.spec.as_ref()?.containers[0].image.clone()).collect()
+    world.active().iter().filter_map(|p| Some(p.spec.as_ref()?.containers[0].image.as_ref()?.to_string())).collect()
 }
 
 fn set_runs(world: &mut World, phase: HookPhase) {
@@ -78,7 +78,7 @@ fn set_runs(world: &mut World, phase: HookPhase) {
 }
 
 fn condition(pod: &Pod, type_: &str) -> Option<String> {
-    common::pod::condition(pod, type_).map(|c| c.status.clone())
+    common::pod::condition(pod, type_).map(|c| c.status.to_string())
 }
 
 #[test]

@@ -39,7 +39,7 @@ fn declare(world: &mut World, name: &str, state: &str) {
 
 fn image_of(world: &World, name: &str) -> String {
     let pod = world.pods.iter().find(|p| p.metadata.name.as_deref() == Some(name)).expect("the pod exists");
-    pod.spec.as_ref().and_then(|s| s.containers[0].image.clone()).unwrap_or_default()
+    pod.spec.as_ref().and_then(|s| s.containers[0].image.as_ref()).map(ToString::to_string).unwrap_or_default()
 }
 
 fn set_image(world: &mut World, image: &str) {

@@ -108,7 +108,9 @@ fn images(world: &World) -> Vec<String> {
     world
         .active()
         .iter()
-        .map(|p| p.spec.as_ref().and_then(|s| s.containers[0].image.clone()).unwrap_or_default())
+        .map(|p| {
+            p.spec.as_ref().and_then(|s| s.containers[0].image.as_ref()).map(ToString::to_string).unwrap_or_default()
+        })
         .collect()
 }
 

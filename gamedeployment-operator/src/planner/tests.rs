@@ -22,7 +22,7 @@ fn images(world: &World) -> Vec<String> {
     let mut v: Vec<String> = world
         .active()
         .iter()
-        .map(|p| p.spec.as_ref().unwrap().containers[0].image.clone().unwrap_or_default())
+        .map(|p| p.spec.as_ref().unwrap().containers[0].image.as_ref().map(ToString::to_string).unwrap_or_default())
         .collect();
     v.sort();
     v

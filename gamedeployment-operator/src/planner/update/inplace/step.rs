@@ -188,14 +188,14 @@ pub(crate) fn image_ops(step: &Step<'_>) -> (Vec<Value>, BTreeMap<String, LastCo
     let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref());
     let mut last = BTreeMap::new();
     for (i, container) in containers.iter().enumerate() {
-        let Some(image) = step.change.images.get(&container.name) else { continue };
-        if container.image.as_ref() == Some(image) {
+        let Some(image) = step.change.images.get(container.name.as_str()) else { continue };
+        if container.image.as_deref() == Some(image.as_str()) {
             continue;
         }
         ops.push(json!({"op": "test", "path": format!("/spec/containers/{i}/name"), "value": container.name}));
         ops.push(json!({"op": "replace", "path": format!("/spec/containers/{i}/image"), "value": image}));
         if let Some(status) = statuses.and_then(|cs| cs.iter().find(|c| c.name == container.name)) {
-            last.insert(container.name.clone(), LastContainerStatus { image_id: status.image_id.clone() });
+            last.insert(container.name.to_string(), LastContainerStatus { image_id: status.image_id.to_string() });
         }
     }
     (ops, last)
