@@ -21,10 +21,21 @@ pub async fn judge_bounded(
     if inline_safe(success, failure, &result) {
         return judge_inline(success, failure, &result, limits);
     }
+    let question = Question { namespace, success, failure, shown: show(&result), limits };
     if let crate::isolation::Evaluator::Threads(pool) = evaluator {
-        return judge_on_threads(pool, namespace, (success, failure), result, limits).await;
+        return question.on_threads(pool, result).await;
     }
-    judge_on_worker(evaluator, namespace, (success, failure), result, limits).await
+    question.on_worker(evaluator, result).await
+}
+
+/// A value whose conditions are not cheap by construction, as the evaluator takes it: the conditions, the
+/// namespace its evaluation queues with, the value as an error shows it, and the bounds.
+struct Question<'a> {
+    namespace: &'a str,
+    success: Option<&'a str>,
+    failure: Option<&'a str>,
+    shown: String,
+    limits: crate::conditions::budget::Limits,
 }
 
 /// The error of an evaluation stopped at a bound (or failed inside the operator), naming the condition it ran.
@@ -64,66 +75,58 @@ fn judge_inline(
     }
 }
 
-/// On the in-process evaluation threads (checkpoints, no hard bounds).
-async fn judge_on_threads(
-    pool: &crate::conditions::budget::Pool,
-    namespace: &str,
-    (success, failure): (Option<&str>, Option<&str>),
-    result: Value,
-    limits: crate::conditions::budget::Limits,
-) -> Result<HookPhase, EvalError> {
-    let shown = show(&result);
-    let (success_text, failure_text) = (success.map(str::to_string), failure.map(str::to_string));
-    let outcome = pool
-        .run(namespace, move || {
-            let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
-            // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
-            drop(result);
-            verdict
-        })
-        .await;
-    match outcome {
-        Ok(verdict) => verdict,
-        Err(crate::conditions::budget::Stopped::Panicked(message)) => {
-            stopped(success, failure, format!("the evaluation failed inside the operator ({message})"), shown)
-        }
-        Err(crate::conditions::budget::Stopped::Late(_)) => {
-            stopped(success, failure, format!("no verdict within {}", crate::text::seconds(limits.timeout)), shown)
+impl Question<'_> {
+    /// The error of this evaluation stopped at a bound, for `reason`.
+    fn stopped(self, reason: String) -> Result<HookPhase, EvalError> {
+        stopped(self.success, self.failure, reason, self.shown)
+    }
+
+    /// On the in-process evaluation threads (checkpoints, no hard bounds).
+    async fn on_threads(self, pool: &crate::conditions::budget::Pool, result: Value) -> Result<HookPhase, EvalError> {
+        let (success_text, failure_text) = (self.success.map(str::to_string), self.failure.map(str::to_string));
+        let outcome = pool
+            .run(self.namespace, move || {
+                let verdict = judge(success_text.as_deref(), failure_text.as_deref(), &result);
+                // Dropping a large result is part of the evaluation's work: do it here, not on the async worker.
+                drop(result);
+                verdict
+            })
+            .await;
+        match outcome {
+            Ok(verdict) => verdict,
+            Err(crate::conditions::budget::Stopped::Panicked(message)) => {
+                self.stopped(format!("the evaluation failed inside the operator ({message})"))
+            }
+            Err(crate::conditions::budget::Stopped::Late(_)) => {
+                let timeout = self.limits.timeout;
+                self.stopped(format!("no verdict within {}", crate::text::seconds(timeout)))
+            }
         }
     }
-}
 
-/// In an evaluation worker process (hard bounds), the value handed over as JSON.
-async fn judge_on_worker(
-    evaluator: &crate::isolation::Evaluator,
-    namespace: &str,
-    (success, failure): (Option<&str>, Option<&str>),
-    result: Value,
-    limits: crate::conditions::budget::Limits,
-) -> Result<HookPhase, EvalError> {
-    let shown = show(&result);
-    let Some(json) = to_json(&result) else {
-        return stopped(
-            success,
-            failure,
-            "the value cannot be handed to an evaluation worker (not JSON)".into(),
-            shown,
-        );
-    };
-    let job = crate::isolation::Job {
-        reading: crate::isolation::Reading::Value { display: shown.clone() },
-        success: success.map(str::to_string),
-        failure: failure.map(str::to_string),
-    };
-    drop(result);
-    let body = serde_json::to_vec(&json).unwrap_or_default();
-    drop(json);
-    match evaluator.run(namespace, job, body).await {
-        Ok(crate::isolation::Outcome { verdict, .. }) => match verdict {
-            crate::isolation::Verdict::Judged(phase) | crate::isolation::Verdict::Answered(phase, _) => Ok(phase),
-            crate::isolation::Verdict::Error(message) => Err(EvalError::Reported(message)),
-        },
-        Err(e) => stopped(success, failure, stop_reason(&e, limits), shown),
+    /// In an evaluation worker process (hard bounds), the value handed over as JSON.
+    async fn on_worker(self, evaluator: &crate::isolation::Evaluator, result: Value) -> Result<HookPhase, EvalError> {
+        let Some(json) = to_json(&result) else {
+            return self.stopped("the value cannot be handed to an evaluation worker (not JSON)".into());
+        };
+        let job = crate::isolation::Job {
+            reading: crate::isolation::Reading::Value { display: self.shown.clone() },
+            success: self.success.map(str::to_string),
+            failure: self.failure.map(str::to_string),
+        };
+        drop(result);
+        let body = serde_json::to_vec(&json).unwrap_or_default();
+        drop(json);
+        match evaluator.run(self.namespace, job, body).await {
+            Ok(crate::isolation::Outcome { verdict, .. }) => match verdict {
+                crate::isolation::Verdict::Judged(phase) | crate::isolation::Verdict::Answered(phase, _) => Ok(phase),
+                crate::isolation::Verdict::Error(message) => Err(EvalError::Reported(message)),
+            },
+            Err(e) => {
+                let reason = stop_reason(&e, self.limits);
+                self.stopped(reason)
+            }
+        }
     }
 }
 
