@@ -208,7 +208,14 @@ mod tests {
     #[test]
     fn it_compares_and_serializes_as_its_string() {
         let a = Interned::new("Ready");
-        assert!(a == "Ready" && "Ready" == a && a == *"Ready" && a == String::from("Ready"));
+        // Each comparison is a different `PartialEq` impl (with `&str`, `str` and `String`, either side).
+        let (s, string) = ("Ready", String::from("Ready"));
+        assert!(a == s, "Interned == &str");
+        assert!(s == a, "&str == Interned");
+        assert!(a == *s, "Interned == str");
+        assert!(*s == a, "str == Interned");
+        assert!(a == string, "Interned == String");
+        assert!(string == a, "String == Interned");
         assert_eq!(a.as_str(), "Ready");
         assert_eq!(serde_json::to_string(&a).unwrap(), "\"Ready\"");
         assert_eq!(format!("{a} {a:?}"), "Ready \"Ready\"");
