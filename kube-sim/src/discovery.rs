@@ -126,10 +126,9 @@ pub(crate) fn crd_api_services(catalog: &Catalog) -> Vec<Value> {
 
 /// A stable hash of a resource's identity, as `storageVersionHash` (clients only compare it).
 fn storage_version_hash(rd: &ResourceDef) -> String {
-    use base64::Engine;
     use sha2::Digest;
     let digest = sha2::Sha256::digest(format!("{}/{}/{}", rd.group, rd.storage_api_version, rd.kind).as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+    data_encoding::BASE64.encode(&digest[..8])
 }
 
 /// `(name, (group, version, kind) of its response if not the resource's own, verbs)`.

@@ -16,7 +16,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
-use base64::Engine;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -175,7 +174,7 @@ impl WebhookServer {
     }
 
     fn ca_bundle(&self) -> String {
-        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+        data_encoding::BASE64.encode(self.ca_pem.as_bytes())
     }
 
     fn url(&self, path: &str) -> String {
@@ -1074,7 +1073,7 @@ async fn certificates_and_service_resolution_are_checked() -> Result<()> {
 
     // Another CA.
     let other = certs(SERVED_NAMES);
-    hook["clientConfig"]["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(&other.ca_pem));
+    hook["clientConfig"]["caBundle"] = json!(data_encoding::BASE64.encode(other.ca_pem.as_bytes()));
     apply(&sim, &configuration("tls", hook.clone())).await?;
     let m = message(cms.create(&PostParams::default(), &cm("a")).await.unwrap_err());
     assert!(

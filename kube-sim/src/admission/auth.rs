@@ -13,7 +13,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use base64::Engine;
 use serde_json::Value;
 
 /// Client certificates by kubeconfig user name (the webhook host they are for): the PEM
@@ -118,8 +117,8 @@ pub(crate) fn load_kubeconfig(path: &Path) -> Result<ClientAuth, String> {
         let info = user.get("user").cloned().unwrap_or(Value::Null);
         let part = |data: &str, file: &str| -> Result<Option<Vec<u8>>, String> {
             if let Some(b64) = info.get(data).and_then(Value::as_str) {
-                return base64::engine::general_purpose::STANDARD
-                    .decode(b64.trim())
+                return data_encoding::BASE64
+                    .decode(b64.trim().as_bytes())
                     .map(Some)
                     .map_err(|e| format!("{}: user {name:?}: {data}: {e}", path.display()));
             }

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use crate::selector::LabelSelector;
@@ -87,7 +86,7 @@ pub(crate) fn webhooks(config: &Value) -> Vec<Webhook> {
             .and_then(|c| c.get("caBundle"))
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok());
+            .and_then(|s| data_encoding::BASE64.decode(s.as_bytes()).ok());
         let rules = w
             .get("rules")
             .and_then(Value::as_array)

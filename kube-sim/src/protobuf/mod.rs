@@ -15,7 +15,6 @@
 
 mod types;
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use types::MESSAGES;
@@ -271,9 +270,7 @@ fn decode_message(b: &[u8], idx: usize) -> Result<Option<Value>, String> {
                     match (t, w, field.kind) {
                         (1, 2, _) => key = utf8(er.bytes()?)?,
                         (2, 2, Kind::MapStr) => value = json!(utf8(er.bytes()?)?),
-                        (2, 2, Kind::MapBytes) => {
-                            value = json!(base64::engine::general_purpose::STANDARD.encode(er.bytes()?))
-                        }
+                        (2, 2, Kind::MapBytes) => value = json!(data_encoding::BASE64.encode(er.bytes()?)),
                         (2, 2, Kind::MapMsg(i)) => value = decode_message(er.bytes()?, i)?.unwrap_or_else(|| json!({})),
                         (_, w, _) => er.skip(w)?,
                     }

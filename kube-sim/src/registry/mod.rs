@@ -1225,17 +1225,15 @@ pub(crate) fn too_large(requested: u64, current: u64) -> ApiError {
 
 /// `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}` in base64, like the etcd3 store.
 pub(crate) fn encode_continue(rv: u64, last_key: &str) -> String {
-    use base64::Engine;
     let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{last_key}\u{0}")});
-    base64::engine::general_purpose::STANDARD.encode(token.to_string())
+    data_encoding::BASE64.encode(token.to_string().as_bytes())
 }
 
 pub(crate) fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
-    use base64::Engine;
     let invalid = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(token)
-        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
+    let bytes = data_encoding::BASE64
+        .decode(token.as_bytes())
+        .or_else(|_| data_encoding::BASE64URL.decode(token.as_bytes()))
         .map_err(|_| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
     let v: Value = serde_json::from_slice(&bytes)
         .map_err(|_| invalid("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;

@@ -1,7 +1,6 @@
 //! Per-kind create/update behaviour: what `PrepareForCreate`, `PrepareForUpdate`, `Validate` and
 //! `ValidateUpdate` of the real registries do for the kinds kube-sim serves.
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use super::defaults;
@@ -156,7 +155,7 @@ fn secret_prepare(obj: &mut Value) {
         if let Value::Object(d) = data {
             for (k, v) in sd {
                 let s = v.as_str().unwrap_or_default();
-                d.insert(k, json!(base64::engine::general_purpose::STANDARD.encode(s)));
+                d.insert(k, json!(data_encoding::BASE64.encode(s.as_bytes())));
             }
         }
     }
@@ -781,5 +780,14 @@ mod tests {
                 assert_eq!(serde_json::to_string(&cheap).unwrap(), serde_json::to_string(&full).unwrap());
             }
         }
+    }
+
+    /// A Secret's `stringData` is merged into `data` as Kubernetes' `[]byte` codec writes it: the standard alphabet
+    /// (`+`, `/`), padded.
+    #[test]
+    fn string_data_is_merged_into_data_in_standard_padded_base64() {
+        let mut secret = json!({"stringData": {"k": "??>", "p": "a"}});
+        secret_prepare(&mut secret);
+        assert_eq!(secret, json!({"type": "Opaque", "data": {"k": "Pz8+", "p": "YQ=="}}));
     }
 }

@@ -322,10 +322,7 @@ fn format_ok(format: &str, s: &str) -> bool {
                     .enumerate()
                     .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
         }
-        "byte" => {
-            use base64::Engine;
-            base64::engine::general_purpose::STANDARD.decode(s).is_ok()
-        }
+        "byte" => data_encoding::BASE64.decode(s.as_bytes()).is_ok(),
         "int-or-string" => true,
         _ => true,
     }
@@ -335,6 +332,14 @@ fn format_ok(format: &str, s: &str) -> bool {
 mod tests {
     use super::*;
     use crate::schema::from_crd_schema;
+
+    /// `format: byte` is Go's `base64.StdEncoding`: the standard alphabet, padded.
+    #[test]
+    fn byte_format_is_standard_padded_base64() {
+        assert!(format_ok("byte", "Pz8+") && format_ok("byte", "YQ==") && format_ok("byte", ""));
+        assert!(!format_ok("byte", "Pz8-"), "the URL-safe alphabet");
+        assert!(!format_ok("byte", "YQ"), "no padding");
+    }
 
     fn schema() -> crate::schema::Schema {
         from_crd_schema(&json!({

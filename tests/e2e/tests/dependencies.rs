@@ -7,20 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use e2e::repo_root;
 
-/// The crates the workspace names that `Cargo.lock` may hold in two majors, each with the third-party crate that
-/// pulls in the major ours does not use. An entry that no longer holds (the two majors met) fails the test, so
-/// the list only shrinks.
-const SECOND_MAJORS: &[(&str, &str, &str)] = &[
-    // k8s-openapi 0.29 (kube 5's) and kube-sim use base64 0.22; hyper-util 0.1 and expr-lang 2 use 0.23.
-    ("base64", "0.23", "hyper-util"),
-    ("base64", "0.23", "expr-lang"),
-    // e2e and proptest use bit-vec 0.10; rcgen 0.14 (kube-sim's test certificates) pulls it through yasna 0.6.
-    ("bit-vec", "0.9", "yasna"),
-    // e2e reads Rust with syn 3 (the derive macros of serde, thiserror and clap use it too); tracing's, pin-project's
-    // and async-stream's macros still use syn 2.
-    ("syn", "2", "tracing-attributes"),
-];
-
 /// A version's semver-compatibility class: `1.2.3` → `1`, `0.22.1` → `0.22`, `0.0.3` → `0.0.3`.
 fn major(version: &str) -> String {
     let parts: Vec<&str> = version.split('.').collect();
@@ -32,9 +18,8 @@ fn major(version: &str) -> String {
     }
 }
 
-/// `Cargo.lock`'s packages: `(name, version, dependencies)`, each dependency as written there (`name` or
-/// `name version`).
-fn lock_packages(lock: &str) -> Vec<(String, String, Vec<String>)> {
+/// `Cargo.lock`'s packages: `(name, version)`.
+fn lock_packages(lock: &str) -> Vec<(String, String)> {
     let mut packages = Vec::new();
     for block in lock.split("[[package]]").skip(1) {
         let field = |key: &str| {
@@ -43,15 +28,7 @@ fn lock_packages(lock: &str) -> Vec<(String, String, Vec<String>)> {
                 .find_map(|l| l.strip_prefix(&format!("{key} = \"")).map(|v| v.trim_end_matches('"').to_string()))
                 .unwrap_or_default()
         };
-        let dependencies = block
-            .split_once("dependencies = [")
-            .map(|(_, rest)| rest.split(']').next().unwrap_or_default())
-            .unwrap_or_default()
-            .lines()
-            .map(|l| l.trim().trim_end_matches(',').trim_matches('"').to_string())
-            .filter(|l| !l.is_empty())
-            .collect();
-        packages.push((field("name"), field("version"), dependencies));
+        packages.push((field("name"), field("version")));
     }
     packages
 }
@@ -147,48 +124,22 @@ fn members_name_every_dependency_through_the_workspace_table() {
     );
 }
 
-/// The crates `[workspace.dependencies]` names that `lock` holds in two majors, unless each second major is listed
-/// in `allowed` with a crate that pulls it; and the `allowed` entries that no longer hold.
-fn second_majors(root_manifest: &str, lock: &str, allowed: &[(&str, &str, &str)]) -> (Vec<String>, Vec<String>) {
+/// The crates `[workspace.dependencies]` names that `lock` holds in more than one major, each with its majors:
+/// `base64: {"0.22", "0.23"}`. A crate the workspace names is one the workspace chose; a second major of it is a
+/// second build and a second set of types, whichever crate pulls it in.
+fn second_majors(root_manifest: &str, lock: &str) -> Vec<String> {
     let named = workspace_named_crates(root_manifest);
-    let packages = lock_packages(lock);
-    let mut majors: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-    for (name, version, _) in &packages {
-        if named.contains(name) {
-            majors.entry(name).or_default().insert(major(version));
+    let mut majors: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (name, version) in lock_packages(lock) {
+        if named.contains(&name) {
+            majors.entry(name).or_default().insert(major(&version));
         }
     }
-    let pulls = |puller: &str, name: &str, other_major: &str| {
-        packages.iter().any(|(p, _, deps)| {
-            p == puller
-                && deps.iter().any(|d| {
-                    let mut words = d.split_whitespace();
-                    words.next() == Some(name) && words.next().is_some_and(|v| major(v) == other_major)
-                })
-        })
-    };
-    let mut unexplained = Vec::new();
-    for (name, versions) in &majors {
-        if versions.len() < 2 {
-            continue;
-        }
-        // Ours is the one major not listed; every listed one is pulled by the crate the list names.
-        let listed: Vec<_> = allowed.iter().filter(|(n, other, _)| n == name && versions.contains(*other)).collect();
-        let listed_majors: BTreeSet<&str> = listed.iter().map(|(_, other, _)| *other).collect();
-        let explained = versions.len() - listed_majors.len() == 1
-            && listed.iter().all(|(n, other, puller)| pulls(puller, n, other));
-        if !explained {
-            unexplained.push(format!("{name}: {versions:?}"));
-        }
-    }
-    let stale = allowed
-        .iter()
-        .filter(|(name, other, puller)| {
-            majors.get(name).is_none_or(|m| m.len() < 2 || !m.contains(*other)) || !pulls(puller, name, other)
-        })
-        .map(|entry| format!("{entry:?}"))
-        .collect();
-    (unexplained, stale)
+    majors
+        .into_iter()
+        .filter(|(_, versions)| versions.len() > 1)
+        .map(|(name, versions)| format!("{name}: {versions:?}"))
+        .collect()
 }
 
 #[test]
@@ -199,14 +150,13 @@ fn the_lock_holds_one_major_of_each_crate_the_workspace_names() {
     let named = workspace_named_crates(&root_manifest);
     assert!(named.contains("kube") && named.contains("json-patch"), "the workspace table was read: {named:?}");
     assert!(lock_packages(&lock).len() > 100, "Cargo.lock's packages were read");
-    let (unexplained, stale) = second_majors(&root_manifest, &lock, SECOND_MAJORS);
+    let second = second_majors(&root_manifest, &lock);
     assert!(
-        unexplained.is_empty(),
-        "crates the workspace names, in two majors in Cargo.lock (move ours to the other's major, or list the \
-         third-party crate that pulls the second in SECOND_MAJORS):\n{}",
-        unexplained.join("\n")
+        second.is_empty(),
+        "crates the workspace names, in more than one major in Cargo.lock (move ours to the major the other crates \
+         use, or stop naming the crate: use what a crate with one major provides):\n{}",
+        second.join("\n")
     );
-    assert!(stale.is_empty(), "SECOND_MAJORS entries that no longer hold; remove them: {stale:?}");
 }
 
 /// What the workspace held before this policy: json-patch 5 beside kube's 4, and a member's own versions.
@@ -217,13 +167,9 @@ fn a_second_major_and_a_dependency_outside_the_table_are_found() {
     let lock = "[[package]]\nname = \"json-patch\"\nversion = \"4.2.0\"\n\n[[package]]\nname = \"json-patch\"\n\
                 version = \"5.0.0\"\n\n[[package]]\nname = \"kube-core\"\nversion = \"5.0.0\"\ndependencies = [\n \
                 \"json-patch 4.2.0\",\n]\n";
-    let (unexplained, stale) = second_majors(root_manifest, lock, &[]);
-    assert_eq!(unexplained, ["json-patch: {\"4\", \"5\"}"]);
-    assert!(stale.is_empty());
-    // Listed with the crate that pulls it, the second major is explained; listed with one that does not, not.
-    assert!(second_majors(root_manifest, lock, &[("json-patch", "4", "kube-core")]).0.is_empty());
-    let (unexplained, stale) = second_majors(root_manifest, lock, &[("json-patch", "4", "reqwest")]);
-    assert_eq!((unexplained.len(), stale.len()), (1, 1));
+    assert_eq!(second_majors(root_manifest, lock), ["json-patch: {\"4\", \"5\"}"]);
+    // Two majors of a crate the workspace does not name, pulled in by third-party crates alone, are left to them.
+    assert!(second_majors("[workspace.dependencies]\nkube = \"5.0\"\n", lock).is_empty());
 
     let manifest = "[package]\nname = \"m\"\n\n[dependencies]\nkube = { workspace = true }\n# a comment\n\
                     rustix = { version = \"1.1\", features = [\"process\"] }\n\n[dev-dependencies.tempfile]\n\
