@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::api::GameDeployment;
 use common::cached_pod::Pod;
+use common::runtime::kube_api::api;
 use futures::StreamExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -78,17 +79,6 @@ pub struct GateCaches {
     pods_watch: WatchState,
     gds: Store<GameDeployment>,
     gds_watch: WatchState,
-}
-
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// Runs one reflector for the life of the process, noting its state.

@@ -15,6 +15,7 @@
 //! of opted-in GameDeployments, which is what the webhook configuration's `objectSelector` matches, so no other
 //! pod deletion in the cluster ever calls the webhook.
 
+pub(crate) mod admission;
 pub mod caches;
 pub(crate) mod labeller;
 pub mod metrics;

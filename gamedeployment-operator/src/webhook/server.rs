@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -32,12 +31,13 @@ use common::runtime::events::{EventSink, Note};
 use common::runtime::http_server::{self, Timeouts};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::core::response::{StatusDetails, StatusSummary};
 use kube::core::{DynamicObject, ObjectList};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use super::admission::Admission;
 use super::caches::{GateCaches, Lookup};
 use super::metrics::WebhookMetrics;
 use super::tls::{Caller, CertFiles, TlsError, TlsHandshake, WebhookListener, server_config};
@@ -228,12 +228,6 @@ async fn bounded<T>(
     }
 }
 
-fn parse_request(review: AdmissionReview<DynamicObject>) -> Result<AdmissionRequest<DynamicObject>, Box<Response>> {
-    review.try_into().map_err(|e| {
-        Box::new((StatusCode::BAD_REQUEST, format!("not an AdmissionReview request: {e}")).into_response())
-    })
-}
-
 fn review(response: AdmissionResponse) -> Response {
     Json(response.into_review()).into_response()
 }
@@ -271,12 +265,8 @@ fn grace_period(request: &AdmissionRequest<DynamicObject>, operation: PodOperati
 async fn validate_pods(
     State(state): State<AppState>,
     ConnectInfo(caller): ConnectInfo<Caller>,
-    Json(body): Json<AdmissionReview<DynamicObject>>,
+    Admission(request): Admission,
 ) -> Response {
-    let request = match parse_request(body) {
-        Ok(request) => request,
-        Err(response) => return *response,
-    };
     match pod_gate(&state, &request, caller, Budget::start(state.answer_within)).await {
         Ok(response) => review(response),
         Err(Unanswerable(message)) => {
@@ -464,12 +454,8 @@ async fn mark(pods: &Api<Pod>, name: &str, mark: &Mark, budget: Budget) -> Resul
 async fn validate_workload(
     State(state): State<AppState>,
     ConnectInfo(caller): ConnectInfo<Caller>,
-    Json(body): Json<AdmissionReview<DynamicObject>>,
+    Admission(request): Admission,
 ) -> Response {
-    let request = match parse_request(body) {
-        Ok(request) => request,
-        Err(response) => return *response,
-    };
     // Deletion protection writes nothing; an unverified caller is only counted.
     may_write(&state, caller, "deletion-protection", false);
     match protect(&state, &request, Budget::start(state.answer_within)).await {
@@ -566,6 +552,7 @@ async fn template_users(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::core::admission::AdmissionReview;
 
     fn request(body: Value) -> AdmissionRequest<DynamicObject> {
         let review: AdmissionReview<DynamicObject> = serde_json::from_value(json!({

@@ -23,10 +23,11 @@ use axum::routing::post;
 use axum::{Json, Router};
 use common::api::{GameDeployment, HookRun, HookTemplate};
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use kube::{Api, Client};
 
 use self::verdict::SpecVerdict;
+use super::admission::Admission;
 use super::metrics::WebhookMetrics;
 
 /// The metric label of this webhook's answers.
@@ -51,17 +52,7 @@ pub fn router(client: Client, operator_users: Vec<String>, answer_within: Durati
     })
 }
 
-async fn validate_hooks(
-    State(state): State<ValidationState>,
-    Json(body): Json<AdmissionReview<DynamicObject>>,
-) -> Response {
-    let request: AdmissionRequest<DynamicObject> = match body.try_into() {
-        Ok(request) => request,
-        Err(e) => {
-            return (axum::http::StatusCode::BAD_REQUEST, format!("not an AdmissionReview request: {e}"))
-                .into_response();
-        }
-    };
+async fn validate_hooks(State(state): State<ValidationState>, Admission(request): Admission) -> Response {
     let response = answer(&state, &request).await;
     Json(response.into_review()).into_response()
 }
@@ -175,6 +166,7 @@ fn typed<K: serde::de::DeserializeOwned>(object: &DynamicObject) -> Result<K, St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::core::admission::AdmissionReview;
     use serde_json::json;
 
     fn request(resource: &str, operation: &str, object: serde_json::Value) -> AdmissionRequest<DynamicObject> {
