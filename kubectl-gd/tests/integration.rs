@@ -3,6 +3,7 @@
 //! `cargo test -p kubectl-gd --test integration -- <file>::`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed unwrap is a failed test
 
+mod crds;
 mod fixtures;
 
 mod actions;

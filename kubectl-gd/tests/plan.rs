@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use common::api::{GameDeployment, HookTemplate};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::PostParams;
 
@@ -45,27 +44,11 @@ spec:
     inPlaceUpdateStrategy: {gracePeriodSeconds: 30}
 "#;
 
-async fn install_crds(client: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
-    for entry in std::fs::read_dir(dir).expect("crds/") {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("CRD file");
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("CRD YAML");
-        crds.create(&PostParams::default(), &crd).await.expect("CRD created");
-    }
-    let gds: Api<GameDeployment> = Api::namespaced(client.clone(), "default");
-    let start = Instant::now();
-    while gds.list(&Default::default()).await.is_err() {
-        assert!(start.elapsed() < DEADLINE, "GameDeployments are not served");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// kube-sim with the GameDeployment settled by the operator, which is stopped again; a kubeconfig for [`USER`].
 async fn settled() -> (kube_sim::SimHandle, tempfile::TempDir, std::path::PathBuf) {
     let sim = kube_sim::start(kube_sim::SimConfig::default()).await.expect("kube-sim");
     let client = sim.client().await;
-    install_crds(&client).await;
+    crate::crds::install(&client, DEADLINE).await;
     let templates: Api<HookTemplate> = Api::namespaced(client.clone(), "default");
     templates.create(&PostParams::default(), &serde_yaml::from_str(TEMPLATE).unwrap()).await.unwrap();
     let gds: Api<GameDeployment> = Api::namespaced(client.clone(), "default");

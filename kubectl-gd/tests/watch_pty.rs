@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::api::GameDeployment;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 
@@ -25,22 +24,6 @@ spec:
   template: {metadata: {labels: {app: watched}}, spec: {containers: [{name: app, image: "game:1"}]}}
   updateStrategy: {type: InplaceUpdate}
 "#;
-
-async fn install_crds(client: &kube::Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
-    for entry in std::fs::read_dir(dir).expect("crds/") {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("CRD file");
-        let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("CRD YAML");
-        crds.create(&PostParams::default(), &crd).await.expect("CRD created");
-    }
-    let gds: Api<GameDeployment> = Api::namespaced(client.clone(), "default");
-    let start = Instant::now();
-    while gds.list(&Default::default()).await.is_err() {
-        assert!(start.elapsed() < DEADLINE, "GameDeployments are not served");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// A pseudo-terminal: the child gets the terminal side as stdout/stderr, the test reads the other side.
 struct Pty {
@@ -117,7 +100,7 @@ async fn fleet() -> Fleet {
     let kubeconfig = dir.path().join("kubeconfig");
     sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
     let client = sim.client().await;
-    install_crds(&client).await;
+    crate::crds::install(&client, DEADLINE).await;
     let gds: Api<GameDeployment> = Api::namespaced(client.clone(), "default");
     let gd: GameDeployment = serde_yaml::from_str(GD).expect("GameDeployment");
     gds.create(&PostParams::default(), &gd).await.expect("created");

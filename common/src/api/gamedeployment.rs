@@ -844,6 +844,21 @@ pub struct GameDeploymentStatus {
     pub shadow_hook_results: Vec<ShadowHookResult>,
 }
 
+impl GameDeploymentStatus {
+    /// The six pod counts (`replicas`, `readyReplicas`, `availableReplicas`, `updatedReplicas`,
+    /// `updatedReadyReplicas`, `updatedAvailableReplicas`), in that order: any change of them is a rollout moving.
+    pub fn replica_counts(&self) -> [i32; 6] {
+        [
+            self.replicas,
+            self.ready_replicas,
+            self.available_replicas,
+            self.updated_replicas,
+            self.updated_ready_replicas,
+            self.updated_available_replicas,
+        ]
+    }
+}
+
 /// Most entries of `status.shadowHookResults`.
 pub const MAX_SHADOW_RESULTS: usize = 20;
 

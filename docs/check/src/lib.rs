@@ -304,34 +304,35 @@ pub fn summary_pages(src: &Path) -> BTreeSet<PathBuf> {
         .collect()
 }
 
+/// The words in inline code spans of `text` (outside code blocks), with their line numbers: a `::item` suffix (a
+/// test or function in the file) and trailing punctuation are cut; words with placeholders (`<`, `*`, `{`, `…`, `$`)
+/// are left out.
+fn code_span_words(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    for (n, line) in prose_lines(text) {
+        // The odd-numbered parts are inside code spans.
+        for part in line.split('`').skip(1).step_by(2) {
+            for word in part.split_whitespace() {
+                let word = word.split("::").next().unwrap_or("");
+                let word = word.trim_end_matches([',', ';', ':', '.', ')']);
+                if !word.contains(['<', '*', '{', '…', '$']) {
+                    out.push((n, word));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// The words in inline code spans of `text` (outside code blocks) that name a repository path: they contain a
 /// `/` and start with one of `top_dirs` followed by `/`. A `::item` suffix (a test or function in the file) and
 /// trailing punctuation are cut; spans with placeholders (`<`, `*`, `{`, `…`) are skipped.
 pub fn code_span_paths(text: &str, top_dirs: &BTreeSet<String>) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    for (n, line) in prose_lines(text) {
-        let mut parts = line.split('`');
-        // The odd-numbered parts are inside code spans.
-        parts.next();
-        let mut inside = true;
-        for part in parts {
-            if inside {
-                for word in part.split_whitespace() {
-                    let word = word.split("::").next().unwrap_or("");
-                    let word = word.trim_end_matches([',', ';', ':', '.', ')']);
-                    if word.contains(['<', '*', '{', '…', '$']) || !word.contains('/') {
-                        continue;
-                    }
-                    let first = word.split('/').next().unwrap_or("");
-                    if top_dirs.contains(first) {
-                        out.push((n, word.to_string()));
-                    }
-                }
-            }
-            inside = !inside;
-        }
-    }
-    out
+    code_span_words(text)
+        .into_iter()
+        .filter(|(_, word)| word.contains('/') && top_dirs.contains(word.split('/').next().unwrap_or("")))
+        .map(|(n, word)| (n, word.to_string()))
+        .collect()
 }
 
 /// The words in inline code spans of `text` (outside code blocks) that name a Rust source file relative to a
@@ -339,30 +340,14 @@ pub fn code_span_paths(text: &str, top_dirs: &BTreeSet<String>) -> Vec<(usize, S
 /// (`src/gate.rs`, `planner/world.rs`, `gate.rs`). The same cuts as [`code_span_paths`] apply: a `::item` suffix
 /// and trailing punctuation go, spans with placeholders are skipped.
 pub fn code_span_source_files(text: &str, top_dirs: &BTreeSet<String>) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    for (n, line) in prose_lines(text) {
-        let mut parts = line.split('`');
-        parts.next();
-        let mut inside = true;
-        for part in parts {
-            if inside {
-                for word in part.split_whitespace() {
-                    let word = word.split("::").next().unwrap_or("");
-                    let word = word.trim_end_matches([',', ';', ':', '.', ')']);
-                    let word = word.trim_start_matches("./");
-                    if word.contains(['<', '*', '{', '…', '$']) || !word.ends_with(".rs") || word.starts_with('/') {
-                        continue;
-                    }
-                    let first = word.split('/').next().unwrap_or("");
-                    if !top_dirs.contains(first) {
-                        out.push((n, word.to_string()));
-                    }
-                }
-            }
-            inside = !inside;
-        }
-    }
-    out
+    code_span_words(text)
+        .into_iter()
+        .map(|(n, word)| (n, word.trim_start_matches("./")))
+        .filter(|(_, word)| {
+            word.ends_with(".rs") && !word.starts_with('/') && !top_dirs.contains(word.split('/').next().unwrap_or(""))
+        })
+        .map(|(n, word)| (n, word.to_string()))
+        .collect()
 }
 
 /// Whether `rel` (a `/`-separated path) is the tail of some path in `files`, whole components only:

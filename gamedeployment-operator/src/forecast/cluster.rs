@@ -111,7 +111,12 @@ impl SimCluster {
 
     /// What the planner decides for the cluster as it is now (the pass is not applied).
     pub fn plan(&self) -> Plan {
-        let observed = Observed {
+        plan(&self.observed())
+    }
+
+    /// The cluster as the operator observes it at the start of a pass.
+    pub(crate) fn observed(&self) -> Observed<'_> {
+        Observed {
             gd: &self.gd,
             pods: self.pods.iter().collect(),
             revisions: self.revisions.iter().collect(),
@@ -122,8 +127,7 @@ impl SimCluster {
             hook_templates: &self.hook_templates,
             claims: self.claims.iter().collect(),
             keys: &self.keys,
-        };
-        plan(&observed)
+        }
     }
 
     /// Applies a pass's plan and moves on the seed of new instance ids (as the operator draws a new one per pass).

@@ -114,15 +114,7 @@ fn progress(gd: &GameDeployment, status: &GameDeploymentStatus) -> String {
     format!(
         "{:?}",
         (
-            [
-                status.replicas,
-                status.ready_replicas,
-                status.available_replicas,
-                status.updated_replicas,
-                status.updated_ready_replicas,
-                status.updated_available_replicas,
-                status.expected_updated_replicas,
-            ],
+            (status.replica_counts(), status.expected_updated_replicas),
             (status.current_step_index, &status.current_step_hash, status.pause_conditions.len()),
             gd.spec.update_strategy.paused,
             conditions,

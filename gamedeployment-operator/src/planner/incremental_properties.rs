@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
 
 use super::sim_cluster::World;
-use super::{FactsCache, Observed, Plan, plan_with_facts};
+use super::{FactsCache, Plan, plan_with_facts};
 use crate::fixtures::gd;
 use crate::forecast::cluster::ts;
 use crate::lifecycle::LifecycleState;
@@ -21,19 +21,7 @@ fn strategy_name(i: u8) -> &'static str {
 
 /// A pass over `world` as it is, with the pod facts of `facts`.
 fn plan(world: &World, facts: &FactsCache) -> Plan {
-    let observed = Observed {
-        gd: &world.gd,
-        pods: world.pods.iter().collect(),
-        revisions: world.revisions.iter().collect(),
-        node_costs: &world.node_costs,
-        now: ts(world.now),
-        seed: world.seed,
-        hook_runs: &world.hook_runs,
-        hook_templates: &world.hook_templates,
-        claims: world.claims.iter().collect(),
-        keys: &world.keys,
-    };
-    plan_with_facts(&observed, facts)
+    plan_with_facts(&world.observed(), facts)
 }
 
 /// One change between passes: to one pod (picked by index among the pods), to the spec, or the clock.

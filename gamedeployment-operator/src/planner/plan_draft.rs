@@ -122,19 +122,21 @@ impl Draft {
         let handler_hold = which.and_then(|w| lifecycle::holds_release(settings.gd, w, info.pod));
         if decision.is_allow() && handler_hold.is_none() {
             if let Some(hook) = verdict.hook {
+                // A release without a successful hook, as the GameDeployment's status records it.
+                let release = |reason: common::api::HookReleaseReason, message: &str| {
+                    let condition = common::api::HookCondition {
+                        pod_name: info.name.to_string(),
+                        start_time: hook.started.clone(),
+                        phase: hook.phase,
+                        hook_run: Some(hook.run_name.clone()),
+                        message: Some(message.to_string()),
+                        released_by: Some(reason),
+                        released_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(settings.now)),
+                    };
+                    (hook.kind, condition)
+                };
                 if let Some((reason, message)) = &hook.released {
-                    self.released.push((
-                        hook.kind,
-                        common::api::HookCondition {
-                            pod_name: info.name.to_string(),
-                            start_time: hook.started.clone(),
-                            phase: hook.phase,
-                            hook_run: Some(hook.run_name.clone()),
-                            message: Some(message.clone()),
-                            released_by: Some(*reason),
-                            released_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(settings.now)),
-                        },
-                    ));
+                    self.released.push(release(*reason, message));
                 }
                 if hook.terminated {
                     let by = hook.terminated_by.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
@@ -144,18 +146,7 @@ impl Draft {
                         info.name, hook.run_name
                     );
                     // Recorded in the GameDeployment's status like every release without a successful hook.
-                    self.released.push((
-                        hook.kind,
-                        common::api::HookCondition {
-                            pod_name: info.name.to_string(),
-                            start_time: hook.started.clone(),
-                            phase: hook.phase,
-                            hook_run: Some(hook.run_name.clone()),
-                            message: Some(message.clone()),
-                            released_by: Some(common::api::HookReleaseReason::Terminated),
-                            released_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(settings.now)),
-                        },
-                    ));
+                    self.released.push(release(common::api::HookReleaseReason::Terminated, &message));
                     self.events.push(PlannedEvent::warning("HookRunTerminated", message).about_pod(&info.pod_ref()));
                 }
                 self.passed_runs.insert(hook.run_name);

@@ -34,14 +34,7 @@ impl<'a> Mark<'a> {
         Self {
             generation: status.observed_generation,
             revision: status.update_revision.as_deref(),
-            counts: [
-                status.replicas,
-                status.ready_replicas,
-                status.available_replicas,
-                status.updated_replicas,
-                status.updated_ready_replicas,
-                status.updated_available_replicas,
-            ],
+            counts: status.replica_counts(),
             step: status.current_step_index,
         }
     }

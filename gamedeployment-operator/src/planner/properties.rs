@@ -53,32 +53,17 @@ struct Scenario {
     delete_first: bool,
 }
 
-fn scenario() -> impl Strategy<Value = Scenario> {
-    (0i32..7, 0i32..8, 0i32..9, any::<bool>(), 0i32..4, 0i32..3, 0u8..3, any::<bool>(), any::<bool>()).prop_map(
-        |(
-            initial,
-            replicas,
-            partition,
-            partition_percent,
-            max_unavailable,
-            max_surge,
-            strategy,
-            change_labels,
+prop_compose! {
+    fn scenario()(
+        initial in 0i32..7, replicas in 0i32..8, partition in 0i32..9, partition_percent in any::<bool>(),
+        max_unavailable in 0i32..4, max_surge in 0i32..3, strategy in 0u8..3, change_labels in any::<bool>(),
+        delete_first in any::<bool>()
+    ) -> Scenario {
+        Scenario {
+            initial, replicas, partition, partition_percent, max_unavailable, max_surge, strategy, change_labels,
             delete_first,
-        )| {
-            Scenario {
-                initial,
-                replicas,
-                partition,
-                partition_percent,
-                max_unavailable,
-                max_surge,
-                strategy,
-                change_labels,
-                delete_first,
-            }
-        },
-    )
+        }
+    }
 }
 
 fn run(s: &Scenario) -> Result<(), TestCaseError> {

@@ -1,11 +1,20 @@
-//! Pieces the benchmark commands (`gamedeployment-bench`, `fleet-bench`) share: an operator started as a child
-//! process with its metrics endpoint (optionally pinned to one CPU), polling with a limit, and a process's CPU and
-//! memory from /proc.
+//! Pieces the benchmark commands (`gamedeployment-bench`, `fleet-bench`) share: their arguments or a usage error,
+//! an operator started as a child process with its metrics endpoint (optionally pinned to one CPU), polling with a
+//! limit, and a process's CPU and memory from /proc.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+/// The command's arguments, as `parsed` holds them; a usage error is printed and the command exits with status 1
+/// (`ExitCode::FAILURE`) before anything starts.
+pub fn args_or_exit<T>(parsed: Result<T, String>) -> T {
+    parsed.unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1)
+    })
+}
 
 /// An operator binary running as a child process (killed when dropped).
 pub struct OperatorProcess {

@@ -87,6 +87,31 @@ pub async fn set_image(cluster: &Cluster, namespace: &str, name: &str, image: &s
     cluster.kubectl_ok(&["patch", "-n", namespace, "gamedeployment", name, "--type=json", "-p", &patch]).await;
 }
 
+/// `field` (`status`, `reason`, `message`) of the `type_` condition of GameDeployment `name` in `default`, as
+/// `kubectl get -o jsonpath` prints it (empty when there is no such condition).
+pub async fn condition(cluster: &Cluster, name: &str, type_: &str, field: &str) -> String {
+    let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].{field}}}");
+    cluster.kubectl_ok(&["get", "gamedeployment", name, "-o", &path]).await
+}
+
+/// `kubectl patch` of `spec.updateStrategy.paused` of GameDeployment `name` in `namespace`.
+pub async fn set_paused(cluster: &Cluster, namespace: &str, name: &str, paused: bool) {
+    let patch = serde_json::json!({"spec": {"updateStrategy": {"paused": paused}}}).to_string();
+    cluster.kubectl_ok(&["patch", "-n", namespace, "gamedeployment", name, "--type=merge", "-p", &patch]).await;
+}
+
+/// A kube-sim cluster with the CRDs and the GameDeployment operator, and GameDeployment `name` ([`manifest`] on
+/// `python:latest`) applied and rolled out: `kubectl get` shows all `replicas` pods updated and ready.
+pub async fn rolled_out(name: &str, replicas: i32, strategy: &str, extra_strategy: &str) -> (Cluster, Operator) {
+    let cluster = Cluster::start().await;
+    cluster.install_crds().await;
+    let operator = start_operator(&cluster);
+    apply(&cluster, &manifest(name, replicas, strategy, extra_strategy, "python:latest")).await;
+    let all = i64::from(replicas);
+    wait_columns(&cluster, name, Columns::new(all, all, all, all, all)).await;
+    (cluster, operator)
+}
+
 /// One row of `kubectl get gamedeployment`: DESIRED UPDATED UPDATED_READY READY TOTAL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Columns {

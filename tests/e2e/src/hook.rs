@@ -206,9 +206,9 @@ pub async fn serve_answers(answers: std::collections::HashMap<String, Vec<u8>>) 
     .await
 }
 
-/// A run of one web metric in `default` that probes `http://{addr}/{name}` every second for `{$.age}` and succeeds
-/// when it is above 30: the scripted endpoint decides each measurement (the durability suites).
-pub fn scripted_age_run(name: &str, addr: std::net::SocketAddr, count: i32, failure_limit: i32) -> HookRun {
+/// A run of one web metric in `default` that probes `url` every `interval` for `{$.age}`, `count` times, and succeeds
+/// when it is above 30.
+pub fn age_run(name: &str, url: String, count: i32, interval: &str) -> HookRun {
     use common::api::{HookRunSpec, Metric, MetricProvider, WebMetric};
     let mut run = HookRun::new(
         name,
@@ -216,16 +216,10 @@ pub fn scripted_age_run(name: &str, addr: std::net::SocketAddr, count: i32, fail
             metrics: vec![Metric {
                 name: "m".into(),
                 count,
-                failure_limit,
-                interval: Some("1s".into()),
+                interval: Some(interval.into()),
                 success_condition: Some("asInt(result) > 30".into()),
                 provider: MetricProvider {
-                    web: Some(WebMetric {
-                        url: format!("http://{addr}/{name}"),
-                        json_path: Some("{$.age}".into()),
-                        timeout_seconds: Some(60),
-                        ..WebMetric::default()
-                    }),
+                    web: Some(WebMetric { url, json_path: Some("{$.age}".into()), ..WebMetric::default() }),
                     ..MetricProvider::default()
                 },
                 ..Metric::default()
@@ -234,5 +228,18 @@ pub fn scripted_age_run(name: &str, addr: std::net::SocketAddr, count: i32, fail
         },
     );
     run.metadata.namespace = Some("default".into());
+    run
+}
+
+/// An [`age_run`] that probes `http://{addr}/{name}` every second, with a 60 s timeout and `failure_limit`: the
+/// scripted endpoint decides each measurement (the durability suites).
+pub fn scripted_age_run(name: &str, addr: std::net::SocketAddr, count: i32, failure_limit: i32) -> HookRun {
+    let mut run = age_run(name, format!("http://{addr}/{name}"), count, "1s");
+    for metric in &mut run.spec.metrics {
+        metric.failure_limit = failure_limit;
+        if let Some(web) = metric.provider.web.as_mut() {
+            web.timeout_seconds = Some(60);
+        }
+    }
     run
 }

@@ -70,10 +70,9 @@ pub fn binary(package: &str, bin: &str) -> PathBuf {
 /// kube-sim's own tests use too.
 pub use kube_sim::testing::wait_for;
 
-/// Short leader-election timings (lease 3 s, renew deadline 2 s, retry 500 ms) so a takeover happens within
-/// seconds; the Lease lives in `default`.
-pub const FAST_ELECTION: &[&str] = &[
-    "--leader-elect",
+/// Short Lease timings (lease 3 s, renew deadline 2 s, retry 500 ms) so a takeover happens within seconds; the
+/// Leases live in `default`. Without `--leader-elect`: sharded hook-operator replicas take Leases of their own.
+pub const FAST_LEASES: &[&str] = &[
     "--leader-elect-namespace",
     "default",
     "--leader-elect-lease-duration",
@@ -83,6 +82,18 @@ pub const FAST_ELECTION: &[&str] = &[
     "--leader-elect-retry-period",
     "500ms",
 ];
+
+/// Leader election on, with the [`FAST_LEASES`] timings.
+pub const FAST_ELECTION: &[&str] = &{
+    let mut args = [""; FAST_LEASES.len() + 1];
+    args[0] = "--leader-elect";
+    let mut i = 0;
+    while i < FAST_LEASES.len() {
+        args[i + 1] = FAST_LEASES[i];
+        i += 1;
+    }
+    args
+};
 
 /// Output of one `kubectl` invocation.
 #[derive(Debug, Clone)]

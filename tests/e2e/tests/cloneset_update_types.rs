@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use e2e::gamedeployment::{Columns, apply, image, is_ready, manifest, pods, start_operator, wait_columns};
+use e2e::gamedeployment::{Columns, condition, image, is_ready, pods, rolled_out, wait_columns};
 use e2e::observe::Observer;
 use e2e::{Cluster, DEADLINE, wait_for};
 use k8s_openapi::api::core::v1::Pod;
@@ -26,19 +26,21 @@ async fn uids(cluster: &Cluster, name: &str) -> BTreeSet<String> {
         .collect()
 }
 
-async fn condition(cluster: &Cluster, name: &str, type_: &str, field: &str) -> String {
-    let path = format!("jsonpath={{.status.conditions[?(@.type==\"{type_}\")].{field}}}");
-    cluster.kubectl_ok(&["get", "gamedeployment", name, "-o", &path]).await
+/// Patches the image to `python:3.5` and waits until the 3 pods run it, ready, and `kubectl get` shows them.
+async fn to_new_image(cluster: &Cluster, name: &str) {
+    cluster.kubectl_ok(&["patch", "gamedeployment", name, "--type=json", "-p", NEW_IMAGE]).await;
+    wait_for("3 ready pods on the new image", DEADLINE, || async {
+        let now = pods(cluster, name).await;
+        (now.len() == 3 && now.iter().all(|p| is_ready(p) && image(p) == Some("python:3.5"))).then_some(())
+    })
+    .await;
+    wait_columns(cluster, name, Columns::new(3, 3, 3, 3, 3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_place_only_refuses_a_change_that_cannot_be_made_in_place() {
     const NAME: &str = "in-place-only";
-    let cluster = Cluster::start().await;
-    cluster.install_crds().await;
-    let mut operator = start_operator(&cluster);
-    apply(&cluster, &manifest(NAME, 3, "InPlaceOnly", "    maxUnavailable: 1\n", "python:latest")).await;
-    wait_columns(&cluster, NAME, Columns::new(3, 3, 3, 3, 3)).await;
+    let (cluster, mut operator) = rolled_out(NAME, 3, "InPlaceOnly", "    maxUnavailable: 1\n").await;
     let before = uids(&cluster, NAME).await;
 
     // Every version of every pod from before the refused change on: none is deleted, none created.
@@ -64,13 +66,7 @@ async fn in_place_only_refuses_a_change_that_cannot_be_made_in_place() {
 
     // Back to an image-only change: it rolls in place, and the condition goes.
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NO_ENV]).await;
-    cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
-    wait_for("3 ready pods on the new image", DEADLINE, || async {
-        let now = pods(&cluster, NAME).await;
-        (now.len() == 3 && now.iter().all(|p| is_ready(p) && image(p) == Some("python:3.5"))).then_some(())
-    })
-    .await;
-    wait_columns(&cluster, NAME, Columns::new(3, 3, 3, 3, 3)).await;
+    to_new_image(&cluster, NAME).await;
     assert_eq!(uids(&cluster, NAME).await, before, "updated in place");
     wait_for("FailedUpdate to go", DEADLINE, || async {
         condition(&cluster, NAME, "FailedUpdate", "status").await.is_empty().then_some(())
@@ -84,19 +80,9 @@ async fn in_place_only_refuses_a_change_that_cannot_be_made_in_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreate_replaces_pods_as_rolling_update() {
     const NAME: &str = "recreate";
-    let cluster = Cluster::start().await;
-    cluster.install_crds().await;
-    let mut operator = start_operator(&cluster);
-    apply(&cluster, &manifest(NAME, 3, "ReCreate", "    maxUnavailable: 1\n", "python:latest")).await;
-    wait_columns(&cluster, NAME, Columns::new(3, 3, 3, 3, 3)).await;
+    let (cluster, mut operator) = rolled_out(NAME, 3, "ReCreate", "    maxUnavailable: 1\n").await;
     let before = uids(&cluster, NAME).await;
-    cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
-    wait_for("3 ready pods on the new image", DEADLINE, || async {
-        let now = pods(&cluster, NAME).await;
-        (now.len() == 3 && now.iter().all(|p| is_ready(p) && image(p) == Some("python:3.5"))).then_some(())
-    })
-    .await;
-    wait_columns(&cluster, NAME, Columns::new(3, 3, 3, 3, 3)).await;
+    to_new_image(&cluster, NAME).await;
     let after = uids(&cluster, NAME).await;
     assert!(before.is_disjoint(&after), "every pod was recreated: {before:?} → {after:?}");
     assert!(operator.is_running());

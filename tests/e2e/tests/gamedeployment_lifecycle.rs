@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use e2e::gamedeployment::{Columns, apply, columns, manifest, pods, start_operator, wait_columns};
+use e2e::gamedeployment::{Columns, apply, columns, condition, manifest, pods, start_operator, wait_columns};
 use e2e::{Cluster, DEADLINE, wait_for};
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::Api;
@@ -73,15 +73,7 @@ async fn create_scale_pods_to_delete_and_garbage_collection() {
         .kubectl_ok(&["get", "gamedeployment", "test-gamedeployment", "-o", "jsonpath={.status.labelSelector}"])
         .await;
     assert_eq!(selector, "app=test-gamedeployment");
-    let progressing = cluster
-        .kubectl_ok(&[
-            "get",
-            "gamedeployment",
-            "test-gamedeployment",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}",
-        ])
-        .await;
+    let progressing = condition(&cluster, "test-gamedeployment", "Progressing", "reason").await;
     assert_eq!(progressing, "RolloutComplete");
     let events =
         cluster.kubectl_ok(&["get", "events", "--field-selector", "involvedObject.name=test-gamedeployment"]).await;

@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use e2e::gamedeployment::{
-    Columns, PodMonitor, apply, image, is_ready, manifest, pods, revision, start_operator, wait_columns,
+    Columns, PodMonitor, condition, image, is_ready, pods, revision, rolled_out, set_paused, wait_columns,
 };
 use e2e::observe::Observer;
-use e2e::{Cluster, DEADLINE, wait_for};
+use e2e::{DEADLINE, wait_for};
 use k8s_openapi::api::core::v1::Pod;
 
 const NAME: &str = "test-gamedeployment";
@@ -24,11 +24,7 @@ fn live(pods: &[Pod]) -> Vec<&Pod> {
 /// Creates the GameDeployment, waits for 6 ready pods, patches the image, and checks the rollout. Returns the pods
 /// before and after.
 async fn rollout(strategy: &str, extra: &str) -> (Vec<Pod>, Vec<Pod>) {
-    let cluster = Cluster::start().await;
-    cluster.install_crds().await;
-    let mut operator = start_operator(&cluster);
-    apply(&cluster, &manifest(NAME, 6, strategy, &format!("{PARTITIONED}{extra}"), "python:latest")).await;
-    wait_columns(&cluster, NAME, Columns::new(6, 6, 6, 6, 6)).await;
+    let (cluster, mut operator) = rolled_out(NAME, 6, strategy, &format!("{PARTITIONED}{extra}")).await;
     let before = pods(&cluster, NAME).await;
     let initial = revision(&before[0]).map(String::from);
 
@@ -125,22 +121,10 @@ async fn hot_patch_update_swaps_images() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_delete_updates_only_deleted_pods() {
-    let cluster = Cluster::start().await;
-    cluster.install_crds().await;
-    let _operator = start_operator(&cluster);
-    apply(&cluster, &manifest(NAME, 6, "OnDelete", PARTITIONED, "python:latest")).await;
-    wait_columns(&cluster, NAME, Columns::new(6, 6, 6, 6, 6)).await;
+    let (cluster, _operator) = rolled_out(NAME, 6, "OnDelete", PARTITIONED).await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     wait_columns(&cluster, NAME, Columns::new(6, 0, 0, 6, 6)).await;
-    let reason = cluster
-        .kubectl_ok(&[
-            "get",
-            "gamedeployment",
-            NAME,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}",
-        ])
-        .await;
+    let reason = condition(&cluster, NAME, "Progressing", "reason").await;
     assert_eq!(reason, "WaitingForDeletion");
     let victim = pods(&cluster, NAME).await[0].metadata.name.clone().unwrap_or_default();
     cluster.kubectl_ok(&["delete", "pod", &victim]).await;
@@ -152,26 +136,14 @@ async fn on_delete_updates_only_deleted_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_is_honoured_as_set() {
-    let cluster = Cluster::start().await;
-    cluster.install_crds().await;
-    let _operator = start_operator(&cluster);
-    apply(&cluster, &manifest(NAME, 4, "InplaceUpdate", "    paused: true\n", "python:latest")).await;
     // Pods created while paused still become Ready.
-    wait_columns(&cluster, NAME, Columns::new(4, 4, 4, 4, 4)).await;
+    let (cluster, _operator) = rolled_out(NAME, 4, "InplaceUpdate", "    paused: true\n").await;
     let first_four: Vec<String> = pods(&cluster, NAME).await.into_iter().filter_map(|p| p.metadata.uid).collect();
     // Every version of every pod while paused: none of the first four is updated or deleted.
     let pod_versions = Observer::<Pod>::namespaced(&cluster, "default").await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     wait_for("the Paused condition", DEADLINE, || async {
-        let reason = cluster
-            .kubectl_ok(&[
-                "get",
-                "gamedeployment",
-                NAME,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}",
-            ])
-            .await;
+        let reason = condition(&cluster, NAME, "Progressing", "reason").await;
         (reason == "Paused").then_some(())
     })
     .await;
@@ -191,27 +163,14 @@ async fn paused_is_honoured_as_set() {
     let paused =
         cluster.kubectl_ok(&["get", "gamedeployment", NAME, "-o", "jsonpath={.spec.updateStrategy.paused}"]).await;
     assert_eq!(paused, "true", "the operator never unpauses (BCS resets the flag)");
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "gamedeployment",
-            NAME,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"updateStrategy":{"paused":false}}}"#,
-        ])
-        .await;
+    set_paused(&cluster, "default", NAME, false).await;
     wait_columns(&cluster, NAME, Columns::new(5, 5, 5, 5, 5)).await;
     cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_to_the_previous_template() {
-    let cluster = Cluster::start().await;
-    cluster.install_crds().await;
-    let _operator = start_operator(&cluster);
-    apply(&cluster, &manifest(NAME, 3, "InplaceUpdate", "    maxUnavailable: 1\n", "python:latest")).await;
-    wait_columns(&cluster, NAME, Columns::new(3, 3, 3, 3, 3)).await;
+    let (cluster, _operator) = rolled_out(NAME, 3, "InplaceUpdate", "    maxUnavailable: 1\n").await;
     let first = cluster.kubectl_ok(&["get", "gamedeployment", NAME, "-o", "jsonpath={.status.updateRevision}"]).await;
     cluster.kubectl_ok(&["patch", "gamedeployment", NAME, "--type=json", "-p", NEW_IMAGE]).await;
     wait_for("all pods on python:3.5", DEADLINE, || async {

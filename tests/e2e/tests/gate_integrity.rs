@@ -12,8 +12,10 @@ use std::time::Duration;
 use common::api::HookRun;
 use common::hookrun::HookKind;
 use e2e::gamedeployment::live_pods;
-use e2e::gamedeployment::{Columns, Shape, apply, image, manifest, manifest_shaped, revision, wait_columns};
-use e2e::gate::GateChecker;
+use e2e::gamedeployment::{
+    Columns, Shape, apply, image, manifest, manifest_shaped, revision, set_image, set_paused, wait_columns,
+};
+use e2e::gate::{GateChecker, GateReport};
 use e2e::observe::{Observed, Observer};
 use e2e::{Cluster, Operator, wait_for};
 use k8s_openapi::api::core::v1::Pod;
@@ -40,9 +42,34 @@ async fn rolled_out(name: &str, replicas: i64, strategy: &str, extra: &str) -> (
     (cluster, operators)
 }
 
-async fn set_image(cluster: &Cluster, name: &str, image: &str) {
-    let patch = format!(r#"[{{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"{image}"}}]"#);
-    cluster.kubectl_ok(&["patch", "gamedeployment", name, "--type=json", "-p", &patch]).await;
+/// [`rolled_out`], then the gate checker started and the template moved to `image`: every change from here on is
+/// checked.
+async fn changed(
+    name: &str,
+    replicas: i64,
+    strategy: &str,
+    extra: &str,
+    image: &str,
+) -> (Cluster, (Operator, Operator), GateChecker) {
+    let (cluster, operators) = rolled_out(name, replicas, strategy, extra).await;
+    let checker = GateChecker::start(&cluster, "default").await;
+    set_image(&cluster, "default", name, image).await;
+    (cluster, operators, checker)
+}
+
+/// Stops the checker and asserts that no gated change broke the rules; the report, for the counts.
+async fn clean(checker: GateChecker) -> GateReport {
+    let report = checker.stop().await;
+    report.assert_clean();
+    report
+}
+
+/// Waits for a live pod of GameDeployment `name` in lifecycle state `state` (`PreparingDelete`, ...).
+async fn wait_in_state(cluster: &Cluster, name: &str, state: &str) -> Pod {
+    wait_for(&format!("a pod of {name} in {state}"), LONG, || async {
+        live_pods(cluster, name).await.into_iter().find(|p| lifecycle(p) == state)
+    })
+    .await
 }
 
 /// Waits until `replicas` live pods all run `want` and `kubectl get gd` shows them updated and ready.
@@ -112,12 +139,9 @@ async fn event_reasons(cluster: &Cluster) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_update_with_surge_consumes_one_run_per_deletion_and_never_releases_holds() {
     let strategy = format!("    maxUnavailable: 2\n    maxSurge: 1\n{}", pre_delete("quick"));
-    let (cluster, _operators) = rolled_out("roll", 5, "RollingUpdate", &strategy).await;
-    let checker = GateChecker::start(&cluster, "default").await;
-    set_image(&cluster, "roll", "python:3.5").await;
+    let (cluster, _operators, checker) = changed("roll", 5, "RollingUpdate", &strategy, "python:3.5").await;
     wait_rolled(&cluster, "roll", 5, "python:3.5").await;
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert!(report.gated_deletions >= 5, "{report:?}");
     assert!(report.released.is_empty(), "holds released by accident: {:?}", report.released);
     cluster.shutdown().await;
@@ -139,7 +163,7 @@ async fn a_stale_success_is_never_reused_even_when_hookrun_deletes_fail() {
     });
     let checker = GateChecker::start(&cluster, "default").await;
     for image in ["python:3.5", "python:latest", "python:3.5"] {
-        set_image(&cluster, "pingpong", image).await;
+        set_image(&cluster, "default", "pingpong", image).await;
         wait_rolled(&cluster, "pingpong", 2, image).await;
     }
     let report = checker.stop().await;
@@ -236,8 +260,7 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
     pods.assert_never(&format!("only the pod of {terminated} deleted"), |seen| {
         is_deletion(seen, "forge") && seen.uid() != deleted
     });
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert_eq!((report.gated_deletions, report.terminated_runs_used), (1, 1), "{report:?}");
     let events = event_reasons(&cluster).await;
     assert!(events.contains("HookRunTerminated"), "{events}");
@@ -250,9 +273,7 @@ async fn forged_foreign_and_edited_runs_never_open_the_gate_and_terminate_does()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_pods_stay_held_through_replacements_and_scale_out() {
     let strategy = format!("    maxUnavailable: 2\n{}", pre_delete("never"));
-    let (cluster, _operators) = rolled_out("held", 4, "RollingUpdate", &strategy).await;
-    let checker = GateChecker::start(&cluster, "default").await;
-    set_image(&cluster, "held", "python:3.5").await;
+    let (cluster, _operators, checker) = changed("held", 4, "RollingUpdate", &strategy, "python:3.5").await;
     let held = wait_for("two pods held in PreparingDelete", LONG, || async {
         let held: Vec<Pod> =
             live_pods(&cluster, "held").await.into_iter().filter(|p| lifecycle(p) == "PreparingDelete").collect();
@@ -279,8 +300,7 @@ async fn held_pods_stay_held_through_replacements_and_scale_out() {
     pods.assert_never("the second pod is still held", |seen| {
         seen.uid() == second && (is_deletion(seen, "held") || lifecycle(&seen.object) != "PreparingDelete")
     });
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert!(report.released.is_empty(), "holds released by accident: {:?}", report.released);
     cluster.shutdown().await;
 }
@@ -290,24 +310,18 @@ async fn held_pods_stay_held_through_replacements_and_scale_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
     let strategy = format!("    maxUnavailable: 1\n{}", pre_inplace("never"));
-    let (cluster, _operators) = rolled_out("target", 1, "InplaceUpdate", &strategy).await;
-    let checker = GateChecker::start(&cluster, "default").await;
-    set_image(&cluster, "target", "python:3.5").await;
-    let pod = wait_for("the pod to wait in PreparingUpdate", LONG, || async {
-        live_pods(&cluster, "target").await.into_iter().find(|p| lifecycle(p) == "PreparingUpdate")
-    })
-    .await;
+    let (cluster, _operators, checker) = changed("target", 1, "InplaceUpdate", &strategy, "python:3.5").await;
+    let pod = wait_in_state(&cluster, "target", "PreparingUpdate").await;
     let for_r2 = runs_for(&cluster, &pod, 1).await.remove(0);
-    let pause = |paused: bool| format!(r#"{{"spec":{{"updateStrategy":{{"paused":{paused}}}}}}}"#);
     // Paused, R2's run succeeds (a person terminates it) and the template moves on to R3.
-    cluster.kubectl_ok(&["patch", "gamedeployment", "target", "--type=merge", "-p", &pause(true)]).await;
+    set_paused(&cluster, "default", "target", true).await;
     let hook_runs = Observer::<HookRun>::namespaced(&cluster, "default").await;
     let r2_name = for_r2.metadata.name.clone().unwrap_or_default();
     terminate(&cluster, &r2_name).await;
     hook_runs.wait("R2's run to succeed", LONG, |seen| succeeded(seen, &r2_name)).await;
     let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
-    set_image(&cluster, "target", "python:3.6").await;
-    cluster.kubectl_ok(&["patch", "gamedeployment", "target", "--type=merge", "-p", &pause(false)]).await;
+    set_image(&cluster, "default", "target", "python:3.6").await;
+    set_paused(&cluster, "default", "target", false).await;
     // A run is made for the R3 attempt; until it succeeds the pod stays where it is.
     let r3 = wait_for("a run for the R3 attempt", LONG, || async {
         runs(&cluster).await.into_iter().find(|r| {
@@ -322,8 +336,7 @@ async fn a_run_made_for_one_target_revision_never_moves_a_pod_to_another() {
     });
     terminate(&cluster, r3.metadata.name.as_deref().unwrap_or_default()).await;
     wait_rolled(&cluster, "target", 1, "python:3.6").await;
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert_eq!(report.gated_updates, 1, "{report:?}");
     cluster.shutdown().await;
 }
@@ -340,7 +353,7 @@ async fn pausing_a_rolling_update_with_surge_pods_freezes_it() {
     wait_columns(&cluster, "surge", Columns::new(4, 4, 4, 4, 4)).await;
     // The surge pods live beside the old ones only until they have been ready for minReadySeconds: observed.
     let surging = Observer::<Pod>::namespaced(&cluster, "default").await;
-    set_image(&cluster, "surge", "python:3.5").await;
+    set_image(&cluster, "default", "surge", "python:3.5").await;
     surging
         .wait_state("surge pods", LONG, |pods| {
             let live = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none());
@@ -348,16 +361,7 @@ async fn pausing_a_rolling_update_with_surge_pods_freezes_it() {
         })
         .await;
     drop(surging);
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "gamedeployment",
-            "surge",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"updateStrategy":{"paused":true}}}"#,
-        ])
-        .await;
+    set_paused(&cluster, "default", "surge", true).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pods = Observer::<Pod>::namespaced(&cluster, "default").await;
     let before: Vec<String> = live_pods(&cluster, "surge").await.into_iter().filter_map(|p| p.metadata.uid).collect();
@@ -369,16 +373,7 @@ async fn pausing_a_rolling_update_with_surge_pods_freezes_it() {
         // A live pod deleted, or a pod created (one already terminating when the pause began is neither).
         is_of(seen, "surge") && is_deletion(seen, "surge") == was_live
     });
-    cluster
-        .kubectl_ok(&[
-            "patch",
-            "gamedeployment",
-            "surge",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"updateStrategy":{"paused":false}}}"#,
-        ])
-        .await;
+    set_paused(&cluster, "default", "surge", false).await;
     wait_rolled(&cluster, "surge", 4, "python:3.5").await;
     cluster.shutdown().await;
 }
@@ -394,10 +389,7 @@ async fn orphaned_runs_are_not_trusted_and_are_cleaned_up() {
     apply(&cluster, &gd).await;
     wait_rolled(&cluster, "orphan", 2, "python:latest").await;
     cluster.kubectl_ok(&["scale", "--replicas=1", "gamedeployment/orphan"]).await;
-    let held = wait_for("a pod held in PreparingDelete", LONG, || async {
-        live_pods(&cluster, "orphan").await.into_iter().find(|p| lifecycle(p) == "PreparingDelete")
-    })
-    .await;
+    let held = wait_in_state(&cluster, "orphan", "PreparingDelete").await;
     let old = runs_for(&cluster, &held, 1).await;
     let old_uid = old[0].metadata.uid.clone();
     // Mark it Successful as a person would (terminate) only after the workload is gone: an old success.
@@ -422,8 +414,7 @@ async fn orphaned_runs_are_not_trusted_and_are_cleaned_up() {
     let fresh = runs_for(&cluster, &held, 1).await;
     terminate(&cluster, fresh[0].metadata.name.as_deref().unwrap_or_default()).await;
     wait_for("one pod left", LONG, || async { (live_pods(&cluster, "orphan").await.len() == 1).then_some(()) }).await;
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert_eq!(report.gated_deletions, 1, "{report:?}");
     cluster.shutdown().await;
 }
@@ -464,8 +455,7 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
         pods.items.iter().all(|p| p.metadata.deletion_timestamp.is_some()).then_some(())
     })
     .await;
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert!(report.gated_deletions >= 2, "{report:?}");
     // A refused patch logs the API status (`code: 422`, reason `Invalid`). Matching a bare "422" would also match
     // timestamps and generated pod names, which made this test fail by chance.
@@ -489,8 +479,7 @@ async fn pods_to_delete_consume_a_run_each() {
         (live.len() == 3 && !live.iter().any(|p| p.metadata.uid == victim.metadata.uid)).then_some(())
     })
     .await;
-    let report = checker.stop().await;
-    report.assert_clean();
+    let report = clean(checker).await;
     assert_eq!(report.gated_deletions, 1, "{report:?}");
     cluster.shutdown().await;
 }

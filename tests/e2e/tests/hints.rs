@@ -105,6 +105,32 @@ async fn status_hints(cluster: &Cluster, ns: &str, want_code: i32) -> Vec<String
     commands(&format!("{}{}", out.stdout, out.stderr))
 }
 
+/// The ways out of a failed hook whose retry writes the spec: `kubectl gd retry`, and the merge patch that sets
+/// `spec.<strategy>.retry` (`strategy`: `preDeleteUpdateStrategy`, `postInplaceUpdateStrategy`).
+fn spec_retry_hints(ns: &str, strategy: &str) -> Vec<String> {
+    vec![
+        format!("kubectl gd retry {NAME} -n {ns}"),
+        format!(
+            "kubectl patch gamedeployment {NAME} -n {ns} --type=merge -p \
+             '{{\"spec\":{{\"{strategy}\":{{\"retry\":true}}}}}}'"
+        ),
+    ]
+}
+
+/// Runs each hint in turn: each retry starts a new run, which fails again (the template still fails).
+async fn retry_each(
+    cluster: &Cluster,
+    ns: &str,
+    hints: &[String],
+    seen: &mut Vec<String>,
+    list: fn(&common::api::GameDeploymentStatus) -> &Vec<HookCondition>,
+) {
+    for hint in hints {
+        run_ok(cluster, hint).await;
+        next_failure(cluster, ns, seen, list).await;
+    }
+}
+
 /// Failed pre-delete hook, spec-driven retry: every way out the operator and `kubectl gd` print.
 async fn failed_pre_delete(cluster: &Cluster) {
     let ns = "hint-retry";
@@ -114,22 +140,8 @@ async fn failed_pre_delete(cluster: &Cluster) {
     let failed = next_failure(cluster, ns, &mut seen, pre_delete_list).await;
     let pod = failed.pod_name.clone();
     let hints = commands(failed.message.as_deref().unwrap_or_default());
-    assert_eq!(
-        hints,
-        vec![
-            format!("kubectl gd retry {NAME} -n {ns}"),
-            format!(
-                "kubectl patch gamedeployment {NAME} -n {ns} --type=merge -p \
-                 '{{\"spec\":{{\"preDeleteUpdateStrategy\":{{\"retry\":true}}}}}}'"
-            ),
-        ],
-        "{failed:?}"
-    );
-    // Each retry starts a new run, which fails again (the template still fails).
-    for hint in &hints {
-        run_ok(cluster, hint).await;
-        next_failure(cluster, ns, &mut seen, pre_delete_list).await;
-    }
+    assert_eq!(hints, spec_retry_hints(ns, "preDeleteUpdateStrategy"), "{failed:?}");
+    retry_each(cluster, ns, &hints, &mut seen, pre_delete_list).await;
     let from_status = status_hints(cluster, ns, 1).await;
     assert_eq!(from_status, vec![format!("kubectl gd retry {NAME} -n {ns}")], "kubectl gd status");
     run_ok(cluster, &from_status[0]).await;
@@ -196,21 +208,8 @@ async fn failed_post_inplace(cluster: &Cluster) {
     let mut seen = Vec::new();
     let failed = next_failure(cluster, ns, &mut seen, post_inplace_list).await;
     let hints = commands(failed.message.as_deref().unwrap_or_default());
-    assert_eq!(
-        hints,
-        vec![
-            format!("kubectl gd retry {NAME} -n {ns}"),
-            format!(
-                "kubectl patch gamedeployment {NAME} -n {ns} --type=merge -p \
-                 '{{\"spec\":{{\"postInplaceUpdateStrategy\":{{\"retry\":true}}}}}}'"
-            ),
-        ],
-        "{failed:?}"
-    );
-    for hint in &hints {
-        run_ok(cluster, hint).await;
-        next_failure(cluster, ns, &mut seen, post_inplace_list).await;
-    }
+    assert_eq!(hints, spec_retry_hints(ns, "postInplaceUpdateStrategy"), "{failed:?}");
+    retry_each(cluster, ns, &hints, &mut seen, post_inplace_list).await;
 }
 
 /// The `Progressing` message while a canary step pauses at `index` (counted from 0, as `currentStepIndex`).

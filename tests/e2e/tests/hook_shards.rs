@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::api::{HookPhase, HookRun, HookRunSpec, Metric, MetricProvider, WebMetric};
-use e2e::{Cluster, DEADLINE, wait_for};
+use common::api::{HookPhase, HookRun};
+use e2e::{Cluster, DEADLINE, FAST_LEASES, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
@@ -36,32 +36,6 @@ async fn endpoint(requests: Requests) -> std::net::SocketAddr {
         })
     })
     .await
-}
-
-fn hookrun(name: &str, addr: std::net::SocketAddr) -> HookRun {
-    let mut run = HookRun::new(
-        name,
-        HookRunSpec {
-            metrics: vec![Metric {
-                name: "m".into(),
-                count: COUNT,
-                interval: Some("2s".into()),
-                success_condition: Some("asInt(result) > 30".into()),
-                provider: MetricProvider {
-                    web: Some(WebMetric {
-                        url: format!("http://{addr}/run/{name}"),
-                        json_path: Some("{$.age}".into()),
-                        ..WebMetric::default()
-                    }),
-                    ..MetricProvider::default()
-                },
-                ..Metric::default()
-            }],
-            ..HookRunSpec::default()
-        },
-    );
-    run.metadata.namespace = Some("default".into());
-    run
 }
 
 /// Holder of each shard Lease.
@@ -106,29 +80,12 @@ async fn three_replicas_split_the_runs_and_a_killed_replicas_shards_are_taken_ov
     cluster.install_crds().await;
     let requests: Requests = Arc::default();
     let addr = endpoint(requests.clone()).await;
+    let shards = SHARDS.to_string();
     let replica = |identity: &str| {
-        cluster.operator(
-            "hook-operator",
-            "hook-operator",
-            &[
-                "--shards",
-                &SHARDS.to_string(),
-                "--leader-elect-namespace",
-                "default",
-                "--leader-elect-identity",
-                identity,
-                "--leader-elect-lease-duration",
-                "3s",
-                "--leader-elect-renew-deadline",
-                "2s",
-                "--leader-elect-retry-period",
-                "500ms",
-                "--interval-scale",
-                "0.25",
-                "--status-write-interval",
-                "0s",
-            ],
-        )
+        let mut args = vec!["--shards", &shards, "--leader-elect-identity", identity];
+        args.extend_from_slice(FAST_LEASES);
+        args.extend(["--interval-scale", "0.25", "--status-write-interval", "0s"]);
+        cluster.operator("hook-operator", "hook-operator", &args)
     };
     let mut replicas = vec![replica("r0"), replica("r1"), replica("r2")];
     let leases: Api<Lease> = Api::namespaced(cluster.client(), "default");
@@ -142,7 +99,13 @@ async fn three_replicas_split_the_runs_and_a_killed_replicas_shards_are_taken_ov
     let mut uids = HashMap::new();
     for i in 0..RUNS {
         let name = format!("run-{i}");
-        let created = runs.create(&PostParams::default(), &hookrun(&name, addr)).await.unwrap();
+        let created = runs
+            .create(
+                &PostParams::default(),
+                &e2e::hook::age_run(&name, format!("http://{addr}/run/{name}"), COUNT, "2s"),
+            )
+            .await
+            .unwrap();
         uids.insert(name, created.metadata.uid.unwrap());
     }
     // Kill r0 while every run is measuring (each needs 6 measurements 0.5 s apart).

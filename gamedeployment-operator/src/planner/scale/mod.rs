@@ -265,6 +265,17 @@ mod tests {
         assert!(names.iter().all(|n| n.starts_with("game-o") || *n == "game-sick"), "{names:?}");
     }
 
+    /// One scale pass over `pass` with its settings as resolved (seed 7): what it drafted and what it did.
+    fn scale_pass(pass: &Pass) -> (Draft, Scaled) {
+        let settings = pass.settings();
+        let infos = pass.infos(&settings);
+        let diffs = diffs::compute(&settings, &infos);
+        let mut draft = Draft::default();
+        let pods: Vec<&Pod> = pass.pods.iter().collect();
+        let scaled = plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        (draft, scaled)
+    }
+
     #[test]
     fn deletions_of_available_pods_stay_within_the_budget() {
         let mut g = gd(3, "RollingUpdate");
@@ -275,12 +286,7 @@ mod tests {
             ..Default::default()
         });
         let pass = Pass::new(g).updated(3);
-        let settings = pass.settings();
-        let infos = pass.infos(&settings);
-        let diffs = diffs::compute(&settings, &infos);
-        let mut draft = Draft::default();
-        let pods: Vec<&Pod> = pass.pods.iter().collect();
-        let scaled = plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        let (draft, scaled) = scale_pass(&pass);
         assert!(scaled.acted && scaled.problem.is_none());
         assert_eq!(deleted(&draft).len(), 1, "one available pod may go (maxUnavailable 1)");
         assert_eq!(deleted(&draft)[0].1, DeleteCause::PodsToDelete);
@@ -303,9 +309,7 @@ mod tests {
         let diffs = diffs::compute(&settings, &infos);
         // No other pod is taken for it; the replacement is created once it is gone (as for podsToDelete).
         assert_eq!((diffs.create, diffs.delete_old + diffs.delete_new), (0, 0), "{diffs:?}");
-        let mut draft = Draft::default();
-        let pods: Vec<&Pod> = pass.pods.iter().collect();
-        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        let (draft, _) = scale_pass(&pass);
         assert_eq!(deleted(&draft), [("game-m".to_string(), DeleteCause::SpecifiedDelete)]);
 
         // With a pre-delete hook the pod is first held in PreparingDelete (the gate), not deleted.
@@ -314,12 +318,7 @@ mod tests {
             Some(serde_json::from_value(serde_json::json!({"hook": {"templateName": "drain"}})).unwrap());
         let mut pass = Pass::new(g).updated(2).pod(marked("game-m"));
         pass.hook_templates.push(fixtures::hook_template());
-        let settings = pass.settings();
-        let infos = pass.infos(&settings);
-        let diffs = diffs::compute(&settings, &infos);
-        let mut draft = Draft::default();
-        let pods: Vec<&Pod> = pass.pods.iter().collect();
-        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        let (draft, _) = scale_pass(&pass);
         assert!(deleted(&draft).is_empty());
         assert!(draft.is_held("game-m"));
         assert_eq!(draft.held[0].kind, GateKind::Delete(DeleteCause::SpecifiedDelete));
@@ -333,12 +332,7 @@ mod tests {
             fixtures::pod(name).serving(NEW, "game:1", 10).labels(&[(common::keys::SPECIFIED_DELETE, "true")]).build()
         };
         let pass = Pass::new(g).updated(1).pod(marked("game-a")).pod(marked("game-b"));
-        let settings = pass.settings();
-        let infos = pass.infos(&settings);
-        let diffs = diffs::compute(&settings, &infos);
-        let mut draft = Draft::default();
-        let pods: Vec<&Pod> = pass.pods.iter().collect();
-        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        let (draft, _) = scale_pass(&pass);
         assert_eq!(deleted(&draft).len(), 1, "one available pod may go (maxUnavailable 1)");
         assert_eq!(deleted(&draft)[0].1, DeleteCause::SpecifiedDelete);
     }
@@ -348,12 +342,7 @@ mod tests {
         let mut g = gd(4, "InplaceUpdate");
         g.spec.update_strategy.partition = Some(IntOrString::Int(2));
         let pass = Pass::new(g).old(1);
-        let settings = pass.settings();
-        let infos = pass.infos(&settings);
-        let diffs = diffs::compute(&settings, &infos);
-        let mut draft = Draft::default();
-        let pods: Vec<&Pod> = pass.pods.iter().collect();
-        plan(&settings, &diffs, &infos, &pods, &pods, 7, &mut draft);
+        let (draft, _) = scale_pass(&pass);
         let revisions: Vec<String> = draft
             .actions
             .iter()

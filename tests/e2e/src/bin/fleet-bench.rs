@@ -1263,13 +1263,7 @@ async fn engine(args: &Args, table: &mut Table) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let args = e2e::bench::args_or_exit(parse_args());
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "fleet-bench: {} pods, {} runs, {} CPUs, load average {}",

@@ -211,13 +211,7 @@ async fn run(args: Args) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let args = e2e::bench::args_or_exit(parse_args());
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

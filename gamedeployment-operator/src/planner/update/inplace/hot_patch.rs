@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use common::keys;
 use serde_json::json;
 
-use super::step::{self as inplace, InPlaceUpdateState, Step};
+use super::step::{self as inplace, Step};
 use crate::action::{PatchReason, PodChange, PodRef, PodWrite};
 use crate::patch;
 
@@ -35,17 +35,7 @@ pub fn update(step: &Step<'_>) -> PodChange {
         &without_own_keys(&step.change.annotations_from),
         &without_own_keys(&step.change.annotations_to),
     ));
-    ops.push(
-        json!({"op": "add", "path": patch::label_path(keys::CONTROLLER_REVISION_HASH), "value": step.to_revision}),
-    );
-    let state = InPlaceUpdateState {
-        revision: step.to_revision.to_string(),
-        update_timestamp: step.now.to_string(),
-        last_container_statuses: last,
-    };
-    // Serialising a struct of strings cannot fail.
-    let state = serde_json::to_string(&state).unwrap_or_default();
-    ops.push(json!({"op": "add", "path": patch::annotation_path(keys::HOTPATCH_UPDATE_STATE), "value": state}));
+    ops.extend(inplace::revision_ops(step, keys::HOTPATCH_UPDATE_STATE, last));
     ops.push(json!({"op": "add", "path": patch::annotation_path(keys::HOTPATCH_CONTAINER), "value": "true"}));
     let images = step.change.images.iter().map(|(c, i)| format!("{c}={i}")).collect::<Vec<_>>().join(", ");
     PodChange {

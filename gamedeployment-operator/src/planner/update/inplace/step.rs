@@ -220,9 +220,18 @@ fn apply_ops(step: &Step<'_>) -> Vec<Value> {
         &annotations_from,
         &annotations_to,
     ));
-    ops.push(
-        json!({"op": "add", "path": patch::label_path(keys::CONTROLLER_REVISION_HASH), "value": step.to_revision}),
-    );
+    ops.extend(revision_ops(step, keys::INPLACE_UPDATE_STATE, last));
+    ops
+}
+
+/// The two operations that record an update on the pod, for in-place and hot-patch updates alike: the revision
+/// label, and the state annotation `state_key` (`inplace-update-state` or `hotpatch-update-state`, one shape) with
+/// the containers' image IDs before the update.
+pub(crate) fn revision_ops(
+    step: &Step<'_>,
+    state_key: &str,
+    last: BTreeMap<String, LastContainerStatus>,
+) -> [Value; 2] {
     let state = InPlaceUpdateState {
         revision: step.to_revision.to_string(),
         update_timestamp: step.now.to_string(),
@@ -230,8 +239,10 @@ fn apply_ops(step: &Step<'_>) -> Vec<Value> {
     };
     // Serialising a struct of strings cannot fail.
     let state = serde_json::to_string(&state).unwrap_or_default();
-    ops.push(json!({"op": "add", "path": patch::annotation_path(keys::INPLACE_UPDATE_STATE), "value": state}));
-    ops
+    [
+        json!({"op": "add", "path": patch::label_path(keys::CONTROLLER_REVISION_HASH), "value": step.to_revision}),
+        json!({"op": "add", "path": patch::annotation_path(state_key), "value": state}),
+    ]
 }
 
 /// Keys the operator owns on pods; template metadata never overrides them.
