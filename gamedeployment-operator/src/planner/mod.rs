@@ -120,13 +120,15 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
 /// `facts` remembers (an empty cache plans from scratch): the cache only saves deriving facts again.
 pub fn plan_with_facts(observed: &Observed<'_>, facts: &FactsCache) -> Plan {
     let gd = observed.gd;
-    let old_status = gd.status.clone().unwrap_or_default();
+    // Borrowed, not copied: the pass reads the stored status and builds the new one beside it.
+    let no_status = GameDeploymentStatus::default();
+    let old_status = gd.status.as_ref().unwrap_or(&no_status);
     let mut draft = Draft::default();
 
     // A GameDeployment being deleted is left to the garbage collector (pods, revisions and HookRuns carry its
     // ownerReference); acting on it would only race with it.
     if gd.metadata.deletion_timestamp.is_some() {
-        return finish(draft, old_status, 0, gd);
+        return finish(draft, old_status.clone(), 0, gd);
     }
 
     // The gate looks up every held pod's runs by name.
@@ -159,7 +161,7 @@ pub fn plan_with_facts(observed: &Observed<'_>, facts: &FactsCache) -> Plan {
         observed.revisions.iter().filter_map(|r| Some((r.metadata.name.clone()?, revision::template_of(r)?))).collect();
     templates.insert(update_revision.clone(), gd.spec.template.clone());
     let active: Vec<&Pod> = owned.iter().copied().filter(common::pod::is_active).collect();
-    let current_revision = settings::current_revision(&old_status, &active, &observed.revisions, &update_revision);
+    let current_revision = settings::current_revision(old_status, &active, &observed.revisions, &update_revision);
     let mut spec_problems: Vec<(Failure, String)> = Vec::new();
     if let Err(problem) = &selector {
         spec_problems.push((Failure::Scale, problem.to_string()));
@@ -168,7 +170,7 @@ pub fn plan_with_facts(observed: &Observed<'_>, facts: &FactsCache) -> Plan {
     settings.gate.names = Some(&run_names);
     // A failed canary rolled back (`status.canary.rollback`, recorded by an earlier pass): pods go back to the stable
     // revision through the usual update machinery and gates.
-    if let Some(stable) = canary::rollback_target(&old_status, &settings.template_revision) {
+    if let Some(stable) = canary::rollback_target(old_status, &settings.template_revision) {
         if settings.templates.contains_key(stable) {
             settings.update_revision = stable.to_string();
         } else {
@@ -188,7 +190,7 @@ pub fn plan_with_facts(observed: &Observed<'_>, facts: &FactsCache) -> Plan {
     // 3. Canary steps decide the partition of this pass.
     let canary = canary::evaluate(
         gd,
-        &old_status,
+        old_status,
         &settings.template_revision,
         canary::Counts::of(&infos, &settings),
         &settings.gate,
@@ -232,30 +234,29 @@ pub fn plan_with_facts(observed: &Observed<'_>, facts: &FactsCache) -> Plan {
         housekeeping::release_unneeded_holds(&settings, &infos, update_ran, &mut draft);
         housekeeping::prune_pods_to_delete(gd, &owned, &mut draft);
         hooks::housekeeping(&settings, &owned, &mut draft);
-        shadow::plan(&settings, &infos, &old_status, canary.judged_step, &mut draft);
+        shadow::plan(&settings, &infos, old_status, canary.judged_step, &mut draft);
     }
     housekeeping::truncate_history(&settings, &owned, &observed.revisions, &mut draft);
     refresh::requeue(&settings, &infos, &mut draft);
 
     // 9. Status.
-    let mut status = status::compute(&settings, &diffs, &old_status, &infos, &draft, &spec_problems);
+    let mut status = status::compute(&settings, &diffs, old_status, &infos, &draft, &spec_problems);
     canary.apply_to(&mut status);
     status::show_canary_step(gd, &mut status);
     status::show_canary_pause(gd, &mut status, settings.now);
     status::show_canary_rollback(&mut status, settings.now);
     let mut hook_events = Vec::new();
-    hooks::status(&settings, &infos, &draft, &old_status, &mut status, &mut hook_events);
+    hooks::status(&settings, &infos, &draft, old_status, &mut status, &mut hook_events);
     shadow::status(&settings, &mut status, &mut hook_events);
     if let Some(at) = hooks::records_expire_at(&status) {
         draft.requeue_at(settings.now, at);
     }
     draft.events.extend(hook_events);
     // 10. The progress deadline (last: it reports on the `Progressing` every step above settled).
-    if let Some(at) =
-        progress_deadline::apply(gd.spec.progress_deadline_seconds, &old_status, &mut status, settings.now)
+    if let Some(at) = progress_deadline::apply(gd.spec.progress_deadline_seconds, old_status, &mut status, settings.now)
     {
         draft.requeue_at(settings.now, at);
     }
-    draft.events.extend(status::transition_events(&old_status, &status));
+    draft.events.extend(status::transition_events(old_status, &status));
     finish(draft, status, canary_held, gd)
 }

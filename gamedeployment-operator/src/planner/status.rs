@@ -139,16 +139,12 @@ pub(crate) fn compute(
         current_step: old.current_step.clone(),
         current_step_hash: old.current_step_hash.clone(),
         canary: old.canary.clone(),
-        pre_delete_hook_condition: old.pre_delete_hook_condition.clone(),
-        pre_inplace_hook_condition: old.pre_inplace_hook_condition.clone(),
-        post_inplace_hook_condition: old.post_inplace_hook_condition.clone(),
+        // Written by `super::hooks::status` from the old lists and this pass' decisions: one copy per pass.
+        pre_delete_hook_condition: Vec::new(),
+        pre_inplace_hook_condition: Vec::new(),
+        post_inplace_hook_condition: Vec::new(),
         shadow_hook_results: old.shadow_hook_results.clone(),
     };
-    let names: std::collections::HashSet<&str> = infos.iter().map(|i| i.name).collect();
-    let exists = |name: &str| names.contains(name);
-    status.pre_delete_hook_condition.retain(|c| exists(&c.pod_name));
-    status.pre_inplace_hook_condition.retain(|c| exists(&c.pod_name));
-    status.post_inplace_hook_condition.retain(|c| exists(&c.pod_name));
 
     let now = settings.now;
     let scale_settled = replicas == settings.replicas && !infos.iter().any(|i| i.specified);
@@ -510,36 +506,122 @@ pub(crate) fn transition_events(old: &GameDeploymentStatus, new: &GameDeployment
 /// release records, failed hooks — is written in the pass that computes it: it is history or a state the planner
 /// reads back, or something a person must see now.
 pub fn must_write_now(written: &GameDeploymentStatus, new: &GameDeploymentStatus) -> bool {
-    skeleton(written) != skeleton(new)
+    Skeleton::of(written) != Skeleton::of(new)
 }
 
-/// The status without what may wait ([`must_write_now`]).
-fn skeleton(status: &GameDeploymentStatus) -> GameDeploymentStatus {
-    let held = |c: &common::api::HookCondition| {
-        c.released_by.is_none()
-            && c.hook_run.is_some()
-            && matches!(
-                c.phase,
-                common::api::HookPhase::Pending | common::api::HookPhase::Running | common::api::HookPhase::Successful
-            )
-    };
-    let mut s = status.clone();
-    s.replicas = 0;
-    s.ready_replicas = 0;
-    s.available_replicas = 0;
-    s.updated_replicas = 0;
-    s.updated_ready_replicas = 0;
-    s.updated_available_replicas = 0;
-    s.server_states.clear();
-    for c in s.conditions.iter_mut().filter(|c| c.type_ == PROGRESSING) {
-        c.message = None;
-        // Moves with the counts it follows (`super::progress_deadline`).
-        c.last_update_time = None;
+/// The status without what may wait ([`must_write_now`]), borrowed: a pass compares two statuses without copying
+/// either (a roll holds a thousand hook condition entries). Built by naming every field, so a field added to the
+/// status is compared unless it is left out here on purpose.
+#[derive(PartialEq)]
+struct Skeleton<'a> {
+    observed_generation: Option<i64>,
+    expected_updated_replicas: i32,
+    current_revision: &'a Option<String>,
+    update_revision: &'a Option<String>,
+    collision_count: Option<i32>,
+    conditions: Conditions<'a>,
+    pause_conditions: &'a [common::api::PauseCondition],
+    label_selector: &'a Option<String>,
+    current_step_index: Option<i32>,
+    current_step: &'a Option<String>,
+    current_step_hash: &'a Option<String>,
+    canary: &'a Option<common::api::CanaryStatus>,
+    hook_conditions: [Decided<'a>; 3],
+    shadow_hook_results: &'a [common::api::ShadowHookResult],
+}
+
+impl<'a> Skeleton<'a> {
+    fn of(status: &'a GameDeploymentStatus) -> Self {
+        let GameDeploymentStatus {
+            observed_generation,
+            // Recomputed by every pass.
+            replicas: _,
+            ready_replicas: _,
+            available_replicas: _,
+            updated_replicas: _,
+            updated_ready_replicas: _,
+            updated_available_replicas: _,
+            server_states: _,
+            expected_updated_replicas,
+            current_revision,
+            update_revision,
+            collision_count,
+            conditions,
+            pause_conditions,
+            label_selector,
+            current_step_index,
+            current_step,
+            current_step_hash,
+            canary,
+            pre_delete_hook_condition,
+            pre_inplace_hook_condition,
+            post_inplace_hook_condition,
+            shadow_hook_results,
+        } = status;
+        Self {
+            observed_generation: *observed_generation,
+            expected_updated_replicas: *expected_updated_replicas,
+            current_revision,
+            update_revision,
+            collision_count: *collision_count,
+            conditions: Conditions(conditions),
+            pause_conditions,
+            label_selector,
+            current_step_index: *current_step_index,
+            current_step,
+            current_step_hash,
+            canary,
+            hook_conditions: [
+                Decided(pre_delete_hook_condition),
+                Decided(pre_inplace_hook_condition),
+                Decided(post_inplace_hook_condition),
+            ],
+            shadow_hook_results,
+        }
     }
-    s.pre_delete_hook_condition.retain(|c| !held(c));
-    s.pre_inplace_hook_condition.retain(|c| !held(c));
-    s.post_inplace_hook_condition.retain(|c| !held(c));
-    s
+}
+
+/// Conditions compared without the `Progressing` message and update time, which move with the counts they follow
+/// (`super::progress_deadline`).
+struct Conditions<'a>(&'a [common::api::GameDeploymentCondition]);
+
+impl PartialEq for Conditions<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let same = |a: &common::api::GameDeploymentCondition, b: &common::api::GameDeploymentCondition| {
+            if a.type_ == PROGRESSING && b.type_ == PROGRESSING {
+                (&a.status, &a.last_transition_time, &a.reason) == (&b.status, &b.last_transition_time, &b.reason)
+            } else {
+                a == b
+            }
+        };
+        self.0.len() == other.0.len() && self.0.iter().zip(other.0).all(|(a, b)| same(a, b))
+    }
+}
+
+/// Hook condition entries without those of pods a hook still holds (no `releasedBy`, phase `Pending`, `Running` or
+/// `Successful`, a run named).
+struct Decided<'a>(&'a [common::api::HookCondition]);
+
+impl Decided<'_> {
+    fn entries(&self) -> impl Iterator<Item = &common::api::HookCondition> {
+        let held = |c: &common::api::HookCondition| {
+            c.released_by.is_none()
+                && c.hook_run.is_some()
+                && matches!(
+                    c.phase,
+                    common::api::HookPhase::Pending
+                        | common::api::HookPhase::Running
+                        | common::api::HookPhase::Successful
+                )
+        };
+        self.0.iter().filter(move |c| !held(c))
+    }
+}
+
+impl PartialEq for Decided<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries().eq(other.entries())
+    }
 }
 
 #[cfg(test)]
@@ -602,6 +684,14 @@ mod tests {
             ("current revision", Box::new(|s| s.current_revision = Some("web-2".into()))),
             ("collision count", Box::new(|s| s.collision_count = Some(1))),
             ("canary step", Box::new(|s| s.current_step_index = Some(1))),
+            ("canary step hash", Box::new(|s| s.current_step_hash = Some("h2".into()))),
+            ("canary status", Box::new(|s| s.canary = Some(Default::default()))),
+            ("expected updated replicas", Box::new(|s| s.expected_updated_replicas = 4)),
+            ("label selector", Box::new(|s| s.label_selector = Some("app=web".into()))),
+            (
+                "a failed post-inplace hook",
+                Box::new(move |s| s.post_inplace_hook_condition = vec![entry("b", HookPhase::Failed)]),
+            ),
             (
                 "Progressing reason",
                 Box::new(|s| set_condition(&mut s.conditions, PROGRESSING, "True", "RolloutComplete", "done", t)),
