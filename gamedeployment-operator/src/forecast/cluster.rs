@@ -40,6 +40,10 @@ pub struct SimCluster {
     /// The seed new instance ids are drawn from; moved on after every pass, as the operator draws a new one.
     pub seed: u64,
     next_uid: u64,
+    /// This cluster's number in the process: its UIDs are `sim-<cluster>-uid-<n>`, unique in the process as the API
+    /// server's are in a cluster, because the operator's memos (run spec hashes, pod facts) are keyed by UID and
+    /// shared by every pass of the process, simulated ones included.
+    cluster: u64,
     /// Requests the "server" refused (a failed `test`, a name taken, a UID precondition, a missing object), for
     /// assertions; injected [`Fault`]s are not counted.
     pub rejected: usize,
@@ -95,6 +99,10 @@ impl SimCluster {
             now: 1_000_000,
             seed: 7,
             next_uid: 0,
+            cluster: {
+                static CLUSTERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             rejected: 0,
             claims: Vec::new(),
             faults: Vec::new(),
@@ -138,7 +146,7 @@ impl SimCluster {
 
     pub(super) fn uid(&mut self) -> String {
         self.next_uid += 1;
-        format!("sim-uid-{}", self.next_uid)
+        format!("sim-{}-uid-{}", self.cluster, self.next_uid)
     }
 
     /// The GameDeployment was written: a new resourceVersion, as the API server gives (the planner's spec patches

@@ -283,6 +283,9 @@ impl ClusterWrites for SimWrites<'_> {
             }
             let mut run = run.clone();
             run.metadata.uid = Some(c.uid());
+            // As the API server: a custom object is created at generation 1 (the operator's memo of run spec
+            // hashes is keyed by it).
+            run.metadata.generation = Some(1);
             run.metadata.creation_timestamp = Some(Time(ts(c.now)));
             c.hook_runs.push(Arc::new(run.clone()));
             Ok(run)

@@ -570,3 +570,14 @@ fn a_failed_canary_with_on_failure_rollback_ends_rolled_back_not_complete() {
     assert_eq!(timeline.stop.reason, StopReason::Complete, "{:?}", timeline.stop);
     assert_eq!(timeline.rolled_back_to, None);
 }
+
+/// The operator's memos (run spec hashes, pod facts) are keyed by UID and shared by every pass in the process, so
+/// two simulated clusters in one process (two forecasts of `kubectl gd plan`, the planner's tests) never give two
+/// objects one UID: one cluster's run would be judged with the other's spec hash.
+#[test]
+fn simulated_clusters_in_one_process_never_share_a_uid() {
+    let (mut a, mut b) = (SimCluster::new(gd(1, "InplaceUpdate")), SimCluster::new(gd(1, "InplaceUpdate")));
+    let uids = [a.uid(), a.uid(), b.uid(), b.uid()];
+    let distinct: std::collections::BTreeSet<&String> = uids.iter().collect();
+    assert_eq!(distinct.len(), 4, "{uids:?}");
+}
