@@ -10,7 +10,8 @@
 //!    the operators' shared process machinery (feature `runtime`), the server-state label;
 //! 2. [`api`], [`pod`] — the API types, pod predicates;
 //! 3. [`cached_pod`], [`duration`], [`hint`], [`intstr`], [`keys`], [`lean_meta`] — leaves: the cached pod, Go
-//!    durations, hints, int-or-percent arithmetic, label and annotation keys, the lean object metadata.
+//!    durations, hints, int-or-percent arithmetic, label and annotation keys, the lean object metadata;
+//! 4. [`interned`] — one shared copy of each string that repeats between cached pods.
 
 // Every public item says what it is for: warned here, denied by CI (clippy and `cargo doc` run with `-D warnings` in
 // scripts/test).
