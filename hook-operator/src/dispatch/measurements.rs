@@ -12,20 +12,11 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::runs::{InFlight, RunId, Slot};
+use super::ticks::{Armed, Waiting};
 use super::{Dispatcher, Fence, Round};
 use crate::engine::{Finished, schedule};
 use crate::measure;
 use crate::metrics::{MeasurementLabels, ProviderLabels};
-
-/// What a measurement task needs of its [`crate::engine::Start`] (the metric's name is in its spec, at `index`).
-#[derive(Clone, Copy)]
-pub(super) struct Armed {
-    pub(super) index: usize,
-    pub(super) due: Timestamp,
-    pub(super) taken_before: i32,
-    /// A retake ([`crate::engine::lost`]): its outcome counts only against the run.
-    pub(super) retake: bool,
-}
 
 /// Decrements a gauge when dropped, so aborted tasks are accounted for too.
 struct GaugeGuard<'a>(&'a prometheus_client::metrics::gauge::Gauge);
@@ -94,7 +85,7 @@ impl Dispatcher {
                 Some(tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token)).abort_handle())
             } else {
                 // Armed: its task is made when its tick comes.
-                self.arm(token, super::ticks::Waiting { id: round.id.clone(), armed, spec });
+                self.arm(token, Waiting { id: round.id.clone(), armed, spec });
                 None
             };
             let entry = InFlight { token, task, generation, due: start.due };

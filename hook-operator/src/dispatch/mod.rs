@@ -8,6 +8,7 @@
 //!
 //! - `runs.rs`: what is remembered per run beyond its status (exact timestamps, the validation verdict per
 //!   generation, the last status written, the measurements in flight and finished);
+//! - `outline.rs`: a run's status apart from its histories, kept in its memory to tell a changed status cheaply;
 //! - `rounds.rs`: planning a round on that memory and committing it;
 //! - `writes.rs`: the status-write budget, which decides whether a round's status is written now or waits in
 //!   memory, and the task that serves its queue;
@@ -16,6 +17,7 @@
 //!   run.
 
 mod measurements;
+mod outline;
 mod rounds;
 mod runs;
 #[cfg(test)]

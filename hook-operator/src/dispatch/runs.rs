@@ -107,7 +107,7 @@ pub(super) struct Slot {
     /// (None: only when a measurement finishes). The same object again before then plans nothing new.
     pub(super) idle: Option<(String, Option<Timestamp>)>,
     /// The outline of the status the last round planned on, lent to each round (its strings and list reused).
-    pub(super) outline: super::rounds::Outline,
+    pub(super) outline: super::outline::Outline,
 }
 
 impl Slot {

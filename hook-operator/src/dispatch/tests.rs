@@ -6,7 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 use tokio::time::Instant;
 
-use super::measurements::Armed;
+use super::ticks::Armed;
 use super::*;
 use crate::engine::{Finished, schedule};
 use crate::providers::ProviderSettings;

@@ -19,13 +19,22 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::measurements::Armed;
 use super::runs::RunId;
 use super::{Dispatcher, Inner};
 use crate::engine::schedule;
 
 /// The resolution measurements are started with: tokio's timer resolution.
 const TICK: Duration = Duration::from_millis(1);
+
+/// What a measurement task needs of its [`crate::engine::Start`] (the metric's name is in its spec, at `index`).
+#[derive(Clone, Copy)]
+pub(super) struct Armed {
+    pub(super) index: usize,
+    pub(super) due: Timestamp,
+    pub(super) taken_before: i32,
+    /// A retake ([`crate::engine::lost`]): its outcome counts only against the run.
+    pub(super) retake: bool,
+}
 
 /// An armed measurement waiting for its tick.
 pub(super) struct Waiting {
