@@ -581,3 +581,21 @@ fn simulated_clusters_in_one_process_never_share_a_uid() {
     let distinct: std::collections::BTreeSet<&String> = uids.iter().collect();
     assert_eq!(distinct.len(), 4, "{uids:?}");
 }
+
+/// A run the simulated cluster creates is at generation 1 with a UID, as the API server creates a custom object:
+/// the operator's memo of run spec hashes, keyed by both, then serves simulated passes as it serves real ones.
+#[test]
+fn simulated_runs_are_created_with_a_uid_at_generation_1() {
+    let mut world = settled(walkthrough_gd());
+    world.gd.spec.replicas = Some(3);
+    for _ in 0..5 {
+        if world.hook_runs.is_empty() {
+            world.pass();
+            world.tick(1);
+        }
+    }
+    assert!(!world.hook_runs.is_empty(), "the scale-in made runs");
+    for run in &world.hook_runs {
+        assert_eq!((run.metadata.uid.is_some(), run.metadata.generation), (true, Some(1)), "{:?}", run.metadata);
+    }
+}
