@@ -133,24 +133,15 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             health.stop();
         }
     });
-    let listener = server::bind(cli.runtime.serve.metrics_address).await?;
-    // The bound address (a port 0 request gets a real port), so tools and tests can find the endpoints.
-    let address = listener.local_addr().map_or(cli.runtime.serve.metrics_address, |a| a);
-    let limits = ConnectionLimits::metrics(descriptors.count());
-    tracing::info!(
-        %address,
-        connections = limits.unverified,
-        per_client = limits.per_address,
-        "serving /metrics, /healthz and /readyz"
-    );
-    let connections = Limiter::new("metrics", limits, connection_metrics.clone());
-    let server = tokio::spawn(server::serve(
-        listener,
-        Arc::new(registry),
+    let server = server::start(
+        cli.runtime.serve.metrics_address,
+        registry,
         health.clone(),
         handover.stopped.clone(),
-        connections,
-    ));
+        connection_metrics.clone(),
+        &descriptors,
+    )
+    .await?;
     // Every replica serves the webhooks, leader or not: a drain must be answered while a standby waits. They answer
     // from watch caches every replica keeps; the replica is Ready once they are synced.
     let webhook = match cli.webhook.config(&client).await? {

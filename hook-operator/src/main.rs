@@ -7,10 +7,9 @@ static ALLOCATOR: hook_operator::conditions::budget::Counting<mimalloc::MiMalloc
     hook_operator::conditions::budget::Counting(mimalloc::MiMalloc);
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Parser;
-use common::runtime::connections::{ConnectionLimits, ConnectionMetrics, Limiter};
+use common::runtime::connections::ConnectionMetrics;
 use common::runtime::{Health, LeaderElection, Shutdown, client, descriptors, logging, server};
 use hook_operator::cli::{Cli, Command, RunFlags};
 use hook_operator::controller::{self, Options};
@@ -73,19 +72,16 @@ async fn operate(flags: RunFlags) -> Result<(), String> {
     providers.conditions.register(&mut registry);
     let connection_metrics = ConnectionMetrics::register(&mut registry, "hook_operator");
     let health = Health::default();
-    let listener = server::bind(flags.runtime.serve.metrics_address).await.map_err(|e| e.to_string())?;
-    // The bound address (the flag may say port 0).
-    let address = listener.local_addr().unwrap_or(flags.runtime.serve.metrics_address);
-    let limits = ConnectionLimits::metrics(descriptors.count());
-    tracing::info!(
-        %address,
-        connections = limits.unverified,
-        per_client = limits.per_address,
-        "serving /metrics, /healthz, /readyz"
-    );
-    let connections = Limiter::new("metrics", limits, connection_metrics);
-    let server =
-        tokio::spawn(server::serve(listener, Arc::new(registry), health.clone(), shutdown.clone(), connections));
+    let server = server::start(
+        flags.runtime.serve.metrics_address,
+        registry,
+        health.clone(),
+        shutdown.clone(),
+        connection_metrics,
+        &descriptors,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
 
     let election = LeaderElection::from_flags(client.clone(), &flags.runtime.leader_election, controller::COMPONENT)
         .map_err(|e| e.to_string())?;

@@ -14,35 +14,9 @@ const NAME: &str = "planned";
 const DEADLINE: Duration = Duration::from_secs(120);
 const USER: &str = "planner";
 
-const TEMPLATE: &str = r#"
-apiVersion: tkex.tencent.com/v1alpha1
-kind: HookTemplate
-metadata: {name: test, namespace: default}
-spec:
-  metrics:
-    - name: webtest
-      count: 3
-      interval: 60s
-      failureLimit: 2
-      successCondition: "asInt(result) > 30"
-      provider: {web: {url: "http://1.1.1.1:9091", jsonPath: "{$.age}"}}
-"#;
+const TEMPLATE: &str = include_str!("manifests/plan-hooktemplate.yaml");
 
-const GD: &str = r#"
-apiVersion: tkex.tencent.com/v1alpha1
-kind: GameDeployment
-metadata: {name: planned, namespace: default}
-spec:
-  replicas: 5
-  selector: {matchLabels: {app: planned}}
-  template: {metadata: {labels: {app: planned}}, spec: {containers: [{name: python, image: "python:latest"}]}}
-  preDeleteUpdateStrategy: {hook: {templateName: test}}
-  updateStrategy:
-    type: InplaceUpdate
-    partition: 2
-    maxUnavailable: 2
-    inPlaceUpdateStrategy: {gracePeriodSeconds: 30}
-"#;
+const GD: &str = include_str!("manifests/plan-gamedeployment.yaml");
 
 /// kube-sim with the GameDeployment settled by the operator, which is stopped again; a kubeconfig for [`USER`].
 async fn settled() -> (kube_sim::SimHandle, tempfile::TempDir, std::path::PathBuf) {

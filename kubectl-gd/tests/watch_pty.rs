@@ -14,16 +14,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 const NAME: &str = "watched";
 const DEADLINE: Duration = Duration::from_secs(90);
 
-const GD: &str = r#"
-apiVersion: tkex.tencent.com/v1alpha1
-kind: GameDeployment
-metadata: {name: watched, namespace: default}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: watched}}
-  template: {metadata: {labels: {app: watched}}, spec: {containers: [{name: app, image: "game:1"}]}}
-  updateStrategy: {type: InplaceUpdate}
-"#;
+const GD: &str = include_str!("manifests/watched-gamedeployment.yaml");
 
 /// A pseudo-terminal: the child gets the terminal side as stdout/stderr, the test reads the other side.
 struct Pty {

@@ -21,7 +21,10 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
-use super::connections::Limiter;
+use tokio::task::JoinHandle;
+
+use super::connections::{ConnectionLimits, ConnectionMetrics, Limiter};
+use super::descriptors::Descriptors;
 use super::http_server::{self, PlainTcp, Timeouts};
 use super::{RuntimeError, Shutdown};
 
@@ -101,6 +104,30 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 /// Binds first (so a port clash is reported at startup, not later), then serves until `shutdown`.
 pub async fn bind(address: SocketAddr) -> Result<TcpListener, RuntimeError> {
     TcpListener::bind(address).await.map_err(|source| RuntimeError::Bind { address, source })
+}
+
+/// Binds `address` and serves metrics and health from a task until `shutdown`, with the metrics server's connection
+/// caps for this process's `descriptors`. The bound address is logged ("serving /metrics, /healthz, /readyz",
+/// `address=`): a port 0 request gets a real port, and tools and tests find the endpoints from that line.
+pub async fn start(
+    address: SocketAddr,
+    registry: Registry,
+    health: Health,
+    shutdown: Shutdown,
+    connection_metrics: ConnectionMetrics,
+    descriptors: &Descriptors,
+) -> Result<JoinHandle<()>, RuntimeError> {
+    let listener = bind(address).await?;
+    let address = listener.local_addr().unwrap_or(address);
+    let limits = ConnectionLimits::metrics(descriptors.count());
+    tracing::info!(
+        %address,
+        connections = limits.unverified,
+        per_client = limits.per_address,
+        "serving /metrics, /healthz, /readyz"
+    );
+    let connections = Limiter::new("metrics", limits, connection_metrics);
+    Ok(tokio::spawn(serve(listener, Arc::new(registry), health, shutdown, connections)))
 }
 
 /// Serves until `shutdown`, each connection admitted by `connections`; readiness goes to 503 first
