@@ -13,13 +13,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::api::{Argument, HookPhase, KubernetesField, Metric};
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Answer, Observation, Provider, ProviderError, display};
+use super::{Answer, AsyncProvider, Observation, ProviderError, display};
 use crate::conditions::evaluate::to_expr;
 
 /// Label and annotation prefixes the operators themselves write and read (gates, lifecycle states, overrides): a
@@ -279,10 +277,6 @@ impl Kubernetes {
         Ok(resource)
     }
 
-    async fn call(&self, run_namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
-        self.observe(run_namespace, metric, args).await.map(Answer::Observed)
-    }
-
     async fn observe(
         &self,
         run_namespace: &str,
@@ -371,22 +365,15 @@ impl Kubernetes {
     }
 }
 
-impl Provider for Kubernetes {
-    fn kind(&self) -> &'static str {
-        "kubernetes"
-    }
+impl AsyncProvider for Kubernetes {
+    const KIND: &'static str = "kubernetes";
 
     fn timeout(&self, _metric: &Metric) -> Duration {
         self.timeout
     }
 
-    fn measure<'a>(
-        &'a self,
-        namespace: &'a str,
-        metric: &'a Metric,
-        args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
-        self.call(namespace, metric, args).boxed()
+    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+        self.observe(namespace, metric, args).await.map(Answer::Observed)
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::api::{Argument, Metric};
+use futures::FutureExt;
 use futures::future::BoxFuture;
 
 // What a provider saw and its errors are the answer's vocabulary ([`crate::answer`]), which the evaluation workers
@@ -109,6 +110,49 @@ pub trait Provider: Send + Sync {
         metric: &'a Metric,
         args: &'a [Argument],
     ) -> BoxFuture<'a, Result<Answer, ProviderError>>;
+}
+
+/// A [`Provider`] as each one is written: its measurement a plain `async fn`. [`Provider`] is what the engine holds,
+/// behind `dyn` (it never knows which provider it runs), and a `dyn` trait cannot have an `async fn`; so it is
+/// implemented once, below, for every `AsyncProvider`, boxing the measurement's future, instead of each provider
+/// wrapping its own `async fn` in the same boxed [`Provider::measure`].
+pub trait AsyncProvider: Send + Sync {
+    /// [`Provider::kind`].
+    const KIND: &'static str;
+    /// [`Provider::bounds_itself`].
+    const BOUNDS_ITSELF: bool = false;
+    /// [`Provider::timeout`].
+    fn timeout(&self, metric: &Metric) -> Duration;
+    /// [`Provider::measure`], not boxed.
+    fn measure(
+        &self,
+        namespace: &str,
+        metric: &Metric,
+        args: &[Argument],
+    ) -> impl Future<Output = Result<Answer, ProviderError>> + Send;
+}
+
+impl<P: AsyncProvider> Provider for P {
+    fn kind(&self) -> &'static str {
+        P::KIND
+    }
+
+    fn timeout(&self, metric: &Metric) -> Duration {
+        AsyncProvider::timeout(self, metric)
+    }
+
+    fn bounds_itself(&self) -> bool {
+        P::BOUNDS_ITSELF
+    }
+
+    fn measure<'a>(
+        &'a self,
+        namespace: &'a str,
+        metric: &'a Metric,
+        args: &'a [Argument],
+    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
+        AsyncProvider::measure(self, namespace, metric, args).boxed()
+    }
 }
 
 /// Limits and test aids shared by the providers.

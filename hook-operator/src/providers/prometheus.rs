@@ -8,12 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::http::Http;
-use super::{Answer, Provider, ProviderError, Raw, Source};
+use super::{Answer, AsyncProvider, ProviderError, Raw, Source};
 use crate::answer::body_excerpt;
 use crate::conditions::template::render;
 use common::api::{Argument, Metric};
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use reqwest::{Method, Url};
 
 /// The prometheus provider: one instant query per measurement, through the shared HTTP client.
@@ -27,8 +25,16 @@ impl Prometheus {
     pub fn new(http: Arc<Http>, timeout: Duration) -> Self {
         Self { http, timeout }
     }
+}
 
-    async fn query(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+impl AsyncProvider for Prometheus {
+    const KIND: &'static str = "prometheus";
+
+    fn timeout(&self, _metric: &Metric) -> Duration {
+        self.timeout
+    }
+
+    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
         let spec = metric
             .provider
             .prometheus
@@ -51,24 +57,5 @@ impl Prometheus {
         }
         // Read and judged under the evaluation bounds: see crate::isolation.
         Ok(Answer::Raw(Raw { response, source: Source::Prometheus { query } }))
-    }
-}
-
-impl Provider for Prometheus {
-    fn kind(&self) -> &'static str {
-        "prometheus"
-    }
-
-    fn timeout(&self, _metric: &Metric) -> Duration {
-        self.timeout
-    }
-
-    fn measure<'a>(
-        &'a self,
-        namespace: &'a str,
-        metric: &'a Metric,
-        args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
-        self.query(namespace, metric, args).boxed()
     }
 }

@@ -4,12 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::api::{Argument, Metric};
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use reqwest::Method;
 
 use super::http::Http;
-use super::{Answer, Provider, ProviderError, Raw, Source};
+use super::{Answer, AsyncProvider, ProviderError, Raw, Source};
 use crate::answer::body_excerpt;
 use crate::conditions::jsonpath;
 use crate::conditions::template::render;
@@ -27,8 +25,22 @@ impl Web {
     pub fn new(http: Arc<Http>) -> Self {
         Self { http }
     }
+}
 
-    async fn call(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+impl AsyncProvider for Web {
+    const KIND: &'static str = "web";
+    /// Everything a web measurement waits for is one [`Http::send`], which ends (with its own "no response within"
+    /// message) when the metric's timeout has passed.
+    const BOUNDS_ITSELF: bool = true;
+
+    fn timeout(&self, metric: &Metric) -> Duration {
+        match metric.provider.web.as_ref().and_then(|w| w.timeout_seconds) {
+            Some(secs) if secs > 0 => Duration::from_secs(secs.unsigned_abs()),
+            _ => DEFAULT_TIMEOUT,
+        }
+    }
+
+    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
         let web = metric.provider.web.as_ref().ok_or_else(|| ProviderError("provider.web is not set".into()))?;
         let url = render("url", &web.url, args)?;
         let mut headers = Vec::with_capacity(web.headers.len());
@@ -64,33 +76,5 @@ impl Web {
         }
         // Read (decoded, narrowed) and judged under the evaluation bounds: see crate::isolation.
         Ok(Answer::Raw(Raw { response, source: Source::Web { method, url, path } }))
-    }
-}
-
-impl Provider for Web {
-    fn kind(&self) -> &'static str {
-        "web"
-    }
-
-    fn timeout(&self, metric: &Metric) -> Duration {
-        match metric.provider.web.as_ref().and_then(|w| w.timeout_seconds) {
-            Some(secs) if secs > 0 => Duration::from_secs(secs.unsigned_abs()),
-            _ => DEFAULT_TIMEOUT,
-        }
-    }
-
-    /// Everything [`Web::call`] waits for is one [`Http::send`], which ends (with its own "no response within"
-    /// message) when [`Provider::timeout`] has passed.
-    fn bounds_itself(&self) -> bool {
-        true
-    }
-
-    fn measure<'a>(
-        &'a self,
-        namespace: &'a str,
-        metric: &'a Metric,
-        args: &'a [Argument],
-    ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
-        self.call(namespace, metric, args).boxed()
     }
 }
