@@ -248,16 +248,9 @@ fn failure(error: &std::io::Error, unsent: bool, no_answer: bool) -> SendError {
     SendError { message: error.to_string(), unsent, stale: closed && no_answer }
 }
 
-struct Idle {
-    socket: Socket,
-    since: Instant,
-}
-
 #[derive(Default)]
 struct Pool {
-    by_addr: HashMap<SocketAddr, Vec<Idle>>,
-    idle: usize,
-    last_sweep: Option<Instant>,
+    parked: Parked<Socket>,
     /// Read buffers of [`READ_BUFFER`] bytes no exchange uses (at most [`MAX_SPARE_BUFFERS`]).
     spare: Vec<Box<[u8]>>,
 }
@@ -281,13 +274,13 @@ impl Connections {
 
     /// Idle connections kept right now (tests, diagnostics).
     pub fn idle(&self) -> usize {
-        self.pool().idle
+        self.pool().parked.len()
     }
 
     /// Bytes of read buffers held by idle connections.
     #[cfg(test)]
     fn idle_buffer_bytes(&self) -> usize {
-        self.pool().by_addr.values().flatten().map(|idle| idle.socket.buffer.len()).sum()
+        self.pool().parked.by_addr.values().flatten().map(|idle| idle.connection.buffer.len()).sum()
     }
 
     #[cfg(test)]
@@ -303,11 +296,11 @@ impl Connections {
     /// An idle connection to `addr` that is still open, else a new one (`fresh`: always a new one).
     pub async fn lease(&self, addr: SocketAddr, fresh: bool) -> std::io::Result<Lease> {
         // Idle connections are tried newest first; those that idled too long or were closed meanwhile are dropped.
-        while let Some(idle) = (!fresh).then(|| self.take(addr)).flatten() {
+        while let Some(idle) = (!fresh).then(|| self.pool().parked.take(addr)).flatten() {
             if idle.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            let mut lease = Lease { addr, socket: idle.socket, reusable: false, written: true, reused: true };
+            let mut lease = Lease { addr, socket: idle.connection, reusable: false, written: true, reused: true };
             // A connection the server closed while idle ends here, not mid-request.
             if lease.still_open() {
                 lease.socket.buffer = self.buffer();
@@ -316,12 +309,6 @@ impl Connections {
         }
         let stream = connect(addr).await?;
         Ok(Lease { addr, socket: Socket::new(stream, self.buffer()), reusable: false, written: false, reused: false })
-    }
-
-    fn take(&self, addr: SocketAddr) -> Option<Idle> {
-        let mut pool = self.pool();
-        let pool = &mut *pool;
-        take_idle(&mut pool.by_addr, &mut pool.idle, addr)
     }
 
     /// Keeps the connection for the next request to its address, if it can carry one and there is room.
@@ -334,16 +321,11 @@ impl Connections {
         (lease.socket.start, lease.socket.end) = (0, 0);
         let now = Instant::now();
         let mut pool = self.pool();
-        self.sweep(&mut pool, now);
-        let Pool { by_addr, idle, spare, .. } = &mut *pool;
-        if buffer.len() == READ_BUFFER && spare.len() < MAX_SPARE_BUFFERS {
-            spare.push(buffer);
+        pool.parked.sweep(now, self.idle_timeout);
+        if buffer.len() == READ_BUFFER && pool.spare.len() < MAX_SPARE_BUFFERS {
+            pool.spare.push(buffer);
         }
-        let list = by_addr.entry(lease.addr).or_default();
-        if list.len() < self.max_idle_per_host {
-            list.push(Idle { socket: lease.socket, since: now });
-            *idle += 1;
-        }
+        pool.parked.park(lease.addr, lease.socket, now, self.max_idle_per_host);
     }
 
     /// Sweeps every half idle timeout for as long as the pool exists, so connections left idle after the last
@@ -357,16 +339,9 @@ impl Connections {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(connections) = pool.upgrade() else { return };
-                let mut idle = connections.pool();
-                connections.sweep(&mut idle, Instant::now());
+                connections.pool().parked.sweep(Instant::now(), connections.idle_timeout);
             }
         });
-    }
-
-    /// Closes connections idle for longer than the idle timeout (their pods may be gone: nobody would ever take
-    /// them again), at most twice per timeout.
-    fn sweep(&self, pool: &mut Pool, now: Instant) {
-        sweep_idle(&mut pool.by_addr, &mut pool.idle, &mut pool.last_sweep, now, self.idle_timeout, |idle| idle.since);
     }
 }
 
@@ -386,41 +361,71 @@ pub(crate) async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(stream)
 }
 
-/// The most recently parked connection to `addr`, taken out of a pool that keeps its idle connections per address
-/// and counts them in `idle`. Shared by both plain-HTTP clients' pools.
-pub(crate) fn take_idle<I>(by_addr: &mut HashMap<SocketAddr, Vec<I>>, idle: &mut usize, addr: SocketAddr) -> Option<I> {
-    let list = by_addr.get_mut(&addr)?;
-    let taken = list.pop();
-    if list.is_empty() {
-        by_addr.remove(&addr);
-    }
-    if taken.is_some() {
-        *idle -= 1;
-    }
-    taken
+/// Connections parked idle for their next request, per address: the bookkeeping both plain-HTTP clients' pools
+/// share (this module's and [`super::hyper_baseline`]'s), so that `hook-bench --plain-http own,hyper` compares the
+/// two clients and not two ways of keeping connections.
+pub(crate) struct Parked<C> {
+    by_addr: HashMap<SocketAddr, Vec<Idle<C>>>,
+    /// How many are parked, over all addresses.
+    idle: usize,
+    last_sweep: Option<Instant>,
 }
 
-/// Drops the connections parked for `timeout` or longer and recounts `idle`, at most twice per `timeout` (tracked in
-/// `last_sweep`). Shared by both plain-HTTP clients' pools; `since` reads when a connection was parked.
-pub(crate) fn sweep_idle<I>(
-    by_addr: &mut HashMap<SocketAddr, Vec<I>>,
-    idle: &mut usize,
-    last_sweep: &mut Option<Instant>,
-    now: Instant,
-    timeout: Duration,
-    since: impl Fn(&I) -> Instant,
-) {
-    if last_sweep.is_some_and(|last| now.duration_since(last) < timeout / 2) {
-        return;
+/// A parked connection and since when it has been idle.
+pub(crate) struct Idle<C> {
+    pub(crate) connection: C,
+    pub(crate) since: Instant,
+}
+
+impl<C> Default for Parked<C> {
+    fn default() -> Self {
+        Self { by_addr: HashMap::new(), idle: 0, last_sweep: None }
     }
-    *last_sweep = Some(now);
-    let mut kept = 0;
-    by_addr.retain(|_, list| {
-        list.retain(|parked| now.duration_since(since(parked)) < timeout);
-        kept += list.len();
-        !list.is_empty()
-    });
-    *idle = kept;
+}
+
+impl<C> Parked<C> {
+    /// Connections parked right now.
+    pub(crate) fn len(&self) -> usize {
+        self.idle
+    }
+
+    /// The most recently parked connection to `addr`, taken out.
+    pub(crate) fn take(&mut self, addr: SocketAddr) -> Option<Idle<C>> {
+        let list = self.by_addr.get_mut(&addr)?;
+        let taken = list.pop();
+        if list.is_empty() {
+            self.by_addr.remove(&addr);
+        }
+        if taken.is_some() {
+            self.idle -= 1;
+        }
+        taken
+    }
+
+    /// Parks `connection` for the next request to `addr`, idle from `now`, unless `max_per_host` already are.
+    pub(crate) fn park(&mut self, addr: SocketAddr, connection: C, now: Instant, max_per_host: usize) {
+        let list = self.by_addr.entry(addr).or_default();
+        if list.len() < max_per_host {
+            list.push(Idle { connection, since: now });
+            self.idle += 1;
+        }
+    }
+
+    /// Closes the connections parked for `timeout` or longer (their pods may be gone: nobody would ever take them
+    /// again), at most twice per `timeout`.
+    pub(crate) fn sweep(&mut self, now: Instant, timeout: Duration) {
+        if self.last_sweep.is_some_and(|last| now.duration_since(last) < timeout / 2) {
+            return;
+        }
+        self.last_sweep = Some(now);
+        let mut kept = 0;
+        self.by_addr.retain(|_, list| {
+            list.retain(|parked| now.duration_since(parked.since) < timeout);
+            kept += list.len();
+            !list.is_empty()
+        });
+        self.idle = kept;
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,6 @@
 //! `Content-Type`), redirect rule and stale-connection retry as `Http::exchange_plain`. The connection is
 //! driven by the measuring task itself (no task per connection) and kept idle per address, as ours is.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -28,6 +27,7 @@ use hyper_util::rt::TokioIo;
 use reqwest::{Method, Url};
 use tokio::net::TcpStream;
 
+use super::connections::Parked;
 use super::{Http, Plain, Response, Target, USER_AGENT, h1, innermost, origin_form};
 use crate::providers::ProviderError;
 
@@ -115,22 +115,9 @@ impl Lease {
     }
 }
 
-struct Idle {
-    sender: SendRequest<Full<Bytes>>,
-    conn: Conn,
-    since: Instant,
-}
-
-#[derive(Default)]
-struct Pool {
-    by_addr: HashMap<SocketAddr, Vec<Idle>>,
-    idle: usize,
-    last_sweep: Option<Instant>,
-}
-
 /// Idle hyper connections, per address, with the same cap and idle timeout as [`super::connections::Connections`].
 pub(super) struct HyperConnections {
-    pool: Mutex<Pool>,
+    pool: Mutex<Parked<(SendRequest<Full<Bytes>>, Conn)>>,
     builder: http1::Builder,
     max_idle_per_host: usize,
     idle_timeout: Duration,
@@ -140,26 +127,27 @@ impl HyperConnections {
     pub(super) fn new(max_idle_per_host: usize, idle_timeout: Duration) -> Self {
         let mut builder = http1::Builder::new();
         builder.max_headers(h1::MAX_HEADERS).max_header_size(h1::MAX_HEAD).max_buf_size(h1::MAX_HEAD + 4096);
-        Self { pool: Mutex::new(Pool::default()), builder, max_idle_per_host, idle_timeout }
+        Self { pool: Mutex::new(Parked::default()), builder, max_idle_per_host, idle_timeout }
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Parked<(SendRequest<Full<Bytes>>, Conn)>> {
         self.pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Idle connections kept right now (tests).
     #[cfg(test)]
     pub(super) fn idle(&self) -> usize {
-        self.pool().idle
+        self.pool().len()
     }
 
     /// An idle connection to `addr` that is still open, else a new one (`fresh`: always a new one).
     async fn lease(&self, addr: SocketAddr, fresh: bool) -> std::io::Result<Lease> {
-        while let Some(idle) = (!fresh).then(|| self.take(addr)).flatten() {
+        while let Some(idle) = (!fresh).then(|| self.pool().take(addr)).flatten() {
             if idle.since.elapsed() >= self.idle_timeout {
                 continue;
             }
-            let mut lease = Lease { addr, sender: idle.sender, conn: idle.conn, ended: false, reused: true };
+            let (sender, conn) = idle.connection;
+            let mut lease = Lease { addr, sender, conn, ended: false, reused: true };
             // Polled once without waiting: a connection the server closed while idle ends here, not mid-request.
             if lease.reusable() {
                 return Ok(lease);
@@ -171,12 +159,6 @@ impl HyperConnections {
         Ok(Lease { addr, sender, conn, ended: false, reused: false })
     }
 
-    fn take(&self, addr: SocketAddr) -> Option<Idle> {
-        let mut pool = self.pool();
-        let pool = &mut *pool;
-        super::connections::take_idle(&mut pool.by_addr, &mut pool.idle, addr)
-    }
-
     /// Keeps the connection for the next request to its address, if it can carry one and there is room.
     fn give_back(&self, mut lease: Lease) {
         if !lease.reusable() {
@@ -184,23 +166,8 @@ impl HyperConnections {
         }
         let now = Instant::now();
         let mut pool = self.pool();
-        {
-            let pool = &mut *pool;
-            super::connections::sweep_idle(
-                &mut pool.by_addr,
-                &mut pool.idle,
-                &mut pool.last_sweep,
-                now,
-                self.idle_timeout,
-                |idle| idle.since,
-            );
-        }
-        let Pool { by_addr, idle, .. } = &mut *pool;
-        let list = by_addr.entry(lease.addr).or_default();
-        if list.len() < self.max_idle_per_host {
-            list.push(Idle { sender: lease.sender, conn: lease.conn, since: now });
-            *idle += 1;
-        }
+        pool.sweep(now, self.idle_timeout);
+        pool.park(lease.addr, (lease.sender, lease.conn), now, self.max_idle_per_host);
     }
 }
 
