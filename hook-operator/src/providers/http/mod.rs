@@ -637,6 +637,11 @@ pub(crate) fn refuse_announced_body(
 mod tests {
     use super::*;
 
+    /// A client whose requests to one `host:port` go elsewhere, by the `--web-resolve` `rule`.
+    fn resolving(rule: &str) -> Http {
+        Http::new(&ProviderSettings { resolve: vec![rule.parse().unwrap()], ..ProviderSettings::default() }).unwrap()
+    }
+
     #[test]
     fn parses_resolve_rules() {
         let r: Resolve = "1.1.1.1:9091=127.0.0.1:18080".parse().unwrap();
@@ -649,11 +654,7 @@ mod tests {
 
     #[test]
     fn rewrites_only_matching_targets() {
-        let settings = ProviderSettings {
-            resolve: vec!["1.1.1.1:9091=127.0.0.1:18080".parse().unwrap()],
-            ..ProviderSettings::default()
-        };
-        let http = Http::new(&settings).unwrap();
+        let http = resolving("1.1.1.1:9091=127.0.0.1:18080");
         let mut url = Url::parse("http://1.1.1.1:9091/x?y=1").unwrap();
         assert_eq!(http.rewrite(&mut url).as_deref(), Some("1.1.1.1:9091"));
         assert_eq!(url.as_str(), "http://127.0.0.1:18080/x?y=1");
@@ -664,11 +665,7 @@ mod tests {
 
     #[test]
     fn parsed_targets_are_reused_per_rendered_url_and_refusals_are_not_remembered() {
-        let settings = ProviderSettings {
-            resolve: vec!["1.1.1.1:9091=169.254.169.254:80".parse().unwrap()],
-            ..ProviderSettings::default()
-        };
-        let http = Http::new(&settings).unwrap();
+        let http = resolving("1.1.1.1:9091=169.254.169.254:80");
         let a = http.target(&Method::GET, "http://127.0.0.1:8080/a").unwrap();
         let again = http.target(&Method::GET, "http://127.0.0.1:8080/a").unwrap();
         assert!(Arc::ptr_eq(&a, &again), "the same rendered URL is parsed once");
@@ -694,16 +691,14 @@ mod tests {
     async fn one_timer_bounds_a_body_that_never_finishes() {
         use tokio::io::AsyncWriteExt;
         // Headers at once, then a body that stops half way and never ends.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
+        let (addr, _) = serve_connections(|mut socket, _| async move {
             let mut request = [0u8; 1024];
             let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut request).await;
             socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"age\":").await.unwrap();
             tokio::time::sleep(Duration::from_secs(60)).await;
             drop(socket);
-        });
+        })
+        .await;
         let http = Http::new(&ProviderSettings::default()).unwrap();
         let url = format!("http://{addr}/drip");
         let started = Instant::now();
@@ -712,7 +707,27 @@ mod tests {
         };
         assert_eq!(err.0, format!("GET {url}: no response within 1s"));
         assert!(started.elapsed() < Duration::from_secs(30), "ended by the timeout, not by the server");
-        server.abort();
+    }
+
+    /// A loopback server that hands every connection it accepts to `serve`, on a task of its own, with its number
+    /// (0 for the first): the test servers below differ only in what they do with a connection. Returns the address
+    /// and how many connections were accepted so far. Its tasks end with the test's runtime.
+    async fn serve_connections<S, F>(serve: S) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>)
+    where
+        S: Fn(tokio::net::TcpStream, usize) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let number = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(serve(socket, number));
+            }
+        });
+        (addr, accepted)
     }
 
     /// A raw HTTP/1.1 server: answers every request on a connection with `answer(request head)`, keeps the
@@ -721,45 +736,40 @@ mod tests {
         answer: fn(&str) -> String,
     ) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>, Arc<std::sync::Mutex<Vec<String>>>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (counter, seen) = (accepted.clone(), heads.clone());
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let seen = seen.clone();
-                tokio::spawn(async move {
-                    let mut buffer = vec![0u8; 16 * 1024];
-                    let mut filled = 0;
-                    loop {
-                        let Ok(n) = socket.read(&mut buffer[filled..]).await else { return };
-                        if n == 0 {
-                            return;
-                        }
-                        filled += n;
-                        let text = String::from_utf8_lossy(&buffer[..filled]).into_owned();
-                        let Some(end) = text.find("\r\n\r\n") else { continue };
-                        let length: usize = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
-                            })
-                            .and_then(|v| v.parse().ok())
-                            .unwrap_or(0);
-                        if filled < end + 4 + length {
-                            continue;
-                        }
-                        seen.lock().unwrap().push(text.clone());
-                        filled = 0;
-                        if socket.write_all(answer(&text).as_bytes()).await.is_err() {
-                            return;
-                        }
+        let seen = heads.clone();
+        let (addr, accepted) = serve_connections(move |mut socket, _| {
+            let seen = seen.clone();
+            async move {
+                let mut buffer = vec![0u8; 16 * 1024];
+                let mut filled = 0;
+                loop {
+                    let Ok(n) = socket.read(&mut buffer[filled..]).await else { return };
+                    if n == 0 {
+                        return;
                     }
-                });
+                    filled += n;
+                    let text = String::from_utf8_lossy(&buffer[..filled]).into_owned();
+                    let Some(end) = text.find("\r\n\r\n") else { continue };
+                    let length: usize = text[..end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string())
+                        })
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    if filled < end + 4 + length {
+                        continue;
+                    }
+                    seen.lock().unwrap().push(text.clone());
+                    filled = 0;
+                    if socket.write_all(answer(&text).as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
             }
-        });
+        })
+        .await;
         (addr, accepted, heads)
     }
 
@@ -770,11 +780,7 @@ mod tests {
     #[tokio::test]
     async fn plain_http_to_an_ip_reuses_one_connection_and_sends_the_usual_head() {
         let (addr, accepted, heads) = raw_server(|_| ok(r#"{"age":45}"#)).await;
-        let settings = ProviderSettings {
-            resolve: vec![format!("1.1.1.1:9091={addr}").parse().unwrap()],
-            ..ProviderSettings::default()
-        };
-        let http = Http::new(&settings).unwrap();
+        let http = resolving(&format!("1.1.1.1:9091={addr}"));
         let headers = [("X-Pod".to_string(), "p-1".to_string())];
         for _ in 0..3 {
             let response =
@@ -858,30 +864,22 @@ mod tests {
     #[tokio::test]
     async fn plain_http_reads_answers_in_pieces_and_keeps_the_connection_after_a_chunked_body() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buffer = vec![0u8; 4096];
-                    while let Ok(1..) = socket.read(&mut buffer).await {
-                        // An interim answer, then a chunked body with extensions and trailers, a few bytes per
-                        // write with pauses between them, so the client reads it in pieces.
-                        let answer = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
-                            4;ext=1\r\n{\"ag\r\n6\r\ne\":45}\r\n0\r\nx-trailer: t\r\n\r\n";
-                        for piece in answer.as_bytes().chunks(7) {
-                            if socket.write_all(piece).await.is_err() {
-                                return;
-                            }
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                        }
+        let (addr, accepted) = serve_connections(|mut socket, _| async move {
+            let mut buffer = vec![0u8; 4096];
+            while let Ok(1..) = socket.read(&mut buffer).await {
+                // An interim answer, then a chunked body with extensions and trailers, a few bytes per
+                // write with pauses between them, so the client reads it in pieces.
+                let answer = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+                    4;ext=1\r\n{\"ag\r\n6\r\ne\":45}\r\n0\r\nx-trailer: t\r\n\r\n";
+                for piece in answer.as_bytes().chunks(7) {
+                    if socket.write_all(piece).await.is_err() {
+                        return;
                     }
-                });
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
             }
-        });
+        })
+        .await;
         let http = Http::new(&ProviderSettings::default()).unwrap();
         let url = format!("http://{addr}/age");
         for _ in 0..2 {
@@ -955,10 +953,7 @@ mod tests {
     #[tokio::test]
     async fn plain_http_reads_an_answer_sent_before_the_request_was_read() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
+        let (addr, _) = serve_connections(|mut socket, _| async move {
             let mut head = Vec::new();
             let mut buffer = [0u8; 1024];
             while !head.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -968,45 +963,37 @@ mod tests {
             // Answers after the head and never reads the body: the client's write cannot finish.
             socket.write_all(b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 4\r\n\r\nbig!").await.unwrap();
             tokio::time::sleep(Duration::from_secs(60)).await;
-        });
+        })
+        .await;
         let http = Http::new(&ProviderSettings::default()).unwrap();
         let body = Some(format!("\"{}\"", "x".repeat(32 << 20)));
         let url = format!("http://{addr}/upload");
         let response = http.send(Method::POST, &url, &[], body, Duration::from_secs(20), false).await.unwrap();
         assert_eq!((response.status.as_u16(), response.body.as_slice()), (413, b"big!".as_slice()));
         assert_eq!(http.connections.idle(), 0, "a connection with half a request on it is not kept");
-        server.abort();
     }
 
     /// A server whose first connection answers one request and then closes on the next without answering (a
     /// keep-alive timeout racing the request); later connections answer every request.
     async fn closes_on_second_request() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counter = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let first = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
-                tokio::spawn(async move {
-                    let mut buffer = vec![0u8; 4096];
-                    for request in 0.. {
-                        match socket.read(&mut buffer).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) if first && request == 1 => return,
-                            Ok(_) => {
-                                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
-                                if socket.write_all(answer.as_bytes()).await.is_err() {
-                                    return;
-                                }
-                            }
+        serve_connections(|mut socket, number| async move {
+            let first = number == 0;
+            let mut buffer = vec![0u8; 4096];
+            for request in 0.. {
+                match socket.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) if first && request == 1 => return,
+                    Ok(_) => {
+                        let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
                         }
                     }
-                });
+                }
             }
-        });
-        (addr, accepted)
+        })
+        .await
     }
 
     #[tokio::test]
@@ -1038,11 +1025,7 @@ mod tests {
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = free.local_addr().unwrap().port();
         drop(free);
-        let settings = ProviderSettings {
-            resolve: vec![format!("1.1.1.1:9091=127.0.0.1:{port}").parse().unwrap()],
-            ..ProviderSettings::default()
-        };
-        let http = Http::new(&settings).unwrap();
+        let http = resolving(&format!("1.1.1.1:9091=127.0.0.1:{port}"));
         let Err(err) = http.send(Method::GET, "http://1.1.1.1:9091/", &[], None, Duration::from_secs(5), false).await
         else {
             panic!("nothing listens on 127.0.0.1:{port}");
