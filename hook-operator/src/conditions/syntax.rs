@@ -44,25 +44,22 @@ pub const MAX_RANGE_ELEMENTS: i128 = 10_000;
 /// pest calls allowed per parse (process-wide: it bounds every pest grammar in the process, JSONPath included).
 pub const PARSE_CALL_LIMIT: usize = 2_000_000;
 
-/// Names a condition may call: expr-lang's built-ins and the functions [`crate::conditions::evaluate`] adds.
-pub const FUNCTIONS: &[&str] = &[
-    // added by this operator (Argo's helpers)
-    "asInt",
-    "asFloat",
-    "isNaN",
-    "isInf",
-    "isNil",
-    "default", // expr-lang built-ins
-    "max",
-    "min",
-    "abs",
-    "ceil",
-    "floor",
-    "round",
-    "mean",
-    "median",
-    "count",
-    "sum",
+/// Names a condition may call: the functions [`crate::conditions::evaluate`] adds, the built-ins that take a
+/// predicate and expr-lang's other built-ins.
+pub const FUNCTIONS: &[&str] =
+    &concat::<{ ADDED_FUNCTIONS.len() + PREDICATE_FUNCTIONS.len() + OTHER_FUNCTIONS.len() }>(&[
+        ADDED_FUNCTIONS,
+        PREDICATE_FUNCTIONS,
+        OTHER_FUNCTIONS,
+    ]);
+
+/// The functions this operator adds (Argo's helpers).
+const ADDED_FUNCTIONS: &[&str] = &["asInt", "asFloat", "isNaN", "isInf", "isNil", "default"];
+
+/// Built-ins that take a predicate (`{# > 1}`), as expr-lang's parser decides. Listed once, here: each is callable
+/// too, so [`FUNCTIONS`] is made of this list and the others. (`reduce` takes one as well, but a condition never
+/// calls it: it is refused by name before its arguments are walked.)
+const PREDICATE_FUNCTIONS: &[&str] = &[
     "all",
     "any",
     "one",
@@ -73,9 +70,23 @@ pub const FUNCTIONS: &[&str] = &[
     "findIndex",
     "findLast",
     "findLastIndex",
+    "count",
+    "sum",
     "groupBy",
-    "sort",
     "sortBy",
+];
+
+/// expr-lang's built-ins that take no predicate.
+const OTHER_FUNCTIONS: &[&str] = &[
+    "max",
+    "min",
+    "abs",
+    "ceil",
+    "floor",
+    "round",
+    "mean",
+    "median",
+    "sort",
     "now",
     "duration",
     "timezone",
@@ -125,24 +136,21 @@ pub const FUNCTIONS: &[&str] = &[
     "string",
 ];
 
-/// Built-ins that take a predicate (`{# > 1}`), as expr-lang's parser decides.
-const PREDICATE_FUNCTIONS: &[&str] = &[
-    "all",
-    "any",
-    "one",
-    "none",
-    "map",
-    "filter",
-    "find",
-    "findIndex",
-    "findLast",
-    "findLastIndex",
-    "count",
-    "sum",
-    "reduce",
-    "groupBy",
-    "sortBy",
-];
+/// `lists` one after the other, in one array of `N` names (`N`: their total length), at compile time.
+const fn concat<const N: usize>(lists: &[&[&'static str]]) -> [&'static str; N] {
+    let mut names = [""; N];
+    let (mut at, mut list) = (0, 0);
+    while list < lists.len() {
+        let mut i = 0;
+        while i < lists[list].len() {
+            names[at] = lists[list][i];
+            (at, i) = (at + 1, i + 1);
+        }
+        list += 1;
+    }
+    assert!(at == N, "N is the total length of the lists");
+    names
+}
 
 /// Variables outside predicates.
 pub const VARIABLES: &[&str] = &["result", "$env"];
