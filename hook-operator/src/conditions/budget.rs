@@ -106,35 +106,34 @@ fn note(delta: isize) {
     });
 }
 
+/// A new block of `size` bytes from `allocate` (the wrapped allocator's `alloc` or `alloc_zeroed`, which count alike):
+/// refused (null) when the process-wide cap does not admit it, else counted, and the admitted bytes given back if
+/// the allocator fails.
+#[inline]
+fn counted(size: usize, allocate: impl FnOnce() -> *mut u8) -> *mut u8 {
+    if !admit(size) {
+        return std::ptr::null_mut();
+    }
+    let p = allocate();
+    if p.is_null() {
+        release(size);
+    } else {
+        note(size as isize);
+    }
+    p
+}
+
 // SAFETY: every call is forwarded to the wrapped allocator unchanged; counting only touches const-initialized
 // thread-locals without destructors, which never allocate.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !admit(layout.size()) {
-            return std::ptr::null_mut();
-        }
         // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { self.0.alloc(layout) };
-        if p.is_null() {
-            release(layout.size());
-        } else {
-            note(layout.size() as isize);
-        }
-        p
+        counted(layout.size(), || unsafe { self.0.alloc(layout) })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !admit(layout.size()) {
-            return std::ptr::null_mut();
-        }
         // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { self.0.alloc_zeroed(layout) };
-        if p.is_null() {
-            release(layout.size());
-        } else {
-            note(layout.size() as isize);
-        }
-        p
+        counted(layout.size(), || unsafe { self.0.alloc_zeroed(layout) })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
