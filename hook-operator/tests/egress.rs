@@ -41,6 +41,12 @@ async fn counting() -> (SocketAddr, Arc<AtomicUsize>) {
     (serve(router).await, hits)
 }
 
+/// The message of a measurement that must have ended as an Error (a refused or failed request).
+fn error_message(taken: measure::Taken) -> String {
+    assert_eq!(taken.measurement.phase, Some(HookPhase::Error), "{:?}", taken.measurement.message);
+    taken.measurement.message.unwrap_or_default()
+}
+
 fn web(url: &str) -> Metric {
     Metric {
         name: "probe".into(),
@@ -67,8 +73,7 @@ async fn cloud_metadata_is_refused_before_any_connection() {
         ..ProviderSettings::default()
     };
     let taken = measure::take(&providers(settings), &web("http://169.254.169.254/latest/meta-data/"), &[]).await;
-    let message = taken.measurement.message.unwrap_or_default();
-    assert_eq!(taken.measurement.phase, Some(HookPhase::Error));
+    let message = error_message(taken);
     assert!(message.contains("refused by the egress policy: 169.254.169.254 is in 169.254.0.0/16"), "{message}");
     assert_eq!(hits.load(Ordering::SeqCst), 0, "no request reached the server");
 }
@@ -86,8 +91,7 @@ async fn deny_and_allow_flags_apply_to_resolved_addresses() {
     // A host name is resolved first, then judged: localhost resolves to loopback only.
     let by_name = format!("http://localhost:{}/", addr.port());
     let taken = measure::take(&providers(deny_loopback), &web(&by_name), &[]).await;
-    let message = taken.measurement.message.unwrap_or_default();
-    assert_eq!(taken.measurement.phase, Some(HookPhase::Error));
+    let message = error_message(taken);
     assert!(message.contains("resolves to refused addresses"), "{message}");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
     // An exception lets one address through.
@@ -117,8 +121,7 @@ async fn redirects_stay_on_the_same_origin() {
     let same = measure::take(&p, &web(&format!("http://{addr}/same")), &[]).await;
     assert_eq!(same.measurement.phase, Some(HookPhase::Successful), "{:?}", same.measurement.message);
     let away = measure::take(&p, &web(&format!("http://{addr}/away")), &[]).await;
-    let message = away.measurement.message.unwrap_or_default();
-    assert_eq!(away.measurement.phase, Some(HookPhase::Error));
+    let message = error_message(away);
     assert!(message.contains("to another origin"), "{message}");
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the other origin was never asked");
 }
@@ -132,8 +135,7 @@ async fn credentials_never_appear_in_measurements() {
     let mut failing = failing;
     failing.provider.web.as_mut().unwrap().json_path = Some("{$.missing}".into());
     let taken = measure::take(&p, &failing, &[]).await;
-    let message = taken.measurement.message.unwrap_or_default();
-    assert_eq!(taken.measurement.phase, Some(HookPhase::Error));
+    let message = error_message(taken);
     assert!(!message.contains("hunter2") && !message.contains("t0k3n"), "{message}");
     // A credential header that the endpoint echoes back into the value.
     let mut echo = web(&format!("http://{addr}/"));
@@ -160,8 +162,7 @@ async fn secret_args_are_refused_unless_enabled() {
         }),
     };
     let taken = measure::take_in(&providers(ProviderSettings::default()), "team-a", &metric, &[secret]).await;
-    let message = taken.measurement.message.unwrap_or_default();
-    assert_eq!(taken.measurement.phase, Some(HookPhase::Error));
+    let message = error_message(taken);
     assert!(message.contains("Secret team-a/creds") && message.contains("--secret-args"), "{message}");
     assert_eq!(hits.load(Ordering::SeqCst), 0);
 }
