@@ -231,16 +231,65 @@ impl Default for Limits {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-#[derive(Default)]
-struct Queues {
-    by_namespace: HashMap<String, VecDeque<Job>>,
-    /// Namespaces with waiting jobs, in round-robin order.
+/// Waiting evaluations, one queue per namespace, served round-robin: namespaces take turns, so one namespace's
+/// many conditions never wait in front of another's. Both evaluators keep this order, the threads of [`Pool`] and
+/// each lane of the worker processes ([`crate::isolation::workers`]), and keep it with this one type.
+pub(crate) struct Turns<T> {
+    by_namespace: HashMap<String, VecDeque<T>>,
+    /// Namespaces with waiting items, in round-robin order.
     turn: VecDeque<String>,
+}
+
+impl<T> Default for Turns<T> {
+    fn default() -> Self {
+        Self { by_namespace: HashMap::new(), turn: VecDeque::new() }
+    }
+}
+
+impl<T> Turns<T> {
+    /// Queues `item` behind `namespace`'s others; a namespace that had none takes the last turn.
+    pub(crate) fn push(&mut self, namespace: &str, item: T) {
+        let queue = self.by_namespace.entry(namespace.to_string()).or_default();
+        if queue.is_empty() {
+            self.turn.push_back(namespace.to_string());
+        }
+        queue.push_back(item);
+    }
+
+    /// The first item of the namespace whose turn it is, and that namespace, which goes to the back of the turns if
+    /// it has more. Items `wanted` refuses (their caller gave up waiting) are dropped on the way.
+    pub(crate) fn pop(&mut self, wanted: impl Fn(&T) -> bool) -> Option<(String, T)> {
+        while let Some(namespace) = self.turn.pop_front() {
+            let Some(queue) = self.by_namespace.get_mut(&namespace) else { continue };
+            let item = queue.pop_front();
+            if queue.is_empty() {
+                self.by_namespace.remove(&namespace);
+            } else {
+                self.turn.push_back(namespace.clone());
+            }
+            match item {
+                Some(item) if wanted(&item) => return Some((namespace, item)),
+                _ => continue,
+            }
+        }
+        None
+    }
+
+    /// All of `namespace`'s waiting items, taken out of the turns.
+    pub(crate) fn take_namespace(&mut self, namespace: &str) -> VecDeque<T> {
+        self.turn.retain(|n| n != namespace);
+        self.by_namespace.remove(namespace).unwrap_or_default()
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.turn.is_empty()
+    }
 }
 
 /// The evaluation threads and their per-namespace queues.
 pub struct Pool {
-    queues: Mutex<Queues>,
+    queues: Mutex<Turns<Job>>,
     ready: Condvar,
     /// The limits every evaluation of the pool runs under.
     pub limits: Limits,
@@ -249,7 +298,7 @@ pub struct Pool {
 impl Pool {
     /// Starts `threads` evaluation threads (at least one).
     pub fn new(threads: usize, limits: Limits) -> Arc<Self> {
-        let pool = Arc::new(Self { queues: Mutex::new(Queues::default()), ready: Condvar::new(), limits });
+        let pool = Arc::new(Self { queues: Mutex::new(Turns::default()), ready: Condvar::new(), limits });
         for i in 0..threads.max(1) {
             let worker = Arc::downgrade(&pool);
             let spawned =
@@ -265,7 +314,7 @@ impl Pool {
         pool
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Turns<Job>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -273,22 +322,13 @@ impl Pool {
     fn next(&self) -> Option<Job> {
         let mut queues = self.lock();
         loop {
-            while let Some(namespace) = queues.turn.pop_front() {
-                let Some(queue) = queues.by_namespace.get_mut(&namespace) else { continue };
-                let job = queue.pop_front();
-                if queue.is_empty() {
-                    queues.by_namespace.remove(&namespace);
-                } else {
-                    queues.turn.push_back(namespace);
-                }
-                if let Some(job) = job {
-                    return Some(job);
-                }
+            if let Some((_, job)) = queues.pop(|_| true) {
+                return Some(job);
             }
             let (guard, timeout) =
                 self.ready.wait_timeout(queues, Duration::from_secs(1)).unwrap_or_else(|p| p.into_inner());
             queues = guard;
-            if timeout.timed_out() && queues.turn.is_empty() {
+            if timeout.timed_out() && queues.is_empty() {
                 return Some(Box::new(|| {}));
             }
         }
@@ -308,16 +348,7 @@ impl Pool {
             let outcome = metered(limits.memory, deadline, || std::panic::catch_unwind(AssertUnwindSafe(f)));
             let _ = tx.send(outcome.map_err(|panic| Stopped::Panicked(panic_message(panic.as_ref()))));
         });
-        {
-            let mut queues = self.lock();
-            let queue = queues.by_namespace.entry(namespace.to_string()).or_default();
-            if queue.is_empty() {
-                queues.turn.push_back(namespace.to_string());
-            }
-            if let Some(queue) = queues.by_namespace.get_mut(namespace) {
-                queue.push_back(job);
-            }
-        }
+        self.lock().push(namespace, job);
         self.ready.notify_one();
         // The job stops itself at its next checkpoint after the deadline; this outer timeout (queueing included)
         // only guards against a step that never reaches one.

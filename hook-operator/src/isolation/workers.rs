@@ -9,7 +9,7 @@
 //!   worker of their own, run at the lowest CPU priority (`nice 19`). The normal workers never run them, so the
 //!   worst a namespace's conditions can do to the others is one stopped evaluation per penalty period.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,6 +26,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::Stopped;
 use super::job::{self, Job, OVER_MEMORY, Outcome, READY};
+use crate::conditions::budget::Turns;
 
 /// Longest a new worker may take to say it is ready before it is killed and the job is answered `Unavailable`.
 const WORKER_START_LIMIT: Duration = Duration::from_secs(30);
@@ -60,49 +61,9 @@ struct Pending {
 }
 
 #[derive(Default)]
-struct Turns {
-    by_namespace: HashMap<String, VecDeque<Pending>>,
-    turn: VecDeque<String>,
-}
-
-impl Turns {
-    fn push(&mut self, namespace: &str, pending: Pending) {
-        let queue = self.by_namespace.entry(namespace.to_string()).or_default();
-        if queue.is_empty() {
-            self.turn.push_back(namespace.to_string());
-        }
-        queue.push_back(pending);
-    }
-
-    fn pop(&mut self) -> Option<(String, Pending)> {
-        while let Some(namespace) = self.turn.pop_front() {
-            let Some(queue) = self.by_namespace.get_mut(&namespace) else { continue };
-            let pending = queue.pop_front();
-            if queue.is_empty() {
-                self.by_namespace.remove(&namespace);
-            } else {
-                self.turn.push_back(namespace.clone());
-            }
-            match pending {
-                // Its caller gave up waiting: skip it.
-                Some(p) if p.reply.is_closed() => continue,
-                Some(p) => return Some((namespace, p)),
-                None => continue,
-            }
-        }
-        None
-    }
-
-    fn take_namespace(&mut self, namespace: &str) -> VecDeque<Pending> {
-        self.turn.retain(|n| n != namespace);
-        self.by_namespace.remove(namespace).unwrap_or_default()
-    }
-}
-
-#[derive(Default)]
 struct Queues {
-    normal: Turns,
-    penalty: Turns,
+    normal: Turns<Pending>,
+    penalty: Turns<Pending>,
     /// Namespaces in the penalty lane, until when.
     penalised: HashMap<String, Instant>,
 }
@@ -263,9 +224,11 @@ impl Workers {
 
     fn next(&self, lane: Lane) -> Option<(String, Pending)> {
         let mut queues = self.queues();
+        // A caller that gave up waiting is skipped.
+        let wanted = |pending: &Pending| !pending.reply.is_closed();
         match lane {
-            Lane::Normal => queues.normal.pop(),
-            Lane::Penalty => queues.penalty.pop(),
+            Lane::Normal => queues.normal.pop(wanted),
+            Lane::Penalty => queues.penalty.pop(wanted),
         }
     }
 
