@@ -273,9 +273,8 @@ impl Http {
             match lease.send(request).await {
                 Ok(response) => return Ok((lease, response)),
                 Err((error, unsent)) => {
-                    let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
                     let stale = error.is_canceled() || error.is_closed() || error.is_incomplete_message();
-                    if lease.reused && !fresh && (unsent || idempotent && stale) {
+                    if super::send_again(method, lease.reused && !fresh, unsent, stale) {
                         fresh = true;
                         continue;
                     }

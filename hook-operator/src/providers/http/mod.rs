@@ -414,8 +414,7 @@ impl Http {
             match lease.send(request, *method == Method::HEAD).await {
                 Ok(head) => return Ok((lease, head)),
                 Err(error) => {
-                    let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
-                    if lease.reused && !fresh && (error.unsent || idempotent && error.stale) {
+                    if send_again(method, lease.reused && !fresh, error.unsent, error.stale) {
                         fresh = true;
                         continue;
                     }
@@ -615,6 +614,15 @@ pub(crate) fn redirect_target(
         ));
     }
     Ok(next)
+}
+
+/// Whether a request that failed on a connection taken from the pool (`kept`, and not already the one retry) is sent
+/// again on a new connection: the server may have closed the kept one while it was idle. Safe when the connection
+/// never took the request (`unsent`), or when the method is idempotent and the connection closed before any answer
+/// (`stale`). Shared by both plain-HTTP clients, so the benchmark compares them under the same retry rule.
+pub(crate) fn send_again(method: &Method, kept: bool, unsent: bool, stale: bool) -> bool {
+    let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+    kept && (unsent || idempotent && stale)
 }
 
 /// Refuses an answer whose announced length is over the body limit before a byte of it is read. Shared by both
