@@ -129,3 +129,18 @@ impl Dispatcher {
         &self.inner.settings
     }
 }
+
+/// Waits until `woken` (a [`Notify`]'s `notified()`) or until `until`, whichever comes first; with no `until`, for
+/// `woken` alone. How both of the dispatcher's background loops sleep: a shard until its next tick or an earlier
+/// arrival, the status writer until its next grant or a new write.
+async fn woken_or_until(woken: tokio::sync::futures::Notified<'_>, until: Option<tokio::time::Instant>) {
+    match until {
+        Some(at) => {
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(at) => {}
+            }
+        }
+        None => woken.await,
+    }
+}

@@ -202,15 +202,6 @@ async fn serve_shard(inner: Weak<Inner>, shard: Arc<Shard>) {
         }
         let until = next.map(|tick| ticks.start_of(tick));
         drop(dispatcher);
-        let notified = shard.earlier.notified();
-        match until {
-            Some(at) => {
-                tokio::select! {
-                    _ = notified => {}
-                    _ = tokio::time::sleep_until(at) => {}
-                }
-            }
-            None => notified.await,
-        }
+        super::woken_or_until(shard.earlier.notified(), until).await;
     }
 }

@@ -283,18 +283,7 @@ impl Dispatcher {
             loop {
                 let next = this.budget().next(Instant::now());
                 match next {
-                    Next::Wait(until) => {
-                        let queued = this.inner.write_queued.notified();
-                        match until {
-                            Some(at) => {
-                                tokio::select! {
-                                    _ = queued => {}
-                                    _ = tokio::time::sleep_until(at) => {}
-                                }
-                            }
-                            None => queued.await,
-                        }
-                    }
+                    Next::Wait(until) => super::woken_or_until(this.inner.write_queued.notified(), until).await,
                     Next::Grant(seq, id) => {
                         if this.grant(seq, &id) {
                             this.budget().take_granted(Instant::now());
