@@ -148,14 +148,13 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         Some(webhook) => {
             let listener = webhook_server::bind(&webhook).await?;
             let address = listener.local_addr().map_or(webhook.address, |a| a);
-            let limits = ConnectionLimits::webhook(descriptors.count());
-            tracing::info!(
-                %address,
-                unverified_connections = limits.unverified,
-                per_client = limits.per_address,
-                "serving admission webhooks over HTTPS: /validate-pods, /validate-workload, /validate-hooks"
+            let connections = Limiter::serving(
+                "webhook",
+                address,
+                ConnectionLimits::webhook(descriptors.count()),
+                connection_metrics,
+                "admission webhooks over HTTPS: /validate-pods, /validate-workload, /validate-hooks",
             );
-            let connections = Limiter::new("webhook", limits, connection_metrics);
             let reporter = Reporter {
                 controller: "gamedeployment-operator".into(),
                 instance: std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok()),

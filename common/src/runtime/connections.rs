@@ -225,6 +225,25 @@ impl Limiter {
         Arc::new(Self { server, limits, metrics, state: Mutex::new(State::default()) })
     }
 
+    /// A limiter for the server just bound at `address`, its caps logged with what it serves (`endpoints`): one line
+    /// per server at start, `serving <endpoints>` with `address=`, `unverified_connections=` and `per_client=`, from
+    /// which operators see the caps and tools and tests find a port 0 server's address.
+    pub fn serving(
+        server: &'static str,
+        address: std::net::SocketAddr,
+        limits: ConnectionLimits,
+        metrics: ConnectionMetrics,
+        endpoints: &str,
+    ) -> Arc<Self> {
+        tracing::info!(
+            %address,
+            unverified_connections = limits.unverified,
+            per_client = limits.per_address,
+            "serving {endpoints}"
+        );
+        Self::new(server, limits, metrics)
+    }
+
     /// The limits this limiter enforces, as sized at start from the process's descriptor limit.
     pub fn limits(&self) -> ConnectionLimits {
         self.limits

@@ -120,13 +120,7 @@ pub async fn start(
     let listener = bind(address).await?;
     let address = listener.local_addr().unwrap_or(address);
     let limits = ConnectionLimits::metrics(descriptors.count());
-    tracing::info!(
-        %address,
-        connections = limits.unverified,
-        per_client = limits.per_address,
-        "serving /metrics, /healthz, /readyz"
-    );
-    let connections = Limiter::new("metrics", limits, connection_metrics);
+    let connections = Limiter::serving("metrics", address, limits, connection_metrics, "/metrics, /healthz, /readyz");
     Ok(tokio::spawn(serve(listener, Arc::new(registry), health, shutdown, connections)))
 }
 
