@@ -1,6 +1,8 @@
 //! `meta.k8s.io/v1` Table responses: the server-side printers of the built-in kinds
 //! (k8s.io/kubernetes/pkg/printers/internalversion) and CRD `additionalPrinterColumns`.
 
+use std::sync::LazyLock;
+
 use serde_json::{Map, Value, json};
 
 use crate::meta;
@@ -67,332 +69,69 @@ pub(crate) fn columns(rd: &ResourceDef) -> Vec<Value> {
         }
         return cols;
     }
-    match (rd.special, rd.kind.as_str()) {
-        (Special::Pod, _) => vec![
-            name_col(),
-            col("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
-            col("Status", "string", "", "The aggregate status of the containers in this pod.", 0),
-            col(
-                "Restarts",
-                "string",
-                "",
-                "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
-                0,
-            ),
-            age_col(),
-            col(
-                "IP",
-                "string",
-                "",
-                "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
-                1,
-            ),
-            col("Node", "string", "", "NodeName is a request to schedule this pod onto a specific node.", 1),
-            col(
-                "Nominated Node",
-                "string",
-                "",
-                "nominatedNodeName is set when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.",
-                1,
-            ),
-            col(
-                "Readiness Gates",
-                "string",
-                "",
-                "If specified, all readiness gates will be evaluated for pod readiness.",
-                1,
-            ),
-        ],
-        (Special::Namespace, _) => {
-            vec![name_col(), col("Status", "string", "", "The status of the namespace", 0), age_col()]
-        }
-        (Special::Node, _) => vec![
-            name_col(),
-            col("Status", "string", "", "The status of the node", 0),
-            col("Roles", "string", "", "The roles of the node", 0),
-            age_col(),
-            col("Version", "string", "", "Kubelet Version reported by the node.", 0),
-            col(
-                "Internal-IP",
-                "string",
-                "",
-                "List of addresses reachable to the node. Queried from cloud provider, if available.",
-                1,
-            ),
-            col(
-                "External-IP",
-                "string",
-                "",
-                "List of addresses reachable to the node. Queried from cloud provider, if available.",
-                1,
-            ),
-            col(
-                "OS-Image",
-                "string",
-                "",
-                "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
-                1,
-            ),
-            col(
-                "Kernel-Version",
-                "string",
-                "",
-                "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
-                1,
-            ),
-            col(
-                "Container-Runtime",
-                "string",
-                "",
-                "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
-                1,
-            ),
-        ],
-        (Special::ConfigMap, _) => {
-            vec![name_col(), col("Data", "integer", "", "Data contains the configuration data.", 0), age_col()]
-        }
-        (Special::Secret, _) => vec![
-            name_col(),
-            col("Type", "string", "", "Used to facilitate programmatic handling of secret data.", 0),
-            col("Data", "integer", "", "Data contains the secret data.", 0),
-            age_col(),
-        ],
-        (Special::ServiceAccount, _) => vec![
-            name_col(),
-            col(
-                "Secrets",
-                "integer",
-                "",
-                "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use.",
-                0,
-            ),
-            age_col(),
-        ],
-        (Special::Service, _) => vec![
-            name_col(),
-            col("Type", "string", "", "type determines how the Service is exposed.", 0),
-            col(
-                "Cluster-IP",
-                "string",
-                "",
-                "clusterIP is the IP address of the service and is usually assigned randomly.",
-                0,
-            ),
-            col(
-                "External-IP",
-                "string",
-                "",
-                "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service.",
-                0,
-            ),
-            col("Port(s)", "string", "", "The list of ports that are exposed by this service.", 0),
-            age_col(),
-            col(
-                "Selector",
-                "string",
-                "",
-                "Route service traffic to pods with label keys and values matching this selector.",
-                1,
-            ),
-        ],
-        (Special::CoreEvent | Special::EventsV1, _) => vec![
-            col("Last Seen", "string", "", "The last time the event was observed", 0),
-            col(
-                "Type",
-                "string",
-                "",
-                "Type of this event (Normal, Warning), new types could be added in the future",
-                0,
-            ),
-            col(
-                "Reason",
-                "string",
-                "",
-                "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
-                0,
-            ),
-            col("Object", "string", "", "The object this Event is about.", 0),
-            col("Subobject", "string", "", "Subobject of the involved object", 1),
-            col(
-                "Source",
-                "string",
-                "",
-                "The component reporting this event. Should be a short machine understandable string.",
-                1,
-            ),
-            col("Message", "string", "", "A human-readable description of the status of this operation.", 0),
-            col(
-                "First Seen",
-                "string",
-                "",
-                "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
-                1,
-            ),
-            col("Count", "string", "", "The number of times this event has occurred.", 1),
-            col("Name", "string", "name", NAME_DESCRIPTION, 1),
-        ],
-        (Special::Deployment, _) => vec![
-            name_col(),
-            col("Ready", "string", "", "Number of the pod with ready state", 0),
-            col(
-                "Up-to-date",
-                "integer",
-                "",
-                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
-                0,
-            ),
-            col(
-                "Available",
-                "integer",
-                "",
-                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
-                0,
-            ),
-            age_col(),
-            col("Containers", "string", "", "Names of each container in the template.", 1),
-            col("Images", "string", "", "Images referenced by each container in the template.", 1),
-            col(
-                "Selector",
-                "string",
-                "",
-                "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
-                1,
-            ),
-        ],
-        (Special::ReplicaSet, _) => vec![
-            name_col(),
-            col("Desired", "integer", "", "Replicas is the number of desired replicas.", 0),
-            col("Current", "integer", "", "Replicas is the most recently observed number of replicas.", 0),
-            col("Ready", "integer", "", "The number of ready replicas for this replica set.", 0),
-            age_col(),
-            col("Containers", "string", "", "Names of each container in the template.", 1),
-            col("Images", "string", "", "Images referenced by each container in the template.", 1),
-            col(
-                "Selector",
-                "string",
-                "",
-                "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
-                1,
-            ),
-        ],
-        (Special::Plain, "Endpoints") => vec![
-            name_col(),
-            col("Endpoints", "string", "", "The set of all endpoints is the union of all subsets.", 0),
-            age_col(),
-        ],
-        (Special::Plain, "PodDisruptionBudget") => vec![
-            name_col(),
-            col("Min Available", "string", "", "The minimum number of pods that must be available.", 0),
-            col("Max Unavailable", "string", "", "The maximum number of pods that may be unavailable.", 0),
-            col(
-                "Allowed Disruptions",
-                "integer",
-                "",
-                "Calculated number of pods that may be disrupted at this time.",
-                0,
-            ),
-            age_col(),
-        ],
-        (Special::Plain, "EndpointSlice") => vec![
-            name_col(),
-            col(
-                "AddressType",
-                "string",
-                "",
-                "addressType specifies the type of address carried by this EndpointSlice.",
-                0,
-            ),
-            col(
-                "Ports",
-                "string",
-                "",
-                "ports specifies the list of network ports exposed by each endpoint in this slice.",
-                0,
-            ),
-            col("Endpoints", "string", "", "endpoints is a list of unique endpoints in this slice.", 0),
-            age_col(),
-        ],
-        (Special::StatefulSet, _) => {
-            vec![name_col(), col("Ready", "string", "", "Number of the pod with ready state", 0), age_col()]
-        }
-        (Special::ControllerRevision, _) => vec![
-            name_col(),
-            col("Controller", "string", "", "Controller of the object", 0),
-            col("Revision", "integer", "", "Revision indicates the revision of the state represented by Data.", 0),
-            age_col(),
-        ],
-        (Special::PersistentVolumeClaim, _) => vec![
-            name_col(),
-            col("Status", "string", "", "phase represents the current phase of PersistentVolumeClaim.", 0),
-            col(
-                "Volume",
-                "string",
-                "",
-                "volumeName is the binding reference to the PersistentVolume backing this claim.",
-                0,
-            ),
-            col("Capacity", "string", "", "capacity represents the actual resources of the underlying volume.", 0),
-            col(
-                "Access Modes",
-                "string",
-                "",
-                "accessModes contains the actual access modes the volume backing the PVC has.",
-                0,
-            ),
-            col(
-                "StorageClass",
-                "string",
-                "",
-                "storageClassName is the name of the StorageClass required by the claim.",
-                0,
-            ),
-            col(
-                "VolumeAttributesClass",
-                "string",
-                "",
-                "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.",
-                0,
-            ),
-            age_col(),
-        ],
-        (Special::Rbac, "RoleBinding" | "ClusterRoleBinding") => vec![
-            name_col(),
-            col("Role", "string", "", "Role references a role that this binding refers to.", 0),
-            age_col(),
-            col("Users", "string", "", "Users in the roleBinding", 1),
-            col("Groups", "string", "", "Groups in the roleBinding", 1),
-            col("ServiceAccounts", "string", "", "ServiceAccounts in the roleBinding", 1),
-        ],
-        (_, "Lease") => vec![
-            name_col(),
-            col("Holder", "string", "", "HolderIdentity contains the identity of the holder of a current lease.", 0),
-            age_col(),
-        ],
-        (_, "APIService") => vec![
-            name_col(),
-            col("Service", "string", "", "The reference to the service that hosts this API endpoint.", 0),
-            col("Available", "string", "", "Whether this service is available.", 0),
-            age_col(),
-        ],
-        (_, "ValidatingWebhookConfiguration") => vec![
-            name_col(),
-            col(
-                "Webhooks",
-                "integer",
-                "",
-                "Webhooks indicates the number of webhooks registered in this configuration",
-                0,
-            ),
-            age_col(),
-        ],
-        (Special::ComponentStatus, _) => vec![
-            name_col(),
-            col("Status", "string", "", "Status of the component conditions", 0),
-            col("Message", "string", "", "Message of the component conditions", 0),
-            col("Error", "string", "", "Error of the component conditions", 0),
-        ],
-        _ => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
+    match printer(rd).and_then(|p| PRINTERS.iter().find(|(name, _)| *name == p)) {
+        Some((_, columns)) => columns.clone(),
+        None => vec![name_col(), col("Created At", "date", "", AGE_DESCRIPTION, 0)],
     }
+}
+
+/// The column definitions of the built-in kinds' printers (see its header for the format).
+const PRINTER_COLUMNS: &str = include_str!("table_columns.txt");
+
+/// [`PRINTER_COLUMNS`] read once: each printer's name and its column definitions.
+static PRINTERS: LazyLock<Vec<(&'static str, Vec<Value>)>> = LazyLock::new(|| {
+    // Invariant: the file is fixed at build time; `every_printer_has_its_columns` reads all of it.
+    parse_printers(PRINTER_COLUMNS).unwrap_or_else(|e| unreachable!("table_columns.txt does not parse: {e}"))
+});
+
+/// The printer of a built-in kind, as `table_columns.txt` names it; `None` for the kinds printed with their name
+/// and creation time only.
+fn printer(rd: &ResourceDef) -> Option<&str> {
+    Some(match (rd.special, rd.kind.as_str()) {
+        (Special::Pod, _) => "Pod",
+        (Special::Namespace, _) => "Namespace",
+        (Special::Node, _) => "Node",
+        (Special::ConfigMap, _) => "ConfigMap",
+        (Special::Secret, _) => "Secret",
+        (Special::ServiceAccount, _) => "ServiceAccount",
+        (Special::Service, _) => "Service",
+        (Special::CoreEvent | Special::EventsV1, _) => "Event",
+        (Special::Deployment, _) => "Deployment",
+        (Special::ReplicaSet, _) => "ReplicaSet",
+        (Special::Plain, kind @ ("Endpoints" | "PodDisruptionBudget" | "EndpointSlice")) => kind,
+        (Special::StatefulSet, _) => "StatefulSet",
+        (Special::ControllerRevision, _) => "ControllerRevision",
+        (Special::PersistentVolumeClaim, _) => "PersistentVolumeClaim",
+        (Special::Rbac, "RoleBinding" | "ClusterRoleBinding") => "RoleBinding",
+        (_, kind @ ("Lease" | "APIService" | "ValidatingWebhookConfiguration")) => kind,
+        (Special::ComponentStatus, _) => "ComponentStatus",
+        _ => return None,
+    })
+}
+
+/// Reads `[Printer]` sections of column lines: `Name`, `Age`, or `name | type | format | priority | description`.
+fn parse_printers(text: &'static str) -> Result<Vec<(&'static str, Vec<Value>)>, String> {
+    let mut printers: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for line in text.lines().filter(|line| !line.is_empty() && !line.starts_with('#')) {
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            printers.push((name, Vec::new()));
+            continue;
+        }
+        let (_, columns) = printers.last_mut().ok_or_else(|| format!("column `{line}` before the first [printer]"))?;
+        columns.push(match line {
+            "Name" => name_col(),
+            "Age" => age_col(),
+            _ => {
+                let fields: Vec<&str> = line.splitn(5, '|').map(str::trim).collect();
+                let [name, type_, format, priority, description] = fields[..] else {
+                    return Err(format!("column `{line}` is not name | type | format | priority | description"));
+                };
+                let priority = priority.parse().map_err(|e| format!("column `{line}`: priority: {e}"))?;
+                col(name, type_, format, description, priority)
+            }
+        });
+    }
+    Ok(printers)
 }
 
 /// The cells of one object's row.
@@ -1055,6 +794,22 @@ mod tests {
 
     fn pod_rd() -> std::sync::Arc<ResourceDef> {
         crate::resources::Catalog::new().get("", "v1", "pods").unwrap()
+    }
+
+    #[test]
+    fn every_printer_has_its_columns() {
+        let printers = parse_printers(PRINTER_COLUMNS).unwrap();
+        let mut named: Vec<&str> = printers.iter().map(|(name, _)| *name).collect();
+        let mut used: Vec<String> =
+            crate::resources::Catalog::new().all().iter().filter_map(|rd| printer(rd).map(str::to_string)).collect();
+        used.sort();
+        used.dedup();
+        named.sort();
+        assert_eq!(named, used, "a section for each printer, and a printer for each section");
+        assert!(printers.iter().all(|(_, columns)| !columns.is_empty()));
+        assert!(parse_printers("Name").is_err(), "a column outside a printer");
+        assert!(parse_printers("[P]\nX | string | | 0").is_err(), "a column without a description");
+        assert!(parse_printers("[P]\nX | string | | wide | d").is_err(), "a priority that is not a number");
     }
 
     #[test]
