@@ -557,13 +557,13 @@ fn stop_container(container: &mut ContainerRuntime, at: Timestamp) {
     };
 }
 
+/// The timings and the clock of the runtime's and the status's tests, one set so that their timelines agree.
 #[cfg(test)]
-mod tests {
+pub(super) mod fixtures {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-    const TIMINGS: Timings = Timings {
+    /// Short delays, so that a test's timeline reads in milliseconds.
+    pub(in crate::kubelet) const TIMINGS: Timings = Timings {
         start_delay: Duration::from_millis(100),
         ready_delay: Duration::from_millis(300),
         restart_delay: Duration::from_millis(200),
@@ -571,9 +571,18 @@ mod tests {
         grace_period_scale: 0.1,
     };
 
-    fn t(ms: i64) -> Timestamp {
+    /// `ms` milliseconds into a test's timeline.
+    pub(in crate::kubelet) fn t(ms: i64) -> Timestamp {
         Timestamp::from_millisecond(1_700_000_000_000 + ms).unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{TIMINGS, t};
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     fn pod(images: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
         Pod {

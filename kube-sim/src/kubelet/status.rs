@@ -444,23 +444,12 @@ pub(super) fn go_duration(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kubelet::runtime::{PodInput, Timings};
+    use crate::kubelet::runtime::PodInput;
+    use crate::kubelet::runtime::fixtures::{TIMINGS, t};
     use k8s_openapi::api::core::v1::{Container, PodReadinessGate, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::net::Ipv4Addr;
-
-    const TIMINGS: Timings = Timings {
-        start_delay: Duration::from_millis(100),
-        ready_delay: Duration::from_millis(300),
-        restart_delay: Duration::from_millis(200),
-        crash_loop_backoff: Duration::from_secs(10),
-        grace_period_scale: 0.1,
-    };
-
-    fn t(ms: i64) -> Timestamp {
-        Timestamp::from_millisecond(1_700_000_000_000 + ms).unwrap()
-    }
 
     fn pod(containers: &[&str], gates: &[&str], annotations: &[(&str, &str)]) -> Pod {
         Pod {
