@@ -84,20 +84,15 @@ impl LogTarget {
 /// The servers of a container running a built-in image.
 pub(super) fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<EndpointSpec> {
     match server {
-        BuiltinServer::CanaryHook { ports } => ports
-            .iter()
-            .map(|port| EndpointSpec {
-                ip,
-                port: *port,
-                log: None,
-                responder: Responder::Fixed {
-                    status: 200,
-                    body: CANARY_HOOK_BODY.to_owned(),
-                    content_type: "application/json".to_owned(),
-                    delay: Duration::ZERO,
-                },
-            })
-            .collect(),
+        BuiltinServer::CanaryHook { ports } => {
+            let responder = Responder::Fixed {
+                status: 200,
+                body: CANARY_HOOK_BODY.to_owned(),
+                content_type: "application/json".to_owned(),
+                delay: Duration::ZERO,
+            };
+            fixed_specs(ip, ports, &responder)
+        }
         BuiltinServer::PythonHttpServer { port } => {
             vec![EndpointSpec { ip, port: *port, responder: Responder::PythonDirectory, log: None }]
         }
@@ -106,20 +101,18 @@ pub(super) fn builtin_specs(ip: Ipv4Addr, server: &BuiltinServer) -> Vec<Endpoin
 
 /// The servers a pod's `kube-sim.kourse.dev/http-*` annotations ask for.
 pub(super) fn annotation_specs(ip: Ipv4Addr, http: &HttpBehaviour) -> Vec<EndpointSpec> {
-    http.ports
-        .iter()
-        .map(|port| EndpointSpec {
-            ip,
-            port: *port,
-            log: None,
-            responder: Responder::Fixed {
-                status: http.status,
-                body: http.body.clone(),
-                content_type: http.content_type.clone(),
-                delay: http.delay,
-            },
-        })
-        .collect()
+    let responder = Responder::Fixed {
+        status: http.status,
+        body: http.body.clone(),
+        content_type: http.content_type.clone(),
+        delay: http.delay,
+    };
+    fixed_specs(ip, &http.ports, &responder)
+}
+
+/// A server on each of `ports` answering every request with the same `responder`, its requests logged nowhere.
+fn fixed_specs(ip: Ipv4Addr, ports: &[u16], responder: &Responder) -> Vec<EndpointSpec> {
+    ports.iter().map(|port| EndpointSpec { ip, port: *port, log: None, responder: responder.clone() }).collect()
 }
 
 struct Running {
