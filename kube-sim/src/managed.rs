@@ -360,6 +360,25 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// A manager's first entry in its slot (manager, operation, subresource): written at `time`, owning `fields`.
+    fn new_in_slot(
+        manager: &str,
+        operation: &str,
+        subresource: &str,
+        api_version: &str,
+        time: String,
+        fields: FieldSet,
+    ) -> Self {
+        Entry {
+            manager: manager.to_string(),
+            operation: operation.to_string(),
+            api_version: api_version.to_string(),
+            time,
+            subresource: subresource.to_string(),
+            fields,
+        }
+    }
+
     fn same_slot(&self, manager: &str, operation: &str, subresource: &str) -> bool {
         self.manager == manager && self.operation == operation && self.subresource == subresource
     }
@@ -564,14 +583,7 @@ pub(crate) fn record_update(
     }
     if n_changed > 0 && slot.is_none() {
         // The writer's new entry holds exactly the changed fields: their encoding is `changed_tree`.
-        let entry = Entry {
-            manager: manager.to_string(),
-            operation: "Update".into(),
-            api_version: api_version.to_string(),
-            time: now(),
-            subresource: subresource.to_string(),
-            fields: FieldSet::new(),
-        };
+        let entry = Entry::new_in_slot(manager, "Update", subresource, api_version, now(), FieldSet::new());
         list.push(encode_entry_with(&entry, changed_tree.unwrap_or_else(|| json!({}))));
     }
     let meta = crate::meta::metadata_mut(new);
@@ -1019,17 +1031,9 @@ fn record_update_general(
                 e.api_version = api_version.to_string();
                 *dirty = true;
             }
-            None => entries.push((
-                Entry {
-                    manager: manager.to_string(),
-                    operation: "Update".into(),
-                    api_version: api_version.to_string(),
-                    time: now,
-                    subresource: subresource.to_string(),
-                    fields: changed,
-                },
-                true,
-            )),
+            None => {
+                entries.push((Entry::new_in_slot(manager, "Update", subresource, api_version, now, changed), true));
+            }
         }
     }
     // Stored entries were written by `write_entries`, so an untouched one encodes to what is stored; when the write
@@ -1144,14 +1148,7 @@ pub(crate) fn record_update_reference(
                 e.time = now;
                 e.api_version = api_version.to_string();
             }
-            None => entries.push(Entry {
-                manager: manager.to_string(),
-                operation: "Update".into(),
-                api_version: api_version.to_string(),
-                time: now,
-                subresource: subresource.to_string(),
-                fields: changed,
-            }),
+            None => entries.push(Entry::new_in_slot(manager, "Update", subresource, api_version, now, changed)),
         }
     }
     entries.retain(|e| !e.fields.is_empty());
@@ -1341,14 +1338,7 @@ pub(crate) fn apply(
             e.fields = applied_set;
             e.api_version = api_version.to_string();
         }
-        None => entries.push(Entry {
-            manager: manager.to_string(),
-            operation: "Apply".into(),
-            api_version: api_version.to_string(),
-            time: now,
-            subresource: subresource.to_string(),
-            fields: applied_set,
-        }),
+        None => entries.push(Entry::new_in_slot(manager, "Apply", subresource, api_version, now, applied_set)),
     }
     for e in entries.iter_mut() {
         e.fields.retain(|p| value_at(&merged, p).is_some());
