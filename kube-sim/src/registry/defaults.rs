@@ -250,19 +250,31 @@ pub(crate) fn deployment_defaults(d: &mut Value) {
         set_default(spec, "replicas", json!(1));
         set_default(spec, "revisionHistoryLimit", json!(10));
         set_default(spec, "progressDeadlineSeconds", json!(600));
-        let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
-        if let Some(st) = obj(strategy) {
-            set_default(st, "type", json!("RollingUpdate"));
-            if st.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                let ru = st.entry("rollingUpdate").or_insert_with(|| json!({}));
-                if let Some(ru) = obj(ru) {
-                    set_default(ru, "maxUnavailable", json!("25%"));
-                    set_default(ru, "maxSurge", json!("25%"));
+        rolling_update_defaults(spec, "strategy", [("maxUnavailable", json!("25%")), ("maxSurge", json!("25%"))]);
+    }
+    template_defaults(d);
+}
+
+/// Defaults a workload's update strategy (a Deployment's `strategy`, a StatefulSet's or DaemonSet's
+/// `updateStrategy`) as the API server does: its type to `RollingUpdate`, and only when it is one, the parameters
+/// of `rollingUpdate` to those of the kind.
+fn rolling_update_defaults(
+    spec: &mut Map<String, Value>,
+    strategy_field: &str,
+    parameters: impl IntoIterator<Item = (&'static str, Value)>,
+) {
+    let strategy = spec.entry(strategy_field).or_insert_with(|| json!({}));
+    if let Some(st) = obj(strategy) {
+        set_default(st, "type", json!("RollingUpdate"));
+        if st.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+            let ru = st.entry("rollingUpdate").or_insert_with(|| json!({}));
+            if let Some(ru) = obj(ru) {
+                for (field, value) in parameters {
+                    set_default(ru, field, value);
                 }
             }
         }
     }
-    template_defaults(d);
 }
 
 pub(crate) fn replicaset_defaults(d: &mut Value) {
@@ -282,16 +294,7 @@ pub(crate) fn statefulset_defaults(d: &mut Value) {
             "persistentVolumeClaimRetentionPolicy",
             json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
         );
-        let us = spec.entry("updateStrategy").or_insert_with(|| json!({}));
-        if let Some(us) = obj(us) {
-            set_default(us, "type", json!("RollingUpdate"));
-            if us.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                let ru = us.entry("rollingUpdate").or_insert_with(|| json!({}));
-                if let Some(ru) = obj(ru) {
-                    set_default(ru, "partition", json!(0));
-                }
-            }
-        }
+        rolling_update_defaults(spec, "updateStrategy", [("partition", json!(0))]);
     }
     template_defaults(d);
 }
@@ -299,17 +302,7 @@ pub(crate) fn statefulset_defaults(d: &mut Value) {
 pub(crate) fn daemonset_defaults(d: &mut Value) {
     if let Some(spec) = d.get_mut("spec").and_then(obj) {
         set_default(spec, "revisionHistoryLimit", json!(10));
-        let us = spec.entry("updateStrategy").or_insert_with(|| json!({}));
-        if let Some(us) = obj(us) {
-            set_default(us, "type", json!("RollingUpdate"));
-            if us.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                let ru = us.entry("rollingUpdate").or_insert_with(|| json!({}));
-                if let Some(ru) = obj(ru) {
-                    set_default(ru, "maxUnavailable", json!(1));
-                    set_default(ru, "maxSurge", json!(0));
-                }
-            }
-        }
+        rolling_update_defaults(spec, "updateStrategy", [("maxUnavailable", json!(1)), ("maxSurge", json!(0))]);
     }
     template_defaults(d);
 }
