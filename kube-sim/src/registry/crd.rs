@@ -161,6 +161,13 @@ pub(crate) fn validate_update(old: &Value, new: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// The name of the CRD's storage version (its `spec.versions` entry with `storage: true`): the version its objects
+/// are stored in, which `status.storedVersions` records.
+pub(crate) fn storage_version(crd: &Value) -> Option<&Value> {
+    let versions = crd.get("spec")?.get("versions")?.as_array()?;
+    versions.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))?.get("name")
+}
+
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
     json!({"type": type_, "status": status, "lastTransitionTime": crate::meta::now(), "reason": reason, "message": message})
 }
@@ -219,13 +226,7 @@ pub(crate) fn accepted_status(crd: &Value, conflict: Option<&str>) -> Value {
             m.insert("acceptedNames".into(), accepted);
         }
         m.insert("conditions".into(), Value::Array(conditions));
-        let storage = crd
-            .get("spec")
-            .and_then(|s| s.get("versions"))
-            .and_then(Value::as_array)
-            .and_then(|vs| vs.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true)))
-            .and_then(|v| v.get("name"))
-            .cloned();
+        let storage = storage_version(crd).cloned();
         let stored = m.entry("storedVersions").or_insert_with(|| json!([]));
         if let (Value::Array(sv), Some(st)) = (stored, storage)
             && !sv.contains(&st)

@@ -117,14 +117,8 @@ pub(crate) fn prepare_create(rd: &ResourceDef, obj: &mut Value, sa_automount: bo
             crate::admission::config::defaults(obj, rd.plural == crate::admission::config::MUTATING)
         }
         Special::Crd => {
+            let storage = super::crd::storage_version(obj).cloned();
             if let Value::Object(m) = obj {
-                let storage = m
-                    .get("spec")
-                    .and_then(|s| s.get("versions"))
-                    .and_then(Value::as_array)
-                    .and_then(|vs| vs.iter().find(|v| v.get("storage").and_then(Value::as_bool) == Some(true)))
-                    .and_then(|v| v.get("name"))
-                    .cloned();
                 if let Some(Value::Object(spec)) = m.get_mut("spec") {
                     spec.entry("conversion").or_insert_with(|| json!({"strategy": "None"}));
                 }
