@@ -85,15 +85,7 @@ pub(super) async fn delete_admitted(
         registry.delete(&rd, ns, name, DeleteOptions::default(), &mut ctx)
     })
     .await;
-    match result {
-        Ok(_) => true,
-        Err(e) => {
-            if e.code != 404 && e.code != 409 {
-                tracing::warn!(resource = plural, namespace = ns, name, error = %e.message, "workload controller could not delete");
-            }
-            false
-        }
-    }
+    deletion_started(result, plural, ns, name)
 }
 
 /// Deletes with the object's default grace period; returns whether a deletion started.
@@ -107,7 +99,14 @@ pub(super) fn delete(
     manager: &str,
 ) -> bool {
     let Ok(rd) = def(registry, group, version, plural) else { return false };
-    match registry.delete(&rd, ns, name, DeleteOptions::default(), &mut WriteCtx::internal(manager)) {
+    let result = registry.delete(&rd, ns, name, DeleteOptions::default(), &mut WriteCtx::internal(manager));
+    deletion_started(result, plural, ns, name)
+}
+
+/// Whether a controller's delete of `ns/name` started a deletion. An object already gone (404) or changed under it
+/// (409) is a race the controller's next sync settles; any other refusal is logged.
+fn deletion_started<T>(result: Result<T, ApiError>, plural: &str, ns: &str, name: &str) -> bool {
+    match result {
         Ok(_) => true,
         Err(e) => {
             if e.code != 404 && e.code != 409 {
