@@ -107,20 +107,30 @@ pub(crate) fn has_defaults(c: Cursor<'_>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::from_crd_schema;
+    use crate::schema::{Schema, from_crd_schema};
     use serde_json::json;
+
+    /// A CRD schema whose `spec` (defaulted to `{}`) has defaults at every depth: a scalar, a field of a nested object,
+    /// a field of an array's items, and a field without one; `more` adds properties to `spec`.
+    fn spec_with_defaults(more: Value) -> Schema {
+        let mut spec = json!({
+            "replicas": {"type": "integer", "default": 1},
+            "strategy": {"type": "object", "properties": {"type": {"type": "string", "default": "RollingUpdate"}}},
+            "items": {"type": "array", "items": {"type": "object", "properties": {"w": {"type": "integer", "default": 5}}}},
+            "gone": {"type": "string"}
+        });
+        if let (Value::Object(spec), Value::Object(more)) = (&mut spec, more) {
+            spec.extend(more);
+        }
+        from_crd_schema(&json!({
+            "type": "object",
+            "properties": {"spec": {"type": "object", "default": {}, "properties": spec}}
+        }))
+    }
 
     #[test]
     fn defaults_fill_absent_and_null_fields_recursively() {
-        let s = from_crd_schema(&json!({
-            "type": "object",
-            "properties": {"spec": {"type": "object", "default": {}, "properties": {
-                "replicas": {"type": "integer", "default": 1},
-                "strategy": {"type": "object", "properties": {"type": {"type": "string", "default": "RollingUpdate"}}},
-                "items": {"type": "array", "items": {"type": "object", "properties": {"w": {"type": "integer", "default": 5}}}},
-                "gone": {"type": "string"}
-            }}}
-        }));
+        let s = spec_with_defaults(json!({}));
         let mut obj = json!({"spec": {"strategy": {}, "items": [{}, {"w": 2}], "gone": null}});
         apply_defaults(Cursor::root(&s), &mut obj);
         assert_eq!(
@@ -135,17 +145,10 @@ mod tests {
 
     #[test]
     fn apply_defaults_changes_exactly_what_defaults_would_change() {
-        let s = from_crd_schema(&json!({
-            "type": "object",
-            "properties": {"spec": {"type": "object", "default": {}, "properties": {
-                "replicas": {"type": "integer", "default": 1},
-                "strategy": {"type": "object", "properties": {"type": {"type": "string", "default": "RollingUpdate"}}},
-                "items": {"type": "array", "items": {"type": "object", "properties": {"w": {"type": "integer", "default": 5}}}},
-                "gone": {"type": "string"},
-                "maybe": {"type": "string", "nullable": true, "default": "x"},
-                "labels": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "integer", "default": 0}}}},
-                "metrics": {"type": "array", "default": [], "items": {"type": "string"}}
-            }}}
+        let s = spec_with_defaults(json!({
+            "maybe": {"type": "string", "nullable": true, "default": "x"},
+            "labels": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "integer", "default": 0}}}},
+            "metrics": {"type": "array", "default": [], "items": {"type": "string"}}
         }));
         let cases = [
             json!({}),
