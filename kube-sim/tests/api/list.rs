@@ -129,26 +129,9 @@ async fn discovery_version_health_and_openapi() -> Result<()> {
             .iter()
             .any(|g| g["name"] == "apps" && g["preferredVersion"]["version"] == "v1")
     );
-    let aggregated = raw
-        .send_with(
-            "GET",
-            "/apis",
-            None,
-            None,
-            &[("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json")],
-        )
-        .await?;
-    assert_eq!(
-        aggregated.headers.get("content-type").and_then(|v| v.to_str().ok()),
-        Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
-    );
-    let apps = aggregated.body["items"]
-        .as_array()
-        .context("items")?
-        .iter()
-        .find(|g| g["metadata"]["name"] == "apps")
-        .context("apps")?
-        .clone();
+    let aggregated = raw.aggregated_discovery().await?;
+    assert_eq!(aggregated.headers.get("content-type").and_then(|v| v.to_str().ok()), Some(AGGREGATED_DISCOVERY));
+    let apps = discovery_group(&aggregated.body, "apps")?;
     let deploy = apps["versions"][0]["resources"]
         .as_array()
         .context("resources")?
@@ -189,20 +172,8 @@ async fn apiservices_list_every_served_built_in_group_version() -> Result<()> {
     let groups = raw.get("/apis").await?.body;
     assert_eq!(groups["groups"][0]["name"], "apiregistration.k8s.io");
     assert_eq!(groups["groups"][0]["preferredVersion"]["groupVersion"], "apiregistration.k8s.io/v1");
-    let aggregated = raw
-        .send_with(
-            "GET",
-            "/apis",
-            None,
-            None,
-            &[("Accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")],
-        )
-        .await?
-        .body;
-    let group = aggregated["items"]
-        .as_array()
-        .and_then(|a| a.iter().find(|g| g["metadata"]["name"] == "apiregistration.k8s.io"))
-        .context("apiregistration.k8s.io in aggregated discovery")?;
+    let aggregated = raw.aggregated_discovery().await?.body;
+    let group = discovery_group(&aggregated, "apiregistration.k8s.io")?;
     let resource = &group["versions"][0]["resources"][0];
     assert_eq!((resource["resource"].as_str(), resource["scope"].as_str()), (Some("apiservices"), Some("Cluster")));
     assert_eq!(resource["responseKind"]["kind"], "APIService");

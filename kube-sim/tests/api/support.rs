@@ -22,6 +22,17 @@ pub async fn sim_with(config: SimConfig) -> Result<SimHandle> {
 
 pub use kube_sim::testing::eventually;
 
+/// The media type of aggregated discovery documents (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`).
+pub const AGGREGATED_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// The group `name` of an aggregated discovery document.
+pub fn discovery_group<'a>(discovery: &'a Value, name: &str) -> Result<&'a Value> {
+    discovery["items"]
+        .as_array()
+        .and_then(|groups| groups.iter().find(|g| g["metadata"]["name"] == name))
+        .with_context(|| format!("{name} in aggregated discovery"))
+}
+
 /// A raw HTTP client for checks on bodies, headers and streams.
 pub struct Raw {
     pub base: String,
@@ -95,6 +106,13 @@ impl Raw {
 
     pub async fn delete(&self, path: &str, body: Option<&Value>) -> Result<RawResponse> {
         self.send("DELETE", path, body.map(|_| "application/json"), body.map(Value::to_string)).await
+    }
+
+    /// `GET /apis` as kubectl asks for discovery: aggregated discovery ([`AGGREGATED_DISCOVERY`]) first, plain JSON
+    /// (`APIGroupList`) if the server has no aggregated discovery.
+    pub async fn aggregated_discovery(&self) -> Result<RawResponse> {
+        let accept = format!("{AGGREGATED_DISCOVERY},application/json");
+        self.send_with("GET", "/apis", None, None, &[("Accept", &accept)]).await
     }
 
     /// The resourceVersion of the default namespace's ConfigMap list: a watch from it sees every change made after.
