@@ -166,40 +166,24 @@ pub(crate) fn cells(rd: &ResourceDef, obj: &Value) -> Vec<Value> {
         (Special::Service, _) => service_cells(obj),
         (Special::CoreEvent | Special::EventsV1, _) => event_cells(obj),
         (Special::Deployment, _) => {
-            let (containers, images) = template_containers(obj);
-            vec![
+            let mut row = vec![
                 name,
                 json!(format!("{}/{}", i(obj, &["status", "readyReplicas"]), i(obj, &["spec", "replicas"]))),
                 json!(i(obj, &["status", "updatedReplicas"])),
                 json!(i(obj, &["status", "availableReplicas"])),
-                json!(age(obj)),
-                json!(containers),
-                json!(images),
-                json!(
-                    obj.get("spec")
-                        .and_then(|s| s.get("selector"))
-                        .map(crate::registry::scale::selector_string)
-                        .unwrap_or_default()
-                ),
-            ]
+            ];
+            row.extend(age_and_template_cells(obj));
+            row
         }
         (Special::ReplicaSet, _) => {
-            let (containers, images) = template_containers(obj);
-            vec![
+            let mut row = vec![
                 name,
                 json!(i(obj, &["spec", "replicas"])),
                 json!(i(obj, &["status", "replicas"])),
                 json!(i(obj, &["status", "readyReplicas"])),
-                json!(age(obj)),
-                json!(containers),
-                json!(images),
-                json!(
-                    obj.get("spec")
-                        .and_then(|s| s.get("selector"))
-                        .map(crate::registry::scale::selector_string)
-                        .unwrap_or_default()
-                ),
-            ]
+            ];
+            row.extend(age_and_template_cells(obj));
+            row
         }
         (Special::Plain, "Endpoints") => vec![name, json!(endpoints_cell(obj)), json!(age(obj))],
         (Special::Plain, "PodDisruptionBudget") => {
@@ -382,6 +366,18 @@ fn endpoint_slice_cells(obj: &Value) -> (String, String) {
         .filter_map(|a| a.as_str().map(str::to_string))
         .collect();
     (if ports.is_empty() { "<unset>".to_string() } else { ports.join(",") }, first_three(&addresses, "<unset>"))
+}
+
+/// The cells Deployments and ReplicaSets print after their replica counts: Age, then the wide Containers, Images
+/// and Selector of their pod template.
+fn age_and_template_cells(obj: &Value) -> [Value; 4] {
+    let (containers, images) = template_containers(obj);
+    let selector = obj
+        .get("spec")
+        .and_then(|s| s.get("selector"))
+        .map(crate::registry::scale::selector_string)
+        .unwrap_or_default();
+    [json!(age(obj)), json!(containers), json!(images), json!(selector)]
 }
 
 fn template_containers(obj: &Value) -> (String, String) {
