@@ -55,11 +55,28 @@ pub(super) async fn create_admitted(
     body: Value,
 ) -> Result<Arc<Value>, ApiError> {
     let rd = def(registry, group, version, plural)?;
+    as_controller(registry, admission, controller, &rd, ns, Operation::Create, |ctx| {
+        registry.create(&rd, ns, body.clone(), ctx)
+    })
+    .await
+}
+
+/// Runs `write` (an `operation` on `rd` in `ns`) as `controller`'s request through validating admission: as the
+/// controller's service account, its write context carrying the admission gate.
+async fn as_controller<T>(
+    registry: &Registry,
+    admission: &Admission,
+    controller: &str,
+    rd: &ResourceDef,
+    ns: &str,
+    operation: Operation,
+    write: impl Fn(&mut WriteCtx) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
     let user = admitted::controller_user(controller);
-    admitted::run(admission, registry, &rd, ns, &user, &[Operation::Create], |gate| {
+    admitted::run(admission, registry, rd, ns, &user, &[operation], |gate| {
         let mut ctx = WriteCtx::internal(controller);
         ctx.admission = gate;
-        registry.create(&rd, ns, body.clone(), &mut ctx)
+        write(&mut ctx)
     })
     .await
 }
@@ -78,11 +95,8 @@ pub(super) async fn delete_admitted(
     name: &str,
 ) -> bool {
     let Ok(rd) = def(registry, group, version, plural) else { return false };
-    let user = admitted::controller_user(controller);
-    let result = admitted::run(admission, registry, &rd, ns, &user, &[Operation::Delete], |gate| {
-        let mut ctx = WriteCtx::internal(controller);
-        ctx.admission = gate;
-        registry.delete(&rd, ns, name, DeleteOptions::default(), &mut ctx)
+    let result = as_controller(registry, admission, controller, &rd, ns, Operation::Delete, |ctx| {
+        registry.delete(&rd, ns, name, DeleteOptions::default(), ctx)
     })
     .await;
     deletion_started(result, plural, ns, name)
