@@ -51,15 +51,7 @@ async fn every_write_is_audited_with_user_times_object_version_and_code() -> Res
         &[("Impersonate-User", "bob"), ("Impersonate-Group", "system:masters"), ("User-Agent", "audit-test/1.0")],
     )
     .await?;
-    let unauthorized = raw
-        .send_with(
-            "DELETE",
-            "/api/v1/namespaces/default/configmaps/as-bob",
-            None,
-            None,
-            &[("Authorization", "Bearer nope")],
-        )
-        .await?;
+    let unauthorized = raw.send_as("nope", "DELETE", "/api/v1/namespaces/default/configmaps/as-bob", None).await?;
     assert_eq!(unauthorized.status, 401);
     raw.delete("/api/v1/namespaces/default/configmaps", None).await?; // deletecollection
     let after = k8s_openapi::jiff::Timestamp::now();
@@ -108,21 +100,8 @@ async fn every_write_is_audited_with_user_times_object_version_and_code() -> Res
     assert_eq!(r.status, 200);
     let served: AuditLog = serde_json::from_value(r.body)?;
     assert_eq!(served.items, log.items[8..].to_vec());
-    let forbidden = raw
-        .send_with(
-            "GET",
-            "/kube-sim/audit",
-            None,
-            None,
-            &[(
-                "Authorization",
-                &format!(
-                    "Bearer {}",
-                    sim.add_token_user(kube_sim::TokenUser { user: "nobody".into(), ..Default::default() })
-                ),
-            )],
-        )
-        .await?;
+    let nobody = sim.add_token_user(kube_sim::TokenUser { user: "nobody".into(), ..Default::default() });
+    let forbidden = raw.send_as(&nobody, "GET", "/kube-sim/audit", None).await?;
     assert_eq!(forbidden.status, 403, "only admins read the audit log");
     sim.shutdown().await;
     Ok(())

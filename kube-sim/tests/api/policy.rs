@@ -118,16 +118,7 @@ async fn conditions_variables_old_objects_failure_policy_and_bindings() -> Resul
     .await?;
     let alice = |method: &'static str, path: String, body: Value| {
         let raw = &raw;
-        async move {
-            raw.send_with(
-                method,
-                &path,
-                Some("application/json"),
-                Some(body.to_string()),
-                &[("Authorization", "Bearer alice-token")],
-            )
-            .await
-        }
+        async move { raw.send_as("alice-token", method, &path, Some(&body)).await }
     };
     assert_eq!(alice("POST", CMS.into(), cm("a", json!({"k": "1"}))).await?.status, 201);
     let r = alice("PUT", format!("{CMS}/a"), cm("a", json!({"k": "2"}))).await?;

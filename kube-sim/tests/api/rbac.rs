@@ -92,40 +92,19 @@ async fn token_users_are_authorized_by_rbac() -> Result<()> {
         json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                "spec": {"resourceAttributes": {"namespace": "default", "verb": verb, "resource": resource}}})
     };
-    let r = raw
-        .send_with(
-            "POST",
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-            Some("application/json"),
-            Some(review("list", "pods").to_string()),
-            &[("Authorization", "Bearer alice-token")],
-        )
-        .await?;
+    let ssar = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let r = raw.send_as("alice-token", "POST", ssar, Some(&review("list", "pods"))).await?;
     assert_eq!((r.status, r.body["status"]["allowed"].as_bool()), (201, Some(true)));
-    let r = raw
-        .send_with(
-            "POST",
-            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-            Some("application/json"),
-            Some(review("delete", "pods").to_string()),
-            &[("Authorization", "Bearer alice-token")],
-        )
-        .await?;
+    let r = raw.send_as("alice-token", "POST", ssar, Some(&review("delete", "pods"))).await?;
     assert_eq!(r.body["status"]["allowed"], false);
     // Discovery is open to authenticated users; unknown tokens are rejected.
-    let r = raw.send_with("GET", "/apis", None, None, &[("Authorization", "Bearer bob-token")]).await?;
+    let r = raw.send_as("bob-token", "GET", "/apis", None).await?;
     assert_eq!(r.status, 200);
-    let r = raw.send_with("GET", "/api/v1/namespaces", None, None, &[("Authorization", "Bearer nope")]).await?;
+    let r = raw.send_as("nope", "GET", "/api/v1/namespaces", None).await?;
     assert_eq!((r.status, r.body["reason"].as_str()), (401, Some("Unauthorized")));
-    let whoami = raw
-        .send_with(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            Some("application/json"),
-            Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).to_string()),
-            &[("Authorization", "Bearer bob-token")],
-        )
-        .await?;
+    let ssr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let whoami =
+        raw.send_as("bob-token", "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", Some(&ssr)).await?;
     assert_eq!(whoami.body["status"]["userInfo"]["username"], "bob");
     sim.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
@@ -236,9 +215,8 @@ async fn token_reviews_authenticate_static_and_service_account_tokens() -> Resul
         (Some("TokenReview"), Some(false))
     );
     assert_eq!(tokenreviews["verbs"], json!(["create"]));
-    let as_alice = [("Authorization", "Bearer alice-token")];
-    let body = review("alice-token").to_string();
-    let r = raw.send_with("POST", path, Some("application/json"), Some(body.clone()), &as_alice).await?;
+    let body = review("alice-token");
+    let r = raw.send_as("alice-token", "POST", path, Some(&body)).await?;
     assert_eq!(r.status, 403);
     assert_eq!(
         r.body["message"],
@@ -247,7 +225,7 @@ async fn token_reviews_authenticate_static_and_service_account_tokens() -> Resul
     let binding = json!({"metadata": {"name": "alice-delegator"}, "subjects": [{"kind": "User", "name": "alice"}],
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"}});
     assert_eq!(raw.post("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &binding).await?.status, 201);
-    let r = raw.send_with("POST", path, Some("application/json"), Some(body), &as_alice).await?;
+    let r = raw.send_as("alice-token", "POST", path, Some(&body)).await?;
     assert_eq!(r.status, 201, "{}", r.text);
     sim.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
@@ -288,16 +266,8 @@ async fn pod_bound_tokens_carry_the_pod_in_extra_and_die_with_it() -> Result<()>
     let r = raw.post("/apis/authentication.k8s.io/v1/tokenreviews", &review).await?;
     assert_eq!(r.body["status"]["user"]["username"], "system:serviceaccount:default:game", "{}", r.text);
     assert_eq!(r.body["status"]["user"]["extra"], extra, "{}", r.text);
-    let bearer = format!("Bearer {token}");
-    let me = raw
-        .send_with(
-            "POST",
-            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
-            Some("application/json"),
-            Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).to_string()),
-            &[("Authorization", &bearer)],
-        )
-        .await?;
+    let ssr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let me = raw.send_as(&token, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", Some(&ssr)).await?;
     assert_eq!(me.status, 201, "{}", me.text);
     assert_eq!(me.body["status"]["userInfo"]["extra"], extra, "{}", me.text);
 

@@ -88,6 +88,14 @@ impl Raw {
         Ok(RawResponse { status, headers, body, text })
     }
 
+    /// `method path` as the user of `token` (`Authorization: Bearer <token>`), with `body` as JSON if there is one.
+    pub async fn send_as(&self, token: &str, method: &str, path: &str, body: Option<&Value>) -> Result<RawResponse> {
+        let authorization = format!("Bearer {token}");
+        let content_type = body.map(|_| "application/json");
+        self.send_with(method, path, content_type, body.map(Value::to_string), &[("Authorization", &authorization)])
+            .await
+    }
+
     pub async fn get(&self, path: &str) -> Result<RawResponse> {
         self.send("GET", path, None, None).await
     }
