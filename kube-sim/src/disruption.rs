@@ -385,40 +385,34 @@ fn delete_pod(
     };
     if !opts.dry_run {
         let now = meta::now();
-        let marked = registry.internal_update(PODS, &key, |cur| {
-            if let Some(uid) = opts.precondition_uid.as_deref().filter(|u| !u.is_empty())
-                && uid != meta::uid(cur)
-            {
-                return Err(ApiError::conflict(&gr, name, &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(cur))));
-            }
-            let want = opts.precondition_rv.as_deref().filter(|r| !r.is_empty()).or(pin);
-            if let Some(rv) = want
-                && rv != meta::resource_version(cur)
-            {
-                return Err(ApiError::conflict(&gr, name, &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta::resource_version(cur))));
-            }
-            let mut next = cur.clone();
-            if !next["status"].is_object() {
-                next["status"] = json!({});
-            }
-            if !next["status"]["conditions"].is_array() {
-                next["status"]["conditions"] = json!([]);
-            }
-            let cs = next["status"]["conditions"].as_array_mut().ok_or_else(|| ApiError::internal("conditions"))?;
-            match cs.iter_mut().find(|c| c["type"] == "DisruptionTarget") {
-                Some(c) => {
-                    if c["status"] != "True" {
-                        c["lastTransitionTime"] = json!(now);
-                    }
-                    c["status"] = json!("True");
-                    c["reason"] = json!("EvictionByEvictionAPI");
-                    c["message"] = json!("Eviction API: evicting");
+        let marked = registry
+            .internal_update(PODS, &key, |cur| {
+                opts.check_preconditions(&gr, name, cur, pin)?;
+                let mut next = cur.clone();
+                if !next["status"].is_object() {
+                    next["status"] = json!({});
                 }
-                None => cs.push(json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
-                    "lastTransitionTime": now, "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"})),
-            }
-            Ok(Some(next))
-        }).map_err(conflict)?;
+                if !next["status"]["conditions"].is_array() {
+                    next["status"]["conditions"] = json!([]);
+                }
+                let cs = next["status"]["conditions"].as_array_mut().ok_or_else(|| ApiError::internal("conditions"))?;
+                match cs.iter_mut().find(|c| c["type"] == "DisruptionTarget") {
+                    Some(c) => {
+                        if c["status"] != "True" {
+                            c["lastTransitionTime"] = json!(now);
+                        }
+                        c["status"] = json!("True");
+                        c["reason"] = json!("EvictionByEvictionAPI");
+                        c["message"] = json!("Eviction API: evicting");
+                    }
+                    None => {
+                        cs.push(json!({"type": "DisruptionTarget", "status": "True", "lastProbeTime": null,
+                            "lastTransitionTime": now, "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}))
+                    }
+                }
+                Ok(Some(next))
+            })
+            .map_err(conflict)?;
         let Some(marked) = marked else { return Err(ApiError::not_found(&gr, name)) };
         // The delete must hit the version just written (or the caller's precondition).
         if pin.is_some() || !opts.precondition_rv.as_deref().is_none_or(str::is_empty) {

@@ -53,6 +53,35 @@ pub(crate) struct DeleteOptions {
 }
 
 impl DeleteOptions {
+    /// Checks the preconditions against `current`, the object to delete, as apimachinery's `Preconditions.Check`:
+    /// a 409 Conflict for the first that does not hold (an empty one holds). `pinned_rv` stands for a
+    /// resourceVersion precondition the options do not give (an eviction pins the version it checked budgets at).
+    pub(crate) fn check_preconditions(
+        &self,
+        gr: &GroupResource,
+        name: &str,
+        current: &Value,
+        pinned_rv: Option<&str>,
+    ) -> Result<(), ApiError> {
+        if let Some(uid) = self.precondition_uid.as_deref().filter(|u| !u.is_empty())
+            && uid != meta::uid(current)
+        {
+            let cause =
+                format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta::uid(current));
+            return Err(ApiError::conflict(gr, name, &cause));
+        }
+        if let Some(rv) = self.precondition_rv.as_deref().filter(|r| !r.is_empty()).or(pinned_rv)
+            && rv != meta::resource_version(current)
+        {
+            let cause = format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                meta::resource_version(current)
+            );
+            return Err(ApiError::conflict(gr, name, &cause));
+        }
+        Ok(())
+    }
+
     /// Reads a `DeleteOptions` body (query parameters are merged by the caller).
     pub(crate) fn from_body(v: &Value) -> Result<Self, ApiError> {
         let mut o = Self {
@@ -239,30 +268,7 @@ impl Registry {
         }
         for _ in 0..MAX_ATTEMPTS {
             let current = self.store.get(&rd.storage, &key).ok_or_else(|| ApiError::not_found(&gr, name))?;
-            if let Some(uid) = opts.precondition_uid.as_deref().filter(|u| !u.is_empty())
-                && uid != meta::uid(&current)
-            {
-                return Err(ApiError::conflict(
-                    &gr,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta::uid(&current)
-                    ),
-                ));
-            }
-            if let Some(rv) = opts.precondition_rv.as_deref().filter(|r| !r.is_empty())
-                && rv != meta::resource_version(&current)
-            {
-                return Err(ApiError::conflict(
-                    &gr,
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        meta::resource_version(&current)
-                    ),
-                ));
-            }
+            opts.check_preconditions(&gr, name, &current, None)?;
             let current_rv: u64 = meta::resource_version(&current).parse().unwrap_or(0);
             if rd.special == Special::Namespace {
                 if let Some(gate) = &ctx.admission {
