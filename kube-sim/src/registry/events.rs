@@ -18,28 +18,19 @@ const SHARED: &[&str] =
 
 /// events.k8s.io/v1 -> core/v1
 pub(crate) fn to_core(v: &Value) -> Value {
-    let mut out = Map::new();
-    out.insert("apiVersion".into(), json!("v1"));
-    out.insert("kind".into(), json!("Event"));
-    if let Value::Object(m) = v {
-        for k in SHARED {
-            if let Some(x) = m.get(*k) {
-                out.insert(k.to_string(), x.clone());
-            }
-        }
-        for (from, to) in RENAMES {
-            if let Some(x) = m.get(*from) {
-                out.insert(to.to_string(), x.clone());
-            }
-        }
-    }
-    Value::Object(out)
+    convert(v, "v1", RENAMES.iter().copied())
 }
 
 /// core/v1 -> events.k8s.io/v1
 pub(crate) fn from_core(v: &Value) -> Value {
+    convert(v, "events.k8s.io/v1", RENAMES.iter().map(|(events, core)| (*core, *events)))
+}
+
+/// An Event in the other API: `api_version`'s, with the fields both versions share and the renamed ones, each
+/// `(from, to)`.
+fn convert<'a>(v: &Value, api_version: &str, renames: impl Iterator<Item = (&'a str, &'a str)>) -> Value {
     let mut out = Map::new();
-    out.insert("apiVersion".into(), json!("events.k8s.io/v1"));
+    out.insert("apiVersion".into(), json!(api_version));
     out.insert("kind".into(), json!("Event"));
     if let Value::Object(m) = v {
         for k in SHARED {
@@ -47,8 +38,8 @@ pub(crate) fn from_core(v: &Value) -> Value {
                 out.insert(k.to_string(), x.clone());
             }
         }
-        for (to, from) in RENAMES {
-            if let Some(x) = m.get(*from) {
+        for (from, to) in renames {
+            if let Some(x) = m.get(from) {
                 out.insert(to.to_string(), x.clone());
             }
         }
