@@ -3,35 +3,15 @@
 
 use crate::kubelet_support;
 
-use std::path::Path;
-
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kubelet_support::*;
 
-/// Runs kubectl without blocking the runtime that also serves kube-sim.
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let output = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .await
-        .context("running kubectl (is it installed?)")?;
-    if !output.status.success() {
-        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(String::from_utf8(output.stdout)?)
-}
-
 #[tokio::test]
 async fn kubectl_shows_pods_as_on_a_cluster() -> Result<()> {
     let sim = start().await?;
-    let dir = std::env::temp_dir().join(format!("kubelet-kubectl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)?;
+    let (dir, kubeconfig) = kubeconfig_dir(&sim, "kubelet-kubectl")?;
     let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
     create(&pods, &pod("web", vec![container("python", "python:latest", &[8000])], &[])).await?;
     let ready = wait_pod(&pods, "web", "Ready", is_ready).await?;

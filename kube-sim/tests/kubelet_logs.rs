@@ -4,29 +4,15 @@
 
 use crate::kubelet_support;
 
-use std::path::Path;
-
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kubelet_support::*;
 
-async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let output =
-        tokio::process::Command::new("kubectl").arg("--kubeconfig").arg(kubeconfig).args(args).output().await?;
-    if !output.status.success() {
-        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(String::from_utf8(output.stdout)?)
-}
-
 #[tokio::test]
 async fn kubectl_logs_shows_the_simulated_container_life() -> Result<()> {
     let sim = start().await?;
-    let dir = std::env::temp_dir().join(format!("kubelet-logs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)?;
+    let (dir, kubeconfig) = kubeconfig_dir(&sim, "kubelet-logs")?;
     let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
     let mut python = container("python", "python:latest", &[8000]);
     python.args = Some(["-m", "http.server", "8000"].map(String::from).to_vec());

@@ -7,7 +7,7 @@ use crate::kubelet_support;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
@@ -29,17 +29,10 @@ fn pod_from(value: serde_json::Value) -> Result<Pod> {
     Ok(serde_json::from_value(value)?)
 }
 
-async fn kubectl(sim: &SimHandle, args: &[&str]) -> Result<String> {
-    let dir = std::env::temp_dir().join(format!("kubelet-processes-{}-{}", std::process::id(), sim.addr().port()));
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig)?;
-    let output =
-        tokio::process::Command::new("kubectl").arg("--kubeconfig").arg(&kubeconfig).args(args).output().await?;
-    if !output.status.success() {
-        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    Ok(String::from_utf8(output.stdout)?)
+/// [`kubectl`] with a kubeconfig for `sim`.
+async fn kubectl_for(sim: &SimHandle, args: &[&str]) -> Result<String> {
+    let (_, kubeconfig) = kubeconfig_dir(sim, "kubelet-processes")?;
+    kubectl(&kubeconfig, args).await
 }
 
 /// Waits until `kubectl logs` (with `extra` flags) of the pod's container prints a line containing `wanted`.
@@ -47,7 +40,7 @@ async fn wait_log(sim: &SimHandle, pod: &str, extra: &[&str], wanted: &str) -> R
     eventually(&format!("log of {pod} containing {wanted:?}"), || async {
         let mut args = vec!["logs", pod];
         args.extend_from_slice(extra);
-        Ok(kubectl(sim, &args).await.ok().filter(|logs| logs.contains(wanted)))
+        Ok(kubectl_for(sim, &args).await.ok().filter(|logs| logs.contains(wanted)))
     })
     .await
 }
@@ -267,7 +260,7 @@ async fn exits_restart_with_back_off_and_keep_the_previous_log() -> Result<()> {
     let failed = wait_pod(&pods, "once", "Failed", |p| phase(p) == Some("Failed")).await?;
     assert_eq!(terminated(&failed, "main"), Some((7, "Error".into())));
     assert_eq!(container_status(&failed, "main").map(|s| s.restart_count), Some(0));
-    let logs = kubectl(&sim, &["logs", "once", "--tail=1"]).await?;
+    let logs = kubectl_for(&sim, &["logs", "once", "--tail=1"]).await?;
     assert_eq!(logs, "done\n");
 
     // A program the image does not have: the runtime's StartError.
@@ -336,7 +329,7 @@ async fn an_image_change_restarts_the_process_from_the_new_spec() -> Result<()> 
     }))?;
     create(&pods, &pod).await?;
     wait_log(&sim, "updated", &[], "running old").await?;
-    kubectl(&sim, &["set", "image", "pod/updated", "main=busybox:1.36"]).await?;
+    kubectl_for(&sim, &["set", "image", "pod/updated", "main=busybox:1.36"]).await?;
     let restarted = wait_pod(&pods, "updated", "restarted from the new image", |p| {
         container_status(p, "main").is_some_and(|s| s.restart_count == 1 && s.image == "busybox:1.36" && s.ready)
     })

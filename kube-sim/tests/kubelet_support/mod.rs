@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -33,6 +34,32 @@ pub async fn start_with(kubelet: KubeletConfig) -> Result<SimHandle> {
 }
 
 pub use kube_sim::testing::eventually;
+
+/// A directory of this test's own under the temp dir (`prefix`, the process and `sim`'s port) with a kubeconfig for
+/// `sim` in it; returns the directory and the kubeconfig's path.
+pub fn kubeconfig_dir(sim: &SimHandle, prefix: &str) -> Result<(PathBuf, PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), sim.addr().port()));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)?;
+    Ok((dir, kubeconfig))
+}
+
+/// Runs the real kubectl with `kubeconfig` (as a child process, without blocking the runtime that also serves
+/// kube-sim) and returns its output; a failure is an error with its stderr.
+pub async fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String> {
+    let output = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .await
+        .context("running kubectl (is it installed?)")?;
+    if !output.status.success() {
+        bail!("kubectl {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
 
 /// Waits until the pod satisfies `condition` and returns it.
 pub async fn wait_pod(api: &Api<Pod>, name: &str, what: &str, condition: impl Fn(&Pod) -> bool) -> Result<Pod> {
