@@ -61,6 +61,34 @@ pub fn validate_object(root: Cursor<'_>, obj: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// `minItems`/`maxItems` of an array or `minProperties`/`maxProperties` of an object (`what`: items or properties)
+/// against its `len`, worded as the apiserver's validator words them: too many is `TooMany` with the count and
+/// "must have at most N items" for both, too few `Invalid` with the value.
+fn check_size(
+    v: &Value,
+    path: &str,
+    len: usize,
+    (min, max): (Option<u64>, Option<u64>),
+    what: &str,
+    errs: &mut Vec<FieldError>,
+) {
+    if let Some(max) = max
+        && len as u64 > max
+    {
+        errs.push(FieldError::new(
+            FieldErrorType::TooMany,
+            path,
+            Some(json!(len)),
+            format!("must have at most {max} items"),
+        ));
+    }
+    if let Some(min) = min
+        && (len as u64) < min
+    {
+        errs.push(FieldError::invalid(path, v.clone(), format!("{path} in body should have at least {min} {what}")));
+    }
+}
+
 pub(crate) fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     let node = c.node();
     if v.is_null() {
@@ -188,25 +216,7 @@ pub(crate) fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<Fiel
             }
         }
         Value::Array(items) => {
-            if let Some(max) = node.max_items
-                && items.len() as u64 > max
-            {
-                errs.push(FieldError::new(
-                    FieldErrorType::TooMany,
-                    path,
-                    Some(json!(items.len())),
-                    format!("must have at most {max} items"),
-                ));
-            }
-            if let Some(min) = node.min_items
-                && (items.len() as u64) < min
-            {
-                errs.push(FieldError::invalid(
-                    path,
-                    v.clone(),
-                    format!("{path} in body should have at least {min} items"),
-                ));
-            }
+            check_size(v, path, items.len(), (node.min_items, node.max_items), "items", errs);
             if node.unique_items || matches!(node.list_type, Some(super::ListType::Set)) {
                 for (i, it) in items.iter().enumerate() {
                     if items[..i].contains(it) {
@@ -232,25 +242,7 @@ pub(crate) fn validate(c: Cursor<'_>, v: &Value, path: &str, errs: &mut Vec<Fiel
             }
         }
         Value::Object(map) => {
-            if let Some(max) = node.max_properties
-                && map.len() as u64 > max
-            {
-                errs.push(FieldError::new(
-                    FieldErrorType::TooMany,
-                    path,
-                    Some(json!(map.len())),
-                    format!("must have at most {max} items"),
-                ));
-            }
-            if let Some(min) = node.min_properties
-                && (map.len() as u64) < min
-            {
-                errs.push(FieldError::invalid(
-                    path,
-                    v.clone(),
-                    format!("{path} in body should have at least {min} properties"),
-                ));
-            }
+            check_size(v, path, map.len(), (node.min_properties, node.max_properties), "properties", errs);
             for req in &node.required {
                 if !map.contains_key(req) {
                     errs.push(FieldError::required(child_path(path, req), ""));
