@@ -105,6 +105,16 @@ impl Kubectl {
         Ok(())
     }
 
+    /// A kubectl against a sim with the project's CRDs and the example GameDeployment (`GAME_DEPLOYMENT`, written
+    /// to `gd.yaml`) applied.
+    async fn with_game_deployment() -> Result<Self> {
+        let k = Self::new().await?;
+        k.install_project_crds().await?;
+        let f = k.file("gd.yaml", GAME_DEPLOYMENT)?;
+        k.ok(&["apply", "-f", &f]).await?;
+        Ok(k)
+    }
+
     async fn eventually(&self, what: &str, args: &[&str], pred: impl Fn(&str) -> bool) -> Result<String> {
         let deadline = tokio::time::Instant::now() + DEADLINE;
         loop {
@@ -179,10 +189,7 @@ async fn project_crds_and_examples_apply_and_print_their_columns() -> Result<()>
 
 #[tokio::test]
 async fn scale_patch_describe_and_explain() -> Result<()> {
-    let k = Kubectl::new().await?;
-    k.install_project_crds().await?;
-    let f = k.file("gd.yaml", GAME_DEPLOYMENT)?;
-    k.ok(&["apply", "-f", &f]).await?;
+    let k = Kubectl::with_game_deployment().await?;
     let out = k.ok(&["scale", "--replicas=5", "gamedeployment/test-gamedeployment"]).await?;
     assert_eq!(out.trim(), "gamedeployment.tkex.tencent.com/test-gamedeployment scaled");
     assert_eq!(k.ok(&["get", "gamedeployment", "test-gamedeployment", "-o", "jsonpath={.spec.replicas}"]).await?, "5");
@@ -247,10 +254,7 @@ async fn client_side_validation_reports_unknown_and_invalid_fields() -> Result<(
 
 #[tokio::test]
 async fn get_watch_streams_changes() -> Result<()> {
-    let k = Kubectl::new().await?;
-    k.install_project_crds().await?;
-    let f = k.file("gd.yaml", GAME_DEPLOYMENT)?;
-    k.ok(&["apply", "-f", &f]).await?;
+    let k = Kubectl::with_game_deployment().await?;
     let mut child = k.command(&["get", "gamedeployment", "-w"]).spawn()?;
     let stdout = child.stdout.take().context("stdout")?;
     let mut lines = BufReader::new(stdout).lines();
@@ -277,10 +281,7 @@ async fn get_watch_streams_changes() -> Result<()> {
 
 #[tokio::test]
 async fn delete_cascades_to_owned_objects() -> Result<()> {
-    let k = Kubectl::new().await?;
-    k.install_project_crds().await?;
-    let f = k.file("gd.yaml", GAME_DEPLOYMENT)?;
-    k.ok(&["apply", "-f", &f]).await?;
+    let k = Kubectl::with_game_deployment().await?;
     let uid = k.ok(&["get", "gd", "test-gamedeployment", "-o", "jsonpath={.metadata.uid}"]).await?;
     for (kind, name) in [("Pod", "test-gamedeployment-a"), ("ControllerRevision", "test-gamedeployment-rev1")] {
         let body = match kind {
@@ -301,7 +302,7 @@ async fn delete_cascades_to_owned_objects() -> Result<()> {
     })
     .await?;
     // Foreground: the owner stays until its blocking dependents are gone.
-    k.ok(&["apply", "-f", &f]).await?;
+    k.ok(&["apply", "-f", &k.file("gd.yaml", GAME_DEPLOYMENT)?]).await?;
     k.ok(&["delete", "gd", "test-gamedeployment", "--cascade=foreground"]).await?;
     assert_eq!(k.run(&["get", "gd", "test-gamedeployment"]).await?.code, 1);
     k.stop().await;
