@@ -352,6 +352,37 @@ mod tests {
         validate_object(Cursor::root(&s), &obj).iter().map(|e| e.to_string()).collect()
     }
 
+    /// Array and object sizes are worded alike: too many as `TooMany` "items" for both, too few in their own noun.
+    #[test]
+    fn sizes_of_arrays_and_objects_are_checked_alike() {
+        let s = from_crd_schema(&json!({"type": "object", "properties": {
+            "ports": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "integer"}},
+            "labels": {"type": "object", "minProperties": 1, "maxProperties": 2, "additionalProperties": {"type": "string"}}
+        }}));
+        let errors = |obj: Value| -> Vec<(FieldErrorType, String, String)> {
+            let mut errs: Vec<_> =
+                validate_object(Cursor::root(&s), &obj).into_iter().map(|e| (e.kind, e.field, e.detail)).collect();
+            errs.sort_by(|a, b| a.1.cmp(&b.1));
+            errs
+        };
+        let error = |kind: FieldErrorType, field: &str, detail: &str| (kind, field.to_string(), detail.to_string());
+        assert_eq!(
+            errors(json!({"ports": [1, 2, 3], "labels": {"a": "1", "b": "2", "c": "3"}})),
+            [
+                error(FieldErrorType::TooMany, "labels", "must have at most 2 items"),
+                error(FieldErrorType::TooMany, "ports", "must have at most 2 items"),
+            ]
+        );
+        assert_eq!(
+            errors(json!({"ports": [], "labels": {}})),
+            [
+                error(FieldErrorType::Invalid, "labels", "labels in body should have at least 1 properties"),
+                error(FieldErrorType::Invalid, "ports", "ports in body should have at least 1 items"),
+            ]
+        );
+        assert!(errors(json!({"ports": [1], "labels": {"a": "1"}})).is_empty());
+    }
+
     #[test]
     fn reports_fields_like_kube_openapi() {
         assert_eq!(
