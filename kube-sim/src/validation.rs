@@ -38,46 +38,47 @@ fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
 }
 
 pub(crate) fn dns1123_label_errors(v: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if v.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    if !DNS1123_LABEL.is_match(v) {
-        errs.push(regex_error(
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
-            DNS1123_LABEL_FMT,
-            &["my-name", "123-abc"],
-        ));
-    }
-    errs
+    dns_name_errors(
+        v,
+        63,
+        &DNS1123_LABEL,
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+        DNS1123_LABEL_FMT,
+        &["my-name", "123-abc"],
+    )
 }
 
 pub(crate) fn dns1123_subdomain_errors(v: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if v.len() > 253 {
-        errs.push("must be no more than 253 characters".to_string());
-    }
-    if !DNS1123_SUBDOMAIN.is_match(v) {
-        errs.push(regex_error(
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-            DNS1123_SUBDOMAIN_FMT,
-            &["example.com"],
-        ));
-    }
-    errs
+    dns_name_errors(
+        v,
+        253,
+        &DNS1123_SUBDOMAIN,
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        DNS1123_SUBDOMAIN_FMT,
+        &["example.com"],
+    )
 }
 
 pub(crate) fn dns1035_label_errors(v: &str) -> Vec<String> {
+    dns_name_errors(
+        v,
+        63,
+        &DNS1035_LABEL,
+        "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+        DNS1035_LABEL_FMT,
+        &["my-name", "abc-123"],
+    )
+}
+
+/// The errors of a DNS name rule (apimachinery's `IsDNS1123Label`, `IsDNS1123Subdomain`, `IsDNS1035Label`): longer
+/// than `max_len`, then not matching `re`, worded with the rule's description `msg`, its regex `fmt` and examples.
+fn dns_name_errors(v: &str, max_len: usize, re: &Regex, msg: &str, fmt: &str, examples: &[&str]) -> Vec<String> {
     let mut errs = Vec::new();
-    if v.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
+    if v.len() > max_len {
+        errs.push(format!("must be no more than {max_len} characters"));
     }
-    if !DNS1035_LABEL.is_match(v) {
-        errs.push(regex_error(
-            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
-            DNS1035_LABEL_FMT,
-            &["my-name", "abc-123"],
-        ));
+    if !re.is_match(v) {
+        errs.push(regex_error(msg, fmt, examples));
     }
     errs
 }
@@ -322,6 +323,22 @@ mod tests {
             "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
         );
         assert!(dns1123_subdomain_errors("web-1.example").is_empty());
+    }
+
+    /// Each DNS name rule has its own length limit and wording; a name can break both.
+    #[test]
+    fn dns_labels_are_checked_for_length_then_form() {
+        assert_eq!(dns1123_label_errors(&"a".repeat(64)), ["must be no more than 63 characters"]);
+        assert!(dns1123_label_errors(&"a".repeat(63)).is_empty() && dns1123_label_errors("123-abc").is_empty());
+        assert_eq!(dns1123_subdomain_errors(&"a".repeat(254)), ["must be no more than 253 characters"]);
+        let e = dns1035_label_errors(&format!("1{}", "a".repeat(63)));
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert_eq!(e[0], "must be no more than 63 characters");
+        assert!(
+            e[1].starts_with("a DNS-1035 label must consist of") && e[1].contains("e.g. 'my-name',  or 'abc-123'"),
+            "{e:?}"
+        );
+        assert!(dns1035_label_errors("my-name").is_empty());
     }
 
     #[test]
