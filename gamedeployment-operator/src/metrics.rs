@@ -104,191 +104,103 @@ pub struct RequestLabels {
     pub resource: String,
 }
 
-/// Every metric of the operator.
-#[derive(Clone, Debug)]
-pub struct Metrics {
-    /// `reconciles_total{result}` (`success`, `error`, `waiting` for expectations, `skipped` being deleted),
-    /// `reconcile_errors_total{reason}`, `reconcile_duration_seconds`.
-    pub reconcile: ReconcileMetrics,
-    /// `pods_created_total{reason}`: `replicas` or `surge`.
-    pub pods_created: Family<ReasonLabels, Counter>,
-    /// `pods_deleted_total{reason}`: `scale_in`, `pods_to_delete`, `rolling_update`, `recreate_fallback`.
-    pub pods_deleted: Family<ReasonLabels, Counter>,
-    /// `pods_updated_total{reason}`: pod patches, by why (in-place update, hot patch, readiness gate, ...).
-    pub pods_updated: Family<ReasonLabels, Counter>,
-    /// `pods_held{namespace,name,hook}`: pods a gate held in the last pass.
-    pub pods_held: Family<HeldLabels, Gauge>,
-    /// `desired_replicas{namespace,name}`: `spec.replicas`.
-    pub desired_replicas: Family<WorkloadLabels, Gauge>,
-    /// `updated_replicas{namespace,name}`: pods on the update revision.
-    pub updated_replicas: Family<WorkloadLabels, Gauge>,
-    /// `ready_replicas{namespace,name}`.
-    pub ready_replicas: Family<WorkloadLabels, Gauge>,
-    /// `rollout_stuck_seconds{namespace,name}`: since the rollout last moved while incomplete (0 when complete).
-    pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge>,
-    /// `progress_deadline_exceeded{namespace,name}`: 1 while `Progressing` says `ProgressDeadlineExceeded`.
-    pub progress_deadline_exceeded: Family<WorkloadLabels, Gauge>,
-    /// `server_states{namespace,name,state}`: pods declaring each server state.
-    pub server_states: Family<ServerStateLabels, Gauge>,
-    /// `leader`, `events_dropped_total`, `events_combined_total`: the metrics both operators share.
-    pub operator: OperatorMetrics,
-    /// `gate_wait_seconds{hook}`: how long a pod was held, observed when its gate releases it.
-    pub gate_wait: Family<HookLabels, Histogram>,
-    /// `hook_outcomes_total{hook,outcome,shadow}`: completed HookRuns.
-    pub hook_outcomes: Family<OutcomeLabels, Counter>,
-    /// `hook_releases_total{hook,reason}`: pods a gate let go without a successful hook.
-    pub hook_releases: Family<ReleaseLabels, Counter>,
-    /// Canaries rolled back by a failed hook step (`onFailure: Rollback`).
-    pub canary_rollbacks: Counter,
-    /// `status_writes_total`: GameDeployment status writes.
-    pub status_writes: Counter,
-    /// Passes whose status waited for the next write (`--status-write-interval`).
-    pub status_writes_deferred: Counter,
-    /// Passes that waited for their spacing (`--pass-spacing`), and how long in total.
-    pub passes_spaced: Counter,
-    /// `pass_spacing_seconds_total`: the time those passes waited.
-    pub pass_spacing_seconds: Counter<f64, std::sync::atomic::AtomicU64>,
-    /// Passes that create HookRuns and found the HookTemplate cache behind the API server (planned again), and
-    /// those whose template read failed (no run created in that pass).
-    pub hook_templates_behind: Counter,
-    /// Passes whose read of the HookTemplates failed: they created no run (see `hook_templates_behind`).
-    pub hook_template_reads_failed: Counter,
-    /// `expectations_expired_total`: writes the watch cache did not show within the expectations timeout.
-    pub expectations_expired: Counter,
-    /// `api_requests_total{verb,resource}`: every request to the Kubernetes API ([`Metrics::request_counter`]).
-    pub api_requests: Family<RequestLabels, Counter>,
+common::metric_set! {
+    /// Every metric of the operator.
+    #[derive(Clone, Debug)]
+    pub struct Metrics {
+        /// `reconciles_total{result}` (`success`, `error`, `waiting` for expectations, `skipped` being deleted),
+        /// `reconcile_errors_total{reason}`, `reconcile_duration_seconds`.
+        pub reconcile: ReconcileMetrics = ReconcileMetrics::default() => { "GameDeployment reconcile passes" },
+        /// `pods_created_total{reason}`: `replicas` or `surge`.
+        pub pods_created: Family<ReasonLabels, Counter> = Family::default()
+            => ("pods_created", "Pods created, by reason (replicas, surge)"),
+        /// `pods_deleted_total{reason}`: `scale_in`, `pods_to_delete`, `rolling_update`, `recreate_fallback`.
+        pub pods_deleted: Family<ReasonLabels, Counter> = Family::default()
+            => ("pods_deleted", "Pods deleted, by reason (scale_in, pods_to_delete, rolling_update, \
+               recreate_fallback)"),
+        /// `pods_updated_total{reason}`: pod patches, by why (in-place update, hot patch, readiness gate, ...).
+        pub pods_updated: Family<ReasonLabels, Counter> = Family::default()
+            => ("pods_updated", "Pod patches, by reason (in_place_update, hot_patch_update, \
+               in_place_update_completed, readiness_gate...)"),
+        /// `pods_held{namespace,name,hook}`: pods a gate held in the last pass.
+        pub pods_held: Family<HeldLabels, Gauge> = Family::default()
+            => ("pods_held", "Pods held by a hook in the last pass, by GameDeployment and hook (predelete, \
+               preinplace, postinplace, canary: old pods a canary step keeps back)"),
+        /// `desired_replicas{namespace,name}`: `spec.replicas`.
+        pub desired_replicas: Family<WorkloadLabels, Gauge> = Family::default()
+            => ("desired_replicas", "spec.replicas of each GameDeployment"),
+        /// `updated_replicas{namespace,name}`: pods on the update revision.
+        pub updated_replicas: Family<WorkloadLabels, Gauge> = Family::default()
+            => ("updated_replicas", "Pods running the update revision, by GameDeployment"),
+        /// `ready_replicas{namespace,name}`.
+        pub ready_replicas: Family<WorkloadLabels, Gauge> = Family::default()
+            => ("ready_replicas", "Ready pods, by GameDeployment"),
+        /// `rollout_stuck_seconds{namespace,name}`: since the rollout last moved while incomplete (0 when complete).
+        pub rollout_stuck_seconds: Family<WorkloadLabels, Gauge> = Family::default()
+            => ("rollout_stuck_seconds", "Seconds since the rollout last made progress while it is incomplete (0 \
+               when complete)"),
+        /// `progress_deadline_exceeded{namespace,name}`: 1 while `Progressing` says `ProgressDeadlineExceeded`.
+        pub progress_deadline_exceeded: Family<WorkloadLabels, Gauge> = Family::default()
+            => ("progress_deadline_exceeded", "1 while a GameDeployment's Progressing condition says \
+               ProgressDeadlineExceeded (spec.progressDeadlineSeconds), else 0"),
+        /// `server_states{namespace,name,state}`: pods declaring each server state.
+        pub server_states: Family<ServerStateLabels, Gauge> = Family::default()
+            => ("server_states", "Pods declaring each server state (label \
+               gamedeployment.tkex.tencent.com/server-state), by GameDeployment"),
+        /// `leader`, `events_dropped_total`, `events_combined_total`: the metrics both operators share.
+        pub operator: OperatorMetrics = OperatorMetrics::default() => { "reconciles" },
+        /// `gate_wait_seconds{hook}`: how long a pod was held, observed when its gate releases it.
+        // 1 s … ~9 h.
+        pub gate_wait: Family<HookLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16)))
+            => ("gate_wait_seconds", "Time a pod spent held by a gate, observed when it is released, by hook"),
+        /// `hook_outcomes_total{hook,outcome,shadow}`: completed HookRuns.
+        pub hook_outcomes: Family<OutcomeLabels, Counter> = Family::default()
+            => ("hook_outcomes", "HookRuns of GameDeployments that completed, by hook and outcome"),
+        /// `hook_releases_total{hook,reason}`: pods a gate let go without a successful hook.
+        pub hook_releases: Family<ReleaseLabels, Counter> = Family::default()
+            => ("hook_releases", "Pods (and canary steps) a gate let go WITHOUT a successful hook, by hook and \
+               reason (hard_deadline, soft_deadline, on_failure, skipped)"),
+        /// Canaries rolled back by a failed hook step (`onFailure: Rollback`).
+        pub canary_rollbacks: Counter = Counter::default()
+            => ("canary_rollbacks", "Canaries rolled back to their stable revision by a failed hook step \
+               (hookPolicy.onFailure: Rollback)"),
+        /// `status_writes_total`: GameDeployment status writes.
+        pub status_writes: Counter = Counter::default() => ("status_writes", "GameDeployment status writes"),
+        /// Passes whose status waited for the next write (`--status-write-interval`).
+        pub status_writes_deferred: Counter = Counter::default()
+            => ("status_writes_deferred", "Passes whose status (replica counts and hook progress only) waited for \
+               the next status write"),
+        /// Passes that waited for their spacing (`--pass-spacing`), and how long in total.
+        pub passes_spaced: Counter = Counter::default()
+            => ("passes_spaced", "Passes that waited for their spacing after the previous pass of the same \
+               GameDeployment (--pass-spacing)"),
+        /// `pass_spacing_seconds_total`: the time those passes waited.
+        pub pass_spacing_seconds: Counter<f64, std::sync::atomic::AtomicU64> = Counter::default()
+            => ("pass_spacing_seconds", "Time passes waited for their spacing (--pass-spacing)"),
+        /// Passes that create HookRuns and found the HookTemplate cache behind the API server (planned again), and
+        /// those whose template read failed (no run created in that pass).
+        pub hook_templates_behind: Counter = Counter::default()
+            => ("hook_templates_behind", "Passes creating HookRuns that found the HookTemplate cache behind the API \
+               server and planned again with the templates as read"),
+        /// Passes whose read of the HookTemplates failed: they created no run (see `hook_templates_behind`).
+        pub hook_template_reads_failed: Counter = Counter::default()
+            => ("hook_template_reads_failed", "Passes creating HookRuns whose read of the HookTemplates failed: \
+               they created no run"),
+        /// `expectations_expired_total`: writes the watch cache did not show within the expectations timeout.
+        pub expectations_expired: Counter = Counter::default()
+            => ("expectations_expired", "Writes the watch cache did not show within the expectations timeout"),
+        /// `api_requests_total{verb,resource}`: every request to the Kubernetes API ([`Metrics::request_counter`]).
+        pub api_requests: Family<RequestLabels, Counter> = Family::default()
+            => ("api_requests", "Requests sent to the Kubernetes API, by verb and resource"),
+    }
 }
 
 impl Metrics {
     /// Creates the metrics and registers them under `gamedeployment_`.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self {
-            reconcile: ReconcileMetrics::default(),
-            pods_created: Family::default(),
-            pods_deleted: Family::default(),
-            pods_updated: Family::default(),
-            pods_held: Family::default(),
-            desired_replicas: Family::default(),
-            updated_replicas: Family::default(),
-            ready_replicas: Family::default(),
-            rollout_stuck_seconds: Family::default(),
-            progress_deadline_exceeded: Family::default(),
-            server_states: Family::default(),
-            operator: OperatorMetrics::default(),
-            // 1 s … ~9 h.
-            gate_wait: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 16))),
-            hook_outcomes: Family::default(),
-            hook_releases: Family::default(),
-            canary_rollbacks: Counter::default(),
-            status_writes: Counter::default(),
-            status_writes_deferred: Counter::default(),
-            passes_spaced: Counter::default(),
-            pass_spacing_seconds: Counter::default(),
-            hook_templates_behind: Counter::default(),
-            hook_template_reads_failed: Counter::default(),
-            expectations_expired: Counter::default(),
-            api_requests: Family::default(),
-        };
-        let r = registry.sub_registry_with_prefix("gamedeployment");
-        metrics.reconcile.register(r, "GameDeployment reconcile passes");
-        r.register("pods_created", "Pods created, by reason (replicas, surge)", metrics.pods_created.clone());
-        r.register(
-            "pods_deleted",
-            "Pods deleted, by reason (scale_in, pods_to_delete, rolling_update, recreate_fallback)",
-            metrics.pods_deleted.clone(),
-        );
-        r.register(
-            "pods_updated",
-            "Pod patches, by reason (in_place_update, hot_patch_update, in_place_update_completed, readiness_gate...)",
-            metrics.pods_updated.clone(),
-        );
-        r.register(
-            "pods_held",
-            "Pods held by a hook in the last pass, by GameDeployment and hook (predelete, preinplace, postinplace, \
-             canary: old pods a canary step keeps back)",
-            metrics.pods_held.clone(),
-        );
-        r.register("desired_replicas", "spec.replicas of each GameDeployment", metrics.desired_replicas.clone());
-        r.register(
-            "updated_replicas",
-            "Pods running the update revision, by GameDeployment",
-            metrics.updated_replicas.clone(),
-        );
-        r.register("ready_replicas", "Ready pods, by GameDeployment", metrics.ready_replicas.clone());
-        r.register(
-            "rollout_stuck_seconds",
-            "Seconds since the rollout last made progress while it is incomplete (0 when complete)",
-            metrics.rollout_stuck_seconds.clone(),
-        );
-        r.register(
-            "progress_deadline_exceeded",
-            "1 while a GameDeployment's Progressing condition says ProgressDeadlineExceeded \
-             (spec.progressDeadlineSeconds), else 0",
-            metrics.progress_deadline_exceeded.clone(),
-        );
-        r.register(
-            "server_states",
-            "Pods declaring each server state (label gamedeployment.tkex.tencent.com/server-state), by GameDeployment",
-            metrics.server_states.clone(),
-        );
-        metrics.operator.register(r, "reconciles");
-        r.register(
-            "gate_wait_seconds",
-            "Time a pod spent held by a gate, observed when it is released, by hook",
-            metrics.gate_wait.clone(),
-        );
-        r.register(
-            "hook_outcomes",
-            "HookRuns of GameDeployments that completed, by hook and outcome",
-            metrics.hook_outcomes.clone(),
-        );
-        r.register(
-            "hook_releases",
-            "Pods (and canary steps) a gate let go WITHOUT a successful hook, by hook and reason (hard_deadline, \
-             soft_deadline, on_failure, skipped)",
-            metrics.hook_releases.clone(),
-        );
-        r.register(
-            "canary_rollbacks",
-            "Canaries rolled back to their stable revision by a failed hook step (hookPolicy.onFailure: Rollback)",
-            metrics.canary_rollbacks.clone(),
-        );
-        r.register("status_writes", "GameDeployment status writes", metrics.status_writes.clone());
-        r.register(
-            "status_writes_deferred",
-            "Passes whose status (replica counts and hook progress only) waited for the next status write",
-            metrics.status_writes_deferred.clone(),
-        );
-        r.register(
-            "passes_spaced",
-            "Passes that waited for their spacing after the previous pass of the same GameDeployment (--pass-spacing)",
-            metrics.passes_spaced.clone(),
-        );
-        r.register(
-            "pass_spacing_seconds",
-            "Time passes waited for their spacing (--pass-spacing)",
-            metrics.pass_spacing_seconds.clone(),
-        );
-        r.register(
-            "hook_templates_behind",
-            "Passes creating HookRuns that found the HookTemplate cache behind the API server and planned again with the templates as read",
-            metrics.hook_templates_behind.clone(),
-        );
-        r.register(
-            "hook_template_reads_failed",
-            "Passes creating HookRuns whose read of the HookTemplates failed: they created no run",
-            metrics.hook_template_reads_failed.clone(),
-        );
-        r.register(
-            "expectations_expired",
-            "Writes the watch cache did not show within the expectations timeout",
-            metrics.expectations_expired.clone(),
-        );
-        r.register(
-            "api_requests",
-            "Requests sent to the Kubernetes API, by verb and resource",
-            metrics.api_requests.clone(),
-        );
+        let metrics = Self::default();
+        metrics.register_into(registry.sub_registry_with_prefix("gamedeployment"));
         metrics
     }
 

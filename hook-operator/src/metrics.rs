@@ -35,60 +35,55 @@ pub struct ProviderLabels {
 
 pub use common::runtime::metrics::{LeaderGuard, OperatorMetrics, ReasonLabels, ReconcileMetrics};
 
-/// Every metric of the hook-operator, under the `hook_operator_` prefix.
-pub struct Metrics {
-    /// `hookruns{phase}`: HookRuns this operator sees.
-    pub hookruns: Family<PhaseLabels, Gauge>,
-    /// `measurements_total{provider,phase}`.
-    pub measurements: Family<MeasurementLabels, Counter>,
-    /// `measurement_duration_seconds{provider}`: how long a provider took to answer.
-    pub measurement_duration: Family<ProviderLabels, Histogram>,
-    /// `scheduling_lag_seconds`: from when a measurement was due to when it started (a loaded operator shows here
-    /// first).
-    pub scheduling_lag: Histogram,
-    /// `measurements_in_flight`.
-    pub in_flight: Gauge,
-    /// `measurements_waiting`: due measurements waiting for a slot (`--max-in-flight`).
-    pub waiting: Gauge,
-    /// `reconciles_total{result}` (`success`, `error`), `reconcile_errors_total{reason}`,
-    /// `reconcile_duration_seconds`.
-    pub reconcile: ReconcileMetrics,
-    /// `status_writes_total`: HookRun status updates sent.
-    pub status_writes: Counter,
-    /// Rounds whose status change was kept in memory (recorded, measurements started) instead of written at once:
-    /// progress of a running run waiting for `--status-write-interval` or `--max-status-writes-per-second`.
-    pub status_writes_deferred: Counter,
-    /// Runs with progress recorded in memory and not written yet (what a restart would take again).
-    pub status_writes_waiting: Gauge,
-    /// How long progress waited in memory before it was written (the age of what a restart re-measures).
-    pub status_write_delay: Histogram,
-    /// `invalid_hooktemplates`: HookTemplates with validation problems.
-    pub invalid_templates: Gauge,
-    /// `leader` (1 while this replica runs the controller: it holds the Lease, or leader election is off),
-    /// `events_dropped_total`, `events_combined_total`: the metrics both operators share.
-    pub operator: OperatorMetrics,
-    /// Finished ownerless HookRuns deleted after `--finished-run-ttl`.
-    pub runs_collected: Counter,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self {
-            hookruns: Family::default(),
-            measurements: Family::default(),
-            measurement_duration: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16))),
-            scheduling_lag: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
-            in_flight: Gauge::default(),
-            waiting: Gauge::default(),
-            reconcile: ReconcileMetrics::default(),
-            status_writes: Counter::default(),
-            status_writes_deferred: Counter::default(),
-            status_writes_waiting: Gauge::default(),
-            status_write_delay: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
-            invalid_templates: Gauge::default(),
-            operator: OperatorMetrics::default(),
-            runs_collected: Counter::default(),
-        }
+common::metric_set! {
+    /// Every metric of the hook-operator, under the `hook_operator_` prefix.
+    pub struct Metrics {
+        /// `hookruns{phase}`: HookRuns this operator sees.
+        pub hookruns: Family<PhaseLabels, Gauge> = Family::default()
+            => ("hookruns", "HookRuns seen by this operator, by phase"),
+        /// `measurements_total{provider,phase}`.
+        pub measurements: Family<MeasurementLabels, Counter> = Family::default()
+            => ("measurements", "Measurements taken, by provider and phase"),
+        /// `measurement_duration_seconds{provider}`: how long a provider took to answer.
+        pub measurement_duration: Family<ProviderLabels, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 16)))
+            => ("measurement_duration_seconds", "Time a provider took to answer one measurement"),
+        /// `scheduling_lag_seconds`: from when a measurement was due to when it started (a loaded operator shows here
+        /// first).
+        pub scheduling_lag: Histogram = Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            => ("scheduling_lag_seconds", "Delay between the time a measurement was due and the time it started"),
+        /// `measurements_in_flight`.
+        pub in_flight: Gauge = Gauge::default() => ("measurements_in_flight", "Measurements currently running"),
+        /// `measurements_waiting`: due measurements waiting for a slot (`--max-in-flight`).
+        pub waiting: Gauge = Gauge::default()
+            => ("measurements_waiting", "Measurements due but waiting for a slot (--max-in-flight)"),
+        /// `reconciles_total{result}` (`success`, `error`), `reconcile_errors_total{reason}`,
+        /// `reconcile_duration_seconds`.
+        pub reconcile: ReconcileMetrics = ReconcileMetrics::default() => { "HookRun reconcile rounds" },
+        /// `status_writes_total`: HookRun status updates sent.
+        pub status_writes: Counter = Counter::default()
+            => ("status_writes", "HookRun status updates sent to the API server"),
+        /// Rounds whose status change was kept in memory (recorded, measurements started) instead of written at once:
+        /// progress of a running run waiting for `--status-write-interval` or `--max-status-writes-per-second`.
+        pub status_writes_deferred: Counter = Counter::default()
+            => ("status_writes_deferred", "Rounds whose progress was kept in memory instead of written at once \
+               (write interval or budget)"),
+        /// Runs with progress recorded in memory and not written yet (what a restart would take again).
+        pub status_writes_waiting: Gauge = Gauge::default()
+            => ("status_writes_waiting", "HookRuns with recorded progress not written yet (a restart measures it \
+               again)"),
+        /// How long progress waited in memory before it was written (the age of what a restart re-measures).
+        pub status_write_delay: Histogram = Histogram::new(exponential_buckets(0.01, 2.0, 16))
+            => ("status_write_delay_seconds", "How long recorded progress waited in memory before its status write"),
+        /// `invalid_hooktemplates`: HookTemplates with validation problems.
+        pub invalid_templates: Gauge = Gauge::default()
+            => ("invalid_hooktemplates", "HookTemplates with validation problems"),
+        /// `leader` (1 while this replica runs the controller: it holds the Lease, or leader election is off),
+        /// `events_dropped_total`, `events_combined_total`: the metrics both operators share.
+        pub operator: OperatorMetrics = OperatorMetrics::default() => { "runs HookRuns" },
+        /// Finished ownerless HookRuns deleted after `--finished-run-ttl`.
+        pub runs_collected: Counter = Counter::default()
+            => ("hookruns_collected", "Finished HookRuns without an owner deleted after --finished-run-ttl"),
     }
 }
 
@@ -96,53 +91,7 @@ impl Metrics {
     /// Creates the metrics and registers them under the `hook_operator` prefix.
     pub fn register(registry: &mut Registry) -> Arc<Self> {
         let metrics = Arc::new(Self::default());
-        let r = registry.sub_registry_with_prefix("hook_operator");
-        r.register("hookruns", "HookRuns seen by this operator, by phase", metrics.hookruns.clone());
-        r.register("measurements", "Measurements taken, by provider and phase", metrics.measurements.clone());
-        r.register(
-            "measurement_duration_seconds",
-            "Time a provider took to answer one measurement",
-            metrics.measurement_duration.clone(),
-        );
-        r.register(
-            "scheduling_lag_seconds",
-            "Delay between the time a measurement was due and the time it started",
-            metrics.scheduling_lag.clone(),
-        );
-        r.register("measurements_in_flight", "Measurements currently running", metrics.in_flight.clone());
-        r.register(
-            "measurements_waiting",
-            "Measurements due but waiting for a slot (--max-in-flight)",
-            metrics.waiting.clone(),
-        );
-        metrics.reconcile.register(r, "HookRun reconcile rounds");
-        r.register("status_writes", "HookRun status updates sent to the API server", metrics.status_writes.clone());
-        r.register(
-            "status_writes_deferred",
-            "Rounds whose progress was kept in memory instead of written at once (write interval or budget)",
-            metrics.status_writes_deferred.clone(),
-        );
-        r.register(
-            "status_writes_waiting",
-            "HookRuns with recorded progress not written yet (a restart measures it again)",
-            metrics.status_writes_waiting.clone(),
-        );
-        r.register(
-            "status_write_delay_seconds",
-            "How long recorded progress waited in memory before its status write",
-            metrics.status_write_delay.clone(),
-        );
-        r.register(
-            "invalid_hooktemplates",
-            "HookTemplates with validation problems",
-            metrics.invalid_templates.clone(),
-        );
-        r.register(
-            "hookruns_collected",
-            "Finished HookRuns without an owner deleted after --finished-run-ttl",
-            metrics.runs_collected.clone(),
-        );
-        metrics.operator.register(r, "runs HookRuns");
+        metrics.register_into(registry.sub_registry_with_prefix("hook_operator"));
         metrics
     }
 

@@ -121,36 +121,28 @@ struct TimedOutLabels {
     phase: String,
 }
 
-/// `<prefix>_server_connections{server,caller}`, `<prefix>_server_connections_refused_total{server,reason}` and
-/// `<prefix>_server_connections_timed_out_total{server,phase}`.
-#[derive(Clone, Debug, Default)]
-pub struct ConnectionMetrics {
-    open: Family<OpenLabels, Gauge>,
-    refused: Family<RefusedLabels, Counter>,
-    timed_out: Family<TimedOutLabels, Counter>,
+crate::metric_set! {
+    /// `<prefix>_server_connections{server,caller}`, `<prefix>_server_connections_refused_total{server,reason}` and
+    /// `<prefix>_server_connections_timed_out_total{server,phase}`.
+    #[derive(Clone, Debug)]
+    pub struct ConnectionMetrics {
+        open: Family<OpenLabels, Gauge> = Family::default()
+            => ("server_connections", "Connections open to the process's servers, by server and caller (verified: \
+               the API server's client certificate)"),
+        refused: Family<RefusedLabels, Counter> = Family::default()
+            => ("server_connections_refused", "Connections closed by the servers' connection caps, by server and \
+               reason"),
+        timed_out: Family<TimedOutLabels, Counter> = Family::default()
+            => ("server_connections_timed_out", "Connections closed because the client was too slow, by server and \
+               phase"),
+    }
 }
 
 impl ConnectionMetrics {
     /// Registers the three families under `prefix` (`gamedeployment`, `hook_operator`) and returns handles to them.
     pub fn register(registry: &mut Registry, prefix: &str) -> Self {
         let metrics = Self::default();
-        let registry = registry.sub_registry_with_prefix(prefix);
-        registry.register(
-            "server_connections",
-            "Connections open to the process's servers, by server and caller (verified: the API server's client \
-             certificate)",
-            metrics.open.clone(),
-        );
-        registry.register(
-            "server_connections_refused",
-            "Connections closed by the servers' connection caps, by server and reason",
-            metrics.refused.clone(),
-        );
-        registry.register(
-            "server_connections_timed_out",
-            "Connections closed because the client was too slow, by server and phase",
-            metrics.timed_out.clone(),
-        );
+        metrics.register_into(registry.sub_registry_with_prefix(prefix));
         metrics
     }
 

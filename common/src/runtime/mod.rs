@@ -7,7 +7,7 @@
 //! logging::init(&flags.log)?;
 //! let client = client::build(&flags.kube).await?;
 //! let health = Health::default();
-//! let server = server::serve(flags.serve.metrics_address, registry, health.clone(), shutdown.clone());
+//! let server = server::start(flags.serve.metrics_address, registry, health.clone(), shutdown.clone(), connections, &descriptors).await?;
 //! leader::LeaderElection::from_flags(client, &flags.leader_election, "hook-operator")?
 //!     .run_while_leading(shutdown, |lease| controller(...)).await?;
 //! ```
@@ -22,6 +22,7 @@ pub mod kube_api;
 pub mod leader;
 pub mod lean;
 pub mod logging;
+pub mod metric_set;
 pub mod metrics;
 pub mod server;
 pub mod shutdown;
