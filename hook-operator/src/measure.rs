@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::conditions::evaluate;
 use crate::isolation::{Job, Verdict};
-use crate::providers::{Answer, Observation, Providers};
+use crate::providers::{Answer, Kept, Observation, Providers};
 
 /// Extra time granted beyond a provider's own timeout before the measurement is abandoned, so the provider
 /// reports its own (more precise) timeout message first.
@@ -68,12 +68,34 @@ pub async fn take(providers: &Providers, metric: &Metric, args: &[Argument]) -> 
 /// Takes one measurement of `metric` for a run in `namespace`: the provider call under its timeout, then the
 /// conditions on the evaluation pool under their budget (queued fairly per namespace).
 pub async fn take_in(providers: &Providers, namespace: &str, metric: &Metric, args: &[Argument]) -> Taken {
+    take_kept(providers, namespace, metric, args, &mut Kept::default()).await
+}
+
+/// [`take_in`] with what the run kept from its previous measurement of `metric` (see [`Kept`]), left in `kept` for
+/// its next one.
+pub async fn take_kept(
+    providers: &Providers,
+    namespace: &str,
+    metric: &Metric,
+    args: &[Argument],
+    kept: &mut Kept,
+) -> Taken {
     let started_at = Timestamp::now();
     let (args, secrets) = match providers.resolve_args(namespace, args).await {
         Ok(resolved) => resolved,
         Err(e) => return failed(started_at, crate::providers::redact::text(&e.0, &[])),
     };
-    let mut taken = measure(providers, namespace, metric, &args, started_at).await;
+    // Args read from Secrets (then owned, not borrowed from the spec) may change between measurements: a request is
+    // rendered with them for each measurement, and not kept after it.
+    let from_secrets = matches!(args, std::borrow::Cow::Owned(_));
+    if from_secrets {
+        kept.forget_request();
+    }
+    let mut taken = measure(providers, namespace, metric, &args, started_at, kept).await;
+    if from_secrets {
+        kept.forget_request();
+    }
+    kept.tidy();
     // Credentials never reach status, Events or logs: values read from Secrets, credential headers (Authorization,
     // Cookie, *token*, *key*, …), URL userinfo and
     // token query parameters are masked in what the measurement says.
@@ -97,17 +119,19 @@ async fn measure(
     metric: &Metric,
     args: &[Argument],
     started_at: Timestamp,
+    kept: &mut Kept,
 ) -> Taken {
     let clock = Instant::now();
-    let (phase, message, value, kind) = match providers.for_metric(metric) {
+    let (phase, message, value, kind) = match Providers::choose(metric) {
         Err(e) => (HookPhase::Error, Some(e.0), None, "none"),
-        Ok(provider) => {
+        Ok(which) => {
+            let provider = providers.provider(which);
             let limit = provider.timeout(metric) + GRACE;
             let observed = if provider.bounds_itself() {
                 // One timer per measurement: the provider's own.
-                Ok(provider.measure(namespace, metric, args).await)
+                Ok(providers.measure(which, namespace, metric, args, kept).await)
             } else {
-                tokio::time::timeout(limit, provider.measure(namespace, metric, args)).await
+                tokio::time::timeout(limit, providers.measure(which, namespace, metric, args, kept)).await
             };
             match observed {
                 Err(_) => (
@@ -118,7 +142,7 @@ async fn measure(
                 ),
                 Ok(Err(e)) => (HookPhase::Error, Some(e.0), None, provider.kind()),
                 Ok(Ok(answer)) => {
-                    let (phase, message, value) = settle(providers, namespace, metric, answer).await;
+                    let (phase, message, value) = settle(providers, namespace, metric, answer, kept).await;
                     (phase, message, value, provider.kind())
                 }
             }
@@ -141,13 +165,14 @@ async fn measure(
 }
 
 /// What an answer says: the phase, the measurement's message and the value stored in status. Cheap answers are
-/// read and judged here; everything else on the evaluation workers, under their bounds (see
-/// [`crate::isolation`]).
+/// read and judged here (and their buffer goes back to `kept` for the next answer); everything else on the
+/// evaluation workers, under their bounds (see [`crate::isolation`]).
 async fn settle(
     providers: &Providers,
     namespace: &str,
     metric: &Metric,
     answer: Answer,
+    kept: &mut Kept,
 ) -> (HookPhase, Option<String>, Option<String>) {
     let (success, failure) = (metric.success_condition.as_deref(), metric.failure_condition.as_deref());
     let raw = match answer {
@@ -157,10 +182,15 @@ async fn settle(
     if raw.cheap() {
         let observation = match raw.read() {
             Ok(observation) => observation,
-            Err(e) => return (HookPhase::Error, Some(e.0), None),
+            Err(e) => {
+                kept.keep_answer(raw.response.body);
+                return (HookPhase::Error, Some(e.0), None);
+            }
         };
         if observation.verdict.is_some() || evaluate::inline_safe(success, failure, &observation.result) {
-            return judge(providers, namespace, metric, observation).await;
+            let judged = judge(providers, namespace, metric, observation).await;
+            kept.keep_answer(raw.response.body);
+            return judged;
         }
     }
     let job =

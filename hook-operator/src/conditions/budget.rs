@@ -35,6 +35,25 @@ thread_local! {
     static LATE: Cell<bool> = const { Cell::new(false) };
 }
 
+// Allocations (and reallocations) made on each thread, counted in unit tests only: the tests that hold the
+// measurement path to its allocations per measurement read it ([`allocations`]).
+#[cfg(test)]
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Allocations and reallocations this thread made so far (unit tests only).
+#[cfg(test)]
+pub(crate) fn allocations() -> u64 {
+    ALLOCATIONS.try_with(Cell::get).unwrap_or(0)
+}
+
+#[inline]
+fn tally() {
+    #[cfg(test)]
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
+
 /// Process-wide hard cap (only in an evaluation worker process, see [`crate::isolation`]): bytes allocated and not
 /// freed by the whole process, and the most it may hold. An allocation past the cap *fails* (the allocator returns
 /// null), which ends the process at once: the hard bound that stops even a step between checkpoints.
@@ -114,6 +133,7 @@ fn counted(size: usize, allocate: impl FnOnce() -> *mut u8) -> *mut u8 {
     if !admit(size) {
         return std::ptr::null_mut();
     }
+    tally();
     let p = allocate();
     if p.is_null() {
         release(size);
@@ -148,6 +168,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
         if grows > 0 && !admit(grows) {
             return std::ptr::null_mut();
         }
+        tally();
         // SAFETY: forwarded with the caller's guarantees.
         let p = unsafe { self.0.realloc(ptr, layout, new_size) };
         if p.is_null() {

@@ -265,10 +265,12 @@ async fn reconcile_round(run: Arc<HookRun>, ctx: &Arc<Context>) -> Result<Action
         ctx.dispatcher.commit(&round, written.clone());
     }
     publish(ctx, &round, written.as_deref());
-    if round.plan.completed {
+    let (completed, wake_at) = (round.plan.completed, round.plan.wake_at);
+    ctx.dispatcher.recycle(&round.id, round.plan);
+    if completed {
         return Ok(Action::await_change());
     }
-    Ok(requeue_at(round.plan.wake_at))
+    Ok(requeue_at(wake_at))
 }
 
 /// A run completing because of `spec.terminate` names who set it, in its message and its Event ([`terminate`]): one

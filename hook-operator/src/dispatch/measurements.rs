@@ -17,6 +17,21 @@ use super::{Dispatcher, Fence, Round};
 use crate::engine::{Finished, schedule};
 use crate::measure;
 use crate::metrics::{MeasurementLabels, ProviderLabels};
+use crate::providers::Kept;
+
+/// What a finished measurement is delivered with, besides its result.
+struct Delivery<'a> {
+    /// The measurement's token: delivered only while its run still waits for it.
+    token: u64,
+    /// See [`Finished::taken_before`].
+    taken_before: i32,
+    /// The measurement stands for an outcome a crash lost (see `engine::lost`).
+    lost: bool,
+    /// The metric's index in the spec the measurement was taken on, and that spec (what the run keeps for the
+    /// metric's next measurement is kept only while the run measures that same spec).
+    index: usize,
+    spec: &'a Arc<HookRunSpec>,
+}
 
 /// Decrements a gauge when dropped, so aborted tasks are accounted for too.
 struct GaugeGuard<'a>(&'a prometheus_client::metrics::gauge::Gauge);
@@ -71,9 +86,12 @@ impl Dispatcher {
                 _ => {
                     let spec = Arc::new(round.run.spec.clone());
                     slot.spec = Some((generation, spec.clone()));
+                    // What the run kept from its measurements was made from the spec before.
+                    slot.kept.clear();
                     spec
                 }
             };
+            let kept = slot.take_kept(start.index);
             let token = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
             let armed = Armed {
                 index: start.index,
@@ -82,19 +100,21 @@ impl Dispatcher {
                 retake: slot.retakes.contains(&start.metric),
             };
             let task = if i < armed_from {
-                Some(tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token)).abort_handle())
+                Some(tokio::spawn(self.clone().measure(round.id.clone(), armed, spec, token, kept)).abort_handle())
             } else {
                 // Armed: its task is made when its tick comes.
-                self.arm(token, Waiting { id: round.id.clone(), armed, spec });
+                self.arm(token, Waiting { id: round.id.clone(), armed, spec, kept });
                 None
             };
             let entry = InFlight { token, task, generation, due: start.due };
-            slot.in_flight.insert(start.metric.clone(), entry);
+            let name = slot.name(&start.metric);
+            slot.in_flight.insert(name, entry);
         }
     }
 
-    /// A measurement's task, in steps: a slot, the fence, the measurement, its delivery.
-    pub(super) async fn measure(self, id: RunId, start: Armed, spec: Arc<HookRunSpec>, token: u64) {
+    /// A measurement's task, in steps: a slot, the fence, the measurement, its delivery. `kept`: what the run kept
+    /// from its previous measurement of the metric, handed back with this one's result.
+    pub(super) async fn measure(self, id: RunId, start: Armed, spec: Arc<HookRunSpec>, token: u64, mut kept: Kept) {
         // Started at its tick, never before its due time; the wall clock may still be short of it by a hair (the
         // shard sleeps on the monotonic clock): the rest is waited here (holding no slot).
         let early = schedule::until(Timestamp::now(), start.due);
@@ -110,7 +130,7 @@ impl Dispatcher {
             return;
         }
         self.observe_lag(start.due);
-        let taken = self.take(&id, metric, &spec.args).await;
+        let taken = self.take(&id, metric, &spec.args, &mut kept).await;
         drop(permit);
         drop(namespace_permit);
         self.count(&id, &metric.name, &taken);
@@ -120,7 +140,8 @@ impl Dispatcher {
         } else {
             (taken, false)
         };
-        self.deliver(&id, &metric.name, token, (start.taken_before, lost), taken);
+        let delivery = Delivery { token, taken_before: start.taken_before, lost, index: start.index, spec: &spec };
+        self.deliver(&id, &metric.name, delivery, taken, kept);
     }
 
     /// Waits for the namespace's share first, then a global slot: a namespace at its share waits without holding a
@@ -167,17 +188,20 @@ impl Dispatcher {
 
     /// Takes the measurement. A panic anywhere in it becomes an Error measurement, so its in-flight entry is cleared
     /// and the run moves on (a task that panicked used to leave the run Running forever).
-    async fn take(&self, id: &RunId, metric: &Metric, args: &[Argument]) -> measure::Taken {
+    async fn take(&self, id: &RunId, metric: &Metric, args: &[Argument], kept: &mut Kept) -> measure::Taken {
         let metrics = &self.inner.metrics;
         metrics.in_flight.inc();
         let _running = GaugeGuard(&metrics.in_flight);
         let started_at = Timestamp::now();
         // Boxed: the measurement's state (HTTP exchange and all) is allocated only while it runs, so an armed task
         // that sleeps until its due time stays small (and spawning it copies little).
-        let taking = Box::pin(measure::take_in(&self.inner.providers, &id.namespace, metric, args));
-        match AssertUnwindSafe(taking).catch_unwind().await {
+        let taking = Box::pin(measure::take_kept(&self.inner.providers, &id.namespace, metric, args, kept));
+        let outcome = AssertUnwindSafe(taking).catch_unwind().await;
+        match outcome {
             Ok(taken) => taken,
             Err(panic) => {
+                // Whatever the measurement left half done is not reused.
+                *kept = Kept::default();
                 let message = crate::conditions::budget::panic_message(panic.as_ref());
                 tracing::error!(run = %id.name, namespace = %id.namespace, metric = %metric.name, %message, "a measurement panicked");
                 measure::failed(
@@ -201,18 +225,21 @@ impl Dispatcher {
         tracing::debug!(run = %id.name, namespace = %id.namespace, metric = %metric, phase, "measurement finished");
     }
 
-    /// Hands the measurement to its run (unless the run forgot it meanwhile) and wakes the run.
-    /// `lost`: the measurement stands for an outcome a crash lost (see `engine::lost`).
-    fn deliver(&self, id: &RunId, metric: &str, token: u64, (taken_before, lost): (i32, bool), taken: measure::Taken) {
+    /// Hands the measurement to its run (unless the run forgot it meanwhile), with what it keeps for the next one,
+    /// and wakes the run.
+    fn deliver(&self, id: &RunId, metric: &str, delivery: Delivery<'_>, taken: measure::Taken, kept: Kept) {
+        let Delivery { token, taken_before, lost, index, spec } = delivery;
         let delivered = {
             let mut slots = self.slots();
             match slots.get_mut(&*id.uid) {
                 Some(slot) if slot.in_flight.get(metric).is_some_and(|f| f.token == token) => {
-                    slot.in_flight.remove(metric);
+                    slot.no_longer_in_flight(metric);
                     slot.retakes.retain(|m| m != metric);
+                    slot.keep(index, spec, kept);
+                    let metric = slot.name(metric);
                     slot.finished.push(Finished {
                         id: token,
-                        metric: metric.to_string(),
+                        metric,
                         measurement: taken.measurement,
                         finished_at: taken.finished_at,
                         taken_before,

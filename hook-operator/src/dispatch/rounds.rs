@@ -66,23 +66,23 @@ impl Dispatcher {
         // The slot's outline is lent to the round (see `Outline`).
         let mut outline = std::mem::take(&mut slot.outline);
         let invalid = validation.as_ref().err().map(String::as_str);
-        let round = self.plan_on_slot(slot, id, run, invalid, now, move_status, &mut outline);
+        let reuse = slot.reuse.take().unwrap_or_default();
+        let round = self.plan_on_slot(slot, id, run, (invalid, now, move_status), &mut outline, reuse);
         slot.outline = outline;
         round
     }
 
-    /// The engine's plan for `run` on what `slot` remembers. With `move_status` (see [`Dispatcher::plan_owned`]) the
-    /// stored status is moved out of `run` into the plan when nothing is unwritten and no one else holds `run`.
-    #[allow(clippy::too_many_arguments)]
+    /// The engine's plan for `run` on what `slot` remembers, built in `reuse`. With `move_status` (see
+    /// [`Dispatcher::plan_owned`]) the stored status is moved out of `run` into the plan when nothing is unwritten and
+    /// no one else holds `run`.
     fn plan_on_slot(
         &self,
         slot: &Slot,
         id: RunId,
         mut run: Arc<HookRun>,
-        invalid: Option<&str>,
-        now: Timestamp,
-        move_status: bool,
+        (invalid, now, move_status): (Option<&str>, Timestamp, bool),
         outline: &mut Outline,
+        reuse: engine::Reuse,
     ) -> Round {
         let in_flight: HashSet<String> = slot.in_flight.keys().cloned().collect();
         // The stored status, moved out of the run (only when asked, nothing is unwritten and no one else holds it).
@@ -106,12 +106,12 @@ impl Dispatcher {
         };
         let (plan, changed) = match moved.take() {
             Some(stored) => {
-                let plan = engine::plan_on(&inputs, Some(stored));
+                let plan = engine::plan_reusing(&inputs, Some(stored), reuse);
                 let changed = !outline.is_of(&plan.status);
                 (plan, changed)
             }
             None => {
-                let plan = engine::plan(&inputs);
+                let plan = engine::plan_reusing(&inputs, inputs.status.cloned(), reuse);
                 let changed = run.status.as_ref().is_none_or(|s| *s != plan.status);
                 (plan, changed)
             }
@@ -148,12 +148,23 @@ impl Dispatcher {
         }
     }
 
+    /// Takes back a round its caller is done with (after [`Dispatcher::commit`] or
+    /// [`Dispatcher::commit_unwritten`]): the run's next round builds its plan in this one's lists and maps (see
+    /// [`engine::Reuse`]) instead of new ones. Optional: a round not given back is dropped, and the next one allocates
+    /// its own.
+    pub fn recycle(&self, id: &RunId, plan: Plan) {
+        let reuse = engine::Reuse::of(plan);
+        if let Some(slot) = self.slots().get_mut(&*id.uid) {
+            slot.reuse = Some(reuse);
+        }
+    }
+
     /// The part of a commit that does not depend on the write: forget what the round recorded, remember its precise
     /// times and start its due measurements.
     pub(super) fn record(&self, slot: &mut Slot, round: &Round) {
-        slot.finished.retain(|f| !round.plan.consumed.contains(&f.id));
+        slot.forget_recorded(&round.plan.consumed);
         // Into the slot's own map and strings (no new allocation once a metric has been recorded).
-        slot.precise.clone_from(&round.plan.precise);
+        slot.precise.assign(&round.plan.precise);
         self.start_measurements(slot, round);
     }
 }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::Dispatcher;
 use crate::engine::validate;
 use crate::engine::{Finished, Precise};
+use crate::providers::Kept;
 
 /// A status planned and recorded in memory, not written yet.
 pub(super) struct Unwritten {
@@ -108,7 +109,20 @@ pub(super) struct Slot {
     pub(super) idle: Option<(String, Option<Timestamp>)>,
     /// The outline of the status the last round planned on, lent to each round (its strings and list reused).
     pub(super) outline: super::outline::Outline,
+    /// Per metric (by index in `spec`), what its last measurement left for the next one: the rendered request and
+    /// the buffers of the exchange (see [`Kept`]). Lent to each measurement task and handed back with its result;
+    /// emptied when `spec` is replaced.
+    pub(super) kept: Vec<Kept>,
+    /// Metric names no longer in use (of a measurement no longer in flight, or recorded): a run names the same
+    /// metrics over and over, and the next name it needs is written into one of these (at most [`SPARE_NAMES`]).
+    pub(super) spare_names: Vec<String>,
+    /// What the run's last committed round leaves for the next one to build its plan in (see
+    /// [`crate::engine::Reuse`]), when its caller gave it back ([`Dispatcher::recycle`]).
+    pub(super) reuse: Option<crate::engine::Reuse>,
 }
+
+/// Metric names a run keeps for reuse (see [`Slot::name`]): two per metric of a run with two metrics.
+const SPARE_NAMES: usize = 4;
 
 impl Slot {
     /// The run's id: the one made by its first round while it is the same run, else a new one.
@@ -142,6 +156,62 @@ impl Slot {
                 self.validated = Some((generation, verdict.clone()));
                 verdict
             }
+        }
+    }
+
+    /// What the run kept of metric `index` from its last measurement (nothing yet the first time), lent to its next.
+    pub(super) fn take_kept(&mut self, index: usize) -> Kept {
+        self.kept.get_mut(index).map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Keeps what a measurement of metric `index` of `spec` leaves for the next one, while the run still measures
+    /// that spec.
+    pub(super) fn keep(&mut self, index: usize, spec: &Arc<HookRunSpec>, kept: Kept) {
+        if self.spec.as_ref().is_some_and(|(_, current)| Arc::ptr_eq(current, spec)) {
+            if self.kept.len() <= index {
+                self.kept.resize_with(index + 1, Kept::default);
+            }
+            self.kept[index] = kept;
+        }
+    }
+
+    /// Forgets the finished measurements a round recorded (`consumed`); their metric names are kept for reuse.
+    pub(super) fn forget_recorded(&mut self, consumed: &[u64]) {
+        let mut i = 0;
+        while i < self.finished.len() {
+            if consumed.contains(&self.finished[i].id) {
+                let name = self.finished.remove(i).metric;
+                self.spare(name);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// The measurement in flight for `metric` is no longer: its entry is removed (and its name kept for reuse).
+    pub(super) fn no_longer_in_flight(&mut self, metric: &str) {
+        if let Some((name, _)) = self.in_flight.remove_entry(metric) {
+            self.spare(name);
+        }
+    }
+
+    /// Keeps a metric name no longer in use for [`Slot::name`].
+    fn spare(&mut self, name: String) {
+        if self.spare_names.len() < SPARE_NAMES {
+            self.spare_names.push(name);
+        }
+    }
+
+    /// `metric` as an owned name (a key of `in_flight`, a finished measurement's metric): written into a spare one
+    /// when there is one, else copied.
+    pub(super) fn name(&mut self, metric: &str) -> String {
+        match self.spare_names.pop() {
+            Some(mut name) => {
+                name.clear();
+                name.push_str(metric);
+                name
+            }
+            None => metric.to_string(),
         }
     }
 

@@ -612,7 +612,13 @@ async fn an_armed_measurement_starts_when_due_without_another_round() {
 async fn an_armed_measurement_is_a_small_task() {
     let (d, _) = arming();
     let start = Armed { index: 0, due: Timestamp::now(), taken_before: 0, retake: false };
-    let task = d.clone().measure(RunId::of(&running("a", "1")), start, Arc::new(running("a", "1").spec), 1);
+    let task = d.clone().measure(
+        RunId::of(&running("a", "1")),
+        start,
+        Arc::new(running("a", "1").spec),
+        1,
+        Default::default(),
+    );
     let size = std::mem::size_of_val(&task);
     assert!(size <= 1024, "the measurement task is {size} bytes");
 }

@@ -41,6 +41,8 @@ pub(super) struct Waiting {
     pub(super) id: RunId,
     pub(super) armed: Armed,
     pub(super) spec: Arc<HookRunSpec>,
+    /// What the run kept from its previous measurement of the metric.
+    pub(super) kept: crate::providers::Kept,
 }
 
 /// One shard's armed measurements, by (tick, token).
@@ -168,8 +170,8 @@ impl Dispatcher {
             let Some(slot) = slots.get_mut(&*waiting.id.uid) else { continue };
             let Some(metric) = waiting.spec.metrics.get(waiting.armed.index) else { continue };
             let Some(in_flight) = slot.in_flight.get_mut(&metric.name).filter(|f| f.token == token) else { continue };
-            let Waiting { id, armed, spec } = waiting;
-            let task = tokio::spawn(self.clone().measure(id, armed, spec, token));
+            let Waiting { id, armed, spec, kept } = waiting;
+            let task = tokio::spawn(self.clone().measure(id, armed, spec, token, kept));
             in_flight.task = Some(task.abort_handle());
             started += 1;
         }

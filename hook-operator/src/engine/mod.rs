@@ -201,6 +201,23 @@ pub fn record(result: &mut MetricResult, measurement: Measurement, history_limit
     push_history(result, measurement, history_limit);
 }
 
+/// A copy of `measurement` for `result`'s history: made in the strings of the oldest entry when the history is full
+/// (that entry leaves it as this one joins), so a run under way records its measurements without allocating.
+fn copy_for_history(result: &mut MetricResult, measurement: &Measurement, history_limit: usize) -> Measurement {
+    if result.measurements.is_empty() || result.measurements.len() < history_limit.max(1) {
+        return measurement.clone();
+    }
+    let mut copy = result.measurements.remove(0);
+    let Measurement { phase, message, started_at, finished_at, resume_at, value } = measurement;
+    copy.phase = *phase;
+    copy.message.clone_from(message);
+    copy.started_at.clone_from(started_at);
+    copy.finished_at.clone_from(finished_at);
+    copy.resume_at.clone_from(resume_at);
+    copy.value.clone_from(value);
+    copy
+}
+
 /// Appends to the bounded history. Trimmed before the push: a history copied at its exact length then never grows
 /// (no reallocation and copy of the whole history per measurement).
 fn push_history(result: &mut MetricResult, mut measurement: Measurement, history_limit: usize) {
@@ -319,50 +336,112 @@ pub fn plan(inputs: &Inputs<'_>) -> Plan {
     plan_on(inputs, inputs.status.cloned())
 }
 
+/// The parts of a run's last [`Plan`] its next round builds its own in ([`plan_reusing`]): the lists and the
+/// precise-time map keep their memory, and the measurements it started lend their metric names to the next ones, so
+/// a round of a run under way allocates nothing for them. What they held is overwritten: a plan made on them equals
+/// one made from nothing.
+#[derive(Debug, Default)]
+pub struct Reuse {
+    consumed: Vec<u64>,
+    precise: Precise,
+    start: Vec<Start>,
+    arm: Vec<Start>,
+}
+
+impl Reuse {
+    /// Takes back what a plan's next round of the same run reuses (the rest of the plan is dropped).
+    pub fn of(plan: Plan) -> Self {
+        let Plan { consumed, precise, start, arm, .. } = plan;
+        Self { consumed, precise, start, arm }
+    }
+}
+
+impl Precise {
+    /// Becomes a copy of `other` in place: the map and its names stay (a derived `clone_from` copies both anew).
+    pub fn assign(&mut self, other: &Precise) {
+        let Precise { started_at, last_finish } = other;
+        self.started_at = *started_at;
+        self.last_finish.retain(|metric, _| last_finish.contains_key(metric));
+        for (metric, finish) in last_finish {
+            match self.last_finish.get_mut(metric) {
+                Some(kept) => *kept = *finish,
+                None => {
+                    self.last_finish.insert(metric.clone(), *finish);
+                }
+            }
+        }
+    }
+}
+
 /// [`plan`] on a status the caller gives up (`inputs.status` is not read): the new status is built in it, so its
 /// measurement history is not copied.
 ///
 /// The steps of a round, in order; each may complete the run and end the round.
 pub fn plan_on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Plan {
-    let mut plan = Plan::on(inputs, status);
+    plan_reusing(inputs, status, Reuse::default())
+}
+
+/// [`plan_on`], built in what the run's last plan leaves (see [`Reuse`]).
+pub fn plan_reusing(inputs: &Inputs<'_>, status: Option<HookRunStatus>, reuse: Reuse) -> Plan {
+    let mut plan = Plan::on(inputs, status, reuse);
+    // `start` and `arm` still hold the last plan's entries: written over by this round's, the rest cut off here.
+    let listed = decide(&mut plan, inputs);
+    plan.start.truncate(listed.start);
+    plan.arm.truncate(listed.arm);
+    plan
+}
+
+/// How many entries of [`Plan::start`] and [`Plan::arm`] a round wrote.
+#[derive(Default)]
+struct Listed {
+    start: usize,
+    arm: usize,
+}
+
+/// The steps of a round on `plan` (see [`plan_on`]).
+fn decide(plan: &mut Plan, inputs: &Inputs<'_>) -> Listed {
     if plan.status.phase.is_some_and(HookPhase::is_completed) {
         plan.completed = true;
-        return plan;
+        return Listed::default();
     }
-    let started_at = mark_running(&mut plan, inputs.now);
+    let started_at = mark_running(plan, inputs.now);
     if let Some(problem) = inputs.invalid {
-        complete_invalid(&mut plan, problem);
-        return plan;
+        complete_invalid(plan, problem);
+        return Listed::default();
     }
-    record_finished(&mut plan, inputs);
-    let stopped_by = assess_metrics(&mut plan, inputs.spec);
+    record_finished(plan, inputs);
+    let stopped_by = assess_metrics(plan, inputs.spec);
     if inputs.spec.terminate || stopped_by.is_some() {
-        stop_run(&mut plan, inputs.spec, stopped_by);
-        return plan;
+        stop_run(plan, inputs.spec, stopped_by);
+        return Listed::default();
     }
     if all_metrics_completed(inputs.spec, &plan.status) {
-        complete_run(&mut plan, None);
-        return plan;
+        complete_run(plan, None);
+        return Listed::default();
     }
     // While running, the message says what is going wrong: the last error of a metric whose latest
     // measurement errored (otherwise the run looks healthy until consecutiveErrorLimit is reached).
     plan.status.message = running_message(inputs.spec, &plan.status);
-    schedule_due(&mut plan, inputs, started_at);
-    plan
+    schedule_due(plan, inputs, started_at)
 }
 
 impl Plan {
-    /// A plan that changes nothing yet: `status` as given, and every finished measurement consumed.
-    fn on(inputs: &Inputs<'_>, status: Option<HookRunStatus>) -> Self {
+    /// A plan that changes nothing yet: `status` as given, and every finished measurement consumed; built in `reuse`
+    /// (its `start` and `arm` entries are the last plan's until [`plan_reusing`] cuts them to this round's).
+    fn on(inputs: &Inputs<'_>, status: Option<HookRunStatus>, reuse: Reuse) -> Self {
+        let Reuse { mut consumed, mut precise, start, arm } = reuse;
+        consumed.clear();
+        consumed.extend(inputs.finished.iter().map(|f| f.id));
+        precise.assign(inputs.precise);
         Plan {
             status: status.unwrap_or_default(),
-            start: Vec::new(),
-            arm: Vec::new(),
+            start,
+            arm,
             wake_at: None,
             notes: Vec::new(),
             completed: false,
-            consumed: inputs.finished.iter().map(|f| f.id).collect(),
-            precise: inputs.precise.clone(),
+            consumed,
+            precise,
             recorded: Vec::new(),
             recorded_count: 0,
         }
@@ -417,7 +496,7 @@ fn record_one(plan: &mut Plan, inputs: &Inputs<'_>, f: &Finished) {
     if result.phase.is_some_and(HookPhase::is_completed) || schedule::taken(result) != f.taken_before {
         return;
     }
-    let mut measurement = f.measurement.clone();
+    let mut measurement = copy_for_history(result, &f.measurement, inputs.settings.history_limit);
     let wait = schedule::wait_after(metric, measurement.phase, inputs.settings);
     measurement.resume_at = Some(Time(schedule::ceil_second(schedule::after(f.finished_at, wait))));
     plan.recorded_count += 1;
@@ -509,7 +588,8 @@ fn complete_run(plan: &mut Plan, message: Option<String>) {
 }
 
 /// Step 4, scheduling: what is due now (started), due within `arm_ahead` (armed), and when to look again.
-fn schedule_due(plan: &mut Plan, inputs: &Inputs<'_>, started_at: Timestamp) {
+fn schedule_due(plan: &mut Plan, inputs: &Inputs<'_>, started_at: Timestamp) -> Listed {
+    let mut listed = Listed::default();
     let (status, now) = (&plan.status, inputs.now);
     let ordered = inputs.spec.policy == Some(HookPolicy::Ordered);
     for (i, metric) in inputs.spec.metrics.iter().enumerate() {
@@ -530,16 +610,30 @@ fn schedule_due(plan: &mut Plan, inputs: &Inputs<'_>, started_at: Timestamp) {
         }
         let precise = plan.precise.last_finish.get(&metric.name).copied();
         let due = schedule::due(metric, result, started_at, precise, inputs.settings);
-        let start =
-            || Start { index: i, metric: metric.name.clone(), due, taken_before: result.map_or(0, schedule::taken) };
+        let taken_before = result.map_or(0, schedule::taken);
         if due <= now {
-            plan.start.push(start());
+            put(&mut plan.start, &mut listed.start, (i, &metric.name), due, taken_before);
         } else if schedule::until(now, due) <= inputs.settings.arm_ahead {
-            plan.arm.push(start());
+            put(&mut plan.arm, &mut listed.arm, (i, &metric.name), due, taken_before);
         } else {
             plan.wake_at = Some(plan.wake_at.map_or(due, |w| w.min(due)));
         }
     }
+    listed
+}
+
+/// Writes the start of metric `(index, name)` as entry `*written` of `list` (over the last plan's entry there, its
+/// name's memory reused, or appended), and counts it.
+fn put(list: &mut Vec<Start>, written: &mut usize, (index, metric): (usize, &str), due: Timestamp, taken_before: i32) {
+    match list.get_mut(*written) {
+        Some(entry) => {
+            entry.metric.clear();
+            entry.metric.push_str(metric);
+            (entry.index, entry.due, entry.taken_before) = (index, due, taken_before);
+        }
+        None => list.push(Start { index, metric: metric.to_string(), due, taken_before }),
+    }
+    *written += 1;
 }
 
 #[cfg(test)]

@@ -46,7 +46,13 @@ pub fn after(t: Timestamp, d: Duration) -> Timestamp {
 
 /// `to - from`, zero when `to` is not later.
 pub fn until(from: Timestamp, to: Timestamp) -> Duration {
-    Duration::try_from(to.duration_since(from)).unwrap_or_default()
+    let span = to.duration_since(from);
+    // Checked first: converting a negative span fails with an error that is allocated only to be thrown away (twice
+    // per measurement: a task started at its due time, the next one armed after it).
+    if span.is_negative() {
+        return Duration::ZERO;
+    }
+    Duration::try_from(span).unwrap_or_default()
 }
 
 /// Rounds up to the next whole second, the precision of status times.

@@ -216,6 +216,31 @@ struct Sim {
     taken_at: Vec<(String, Timestamp)>,
     next_id: u64,
     rounds: usize,
+    /// The last round's plan: every round is also planned in its parts ([`plan_reusing`]), which must not change it.
+    last: Option<Plan>,
+}
+
+/// A plan whose lists and map hold what no round of any test plans (ids, names, times), to build plans in.
+fn stale_plan() -> Plan {
+    let start = Start { index: 7, metric: "stale-metric-with-a-long-name".into(), due: at(1), taken_before: 99 };
+    let mut precise = Precise { started_at: Some(at(2)), ..Precise::default() };
+    precise.last_finish.insert("stale".into(), schedule::PreciseFinish { taken: 5, at: at(3) });
+    Plan {
+        consumed: vec![1_000_001, 1_000_002],
+        precise,
+        start: vec![start.clone(), start.clone(), start.clone()],
+        arm: vec![start.clone(), start],
+        ..plan(&Inputs {
+            spec: &HookRunSpec::default(),
+            status: None,
+            invalid: None,
+            finished: &[],
+            in_flight: &HashSet::new(),
+            precise: &Precise::default(),
+            now: at(0),
+            settings: &EngineSettings::default(),
+        })
+    }
 }
 
 impl Sim {
@@ -232,13 +257,14 @@ impl Sim {
             taken_at: Vec::new(),
             next_id: 0,
             rounds: 0,
+            last: Some(stale_plan()),
         }
     }
 
     fn round(&mut self, finished: &[Finished]) -> Plan {
         let in_flight = HashSet::new();
         let invalid = crate::engine::validate::run(&self.spec).err();
-        let plan = plan(&Inputs {
+        let inputs = Inputs {
             spec: &self.spec,
             status: self.status.as_ref(),
             invalid: invalid.as_deref(),
@@ -247,7 +273,12 @@ impl Sim {
             precise: &self.precise,
             now: self.now,
             settings: &self.settings,
-        });
+        };
+        let plan = plan(&inputs);
+        let last = Reuse::of(self.last.take().unwrap_or_else(stale_plan));
+        let reused = plan_reusing(&inputs, self.status.clone(), last);
+        assert_eq!(reused, plan, "a plan built in the last plan's parts is the plan built from nothing");
+        self.last = Some(reused);
         self.status = Some(plan.status.clone());
         self.precise = plan.precise.clone();
         self.notes.extend(plan.notes.clone());

@@ -17,7 +17,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Answer, AsyncProvider, Observation, ProviderError, display};
+use super::{Answer, AsyncProvider, Kept, Observation, ProviderError, display};
 use crate::conditions::evaluate::to_expr;
 
 /// Label and annotation prefixes the operators themselves write and read (gates, lifecycle states, overrides): a
@@ -372,7 +372,13 @@ impl AsyncProvider for Kubernetes {
         self.timeout
     }
 
-    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+    async fn measure(
+        &self,
+        namespace: &str,
+        metric: &Metric,
+        args: &[Argument],
+        _kept: &mut Kept,
+    ) -> Result<Answer, ProviderError> {
         self.observe(namespace, metric, args).await.map(Answer::Observed)
     }
 }

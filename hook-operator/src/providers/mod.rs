@@ -42,15 +42,8 @@ pub struct Raw {
 /// error message or a worker needs it).
 #[derive(Debug)]
 pub enum Source {
-    /// A web metric's request.
-    Web {
-        /// The HTTP method.
-        method: reqwest::Method,
-        /// The URL, rendered (credentials are redacted in messages).
-        url: String,
-        /// The parsed `jsonPath`, if any.
-        path: Option<Arc<crate::conditions::jsonpath::Path>>,
-    },
+    /// A web metric's request, as its run keeps it (see [`Kept`]).
+    Web(Arc<web::Request>),
     /// A Prometheus query.
     Prometheus {
         /// The PromQL query, rendered.
@@ -64,7 +57,7 @@ impl Raw {
     pub fn cheap(&self) -> bool {
         self.response.body.len() <= crate::isolation::INLINE_BODY_BYTES
             && match &self.source {
-                Source::Web { path, .. } => path.as_ref().is_none_or(|p| p.is_members_only()),
+                Source::Web(request) => request.path.as_ref().is_none_or(|p| p.is_members_only()),
                 Source::Prometheus { .. } => true,
             }
     }
@@ -73,7 +66,8 @@ impl Raw {
     pub fn read(&self) -> Result<Observation, ProviderError> {
         let body = &self.response.body;
         match &self.source {
-            Source::Web { method, url, path } => {
+            Source::Web(request) => {
+                let web::Request { method, url, path, .. } = &**request;
                 crate::answer::web::interpret_named(|| format!("{method} {url}"), body, path.as_deref())
             }
             Source::Prometheus { query } => crate::answer::prometheus::interpret(body, query),
@@ -83,12 +77,67 @@ impl Raw {
     /// How an evaluation worker reads it.
     pub fn reading(&self) -> crate::isolation::Reading {
         match &self.source {
-            Source::Web { method, url, path } => crate::isolation::Reading::Web {
-                what: format!("{method} {url}"),
-                path: path.as_ref().map(|p| p.written().to_string()),
+            Source::Web(request) => crate::isolation::Reading::Web {
+                what: format!("{} {}", request.method, request.url),
+                path: request.path.as_ref().map(|p| p.written().to_string()),
             },
             Source::Prometheus { query } => crate::isolation::Reading::Prometheus { query: query.clone() },
         }
+    }
+}
+
+/// Largest buffer a run keeps between its measurements (its answer's body, its request as sent): the answers hooks
+/// give (a few fields of JSON) and their requests fit. A buffer a larger answer or request grew is dropped after the
+/// measurement, so one huge answer does not hold its memory for the rest of the run (and thousands of runs keep
+/// little each).
+pub const KEPT_BUFFER_BYTES: usize = 1024;
+
+/// What a run keeps of one metric from one measurement to the next. Within a generation of the run's spec its
+/// template and args are fixed, so its web request is rendered once, and the buffers of the exchange serve every
+/// measurement: before, each measurement rendered the request again and allocated both buffers anew. Whoever keeps
+/// it (the dispatcher, per run and metric) starts over with a new one when the spec changes.
+#[derive(Debug, Default)]
+pub struct Kept {
+    /// The web request as rendered (none before the first web measurement, or while args come from Secrets).
+    web: Option<Arc<web::Request>>,
+    /// The request as sent and the answer's body.
+    buffers: http::Buffers,
+}
+
+impl Kept {
+    /// Forgets the rendered request: args read from Secrets may differ from one measurement to the next, so a request
+    /// rendered with them is rendered anew each time (and not kept after its measurement).
+    pub fn forget_request(&mut self) {
+        self.web = None;
+    }
+
+    /// The rendered request kept (tests).
+    #[cfg(test)]
+    pub(crate) fn request(&self) -> Option<&Arc<web::Request>> {
+        self.web.as_ref()
+    }
+
+    /// Takes back an answer's body once it was read, as the buffer of the next answer.
+    pub(crate) fn keep_answer(&mut self, body: Vec<u8>) {
+        self.buffers.answer = body;
+    }
+
+    /// After a measurement: a buffer that a large answer or request grew past [`KEPT_BUFFER_BYTES`] is dropped, the
+    /// others are emptied for the next one.
+    pub fn tidy(&mut self) {
+        for buffer in [&mut self.buffers.wire, &mut self.buffers.answer] {
+            if buffer.capacity() > KEPT_BUFFER_BYTES {
+                *buffer = Vec::new();
+            } else {
+                buffer.clear();
+            }
+        }
+    }
+
+    /// Bytes its buffers hold (tests).
+    #[cfg(test)]
+    pub(crate) fn buffer_bytes(&self) -> usize {
+        self.buffers.wire.capacity() + self.buffers.answer.capacity()
     }
 }
 
@@ -103,12 +152,14 @@ pub trait Provider: Send + Sync {
     fn bounds_itself(&self) -> bool {
         false
     }
-    /// Takes one measurement for a run in `namespace` (the kubernetes provider stays inside it).
+    /// Takes one measurement for a run in `namespace` (the kubernetes provider stays inside it), with what the run
+    /// kept from its previous measurement of the metric.
     fn measure<'a>(
         &'a self,
         namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
+        kept: &'a mut Kept,
     ) -> BoxFuture<'a, Result<Answer, ProviderError>>;
 }
 
@@ -129,6 +180,7 @@ pub trait AsyncProvider: Send + Sync {
         namespace: &str,
         metric: &Metric,
         args: &[Argument],
+        kept: &mut Kept,
     ) -> impl Future<Output = Result<Answer, ProviderError>> + Send;
 }
 
@@ -150,8 +202,9 @@ impl<P: AsyncProvider> Provider for P {
         namespace: &'a str,
         metric: &'a Metric,
         args: &'a [Argument],
+        kept: &'a mut Kept,
     ) -> BoxFuture<'a, Result<Answer, ProviderError>> {
-        AsyncProvider::measure(self, namespace, metric, args).boxed()
+        AsyncProvider::measure(self, namespace, metric, args, kept).boxed()
     }
 }
 
@@ -213,6 +266,17 @@ impl Default for ProviderSettings {
             plain_client: http::hyper_baseline::PlainClient::Own,
         }
     }
+}
+
+/// One of the providers (see [`Providers::choose`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Which {
+    /// `provider.web`.
+    Web,
+    /// `provider.prometheus`.
+    Prometheus,
+    /// `provider.kubernetes`.
+    Kubernetes,
 }
 
 /// Every provider, built once per process (HTTP connection pools, discovery caches).
@@ -333,11 +397,42 @@ impl Providers {
 
     /// The provider the metric names; an error when it names none, several, or the refused `exec`.
     pub fn for_metric(&self, metric: &Metric) -> Result<&dyn Provider, ProviderError> {
+        Ok(self.provider(Self::choose(metric)?))
+    }
+
+    /// The provider `which` is, as the engine sees every provider.
+    pub(crate) fn provider(&self, which: Which) -> &dyn Provider {
+        match which {
+            Which::Web => &self.web,
+            Which::Prometheus => &self.prometheus,
+            Which::Kubernetes => &self.kubernetes,
+        }
+    }
+
+    /// Takes one measurement with the provider `which` (see [`Provider::measure`]), called as itself: its future is
+    /// part of the caller's, not one boxed per measurement as through `dyn Provider`.
+    pub(crate) async fn measure(
+        &self,
+        which: Which,
+        namespace: &str,
+        metric: &Metric,
+        args: &[Argument],
+        kept: &mut Kept,
+    ) -> Result<Answer, ProviderError> {
+        match which {
+            Which::Web => AsyncProvider::measure(&self.web, namespace, metric, args, kept).await,
+            Which::Prometheus => AsyncProvider::measure(&self.prometheus, namespace, metric, args, kept).await,
+            Which::Kubernetes => AsyncProvider::measure(&self.kubernetes, namespace, metric, args, kept).await,
+        }
+    }
+
+    /// Which provider the metric names; an error when it names none, several, or the refused `exec`.
+    pub(crate) fn choose(metric: &Metric) -> Result<Which, ProviderError> {
         let p = &metric.provider;
         match (&p.web, &p.prometheus, &p.kubernetes, &p.exec) {
-            (Some(_), None, None, None) => Ok(&self.web),
-            (None, Some(_), None, None) => Ok(&self.prometheus),
-            (None, None, Some(_), None) => Ok(&self.kubernetes),
+            (Some(_), None, None, None) => Ok(Which::Web),
+            (None, Some(_), None, None) => Ok(Which::Prometheus),
+            (None, None, Some(_), None) => Ok(Which::Kubernetes),
             (None, None, None, Some(_)) => Err(ProviderError(
                 "provider.exec is not supported by this operator: use a web or kubernetes provider instead".into(),
             )),

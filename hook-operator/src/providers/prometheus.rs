@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::http::Http;
-use super::{Answer, AsyncProvider, ProviderError, Raw, Source};
+use super::{Answer, AsyncProvider, Kept, ProviderError, Raw, Source};
 use crate::answer::body_excerpt;
 use crate::conditions::template::render;
 use common::api::{Argument, Metric};
@@ -34,7 +34,13 @@ impl AsyncProvider for Prometheus {
         self.timeout
     }
 
-    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument]) -> Result<Answer, ProviderError> {
+    async fn measure(
+        &self,
+        namespace: &str,
+        metric: &Metric,
+        args: &[Argument],
+        kept: &mut Kept,
+    ) -> Result<Answer, ProviderError> {
         let spec = metric
             .provider
             .prometheus
@@ -45,7 +51,7 @@ impl AsyncProvider for Prometheus {
         let mut url = Url::parse(&format!("{base}/api/v1/query"))
             .map_err(|e| ProviderError(format!("provider.prometheus.address {:?} is not a URL: {e}", spec.address)))?;
         url.query_pairs_mut().append_pair("query", &query);
-        let send = self.http.send(Method::GET, url.as_str(), &[], None, self.timeout, false);
+        let send = self.http.send_with(&Method::GET, url.as_str(), &[], None, self.timeout, false, &mut kept.buffers);
         let response = super::http::egress::in_namespace(namespace, url.as_str(), send).await?;
         // Prometheus answers 400/422 with a JSON error body that says what is wrong with the query.
         if !response.status.is_success() && !matches!(response.status.as_u16(), 400 | 422 | 503) {

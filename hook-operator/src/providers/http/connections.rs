@@ -389,13 +389,12 @@ impl<C> Parked<C> {
         self.idle
     }
 
-    /// The most recently parked connection to `addr`, taken out.
+    /// The most recently parked connection to `addr`, taken out. Its address keeps its (now maybe empty) list: a
+    /// pod's one connection is taken and parked again every measurement, and that list is not made anew each time;
+    /// [`Parked::sweep`] drops the empty ones.
     pub(crate) fn take(&mut self, addr: SocketAddr) -> Option<Idle<C>> {
         let list = self.by_addr.get_mut(&addr)?;
         let taken = list.pop();
-        if list.is_empty() {
-            self.by_addr.remove(&addr);
-        }
         if taken.is_some() {
             self.idle -= 1;
         }

@@ -179,7 +179,7 @@ impl Http {
         target: &Target,
         plain: &Plain,
         headers: &[(String, String)],
-        body: Option<String>,
+        body: Option<&str>,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
         use reqwest::header::{self, HeaderName, HeaderValue};
@@ -196,7 +196,7 @@ impl Http {
                 HeaderValue::from_str(value).map_err(|e| failed(&format!("invalid value of header {key}"), &e))?;
             fields.append(name, value);
         }
-        let mut body = body.map(Bytes::from);
+        let mut body = body.map(|body| Bytes::copy_from_slice(body.as_bytes()));
         if let Some(body) = &body {
             let looks_json = matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'['));
             if looks_json && !fields.contains_key(header::CONTENT_TYPE) {

@@ -63,6 +63,17 @@ pub struct Response {
     _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
+/// The buffers of an exchange, kept by its caller from one exchange to the next (a run keeps them between its
+/// measurements): the request as written on the wire, and the answer's body. Both start empty, and an exchange
+/// that finds them large enough allocates nothing for them; the caller decides how large a buffer it keeps.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    /// The request's head and body as sent (the plain-HTTP path), rewritten by every exchange.
+    pub wire: Vec<u8>,
+    /// Where the answer's body is read: taken by the exchange (cleared), and handed out as [`Response::body`].
+    pub answer: Vec<u8>,
+}
+
 /// Where a URL as written (after rendering) is sent: parsed, checked against the egress policy (IP literals) and
 /// rewritten by `--web-resolve` once, then reused by every request to the same URL.
 #[derive(Debug)]
@@ -256,7 +267,6 @@ impl Http {
 
     /// Sends one request and reads the body, failing with a message that names the method and URL. `timeout`
     /// bounds the whole exchange (connecting, sending, the answer and its body) with one timer.
-    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
         method: Method,
@@ -266,7 +276,24 @@ impl Http {
         timeout: Duration,
         insecure: bool,
     ) -> Result<Response, ProviderError> {
-        let target = self.target(&method, url)?;
+        let mut buffers = Buffers::default();
+        self.send_with(&method, url, headers, body.as_deref(), timeout, insecure, &mut buffers).await
+    }
+
+    /// [`Http::send`] with the caller's [`Buffers`]: the request is written into `buffers.wire` and the body read into
+    /// `buffers.answer` (handed out as the response's body), so a caller that keeps them allocates nothing for them.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send_with(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(String, String)],
+        body: Option<&str>,
+        timeout: Duration,
+        insecure: bool,
+        buffers: &mut Buffers,
+    ) -> Result<Response, ProviderError> {
+        let target = self.target(method, url)?;
         let what = || {
             let what = format!("{method} {}", crate::providers::redact::url(url));
             match &target.sent_to {
@@ -274,24 +301,27 @@ impl Http {
                 None => what,
             }
         };
-        match tokio::time::timeout(timeout, self.exchange(&method, &target, headers, body, insecure, &what)).await {
+        let exchange = self.exchange(method, &target, headers, body, insecure, buffers, &what);
+        match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => Err(ProviderError(format!("{}: no response within {}", what(), crate::text::seconds(timeout)))),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
         method: &Method,
         target: &Target,
         headers: &[(String, String)],
-        body: Option<String>,
+        body: Option<&str>,
         insecure: bool,
+        buffers: &mut Buffers,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
         if let Some(plain) = &target.plain {
             return match self.plain_client {
-                PlainClient::Own => self.exchange_plain(method, target, plain, headers, body, what).await,
+                PlainClient::Own => self.exchange_plain(method, target, plain, headers, body, buffers, what).await,
                 PlainClient::Hyper => self.exchange_hyper(method, target, plain, headers, body, what).await,
             };
         }
@@ -310,7 +340,7 @@ impl Http {
             if looks_json && !has_content_type {
                 request = request.header(reqwest::header::CONTENT_TYPE, "application/json");
             }
-            request = request.body(body);
+            request = request.body(body.to_string());
         }
         let started = Instant::now();
         let failed = |e: reqwest::Error| ProviderError(format!("{}: {}", what(), describe(&e)));
@@ -326,7 +356,8 @@ impl Http {
             )));
         }
         let reserved = self.reserve(response.content_length()).await;
-        let mut body = Vec::new();
+        let mut body = std::mem::take(&mut buffers.answer);
+        body.clear();
         while let Some(chunk) = response.chunk().await.map_err(failed)? {
             self.append(&mut body, &chunk, what)?;
         }
@@ -337,13 +368,15 @@ impl Http {
 impl Http {
     /// [`Http::exchange`] for a plain-HTTP target, on [`Connections`]: the same headers, redirect rule (same origin,
     /// at most 5), size limits and messages as the reqwest path.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange_plain(
         &self,
         method: &Method,
         target: &Target,
         plain: &Plain,
         headers: &[(String, String)],
-        mut body: Option<String>,
+        mut body: Option<&str>,
+        buffers: &mut Buffers,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
         let started = Instant::now();
@@ -356,11 +389,11 @@ impl Http {
         let mut current: Option<Url> = None;
         let mut redirects = 0;
         let mut with_content_type = true;
-        let mut request = Vec::with_capacity(256);
+        let request = &mut buffers.wire;
         let (mut lease, head) = loop {
             request.clear();
-            write_request(&mut request, &method, &path, &plain.host, headers, with_content_type, body.as_deref());
-            let (lease, head) = self.send_plain(plain.addr, &method, &request, &failed).await?;
+            write_request(request, &method, &path, &plain.host, headers, with_content_type, body);
+            let (lease, head) = self.send_plain(plain.addr, &method, request, &failed).await?;
             let (true, Some(location)) = ((300..400).contains(&head.status), &head.location) else {
                 break (lease, head);
             };
@@ -388,7 +421,10 @@ impl Http {
         };
         refuse_announced_body(announced, self.max_body, what)?;
         let reserved = self.reserve(announced).await;
-        let mut received = Vec::with_capacity(announced.map_or(0, |l| l as usize));
+        let mut received = std::mem::take(&mut buffers.answer);
+        received.clear();
+        // As large as the announced body (the limit was checked above), as a new buffer of that length was.
+        received.reserve_exact(announced.map_or(0, |l| l as usize));
         lease.read_body(&head, &mut received, self.max_body).await.map_err(|e| match e {
             ReadError::TooLarge => {
                 ProviderError(format!("{}: the response body exceeds the {} byte limit", what(), self.max_body))
