@@ -17,7 +17,7 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use super::{Answer, AsyncProvider, Kept, Observation, ProviderError, display};
+use super::{Answer, AsyncProvider, Kept, Measured, Observation, ProviderError, display};
 use crate::conditions::evaluate::to_expr;
 
 /// Label and annotation prefixes the operators themselves write and read (gates, lifecycle states, overrides): a
@@ -372,13 +372,7 @@ impl AsyncProvider for Kubernetes {
         self.timeout
     }
 
-    async fn measure(
-        &self,
-        namespace: &str,
-        metric: &Metric,
-        args: &[Argument],
-        _kept: &mut Kept,
-    ) -> Result<Answer, ProviderError> {
+    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument], _kept: &mut Kept) -> Measured {
         self.observe(namespace, metric, args).await.map(Answer::Observed)
     }
 }

@@ -141,6 +141,9 @@ impl Kept {
     }
 }
 
+/// What a provider's measurement ends with: the answer, or why there is none.
+pub type Measured = Result<Answer, ProviderError>;
+
 /// One kind of measurement, in the shape of Argo Rollouts' `metricproviders.Provider`.
 pub trait Provider: Send + Sync {
     /// `web`, `prometheus` or `kubernetes`: the `provider` label of the operator's metrics.

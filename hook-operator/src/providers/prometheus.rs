@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::http::Http;
-use super::{Answer, AsyncProvider, Kept, ProviderError, Raw, Source};
+use super::{Answer, AsyncProvider, Kept, Measured, ProviderError, Raw, Source};
 use crate::answer::body_excerpt;
 use crate::conditions::template::render;
 use common::api::{Argument, Metric};
@@ -34,13 +34,7 @@ impl AsyncProvider for Prometheus {
         self.timeout
     }
 
-    async fn measure(
-        &self,
-        namespace: &str,
-        metric: &Metric,
-        args: &[Argument],
-        kept: &mut Kept,
-    ) -> Result<Answer, ProviderError> {
+    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument], kept: &mut Kept) -> Measured {
         let spec = metric
             .provider
             .prometheus

@@ -11,7 +11,7 @@ use common::api::{Argument, Metric, WebMetric};
 use reqwest::Method;
 
 use super::http::Http;
-use super::{Answer, AsyncProvider, Kept, ProviderError, Raw, Source};
+use super::{Answer, AsyncProvider, Kept, Measured, ProviderError, Raw, Source};
 use crate::answer::body_excerpt;
 use crate::conditions::jsonpath;
 use crate::conditions::template::render;
@@ -88,13 +88,7 @@ impl AsyncProvider for Web {
         }
     }
 
-    async fn measure(
-        &self,
-        namespace: &str,
-        metric: &Metric,
-        args: &[Argument],
-        kept: &mut Kept,
-    ) -> Result<Answer, ProviderError> {
+    async fn measure(&self, namespace: &str, metric: &Metric, args: &[Argument], kept: &mut Kept) -> Measured {
         let web = metric.provider.web.as_ref().ok_or_else(|| ProviderError("provider.web is not set".into()))?;
         // Rendered by the run's first measurement (and again only when rendering failed: nothing is kept then).
         let request = match &kept.web {
