@@ -45,7 +45,8 @@ impl AsyncProvider for Prometheus {
         let mut url = Url::parse(&format!("{base}/api/v1/query"))
             .map_err(|e| ProviderError(format!("provider.prometheus.address {:?} is not a URL: {e}", spec.address)))?;
         url.query_pairs_mut().append_pair("query", &query);
-        let send = self.http.send_with(&Method::GET, url.as_str(), &[], None, self.timeout, false, &mut kept.buffers);
+        let outgoing = super::http::Outgoing { method: &Method::GET, headers: &[], body: None };
+        let send = self.http.send_with(outgoing, url.as_str(), self.timeout, false, &mut kept.buffers);
         let response = super::http::egress::in_namespace(namespace, url.as_str(), send).await?;
         // Prometheus answers 400/422 with a JSON error body that says what is wrong with the query.
         if !response.status.is_success() && !matches!(response.status.as_u16(), 400 | 422 | 503) {

@@ -97,7 +97,8 @@ impl AsyncProvider for Web {
         };
         let Request { method, url, headers, body, .. } = &*request;
         let timeout = self.timeout(metric);
-        let send = self.http.send_with(method, url, headers, body.as_deref(), timeout, web.insecure, &mut kept.buffers);
+        let outgoing = super::http::Outgoing { method, headers, body: body.as_deref() };
+        let send = self.http.send_with(outgoing, url, timeout, web.insecure, &mut kept.buffers);
         let mut response = super::http::egress::in_namespace(namespace, url, send).await?;
         if !response.status.is_success() {
             let error = format!("{method} {url} returned HTTP {}: {}", response.status, body_excerpt(&response.body));

@@ -63,6 +63,17 @@ pub struct Response {
     _reserved: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
+/// What a request sends, as rendered: its method, its template's header fields and its body.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// The HTTP method.
+    pub method: &'a Method,
+    /// The header fields, as rendered.
+    pub headers: &'a [(String, String)],
+    /// The body, as rendered.
+    pub body: Option<&'a str>,
+}
+
 /// The buffers of an exchange, kept by its caller from one exchange to the next (a run keeps them between its
 /// measurements): the request as written on the wire, and the answer's body. Both start empty, and an exchange
 /// that finds them large enough allocates nothing for them; the caller decides how large a buffer it keeps.
@@ -276,23 +287,21 @@ impl Http {
         timeout: Duration,
         insecure: bool,
     ) -> Result<Response, ProviderError> {
-        let mut buffers = Buffers::default();
-        self.send_with(&method, url, headers, body.as_deref(), timeout, insecure, &mut buffers).await
+        let request = Outgoing { method: &method, headers, body: body.as_deref() };
+        self.send_with(request, url, timeout, insecure, &mut Buffers::default()).await
     }
 
     /// [`Http::send`] with the caller's [`Buffers`]: the request is written into `buffers.wire` and the body read into
     /// `buffers.answer` (handed out as the response's body), so a caller that keeps them allocates nothing for them.
-    #[allow(clippy::too_many_arguments)]
     pub async fn send_with(
         &self,
-        method: &Method,
+        request: Outgoing<'_>,
         url: &str,
-        headers: &[(String, String)],
-        body: Option<&str>,
         timeout: Duration,
         insecure: bool,
         buffers: &mut Buffers,
     ) -> Result<Response, ProviderError> {
+        let method = request.method;
         let target = self.target(method, url)?;
         let what = || {
             let what = format!("{method} {}", crate::providers::redact::url(url));
@@ -301,24 +310,22 @@ impl Http {
                 None => what,
             }
         };
-        let exchange = self.exchange(method, &target, headers, body, insecure, buffers, &what);
+        let exchange = self.exchange(request, &target, insecure, buffers, &what);
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => Err(ProviderError(format!("{}: no response within {}", what(), crate::text::seconds(timeout)))),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
-        method: &Method,
+        request: Outgoing<'_>,
         target: &Target,
-        headers: &[(String, String)],
-        body: Option<&str>,
         insecure: bool,
         buffers: &mut Buffers,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Response, ProviderError> {
+        let Outgoing { method, headers, body } = request;
         if let Some(plain) = &target.plain {
             return match self.plain_client {
                 PlainClient::Own => self.exchange_plain(method, target, plain, headers, body, buffers, what).await,
