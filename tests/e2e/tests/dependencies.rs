@@ -208,3 +208,34 @@ fn a_major_is_the_semver_compatibility_class() {
     assert_eq!(major("0.22.1"), "0.22");
     assert_eq!(major("0.0.3"), "0.0.3");
 }
+
+/// The lines of one `[section]` of a TOML file, up to the next section, comments and blank lines left out.
+fn toml_section<'a>(text: &'a str, section: &str) -> Vec<&'a str> {
+    let header = format!("[{section}]");
+    text.lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
+}
+
+/// The profiles the benchmarks page measured (docs/src/benchmarks.md, "The release profile"): the image is built
+/// with `dist`, fat LTO over one codegen unit on top of the release profile, and the release profile, which the
+/// sandbox and the benchmarks build, is Cargo's default, stated.
+#[test]
+fn the_image_ships_the_dist_profile_and_the_release_profile_is_the_default() {
+    let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).expect("Cargo.toml");
+    assert_eq!(toml_section(&manifest, "profile.release"), ["lto = false", "codegen-units = 16"]);
+    assert_eq!(
+        toml_section(&manifest, "profile.dist"),
+        ["inherits = \"release\"", "lto = \"fat\"", "codegen-units = 1"]
+    );
+    let dockerfile = std::fs::read_to_string(repo_root().join("Dockerfile")).expect("Dockerfile");
+    assert!(dockerfile.contains("cargo build --profile dist --locked"), "the image is not built with dist");
+    for binary in ["gamedeployment-operator", "hook-operator"] {
+        let copied = format!("cp target/x86_64-unknown-linux-musl/dist/{binary} /{binary}");
+        assert!(dockerfile.contains(&copied), "the image does not copy the dist build of {binary}");
+    }
+}
