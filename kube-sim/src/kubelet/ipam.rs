@@ -267,22 +267,25 @@ mod tests {
     /// would share an IP and one would answer for the other's endpoint.
     #[test]
     fn a_block_held_by_another_process_is_skipped() {
-        let block = free_block();
-        let foreign = hold_like_another_process(block);
+        let (block, foreign) = hold_a_free_block_like_another_process();
         let mut pool = PodIpPool::new(Some(Ipv4Addr::new(127, block, 0, 1)));
         let ip = pool.allocate().unwrap();
         assert_ne!(ip.octets()[1], block, "{ip} is in a block another process holds");
         drop(foreign);
     }
 
+    /// Whatever block the pool ends up in (the suggested one may be taken between the look and the
+    /// pool's own bind, by another test of this binary or a simulator of the end-to-end suite), a
+    /// second process cannot take it while the pool lives.
     #[test]
     fn a_pool_holds_its_block_against_other_processes() {
-        let block = free_block();
+        let (block, probe) = hold_a_free_block_like_another_process();
+        drop(probe);
         let mut pool = PodIpPool::new(Some(Ipv4Addr::new(127, block, 0, 1)));
         let ip = pool.allocate().unwrap();
-        assert_eq!(ip, Ipv4Addr::new(127, block, 0, 1));
-        let other_process = std::net::UdpSocket::bind((Ipv4Addr::new(127, block, 0, 0), BLOCK_CLAIM_PORT));
-        assert_eq!(other_process.unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
+        let held = ip.octets()[1];
+        let other_process = std::net::UdpSocket::bind((Ipv4Addr::new(127, held, 0, 0), BLOCK_CLAIM_PORT));
+        assert_eq!(other_process.unwrap_err().kind(), std::io::ErrorKind::AddrInUse, "{ip}");
     }
 
     /// Pools without a start share one cursor, so an address a shut-down simulator released is
@@ -297,17 +300,17 @@ mod tests {
         assert!(!next.contains(&ip), "{ip} came back at once");
     }
 
-    /// A block no simulator holds now: the end-to-end suite's simulators claim blocks while these tests run (a fixed
-    /// block failed a run when one of them held it).
-    fn free_block() -> u8 {
+    /// A block no simulator holds now, held by a socket of this process that is not in the registry, as another
+    /// process would hold it. The search binds rather than looks, so no other test or simulator can take the block
+    /// between the look and the hold (a look-then-bind failed a run when the end-to-end suite's simulators and this
+    /// binary's tests raced for the same block).
+    fn hold_a_free_block_like_another_process() -> (u8, std::net::UdpSocket) {
         (150..=254u8)
             .rev()
-            .find(|&b| std::net::UdpSocket::bind((Ipv4Addr::new(127, b, 0, 0), BLOCK_CLAIM_PORT)).is_ok())
+            .find_map(|b| {
+                std::net::UdpSocket::bind((Ipv4Addr::new(127, b, 0, 0), BLOCK_CLAIM_PORT)).ok().map(|s| (b, s))
+            })
             .expect("a free block")
-    }
-
-    fn hold_like_another_process(block: u8) -> std::net::UdpSocket {
-        std::net::UdpSocket::bind((Ipv4Addr::new(127, block, 0, 0), BLOCK_CLAIM_PORT)).unwrap()
     }
 
     #[test]
