@@ -6,6 +6,7 @@
 //! kube-sim that behaviour for every built-in kind without a hand-written schema walker.
 
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,13 +20,21 @@ pub(crate) struct Decoded {
 
 pub(crate) trait Codec: Send + Sync {
     fn decode(&self, v: Value) -> Result<Decoded, String>;
+
+    /// Whether the type decodes with any of its top-level fields left out (an empty object decodes): then a write
+    /// may keep the sections it did not change out of the round trip (registry/unchanged.rs). False for kinds with a
+    /// required top-level field (a Binding's `target`, an Event's `involvedObject`).
+    fn sections_optional(&self) -> bool;
 }
 
-pub(crate) struct Typed<T>(PhantomData<fn() -> T>);
+pub(crate) struct Typed<T> {
+    sections_optional: OnceLock<bool>,
+    _type: PhantomData<fn() -> T>,
+}
 
 impl<T> Typed<T> {
     pub(crate) fn new() -> Self {
-        Self(PhantomData)
+        Self { sections_optional: OnceLock::new(), _type: PhantomData }
     }
 }
 
@@ -56,6 +65,10 @@ impl<T: DeserializeOwned + Serialize> Codec for Typed<T> {
         let object = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
         Ok(Decoded { object, unknown_fields: unknown })
     }
+
+    fn sections_optional(&self) -> bool {
+        *self.sections_optional.get_or_init(|| serde_json::from_value::<T>(Value::Object(Default::default())).is_ok())
+    }
 }
 
 #[cfg(test)]
@@ -76,6 +89,14 @@ mod tests {
         assert_eq!(d.unknown_fields, vec!["metadata.bogus", "spec.containers[0].imagePolicy", "spec.foo"]);
         assert!(d.object["spec"].get("foo").is_none());
         assert_eq!(d.object["spec"]["containers"][0]["image"], "nginx");
+    }
+
+    #[test]
+    fn kinds_with_a_required_top_level_field_keep_every_section_in_the_round_trip() {
+        assert!(Typed::<k8s_openapi::api::core::v1::Pod>::new().sections_optional());
+        assert!(Typed::<k8s_openapi::api::core::v1::ConfigMap>::new().sections_optional());
+        assert!(!Typed::<k8s_openapi::api::core::v1::Binding>::new().sections_optional());
+        assert!(!Typed::<k8s_openapi::api::core::v1::Event>::new().sections_optional());
     }
 
     #[test]

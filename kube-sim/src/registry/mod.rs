@@ -14,6 +14,7 @@ pub(crate) mod events;
 pub(crate) mod fields;
 pub(crate) mod scale;
 pub(crate) mod strategy;
+mod unchanged;
 
 use std::sync::Arc;
 
@@ -746,6 +747,12 @@ impl Registry {
         for _ in 0..MAX_UPDATE_ATTEMPTS {
             let current = self.store.get(&rd.storage, &key).ok_or_else(|| ApiError::not_found(&gr, name))?;
             let mut desired = mutate(&current)?;
+            // Sections the write left as stored (a status write's spec, an image patch's status) stay out of the
+            // decode round trip: they decode to themselves (unchanged.rs).
+            let kept = match &rd.codec {
+                Some(codec) => unchanged::take(codec.as_ref(), &current, &mut desired),
+                None => unchanged::Kept::default(),
+            };
             // managedFields the write left as stored (every patch and most updates) stay out of the decode round trip,
             // which would only rebuild them (they were written by kube-sim, and decoding them is stable): an empty
             // list holds their place in the metadata meanwhile.
@@ -764,6 +771,7 @@ impl Registry {
             } else {
                 self.decode_patched(rd, desired, ctx)?
             };
+            unchanged::restore(kept, &mut desired);
             if let Some(fields) = unchanged_fields {
                 meta::metadata_mut(&mut desired).insert("managedFields".into(), fields);
             }
