@@ -19,7 +19,8 @@ use std::time::Duration;
 /// 2-core machine.
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
-/// Time between two probes.
+/// Time between two probes, at least: a probe that takes longer (one that runs `kubectl`, about 0.1 s of a core)
+/// waits as long as it took before the next, so polling is never more than half of a core's time.
 pub const POLL: Duration = Duration::from_millis(50);
 
 /// Polls `check` every [`POLL`] until it returns `Ok(Some(_))`; after [`DEADLINE`], fails with
@@ -41,6 +42,7 @@ where
     let deadline = tokio::time::Instant::now() + timeout;
     let mut last_error = None;
     loop {
+        let probed = tokio::time::Instant::now();
         match check().await {
             Ok(Some(value)) => return Ok(value),
             Ok(None) => {}
@@ -52,7 +54,7 @@ where
                 None => anyhow::anyhow!("timed out after {timeout:?} waiting for {what}"),
             });
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(POLL.max(probed.elapsed())).await;
     }
 }
 
