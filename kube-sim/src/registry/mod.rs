@@ -748,10 +748,13 @@ impl Registry {
             let current = self.store.get(&rd.storage, &key).ok_or_else(|| ApiError::not_found(&gr, name))?;
             let mut desired = mutate(&current)?;
             // Sections the write left as stored (a status write's spec, an image patch's status) stay out of the
-            // decode round trip: they decode to themselves (unchanged.rs).
+            // decode round trip: they decode to themselves (unchanged.rs). Not for events.k8s.io Events, stored as
+            // core Events: their stored sections are another kind's.
             let kept = match &rd.codec {
-                Some(codec) => unchanged::take(codec.as_ref(), &current, &mut desired),
-                None => unchanged::Kept::default(),
+                Some(codec) if rd.special != Special::EventsV1 => {
+                    unchanged::take(codec.as_ref(), &current, &mut desired)
+                }
+                _ => unchanged::Kept::default(),
             };
             // managedFields the write left as stored (every patch and most updates) stay out of the decode round trip,
             // which would only rebuild them (they were written by kube-sim, and decoding them is stable): an empty
