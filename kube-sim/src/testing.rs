@@ -97,6 +97,22 @@ mod tests {
         assert_eq!(wait_for("soon", DEADLINE, || async { Some(7) }).await, 7);
     }
 
+    /// A probe of 300 ms waits 300 ms before the next: within 1.4 s it runs at most 3 times (every 350 ms it would run
+    /// 5 times). A loaded machine only lengthens the cycle, so the bound holds under load.
+    #[tokio::test]
+    async fn a_slow_probe_waits_as_long_as_it_took() {
+        let mut probes = 0;
+        let _ = eventually_within::<(), _, _>("never", Duration::from_millis(1400), || {
+            probes += 1;
+            async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(None)
+            }
+        })
+        .await;
+        assert!(probes <= 3, "{probes} probes of 300 ms in 1.4 s");
+    }
+
     #[tokio::test]
     #[should_panic(expected = "timed out after 100ms waiting for nothing")]
     async fn wait_for_panics_with_what_it_waited_for() {
