@@ -323,21 +323,28 @@ pub fn print_log_tail(path: &Path, lines: usize) {
 }
 
 /// The Python interpreter with Helm's SDK (`helm-python-sdk`), as set up by `scripts/test`
-/// (`$KOURSE_PYTHON`, else `.venv/bin/python`).
+/// (`$KOURSE_PYTHON`, else `.venv/bin/python`). Checked once per test process: the check is a Python start that
+/// loads Helm's Go library, as much CPU as the Helm call it would precede.
 pub fn helm_python() -> PathBuf {
-    let python =
-        std::env::var_os("KOURSE_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv/bin/python"));
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import helm_python, yaml"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "{} cannot import helm_python: run scripts/test (it creates .venv with `pip install helm-python-sdk pyyaml`) \
-         or set KOURSE_PYTHON",
-        python.display()
-    );
-    python
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            let python = std::env::var_os("KOURSE_PYTHON")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| repo_root().join(".venv/bin/python"));
+            let ok = std::process::Command::new(&python)
+                .args(["-c", "import helm_python, yaml"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            assert!(
+                ok,
+                "{} cannot import helm_python: run scripts/test (it creates .venv with `pip install helm-python-sdk \
+                 pyyaml`) or set KOURSE_PYTHON",
+                python.display()
+            );
+            python
+        })
+        .clone()
 }
 
 /// Runs `tests/e2e/helm/chart.py` with `args`; returns stdout, failing the test with Helm's error otherwise.
