@@ -307,6 +307,27 @@ impl Names {
     }
 }
 
+/// A `kubectl gd plan` forecast with each run of pod rows (two spaces, then the pod: a batch's pods) masked and sorted:
+/// a batch lists its pods by their random names, so which row shows which forecast follows the names, as the rows
+/// of a `kubectl get` table do. The race's numbered list keeps its order.
+fn plan_rows_sorted(text: &str) -> String {
+    fn flush(run: &mut Vec<String>, out: &mut Vec<String>) {
+        run.sort();
+        out.append(run);
+    }
+    let (mut out, mut run) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        if line.strip_prefix("  ").is_some_and(|rest| rest.starts_with(|c: char| !c.is_whitespace())) {
+            run.push(mask(line));
+        } else {
+            flush(&mut run, &mut out);
+            out.push(line.to_string());
+        }
+    }
+    flush(&mut run, &mut out);
+    out.join("\n")
+}
+
 /// Whether `output` is what the block shows, masked; `...` lines match any number of lines.
 pub fn matches(expected: &[String], output: &str) -> bool {
     Names::default().compare(expected, output, false).is_some()
@@ -367,8 +388,14 @@ impl Book {
             panic!("docs/src/{page} has no command `$ {command}` in a block marked `<!-- checked: {} -->`", self.test)
         });
         let expected = &self.blocks[b].steps[s].output;
+        let matched = if command.starts_with("kubectl gd plan") {
+            let rows_sorted: Vec<String> = plan_rows_sorted(&expected.join("\n")).lines().map(String::from).collect();
+            matches(&rows_sorted, &plan_rows_sorted(output))
+        } else {
+            matches(expected, output)
+        };
         assert!(
-            matches(expected, output),
+            matched,
             "docs/src/{page} shows for `$ {command}`:\n{}\n--- but it prints:\n{output}",
             expected.join("\n")
         );
@@ -592,6 +619,22 @@ mod tests {
 
     fn lines(text: &[&str]) -> Vec<String> {
         text.iter().map(|l| l.to_string()).collect()
+    }
+
+    /// A batch's rows follow the pods' random names, the race's list its order: the same forecast for other names
+    /// matches with the batch's rows in another order, and a race list in another order does not.
+    #[test]
+    fn a_plans_batch_rows_match_in_any_order_and_its_race_list_in_order() {
+        let page = "Batch 1 (starts at 0s, not done)\n  race-9r2n5  delete  ends Failed after 8s\n  race-bbtl5  delete  \
+                    succeeds after 13s\n\nRace to empty:\n   1. race-9r2n5  skipped\n   2. race-bbtl5  wins\n";
+        let other_names = "Batch 1 (starts at 0s, not done)\n  race-52rqp  delete  succeeds after 14s\n  race-546nd  \
+                           delete  ends Failed after 9s\n\nRace to empty:\n   1. race-546nd  skipped\n   2. race-52rqp  wins\n";
+        let race_swapped = "Batch 1 (starts at 0s, not done)\n  race-52rqp  delete  succeeds after 14s\n  race-546nd  \
+                            delete  ends Failed after 9s\n\nRace to empty:\n   1. race-52rqp  wins\n   2. race-546nd  skipped\n";
+        let expected: Vec<String> = plan_rows_sorted(page).lines().map(String::from).collect();
+        assert!(matches(&expected, &plan_rows_sorted(other_names)));
+        assert!(!matches(&expected, &plan_rows_sorted(race_swapped)));
+        assert!(!matches(&lines(&page.lines().collect::<Vec<_>>()), other_names), "in page order they differ");
     }
 
     #[test]
