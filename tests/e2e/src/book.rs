@@ -8,7 +8,8 @@
 //!
 //! Output is compared masked ([`mask`]): names' random suffixes and revision hashes, numbers and durations, tree
 //! glyphs and runs of spaces; a line `...` (or `…`) stands for any number of lines; the rows of a `kubectl get`
-//! table are compared in any order (pods sort by their random names).
+//! table are compared in any order (pods sort by their random names), and so are the pod rows of each batch of a
+//! `kubectl gd plan` that [`Book::assert_output`] compares.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
