@@ -28,14 +28,21 @@ pub(crate) fn take(codec: &dyn Codec, current: &Value, desired: &mut Value) -> K
     if !codec.sections_optional() {
         return Kept::default();
     }
-    let same: Vec<String> = fields
-        .iter()
-        .filter(|(k, v)| {
-            k.as_str() != "apiVersion" && k.as_str() != "kind" && stored.get(k.as_str()).is_some_and(|s| json::eq(s, v))
-        })
-        .map(|(k, _)| k.clone())
-        .collect();
-    Kept(same.into_iter().filter_map(|k| fields.shift_remove(&k).map(|v| (k, v))).collect())
+    let same = |k: &str, v: &Value| k != "apiVersion" && k != "kind" && stored.get(k).is_some_and(|s| json::eq(s, v));
+    let unchanged: Vec<bool> = fields.iter().map(|(k, v)| same(k, v)).collect();
+    if !unchanged.contains(&true) {
+        return Kept::default();
+    }
+    // Rebuilt rather than removed from: the map keeps the order of what is left either way (`preserve_order` or not).
+    let mut kept = Vec::new();
+    for ((k, v), unchanged) in std::mem::take(fields).into_iter().zip(unchanged) {
+        if unchanged {
+            kept.push((k, v));
+        } else {
+            fields.insert(k, v);
+        }
+    }
+    Kept(kept)
 }
 
 /// Puts the kept sections back into the decoded object, in the order the type writes its fields.
@@ -110,7 +117,7 @@ mod tests {
             |p: &mut Value| p["metadata"]["labels"]["a"] = json!("c"),
             // the status removed: metadata and spec kept, status absent
             |p: &mut Value| {
-                p.as_object_mut().unwrap().shift_remove("status");
+                p.as_object_mut().unwrap().remove("status"); // the last key
             },
             // nothing changed
             |_: &mut Value| {},
