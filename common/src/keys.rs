@@ -80,6 +80,11 @@ pub const HOOKRUN_SPEC_HASH: &str = "gamedeployment.tkex.tencent.com/spec-hash";
 /// does not verify never opens a gate.
 pub const HOOKRUN_SIGNATURE: &str = "gamedeployment.tkex.tencent.com/attempt-signature";
 
+/// Pod annotation (addition): on a pod whose pre-delete hook failed in a race to empty, when it was skipped. It is
+/// not a candidate again for as long as others are (the race would otherwise restart its hook at once); removed when
+/// no scale-in is wanted.
+pub const RACE_SKIPPED: &str = "gamedeployment.tkex.tencent.com/race-skipped";
+
 /// GameDeployment annotation (addition): `annotations` opts the GameDeployment in to the GitOps-clean control
 /// surface: the operator never writes its spec (no `retry` reset, no `paused` write by canary steps, no
 /// `podsToDelete` pruning) and takes the per-pod and per-step requests below instead.

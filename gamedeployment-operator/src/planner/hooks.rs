@@ -95,26 +95,30 @@ impl<'a> ByPod<'a> {
 }
 
 /// The GameDeployment's pods by UID, and by instance id when a run made before pods were bound by UID asks (each the
-/// first of the list, as a scan finds it): the housekeeping looks up the pod of every owned run.
+/// first of the list, as a scan finds it): the housekeeping looks up the pod of every owned run. Each index is built
+/// by the first look-up that needs it, so a pass with no runs to look at builds none.
 struct OwnedPods<'a> {
     owned: &'a [&'a Pod],
-    by_uid: HashMap<&'a str, &'a Pod>,
+    by_uid: OnceLock<HashMap<&'a str, &'a Pod>>,
     by_instance_id: OnceLock<HashMap<&'a str, &'a Pod>>,
 }
 
 impl<'a> OwnedPods<'a> {
     fn of(owned: &'a [&'a Pod]) -> Self {
-        let mut by_uid = HashMap::with_capacity(owned.len());
-        for pod in owned {
-            if let Some(uid) = pod.metadata.uid.as_deref() {
-                by_uid.entry(uid).or_insert(*pod);
-            }
-        }
-        Self { owned, by_uid, by_instance_id: OnceLock::new() }
+        Self { owned, by_uid: OnceLock::new(), by_instance_id: OnceLock::new() }
     }
 
     fn with_uid(&self, uid: &str) -> Option<&'a Pod> {
-        self.by_uid.get(uid).copied()
+        let index = self.by_uid.get_or_init(|| {
+            let mut index = HashMap::with_capacity(self.owned.len());
+            for pod in self.owned {
+                if let Some(uid) = pod.metadata.uid.as_deref() {
+                    index.entry(uid).or_insert(*pod);
+                }
+            }
+            index
+        });
+        index.get(uid).copied()
     }
 
     fn with_instance_id(&self, id: &str) -> Option<&'a Pod> {

@@ -40,6 +40,11 @@ pub(crate) struct PodFacts {
     pub ready_since: Option<Option<i64>>,
     /// The server declares `Maintaining` ([`common::server_state`]).
     pub quarantined: bool,
+    /// The server state the pod declares, as `status.serverStates` counts it
+    /// ([`common::server_state::ServerState::declared`]).
+    pub declared_state: Option<&'static str>,
+    /// Marked skipped by a race to empty ([`keys::RACE_SKIPPED`]).
+    pub race_skipped: bool,
     /// `apps.kruise.io/specified-delete: "true"` ([`lifecycle::specified_delete`]).
     pub specified_delete: bool,
     /// The in-place or hot-patch update the pod records, before the clock is looked at.
@@ -78,6 +83,8 @@ pub(crate) fn derive(pod: &Pod) -> PodFacts {
         running,
         ready_since: ready_condition.map(|c| c.last_transition_time.as_ref().map(|t| t.0.as_second())),
         quarantined: common::server_state::ServerState::quarantined(pod),
+        declared_state: common::server_state::ServerState::declared(pod),
+        race_skipped: common::pod::annotation(pod, keys::RACE_SKIPPED).is_some(),
         specified_delete: lifecycle::specified_delete(pod),
         recorded: pod_progress::recorded(pod),
         gate_not_true: [keys::IN_PLACE_UPDATE_READY, lifecycle::KRUISE_POD_READY].into_iter().any(|gate| {

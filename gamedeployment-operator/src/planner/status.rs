@@ -81,11 +81,12 @@ fn pods(n: i32) -> String {
     if n == 1 { "1 pod".to_string() } else { format!("{n} pods") }
 }
 
-/// How many pods declare each known server state, by the value they declare (`common::server_state`): a server that
-/// says `Draining` is counted as `Draining`, though scale-in ranks it with `WaitToBeDeleted`.
-fn server_states<'a>(pods: impl Iterator<Item = &'a common::cached_pod::Pod>) -> BTreeMap<String, i32> {
+/// How many pods declare each known server state, from each pod's declared value (`common::server_state`'s
+/// `ServerState::declared`): a server that says `Draining` is counted as `Draining`, though scale-in ranks it with
+/// `WaitToBeDeleted`.
+fn server_states(declared: impl Iterator<Item = Option<&'static str>>) -> BTreeMap<String, i32> {
     let mut counts = BTreeMap::new();
-    for declared in pods.filter_map(common::server_state::ServerState::declared) {
+    for declared in declared.flatten() {
         *counts.entry(declared.to_string()).or_insert(0) += 1;
     }
     counts
@@ -122,7 +123,7 @@ pub(crate) fn compute(
         updated_available_replicas: count_where(infos, |i| i.updated && i.status_available()),
         // CloneSet: `replicas − partition` (the partition in force this pass: the canary step's while one runs).
         expected_updated_replicas: (settings.replicas - settings.partition).max(0),
-        server_states: server_states(infos.iter().map(|i| i.pod)),
+        server_states: server_states(infos.iter().map(|i| i.declared_state)),
         current_revision: Some(if settled {
             settings.update_revision.clone()
         } else {
@@ -649,7 +650,7 @@ mod tests {
         ];
         let want: BTreeMap<String, i32> =
             [("Allocated".to_string(), 1), ("Draining".to_string(), 1), ("Idle".to_string(), 2)].into();
-        assert_eq!(server_states(pods.iter()), want);
+        assert_eq!(server_states(pods.iter().map(common::server_state::ServerState::declared)), want);
     }
 
     #[test]

@@ -39,9 +39,9 @@ use crate::gate::{self, DeleteCause, GateKind, GateRequest};
 use crate::lifecycle::{self, Handler, LifecycleState};
 use crate::{ownership, patch, priority};
 
-/// On a pod whose pre-delete hook failed in a race to empty: when it was skipped. It is not a candidate again for
-/// as long as others are (the race would otherwise restart its hook at once); removed when no scale-in is wanted.
-pub(crate) const SKIPPED: &str = "gamedeployment.tkex.tencent.com/race-skipped";
+/// On a pod whose pre-delete hook failed in a race to empty: when it was skipped ([`keys::RACE_SKIPPED`], read once
+/// per pod version into its facts, `PodInfo::race_skipped`).
+pub(crate) const SKIPPED: &str = keys::RACE_SKIPPED;
 
 /// `hookrun-type` of a cost probe run.
 pub(crate) const COST_PROBE: &str = "cost-probe";
@@ -222,7 +222,7 @@ fn race_order(settings: &Settings<'_>, probes: &BTreeMap<String, Probe>, a: &Pod
 }
 
 fn skipped(info: &PodInfo<'_>) -> bool {
-    common::pod::annotation(info.pod, SKIPPED).is_some()
+    info.race_skipped
 }
 
 /// A candidate's standing, read from the gate without acting (the gate is asked again, with effect, for the pods
