@@ -430,12 +430,17 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
     assert_eq!(name.len(), 70);
     let bare = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bare\n  labels:\n    app: long\nspec:\n  containers:\n    - name: python\n      image: python:latest\n";
     apply(&cluster, bare).await;
+    let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
+    let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    // The bare pod runs before the workload can adopt it: the operator judges a pod by the version its pass saw, and
+    // one still starting then is deleted without a hook (it has served nobody) even if it started running before the
+    // delete landed, which the checker, judging the pod at its deletion, would report (CI saw that on a loaded machine).
+    wait_for("the bare pod to run", LONG, || async { api.get("bare").await.ok().filter(running).map(|_| ()) }).await;
     let checker = GateChecker::start(&cluster, "default").await;
     // The workload's own label must fit in 63 characters, so it selects `app: long`, not its name.
     let shape = Shape { app: Some("long"), ..Shape::default() };
     let gd = manifest_shaped(&name, 2, "RollingUpdate", &pre_delete("quick"), "python:latest", shape);
     apply(&cluster, &gd).await;
-    let api: Api<Pod> = Api::namespaced(cluster.client(), "default");
     wait_for("the bare pod to be adopted", LONG, || async {
         let pod = api.get("bare").await.ok()?;
         pod.metadata.owner_references.filter(|o| !o.is_empty()).map(|_| ())
@@ -445,7 +450,6 @@ async fn long_names_and_pods_without_annotations_pass_the_gate() {
     // created may go ungated, rightly, while still starting (CI saw that on a loaded machine).
     wait_for("both pods to run", LONG, || async {
         let pods = api.list(&ListParams::default().labels("app=long")).await.ok()?;
-        let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
         (pods.items.len() == 2 && pods.items.iter().all(running)).then_some(())
     })
     .await;
