@@ -109,28 +109,23 @@ impl<'a> OwnedPods<'a> {
     }
 
     fn with_uid(&self, uid: &str) -> Option<&'a Pod> {
-        let index = self.by_uid.get_or_init(|| {
-            let mut index = HashMap::with_capacity(self.owned.len());
-            for pod in self.owned {
-                if let Some(uid) = pod.metadata.uid.as_deref() {
-                    index.entry(uid).or_insert(*pod);
-                }
-            }
-            index
-        });
-        index.get(uid).copied()
+        self.by_uid.get_or_init(|| first_by(self.owned, |pod| pod.metadata.uid.as_deref())).get(uid).copied()
     }
 
     fn with_instance_id(&self, id: &str) -> Option<&'a Pod> {
-        let index = self.by_instance_id.get_or_init(|| {
-            let mut index = HashMap::with_capacity(self.owned.len());
-            for pod in self.owned {
-                index.entry(gate::instance_id(pod)).or_insert(*pod);
-            }
-            index
-        });
-        index.get(id).copied()
+        self.by_instance_id.get_or_init(|| first_by(self.owned, |pod| Some(gate::instance_id(pod)))).get(id).copied()
     }
+}
+
+/// `pods` by `key`, each key to the first pod of the list that has it (as a scan finds it).
+fn first_by<'a>(pods: &[&'a Pod], key: impl Fn(&'a Pod) -> Option<&'a str>) -> HashMap<&'a str, &'a Pod> {
+    let mut index = HashMap::with_capacity(pods.len());
+    for pod in pods {
+        if let Some(k) = key(pod) {
+            index.entry(k).or_insert(*pod);
+        }
+    }
+    index
 }
 
 fn kind_of(run: &HookRun) -> Option<HookKind> {

@@ -212,17 +212,13 @@ pub(crate) fn decide(entries: &[Entry], wanted: usize, extra: usize, may_start: 
 fn race_order(settings: &Settings<'_>, probes: &BTreeMap<String, Probe>, a: &PodInfo<'_>, b: &PodInfo<'_>) -> Ordering {
     let key = |i: &PodInfo<'_>| {
         let declared = common::server_state::ServerState::of(i.pod).deletion_rank();
-        (i.state != LifecycleState::PreparingDelete, skipped(i), declared)
+        (i.state != LifecycleState::PreparingDelete, i.race_skipped, declared)
     };
     let probe = |i: &PodInfo<'_>| probes.get(i.name).copied().unwrap_or(Probe::NotAsked);
     key(a)
         .cmp(&key(b))
         .then_with(|| probe(a).order(probe(b)))
         .then_with(|| priority::deletion_order(a.pod, b.pod, &settings.costs))
-}
-
-fn skipped(info: &PodInfo<'_>) -> bool {
-    info.race_skipped
 }
 
 /// A candidate's standing, read from the gate without acting (the gate is asked again, with effect, for the pods
@@ -267,7 +263,7 @@ pub(super) fn plan(
         .map(|i| Entry {
             standing: standing(settings, i),
             in_flight: i.state == LifecycleState::PreparingDelete,
-            skipped: skipped(i),
+            skipped: i.race_skipped,
         })
         .collect();
     let moves = decide(&entries, wanted, extra_candidates(policy, wanted), !awaited);
@@ -311,7 +307,7 @@ fn ask_costs(
     let step = HookStep { template_name: probe.template_name.clone(), args: probe.args.clone() };
     let asked = group
         .iter()
-        .filter(|i| i.state != LifecycleState::PreparingDelete && !skipped(i) && common::pod::is_running(i.pod))
+        .filter(|i| i.state != LifecycleState::PreparingDelete && !i.race_skipped && common::pod::is_running(i.pod))
         .take(MAX_COST_PROBES);
     let mut answers = BTreeMap::new();
     let mut failed = Vec::new();
@@ -420,7 +416,7 @@ pub(super) fn clear_probes(settings: &Settings<'_>, kept: &BTreeSet<String>, dra
 
 /// No scale-in is wanted: pods skipped by an earlier race lose their mark (they are ordinary candidates next time).
 pub(super) fn clear_marks(infos: &[PodInfo<'_>], draft: &mut Draft) {
-    for info in infos.iter().filter(|i| skipped(i) && !i.state.is_preparing()) {
+    for info in infos.iter().filter(|i| i.race_skipped && !i.state.is_preparing()) {
         if draft.is_touched(info.name) {
             continue;
         }
